@@ -1,0 +1,35 @@
+# Thin wrapper over CMake: the two README commands, plus sanitizer and bench helpers.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build test test-long test-asan demo bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure
+
+# Unit tests under AddressSanitizer + UBSan (the parity and CLI tests run in `make test`).
+test-asan: deps
+	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address,undefined >/dev/null
+	@cmake --build $(BUILD)-asan -j $(JOBS)
+	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R "test_(core|ops|attention|optim|model)$$"
+
+# Long stress runs live here as they arrive (kill storms, soaks).
+test-long: test
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)/dtrain
+
+bench: build
+	@bash bench/compare.sh $(BUILD)/dtrain
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan

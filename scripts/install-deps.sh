@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages dtrain needs to build, test and demo; idempotent and
+# non-interactive: only packages that are missing are installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libxxhash-dev
+      libcmocka-dev libopenmpi-dev openmpi-bin python3 python3-torch python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,108 @@
+#include "bench/bench.h"
+
+#include <math.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double dt_median(const double *x, int n) {
+    if (n <= 0) return 0.0;
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) return x[0];
+    memcpy(c, x, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+void dt_bench_peak(dt_peak *out, int n, int reps) {
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
+          *c = malloc(nn * sizeof(float));
+    double *t = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double));
+    memset(out, 0, sizeof *out);
+    if (!a || !b || !c || !t || reps < 1) goto done;
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)(i % 7) * 0.01f;
+        b[i] = (float)(i % 5) * 0.01f;
+    }
+    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up: JIT + pages */
+    for (int r = 0; r < reps; r++) {
+        double t0 = dt_now();
+        dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        t[r] = dt_now() - t0;
+    }
+    double flops = 2.0 * n * (double)n * n;
+    double best = t[0];
+    for (int r = 1; r < reps; r++) best = t[r] < best ? t[r] : best;
+    out->n = n;
+    out->reps = reps;
+    out->gflops = flops / dt_median(t, reps) / 1e9;
+    out->best = flops / best / 1e9;
+done:
+    free(a);
+    free(b);
+    free(c);
+    free(t);
+}
+
+dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, int warmup, int steps,
+                         dt_bench_result *r) {
+    memset(r, 0, sizeof *r);
+    if (warmup < 0 || steps < 1 || warmup + steps > DT_BENCH_MAX_STEPS)
+        return dt_fail(ctx, DT_ERR_CONFIG, "bench: need warm-up >= 0 and 1..%d timed steps in all",
+                       DT_BENCH_MAX_STEPS);
+    dt_train_cfg c = *cfg;
+    c.steps = warmup + steps;
+    if (c.sched.total < c.steps) c.sched.total = c.steps;
+    dt_trainer tr;
+    DT_CHECK(dt_trainer_init(ctx, &tr, &c));
+    dt_status st = DT_OK;
+    r->warmup = warmup;
+    r->steps = steps;
+    unsigned long long h = 1469598103934665603ULL;
+    for (int s = 0; s < warmup + steps; s++) {
+        int timed = s >= warmup;
+        tr.model.profile = timed;
+        dt_step_stats ss;
+        DT_CHECK_GOTO(dt_trainer_step(ctx, &tr, &ss));
+        if (!timed) continue;
+        r->step_s[s - warmup] = ss.seconds;
+        r->loss[s - warmup] = ss.loss;
+        r->optim_s += ss.optim_seconds;
+        uint32_t bits;
+        memcpy(&bits, &ss.loss, 4);
+        for (int k = 0; k < 4; k++) h = (h ^ ((bits >> (8 * k)) & 0xff)) * 1099511628211ULL;
+    }
+    r->loss_hash = h;
+    r->prof = tr.model.prof;
+    memcpy(r->mem_peak, tr.alloc.peak, sizeof r->mem_peak);
+    r->median_s = dt_median(r->step_s, steps);
+    r->min_s = r->max_s = r->step_s[0];
+    double sum = 0, sq = 0;
+    for (int i = 0; i < steps; i++) {
+        double x = r->step_s[i];
+        r->min_s = x < r->min_s ? x : r->min_s;
+        r->max_s = x > r->max_s ? x : r->max_s;
+        sum += x;
+    }
+    r->mean_s = sum / steps;
+    for (int i = 0; i < steps; i++) sq += (r->step_s[i] - r->mean_s) * (r->step_s[i] - r->mean_s);
+    r->std_s = steps > 1 ? sqrt(sq / (steps - 1)) : 0.0;
+    double tokens = (double)c.micro_batch * c.seq_len * c.accum;
+    r->tokens_per_s = tokens / r->median_s;
+    r->flops_per_token = dt_gpt2_flops_per_token(&tr.model.cfg, c.seq_len);
+    r->achieved_gflops = r->flops_per_token * r->tokens_per_s / 1e9;
+    r->n_params = dt_gpt2_num_params(&tr.model.cfg);
+fail:
+    dt_trainer_free(&tr);
+    return st;
+}

@@ -1,0 +1,93 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli/cli.h"
+
+static const struct {
+    const char *flag, *key;
+} aliases[] = {
+    {"--model", "model.preset"},    {"--steps", "training.steps"},
+    {"--batch", "training.micro_batch"}, {"--seq", "training.seq_len"},
+    {"--accum", "training.grad_accum"}, {"--lr", "optimizer.lr"},
+    {"--seed", "training.seed"},    {"--threads", "runtime.threads"},
+    {"--data", "data.train"},       {"--schedule", "schedule.kind"},
+    {"--warmup", "schedule.warmup"},
+};
+
+void dt_cli_print_config_help(void) {
+    printf("Configuration (--set KEY=VALUE, or --KEY VALUE, e.g. --model.n_layer 4):\n");
+    dt_cfg_print_keys(stdout);
+    printf("Short aliases:");
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        printf("%s %s=%s", i % 4 ? "," : "\n ", aliases[i].flag, aliases[i].key);
+    printf("\n");
+}
+
+int dt_cli_exit_code(dt_status s) {
+    if (s == DT_OK) return DT_EXIT_OK;
+    return s == DT_ERR_CONFIG ? DT_EXIT_USAGE : DT_EXIT_FAIL;
+}
+
+/* Value of a flag given as "--flag=value" or "--flag value". */
+static dt_status flag_value(dt_ctx *ctx, const char *cmd, int argc, char **argv, int *i,
+                            const char *eq, const char **out) {
+    if (eq) {
+        *out = eq + 1;
+        return DT_OK;
+    }
+    if (*i + 1 >= argc)
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: flag %s needs a value", cmd, argv[*i]);
+    *out = argv[++*i];
+    return DT_OK;
+}
+
+dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, dt_run_cfg *cfg,
+                           dt_cli_flag_fn own, void *ud) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (own) {
+            int r = own(ctx, ud, argc, argv, &i);
+            if (r < 0) return DT_ERR_CONFIG;
+            if (r > 0) continue;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: unexpected argument '%s'", cmd, a);
+        const char *eq = strchr(a, '=');
+        char name[256];
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: flag too long", cmd);
+        memcpy(name, a, len);
+        name[len] = 0;
+        const char *val = NULL;
+        if (strcmp(name, "--set") == 0) {
+            DT_CHECK(flag_value(ctx, cmd, argc, argv, &i, eq, &val));
+            const char *e2 = strchr(val, '=');
+            if (!e2) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: --set expects KEY=VALUE, got '%s'", cmd, val);
+            char key[256];
+            size_t kl = (size_t)(e2 - val);
+            if (kl >= sizeof key) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: key too long", cmd);
+            memcpy(key, val, kl);
+            key[kl] = 0;
+            DT_CHECK(dt_cfg_set(ctx, cfg, key, e2 + 1));
+            continue;
+        }
+        const char *key = NULL;
+        for (size_t k = 0; k < sizeof aliases / sizeof aliases[0]; k++)
+            if (strcmp(name, aliases[k].flag) == 0) key = aliases[k].key;
+        if (!key && strchr(name, '.')) key = name + 2;
+        if (!key)
+            return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: unknown flag '%s' (see dtrain %s --help)",
+                           cmd, name, cmd);
+        DT_CHECK(flag_value(ctx, cmd, argc, argv, &i, eq, &val));
+        DT_CHECK(dt_cfg_set(ctx, cfg, key, val));
+    }
+    DT_CHECK(dt_cfg_finish(ctx, cfg));
+#ifdef _OPENMP
+    if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+#endif
+    return DT_OK;
+}

@@ -1,0 +1,32 @@
+/* cli.h - shared pieces of the subcommands. Only src/cli may exit the process.
+ * Exit codes: 0 success, 1 runtime failure (I/O, numerics, data), 2 usage or configuration
+ * error (bad flag, key or value). */
+#ifndef DT_CLI_H
+#define DT_CLI_H
+
+#include "core/status.h"
+#include "train/keys.h"
+
+#define DT_EXIT_OK 0
+#define DT_EXIT_FAIL 1
+#define DT_EXIT_USAGE 2
+
+/* A subcommand's own flag handler: returns 1 if it consumed argv[*i] (and maybe the next
+ * argument, advancing *i), 0 if the flag is not its own, -1 on a bad value (ctx->err set). */
+typedef int (*dt_cli_flag_fn)(dt_ctx *ctx, void *ud, int argc, char **argv, int *i);
+
+/* Parses configuration flags (--set key=value, --section.key[=]value, the short aliases)
+ * and the subcommand's own flags, then finishes the configuration and applies threads. */
+dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, dt_run_cfg *cfg,
+                           dt_cli_flag_fn own, void *ud);
+
+/* Maps a status to an exit code. */
+int dt_cli_exit_code(dt_status s);
+
+/* Help text for the configuration flags. */
+void dt_cli_print_config_help(void);
+
+int dt_cmd_train(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv);
+
+#endif

@@ -1,0 +1,153 @@
+/* dtrain bench: training throughput and MFU with a per-kernel breakdown; dtrain bench peak:
+ * the fp32 matmul rate MFU is measured against. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "bench/bench.h"
+#include "cli/cli.h"
+
+typedef struct bench_flags {
+    int warmup, steps, help;
+    double peak; /* GFLOP/s given by the user; 0 = measure */
+} bench_flags;
+
+static int parse_num(dt_ctx *ctx, int argc, char **argv, int *i, double lo, double hi, double *out) {
+    if (*i + 1 >= argc) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench: %s needs a value", argv[*i]);
+        return -1;
+    }
+    char *end;
+    double v = strtod(argv[*i + 1], &end);
+    if (end == argv[*i + 1] || *end || !(v >= lo && v <= hi)) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench: %s must be a number in [%g, %g] (got '%s')",
+                argv[*i], lo, hi, argv[*i + 1]);
+        return -1;
+    }
+    *out = v;
+    ++*i;
+    return 1;
+}
+
+static int bench_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
+    bench_flags *f = ud;
+    double v;
+    int r;
+    if (strcmp(argv[*i], "--help") == 0 || strcmp(argv[*i], "-h") == 0) return f->help = 1;
+    if (strcmp(argv[*i], "--warmup-steps") == 0) {
+        if ((r = parse_num(ctx, argc, argv, i, 0, 1000, &v)) > 0) f->warmup = (int)v;
+        return r;
+    }
+    if (strcmp(argv[*i], "--bench-steps") == 0) {
+        if ((r = parse_num(ctx, argc, argv, i, 1, 9000, &v)) > 0) f->steps = (int)v;
+        return r;
+    }
+    if (strcmp(argv[*i], "--peak") == 0) {
+        if ((r = parse_num(ctx, argc, argv, i, 1e-3, 1e9, &v)) > 0) f->peak = v;
+        return r;
+    }
+    return 0;
+}
+
+static int threads_now(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int cmd_peak(dt_ctx *ctx, int argc, char **argv) {
+    dt_run_cfg cfg;
+    dt_run_cfg_defaults(&cfg);
+    bench_flags fl = {0};
+    dt_status st = dt_cli_parse_run(ctx, "bench peak", argc, argv, &cfg, bench_flag, &fl);
+    if (fl.help) {
+        printf("usage: dtrain bench peak [--threads N]\n"
+               "Measures oneDNN fp32 sgemm on 2048^3 (1 warm-up + 7 timed runs).\n");
+        return DT_EXIT_OK;
+    }
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    dt_peak pk;
+    dt_bench_peak(&pk, 2048, 7);
+    printf("# matmul peak: oneDNN sgemm fp32, %dx%dx%d, %d threads, %d runs\n", pk.n, pk.n, pk.n,
+           threads_now(), pk.reps);
+    printf("# %-14s %-14s\n", "median_GFLOP/s", "best_GFLOP/s");
+    printf("  %-14.1f %-14.1f\n", pk.gflops, pk.best);
+    return DT_EXIT_OK;
+}
+
+int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
+    if (argc >= 1 && strcmp(argv[0], "peak") == 0) return cmd_peak(ctx, argc - 1, argv + 1);
+    dt_run_cfg cfg;
+    dt_run_cfg_defaults(&cfg);
+    bench_flags fl = {3, 10, 0, 0.0};
+    dt_status st = dt_cli_parse_run(ctx, "bench", argc, argv, &cfg, bench_flag, &fl);
+    if (fl.help) {
+        printf("usage: dtrain bench [--warmup-steps N] [--bench-steps N] [--peak GFLOPS] "
+               "[--set KEY=VALUE ...]\n"
+               "       dtrain bench peak [--threads N]\n\n"
+               "Without --peak the matmul peak is measured first (as by 'dtrain bench peak').\n\n");
+        dt_cli_print_config_help();
+        return DT_EXIT_OK;
+    }
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    double peak = fl.peak;
+    const char *peak_src = "given by --peak";
+    if (peak <= 0) {
+        dt_peak pk;
+        dt_bench_peak(&pk, 2048, 7);
+        peak = pk.gflops;
+        peak_src = "measured: oneDNN sgemm 2048^3 median";
+    }
+    dt_bench_result *r = malloc(sizeof *r);
+    if (!r) return DT_EXIT_FAIL;
+    st = dt_bench_train(ctx, &cfg.train, fl.warmup, fl.steps, r);
+    if (st != DT_OK) {
+        free(r);
+        return dt_cli_exit_code(st);
+    }
+    const dt_train_cfg *c = &cfg.train;
+    const dt_gpt2_config *m = &c->model;
+    double tokens = (double)c->micro_batch * c->seq_len * c->accum;
+    printf("# dtrain bench: %s (L=%d d=%d heads=%d vocab=%d, %.2fM params), batch %d x %d x %d "
+           "accum, fp32, %d threads\n",
+           c->preset[0] ? c->preset : "custom", m->n_layer, m->d_model, m->n_head, m->vocab,
+           (double)r->n_params / 1e6, c->micro_batch, c->seq_len, c->accum, threads_now());
+    printf("# peak %.1f GFLOP/s (%s)\n", peak, peak_src);
+    printf("# MFU = (6 N + 12 L T d) * tokens/s / peak; N = non-embedding params + lm_head "
+           "(V d); %.4g FLOP/token\n", r->flops_per_token);
+    printf("# %-6s %-10s %-10s %-10s\n", "step", "time_ms", "tokens/s", "loss");
+    for (int i = 0; i < r->steps; i++)
+        printf("  %-6d %-10.1f %-10.1f %-10.6f\n", r->warmup + i + 1, r->step_s[i] * 1e3,
+               tokens / r->step_s[i], (double)r->loss[i]);
+    printf("# %-12s %-12s %-12s %-12s %-10s %-10s %-8s %-16s\n", "median_ms", "mean_ms",
+           "min_ms", "max_ms", "tokens/s", "GFLOP/s", "MFU_%", "loss_hash");
+    printf("  %-12.1f %-12.1f %-12.1f %-12.1f %-10.1f %-10.1f %-8.1f %016llx\n", r->median_s * 1e3,
+           r->mean_s * 1e3, r->min_s * 1e3, r->max_s * 1e3, r->tokens_per_s, r->achieved_gflops,
+           100.0 * r->achieved_gflops / peak, r->loss_hash);
+    /* Breakdown per step, averaged over the timed steps. */
+    double total = r->mean_s, accounted = 0;
+    printf("# time breakdown per step (mean over %d steps)\n", r->steps);
+    printf("# %-14s %-10s %-10s %-10s %-8s\n", "kernel", "fwd_ms", "bwd_ms", "total_ms", "%step");
+    for (int k = 0; k < DT_OP_NKINDS; k++) {
+        double f = r->prof.fwd[k] / r->steps, b = r->prof.bwd[k] / r->steps;
+        accounted += f + b;
+        printf("  %-14s %-10.1f %-10.1f %-10.1f %-8.1f\n", dt_op_kind_names[k], f * 1e3, b * 1e3,
+               (f + b) * 1e3, 100 * (f + b) / total);
+    }
+    double opt = r->optim_s / r->steps;
+    accounted += opt;
+    printf("  %-14s %-10s %-10s %-10.1f %-8.1f\n", "optimizer", "-", "-", opt * 1e3, 100 * opt / total);
+    printf("  %-14s %-10s %-10s %-10.1f %-8.1f\n", "other", "-", "-", (total - accounted) * 1e3,
+           100 * (total - accounted) / total);
+    printf("# memory high-water (MiB):");
+    for (int k = 0; k < DT_MEM_NKINDS; k++)
+        printf(" %s %.1f%s", dt_mem_kind_name((dt_mem_kind)k), (double)r->mem_peak[k] / 1048576.0,
+               k + 1 < DT_MEM_NKINDS ? "," : "\n");
+    free(r);
+    return DT_EXIT_OK;
+}

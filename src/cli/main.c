@@ -1,0 +1,59 @@
+/* dtrain - distributed training for transformer language models. Subcommand dispatch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/log.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain <command> [flags]\n"
+            "\n"
+            "commands:\n"
+            "  train    train a GPT-2 model (synthetic tokens or an llm.c token shard)\n"
+            "  bench    benchmark training: step time, tokens/s, MFU, per-kernel breakdown\n"
+            "  bench peak   measure the fp32 matmul peak that MFU is relative to\n"
+            "\n"
+            "  dtrain <command> --help   flags of a command\n"
+            "  dtrain --version\n"
+            "\n"
+            "exit codes: 0 success, 1 runtime failure, 2 usage or configuration error\n");
+}
+
+int main(int argc, char **argv) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    if (argc < 2) {
+        usage(stderr);
+        return DT_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return DT_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("dtrain %s\n", DT_VERSION);
+        return DT_EXIT_OK;
+    }
+    int rc;
+    if (strcmp(cmd, "train") == 0)
+        rc = dt_cmd_train(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "bench") == 0)
+        rc = dt_cmd_bench(&ctx, argc - 2, argv + 2);
+    else {
+        fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return DT_EXIT_USAGE;
+    }
+    if (rc != DT_EXIT_OK) {
+        /* DTRAIN_DEBUG=1 adds the source site of the failure. */
+        const char *dbg = getenv("DTRAIN_DEBUG");
+        if (dbg && *dbg && *dbg != '0' && ctx.where[0])
+            dt_log_error(&ctx, "%s (at %s)", ctx.err, ctx.where);
+        else
+            dt_log_error(&ctx, "%s", ctx.err);
+    }
+    return rc;
+}

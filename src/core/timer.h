@@ -1,0 +1,11 @@
+/* timer.h - monotonic wall clock and named accumulating timers for per-kernel breakdowns.
+ *
+ *   double t0 = dt_now();  ...  double dt = dt_now() - t0;   // seconds
+ */
+#ifndef DT_TIMER_H
+#define DT_TIMER_H
+
+/* Seconds on CLOCK_MONOTONIC. */
+double dt_now(void);
+
+#endif

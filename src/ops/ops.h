@@ -1,0 +1,69 @@
+/* ops.h - CPU kernels of the GPT-2 layer set, each a _forward/_backward pair.
+ *
+ * Argument order: outputs, saved activations, inputs, weights, sizes. Shapes are row-major.
+ * Kernels are OpenMP-parallel and deterministic for a given thread count: no floating-point
+ * reductions whose order depends on scheduling (no `omp reduction` on floats, no atomics).
+ * Gradient conventions:
+ *   - weight/bias gradients always accumulate (+=), so micro-steps add up;
+ *   - dinp of layernorm accumulates (+=): its input is the residual stream, whose gradient is
+ *     a single buffer summed in place by the model;
+ *   - every other dinp is overwritten (=): in GPT-2 those inputs have exactly one consumer.
+ * Naive double-precision references of every kernel are in ops_ref.h.
+ */
+#ifndef DT_OPS_H
+#define DT_OPS_H
+
+#include <stdint.h>
+
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T), wte (V,C), wpe (maxT,C). */
+void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                        int B, int T, int C);
+/* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout[b,t]. */
+void dt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                         int B, int T, int C);
+
+/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved. eps = 1e-5. */
+void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C);
+/* dinp (N,C) +=, dw (C) +=, db (C) +=. */
+void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC); bias may be NULL. oneDNN sgemm. */
+void dt_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                       int C, int OC);
+/* dinp (N,C) = dout @ w (overwritten; may be NULL to skip); dw (OC,C) += dout^T @ inp;
+ * dbias (OC) += column sums of dout (may be NULL). */
+void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC);
+
+/* Causal multi-head self-attention. qkv (B,T,3C) holds q | k | v, each (NH heads x C/NH).
+ * out (B,T,C) = softmax(q k^T / sqrt(hs), causal) v, computed in tiles (flash-style) without
+ * storing a (T,T) score matrix; lse (B,NH,T) = log-sum-exp of each score row, saved. */
+void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                          int NH);
+/* dqkv (B,T,3C) = gradient w.r.t. qkv (overwritten). Recomputes scores tile by tile. */
+void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int C, int NH);
+
+/* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+void dt_gelu_forward(float *out, const float *inp, int N);
+/* dinp (N) = dout * gelu'(inp) (overwritten; may alias dout). */
+void dt_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
+
+/* out = a + b, elementwise over N (out may alias a or b). Its backward is the identity: the
+ * model accumulates the residual gradient in one buffer. */
+void dt_residual_forward(float *out, const float *a, const float *b, int N);
+
+/* Fused softmax + cross-entropy over the first V of Vp columns (the rest is vocabulary
+ * padding, excluded). logits (N,Vp), targets (N) in [0,V).
+ * losses (N) = logsumexp(row) - row[target]; lse (N) saved. */
+void dt_crossentropy_forward(float *losses, float *lse, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp);
+/* dlogits (N,Vp) = (softmax(row) - onehot(target)) * dloss, padded columns = 0.
+ * dlogits may alias logits (in-place). */
+void dt_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                              const int32_t *targets, float dloss, int N, int V, int Vp);
+
+#endif

@@ -1,0 +1,45 @@
+/* ops_ref.h - naive double-precision references of every kernel in ops.h.
+ *
+ * Straight loops, no tiling, no threads: the definition the fast kernels are tested against,
+ * and themselves checked against central finite differences (tests/test_ops_*.c). Same
+ * argument conventions as ops.h (dinp of layernorm accumulates; others overwrite; weight
+ * gradients accumulate). The attention reference materialises the full (T,T) matrix.
+ */
+#ifndef DT_OPS_REF_H
+#define DT_OPS_REF_H
+
+#include <stdint.h>
+
+void dt_ref_encoder_forward(double *out, const int32_t *tokens, const double *wte,
+                            const double *wpe, int B, int T, int C);
+void dt_ref_encoder_backward(double *dwte, double *dwpe, const double *dout,
+                             const int32_t *tokens, int B, int T, int C);
+
+void dt_ref_layernorm_forward(double *out, double *mean, double *rstd, const double *inp,
+                              const double *w, const double *b, int N, int C);
+void dt_ref_layernorm_backward(double *dinp, double *dw, double *db, const double *dout,
+                               const double *inp, const double *w, const double *mean,
+                               const double *rstd, int N, int C);
+
+void dt_ref_matmul_forward(double *out, const double *inp, const double *w, const double *bias,
+                           int N, int C, int OC);
+void dt_ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *dout,
+                            const double *inp, const double *w, int N, int C, int OC);
+
+void dt_ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C,
+                              int NH);
+void dt_ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
+                               const double *out, const double *lse, int B, int T, int C,
+                               int NH);
+
+void dt_ref_gelu_forward(double *out, const double *inp, int N);
+void dt_ref_gelu_backward(double *dinp, const double *inp, const double *dout, int N);
+
+void dt_ref_residual_forward(double *out, const double *a, const double *b, int N);
+
+void dt_ref_crossentropy_forward(double *losses, double *lse, const double *logits,
+                                 const int32_t *targets, int N, int V, int Vp);
+void dt_ref_crossentropy_backward(double *dlogits, const double *logits, const double *lse,
+                                  const int32_t *targets, double dloss, int N, int V, int Vp);
+
+#endif

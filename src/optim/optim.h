@@ -1,0 +1,55 @@
+/* optim.h - AdamW, learning-rate schedules and global gradient-norm clipping.
+ *
+ * The optimizer works on flat ranges of the parameter vector described by segments
+ * (offset, length, decay?), so the same code updates a whole model or one rank's shard.
+ *
+ *   dt_lr_schedule s = {DT_SCHED_COSINE, 6e-4f, 6e-5f, 100, 5000};
+ *   double norm = dt_clip_grad_norm(grads, n, 1.0f, NULL);
+ *   dt_adamw_update(&opt, params, grads, m, v, segs, nsegs, dt_lr_at(&s, step), step + 1);
+ */
+#ifndef DT_OPTIM_H
+#define DT_OPTIM_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+typedef struct dt_adamw {
+    float beta1, beta2, eps, weight_decay;
+} dt_adamw;
+
+typedef struct dt_param_segment {
+    size_t offset, len; /* in floats */
+    int decay;          /* weight decay applies */
+} dt_param_segment;
+
+/* One AdamW step (torch.optim.AdamW semantics) on every segment: p *= 1 - lr wd (decay
+ * segments only); m, v moments; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+ * t is the 1-based step count. */
+void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, float *m, float *v,
+                     const dt_param_segment *segs, int nsegs, float lr, long t);
+
+typedef enum dt_sched_kind { DT_SCHED_CONSTANT, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_sched_kind;
+
+typedef struct dt_lr_schedule {
+    dt_sched_kind kind;
+    float lr, min_lr;
+    long warmup; /* linear warm-up steps: lr (s+1)/warmup for s < warmup (not for constant) */
+    long total;  /* decay ends at step `total`, min_lr after */
+} dt_lr_schedule;
+
+/* Learning rate at 0-based step s. */
+float dt_lr_at(const dt_lr_schedule *s, long step);
+dt_status dt_lr_schedule_parse(dt_ctx *ctx, const char *name, dt_sched_kind *out);
+const char *dt_sched_kind_name(dt_sched_kind k);
+
+/* Sum of squares in double, in fixed-size chunks summed in a fixed order: the result is
+ * the same whatever the thread count. */
+double dt_sumsq(const float *x, size_t n);
+/* Scales x by s. */
+void dt_scale(float *x, size_t n, float s);
+/* Clipping coefficient of torch's clip_grad_norm_: min(1, max_norm / (norm + 1e-6));
+ * max_norm <= 0 disables clipping (returns 1). */
+float dt_clip_coef(double norm, float max_norm);
+
+#endif

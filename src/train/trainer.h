@@ -1,0 +1,70 @@
+/* trainer.h - one process's training loop state: model, AdamW moments, schedule, data.
+ *
+ *   dt_train_cfg cfg; dt_train_cfg_defaults(&cfg);  ... set fields ...
+ *   dt_trainer tr; DT_CHECK(dt_trainer_init(ctx, &tr, &cfg));
+ *   for (...) { dt_step_stats st; DT_CHECK(dt_trainer_step(ctx, &tr, &st)); }
+ *   dt_trainer_free(&tr);
+ */
+#ifndef DT_TRAINER_H
+#define DT_TRAINER_H
+
+#include <stdint.h>
+
+#include "core/alloc.h"
+#include "data/tokens.h"
+#include "model/gpt2.h"
+#include "optim/optim.h"
+
+typedef struct dt_train_cfg {
+    char preset[32];        /* model preset the model fields came from ("" = custom) */
+    dt_gpt2_config model;
+    int micro_batch;        /* B */
+    int seq_len;            /* T */
+    int accum;              /* micro-steps per optimizer step */
+    long steps;             /* optimizer steps */
+    dt_lr_schedule sched;
+    dt_adamw adamw;
+    float clip;             /* global grad-norm clip; <= 0 disables */
+    uint64_t seed;
+    const char *data_path;  /* llm.c shard; NULL = synthetic tokens */
+    int log_every;
+    long fail_alloc_at;     /* fault injection for tests: the n-th allocation fails (0 = off) */
+} dt_train_cfg;
+
+void dt_train_cfg_defaults(dt_train_cfg *c);
+/* Checks the training fields, naming the key of a bad one. */
+dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c);
+
+typedef struct dt_trainer {
+    dt_train_cfg cfg;
+    dt_alloc alloc;
+    dt_gpt2 model;
+    float *m, *v; /* AdamW moments, same layout as params */
+    dt_param_segment *segs;
+    int nsegs;
+    dt_tokens data;
+    int32_t *inputs, *targets; /* (B,T) staging for one micro-batch */
+    long step;                 /* optimizer steps done */
+} dt_trainer;
+
+typedef struct dt_step_stats {
+    float loss;       /* mean over micro-steps */
+    float grad_norm;  /* before clipping */
+    float lr;
+    double seconds;   /* wall time of the step */
+    double optim_seconds; /* of which: norm, clipping and AdamW */
+} dt_step_stats;
+
+dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg);
+void dt_trainer_free(dt_trainer *tr);
+
+/* One optimizer step on the next `accum` micro-batches of the data source. */
+dt_status dt_trainer_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
+/* One optimizer step on given micro-batches: inputs/targets hold accum x (B,T) tokens. */
+dt_status dt_trainer_step_on(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
+                             const int32_t *targets, dt_step_stats *out);
+
+/* Builds the AdamW segments of a model (contiguous ranges of equal decay, memory order). */
+dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment **out, int *n);
+
+#endif

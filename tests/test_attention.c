@@ -1,0 +1,196 @@
+/* Tests of the flash-style attention kernels (ops/cpu/attention.c) against the naive
+ * double-precision reference, of the reference against finite differences, and of
+ * determinism and causality of the fast kernels. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/ops_ref.h"
+
+typedef struct shape {
+    int B, T, C, NH;
+} shape;
+
+/* Tile-edge cases: T not a multiple of the tile, T = 1, NH = 1, hs not a multiple of 16,
+ * hs > 64 (more than one register block of columns), and a multi-tile T. */
+static const shape k_shapes[] = {
+    {2, 37, 24, 3}, {1, 130, 64, 4}, {2, 256, 128, 4}, {3, 1, 32, 2},
+    {1, 50, 20, 1}, {1, 70, 200, 2}, {1, 33, 48, 1},
+};
+#define N_SHAPES (sizeof k_shapes / sizeof k_shapes[0])
+
+/* Everything one shape needs, float and double. */
+typedef struct att_case {
+    shape s;
+    size_t nqkv, nout, nlse;
+    float *qkv, *out, *lse, *dout, *dqkv;
+    double *qkv_d, *out_d, *lse_d, *dout_d, *dqkv_d;
+} att_case;
+
+static void case_init(att_case *c, shape s, uint64_t seed) {
+    c->s = s;
+    c->nqkv = (size_t)s.B * s.T * 3 * s.C;
+    c->nout = (size_t)s.B * s.T * s.C;
+    c->nlse = (size_t)s.B * s.NH * s.T;
+    c->qkv = tu_malloc(c->nqkv * sizeof(float));
+    c->dqkv = tu_malloc(c->nqkv * sizeof(float));
+    c->out = tu_malloc(c->nout * sizeof(float));
+    c->dout = tu_malloc(c->nout * sizeof(float));
+    c->lse = tu_malloc(c->nlse * sizeof(float));
+    c->qkv_d = tu_malloc(c->nqkv * sizeof(double));
+    c->dqkv_d = tu_malloc(c->nqkv * sizeof(double));
+    c->out_d = tu_malloc(c->nout * sizeof(double));
+    c->dout_d = tu_malloc(c->nout * sizeof(double));
+    c->lse_d = tu_malloc(c->nlse * sizeof(double));
+    /* Scale 2 gives scores of a few units: peaked but not one-hot softmax rows. */
+    tu_fill_uniform(c->qkv, c->nqkv, 2.0f, seed);
+    tu_fill_uniform(c->dout, c->nout, 1.0f, seed + 1);
+    tu_to_double(c->qkv_d, c->qkv, c->nqkv);
+    tu_to_double(c->dout_d, c->dout, c->nout);
+}
+
+static void case_free(att_case *c) {
+    free(c->qkv), free(c->dqkv), free(c->out), free(c->dout), free(c->lse);
+    free(c->qkv_d), free(c->dqkv_d), free(c->out_d), free(c->dout_d), free(c->lse_d);
+}
+
+static void case_run_fast(att_case *c) {
+    shape s = c->s;
+    dt_attention_forward(c->out, c->lse, c->qkv, s.B, s.T, s.C, s.NH);
+    /* Poison dqkv: the kernel must overwrite every element, not accumulate. */
+    for (size_t i = 0; i < c->nqkv; i++) c->dqkv[i] = NAN;
+    dt_attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, s.B, s.T, s.C, s.NH);
+}
+
+static void case_run_ref(att_case *c) {
+    shape s = c->s;
+    dt_ref_attention_forward(c->out_d, c->lse_d, c->qkv_d, s.B, s.T, s.C, s.NH);
+    dt_ref_attention_backward(c->dqkv_d, c->dout_d, c->qkv_d, c->out_d, c->lse_d, s.B, s.T,
+                              s.C, s.NH);
+}
+
+static void test_forward_matches_double_reference(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_SHAPES; k++) {
+        att_case c;
+        case_init(&c, k_shapes[k], 100 + k);
+        case_run_fast(&c);
+        case_run_ref(&c);
+        double eo = tu_rel_err(c.out, c.out_d, c.nout);
+        double el = tu_rel_err(c.lse, c.lse_d, c.nlse);
+        printf("forward  B=%d T=%3d C=%3d NH=%d: rel err out %.2e lse %.2e\n", c.s.B, c.s.T,
+               c.s.C, c.s.NH, eo, el);
+        assert_true(eo < 1e-5);
+        assert_true(el < 1e-5);
+        case_free(&c);
+    }
+}
+
+static void test_backward_matches_double_reference(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_SHAPES; k++) {
+        att_case c;
+        case_init(&c, k_shapes[k], 200 + k);
+        case_run_fast(&c);
+        case_run_ref(&c);
+        double e = tu_rel_err(c.dqkv, c.dqkv_d, c.nqkv);
+        printf("backward B=%d T=%3d C=%3d NH=%d: rel err dqkv %.2e\n", c.s.B, c.s.T, c.s.C,
+               c.s.NH, e);
+        assert_true(e < 1e-4);
+        case_free(&c);
+    }
+}
+
+/* loss = sum(out * G) through the reference forward. */
+static double ref_loss(const double *qkv, const double *G, double *out, double *lse, shape s) {
+    dt_ref_attention_forward(out, lse, qkv, s.B, s.T, s.C, s.NH);
+    double loss = 0.0;
+    for (size_t i = 0; i < (size_t)s.B * s.T * s.C; i++) loss += out[i] * G[i];
+    return loss;
+}
+
+static void test_reference_backward_matches_finite_differences(void **state) {
+    (void)state;
+    const shape s = {1, 5, 8, 2};
+    const size_t nqkv = (size_t)s.B * s.T * 3 * s.C, nout = (size_t)s.B * s.T * s.C;
+    const size_t nlse = (size_t)s.B * s.NH * s.T;
+    double *qkv = tu_malloc(nqkv * sizeof(double)), *G = tu_malloc(nout * sizeof(double));
+    double *out = tu_malloc(nout * sizeof(double)), *lse = tu_malloc(nlse * sizeof(double));
+    double *dqkv = tu_malloc(nqkv * sizeof(double)), *fd = tu_malloc(nqkv * sizeof(double));
+    tu_fill_uniform_d(qkv, nqkv, 2.0, 301);
+    tu_fill_uniform_d(G, nout, 1.0, 302);
+    ref_loss(qkv, G, out, lse, s);
+    dt_ref_attention_backward(dqkv, G, qkv, out, lse, s.B, s.T, s.C, s.NH);
+    const double eps = 1e-6;
+    for (size_t i = 0; i < nqkv; i++) {
+        double x = qkv[i];
+        qkv[i] = x + eps;
+        double lp = ref_loss(qkv, G, out, lse, s);
+        qkv[i] = x - eps;
+        double lm = ref_loss(qkv, G, out, lse, s);
+        qkv[i] = x;
+        fd[i] = (lp - lm) / (2 * eps);
+    }
+    double e = tu_rel_err_dd(dqkv, fd, nqkv);
+    printf("reference backward vs central differences: rel err %.2e\n", e);
+    assert_true(e < 1e-6);
+    free(qkv), free(G), free(out), free(lse), free(dqkv), free(fd);
+}
+
+static void test_fast_kernels_are_bitwise_deterministic(void **state) {
+    (void)state;
+    const shape s = {2, 100, 96, 3};
+    att_case a, b;
+    case_init(&a, s, 400);
+    case_init(&b, s, 400);
+    case_run_fast(&a);
+    case_run_fast(&b);
+    assert_memory_equal(a.out, b.out, a.nout * sizeof(float));
+    assert_memory_equal(a.lse, b.lse, a.nlse * sizeof(float));
+    assert_memory_equal(a.dqkv, b.dqkv, a.nqkv * sizeof(float));
+    case_free(&a);
+    case_free(&b);
+}
+
+static void test_future_keys_values_do_not_change_earlier_outputs(void **state) {
+    (void)state;
+    const shape s = {2, 70, 64, 4};
+    const int t0 = 40; /* inside the second tile, so the diagonal tile is exercised */
+    att_case a, b;
+    case_init(&a, s, 500);
+    case_init(&b, s, 500);
+    for (int bb = 0; bb < s.B; bb++)
+        for (int t = t0; t < s.T; t++)
+            for (int i = s.C; i < 3 * s.C; i++) /* k and v of every head */
+                b.qkv[((size_t)bb * s.T + t) * 3 * s.C + i] += 0.5f;
+    case_run_fast(&a);
+    case_run_fast(&b);
+    for (int bb = 0; bb < s.B; bb++) {
+        const size_t row0 = (size_t)bb * s.T * s.C;
+        assert_memory_equal(a.out + row0, b.out + row0, (size_t)t0 * s.C * sizeof(float));
+        /* ... while the perturbation is visible from t0 on (the test can fail). */
+        assert_memory_not_equal(a.out + row0 + (size_t)t0 * s.C,
+                                b.out + row0 + (size_t)t0 * s.C, (size_t)s.C * sizeof(float));
+        for (int h = 0; h < s.NH; h++) {
+            const size_t l0 = ((size_t)bb * s.NH + h) * s.T;
+            assert_memory_equal(a.lse + l0, b.lse + l0, (size_t)t0 * sizeof(float));
+        }
+    }
+    case_free(&a);
+    case_free(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_matches_double_reference),
+        cmocka_unit_test(test_backward_matches_double_reference),
+        cmocka_unit_test(test_reference_backward_matches_finite_differences),
+        cmocka_unit_test(test_fast_kernels_are_bitwise_deterministic),
+        cmocka_unit_test(test_future_keys_values_do_not_change_earlier_outputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

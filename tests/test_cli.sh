@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The dtrain binary end to end: help and version, bad shapes and flags refused with one
+# line naming the key and exit code 2, two identical runs give bitwise-identical losses and
+# weights, a bad token file is refused naming the file, bench prints MFU and the breakdown.
+set -uo pipefail
+bin=$1
+dir=$2
+rm -rf "$dir" && mkdir -p "$dir"
+export OMP_NUM_THREADS=2
+fails=0
+pass() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+# expect_refused NAME EXPECTED_TEXT ARGS... : exit 2, one error line containing the text.
+expect_refused() {
+  local name=$1 text=$2; shift 2
+  "$bin" "$@" >"$dir/out" 2>"$dir/err"; local rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$text" "$dir/err" && [ "$(wc -l <"$dir/err")" -eq 1 ]; then
+    pass "$name: $(cat "$dir/err")"
+  else
+    fail "$name (rc=$rc, stderr: $(cat "$dir/err"))"
+  fi
+}
+
+"$bin" --version | grep -q "^dtrain " && pass "--version" || fail "--version"
+"$bin" train --help | grep -q "model.n_layer" && pass "train --help lists keys" || fail "train --help"
+expect_refused "heads not dividing d_model" "model.n_head" train --set model.n_head=5
+expect_refused "zero layers" "model.n_layer" train --model.n_layer 0
+expect_refused "context above preset max" "model.context" train --model gpt2 --set model.context=2048
+expect_refused "seq above context" "training.seq_len" train --seq 65
+expect_refused "misspelt key" "model.n_layer" train --set model.nlayer=3
+expect_refused "bad number" "optimizer.lr" train --lr fast
+expect_refused "unknown flag" "--frobnicate" train --frobnicate
+expect_refused "unknown preset" "model.preset" train --model gpt5
+expect_refused "warmup beyond decay" "schedule.decay_steps" train --steps 5 --warmup 5
+
+# A token file with a bad magic is refused naming the file (exit 1: a data error).
+printf 'not a shard at all, definitely not 1024 bytes long' >"$dir/bad.bin"
+"$bin" train --data "$dir/bad.bin" >"$dir/out" 2>"$dir/err"; rc=$?
+if [ $rc -eq 1 ] && grep -q "bad.bin" "$dir/err"; then pass "bad shard: $(cat "$dir/err")"; else fail "bad shard (rc=$rc)"; fi
+
+# Determinism through the CLI: same seed => identical loss lines and weight files.
+args=(train --steps 20 --set training.log_every=1 --seed 7)
+"$bin" "${args[@]}" --save-weights "$dir/w1.safetensors" >"$dir/run1" 2>&1 || fail "run 1"
+"$bin" "${args[@]}" --save-weights "$dir/w2.safetensors" >"$dir/run2" 2>&1 || fail "run 2"
+grep -o "loss [0-9.]*" "$dir/run1" >"$dir/l1"; grep -o "loss [0-9.]*" "$dir/run2" >"$dir/l2"
+if [ "$(wc -l <"$dir/l1")" -eq 20 ] && cmp -s "$dir/l1" "$dir/l2" && cmp -s "$dir/w1.safetensors" "$dir/w2.safetensors"; then
+  pass "two 20-step runs: identical losses and weights"
+else
+  fail "determinism"
+fi
+
+# A token shard (llm.c format, version 1) is read and trained on.
+/usr/bin/python3 - "$dir/ok.bin" <<'PY'
+import struct, sys
+toks = [(i * 7 + i // 13) % 256 for i in range(5000)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack("<%dH" % len(toks), *toks))
+PY
+"$bin" train --data "$dir/ok.bin" --steps 3 >"$dir/out" 2>&1 && grep -q "step 3/3" "$dir/out" \
+  && pass "trains on an llm.c shard" || fail "shard training: $(cat "$dir/out")"
+
+# Bench: a table with MFU and the per-kernel breakdown.
+"$bin" bench --warmup-steps 1 --bench-steps 2 --peak 100 >"$dir/bench" 2>&1
+if grep -q "MFU_%" "$dir/bench" && grep -q "attention" "$dir/bench" && grep -q "loss_hash" "$dir/bench"; then
+  pass "bench prints MFU and breakdown"
+else
+  fail "bench: $(cat "$dir/bench")"
+fi
+
+echo "test_cli: $fails failure(s)"
+[ $fails -eq 0 ]

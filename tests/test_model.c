@@ -1,0 +1,278 @@
+/* model + trainer: config validation naming the key, the parameter table and layout, GPT-2
+ * initialisation, bitwise determinism of 20 training steps, gradient accumulation
+ * equivalence, clean failure on an allocation fault. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt2.h"
+#include "train/keys.h"
+#include "train/trainer.h"
+#include "testutil.h"
+
+static void expect_config_error(dt_gpt2_config c, const char *key) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_gpt2_config_validate(&ctx, &c), DT_ERR_CONFIG);
+    printf("  refused: %s\n", ctx.err);
+    if (!strstr(ctx.err, key)) fail_msg("message '%s' does not name %s", ctx.err, key);
+}
+
+static void test_bad_shapes_are_refused_naming_the_key(void **state) {
+    (void)state;
+    dt_gpt2_config ok = {2, 64, 4, 256, 0, 64};
+    dt_gpt2_config c = ok;
+    c.n_head = 5;
+    expect_config_error(c, "model.n_head");
+    c = ok;
+    c.n_layer = 0;
+    expect_config_error(c, "model.n_layer");
+    c = ok;
+    c.d_model = 0;
+    expect_config_error(c, "model.d_model");
+    c = ok;
+    c.vocab = 0;
+    expect_config_error(c, "model.vocab_size");
+    c = ok;
+    c.context = 0;
+    expect_config_error(c, "model.context");
+    c = ok;
+    c.n_head = 0;
+    expect_config_error(c, "model.n_head");
+
+    /* Through the key table, as the CLI uses it. */
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_run_cfg r;
+    dt_run_cfg_defaults(&r);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.preset", "gpt2"), DT_OK);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.context", "2048"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    printf("  refused: %s\n", ctx.err);
+    assert_non_null(strstr(ctx.err, "model.context"));
+    assert_non_null(strstr(ctx.err, "1024"));
+    dt_run_cfg_defaults(&r);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.seq_len", "65"), DT_OK); /* tiny: 64 */
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "training.seq_len"));
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.n_layers", "3"), DT_ERR_CONFIG);
+    printf("  refused: %s\n", ctx.err);
+    assert_non_null(strstr(ctx.err, "model.n_layer'"));
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.n_layer", "three"), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "model.n_layer"));
+    assert_int_equal(dt_cfg_set(&ctx, &r, "optimizer.lr", "nan"), DT_ERR_CONFIG);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.preset", "gpt5"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "model.preset"));
+}
+
+static void test_presets_and_parameter_counts(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_gpt2_config c;
+    /* Published GPT-2 sizes (tied embeddings, 1024 positions). */
+    const char *names[] = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
+    size_t counts[] = {124439808, 354823168, 774030080, 1557611200};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(dt_gpt2_config_preset(&ctx, names[i], &c), DT_OK);
+        assert_int_equal(dt_gpt2_num_params(&c), counts[i]);
+    }
+    assert_int_equal(c.vocab_padded, 50304);
+    /* FLOPs per token for gpt2 at T=1024, by hand: N = 124439808 - 50257*768 - 1024*768 +
+     * 50257*768 = 123653376; 6N + 12*12*1024*768. */
+    assert_int_equal(dt_gpt2_config_preset(&ctx, "gpt2", &c), DT_OK);
+    double want = 6.0 * 123653376.0 + 12.0 * 12 * 1024 * 768;
+    assert_true(fabs(dt_gpt2_flops_per_token(&c, 1024) - want) < 1.0);
+    assert_int_equal(dt_gpt2_config_preset(&ctx, "nope", &c), DT_ERR_CONFIG);
+}
+
+static void test_layout_tiles_the_slab_and_init_follows_gpt2(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_alloc a;
+    dt_alloc_init(&a);
+    dt_gpt2_config c = {3, 48, 4, 300, 0, 32};
+    dt_gpt2 m;
+    assert_int_equal(dt_gpt2_init(&ctx, &m, &c, &a, 2, 16), DT_OK);
+    assert_int_equal(m.cfg.vocab_padded, 384);
+    /* Every float of the slab belongs to exactly one tensor copy. */
+    unsigned char *owner = tu_malloc(m.n_params);
+    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
+        int copies = m.tensors[id].group == DT_PG_LAYER ? c.n_layer : 1;
+        for (int l = 0; l < copies; l++) {
+            size_t off = (size_t)(dt_gpt2_tensor(&m, m.params, id, l) - m.params);
+            for (size_t i = 0; i < m.tensors[id].rows * m.tensors[id].cols; i++) owner[off + i]++;
+        }
+    }
+    for (size_t i = 0; i < m.n_params; i++) assert_int_equal(owner[i], 1);
+    free(owner);
+    /* Layer blocks are contiguous, in layer order. */
+    assert_true(dt_gpt2_tensor(&m, m.params, DT_GPT2_P_LN1W, 1) ==
+                dt_gpt2_tensor(&m, m.params, DT_GPT2_P_LN1W, 0) + m.layer_floats);
+    char name[64];
+    dt_gpt2_tensor_name(&m, DT_GPT2_P_FCPROJW, 2, name, sizeof name);
+    assert_string_equal(name, "h.2.mlp.c_proj.weight");
+
+    dt_gpt2_init_weights(&m, 5);
+    const float *wte = dt_gpt2_tensor(&m, m.params, DT_GPT2_P_WTE, 0);
+    double s2 = 0;
+    for (size_t i = 0; i < (size_t)300 * 48; i++) s2 += (double)wte[i] * wte[i];
+    double std = sqrt(s2 / (300.0 * 48));
+    assert_true(fabs(std - 0.02) < 0.001);
+    for (size_t i = (size_t)300 * 48; i < (size_t)384 * 48; i++) assert_true(wte[i] == 0.0f);
+    const float *pw = dt_gpt2_tensor(&m, m.params, DT_GPT2_P_ATTPROJW, 1);
+    s2 = 0;
+    for (size_t i = 0; i < 48 * 48; i++) s2 += (double)pw[i] * pw[i];
+    std = sqrt(s2 / (48.0 * 48));
+    printf("  wte std %.5f, attn.c_proj std %.5f (want %.5f)\n", 0.02, std, 0.02 / sqrt(6.0));
+    assert_true(fabs(std - 0.02 / sqrt(6.0)) < 0.0006);
+    assert_true(dt_gpt2_tensor(&m, m.params, DT_GPT2_P_LN2W, 2)[5] == 1.0f);
+    assert_true(dt_gpt2_tensor(&m, m.params, DT_GPT2_P_QKVB, 0)[7] == 0.0f);
+    /* A token outside the vocabulary is refused, not read out of bounds. */
+    int32_t in[32], tg[32];
+    for (int i = 0; i < 32; i++) in[i] = tg[i] = i;
+    in[5] = 300;
+    assert_int_equal(dt_gpt2_forward(&ctx, &m, in, tg, NULL), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "300"));
+    dt_gpt2_free(&m);
+    assert_int_equal(a.total_cur, 0);
+}
+
+static dt_train_cfg small_cfg(void) {
+    dt_train_cfg c;
+    dt_train_cfg_defaults(&c);
+    c.model = (dt_gpt2_config){2, 48, 4, 300, 0, 32};
+    c.micro_batch = 4;
+    c.seq_len = 32;
+    c.steps = 20;
+    c.sched = (dt_lr_schedule){DT_SCHED_COSINE, 2e-3f, 2e-4f, 3, 20};
+    c.clip = 1.0f;
+    c.seed = 99;
+    return c;
+}
+
+static void train(dt_train_cfg c, float *losses, float **params, size_t *n) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_trainer tr;
+    assert_int_equal(dt_trainer_init(&ctx, &tr, &c), DT_OK);
+    for (long s = 0; s < c.steps; s++) {
+        dt_step_stats st;
+        assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
+        losses[s] = st.loss;
+    }
+    *n = tr.model.n_params;
+    *params = tu_malloc(*n * sizeof(float));
+    memcpy(*params, tr.model.params, *n * sizeof(float));
+    dt_trainer_free(&tr);
+}
+
+static void test_two_runs_are_bitwise_identical(void **state) {
+    (void)state;
+    float l1[20], l2[20], *p1, *p2;
+    size_t n1, n2;
+    train(small_cfg(), l1, &p1, &n1);
+    train(small_cfg(), l2, &p2, &n2);
+    assert_memory_equal(l1, l2, sizeof l1);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(p1, p2, n1 * sizeof(float));
+    /* A different seed gives a different run: the comparison above can fail. */
+    dt_train_cfg c = small_cfg();
+    c.seed = 100;
+    float l3[20], *p3;
+    size_t n3;
+    train(c, l3, &p3, &n3);
+    assert_true(memcmp(l1, l3, sizeof l1) != 0);
+    free(p1);
+    free(p2);
+    free(p3);
+}
+
+static void test_overfits_one_batch(void **state) {
+    (void)state;
+    /* Training signal end to end: 30 steps on one fixed batch must drive its loss down. */
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_train_cfg c = small_cfg();
+    c.steps = 30;
+    c.sched = (dt_lr_schedule){DT_SCHED_CONSTANT, 3e-3f, 0.0f, 0, 30};
+    dt_trainer tr;
+    assert_int_equal(dt_trainer_init(&ctx, &tr, &c), DT_OK);
+    size_t bt = (size_t)c.micro_batch * c.seq_len;
+    int32_t *in = tu_malloc(bt * 4), *tg = tu_malloc(bt * 4);
+    dt_tokens_batch(&tr.data, 0, c.micro_batch, c.seq_len, in, tg);
+    float first = 0, last = 0;
+    for (int s = 0; s < 30; s++) {
+        dt_step_stats st;
+        assert_int_equal(dt_trainer_step_on(&ctx, &tr, in, tg, &st), DT_OK);
+        if (s == 0) first = st.loss;
+        last = st.loss;
+    }
+    printf("  one batch: loss %.4f -> %.4f\n", (double)first, (double)last);
+    assert_true(last < 0.5f * first);
+    dt_trainer_free(&tr);
+    free(in);
+    free(tg);
+}
+
+static void test_accumulation_equals_a_larger_batch(void **state) {
+    (void)state;
+    /* B=4 x 1 micro-step vs B=2 x 2 micro-steps read the same rows of the same batches. */
+    dt_train_cfg a = small_cfg(), b = small_cfg();
+    a.steps = b.steps = 8;
+    a.sched.total = b.sched.total = 8;
+    b.micro_batch = 2;
+    b.accum = 2;
+    float la[8], lb[8], *pa, *pb;
+    size_t na, nb;
+    train(a, la, &pa, &na);
+    train(b, lb, &pb, &nb);
+    double worst = 0;
+    for (int s = 0; s < 8; s++) worst = fmax(worst, fabs(la[s] - lb[s]) / fabs(la[s]));
+    double *pad = tu_malloc(na * sizeof(double));
+    tu_to_double(pad, pa, na);
+    double pe = tu_rel_err(pb, pad, na);
+    printf("  accumulation: losses rel err %.3e, weights rel err %.3e\n", worst, pe);
+    assert_true(worst < 1e-5);
+    assert_true(pe < 1e-5);
+    free(pa);
+    free(pb);
+    free(pad);
+}
+
+static void test_allocation_failure_is_clean(void **state) {
+    (void)state;
+    for (long k = 1; k <= 8; k++) {
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        dt_trainer tr;
+        dt_train_cfg c = small_cfg();
+        /* dt_trainer_init resets its allocator: inject through a tiny hook on the config. */
+        c.fail_alloc_at = k;
+        dt_status st = dt_trainer_init(&ctx, &tr, &c);
+        if (st == DT_OK) {
+            dt_trainer_free(&tr);
+            assert_int_equal(tr.alloc.total_cur, 0);
+            continue;
+        }
+        assert_int_equal(st, DT_ERR_NOMEM);
+        assert_non_null(strstr(ctx.err, "injected"));
+        assert_int_equal(tr.alloc.total_cur, 0); /* everything taken was given back */
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_shapes_are_refused_naming_the_key),
+        cmocka_unit_test(test_presets_and_parameter_counts),
+        cmocka_unit_test(test_layout_tiles_the_slab_and_init_follows_gpt2),
+        cmocka_unit_test(test_two_runs_are_bitwise_identical),
+        cmocka_unit_test(test_overfits_one_batch),
+        cmocka_unit_test(test_accumulation_equals_a_larger_batch),
+        cmocka_unit_test(test_allocation_failure_is_clean),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,360 @@
+/* Kernels of ops.h (attention is in test_attention.c): each fast fp32 kernel against its
+ * naive double reference on random inputs, and each reference backward against central
+ * finite differences of the reference forward in double precision. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+#include "ops/ops_ref.h"
+#include "testutil.h"
+
+#define FD_EPS 1e-6
+#define FD_TOL 1e-6   /* reference backward vs finite differences (double) */
+#define FWD_TOL 1e-5  /* fast fp32 forward vs double reference */
+#define BWD_TOL 1e-4  /* fast fp32 backward vs double reference */
+
+/* A scalar loss of some inputs: L = sum(out * G). The closure evaluates it. */
+typedef double (*loss_fn)(void *ud);
+
+/* Central differences of `f` w.r.t. x[0..n), compared to `analytic`. */
+static double fd_rel_err(double *x, size_t n, loss_fn f, void *ud, const double *analytic) {
+    double *num = tu_malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + FD_EPS;
+        double lp = f(ud);
+        x[i] = keep - FD_EPS;
+        double lm = f(ud);
+        x[i] = keep;
+        num[i] = (lp - lm) / (2 * FD_EPS);
+    }
+    double e = tu_rel_err_dd(analytic, num, n);
+    free(num);
+    return e;
+}
+
+static double dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void report(const char *what, double err, double tol) {
+    printf("  %-40s rel err %.3e (tol %.0e)\n", what, err, tol);
+    if (!(err <= tol)) fail_msg("%s: relative error %.3e exceeds %.0e", what, err, tol);
+}
+
+/* ---------------------------------------------------------------- layernorm */
+typedef struct { int N, C; double *x, *w, *b, *g, *out, *mean, *rstd; } ln_case;
+
+static double ln_loss(void *ud) {
+    ln_case *c = ud;
+    dt_ref_layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->g, (size_t)c->N * c->C);
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    int shapes[][2] = {{7, 13}, {64, 768}, {33, 100}};
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t nc = (size_t)N * C;
+        float *x = tu_malloc(nc * 4), *w = tu_malloc(C * 4), *b = tu_malloc(C * 4),
+              *g = tu_malloc(nc * 4), *out = tu_malloc(nc * 4), *mean = tu_malloc(N * 4),
+              *rstd = tu_malloc(N * 4), *dx = tu_malloc(nc * 4), *dw = tu_malloc(C * 4),
+              *db = tu_malloc(C * 4);
+        tu_fill_uniform(x, nc, 2.0f, 1);
+        for (size_t i = 0; i < nc; i++) x[i] += 3.0f; /* an offset tests the variance pass */
+        tu_fill_uniform(w, C, 1.0f, 2);
+        tu_fill_uniform(b, C, 1.0f, 3);
+        tu_fill_uniform(g, nc, 1.0f, 4);
+        tu_fill_uniform(dx, nc, 1.0f, 5); /* dinp accumulates: start non-zero */
+        ln_case c = {N, C, tu_malloc(nc * 8), tu_malloc(C * 8), tu_malloc(C * 8),
+                     tu_malloc(nc * 8), tu_malloc(nc * 8), tu_malloc(N * 8), tu_malloc(N * 8)};
+        tu_to_double(c.x, x, nc);
+        tu_to_double(c.w, w, C);
+        tu_to_double(c.b, b, C);
+        tu_to_double(c.g, g, nc);
+        double *rdx = tu_malloc(nc * 8), *rdw = tu_malloc(C * 8), *rdb = tu_malloc(C * 8);
+        tu_to_double(rdx, dx, nc);
+
+        dt_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        ln_loss(&c);
+        printf("layernorm N=%d C=%d\n", N, C);
+        report("forward out", tu_rel_err(out, c.out, nc), FWD_TOL);
+        report("forward rstd", tu_rel_err(rstd, c.rstd, N), FWD_TOL);
+
+        dt_layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C);
+        dt_ref_layernorm_backward(rdx, rdw, rdb, c.g, c.x, c.w, c.mean, c.rstd, N, C);
+        report("backward dinp (accumulated)", tu_rel_err(dx, rdx, nc), BWD_TOL);
+        report("backward dw", tu_rel_err(dw, rdw, C), BWD_TOL);
+        report("backward db", tu_rel_err(db, rdb, C), BWD_TOL);
+
+        if (nc <= 2000) { /* finite differences on the small shapes */
+            memset(rdx, 0, nc * 8);
+            memset(rdw, 0, C * 8);
+            memset(rdb, 0, C * 8);
+            ln_loss(&c);
+            dt_ref_layernorm_backward(rdx, rdw, rdb, c.g, c.x, c.w, c.mean, c.rstd, N, C);
+            report("ref dinp vs finite differences", fd_rel_err(c.x, nc, ln_loss, &c, rdx), FD_TOL);
+            report("ref dw vs finite differences", fd_rel_err(c.w, C, ln_loss, &c, rdw), FD_TOL);
+            report("ref db vs finite differences", fd_rel_err(c.b, C, ln_loss, &c, rdb), FD_TOL);
+        }
+        free(x); free(w); free(b); free(g); free(out); free(mean); free(rstd); free(dx);
+        free(dw); free(db); free(c.x); free(c.w); free(c.b); free(c.g); free(c.out);
+        free(c.mean); free(c.rstd); free(rdx); free(rdw); free(rdb);
+    }
+}
+
+/* ---------------------------------------------------------------- matmul */
+typedef struct { int N, C, OC; double *x, *w, *bias, *g, *out; } mm_case;
+
+static double mm_loss(void *ud) {
+    mm_case *c = ud;
+    dt_ref_matmul_forward(c->out, c->x, c->w, c->bias, c->N, c->C, c->OC);
+    return dot(c->out, c->g, (size_t)c->N * c->OC);
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    int shapes[][3] = {{5, 7, 3}, {64, 96, 288}, {37, 50, 130}};
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+        float *x = tu_malloc(nx * 4), *w = tu_malloc(nw * 4), *bias = tu_malloc(OC * 4),
+              *g = tu_malloc(no * 4), *out = tu_malloc(no * 4), *dx = tu_malloc(nx * 4),
+              *dw = tu_malloc(nw * 4), *db = tu_malloc(OC * 4);
+        tu_fill_uniform(x, nx, 1.0f, 11);
+        tu_fill_uniform(w, nw, 0.5f, 12);
+        tu_fill_uniform(bias, OC, 1.0f, 13);
+        tu_fill_uniform(g, no, 1.0f, 14);
+        tu_fill_uniform(dw, nw, 1.0f, 15); /* weight grads accumulate: start non-zero */
+        tu_fill_uniform(db, OC, 1.0f, 16);
+        mm_case c = {N, C, OC, tu_malloc(nx * 8), tu_malloc(nw * 8), tu_malloc(OC * 8),
+                     tu_malloc(no * 8), tu_malloc(no * 8)};
+        tu_to_double(c.x, x, nx);
+        tu_to_double(c.w, w, nw);
+        tu_to_double(c.bias, bias, OC);
+        tu_to_double(c.g, g, no);
+        double *rdx = tu_malloc(nx * 8), *rdw = tu_malloc(nw * 8), *rdb = tu_malloc(OC * 8);
+        tu_to_double(rdw, dw, nw);
+        tu_to_double(rdb, db, OC);
+
+        printf("matmul N=%d C=%d OC=%d\n", N, C, OC);
+        dt_matmul_forward(out, x, w, bias, N, C, OC);
+        mm_loss(&c);
+        report("forward (bias)", tu_rel_err(out, c.out, no), FWD_TOL);
+        dt_matmul_backward(dx, dw, db, g, x, w, N, C, OC);
+        dt_ref_matmul_backward(rdx, rdw, rdb, c.g, c.x, c.w, N, C, OC);
+        report("backward dinp", tu_rel_err(dx, rdx, nx), BWD_TOL);
+        report("backward dw (accumulated)", tu_rel_err(dw, rdw, nw), BWD_TOL);
+        report("backward dbias (accumulated)", tu_rel_err(db, rdb, OC), BWD_TOL);
+
+        /* No bias: output must not depend on stale contents of out. */
+        for (size_t i = 0; i < no; i++) out[i] = 1e6f;
+        dt_matmul_forward(out, x, w, NULL, N, C, OC);
+        c.bias = NULL;
+        mm_loss(&c);
+        report("forward (no bias, dirty output)", tu_rel_err(out, c.out, no), FWD_TOL);
+        c.bias = tu_malloc(OC * 8);
+        tu_to_double(c.bias, bias, OC);
+
+        if (nw <= 1000) {
+            memset(rdw, 0, nw * 8);
+            memset(rdb, 0, OC * 8);
+            mm_loss(&c);
+            dt_ref_matmul_backward(rdx, rdw, rdb, c.g, c.x, c.w, N, C, OC);
+            report("ref dinp vs finite differences", fd_rel_err(c.x, nx, mm_loss, &c, rdx), FD_TOL);
+            report("ref dw vs finite differences", fd_rel_err(c.w, nw, mm_loss, &c, rdw), FD_TOL);
+            report("ref dbias vs finite differences",
+                   fd_rel_err(c.bias, OC, mm_loss, &c, rdb), FD_TOL);
+        }
+        free(x); free(w); free(bias); free(g); free(out); free(dx); free(dw); free(db);
+        free(c.x); free(c.w); free(c.bias); free(c.g); free(c.out); free(rdx); free(rdw);
+        free(rdb);
+    }
+}
+
+/* ---------------------------------------------------------------- gelu */
+typedef struct { int N; double *x, *g, *out; } gelu_case;
+
+static double gelu_loss(void *ud) {
+    gelu_case *c = ud;
+    dt_ref_gelu_forward(c->out, c->x, c->N);
+    return dot(c->out, c->g, c->N);
+}
+
+static void test_gelu(void **state) {
+    (void)state;
+    int sizes[] = {1, 17, 100003};
+    for (int s = 0; s < 3; s++) {
+        int N = sizes[s];
+        float *x = tu_malloc(N * 4), *g = tu_malloc(N * 4), *out = tu_malloc(N * 4),
+              *dx = tu_malloc(N * 4);
+        tu_fill_uniform(x, N, 6.0f, 21); /* covers the saturated tails */
+        tu_fill_uniform(g, N, 1.0f, 22);
+        gelu_case c = {N, tu_malloc(N * 8), tu_malloc(N * 8), tu_malloc(N * 8)};
+        tu_to_double(c.x, x, N);
+        tu_to_double(c.g, g, N);
+        double *rdx = tu_malloc(N * 8);
+        printf("gelu N=%d\n", N);
+        dt_gelu_forward(out, x, N);
+        gelu_loss(&c);
+        report("forward", tu_rel_err(out, c.out, N), FWD_TOL);
+        dt_gelu_backward(dx, x, g, N);
+        dt_ref_gelu_backward(rdx, c.x, c.g, N);
+        report("backward", tu_rel_err(dx, rdx, N), BWD_TOL);
+        if (N < 1000)
+            report("ref backward vs finite differences", fd_rel_err(c.x, N, gelu_loss, &c, rdx),
+                   FD_TOL);
+        free(x); free(g); free(out); free(dx); free(c.x); free(c.g); free(c.out); free(rdx);
+    }
+}
+
+/* ---------------------------------------------------------------- encoder */
+typedef struct { int B, T, C; const int32_t *tok; double *wte, *wpe, *g, *out; } enc_case;
+
+static double enc_loss(void *ud) {
+    enc_case *c = ud;
+    dt_ref_encoder_forward(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
+}
+
+static void test_encoder(void **state) {
+    (void)state;
+    int B = 3, T = 9, C = 21, V = 11;
+    size_t n = (size_t)B * T * C;
+    int32_t tok[27];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % V; /* repeated tokens exercise the scatter */
+    float *wte = tu_malloc(V * C * 4), *wpe = tu_malloc(T * C * 4), *g = tu_malloc(n * 4),
+          *out = tu_malloc(n * 4), *dwte = tu_malloc(V * C * 4), *dwpe = tu_malloc(T * C * 4);
+    tu_fill_uniform(wte, V * C, 1.0f, 31);
+    tu_fill_uniform(wpe, T * C, 1.0f, 32);
+    tu_fill_uniform(g, n, 1.0f, 33);
+    enc_case c = {B, T, C, tok, tu_malloc(V * C * 8), tu_malloc(T * C * 8), tu_malloc(n * 8),
+                  tu_malloc(n * 8)};
+    tu_to_double(c.wte, wte, V * C);
+    tu_to_double(c.wpe, wpe, T * C);
+    tu_to_double(c.g, g, n);
+    double *rdwte = tu_malloc(V * C * 8), *rdwpe = tu_malloc(T * C * 8);
+    printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
+    dt_encoder_forward(out, tok, wte, wpe, B, T, C);
+    enc_loss(&c);
+    report("forward", tu_rel_err(out, c.out, n), FWD_TOL);
+    dt_encoder_backward(dwte, dwpe, g, tok, B, T, C);
+    dt_ref_encoder_backward(rdwte, rdwpe, c.g, tok, B, T, C);
+    report("backward dwte", tu_rel_err(dwte, rdwte, V * C), BWD_TOL);
+    report("backward dwpe", tu_rel_err(dwpe, rdwpe, T * C), BWD_TOL);
+    report("ref dwte vs finite differences", fd_rel_err(c.wte, V * C, enc_loss, &c, rdwte), FD_TOL);
+    report("ref dwpe vs finite differences", fd_rel_err(c.wpe, T * C, enc_loss, &c, rdwpe), FD_TOL);
+    free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe); free(c.wte); free(c.wpe);
+    free(c.g); free(c.out); free(rdwte); free(rdwpe);
+}
+
+/* ---------------------------------------------------------------- residual */
+static void test_residual(void **state) {
+    (void)state;
+    int N = 1001;
+    float *a = tu_malloc(N * 4), *b = tu_malloc(N * 4), *o = tu_malloc(N * 4);
+    double *ad = tu_malloc(N * 8), *bd = tu_malloc(N * 8), *od = tu_malloc(N * 8);
+    tu_fill_uniform(a, N, 1.0f, 41);
+    tu_fill_uniform(b, N, 1.0f, 42);
+    tu_to_double(ad, a, N);
+    tu_to_double(bd, b, N);
+    dt_residual_forward(o, a, b, N);
+    dt_ref_residual_forward(od, ad, bd, N);
+    printf("residual N=%d\n", N);
+    report("forward", tu_rel_err(o, od, N), FWD_TOL);
+    dt_residual_forward(a, a, b, N); /* in place */
+    report("forward in place", tu_rel_err(a, od, N), FWD_TOL);
+    free(a); free(b); free(o); free(ad); free(bd); free(od);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+typedef struct { int N, V, Vp; const int32_t *tgt; double *x, *loss, *lse, dloss; } ce_case;
+
+static double ce_loss(void *ud) {
+    ce_case *c = ud;
+    dt_ref_crossentropy_forward(c->loss, c->lse, c->x, c->tgt, c->N, c->V, c->Vp);
+    double s = 0;
+    for (int n = 0; n < c->N; n++) s += c->loss[n];
+    return s * c->dloss;
+}
+
+static void test_crossentropy(void **state) {
+    (void)state;
+    int shapes[][3] = {{4, 10, 16}, {64, 50257, 50304}, {5, 33, 33}};
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2];
+        size_t n = (size_t)N * Vp;
+        int32_t *tgt = tu_malloc(N * 4);
+        for (int i = 0; i < N; i++) tgt[i] = (int32_t)((i * 7919L + 3) % V);
+        float *x = tu_malloc(n * 4), *loss = tu_malloc(N * 4), *lse = tu_malloc(N * 4),
+              *dx = tu_malloc(n * 4);
+        tu_fill_uniform(x, n, 8.0f, 51);
+        for (int i = 0; i < N; i++) /* padding holds garbage that must be ignored */
+            for (int v = V; v < Vp; v++) x[(size_t)i * Vp + v] = 1e4f;
+        ce_case c = {N, V, Vp, tgt, tu_malloc(n * 8), tu_malloc(N * 8), tu_malloc(N * 8), 0.37};
+        tu_to_double(c.x, x, n);
+        double *rdx = tu_malloc(n * 8);
+        printf("crossentropy N=%d V=%d Vp=%d\n", N, V, Vp);
+        dt_crossentropy_forward(loss, lse, x, tgt, N, V, Vp);
+        ce_loss(&c);
+        report("forward losses", tu_rel_err(loss, c.loss, N), FWD_TOL);
+        report("forward lse", tu_rel_err(lse, c.lse, N), FWD_TOL);
+        dt_crossentropy_backward(dx, x, lse, tgt, (float)c.dloss, N, V, Vp);
+        dt_ref_crossentropy_backward(rdx, c.x, c.lse, tgt, c.dloss, N, V, Vp);
+        report("backward", tu_rel_err(dx, rdx, n), BWD_TOL);
+        dt_crossentropy_backward(x, x, lse, tgt, (float)c.dloss, N, V, Vp); /* in place */
+        assert_memory_equal(x, dx, n * 4);
+        if (n < 1000)
+            report("ref backward vs finite differences", fd_rel_err(c.x, n, ce_loss, &c, rdx),
+                   FD_TOL);
+        free(tgt); free(x); free(loss); free(lse); free(dx); free(c.x); free(c.loss);
+        free(c.lse); free(rdx);
+    }
+}
+
+/* The vectorised exp against libm over the range softmax and GELU use. */
+#include "ops/cpu/vmath.h"
+static void test_vexp_accuracy(void **state) {
+    (void)state;
+    int n = 200001;
+    float *x = tu_malloc(n * 4), *y = tu_malloc(n * 4);
+    for (int i = 0; i < n; i++) x[i] = -87.0f + 175.0f * (float)i / (float)(n - 1);
+    dt_vexp_sum(y, x, 0.0f, n);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double r = exp((double)x[i]);
+        double e = fabs(y[i] - r) / r;
+        if (e > worst) worst = e;
+        if (i % 997 == 0) assert_true(y[i] == dt_expf(x[i])); /* scalar form agrees exactly */
+    }
+    printf("vexp max rel err %.3e over [-87, 88]\n", worst);
+    assert_true(worst < 5e-7);
+    /* The returned sum, on a softmax-like range; the odd length exercises the masked tail. */
+    int m = 1001;
+    double ref_sum = 0;
+    for (int i = 0; i < m; i++) {
+        x[i] = -10.0f + 12.0f * (float)i / (float)(m - 1);
+        ref_sum += exp((double)x[i] - 2.0);
+    }
+    float sum = dt_vexp_sum(NULL, x, 2.0f, m);
+    assert_true(fabs(sum - ref_sum) / ref_sum < 1e-6);
+    float neg[3] = {-INFINITY, -100.0f, -88.0f};
+    dt_vexp_sum(neg, neg, 0.0f, 3);
+    assert_true(neg[0] == 0.0f && neg[1] == 0.0f && neg[2] == 0.0f);
+    free(x); free(y);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vexp_accuracy), cmocka_unit_test(test_encoder),
+        cmocka_unit_test(test_layernorm),     cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_gelu),          cmocka_unit_test(test_residual),
+        cmocka_unit_test(test_crossentropy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

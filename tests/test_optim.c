@@ -1,0 +1,85 @@
+/* optim: AdamW against a hand-written double-precision step, the three LR schedules at
+ * their corner steps, the deterministic sum of squares, the clipping coefficient. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "optim/optim.h"
+#include "testutil.h"
+
+static void test_adamw_matches_definition(void **state) {
+    (void)state;
+    enum { N = 37 };
+    float p[N], g[N], m[N] = {0}, v[N] = {0};
+    double pd[N], md[N] = {0}, vd[N] = {0};
+    tu_fill_uniform(p, N, 1.0f, 1);
+    tu_to_double(pd, p, N);
+    dt_adamw opt = {0.9f, 0.95f, 1e-8f, 0.1f};
+    /* Two segments: decayed [0, 20), not decayed [20, 37). */
+    dt_param_segment segs[2] = {{0, 20, 1}, {20, 17, 0}};
+    for (int t = 1; t <= 5; t++) {
+        tu_fill_uniform(g, N, 0.5f, (uint64_t)(10 + t));
+        float lr = 1e-2f * (float)t;
+        dt_adamw_update(&opt, p, g, m, v, segs, 2, lr, t);
+        for (int i = 0; i < N; i++) {
+            double wd = i < 20 ? 0.1 : 0.0;
+            pd[i] *= 1.0 - (double)lr * wd;
+            md[i] = 0.9 * md[i] + 0.1 * g[i];
+            vd[i] = 0.95 * vd[i] + 0.05 * (double)g[i] * g[i];
+            double mh = md[i] / (1 - pow(0.9, t)), vh = sqrt(vd[i]) / sqrt(1 - pow(0.95, t));
+            pd[i] -= (double)lr * mh / (vh + 1e-8);
+        }
+    }
+    double e = tu_rel_err(p, pd, N);
+    printf("adamw 5 steps rel err %.3e\n", e);
+    assert_true(e < 1e-6);
+}
+
+static void test_schedules(void **state) {
+    (void)state;
+    dt_lr_schedule c = {DT_SCHED_CONSTANT, 1e-3f, 1e-4f, 10, 100};
+    assert_true(dt_lr_at(&c, 0) == 1e-3f && dt_lr_at(&c, 500) == 1e-3f);
+    dt_lr_schedule s = {DT_SCHED_COSINE, 1e-3f, 1e-4f, 10, 110};
+    assert_true(fabsf(dt_lr_at(&s, 0) - 1e-4f) < 1e-9f);   /* (0+1)/10 of peak */
+    assert_true(fabsf(dt_lr_at(&s, 9) - 1e-3f) < 1e-9f);   /* end of warm-up */
+    assert_true(fabsf(dt_lr_at(&s, 10) - 1e-3f) < 1e-9f);  /* cosine starts at peak */
+    assert_true(fabsf(dt_lr_at(&s, 60) - 5.5e-4f) < 1e-8f); /* half way: mean of peak and min */
+    assert_true(dt_lr_at(&s, 110) == 1e-4f && dt_lr_at(&s, 1000) == 1e-4f);
+    dt_lr_schedule l = {DT_SCHED_LINEAR, 1e-3f, 0.0f, 0, 100};
+    assert_true(fabsf(dt_lr_at(&l, 0) - 1e-3f) < 1e-9f);
+    assert_true(fabsf(dt_lr_at(&l, 25) - 7.5e-4f) < 1e-8f);
+    for (long k = 1; k < 100; k++) assert_true(dt_lr_at(&l, k) < dt_lr_at(&l, k - 1));
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_sched_kind kind;
+    assert_int_equal(dt_lr_schedule_parse(&ctx, "linear", &kind), DT_OK);
+    assert_int_equal(kind, DT_SCHED_LINEAR);
+    assert_int_equal(dt_lr_schedule_parse(&ctx, "cosin", &kind), DT_ERR_CONFIG);
+}
+
+static void test_sumsq_and_clip(void **state) {
+    (void)state;
+    size_t n = 1000003; /* several chunks and a ragged end */
+    float *x = tu_malloc(n * sizeof(float));
+    tu_fill_uniform(x, n, 1.0f, 3);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+    double a = dt_sumsq(x, n), b = dt_sumsq(x, n);
+    assert_true(a == b);
+    assert_true(fabs(a - ref) / ref < 1e-12);
+    assert_true(dt_clip_coef(0.5, 1.0f) == 1.0f);
+    assert_true(fabsf(dt_clip_coef(4.0, 1.0f) - 0.25f) < 1e-6f);
+    assert_true(dt_clip_coef(1e9, 0.0f) == 1.0f); /* disabled */
+    dt_scale(x, n, 0.5f);
+    assert_true(fabs(dt_sumsq(x, n) - ref / 4) / ref < 1e-12);
+    free(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adamw_matches_definition),
+        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_sumsq_and_clip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,48 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+void tu_fill_uniform(float *x, size_t n, float scale, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) x[i] = (2.0f * dt_rng_uniform(seed, 7, i) - 1.0f) * scale;
+}
+
+void tu_fill_uniform_d(double *x, size_t n, double scale, uint64_t seed) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = (2.0 * (double)dt_rng_uniform(seed, 7, i) - 1.0) * scale;
+}
+
+void tu_to_double(double *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = src[i];
+}
+
+void tu_to_float(float *dst, const double *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (float)src[i];
+}
+
+double tu_rel_err_dd(const double *a, const double *b, size_t n) {
+    double maxdiff = 0, maxref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(a[i] - b[i]);
+        if (!(d <= maxdiff)) maxdiff = d; /* NaN propagates as a failure */
+        if (fabs(b[i]) > maxref) maxref = fabs(b[i]);
+    }
+    return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
+}
+
+double tu_rel_err(const float *a, const double *b, size_t n) {
+    double *ad = tu_malloc(n * sizeof(double));
+    tu_to_double(ad, a, n);
+    double e = tu_rel_err_dd(ad, b, n);
+    free(ad);
+    return e;
+}
+
+void *tu_malloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) fail_msg("out of memory allocating %zu bytes", bytes);
+    return p;
+}

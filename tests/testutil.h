@@ -1,0 +1,25 @@
+/* testutil.h - helpers shared by the unit tests: random arrays, float<->double copies,
+ * error measures. */
+#ifndef DT_TESTUTIL_H
+#define DT_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs the three above first. */
+#include <cmocka.h>
+
+/* x[i] ~ U(-scale, scale), deterministic in (seed, i). */
+void tu_fill_uniform(float *x, size_t n, float scale, uint64_t seed);
+void tu_fill_uniform_d(double *x, size_t n, double scale, uint64_t seed);
+void tu_to_double(double *dst, const float *src, size_t n);
+void tu_to_float(float *dst, const double *src, size_t n);
+
+/* max |a-b| / max(max |b|, tiny): a scale-aware relative error. */
+double tu_rel_err(const float *a, const double *b, size_t n);
+double tu_rel_err_dd(const double *a, const double *b, size_t n);
+
+void *tu_malloc(size_t bytes); /* zeroed; aborts the test on failure */
+
+#endif
