@@ -3,7 +3,8 @@
 # non-interactive: only packages that are missing are installed.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libxxhash-dev
-      libcmocka-dev libopenmpi-dev openmpi-bin python3 python3-torch python3-numpy)
+      libcmocka-dev libopenmpi-dev openmpi-bin python3 python3-torch python3-numpy
+      libopenblas0-pthread)  # PyTorch peer benchmark: without it Debian torch uses reference BLAS
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# dtrain vs PyTorch (fp32, same model, optimizer, batch and thread count), measured one
+# after the other in the same run and reported as a ratio of tokens/s.
+#   bash bench/compare.sh build/dtrain [WORKLOAD ...]
+# Workloads: bench-small (micro-batch 8) and gpt2 (micro-batch 4), context 256, 2 threads.
+# Env: STEPS (timed steps, default 5), WARMUP (default 2), THREADS (default 2).
+set -euo pipefail
+bin=${1:-build/dtrain}
+shift || true
+workloads=("$@")
+[ ${#workloads[@]} -eq 0 ] && workloads=(bench-small gpt2)
+steps=${STEPS:-5}
+warmup=${WARMUP:-2}
+threads=${THREADS:-2}
+here=$(cd "$(dirname "$0")" && pwd)
+
+printf '# %-12s %-6s %-5s %-8s %-14s %-14s %-8s %-8s\n' workload batch seq threads \
+  dtrain_tok/s pytorch_tok/s ratio MFU_%
+for w in "${workloads[@]}"; do
+  case $w in
+    bench-small) b=8 ;;
+    gpt2) b=4 ;;
+    *) b=${BATCH:-4} ;;
+  esac
+  out=$(OMP_NUM_THREADS=$threads "$bin" bench --model "$w" --batch "$b" --seq 256 --lr 3e-4 \
+        --threads "$threads" --warmup-steps "$warmup" --bench-steps "$steps")
+  row=$(grep -A1 '^# median_ms' <<<"$out" | tail -1)
+  d_tps=$(awk '{print $5}' <<<"$row")
+  mfu=$(awk '{print $7}' <<<"$row")
+  p_json=$(/usr/bin/python3 "$here/pytorch_gpt2.py" --model "$w" --batch "$b" --seq 256 \
+           --threads "$threads" --warmup "$warmup" --steps "$steps" --json)
+  p_tps=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % json.loads(sys.argv[1])["tokens_per_s"])' "$p_json")
+  ratio=$(awk -v a="$d_tps" -v b="$p_tps" 'BEGIN{printf "%.2f", a/b}')
+  printf '  %-12s %-6s %-5s %-8s %-14s %-14s %-8s %-8s\n' "$w" "$b" 256 "$threads" "$d_tps" \
+    "$p_tps" "$ratio" "$mfu"
+  echo "$out" | sed -n '/time breakdown/,$p' | sed "s/^/  [$w] /"
+done
