@@ -19,4 +19,4 @@ with open(sys.argv[1], "wb") as f:
 PY
 echo "demo: training gpt2-tiny (byte vocabulary) on $dir/demo.bin"
 "$bin" train --model gpt2-tiny --data "$dir/demo.bin" --steps 200 --batch 16 --seq 64 \
-  --lr 3e-3 --warmup 20 --set training.log_every=20
+  --lr 3e-3 --warmup 20 --set logging.every=20

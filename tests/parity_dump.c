@@ -10,6 +10,7 @@
 
 #include "ckpt/safetensors.h"
 #include "core/log.h"
+#include "data/synthetic.h"
 #include "train/trainer.h"
 
 #define S_STEPS 10
@@ -92,7 +93,7 @@ static int run(dt_ctx *ctx, const char *dir) {
     int32_t *in = malloc(bt * 4 * (S_STEPS + 1)), *tg = malloc(bt * 4 * (S_STEPS + 1));
     float *logits = malloc(bt * V * sizeof(float));
     float train_losses[S_STEPS], train_norms[S_STEPS];
-    for (int s = 0; s <= S_STEPS; s++) dt_tokens_batch(&tr.data, (uint64_t)s, B, T, in + s * bt, tg + s * bt);
+    for (int s = 0; s <= S_STEPS; s++) dt_synthetic_batch(cfg.seed, V, (uint64_t)s, B, T, in + s * bt, tg + s * bt);
     const int32_t *in1 = in + S_STEPS * bt, *tg1 = tg + S_STEPS * bt; /* the single batch */
     dt_st_entry be[] = {
         {"inputs", DT_ST_I32, 2, {B, T}, in1},

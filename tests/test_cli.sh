@@ -40,7 +40,7 @@ printf 'not a shard at all, definitely not 1024 bytes long' >"$dir/bad.bin"
 if [ $rc -eq 1 ] && grep -q "bad.bin" "$dir/err"; then pass "bad shard: $(cat "$dir/err")"; else fail "bad shard (rc=$rc)"; fi
 
 # Determinism through the CLI: same seed => identical loss lines and weight files.
-args=(train --steps 20 --set training.log_every=1 --seed 7)
+args=(train --steps 20 --set logging.every=1 --seed 7)
 "$bin" "${args[@]}" --save-weights "$dir/w1.safetensors" >"$dir/run1" 2>&1 || fail "run 1"
 "$bin" "${args[@]}" --save-weights "$dir/w2.safetensors" >"$dir/run2" 2>&1 || fail "run 2"
 grep -o "loss [0-9.]*" "$dir/run1" >"$dir/l1"; grep -o "loss [0-9.]*" "$dir/run2" >"$dir/l2"

@@ -8,6 +8,7 @@
 
 #include "model/gpt2.h"
 #include "train/keys.h"
+#include "data/synthetic.h"
 #include "train/trainer.h"
 #include "testutil.h"
 
@@ -62,9 +63,19 @@ static void test_bad_shapes_are_refused_naming_the_key(void **state) {
     assert_int_equal(dt_cfg_set(&ctx, &r, "model.n_layer", "three"), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "model.n_layer"));
     assert_int_equal(dt_cfg_set(&ctx, &r, "optimizer.lr", "nan"), DT_ERR_CONFIG);
-    assert_int_equal(dt_cfg_set(&ctx, &r, "model.preset", "gpt5"), DT_OK);
-    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.preset", "gpt5"), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "model.preset"));
+    assert_int_equal(dt_cfg_set(&ctx, &r, "data.shuffle", "maybe"), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "data.shuffle"));
+    /* training.tokens derives the step count; it may not be combined with steps. */
+    dt_run_cfg_defaults(&r);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.tokens", "1000"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_OK);
+    assert_int_equal(r.train.steps, 4); /* ceil(1000 / (4 x 64)) */
+    assert_int_equal(r.train.sched.total, 4);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.steps", "9"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "training.tokens"));
 }
 
 static void test_presets_and_parameter_counts(void **state) {
@@ -203,7 +214,7 @@ static void test_overfits_one_batch(void **state) {
     assert_int_equal(dt_trainer_init(&ctx, &tr, &c), DT_OK);
     size_t bt = (size_t)c.micro_batch * c.seq_len;
     int32_t *in = tu_malloc(bt * 4), *tg = tu_malloc(bt * 4);
-    dt_tokens_batch(&tr.data, 0, c.micro_batch, c.seq_len, in, tg);
+    dt_synthetic_batch(c.seed, c.model.vocab, 0, c.micro_batch, c.seq_len, in, tg);
     float first = 0, last = 0;
     for (int s = 0; s < 30; s++) {
         dt_step_stats st;

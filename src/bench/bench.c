@@ -1,11 +1,11 @@
 #include "bench/bench.h"
 
 #include <math.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/timer.h"
+#include "ops/ops.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -24,34 +24,10 @@ double dt_median(const double *x, int n) {
 }
 
 void dt_bench_peak(dt_peak *out, int n, int reps) {
-    size_t nn = (size_t)n * n;
-    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
-          *c = malloc(nn * sizeof(float));
-    double *t = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double));
     memset(out, 0, sizeof *out);
-    if (!a || !b || !c || !t || reps < 1) goto done;
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = (float)(i % 7) * 0.01f;
-        b[i] = (float)(i % 5) * 0.01f;
-    }
-    dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up: JIT + pages */
-    for (int r = 0; r < reps; r++) {
-        double t0 = dt_now();
-        dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t[r] = dt_now() - t0;
-    }
-    double flops = 2.0 * n * (double)n * n;
-    double best = t[0];
-    for (int r = 1; r < reps; r++) best = t[r] < best ? t[r] : best;
     out->n = n;
     out->reps = reps;
-    out->gflops = flops / dt_median(t, reps) / 1e9;
-    out->best = flops / best / 1e9;
-done:
-    free(a);
-    free(b);
-    free(c);
-    free(t);
+    out->gflops = dt_matmul_peak_gflops(n, reps, &out->best);
 }
 
 dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, int warmup, int steps,

@@ -30,4 +30,27 @@ typedef struct dt_st_entry {
 dt_status dt_st_write(dt_ctx *ctx, const char *path, const dt_st_entry *e, int n,
                       const char *const *meta);
 
+/* Reading: the file is mmap'd; every length, offset and shape is checked against the file
+ * before any tensor is exposed, so a truncated or corrupted file is refused, never read
+ * out of bounds. Tensor data pointers stay valid until dt_st_close. */
+typedef struct dt_st_file dt_st_file;
+
+typedef struct dt_st_tensor {
+    const char *name;
+    dt_st_dtype dtype;
+    int ndim;
+    int64_t shape[DT_ST_MAXDIM];
+    const void *data;
+    size_t nbytes;
+} dt_st_tensor;
+
+dt_status dt_st_open(dt_ctx *ctx, const char *path, dt_st_file **out);
+void dt_st_close(dt_st_file *f);
+/* The tensor called `name`, or NULL. */
+const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name);
+int dt_st_count(const dt_st_file *f);
+const dt_st_tensor *dt_st_at(const dt_st_file *f, int i);
+/* A __metadata__ value, or NULL. */
+const char *dt_st_meta(const dt_st_file *f, const char *key);
+
 #endif

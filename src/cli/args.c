@@ -6,6 +6,7 @@
 #endif
 
 #include "cli/cli.h"
+#include "train/config_yaml.h"
 
 static const struct {
     const char *flag, *key;
@@ -47,6 +48,11 @@ static dt_status flag_value(dt_ctx *ctx, const char *cmd, int argc, char **argv,
 
 dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, dt_run_cfg *cfg,
                            dt_cli_flag_fn own, void *ud) {
+    /* A YAML file (the one positional argument) applies first; flags override it, in order. */
+    const char *pending_key[256], *pending_val[256];
+    char key_buf[256][128];
+    int npending = 0;
+    const char *config_path = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (own) {
@@ -54,10 +60,16 @@ dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, 
             if (r < 0) return DT_ERR_CONFIG;
             if (r > 0) continue;
         }
-        if (strncmp(a, "--", 2) != 0)
-            return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: unexpected argument '%s'", cmd, a);
+        if (strncmp(a, "--", 2) != 0) {
+            if (config_path)
+                return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: unexpected argument '%s' (config is '%s')",
+                               cmd, a, config_path);
+            config_path = a;
+            continue;
+        }
+        if (npending == 256) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: too many flags", cmd);
         const char *eq = strchr(a, '=');
-        char name[256];
+        char name[128];
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         if (len >= sizeof name) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: flag too long", cmd);
         memcpy(name, a, len);
@@ -66,13 +78,13 @@ dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, 
         if (strcmp(name, "--set") == 0) {
             DT_CHECK(flag_value(ctx, cmd, argc, argv, &i, eq, &val));
             const char *e2 = strchr(val, '=');
+            size_t kl = e2 ? (size_t)(e2 - val) : 0;
             if (!e2) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: --set expects KEY=VALUE, got '%s'", cmd, val);
-            char key[256];
-            size_t kl = (size_t)(e2 - val);
-            if (kl >= sizeof key) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: key too long", cmd);
-            memcpy(key, val, kl);
-            key[kl] = 0;
-            DT_CHECK(dt_cfg_set(ctx, cfg, key, e2 + 1));
+            if (kl >= sizeof key_buf[0]) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: key too long", cmd);
+            memcpy(key_buf[npending], val, kl);
+            key_buf[npending][kl] = 0;
+            pending_key[npending] = key_buf[npending];
+            pending_val[npending++] = e2 + 1;
             continue;
         }
         const char *key = NULL;
@@ -83,8 +95,12 @@ dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, 
             return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: unknown flag '%s' (see dtrain %s --help)",
                            cmd, name, cmd);
         DT_CHECK(flag_value(ctx, cmd, argc, argv, &i, eq, &val));
-        DT_CHECK(dt_cfg_set(ctx, cfg, key, val));
+        snprintf(key_buf[npending], sizeof key_buf[0], "%s", key);
+        pending_key[npending] = key_buf[npending];
+        pending_val[npending++] = val;
     }
+    if (config_path) DT_CHECK(dt_cfg_load_yaml(ctx, cfg, config_path));
+    for (int i = 0; i < npending; i++) DT_CHECK(dt_cfg_set(ctx, cfg, pending_key[i], pending_val[i]));
     DT_CHECK(dt_cfg_finish(ctx, cfg));
 #ifdef _OPENMP
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);

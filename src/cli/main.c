@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  train    train a GPT-2 model (synthetic tokens or an llm.c token shard)\n"
             "  bench    benchmark training: step time, tokens/s, MFU, per-kernel breakdown\n"
             "  bench peak   measure the fp32 matmul peak that MFU is relative to\n"
+            "  config   show the resolved configuration (config show), list keys (config keys)\n"
             "\n"
             "  dtrain <command> --help   flags of a command\n"
             "  dtrain --version\n"
@@ -42,6 +43,8 @@ int main(int argc, char **argv) {
         rc = dt_cmd_train(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "bench") == 0)
         rc = dt_cmd_bench(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "config") == 0)
+        rc = dt_cmd_config(&ctx, argc - 2, argv + 2);
     else {
         fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
         usage(stderr);

@@ -38,6 +38,10 @@ void dt_matmul_forward(float *out, const float *inp, const float *w, const float
 void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         const float *inp, const float *w, int N, int C, int OC);
 
+/* Measured fp32 GEMM rate (GFLOP/s, median of `reps` n x n x n runs; *best gets the best
+ * run when non-NULL): the peak that MFU is reported against. */
+double dt_matmul_peak_gflops(int n, int reps, double *best);
+
 /* Causal multi-head self-attention. qkv (B,T,3C) holds q | k | v, each (NH heads x C/NH).
  * out (B,T,C) = softmax(q k^T / sqrt(hs), causal) v, computed in tiles (flash-style) without
  * storing a (T,T) score matrix; lse (B,NH,T) = log-sum-exp of each score row, saved. */

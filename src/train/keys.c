@@ -6,55 +6,89 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum key_type { K_INT, K_LONG, K_FLOAT, K_STR, K_U64 } key_type;
+typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_SCHED } key_type;
 
 typedef struct key_def {
     const char *key;
     key_type type;
-    size_t off;   /* offset in dt_run_cfg */
-    size_t size;  /* for strings */
-    int model_ix; /* index into model_set, or -1 */
+    size_t off;        /* offset in dt_run_cfg */
+    size_t size;       /* K_STR / K_ENUM: buffer size */
+    const char *enums; /* K_ENUM: "a|b|c" */
     const char *help;
 } key_def;
 
 #define OFF(field) offsetof(dt_run_cfg, field)
+#define SZ(field) sizeof(((dt_run_cfg *)0)->field)
+#define STR(key, field, help) {key, K_STR, OFF(field), SZ(field), NULL, help}
+#define ENUM(key, field, vals, help) {key, K_ENUM, OFF(field), SZ(field), vals, help}
+#define NUM(key, type, field, help) {key, type, OFF(field), 0, NULL, help}
 static const key_def keys[] = {
-    {"model.preset", K_STR, OFF(train.preset), sizeof(((dt_train_cfg *)0)->preset), -1,
-     "gpt2-tiny | bench-small | gpt2 | gpt2-medium | gpt2-large | gpt2-xl ('' = custom)"},
-    {"model.n_layer", K_INT, OFF(train.model.n_layer), 0, 0, "transformer blocks"},
-    {"model.d_model", K_INT, OFF(train.model.d_model), 0, 1, "embedding width"},
-    {"model.n_head", K_INT, OFF(train.model.n_head), 0, 2, "attention heads (divides d_model)"},
-    {"model.vocab_size", K_INT, OFF(train.model.vocab), 0, 3, "vocabulary (padded to 128 internally)"},
-    {"model.context", K_INT, OFF(train.model.context), 0, 4, "maximum sequence length"},
-    {"training.micro_batch", K_INT, OFF(train.micro_batch), 0, -1, "sequences per micro-step"},
-    {"training.seq_len", K_INT, OFF(train.seq_len), 0, -1, "tokens per sequence (<= model.context)"},
-    {"training.grad_accum", K_INT, OFF(train.accum), 0, -1, "micro-steps per optimizer step"},
-    {"training.steps", K_LONG, OFF(train.steps), 0, -1, "optimizer steps"},
-    {"training.seed", K_U64, OFF(train.seed), 0, -1, "seed of init and synthetic data"},
-    {"training.log_every", K_INT, OFF(train.log_every), 0, -1, "log a line every N steps"},
-    {"data.train", K_STR, OFF(data_path), sizeof(((dt_run_cfg *)0)->data_path), -1,
-     "llm.c token shard ('' = synthetic random tokens)"},
-    {"optimizer.lr", K_FLOAT, OFF(train.sched.lr), 0, -1, "peak learning rate"},
-    {"optimizer.beta1", K_FLOAT, OFF(train.adamw.beta1), 0, -1, "AdamW beta1"},
-    {"optimizer.beta2", K_FLOAT, OFF(train.adamw.beta2), 0, -1, "AdamW beta2"},
-    {"optimizer.eps", K_FLOAT, OFF(train.adamw.eps), 0, -1, "AdamW epsilon"},
-    {"optimizer.weight_decay", K_FLOAT, OFF(train.adamw.weight_decay), 0, -1,
-     "decoupled weight decay (2-D weights only)"},
-    {"optimizer.grad_clip", K_FLOAT, OFF(train.clip), 0, -1, "global grad-norm clip (0 = off)"},
-    {"schedule.kind", K_STR, 0, 0, -1, "constant | cosine | linear"},
-    {"schedule.warmup", K_LONG, OFF(train.sched.warmup), 0, -1, "linear warm-up steps"},
-    {"schedule.decay_steps", K_LONG, OFF(train.sched.total), 0, -1,
-     "step at which decay reaches min_lr (default: training.steps)"},
-    {"schedule.min_lr", K_FLOAT, OFF(train.sched.min_lr), 0, -1, "final learning rate"},
-    {"runtime.threads", K_INT, OFF(threads), 0, -1, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"},
+    ENUM("model.preset", train.preset, "|gpt2-tiny|bench-small|gpt2|gpt2-medium|gpt2-large|gpt2-xl",
+         "preset the model.* keys start from ('' = custom)"),
+    NUM("model.n_layer", K_INT, train.model.n_layer, "transformer blocks"),
+    NUM("model.d_model", K_INT, train.model.d_model, "embedding width"),
+    NUM("model.n_head", K_INT, train.model.n_head, "attention heads (must divide d_model)"),
+    NUM("model.vocab_size", K_INT, train.model.vocab, "vocabulary size (padded to 128 internally)"),
+    NUM("model.context", K_INT, train.model.context, "maximum sequence length (<= the preset's)"),
+    STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
+    STR("data.val", data_val, "validation tokens: shard file, glob or comma list ('' = none)"),
+    ENUM("data.format", data_format, "auto|llmc|raw16", "shard format (auto: llm.c header if present)"),
+    NUM("data.shuffle", K_BOOL, data_shuffle, "shuffle samples each epoch (seeded)"),
+    ENUM("data.tokenizer", tokenizer, "byte|gpt2", "tokenizer of prepare/sample"),
+    STR("data.gpt2_encoder", gpt2_encoder, "GPT-2 encoder.json (tokenizer gpt2)"),
+    STR("data.gpt2_merges", gpt2_merges, "GPT-2 vocab.bpe merges (tokenizer gpt2)"),
+    NUM("training.micro_batch", K_INT, train.micro_batch, "sequences per micro-step (per rank)"),
+    NUM("training.seq_len", K_INT, train.seq_len, "tokens per sequence (<= model.context)"),
+    NUM("training.grad_accum", K_INT, train.accum, "micro-steps per optimizer step"),
+    NUM("training.steps", K_LONG, train.steps, "optimizer steps"),
+    NUM("training.tokens", K_LONG, tokens, "train this many tokens instead of training.steps (0 = use steps)"),
+    NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
+    NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
+    NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass"),
+    NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
+    NUM("optimizer.beta1", K_FLOAT, train.adamw.beta1, "AdamW beta1"),
+    NUM("optimizer.beta2", K_FLOAT, train.adamw.beta2, "AdamW beta2"),
+    NUM("optimizer.eps", K_FLOAT, train.adamw.eps, "AdamW epsilon"),
+    NUM("optimizer.weight_decay", K_FLOAT, train.adamw.weight_decay, "decoupled weight decay (2-D weights only)"),
+    NUM("optimizer.grad_clip", K_FLOAT, train.clip, "global grad-norm clip (0 = off)"),
+    {"schedule.kind", K_SCHED, OFF(train.sched.kind), 0, "constant|cosine|linear", "learning-rate schedule"},
+    NUM("schedule.warmup", K_LONG, train.sched.warmup, "linear warm-up steps"),
+    NUM("schedule.decay_steps", K_LONG, train.sched.total, "step where decay reaches min_lr (default training.steps)"),
+    NUM("schedule.min_lr", K_FLOAT, train.sched.min_lr, "final learning rate"),
+    NUM("logging.every", K_INT, log_every, "log a line every N steps"),
+    STR("logging.metrics", metrics, "JSONL metrics file, one object per logged step ('' = none)"),
+    ENUM("logging.progress", progress, "auto|bar|lines", "live status line (bar), plain lines, or bar on a terminal"),
+    NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
+    STR("checkpoint.dir", ckpt_dir, "directory of checkpoints ('' = no checkpoints)"),
+    NUM("checkpoint.every", K_LONG, ckpt_every, "steps between checkpoints (0 = at the end only)"),
+    NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
 #undef OFF
+#undef SZ
+#undef STR
+#undef ENUM
+#undef NUM
 #define NKEYS (sizeof keys / sizeof keys[0])
 
 void dt_run_cfg_defaults(dt_run_cfg *c) {
     memset(c, 0, sizeof *c);
     dt_train_cfg_defaults(&c->train);
+    strcpy(c->data_format, "auto");
+    c->data_shuffle = 1;
+    strcpy(c->tokenizer, "byte");
+    c->eval_batches = 20;
+    c->log_every = 1;
+    strcpy(c->metrics, "runs/metrics.jsonl");
+    strcpy(c->progress, "auto");
 }
+
+static const key_def *find_key(const char *key) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].key, key) == 0) return &keys[i];
+    return NULL;
+}
+
+int dt_cfg_has_key(const char *key) { return find_key(key) != NULL; }
 
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
@@ -77,9 +111,8 @@ static const char *closest_key(const char *key) {
     int bd = 1 << 30;
     for (size_t i = 0; i < NKEYS; i++) {
         int d = edit_distance(key, keys[i].key);
-        /* A bare name ("n_layer") matches its section's key too. */
         const char *dot = strchr(keys[i].key, '.');
-        if (dot && strcmp(dot + 1, key) == 0) d = 0;
+        if (dot && strcmp(dot + 1, key) == 0) d = 0; /* a bare name matches its section's key */
         if (d < bd) {
             bd = d;
             best = keys[i].key;
@@ -88,13 +121,22 @@ static const char *closest_key(const char *key) {
     return best;
 }
 
+/* Is `v` one of the '|'-separated values in `list`? */
+static int in_enum(const char *list, const char *v) {
+    size_t n = strlen(v);
+    for (const char *p = list;;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0) return 1;
+        if (!bar) return 0;
+        p = bar + 1;
+    }
+}
+
 dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *value) {
-    const key_def *k = NULL;
-    for (size_t i = 0; i < NKEYS; i++)
-        if (strcmp(keys[i].key, key) == 0) k = &keys[i];
+    const key_def *k = find_key(key);
     if (!k)
-        return dt_fail(ctx, DT_ERR_CONFIG, "unknown key '%s' (did you mean '%s'?)", key,
-                       closest_key(key));
+        return dt_fail(ctx, DT_ERR_CONFIG, "unknown key '%s' (did you mean '%s'?)", key, closest_key(key));
     char *end = NULL;
     void *dst = (char *)c + k->off;
     errno = 0;
@@ -109,10 +151,8 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         break;
     }
     case K_U64: {
-        if (value[0] == '-')
-            return dt_fail(ctx, DT_ERR_CONFIG, "%s: expected a non-negative integer, got '%s'", key, value);
         unsigned long long v = strtoull(value, &end, 10);
-        if (end == value || *end || errno == ERANGE)
+        if (value[0] == '-' || end == value || *end || errno == ERANGE)
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: expected a non-negative integer, got '%s'", key, value);
         *(uint64_t *)dst = (uint64_t)v;
         break;
@@ -124,15 +164,31 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         *(float *)dst = v;
         break;
     }
+    case K_BOOL:
+        if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes")) *(int *)dst = 1;
+        else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no")) *(int *)dst = 0;
+        else return dt_fail(ctx, DT_ERR_CONFIG, "%s: expected true or false, got '%s'", key, value);
+        break;
+    case K_SCHED:
+        return dt_lr_schedule_parse(ctx, value, (dt_sched_kind *)dst);
+    case K_ENUM:
+        if (!in_enum(k->enums, value))
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' is not one of %s", key, value,
+                           k->enums[0] == '|' ? k->enums + 1 : k->enums);
+        __attribute__((fallthrough)); /* stored like a string */
     case K_STR:
-        if (strcmp(key, "schedule.kind") == 0) return dt_lr_schedule_parse(ctx, value, &c->train.sched.kind);
         if (strlen(value) >= k->size)
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: value longer than %zu characters", key, k->size - 1);
         strcpy((char *)dst, value);
         break;
     }
-    if (k->model_ix >= 0) c->model_set[k->model_ix] = 1;
+    static const char *const model_keys[5] = {"model.n_layer", "model.d_model", "model.n_head",
+                                              "model.vocab_size", "model.context"};
+    for (int i = 0; i < 5; i++)
+        if (strcmp(key, model_keys[i]) == 0) c->model_set[i] = 1;
     if (strcmp(key, "schedule.decay_steps") == 0) c->decay_steps_set = 1;
+    if (strcmp(key, "training.steps") == 0) c->steps_set = 1;
+    if (strcmp(key, "training.tokens") == 0) c->tokens_set = 1;
     return DT_OK;
 }
 
@@ -147,9 +203,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         for (int i = 0; i < 5; i++)
             if (c->model_set[i]) *fields[i] = ufields[i];
         if (p.context > preset_context)
-            return dt_fail(ctx, DT_ERR_CONFIG,
-                           "model.context (%d) exceeds the maximum %d of preset %s", p.context,
-                           preset_context, t->preset);
+            return dt_fail(ctx, DT_ERR_CONFIG, "model.context (%d) exceeds the maximum %d of preset %s",
+                           p.context, preset_context, t->preset);
         t->model = p;
     }
     DT_CHECK(dt_gpt2_config_validate(ctx, &t->model));
@@ -158,51 +213,85 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     if (t->seq_len < 1 || t->seq_len > t->model.context)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len must be in [1, model.context=%d] (got %d)",
                        t->model.context, t->seq_len);
-    if (t->log_every < 1)
-        return dt_fail(ctx, DT_ERR_CONFIG, "training.log_every must be >= 1 (got %d)", t->log_every);
+    if (c->log_every < 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "logging.every must be >= 1 (got %d)", c->log_every);
+    if (c->eval_interval < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.eval_interval must be >= 0 (got %d)", c->eval_interval);
+    if (c->eval_batches < 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.eval_batches must be >= 1 (got %d)", c->eval_batches);
+    if (c->ckpt_every < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.every must be >= 0 (got %ld)", c->ckpt_every);
     if (c->threads < 0 || c->threads > 4096)
         return dt_fail(ctx, DT_ERR_CONFIG, "runtime.threads must be in [0, 4096] (got %d)", c->threads);
+    if (!(c->peak_gflops >= 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "logging.peak_gflops must be >= 0 (got %g)", (double)c->peak_gflops);
+    if (c->tokens < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.tokens must be >= 0 (got %ld)", c->tokens);
+    if (c->tokens > 0) {
+        if (c->steps_set)
+            return dt_fail(ctx, DT_ERR_CONFIG, "training.tokens and training.steps are both set: keep one");
+        long per_step = (long)t->micro_batch * t->seq_len * t->accum;
+        t->steps = (c->tokens + per_step - 1) / per_step;
+    }
     if (!c->decay_steps_set) t->sched.total = t->steps;
-    t->data_path = c->data_path[0] ? c->data_path : NULL;
+    if (!strcmp(c->tokenizer, "gpt2") && t->model.vocab < 50257)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size (%d) is smaller than the gpt2 tokenizer's 50257",
+                       t->model.vocab);
     return dt_train_cfg_validate(ctx, t);
+}
+
+/* Writes the value of key k in c as YAML scalar text. */
+static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg *c) {
+    const void *p = (const char *)c + k->off;
+    switch (k->type) {
+    case K_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case K_LONG: snprintf(buf, n, "%ld", *(const long *)p); break;
+    case K_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case K_FLOAT: snprintf(buf, n, "%.9g", (double)*(const float *)p); break;
+    case K_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
+    case K_SCHED: snprintf(buf, n, "%s", dt_sched_kind_name(*(const dt_sched_kind *)p)); break;
+    case K_ENUM:
+    case K_STR: {
+        /* Double-quoted YAML: escape backslash and quote. */
+        const char *s = p;
+        size_t j = 0;
+        if (j < n) buf[j++] = '"';
+        for (; *s && j + 3 < n; s++) {
+            if (*s == '"' || *s == '\\') buf[j++] = '\\';
+            buf[j++] = *s;
+        }
+        if (j + 1 < n) buf[j++] = '"';
+        buf[j < n ? j : n - 1] = 0;
+        break;
+    }
+    }
 }
 
 void dt_cfg_print_keys(FILE *f) {
     dt_run_cfg d;
     dt_run_cfg_defaults(&d);
     for (size_t i = 0; i < NKEYS; i++) {
-        char def[64] = "";
-        const void *p = (const char *)&d + keys[i].off;
-        switch (keys[i].type) {
-        case K_INT: snprintf(def, sizeof def, "%d", *(const int *)p); break;
-        case K_LONG: snprintf(def, sizeof def, "%ld", *(const long *)p); break;
-        case K_U64: snprintf(def, sizeof def, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-        case K_FLOAT: snprintf(def, sizeof def, "%g", (double)*(const float *)p); break;
-        case K_STR:
-            snprintf(def, sizeof def, "'%s'", strcmp(keys[i].key, "schedule.kind") == 0
-                                               ? dt_sched_kind_name(d.train.sched.kind)
-                                               : (const char *)p);
-            break;
-        }
-        fprintf(f, "  %-24s %-12s %s\n", keys[i].key, def, keys[i].help);
+        char def[DT_PATH_MAX + 8];
+        format_value(def, sizeof def, &keys[i], &d);
+        fprintf(f, "  %-24s %-22s %s%s%s\n", keys[i].key, def, keys[i].help,
+                keys[i].enums ? "; one of " : "",
+                keys[i].enums ? (keys[i].enums[0] == '|' ? keys[i].enums + 1 : keys[i].enums) : "");
     }
 }
 
 void dt_cfg_print(FILE *f, const dt_run_cfg *c) {
-    const dt_train_cfg *t = &c->train;
-    fprintf(f, "model.preset: '%s'\nmodel.n_layer: %d\nmodel.d_model: %d\nmodel.n_head: %d\n"
-               "model.vocab_size: %d\nmodel.context: %d\n",
-            t->preset, t->model.n_layer, t->model.d_model, t->model.n_head, t->model.vocab,
-            t->model.context);
-    fprintf(f, "training.micro_batch: %d\ntraining.seq_len: %d\ntraining.grad_accum: %d\n"
-               "training.steps: %ld\ntraining.seed: %llu\ntraining.log_every: %d\n",
-            t->micro_batch, t->seq_len, t->accum, t->steps, (unsigned long long)t->seed, t->log_every);
-    fprintf(f, "data.train: '%s'\n", c->data_path);
-    fprintf(f, "optimizer.lr: %g\noptimizer.beta1: %g\noptimizer.beta2: %g\noptimizer.eps: %g\n"
-               "optimizer.weight_decay: %g\noptimizer.grad_clip: %g\n",
-            (double)t->sched.lr, (double)t->adamw.beta1, (double)t->adamw.beta2,
-            (double)t->adamw.eps, (double)t->adamw.weight_decay, (double)t->clip);
-    fprintf(f, "schedule.kind: %s\nschedule.warmup: %ld\nschedule.decay_steps: %ld\nschedule.min_lr: %g\n",
-            dt_sched_kind_name(t->sched.kind), t->sched.warmup, t->sched.total, (double)t->sched.min_lr);
-    fprintf(f, "runtime.threads: %d\n", c->threads);
+    const char *section = "";
+    size_t slen = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const char *dot = strchr(keys[i].key, '.');
+        size_t len = (size_t)(dot - keys[i].key);
+        if (len != slen || strncmp(section, keys[i].key, len) != 0) {
+            section = keys[i].key;
+            slen = len;
+            fprintf(f, "%.*s:\n", (int)len, section);
+        }
+        char val[DT_PATH_MAX + 8];
+        format_value(val, sizeof val, &keys[i], c);
+        fprintf(f, "  %s: %s\n", dot + 1, val);
+    }
 }

@@ -1,9 +1,10 @@
-/* keys.h - the table of configuration keys ("section.name") of a training run: the one
- * place that says which keys exist, their types, defaults and help. The CLI's --set and
- * flags (and the YAML loader to come) all go through dt_cfg_set.
+/* keys.h - the table of configuration keys ("section.name") of a run: the one place that
+ * says which keys exist, their types, defaults and help. The YAML loader, --set and the
+ * flags all go through dt_cfg_set; docs/config.md is generated from dt_cfg_print_keys.
  *
- *   DT_CHECK(dt_cfg_set(ctx, &cfg, "model.n_layer", "12"));
- *   DT_CHECK(dt_cfg_finish(ctx, &cfg));   // applies the preset, validates, derives
+ *   dt_run_cfg c; dt_run_cfg_defaults(&c);
+ *   DT_CHECK(dt_cfg_set(ctx, &c, "model.n_layer", "12"));
+ *   DT_CHECK(dt_cfg_finish(ctx, &c));   // applies the preset, validates, derives
  */
 #ifndef DT_KEYS_H
 #define DT_KEYS_H
@@ -12,14 +13,34 @@
 
 #include "train/trainer.h"
 
-/* A run's configuration as the user gives it: the trainer config plus what is set but not
- * yet applied (the preset and explicit model overrides), and runtime settings. */
+#define DT_PATH_MAX 4096
+
+/* A run's configuration: the trainer's part plus data, logging, checkpoint and runtime. */
 typedef struct dt_run_cfg {
     dt_train_cfg train;
-    int threads;           /* runtime.threads: 0 = OpenMP default */
-    char data_path[4096];  /* data.train */
-    int model_set[6];      /* which of n_layer, d_model, n_head, vocab_size, context were set */
-    int decay_steps_set;
+    /* data */
+    char data_train[DT_PATH_MAX], data_val[DT_PATH_MAX];
+    char data_format[16]; /* auto | llmc | raw16 */
+    int data_shuffle;
+    char tokenizer[16];   /* byte | gpt2 */
+    char gpt2_encoder[DT_PATH_MAX], gpt2_merges[DT_PATH_MAX];
+    /* training */
+    long tokens;          /* if > 0: steps = ceil(tokens / tokens per step) */
+    int eval_interval;    /* steps between validation passes (0 = off) */
+    int eval_batches;     /* micro-batches per validation pass */
+    /* logging */
+    int log_every;
+    char metrics[DT_PATH_MAX]; /* JSONL metrics file */
+    char progress[16];         /* auto | bar | lines */
+    float peak_gflops;         /* MFU reference; 0 = measure at start */
+    /* checkpoint */
+    char ckpt_dir[DT_PATH_MAX];
+    long ckpt_every;           /* steps between checkpoints (0 = only at the end) */
+    /* runtime */
+    int threads;
+    /* which model fields were set explicitly (over the preset) */
+    int model_set[5];
+    int decay_steps_set, steps_set, tokens_set;
 } dt_run_cfg;
 
 void dt_run_cfg_defaults(dt_run_cfg *c);
@@ -29,13 +50,16 @@ void dt_run_cfg_defaults(dt_run_cfg *c);
 dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *value);
 
 /* Applies the preset under explicit model.* overrides, checks the preset's maximum context,
- * defaults schedule.decay_steps to training.steps, and validates everything. */
+ * derives steps from training.tokens and schedule.decay_steps from steps, validates. */
 dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
 
-/* Prints every key with its type, default and help (for --help and docs). */
+/* Is `key` a known key? (for the YAML loader's duplicate/section checks) */
+int dt_cfg_has_key(const char *key);
+
+/* Prints every key with its default and help, grouped by section (for --help and docs). */
 void dt_cfg_print_keys(FILE *f);
 
-/* Prints the resolved configuration, one "key: value" per line. */
+/* Prints the resolved configuration as YAML that dt_cfg_load_yaml reads back. */
 void dt_cfg_print(FILE *f, const dt_run_cfg *c);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "data/synthetic.h"
 
 void dt_train_cfg_defaults(dt_train_cfg *c) {
     memset(c, 0, sizeof *c);
@@ -18,7 +19,6 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
     c->seed = 1337;
-    c->log_every = 1;
 }
 
 dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
@@ -93,7 +93,6 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg) 
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->inputs));
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->targets));
     DT_CHECK_GOTO(dt_gpt2_param_segments(ctx, &tr->model, &tr->segs, &tr->nsegs));
-    DT_CHECK_GOTO(dt_tokens_open(ctx, &tr->data, cfg->data_path, tr->model.cfg.vocab, cfg->seed));
     dt_gpt2_init_weights(&tr->model, cfg->seed);
     return DT_OK;
 fail:
@@ -109,7 +108,6 @@ void dt_trainer_free(dt_trainer *tr) {
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->targets, bt);
     dt_gpt2_free(&tr->model);
-    dt_tokens_close(&tr->data);
     free(tr->segs);
     tr->m = tr->v = NULL;
     tr->inputs = tr->targets = NULL;
@@ -141,11 +139,15 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     dt_gpt2_zero_grad(m);
     double loss_sum = 0.0;
     for (int k = 0; k < tr->cfg.accum; k++) {
-        const int32_t *in = inputs ? inputs + k * bt : tr->inputs;
-        const int32_t *tg = inputs ? targets + k * bt : tr->targets;
-        if (!inputs) {
+        int32_t *in = tr->inputs, *tg = tr->targets;
+        if (inputs) {
+            in = (int32_t *)inputs + k * bt;
+            tg = (int32_t *)targets + k * bt;
+        } else if (tr->next_batch) {
+            DT_CHECK(tr->next_batch(ctx, tr->batch_ud, k, &in, &tg));
+        } else {
             uint64_t micro = (uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k;
-            dt_tokens_batch(&tr->data, micro, m->B, m->T, tr->inputs, tr->targets);
+            dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
         }
         float loss;
         DT_CHECK(dt_gpt2_forward(ctx, m, in, tg, &loss));

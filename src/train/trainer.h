@@ -11,7 +11,6 @@
 #include <stdint.h>
 
 #include "core/alloc.h"
-#include "data/tokens.h"
 #include "model/gpt2.h"
 #include "optim/optim.h"
 
@@ -26,14 +25,16 @@ typedef struct dt_train_cfg {
     dt_adamw adamw;
     float clip;             /* global grad-norm clip; <= 0 disables */
     uint64_t seed;
-    const char *data_path;  /* llm.c shard; NULL = synthetic tokens */
-    int log_every;
     long fail_alloc_at;     /* fault injection for tests: the n-th allocation fails (0 = off) */
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
 /* Checks the training fields, naming the key of a bad one. */
 dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c);
+
+/* Supplies micro-batch k (0..accum-1) of the current step; buffers stay valid until the
+ * next call. */
+typedef dt_status (*dt_batch_fn)(dt_ctx *ctx, void *ud, int k, int32_t **inputs, int32_t **targets);
 
 typedef struct dt_trainer {
     dt_train_cfg cfg;
@@ -42,8 +43,9 @@ typedef struct dt_trainer {
     float *m, *v; /* AdamW moments, same layout as params */
     dt_param_segment *segs;
     int nsegs;
-    dt_tokens data;
-    int32_t *inputs, *targets; /* (B,T) staging for one micro-batch */
+    dt_batch_fn next_batch;    /* NULL: synthetic tokens (dt_synthetic_batch) */
+    void *batch_ud;
+    int32_t *inputs, *targets; /* (B,T) staging for synthetic micro-batches */
     long step;                 /* optimizer steps done */
 } dt_trainer;
 
@@ -58,7 +60,7 @@ typedef struct dt_step_stats {
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg);
 void dt_trainer_free(dt_trainer *tr);
 
-/* One optimizer step on the next `accum` micro-batches of the data source. */
+/* One optimizer step on the next `accum` micro-batches of next_batch (or synthetic data). */
 dt_status dt_trainer_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
 /* One optimizer step on given micro-batches: inputs/targets hold accum x (B,T) tokens. */
 dt_status dt_trainer_step_on(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,

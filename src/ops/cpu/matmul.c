@@ -2,12 +2,14 @@
  * The bias is folded in by pre-filling the output and running the GEMM with beta = 1;
  * weight gradients accumulate with beta = 1 for micro-step accumulation. */
 #include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "core/status.h"
+#include "core/timer.h"
 #include "ops/ops.h"
 
 static void sgemm(char ta, char tb, long M, long N, long K, const float *A, long lda,
@@ -52,4 +54,41 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
             }
         }
     }
+}
+
+/* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;
+ * 0 if memory runs out. Uses the current OpenMP thread count. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double dt_matmul_peak_gflops(int n, int reps, double *best) {
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
+          *c = malloc(nn * sizeof(float));
+    double *t = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double));
+    double median = 0.0;
+    if (best) *best = 0.0;
+    if (!a || !b || !c || !t || reps < 1) goto done;
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)(i % 7) * 0.01f;
+        b[i] = (float)(i % 5) * 0.01f;
+    }
+    sgemm('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n); /* warm-up: JIT and page faults */
+    for (int r = 0; r < reps; r++) {
+        double t0 = dt_now();
+        sgemm('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n);
+        t[r] = dt_now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    double flops = 2.0 * n * (double)n * n;
+    median = flops / (reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2])) / 1e9;
+    if (best) *best = flops / t[0] / 1e9;
+done:
+    free(a);
+    free(b);
+    free(c);
+    free(t);
+    return median;
 }

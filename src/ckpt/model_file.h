@@ -1,0 +1,40 @@
+/* model_file.h - a GPT-2 model as one safetensors file: every parameter tensor under its
+ * Hugging Face-style name (vocabulary padding excluded), with the model shape and the
+ * tokenizer in __metadata__, so the file alone rebuilds the model. Checkpoint directories
+ * (step-NNNNNNNN/ plus a `latest` pointer) hold one such file each.
+ *
+ *   DT_CHECK(dt_model_file_save(ctx, &model, "out/model.safetensors", "byte", step));
+ *   dt_gpt2_config cfg; char tok[16];
+ *   DT_CHECK(dt_model_file_config(ctx, "out/model.safetensors", &cfg, tok, sizeof tok));
+ *   DT_CHECK(dt_model_file_load(ctx, &model, "out/model.safetensors"));
+ */
+#ifndef DT_MODEL_FILE_H
+#define DT_MODEL_FILE_H
+
+#include "ckpt/safetensors.h"
+#include "model/gpt2.h"
+
+#define DT_ST_NAME_MAX 96
+
+/* Fills e[] (room for DT_GPT2_NPARAMS * (n_layer + 1)) with every tensor of `base` (params
+ * or grads of m), names prefixed by `prefix`, kept in names[]. Returns the count. */
+int dt_model_file_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_st_entry *e,
+                          char (*names)[DT_ST_NAME_MAX]);
+
+dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
+                             const char *tokenizer, long step);
+/* Reads the shape and tokenizer recorded in a model file. */
+dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_gpt2_config *cfg,
+                               char *tokenizer, size_t tokenizer_size);
+/* Loads weights into m, whose shape must match the file's. */
+dt_status dt_model_file_load(dt_ctx *ctx, dt_gpt2 *m, const char *path);
+
+/* Saves m as DIR/step-NNNNNNNN/model.safetensors (written under a temporary name, renamed
+ * into place), then points DIR/latest at it. */
+dt_status dt_ckpt_save(dt_ctx *ctx, const dt_gpt2 *m, const char *dir, const char *tokenizer,
+                       long step);
+/* Resolves a model file from a file path, a step directory, or a checkpoint directory (via
+ * its `latest` pointer). out gets the model.safetensors path. */
+dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_size);
+
+#endif

@@ -1,0 +1,171 @@
+/* Reading safetensors files with full bounds checking (see safetensors.h). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/safetensors.h"
+
+#define DT_ST_MAX_HEADER (64u << 20)
+
+struct dt_st_file {
+    void *map;
+    size_t size;
+    cJSON *header;
+    dt_st_tensor *t;
+    int n;
+};
+
+void dt_st_close(dt_st_file *f) {
+    if (!f) return;
+    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->size);
+    cJSON_Delete(f->header);
+    free(f->t);
+    free(f);
+}
+
+static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, const char *data,
+                             size_t data_len, dt_st_tensor *t) {
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    t->name = e->string;
+    if (!cJSON_IsString(dtype) || (strcmp(dtype->valuestring, "F32") && strcmp(dtype->valuestring, "I32")))
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': dtype must be F32 or I32", path, t->name);
+    t->dtype = strcmp(dtype->valuestring, "F32") ? DT_ST_I32 : DT_ST_F32;
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > DT_ST_MAXDIM)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': bad shape", path, t->name);
+    t->ndim = cJSON_GetArraySize(shape);
+    size_t elems = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        const cJSON *s = cJSON_GetArrayItem(shape, d);
+        if (!cJSON_IsNumber(s) || s->valuedouble < 0 || s->valuedouble > 1e15 ||
+            s->valuedouble != (double)(int64_t)s->valuedouble)
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': bad dimension %d", path, t->name, d);
+        t->shape[d] = (int64_t)s->valuedouble;
+        if (t->shape[d] && elems > SIZE_MAX / 4 / (size_t)t->shape[d])
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': shape overflows", path, t->name);
+        elems *= (size_t)t->shape[d];
+    }
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", path, t->name);
+    double b = cJSON_GetArrayItem(offs, 0)->valuedouble, en = cJSON_GetArrayItem(offs, 1)->valuedouble;
+    if (!(b >= 0 && en >= b && en <= (double)data_len) || b != (double)(size_t)b || en != (double)(size_t)en)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%.0f, %.0f] outside the %zu data bytes",
+                       path, t->name, b, en, data_len);
+    t->nbytes = (size_t)en - (size_t)b;
+    if (t->nbytes != elems * 4)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': %zu data bytes for %zu elements", path,
+                       t->name, t->nbytes, elems);
+    if (((size_t)b) % 4)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': misaligned data offset", path, t->name);
+    t->data = data + (size_t)b;
+    return DT_OK;
+}
+
+dt_status dt_st_open(dt_ctx *ctx, const char *path, dt_st_file **out) {
+    *out = NULL;
+    dt_status st = DT_OK;
+    dt_st_file *f = calloc(1, sizeof *f);
+    char *hdr = NULL;
+    if (!f) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    int fd = open(path, O_RDONLY);
+    struct stat sb;
+    if (fd < 0) {
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (fstat(fd, &sb) != 0) {
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (sb.st_size < 8) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: too short for a safetensors file (%lld bytes)", path,
+                     (long long)sb.st_size);
+        goto fail;
+    }
+    f->size = (size_t)sb.st_size;
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (f->map == MAP_FAILED) {
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
+        goto fail;
+    }
+    uint64_t hlen;
+    memcpy(&hlen, f->map, 8);
+    if (hlen > f->size - 8 || hlen > DT_ST_MAX_HEADER) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: header length %llu exceeds the file (%zu bytes): truncated?",
+                     path, (unsigned long long)hlen, f->size);
+        goto fail;
+    }
+    hdr = malloc(hlen + 1);
+    if (!hdr) {
+        st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    memcpy(hdr, (char *)f->map + 8, hlen);
+    hdr[hlen] = 0;
+    f->header = cJSON_Parse(hdr);
+    if (!cJSON_IsObject(f->header)) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: header is not a JSON object", path);
+        goto fail;
+    }
+    int n = cJSON_GetArraySize(f->header);
+    f->t = calloc((size_t)(n > 0 ? n : 1), sizeof *f->t);
+    if (!f->t) {
+        st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    const char *data = (const char *)f->map + 8 + hlen;
+    size_t data_len = f->size - 8 - hlen;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f->header) {
+        if (!strcmp(e->string, "__metadata__")) {
+            const cJSON *m;
+            if (!cJSON_IsObject(e)) {
+                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: __metadata__ is not an object", path);
+                goto fail;
+            }
+            cJSON_ArrayForEach(m, e) if (!cJSON_IsString(m)) {
+                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' is not a string", path, m->string);
+                goto fail;
+            }
+            continue;
+        }
+        if (!cJSON_IsObject(e)) {
+            st = dt_fail(ctx, DT_ERR_FORMAT, "%s: entry '%s' is not an object", path, e->string);
+            goto fail;
+        }
+        st = parse_entry(ctx, path, e, data, data_len, &f->t[f->n]);
+        if (st != DT_OK) goto fail;
+        f->n++;
+    }
+    free(hdr);
+    close(fd);
+    *out = f;
+    return DT_OK;
+fail:
+    free(hdr);
+    if (fd >= 0) close(fd);
+    dt_st_close(f);
+    return st;
+}
+
+const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    return NULL;
+}
+
+int dt_st_count(const dt_st_file *f) { return f->n; }
+
+const dt_st_tensor *dt_st_at(const dt_st_file *f, int i) { return i >= 0 && i < f->n ? &f->t[i] : NULL; }
+
+const char *dt_st_meta(const dt_st_file *f, const char *key) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(f->header, "__metadata__");
+    const cJSON *v = m ? cJSON_GetObjectItemCaseSensitive(m, key) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}

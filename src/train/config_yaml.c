@@ -1,0 +1,101 @@
+#include "train/config_yaml.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <yaml.h>
+
+/* Re-prefixes the message dt_cfg_set stored with "file:line: ". */
+static dt_status at_line(dt_ctx *ctx, dt_status st, const char *path, const yaml_node_t *n) {
+    char msg[DT_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", ctx->err);
+    return dt_fail(ctx, st, "%s:%lu: %s", path, (unsigned long)n->start_mark.line + 1, msg);
+}
+
+static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_fail(ctx, DT_ERR_CONFIG, "%s: cannot open config: %s", path, strerror(errno));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    dt_status st = DT_OK;
+    int have_doc = 0;
+    char seen[64][96]; /* keys already set by this file, to refuse duplicates */
+    int nseen = 0;
+    if (!yaml_parser_initialize(&parser)) {
+        fclose(f);
+        return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot initialise the YAML parser", path);
+    }
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: YAML syntax error: %s", path,
+                     (unsigned long)parser.problem_mark.line + 1,
+                     parser.problem ? parser.problem : "unknown");
+        goto done;
+    }
+    have_doc = 1;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) goto done; /* an empty file sets nothing */
+    if (root->type != YAML_MAPPING_NODE) {
+        st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: expected a mapping of sections (model:, data:, ...)",
+                     path, (unsigned long)root->start_mark.line + 1);
+        goto done;
+    }
+    for (yaml_node_pair_t *sp = root->data.mapping.pairs.start; sp < root->data.mapping.pairs.top; sp++) {
+        yaml_node_t *sk = yaml_document_get_node(&doc, sp->key);
+        yaml_node_t *sv = yaml_document_get_node(&doc, sp->value);
+        if (sk->type != YAML_SCALAR_NODE) {
+            st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: section names must be plain words", path,
+                         (unsigned long)sk->start_mark.line + 1);
+            goto done;
+        }
+        if (sv->type != YAML_MAPPING_NODE) {
+            st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: section '%s' must be a mapping of key: value",
+                         path, (unsigned long)sv->start_mark.line + 1, scalar(sk));
+            goto done;
+        }
+        for (yaml_node_pair_t *p = sv->data.mapping.pairs.start; p < sv->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = yaml_document_get_node(&doc, p->key);
+            yaml_node_t *v = yaml_document_get_node(&doc, p->value);
+            char key[96];
+            if (k->type != YAML_SCALAR_NODE ||
+                (size_t)snprintf(key, sizeof key, "%s.%s", scalar(sk), scalar(k)) >= sizeof key) {
+                st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: bad key in section '%s'", path,
+                             (unsigned long)k->start_mark.line + 1, scalar(sk));
+                goto done;
+            }
+            if (v->type != YAML_SCALAR_NODE) {
+                st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: %s: expected a single value, got a %s", path,
+                             (unsigned long)v->start_mark.line + 1, key,
+                             v->type == YAML_SEQUENCE_NODE ? "list" : "mapping");
+                goto done;
+            }
+            /* "key:" with nothing after it is a plain scalar "" (or "~"/"null"): refuse, since
+             * silently keeping the default hides a typo; strings may be given as "". */
+            if (v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                (v->data.scalar.length == 0 || !strcmp(scalar(v), "~") || !strcmp(scalar(v), "null"))) {
+                st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: %s has no value", path,
+                             (unsigned long)v->start_mark.line + 1, key);
+                goto done;
+            }
+            for (int i = 0; i < nseen; i++)
+                if (!strcmp(seen[i], key)) {
+                    st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: %s is set twice", path,
+                                 (unsigned long)k->start_mark.line + 1, key);
+                    goto done;
+                }
+            if (nseen < 64) strcpy(seen[nseen++], key);
+            st = dt_cfg_set(ctx, c, key, scalar(v));
+            if (st != DT_OK) {
+                st = at_line(ctx, st, path, k);
+                goto done;
+            }
+        }
+    }
+done:
+    if (have_doc) yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return st;
+}

@@ -1,0 +1,131 @@
+#include "train/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/timer.h"
+
+dt_status dt_progress_parse(dt_ctx *ctx, const char *s, dt_progress *out) {
+    if (!strcmp(s, "auto")) *out = DT_PROGRESS_AUTO;
+    else if (!strcmp(s, "bar")) *out = DT_PROGRESS_BAR;
+    else if (!strcmp(s, "lines")) *out = DT_PROGRESS_LINES;
+    else return dt_fail(ctx, DT_ERR_CONFIG, "logging.progress: '%s' is not one of auto|bar|lines", s);
+    return DT_OK;
+}
+
+/* Creates the parent directories of a file path. */
+static dt_status make_parents(dt_ctx *ctx, const char *path) {
+    char buf[4096];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf)
+        return dt_fail(ctx, DT_ERR_IO, "%s: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return dt_fail(ctx, DT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    return DT_OK;
+}
+
+dt_status dt_metrics_open(dt_ctx *ctx, dt_metrics *m, const char *path, dt_progress mode,
+                          long total_steps) {
+    memset(m, 0, sizeof *m);
+    m->total_steps = total_steps;
+    m->t_start = dt_now();
+    m->bar = mode == DT_PROGRESS_BAR || (mode == DT_PROGRESS_AUTO && isatty(STDOUT_FILENO));
+    if (path && path[0]) {
+        DT_CHECK(make_parents(ctx, path));
+        m->jsonl = fopen(path, "w");
+        if (!m->jsonl)
+            return dt_fail(ctx, DT_ERR_IO, "logging.metrics: cannot create %s: %s", path, strerror(errno));
+    }
+    return DT_OK;
+}
+
+static void clear_bar(dt_metrics *m) {
+    if (m->bar_dirty) {
+        fputs("\r\033[K", stdout);
+        m->bar_dirty = 0;
+    }
+}
+
+void dt_metrics_note(const dt_ctx *ctx, dt_metrics *m, const char *msg) {
+    clear_bar(m);
+    dt_log_info(ctx, "%s", msg);
+}
+
+static void fmt_hms(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e8) {
+        snprintf(buf, n, "--:--:--");
+        return;
+    }
+    long t = (long)(s + 0.5);
+    snprintf(buf, n, "%02ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+}
+
+static dt_status write_line(dt_ctx *ctx, dt_metrics *m, const char *line) {
+    if (!m->jsonl) return DT_OK;
+    if (fputs(line, m->jsonl) < 0 || fflush(m->jsonl) != 0)
+        return dt_fail(ctx, DT_ERR_IO, "logging.metrics: write failed: %s", strerror(errno));
+    return DT_OK;
+}
+
+dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
+    double elapsed = dt_now() - m->t_start;
+    double tps = r->tokens / r->step_s;
+    double mfu = r->peak_gflops > 0 ? r->flops_per_token * tps / (r->peak_gflops * 1e9) : NAN;
+    double eta = r->step > 0 ? elapsed / (double)r->step * (double)(m->total_steps - r->step) : NAN;
+    char line[1024];
+    /* JSON has no NaN: a missing MFU is null. */
+    char mfu_s[32];
+    if (isnan(mfu)) snprintf(mfu_s, sizeof mfu_s, "null");
+    else snprintf(mfu_s, sizeof mfu_s, "%.4f", mfu);
+    snprintf(line, sizeof line,
+             "{\"type\":\"step\",\"step\":%ld,\"steps\":%ld,\"loss\":%.9g,\"lr\":%.9g,"
+             "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens\":%.0f,\"tokens_seen\":%.0f,"
+             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f}\n",
+             r->step, m->total_steps, (double)r->loss, (double)r->lr, (double)r->grad_norm,
+             r->step_s * 1e3, r->tokens, r->tokens_seen, tps, mfu_s, elapsed, isnan(eta) ? 0.0 : eta);
+    DT_CHECK(write_line(ctx, m, line));
+    char eta_s[48], mfu_txt[32] = "";
+    fmt_hms(eta_s, sizeof eta_s, eta);
+    if (!isnan(mfu)) snprintf(mfu_txt, sizeof mfu_txt, " | MFU %.1f%%", 100 * mfu);
+    if (m->bar) {
+        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s", r->step,
+               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, eta_s);
+        fflush(stdout);
+        m->bar_dirty = 1;
+    } else {
+        dt_log_info(ctx, "step %ld/%ld | loss %.9g | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | ETA %s",
+                    r->step, m->total_steps, (double)r->loss, (double)r->lr, (double)r->grad_norm,
+                    r->step_s * 1e3, tps, mfu_txt, eta_s);
+    }
+    return DT_OK;
+}
+
+dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens) {
+    char line[512];
+    snprintf(line, sizeof line,
+             "{\"type\":\"eval\",\"step\":%ld,\"val_loss\":%.9g,\"val_ppl\":%.6g,\"val_tokens\":%.0f,"
+             "\"elapsed_s\":%.3f}\n",
+             step, val_loss, exp(val_loss), val_tokens, dt_now() - m->t_start);
+    DT_CHECK(write_line(ctx, m, line));
+    clear_bar(m);
+    dt_log_info(ctx, "step %ld | val loss %.4f | val ppl %.3f | %.0f tokens", step, val_loss,
+                exp(val_loss), val_tokens);
+    return DT_OK;
+}
+
+void dt_metrics_close(dt_metrics *m) {
+    if (m->bar_dirty) {
+        fputc('\n', stdout);
+        m->bar_dirty = 0;
+    }
+    if (m->jsonl) fclose(m->jsonl);
+    m->jsonl = NULL;
+}

@@ -1,0 +1,48 @@
+/* metrics.h - what a run reports while it trains: a JSONL file (one object per logged step
+ * or evaluation; keys in docs/FORMATS.md), and on the console either one live status line
+ * (a terminal) or plain log lines.
+ *
+ *   dt_metrics m; DT_CHECK(dt_metrics_open(ctx, &m, "runs/metrics.jsonl", DT_PROGRESS_AUTO, total));
+ *   dt_metrics_step(ctx, &m, &rec);   dt_metrics_eval(ctx, &m, step, val_loss, tokens);
+ *   dt_metrics_close(&m);
+ */
+#ifndef DT_METRICS_H
+#define DT_METRICS_H
+
+#include <stdio.h>
+
+#include "core/status.h"
+
+typedef enum dt_progress { DT_PROGRESS_AUTO, DT_PROGRESS_BAR, DT_PROGRESS_LINES } dt_progress;
+
+typedef struct dt_metrics {
+    FILE *jsonl;       /* NULL: no file */
+    int bar;           /* live status line on stdout */
+    int bar_dirty;     /* the status line is showing and must be cleared before a log line */
+    long total_steps;
+    double t_start;
+} dt_metrics;
+
+typedef struct dt_step_record {
+    long step;          /* 1-based */
+    float loss, lr, grad_norm;
+    double step_s;      /* wall time of the step */
+    double tokens;      /* tokens in this step (all ranks) */
+    double tokens_seen; /* since the start of training */
+    double flops_per_token;
+    double peak_gflops; /* 0: MFU not reported */
+} dt_step_record;
+
+dt_status dt_metrics_open(dt_ctx *ctx, dt_metrics *m, const char *path, dt_progress mode,
+                          long total_steps);
+/* Records a logged step: a JSONL object and a console line/status. */
+dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r);
+/* Records a validation pass. */
+dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens);
+/* A plain message that must not be overwritten by the status line. */
+void dt_metrics_note(const dt_ctx *ctx, dt_metrics *m, const char *msg);
+void dt_metrics_close(dt_metrics *m);
+
+dt_status dt_progress_parse(dt_ctx *ctx, const char *s, dt_progress *out);
+
+#endif

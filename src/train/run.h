@@ -1,0 +1,22 @@
+/* run.h - a whole training run as `dtrain train` performs it: the data pipeline (dataset,
+ * shuffling sampler, prefetching loader; a validation loader), the trainer, periodic
+ * evaluation and checkpoints, metrics (JSONL + console).
+ *
+ *   dt_run_cfg cfg; ... dt_cfg_finish(ctx, &cfg) ...
+ *   DT_CHECK(dt_train_run(ctx, &cfg, NULL));
+ */
+#ifndef DT_RUN_H
+#define DT_RUN_H
+
+#include "data/loader.h"
+#include "model/gpt2.h"
+#include "train/keys.h"
+
+/* Trains as configured; save_weights (may be NULL) receives the final model file. */
+dt_status dt_train_run(dt_ctx *ctx, const dt_run_cfg *cfg, const char *save_weights);
+
+/* Mean loss of m over every batch of the validation loader (forward only); *tokens gets the
+ * number of tokens evaluated. The loader is reset first. */
+dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens);
+
+#endif
