@@ -29,5 +29,8 @@ void dt_cli_print_config_help(void);
 int dt_cmd_train(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_config(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv);
 
 #endif

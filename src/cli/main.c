@@ -11,7 +11,10 @@ static void usage(FILE *f) {
             "usage: dtrain <command> [flags]\n"
             "\n"
             "commands:\n"
-            "  train    train a GPT-2 model (synthetic tokens or an llm.c token shard)\n"
+            "  train    train a GPT-2 model (YAML config and/or --set flags)\n"
+            "  eval     validation loss and perplexity of a checkpoint\n"
+            "  sample   generate text from a checkpoint\n"
+            "  prepare  tokenize text files into token shards (byte or GPT-2 BPE)\n"
             "  bench    benchmark training: step time, tokens/s, MFU, per-kernel breakdown\n"
             "  bench peak   measure the fp32 matmul peak that MFU is relative to\n"
             "  config   show the resolved configuration (config show), list keys (config keys)\n"
@@ -45,6 +48,12 @@ int main(int argc, char **argv) {
         rc = dt_cmd_bench(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "config") == 0)
         rc = dt_cmd_config(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "prepare") == 0)
+        rc = dt_cmd_prepare(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "eval") == 0)
+        rc = dt_cmd_eval(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "sample") == 0)
+        rc = dt_cmd_sample(&ctx, argc - 2, argv + 2);
     else {
         fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
         usage(stderr);

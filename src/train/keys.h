@@ -22,8 +22,7 @@ typedef struct dt_run_cfg {
     char data_train[DT_PATH_MAX], data_val[DT_PATH_MAX];
     char data_format[16]; /* auto | llmc | raw16 */
     int data_shuffle;
-    char tokenizer[16];   /* byte | gpt2 */
-    char gpt2_encoder[DT_PATH_MAX], gpt2_merges[DT_PATH_MAX];
+    char tokenizer[16];   /* byte | gpt2: recorded in checkpoints so `sample` decodes right */
     /* training */
     long tokens;          /* if > 0: steps = ceil(tokens / tokens per step) */
     int eval_interval;    /* steps between validation passes (0 = off) */

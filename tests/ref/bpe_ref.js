@@ -3,7 +3,9 @@
 // (1.1.4), installed under PREFIX/node_modules.
 //
 //   node bpe_ref.js encode  PREFIX INPUT OUTPUT   ids of INPUT (UTF-8), one per line
+//   node bpe_ref.js pieces  PREFIX INPUT OUTPUT   the regex's matches: UTF-8 byte lengths
 //   node bpe_ref.js compare PREFIX INPUT REF DT   first difference of two id files, in context
+//   node bpe_ref.js compare-pieces PREFIX INPUT REF DT   the same for two piece files
 //
 // The package's encode() grows its result with Array.concat, quadratic on megabytes, so the
 // loop below repeats encode() statement for statement with the package's own regex, byte
@@ -63,6 +65,35 @@ function main() {
     console.log(`reference: ${Buffer.byteLength(text)} bytes -> ${ids.length} tokens in ${sec.toFixed(1)} s`);
     return 0;
   }
+  if (mode === 'pieces') {
+    const { pat } = pkg.__internals;
+    const lens = [];
+    for (const match of text.matchAll(pat)) lens.push(Buffer.byteLength(match[0]));
+    fs.writeFileSync(a, lens.join('\n') + '\n');
+    console.log(`reference: ${lens.length} pieces`);
+    return 0;
+  }
+  if (mode === 'compare-pieces') {
+    const ref = readIds(a), got = readIds(b);
+    let i = 0, at = 0;
+    while (i < ref.length && i < got.length && ref[i] === got[i]) at += ref[i++];
+    if (i === ref.length && i === got.length) {
+      console.log(`pieces identical: ${ref.length} pieces`);
+      return 0;
+    }
+    const bytes = Buffer.from(text, 'utf8');
+    const cut = (lens) => {
+      const out = [];
+      for (let k = 0, p = at; k < 4 && k < lens.length; p += lens[k++])
+        out.push(bytes.subarray(p, p + lens[k]).toString('utf8'));
+      return JSON.stringify(out);
+    };
+    console.log(`FIRST PIECE MISMATCH at piece ${i}, byte ${at}`);
+    console.log(`  text before: ${JSON.stringify(bytes.subarray(Math.max(0, at - 40), at).toString('utf8'))}`);
+    console.log(`  reference:   ${cut(ref.slice(i))}`);
+    console.log(`  dtrain:      ${cut(got.slice(i))}`);
+    return 1;
+  }
   if (mode === 'compare') {
     const ref = readIds(a), got = readIds(b);
     let i = 0;
@@ -79,7 +110,7 @@ function main() {
     console.log(`  dtrain:      [${got.slice(i, i + 8).join(', ')}] = ${show(got.slice(i, i + 8).filter((x) => x >= 0 && x < 50257))}`);
     return 1;
   }
-  console.error('usage: node bpe_ref.js encode PREFIX INPUT OUTPUT | compare PREFIX INPUT REF DT');
+  console.error('usage: node bpe_ref.js encode|pieces PREFIX INPUT OUTPUT | compare|compare-pieces PREFIX INPUT REF DT');
   return 2;
 }
 

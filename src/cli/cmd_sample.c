@@ -1,0 +1,110 @@
+/* dtrain sample CKPT: generate text from a saved model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/model_file.h"
+#include "cli/cli.h"
+#include "data/tokenizer.h"
+#include "model/generate.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: dtrain sample CHECKPOINT [--prompt TEXT] [--max-tokens N] [--temperature F]\n"
+               "                    [--top-k K] [--seed S] [--gpt2-encoder FILE --gpt2-merges FILE]\n\n"
+               "Generates from a model.safetensors file, a step directory or a checkpoint directory\n"
+               "(its latest step), with the tokenizer recorded in the model file. Temperature 0 is\n"
+               "greedy; top-k 0 samples from the whole vocabulary. Defaults: prompt \"\\n\",\n"
+               "200 tokens, temperature 0.8, top-k 40, seed 1.\n");
+}
+
+int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
+    if (argc < 1 || !strncmp(argv[0], "-", 1)) {
+        usage(argc < 1 ? stderr : stdout);
+        return argc < 1 || (strcmp(argv[0], "--help") && strcmp(argv[0], "-h")) ? DT_EXIT_USAGE : DT_EXIT_OK;
+    }
+    const char *prompt = "\n", *enc = NULL, *merges = NULL;
+    dt_gen_cfg g = {200, 0.8f, 40, 1, -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return DT_EXIT_OK;
+        }
+        if (i + 1 >= argc) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s needs a value", a);
+            return DT_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        char *end = NULL;
+        if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--gpt2-encoder")) enc = v;
+        else if (!strcmp(a, "--gpt2-merges")) merges = v;
+        else if (!strcmp(a, "--max-tokens")) g.max_new = (int)strtol(v, &end, 10);
+        else if (!strcmp(a, "--temperature")) g.temperature = strtof(v, &end);
+        else if (!strcmp(a, "--top-k")) g.top_k = (int)strtol(v, &end, 10);
+        else if (!strcmp(a, "--seed")) g.seed = strtoull(v, &end, 10);
+        else {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: unknown flag '%s' (see dtrain sample --help)", a);
+            return DT_EXIT_USAGE;
+        }
+        if (end && (*end || end == v)) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s expects a number, got '%s'", a, v);
+            return DT_EXIT_USAGE;
+        }
+    }
+    if (g.max_new < 1 || g.max_new > 100000 || !(g.temperature >= 0) || g.top_k < 0) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: need --max-tokens in [1, 100000], --temperature >= 0, --top-k >= 0");
+        return DT_EXIT_USAGE;
+    }
+    char path[4200], tokname[32];
+    dt_gpt2_config mc;
+    dt_status st = dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
+    if (st == DT_OK) st = dt_model_file_config(ctx, path, &mc, tokname, sizeof tokname);
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    dt_tokenizer *tok = NULL;
+    if (!strcmp(tokname, "gpt2")) {
+        if (!enc || !merges) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s uses the gpt2 tokenizer: give --gpt2-encoder and --gpt2-merges", path);
+            return DT_EXIT_USAGE;
+        }
+        st = dt_tokenizer_open_gpt2(ctx, enc, merges, &tok);
+    } else {
+        st = dt_tokenizer_open_byte(ctx, &tok);
+    }
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    if (dt_tokenizer_vocab(tok) > mc.vocab) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: tokenizer %s (%d ids) does not fit the model's vocabulary %d",
+                dt_tokenizer_name(tok), dt_tokenizer_vocab(tok), mc.vocab);
+        dt_tokenizer_free(tok);
+        return DT_EXIT_USAGE;
+    }
+    g.stop = dt_tokenizer_eot(tok);
+    int32_t *ids = NULL, *out = malloc((size_t)g.max_new * sizeof *out);
+    size_t nids = 0;
+    char *text = NULL;
+    size_t tlen = 0;
+    int nout = 0, have_model = 0;
+    dt_alloc alloc;
+    dt_alloc_init(&alloc);
+    dt_gpt2 m;
+    st = out ? dt_tokenizer_encode(ctx, tok, prompt, strlen(prompt), &ids, &nids)
+             : dt_fail(ctx, DT_ERR_NOMEM, "sample: out of memory");
+    int window = (int)nids + g.max_new < mc.context ? (int)nids + g.max_new : mc.context;
+    if (st == DT_OK) st = dt_gpt2_init(ctx, &m, &mc, &alloc, 1, window);
+    have_model = st == DT_OK;
+    if (st == DT_OK) st = dt_model_file_load(ctx, &m, path);
+    if (st == DT_OK) st = dt_generate(ctx, &m, ids, (int)nids, &g, out, &nout);
+    if (st == DT_OK && nout > 0 && out[nout - 1] == g.stop) nout--; /* do not print the eot */
+    if (st == DT_OK) st = dt_tokenizer_decode(ctx, tok, out, (size_t)nout, &text, &tlen);
+    if (st == DT_OK) {
+        fwrite(prompt, 1, strlen(prompt), stdout);
+        fwrite(text, 1, tlen, stdout);
+        fputc('\n', stdout);
+    }
+    free(text);
+    free(ids);
+    free(out);
+    if (have_model) dt_gpt2_free(&m);
+    dt_tokenizer_free(tok);
+    return dt_cli_exit_code(st);
+}
