@@ -61,6 +61,15 @@ PY
 "$bin" train --data "$dir/ok.bin" --steps 3 >"$dir/out" 2>&1 && grep -q "step 3/3" "$dir/out" \
   && pass "trains on an llm.c shard" || fail "shard training: $(cat "$dir/out")"
 
+# The live status line (forced; a terminal gets it by default): carriage returns, ETA, MFU.
+"$bin" train --steps 3 --set logging.progress=bar --set logging.peak_gflops=100 \
+  --set logging.metrics="$dir/m.jsonl" >"$dir/bar" 2>&1
+if grep -q $'\r' "$dir/bar" && grep -q "ETA" "$dir/bar" && grep -q "MFU" "$dir/bar" && [ "$(wc -l <"$dir/m.jsonl")" -eq 3 ]; then
+  pass "live status line and JSONL"
+else
+  fail "status line: $(cat -A "$dir/bar" | head -3)"
+fi
+
 # Bench: a table with MFU and the per-kernel breakdown.
 "$bin" bench --warmup-steps 1 --bench-steps 2 --peak 100 >"$dir/bench" 2>&1
 if grep -q "MFU_%" "$dir/bench" && grep -q "attention" "$dir/bench" && grep -q "loss_hash" "$dir/bench"; then

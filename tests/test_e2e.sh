@@ -72,6 +72,11 @@ if [ $rc -eq 1 ] && grep -q "trunc.safetensors" "$dir/err"; then pass "truncated
 "$bin" prepare --tokenizer gpt2 --out "$dir/x" "${files[0]}" >"$dir/out" 2>"$dir/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "gpt2-encoder" "$dir/err" && pass "prepare gpt2 without files refused" || fail "prepare gpt2 (rc=$rc)"
 
+# prepare reads standard input too; same bytes => same tokens as from the file.
+"$bin" prepare --tokenizer byte --val-fraction 0 --out "$dir/stdin" - <"${files[0]}" >/dev/null 2>&1
+"$bin" prepare --tokenizer byte --val-fraction 0 --out "$dir/file" "${files[0]}" >/dev/null 2>&1
+cmp -s "$dir/stdin_train_000000.bin" "$dir/file_train_000000.bin" && pass "prepare from stdin" || fail "prepare from stdin"
+
 # GPT-2 BPE through prepare, then a few training steps with its 50257-token vocabulary.
 if [ -n "$gpt2" ] && [ -f "$gpt2/encoder.json" ]; then
   "$bin" prepare --tokenizer gpt2 --gpt2-encoder "$gpt2/encoder.json" --gpt2-merges "$gpt2/vocab.bpe" \

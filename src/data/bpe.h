@@ -1,6 +1,7 @@
 /* bpe.h - internal to the tokenizer module (tokenizer.c is its only user): the GPT-2
  * byte-level BPE vocabulary, the pre-tokenizer, and a per-thread encoder state holding the
- * piece cache and the merge scratch. The public API is tokenizer.h.
+ * piece cache and the merge scratch. The public API is tokenizer.h. bpe_load.c loads the
+ * vocabulary, bpe.c encodes; the last section is what the two share.
  *
  *   dt_bpe *v; DT_CHECK(dt_bpe_load(ctx, "encoder.json", "vocab.bpe", &v));
  *   dt_bpe_state *st = dt_bpe_state_new(v);       // one per thread
@@ -53,5 +54,42 @@ size_t dt_bpe_piece_end(const uint8_t *text, size_t i, size_t len);
  * or after (so encoding text[..p) and text[p..) apart equals encoding them together), or len
  * when there is none. */
 size_t dt_bpe_next_split(const uint8_t *text, size_t len, size_t from);
+
+/* ---------------------------------------- shared by bpe_load.c and bpe.c, no one else */
+
+#define DT_BPE_MERGE_EMPTY UINT64_MAX
+
+struct dt_bpe {
+    int n;              /* tokens */
+    int eot;            /* id of "<|endoftext|>" or -1 */
+    uint8_t *blob;      /* the bytes of all tokens */
+    uint32_t *off, *len; /* (n) where token id's bytes are in blob */
+    uint8_t *self;      /* (n) 1 if merging the token's own bytes gives just the token */
+    int32_t byte_id[256];
+    int32_t *tslot;     /* open addressing over token bytes: id, or -1 when empty */
+    size_t tmask;
+    uint64_t *mkey;     /* merges: (first id << 32 | second id), or DT_BPE_MERGE_EMPTY */
+    uint32_t *mrank;    /* rank = order in vocab.bpe */
+    int32_t *mres;      /* id of the merged token */
+    size_t mmask;
+};
+
+/* Length (1..4) of the strictly valid UTF-8 sequence at s[0..n), n >= 1, code point in *cp;
+ * 0 if none. */
+size_t dt_bpe_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+/* A 64-bit finaliser (murmur3's): the hash of the merge table's keys. */
+uint64_t dt_bpe_mix64(uint64_t x);
+/* Hash of p[0..n): the hash of the token table and the piece cache. */
+uint64_t dt_bpe_hash_bytes(const uint8_t *p, size_t n);
+/* The smallest power of two >= x, and at least 16. */
+size_t dt_bpe_pow2_at_least(size_t x);
+/* Id of the token with bytes b[0..n) (h = dt_bpe_hash_bytes(b, n)), or -1. */
+int dt_bpe_token_find(const dt_bpe *v, const uint8_t *b, size_t n, uint64_t h);
+/* 1 with the rank and the merged token's id when (a, b) is a merge, else 0. */
+int dt_bpe_merge_find(const dt_bpe *v, int32_t a, int32_t b, uint32_t *rank, int32_t *res);
+/* Grows *p (*cap elements of elem bytes) to hold need, doubling; 0, or -1 (*p unchanged). */
+int dt_bpe_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* Appends the BPE of the single piece b[0..n), n >= 1, to out; 0, or -1 when out of memory. */
+int dt_bpe_merge(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out);
 
 #endif
