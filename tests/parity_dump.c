@@ -48,7 +48,7 @@ static int run(dt_ctx *ctx, const char *dir) {
     cfg.clip = 0.5f;
     cfg.seed = 42;
     dt_trainer tr;
-    DT_CHECK(dt_trainer_init(ctx, &tr, &cfg));
+    DT_CHECK(dt_trainer_init(ctx, &tr, &cfg, NULL));
     dt_gpt2 *m = &tr.model;
     int B = m->B, T = m->T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     size_t bt = (size_t)B * T;

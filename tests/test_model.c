@@ -169,7 +169,7 @@ static void train(dt_train_cfg c, float *losses, float **params, size_t *n) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_trainer tr;
-    assert_int_equal(dt_trainer_init(&ctx, &tr, &c), DT_OK);
+    assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
     for (long s = 0; s < c.steps; s++) {
         dt_step_stats st;
         assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
@@ -211,7 +211,7 @@ static void test_overfits_one_batch(void **state) {
     c.steps = 30;
     c.sched = (dt_lr_schedule){DT_SCHED_CONSTANT, 3e-3f, 0.0f, 0, 30};
     dt_trainer tr;
-    assert_int_equal(dt_trainer_init(&ctx, &tr, &c), DT_OK);
+    assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
     size_t bt = (size_t)c.micro_batch * c.seq_len;
     int32_t *in = tu_malloc(bt * 4), *tg = tu_malloc(bt * 4);
     dt_synthetic_batch(c.seed, c.model.vocab, 0, c.micro_batch, c.seq_len, in, tg);
@@ -263,7 +263,7 @@ static void test_allocation_failure_is_clean(void **state) {
         dt_train_cfg c = small_cfg();
         /* dt_trainer_init resets its allocator: inject through a tiny hook on the config. */
         c.fail_alloc_at = k;
-        dt_status st = dt_trainer_init(&ctx, &tr, &c);
+        dt_status st = dt_trainer_init(&ctx, &tr, &c, NULL);
         if (st == DT_OK) {
             dt_trainer_free(&tr);
             assert_int_equal(tr.alloc.total_cur, 0);

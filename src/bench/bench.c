@@ -40,7 +40,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, int warmup, int s
     c.steps = warmup + steps;
     if (c.sched.total < c.steps) c.sched.total = c.steps;
     dt_trainer tr;
-    DT_CHECK(dt_trainer_init(ctx, &tr, &c));
+    DT_CHECK(dt_trainer_init(ctx, &tr, &c, NULL));
     dt_status st = DT_OK;
     r->warmup = warmup;
     r->steps = steps;

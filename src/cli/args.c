@@ -6,6 +6,7 @@
 #endif
 
 #include "cli/cli.h"
+#include "core/log.h"
 #include "train/config_yaml.h"
 
 static const struct {
@@ -106,4 +107,26 @@ dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, 
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
 #endif
     return DT_OK;
+}
+
+void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg) {
+    if (dt_comm_rank(comm, DT_GROUP_WORLD) != 0) ctx->log_level = 0;
+#ifdef _OPENMP
+    int per_node = dt_comm_size(comm, DT_GROUP_NODE);
+    if (cfg->threads == 0 && !getenv("OMP_NUM_THREADS") && per_node > 1) {
+        int cores = omp_get_num_procs() / per_node;
+        omp_set_num_threads(cores > 0 ? cores : 1);
+    }
+#else
+    (void)cfg;
+#endif
+}
+
+void dt_cli_finish_ranks(dt_ctx *ctx, dt_comm *comm, dt_status st) {
+    if (st != DT_OK && dt_comm_size(comm, DT_GROUP_WORLD) > 1) {
+        dt_log_error(ctx, "%s", ctx->err);
+        dt_log_error(ctx, "rank %d failed: aborting all %d ranks", ctx->rank, dt_comm_size(comm, DT_GROUP_WORLD));
+        dt_comm_abort(comm, dt_cli_exit_code(st));
+    }
+    dt_comm_free(comm);
 }

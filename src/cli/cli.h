@@ -4,6 +4,7 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include "comm/comm.h"
 #include "core/status.h"
 #include "train/keys.h"
 
@@ -19,6 +20,13 @@ typedef int (*dt_cli_flag_fn)(dt_ctx *ctx, void *ud, int argc, char **argv, int 
  * and the subcommand's own flags, then finishes the configuration and applies threads. */
 dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, dt_run_cfg *cfg,
                            dt_cli_flag_fn own, void *ud);
+
+/* After dt_comm_init: only rank 0 logs info lines; OpenMP threads default to the cores of
+ * this node divided by its ranks (unless runtime.threads or OMP_NUM_THREADS say otherwise). */
+void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg);
+/* Ends a multi-rank run: on failure this rank prints its error and aborts the whole job (no
+ * rank is left waiting in a collective); on success the communicator is finalised. */
+void dt_cli_finish_ranks(dt_ctx *ctx, dt_comm *comm, dt_status st);
 
 /* Maps a status to an exit code. */
 int dt_cli_exit_code(dt_status s);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/log.h"
 #include "train/run.h"
 
 typedef struct train_flags {
@@ -44,5 +45,11 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         dt_cfg_print(stdout, &cfg);
         return DT_EXIT_OK;
     }
-    return dt_cli_exit_code(dt_train_run(ctx, &cfg, fl.save_weights));
+    dt_comm *comm;
+    st = dt_comm_init(ctx, &comm);
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    dt_cli_rank_setup(ctx, comm, &cfg);
+    st = dt_train_run(ctx, comm, &cfg, fl.save_weights);
+    dt_cli_finish_ranks(ctx, comm, st);
+    return dt_cli_exit_code(st);
 }

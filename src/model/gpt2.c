@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
@@ -207,6 +208,31 @@ double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
     double C = c->d_model, L = c->n_layer;
     double n = L * (12.0 * C * C + 13.0 * C) + 2.0 * C + (double)c->vocab * C;
     return 6.0 * n + 12.0 * L * (double)T * C;
+}
+
+dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment **out, int *n) {
+    /* Walk the slab in memory order: PRE tensors, layer blocks, POST tensors. */
+    int cap = DT_GPT2_NPARAMS * (m->cfg.n_layer + 1), cnt = 0;
+    dt_param_segment *s = malloc((size_t)cap * sizeof *s);
+    if (!s) return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate optimizer segments");
+    for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
+        int copies = g == DT_PG_LAYER ? m->cfg.n_layer : 1;
+        for (int l = 0; l < copies; l++)
+            for (int i = 0; i < DT_GPT2_NPARAMS; i++) {
+                const dt_tensor_info *t = &m->tensors[i];
+                if ((int)t->group != g) continue;
+                size_t off = t->offset + (g == DT_PG_LAYER ? (size_t)l * t->stride : 0);
+                size_t len = t->rows * t->cols;
+                if (cnt > 0 && s[cnt - 1].decay == t->decay &&
+                    s[cnt - 1].offset + s[cnt - 1].len == off)
+                    s[cnt - 1].len += len; /* merge neighbours of equal decay */
+                else
+                    s[cnt++] = (dt_param_segment){off, len, t->decay};
+            }
+    }
+    *out = s;
+    *n = cnt;
+    return DT_OK;
 }
 
 /* ------------------------------------------------------------------ lifetime */

@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/status.h"
 #include "model/gpt2_params.h"
+#include "optim/optim.h"
 
 typedef struct dt_gpt2_config {
     int n_layer;
@@ -121,6 +122,10 @@ const float *dt_gpt2_logits(const dt_gpt2 *m);
 /* Accumulates parameter gradients of loss * scale (scale = 1/accumulation steps). */
 void dt_gpt2_backward(dt_gpt2 *m, float scale);
 void dt_gpt2_zero_grad(dt_gpt2 *m);
+
+/* The AdamW segments of the parameter slab: contiguous ranges of equal weight decay, in
+ * memory order (*out is malloc'ed). */
+dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment **out, int *n);
 
 /* Parameters without vocabulary padding, and the non-embedding count for MFU. */
 size_t dt_gpt2_num_params(const dt_gpt2_config *c);

@@ -35,6 +35,10 @@ typedef struct dt_run_cfg {
     /* checkpoint */
     char ckpt_dir[DT_PATH_MAX];
     long ckpt_every;           /* steps between checkpoints (0 = only at the end) */
+    /* parallel */
+    char strategy[16];
+    float bucket_mb;
+    int overlap;
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */

@@ -53,19 +53,19 @@ static void run_free(run_state *r) {
     if (r->tr_live) dt_trainer_free(&r->tr);
 }
 
-static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
+static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
     const dt_train_cfg *t = &cfg->train;
     int vocab = t->model.vocab;
     if (cfg->data_train[0]) {
         DT_CHECK(dt_dataset_open(ctx, &r->train_ds, cfg->data_train, cfg->data_format, vocab));
         DT_CHECK(dt_dataset_check_seq_len(ctx, r->train_ds, t->seq_len));
         DT_CHECK(dt_sampler_init(ctx, &r->sampler, r->train_ds, t->seq_len, t->seed, cfg->data_shuffle));
-        DT_CHECK(dt_loader_init(ctx, &r->loader, r->sampler, 1, 0, t->micro_batch, t->accum, 0));
+        DT_CHECK(dt_loader_init(ctx, &r->loader, r->sampler, world, rank, t->micro_batch, t->accum, 0));
     }
     if (cfg->data_val[0]) {
         DT_CHECK(dt_dataset_open(ctx, &r->val_ds, cfg->data_val, cfg->data_format, vocab));
         DT_CHECK(dt_dataset_check_seq_len(ctx, r->val_ds, t->seq_len));
-        DT_CHECK(dt_val_loader_init(ctx, &r->val, r->val_ds, t->seq_len, 1, 0, t->micro_batch,
+        DT_CHECK(dt_val_loader_init(ctx, &r->val, r->val_ds, t->seq_len, world, rank, t->micro_batch,
                                     (uint64_t)cfg->eval_batches));
     }
     return DT_OK;
@@ -74,10 +74,14 @@ static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
 static dt_status evaluate(dt_ctx *ctx, run_state *r, long step) {
     double loss, tokens;
     DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens));
+    DT_CHECK(dt_parallel_mean(ctx, r->tr.par, &loss)); /* every rank evaluated its own rows */
+    tokens *= ctx->world;
+    if (ctx->rank != 0) return DT_OK;
     return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens);
 }
 
 static dt_status checkpoint(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step) {
+    if (ctx->rank != 0) return DT_OK; /* every rank holds the full model */
     DT_CHECK(dt_ckpt_save(ctx, &r->tr.model, cfg->ckpt_dir, cfg->tokenizer, step));
     char msg[4200];
     snprintf(msg, sizeof msg, "checkpoint: %s/step-%08ld", cfg->ckpt_dir, step);
@@ -85,41 +89,50 @@ static dt_status checkpoint(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, lo
     return DT_OK;
 }
 
-dt_status dt_train_run(dt_ctx *ctx, const dt_run_cfg *cfg, const char *save_weights) {
+dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const char *save_weights) {
     run_state r;
     memset(&r, 0, sizeof r);
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
-    DT_CHECK_GOTO(open_data(ctx, &r, cfg));
-    DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t));
+    int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
+    DT_CHECK_GOTO(open_data(ctx, &r, cfg, world, rank));
+    DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
     if (r.loader) {
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
     }
+    const dt_alloc *al = &r.tr.alloc;
+    dt_log_info(ctx, "model state per rank: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB; activations %.2f MiB",
+                (double)al->cur[DT_MEM_PARAMS] / 1048576.0, (double)al->cur[DT_MEM_GRADS] / 1048576.0,
+                (double)al->cur[DT_MEM_OPTIM] / 1048576.0, (double)al->cur[DT_MEM_ACTS] / 1048576.0);
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
-    DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, cfg->metrics, mode, t->steps));
+    DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 ? cfg->metrics : NULL, mode, t->steps));
     const dt_gpt2_config *mc = &r.tr.model.cfg;
     double peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : dt_matmul_peak_gflops(2048, 3, NULL);
     dt_log_info(ctx, "model %s: %d layers, d_model %d, %d heads, vocab %d (padded %d), %.2fM params",
                 t->preset[0] ? t->preset : "custom", mc->n_layer, mc->d_model, mc->n_head, mc->vocab,
                 mc->vocab_padded, (double)dt_gpt2_num_params(mc) / 1e6);
-    dt_log_info(ctx, "batch %d x %d tokens x %d accumulation, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
+    dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s, bucket %.1f MiB, overlap %s",
+                world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
+                (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off");
+    dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
                 cfg->data_train[0] ? cfg->data_train : "synthetic",
                 r.sampler ? (cfg->data_shuffle ? "shuffled" : "in order") : "random tokens",
                 cfg->data_val[0] ? ", validation " : "", cfg->data_val, peak);
     if (r.val && cfg->eval_interval > 0) DT_CHECK_GOTO(evaluate(ctx, &r, 0));
-    double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum, seen = 0;
+    double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world, seen = 0;
     double fpt = dt_gpt2_flops_per_token(mc, t->seq_len);
     for (long s = 1; s <= t->steps; s++) {
         dt_step_stats ss;
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
         seen += tokens_per_step;
-        if (s % cfg->log_every == 0 || s == t->steps) {
+        if (rank == 0 && (s % cfg->log_every == 0 || s == t->steps)) {
+            /* MFU per rank: the peak is one process's matmul rate. */
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
-                                  seen, fpt, peak};
+                                  seen, fpt / world, peak};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
         }
         if (r.val && ((cfg->eval_interval > 0 && s % cfg->eval_interval == 0) || s == t->steps))
@@ -127,7 +140,7 @@ dt_status dt_train_run(dt_ctx *ctx, const dt_run_cfg *cfg, const char *save_weig
         if (cfg->ckpt_dir[0] && ((cfg->ckpt_every > 0 && s % cfg->ckpt_every == 0) || s == t->steps))
             DT_CHECK_GOTO(checkpoint(ctx, &r, cfg, s));
     }
-    if (save_weights)
+    if (save_weights && rank == 0)
         DT_CHECK_GOTO(dt_model_file_save(ctx, &r.tr.model, save_weights, cfg->tokenizer, t->steps));
 fail:
     run_free(&r);

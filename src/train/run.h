@@ -8,12 +8,14 @@
 #ifndef DT_RUN_H
 #define DT_RUN_H
 
+#include "comm/comm.h"
 #include "data/loader.h"
 #include "model/gpt2.h"
 #include "train/keys.h"
 
-/* Trains as configured; save_weights (may be NULL) receives the final model file. */
-dt_status dt_train_run(dt_ctx *ctx, const dt_run_cfg *cfg, const char *save_weights);
+/* Trains as configured on the ranks of comm; save_weights (may be NULL) receives the final
+ * model file (rank 0). */
+dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const char *save_weights);
 
 /* Mean loss of m over every batch of the validation loader (forward only); *tokens gets the
  * number of tokens evaluated. The loader is reset first. */

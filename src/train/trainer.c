@@ -18,6 +18,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 4u << 20, 1, 1};
     c->seed = 1337;
 }
 
@@ -52,32 +53,7 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
     return DT_OK;
 }
 
-dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment **out, int *n) {
-    /* Walk the slab in memory order: PRE tensors, layer blocks, POST tensors. */
-    int cap = DT_GPT2_NPARAMS * (m->cfg.n_layer + 1), cnt = 0;
-    dt_param_segment *s = malloc((size_t)cap * sizeof *s);
-    if (!s) return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate optimizer segments");
-    for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
-        int copies = g == DT_PG_LAYER ? m->cfg.n_layer : 1;
-        for (int l = 0; l < copies; l++)
-            for (int i = 0; i < DT_GPT2_NPARAMS; i++) {
-                const dt_tensor_info *t = &m->tensors[i];
-                if ((int)t->group != g) continue;
-                size_t off = t->offset + (g == DT_PG_LAYER ? (size_t)l * t->stride : 0);
-                size_t len = t->rows * t->cols;
-                if (cnt > 0 && s[cnt - 1].decay == t->decay &&
-                    s[cnt - 1].offset + s[cnt - 1].len == off)
-                    s[cnt - 1].len += len; /* merge neighbours of equal decay */
-                else
-                    s[cnt++] = (dt_param_segment){off, len, t->decay};
-            }
-    }
-    *out = s;
-    *n = cnt;
-    return DT_OK;
-}
-
-dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg) {
+dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
     dt_alloc_init(&tr->alloc);
@@ -86,13 +62,18 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg) 
     dt_status st = DT_OK;
     DT_CHECK_GOTO(dt_gpt2_init(ctx, &tr->model, &cfg->model, &tr->alloc, cfg->micro_batch,
                                cfg->seq_len));
-    size_t np = tr->model.n_params * sizeof(float);
-    DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OPTIM, np, (void **)&tr->m));
-    DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OPTIM, np, (void **)&tr->v));
+    if (!comm) {
+        DT_CHECK_GOTO(dt_comm_init_self(ctx, &tr->own_comm));
+        comm = tr->own_comm;
+    }
+    tr->comm = comm;
+    dt_parallel_cfg pc = cfg->parallel;
+    pc.accum = cfg->accum;
+    DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc));
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->inputs));
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->targets));
-    DT_CHECK_GOTO(dt_gpt2_param_segments(ctx, &tr->model, &tr->segs, &tr->nsegs));
+    /* Every rank draws the same initial weights from the counter RNG: no broadcast needed. */
     dt_gpt2_init_weights(&tr->model, cfg->seed);
     return DT_OK;
 fail:
@@ -101,33 +82,32 @@ fail:
 }
 
 void dt_trainer_free(dt_trainer *tr) {
-    size_t np = tr->model.n_params * sizeof(float);
     size_t bt = (size_t)tr->cfg.micro_batch * tr->cfg.seq_len * sizeof(int32_t);
-    dt_alloc_put(&tr->alloc, DT_MEM_OPTIM, tr->m, np);
-    dt_alloc_put(&tr->alloc, DT_MEM_OPTIM, tr->v, np);
+    dt_parallel_free(tr->par);
+    dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->targets, bt);
     dt_gpt2_free(&tr->model);
-    free(tr->segs);
-    tr->m = tr->v = NULL;
+    tr->par = NULL;
+    tr->own_comm = NULL;
     tr->inputs = tr->targets = NULL;
-    tr->segs = NULL;
 }
 
-/* Shared tail of a step: clip, schedule, AdamW. */
-static void finish_step(dt_trainer *tr, dt_step_stats *out) {
+/* Shared tail of a step: gradients reduced across ranks, global clip, schedule, AdamW. */
+static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
     double t0 = dt_now();
-    dt_gpt2 *m = &tr->model;
-    double norm = sqrt(dt_sumsq(m->grads, m->n_params));
+    DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
+    double sumsq;
+    DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
+    double norm = sqrt(sumsq);
     float coef = dt_clip_coef(norm, tr->cfg.clip);
-    if (coef < 1.0f) dt_scale(m->grads, m->n_params, coef);
     float lr = dt_lr_at(&tr->cfg.sched, tr->step);
-    dt_adamw_update(&tr->cfg.adamw, m->params, m->grads, tr->m, tr->v, tr->segs, tr->nsegs, lr,
-                    tr->step + 1);
+    DT_CHECK(dt_parallel_update(ctx, tr->par, &tr->cfg.adamw, lr, tr->step + 1, coef));
     tr->step++;
     out->grad_norm = (float)norm;
     out->lr = lr;
     out->optim_seconds = dt_now() - t0;
+    return DT_OK;
 }
 
 /* Micro-steps from explicit batches (inputs non-NULL) or from the data source. */
@@ -136,8 +116,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     double t0 = dt_now();
     dt_gpt2 *m = &tr->model;
     size_t bt = (size_t)m->B * m->T;
-    dt_gpt2_zero_grad(m);
     double loss_sum = 0.0;
+    int W = dt_comm_size(tr->comm, DT_GROUP_WORLD);
     for (int k = 0; k < tr->cfg.accum; k++) {
         int32_t *in = tr->inputs, *tg = tr->targets;
         if (inputs) {
@@ -146,16 +126,23 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         } else if (tr->next_batch) {
             DT_CHECK(tr->next_batch(ctx, tr->batch_ud, k, &in, &tg));
         } else {
-            uint64_t micro = (uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k;
+            /* Global micro-batch index: rank r's micro-step k reads what 1 rank's micro-step
+             * k*W + r would (the sampler's order). */
+            int r = dt_comm_rank(tr->comm, DT_GROUP_WORLD);
+            uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W + (uint64_t)r;
             dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
         }
         float loss;
         DT_CHECK(dt_gpt2_forward(ctx, m, in, tg, &loss));
-        dt_gpt2_backward(m, 1.0f / (float)tr->cfg.accum);
+        dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
+        dt_gpt2_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
+        dt_parallel_end_micro(tr->par);
         loss_sum += loss;
     }
-    out->loss = (float)(loss_sum / tr->cfg.accum);
-    finish_step(tr, out);
+    DT_CHECK(finish_step(ctx, tr, out));
+    double mean_loss = loss_sum / tr->cfg.accum;
+    DT_CHECK(dt_parallel_mean(ctx, tr->par, &mean_loss));
+    out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     return DT_OK;
 }

@@ -11,8 +11,10 @@
 #include <stdint.h>
 
 #include "core/alloc.h"
+#include "comm/comm.h"
 #include "model/gpt2.h"
 #include "optim/optim.h"
+#include "parallel/parallel.h"
 
 typedef struct dt_train_cfg {
     char preset[32];        /* model preset the model fields came from ("" = custom) */
@@ -24,6 +26,7 @@ typedef struct dt_train_cfg {
     dt_lr_schedule sched;
     dt_adamw adamw;
     float clip;             /* global grad-norm clip; <= 0 disables */
+    dt_parallel_cfg parallel;
     uint64_t seed;
     long fail_alloc_at;     /* fault injection for tests: the n-th allocation fails (0 = off) */
 } dt_train_cfg;
@@ -40,9 +43,9 @@ typedef struct dt_trainer {
     dt_train_cfg cfg;
     dt_alloc alloc;
     dt_gpt2 model;
-    float *m, *v; /* AdamW moments, same layout as params */
-    dt_param_segment *segs;
-    int nsegs;
+    dt_comm *comm;      /* the run's communicator (or own_comm) */
+    dt_comm *own_comm;  /* single-process communicator when none was given */
+    dt_parallel *par;   /* gradient reduction and (sharded) optimizer state */
     dt_batch_fn next_batch;    /* NULL: synthetic tokens (dt_synthetic_batch) */
     void *batch_ud;
     int32_t *inputs, *targets; /* (B,T) staging for synthetic micro-batches */
@@ -57,7 +60,8 @@ typedef struct dt_step_stats {
     double optim_seconds; /* of which: norm, clipping and AdamW */
 } dt_step_stats;
 
-dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg);
+/* comm may be NULL: a single process. */
+dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm);
 void dt_trainer_free(dt_trainer *tr);
 
 /* One optimizer step on the next `accum` micro-batches of next_batch (or synthetic data). */
@@ -65,8 +69,5 @@ dt_status dt_trainer_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
 /* One optimizer step on given micro-batches: inputs/targets hold accum x (B,T) tokens. */
 dt_status dt_trainer_step_on(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
                              const int32_t *targets, dt_step_stats *out);
-
-/* Builds the AdamW segments of a model (contiguous ranges of equal decay, memory order). */
-dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment **out, int *n);
 
 #endif

@@ -1,0 +1,143 @@
+/* Dispatch to the backend, the single-process backend, and shard arithmetic. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+static int launched_by_mpi(void) {
+    const char *force = getenv("DTRAIN_COMM");
+    if (force && *force) return strcmp(force, "mpi") == 0;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                                       "MPI_LOCALNRANKS", NULL};
+    for (int i = 0; vars[i]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    dt_status st = mpi ? dt_comm_mpi_init(ctx, c) : dt_comm_self_init(ctx, c);
+    if (st != DT_OK) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return DT_OK;
+}
+
+dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out) {
+    DT_CHECK(init_with(ctx, out, launched_by_mpi()));
+    ctx->rank = (*out)->rank[DT_GROUP_WORLD];
+    ctx->world = (*out)->size[DT_GROUP_WORLD];
+    return DT_OK;
+}
+
+dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, out, 0); }
+
+void dt_comm_free(dt_comm *c) {
+    if (!c) return;
+    if (c->ops->free) c->ops->free(c);
+    free(c);
+}
+
+void dt_comm_abort(dt_comm *c, int code) {
+    if (c && c->ops->abort) c->ops->abort(c, code);
+}
+
+int dt_comm_rank(const dt_comm *c, dt_group g) { return c->rank[g]; }
+int dt_comm_size(const dt_comm *c, dt_group g) { return c->size[g]; }
+int dt_comm_num_nodes(const dt_comm *c) { return c->nodes; }
+const char *dt_comm_backend(const dt_comm *c) { return c->ops->name; }
+uint64_t dt_comm_bytes(const dt_comm *c) { return c->bytes; }
+
+dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,
+                            dt_dtype t, dt_redop op) {
+    return c->ops->allreduce(ctx, c, g, buf, n, t, op);
+}
+dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                    float *scratch) {
+    return c->ops->allreduce_ordered(ctx, c, g, buf, n, scratch);
+}
+dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
+                                 float *recv, const size_t *counts) {
+    return c->ops->reduce_scatter(ctx, c, g, send, recv, counts);
+}
+dt_status dt_comm_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts) {
+    return c->ops->allgather(ctx, c, g, buf, counts);
+}
+dt_status dt_comm_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root) {
+    return c->ops->broadcast(ctx, c, g, buf, bytes, root);
+}
+dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) { return c->ops->barrier(ctx, c, g); }
+dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                             dt_comm_req **req) {
+    return c->ops->iallreduce(ctx, c, g, buf, n, req);
+}
+dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) { return c->ops->wait(ctx, c, req); }
+
+void dt_comm_split(size_t n, int parts, size_t *counts, size_t *offsets) {
+    size_t base = n / (size_t)parts, extra = n % (size_t)parts, off = 0;
+    for (int r = 0; r < parts; r++) {
+        counts[r] = base + ((size_t)r < extra);
+        if (offsets) offsets[r] = off;
+        off += counts[r];
+    }
+}
+
+/* ---- the single-process backend: every group is {self}; collectives are identities. */
+
+static dt_status self_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,
+                                dt_dtype t, dt_redop op) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)n, (void)t, (void)op;
+    return DT_OK;
+}
+static dt_status self_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                        float *scratch) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)n, (void)scratch;
+    return DT_OK;
+}
+static dt_status self_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
+                                     float *recv, const size_t *counts) {
+    (void)ctx, (void)c, (void)g;
+    if (recv != send) memmove(recv, send, counts[0] * sizeof(float));
+    return DT_OK;
+}
+static dt_status self_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)counts;
+    return DT_OK;
+}
+static dt_status self_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)bytes, (void)root;
+    return DT_OK;
+}
+static dt_status self_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) {
+    (void)ctx, (void)c, (void)g;
+    return DT_OK;
+}
+static dt_status self_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                 dt_comm_req **req) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)n;
+    *req = NULL;
+    return DT_OK;
+}
+static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
+    (void)ctx, (void)c, (void)req;
+    return DT_OK;
+}
+
+static const dt_comm_ops self_ops = {
+    "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter, self_allgather,
+    self_broadcast, self_barrier, self_iallreduce, self_wait,
+};
+
+dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {
+    (void)ctx;
+    c->ops = &self_ops;
+    for (int g = 0; g < DT_GROUP_N; g++) {
+        c->rank[g] = 0;
+        c->size[g] = 1;
+    }
+    c->nodes = 1;
+    return DT_OK;
+}

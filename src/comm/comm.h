@@ -1,0 +1,80 @@
+/* comm.h - the communicator: who we are (rank, size, node) and the collectives dtrain
+ * uses. Nothing outside src/comm calls MPI. Backends (comm_impl.h) fill a table of
+ * functions: `self` for a single process (no MPI at all), `mpi` over any MPI-3 library.
+ *
+ * Groups: DT_GROUP_WORLD (all ranks), DT_GROUP_NODE (ranks sharing this node), and
+ * DT_GROUP_CROSS (the ranks with this rank's node-local index, one per node). The node of a
+ * rank is its host name, or DTRAIN_NODE_ID when set (to simulate several nodes on one
+ * machine).
+ *
+ *   dt_comm *c; DT_CHECK(dt_comm_init(ctx, &c));          // MPI if launched by mpirun/srun
+ *   DT_CHECK(dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, buf, n, DT_F32, DT_SUM));
+ *   dt_comm_free(c);
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_comm_req dt_comm_req;
+
+typedef enum dt_group { DT_GROUP_WORLD, DT_GROUP_NODE, DT_GROUP_CROSS, DT_GROUP_N } dt_group;
+typedef enum dt_dtype { DT_F32, DT_F64, DT_I64 } dt_dtype;
+typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
+
+/* Starts the MPI backend when the process was launched by mpirun/mpiexec/srun (detected
+ * from the launcher's environment) or DTRAIN_COMM=mpi, else the single-process backend.
+ * Sets ctx->rank and ctx->world. */
+dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out);
+/* The single-process communicator (every group is {self}), whatever the environment. */
+dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out);
+/* Finalises the backend; NULL is a no-op. */
+void dt_comm_free(dt_comm *c);
+/* Ends every rank of the job after a fatal error on this one (MPI_Abort); returns only for
+ * the single-process backend. */
+void dt_comm_abort(dt_comm *c, int code);
+
+int dt_comm_rank(const dt_comm *c, dt_group g);
+int dt_comm_size(const dt_comm *c, dt_group g);
+int dt_comm_num_nodes(const dt_comm *c);
+const char *dt_comm_backend(const dt_comm *c);
+
+/* In-place all-reduce of n elements. */
+dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,
+                            dt_dtype t, dt_redop op);
+/* Deterministic in-place all-reduce (sum, f32): every element is summed in rank order,
+ * ((x0 + x1) + x2) + ..., whatever the MPI library's algorithms, so the result is bitwise
+ * what one process gets by adding the ranks' contributions in that order. Bandwidth-optimal
+ * (a chunk per rank is exchanged, summed by its owner, then all-gathered: 2(n-1)/n bytes per
+ * byte). scratch holds n floats. */
+dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                    float *scratch);
+/* Reduce-scatter (sum, f32): rank r of the group receives the sum over ranks of
+ * send[off_r : off_r + counts[r]) into recv, off_r = sum of counts before r. Uneven counts
+ * are fine. */
+dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
+                                 float *recv, const size_t *counts);
+/* All-gather (f32): every rank contributes counts[rank] elements at buf + off_rank (in
+ * place); afterwards buf holds all ranks' parts. */
+dt_status dt_comm_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts);
+dt_status dt_comm_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root);
+dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g);
+
+/* Non-blocking in-place all-reduce (sum, f32); complete it with dt_comm_wait. */
+dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                             dt_comm_req **req);
+dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
+
+/* Bytes this rank has sent into collectives since init (for the benchmark's traffic
+ * column: ring-algorithm accounting, 2(n-1)/n per all-reduce byte). */
+uint64_t dt_comm_bytes(const dt_comm *c);
+
+/* Near-even split of n elements into `parts` contiguous shards: counts[r] (the first
+ * n % parts shards get one more) and offsets. */
+void dt_comm_split(size_t n, int parts, size_t *counts, size_t *offsets);
+
+#endif

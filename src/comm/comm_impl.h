@@ -1,0 +1,35 @@
+/* comm_impl.h - the backend table behind dt_comm (internal to src/comm). A backend is one
+ * file that fills dt_comm_ops; members marked (optional) may be NULL. */
+#ifndef DT_COMM_IMPL_H
+#define DT_COMM_IMPL_H
+
+#include "comm/comm.h"
+
+typedef struct dt_comm_ops {
+    const char *name;
+    void (*free)(dt_comm *c);
+    void (*abort)(dt_comm *c, int code);
+    dt_status (*allreduce)(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n, dt_dtype t, dt_redop op);
+    dt_status (*allreduce_ordered)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n, float *scratch);
+    dt_status (*reduce_scatter)(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send, float *recv,
+                                const size_t *counts);
+    dt_status (*allgather)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts);
+    dt_status (*broadcast)(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root);
+    dt_status (*barrier)(dt_ctx *ctx, dt_comm *c, dt_group g);
+    dt_status (*iallreduce)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n, dt_comm_req **req);
+    dt_status (*wait)(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
+} dt_comm_ops;
+
+struct dt_comm {
+    const dt_comm_ops *ops;
+    int rank[DT_GROUP_N], size[DT_GROUP_N];
+    int nodes;
+    uint64_t bytes;
+    void *impl; /* backend state */
+};
+
+/* Backend constructors. */
+dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c);
+dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c);
+
+#endif

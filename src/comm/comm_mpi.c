@@ -1,0 +1,262 @@
+/* The MPI backend: standard MPI-3 only (Open MPI and MPICH). Errors come back as dt_status
+ * with MPI's message (MPI_ERRORS_RETURN); note that Open MPI 4.1 aborts the whole job
+ * itself when a peer process dies, so that case never reaches us. */
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+#define NAME_LEN 256
+
+typedef struct mpi_state {
+    MPI_Comm comm[DT_GROUP_N];
+} mpi_state;
+
+struct dt_comm_req {
+    MPI_Request r;
+};
+
+static MPI_Comm comm_of(dt_comm *c, dt_group g) { return ((mpi_state *)c->impl)->comm[g]; }
+
+static dt_status mpi_err(dt_ctx *ctx, dt_comm *c, int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return dt_fail(ctx, DT_ERR_BACKEND, "%s failed on rank %d: %s", what, c->rank[DT_GROUP_WORLD], msg);
+}
+
+#define MPI_TRY(call, what)                                                                  \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_ != MPI_SUCCESS) return mpi_err(ctx, c, rc_, what);                           \
+    } while (0)
+
+static MPI_Datatype mpi_type(dt_dtype t) {
+    return t == DT_F32 ? MPI_FLOAT : t == DT_F64 ? MPI_DOUBLE : MPI_INT64_T;
+}
+static size_t type_size(dt_dtype t) { return t == DT_F32 ? 4 : 8; }
+static MPI_Op mpi_op(dt_redop op) { return op == DT_SUM ? MPI_SUM : op == DT_MAX ? MPI_MAX : MPI_MIN; }
+
+/* MPI counts are int: large buffers go in chunks. */
+#define CHUNK ((size_t)1 << 30)
+
+static dt_status m_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n, dt_dtype t,
+                             dt_redop op) {
+    for (size_t i = 0; i < n; i += CHUNK) {
+        size_t m = n - i < CHUNK ? n - i : CHUNK;
+        MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + i * type_size(t), (int)m, mpi_type(t),
+                              mpi_op(op), comm_of(c, g)),
+                "MPI_Allreduce");
+    }
+    int p = c->size[g];
+    c->bytes += (uint64_t)(2.0 * (p - 1) / p * (double)(n * type_size(t)));
+    return DT_OK;
+}
+
+static dt_status int_counts(dt_ctx *ctx, dt_comm *c, dt_group g, const size_t *counts, int *ic,
+                            int *displs, size_t *total);
+
+static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                     float *scratch) {
+    int p = c->size[g], me = c->rank[g];
+    if (p == 1) return DT_OK;
+    size_t *cnt = malloc(2 * (size_t)p * sizeof(size_t));
+    int *ic = malloc(6 * (size_t)p * sizeof(int));
+    dt_status st = DT_OK;
+    if (!cnt || !ic) {
+        st = dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+        goto done;
+    }
+    dt_comm_split(n, p, cnt, cnt + p);
+    /* Alltoallv: chunk r of my buffer goes to rank r; I receive every rank's copy of my chunk,
+     * stacked in rank order in scratch. */
+    int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
+    size_t mine = cnt[me], total;
+    if (mine * (size_t)p > INT_MAX || n > INT_MAX) {
+        st = dt_fail(ctx, DT_ERR_BACKEND, "ordered all-reduce of %zu elements is too large", n);
+        goto done;
+    }
+    for (int r = 0; r < p; r++) {
+        scount[r] = (int)cnt[r];
+        sdispl[r] = (int)cnt[p + r];
+        rcount[r] = (int)mine;
+        rdispl[r] = (int)(mine * (size_t)r);
+    }
+    int rc = MPI_Alltoallv(buf, scount, sdispl, MPI_FLOAT, scratch, rcount, rdispl, MPI_FLOAT, comm_of(c, g));
+    if (rc != MPI_SUCCESS) {
+        st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
+        goto done;
+    }
+    float *out = buf + cnt[p + me];
+    for (size_t i = 0; i < mine; i++) out[i] = scratch[i];
+    for (int r = 1; r < p; r++) {
+        const float *x = scratch + mine * (size_t)r;
+        for (size_t i = 0; i < mine; i++) out[i] += x[i];
+    }
+    st = int_counts(ctx, c, g, cnt, ic + 4 * p, ic + 5 * p, &total);
+    if (st != DT_OK) goto done;
+    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic + 4 * p, ic + 5 * p, MPI_FLOAT, comm_of(c, g));
+    if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Allgatherv");
+    c->bytes += (uint64_t)(2.0 * (p - 1) / p * (double)(n * 4));
+done:
+    free(cnt);
+    free(ic);
+    return st;
+}
+
+static dt_status int_counts(dt_ctx *ctx, dt_comm *c, dt_group g, const size_t *counts, int *ic,
+                            int *displs, size_t *total) {
+    size_t off = 0;
+    for (int r = 0; r < c->size[g]; r++) {
+        if (counts[r] > INT_MAX || off > INT_MAX)
+            return dt_fail(ctx, DT_ERR_BACKEND, "collective too large for MPI int counts (%zu elements)", counts[r]);
+        ic[r] = (int)counts[r];
+        displs[r] = (int)off;
+        off += counts[r];
+    }
+    *total = off;
+    return DT_OK;
+}
+
+static dt_status m_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send, float *recv,
+                                  const size_t *counts) {
+    int p = c->size[g];
+    int *ic = malloc(2 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    size_t total;
+    dt_status st = int_counts(ctx, c, g, counts, ic, ic + p, &total);
+    if (st == DT_OK) {
+        int rc = MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Reduce_scatter");
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
+    }
+    free(ic);
+    return st;
+}
+
+static dt_status m_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts) {
+    int p = c->size[g];
+    int *ic = malloc(2 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    size_t total;
+    dt_status st = int_counts(ctx, c, g, counts, ic, ic + p, &total);
+    if (st == DT_OK) {
+        int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + p, MPI_FLOAT, comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Allgatherv");
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
+    }
+    free(ic);
+    return st;
+}
+
+static dt_status m_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root) {
+    for (size_t i = 0; i < bytes; i += CHUNK) {
+        size_t m = bytes - i < CHUNK ? bytes - i : CHUNK;
+        MPI_TRY(MPI_Bcast((char *)buf + i, (int)m, MPI_BYTE, root, comm_of(c, g)), "MPI_Bcast");
+    }
+    c->bytes += bytes;
+    return DT_OK;
+}
+
+static dt_status m_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) {
+    MPI_TRY(MPI_Barrier(comm_of(c, g)), "MPI_Barrier");
+    return DT_OK;
+}
+
+static dt_status m_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n, dt_comm_req **req) {
+    if (n > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "non-blocking all-reduce of %zu elements is too large", n);
+    dt_comm_req *r = malloc(sizeof *r);
+    if (!r) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, comm_of(c, g), &r->r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_err(ctx, c, rc, "MPI_Iallreduce");
+    }
+    int p = c->size[g];
+    c->bytes += (uint64_t)(2.0 * (p - 1) / p * (double)(n * 4));
+    *req = r;
+    return DT_OK;
+}
+
+static dt_status m_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
+    if (!req) return DT_OK;
+    int rc = MPI_Wait(&req->r, MPI_STATUS_IGNORE);
+    free(req);
+    if (rc != MPI_SUCCESS) return mpi_err(ctx, c, rc, "MPI_Wait");
+    return DT_OK;
+}
+
+static void m_free(dt_comm *c) {
+    mpi_state *s = c->impl;
+    if (s) {
+        for (int g = 0; g < DT_GROUP_N; g++)
+            if (s->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&s->comm[g]);
+        free(s);
+    }
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+static void m_abort(dt_comm *c, int code) {
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static const dt_comm_ops mpi_ops = {
+    "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter, m_allgather,
+    m_broadcast, m_barrier, m_iallreduce, m_wait,
+};
+
+dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
+    int provided = 0, inited = 0;
+    MPI_Initialized(&inited);
+    /* SERIALIZED: a communication thread may run collectives, never two threads at once. */
+    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return dt_fail(ctx, DT_ERR_BACKEND, "MPI_Init_thread failed");
+    if (inited) MPI_Query_thread(&provided);
+    c->ops = &mpi_ops;
+    mpi_state *s = calloc(1, sizeof *s);
+    char *names = NULL;
+    if (!s) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    c->impl = s;
+    for (int g = 0; g < DT_GROUP_N; g++) s->comm[g] = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &s->comm[DT_GROUP_WORLD]);
+    MPI_Comm_set_errhandler(s->comm[DT_GROUP_WORLD], MPI_ERRORS_RETURN);
+    MPI_Comm_rank(s->comm[DT_GROUP_WORLD], &c->rank[DT_GROUP_WORLD]);
+    MPI_Comm_size(s->comm[DT_GROUP_WORLD], &c->size[DT_GROUP_WORLD]);
+    if (provided < MPI_THREAD_SERIALIZED)
+        return dt_fail(ctx, DT_ERR_BACKEND, "the MPI library provides thread level %d, need MPI_THREAD_SERIALIZED", provided);
+    /* Node identity: DTRAIN_NODE_ID (simulated nodes) or the host name. Ranks with the same
+     * name form a node; nodes are numbered in order of their lowest rank. */
+    char mine[NAME_LEN] = "";
+    const char *id = getenv("DTRAIN_NODE_ID");
+    if (id && *id) snprintf(mine, sizeof mine, "%s", id);
+    else snprintf(mine, sizeof mine, "%s", ctx->host);
+    int p = c->size[DT_GROUP_WORLD], me = c->rank[DT_GROUP_WORLD];
+    names = calloc((size_t)p, NAME_LEN);
+    if (!names) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    MPI_TRY(MPI_Allgather(mine, NAME_LEN, MPI_CHAR, names, NAME_LEN, MPI_CHAR, s->comm[DT_GROUP_WORLD]),
+            "MPI_Allgather of node names");
+    int color = -1, nodes = 0;
+    for (int r = 0; r < p; r++) {
+        int first = 1;
+        for (int q = 0; q < r && first; q++) first = strcmp(names + (size_t)q * NAME_LEN, names + (size_t)r * NAME_LEN) != 0;
+        if (first) nodes++;
+        if (color < 0 && strcmp(names + (size_t)r * NAME_LEN, mine) == 0) color = r;
+    }
+    free(names);
+    c->nodes = nodes;
+    MPI_TRY(MPI_Comm_split(s->comm[DT_GROUP_WORLD], color, me, &s->comm[DT_GROUP_NODE]), "MPI_Comm_split (node)");
+    MPI_Comm_rank(s->comm[DT_GROUP_NODE], &c->rank[DT_GROUP_NODE]);
+    MPI_Comm_size(s->comm[DT_GROUP_NODE], &c->size[DT_GROUP_NODE]);
+    MPI_TRY(MPI_Comm_split(s->comm[DT_GROUP_WORLD], c->rank[DT_GROUP_NODE], me, &s->comm[DT_GROUP_CROSS]),
+            "MPI_Comm_split (cross)");
+    MPI_Comm_rank(s->comm[DT_GROUP_CROSS], &c->rank[DT_GROUP_CROSS]);
+    MPI_Comm_size(s->comm[DT_GROUP_CROSS], &c->size[DT_GROUP_CROSS]);
+    for (int g = DT_GROUP_NODE; g < DT_GROUP_N; g++) MPI_Comm_set_errhandler(s->comm[g], MPI_ERRORS_RETURN);
+    return DT_OK;
+}

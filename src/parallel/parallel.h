@@ -1,0 +1,78 @@
+/* parallel.h - data parallelism: how gradients and optimizer state are shared between
+ * ranks. One object per rank; the trainer calls it around each step and the model calls
+ * its hooks per layer.
+ *
+ *   DDP    (FSDP NO_SHARD)       gradients all-reduced in buckets (reverse layer order),
+ *                                 overlapped with the backward pass; full optimizer state.
+ *   ZeRO-1 (no FSDP equivalent)   same all-reduce; each rank keeps AdamW state for its shard
+ *                                 of the flat parameter vector only, updates that shard,
+ *                                 then the parameters are all-gathered.
+ * (ZeRO-2 / ZeRO-3 and hybrid sharding build on these; see docs/ARCHITECTURE.md.)
+ *
+ *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
+ *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
+ *              dt_parallel_end_micro(p)            after it
+ *              DT_CHECK(dt_parallel_finish_grads(ctx, p));    all buckets reduced and averaged
+ *              DT_CHECK(dt_parallel_grad_sumsq(ctx, p, &s));  global, for clipping
+ *              DT_CHECK(dt_parallel_update(ctx, p, &adamw, lr, t, clip_coef));
+ *   dt_parallel_free(p);
+ */
+#ifndef DT_PARALLEL_H
+#define DT_PARALLEL_H
+
+#include "comm/comm.h"
+#include "core/alloc.h"
+#include "model/gpt2.h"
+#include "optim/optim.h"
+
+typedef enum dt_strategy { DT_STRAT_DDP, DT_STRAT_ZERO1 } dt_strategy;
+
+typedef struct dt_parallel_cfg {
+    dt_strategy strategy;
+    size_t bucket_bytes; /* gradient bucket size */
+    int overlap;         /* all-reduce buckets on a communication thread during backward */
+    int accum;           /* micro-steps per step (set by the trainer) */
+} dt_parallel_cfg;
+
+typedef struct dt_parallel dt_parallel;
+
+/* Parses "ddp", "zero1" and the FSDP alias NO_SHARD (case-insensitive); other stages name
+ * the issue that brings them. */
+dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out);
+const char *dt_strategy_name(dt_strategy s);
+
+/* Installs the model's backward hooks; allocates the optimizer state this rank owns. */
+dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt2 *m,
+                           dt_alloc *alloc, const dt_parallel_cfg *cfg);
+void dt_parallel_free(dt_parallel *p);
+
+/* Before micro-step k's backward: points the model's gradients at a zeroed buffer.
+ * Communication happens only when `last` is set (the last accumulation micro-step), so
+ * earlier micro-steps just accumulate locally. */
+void dt_parallel_begin_micro(dt_parallel *p, int k, int last);
+/* After a micro-step's backward: adds it into the step's gradient (non-last micro-steps;
+ * the last one is added bucket by bucket just before its reduction). */
+void dt_parallel_end_micro(dt_parallel *p);
+
+/* Waits for every bucket; afterwards m->grads holds the mean gradient of the global batch
+ * (the model's backward must have scaled by 1/(accum x world)). */
+dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p);
+
+/* Sum of squares of the global (averaged) gradient, identical on every rank. */
+dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out);
+
+/* Scales gradients by clip_coef, runs AdamW on this rank's part and leaves every rank with
+ * the full updated parameters. t is the 1-based step. */
+dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
+                             float clip_coef);
+
+/* Mean of x over ranks (for logging the loss). */
+dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x);
+
+/* Shard of the flat parameter vector whose optimizer state this rank holds. */
+void dt_parallel_shard(const dt_parallel *p, size_t *offset, size_t *count);
+/* Seconds spent waiting for communication in finish_grads/update (exposed), and in the
+ * collectives themselves (total), since init. */
+void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total);
+
+#endif
