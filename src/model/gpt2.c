@@ -239,6 +239,11 @@ dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment
 
 dt_status dt_gpt2_init(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg, dt_alloc *alloc,
                        int B, int T) {
+    return dt_gpt2_init_unsharded(ctx, m, cfg, alloc, B, T, 1);
+}
+
+dt_status dt_gpt2_init_unsharded(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg,
+                                 dt_alloc *alloc, int B, int T, int with_slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     DT_CHECK(dt_gpt2_config_validate(ctx, &m->cfg));
@@ -254,10 +259,26 @@ dt_status dt_gpt2_init(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg, dt_al
     layout_params(m);
     m->n_acts = dt_gpt2_act_floats(&m->cfg, B, T);
     dt_status st = DT_OK;
-    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, m->n_params * sizeof(float),
-                               (void **)&m->params));
-    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_GRADS, m->n_params * sizeof(float),
-                               (void **)&m->grads));
+    m->n_units = m->cfg.n_layer + 2;
+    size_t ub = (size_t)m->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *));
+    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, ub, (void **)&m->unit_lo));
+    m->unit_len = m->unit_lo + m->n_units;
+    m->unit_params = (float **)(m->unit_len + m->n_units);
+    m->unit_grads = m->unit_params + m->n_units;
+    for (int u = 0; u < m->n_units; u++) {
+        size_t lo = u == 0 ? 0 : u <= m->cfg.n_layer ? m->layers_offset + (size_t)(u - 1) * m->layer_floats
+                                                      : m->layers_offset + m->layer_floats * (size_t)m->cfg.n_layer;
+        size_t hi = u == 0 ? m->layers_offset : u <= m->cfg.n_layer ? lo + m->layer_floats : m->n_params;
+        m->unit_lo[u] = lo;
+        m->unit_len[u] = hi - lo;
+    }
+    if (with_slabs) {
+        DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, m->n_params * sizeof(float),
+                                   (void **)&m->params));
+        DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_GRADS, m->n_params * sizeof(float),
+                                   (void **)&m->grads));
+        dt_gpt2_point_units(m);
+    }
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float),
                                (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, sizeof(dt_gpt2_acts), (void **)&m->a));
@@ -268,8 +289,17 @@ fail:
     return st;
 }
 
+void dt_gpt2_point_units(dt_gpt2 *m) {
+    for (int u = 0; u < m->n_units; u++) {
+        m->unit_params[u] = m->params ? m->params + m->unit_lo[u] : NULL;
+        m->unit_grads[u] = m->grads ? m->grads + m->unit_lo[u] : NULL;
+    }
+}
+
 void dt_gpt2_free(dt_gpt2 *m) {
     if (!m->alloc) return;
+    dt_alloc_put(m->alloc, DT_MEM_OTHER, m->unit_lo,
+                 (size_t)m->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *)));
     dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->params, m->n_params * sizeof(float));
     dt_alloc_put(m->alloc, DT_MEM_GRADS, m->grads, m->n_params * sizeof(float));
     dt_alloc_put(m->alloc, DT_MEM_ACTS, m->acts, m->n_acts * sizeof(float));
@@ -277,32 +307,57 @@ void dt_gpt2_free(dt_gpt2 *m) {
     memset(m, 0, sizeof *m);
 }
 
-void dt_gpt2_init_weights(dt_gpt2 *m, uint64_t seed) {
+void dt_gpt2_init_range(const dt_gpt2 *m, uint64_t seed, float *dst, size_t lo, size_t n) {
     const dt_gpt2_config *c = &m->cfg;
     float resid_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    size_t hi = lo + n;
     for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
         const dt_tensor_info *t = &m->tensors[id];
         int copies = t->group == DT_PG_LAYER ? c->n_layer : 1;
         for (int l = 0; l < copies; l++) {
-            float *p = dt_gpt2_tensor(m, m->params, (dt_gpt2_param_id)id, l);
-            size_t n = t->rows * t->cols;
+            size_t base = t->offset + (t->group == DT_PG_LAYER ? (size_t)l * t->stride : 0);
+            size_t len = t->rows * t->cols;
             /* Only real vocabulary rows are drawn; padding rows stay 0 (never read, zero grad). */
-            if (id == DT_GPT2_P_WTE) n = (size_t)c->vocab * t->cols;
+            size_t drawn = id == DT_GPT2_P_WTE ? (size_t)c->vocab * t->cols : len;
+            size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
+            if (a >= z) continue;
             uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
 #pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < n; i++) {
+            for (size_t e = a; e < z; e++) {
+                size_t i = e - base;
+                float v = 0.0f;
                 switch (t->init) {
-                case DT_INIT_NORMAL: p[i] = 0.02f * dt_rng_normal(seed, stream, i); break;
-                case DT_INIT_RESID: p[i] = resid_std * dt_rng_normal(seed, stream, i); break;
-                case DT_INIT_ONES: p[i] = 1.0f; break;
-                case DT_INIT_ZEROS: p[i] = 0.0f; break;
+                case DT_INIT_NORMAL: v = i < drawn ? 0.02f * dt_rng_normal(seed, stream, i) : 0.0f; break;
+                case DT_INIT_RESID: v = resid_std * dt_rng_normal(seed, stream, i); break;
+                case DT_INIT_ONES: v = 1.0f; break;
+                case DT_INIT_ZEROS: v = 0.0f; break;
                 }
+                dst[e - lo] = v;
             }
         }
     }
 }
 
-void dt_gpt2_zero_grad(dt_gpt2 *m) { memset(m->grads, 0, m->n_params * sizeof(float)); }
+void dt_gpt2_init_weights(dt_gpt2 *m, uint64_t seed) { dt_gpt2_init_range(m, seed, m->params, 0, m->n_params); }
+
+int dt_gpt2_unit_of(const dt_gpt2 *m, dt_gpt2_param_id id, int layer, size_t *offset_in_unit) {
+    const dt_tensor_info *t = &m->tensors[id];
+    int u = t->group == DT_PG_PRE ? 0 : t->group == DT_PG_LAYER ? 1 + layer : m->cfg.n_layer + 1;
+    size_t flat = t->offset + (t->group == DT_PG_LAYER ? (size_t)layer * t->stride : 0);
+    *offset_in_unit = flat - m->unit_lo[u];
+    return u;
+}
+
+/* Kernel-side access through the unit pointers. */
+static inline float *unit_tensor(const dt_gpt2 *m, float *const *units, dt_gpt2_param_id id, int l) {
+    size_t off;
+    int u = dt_gpt2_unit_of(m, id, l, &off);
+    return units[u] + off;
+}
+
+void dt_gpt2_zero_grad(dt_gpt2 *m) {
+    for (int u = 0; u < m->n_units; u++) memset(m->unit_grads[u], 0, m->unit_len[u] * sizeof(float));
+}
 
 const float *dt_gpt2_logits(const dt_gpt2 *m) { return m->a->logits; }
 
@@ -316,8 +371,8 @@ const float *dt_gpt2_logits(const dt_gpt2 *m) { return m->a->logits; }
         if ((m)->profile) (m)->prof.dir[kind] += dt_now() - t0_;                             \
     } while (0)
 
-#define P(id, l) dt_gpt2_tensor(m, m->params, DT_GPT2_P_##id, l)
-#define G(id, l) dt_gpt2_tensor(m, m->grads, DT_GPT2_P_##id, l)
+#define P(id, l) unit_tensor(m, m->unit_params, DT_GPT2_P_##id, l)
+#define G(id, l) unit_tensor(m, m->unit_grads, DT_GPT2_P_##id, l)
 
 dt_status dt_gpt2_forward(dt_ctx *ctx, dt_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                           float *loss) {
@@ -360,6 +415,7 @@ dt_status dt_gpt2_forward(dt_ctx *ctx, dt_gpt2 *m, const int32_t *inputs, const 
         DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(fchg, fch, (int)(btc * 4)));
         DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
         DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
+        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
@@ -398,6 +454,7 @@ void dt_gpt2_backward(dt_gpt2 *m, float scale) {
         float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT,
               *ln2r = a->ln2_rstd + (size_t)l * BT;
         float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, fchg, P(FCPROJW, l), BT, 4 * C, C));
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, (int)(btc * 4)));

@@ -64,10 +64,18 @@ typedef struct dt_tensor_info {
 /* Per-layer callbacks for the parallel strategies; any member may be NULL. */
 typedef struct dt_gpt2_hooks {
     void *ud;
-    void (*before_layer_forward)(void *ud, int layer);  /* (optional) ZeRO-3: gather */
+    void (*before_layer_forward)(void *ud, int layer);  /* (optional) ZeRO-3: gather params */
+    void (*after_layer_forward)(void *ud, int layer);   /* (optional) ZeRO-3: release them */
+    void (*before_layer_backward)(void *ud, int layer); /* (optional) gather; grad window */
     void (*after_layer_backward)(void *ud, int layer);  /* (optional) layer grads final */
     void (*after_embed_backward)(void *ud);             /* (optional) wte/wpe grads final */
 } dt_gpt2_hooks;
+
+/* Units: the slab regions a strategy may store separately. Unit 0 = the embeddings (PRE),
+ * unit 1 + l = layer l, unit L + 1 = ln_f (POST). */
+#define DT_GPT2_UNIT_PRE 0
+#define DT_GPT2_UNIT_LAYER(l) (1 + (l))
+#define DT_GPT2_UNIT_POST(m) ((m)->cfg.n_layer + 1)
 
 /* Per-op wall-time accumulators (seconds), for the benchmark's breakdown. */
 typedef enum dt_op_kind {
@@ -87,7 +95,11 @@ typedef struct dt_gpt2 {
     size_t n_params;       /* floats in the params slab (incl. vocabulary padding) */
     size_t layer_floats;   /* floats in one layer block */
     size_t layers_offset;  /* start of layer 0's block */
-    float *params, *grads; /* slabs of n_params floats */
+    float *params, *grads; /* slabs of n_params floats (NULL when a strategy owns storage) */
+    int n_units;           /* n_layer + 2 */
+    size_t *unit_lo, *unit_len; /* each unit's range in the flat layout */
+    float **unit_params, **unit_grads; /* where the kernels read/write each unit (default:
+                                          into the slabs; ZeRO moves them into windows) */
     float *acts;           /* activation slab */
     size_t n_acts;
     dt_alloc *alloc;
@@ -101,11 +113,24 @@ typedef struct dt_gpt2 {
 
 dt_status dt_gpt2_init(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg, dt_alloc *alloc,
                        int B, int T);
+/* Same, without the parameter and gradient slabs: the caller points unit_params/unit_grads
+ * at storage of its own (ZeRO-3). */
+dt_status dt_gpt2_init_unsharded(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg,
+                                 dt_alloc *alloc, int B, int T, int with_slabs);
 void dt_gpt2_free(dt_gpt2 *m);
+/* Points every unit at its region of the params/grads slabs (after replacing a slab). */
+void dt_gpt2_point_units(dt_gpt2 *m);
 
 /* GPT-2 initialisation from the counter RNG: N(0, 0.02); residual projections N(0,
  * 0.02/sqrt(2L)); biases 0; layernorm weights 1; vocabulary padding rows 0. */
 void dt_gpt2_init_weights(dt_gpt2 *m, uint64_t seed);
+
+/* Writes the initial values of flat elements [lo, lo + n) into dst (any range: each element
+ * depends only on (seed, tensor, layer, index)). dt_gpt2_init_weights = the whole slab. */
+void dt_gpt2_init_range(const dt_gpt2 *m, uint64_t seed, float *dst, size_t lo, size_t n);
+
+/* The unit holding tensor id of layer l, and the tensor's offset inside that unit. */
+int dt_gpt2_unit_of(const dt_gpt2 *m, dt_gpt2_param_id id, int layer, size_t *offset_in_unit);
 
 /* Pointer to a tensor's data in `base` (m->params or m->grads); layer ignored if not per-layer. */
 float *dt_gpt2_tensor(const dt_gpt2 *m, float *base, dt_gpt2_param_id id, int layer);

@@ -240,7 +240,10 @@ void dt_parallel_free(dt_parallel *p) {
         pthread_join(p->thread, NULL);
     }
     if (p->m && p->m->hooks.ud == p) memset(&p->m->hooks, 0, sizeof p->m->hooks);
-    if (p->m) p->m->grads = p->acc;
+    if (p->m && p->acc) {
+        p->m->grads = p->acc;
+        dt_gpt2_point_units(p->m);
+    }
     dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m ? p->m->n_params * sizeof(float) : 0);
     dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->red_scratch, p->bucket_floats * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->mom, p->shard_len * sizeof(float));
@@ -263,6 +266,7 @@ void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
     DT_ASSERT(g != NULL);
     memset(g, 0, p->m->n_params * sizeof(float));
     p->m->grads = g;
+    dt_gpt2_point_units(p->m);
 }
 
 void dt_parallel_end_micro(dt_parallel *p) {
@@ -273,11 +277,15 @@ void dt_parallel_end_micro(dt_parallel *p) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) a[i] += x[i];
     }
-    if (!p->last_micro) p->m->grads = p->acc;
+    if (!p->last_micro) {
+        p->m->grads = p->acc;
+        dt_gpt2_point_units(p->m);
+    }
 }
 
 dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
     p->m->grads = p->acc;
+    dt_gpt2_point_units(p->m);
     if (p->world == 1 && p->micro == 0) return DT_OK;
     double t0 = dt_now();
     dt_status st = DT_OK;
