@@ -18,6 +18,7 @@ static void usage(FILE *f) {
             "  bench    benchmark training: step time, tokens/s, MFU, per-kernel breakdown\n"
             "  bench peak   measure the fp32 matmul peak that MFU is relative to\n"
             "  config   show the resolved configuration (config show), list keys (config keys)\n"
+            "  launch   run a command on N ranks under mpirun (dtrain launch -n 4 -- train cfg.yaml)\n"
             "\n"
             "  dtrain <command> --help   flags of a command\n"
             "  dtrain --version\n"
@@ -54,6 +55,8 @@ int main(int argc, char **argv) {
         rc = dt_cmd_eval(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "sample") == 0)
         rc = dt_cmd_sample(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "launch") == 0)
+        rc = dt_cmd_launch(&ctx, argc - 2, argv + 2);
     else {
         fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
         usage(stderr);

@@ -59,6 +59,15 @@ dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *
                                     float *scratch) {
     return c->ops->allreduce_ordered(ctx, c, g, buf, n, scratch);
 }
+dt_status dt_comm_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                         const size_t *counts, const size_t *displs, float *out,
+                                         float *scratch) {
+    return c->ops->reduce_scatter_ordered(ctx, c, g, buf, counts, displs, out, scratch);
+}
+dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
+                             const size_t *displs) {
+    return c->ops->allgatherv(ctx, c, g, buf, counts, displs);
+}
 dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
                                  float *recv, const size_t *counts) {
     return c->ops->reduce_scatter(ctx, c, g, send, recv, counts);
@@ -97,6 +106,18 @@ static dt_status self_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, flo
     (void)ctx, (void)c, (void)g, (void)buf, (void)n, (void)scratch;
     return DT_OK;
 }
+static dt_status self_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                             const size_t *counts, const size_t *displs, float *out,
+                                             float *scratch) {
+    (void)ctx, (void)c, (void)g, (void)scratch;
+    memmove(out, buf + displs[0], counts[0] * sizeof(float));
+    return DT_OK;
+}
+static dt_status self_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
+                                 const size_t *displs) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)counts, (void)displs;
+    return DT_OK;
+}
 static dt_status self_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
                                      float *recv, const size_t *counts) {
     (void)ctx, (void)c, (void)g;
@@ -127,7 +148,8 @@ static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
 }
 
 static const dt_comm_ops self_ops = {
-    "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter, self_allgather,
+    "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter_ordered,
+    self_allgatherv, self_reduce_scatter, self_allgather,
     self_broadcast, self_barrier, self_iallreduce, self_wait,
 };
 

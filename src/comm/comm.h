@@ -53,6 +53,16 @@ dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size
  * byte). scratch holds n floats. */
 dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                     float *scratch);
+/* Deterministic reduce-scatter (sum, f32) with any owner map: rank r receives, in out, the
+ * sum over the group's ranks (in rank order) of buf[displs[r] : displs[r] + counts[r]).
+ * scratch holds size x counts[me] floats. */
+dt_status dt_comm_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                         const size_t *counts, const size_t *displs, float *out,
+                                         float *scratch);
+/* All-gather (f32) with any layout: rank r contributes counts[r] elements at buf + displs[r]
+ * (in place). */
+dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
+                             const size_t *displs);
 /* Reduce-scatter (sum, f32): rank r of the group receives the sum over ranks of
  * send[off_r : off_r + counts[r]) into recv, off_r = sum of counts before r. Uneven counts
  * are fine. */

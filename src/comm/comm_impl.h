@@ -11,6 +11,10 @@ typedef struct dt_comm_ops {
     void (*abort)(dt_comm *c, int code);
     dt_status (*allreduce)(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n, dt_dtype t, dt_redop op);
     dt_status (*allreduce_ordered)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n, float *scratch);
+    dt_status (*reduce_scatter_ordered)(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                        const size_t *counts, const size_t *displs, float *out, float *scratch);
+    dt_status (*allgatherv)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
+                            const size_t *displs);
     dt_status (*reduce_scatter)(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send, float *recv,
                                 const size_t *counts);
     dt_status (*allgather)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts);

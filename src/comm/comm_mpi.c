@@ -59,51 +59,84 @@ static dt_status m_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, siz
 static dt_status int_counts(dt_ctx *ctx, dt_comm *c, dt_group g, const size_t *counts, int *ic,
                             int *displs, size_t *total);
 
+static dt_status to_int(dt_ctx *ctx, size_t v, int *out) {
+    if (v > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "collective too large for MPI int counts (%zu)", v);
+    *out = (int)v;
+    return DT_OK;
+}
+
+static dt_status m_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                          const size_t *counts, const size_t *displs, float *out,
+                                          float *scratch) {
+    int p = c->size[g], me = c->rank[g];
+    size_t mine = counts[me];
+    if (p == 1) {
+        memmove(out, buf + displs[0], counts[0] * sizeof(float));
+        return DT_OK;
+    }
+    int *ic = malloc(4 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
+    int imine = 0;
+    dt_status st = to_int(ctx, mine, &imine);
+    for (int r = 0; r < p && st == DT_OK; r++) {
+        st = to_int(ctx, counts[r], &scount[r]);
+        if (st == DT_OK) st = to_int(ctx, displs[r], &sdispl[r]);
+        if (st == DT_OK) st = to_int(ctx, mine * (size_t)r, &rdispl[r]);
+        rcount[r] = imine;
+    }
+    if (st == DT_OK) {
+        /* Every rank's copy of my part lands in scratch, stacked in rank order. */
+        int rc = MPI_Alltoallv(buf, scount, sdispl, MPI_FLOAT, scratch, rcount, rdispl, MPI_FLOAT, comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
+    }
+    if (st == DT_OK) {
+        for (size_t i = 0; i < mine; i++) out[i] = scratch[i];
+        for (int r = 1; r < p; r++) {
+            const float *x = scratch + mine * (size_t)r;
+            for (size_t i = 0; i < mine; i++) out[i] += x[i];
+        }
+        size_t total = 0;
+        for (int r = 0; r < p; r++) total += counts[r];
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
+    }
+    free(ic);
+    return st;
+}
+
+static dt_status m_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
+                              const size_t *displs) {
+    int p = c->size[g];
+    if (p == 1) return DT_OK;
+    int *ic = malloc(2 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    dt_status st = DT_OK;
+    size_t total = 0;
+    for (int r = 0; r < p && st == DT_OK; r++) {
+        st = to_int(ctx, counts[r], &ic[r]);
+        if (st == DT_OK) st = to_int(ctx, displs[r], &ic[p + r]);
+        total += counts[r];
+    }
+    if (st == DT_OK) {
+        int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + p, MPI_FLOAT, comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Allgatherv");
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
+    }
+    free(ic);
+    return st;
+}
+
+/* Ordered all-reduce = ordered reduce-scatter over an even split + all-gather. */
 static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                      float *scratch) {
     int p = c->size[g], me = c->rank[g];
     if (p == 1) return DT_OK;
     size_t *cnt = malloc(2 * (size_t)p * sizeof(size_t));
-    int *ic = malloc(6 * (size_t)p * sizeof(int));
-    dt_status st = DT_OK;
-    if (!cnt || !ic) {
-        st = dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
-        goto done;
-    }
+    if (!cnt) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     dt_comm_split(n, p, cnt, cnt + p);
-    /* Alltoallv: chunk r of my buffer goes to rank r; I receive every rank's copy of my chunk,
-     * stacked in rank order in scratch. */
-    int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
-    size_t mine = cnt[me], total;
-    if (mine * (size_t)p > INT_MAX || n > INT_MAX) {
-        st = dt_fail(ctx, DT_ERR_BACKEND, "ordered all-reduce of %zu elements is too large", n);
-        goto done;
-    }
-    for (int r = 0; r < p; r++) {
-        scount[r] = (int)cnt[r];
-        sdispl[r] = (int)cnt[p + r];
-        rcount[r] = (int)mine;
-        rdispl[r] = (int)(mine * (size_t)r);
-    }
-    int rc = MPI_Alltoallv(buf, scount, sdispl, MPI_FLOAT, scratch, rcount, rdispl, MPI_FLOAT, comm_of(c, g));
-    if (rc != MPI_SUCCESS) {
-        st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
-        goto done;
-    }
-    float *out = buf + cnt[p + me];
-    for (size_t i = 0; i < mine; i++) out[i] = scratch[i];
-    for (int r = 1; r < p; r++) {
-        const float *x = scratch + mine * (size_t)r;
-        for (size_t i = 0; i < mine; i++) out[i] += x[i];
-    }
-    st = int_counts(ctx, c, g, cnt, ic + 4 * p, ic + 5 * p, &total);
-    if (st != DT_OK) goto done;
-    rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic + 4 * p, ic + 5 * p, MPI_FLOAT, comm_of(c, g));
-    if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Allgatherv");
-    c->bytes += (uint64_t)(2.0 * (p - 1) / p * (double)(n * 4));
-done:
+    dt_status st = m_reduce_scatter_ordered(ctx, c, g, buf, cnt, cnt + p, buf + cnt[p + me], scratch);
+    if (st == DT_OK) st = m_allgatherv(ctx, c, g, buf, cnt, cnt + p);
     free(cnt);
-    free(ic);
     return st;
 }
 
@@ -207,7 +240,8 @@ static void m_abort(dt_comm *c, int code) {
 }
 
 static const dt_comm_ops mpi_ops = {
-    "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter, m_allgather,
+    "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter_ordered,
+    m_allgatherv, m_reduce_scatter, m_allgather,
     m_broadcast, m_barrier, m_iallreduce, m_wait,
 };
 

@@ -239,11 +239,11 @@ dt_status dt_gpt2_param_segments(dt_ctx *ctx, const dt_gpt2 *m, dt_param_segment
 
 dt_status dt_gpt2_init(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg, dt_alloc *alloc,
                        int B, int T) {
-    return dt_gpt2_init_unsharded(ctx, m, cfg, alloc, B, T, 1);
+    return dt_gpt2_init_unsharded(ctx, m, cfg, alloc, B, T, DT_GPT2_SLAB_PARAMS | DT_GPT2_SLAB_GRADS);
 }
 
 dt_status dt_gpt2_init_unsharded(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg,
-                                 dt_alloc *alloc, int B, int T, int with_slabs) {
+                                 dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     DT_CHECK(dt_gpt2_config_validate(ctx, &m->cfg));
@@ -272,13 +272,13 @@ dt_status dt_gpt2_init_unsharded(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *
         m->unit_lo[u] = lo;
         m->unit_len[u] = hi - lo;
     }
-    if (with_slabs) {
+    if (slabs & DT_GPT2_SLAB_PARAMS)
         DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, m->n_params * sizeof(float),
                                    (void **)&m->params));
+    if (slabs & DT_GPT2_SLAB_GRADS)
         DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_GRADS, m->n_params * sizeof(float),
                                    (void **)&m->grads));
-        dt_gpt2_point_units(m);
-    }
+    dt_gpt2_point_units(m);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float),
                                (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, sizeof(dt_gpt2_acts), (void **)&m->a));

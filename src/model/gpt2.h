@@ -113,10 +113,12 @@ typedef struct dt_gpt2 {
 
 dt_status dt_gpt2_init(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg, dt_alloc *alloc,
                        int B, int T);
-/* Same, without the parameter and gradient slabs: the caller points unit_params/unit_grads
- * at storage of its own (ZeRO-3). */
+/* Same, allocating only the slabs named in `slabs` (DT_GPT2_SLAB_*): a strategy that
+ * shards a slab points unit_params/unit_grads at storage of its own (ZeRO-2/3). */
+#define DT_GPT2_SLAB_PARAMS 1
+#define DT_GPT2_SLAB_GRADS 2
 dt_status dt_gpt2_init_unsharded(dt_ctx *ctx, dt_gpt2 *m, const dt_gpt2_config *cfg,
-                                 dt_alloc *alloc, int B, int T, int with_slabs);
+                                 dt_alloc *alloc, int B, int T, int slabs);
 void dt_gpt2_free(dt_gpt2 *m);
 /* Points every unit at its region of the params/grads slabs (after replacing a slab). */
 void dt_gpt2_point_units(dt_gpt2 *m);

@@ -1,198 +1,142 @@
-/* Data parallelism: gradient buckets, the communication thread, sharded optimizer state.
- *
- * Buckets are contiguous ranges of the gradient slab cut from its end downwards, so they
- * become final in order during backward: the slab is [wte wpe | layer 0 .. layer L-1 |
- * ln_f], backward finishes ln_f, then layers L-1 .. 0, then the embeddings (wte is written
- * both by the lm_head, first, and the encoder, last). A bucket is ready once the lowest
- * layer it touches is done; one touching the embeddings only at the very end.
- *
- * Invariants (MPI_THREAD_SERIALIZED):
- *   1. Only the communication thread calls the communicator between the first bucket
- *      launch of a step and the end of dt_parallel_finish_grads.
- *   2. A bucket is enqueued only after its gradients are final for the step, and the model
- *      never writes it again before the next step's zeroing.
- *   3. Buckets are reduced in the same order on every rank (plan order), so collectives
- *      match up.
- */
+/* Data parallelism: shard geometry, the optimizer step on this rank's shard, and the
+ * per-step protocol shared by every strategy. Gradient buckets (DDP, ZeRO-1) are in
+ * buckets.c, the ZeRO-2/3 windows and hooks in zero.c; parallel_impl.h explains sharding. */
 #include "parallel/parallel.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "core/timer.h"
+#include "parallel/parallel_impl.h"
 
-typedef struct bucket {
-    size_t lo, hi; /* floats in the gradient slab */
-    int stage;     /* ready after this layer's backward; -1: after the embeddings */
-} bucket;
-
-struct dt_parallel {
-    dt_parallel_cfg cfg;
-    dt_comm *comm;
-    dt_gpt2 *m;
-    dt_alloc *alloc;
-    int world, rank;
-    bucket *b;
-    int nb;
-    int last_micro, micro;  /* current micro-step: is it the last, its index */
-    float *acc;             /* the step's gradient (the model's slab) */
-    float *extra;           /* gradients of micro-steps k >= 1, added into acc in order */
-    float *red_scratch;     /* ordered all-reduce scratch: one bucket */
-    size_t bucket_floats;
-    /* optimizer shard */
-    size_t shard_off, shard_len;
-    size_t *counts, *offsets; /* per rank */
-    float *mom, *var;         /* AdamW moments of the shard (or everything for DDP) */
-    dt_param_segment *segs;   /* segments intersected with the shard, shard-relative */
-    int nsegs;
-    /* communication thread */
-    pthread_t thread;
-    int thread_live, stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int queued, done, next; /* buckets enqueued / reduced this step; next to enqueue */
-    dt_status err;
-    dt_ctx err_ctx;
-    double t_exposed, t_total;
-};
-
-dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out) {
+dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out, int *hybrid) {
+    *hybrid = 0;
     if (!strcasecmp(s, "ddp") || !strcasecmp(s, "no_shard")) *out = DT_STRAT_DDP;
     else if (!strcasecmp(s, "zero1")) *out = DT_STRAT_ZERO1;
-    else if (!strcasecmp(s, "zero2") || !strcasecmp(s, "zero3") || !strcasecmp(s, "shard_grad_op") ||
-             !strcasecmp(s, "full_shard") || !strcasecmp(s, "hybrid_shard"))
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.strategy: '%s' is not implemented yet (ddp, no_shard, zero1 are)", s);
-    else return dt_fail(ctx, DT_ERR_CONFIG, "parallel.strategy: unknown strategy '%s' (ddp, no_shard, zero1)", s);
+    else if (!strcasecmp(s, "zero2") || !strcasecmp(s, "shard_grad_op")) *out = DT_STRAT_ZERO2;
+    else if (!strcasecmp(s, "zero3") || !strcasecmp(s, "full_shard")) *out = DT_STRAT_ZERO3;
+    else if (!strcasecmp(s, "hybrid_shard")) {
+        *out = DT_STRAT_ZERO3;
+        *hybrid = 1;
+    } else
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "parallel.strategy: unknown strategy '%s' (ddp, zero1, zero2, zero3 or the FSDP "
+                       "names no_shard, shard_grad_op, full_shard, hybrid_shard)", s);
     return DT_OK;
 }
 
-const char *dt_strategy_name(dt_strategy s) { return s == DT_STRAT_DDP ? "ddp" : "zero1"; }
-
-/* ---- bucket reduction */
-
-/* Finishes bucket i: adds the last micro-step's gradient (k >= 1) into the step's, then
- * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so
- * the sum is the mean gradient of the global batch, bitwise what one rank with world x
- * accum micro-steps computes. */
-static dt_status reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
-    float *g = p->acc + p->b[i].lo;
-    size_t n = p->b[i].hi - p->b[i].lo;
-    if (p->micro > 0) {
-        const float *x = p->extra + p->b[i].lo;
-        for (size_t k = 0; k < n; k++) g[k] += x[k];
-    }
-    if (p->world == 1) return DT_OK;
-    double t0 = dt_now();
-    DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
-    p->t_total += dt_now() - t0;
-    return DT_OK;
+const char *dt_strategy_name(dt_strategy s) {
+    static const char *const names[] = {"ddp", "zero1", "zero2", "zero3"};
+    return names[s];
 }
 
-static void *comm_main(void *arg) {
-    dt_parallel *p = arg;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->stop && p->done == p->queued) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop) break;
-        int i = p->done;
-        pthread_mutex_unlock(&p->mu);
-        dt_status st = p->err == DT_OK ? reduce_bucket(&p->err_ctx, p, i) : DT_OK;
-        pthread_mutex_lock(&p->mu);
-        if (st != DT_OK && p->err == DT_OK) p->err = st;
-        p->done++;
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
+/* Exchanges one integer pair per rank: out[2r], out[2r+1] = rank r's (a, b). */
+static dt_status exchange_pairs(dt_ctx *ctx, dt_parallel *p, int64_t a, int64_t b, int64_t *out) {
+    memset(out, 0, 2 * (size_t)p->world * sizeof *out);
+    out[2 * p->rank] = a;
+    out[2 * p->rank + 1] = b;
+    return dt_comm_allreduce(ctx, p->comm, DT_GROUP_WORLD, out, 2 * (size_t)p->world, DT_I64, DT_SUM);
 }
 
-/* Enqueues every bucket whose stage is >= `stage` (in plan order). */
-static void launch_ready(dt_parallel *p, int stage) {
-    pthread_mutex_lock(&p->mu);
-    while (p->next < p->nb && p->b[p->next].stage >= stage) {
-        p->next++;
-        p->queued++;
-    }
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static void hook_layer(void *ud, int layer) {
-    dt_parallel *p = ud;
-    if (p->last_micro) launch_ready(p, layer);
-}
-
-static void hook_embed(void *ud) {
-    dt_parallel *p = ud;
-    if (p->last_micro) launch_ready(p, -1);
-}
-
-/* ---- setup */
-
-static int stage_of(const dt_gpt2 *m, size_t lo) {
-    if (lo < m->layers_offset) return -1;
-    size_t l = (lo - m->layers_offset) / m->layer_floats;
-    return l >= (size_t)m->cfg.n_layer ? m->cfg.n_layer - 1 : (int)l;
-}
-
-static dt_status plan_buckets(dt_ctx *ctx, dt_parallel *p) {
-    size_t n = p->m->n_params;
-    size_t per = p->cfg.bucket_bytes / sizeof(float);
-    if (per < 1024) per = 1024;
-    int cap = (int)((n + per - 1) / per) + 2 * p->m->cfg.n_layer + 4;
-    p->bucket_floats = per;
-    p->b = calloc((size_t)cap, sizeof *p->b);
-    if (!p->b) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
-    /* From the end downwards; a bucket never spans the embeddings and a layer, so the big
-     * embedding buckets (ready last) do not delay the last layer's gradients. */
-    size_t hi = n;
-    while (hi > 0) {
-        size_t lo = hi > per ? hi - per : 0;
-        if (hi > p->m->layers_offset && lo < p->m->layers_offset) lo = p->m->layers_offset;
-        p->b[p->nb++] = (bucket){lo, hi, stage_of(p->m, lo)};
-        hi = lo;
-    }
-    return DT_OK;
-}
-
-static dt_status plan_shard(dt_ctx *ctx, dt_parallel *p) {
-    size_t n = p->m->n_params;
-    p->counts = calloc((size_t)p->world * 2, sizeof(size_t));
-    if (!p->counts) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
-    p->offsets = p->counts + p->world;
-    if (p->cfg.strategy == DT_STRAT_ZERO1) {
-        dt_comm_split(n, p->world, p->counts, p->offsets);
-        p->shard_off = p->offsets[p->rank];
-        p->shard_len = p->counts[p->rank];
+static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
+    dt_gpt2 *m = p->m;
+    int W = p->world;
+    p->U = m->n_units;
+    if (p->cfg.strategy == DT_STRAT_DDP) {
+        p->G = 1;
+        p->j = 0;
+        p->n_rep = W;
+        p->k = p->rank;
+    } else if (p->cfg.hybrid) {
+        p->g_shard = DT_GROUP_NODE;
+        p->G = dt_comm_size(p->comm, DT_GROUP_NODE);
+        p->j = dt_comm_rank(p->comm, DT_GROUP_NODE);
+        p->n_rep = dt_comm_size(p->comm, DT_GROUP_CROSS);
+        p->k = dt_comm_rank(p->comm, DT_GROUP_CROSS);
+        if ((long)p->G * p->n_rep != W)
+            return dt_fail(ctx, DT_ERR_CONFIG,
+                           "parallel.hybrid: nodes must have equal rank counts (%d ranks, %d on this node, %d nodes)",
+                           W, p->G, p->n_rep);
     } else {
-        p->shard_off = 0;
-        p->shard_len = n;
+        p->g_shard = DT_GROUP_WORLD;
+        p->G = W;
+        p->j = p->rank;
+        p->n_rep = 1;
+        p->k = 0;
     }
+    size_t U = (size_t)p->U, G = (size_t)p->G;
+    p->split_cnt = calloc(U * G * 2, sizeof(size_t));
+    p->sb = calloc(U, sizeof(size_t));
+    p->rs_cnt = calloc(U * (size_t)W * 2, sizeof(size_t));
+    p->sub_cnt = calloc(U * (size_t)p->n_rep * 2, sizeof(size_t));
+    int64_t *jk = calloc(2 * (size_t)W, sizeof *jk);
+    if (!p->split_cnt || !p->sb || !p->rs_cnt || !p->sub_cnt || !jk) {
+        free(jk);
+        return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+    }
+    p->split_off = p->split_cnt + U * G;
+    p->rs_dis = p->rs_cnt + U * (size_t)W;
+    p->sub_off = p->sub_cnt + U * (size_t)p->n_rep;
+    dt_status st = exchange_pairs(ctx, p, p->j, p->k, jk);
+    p->S = 0;
+    for (size_t u = 0; u < U && st == DT_OK; u++) {
+        size_t *cnt = p->split_cnt + u * G, *off = p->split_off + u * G;
+        dt_comm_split(m->unit_len[u], p->G, cnt, off);
+        p->sb[u] = p->S;
+        p->S += cnt[p->j];
+        if (m->unit_len[u] < G)
+            st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: %d shards exceed the %zu parameters of unit %zu",
+                         p->G, m->unit_len[u], u);
+        dt_comm_split(cnt[p->j], p->n_rep, p->sub_cnt + u * (size_t)p->n_rep, p->sub_off + u * (size_t)p->n_rep);
+        /* World rank w owns sub-chunk k_w of node-shard j_w. */
+        size_t sc[4096], so[4096];
+        if (p->n_rep > 4096) {
+            st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 4096 replicas");
+            break;
+        }
+        for (int w = 0; w < W; w++) {
+            int jw = (int)jk[2 * w], kw = (int)jk[2 * w + 1];
+            dt_comm_split(cnt[jw], p->n_rep, sc, so);
+            p->rs_cnt[u * (size_t)W + (size_t)w] = sc[kw];
+            p->rs_dis[u * (size_t)W + (size_t)w] = off[jw] + so[kw];
+            if (sc[kw] > p->max_sub) p->max_sub = sc[kw];
+        }
+        if (cnt[p->j] > p->max_ns) p->max_ns = cnt[p->j];
+    }
+    free(jk);
+    return st;
+}
+
+static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
     dt_param_segment *all;
     int nall;
     DT_CHECK(dt_gpt2_param_segments(ctx, p->m, &all, &nall));
-    p->segs = calloc((size_t)nall, sizeof *p->segs);
-    if (!p->segs) {
+    int cap = nall + 2 * p->U;
+    p->segs = calloc((size_t)cap, sizeof *p->segs);
+    p->seg_unit = calloc((size_t)cap, sizeof *p->seg_unit);
+    if (!p->segs || !p->seg_unit) {
         free(all);
         return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
-    size_t lo = p->shard_off, hi = p->shard_off + p->shard_len;
-    for (int i = 0; i < nall; i++) {
-        size_t a = all[i].offset > lo ? all[i].offset : lo;
-        size_t z = all[i].offset + all[i].len < hi ? all[i].offset + all[i].len : hi;
-        if (a < z) p->segs[p->nsegs++] = (dt_param_segment){a - lo, z - a, all[i].decay};
+    for (int u = 0; u < p->U; u++) {
+        size_t lo = p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+        size_t hi = lo + p->split_cnt[(size_t)u * p->G + p->j];
+        for (int i = 0; i < nall; i++) {
+            size_t a = all[i].offset > lo ? all[i].offset : lo;
+            size_t z = all[i].offset + all[i].len < hi ? all[i].offset + all[i].len : hi;
+            if (a < z && p->nsegs < cap) {
+                p->segs[p->nsegs] = (dt_param_segment){a - lo, z - a, all[i].decay};
+                p->seg_unit[p->nsegs++] = u;
+            }
+        }
     }
     free(all);
-    size_t bytes = p->shard_len * sizeof(float);
-    DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_OPTIM, bytes, (void **)&p->mom));
-    DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_OPTIM, bytes, (void **)&p->var));
     return DT_OK;
 }
 
 dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt2 *m,
-                           dt_alloc *alloc, const dt_parallel_cfg *cfg) {
+                           dt_alloc *alloc, const dt_parallel_cfg *cfg, uint64_t seed) {
     dt_parallel *p = calloc(1, sizeof *p);
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     p->cfg = *cfg;
@@ -201,30 +145,28 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt
     p->alloc = alloc;
     p->world = dt_comm_size(comm, DT_GROUP_WORLD);
     p->rank = dt_comm_rank(comm, DT_GROUP_WORLD);
+    p->sharded_grads = cfg->strategy >= DT_STRAT_ZERO2;
+    p->sharded_params = cfg->strategy == DT_STRAT_ZERO3;
     p->last_micro = 1;
     p->err_ctx = *ctx;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    p->acc = m->grads;
-    dt_status st = plan_buckets(ctx, p);
-    if (st == DT_OK) st = plan_shard(ctx, p);
-    if (st == DT_OK && cfg->accum > 1)
-        st = dt_alloc_get(ctx, alloc, DT_MEM_GRADS, m->n_params * sizeof(float), (void **)&p->extra);
-    if (st == DT_OK && p->world > 1)
-        st = dt_alloc_get(ctx, alloc, DT_MEM_SCRATCH, p->bucket_floats * sizeof(float), (void **)&p->red_scratch);
-    if (st == DT_OK && p->world > 1 && p->cfg.overlap) {
-        if (pthread_create(&p->thread, NULL, comm_main, p) != 0)
-            st = dt_fail(ctx, DT_ERR_INTERNAL, "parallel: cannot start the communication thread");
-        else p->thread_live = 1;
+    dt_status st = plan_shards(ctx, p);
+    if (st == DT_OK) st = plan_segments(ctx, p);
+    if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->mom);
+    if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->var);
+    if (st == DT_OK) {
+        if (p->sharded_grads) {
+            st = dt_par_zero_init(ctx, p, seed);
+            if (st == DT_OK && !p->sharded_params) dt_gpt2_init_weights(m, seed);
+        } else {
+            st = dt_par_buckets_init(ctx, p);
+            if (st == DT_OK) dt_gpt2_init_weights(m, seed);
+        }
     }
     if (st != DT_OK) {
         dt_parallel_free(p);
         return st;
-    }
-    if (p->world > 1 && p->cfg.overlap) {
-        m->hooks.ud = p;
-        m->hooks.after_layer_backward = hook_layer;
-        m->hooks.after_embed_backward = hook_embed;
     }
     *out = p;
     return DT_OK;
@@ -232,33 +174,29 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt
 
 void dt_parallel_free(dt_parallel *p) {
     if (!p) return;
-    if (p->thread_live) {
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->thread, NULL);
-    }
-    if (p->m && p->m->hooks.ud == p) memset(&p->m->hooks, 0, sizeof p->m->hooks);
-    if (p->m && p->acc) {
-        p->m->grads = p->acc;
-        dt_gpt2_point_units(p->m);
-    }
-    dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m ? p->m->n_params * sizeof(float) : 0);
-    dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->red_scratch, p->bucket_floats * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->mom, p->shard_len * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->var, p->shard_len * sizeof(float));
+    if (p->sharded_grads) dt_par_zero_free(p);
+    else dt_par_buckets_free(p);
+    if (p->m->hooks.ud == p) memset(&p->m->hooks, 0, sizeof p->m->hooks);
+    dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->mom, p->S * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->var, p->S * sizeof(float));
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-    free(p->b);
-    free(p->counts);
+    free(p->split_cnt);
+    free(p->sb);
+    free(p->rs_cnt);
+    free(p->sub_cnt);
     free(p->segs);
+    free(p->seg_unit);
     free(p);
 }
 
 void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
     p->micro = k;
     p->last_micro = last;
+    if (p->sharded_grads) {
+        dt_par_zero_begin_micro(p);
+        return;
+    }
     /* Micro-step 0 writes the step's gradient directly; later ones a fresh buffer that is
      * added afterwards, so every micro-step's gradient is computed the same way whatever
      * the accumulation count (a kernel's `+=` into a non-zero buffer would round differently). */
@@ -270,58 +208,72 @@ void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
 }
 
 void dt_parallel_end_micro(dt_parallel *p) {
-    if (p->micro > 0 && !p->last_micro) {
+    if (p->sharded_grads || p->last_micro) return;
+    if (p->micro > 0) {
         size_t n = p->m->n_params;
         float *a = p->acc;
         const float *x = p->extra;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) a[i] += x[i];
     }
-    if (!p->last_micro) {
-        p->m->grads = p->acc;
-        dt_gpt2_point_units(p->m);
-    }
+    p->m->grads = p->acc;
+    dt_gpt2_point_units(p->m);
 }
 
 dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
-    p->m->grads = p->acc;
-    dt_gpt2_point_units(p->m);
-    if (p->world == 1 && p->micro == 0) return DT_OK;
-    double t0 = dt_now();
-    dt_status st = DT_OK;
-    if (p->thread_live) {
-        launch_ready(p, -1); /* anything the hooks did not launch (e.g. hooks skipped) */
-        pthread_mutex_lock(&p->mu);
-        while (p->done < p->queued) pthread_cond_wait(&p->cv, &p->mu);
-        st = p->err;
-        p->queued = p->done = p->next = 0;
-        pthread_mutex_unlock(&p->mu);
-        if (st != DT_OK) {
-            memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
-            return st;
-        }
-    } else {
-        for (int i = 0; i < p->nb; i++) DT_CHECK(reduce_bucket(ctx, p, i));
-    }
-    if (p->world > 1) p->t_exposed += dt_now() - t0;
-    return st;
+    if (p->sharded_grads) return dt_par_zero_error(ctx, p);
+    return dt_par_buckets_finish(ctx, p);
 }
 
 dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
-    (void)ctx;
-    /* After the all-reduce every rank holds the same averaged gradient: no communication. */
-    *out = dt_sumsq(p->m->grads, p->m->n_params);
+    if (!p->sharded_grads) {
+        /* Every rank holds the same full averaged gradient: no communication. */
+        *out = dt_sumsq(p->m->grads, p->m->n_params);
+        return DT_OK;
+    }
+    /* Shard partial sums, exchanged exactly (one non-zero per slot) and added in rank order. */
+    double part[1024] = {0};
+    if (p->G > 1024) return dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 1024 shards");
+    part[p->j] = dt_sumsq(p->gshard, p->S);
+    if (p->G > 1) DT_CHECK(dt_comm_allreduce(ctx, p->comm, p->g_shard, part, (size_t)p->G, DT_F64, DT_SUM));
+    double s = 0;
+    for (int r = 0; r < p->G; r++) s += part[r];
+    *out = s;
     return DT_OK;
+}
+
+/* Where unit u's piece of my shard lives: parameters and gradients. */
+static float *param_piece(dt_parallel *p, int u) {
+    if (p->sharded_params) return p->pshard + p->sb[u];
+    return p->m->params + p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+}
+static float *grad_piece(dt_parallel *p, int u) {
+    if (p->sharded_grads) return p->gshard + p->sb[u];
+    return p->m->grads + p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
 }
 
 dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
                              float clip_coef) {
-    float *g = p->m->grads + p->shard_off, *w = p->m->params + p->shard_off;
-    if (clip_coef < 1.0f) dt_scale(g, p->shard_len, clip_coef);
-    dt_adamw_update(opt, w, g, p->mom, p->var, p->segs, p->nsegs, lr, t);
-    if (p->cfg.strategy == DT_STRAT_ZERO1 && p->world > 1) {
-        double t0 = dt_now();
-        DT_CHECK(dt_comm_allgather(ctx, p->comm, DT_GROUP_WORLD, p->m->params, p->counts));
+    for (int u = 0, s = 0; u < p->U; u++) {
+        size_t n = p->split_cnt[(size_t)u * p->G + p->j];
+        float *g = grad_piece(p, u);
+        if (clip_coef < 1.0f) dt_scale(g, n, clip_coef);
+        int s0 = s;
+        while (s < p->nsegs && p->seg_unit[s] == u) s++;
+        dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
+                        s - s0, lr, t);
+    }
+    if (p->G == 1) return DT_OK;
+    double t0 = dt_now();
+    if (p->sharded_params) {
+        /* The always-full units are refreshed; layers are gathered when next used. */
+        p->pwin_unit[0] = p->pwin_unit[1] = -1;
+        DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_PRE, p->ppre));
+        DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_POST(p->m), p->ppost));
+    } else {
+        for (int u = 0; u < p->U; u++)
+            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->params + p->m->unit_lo[u],
+                                        p->split_cnt + (size_t)u * p->G, p->split_off + (size_t)u * p->G));
         double dt = dt_now() - t0;
         p->t_exposed += dt;
         p->t_total += dt;
@@ -336,10 +288,29 @@ dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x) {
     return DT_OK;
 }
 
-void dt_parallel_shard(const dt_parallel *p, size_t *offset, size_t *count) {
-    *offset = p->shard_off;
-    *count = p->shard_len;
+dt_status dt_parallel_full_params(dt_ctx *ctx, dt_parallel *p, float **out) {
+    if (!p->sharded_params) {
+        *out = p->m->params;
+        return DT_OK;
+    }
+    float *full = calloc(p->m->n_params, sizeof(float));
+    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory gathering the model");
+    for (int u = 0; u < p->U; u++) {
+        dt_status st = dt_par_gather_unit(ctx, p, u, full + p->m->unit_lo[u]);
+        if (st != DT_OK) {
+            free(full);
+            return st;
+        }
+    }
+    *out = full;
+    return DT_OK;
 }
+
+void dt_parallel_release_full_params(dt_parallel *p, float *full) {
+    if (full != p->m->params) free(full);
+}
+
+void dt_parallel_shard(const dt_parallel *p, size_t *count) { *count = p->S; }
 
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {
     *exposed = p->t_exposed;

@@ -4,10 +4,15 @@
  *
  *   DDP    (FSDP NO_SHARD)       gradients all-reduced in buckets (reverse layer order),
  *                                 overlapped with the backward pass; full optimizer state.
- *   ZeRO-1 (no FSDP equivalent)   same all-reduce; each rank keeps AdamW state for its shard
- *                                 of the flat parameter vector only, updates that shard,
- *                                 then the parameters are all-gathered.
- * (ZeRO-2 / ZeRO-3 and hybrid sharding build on these; see docs/ARCHITECTURE.md.)
+ *   ZeRO-1                        same all-reduce; each rank keeps AdamW state for its shard
+ *                                 of every unit only, updates it, then all-gathers.
+ *   ZeRO-2 (SHARD_GRAD_OP)        gradients reduce-scattered per layer into the shard; no
+ *                                 full gradient buffer (double-buffered layer windows).
+ *   ZeRO-3 (FULL_SHARD)           parameters sharded too; each layer all-gathered before its
+ *                                 forward and again before its backward.
+ *   hybrid (HYBRID_SHARD)         any ZeRO stage sharded inside a node, replicated across.
+ * Every reduction sums in rank order: all strategies give bitwise the same result as DDP,
+ * and as one rank with world x accum micro-steps, when accum = 1 (see docs/ARCHITECTURE.md).
  *
  *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
  *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
@@ -25,10 +30,11 @@
 #include "model/gpt2.h"
 #include "optim/optim.h"
 
-typedef enum dt_strategy { DT_STRAT_DDP, DT_STRAT_ZERO1 } dt_strategy;
+typedef enum dt_strategy { DT_STRAT_DDP, DT_STRAT_ZERO1, DT_STRAT_ZERO2, DT_STRAT_ZERO3 } dt_strategy;
 
 typedef struct dt_parallel_cfg {
     dt_strategy strategy;
+    int hybrid;          /* ZeRO stages: shard inside a node, replicate across nodes */
     size_t bucket_bytes; /* gradient bucket size */
     int overlap;         /* all-reduce buckets on a communication thread during backward */
     int accum;           /* micro-steps per step (set by the trainer) */
@@ -36,14 +42,17 @@ typedef struct dt_parallel_cfg {
 
 typedef struct dt_parallel dt_parallel;
 
-/* Parses "ddp", "zero1" and the FSDP alias NO_SHARD (case-insensitive); other stages name
- * the issue that brings them. */
-dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out);
+/* Parses ddp, zero1, zero2, zero3 and the FSDP names no_shard (= ddp), shard_grad_op
+ * (= zero2), full_shard (= zero3), hybrid_shard (= zero3 sharded inside each node,
+ * replicated across nodes: *hybrid = 1). Case-insensitive. */
+dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out, int *hybrid);
 const char *dt_strategy_name(dt_strategy s);
 
-/* Installs the model's backward hooks; allocates the optimizer state this rank owns. */
+/* Installs the model's hooks, allocates the state this rank owns and draws the initial
+ * weights (ZeRO-3: only this rank's shard). The model must come from dt_gpt2_init_unsharded
+ * with slabs for DDP/ZeRO-1, a params slab only for ZeRO-2, no slabs for ZeRO-3. */
 dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt2 *m,
-                           dt_alloc *alloc, const dt_parallel_cfg *cfg);
+                           dt_alloc *alloc, const dt_parallel_cfg *cfg, uint64_t seed);
 void dt_parallel_free(dt_parallel *p);
 
 /* Before micro-step k's backward: points the model's gradients at a zeroed buffer.
@@ -69,8 +78,13 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
 /* Mean of x over ranks (for logging the loss). */
 dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x);
 
-/* Shard of the flat parameter vector whose optimizer state this rank holds. */
-void dt_parallel_shard(const dt_parallel *p, size_t *offset, size_t *count);
+/* The full parameters (all ranks must call: ZeRO-3 gathers them into a new buffer);
+ * give it back with dt_parallel_release_full_params. */
+dt_status dt_parallel_full_params(dt_ctx *ctx, dt_parallel *p, float **out);
+void dt_parallel_release_full_params(dt_parallel *p, float *full);
+
+/* Number of parameters whose optimizer state this rank holds. */
+void dt_parallel_shard(const dt_parallel *p, size_t *count);
 /* Seconds spent waiting for communication in finish_grads/update (exposed), and in the
  * collectives themselves (total), since init. */
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total);

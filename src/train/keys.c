@@ -59,7 +59,8 @@ static const key_def keys[] = {
     NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
     STR("checkpoint.dir", ckpt_dir, "directory of checkpoints ('' = no checkpoints)"),
     NUM("checkpoint.every", K_LONG, ckpt_every, "steps between checkpoints (0 = at the end only)"),
-    STR("parallel.strategy", strategy, "ddp (= no_shard) or zero1 (sharded optimizer state)"),
+    STR("parallel.strategy", strategy, "ddp|zero1|zero2|zero3, or FSDP's no_shard|shard_grad_op|full_shard|hybrid_shard"),
+    NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
     NUM("parallel.bucket_mb", K_FLOAT, bucket_mb, "gradient bucket size in MiB"),
     NUM("parallel.overlap", K_BOOL, overlap, "all-reduce buckets during backward (else after it)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
@@ -227,7 +228,11 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.every must be >= 0 (got %ld)", c->ckpt_every);
     if (c->threads < 0 || c->threads > 4096)
         return dt_fail(ctx, DT_ERR_CONFIG, "runtime.threads must be in [0, 4096] (got %d)", c->threads);
-    DT_CHECK(dt_strategy_parse(ctx, c->strategy, &t->parallel.strategy));
+    int hybrid_alias;
+    DT_CHECK(dt_strategy_parse(ctx, c->strategy, &t->parallel.strategy, &hybrid_alias));
+    t->parallel.hybrid = hybrid_alias || c->hybrid;
+    if (t->parallel.hybrid && t->parallel.strategy == DT_STRAT_DDP)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.hybrid needs a ZeRO strategy (zero1, zero2, zero3)");
     if (!(c->bucket_mb >= 0.004f && c->bucket_mb <= 4096.0f))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb must be in [0.004, 4096] (got %g)", (double)c->bucket_mb);
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);

@@ -39,6 +39,7 @@ typedef struct dt_run_cfg {
     char strategy[16];
     float bucket_mb;
     int overlap;
+    int hybrid;
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */

@@ -80,13 +80,26 @@ static dt_status evaluate(dt_ctx *ctx, run_state *r, long step) {
     return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens);
 }
 
-static dt_status checkpoint(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step) {
-    if (ctx->rank != 0) return DT_OK; /* every rank holds the full model */
-    DT_CHECK(dt_ckpt_save(ctx, &r->tr.model, cfg->ckpt_dir, cfg->tokenizer, step));
-    char msg[4200];
-    snprintf(msg, sizeof msg, "checkpoint: %s/step-%08ld", cfg->ckpt_dir, step);
-    dt_metrics_note(ctx, &r->metrics, msg);
-    return DT_OK;
+/* Writes the full model (gathered first under ZeRO-3: every rank takes part) from rank 0,
+ * as a checkpoint step (dir != NULL) or one file. */
+static dt_status save_model(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step,
+                            const char *dir, const char *file) {
+    float *full;
+    DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full));
+    dt_status st = DT_OK;
+    if (ctx->rank == 0) {
+        dt_gpt2 view = r->tr.model; /* same model, reading the full parameters */
+        view.params = full;
+        st = dir ? dt_ckpt_save(ctx, &view, dir, cfg->tokenizer, step)
+                 : dt_model_file_save(ctx, &view, file, cfg->tokenizer, step);
+    }
+    dt_parallel_release_full_params(r->tr.par, full);
+    if (st == DT_OK && dir && ctx->rank == 0) {
+        char msg[4200];
+        snprintf(msg, sizeof msg, "checkpoint: %s/step-%08ld", dir, step);
+        dt_metrics_note(ctx, &r->metrics, msg);
+    }
+    return st;
 }
 
 dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const char *save_weights) {
@@ -106,6 +119,11 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     dt_log_info(ctx, "model state per rank: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB; activations %.2f MiB",
                 (double)al->cur[DT_MEM_PARAMS] / 1048576.0, (double)al->cur[DT_MEM_GRADS] / 1048576.0,
                 (double)al->cur[DT_MEM_OPTIM] / 1048576.0, (double)al->cur[DT_MEM_ACTS] / 1048576.0);
+    size_t shard;
+    dt_parallel_shard(r.tr.par, &shard);
+    dt_log_info(ctx, "memory bytes: psi=%zu shard=%zu params=%zu grads=%zu optimizer=%zu",
+                r.tr.model.n_params, shard, al->cur[DT_MEM_PARAMS], al->cur[DT_MEM_GRADS],
+                al->cur[DT_MEM_OPTIM]);
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
     DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 ? cfg->metrics : NULL, mode, t->steps));
@@ -138,10 +156,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         if (r.val && ((cfg->eval_interval > 0 && s % cfg->eval_interval == 0) || s == t->steps))
             DT_CHECK_GOTO(evaluate(ctx, &r, s));
         if (cfg->ckpt_dir[0] && ((cfg->ckpt_every > 0 && s % cfg->ckpt_every == 0) || s == t->steps))
-            DT_CHECK_GOTO(checkpoint(ctx, &r, cfg, s));
+            DT_CHECK_GOTO(save_model(ctx, &r, cfg, s, cfg->ckpt_dir, NULL));
     }
-    if (save_weights && rank == 0)
-        DT_CHECK_GOTO(dt_model_file_save(ctx, &r.tr.model, save_weights, cfg->tokenizer, t->steps));
+    if (save_weights) DT_CHECK_GOTO(save_model(ctx, &r, cfg, t->steps, NULL, save_weights));
 fail:
     run_free(&r);
     return st;

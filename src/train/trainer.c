@@ -18,7 +18,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 4u << 20, 1, 1};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1};
     c->seed = 1337;
 }
 
@@ -60,8 +60,14 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->alloc.fail_at = cfg->fail_alloc_at;
     DT_CHECK(dt_train_cfg_validate(ctx, cfg));
     dt_status st = DT_OK;
-    DT_CHECK_GOTO(dt_gpt2_init(ctx, &tr->model, &cfg->model, &tr->alloc, cfg->micro_batch,
-                               cfg->seq_len));
+    /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3
+     * neither full parameters. */
+    dt_strategy strat = cfg->parallel.strategy;
+    DT_CHECK_GOTO(dt_gpt2_init_unsharded(ctx, &tr->model, &cfg->model, &tr->alloc, cfg->micro_batch,
+                                         cfg->seq_len,
+                                         strat == DT_STRAT_ZERO3   ? 0
+                                         : strat == DT_STRAT_ZERO2 ? DT_GPT2_SLAB_PARAMS
+                                                                   : DT_GPT2_SLAB_PARAMS | DT_GPT2_SLAB_GRADS));
     if (!comm) {
         DT_CHECK_GOTO(dt_comm_init_self(ctx, &tr->own_comm));
         comm = tr->own_comm;
@@ -69,12 +75,12 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->comm = comm;
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
-    DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc));
+    DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->inputs));
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->targets));
-    /* Every rank draws the same initial weights from the counter RNG: no broadcast needed. */
-    dt_gpt2_init_weights(&tr->model, cfg->seed);
+    /* dt_parallel_init drew the initial weights: every rank the same values from the counter
+     * RNG (its shard only under ZeRO-3), so no broadcast is needed. */
     return DT_OK;
 fail:
     dt_trainer_free(tr);

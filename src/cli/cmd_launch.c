@@ -1,0 +1,128 @@
+/* dtrain launch: run a dtrain subcommand on N ranks under Open MPI's mpirun, with the flags
+ * chosen for this machine (src/launch/launch.h, docs/launch.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "launch/launch.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain launch -n N [--hostfile F | --hosts h1:2,h2:2] [--ranks-per-node K]\n"
+            "                     [--simulate-nodes M] [--mpirun PATH] [--dry-run]\n"
+            "                     -- <dtrain subcommand and its flags>\n"
+            "\n"
+            "Runs N ranks of this dtrain under Open MPI's mpirun: --allow-run-as-root for root,\n"
+            "--oversubscribe and no binding when a machine gets more ranks than cores, else each\n"
+            "rank bound to cores/ranks-per-node cores, OMP_NUM_THREADS = cores / ranks per node\n"
+            "(unless set), DTRAIN_* variables forwarded to every rank.\n"
+            "  --hosts LIST        hosts and slots, as mpirun --host (a host without :K has 1 slot)\n"
+            "  --hostfile F        Open MPI hostfile (host [slots=K] [max_slots=K] per line)\n"
+            "  --ranks-per-node K  K ranks on each node (mpirun --map-by ppr:K:node)\n"
+            "  --simulate-nodes M  split the ranks of this machine into M nodes (DTRAIN_NODE_ID)\n"
+            "  --mpirun PATH       the mpirun to use (default: mpirun from PATH)\n"
+            "  --dry-run           print the mpirun command line instead of running it\n"
+            "\n"
+            "example: dtrain launch -n 4 --simulate-nodes 2 -- train cfg.yaml\n"
+            "exit code: mpirun's (128 + signal if it was killed); 2 for a usage error\n");
+}
+
+/* Positive integer flag value, or 0 with ctx->err set. */
+static int int_value(dt_ctx *ctx, const char *flag, const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < 1 || v > 1000000) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: %s expects a positive integer, got '%s'", flag, s);
+        return 0;
+    }
+    return (int)v;
+}
+
+int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
+    dt_launch_cfg cfg = {0};
+    int dry = 0, have_n = 0, sep = -1;
+    for (int i = 0; i < argc && sep < 0; i++) {
+        char *a = argv[i], *eq = NULL, flag[64];
+        if (!strcmp(a, "--")) {
+            sep = i;
+            break;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return DT_EXIT_OK;
+        }
+        if (!strcmp(a, "--dry-run")) {
+            dry = 1;
+            continue;
+        }
+        if (a[0] != '-') {
+            dt_fail(ctx, DT_ERR_CONFIG,
+                    "dtrain launch: missing '--' before the dtrain subcommand '%s' (dtrain launch -n N -- %s ...)",
+                    a, a);
+            return DT_EXIT_USAGE;
+        }
+        /* --flag=value or --flag value */
+        snprintf(flag, sizeof flag, "%s", a);
+        if (a[1] == '-' && (eq = strchr(a, '=')) && (size_t)(eq - a) < sizeof flag) flag[eq - a] = 0;
+        int known = !strcmp(flag, "-n") || !strcmp(flag, "-np") || !strcmp(flag, "--np") ||
+                    !strcmp(flag, "--hosts") || !strcmp(flag, "--hostfile") ||
+                    !strcmp(flag, "--ranks-per-node") || !strcmp(flag, "--simulate-nodes") ||
+                    !strcmp(flag, "--mpirun");
+        if (!known) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: unknown flag '%s' (see dtrain launch --help)", a);
+            return DT_EXIT_USAGE;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (!val) {
+            if (i + 1 >= argc || !strcmp(argv[i + 1], "--")) {
+                dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: %s needs a value", flag);
+                return DT_EXIT_USAGE;
+            }
+            val = argv[++i];
+        }
+        if (!strcmp(flag, "--hosts")) cfg.hosts = val;
+        else if (!strcmp(flag, "--hostfile")) cfg.hostfile = val;
+        else if (!strcmp(flag, "--mpirun")) cfg.mpirun = val;
+        else {
+            int v = int_value(ctx, flag, val);
+            if (!v) return DT_EXIT_USAGE;
+            if (!strcmp(flag, "--ranks-per-node")) cfg.ranks_per_node = v;
+            else if (!strcmp(flag, "--simulate-nodes")) cfg.simulate_nodes = v;
+            else {
+                cfg.nranks = v;
+                have_n = 1;
+            }
+        }
+    }
+    if (!have_n) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: -n N (the number of ranks) is required");
+        return DT_EXIT_USAGE;
+    }
+    if (sep < 0) {
+        dt_fail(ctx, DT_ERR_CONFIG,
+                "dtrain launch: missing '--' before the dtrain subcommand (dtrain launch -n N -- train cfg.yaml)");
+        return DT_EXIT_USAGE;
+    }
+    cfg.argc = argc - sep - 1;
+    cfg.argv = argv + sep + 1;
+
+    dt_launch_job job;
+    dt_status st = dt_launch_init(ctx, &cfg, &job);
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    if (dry) {
+        dt_launch_print(&job, stdout);
+        dt_launch_free(&job);
+        return DT_EXIT_OK;
+    }
+    fflush(NULL); /* nothing buffered here may be written twice or after mpirun's output */
+    int code = 0;
+    st = dt_launch_run(ctx, &job, &code);
+    dt_launch_free(&job);
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    if (code > 128)
+        dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: mpirun ended by signal %d (exit code %d)", code - 128, code);
+    else if (code != 0)
+        dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: mpirun exited with status %d", code);
+    return code;
+}

@@ -1,0 +1,75 @@
+/* launch.h - turns "N ranks of this dtrain, optionally on these hosts" into an Open MPI
+ * mpirun command line, and runs it. Used by `dtrain launch`; `mpirun -n N dtrain ...` keeps
+ * working without it: this module only chooses the flags a user would otherwise have to
+ * know (root, oversubscription, binding, OpenMP threads per rank, simulated nodes).
+ *
+ *   dt_launch_cfg cfg = {.nranks = 4, .simulate_nodes = 2, .argc = n, .argv = args};
+ *   dt_launch_job job;
+ *   DT_CHECK(dt_launch_init(ctx, &cfg, &job));
+ *   int code;
+ *   dt_status st = dt_launch_run(ctx, &job, &code);     // or dt_launch_print(&job, stdout)
+ *   dt_launch_free(&job);
+ *
+ * Placement rules (docs/launch.md):
+ *  - ranks per node: --ranks-per-node K when given; else on --hosts/--hostfile the most
+ *    ranks any host gets when mpirun fills slots in order; else N (all on this machine,
+ *    simulated nodes included: they share this machine's cores).
+ *  - cores = CPUs this process may run on (sched_getaffinity); remote hosts are assumed to
+ *    have as many (homogeneous cluster).
+ *  - ranks per node > cores: --oversubscribe --bind-to none (pinning several busy ranks to
+ *    one core would serialise them behind each other; the scheduler does better).
+ *    Otherwise --map-by slot:PE=c --bind-to core (ppr:K:node:PE=c with K) with
+ *    c = cores / ranks per node: each rank owns c cores for its c OpenMP threads, so the
+ *    threads of different ranks never share a core and caches stay warm.
+ *  - OMP_NUM_THREADS = max(1, cores / ranks per node), unless already set (then forwarded).
+ *  - --simulate-nodes M: consecutive near-equal blocks of ranks, one MPMD app context each
+ *    with -x DTRAIN_NODE_ID=node<i>.
+ *  - every DTRAIN_* variable of the caller's environment is forwarded (-x NAME), so remote
+ *    ranks see what local ones see.
+ */
+#ifndef DT_LAUNCH_H
+#define DT_LAUNCH_H
+
+#include <stdio.h>
+
+#include "core/status.h"
+
+/* What the user asked for. Strings are borrowed; they must outlive the job. */
+typedef struct dt_launch_cfg {
+    int nranks;             /* -n: total ranks, >= 1 */
+    const char *hosts;      /* --hosts "h1:2,h2:2" (slots default to 1, as in mpirun); or NULL */
+    const char *hostfile;   /* --hostfile path (Open MPI format); or NULL */
+    int ranks_per_node;     /* --ranks-per-node; 0 = derived */
+    int simulate_nodes;     /* --simulate-nodes; 0 = off */
+    const char *mpirun;     /* --mpirun path or name; NULL = "mpirun" from PATH */
+    const char *program;    /* NULL = this executable (/proc/self/exe) */
+    int cpus;               /* 0 = sched_getaffinity; tests set it to get fixed output */
+    int argc;               /* the dtrain subcommand and its arguments (after "--") */
+    char **argv;
+} dt_launch_cfg;
+
+/* The planned job: the mpirun argv and the numbers it was derived from. */
+typedef struct dt_launch_job {
+    int nodes;          /* hosts, simulated nodes, or 1 */
+    int ranks_per_node; /* most ranks on one physical machine */
+    int cpus;           /* cores per machine the plan assumed */
+    int threads;        /* OMP_NUM_THREADS per rank (0 = the user's value is forwarded) */
+    int oversubscribed; /* more ranks than cores on a machine: no binding */
+    int argc;
+    char **argv;        /* NULL-terminated; argv[0] is the resolved mpirun path */
+} dt_launch_job;
+
+/* Validates cfg and builds the mpirun command line. Errors are DT_ERR_CONFIG with one line
+ * naming the flag (or file:line of the hostfile); job is untouched on failure. */
+dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *job);
+/* Frees what dt_launch_init allocated; a zeroed job is fine. */
+void dt_launch_free(dt_launch_job *job);
+/* Writes the command line as one shell-quoted line (with a newline) to f. */
+void dt_launch_print(const dt_launch_job *job, FILE *f);
+/* Runs mpirun and waits for it. SIGINT/SIGTERM sent to this process by another process
+ * are forwarded to mpirun (terminal-generated ones already reached it through the process
+ * group). *exit_code = mpirun's exit status, 128 + signal if it was killed. Returns an
+ * error only when mpirun could not be started. */
+dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code);
+
+#endif

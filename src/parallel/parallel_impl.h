@@ -1,0 +1,83 @@
+/* parallel_impl.h - the state behind dt_parallel (internal to src/parallel).
+ *
+ * Sharding is per unit (embeddings, each layer, ln_f), like FSDP's flat parameters: each
+ * unit is split into G near-equal "node-shards" over the shard group (the world, or the
+ * node when sharding is hybrid), and rank j of that group owns node-shard j of every unit.
+ * DDP is the G = 1 case. A rank's shard vector concatenates its node-shards in unit order
+ * (sb[u] = where unit u's piece starts). With hybrid sharding each node-shard is held by
+ * one rank per node (its "replicas", the cross group); for the gradient reduction it is
+ * further cut into one sub-chunk per replica.
+ */
+#ifndef DT_PARALLEL_IMPL_H
+#define DT_PARALLEL_IMPL_H
+
+#include <pthread.h>
+
+#include "parallel/parallel.h"
+
+typedef struct dt_bucket {
+    size_t lo, hi; /* floats in the gradient slab */
+    int stage;     /* ready after this layer's backward; -1: after the embeddings */
+} dt_bucket;
+
+struct dt_parallel {
+    dt_parallel_cfg cfg;
+    dt_comm *comm;
+    dt_gpt2 *m;
+    dt_alloc *alloc;
+    int world, rank;
+    int sharded_grads, sharded_params; /* ZeRO-2/3, ZeRO-3 */
+    /* shard geometry */
+    dt_group g_shard;  /* WORLD, or NODE when hybrid */
+    int G, j;          /* shard-group size and my index in it (G = 1 for DDP) */
+    int n_rep, k;      /* replicas of my node-shard (cross group size) and my index */
+    int U;             /* units */
+    size_t *split_cnt, *split_off; /* [U x G] node-shard counts/offsets inside each unit */
+    size_t *sb;        /* [U] start of unit u's piece in my shard vector */
+    size_t S;          /* shard vector length */
+    size_t *rs_cnt, *rs_dis;       /* [U x world] gradient reduce-scatter owner map */
+    size_t *sub_cnt, *sub_off;     /* [U x n_rep] sub-chunks of my node-shard, per replica */
+    /* optimizer state (S floats each) and update segments, shard-relative */
+    float *mom, *var;
+    dt_param_segment *segs;
+    int *seg_unit;
+    int nsegs;
+    /* DDP / ZeRO-1: buckets over the full gradient slab */
+    float *acc, *extra;     /* the step's gradient; gradients of micro-steps k >= 1 */
+    float *red_scratch;     /* one bucket, for the ordered all-reduce */
+    size_t bucket_floats;
+    dt_bucket *b;
+    int nb;
+    /* ZeRO-2/3 storage */
+    float *gshard, *pshard;  /* S floats: reduced gradient shard; parameter shard (ZeRO-3) */
+    float *gwin[2], *pwin[2];/* layer windows (double-buffered) */
+    int pwin_unit[2];        /* which unit each parameter window holds (-1: none/stale) */
+    float *gpre, *gpost, *ppre, *ppost; /* embeddings / ln_f: full copies kept for the step */
+    float *rs_scratch, *rs_out, *ns_buf; /* reduce-scatter scratch, my sub-chunk, a node-shard */
+    size_t layer_floats, max_sub, max_ns;
+    /* micro-step state */
+    int last_micro, micro;
+    /* communication thread (DDP / ZeRO-1 overlap) */
+    pthread_t thread;
+    int thread_live, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int queued, done, next;
+    dt_status err;
+    dt_ctx err_ctx;
+    double t_exposed, t_total;
+};
+
+/* buckets.c */
+dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p);
+void dt_par_buckets_free(dt_parallel *p);
+dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p);
+/* zero.c */
+dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed);
+void dt_par_zero_free(dt_parallel *p);
+void dt_par_zero_begin_micro(dt_parallel *p);
+dt_status dt_par_zero_error(dt_ctx *ctx, dt_parallel *p);
+/* Gathers the full parameters of unit u (ZeRO-3) into dst. */
+dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
+
+#endif
