@@ -142,5 +142,5 @@ case $sub in
   rsh) cmd_rsh "$@" ;;
   mpirun) cmd_mpirun "$@" ;;
   hosts) hosts ;;
-  *) sed -n '2,27p' "$SELF" >&2; exit 2 ;;
+  *) sed -n '2,25p' "$SELF" >&2; exit 2 ;;
 esac

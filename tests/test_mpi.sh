@@ -127,6 +127,16 @@ open("%s/mem.txt" % d, "w").write("; ".join(out) + " (params/grads/optimizer)")
 sys.exit(0 if ok else 1)
 PY
 
+# dtrain bench under mpiexec: one table (rank 0), global tokens/s, communication and memory.
+timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${mem[@]}" --set parallel.strategy=zero2 --warmup-steps 1 \
+  --bench-steps 2 --peak 100 >"$dir/bench.log" 2>&1
+if [ "$(grep -c '^# median_ms' "$dir/bench.log")" -eq 1 ] && grep -q "2 rank(s)" "$dir/bench.log" \
+   && grep -q "communication per step" "$dir/bench.log" && grep -q "grad_sync_wait" "$dir/bench.log"; then
+  pass "bench under mpiexec: $(grep 'communication per step' "$dir/bench.log" | sed 's/^# //')"
+else
+  fail "bench under mpiexec: $(cat "$dir/bench.log" | tail -5)"
+fi
+
 # Rank 1 cannot open its data: the job ends (non-zero), naming the rank, well before the timeout.
 start=$(date +%s)
 timeout 120 "${mpi[@]}" -n 2 bash -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then set -- "$@" --data /nonexistent/shard.bin; fi; exec "$0" "$@"' \

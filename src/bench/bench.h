@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+#include "comm/comm.h"
 #include "model/gpt2.h"
 #include "train/trainer.h"
 
@@ -35,14 +36,20 @@ typedef struct dt_bench_result {
     double achieved_gflops;
     dt_gpt2_prof prof;          /* summed over the timed steps */
     double optim_s;             /* clip + AdamW, summed over timed steps */
+    double sync_s;              /* waiting for gradient reduction, summed over timed steps */
     size_t mem_peak[DT_MEM_NKINDS];
     size_t n_params;            /* without padding */
     unsigned long long loss_hash; /* FNV-1a of the timed losses' bits: a verification column */
+    int world;                  /* ranks */
+    double tokens_per_s_rank;   /* per rank */
+    double comm_exposed_s, comm_total_s; /* per timed step (mean): waited for / spent in collectives */
+    double comm_bytes_step;     /* bytes this rank sent into collectives per step */
 } dt_bench_result;
 
-/* Runs warmup + steps optimizer steps of cfg and fills r. */
-dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, int warmup, int steps,
-                         dt_bench_result *r);
+/* Runs warmup + steps optimizer steps of cfg on the ranks of comm (NULL: one process) and
+ * fills r; tokens/s counts all ranks. */
+dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, int warmup,
+                         int steps, dt_bench_result *r);
 
 /* Median of x[0..n) (sorts a copy). */
 double dt_median(const double *x, int n);

@@ -105,8 +105,17 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     }
     dt_bench_result *r = malloc(sizeof *r);
     if (!r) return DT_EXIT_FAIL;
-    st = dt_bench_train(ctx, &cfg.train, fl.warmup, fl.steps, r);
+    dt_comm *comm;
+    st = dt_comm_init(ctx, &comm);
     if (st != DT_OK) {
+        free(r);
+        return dt_cli_exit_code(st);
+    }
+    dt_cli_rank_setup(ctx, comm, &cfg);
+    st = dt_bench_train(ctx, &cfg.train, comm, fl.warmup, fl.steps, r);
+    int rank = dt_comm_rank(comm, DT_GROUP_WORLD);
+    dt_cli_finish_ranks(ctx, comm, st);
+    if (st != DT_OK || rank != 0) { /* only rank 0 prints tables */
         free(r);
         return dt_cli_exit_code(st);
     }
@@ -114,16 +123,17 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     const dt_gpt2_config *m = &c->model;
     double tokens = (double)c->micro_batch * c->seq_len * c->accum;
     printf("# dtrain bench: %s (L=%d d=%d heads=%d vocab=%d, %.2fM params), batch %d x %d x %d "
-           "accum, fp32, %d threads\n",
+           "accum per rank, fp32, %d rank(s) x %d threads, %s%s\n",
            c->preset[0] ? c->preset : "custom", m->n_layer, m->d_model, m->n_head, m->vocab,
-           (double)r->n_params / 1e6, c->micro_batch, c->seq_len, c->accum, threads_now());
+           (double)r->n_params / 1e6, c->micro_batch, c->seq_len, c->accum, r->world, threads_now(),
+           dt_strategy_name(c->parallel.strategy), c->parallel.overlap ? "" : " (no overlap)");
     printf("# peak %.1f GFLOP/s (%s)\n", peak, peak_src);
     printf("# MFU = (6 N + 12 L T d) * tokens/s / peak; N = non-embedding params + lm_head "
            "(V d); %.4g FLOP/token\n", r->flops_per_token);
     printf("# %-6s %-10s %-10s %-10s\n", "step", "time_ms", "tokens/s", "loss");
     for (int i = 0; i < r->steps; i++)
         printf("  %-6d %-10.1f %-10.1f %-10.6f\n", r->warmup + i + 1, r->step_s[i] * 1e3,
-               tokens / r->step_s[i], (double)r->loss[i]);
+               tokens * r->world / r->step_s[i], (double)r->loss[i]);
     printf("# %-12s %-12s %-12s %-12s %-10s %-10s %-8s %-16s\n", "median_ms", "mean_ms",
            "min_ms", "max_ms", "tokens/s", "GFLOP/s", "MFU_%", "loss_hash");
     printf("  %-12.1f %-12.1f %-12.1f %-12.1f %-10.1f %-10.1f %-8.1f %016llx\n", r->median_s * 1e3,
@@ -139,11 +149,17 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
         printf("  %-14s %-10.1f %-10.1f %-10.1f %-8.1f\n", dt_op_kind_names[k], f * 1e3, b * 1e3,
                (f + b) * 1e3, 100 * (f + b) / total);
     }
-    double opt = r->optim_s / r->steps;
-    accounted += opt;
+    double opt = r->optim_s / r->steps, sync = r->sync_s / r->steps;
+    accounted += opt + sync;
     printf("  %-14s %-10s %-10s %-10.1f %-8.1f\n", "optimizer", "-", "-", opt * 1e3, 100 * opt / total);
+    printf("  %-14s %-10s %-10s %-10.1f %-8.1f\n", "grad_sync_wait", "-", "-", sync * 1e3, 100 * sync / total);
     printf("  %-14s %-10s %-10s %-10.1f %-8.1f\n", "other", "-", "-", (total - accounted) * 1e3,
            100 * (total - accounted) / total);
+    if (r->world > 1)
+        printf("# communication per step: %.1f ms in collectives, %.1f ms exposed (%.1f%% of the step), "
+               "%.2f MB sent by rank 0\n",
+               r->comm_total_s * 1e3, r->comm_exposed_s * 1e3, 100 * r->comm_exposed_s / r->mean_s,
+               r->comm_bytes_step / 1e6);
     printf("# memory high-water (MiB):");
     for (int k = 0; k < DT_MEM_NKINDS; k++)
         printf(" %s %.1f%s", dt_mem_kind_name((dt_mem_kind)k), (double)r->mem_peak[k] / 1048576.0,

@@ -126,6 +126,8 @@ static dt_status parse_hosts(dt_ctx *ctx, const char *spec, host_list *h) {
             return dt_fail(ctx, DT_ERR_CONFIG,
                            PFX "--hosts: bad slot count in '%.*s' (expected HOST:K, K >= 1)",
                            (int)len, p);
+        if (nlen == 0)
+            return dt_fail(ctx, DT_ERR_CONFIG, PFX "--hosts: empty host name in '%s' (expected h1:2,h2:2)", spec);
         if (!valid_host_name(p, nlen))
             return dt_fail(ctx, DT_ERR_CONFIG,
                            PFX "--hosts: bad host name in '%.*s' (expected h1:2,h2:2)", (int)len, p);

@@ -87,6 +87,7 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
     dt_gpt2 *m = p->m;
     size_t n = m->n_params, per = p->cfg.bucket_bytes / sizeof(float);
     if (per < 1024) per = 1024;
+    if (per > n) per = n;
     p->bucket_floats = per;
     int cap = (int)((n + per - 1) / per) + 2 * m->cfg.n_layer + 4;
     p->b = calloc((size_t)cap, sizeof *p->b);

@@ -103,6 +103,8 @@ void dt_trainer_free(dt_trainer *tr) {
 static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
     double t0 = dt_now();
     DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
+    out->sync_seconds = dt_now() - t0;
+    t0 = dt_now();
     double sumsq;
     DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     double norm = sqrt(sumsq);

@@ -57,7 +57,8 @@ typedef struct dt_step_stats {
     float grad_norm;  /* before clipping */
     float lr;
     double seconds;   /* wall time of the step */
-    double optim_seconds; /* of which: norm, clipping and AdamW */
+    double sync_seconds;  /* of which: waiting for the gradient reduction to finish */
+    double optim_seconds; /* of which: norm, clipping, AdamW (and ZeRO's parameter gather) */
 } dt_step_stats;
 
 /* comm may be NULL: a single process. */
