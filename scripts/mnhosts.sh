@@ -36,11 +36,17 @@ die() { echo "mnhosts: $*" >&2; exit 1; }
 our_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${P}(sw|h[0-9]+)\$" | sort -V || true; }
 hosts() { our_netns | sed -n "s/^${P}\\(h[0-9]*\\)\$/\\1/p"; }
 
+up_failed() {
+  [ "$1" -eq 0 ] && return 0
+  echo "mnhosts: up failed, cleaning up" >&2
+  cmd_down >/dev/null 2>&1
+}
+
 cmd_up() {
   local n=${1:-2} k h ns
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "up: N must be 1..250 (got '$n')"
   # Any failure from here on exits (set -e); the trap then removes the half-built hosts.
-  trap 'rc=$?; [ $rc -eq 0 ] || { echo "mnhosts: up failed, cleaning up" >&2; cmd_down >/dev/null 2>&1; }' EXIT
+  trap 'up_failed $?' EXIT
   mkdir -p "$ST/hosts"
   if ! ip netns list | awk '{print $1}' | grep -qx "${P}sw"; then
     ip netns add "${P}sw"
@@ -74,6 +80,7 @@ cmd_down() {
   local ns p all="" i left
   for ns in $(our_netns); do
     p=$(ip netns pids "$ns" 2>/dev/null || true)
+    # shellcheck disable=SC2086 # $p is a list of pids
     if [ -n "$p" ]; then kill -9 $p 2>/dev/null || true; all="$all $p"; fi
     ip netns del "$ns" 2>/dev/null || true
   done
@@ -101,6 +108,7 @@ cmd_exec() {
   export OMPI_MCA_oob_tcp_keepalive_time=5 OMPI_MCA_oob_tcp_keepalive_intvl=2 OMPI_MCA_oob_tcp_keepalive_probes=3
   [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   # Not `ip netns exec`: it remounts /sys, which breaks cgroup users such as slurmd.
+  # shellcheck disable=SC2016 # the inner script expands its own positional parameters
   exec nsenter --net="/run/netns/$P$h" unshare --mount --uts --propagation private -- /bin/sh -c '
     set -e
     h=$1 s=$2 w=$PWD; shift 2

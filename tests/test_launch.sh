@@ -81,6 +81,7 @@ case $FAKE_MODE in
   exit3) exit 3 ;;
   kill9) kill -9 $$ ;;
   term) trap 'echo term >"$FAKE_OUT.sig"; exit 7' TERM
+        trap 'echo int >"$FAKE_OUT.sig"; exit 8' INT
         : >"$FAKE_OUT.ready"
         while :; do sleep 0.05; done ;;
 esac
@@ -107,6 +108,21 @@ wait $lp
 rc=$?
 [ $rc = 7 ] && [ -e "$FAKE_OUT.sig" ] && pass "SIGTERM to launch forwarded to mpirun, its status (7) returned" \
   || fail "SIGTERM forwarding: rc $rc, sig file $(ls "$FAKE_OUT".* 2>&1)"
+
+# SIGINT from another process is forwarded too. A script's background job starts with SIGINT
+# ignored (and the launcher keeps it so); python restores the default before exec.
+if command -v python3 >/dev/null; then
+  rm -f "$FAKE_OUT".*
+  FAKE_MODE=term python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+    "$bin" launch -n 1 --mpirun "$fake" -- train >/dev/null 2>&1 &
+  lp=$!
+  for _ in $(seq 1 100); do [ -e "$FAKE_OUT.ready" ] && break; sleep 0.05; done
+  kill -INT $lp
+  wait $lp
+  rc=$?
+  [ $rc = 8 ] && [ "$(cat "$FAKE_OUT.sig" 2>/dev/null)" = int ] && pass "SIGINT to launch forwarded to mpirun (status 8)" \
+    || fail "SIGINT forwarding: rc $rc, $(cat "$FAKE_OUT.sig" 2>&1)"
+fi
 
 # Usage errors: exit 2, exactly one line on stderr, naming the flag.
 err() { # PATTERN ARGS...

@@ -86,6 +86,15 @@ data=(--data "$dir/corpus_train_*.bin" --model.vocab_size 256)
 run1 data_one 2 "${data[@]}"
 runN data_ddp2 2 "${data[@]}"
 check "real data: 2 ranks vs 1 rank x 2" data_ddp2 data_one 0
+# ZeRO-3 without the communication thread, evaluating on the way (forward-only gathers) and
+# checkpointing (the model gathered to rank 0): same training, and a readable checkpoint.
+runN data_zero3 2 "${data[@]}" --set parallel.strategy=zero3 --set parallel.overlap=false \
+  --data.val "$dir/corpus_train_*.bin" --set training.eval_interval=10 --set checkpoint.dir="$dir/z3ckpt"
+check "ZeRO-3, no overlap, with eval and checkpoints vs 1 rank x 2" data_zero3 data_one 0
+cmp -s "$dir/z3ckpt/step-00000020/model.safetensors" "$dir/data_zero3.st" \
+  && grep -q '"type":"eval","step":20' "$dir/data_zero3.jsonl" \
+  && pass "ZeRO-3 checkpoint == final weights; evaluations logged" || fail "ZeRO-3 checkpoint/eval"
+
 
 # Model-state bytes per rank against the ZeRO formulas (fp32): DDP params 4P, grads 4P,
 # AdamW 8P; ZeRO-1 AdamW 8S (S = this rank's shard, ~P/N); ZeRO-2 grads 4S + windows;

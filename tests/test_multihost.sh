@@ -40,7 +40,7 @@ trap '"$mn" down >/dev/null 2>&1' EXIT
 
 common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 300
         --model.context 32 --seq 32 --batch 2 --steps 10 --set logging.progress=lines)
-args() { echo --set "logging.metrics=$dir/$1.jsonl" --save-weights "$dir/$1.st"; }
+outs() { out=(--set "logging.metrics=$dir/$1.jsonl" --save-weights "$dir/$1.st"); }   # sets out
 check() { # NAME: 4 ranks on 2 nodes, weights bitwise equal to the single-process run
   local name=$1
   if ! grep -q "4 rank(s) on 2 node(s)" "$dir/$name.log"; then
@@ -52,25 +52,29 @@ check() { # NAME: 4 ranks on 2 nodes, weights bitwise equal to the single-proces
   fi
 }
 
-"$bin" train "${common[@]}" --accum 4 $(args one) >"$dir/one.log" 2>&1 || fail "one: $(tail -2 "$dir/one.log")"
+outs one
+"$bin" train "${common[@]}" --accum 4 "${out[@]}" >"$dir/one.log" 2>&1 || fail "one: $(tail -2 "$dir/one.log")"
 
 # 2 hosts x 2 ranks, plain mpirun from h1 (rsh agent, TCP between hosts, vader inside).
+outs hosts
 timeout 120 "$mn" mpirun --host h1:2,h2:2 -n 4 --bind-to none -x OMP_NUM_THREADS \
-  "$bin" train "${common[@]}" $(args hosts) >"$dir/hosts.log" 2>&1 || fail "hosts: $(tail -3 "$dir/hosts.log")"
+  "$bin" train "${common[@]}" "${out[@]}" >"$dir/hosts.log" 2>&1 || fail "hosts: $(tail -3 "$dir/hosts.log")"
 check hosts
 grep -q "^h1:0 " "$dir/hosts.log" && pass "rank 0 logs as h1:0" || fail "rank 0 prefix: $(head -1 "$dir/hosts.log")"
 
 # The launcher across the hosts: run on h1, mnhosts exports the MCA settings for the namespaces.
-timeout 120 "$mn" exec h1 "$bin" launch -n 4 --hosts h1:2,h2:2 -- train "${common[@]}" $(args launch_hosts) \
+outs launch_hosts
+timeout 120 "$mn" exec h1 "$bin" launch -n 4 --hosts h1:2,h2:2 -- train "${common[@]}" "${out[@]}" \
   >"$dir/launch_hosts.log" 2>&1 || fail "launch_hosts: $(tail -3 "$dir/launch_hosts.log")"
 check launch_hosts
 
 "$mn" down
-[ -z "$(ip netns list | awk '{print $1}' | grep "^$MN_PREFIX")" ] && pass "hosts torn down" \
+! ip netns list | awk '{print $1}' | grep -q "^$MN_PREFIX" && pass "hosts torn down" \
   || fail "namespaces left: $(ip netns list | grep "^$MN_PREFIX")"
 
 # Simulated nodes on this machine: DTRAIN_NODE_ID per MPMD app context.
-timeout 120 "$bin" launch -n 4 --simulate-nodes 2 -- train "${common[@]}" $(args simulated) \
+outs simulated
+timeout 120 "$bin" launch -n 4 --simulate-nodes 2 -- train "${common[@]}" "${out[@]}" \
   >"$dir/simulated.log" 2>&1 || fail "simulated: $(tail -3 "$dir/simulated.log")"
 check simulated
 

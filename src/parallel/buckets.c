@@ -7,12 +7,10 @@
  * the lm_head, first, and by the encoder, last). A bucket is ready once the lowest layer it
  * touches is done; one holding embeddings only at the very end.
  *
- * Invariants (MPI_THREAD_SERIALIZED):
- *   1. Only the communication thread calls the communicator between the first bucket
- *      launch of a step and the end of dt_par_buckets_finish.
- *   2. A bucket is enqueued only after its gradients are final for the step, and nothing
+ * Invariants:
+ *   1. A bucket is submitted only after its gradients are final for the step, and nothing
  *      writes it again before the next step's zeroing.
- *   3. Buckets are reduced in plan order on every rank, so the collectives match up.
+ *   2. Buckets are submitted in plan order on every rank, so the collectives match up.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +22,11 @@
  * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so the
  * sum is the mean gradient of the global batch, bitwise what one rank with world x accum
  * micro-steps computes. */
-static dt_status reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
+/* Finishes bucket i: adds the last micro-step's gradient (k >= 1) into the step's, then
+ * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so the
+ * sum is the mean gradient of the global batch, bitwise what one rank with world x accum
+ * micro-steps computes. */
+dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     float *g = p->acc + p->b[i].lo;
     size_t n = p->b[i].hi - p->b[i].lo;
     if (p->micro > 0) {
@@ -38,33 +40,9 @@ static dt_status reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     return DT_OK;
 }
 
-static void *comm_main(void *arg) {
-    dt_parallel *p = arg;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->stop && p->done == p->queued) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop) break;
-        int i = p->done;
-        pthread_mutex_unlock(&p->mu);
-        dt_status st = p->err == DT_OK ? reduce_bucket(&p->err_ctx, p, i) : DT_OK;
-        pthread_mutex_lock(&p->mu);
-        if (st != DT_OK && p->err == DT_OK) p->err = st;
-        p->done++;
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-/* Enqueues every bucket whose stage is >= `stage` (in plan order). */
+/* Submits every bucket whose stage is >= `stage` (in plan order). */
 static void launch_ready(dt_parallel *p, int stage) {
-    pthread_mutex_lock(&p->mu);
-    while (p->next < p->nb && p->b[p->next].stage >= stage) {
-        p->next++;
-        p->queued++;
-    }
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    while (p->next < p->nb && p->b[p->next].stage >= stage) dt_par_submit(p, DT_TASK_BUCKET, p->next++, 0);
 }
 
 static void hook_layer(void *ud, int layer) {
@@ -105,10 +83,7 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, n * sizeof(float), (void **)&p->extra));
     if (p->world > 1)
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_SCRATCH, per * sizeof(float), (void **)&p->red_scratch));
-    if (p->world > 1 && p->cfg.overlap) {
-        if (pthread_create(&p->thread, NULL, comm_main, p) != 0)
-            return dt_fail(ctx, DT_ERR_INTERNAL, "parallel: cannot start the communication thread");
-        p->thread_live = 1;
+    if (p->thread_live) {
         m->hooks.ud = p;
         m->hooks.after_layer_backward = hook_layer;
         m->hooks.after_embed_backward = hook_embed;
@@ -117,14 +92,6 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
 }
 
 void dt_par_buckets_free(dt_parallel *p) {
-    if (p->thread_live) {
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->thread, NULL);
-        p->thread_live = 0;
-    }
     if (p->acc) {
         p->m->grads = p->acc;
         dt_gpt2_point_units(p->m);
@@ -138,21 +105,12 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     p->m->grads = p->acc;
     dt_gpt2_point_units(p->m);
     if (p->world == 1 && p->micro == 0) return DT_OK;
-    double t0 = dt_now();
-    if (p->thread_live) {
-        launch_ready(p, -1); /* anything the hooks did not launch */
-        pthread_mutex_lock(&p->mu);
-        while (p->done < p->queued) pthread_cond_wait(&p->cv, &p->mu);
-        dt_status st = p->err;
-        p->queued = p->done = p->next = 0;
-        pthread_mutex_unlock(&p->mu);
-        if (st != DT_OK) {
-            memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
-            return st;
-        }
-    } else {
-        for (int i = 0; i < p->nb; i++) DT_CHECK(reduce_bucket(ctx, p, i));
+    launch_ready(p, -1); /* everything the hooks did not launch (all of it without overlap) */
+    dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
+    p->next = 0;
+    if (p->err != DT_OK) {
+        memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
+        return p->err;
     }
-    if (p->world > 1) p->t_exposed += dt_now() - t0;
     return DT_OK;
 }

@@ -108,6 +108,81 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
     return st;
 }
 
+/* ---- the task runner */
+
+dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t) {
+    switch (t->kind) {
+    case DT_TASK_BUCKET: return dt_par_reduce_bucket(ctx, p, t->a);
+    case DT_TASK_GATHER: return dt_par_gather_unit(ctx, p, t->a, p->pwin[t->b]);
+    case DT_TASK_REDUCE: return dt_par_reduce_unit(ctx, p, t->a, t->b);
+    }
+    return DT_OK;
+}
+
+static void run_one(dt_parallel *p, const dt_par_task *t) {
+    if (p->err != DT_OK) return; /* after a failure the job is ending: skip the rest */
+    dt_ctx c = p->err_ctx;
+    dt_status st = dt_par_run_task(&c, p, t);
+    if (st != DT_OK && p->err == DT_OK) {
+        p->err_ctx = c;
+        p->err = st;
+    }
+}
+
+static void *comm_main(void *arg) {
+    dt_parallel *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->done == p->queued) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop) break;
+        dt_par_task t = p->tasks[p->done % p->cap];
+        pthread_mutex_unlock(&p->mu);
+        run_one(p, &t);
+        pthread_mutex_lock(&p->mu);
+        p->done++;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+long dt_par_submit(dt_parallel *p, dt_task_kind kind, int a, int b) {
+    dt_par_task t = {kind, a, b};
+    if (!p->thread_live) { /* inline: all of it is exposed */
+        double t0 = dt_now();
+        run_one(p, &t);
+        p->t_exposed += dt_now() - t0;
+        p->done++;
+        return p->queued++;
+    }
+    pthread_mutex_lock(&p->mu);
+    DT_ASSERT(p->queued - p->done < p->cap);
+    p->tasks[p->queued % p->cap] = t;
+    long seq = p->queued++;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return seq;
+}
+
+void dt_par_wait(dt_parallel *p, long seq) {
+    if (seq < 0 || !p->thread_live) return;
+    double t0 = dt_now();
+    pthread_mutex_lock(&p->mu);
+    while (p->done <= seq) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    p->t_exposed += dt_now() - t0;
+}
+
+static void stop_thread(dt_parallel *p) {
+    if (!p->thread_live) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    p->thread_live = 0;
+}
+
 static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
     dt_param_segment *all;
     int nall;
@@ -151,8 +226,21 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt
     p->err_ctx = *ctx;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    p->gwin_task[0] = p->gwin_task[1] = p->pwin_task[0] = p->pwin_task[1] = -1;
     dt_status st = plan_shards(ctx, p);
     if (st == DT_OK) st = plan_segments(ctx, p);
+    if (st == DT_OK) {
+        /* Per step at most every bucket plus a gather and a reduction per unit and pass. */
+        size_t per = cfg->bucket_bytes / sizeof(float);
+        p->cap = (int)(m->n_params / (per < 1024 ? 1024 : per)) + 6 * p->U + 16;
+        p->tasks = calloc((size_t)p->cap, sizeof *p->tasks);
+        if (!p->tasks) st = dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+    }
+    if (st == DT_OK && p->world > 1 && cfg->overlap) {
+        if (pthread_create(&p->thread, NULL, comm_main, p) != 0)
+            st = dt_fail(ctx, DT_ERR_INTERNAL, "parallel: cannot start the communication thread");
+        else p->thread_live = 1;
+    }
     if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->mom);
     if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->var);
     if (st == DT_OK) {
@@ -174,6 +262,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt
 
 void dt_parallel_free(dt_parallel *p) {
     if (!p) return;
+    stop_thread(p);
     if (p->sharded_grads) dt_par_zero_free(p);
     else dt_par_buckets_free(p);
     if (p->m->hooks.ud == p) memset(&p->m->hooks, 0, sizeof p->m->hooks);
@@ -187,10 +276,12 @@ void dt_parallel_free(dt_parallel *p) {
     free(p->sub_cnt);
     free(p->segs);
     free(p->seg_unit);
+    free(p->tasks);
     free(p);
 }
 
 void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
+    dt_par_wait(p, p->queued - 1); /* the previous micro-step's reductions read its buffers */
     p->micro = k;
     p->last_micro = last;
     if (p->sharded_grads) {
@@ -221,7 +312,7 @@ void dt_parallel_end_micro(dt_parallel *p) {
 }
 
 dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
-    if (p->sharded_grads) return dt_par_zero_error(ctx, p);
+    if (p->sharded_grads) return dt_par_zero_finish(ctx, p);
     return dt_par_buckets_finish(ctx, p);
 }
 
@@ -270,6 +361,7 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
         p->pwin_unit[0] = p->pwin_unit[1] = -1;
         DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_PRE, p->ppre));
         DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_POST(p->m), p->ppost));
+        p->t_exposed += dt_now() - t0;
     } else {
         for (int u = 0; u < p->U; u++)
             DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->params + p->m->unit_lo[u],
@@ -280,6 +372,7 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
     }
     return DT_OK;
 }
+
 
 dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x) {
     if (p->world == 1) return DT_OK;

@@ -15,6 +15,15 @@
 
 #include "parallel/parallel.h"
 
+typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_REDUCE } dt_task_kind;
+
+/* A communication task: reduce bucket a; gather unit a into parameter window b; reduce unit
+ * a from gradient buffer b (0/1: layer windows, 2: embeddings, 3: ln_f). */
+typedef struct dt_par_task {
+    dt_task_kind kind;
+    int a, b;
+} dt_par_task;
+
 typedef struct dt_bucket {
     size_t lo, hi; /* floats in the gradient slab */
     int stage;     /* ready after this layer's backward; -1: after the embeddings */
@@ -57,16 +66,32 @@ struct dt_parallel {
     size_t layer_floats, max_sub, max_ns;
     /* micro-step state */
     int last_micro, micro;
-    /* communication thread (DDP / ZeRO-1 overlap) */
+    /* communication tasks: run in submission order on the communication thread (overlap)
+     * or inline. Every rank submits the same sequence, so the collectives match up. */
+    dt_par_task *tasks;      /* ring of cap entries */
+    int cap;
+    long queued, done;       /* tasks submitted / finished since init */
+    int next;                /* DDP: next bucket to launch this step */
     pthread_t thread;
     int thread_live, stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int queued, done, next;
-    dt_status err;
+    dt_status err;           /* first failure (later tasks are skipped) */
     dt_ctx err_ctx;
     double t_exposed, t_total;
+    long gwin_task[2];       /* ZeRO: last task reading each gradient window (-1: none) */
+    long pwin_task[2];       /* ZeRO-3: task filling each parameter window (-1: none) */
 };
+
+/* parallel.c: the task runner */
+/* Submits a task; returns its sequence number (inline execution when not overlapping). */
+long dt_par_submit(dt_parallel *p, dt_task_kind kind, int a, int b);
+/* Waits until task `seq` (and all before it) finished; -1 is a no-op. */
+void dt_par_wait(dt_parallel *p, long seq);
+/* Runs one task (on whichever thread executes tasks). */
+dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t);
+dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i);
+dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf);
 
 /* buckets.c */
 dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p);
@@ -76,7 +101,7 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p);
 dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed);
 void dt_par_zero_free(dt_parallel *p);
 void dt_par_zero_begin_micro(dt_parallel *p);
-dt_status dt_par_zero_error(dt_ctx *ctx, dt_parallel *p);
+dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p);
 /* Gathers the full parameters of unit u (ZeRO-3) into dst. */
 dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
 

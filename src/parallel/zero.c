@@ -2,14 +2,18 @@
  * layers get temporary full copies in double-buffered windows, through the model's hooks.
  *
  * Per micro-step (hooks, in order):
- *   ZeRO-3 forward:  before layer l, gather its parameters into window l % 2.
- *   backward:        before layer l, (ZeRO-3: gather again) point its gradients at a zeroed
- *                    window; after it, reduce-scatter the window (rank order) into the
- *                    gradient shard, += over micro-steps. ln_f is reduced with the last
- *                    layer, the embeddings after the encoder's backward.
+ *   ZeRO-3 forward:  before layer l, wait for its parameters in window l % 2 and prefetch
+ *                    layer l + 1 into the other window.
+ *   backward:        before layer l, (ZeRO-3: the same, prefetching l - 1; the windows still
+ *                    hold the last two layers of the forward) point its gradients at window
+ *                    l % 2 once layer l + 2's reduction has read it; after it, reduce-scatter
+ *                    the window (rank order) into the gradient shard, += over micro-steps.
+ *                    ln_f is reduced with the last layer, the embeddings after the encoder.
+ * Gathers and reductions are tasks on the communication thread (parallel.overlap) or run
+ * inline; every rank submits them in the same order.
  * The embeddings and ln_f keep full parameter and gradient copies for the whole step: the
  * tied wte is used at both ends of the network (FSDP keeps it gathered too).
- * Hook failures are recorded and returned by dt_parallel_finish_grads.
+ * Task failures are recorded and returned by dt_parallel_finish_grads.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +31,17 @@ dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst) {
     DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, dst, p->split_cnt + (size_t)u * p->G,
                                 p->split_off + (size_t)u * p->G));
     p->t_total += dt_now() - t0;
-    p->t_exposed += dt_now() - t0;
     return DT_OK;
 }
 
-/* Sums unit u's gradient window over all ranks into my shard of it (rank order). */
-static dt_status reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, const float *win) {
+static float *grad_buffer(dt_parallel *p, int buf) {
+    return buf < 2 ? p->gwin[buf] : buf == 2 ? p->gpre : p->gpost;
+}
+
+/* Sums unit u's gradient buffer over all ranks into my shard of it (rank order). */
+dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     double t0 = dt_now();
+    const float *win = grad_buffer(p, buf);
     size_t n = G_cnt(p, u);
     const float *src = win + G_off(p, u);
     if (p->world > 1) {
@@ -53,60 +61,51 @@ static dt_status reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, const float *wi
     if (p->micro == 0) memcpy(dst, src, n * sizeof(float));
     else
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
-    double dt = dt_now() - t0;
-    p->t_total += dt;
-    p->t_exposed += dt; /* reductions run inline in the hooks: all exposed */
+    p->t_total += dt_now() - t0;
     return DT_OK;
 }
 
-static void record(dt_parallel *p, dt_status st, const dt_ctx *c) {
-    if (st != DT_OK && p->err == DT_OK) {
-        p->err = st;
-        p->err_ctx = *c;
+/* Makes parameter window w hold unit u (gathering unless it already does or is being
+ * filled), waits for it, and prefetches unit `next` (if >= 0) into the other window. */
+static void need_params(dt_parallel *p, int u, int w, int next) {
+    if (p->pwin_unit[w] != u) {
+        p->pwin_unit[w] = u;
+        p->pwin_task[w] = dt_par_submit(p, DT_TASK_GATHER, u, w);
+    }
+    dt_par_wait(p, p->pwin_task[w]);
+    p->m->unit_params[u] = p->pwin[w];
+    int w2 = 1 - w;
+    if (next >= 0 && p->pwin_unit[w2] != next) {
+        p->pwin_unit[w2] = next;
+        p->pwin_task[w2] = dt_par_submit(p, DT_TASK_GATHER, next, w2);
     }
 }
 
 static void z_before_forward(void *ud, int l) {
     dt_parallel *p = ud;
-    if (p->err != DT_OK) return;
-    dt_ctx c = p->err_ctx;
-    int u = DT_GPT2_UNIT_LAYER(l);
-    float *w = p->pwin[l % 2];
-    /* The last layer's window still holds it when backward starts: gather only if stale. */
-    if (p->pwin_unit[l % 2] != u) {
-        p->pwin_unit[l % 2] = -1;
-        dt_status st = dt_par_gather_unit(&c, p, u, w);
-        record(p, st, &c);
-        if (st == DT_OK) p->pwin_unit[l % 2] = u;
-    }
-    p->m->unit_params[u] = w;
+    int L = p->m->cfg.n_layer;
+    need_params(p, DT_GPT2_UNIT_LAYER(l), l % 2, l + 1 < L ? DT_GPT2_UNIT_LAYER(l + 1) : -1);
 }
 
 static void z_before_backward(void *ud, int l) {
     dt_parallel *p = ud;
-    int u = DT_GPT2_UNIT_LAYER(l);
-    if (p->sharded_params) z_before_forward(ud, l);
-    float *g = p->gwin[l % 2];
-    memset(g, 0, p->m->unit_len[u] * sizeof(float));
-    p->m->unit_grads[u] = g;
+    int u = DT_GPT2_UNIT_LAYER(l), w = l % 2;
+    if (p->sharded_params) need_params(p, u, w, l > 0 ? DT_GPT2_UNIT_LAYER(l - 1) : -1);
+    dt_par_wait(p, p->gwin_task[w]); /* layer l+2's reduction still reads this window */
+    memset(p->gwin[w], 0, p->m->unit_len[u] * sizeof(float));
+    p->m->unit_grads[u] = p->gwin[w];
 }
 
 static void z_after_backward(void *ud, int l) {
     dt_parallel *p = ud;
-    if (p->err != DT_OK) return;
-    dt_ctx c = p->err_ctx;
     dt_gpt2 *m = p->m;
-    dt_status st = DT_OK;
-    if (l == m->cfg.n_layer - 1) st = reduce_unit(&c, p, DT_GPT2_UNIT_POST(m), p->gpost);
-    if (st == DT_OK) st = reduce_unit(&c, p, DT_GPT2_UNIT_LAYER(l), p->gwin[l % 2]);
-    record(p, st, &c);
+    if (l == m->cfg.n_layer - 1) dt_par_submit(p, DT_TASK_REDUCE, DT_GPT2_UNIT_POST(m), 3);
+    p->gwin_task[l % 2] = dt_par_submit(p, DT_TASK_REDUCE, DT_GPT2_UNIT_LAYER(l), l % 2);
 }
 
 static void z_after_embed(void *ud) {
     dt_parallel *p = ud;
-    if (p->err != DT_OK) return;
-    dt_ctx c = p->err_ctx;
-    record(p, reduce_unit(&c, p, DT_GPT2_UNIT_PRE, p->gpre), &c);
+    dt_par_submit(p, DT_TASK_REDUCE, DT_GPT2_UNIT_PRE, 2);
 }
 
 void dt_par_zero_begin_micro(dt_parallel *p) {
@@ -118,7 +117,8 @@ void dt_par_zero_begin_micro(dt_parallel *p) {
     m->unit_grads[post] = p->gpost;
 }
 
-dt_status dt_par_zero_error(dt_ctx *ctx, dt_parallel *p) {
+dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p) {
+    dt_par_wait(p, p->queued - 1);
     if (p->err == DT_OK) return DT_OK;
     memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
     return p->err;
