@@ -20,7 +20,10 @@ static void test_adamw_matches_definition(void **state) {
     for (int t = 1; t <= 5; t++) {
         tu_fill_uniform(g, N, 0.5f, (uint64_t)(10 + t));
         float lr = 1e-2f * (float)t;
-        dt_adamw_update(&opt, p, g, m, v, segs, 2, lr, t);
+        /* Steps 2 and 4 clip: the fused scale must equal scaling the gradient first. */
+        float gs = t % 2 == 0 ? 0.5f : 1.0f;
+        dt_adamw_update(&opt, p, g, m, v, segs, 2, lr, t, gs);
+        for (int i = 0; i < N; i++) g[i] *= gs;
         for (int i = 0; i < N; i++) {
             double wd = i < 20 ? 0.1 : 0.0;
             pd[i] *= 1.0 - (double)lr * wd;

@@ -3,7 +3,7 @@
 #include "optim/optim.h"
 
 void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, float *m, float *v,
-                     const dt_param_segment *segs, int nsegs, float lr, long t) {
+                     const dt_param_segment *segs, int nsegs, float lr, long t, float gscale) {
     const float b1 = opt->beta1, b2 = opt->beta2, eps = opt->eps;
     /* Bias corrections in double, as torch computes them in Python floats. */
     const float step_size = (float)((double)lr / (1.0 - pow(b1, (double)t)));
@@ -15,7 +15,7 @@ void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, flo
         size_t n = segs[s].len;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float gi = g[i];
+            float gi = gscale == 1.0f ? g[i] : g[i] * gscale; /* bitwise as a separate scaling pass */
             float mi = b1 * ms[i] + (1.0f - b1) * gi;
             float vi = b2 * vs[i] + (1.0f - b2) * gi * gi;
             ms[i] = mi;

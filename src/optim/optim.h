@@ -23,11 +23,12 @@ typedef struct dt_param_segment {
     int decay;          /* weight decay applies */
 } dt_param_segment;
 
-/* One AdamW step (torch.optim.AdamW semantics) on every segment: p *= 1 - lr wd (decay
- * segments only); m, v moments; p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
- * t is the 1-based step count. */
+/* One AdamW step (torch.optim.AdamW semantics) on every segment, with the gradient scaled
+ * by gscale on the fly (gradient clipping without a separate pass over the gradients):
+ * g = grads * gscale; p *= 1 - lr wd (decay segments only); m, v moments;
+ * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t is the 1-based step count. */
 void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, float *m, float *v,
-                     const dt_param_segment *segs, int nsegs, float lr, long t);
+                     const dt_param_segment *segs, int nsegs, float lr, long t, float gscale);
 
 typedef enum dt_sched_kind { DT_SCHED_CONSTANT, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_sched_kind;
 

@@ -346,13 +346,11 @@ static float *grad_piece(dt_parallel *p, int u) {
 dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
                              float clip_coef) {
     for (int u = 0, s = 0; u < p->U; u++) {
-        size_t n = p->split_cnt[(size_t)u * p->G + p->j];
         float *g = grad_piece(p, u);
-        if (clip_coef < 1.0f) dt_scale(g, n, clip_coef);
         int s0 = s;
         while (s < p->nsegs && p->seg_unit[s] == u) s++;
         dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
-                        s - s0, lr, t);
+                        s - s0, lr, t, clip_coef < 1.0f ? clip_coef : 1.0f);
     }
     if (p->G == 1) return DT_OK;
     double t0 = dt_now();
