@@ -77,6 +77,11 @@ timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK
   "$bin" train "${common[@]}" --set parallel.strategy=hybrid_shard --set logging.metrics="$dir/hybrid4.jsonl" \
   --save-weights "$dir/hybrid4.st" >"$dir/hybrid4.log" 2>&1 || fail "hybrid4: $(tail -3 "$dir/hybrid4.log")"
 check "HYBRID_SHARD 2 nodes x 2 vs 1 rank x 4" hybrid4 one_acc4 0
+timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
+  "$bin" train "${common[@]}" --set parallel.strategy=zero1 --set parallel.hybrid=true --set parallel.bucket_mb=0.02 \
+  --set logging.metrics="$dir/hybrid4z1.jsonl" --save-weights "$dir/hybrid4z1.st" >"$dir/hybrid4z1.log" 2>&1 \
+  || fail "hybrid4z1: $(tail -3 "$dir/hybrid4z1.log")"
+check "hybrid ZeRO-1 2 nodes x 2 (small buckets) vs 1 rank x 4" hybrid4z1 one_acc4 0
 
 # Real data through the shuffling sampler and prefetching loader.
 printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \

@@ -35,7 +35,25 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     }
     if (p->world == 1) return DT_OK;
     double t0 = dt_now();
-    DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
+    if (p->cfg.strategy == DT_STRAT_DDP) {
+        DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
+    } else {
+        /* ZeRO-1: each rank needs only its own part summed (reduce-scatter, not all-reduce):
+         * the bucket lies inside one unit, so every owner's part is one range. */
+        int u = p->b[i].unit, W = p->world;
+        size_t blo = p->b[i].lo - p->m->unit_lo[u], bhi = blo + n;
+        size_t *cnt = p->bk_cnt, *dis = p->bk_cnt + W;
+        for (int w = 0; w < W; w++) {
+            size_t a = p->rs_dis[(size_t)u * W + w], z = a + p->rs_cnt[(size_t)u * W + w];
+            a = a > blo ? a : blo;
+            z = z < bhi ? z : bhi;
+            cnt[w] = a < z ? z - a : 0;
+            dis[w] = a < z ? a - blo : 0;
+        }
+        DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk_out,
+                                                p->red_scratch));
+        memcpy(g + dis[p->rank], p->bk_out, cnt[p->rank] * sizeof(float));
+    }
     p->t_total += dt_now() - t0;
     return DT_OK;
 }
@@ -74,15 +92,27 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
      * embedding buckets (ready last) do not delay the last layer's gradients. */
     for (size_t hi = n; hi > 0;) {
         size_t lo = hi > per ? hi - per : 0;
+        int u = m->n_units - 1;
+        while (m->unit_lo[u] >= hi) u--;
+        /* Never across the embeddings/layer boundary; for ZeRO-1 never across any unit. */
+        if (p->cfg.strategy != DT_STRAT_DDP || m->unit_lo[u] == m->layers_offset || u == 0)
+            lo = lo > m->unit_lo[u] ? lo : m->unit_lo[u];
         if (hi > m->layers_offset && lo < m->layers_offset) lo = m->layers_offset;
-        p->b[p->nb++] = (dt_bucket){lo, hi, stage_of(m, lo)};
+        p->b[p->nb++] = (dt_bucket){lo, hi, stage_of(m, lo), u};
         hi = lo;
     }
     p->acc = m->grads;
     if (p->cfg.accum > 1)
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, n * sizeof(float), (void **)&p->extra));
-    if (p->world > 1)
-        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_SCRATCH, per * sizeof(float), (void **)&p->red_scratch));
+    if (p->world > 1) {
+        /* The ordered reduction stacks every rank's copy of my part: DDP's part is 1/world
+         * of a bucket, but a ZeRO-1 bucket may lie wholly inside my shard. */
+        p->red_floats = p->cfg.strategy == DT_STRAT_DDP ? per : per * (size_t)p->world;
+        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_SCRATCH, p->red_floats * sizeof(float), (void **)&p->red_scratch));
+        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_SCRATCH, per * sizeof(float), (void **)&p->bk_out));
+        p->bk_cnt = calloc(2 * (size_t)p->world, sizeof(size_t));
+        if (!p->bk_cnt) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+    }
     if (p->thread_live) {
         m->hooks.ud = p;
         m->hooks.after_layer_backward = hook_layer;
@@ -97,7 +127,9 @@ void dt_par_buckets_free(dt_parallel *p) {
         dt_gpt2_point_units(p->m);
     }
     dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m->n_params * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->red_scratch, p->bucket_floats * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->red_scratch, p->red_floats * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->bk_out, p->bucket_floats * sizeof(float));
+    free(p->bk_cnt);
     free(p->b);
 }
 
@@ -108,6 +140,14 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     launch_ready(p, -1); /* everything the hooks did not launch (all of it without overlap) */
     dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
     p->next = 0;
+    if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1) {
+        /* Hybrid ZeRO-1: the replicas of my node-shard each reduced a sub-chunk of it. */
+        for (int u = 0; u < p->U; u++) {
+            float *ns = p->acc + p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, p->sub_cnt + (size_t)u * p->n_rep,
+                                        p->sub_off + (size_t)u * p->n_rep));
+        }
+    }
     if (p->err != DT_OK) {
         memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
         return p->err;

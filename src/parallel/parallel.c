@@ -316,16 +316,19 @@ dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
     return dt_par_buckets_finish(ctx, p);
 }
 
+static float *grad_piece(dt_parallel *p, int u);
+
 dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
-    if (!p->sharded_grads) {
+    if (p->cfg.strategy == DT_STRAT_DDP) {
         /* Every rank holds the same full averaged gradient: no communication. */
         *out = dt_sumsq(p->m->grads, p->m->n_params);
         return DT_OK;
     }
-    /* Shard partial sums, exchanged exactly (one non-zero per slot) and added in rank order. */
+    /* ZeRO: only my shard is reduced. Partial sums per unit piece, exchanged exactly (one
+     * non-zero per slot) and added in rank order. */
     double part[1024] = {0};
     if (p->G > 1024) return dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 1024 shards");
-    part[p->j] = dt_sumsq(p->gshard, p->S);
+    for (int u = 0; u < p->U; u++) part[p->j] += dt_sumsq(grad_piece(p, u), p->split_cnt[(size_t)u * p->G + p->j]);
     if (p->G > 1) DT_CHECK(dt_comm_allreduce(ctx, p->comm, p->g_shard, part, (size_t)p->G, DT_F64, DT_SUM));
     double s = 0;
     for (int r = 0; r < p->G; r++) s += part[r];

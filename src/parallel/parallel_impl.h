@@ -27,6 +27,7 @@ typedef struct dt_par_task {
 typedef struct dt_bucket {
     size_t lo, hi; /* floats in the gradient slab */
     int stage;     /* ready after this layer's backward; -1: after the embeddings */
+    int unit;      /* the unit holding hi - 1 (ZeRO-1 buckets stay inside it) */
 } dt_bucket;
 
 struct dt_parallel {
@@ -53,8 +54,10 @@ struct dt_parallel {
     int nsegs;
     /* DDP / ZeRO-1: buckets over the full gradient slab */
     float *acc, *extra;     /* the step's gradient; gradients of micro-steps k >= 1 */
-    float *red_scratch;     /* one bucket, for the ordered all-reduce */
-    size_t bucket_floats;
+    float *red_scratch;     /* one bucket, for the ordered all-reduce / reduce-scatter */
+    float *bk_out;          /* ZeRO-1: my part of a bucket, reduced */
+    size_t *bk_cnt;         /* ZeRO-1: per-rank counts and offsets of a bucket's parts */
+    size_t bucket_floats, red_floats;
     dt_bucket *b;
     int nb;
     /* ZeRO-2/3 storage */
