@@ -15,7 +15,7 @@ void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, flo
         size_t n = segs[s].len;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float gi = gscale == 1.0f ? g[i] : g[i] * gscale; /* bitwise as a separate scaling pass */
+            float gi = g[i] * gscale; /* x * 1.0f == x exactly: no clipping costs nothing */
             float mi = b1 * ms[i] + (1.0f - b1) * gi;
             float vi = b2 * vs[i] + (1.0f - b2) * gi * gi;
             ms[i] = mi;
