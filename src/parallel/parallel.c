@@ -43,11 +43,11 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
     dt_gpt2 *m = p->m;
     int W = p->world;
     p->U = m->n_units;
-    if (p->cfg.strategy == DT_STRAT_DDP) {
+    if (p->cfg.strategy == DT_STRAT_DDP) { /* one shard: everything, on every rank */
         p->G = 1;
         p->j = 0;
-        p->n_rep = W;
-        p->k = p->rank;
+        p->n_rep = 1;
+        p->k = 0;
     } else if (p->cfg.hybrid) {
         p->g_shard = DT_GROUP_NODE;
         p->G = dt_comm_size(p->comm, DT_GROUP_NODE);
