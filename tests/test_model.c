@@ -76,6 +76,21 @@ static void test_bad_shapes_are_refused_naming_the_key(void **state) {
     assert_int_equal(dt_cfg_set(&ctx, &r, "training.steps", "9"), DT_OK);
     assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "training.tokens"));
+    /* training.batch derives grad_accum from the number of ranks (and tokens the steps). */
+    dt_run_cfg_defaults(&r);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.batch", "16"), DT_OK);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.tokens", "10000"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_OK);
+    assert_int_equal(r.train.accum, 4); /* 16 / (4 x 1) */
+    assert_int_equal(r.train.steps, 10); /* ceil(10000 / (16 x 64)) */
+    assert_int_equal(dt_cfg_apply_world(&ctx, &r, 2), DT_OK);
+    assert_int_equal(r.train.accum, 2); /* 16 / (4 x 2) */
+    assert_int_equal(r.train.steps, 10);
+    assert_int_equal(dt_cfg_apply_world(&ctx, &r, 3), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "training.batch"));
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.grad_accum", "2"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "training.grad_accum"));
 }
 
 static void test_presets_and_parameter_counts(void **state) {

@@ -42,6 +42,11 @@ check() { # LABEL A B TOL [losses-only]
 run1 one_acc2 2
 runN ddp2 2
 check "2 ranks DDP vs 1 rank x 2 accumulation" ddp2 one_acc2 0
+# training.batch (global) keeps the math when the rank count changes: accumulation is derived.
+runN batch2 2 --set training.batch=4
+"$bin" train "${common[@]}" --set training.batch=4 --set logging.metrics="$dir/batch1.jsonl" \
+  --save-weights "$dir/batch1.st" >"$dir/batch1.log" 2>&1 || fail "batch1: $(tail -2 "$dir/batch1.log")"
+check "training.batch=4: 2 ranks vs 1 rank (accumulation derived)" batch2 batch1 0
 runN ddp2_nooverlap 2 --set parallel.overlap=false
 check "overlap on vs off (bitwise)" ddp2 ddp2_nooverlap 0
 runN zero1_2 2 --set parallel.strategy=zero1

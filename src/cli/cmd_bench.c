@@ -112,6 +112,12 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
         return dt_cli_exit_code(st);
     }
     dt_cli_rank_setup(ctx, comm, &cfg);
+    st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
+    if (st != DT_OK) {
+        dt_cli_finish_ranks(ctx, comm, st);
+        free(r);
+        return dt_cli_exit_code(st);
+    }
     st = dt_bench_train(ctx, &cfg.train, comm, fl.warmup, fl.steps, r);
     int rank = dt_comm_rank(comm, DT_GROUP_WORLD);
     dt_cli_finish_ranks(ctx, comm, st);

@@ -49,6 +49,11 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     st = dt_comm_init(ctx, &comm);
     if (st != DT_OK) return dt_cli_exit_code(st);
     dt_cli_rank_setup(ctx, comm, &cfg);
+    st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
+    if (st != DT_OK) {
+        dt_cli_finish_ranks(ctx, comm, st);
+        return dt_cli_exit_code(st);
+    }
     st = dt_train_run(ctx, comm, &cfg, fl.save_weights);
     dt_cli_finish_ranks(ctx, comm, st);
     return dt_cli_exit_code(st);

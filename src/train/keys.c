@@ -38,6 +38,7 @@ static const key_def keys[] = {
     NUM("training.micro_batch", K_INT, train.micro_batch, "sequences per micro-step (per rank)"),
     NUM("training.seq_len", K_INT, train.seq_len, "tokens per sequence (<= model.context)"),
     NUM("training.grad_accum", K_INT, train.accum, "micro-steps per optimizer step"),
+    NUM("training.batch", K_INT, global_batch, "global batch in sequences: sets grad_accum = batch / (micro_batch x ranks) (0 = use grad_accum)"),
     NUM("training.steps", K_LONG, train.steps, "optimizer steps"),
     NUM("training.tokens", K_LONG, tokens, "train this many tokens instead of training.steps (0 = use steps)"),
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
@@ -194,6 +195,7 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
     if (strcmp(key, "schedule.decay_steps") == 0) c->decay_steps_set = 1;
     if (strcmp(key, "training.steps") == 0) c->steps_set = 1;
     if (strcmp(key, "training.tokens") == 0) c->tokens_set = 1;
+    if (strcmp(key, "training.grad_accum") == 0) c->accum_set = 1;
     return DT_OK;
 }
 
@@ -241,16 +243,33 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.peak_gflops must be >= 0 (got %g)", (double)c->peak_gflops);
     if (c->tokens < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.tokens must be >= 0 (got %ld)", c->tokens);
-    if (c->tokens > 0) {
-        if (c->steps_set)
-            return dt_fail(ctx, DT_ERR_CONFIG, "training.tokens and training.steps are both set: keep one");
-        long per_step = (long)t->micro_batch * t->seq_len * t->accum;
-        t->steps = (c->tokens + per_step - 1) / per_step;
-    }
-    if (!c->decay_steps_set) t->sched.total = t->steps;
+    if (c->tokens > 0 && c->steps_set)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.tokens and training.steps are both set: keep one");
+    if (c->global_batch < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.batch must be >= 0 (got %d)", c->global_batch);
+    if (c->global_batch > 0 && c->accum_set)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.batch and training.grad_accum are both set: keep one");
     if (!strcmp(c->tokenizer, "gpt2") && t->model.vocab < 50257)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size (%d) is smaller than the gpt2 tokenizer's 50257",
                        t->model.vocab);
+    return dt_cfg_apply_world(ctx, c, 1);
+}
+
+dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world) {
+    dt_train_cfg *t = &c->train;
+    if (c->global_batch > 0) {
+        long per = (long)t->micro_batch * world;
+        if (c->global_batch % per != 0)
+            return dt_fail(ctx, DT_ERR_CONFIG,
+                           "training.batch (%d) must be a multiple of training.micro_batch (%d) x ranks (%d)",
+                           c->global_batch, t->micro_batch, world);
+        t->accum = (int)(c->global_batch / per);
+    }
+    if (c->tokens > 0) {
+        long per_step = (long)t->micro_batch * t->seq_len * t->accum * world;
+        t->steps = (c->tokens + per_step - 1) / per_step;
+    }
+    if (!c->decay_steps_set) t->sched.total = t->steps;
     return dt_train_cfg_validate(ctx, t);
 }
 

@@ -25,6 +25,7 @@ typedef struct dt_run_cfg {
     char tokenizer[16];   /* byte | gpt2: recorded in checkpoints so `sample` decodes right */
     /* training */
     long tokens;          /* if > 0: steps = ceil(tokens / tokens per step) */
+    int global_batch;     /* training.batch: if > 0, grad_accum = batch / (micro_batch x ranks) */
     int eval_interval;    /* steps between validation passes (0 = off) */
     int eval_batches;     /* micro-batches per validation pass */
     /* logging */
@@ -44,7 +45,7 @@ typedef struct dt_run_cfg {
     int threads;
     /* which model fields were set explicitly (over the preset) */
     int model_set[5];
-    int decay_steps_set, steps_set, tokens_set;
+    int decay_steps_set, steps_set, tokens_set, accum_set;
 } dt_run_cfg;
 
 void dt_run_cfg_defaults(dt_run_cfg *c);
@@ -56,6 +57,11 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
 /* Applies the preset under explicit model.* overrides, checks the preset's maximum context,
  * derives steps from training.tokens and schedule.decay_steps from steps, validates. */
 dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
+
+/* Derives what depends on the number of ranks: grad_accum from training.batch, steps from
+ * training.tokens, the default schedule.decay_steps; then validates. dt_cfg_finish applies
+ * world = 1; a multi-rank run applies its world size again once the communicator is up. */
+dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world);
 
 /* Is `key` a known key? (for the YAML loader's duplicate/section checks) */
 int dt_cfg_has_key(const char *key);
