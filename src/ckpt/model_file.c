@@ -26,17 +26,27 @@ int dt_model_file_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_
     return n;
 }
 
-dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
-                             const char *tokenizer, long step) {
+/* The entries of every parameter tensor of m->params, in newly allocated arrays. */
+static dt_status param_entries(dt_ctx *ctx, const dt_gpt2 *m, const char *path, dt_st_entry **e,
+                               char (**names)[DT_ST_NAME_MAX], int *n) {
     int cap = DT_GPT2_NPARAMS * (m->cfg.n_layer + 1);
-    dt_st_entry *e = malloc((size_t)cap * sizeof *e);
-    char(*names)[DT_ST_NAME_MAX] = malloc((size_t)cap * sizeof *names);
-    if (!e || !names) {
-        free(e);
-        free(names);
+    *e = malloc((size_t)cap * sizeof **e);
+    *names = malloc((size_t)cap * sizeof **names);
+    if (!*e || !*names) {
+        free(*e);
+        free(*names);
         return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
     }
-    int n = dt_model_file_entries(m, m->params, "", e, names);
+    *n = dt_model_file_entries(m, m->params, "", *e, *names);
+    return DT_OK;
+}
+
+dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
+                             const char *tokenizer, long step) {
+    dt_st_entry *e;
+    char(*names)[DT_ST_NAME_MAX];
+    int n;
+    DT_CHECK(param_entries(ctx, m, path, &e, &names, &n));
     char v[6][32];
     snprintf(v[0], 32, "%d", m->cfg.n_layer);
     snprintf(v[1], 32, "%d", m->cfg.d_model);
@@ -111,16 +121,11 @@ dt_status dt_model_file_load(dt_ctx *ctx, dt_gpt2 *m, const char *path) {
                      m->cfg.d_model, m->cfg.n_head, m->cfg.vocab, m->cfg.context);
         goto done;
     }
-    int cap = DT_GPT2_NPARAMS * (m->cfg.n_layer + 1);
-    dt_st_entry *e = malloc((size_t)cap * sizeof *e);
-    char(*names)[DT_ST_NAME_MAX] = malloc((size_t)cap * sizeof *names);
-    if (!e || !names) {
-        free(e);
-        free(names);
-        st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    int n = dt_model_file_entries(m, m->params, "", e, names);
+    dt_st_entry *e;
+    char(*names)[DT_ST_NAME_MAX];
+    int n;
+    st = param_entries(ctx, m, path, &e, &names, &n);
+    if (st != DT_OK) goto done;
     for (int i = 0; i < n && st == DT_OK; i++) {
         const dt_st_tensor *t = dt_st_find(f, e[i].name);
         if (!t) {

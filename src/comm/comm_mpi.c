@@ -56,8 +56,6 @@ static dt_status m_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, siz
     return DT_OK;
 }
 
-static dt_status int_counts(dt_ctx *ctx, dt_comm *c, dt_group g, const size_t *counts, int *ic,
-                            int *displs, size_t *total);
 
 static dt_status to_int(dt_ctx *ctx, size_t v, int *out) {
     if (v > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "collective too large for MPI int counts (%zu)", v);
@@ -159,7 +157,7 @@ static dt_status m_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const flo
     int p = c->size[g];
     int *ic = malloc(2 * (size_t)p * sizeof(int));
     if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
-    size_t total;
+    size_t total = 0;
     dt_status st = int_counts(ctx, c, g, counts, ic, ic + p, &total);
     if (st == DT_OK) {
         int rc = MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, comm_of(c, g));
@@ -172,16 +170,11 @@ static dt_status m_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const flo
 
 static dt_status m_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts) {
     int p = c->size[g];
-    int *ic = malloc(2 * (size_t)p * sizeof(int));
-    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
-    size_t total;
-    dt_status st = int_counts(ctx, c, g, counts, ic, ic + p, &total);
-    if (st == DT_OK) {
-        int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + p, MPI_FLOAT, comm_of(c, g));
-        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Allgatherv");
-        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
-    }
-    free(ic);
+    size_t *displs = malloc((size_t)p * sizeof *displs);
+    if (!displs) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    for (int r = 0, off = 0; r < p; off += (int)counts[r], r++) displs[r] = (size_t)off;
+    dt_status st = m_allgatherv(ctx, c, g, buf, counts, displs);
+    free(displs);
     return st;
 }
 
