@@ -8,6 +8,7 @@
 #endif
 
 #include "bench/bench.h"
+#include "bench/comm_bench.h"
 #include "cli/cli.h"
 
 typedef struct bench_flags {
@@ -80,8 +81,61 @@ static int cmd_peak(dt_ctx *ctx, int argc, char **argv) {
     return DT_EXIT_OK;
 }
 
+/* "64K", "4M", "1G" or plain bytes. */
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1048576, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+    if (end == s || *end || !(v * mul >= 4) || v * mul > 1e12) return -1;
+    *out = (size_t)(v * mul);
+    return 0;
+}
+
+static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
+    dt_comm_bench_opts o = {1024, 16u << 20, 3, 10};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: [mpirun -n N] dtrain bench comm [--min-bytes 1K] [--max-bytes 16M] [--iters 10] [--warmup 3]\n"
+                   "All-reduce (MPI's and dtrain's rank-ordered), reduce-scatter, all-gather and broadcast of\n"
+                   "float32 buffers doubling from --min-bytes to --max-bytes per rank; time, algbw and busbw as\n"
+                   "nccl-tests define them; every row's data is checked (#wrong).\n");
+            return DT_EXIT_OK;
+        }
+        if (i + 1 >= argc) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench comm: %s needs a value", a);
+            return DT_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--min-bytes")) bad = parse_size(v, &o.min_bytes);
+        else if (!strcmp(a, "--max-bytes")) bad = parse_size(v, &o.max_bytes);
+        else if (!strcmp(a, "--iters")) bad = (o.iters = atoi(v)) < 1;
+        else if (!strcmp(a, "--warmup")) bad = (o.warmup = atoi(v)) < 0;
+        else {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench comm: unknown flag '%s' (see dtrain bench comm --help)", a);
+            return DT_EXIT_USAGE;
+        }
+        if (bad) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench comm: bad value '%s' for %s", v, a);
+            return DT_EXIT_USAGE;
+        }
+    }
+    dt_comm *comm;
+    dt_status st = dt_comm_init(ctx, &comm);
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    if (dt_comm_rank(comm, DT_GROUP_WORLD) != 0) ctx->log_level = 0;
+    st = dt_bench_comm(ctx, comm, &o, stdout);
+    dt_cli_finish_ranks(ctx, comm, st);
+    return dt_cli_exit_code(st);
+}
+
 int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     if (argc >= 1 && strcmp(argv[0], "peak") == 0) return cmd_peak(ctx, argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "comm") == 0) return cmd_comm(ctx, argc - 1, argv + 1);
     dt_run_cfg cfg;
     dt_run_cfg_defaults(&cfg);
     bench_flags fl = {3, 10, 0, 0.0};
@@ -89,7 +143,8 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     if (fl.help) {
         printf("usage: dtrain bench [--warmup-steps N] [--bench-steps N] [--peak GFLOPS] "
                "[--set KEY=VALUE ...]\n"
-               "       dtrain bench peak [--threads N]\n\n"
+               "       dtrain bench peak [--threads N]\n"
+               "       [mpirun -n N] dtrain bench comm [--min-bytes B] [--max-bytes B] (see --help)\n\n"
                "Without --peak the matmul peak is measured first (as by 'dtrain bench peak').\n\n");
         dt_cli_print_config_help();
         return DT_EXIT_OK;

@@ -17,6 +17,7 @@ static void usage(FILE *f) {
             "  prepare  tokenize text files into token shards (byte or GPT-2 BPE)\n"
             "  bench    benchmark training: step time, tokens/s, MFU, per-kernel breakdown\n"
             "  bench peak   measure the fp32 matmul peak that MFU is relative to\n"
+            "  bench comm   collective bandwidth (algbw/busbw as nccl-tests), data checked\n"
             "  config   show the resolved configuration (config show), list keys (config keys)\n"
             "  launch   run a command on N ranks under mpirun (dtrain launch -n 4 -- train cfg.yaml)\n"
             "\n"
