@@ -7,9 +7,7 @@ bin=$1
 dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
 export OMP_NUM_THREADS=2
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # expect_refused NAME EXPECTED_TEXT ARGS... : exit 2, one error line containing the text.
 expect_refused() {

@@ -21,10 +21,14 @@ static const char *write_file(const char *name, const char *text) {
     return path;
 }
 
+static int teardown(void **state) {
+    (void)state;
+    return tu_rmtree(dir);
+}
+
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt_test_config_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_mkdtemp(dir, sizeof dir, "test_config");
 }
 
 static void test_good_file_sets_keys(void **state) {
@@ -135,5 +139,5 @@ int main(void) {
         cmocka_unit_test(test_mistakes_name_file_line_and_key),
         cmocka_unit_test(test_show_output_reads_back),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -11,9 +11,7 @@ gpt2=${3:-}   # directory with GPT-2's encoder.json and vocab.bpe (from the BPE 
 src=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$dir" && mkdir -p "$dir"
 export OMP_NUM_THREADS=2
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 corpus=/usr/share/games/fortunes
 mapfile -t files < <(find "$corpus" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name '*art' 2>/dev/null | sort)

@@ -7,9 +7,7 @@ dir=$2
 rm -rf "$dir" && mkdir -p "$dir"
 unset OMP_NUM_THREADS DTRAIN_NODE_ID DTRAIN_DEBUG
 cpus=$(nproc)                 # affinity-aware, like the launcher (OMP_NUM_THREADS unset above)
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 per() { local t=$((cpus / $1)); echo $((t > 0 ? t : 1)); }   # cores per rank, at least 1
 root=""; [ "$(id -u)" = 0 ] && root="--allow-run-as-root "
 

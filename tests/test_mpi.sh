@@ -16,9 +16,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$dir" && mkdir -p "$dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpi=(mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS -x DTRAIN_NODE_ID)
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
 
 common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 300

@@ -17,12 +17,9 @@ export OMP_NUM_THREADS=1
 # Own prefix and state: `down` removes only dtmnt-* namespaces, never another user's hosts.
 export MN_PREFIX=dtmnt- MN_STATE=$dir/mn
 start=$(date +%s.%N)
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
-skip() { echo "skip: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || skip "network namespaces need root"
 for t in ip nsenter unshare; do command -v $t >/dev/null || skip "'$t' is not installed"; done
 command -v mpirun >/dev/null || { echo "FAIL: no mpirun"; exit 1; }

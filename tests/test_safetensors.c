@@ -12,10 +12,14 @@
 
 static char dir[64];
 
+static int teardown(void **state) {
+    (void)state;
+    return tu_rmtree(dir);
+}
+
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dt_test_st_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_mkdtemp(dir, sizeof dir, "test_st");
 }
 
 static void test_round_trip(void **state) {
@@ -103,5 +107,5 @@ int main(void) {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_damage_is_refused),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

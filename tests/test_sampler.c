@@ -6,7 +6,6 @@
  * s * 1000000 + t, so every row read back names the shard and offset it came from: the
  * checks recover sample ids from the bytes the trainer would see, not from the sampler's
  * own bookkeeping. */
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,17 +376,9 @@ static void test_validation_walk(void **state) {
     dt_dataset_close(ds);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/dt_test_sampler_XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
+    if (tu_mkdtemp(g_dir, sizeof g_dir, "test_sampler")) return -1;
     for (int s = 0; s < NS; s++) {
         char path[256];
         snprintf(path, sizeof path, "%s/train_%02d.bin", g_dir, s);
@@ -400,7 +391,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     (void)state;
-    return nftw(g_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return tu_rmtree(g_dir);
 }
 
 int main(void) {

@@ -1,7 +1,6 @@
 /* data/shard: llm.c v1/v7 and raw uint16 files read back exactly, glob and comma-list
  * order, the auto-detection rule, and every malformed input refused with one message that
  * names the file and the reason. Files are written to a fresh temporary directory. */
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,22 +313,14 @@ static void test_parallel_scan_reports_first_bad_token(void **state) {
     unlink(tmp_path("big_b.bin"));
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/dt_test_shard_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
+    return tu_mkdtemp(g_dir, sizeof g_dir, "test_shard");
 }
 
 static int teardown(void **state) {
     (void)state;
-    return nftw(g_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return tu_rmtree(g_dir);
 }
 
 int main(void) {

@@ -22,11 +22,8 @@ export OMP_NUM_THREADS=1 PATH=$PATH:/usr/sbin:/sbin
 # directory (test_multihost uses dtmnt-, so the two can run at the same time).
 export MN_PREFIX=dtmns- MN_STATE=$dir/mn
 start=$(date +%s.%N)
-fails=0
-pass() { echo "ok   $1"; }
-fail() { echo "FAIL $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-skip() { echo "skip: $*"; exit 77; }
 
 [ "$(id -u)" = 0 ] || skip "network namespaces and Slurm daemons need root"
 for t in ip nsenter unshare runuser flock; do command -v $t >/dev/null || skip "'$t' is not installed"; done

@@ -1,6 +1,9 @@
 #include "testutil.h"
 
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,3 +49,15 @@ void *tu_malloc(size_t bytes) {
     if (!p) fail_msg("out of memory allocating %zu bytes", bytes);
     return p;
 }
+
+int tu_mkdtemp(char *buf, size_t n, const char *name) {
+    if ((size_t)snprintf(buf, n, "/tmp/dt_%s_XXXXXX", name) >= n) return -1;
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int tu_rmtree(const char *dir) { return nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS); }

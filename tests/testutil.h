@@ -22,4 +22,9 @@ double tu_rel_err_dd(const double *a, const double *b, size_t n);
 
 void *tu_malloc(size_t bytes); /* zeroed; aborts the test on failure */
 
+/* Creates a fresh directory /tmp/dt_<name>_XXXXXX into buf (n bytes); 0 on success. */
+int tu_mkdtemp(char *buf, size_t n, const char *name);
+/* Removes a directory tree (for group teardowns); 0 on success. */
+int tu_rmtree(const char *dir);
+
 #endif

@@ -26,11 +26,6 @@ double dt_sumsq(const float *x, size_t n) {
     return total;
 }
 
-void dt_scale(float *x, size_t n, float s) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
-}
-
 float dt_clip_coef(double norm, float max_norm) {
     if (max_norm <= 0.0f) return 1.0f;
     double coef = (double)max_norm / (norm + 1e-6);

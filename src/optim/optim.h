@@ -4,8 +4,8 @@
  * (offset, length, decay?), so the same code updates a whole model or one rank's shard.
  *
  *   dt_lr_schedule s = {DT_SCHED_COSINE, 6e-4f, 6e-5f, 100, 5000};
- *   double norm = dt_clip_grad_norm(grads, n, 1.0f, NULL);
- *   dt_adamw_update(&opt, params, grads, m, v, segs, nsegs, dt_lr_at(&s, step), step + 1);
+ *   float coef = dt_clip_coef(sqrt(dt_sumsq(grads, n)), 1.0f);
+ *   dt_adamw_update(&opt, params, grads, m, v, segs, nsegs, dt_lr_at(&s, step), step + 1, coef);
  */
 #ifndef DT_OPTIM_H
 #define DT_OPTIM_H
@@ -47,8 +47,6 @@ const char *dt_sched_kind_name(dt_sched_kind k);
 /* Sum of squares in double, in fixed-size chunks summed in a fixed order: the result is
  * the same whatever the thread count. */
 double dt_sumsq(const float *x, size_t n);
-/* Scales x by s. */
-void dt_scale(float *x, size_t n, float s);
 /* Clipping coefficient of torch's clip_grad_norm_: min(1, max_norm / (norm + 1e-6));
  * max_norm <= 0 disables clipping (returns 1). */
 float dt_clip_coef(double norm, float max_norm);

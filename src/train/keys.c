@@ -94,8 +94,6 @@ static const key_def *find_key(const char *key) {
     return NULL;
 }
 
-int dt_cfg_has_key(const char *key) { return find_key(key) != NULL; }
-
 /* Levenshtein distance, for "did you mean". */
 static int edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);

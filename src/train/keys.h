@@ -63,9 +63,6 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
  * world = 1; a multi-rank run applies its world size again once the communicator is up. */
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world);
 
-/* Is `key` a known key? (for the YAML loader's duplicate/section checks) */
-int dt_cfg_has_key(const char *key);
-
 /* Prints every key with its default and help, grouped by section (for --help and docs). */
 void dt_cfg_print_keys(FILE *f);
 
