@@ -41,5 +41,6 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_ckpt(dt_ctx *ctx, int argc, char **argv);
 
 #endif

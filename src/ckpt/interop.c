@@ -1,0 +1,402 @@
+/* GPT-2 weights to and from llm.c and Hugging Face files (see interop.h). */
+#include "ckpt/interop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/model_file.h"
+#include "ckpt/safetensors.h"
+
+/* Both formats are little-endian; values are read straight from the mapping. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "model files are little-endian");
+
+typedef unsigned long long ull; /* for printf of 64-bit counts */
+
+/* Rows and columns of every tensor of the parameter table for config c (wte: padded rows). */
+typedef struct param_shape {
+    const char *name; /* HF name, "%d" = layer */
+    dt_param_group group;
+    size_t rows, cols;
+} param_shape;
+
+static void param_shapes(const dt_gpt2_config *c, param_shape *out) {
+#define DT_X(id, group, rows, cols, init, decay, name)                                         \
+    out[DT_GPT2_P_##id] = (param_shape){name, group, (size_t)(rows), (size_t)(cols)};
+    DT_GPT2_PARAMS(DT_X)
+#undef DT_X
+}
+
+static int copies_of(const param_shape *p, const dt_gpt2_config *c) {
+    return p->group == DT_PG_LAYER ? c->n_layer : 1;
+}
+
+/* ------------------------------------------------------------------ llm.c model files */
+
+/* llm.c's tensors come in the order of dtrain's parameter table (wte, wpe, ln1w, ..., lnfb),
+ * each kind for all layers at once; wte has Vp rows. */
+typedef struct llmc_file {
+    void *map;
+    size_t size;
+    dt_gpt2_config cfg;
+    int vp;    /* padded vocabulary rows of wte in the file */
+    int width; /* bytes per value: 4 (fp32, version 3) or 2 (bf16, version 5) */
+    const unsigned char *data;
+} llmc_file;
+
+static void llmc_close(llmc_file *f) {
+    if (f->map) munmap(f->map, f->size);
+    memset(f, 0, sizeof *f);
+}
+
+/* Header fields: index into the 256 ints, name, bounds (dtrain's config limits). */
+static const struct {
+    int index;
+    const char *name;
+    long lo, hi;
+} llmc_fields[] = {
+    {2, "max_seq_len", 1, 65536}, {3, "vocab_size", 1, 1 << 24}, {4, "num_layers", 1, 1024},
+    {5, "num_heads", 1, 65536},   {6, "channels", 1, 65536},      {7, "padded_vocab_size", 1, 1 << 25},
+};
+
+static dt_status llmc_parse(dt_ctx *ctx, const char *path, llmc_file *f) {
+    const unsigned char *p = f->map;
+    int32_t h[8];
+    if (f->size < DT_LLMC_MODEL_HEADER_BYTES)
+        return dt_fail(ctx, DT_ERR_FORMAT,
+                       "%s: %llu bytes, shorter than the %d-byte llm.c model header (truncated?)",
+                       path, (ull)f->size, DT_LLMC_MODEL_HEADER_BYTES);
+    memcpy(h, p, sizeof h);
+    if (h[0] != DT_LLMC_MODEL_MAGIC) {
+        if (h[0] == 20240520)
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: an llm.c token shard, not a model file", path);
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: bad magic %d (expected %d for an llm.c model file)",
+                       path, h[0], DT_LLMC_MODEL_MAGIC);
+    }
+    if (h[1] != 3 && h[1] != 5)
+        return dt_fail(ctx, DT_ERR_FORMAT,
+                       "%s: unknown llm.c model version %d (3 = fp32, 5 = bf16, both with a padded "
+                       "vocabulary)",
+                       path, h[1]);
+    for (size_t i = 0; i < sizeof llmc_fields / sizeof llmc_fields[0]; i++) {
+        long v = h[llmc_fields[i].index];
+        if (v < llmc_fields[i].lo || v > llmc_fields[i].hi)
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: header field %s = %ld is outside [%ld, %ld]",
+                           path, llmc_fields[i].name, v, llmc_fields[i].lo, llmc_fields[i].hi);
+    }
+    dt_gpt2_config c = {.n_layer = h[4], .d_model = h[6], .n_head = h[5], .vocab = h[3], .context = h[2]};
+    f->vp = h[7];
+    f->width = h[1] == 3 ? 4 : 2;
+    if (f->vp < c.vocab)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: padded_vocab_size %d is smaller than vocab_size %d",
+                       path, f->vp, c.vocab);
+    if (c.n_head > c.d_model || c.d_model % c.n_head)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: num_heads %d does not divide channels %d", path,
+                       c.n_head, c.d_model);
+    dt_status st = dt_gpt2_config_validate(ctx, &c);
+    if (st != DT_OK) { /* cannot happen after the checks above; keep the file in the message */
+        char msg[DT_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", ctx->err);
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: %s", path, msg);
+    }
+    /* Every factor is bounded above, so this sum stays far below 2^63. */
+    param_shape ps[DT_GPT2_NPARAMS];
+    param_shapes(&c, ps);
+    ps[DT_GPT2_P_WTE].rows = (size_t)f->vp;
+    uint64_t values = 0;
+    for (int id = 0; id < DT_GPT2_NPARAMS; id++)
+        values += (uint64_t)copies_of(&ps[id], &c) * ps[id].rows * ps[id].cols;
+    uint64_t want = DT_LLMC_MODEL_HEADER_BYTES + values * (uint64_t)f->width;
+    if ((uint64_t)f->size != want) {
+        char why[48];
+        if ((uint64_t)f->size < want)
+            snprintf(why, sizeof why, "truncated");
+        else
+            snprintf(why, sizeof why, "%llu extra bytes", (ull)((uint64_t)f->size - want));
+        return dt_fail(ctx, DT_ERR_FORMAT,
+                       "%s: size mismatch: the header (%d layers, channels %d, padded vocab %d, "
+                       "context %d, %s) needs %llu bytes but the file has %llu (%s)",
+                       path, c.n_layer, c.d_model, f->vp, c.context, f->width == 4 ? "fp32" : "bf16",
+                       (ull)want, (ull)f->size, why);
+    }
+    f->cfg = c;
+    f->data = p + DT_LLMC_MODEL_HEADER_BYTES;
+    return DT_OK;
+}
+
+static dt_status llmc_open(dt_ctx *ctx, const char *path, llmc_file *f) {
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    dt_status st = DT_OK;
+    if (fstat(fd, &sb) != 0) {
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = dt_fail(ctx, DT_ERR_IO, "%s: not a regular file", path);
+    } else if (sb.st_size < DT_LLMC_MODEL_HEADER_BYTES) {
+        st = dt_fail(ctx, DT_ERR_FORMAT,
+                     "%s: %lld bytes, shorter than the %d-byte llm.c model header (truncated?)",
+                     path, (long long)sb.st_size, DT_LLMC_MODEL_HEADER_BYTES);
+    } else {
+        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) {
+            st = dt_fail(ctx, DT_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
+        } else {
+            f->map = map;
+            f->size = (size_t)sb.st_size;
+            st = llmc_parse(ctx, path, f);
+        }
+    }
+    close(fd);
+    if (st != DT_OK) llmc_close(f);
+    return st;
+}
+
+dt_status dt_llmc_model_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out) {
+    llmc_file f;
+    DT_CHECK(llmc_open(ctx, path, &f));
+    *out = f.cfg;
+    llmc_close(&f);
+    return DT_OK;
+}
+
+/* bf16 -> fp32 is exact: the bf16 bits are the top half of the float's. */
+static void widen_bf16(float *dst, const unsigned char *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[2 * i] << 16 | (uint32_t)src[2 * i + 1] << 24;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+static int same_shape(const dt_gpt2_config *a, const dt_gpt2_config *b) {
+    return a->n_layer == b->n_layer && a->d_model == b->d_model && a->n_head == b->n_head &&
+           a->vocab == b->vocab && a->context == b->context;
+}
+
+static dt_status shape_mismatch(dt_ctx *ctx, const char *path, const dt_gpt2_config *f,
+                                const dt_gpt2_config *m) {
+    return dt_fail(ctx, DT_ERR_CONFIG,
+                   "%s: model shape (layers %d, d_model %d, heads %d, vocab %d, context %d) differs "
+                   "from the configured one (%d, %d, %d, %d, %d)",
+                   path, f->n_layer, f->d_model, f->n_head, f->vocab, f->context, m->n_layer,
+                   m->d_model, m->n_head, m->vocab, m->context);
+}
+
+dt_status dt_llmc_model_load(dt_ctx *ctx, dt_gpt2 *m, const char *path) {
+    if (!m->params)
+        return dt_fail(ctx, DT_ERR_INTERNAL, "%s: the model has no parameter slab to load into", path);
+    llmc_file f;
+    DT_CHECK(llmc_open(ctx, path, &f));
+    if (!same_shape(&f.cfg, &m->cfg)) {
+        dt_status st = shape_mismatch(ctx, path, &f.cfg, &m->cfg);
+        llmc_close(&f);
+        return st;
+    }
+    param_shape ps[DT_GPT2_NPARAMS];
+    param_shapes(&m->cfg, ps);
+    ps[DT_GPT2_P_WTE].rows = (size_t)f.vp;
+    const unsigned char *src = f.data;
+    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
+        for (int l = 0; l < copies_of(&ps[id], &m->cfg); l++) {
+            size_t in_file = ps[id].rows * ps[id].cols;
+            /* wte: the file's padding rows are dropped, dtrain's are zeroed below. */
+            size_t n = id == DT_GPT2_P_WTE ? (size_t)m->cfg.vocab * ps[id].cols : in_file;
+            float *dst = dt_gpt2_tensor(m, m->params, (dt_gpt2_param_id)id, l);
+            if (f.width == 4)
+                memcpy(dst, src, n * 4);
+            else
+                widen_bf16(dst, src, n);
+            src += in_file * (size_t)f.width;
+        }
+    }
+    float *wte = dt_gpt2_tensor(m, m->params, DT_GPT2_P_WTE, 0);
+    size_t C = (size_t)m->cfg.d_model;
+    memset(wte + (size_t)m->cfg.vocab * C, 0,
+           (size_t)(m->cfg.vocab_padded - m->cfg.vocab) * C * sizeof(float));
+    llmc_close(&f);
+    return DT_OK;
+}
+
+/* ------------------------------------------------------------------ import dispatch */
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* An llm.c model file: its magic, or a .bin name (so a damaged llm.c file gets llm.c's
+ * message, not a safetensors one). Everything else is read as a dtrain model file. */
+static int is_llmc(const char *path) {
+    int32_t magic = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &magic, 4) != 4) magic = 0;
+        close(fd);
+    }
+    return magic == DT_LLMC_MODEL_MAGIC || ends_with(path, ".bin");
+}
+
+dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out,
+                                 char *tokenizer, size_t tokenizer_size) {
+    char file[4200];
+    DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
+    if (!is_llmc(file)) return dt_model_file_config(ctx, file, out, tokenizer, tokenizer_size);
+    DT_CHECK(dt_llmc_model_config(ctx, file, out));
+    /* llm.c trains with the GPT-2 tokenizer; another vocabulary means an unknown one. */
+    if (tokenizer) snprintf(tokenizer, tokenizer_size, "%s", out->vocab == 50257 ? "gpt2" : "");
+    return DT_OK;
+}
+
+dt_status dt_model_import(dt_ctx *ctx, dt_gpt2 *m, const char *path) {
+    char file[4200];
+    DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
+    if (!m->params)
+        return dt_fail(ctx, DT_ERR_INTERNAL, "%s: the model has no parameter slab to load into", file);
+    if (is_llmc(file)) return dt_llmc_model_load(ctx, m, file);
+    return dt_model_file_load(ctx, m, file);
+}
+
+/* ------------------------------------------------------------------ Hugging Face export */
+
+/* HF's Conv1D layers (every 2-D per-layer weight) hold W as (in, out): y = x W + b. */
+static int is_conv1d(const param_shape *p) { return p->group == DT_PG_LAYER && p->rows > 1; }
+
+/* dst (cols x rows) = src (rows x cols) transposed, in 32 x 32 tiles. */
+static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
+    for (size_t i0 = 0; i0 < rows; i0 += 32)
+        for (size_t j0 = 0; j0 < cols; j0 += 32)
+            for (size_t i = i0; i < rows && i < i0 + 32; i++)
+                for (size_t j = j0; j < cols && j < j0 + 32; j++) dst[j * rows + i] = src[i * cols + j];
+}
+
+static dt_status mkdir_p(dt_ctx *ctx, const char *dir) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+        return dt_fail(ctx, DT_ERR_IO, "%s: path too long", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p) continue;
+        char keep = *p;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return dt_fail(ctx, DT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+        *p = keep;
+        if (!keep) return DT_OK;
+    }
+}
+
+static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_gpt2_config *c,
+                                   const char *tokenizer) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    /* The GPT-2 tokenizer's <|endoftext|> (50256) is both bos and eos; other tokenizers
+     * have none transformers would know. */
+    const char *eot = !strcmp(tokenizer, "gpt2") && c->vocab > 50256 ? "50256" : "null";
+    int bad = fprintf(f,
+                      "{\n"
+                      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+                      "  \"model_type\": \"gpt2\",\n"
+                      "  \"vocab_size\": %d,\n"
+                      "  \"n_positions\": %d,\n"
+                      "  \"n_ctx\": %d,\n"
+                      "  \"n_embd\": %d,\n"
+                      "  \"n_layer\": %d,\n"
+                      "  \"n_head\": %d,\n"
+                      "  \"n_inner\": null,\n"
+                      "  \"activation_function\": \"gelu_new\",\n"
+                      "  \"layer_norm_epsilon\": 1e-05,\n"
+                      "  \"initializer_range\": 0.02,\n"
+                      "  \"scale_attn_weights\": true,\n"
+                      "  \"tie_word_embeddings\": true,\n"
+                      "  \"use_cache\": true,\n"
+                      "  \"torch_dtype\": \"float32\",\n"
+                      "  \"bos_token_id\": %s,\n"
+                      "  \"eos_token_id\": %s,\n"
+                      "  \"dtrain_tokenizer\": \"%s\"\n"
+                      "}\n",
+                      c->vocab, c->context, c->context, c->d_model, c->n_layer, c->n_head, eot, eot,
+                      !strcmp(tokenizer, "gpt2") || !strcmp(tokenizer, "byte") ? tokenizer : "") < 0;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        dt_status st = dt_fail(ctx, DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    return DT_OK;
+}
+
+dt_status dt_hf_export(dt_ctx *ctx, const char *src, const char *out_dir) {
+    char path[4200], out[4200], tok[32];
+    dt_gpt2_config c;
+    DT_CHECK(dt_ckpt_resolve(ctx, src, path, sizeof path));
+    DT_CHECK(dt_model_file_config(ctx, path, &c, tok, sizeof tok));
+    if (snprintf(out, sizeof out, "%s/model.safetensors", out_dir) >= (int)sizeof out)
+        return dt_fail(ctx, DT_ERR_IO, "%s: path too long", out_dir);
+    param_shape ps[DT_GPT2_NPARAMS];
+    param_shapes(&c, ps);
+    ps[DT_GPT2_P_WTE].rows = (size_t)c.vocab; /* files hold no vocabulary padding */
+    int n = 0;
+    size_t tfloats = 0; /* floats of the transposed copies */
+    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
+        n += copies_of(&ps[id], &c);
+        if (is_conv1d(&ps[id])) tfloats += (size_t)copies_of(&ps[id], &c) * ps[id].rows * ps[id].cols;
+    }
+    dt_status st = DT_OK;
+    dt_st_file *f = NULL;
+    dt_st_entry *e = malloc((size_t)n * sizeof *e);
+    char(*names)[DT_ST_NAME_MAX] = malloc((size_t)n * sizeof *names);
+    float *tbuf = malloc(tfloats * sizeof(float));
+    if (!e || !names || !tbuf) {
+        st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory for the export of %s", out, path);
+        goto fail;
+    }
+    DT_CHECK_GOTO(dt_st_open(ctx, path, &f));
+    float *tnext = tbuf;
+    int k = 0;
+    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
+        const param_shape *p = &ps[id];
+        for (int l = 0; l < copies_of(p, &c); l++, k++) {
+            if (p->group == DT_PG_LAYER)
+                snprintf(names[k], DT_ST_NAME_MAX, p->name, l);
+            else
+                snprintf(names[k], DT_ST_NAME_MAX, "%s", p->name);
+            const dt_st_tensor *t = dt_st_find(f, names[k]);
+            int ndim = p->rows == 1 ? 1 : 2;
+            int64_t r = (int64_t)p->rows, cl = (int64_t)p->cols;
+            if (!t || t->dtype != DT_ST_F32 || t->ndim != ndim ||
+                (ndim == 1 ? t->shape[0] != cl : t->shape[0] != r || t->shape[1] != cl)) {
+                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s' is %s", path, names[k],
+                             t ? "not F32 of the model's shape" : "missing");
+                goto fail;
+            }
+            if (is_conv1d(p)) {
+                transpose(tnext, t->data, p->rows, p->cols);
+                e[k] = (dt_st_entry){names[k], DT_ST_F32, 2, {cl, r}, tnext};
+                tnext += p->rows * p->cols;
+            } else {
+                e[k] = (dt_st_entry){names[k], DT_ST_F32, ndim, {ndim == 1 ? cl : r, cl}, t->data};
+            }
+        }
+    }
+    DT_CHECK_GOTO(mkdir_p(ctx, out_dir));
+    /* transformers refuses safetensors files whose metadata lacks format = pt. */
+    const char *meta[] = {"format", "pt", NULL};
+    DT_CHECK_GOTO(dt_st_write(ctx, out, e, n, meta));
+    DT_CHECK_GOTO(write_config_json(ctx, out_dir, &c, tok));
+fail:
+    dt_st_close(f);
+    free(e);
+    free(names);
+    free(tbuf);
+    return st;
+}

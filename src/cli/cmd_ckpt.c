@@ -1,0 +1,94 @@
+/* dtrain ckpt SUBCOMMAND: tools for model files and checkpoints. Each subcommand is one row
+ * of the table below: name, usage line, summary, handler. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt/interop.h"
+#include "ckpt/model_file.h"
+#include "cli/cli.h"
+
+typedef struct ckpt_cmd {
+    const char *name;
+    const char *usage; /* arguments after the name */
+    const char *summary;
+    int (*run)(dt_ctx *ctx, int argc, char **argv); /* argv[0] = first argument after the name */
+} ckpt_cmd;
+
+static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+static int usage_error(dt_ctx *ctx, const char *msg) {
+    dt_fail(ctx, DT_ERR_CONFIG, "dtrain ckpt %s (see dtrain ckpt --help)", msg);
+    return DT_EXIT_USAGE;
+}
+
+static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
+    if (argc != 3 || strcmp(argv[0], "--hf"))
+        return usage_error(ctx, "export: expected --hf SRC OUT_DIR");
+    dt_status st = dt_hf_export(ctx, argv[1], argv[2]);
+    if (st == DT_OK)
+        printf("exported %s -> %s/model.safetensors, %s/config.json (Hugging Face GPT2LMHeadModel)\n",
+               argv[1], argv[2], argv[2]);
+    return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
+}
+
+static int cmd_import_llmc(dt_ctx *ctx, int argc, char **argv) {
+    if (argc != 2) return usage_error(ctx, "import-llmc: expected FILE.bin OUT.safetensors");
+    dt_gpt2_config c;
+    dt_status st = dt_llmc_model_config(ctx, argv[0], &c);
+    if (st != DT_OK) return DT_EXIT_FAIL;
+    dt_alloc alloc;
+    dt_alloc_init(&alloc);
+    dt_gpt2 m;
+    st = dt_gpt2_init_unsharded(ctx, &m, &c, &alloc, 1, 1, DT_GPT2_SLAB_PARAMS);
+    if (st != DT_OK) return DT_EXIT_FAIL;
+    st = dt_llmc_model_load(ctx, &m, argv[0]);
+    if (st == DT_OK) st = dt_model_file_save(ctx, &m, argv[1], c.vocab == 50257 ? "gpt2" : "", 0);
+    if (st == DT_OK)
+        printf("imported %s (%d layers, d_model %d, %d heads, vocab %d, context %d, %zu parameters) "
+               "-> %s\n",
+               argv[0], c.n_layer, c.d_model, c.n_head, c.vocab, c.context, dt_gpt2_num_params(&c),
+               argv[1]);
+    dt_gpt2_free(&m);
+    return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
+}
+
+static const ckpt_cmd ckpt_cmds[] = {
+    {"export", "--hf SRC OUT_DIR",
+     "write OUT_DIR/model.safetensors + config.json for Hugging Face GPT2LMHeadModel",
+     cmd_export},
+    {"import-llmc", "FILE.bin OUT.safetensors",
+     "convert an llm.c model file (fp32 or bf16) to a dtrain model file", cmd_import_llmc},
+};
+#define N_CKPT_CMDS ((int)(sizeof ckpt_cmds / sizeof ckpt_cmds[0]))
+
+static void ckpt_usage(FILE *f) {
+    fprintf(f, "usage: dtrain ckpt <subcommand> ...\n\n");
+    for (int i = 0; i < N_CKPT_CMDS; i++)
+        fprintf(f, "  dtrain ckpt %s %s\n      %s\n", ckpt_cmds[i].name, ckpt_cmds[i].usage,
+                ckpt_cmds[i].summary);
+    fprintf(f, "\nSRC is a model.safetensors file, a step directory or a checkpoint directory\n"
+               "(its latest step).\n");
+}
+
+int dt_cmd_ckpt(dt_ctx *ctx, int argc, char **argv) {
+    if (argc > 0 && is_help(argv[0])) {
+        ckpt_usage(stdout);
+        return DT_EXIT_OK;
+    }
+    if (argc == 0) {
+        ckpt_usage(stderr);
+        return usage_error(ctx, "needs a subcommand");
+    }
+    for (int i = 0; i < N_CKPT_CMDS; i++) {
+        if (strcmp(argv[0], ckpt_cmds[i].name)) continue;
+        if (argc > 1 && is_help(argv[1])) {
+            printf("usage: dtrain ckpt %s %s\n  %s\n", ckpt_cmds[i].name, ckpt_cmds[i].usage,
+                   ckpt_cmds[i].summary);
+            return DT_EXIT_OK;
+        }
+        return ckpt_cmds[i].run(ctx, argc - 1, argv + 1);
+    }
+    dt_fail(ctx, DT_ERR_CONFIG, "dtrain ckpt: unknown subcommand '%s'", argv[0]);
+    ckpt_usage(stderr);
+    return DT_EXIT_USAGE;
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# dtrain ckpt export --hf / import-llmc:
+#  - export of a model file, a step directory and a checkpoint directory gives the same bytes;
+#    tests/ref/hf_gpt2_check.py checks HF names, layouts and config.json and runs the exported
+#    weights in HF's convention: logits equal dtrain's (tests/interop_dump) to 1e-4;
+#  - llm.c files written by tests/ref/llmc_model.py (fp32 and bf16) import bitwise;
+#  - every broken llm.c file is refused with exit 1 and one line naming the file and reason;
+#  - usage errors exit 2.
+# Usage: test_interop.sh DTRAIN INTEROP_DUMP OUTDIR
+set -uo pipefail
+bin=$(readlink -f "$1")
+dump=$(readlink -f "$2")
+dir=$3
+ref=$(dirname "$(readlink -f "$0")")/ref
+py=/usr/bin/python3
+rm -rf "$dir" && mkdir -p "$dir"
+unset DTRAIN_DEBUG
+. "$(dirname "$0")/lib.sh"
+
+# ---- export
+OMP_NUM_THREADS=2 "$dump" "$dir" || { echo "interop_dump failed"; exit 1; }
+mkdir -p "$dir/ckpt/step-00000007" && cp "$dir/model.safetensors" "$dir/ckpt/step-00000007/"
+echo step-00000007 > "$dir/ckpt/latest"
+for src in model.safetensors ckpt ckpt/step-00000007; do
+  out=$dir/hf-$(echo "$src" | tr / _)
+  if "$bin" ckpt export --hf "$dir/$src" "$out" > "$dir/export.log" 2>&1; then
+    pass "export --hf $src"
+  else
+    fail "export --hf $src: $(cat "$dir/export.log")"
+  fi
+done
+if cmp -s "$dir/hf-model.safetensors/model.safetensors" "$dir/hf-ckpt/model.safetensors" &&
+   cmp -s "$dir/hf-model.safetensors/model.safetensors" "$dir/hf-ckpt_step-00000007/model.safetensors" &&
+   cmp -s "$dir/hf-model.safetensors/config.json" "$dir/hf-ckpt/config.json"; then
+  pass "file, checkpoint dir and step dir export the same bytes"
+else
+  fail "exports from file / checkpoint dir / step dir differ"
+fi
+if "$py" "$ref/hf_gpt2_check.py" "$dir/hf-model.safetensors" "$dir/ref.safetensors"; then
+  pass "HF export loads in HF's convention with dtrain's logits"
+else
+  fail "HF export check"
+fi
+
+# ---- import of llm.c files
+"$py" "$ref/llmc_model.py" write "$dir/llmc" || { echo "llmc_model.py write failed"; exit 1; }
+for kind in fp32 bf16; do
+  if "$bin" ckpt import-llmc "$dir/llmc/good_$kind.bin" "$dir/llmc/$kind.safetensors" \
+       > "$dir/import.log" 2>&1 &&
+     "$py" "$ref/llmc_model.py" compare "$dir/llmc/$kind.safetensors" "$kind"; then
+    pass "import-llmc $kind: every tensor bitwise"
+  else
+    fail "import-llmc $kind: $(cat "$dir/import.log")"
+  fi
+done
+# The imported model exports too (llm.c -> dtrain -> HF).
+if "$bin" ckpt export --hf "$dir/llmc/fp32.safetensors" "$dir/llmc/hf" > /dev/null 2>&1; then
+  pass "imported llm.c model exports to HF"
+else
+  fail "export of the imported llm.c model"
+fi
+
+refused() { # FILE REASON: import-llmc exits 1 with one line naming FILE and REASON
+  local f=$dir/llmc/$1 err rc
+  err=$("$bin" ckpt import-llmc "$f" "$dir/llmc/out.safetensors" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 1 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && [[ $err == *"$f"* ]] &&
+     [[ $err == *"$2"* ]]; then
+    pass "refused $1: $err"
+  else
+    fail "$1: exit $rc, message '$err' (wanted the file and '$2')"
+  fi
+}
+refused bad_magic.bin "bad magic 20240327"
+refused bad_version.bin "unknown llm.c model version 1"
+refused truncated.bin "truncated"
+refused extra.bin "4 extra bytes"
+refused short_header.bin "shorter than the 1024-byte"
+refused vp_below_v.bin "padded_vocab_size 256 is smaller than vocab_size 300"
+refused heads.bin "num_heads 5 does not divide channels 48"
+refused zero_layers.bin "num_layers = 0"
+refused shard.bin "token shard"
+refused missing.bin "cannot open"
+[ -e "$dir/llmc/out.safetensors" ] && fail "a refused import left an output file"
+
+# ---- usage errors: exit 2
+usage() { # LABEL ARGS...
+  local label=$1 rc; shift
+  "$bin" ckpt "$@" > /dev/null 2>&1; rc=$?
+  if [ $rc -eq 2 ]; then pass "usage error: $label"; else fail "$label: exit $rc, wanted 2"; fi
+}
+usage "no subcommand"
+usage "unknown subcommand" frobnicate
+usage "export without --hf" export "$dir/model.safetensors" "$dir/x"
+usage "import-llmc with one argument" import-llmc "$dir/llmc/good_fp32.bin"
+"$bin" ckpt export --hf "$dir/nope" "$dir/x" > /dev/null 2>&1
+[ $? -eq 1 ] && pass "export of a missing source: exit 1" || fail "export of a missing source"
+
+echo "test_interop: $fails failure(s)"
+[ $fails -eq 0 ]
