@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 #include "ops/ops.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -13,14 +14,54 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 double dt_median(const double *x, int n) {
-    if (n <= 0) return 0.0;
+    dt_stats s;
+    dt_stats_of(&s, x, n);
+    return s.median;
+}
+
+void dt_stats_of(dt_stats *out, const double *x, int n) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0) return;
     double *c = malloc((size_t)n * sizeof *c);
-    if (!c) return x[0];
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; i++) sum += x[i];
+    out->mean = sum / n;
+    for (int i = 0; i < n; i++) sq += (x[i] - out->mean) * (x[i] - out->mean);
+    out->std = n > 1 ? sqrt(sq / (n - 1)) : 0.0;
+    out->min = out->max = x[0];
+    for (int i = 1; i < n; i++) {
+        out->min = x[i] < out->min ? x[i] : out->min;
+        out->max = x[i] > out->max ? x[i] : out->max;
+    }
+    if (!c) { /* no memory for the sorted copy: the median is the one statistic lost */
+        out->median = NAN;
+        return;
+    }
     memcpy(c, x, (size_t)n * sizeof *c);
     qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    out->median = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
     free(c);
-    return m;
+}
+
+uint64_t dt_bench_loss_hash(const float *loss, int n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &loss[i], 4);
+        for (int k = 0; k < 4; k++) h = (h ^ ((bits >> (8 * k)) & 0xff)) * 1099511628211ULL;
+    }
+    return h;
+}
+
+size_t dt_bench_rss_hwm(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
 }
 
 void dt_bench_peak(dt_peak *out, int n, int reps) {
@@ -31,7 +72,7 @@ void dt_bench_peak(dt_peak *out, int n, int reps) {
 }
 
 dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, int warmup,
-                         int steps, dt_bench_result *r) {
+                         int steps, int trace, dt_bench_result *r) {
     memset(r, 0, sizeof *r);
     if (warmup < 0 || steps < 1 || warmup + steps > DT_BENCH_MAX_STEPS)
         return dt_fail(ctx, DT_ERR_CONFIG, "bench: need warm-up >= 0 and 1..%d timed steps in all",
@@ -47,13 +88,16 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     dt_status st = DT_OK;
     r->warmup = warmup;
     r->steps = steps;
-    unsigned long long h = 1469598103934665603ULL;
     for (int s = 0; s < warmup + steps; s++) {
         int timed = s >= warmup;
         tr.model.profile = timed;
         if (s == warmup) {
             dt_parallel_comm_time(tr.par, &ex0, &tot0);
             bytes0 = dt_comm_bytes(tr.comm);
+            if (trace) { /* time 0 of the trace: just after a barrier, on every rank */
+                DT_CHECK_GOTO(dt_comm_barrier(ctx, tr.comm, DT_GROUP_WORLD));
+                dt_trace_enable(dt_now());
+            }
         }
         dt_step_stats ss;
         DT_CHECK_GOTO(dt_trainer_step(ctx, &tr, &ss));
@@ -62,11 +106,14 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->loss[s - warmup] = ss.loss;
         r->optim_s += ss.optim_seconds;
         r->sync_s += ss.sync_seconds;
-        uint32_t bits;
-        memcpy(&bits, &ss.loss, 4);
-        for (int k = 0; k < 4; k++) h = (h ^ ((bits >> (8 * k)) & 0xff)) * 1099511628211ULL;
+        r->fwd_s += ss.fwd_seconds;
+        r->bwd_s += ss.bwd_seconds;
+        r->opt_s += ss.opt_seconds;
+        r->data_s += ss.data_seconds;
+        r->exposed_s += ss.comm_seconds;
     }
-    r->loss_hash = h;
+    if (trace) dt_trace_disable();
+    r->loss_hash = dt_bench_loss_hash(r->loss, steps);
     double ex1, tot1;
     dt_parallel_comm_time(tr.par, &ex1, &tot1);
     r->comm_exposed_s = (ex1 - ex0) / steps;
@@ -74,18 +121,13 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     r->comm_bytes_step = (double)(dt_comm_bytes(tr.comm) - bytes0) / steps;
     r->prof = tr.model.prof;
     memcpy(r->mem_peak, tr.alloc.peak, sizeof r->mem_peak);
-    r->median_s = dt_median(r->step_s, steps);
-    r->min_s = r->max_s = r->step_s[0];
-    double sum = 0, sq = 0;
-    for (int i = 0; i < steps; i++) {
-        double x = r->step_s[i];
-        r->min_s = x < r->min_s ? x : r->min_s;
-        r->max_s = x > r->max_s ? x : r->max_s;
-        sum += x;
-    }
-    r->mean_s = sum / steps;
-    for (int i = 0; i < steps; i++) sq += (r->step_s[i] - r->mean_s) * (r->step_s[i] - r->mean_s);
-    r->std_s = steps > 1 ? sqrt(sq / (steps - 1)) : 0.0;
+    dt_stats sd;
+    dt_stats_of(&sd, r->step_s, steps);
+    r->median_s = sd.median;
+    r->min_s = sd.min;
+    r->max_s = sd.max;
+    r->mean_s = sd.mean;
+    r->std_s = sd.std;
     double tokens = (double)c.micro_batch * c.seq_len * c.accum;
     r->tokens_per_s_rank = tokens / r->median_s;
     r->tokens_per_s = r->tokens_per_s_rank * r->world;
@@ -93,6 +135,104 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     r->achieved_gflops = r->flops_per_token * r->tokens_per_s_rank / 1e9; /* per rank */
     r->n_params = dt_gpt2_num_params(&tr.model.cfg);
 fail:
+    if (trace) dt_trace_disable();
     dt_trainer_free(&tr);
     return st;
+}
+
+const char *const dt_bench_mem_names[DT_BENCH_MEM_N] = {"params", "grads", "optimizer", "activations",
+                                                        "other", "total", "rss"};
+
+/* Every rank's memory columns on every rank: each fills its row of a zeroed table, then a sum. */
+static dt_status gather_memory(dt_ctx *ctx, dt_comm *comm, dt_bench_suite *s) {
+    int W = s->world, me = dt_comm_rank(comm, DT_GROUP_WORLD);
+    s->mem = calloc((size_t)W * DT_BENCH_MEM_N, sizeof *s->mem);
+    if (!s->mem) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    int64_t *row = s->mem + (size_t)me * DT_BENCH_MEM_N;
+    for (int i = 0; i < s->opts.repeats; i++) { /* high-water over the repeats */
+        const size_t *pk = s->runs[i].mem_peak;
+        int64_t v[DT_BENCH_MEM_N] = {(int64_t)pk[DT_MEM_PARAMS], (int64_t)pk[DT_MEM_GRADS],
+                                     (int64_t)pk[DT_MEM_OPTIM], (int64_t)pk[DT_MEM_ACTS],
+                                     (int64_t)(pk[DT_MEM_SCRATCH] + pk[DT_MEM_OTHER]), 0, 0};
+        for (int k = 0; k < DT_BENCH_MEM_OTHER + 1; k++) {
+            if (v[k] > row[k]) row[k] = v[k];
+        }
+    }
+    for (int k = 0; k <= DT_BENCH_MEM_OTHER; k++) row[DT_BENCH_MEM_TOTAL] += row[k];
+    row[DT_BENCH_MEM_RSS] = (int64_t)dt_bench_rss_hwm();
+    if (W == 1) return DT_OK;
+    return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->mem, (size_t)W * DT_BENCH_MEM_N, DT_I64, DT_SUM);
+}
+
+static void reduce(dt_bench_suite *s, const dt_train_cfg *cfg) {
+    const dt_bench_opts *o = &s->opts;
+    int n = o->repeats * o->steps;
+    double *x[5];
+    for (int k = 0; k < 5; k++) x[k] = malloc((size_t)n * sizeof(double));
+    double tokens_rank = (double)cfg->micro_batch * cfg->seq_len * cfg->accum;
+    double means[1024];
+    double fwd = 0, bwd = 0, opt = 0, data = 0, exp = 0, loss = 0;
+    for (int i = 0; i < o->repeats; i++) {
+        const dt_bench_result *r = &s->runs[i];
+        for (int j = 0; j < o->steps; j++) {
+            double t = r->step_s[j];
+            if (x[0]) x[0][i * o->steps + j] = t;
+            if (x[1]) x[1][i * o->steps + j] = (double)s->samples_step / t;
+            if (x[2]) x[2][i * o->steps + j] = (double)s->tokens_step / t;
+            if (x[3]) x[3][i * o->steps + j] = tokens_rank / t;
+            if (x[4]) x[4][i * o->steps + j] = s->flops_per_token * tokens_rank / t / 1e12;
+        }
+        if (i < 1024) means[i] = r->mean_s;
+        fwd += r->fwd_s, bwd += r->bwd_s, opt += r->opt_s, data += r->data_s, exp += r->exposed_s;
+        s->comm_total_s += r->comm_total_s / o->repeats;
+        s->comm_exposed_s += r->comm_exposed_s / o->repeats;
+        s->comm_bytes_step += r->comm_bytes_step / o->repeats;
+        if (r->loss_hash != s->runs[0].loss_hash) s->hash_mismatch++;
+    }
+    dt_stats *dst[5] = {&s->step_s, &s->samples_per_s, &s->tokens_per_s, &s->tokens_per_s_rank, &s->tflops_rank};
+    for (int k = 0; k < 5; k++)
+        if (x[k]) dt_stats_of(dst[k], x[k], n);
+    if (x[4] && o->peak_gflops > 0) {
+        for (int i = 0; i < n; i++) x[4][i] = x[4][i] * 1e3 / o->peak_gflops;
+        dt_stats_of(&s->mfu, x[4], n);
+    }
+    for (int k = 0; k < 5; k++) free(x[k]);
+    dt_stats_of(&s->run_mean_s, means, o->repeats < 1024 ? o->repeats : 1024);
+    s->bd_forward = fwd / n;
+    s->bd_backward = bwd / n;
+    s->bd_optimizer = opt / n;
+    s->bd_data = data / n;
+    s->bd_comm = exp / n;
+    s->bd_idle = s->step_s.mean - (s->bd_forward + s->bd_backward + s->bd_optimizer + s->bd_data + s->bd_comm);
+    for (int j = 0; j < o->steps; j++) loss += s->runs[0].loss[j];
+    s->loss_avg = loss / o->steps;
+    s->loss_final = s->runs[0].loss[o->steps - 1];
+    s->loss_hash = s->runs[0].loss_hash;
+}
+
+dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
+                             const dt_bench_opts *o, dt_bench_suite *s) {
+    memset(s, 0, sizeof *s);
+    s->opts = *o;
+    if (o->repeats < 1 || o->repeats > 1000)
+        return dt_fail(ctx, DT_ERR_CONFIG, "bench: --repeats must be in [1, 1000] (got %d)", o->repeats);
+    s->world = dt_comm_size(comm, DT_GROUP_WORLD);
+    s->nodes = dt_comm_num_nodes(comm);
+    s->runs = calloc((size_t)o->repeats, sizeof *s->runs);
+    if (!s->runs) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory for %d repeats", o->repeats);
+    for (int i = 0; i < o->repeats; i++) {
+        DT_CHECK(dt_bench_train(ctx, cfg, comm, o->warmup, o->steps, o->trace && i == 0, &s->runs[i]));
+    }
+    s->samples_step = (long)cfg->micro_batch * cfg->accum * s->world;
+    s->tokens_step = s->samples_step * cfg->seq_len;
+    s->flops_per_token = s->runs[0].flops_per_token;
+    s->n_params = s->runs[0].n_params;
+    reduce(s, cfg);
+    return gather_memory(ctx, comm, s);
+}
+
+void dt_bench_suite_free(dt_bench_suite *s) {
+    free(s->runs);
+    free(s->mem);
+    memset(s, 0, sizeof *s);
 }

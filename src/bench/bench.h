@@ -1,13 +1,16 @@
-/* bench.h - measuring dtrain: the matmul peak the MFU is relative to, and a training
- * benchmark (warm-up steps, timed steps, median step time, tokens/s, MFU, per-kernel
- * time breakdown).
+/* bench.h - measuring dtrain: the matmul peak the MFU is relative to, one benchmark run
+ * (warm-up steps, timed steps, per-step times and losses, breakdown, memory), and the suite
+ * of repeated runs reduced to statistics on rank 0 (DESIGN.md section 8).
  *
  *   dt_peak pk; dt_bench_peak(&pk, 2048, 5);
- *   dt_bench_result r; DT_CHECK(dt_bench_train(ctx, &cfg, warmup, steps, &r));
+ *   dt_bench_suite s; DT_CHECK(dt_bench_suite_run(ctx, &cfg, comm, &opts, &s));
+ *   ... s.step_s.mean, s.mfu.median, s.mem[rank * DT_BENCH_MEM_N + DT_BENCH_MEM_RSS] ...
+ *   dt_bench_suite_free(&s);
  */
 #ifndef DT_BENCH_H
 #define DT_BENCH_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "comm/comm.h"
@@ -24,8 +27,25 @@ typedef struct dt_peak {
 /* fp32 GEMM rate of oneDNN sgemm on n x n x n with the current OpenMP threads. */
 void dt_bench_peak(dt_peak *out, int n, int reps);
 
+/* Five-number summary of a sample. std is the sample standard deviation (n - 1; 0 for one
+ * value); median averages the middle two of an even count. All 0 for n = 0. */
+typedef struct dt_stats {
+    double mean, std, min, median, max;
+} dt_stats;
+void dt_stats_of(dt_stats *out, const double *x, int n);
+/* Median of x[0..n) (sorts a copy). */
+double dt_median(const double *x, int n);
+
+/* FNV-1a (64-bit) over the bit patterns of the losses, in order: equal hashes mean bitwise
+ * equal loss curves. */
+uint64_t dt_bench_loss_hash(const float *loss, int n);
+
+/* Peak resident set size of this process (VmHWM of /proc/self/status) in bytes; 0 if unknown. */
+size_t dt_bench_rss_hwm(void);
+
 #define DT_BENCH_MAX_STEPS 10000
 
+/* One run: a fresh trainer, warmup + steps optimizer steps; times are rank-local. */
 typedef struct dt_bench_result {
     int warmup, steps;
     double step_s[DT_BENCH_MAX_STEPS]; /* timed steps */
@@ -37,9 +57,11 @@ typedef struct dt_bench_result {
     dt_gpt2_prof prof;          /* summed over the timed steps */
     double optim_s;             /* clip + AdamW, summed over timed steps */
     double sync_s;              /* waiting for gradient reduction, summed over timed steps */
+    /* the step split into parts (dt_step_stats), summed over the timed steps */
+    double fwd_s, bwd_s, opt_s, data_s, exposed_s;
     size_t mem_peak[DT_MEM_NKINDS];
     size_t n_params;            /* without padding */
-    unsigned long long loss_hash; /* FNV-1a of the timed losses' bits: a verification column */
+    unsigned long long loss_hash; /* dt_bench_loss_hash of the timed losses: a verification column */
     int world;                  /* ranks */
     double tokens_per_s_rank;   /* per rank */
     double comm_exposed_s, comm_total_s; /* per timed step (mean): waited for / spent in collectives */
@@ -47,11 +69,52 @@ typedef struct dt_bench_result {
 } dt_bench_result;
 
 /* Runs warmup + steps optimizer steps of cfg on the ranks of comm (NULL: one process) and
- * fills r; tokens/s counts all ranks. */
+ * fills r; tokens/s counts all ranks. With `trace`, the timed steps are recorded by the
+ * trace recorder (core/trace.h), which the caller enabled. */
 dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, int warmup,
-                         int steps, dt_bench_result *r);
+                         int steps, int trace, dt_bench_result *r);
 
-/* Median of x[0..n) (sorts a copy). */
-double dt_median(const double *x, int n);
+/* Memory columns per rank, in bytes: allocator high-water by kind (scratch and other
+ * buffers together as "other"), their total, and the process's VmHWM. */
+enum { DT_BENCH_MEM_PARAMS, DT_BENCH_MEM_GRADS, DT_BENCH_MEM_OPTIM, DT_BENCH_MEM_ACTS,
+       DT_BENCH_MEM_OTHER, DT_BENCH_MEM_TOTAL, DT_BENCH_MEM_RSS, DT_BENCH_MEM_N };
+extern const char *const dt_bench_mem_names[DT_BENCH_MEM_N];
+
+typedef struct dt_bench_opts {
+    int warmup, steps, repeats;
+    double peak_gflops;    /* per rank; the MFU reference */
+    int trace;             /* record the timed steps of the first repeat */
+} dt_bench_opts;
+
+/* The suite: `repeats` runs of the same configuration and seed, reduced on rank 0. Step
+ * statistics pool every timed step of every repeat; rates are per step (global = all ranks,
+ * _rank = one rank's share). */
+typedef struct dt_bench_suite {
+    dt_bench_opts opts;
+    int world, nodes;
+    dt_bench_result *runs;      /* [repeats], this rank's measurements */
+    long tokens_step, samples_step; /* global, per optimizer step */
+    double flops_per_token;     /* 6 N + 12 L T d */
+    size_t n_params;
+    dt_stats step_s, samples_per_s, tokens_per_s, tokens_per_s_rank, tflops_rank, mfu;
+    dt_stats run_mean_s;        /* the repeats' mean step times */
+    double comm_total_s, comm_exposed_s, comm_bytes_step; /* per step, mean over repeats */
+    /* per step, mean over all timed steps; adds up to step_s.mean */
+    double bd_forward, bd_backward, bd_optimizer, bd_comm, bd_data, bd_idle;
+    double loss_avg, loss_final;
+    unsigned long long loss_hash; /* of the first repeat */
+    int hash_mismatch;            /* repeats whose hash differs from the first's */
+    int64_t *mem;                 /* [world x DT_BENCH_MEM_N], every rank's (rank 0 has all) */
+} dt_bench_suite;
+
+/* Runs the suite on every rank of comm; rank 0 ends up with every rank's memory columns. */
+dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
+                             const dt_bench_opts *o, dt_bench_suite *s);
+void dt_bench_suite_free(dt_bench_suite *s);
+
+/* Fixed-width tables (rank 0): per-repeat rows, statistics, kernel and step breakdown,
+ * communication, memory per rank, and the Training Summary block. */
+void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *cfg,
+                          const char *peak_source, int threads);
 
 #endif

@@ -102,6 +102,17 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
             double size = (op == OP_RS || op == OP_AG) ? (double)bytes * n : (double)bytes;
             double algbw = size / tw[0] / 1e9;
             total_wrong += (long)tw[1];
+            if (me == 0 && o->rows) {
+                cJSON *row = cJSON_CreateObject();
+                cJSON_AddStringToObject(row, "op", op_names[op]);
+                cJSON_AddNumberToObject(row, "bytes", size);
+                cJSON_AddNumberToObject(row, "count", (double)((op == OP_RS || op == OP_AG) ? count * (size_t)n : count));
+                cJSON_AddNumberToObject(row, "time_us", tw[0] * 1e6);
+                cJSON_AddNumberToObject(row, "algbw_gbs", algbw);
+                cJSON_AddNumberToObject(row, "busbw_gbs", algbw * dt_comm_busbw_factor(op_names[op], n));
+                cJSON_AddNumberToObject(row, "wrong", tw[1]);
+                cJSON_AddItemToArray(o->rows, row);
+            }
             if (me == 0 && out)
                 fprintf(out, "  %-18s %12.0f %12zu %10.1f %10.3f %10.3f %7ld\n", op_names[op], size,
                         (op == OP_RS || op == OP_AG) ? count * (size_t)n : count, tw[0] * 1e6, algbw,

@@ -6,6 +6,7 @@
 #ifndef DT_COMM_BENCH_H
 #define DT_COMM_BENCH_H
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 
 #include "comm/comm.h"
@@ -13,6 +14,8 @@
 typedef struct dt_comm_bench_opts {
     size_t min_bytes, max_bytes; /* per-rank buffer sizes, doubled from min to max */
     int warmup, iters;
+    cJSON *rows; /* (optional, rank 0) a JSON array: one {op, bytes, count, time_us, algbw_gbs,
+                    busbw_gbs, wrong} object is appended per row */
 } dt_comm_bench_opts;
 
 /* busbw factors (nccl-tests): all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n,

@@ -8,6 +8,7 @@
 
 #include "core/rng.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "ops/ops.h"
 
 const char *const dt_op_kind_names[DT_OP_NKINDS] = {
@@ -396,6 +397,7 @@ dt_status dt_gpt2_forward(dt_ctx *ctx, dt_gpt2 *m, const int32_t *inputs, const 
     DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(a->encoded, inputs, P(WTE, 0), P(WPE, 0), B, T, C));
     for (int l = 0; l < L; l++) {
         if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
         const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
               *ln1r = a->ln1_rstd + (size_t)l * BT;
@@ -415,6 +417,7 @@ dt_status dt_gpt2_forward(dt_ctx *ctx, dt_gpt2 *m, const int32_t *inputs, const 
         DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(fchg, fch, (int)(btc * 4)));
         DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
         DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
         if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
@@ -455,6 +458,7 @@ void dt_gpt2_backward(dt_gpt2 *m, float scale) {
               *ln2r = a->ln2_rstd + (size_t)l * BT;
         float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
         if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, fchg, P(FCPROJW, l), BT, 4 * C, C));
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, (int)(btc * 4)));
@@ -465,6 +469,7 @@ void dt_gpt2_backward(dt_gpt2 *m, float scale) {
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, qkv, atty, lse, B, T, C, NH));
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
+        dt_trace_end(tl, "bwd", "bwd layer %d", l);
         if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
     }
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(G(WTE, 0), G(WPE, 0), a->dres, a->inputs, B, T, C));

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 #include "parallel/parallel_impl.h"
 
 dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out, int *hybrid) {
@@ -122,7 +123,13 @@ dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t) {
 static void run_one(dt_parallel *p, const dt_par_task *t) {
     if (p->err != DT_OK) return; /* after a failure the job is ending: skip the rest */
     dt_ctx c = p->err_ctx;
+    double tt = dt_trace_begin();
     dt_status st = dt_par_run_task(&c, p, t);
+    if (t->kind == DT_TASK_BUCKET)
+        dt_trace_end(tt, "comm", "bucket %d %s", t->a,
+                     p->cfg.strategy == DT_STRAT_DDP ? "all-reduce" : "reduce-scatter");
+    else
+        dt_trace_end(tt, "comm", "unit %d %s", t->a, t->kind == DT_TASK_GATHER ? "all-gather" : "reduce-scatter");
     if (st != DT_OK && p->err == DT_OK) {
         p->err_ctx = c;
         p->err = st;
@@ -131,6 +138,7 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
 
 static void *comm_main(void *arg) {
     dt_parallel *p = arg;
+    dt_trace_set_thread(DT_TRACE_TID_COMM);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->stop && p->done == p->queued) pthread_cond_wait(&p->cv, &p->mu);

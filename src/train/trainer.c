@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 #include "data/synthetic.h"
 
 void dt_train_cfg_defaults(dt_train_cfg *c) {
@@ -101,6 +102,7 @@ void dt_trainer_free(dt_trainer *tr) {
 
 /* Shared tail of a step: gradients reduced across ranks, global clip, schedule, AdamW. */
 static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
+    double tr0 = dt_trace_begin();
     double t0 = dt_now();
     DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
     out->sync_seconds = dt_now() - t0;
@@ -115,18 +117,35 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
     out->grad_norm = (float)norm;
     out->lr = lr;
     out->optim_seconds = dt_now() - t0;
+    dt_trace_end(tr0, "optim", "sync + optimizer");
     return DT_OK;
+}
+
+/* Adds the time since *tp, less the exposed communication waits since *ex, to *acc. */
+static void add_phase(const dt_trainer *tr, double *tp, double *ex, double *acc) {
+    double now = dt_now(), ex1, tot;
+    dt_parallel_comm_time(tr->par, &ex1, &tot);
+    *acc += (now - *tp) - (ex1 - *ex);
+    *tp = now;
+    *ex = ex1;
 }
 
 /* Micro-steps from explicit batches (inputs non-NULL) or from the data source. */
 static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
                           const int32_t *targets, dt_step_stats *out) {
-    double t0 = dt_now();
+    double t0 = dt_now(), trs = dt_trace_begin();
     dt_gpt2 *m = &tr->model;
     size_t bt = (size_t)m->B * m->T;
     double loss_sum = 0.0;
     int W = dt_comm_size(tr->comm, DT_GROUP_WORLD);
+    /* Phase times for the benchmark's breakdown: wall time minus the exposed communication
+     * waits (dt_parallel_comm_time) that fell inside the phase. */
+    double ex0, ex, tot, tp = t0, td;
+    dt_parallel_comm_time(tr->par, &ex0, &tot);
+    ex = ex0;
+    out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
     for (int k = 0; k < tr->cfg.accum; k++) {
+        td = dt_trace_begin();
         int32_t *in = tr->inputs, *tg = tr->targets;
         if (inputs) {
             in = (int32_t *)inputs + k * bt;
@@ -140,18 +159,30 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
             uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W + (uint64_t)r;
             dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
         }
+        dt_trace_end(td, "data", "data %d", k);
+        add_phase(tr, &tp, &ex, &out->data_seconds);
         float loss;
+        td = dt_trace_begin();
         DT_CHECK(dt_gpt2_forward(ctx, m, in, tg, &loss));
+        dt_trace_end(td, "fwd", "forward %d", k);
+        add_phase(tr, &tp, &ex, &out->fwd_seconds);
+        td = dt_trace_begin();
         dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
         dt_gpt2_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
         dt_parallel_end_micro(tr->par);
+        dt_trace_end(td, "bwd", "backward %d", k);
+        add_phase(tr, &tp, &ex, &out->bwd_seconds);
         loss_sum += loss;
     }
+    out->opt_seconds = 0;
     DT_CHECK(finish_step(ctx, tr, out));
+    add_phase(tr, &tp, &ex, &out->opt_seconds);
+    out->comm_seconds = ex - ex0;
     double mean_loss = loss_sum / tr->cfg.accum;
     DT_CHECK(dt_parallel_mean(ctx, tr->par, &mean_loss));
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
+    dt_trace_end(trs, "step", "step %ld", tr->step);
     return DT_OK;
 }
 

@@ -59,6 +59,10 @@ typedef struct dt_step_stats {
     double seconds;   /* wall time of the step */
     double sync_seconds;  /* of which: waiting for the gradient reduction to finish */
     double optim_seconds; /* of which: norm, clipping, AdamW (and ZeRO's parameter gather) */
+    /* The step split into parts that add up to `seconds` (the rest is other/idle): waiting
+     * for communication (exposed, wherever it happened), fetching batches, and forward,
+     * backward and sync + optimizer each without the communication waits inside them. */
+    double comm_seconds, data_seconds, fwd_seconds, bwd_seconds, opt_seconds;
 } dt_step_stats;
 
 /* comm may be NULL: a single process. */
