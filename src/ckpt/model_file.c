@@ -43,6 +43,11 @@ static dt_status param_entries(dt_ctx *ctx, const dt_gpt2 *m, const char *path, 
 
 dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
                              const char *tokenizer, long step) {
+    return dt_model_file_save_info(ctx, m, path, tokenizer, step, NULL);
+}
+
+dt_status dt_model_file_save_info(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
+                                  const char *tokenizer, long step, dt_io_info *info) {
     dt_st_entry *e;
     char(*names)[DT_ST_NAME_MAX];
     int n;
@@ -57,7 +62,7 @@ dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
     const char *meta[] = {"format", "dtrain-gpt2", "n_layer", v[0], "d_model", v[1],
                           "n_head", v[2], "vocab", v[3], "context", v[4], "step", v[5],
                           "tokenizer", tokenizer ? tokenizer : "", NULL};
-    dt_status st = dt_st_write(ctx, path, e, n, meta);
+    dt_status st = dt_st_write_info(ctx, path, e, n, meta, info);
     free(e);
     free(names);
     return st;

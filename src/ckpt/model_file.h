@@ -23,6 +23,9 @@ int dt_model_file_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_
 
 dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
                              const char *tokenizer, long step);
+/* Same, returning the file's size and checksum. */
+dt_status dt_model_file_save_info(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
+                                  const char *tokenizer, long step, dt_io_info *info);
 /* Reads the shape and tokenizer recorded in a model file. */
 dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_gpt2_config *cfg,
                                char *tokenizer, size_t tokenizer_size);

@@ -1,7 +1,5 @@
 #include "ckpt/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,22 +48,13 @@ static size_t entry_bytes(const dt_st_entry *e) {
     return n;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 dt_status dt_st_write(dt_ctx *ctx, const char *path, const dt_st_entry *e, int n,
                       const char *const *meta) {
+    return dt_st_write_info(ctx, path, e, n, meta, NULL);
+}
+
+dt_status dt_st_write_info(dt_ctx *ctx, const char *path, const dt_st_entry *e, int n,
+                           const char *const *meta, dt_io_info *info) {
     sbuf h = {0};
     sb_put(&h, "{");
     if (meta && meta[0]) {
@@ -96,30 +85,14 @@ dt_status dt_st_write(dt_ctx *ctx, const char *path, const dt_st_entry *e, int n
         return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot build safetensors header", path);
     }
 
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        free(h.p);
-        return dt_fail(ctx, DT_ERR_IO, "%s: path too long", path);
-    }
-    dt_status st = DT_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
+    dt_io_file f;
+    dt_status st = dt_io_open(ctx, &f, path);
+    if (st != DT_OK) goto done;
     uint64_t hlen = h.len; /* little-endian host (x86-64) */
-    int bad = write_all(fd, &hlen, 8) || write_all(fd, h.p, h.len);
-    for (int i = 0; i < n && !bad; i++) bad = write_all(fd, e[i].data, entry_bytes(&e[i]));
-    if (bad || fsync(fd) != 0) {
-        st = dt_fail(ctx, DT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        goto done;
-    }
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
-        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot commit: %s", path, strerror(errno));
-        unlink(tmp);
-    }
+    st = dt_io_write(ctx, &f, &hlen, 8);
+    if (st == DT_OK) st = dt_io_write(ctx, &f, h.p, h.len);
+    for (int i = 0; i < n && st == DT_OK; i++) st = dt_io_write(ctx, &f, e[i].data, entry_bytes(&e[i]));
+    if (st == DT_OK) st = dt_io_commit(ctx, &f, info);
 done:
     free(h.p);
     return st;

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "ckpt/ckpt_io.h"
 #include "core/status.h"
 
 typedef enum dt_st_dtype { DT_ST_F32, DT_ST_I32 } dt_st_dtype;
@@ -29,6 +30,9 @@ typedef struct dt_st_entry {
 /* meta: NULL-terminated key, value, key, value, ... list (may be NULL). */
 dt_status dt_st_write(dt_ctx *ctx, const char *path, const dt_st_entry *e, int n,
                       const char *const *meta);
+/* Same, returning the file's size and XXH3-64 checksum (computed while writing). */
+dt_status dt_st_write_info(dt_ctx *ctx, const char *path, const dt_st_entry *e, int n,
+                           const char *const *meta, dt_io_info *info);
 
 /* Reading: the file is mmap'd; every length, offset and shape is checked against the file
  * before any tensor is exposed, so a truncated or corrupted file is refused, never read
@@ -45,6 +49,10 @@ typedef struct dt_st_tensor {
 } dt_st_tensor;
 
 dt_status dt_st_open(dt_ctx *ctx, const char *path, dt_st_file **out);
+/* Same checks on size bytes at data (a file already in memory, the fuzzers); `name` names it
+ * in messages. data must outlive the handle. */
+dt_status dt_st_open_mem(dt_ctx *ctx, const char *name, const void *data, size_t size,
+                         dt_st_file **out);
 void dt_st_close(dt_st_file *f);
 /* The tensor called `name`, or NULL. */
 const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name);

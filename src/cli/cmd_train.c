@@ -8,6 +8,7 @@
 
 typedef struct train_flags {
     const char *save_weights;
+    const char *resume;
     int print_config, help;
 } train_flags;
 
@@ -15,6 +16,23 @@ static int train_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
     train_flags *f = ud;
     if (strcmp(argv[*i], "--help") == 0 || strcmp(argv[*i], "-h") == 0) return f->help = 1;
     if (strcmp(argv[*i], "--print-config") == 0) return f->print_config = 1;
+    if (strcmp(argv[*i], "--resume") == 0) {
+        /* An optional value: the next argument unless it is a flag or the YAML file. */
+        const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+        size_t n = v ? strlen(v) : 0;
+        int yaml = n > 5 && (!strcmp(v + n - 5, ".yaml") || (n > 4 && !strcmp(v + n - 4, ".yml")));
+        if (v && v[0] != '-' && !yaml) {
+            f->resume = v;
+            ++*i;
+        } else {
+            f->resume = "latest";
+        }
+        return 1;
+    }
+    if (strncmp(argv[*i], "--resume=", 9) == 0) {
+        f->resume = argv[*i] + 9;
+        return 1;
+    }
     if (strcmp(argv[*i], "--save-weights") == 0) {
         if (*i + 1 >= argc) {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain train: --save-weights needs a file name");
@@ -33,12 +51,28 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     dt_status st = dt_cli_parse_run(ctx, "train", argc, argv, &cfg, train_flag, &fl);
     if (fl.help) {
         printf("usage: dtrain train [CONFIG.yaml] [--set KEY=VALUE ...] [--print-config]\n"
-               "                    [--save-weights FILE]\n\n"
+               "                    [--save-weights FILE] [--resume [latest|auto|DIR]]\n\n"
+               "--resume continues from checkpoint.dir's newest intact checkpoint (latest, the default),\n"
+               "from it or from scratch if there is none (auto), or from DIR (a checkpoint directory or\n"
+               "one step-NNNNNNNN directory); the world size and strategy may differ from the saving run.\n"
+               "SIGTERM or SIGUSR1 checkpoints at the next step boundary and exits with status 0.\n\n"
                "Trains a GPT-2 as configured (file first, then flags in order). Logs a line per\n"
                "logging.every steps (a live status line on a terminal) and writes one JSON object per\n"
                "logged step and evaluation to logging.metrics.\n\n");
         dt_cli_print_config_help();
         return DT_EXIT_OK;
+    }
+    if (st == DT_OK && fl.resume) {
+        if (strlen(fl.resume) >= sizeof cfg.resume) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain train: --resume path too long");
+            return DT_EXIT_USAGE;
+        }
+        snprintf(cfg.resume, sizeof cfg.resume, "%s", fl.resume);
+        if ((!strcmp(cfg.resume, "latest") || !strcmp(cfg.resume, "auto")) && !cfg.ckpt_dir[0]) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain train: --resume %s needs checkpoint.dir (or give the directory: --resume DIR)",
+                    cfg.resume);
+            return DT_EXIT_USAGE;
+        }
     }
     if (st != DT_OK) return dt_cli_exit_code(st);
     if (fl.print_config) {

@@ -37,6 +37,7 @@ dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, 
 
 void dt_comm_free(dt_comm *c) {
     if (!c) return;
+    dt_wd_free(c);
     if (c->ops->free) c->ops->free(c);
     free(c);
 }
@@ -51,39 +52,76 @@ int dt_comm_num_nodes(const dt_comm *c) { return c->nodes; }
 const char *dt_comm_backend(const dt_comm *c) { return c->ops->name; }
 uint64_t dt_comm_bytes(const dt_comm *c) { return c->bytes; }
 
+static size_t sum_counts(const dt_comm *c, dt_group g, const size_t *counts) {
+    size_t n = 0;
+    for (int i = 0; i < c->size[g]; i++) n += counts[i];
+    return n;
+}
+
 dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,
                             dt_dtype t, dt_redop op) {
-    return c->ops->allreduce(ctx, c, g, buf, n, t, op);
+    int slot = dt_wd_begin(c, "allreduce", g, n * (t == DT_F32 ? 4 : 8));
+    dt_status st = c->ops->allreduce(ctx, c, g, buf, n, t, op);
+    dt_wd_end(c, slot);
+    return st;
 }
 dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                     float *scratch) {
-    return c->ops->allreduce_ordered(ctx, c, g, buf, n, scratch);
+    int slot = dt_wd_begin(c, "allreduce_ordered", g, n * 4);
+    dt_status st = c->ops->allreduce_ordered(ctx, c, g, buf, n, scratch);
+    dt_wd_end(c, slot);
+    return st;
 }
 dt_status dt_comm_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                          const size_t *counts, const size_t *displs, float *out,
                                          float *scratch) {
-    return c->ops->reduce_scatter_ordered(ctx, c, g, buf, counts, displs, out, scratch);
+    int slot = dt_wd_begin(c, "reduce_scatter_ordered", g, sum_counts(c, g, counts) * 4);
+    dt_status st = c->ops->reduce_scatter_ordered(ctx, c, g, buf, counts, displs, out, scratch);
+    dt_wd_end(c, slot);
+    return st;
 }
 dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
                              const size_t *displs) {
-    return c->ops->allgatherv(ctx, c, g, buf, counts, displs);
+    int slot = dt_wd_begin(c, "allgatherv", g, sum_counts(c, g, counts) * 4);
+    dt_status st = c->ops->allgatherv(ctx, c, g, buf, counts, displs);
+    dt_wd_end(c, slot);
+    return st;
 }
 dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
                                  float *recv, const size_t *counts) {
-    return c->ops->reduce_scatter(ctx, c, g, send, recv, counts);
+    int slot = dt_wd_begin(c, "reduce_scatter", g, sum_counts(c, g, counts) * 4);
+    dt_status st = c->ops->reduce_scatter(ctx, c, g, send, recv, counts);
+    dt_wd_end(c, slot);
+    return st;
 }
 dt_status dt_comm_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts) {
-    return c->ops->allgather(ctx, c, g, buf, counts);
+    int slot = dt_wd_begin(c, "allgather", g, sum_counts(c, g, counts) * 4);
+    dt_status st = c->ops->allgather(ctx, c, g, buf, counts);
+    dt_wd_end(c, slot);
+    return st;
 }
 dt_status dt_comm_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root) {
-    return c->ops->broadcast(ctx, c, g, buf, bytes, root);
+    int slot = dt_wd_begin(c, "broadcast", g, bytes);
+    dt_status st = c->ops->broadcast(ctx, c, g, buf, bytes, root);
+    dt_wd_end(c, slot);
+    return st;
 }
-dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) { return c->ops->barrier(ctx, c, g); }
+dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) {
+    int slot = dt_wd_begin(c, "barrier", g, 0);
+    dt_status st = c->ops->barrier(ctx, c, g);
+    dt_wd_end(c, slot);
+    return st;
+}
 dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                              dt_comm_req **req) {
     return c->ops->iallreduce(ctx, c, g, buf, n, req);
 }
-dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) { return c->ops->wait(ctx, c, req); }
+dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
+    int slot = dt_wd_begin(c, "wait", DT_GROUP_WORLD, 0);
+    dt_status st = c->ops->wait(ctx, c, req);
+    dt_wd_end(c, slot);
+    return st;
+}
 
 void dt_comm_split(size_t n, int parts, size_t *counts, size_t *offsets) {
     size_t base = n / (size_t)parts, extra = n % (size_t)parts, off = 0;

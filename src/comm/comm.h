@@ -83,6 +83,16 @@ dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
  * column: ring-algorithm accounting, 2(n-1)/n per all-reduce byte). */
 uint64_t dt_comm_bytes(const dt_comm *c);
 
+/* The collective watchdog. Every collective is recorded (sequence number, op, group, bytes,
+ * start and end time) in a ring of the last 64. With timeout_s > 0 a thread checks them:
+ * when one has blocked for timeout_s, this rank prints its recent collectives, writes them
+ * to $DTRAIN_RUN_DIR/watchdog-rank<R>.txt (when set: `dtrain launch --max-restarts` reads
+ * them to name the ranks that never entered), waits a few seconds so the other ranks can
+ * dump too, and exits with DT_EXIT_HANG. A rank outside any collective for timeout_s only
+ * writes its file (state "outside"), once. 0 turns it off. */
+#define DT_EXIT_HANG 3
+void dt_comm_set_watchdog(dt_comm *c, double timeout_s);
+
 /* Near-even split of n elements into `parts` contiguous shards: counts[r] (the first
  * n % parts shards get one more) and offsets. */
 void dt_comm_split(size_t n, int parts, size_t *counts, size_t *offsets);

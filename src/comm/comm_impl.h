@@ -30,7 +30,13 @@ struct dt_comm {
     int nodes;
     uint64_t bytes;
     void *impl; /* backend state */
+    struct dt_watchdog *wd; /* collective records and the watchdog thread */
 };
+
+/* Records a collective's start (returns its ring slot) and end; comm.c wraps every op. */
+int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes);
+void dt_wd_end(dt_comm *c, int slot);
+void dt_wd_free(dt_comm *c);
 
 /* Backend constructors. */
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c);

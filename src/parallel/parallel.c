@@ -414,6 +414,36 @@ void dt_parallel_release_full_params(dt_parallel *p, float *full) {
 
 void dt_parallel_shard(const dt_parallel *p, size_t *count) { *count = p->S; }
 
+int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out) {
+    for (int u = 0; u < p->U; u++) {
+        size_t i = (size_t)u * p->G + p->j;
+        out[u] = (dt_shard_piece){p->m->unit_lo[u] + p->split_off[i], p->sb[u], p->split_cnt[i]};
+    }
+    return p->U;
+}
+
+void dt_parallel_moments(dt_parallel *p, float **mom, float **var) {
+    *mom = p->mom;
+    *var = p->var;
+}
+
+int dt_parallel_shard_owner(const dt_parallel *p) { return p->k == 0 && (p->G > 1 || p->rank == 0); }
+
+dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full) {
+    dt_gpt2 *m = p->m;
+    if (!p->sharded_params) {
+        memcpy(m->params, full, m->n_params * sizeof(float));
+        return DT_OK;
+    }
+    for (int u = 0; u < p->U; u++) {
+        size_t i = (size_t)u * p->G + p->j;
+        memcpy(p->pshard + p->sb[u], full + m->unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
+    }
+    p->pwin_unit[0] = p->pwin_unit[1] = -1;
+    DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_PRE, p->ppre));
+    return dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_POST(m), p->ppost);
+}
+
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {
     *exposed = p->t_exposed;
     *total = p->t_total;

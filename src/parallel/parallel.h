@@ -83,6 +83,23 @@ dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x);
 dt_status dt_parallel_full_params(dt_ctx *ctx, dt_parallel *p, float **out);
 void dt_parallel_release_full_params(dt_parallel *p, float *full);
 
+/* A piece of this rank's shard: shard floats [local, local + n) hold the state of
+ * parameters [global, global + n) of the full (slab-layout) parameter vector. */
+typedef struct dt_shard_piece {
+    size_t global, local, n;
+} dt_shard_piece;
+
+/* This rank's pieces, one per unit in unit order (room for m->n_units); returns the count. */
+int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out);
+/* The AdamW moments of this rank's shard (dt_parallel_shard floats each). */
+void dt_parallel_moments(dt_parallel *p, float **mom, float **var);
+/* 1 if this rank is the first holder of its shard: checkpoints store each shard once, from
+ * it (DDP: rank 0; hybrid: the ranks of the first node). */
+int dt_parallel_shard_owner(const dt_parallel *p);
+/* Replaces the parameters with `full` (n_params floats, the same on every rank; all ranks
+ * call: ZeRO-3 keeps its piece and re-gathers the always-full units). */
+dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full);
+
 /* Number of parameters whose optimizer state this rank holds. */
 void dt_parallel_shard(const dt_parallel *p, size_t *count);
 /* Seconds spent waiting for communication in finish_grads/update (exposed), and in the

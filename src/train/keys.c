@@ -30,7 +30,9 @@ static const key_def keys[] = {
     NUM("model.n_head", K_INT, train.model.n_head, "attention heads (must divide d_model)"),
     NUM("model.vocab_size", K_INT, train.model.vocab, "vocabulary size (padded to 128 internally)"),
     NUM("model.context", K_INT, train.model.context, "maximum sequence length (<= the preset's)"),
+    STR("model.init_from", init_from, "start from these weights: a dtrain model file or checkpoint, or an llm.c gpt2_*.bin ('' = random init)"),
     STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
+    STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r> ('' = off)"),
     STR("data.val", data_val, "validation tokens: shard file, glob or comma list ('' = none)"),
     ENUM("data.format", data_format, "auto|llmc|raw16", "shard format (auto: llm.c header if present)"),
     NUM("data.shuffle", K_BOOL, data_shuffle, "shuffle samples each epoch (seeded)"),
@@ -60,6 +62,13 @@ static const key_def keys[] = {
     NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
     STR("checkpoint.dir", ckpt_dir, "directory of checkpoints ('' = no checkpoints)"),
     NUM("checkpoint.every", K_LONG, ckpt_every, "steps between checkpoints (0 = at the end only)"),
+    NUM("checkpoint.every_minutes", K_FLOAT, ckpt_minutes, "also checkpoint once this many minutes passed since the last one (0 = off)"),
+    NUM("checkpoint.keep_last", K_INT, ckpt_keep, "committed checkpoints to keep, newest first (0 = all)"),
+    NUM("checkpoint.async", K_BOOL, ckpt_async, "write checkpoints on a background thread: a step pays only for a copy"),
+    NUM("checkpoint.max_failures", K_INT, ckpt_max_failures, "consecutive failed saves (disk full, I/O error) before training stops"),
+    STR("checkpoint.resume", resume, "resume from: latest (checkpoint.dir's newest intact step), auto (same, or start fresh if none), a directory, or '' (no)"),
+    NUM("fault.collective_timeout", K_FLOAT, coll_timeout, "seconds a collective may block before the watchdog dumps every rank's last collectives and aborts (0 = off)"),
+    NUM("fault.preempt_grace", K_FLOAT, preempt_grace, "seconds between SIGTERM/SIGUSR1 and the clean exit, checkpoint included (warned about if exceeded)"),
     STR("parallel.strategy", strategy, "ddp|zero1|zero2|zero3, or FSDP's no_shard|shard_grad_op|full_shard|hybrid_shard"),
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
     NUM("parallel.bucket_mb", K_FLOAT, bucket_mb, "gradient bucket size in MiB"),
@@ -86,6 +95,11 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 4.0f;
     c->overlap = 1;
+    c->ckpt_keep = 3;
+    c->ckpt_async = 1;
+    c->ckpt_max_failures = 3;
+    c->coll_timeout = 300.0f;
+    c->preempt_grace = 30.0f;
 }
 
 static const key_def *find_key(const char *key) {
@@ -226,6 +240,18 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "training.eval_batches must be >= 1 (got %d)", c->eval_batches);
     if (c->ckpt_every < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.every must be >= 0 (got %ld)", c->ckpt_every);
+    if (!(c->ckpt_minutes >= 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.every_minutes must be >= 0 (got %g)", (double)c->ckpt_minutes);
+    if (c->ckpt_keep < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.keep_last must be >= 0 (got %d)", c->ckpt_keep);
+    if (c->ckpt_max_failures < 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.max_failures must be >= 1 (got %d)", c->ckpt_max_failures);
+    if (c->resume[0] && !c->ckpt_dir[0] && (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto")))
+        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.resume: '%s' needs checkpoint.dir", c->resume);
+    if (!(c->coll_timeout >= 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "fault.collective_timeout must be >= 0 (got %g)", (double)c->coll_timeout);
+    if (!(c->preempt_grace > 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "fault.preempt_grace must be > 0 (got %g)", (double)c->preempt_grace);
     if (c->threads < 0 || c->threads > 4096)
         return dt_fail(ctx, DT_ERR_CONFIG, "runtime.threads must be in [0, 4096] (got %d)", c->threads);
     int hybrid_alias;

@@ -23,6 +23,8 @@ typedef struct dt_run_cfg {
     char data_format[16]; /* auto | llmc | raw16 */
     int data_shuffle;
     char tokenizer[16];   /* byte | gpt2: recorded in checkpoints so `sample` decodes right */
+    char ledger[DT_PATH_MAX]; /* test aid: per-rank ledger of consumed sample ids */
+    char init_from[DT_PATH_MAX]; /* initial weights (model file, checkpoint, llm.c .bin) */
     /* training */
     long tokens;          /* if > 0: steps = ceil(tokens / tokens per step) */
     int global_batch;     /* training.batch: if > 0, grad_accum = batch / (micro_batch x ranks) */
@@ -36,6 +38,14 @@ typedef struct dt_run_cfg {
     /* checkpoint */
     char ckpt_dir[DT_PATH_MAX];
     long ckpt_every;           /* steps between checkpoints (0 = only at the end) */
+    float ckpt_minutes;        /* also after this many minutes (0 = off) */
+    int ckpt_keep;             /* committed checkpoints kept (0 = all) */
+    int ckpt_async;            /* write on a background thread */
+    int ckpt_max_failures;     /* consecutive failed saves before stopping */
+    char resume[DT_PATH_MAX];  /* '' | latest | auto | a directory */
+    /* fault tolerance */
+    float coll_timeout;        /* collective watchdog, seconds (0 = off) */
+    float preempt_grace;       /* seconds from a preemption signal to the exit */
     /* parallel */
     char strategy[16];
     float bucket_mb;

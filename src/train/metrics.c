@@ -33,14 +33,14 @@ static dt_status make_parents(dt_ctx *ctx, const char *path) {
 }
 
 dt_status dt_metrics_open(dt_ctx *ctx, dt_metrics *m, const char *path, dt_progress mode,
-                          long total_steps) {
+                          long total_steps, int append) {
     memset(m, 0, sizeof *m);
     m->total_steps = total_steps;
     m->t_start = dt_now();
     m->bar = mode == DT_PROGRESS_BAR || (mode == DT_PROGRESS_AUTO && isatty(STDOUT_FILENO));
     if (path && path[0]) {
         DT_CHECK(make_parents(ctx, path));
-        m->jsonl = fopen(path, "w");
+        m->jsonl = fopen(path, append ? "a" : "w");
         if (!m->jsonl)
             return dt_fail(ctx, DT_ERR_IO, "logging.metrics: cannot create %s: %s", path, strerror(errno));
     }

@@ -2,7 +2,7 @@
  * or evaluation; keys in docs/FORMATS.md), and on the console either one live status line
  * (a terminal) or plain log lines.
  *
- *   dt_metrics m; DT_CHECK(dt_metrics_open(ctx, &m, "runs/metrics.jsonl", DT_PROGRESS_AUTO, total));
+ *   dt_metrics m; DT_CHECK(dt_metrics_open(ctx, &m, "runs/metrics.jsonl", DT_PROGRESS_AUTO, total, 0));
  *   dt_metrics_step(ctx, &m, &rec);   dt_metrics_eval(ctx, &m, step, val_loss, tokens);
  *   dt_metrics_close(&m);
  */
@@ -33,8 +33,9 @@ typedef struct dt_step_record {
     double peak_gflops; /* 0: MFU not reported */
 } dt_step_record;
 
+/* append: a resumed run adds to the file (readers keep the last record of each step). */
 dt_status dt_metrics_open(dt_ctx *ctx, dt_metrics *m, const char *path, dt_progress mode,
-                          long total_steps);
+                          long total_steps, int append);
 /* Records a logged step: a JSONL object and a console line/status. */
 dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r);
 /* Records a validation pass. */

@@ -1,10 +1,18 @@
 #include "train/run.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/interop.h"
 #include "ckpt/model_file.h"
+#include "core/timer.h"
 #include "core/log.h"
 #include "data/shard.h"
 #include "ops/ops.h"
@@ -41,9 +49,20 @@ typedef struct run_state {
     dt_trainer tr;
     int tr_live;
     dt_metrics metrics;
+    dt_ckpt_saver *saver;
+    int ledger_fd;
+    uint64_t incarnation;
+    double seen;           /* tokens consumed since the start of training, all ranks */
+    double train_s;        /* wall time of the steps, over restarts */
+    float last_loss;
+    double last_save_t;    /* rank 0's clock at the last checkpoint (every_minutes) */
+    double step_s_sum;     /* for the stall fraction */
+    long steps_run;
 } run_state;
 
 static void run_free(run_state *r) {
+    dt_ckpt_saver_free(r->saver);
+    if (r->ledger_fd >= 0) close(r->ledger_fd);
     dt_metrics_close(&r->metrics);
     dt_loader_free(r->loader);
     dt_val_loader_free(r->val);
@@ -80,34 +99,292 @@ static dt_status evaluate(dt_ctx *ctx, run_state *r, long step) {
     return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens);
 }
 
-/* Writes the full model (gathered first under ZeRO-3: every rank takes part) from rank 0,
- * as a checkpoint step (dir != NULL) or one file. */
-static dt_status save_model(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step,
-                            const char *dir, const char *file) {
+/* ---- preemption: SIGTERM or SIGUSR1 (Slurm --signal, spot warnings, dtrain launch) asks for
+ * a checkpoint at the next step boundary and a clean exit. The handler only records it. */
+
+static volatile sig_atomic_t preempt_sig;
+static volatile sig_atomic_t preempt_sec;
+
+static void on_preempt(int sig) {
+    if (!preempt_sig) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+        preempt_sec = (sig_atomic_t)ts.tv_sec;
+        preempt_sig = sig;
+    }
+}
+
+typedef struct sig_saved {
+    struct sigaction term, usr1;
+} sig_saved;
+
+static void preempt_install(sig_saved *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_preempt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    preempt_sig = 0;
+    sigaction(SIGTERM, &sa, &old->term);
+    sigaction(SIGUSR1, &sa, &old->usr1);
+}
+
+static void preempt_restore(const sig_saved *old) {
+    sigaction(SIGTERM, &old->term, NULL);
+    sigaction(SIGUSR1, &old->usr1, NULL);
+}
+
+/* ---- the per-sample ledger (data.ledger): one line per step and rank, written with one
+ * write(2) so a kill never leaves half a line: "step incarnation id id ...". */
+
+static dt_status ledger_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int rank) {
+    r->ledger_fd = -1;
+    if (!cfg->ledger[0]) return DT_OK;
+    if (!r->sampler) return dt_fail(ctx, DT_ERR_CONFIG, "data.ledger needs data.train (sample ids come from files)");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t inc = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, &inc, sizeof inc, 0)); /* one id per incarnation */
+    r->incarnation = (uint64_t)inc;
+    char path[DT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s.rank%d", cfg->ledger, rank);
+    r->ledger_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (r->ledger_fd < 0) return dt_fail(ctx, DT_ERR_IO, "data.ledger: cannot open %s", path);
+    return DT_OK;
+}
+
+static dt_status ledger_step(dt_ctx *ctx, run_state *r, long step, uint64_t cursor, int world, int rank) {
+    if (r->ledger_fd < 0) return DT_OK;
+    const dt_train_cfg *t = &r->tr.cfg;
+    size_t cap = 64 + (size_t)t->accum * t->micro_batch * 21, len = 0;
+    char *line = malloc(cap);
+    if (!line) return dt_fail(ctx, DT_ERR_NOMEM, "data.ledger: out of memory");
+    len += (size_t)snprintf(line, cap, "%ld %llu", step, (unsigned long long)r->incarnation);
+    for (int k = 0; k < t->accum; k++)
+        for (int b = 0; b < t->micro_batch; b++) {
+            uint64_t p = dt_sampler_position(cursor, world, rank, t->micro_batch, k, b);
+            len += (size_t)snprintf(line + len, cap - len, " %llu",
+                                    (unsigned long long)dt_sampler_sample_id(r->sampler, p));
+        }
+    line[len++] = '\n';
+    ssize_t w = write(r->ledger_fd, line, len);
+    free(line);
+    if (w != (ssize_t)len) return dt_fail(ctx, DT_ERR_IO, "data.ledger: write failed");
+    return DT_OK;
+}
+
+/* ---- checkpoints */
+
+static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
+    if (!cfg->ckpt_dir[0]) return DT_OK;
+    const dt_train_cfg *t = &cfg->train;
+    dt_shard_piece *pieces = malloc((size_t)r->tr.model.n_units * sizeof *pieces);
+    char *yaml = NULL;
+    size_t ylen = 0;
+    FILE *f = open_memstream(&yaml, &ylen);
+    if (!pieces || !f) {
+        free(pieces);
+        if (f) fclose(f);
+        free(yaml);
+        return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    dt_cfg_print(f, cfg);
+    fclose(f);
+    size_t shard;
+    dt_parallel_shard(r->tr.par, &shard);
+    dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world,
+                            dt_parallel_shard_owner(r->tr.par), pieces,
+                            dt_parallel_pieces(r->tr.par, pieces), shard,
+                            dt_strategy_name(t->parallel.strategy), cfg->ckpt_keep, cfg->ckpt_async,
+                            cfg->ckpt_max_failures};
+    dt_status st = dt_ckpt_saver_init(ctx, &r->saver, &sc);
+    free(pieces);
+    free(yaml);
+    return st;
+}
+
+/* Every rank: stages the state of the step just finished and starts writing it. */
+static dt_status save_stage(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step, int world) {
+    const dt_train_cfg *t = &cfg->train;
+    dt_ckpt_trainer tj;
+    memset(&tj, 0, sizeof tj);
+    tj.step = step;
+    tj.tokens_seen = r->seen;
+    tj.seed = t->seed;
+    tj.world = world;
+    tj.micro_batch = t->micro_batch;
+    tj.accum = t->accum;
+    tj.seq_len = t->seq_len;
+    tj.hybrid = t->parallel.hybrid;
+    snprintf(tj.strategy, sizeof tj.strategy, "%s", dt_strategy_name(t->parallel.strategy));
+    if (r->sampler) {
+        tj.has_sampler = 1;
+        tj.sampler = dt_sampler_state_get(r->sampler, dt_loader_cursor(r->loader));
+    }
+    tj.loss = r->last_loss;
+    tj.train_seconds = r->train_s;
+    double t0 = dt_now();
+    float *full, *mom, *var;
+    DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full)); /* ZeRO-3: a gather, every rank */
+    dt_parallel_moments(r->tr.par, &mom, &var);
+    dt_status st = dt_ckpt_saver_stage(ctx, r->saver, full, mom, var, &tj);
+    dt_parallel_release_full_params(r->tr.par, full);
+    r->last_save_t = dt_now();
+    dt_log_debug(ctx, "checkpoint step %ld staged in %.1f ms", step, (r->last_save_t - t0) * 1e3);
+    return st;
+}
+
+static dt_status save_commit(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_cfg *cfg) {
+    int done = 0;
+    if (!dt_ckpt_saver_pending(r->saver)) return DT_OK;
+    DT_CHECK(dt_ckpt_saver_commit(ctx, r->saver, comm, &done));
+    if (done && ctx->rank == 0) {
+        char latest[DT_PATH_MAX + 16], line[64] = "";
+        snprintf(latest, sizeof latest, "%s/latest", cfg->ckpt_dir);
+        FILE *f = fopen(latest, "r");
+        if (f) {
+            if (!fgets(line, sizeof line, f)) line[0] = 0;
+            fclose(f);
+        }
+        line[strcspn(line, "\n")] = 0;
+        char msg[DT_PATH_MAX + 96];
+        snprintf(msg, sizeof msg, "checkpoint: %s/%s", cfg->ckpt_dir, line);
+        dt_metrics_note(ctx, &r->metrics, msg);
+    }
+    return DT_OK;
+}
+
+/* Resolves checkpoint.resume on rank 0 and tells every rank: found (step dir), fresh start
+ * (auto with nothing to resume), or failure. */
+static dt_status resume_find(dt_ctx *ctx, const dt_run_cfg *cfg, dt_comm *comm, char *dir, size_t n, int *found) {
+    char buf[DT_PATH_MAX + 8];
+    memset(buf, 0, sizeof buf);
+    dt_status st = DT_OK;
+    int autostart = !strcmp(cfg->resume, "auto");
+    if (ctx->rank == 0) {
+        const char *root = (!strcmp(cfg->resume, "latest") || autostart) ? cfg->ckpt_dir : cfg->resume;
+        st = dt_ckpt_find(ctx, root, buf + 1, sizeof buf - 1);
+        if (st == DT_OK) buf[0] = 'F';
+        else if (autostart && strstr(ctx->err, "no checkpoint")) {
+            dt_log_info(ctx, "checkpoint.resume auto: %s; starting from scratch", ctx->err);
+            buf[0] = 'N';
+            st = DT_OK;
+        } else buf[0] = 'E';
+    }
+    DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, buf, sizeof buf, 0));
+    if (buf[0] == 'E')
+        return ctx->rank == 0 ? st : dt_fail(ctx, DT_ERR_IO, "checkpoint.resume: rank 0 found no usable checkpoint");
+    *found = buf[0] == 'F';
+    snprintf(dir, n, "%s", buf + 1);
+    return DT_OK;
+}
+
+static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int world, long *start,
+                        int *found) {
+    char dir[DT_PATH_MAX + 8];
+    *found = 0;
+    *start = 0;
+    DT_CHECK(resume_find(ctx, cfg, comm, dir, sizeof dir, found));
+    if (!*found) return DT_OK;
+    const dt_train_cfg *t = &cfg->train;
+    dt_ckpt_trainer tj;
+    DT_CHECK(dt_ckpt_read_trainer(ctx, dir, &tj));
+    if (tj.seed != t->seed)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with training.seed %llu, this run has %llu (the data "
+                       "order and initialisation would differ)", dir, (unsigned long long)tj.seed,
+                       (unsigned long long)t->seed);
+    if (tj.seq_len != t->seq_len)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with training.seq_len %d, this run has %d", dir, tj.seq_len,
+                       t->seq_len);
+    if (tj.has_sampler != (r->sampler != NULL))
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s data.train, this run %s", dir,
+                       tj.has_sampler ? "trained on" : "trained without", r->sampler ? "has one" : "has none");
+    long gb_old = (long)tj.world * tj.micro_batch * tj.accum, gb = (long)world * t->micro_batch * t->accum;
+    if (gb_old != gb)
+        dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "
+                    "optimisation is no longer the same as without the restart", gb, gb_old);
+    /* Parameters: every rank reads the full model file and keeps what it holds. */
+    float *full = malloc(r->tr.model.n_params * sizeof(float));
+    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory for the model");
+    dt_status st = dt_ckpt_load_params(ctx, dir, &r->tr.model, full);
+    if (st == DT_OK) st = dt_parallel_set_params(ctx, r->tr.par, full);
+    free(full);
+    DT_CHECK(st);
+    /* Optimizer state: my pieces, from whichever files hold them (resharding). */
+    dt_shard_piece *pieces = malloc((size_t)r->tr.model.n_units * sizeof *pieces);
+    if (!pieces) return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory");
+    int np = dt_parallel_pieces(r->tr.par, pieces);
+    float *mom, *var;
+    dt_parallel_moments(r->tr.par, &mom, &var);
+    st = dt_ckpt_load_moments(ctx, dir, r->tr.model.n_params, pieces, np, mom, var);
+    free(pieces);
+    DT_CHECK(st);
+    if (r->sampler) {
+        uint64_t cursor;
+        DT_CHECK(dt_sampler_state_set(ctx, r->sampler, &tj.sampler, &cursor));
+        DT_CHECK(dt_loader_seek(ctx, r->loader, cursor));
+    }
+    r->tr.step = tj.step;
+    r->seen = tj.tokens_seen;
+    r->train_s = tj.train_seconds;
+    r->last_loss = (float)tj.loss;
+    *start = tj.step;
+    dt_log_info(ctx, "resumed from %s: step %ld, %.0f tokens seen; written by %d rank(s) with %s, continuing on "
+                "%d with %s%s", dir, tj.step, tj.tokens_seen, tj.world, tj.strategy, world,
+                dt_strategy_name(t->parallel.strategy),
+                tj.world != world || strcmp(tj.strategy, dt_strategy_name(t->parallel.strategy)) ? " (resharded)" : "");
+    return DT_OK;
+}
+
+/* model.init_from: every rank reads the weights and keeps what it holds. */
+static dt_status init_weights(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
+    float *full = calloc(r->tr.model.n_params, sizeof(float));
+    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
+    dt_gpt2 view = r->tr.model;
+    view.params = full;
+    dt_status st = dt_model_import(ctx, &view, cfg->init_from);
+    if (st == DT_OK) st = dt_parallel_set_params(ctx, r->tr.par, full);
+    free(full);
+    if (st == DT_OK) dt_log_info(ctx, "initial weights from %s", cfg->init_from);
+    return st;
+}
+
+/* Writes the full model (gathered first under ZeRO-3: every rank takes part) from rank 0. */
+static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step, const char *file) {
     float *full;
     DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full));
     dt_status st = DT_OK;
     if (ctx->rank == 0) {
         dt_gpt2 view = r->tr.model; /* same model, reading the full parameters */
         view.params = full;
-        st = dir ? dt_ckpt_save(ctx, &view, dir, cfg->tokenizer, step)
-                 : dt_model_file_save(ctx, &view, file, cfg->tokenizer, step);
+        st = dt_model_file_save(ctx, &view, file, cfg->tokenizer, step);
     }
     dt_parallel_release_full_params(r->tr.par, full);
-    if (st == DT_OK && dir && ctx->rank == 0) {
-        char msg[4200];
-        snprintf(msg, sizeof msg, "checkpoint: %s/step-%08ld", dir, step);
-        dt_metrics_note(ctx, &r->metrics, msg);
-    }
     return st;
+}
+
+/* The step-boundary agreement of all ranks, one small all-reduce (max): [0] a preemption
+ * signal arrived somewhere, [1] a background save is still writing somewhere, [2] rank 0's
+ * clock says a timed checkpoint is due. */
+static dt_status boundary_flags(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int world,
+                                int64_t f[3]) {
+    f[0] = preempt_sig;
+    f[1] = r->saver && dt_ckpt_saver_pending(r->saver) && !dt_ckpt_saver_done(r->saver);
+    f[2] = r->saver && ctx->rank == 0 && cfg->ckpt_minutes > 0 &&
+           dt_now() - r->last_save_t >= 60.0 * (double)cfg->ckpt_minutes;
+    if (world == 1) return DT_OK;
+    return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, f, 3, DT_I64, DT_MAX);
 }
 
 dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const char *save_weights) {
     run_state r;
     memset(&r, 0, sizeof r);
+    r.ledger_fd = -1;
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
+    sig_saved sigs;
+    preempt_install(&sigs);
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, world, rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
@@ -115,6 +392,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
     }
+    dt_comm_set_watchdog(comm, cfg->coll_timeout);
     const dt_alloc *al = &r.tr.alloc;
     dt_log_info(ctx, "model state per rank: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB; activations %.2f MiB",
                 (double)al->cur[DT_MEM_PARAMS] / 1048576.0, (double)al->cur[DT_MEM_GRADS] / 1048576.0,
@@ -124,9 +402,15 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     dt_log_info(ctx, "memory bytes: psi=%zu shard=%zu params=%zu grads=%zu optimizer=%zu",
                 r.tr.model.n_params, shard, al->cur[DT_MEM_PARAMS], al->cur[DT_MEM_GRADS],
                 al->cur[DT_MEM_OPTIM]);
+    long start = 0;
+    int resumed = 0;
+    if (cfg->resume[0]) DT_CHECK_GOTO(resume(ctx, &r, cfg, comm, world, &start, &resumed));
+    if (cfg->init_from[0] && !resumed) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
+    DT_CHECK_GOTO(saver_open(ctx, &r, cfg, world, rank));
+    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, rank));
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
-    DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 ? cfg->metrics : NULL, mode, t->steps));
+    DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 ? cfg->metrics : NULL, mode, t->steps, start > 0));
     const dt_gpt2_config *mc = &r.tr.model.cfg;
     double peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : dt_matmul_peak_gflops(2048, 3, NULL);
     dt_log_info(ctx, "model %s: %d layers, d_model %d, %d heads, vocab %d (padded %d), %.2fM params",
@@ -140,26 +424,76 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 cfg->data_train[0] ? cfg->data_train : "synthetic",
                 r.sampler ? (cfg->data_shuffle ? "shuffled" : "in order") : "random tokens",
                 cfg->data_val[0] ? ", validation " : "", cfg->data_val, peak);
-    if (r.val && cfg->eval_interval > 0) DT_CHECK_GOTO(evaluate(ctx, &r, 0));
-    double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world, seen = 0;
+    if (start >= t->steps) {
+        dt_log_info(ctx, "the checkpoint is at step %ld, training.steps is %ld: nothing left to train", start, t->steps);
+    } else if (r.val && cfg->eval_interval > 0 && start == 0) {
+        DT_CHECK_GOTO(evaluate(ctx, &r, 0));
+    }
+    r.last_save_t = dt_now();
+    double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world;
     double fpt = dt_gpt2_flops_per_token(mc, t->seq_len);
-    for (long s = 1; s <= t->steps; s++) {
+    int preempted = 0;
+    for (long s = start + 1; s <= t->steps; s++) {
         dt_step_stats ss;
+        uint64_t cursor = r.loader ? dt_loader_cursor(r.loader) : 0;
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
-        seen += tokens_per_step;
+        DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, world, rank));
+        r.seen += tokens_per_step;
+        r.train_s += ss.seconds;
+        r.step_s_sum += ss.seconds;
+        r.steps_run++;
+        r.last_loss = ss.loss;
         if (rank == 0 && (s % cfg->log_every == 0 || s == t->steps)) {
             /* MFU per rank: the peak is one process's matmul rate. */
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
-                                  seen, fpt / world, peak};
+                                  r.seen, fpt / world, peak};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
         }
         if (r.val && ((cfg->eval_interval > 0 && s % cfg->eval_interval == 0) || s == t->steps))
             DT_CHECK_GOTO(evaluate(ctx, &r, s));
-        if (cfg->ckpt_dir[0] && ((cfg->ckpt_every > 0 && s % cfg->ckpt_every == 0) || s == t->steps))
-            DT_CHECK_GOTO(save_model(ctx, &r, cfg, s, cfg->ckpt_dir, NULL));
+        int64_t f[3];
+        DT_CHECK_GOTO(boundary_flags(ctx, &r, cfg, comm, world, f));
+        preempted = f[0] != 0;
+        if (r.saver) {
+            if (dt_ckpt_saver_pending(r.saver) && !f[1]) DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg));
+            int due = (cfg->ckpt_every > 0 && s % cfg->ckpt_every == 0) || f[2] || s == t->steps || preempted;
+            if (due) {
+                DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg)); /* the previous one first (waits) */
+                DT_CHECK_GOTO(save_stage(ctx, &r, cfg, s, world));
+                if (s == t->steps || preempted || !cfg->ckpt_async) DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg));
+            }
+        }
+        if (preempted) {
+            if (preempt_sig) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                double el = (double)(ts.tv_sec - preempt_sec);
+                if (el > cfg->preempt_grace)
+                    dt_log_warn(ctx, "preemption: %.0f s from the signal to the exit exceed fault.preempt_grace (%.0f s)",
+                                el, (double)cfg->preempt_grace);
+            }
+            if (rank == 0)
+                dt_log_info(ctx, "preempted (signal received): %s at step %ld; exiting cleanly",
+                            r.saver ? "checkpoint written" : "no checkpoint.dir, nothing saved", s);
+            break;
+        }
     }
-    if (save_weights) DT_CHECK_GOTO(save_model(ctx, &r, cfg, t->steps, NULL, save_weights));
+    if (r.saver) {
+        DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg));
+        double stage, wait, wr, bytes;
+        int ok, failed;
+        dt_ckpt_saver_stats(r.saver, &stage, &wait, &ok, &failed, &wr, &bytes);
+        if (ok + failed > 0 && r.steps_run > 0) {
+            double mean = r.step_s_sum / (double)r.steps_run;
+            dt_log_info(ctx, "checkpoints: %d committed, %d failed; the loop spent %.1f ms per save copying state "
+                        "(%.2f%% of a %.0f ms step) and %.1f ms waiting for the disk; %.1f MB written by rank %d "
+                        "at %.0f MB/s", ok, failed, 1e3 * stage / (ok + failed), 100.0 * stage / (ok + failed) / mean,
+                        mean * 1e3, 1e3 * wait, bytes / 1e6, rank, wr > 0 ? bytes / 1e6 / wr : 0.0);
+        }
+    }
+    if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
 fail:
     run_free(&r);
+    preempt_restore(&sigs);
     return st;
 }
