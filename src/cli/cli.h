@@ -41,6 +41,7 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_report(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_ckpt(dt_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             "  bench comm   collective bandwidth (algbw/busbw as nccl-tests), data checked\n"
             "  config   show the resolved configuration (config show), list keys (config keys)\n"
             "  launch   run a command on N ranks under mpirun (dtrain launch -n 4 -- train cfg.yaml)\n"
+            "  report   benchmark results (bench --json) -> one HTML page: charts, tables, advice\n"
             "  ckpt     model files: export --hf (Hugging Face), import-llmc (llm.c .bin)\n"
             "\n"
             "  dtrain <command> --help   flags of a command\n"
@@ -59,6 +60,8 @@ int main(int argc, char **argv) {
         rc = dt_cmd_sample(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "launch") == 0)
         rc = dt_cmd_launch(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "report") == 0)
+        rc = dt_cmd_report(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "ckpt") == 0)
         rc = dt_cmd_ckpt(&ctx, argc - 2, argv + 2);
     else {

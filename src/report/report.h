@@ -1,0 +1,169 @@
+/* report.h - `dtrain report`: reads benchmark result files (schema dtrain-bench/1, one JSON
+ * object per file, docs/FORMATS.md), derives scaling efficiency and recommendations from the
+ * numbers, and writes one self-contained HTML page (inline CSS, inline SVG charts, no script,
+ * no external requests).
+ *
+ *   dt_report *r;
+ *   DT_CHECK(dt_report_load(ctx, paths, n, &r));     // bad file => message names file and key
+ *   dt_report_analyze(r, 0);                          // efficiency + recommendations
+ *   DT_CHECK(dt_report_write_html(ctx, r, "report.html"));
+ *   dt_report_free(r);
+ */
+#ifndef DT_REPORT_H
+#define DT_REPORT_H
+
+#include <stdio.h>
+
+#include "core/status.h"
+
+typedef struct cJSON cJSON;
+
+/* mean, std, min, median, max of a measured quantity */
+typedef struct dt_rep_stat {
+    double mean, std, min, median, max;
+} dt_rep_stat;
+
+enum { DT_REP_BD_FORWARD, DT_REP_BD_BACKWARD, DT_REP_BD_OPTIMIZER, DT_REP_BD_COMM, DT_REP_BD_DATA,
+       DT_REP_BD_IDLE, DT_REP_BD_N };
+enum { DT_REP_MEM_PARAMS, DT_REP_MEM_GRADS, DT_REP_MEM_OPTIMIZER, DT_REP_MEM_ACTIVATIONS,
+       DT_REP_MEM_OTHER, DT_REP_MEM_N };
+extern const char *const dt_rep_breakdown_keys[DT_REP_BD_N];
+extern const char *const dt_rep_mem_keys[DT_REP_MEM_N];
+
+typedef struct dt_rep_mem {
+    int rank;
+    double bytes[DT_REP_MEM_N];
+    double rss;
+} dt_rep_mem;
+
+typedef struct dt_rep_cost {
+    const char *instance;
+    double price_hour, spot_hour, usd_per_1k_samples, usd_per_1b_tokens, hours_to_train,
+        usd_to_train, spot_usd_to_train;
+} dt_rep_cost;
+
+typedef struct dt_rep_repeat {
+    int nsteps, nloss;
+    double *step_s, *loss;
+    const char *loss_hash;
+} dt_rep_repeat;
+
+/* Environment strings point into the file's JSON (NULL when absent). */
+typedef struct dt_rep_env {
+    const char *host, *cpu_model, *mpi, *onednn, *compiler;
+    int cores, threads, ranks, nodes;
+} dt_rep_env;
+
+/* One kind=train file. Strings point into the file's JSON tree, owned by the report. */
+typedef struct dt_rep_train {
+    const char *file, *date, *version;
+    char label[96]; /* "R1 ddp x2 mb8" */
+    char argv[512]; /* argv joined with spaces (truncated) */
+    dt_rep_env env;
+    const cJSON *config; /* the "config" object (may be NULL) */
+    const char *preset;
+    int n_layer, d_model, n_head, vocab, seq_len;
+    double params;
+    int world, hybrid, overlap, micro_batch, accum, global_batch;
+    const char *strategy;
+    double bucket_bytes;
+    double peak_gflops, flops_per_token; /* NaN when null */
+    const char *peak_source, *mfu_formula;
+    int warmup, steps, repeats;
+    int nrep;
+    dt_rep_repeat *rep;
+    dt_rep_stat step_s, samples_per_s, tokens_per_s, tokens_per_s_rank, tflops_rank, mfu;
+    double comm_total_s, comm_exposed_s, comm_overhead, comm_bytes_step;
+    double breakdown[DT_REP_BD_N];
+    double loss_avg, loss_final;
+    const char *loss_hash;
+    int nmem;
+    dt_rep_mem *mem;
+    int ncost;
+    dt_rep_cost *cost;
+    int has_sweep;
+    const char *sweep_id;
+    double weak_eff, strong_eff; /* from the file; NaN when null or absent */
+    /* filled by dt_report_analyze */
+    double weak_calc, strong_calc; /* computed against a 1-rank baseline; NaN when none */
+    int weak_base, strong_base;    /* index of that baseline run, -1 when none */
+} dt_rep_train;
+
+typedef struct dt_rep_comm_row {
+    const char *op;
+    double bytes, time_us, algbw_gbs, busbw_gbs;
+    long long wrong;
+} dt_rep_comm_row;
+
+/* One kind=comm file. */
+typedef struct dt_rep_comm {
+    const char *file;
+    dt_rep_env env;
+    int ranks;
+    int nrows;
+    dt_rep_comm_row *rows;
+} dt_rep_comm;
+
+typedef enum dt_rep_level {
+    DT_REP_RECOMMEND, /* a recommendation backed by measured numbers */
+    DT_REP_INFO,      /* a fact worth knowing, no action */
+    DT_REP_WARNING,   /* something is wrong (e.g. losses that should match do not) */
+    DT_REP_NODATA,    /* not enough data to recommend anything on this topic */
+} dt_rep_level;
+
+typedef enum dt_rep_topic {
+    DT_REP_TOPIC_STRATEGY,
+    DT_REP_TOPIC_BUCKET,
+    DT_REP_TOPIC_MICROBATCH,
+    DT_REP_TOPIC_LOSS,
+    DT_REP_TOPIC_N
+} dt_rep_topic;
+
+typedef struct dt_rep_rec {
+    dt_rep_topic topic;
+    dt_rep_level level;
+    char text[768];
+} dt_rep_rec;
+
+typedef struct dt_report {
+    int ntrain, ncomm;
+    dt_rep_train *train;
+    dt_rep_comm *comm;
+    int nrec, caprec;
+    dt_rep_rec *rec;
+    cJSON **roots; /* one parsed tree per file; strings above point into them */
+    char **names;  /* the file names */
+    int nroots;
+} dt_report;
+
+/* Reads and validates the files (kind train or comm). A missing file, invalid JSON, another
+ * schema or a missing/mistyped key fails with a one-line message naming the file and the key
+ * path (DT_ERR_IO for an unreadable file, DT_ERR_FORMAT otherwise). */
+dt_status dt_report_load(dt_ctx *ctx, const char *const *paths, int n, dt_report **out);
+/* Parses one file's text (for tests; `name` is used in messages). */
+dt_status dt_report_add_text(dt_ctx *ctx, dt_report *r, const char *name, const char *text);
+dt_report *dt_report_new(void);
+void dt_report_free(dt_report *r);
+
+/* Computes efficiencies against 1-rank baselines and the recommendations. mem_budget: bytes a
+ * rank may use (0 = unknown), used by the strategy and micro-batch advice. */
+void dt_report_analyze(dt_report *r, double mem_budget);
+
+/* Tracked peak bytes of run t: the largest rank's sum of params+grads+optimizer+activations+
+ * other; model state only (params+grads+optimizer) when model_only. */
+double dt_report_peak_bytes(const dt_rep_train *t, int model_only);
+/* Largest RSS over the ranks of run t (0 when absent). */
+double dt_report_peak_rss(const dt_rep_train *t);
+
+/* Writes the page to `path` (atomically: a temporary file renamed into place). */
+dt_status dt_report_write_html(dt_ctx *ctx, const dt_report *r, const char *path);
+/* Writes the page to an open stream. */
+void dt_report_html(FILE *f, const dt_report *r);
+
+/* Formatting shared by tables, charts and recommendations:
+ * 3 significant digits with an SI suffix (1234567 -> "1.23M", 0.5 -> "0.5", 12 -> "12"). */
+void dt_report_fmt_num(char *buf, size_t n, double v);
+/* Binary units with 3 significant digits: 1536 -> "1.5 KiB", 3<<20 -> "3 MiB". */
+void dt_report_fmt_bytes(char *buf, size_t n, double v);
+
+#endif
