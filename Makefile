@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-long test-asan demo bench clean
+.PHONY: all deps build test test-long test-asan fuzz demo bench clean
 
 all: build
 
@@ -20,7 +20,15 @@ test: build
 test-asan: deps
 	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address,undefined >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
-	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R "test_(core|ops|attention|optim|model|shard|sampler|config|safetensors|bpe_parity|tokenizer)$$"
+	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R "test_(core|ops|attention|optim|model|shard|sampler|config|safetensors|bpe_parity|tokenizer|fuzz_replay_[a-z]+)$$"
+
+# libFuzzer (clang) on every harness in fuzz/ for FUZZ_SECONDS each, one core, from the seed
+# corpora; the replays of those corpora run in `make test` (see fuzz/README.md).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUZZ=ON >/dev/null
+	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzzers
+	@bash fuzz/run.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
 
 # Long stress runs live here as they arrive (kill storms, soaks).
 test-long: test
@@ -32,4 +40,4 @@ bench: build
 	@bash bench/compare.sh $(BUILD)/dtrain
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz

@@ -231,16 +231,20 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-/* An llm.c model file: its magic, or a .bin name (so a damaged llm.c file gets llm.c's
- * message, not a safetensors one). Everything else is read as a dtrain model file. */
+/* An llm.c model file: its magic, or a .bin name on something that does not start like a
+ * safetensors file (u64 header length, then '{'), so a damaged llm.c file gets llm.c's
+ * message. Everything else is read as a dtrain model file. */
 static int is_llmc(const char *path) {
-    int32_t magic = 0;
+    unsigned char h[9] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        if (read(fd, &magic, 4) != 4) magic = 0;
+        if (read(fd, h, sizeof h) != (ssize_t)sizeof h) memset(h, 0, sizeof h);
         close(fd);
     }
-    return magic == DT_LLMC_MODEL_MAGIC || ends_with(path, ".bin");
+    int32_t magic;
+    memcpy(&magic, h, 4);
+    if (magic == DT_LLMC_MODEL_MAGIC) return 1;
+    return h[8] != '{' && ends_with(path, ".bin");
 }
 
 dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out,

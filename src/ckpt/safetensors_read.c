@@ -13,7 +13,8 @@
 #define DT_ST_MAX_HEADER (64u << 20)
 
 struct dt_st_file {
-    void *map;
+    void *map;                 /* the mapping of dt_st_open; NULL for dt_st_open_mem */
+    const unsigned char *base; /* the file's bytes */
     size_t size;
     cJSON *header;
     dt_st_tensor *t;
@@ -22,7 +23,7 @@ struct dt_st_file {
 
 void dt_st_close(dt_st_file *f) {
     if (!f) return;
-    if (f->map && f->map != MAP_FAILED) munmap(f->map, f->size);
+    if (f->map) munmap(f->map, f->size);
     cJSON_Delete(f->header);
     free(f->t);
     free(f);
@@ -51,7 +52,8 @@ static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, cons
             return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': shape overflows", path, t->name);
         elems *= (size_t)t->shape[d];
     }
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
+        !cJSON_IsNumber(cJSON_GetArrayItem(offs, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(offs, 1)))
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': bad data_offsets", path, t->name);
     double b = cJSON_GetArrayItem(offs, 0)->valuedouble, en = cJSON_GetArrayItem(offs, 1)->valuedouble;
     if (!(b >= 0 && en >= b && en <= (double)data_len) || b != (double)(size_t)b || en != (double)(size_t)en)
@@ -67,11 +69,54 @@ static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, cons
     return DT_OK;
 }
 
+/* Checks the header of f->base[0, f->size) and fills f->t. `path` names it in messages. */
+static dt_status st_parse(dt_ctx *ctx, const char *path, dt_st_file *f) {
+    dt_status st = DT_OK;
+    char *hdr = NULL;
+    if (f->size < 8)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: too short for a safetensors file (%zu bytes)", path,
+                       f->size);
+    uint64_t hlen;
+    memcpy(&hlen, f->base, 8);
+    if (hlen > f->size - 8 || hlen > DT_ST_MAX_HEADER)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: header length %llu exceeds the file (%zu bytes): truncated?",
+                       path, (unsigned long long)hlen, f->size);
+    hdr = malloc(hlen + 1);
+    if (!hdr) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(hdr, f->base + 8, hlen);
+    hdr[hlen] = 0;
+    f->header = cJSON_Parse(hdr);
+    free(hdr);
+    if (!cJSON_IsObject(f->header))
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: header is not a JSON object", path);
+    int n = cJSON_GetArraySize(f->header);
+    f->t = calloc((size_t)(n > 0 ? n : 1), sizeof *f->t);
+    if (!f->t) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    const char *data = (const char *)f->base + 8 + hlen;
+    size_t data_len = f->size - 8 - hlen;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f->header) {
+        if (!strcmp(e->string, "__metadata__")) {
+            const cJSON *m;
+            if (!cJSON_IsObject(e))
+                return dt_fail(ctx, DT_ERR_FORMAT, "%s: __metadata__ is not an object", path);
+            cJSON_ArrayForEach(m, e) if (!cJSON_IsString(m))
+                return dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' is not a string", path, m->string);
+            continue;
+        }
+        if (!cJSON_IsObject(e))
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: entry '%s' is not an object", path, e->string);
+        st = parse_entry(ctx, path, e, data, data_len, &f->t[f->n]);
+        if (st != DT_OK) return st;
+        f->n++;
+    }
+    return DT_OK;
+}
+
 dt_status dt_st_open(dt_ctx *ctx, const char *path, dt_st_file **out) {
     *out = NULL;
     dt_status st = DT_OK;
     dt_st_file *f = calloc(1, sizeof *f);
-    char *hdr = NULL;
     if (!f) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
     int fd = open(path, O_RDONLY);
     struct stat sb;
@@ -88,70 +133,38 @@ dt_status dt_st_open(dt_ctx *ctx, const char *path, dt_st_file **out) {
                      (long long)sb.st_size);
         goto fail;
     }
-    f->size = (size_t)sb.st_size;
-    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (f->map == MAP_FAILED) {
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
         st = dt_fail(ctx, DT_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
         goto fail;
     }
-    uint64_t hlen;
-    memcpy(&hlen, f->map, 8);
-    if (hlen > f->size - 8 || hlen > DT_ST_MAX_HEADER) {
-        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: header length %llu exceeds the file (%zu bytes): truncated?",
-                     path, (unsigned long long)hlen, f->size);
-        goto fail;
-    }
-    hdr = malloc(hlen + 1);
-    if (!hdr) {
-        st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    memcpy(hdr, (char *)f->map + 8, hlen);
-    hdr[hlen] = 0;
-    f->header = cJSON_Parse(hdr);
-    if (!cJSON_IsObject(f->header)) {
-        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: header is not a JSON object", path);
-        goto fail;
-    }
-    int n = cJSON_GetArraySize(f->header);
-    f->t = calloc((size_t)(n > 0 ? n : 1), sizeof *f->t);
-    if (!f->t) {
-        st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    const char *data = (const char *)f->map + 8 + hlen;
-    size_t data_len = f->size - 8 - hlen;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, f->header) {
-        if (!strcmp(e->string, "__metadata__")) {
-            const cJSON *m;
-            if (!cJSON_IsObject(e)) {
-                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: __metadata__ is not an object", path);
-                goto fail;
-            }
-            cJSON_ArrayForEach(m, e) if (!cJSON_IsString(m)) {
-                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' is not a string", path, m->string);
-                goto fail;
-            }
-            continue;
-        }
-        if (!cJSON_IsObject(e)) {
-            st = dt_fail(ctx, DT_ERR_FORMAT, "%s: entry '%s' is not an object", path, e->string);
-            goto fail;
-        }
-        st = parse_entry(ctx, path, e, data, data_len, &f->t[f->n]);
-        if (st != DT_OK) goto fail;
-        f->n++;
-    }
-    free(hdr);
+    f->map = map;
+    f->base = map;
+    f->size = (size_t)sb.st_size;
+    DT_CHECK_GOTO(st_parse(ctx, path, f));
     close(fd);
     *out = f;
     return DT_OK;
 fail:
-    free(hdr);
     if (fd >= 0) close(fd);
     dt_st_close(f);
     return st;
+}
+
+dt_status dt_st_open_mem(dt_ctx *ctx, const char *name, const void *data, size_t size,
+                         dt_st_file **out) {
+    *out = NULL;
+    dt_st_file *f = calloc(1, sizeof *f);
+    if (!f) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", name);
+    f->base = data;
+    f->size = size;
+    dt_status st = st_parse(ctx, name, f);
+    if (st != DT_OK) {
+        dt_st_close(f);
+        return st;
+    }
+    *out = f;
+    return DT_OK;
 }
 
 const dt_st_tensor *dt_st_find(const dt_st_file *f, const char *name) {
