@@ -24,8 +24,9 @@ static long fault_at, fault_count;
 static void fault_parse(int rank) {
     fault_kind = FAULT_NONE;
     fault_count = 0;
-    const char *s = getenv("DTRAIN_CKPT_FAULT");
+    const char *s = getenv("DTRAIN_CKPT_FAULT"), *restart = getenv("DTRAIN_RESTART");
     if (!s || !*s) return;
+    if (restart && strcmp(restart, "0") != 0) return; /* a restarted job runs clean */
     char kind[16];
     long n = 0;
     int r = -1;

@@ -14,6 +14,7 @@
  * (1-based, counted per process from the first use) of rank RANK (default: every rank)
  * crash the process (KIND=crash: SIGKILL, as kill -9 or a power cut would), fail with
  * ENOSPC (KIND=enospc) or with EIO (KIND=eio). DTRAIN_CKPT_FAULT_LOG=1 prints each point.
+ * Under `dtrain launch --max-restarts` only the first attempt (DTRAIN_RESTART=0) is faulted.
  */
 #ifndef DT_CKPT_IO_H
 #define DT_CKPT_IO_H

@@ -11,6 +11,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain launch -n N [--hostfile F | --hosts h1:2,h2:2] [--ranks-per-node K]\n"
             "                     [--simulate-nodes M] [--mpirun PATH] [--dry-run]\n"
+            "                     [--max-restarts K [--backoff S] [--backoff-max S] [--grace S] [--run-dir D]]\n"
             "                     -- <dtrain subcommand and its flags>\n"
             "\n"
             "Runs N ranks of this dtrain under Open MPI's mpirun: --allow-run-as-root for root,\n"
@@ -23,6 +24,14 @@ static void usage(FILE *f) {
             "  --simulate-nodes M  split the ranks of this machine into M nodes (DTRAIN_NODE_ID)\n"
             "  --mpirun PATH       the mpirun to use (default: mpirun from PATH)\n"
             "  --dry-run           print the mpirun command line instead of running it\n"
+            "  --max-restarts K    supervise: when a rank fails, is killed or hangs (collective watchdog),\n"
+            "                      report which rank and how, and restart up to K times (train resumes\n"
+            "                      from the newest intact checkpoint); SIGTERM/SIGUSR1 to launch = preemption:\n"
+            "                      every rank checkpoints at the next step and exits 0, no restart\n"
+            "  --backoff S         seconds before a restart (default 1), doubled per failure within 60 s\n"
+            "  --backoff-max S     cap of the backoff (default 30)\n"
+            "  --grace S           seconds a preempted job gets before SIGTERM (default 30)\n"
+            "  --run-dir D         where ranks leave watchdog dumps (default ./.dtrain-run-PID, removed)\n"
             "\n"
             "example: dtrain launch -n 4 --simulate-nodes 2 -- train cfg.yaml\n"
             "exit code: mpirun's (128 + signal if it was killed); 2 for a usage error\n");
@@ -41,6 +50,7 @@ static int int_value(dt_ctx *ctx, const char *flag, const char *s) {
 
 int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     dt_launch_cfg cfg = {0};
+    dt_supervise_cfg sv = {-1, 1.0, 30.0, 30.0, NULL};
     int dry = 0, have_n = 0, sep = -1;
     for (int i = 0; i < argc && sep < 0; i++) {
         char *a = argv[i], *eq = NULL, flag[64];
@@ -68,7 +78,9 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
         int known = !strcmp(flag, "-n") || !strcmp(flag, "-np") || !strcmp(flag, "--np") ||
                     !strcmp(flag, "--hosts") || !strcmp(flag, "--hostfile") ||
                     !strcmp(flag, "--ranks-per-node") || !strcmp(flag, "--simulate-nodes") ||
-                    !strcmp(flag, "--mpirun");
+                    !strcmp(flag, "--mpirun") || !strcmp(flag, "--max-restarts") ||
+                    !strcmp(flag, "--backoff") || !strcmp(flag, "--backoff-max") || !strcmp(flag, "--grace") ||
+                    !strcmp(flag, "--run-dir");
         if (!known) {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: unknown flag '%s' (see dtrain launch --help)", a);
             return DT_EXIT_USAGE;
@@ -80,6 +92,26 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
                 return DT_EXIT_USAGE;
             }
             val = argv[++i];
+        }
+        if (!strcmp(flag, "--max-restarts") || !strcmp(flag, "--backoff") || !strcmp(flag, "--backoff-max") ||
+            !strcmp(flag, "--grace")) {
+            char *end;
+            double v = strtod(val, &end);
+            int is_int = !strcmp(flag, "--max-restarts");
+            if (!*val || *end || !(v >= 0 && v <= 1e6) || (is_int && v != (double)(int)v)) {
+                dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: %s expects a %s, got '%s'", flag,
+                        is_int ? "non-negative integer" : "number of seconds >= 0", val);
+                return DT_EXIT_USAGE;
+            }
+            if (is_int) sv.max_restarts = (int)v;
+            else if (!strcmp(flag, "--backoff")) sv.backoff = v;
+            else if (!strcmp(flag, "--backoff-max")) sv.backoff_max = v;
+            else sv.grace = v;
+            continue;
+        }
+        if (!strcmp(flag, "--run-dir")) {
+            sv.run_dir = val;
+            continue;
         }
         if (!strcmp(flag, "--hosts")) cfg.hosts = val;
         else if (!strcmp(flag, "--hostfile")) cfg.hostfile = val;
@@ -107,6 +139,12 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     cfg.argc = argc - sep - 1;
     cfg.argv = argv + sep + 1;
 
+    if (sv.max_restarts >= 0 && !dry) {
+        int code = 0;
+        dt_status sst = dt_launch_supervise(ctx, &cfg, &sv, &code);
+        if (sst != DT_OK) return dt_cli_exit_code(sst);
+        return code;
+    }
     dt_launch_job job;
     dt_status st = dt_launch_init(ctx, &cfg, &job);
     if (st != DT_OK) return dt_cli_exit_code(st);

@@ -72,4 +72,23 @@ void dt_launch_print(const dt_launch_job *job, FILE *f);
  * error only when mpirun could not be started. */
 dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code);
 
+/* The supervisor (dtrain launch --max-restarts K): runs the job; when it fails (a rank
+ * exits non-zero, is killed, or the collective watchdog fires) it logs which rank failed
+ * and how, waits a backoff, and runs it again - for `train` with "--resume auto" appended,
+ * so it continues from the newest intact checkpoint - up to K times. SIGTERM, SIGUSR1 or
+ * SIGINT (from another process) to the supervisor is a preemption: SIGUSR1 goes to every
+ * rank (checkpoint at the next step boundary, exit 0), the job gets `grace` seconds, then
+ * SIGTERM and SIGKILL; it is not restarted. Ranks get DTRAIN_RUN_DIR (watchdog dumps) and
+ * DTRAIN_RESTART (the attempt number). mpirun's output passes through, line by line. */
+typedef struct dt_supervise_cfg {
+    int max_restarts;    /* restarts allowed after the first attempt */
+    double backoff;      /* seconds before the first restart, doubled per quick failure */
+    double backoff_max;  /* cap of the backoff */
+    double grace;        /* seconds from a preemption signal to SIGTERM */
+    const char *run_dir; /* NULL: .dtrain-run-<pid> in the working directory (removed at the end) */
+} dt_supervise_cfg;
+
+dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_supervise_cfg *sc,
+                              int *exit_code);
+
 #endif

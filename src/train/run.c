@@ -173,6 +173,17 @@ static dt_status ledger_step(dt_ctx *ctx, run_state *r, long step, uint64_t curs
     return DT_OK;
 }
 
+/* Test aid: DTRAIN_TEST_HANG=STEP:RANK makes that rank stop before that step (as a rank
+ * stuck in a kernel or a dead NIC would), in the first attempt of a supervised job only. */
+static void test_hang(long step, int rank) {
+    const char *s = getenv("DTRAIN_TEST_HANG"), *restart = getenv("DTRAIN_RESTART");
+    long hs;
+    int hr;
+    if (!s || (restart && strcmp(restart, "0") != 0) || sscanf(s, "%ld:%d", &hs, &hr) != 2) return;
+    if (hs == step && hr == rank)
+        for (;;) pause();
+}
+
 /* ---- checkpoints */
 
 static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
@@ -436,6 +447,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     for (long s = start + 1; s <= t->steps; s++) {
         dt_step_stats ss;
         uint64_t cursor = r.loader ? dt_loader_cursor(r.loader) : 0;
+        test_hang(s, rank);
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
         DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, world, rank));
         r.seen += tokens_per_step;

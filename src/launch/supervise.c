@@ -1,0 +1,357 @@
+/* The supervisor: run, watch, report, restart (launch.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch/launch.h"
+
+extern char **environ;
+
+#define PFX "dtrain launch: "
+
+static volatile sig_atomic_t sv_signal; /* a preemption signal arrived (its number) */
+
+static void on_signal(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    /* A terminal's ^C already reached the whole process group, mpirun included. */
+    if (sig == SIGINT && si && si->si_code > 0) return;
+    if (!sv_signal) sv_signal = sig;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "HH:MM:SS.mmm" of the wall clock, for log lines that tests line up with a kill. */
+static const char *stamp(char *buf, size_t n) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    snprintf(buf, n, "%02d:%02d:%02d.%03ld", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    return buf;
+}
+
+#define SV_LOG(...)                                                                      \
+    do {                                                                                 \
+        char ts_[32];                                                                    \
+        fprintf(stderr, PFX "[%s] ", stamp(ts_, sizeof ts_));                            \
+        fprintf(stderr, __VA_ARGS__);                                                    \
+        fputc('\n', stderr);                                                             \
+        fflush(stderr);                                                                  \
+    } while (0)
+
+/* What one attempt's output told us. */
+typedef struct attempt_info {
+    int rank, sig, code;   /* the first failing rank (-1: unknown), its signal or exit code */
+    int first_step_seen;   /* a "step N/M" progress line appeared */
+    double first_step_t;
+} attempt_info;
+
+/* Scans one line of mpirun's output. */
+static void scan_line(const char *l, attempt_info *a, double t) {
+    const char *p;
+    int r, s;
+    if ((p = strstr(l, "process rank ")) && sscanf(p, "process rank %d with PID %*d on node %*s exited on signal %d", &r, &s) == 2) {
+        if (a->rank < 0) {
+            a->rank = r;
+            a->sig = s;
+        }
+    } else if ((p = strstr(l, "Process name: [[")) && sscanf(p, "Process name: [[%*d,%*d],%d]", &r) == 1) {
+        if (a->rank < 0) a->rank = r;
+    } else if ((p = strstr(l, "Exit code:")) && sscanf(p, "Exit code: %d", &s) == 1) {
+        if (!a->code) a->code = s;
+    }
+    long x, y;
+    if (!a->first_step_seen && (p = strstr(l, " step ")) && sscanf(p, " step %ld/%ld", &x, &y) == 2) {
+        a->first_step_seen = 1;
+        a->first_step_t = t;
+    }
+}
+
+typedef struct line_buf {
+    char b[8192];
+    size_t n;
+} line_buf;
+
+/* Forwards what is readable on fd to out, scanning complete lines. Returns 0 at EOF. */
+static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a) {
+    ssize_t n = read(fd, lb->b + lb->n, sizeof lb->b - 1 - lb->n);
+    if (n < 0) return errno == EINTR || errno == EAGAIN;
+    if (n == 0) {
+        if (lb->n) {
+            fwrite(lb->b, 1, lb->n, out);
+            lb->n = 0;
+        }
+        fflush(out);
+        return 0;
+    }
+    lb->n += (size_t)n;
+    lb->b[lb->n] = 0;
+    char *start = lb->b, *nl;
+    while ((nl = memchr(start, '\n', lb->n - (size_t)(start - lb->b)))) {
+        *nl = 0;
+        scan_line(start, a, now_s());
+        fputs(start, out);
+        fputc('\n', out);
+        start = nl + 1;
+    }
+    size_t rest = lb->n - (size_t)(start - lb->b);
+    if (rest == sizeof lb->b - 1) { /* an over-long line: pass it on as it is */
+        fwrite(lb->b, 1, rest, out);
+        rest = 0;
+    } else {
+        memmove(lb->b, start, rest);
+    }
+    lb->n = rest;
+    fflush(out);
+    return 1;
+}
+
+/* Runs one attempt: mpirun with stdout/stderr piped through us. */
+static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace, int *code, attempt_info *a,
+                             int *preempted) {
+    int po[2], pe[2];
+    if (pipe(po) != 0 || pipe(pe) != 0) return dt_fail(ctx, DT_ERR_BACKEND, PFX "pipe: %s", strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, po[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&fa, po[0]);
+    posix_spawn_file_actions_addclose(&fa, pe[0]);
+    pid_t pid;
+    int err = posix_spawn(&pid, job->argv[0], &fa, NULL, job->argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(po[1]);
+    close(pe[1]);
+    if (err) {
+        close(po[0]);
+        close(pe[0]);
+        return dt_fail(ctx, DT_ERR_BACKEND, PFX "cannot start %s: %s", job->argv[0], strerror(err));
+    }
+    line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le);
+    int open_o = 1, open_e = 1, exited = 0, status = 0, forwarded = 0;
+    double term_at = 0, kill_at = 0;
+    while (open_o || open_e || !exited) {
+        struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
+        int pr = poll(fds, 2, 100);
+        if (pr > 0) {
+            if (open_o && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a);
+            if (open_e && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a);
+        }
+        if (!exited) {
+            pid_t r = waitpid(pid, &status, WNOHANG);
+            if (r == pid) {
+                exited = 1;
+                /* Ranks that outlive mpirun may hold the pipes: read what is there, then stop. */
+                double until = now_s() + 2.0;
+                while ((open_o || open_e) && now_s() < until) {
+                    struct pollfd f2[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
+                    if (poll(f2, 2, 50) <= 0) break;
+                    if (open_o && (f2[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a);
+                    if (open_e && (f2[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a);
+                }
+                break;
+            }
+        }
+        if (sv_signal && !forwarded) {
+            SV_LOG("preemption (signal %d, %s): asking every rank to checkpoint and exit (grace %.0f s)", (int)sv_signal,
+                   strsignal(sv_signal), grace);
+            kill(pid, SIGUSR1); /* mpirun passes SIGUSR1 on to every rank */
+            forwarded = 1;
+            *preempted = 1;
+            term_at = now_s() + grace;
+        }
+        if (term_at > 0 && now_s() > term_at) {
+            SV_LOG("the grace period passed: terminating the job");
+            kill(pid, SIGTERM);
+            term_at = 0;
+            kill_at = now_s() + 10.0;
+        }
+        if (kill_at > 0 && now_s() > kill_at) {
+            kill(pid, SIGKILL);
+            kill_at = 0;
+        }
+    }
+    close(po[0]);
+    close(pe[0]);
+    free(lo);
+    free(le);
+    *code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    return DT_OK;
+}
+
+/* Reads the watchdog dumps of the attempt and names the ranks that never entered the stuck
+ * collective. Returns 1 if any rank reported a blocked collective. */
+static int report_hang(const char *dir, int nranks) {
+    long stuck_seq = -1;
+    char op[64] = "?";
+    int *state = calloc((size_t)nranks, sizeof *state); /* 0 no dump, 1 blocked, 2 outside */
+    long *seq = calloc((size_t)nranks, sizeof *seq);
+    if (!state || !seq) {
+        free(state);
+        free(seq);
+        return 0;
+    }
+    for (int r = 0; r < nranks; r++) {
+        char p[4200], line[256];
+        snprintf(p, sizeof p, "%s/watchdog-rank%d.txt", dir, r);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        char st[32] = "", o[64] = "";
+        int rr;
+        long s;
+        if (fgets(line, sizeof line, f) &&
+            sscanf(line, "dtrain-watchdog rank=%d state=%31s seq=%ld op=%63s", &rr, st, &s, o) == 4 && rr == r) {
+            state[r] = strcmp(st, "blocked") == 0 ? 1 : 2;
+            seq[r] = s;
+            if (state[r] == 1 && s > stuck_seq) {
+                stuck_seq = s;
+                snprintf(op, sizeof op, "%s", o);
+            }
+        }
+        fclose(f);
+    }
+    int hang = stuck_seq >= 0;
+    if (hang) {
+        char in[1024] = "", out[1024] = "";
+        for (int r = 0; r < nranks; r++) {
+            char *dst = state[r] == 1 && seq[r] == stuck_seq ? in : out;
+            size_t l = strlen(dst);
+            if (l < sizeof in - 32) {
+                if (dst == out && state[r] == 2)
+                    snprintf(dst + l, sizeof in - l, "%s%d (outside collectives since #%ld)", l ? ", " : "", r, seq[r]);
+                else if (dst == out && state[r] == 1)
+                    snprintf(dst + l, sizeof in - l, "%s%d (blocked in #%ld)", l ? ", " : "", r, seq[r]);
+                else
+                    snprintf(dst + l, sizeof in - l, "%s%d", l ? ", " : "", r);
+            }
+        }
+        SV_LOG("hang: collective #%ld (%s) timed out; entered by rank(s) %s; never entered: %s", stuck_seq, op,
+               in[0] ? in : "none", out[0] ? out : "none (all ranks were inside it)");
+    }
+    free(state);
+    free(seq);
+    return hang;
+}
+
+static void clear_dumps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "watchdog-rank", 13) != 0) continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+}
+
+dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_supervise_cfg *sc, int *exit_code) {
+    char run_dir[4096];
+    int own_dir = !sc->run_dir;
+    if (own_dir) {
+        char cwd[3800];
+        if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
+        snprintf(run_dir, sizeof run_dir, "%s/.dtrain-run-%d", cwd, (int)getpid());
+    } else {
+        snprintf(run_dir, sizeof run_dir, "%s", sc->run_dir);
+    }
+    if (mkdir(run_dir, 0755) != 0 && errno != EEXIST)
+        return dt_fail(ctx, DT_ERR_IO, PFX "--run-dir %s: %s", run_dir, strerror(errno));
+    setenv("DTRAIN_RUN_DIR", run_dir, 1);
+    int is_train = cfg->argc > 0 && strcmp(cfg->argv[0], "train") == 0;
+    char **argv2 = calloc((size_t)cfg->argc + 3, sizeof *argv2);
+    if (!argv2) return dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory");
+    memcpy(argv2, cfg->argv, (size_t)cfg->argc * sizeof *argv2);
+
+    struct sigaction sa, old[3];
+    static const int sigs[3] = {SIGTERM, SIGUSR1, SIGINT};
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sv_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+
+    dt_status st = DT_OK;
+    int quick = 0;
+    for (int attempt = 0;; attempt++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", attempt);
+        setenv("DTRAIN_RESTART", num, 1);
+        clear_dumps(run_dir);
+        dt_launch_cfg c = *cfg;
+        if (attempt > 0 && is_train) {
+            argv2[cfg->argc] = "--resume";
+            argv2[cfg->argc + 1] = "auto";
+            c.argv = argv2;
+            c.argc = cfg->argc + 2;
+        }
+        dt_launch_job job;
+        st = dt_launch_init(ctx, &c, &job);
+        if (st != DT_OK) break;
+        fflush(NULL);
+        attempt_info a = {-1, 0, 0, 0, 0};
+        int code = 0, preempted = 0;
+        double t0 = now_s();
+        st = run_attempt(ctx, &job, sc->grace, &code, &a, &preempted);
+        double t1 = now_s();
+        dt_launch_free(&job);
+        if (st != DT_OK) break;
+        *exit_code = code;
+        if (attempt > 0 && a.first_step_seen)
+            SV_LOG("attempt %d: first step line %.2f s after the restart began", attempt, a.first_step_t - t0);
+        if (code == 0) {
+            if (attempt > 0) SV_LOG("job finished after %d restart(s)", attempt);
+            break;
+        }
+        if (preempted || sv_signal) {
+            SV_LOG("job ended after a preemption signal with status %d; not restarting", code);
+            break;
+        }
+        char what[256];
+        if (a.rank >= 0 && a.sig) snprintf(what, sizeof what, "rank %d killed by signal %d (%s)", a.rank, a.sig, strsignal(a.sig));
+        else if (a.rank >= 0) snprintf(what, sizeof what, "rank %d exited with status %d%s", a.rank, a.code,
+                                       a.code == 3 ? " (collective watchdog)" : "");
+        else snprintf(what, sizeof what, "mpirun exited with status %d", code);
+        SV_LOG("job failed after %.1f s: %s", t1 - t0, what);
+        report_hang(run_dir, cfg->nranks);
+        if (attempt >= sc->max_restarts) {
+            SV_LOG("giving up: %d restart(s) allowed (--max-restarts)", sc->max_restarts);
+            break;
+        }
+        quick = t1 - t0 < 60.0 ? quick + 1 : 0;
+        double wait = sc->backoff;
+        for (int i = 1; i < quick && wait < sc->backoff_max; i++) wait *= 2;
+        if (wait > sc->backoff_max) wait = sc->backoff_max;
+        SV_LOG("restart %d of %d in %.1f s%s", attempt + 1, sc->max_restarts, wait,
+               is_train ? ", resuming from the newest intact checkpoint" : "");
+        double until = now_s() + wait;
+        while (now_s() < until && !sv_signal) usleep(20000);
+        if (sv_signal) {
+            SV_LOG("preemption signal while waiting to restart: stopping");
+            break;
+        }
+    }
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+    free(argv2);
+    if (own_dir) {
+        clear_dumps(run_dir);
+        rmdir(run_dir);
+    }
+    return st;
+}
