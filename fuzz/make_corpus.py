@@ -105,6 +105,9 @@ def safetensors_corpus():
     put(t, "bad-meta-number", st_raw(b'{"__metadata__":{"step":3}}'))
     put(t, "bad-five-dims", st_raw(b'{"a":{"dtype":"F32","shape":[1,1,1,1,1],"data_offsets":[0,4]}}', b"\0" * 4))
     put(t, "short", b"\x02\0\0")
+    # Found by fuzzing: names with control characters made messages span lines.
+    put(t, "crash-name-newline", st_raw(b'{"a\\nb":{"dtype":"F32","shape":[9],"data_offsets":[0,4]}}', b"\0" * 4))
+    put(t, "crash-meta-key-newline", st_raw(b'{"__metadata__":{"k\\n":1}}'))
 
 
 def shard_file(version=1, tokens=(1, 2, 3, 4), magic=20240520, count=None):
@@ -157,6 +160,8 @@ def llmc_corpus():
     put(t, "bad-layers", b"\1" + llmc_model(3, layers=-1))
     put(t, "bad-short", b"\1" + llmc_model(3)[:1000])
     put(t, "bad-shard", b"\1" + shard_file(1, [1, 2]))
+    # Found by fuzzing: the model-file reader echoed the format value (with a newline).
+    put(t, "crash-format-newline", b"\0" + dtrain_model({"format": "x\ny"}))
 
 
 def manifest_corpus():

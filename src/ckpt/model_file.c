@@ -81,8 +81,8 @@ static dt_status meta_int(dt_ctx *ctx, const dt_st_file *f, const char *path, co
 static dt_status read_config(dt_ctx *ctx, const dt_st_file *f, const char *path, dt_gpt2_config *c) {
     const char *fmt = dt_st_meta(f, "format");
     if (!fmt || strcmp(fmt, "dtrain-gpt2"))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a dtrain GPT-2 model file (metadata format = %s)",
-                       path, fmt ? fmt : "missing");
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a dtrain GPT-2 model file (metadata format %s)",
+                       path, fmt ? "is not dtrain-gpt2" : "missing"); /* not echoed: one line */
     memset(c, 0, sizeof *c);
     DT_CHECK(meta_int(ctx, f, path, "n_layer", &c->n_layer));
     DT_CHECK(meta_int(ctx, f, path, "d_model", &c->d_model));

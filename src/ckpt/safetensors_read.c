@@ -69,6 +69,13 @@ static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, cons
     return DT_OK;
 }
 
+/* Names are echoed in messages, which must stay one line: no control characters. */
+static int printable(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 0;
+    return 1;
+}
+
 /* Checks the header of f->base[0, f->size) and fills f->t. `path` names it in messages. */
 static dt_status st_parse(dt_ctx *ctx, const char *path, dt_st_file *f) {
     dt_status st = DT_OK;
@@ -96,12 +103,18 @@ static dt_status st_parse(dt_ctx *ctx, const char *path, dt_st_file *f) {
     size_t data_len = f->size - 8 - hlen;
     const cJSON *e;
     cJSON_ArrayForEach(e, f->header) {
+        if (!printable(e->string))
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: a tensor name contains control characters", path);
         if (!strcmp(e->string, "__metadata__")) {
             const cJSON *m;
             if (!cJSON_IsObject(e))
                 return dt_fail(ctx, DT_ERR_FORMAT, "%s: __metadata__ is not an object", path);
-            cJSON_ArrayForEach(m, e) if (!cJSON_IsString(m))
-                return dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' is not a string", path, m->string);
+            cJSON_ArrayForEach(m, e) {
+                if (!printable(m->string))
+                    return dt_fail(ctx, DT_ERR_FORMAT, "%s: a metadata key contains control characters", path);
+                if (!cJSON_IsString(m))
+                    return dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' is not a string", path, m->string);
+            }
             continue;
         }
         if (!cJSON_IsObject(e))
