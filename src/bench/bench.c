@@ -43,6 +43,10 @@ void dt_stats_of(dt_stats *out, const double *x, int n) {
     free(c);
 }
 
+double dt_bench_mfu(double flops_per_token, double tokens_per_s_rank, double peak_gflops) {
+    return peak_gflops > 0 ? flops_per_token * tokens_per_s_rank / (peak_gflops * 1e9) : 0.0;
+}
+
 uint64_t dt_bench_loss_hash(const float *loss, int n) {
     uint64_t h = 1469598103934665603ULL;
     for (int i = 0; i < n; i++) {
@@ -192,8 +196,8 @@ static void reduce(dt_bench_suite *s, const dt_train_cfg *cfg) {
     dt_stats *dst[5] = {&s->step_s, &s->samples_per_s, &s->tokens_per_s, &s->tokens_per_s_rank, &s->tflops_rank};
     for (int k = 0; k < 5; k++)
         if (x[k]) dt_stats_of(dst[k], x[k], n);
-    if (x[4] && o->peak_gflops > 0) {
-        for (int i = 0; i < n; i++) x[4][i] = x[4][i] * 1e3 / o->peak_gflops;
+    if (x[4] && o->peak_gflops > 0) { /* tflops_rank x 1e12 = flops_per_token x tokens/s per rank */
+        for (int i = 0; i < n; i++) x[4][i] = dt_bench_mfu(s->flops_per_token, x[4][i] * 1e12 / s->flops_per_token, o->peak_gflops);
         dt_stats_of(&s->mfu, x[4], n);
     }
     for (int k = 0; k < 5; k++) free(x[k]);

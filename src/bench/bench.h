@@ -36,6 +36,10 @@ void dt_stats_of(dt_stats *out, const double *x, int n);
 /* Median of x[0..n) (sorts a copy). */
 double dt_median(const double *x, int n);
 
+/* Model FLOPs utilisation (a fraction): flops_per_token x tokens/s of one rank over that
+ * rank's peak (GFLOP/s); 0 without a peak. */
+double dt_bench_mfu(double flops_per_token, double tokens_per_s_rank, double peak_gflops);
+
 /* FNV-1a (64-bit) over the bit patterns of the losses, in order: equal hashes mean bitwise
  * equal loss curves. */
 uint64_t dt_bench_loss_hash(const float *loss, int n);

@@ -224,7 +224,6 @@ static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
         cJSON_AddItemToObject(obj, "rows", o.rows);
         st = dt_bench_json_write(ctx, json, obj);
         cJSON_Delete(obj);
-        if (st != DT_OK) dt_log_error(ctx, "%s", ctx->err);
     } else {
         cJSON_Delete(o.rows);
     }
@@ -512,7 +511,7 @@ static int run_sweep(dt_ctx *ctx, bench_flags *fl, int argc, char **argv) {
         cJSON_Delete(pts[i]);
     }
     if (csv && fclose(csv) != 0) failed++;
-    if (fl->json) printf("# results: %s.<point>.json\n", fl->json);
+    if (fl->json && failed < np) printf("# results: %.*s.<point>.json\n", (int)(strlen(fl->json) - (strlen(fl->json) > 5 && !strcmp(fl->json + strlen(fl->json) - 5, ".json") ? 5 : 0)), fl->json);
     /* The scratch directory: logs (and the points' JSON without --json). */
     for (int i = 0; i < np; i++) {
         char id[256], p[4600];
@@ -528,7 +527,6 @@ static int run_sweep(dt_ctx *ctx, bench_flags *fl, int argc, char **argv) {
     free(store);
     if (failed) {
         dt_fail(ctx, DT_ERR_IO, "bench --sweep: %d of %d point(s) failed", failed, np);
-        dt_log_error(ctx, "%s", ctx->err);
         return DT_EXIT_FAIL;
     }
     return DT_EXIT_OK;
@@ -576,7 +574,6 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
         else if (getenv("OMPI_COMM_WORLD_SIZE") && atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1)
             st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench --sweep: run it as one process; it launches its points itself");
         int code = st == DT_OK ? run_sweep(ctx, &fl, argc, argv) : dt_cli_exit_code(st);
-        if (st != DT_OK) dt_log_error(ctx, "%s", ctx->err);
         free(fl.drop);
         return code;
     }
@@ -657,7 +654,6 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
         }
     }
     if (st == DT_OK && fl.trace) printf("# trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", fl.trace);
-    if (st != DT_OK) dt_log_error(ctx, "%s", ctx->err);
     cJSON_Delete(obj);
     dt_bench_suite_free(&s);
     dt_prices_free(&prices);

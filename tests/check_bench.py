@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Checks of `dtrain bench` output for tests/test_bench.sh.
+
+  keys  FILE FORMATS.md [group]   the JSON's key paths equal those documented in FORMATS.md,
+                                  section "Bench results (JSON)" (group: train | comm)
+  run   FILE WORLD REPEATS STEPS  values: shapes, statistics recomputed, breakdown sums to the
+                                  step, FLOP/token and MFU recomputed, equal loss hashes
+  trace FILE NRANKS [comm]        Chrome trace: valid JSON, X events per (pid, tid) well nested
+  sweep FILE FORMATS.md           a sweep point: documented sweep keys, efficiency vs world 1
+"""
+import json
+import re
+import statistics
+import sys
+
+
+def documented(formats, group):
+    """Key paths of the FORMATS.md tables, by '### ' heading group (train, sweep, comm, cost)."""
+    text = open(formats).read()
+    sec = text.split("## Bench results (JSON)", 1)[1].split("\n## ", 1)[0]
+    keys, cur = {}, None
+    for line in sec.splitlines():
+        if line.startswith("### "):
+            h = line.lower()
+            cur = "comm" if "comm" in h else "sweep" if "sweep" in h else "cost" if "cost" in h else "train"
+        cells = line.split("|")
+        if len(cells) > 2 and cur and cells[1].strip().startswith("`"):
+            for path in re.findall(r"`([^`]+)`", cells[1]):
+                for k in expand(path):
+                    parts = k.split(".")  # a documented path documents its parents
+                    for i in range(1, len(parts) + 1):
+                        keys.setdefault(cur, set()).add(".".join(parts[:i]).removesuffix("[]"))
+    return keys.get(group, set())
+
+
+def expand(path):
+    m = re.search(r"\{([^}]*)\}", path)
+    if not m:
+        return [path]
+    return [p for alt in m.group(1).split(",") for p in expand(path[: m.start()] + alt.strip() + path[m.end():])]
+
+
+def paths(o, pre=""):
+    out = set()
+    if isinstance(o, dict):
+        for k, v in o.items():
+            p = f"{pre}.{k}" if pre else k
+            if pre in ("config", "sweep.point"):  # open-ended: configuration keys, swept axes
+                continue
+            out.add(p)
+            out |= paths(v, p)
+    elif isinstance(o, list) and o and isinstance(o[0], dict):
+        for v in o:
+            out |= paths(v, pre + "[]")
+    return out
+
+
+def cmd_keys(f, formats, group="train"):
+    d = json.load(open(f))
+    doc = documented(formats, group)
+    got = paths(d)
+    if group == "train":
+        if d.get("cost"):
+            doc |= {"cost[]." + k for k in documented(formats, "cost")}
+        if "sweep" in d:
+            doc |= documented(formats, "sweep")
+        assert len(d["config"]) > 20 and "model.n_layer" in d["config"], "config holds every key"
+    else:  # "environment: as for train"
+        doc |= {k for k in documented(formats, "train") if k.startswith("environment.")}
+    missing, extra = sorted(doc - got), sorted(got - doc)
+    assert not missing, f"documented but missing from {f}: {missing}"
+    assert not extra, f"in {f} but not documented in FORMATS.md: {extra}"
+    print(f"{len(doc)} keys")
+
+
+def close(a, b, rel=1e-9):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+
+
+def cmd_run(f, world, repeats, steps):
+    d = json.load(open(f))
+    world, repeats, steps = int(world), int(repeats), int(steps)
+    assert d["schema"] == "dtrain-bench/1" and d["kind"] == "train"
+    assert d["parallel"]["world"] == world and d["environment"]["ranks"] == world
+    assert len(d["runs"]) == repeats and d["repeats"] == repeats and d["steps"] == steps
+    allsteps = [t for r in d["runs"] for t in r["step_s"]]
+    assert len(allsteps) == repeats * steps and all(len(r["loss"]) == steps for r in d["runs"])
+    s = d["summary"]
+    st = s["step_s"]
+    assert close(st["mean"], statistics.mean(allsteps)) and close(st["median"], statistics.median(allsteps))
+    assert close(st["std"], statistics.stdev(allsteps)) and st["min"] == min(allsteps) and st["max"] == max(allsteps)
+    for r in d["runs"]:
+        assert close(r["mean_step_s"], statistics.mean(r["step_s"]))
+    hashes = {r["loss_hash"] for r in d["runs"]}
+    assert hashes == {s["loss_hash"]} and s["loss_hash_match"] is True, f"loss hashes differ: {hashes}"
+    assert re.fullmatch(r"[0-9a-f]{16}", s["loss_hash"])
+    assert s["loss_final"] == d["runs"][0]["loss"][-1]
+    bd = s["breakdown_s"]
+    assert close(sum(bd.values()), st["mean"], 1e-9), f"breakdown {bd} does not add up to {st['mean']}"
+    assert all(bd[k] >= 0 for k in ("forward", "backward", "optimizer", "communication", "data"))
+    m, p = d["model"], d["parallel"]
+    L, C, V, T = m["n_layer"], m["d_model"], m["vocab"], m["seq_len"]
+    n = L * (12 * C * C + 13 * C) + 2 * C + V * C
+    assert d["flops_per_token"] == 6 * n + 12 * L * T * C, "6N + 12 L T d"
+    tok_rank = p["micro_batch"] * T * p["accum"]
+    assert p["global_batch"] == p["micro_batch"] * p["accum"] * world
+    assert close(s["tokens_per_s_rank"]["mean"], statistics.mean(tok_rank / t for t in allsteps))
+    assert close(s["tokens_per_s"]["mean"], world * s["tokens_per_s_rank"]["mean"])
+    mfu = d["flops_per_token"] * s["tokens_per_s_rank"]["mean"] / (d["peak_gflops"] * 1e9)
+    assert close(s["mfu"]["mean"], mfu), (s["mfu"]["mean"], mfu)
+    assert close(s["tflops_rank"]["mean"], d["flops_per_token"] * s["tokens_per_s_rank"]["mean"] / 1e12)
+    assert [r["rank"] for r in d["memory"]] == list(range(world))
+    for r in d["memory"]:
+        assert r["params"] > 0 and r["activations"] > 0 and r["rss"] > r["total"] / 2
+        assert r["total"] == sum(r[k] for k in ("params", "grads", "optimizer", "activations", "other"))
+    if world > 1:
+        assert s["comm_total_s"] > 0 and s["comm_bytes_step"] > 0
+    assert close(s["comm_overhead"], s["comm_exposed_s"] / st["mean"])
+    print(f"{repeats}x{steps} steps, hash {s['loss_hash']}, breakdown sums to the step")
+
+
+def cmd_trace(f, nranks, need_comm=None):
+    t = json.load(open(f))
+    ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in ev} == set(range(int(nranks))), "one pid per rank"
+    groups = {}
+    for e in ev:
+        assert isinstance(e["ts"], (int, float)) and e["dur"] >= 0 and e["name"]
+        groups.setdefault((e["pid"], e["tid"]), []).append(e)
+    eps = 1e-6
+    for key, g in groups.items():
+        g.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in g:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"] + eps:
+                stack.pop()
+            if stack:
+                top = stack[-1]
+                assert e["ts"] + e["dur"] <= top["ts"] + top["dur"] + eps, f"{key}: {e} overlaps {top}"
+            stack.append(e)
+    names = " ".join(e["name"] for e in ev)
+    for want in ("fwd layer 1", "bwd layer 0", "step", "sync + optimizer", "data 0", "forward 0", "backward 0"):
+        assert want in names, f"no '{want}' event"
+    ncomm = sum(1 for e in ev if e["tid"] == 1)
+    if need_comm:
+        assert ncomm > 0 and all(e["cat"] == "comm" for e in ev if e["tid"] == 1), "comm thread events"
+    print(f"{len(ev)} events, {len(groups)} (pid, tid) timelines well nested, {ncomm} on comm threads")
+
+
+def cmd_sweep(f, formats):
+    cmd_keys(f, formats, "train")
+    s = json.load(open(f))["sweep"]
+    assert s["point"] == {"world": 2, "strategy": "zero1"} and s["reference"] == "world1-strategyzero1"
+    assert s["weak_efficiency"] > 0 and s["strong_efficiency"] is None
+    print(f"weak efficiency {s['weak_efficiency']:.3f}")
+
+
+if __name__ == "__main__":
+    {"keys": cmd_keys, "run": cmd_run, "trace": cmd_trace, "sweep": cmd_sweep}[sys.argv[1]](*sys.argv[2:])

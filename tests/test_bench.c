@@ -1,0 +1,210 @@
+/* bench: statistics on known vectors, the FLOP and MFU count against a hand computation,
+ * the loss hash, the price table (costs by hand; bad files refused naming file:line and
+ * key), sweep points, and the trace recorder's no-op and nesting. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "bench/prices.h"
+#include "bench/sweep.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "testutil.h"
+
+static void test_stats_known_vectors(void **state) {
+    (void)state;
+    dt_stats s;
+    const double a[] = {2, 4, 4, 4, 5, 5, 7, 9}; /* mean 5, sum of squares 32: sample std sqrt(32/7) */
+    dt_stats_of(&s, a, 8);
+    assert_true(fabs(s.mean - 5.0) < 1e-12);
+    assert_true(fabs(s.std - sqrt(32.0 / 7.0)) < 1e-12);
+    assert_true(s.min == 2 && s.max == 9);
+    assert_true(s.median == 4.5); /* even count: mean of the middle two (4, 5) */
+    const double b[] = {3, 1, 2}; /* unsorted, odd count */
+    dt_stats_of(&s, b, 3);
+    assert_true(s.median == 2 && s.min == 1 && s.max == 3 && fabs(s.mean - 2) < 1e-15 && fabs(s.std - 1) < 1e-15);
+    const double c[] = {7.5};
+    dt_stats_of(&s, c, 1); /* one value: std 0, not NaN */
+    assert_true(s.mean == 7.5 && s.std == 0 && s.median == 7.5);
+    dt_stats_of(&s, c, 0);
+    assert_true(s.mean == 0 && s.std == 0 && s.max == 0);
+    assert_true(dt_median(a, 8) == 4.5);
+}
+
+/* gpt2-tiny-like: L = 2, d = 64, V = 256, T = 64.
+ *   per layer 12 d^2 + 13 d = 12*4096 + 832 = 49984;  x 2 layers = 99968
+ *   + ln_f 2 d = 128                                              = 100096
+ *   + lm_head V d = 256*64 = 16384                    N           = 116480
+ *   6 N = 698880;  12 L T d = 12*2*64*64 = 98304;     FLOP/token  = 797184
+ * A step of B=4 x T=64 = 256 tokens per rank in 0.1 s: 2560 tokens/s per rank,
+ *   797184 * 2560 = 2040791040 FLOP/s; against a 10 GFLOP/s peak: MFU = 0.204079104. */
+static void test_flops_and_mfu_by_hand(void **state) {
+    (void)state;
+    dt_gpt2_config c = {2, 64, 4, 256, 256, 64};
+    assert_true(dt_gpt2_flops_per_token(&c, 64) == 797184.0);
+    assert_true(fabs(dt_bench_mfu(797184.0, 2560.0, 10.0) - 0.204079104) < 1e-12);
+    assert_true(dt_bench_mfu(797184.0, 2560.0, 0.0) == 0.0);
+}
+
+static void test_loss_hash(void **state) {
+    (void)state;
+    float a[3] = {1.5f, 2.25f, 3.0f}, b[3] = {1.5f, 2.25f, 3.0f};
+    assert_true(dt_bench_loss_hash(a, 3) == dt_bench_loss_hash(b, 3));
+    b[2] = nextafterf(3.0f, 4.0f); /* one ulp changes the hash */
+    assert_true(dt_bench_loss_hash(a, 3) != dt_bench_loss_hash(b, 3));
+    assert_true(dt_bench_loss_hash(a, 0) == 1469598103934665603ULL); /* FNV offset basis */
+}
+
+static const char *write_file(const char *dir, const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static void test_prices(void **state) {
+    (void)state;
+    char dir[256];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "bench"), 0);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_price_table t;
+    const char *ok = write_file(dir, "ok.yaml",
+                                "date: \"2024-06-01\"\ninstances:\n  a: {on_demand: 3.6, spot: 1.8}\n  b: {on_demand: 7.2, spot: null}\n");
+    assert_int_equal(dt_prices_load(&ctx, ok, &t), DT_OK);
+    assert_int_equal(t.n, 2);
+    /* 1000 samples/s, 100000 tokens/s, 2 nodes, 3.6e9 tokens to train:
+     *   $/s = 3.6 x 2 / 3600 = 0.002;  per 1K samples: 0.002;  per 1B tokens: 0.002 x 1e4 = 20
+     *   hours = 3.6e9 / 1e5 / 3600 = 10;  on-demand 10 x 7.2 = 72;  spot 10 x 3.6 = 36 */
+    dt_cost_input in = {1000, 100000, 2, 3.6e9};
+    cJSON *rows;
+    assert_int_equal(dt_prices_cost(&ctx, &t, "a", &in, &rows), DT_OK);
+    assert_int_equal(cJSON_GetArraySize(rows), 1);
+    cJSON *r = cJSON_GetArrayItem(rows, 0);
+    assert_true(fabs(cJSON_GetObjectItem(r, "usd_per_1k_samples")->valuedouble - 0.002) < 1e-12);
+    assert_true(fabs(cJSON_GetObjectItem(r, "usd_per_1b_tokens")->valuedouble - 20) < 1e-9);
+    assert_true(fabs(cJSON_GetObjectItem(r, "hours_to_train")->valuedouble - 10) < 1e-12);
+    assert_true(fabs(cJSON_GetObjectItem(r, "usd_to_train")->valuedouble - 72) < 1e-9);
+    assert_true(fabs(cJSON_GetObjectItem(r, "spot_usd_to_train")->valuedouble - 36) < 1e-9);
+    cJSON_Delete(rows);
+    assert_int_equal(dt_prices_cost(&ctx, &t, "all", &in, &rows), DT_OK);
+    assert_int_equal(cJSON_GetArraySize(rows), 2);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 1), "spot_usd_to_train")));
+    cJSON_Delete(rows);
+    assert_int_equal(dt_prices_cost(&ctx, &t, "zz", &in, &rows), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "known: a, b"));
+    dt_prices_free(&t);
+
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"instances:\n  a: {on_demand: -1}\n", "bad.yaml:2: instances.a.on_demand must be a price"},
+        {"instances:\n  a: {on_demand: 1}\n  b:\n    spto: 2\n", "bad.yaml:4: instances.b.spto: unknown key"},
+        {"instances:\n  a: {spot: 1}\n", "bad.yaml:2: instances.a.on_demand is missing"},
+        {"instances:\n  a: {on_demand: 1}\n  a: {on_demand: 2}\n", "bad.yaml:3: instances.a is listed twice"},
+        {"date: 1\nprice: 3\n", "bad.yaml:2: price: unknown key"},
+        {"instances: [1, 2\n", "bad.yaml:2: YAML syntax error"},
+        {"instances: {}\n", "instances: no instance listed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *p = write_file(dir, "bad.yaml", bad[i].text);
+        assert_int_equal(dt_prices_load(&ctx, p, &t), DT_ERR_CONFIG);
+        if (!strstr(ctx.err, bad[i].want)) fail_msg("case %zu: got '%s', want '%s'", i, ctx.err, bad[i].want);
+        assert_null(strchr(ctx.err, '\n'));
+    }
+    /* The shipped table loads. */
+    assert_int_equal(dt_prices_load(&ctx, DT_SOURCE_DIR "/configs/prices.yaml", &t), DT_OK);
+    assert_true(t.n >= 6);
+    dt_prices_free(&t);
+    tu_rmtree(dir);
+}
+
+static void test_sweep_points(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_sweep sw;
+    memset(&sw, 0, sizeof sw);
+    assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "world=1,2"), DT_OK);
+    assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "strategy=ddp,zero1,zero3"), DT_OK);
+    assert_int_equal(dt_sweep_count(&sw), 6);
+    char id[128];
+    dt_sweep_point_id(&sw, 4, id, sizeof id); /* last axis fastest: (world 2, zero1) */
+    assert_string_equal(id, "world2-strategyzero1");
+    assert_int_equal(dt_sweep_world(&sw, 4), 2);
+    char *argv[8];
+    char store[DT_SWEEP_MAX_AXES][128];
+    int n = 0;
+    dt_sweep_point_args(&sw, 4, argv, &n, store);
+    assert_int_equal(n, 2);
+    assert_string_equal(argv[1], "parallel.strategy=zero1");
+    /* Efficiency: tokens/s(W) / (W x tokens/s(1)) against the same strategy at world 1. */
+    cJSON *pts[6];
+    double tps[6] = {100, 90, 80, 150, 171, 120};
+    for (int i = 0; i < 6; i++) {
+        pts[i] = cJSON_Parse("{\"parallel\":{\"fixed_global_batch\":false},\"summary\":{\"tokens_per_s\":{}},\"sweep\":{}}");
+        cJSON_AddNumberToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(pts[i], "summary"), "tokens_per_s"), "mean", tps[i]);
+    }
+    dt_sweep_efficiency(&sw, pts, 6);
+    const cJSON *s4 = cJSON_GetObjectItem(pts[4], "sweep");
+    assert_true(fabs(cJSON_GetObjectItem(s4, "weak_efficiency")->valuedouble - 171.0 / (2 * 90)) < 1e-12);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(s4, "strong_efficiency")));
+    assert_string_equal(cJSON_GetObjectItem(s4, "reference")->valuestring, "world1-strategyzero1");
+    for (int i = 0; i < 6; i++) cJSON_Delete(pts[i]);
+    assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "world=0"), DT_ERR_CONFIG);
+    assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "strategy=ddp"), DT_ERR_CONFIG); /* twice */
+    assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "nonsense=1"), DT_ERR_CONFIG);
+    assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "model.n_layer=2,4"), DT_OK);
+}
+
+static void test_trace_recorder(void **state) {
+    (void)state;
+    dt_trace_reset();
+    double t = dt_trace_begin(); /* disabled: no clock read, nothing recorded */
+    assert_true(t == 0.0);
+    dt_trace_end(t, "x", "never");
+    assert_int_equal(dt_trace_count(), 0);
+    dt_trace_enable(dt_now());
+    double outer = dt_trace_begin(), inner = dt_trace_begin();
+    dt_trace_end(inner, "fwd", "inner \"quoted\" %d", 1);
+    dt_trace_end(outer, "step", "outer");
+    dt_trace_disable();
+    dt_trace_end(dt_now(), "x", "after disable");
+    assert_int_equal(dt_trace_count(), 2);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_trace_write_events(&ctx, f, 3), DT_OK);
+    fclose(f);
+    char *doc = malloc(len + 32);
+    snprintf(doc, len + 32, "[%s]", text);
+    cJSON *arr = cJSON_Parse(doc); /* valid JSON, escapes included */
+    assert_non_null(arr);
+    cJSON *in = cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 2), *out = cJSON_GetArrayItem(arr, cJSON_GetArraySize(arr) - 1);
+    assert_string_equal(cJSON_GetObjectItem(in, "name")->valuestring, "inner \"quoted\" 1");
+    assert_int_equal(cJSON_GetObjectItem(out, "pid")->valueint, 3);
+    double its = cJSON_GetObjectItem(in, "ts")->valuedouble, ite = its + cJSON_GetObjectItem(in, "dur")->valuedouble;
+    double ots = cJSON_GetObjectItem(out, "ts")->valuedouble, ote = ots + cJSON_GetObjectItem(out, "dur")->valuedouble;
+    assert_true(ots <= its && ite <= ote + 1e-6); /* nested */
+    cJSON_Delete(arr);
+    free(doc);
+    free(text);
+    dt_trace_reset();
+    assert_int_equal(dt_trace_count(), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stats_known_vectors), cmocka_unit_test(test_flops_and_mfu_by_hand),
+        cmocka_unit_test(test_loss_hash),           cmocka_unit_test(test_prices),
+        cmocka_unit_test(test_sweep_points),        cmocka_unit_test(test_trace_recorder),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

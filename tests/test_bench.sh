@@ -1,0 +1,121 @@
+#!/bin/bash
+# dtrain bench end to end on a tiny model (few steps; no timing is checked): tables, JSON
+# whose keys are exactly those of docs/FORMATS.md "Bench results (JSON)", CSV, cost, a
+# Chrome trace that parses and nests per (pid, tid), 2 ranks under mpiexec, a sweep over
+# world and strategy, the batch finder, bench comm --json, one-line usage errors (exit 2).
+set -u
+bin=$1 dir=$2 src=$3
+. "$src/tests/lib.sh"
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mpi=(mpiexec --oversubscribe --bind-to none)
+tiny=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.vocab_size=64
+      --set model.context=16 --set training.seq_len=16 --set training.micro_batch=2)
+fast=(--warmup-steps 1 --bench-steps 3 --peak 10)
+check=$src/tests/check_bench.py
+
+# One rank, 2 repeats: tables, equal hashes, JSON keys, CSV, cost, trace.
+"$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 2 --json one.json --csv one.csv --trace one.trace.json \
+  --prices "$src/configs/prices.yaml" --instance all --train-tokens 1e9 >one.log 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^# Training Summary" one.log && grep -q "equal across repeats" one.log \
+   && grep -q "^# MFU = (6 N + 12 L T d)" one.log && grep -q "^  idle/other" one.log \
+   && grep -q "^  p4d.24xlarge" one.log && ! grep -q MISMATCH one.log; then
+  pass "bench: tables, Training Summary, equal loss hashes over 2 repeats, cost rows"
+else
+  fail "bench (rc $rc): $(tail -5 one.log)"
+fi
+if out=$(python3 "$check" keys one.json "$src/docs/FORMATS.md" 2>&1); then pass "JSON keys = documented keys ($out)"; else fail "JSON keys: $out"; fi
+if out=$(python3 "$check" run one.json 1 2 3 2>&1); then pass "JSON values consistent ($out)"; else fail "JSON values: $out"; fi
+if [ "$(wc -l <one.csv)" -eq 2 ] && head -1 one.csv | grep -q "^id,kind,preset,world" \
+   && [ "$(head -1 one.csv | tr , '\n' | wc -l)" -eq "$(tail -1 one.csv | python3 -c 'import csv,sys; print(len(next(csv.reader(sys.stdin))))')" ]; then
+  pass "CSV: header + one row, same column count"
+else
+  fail "CSV: $(cat one.csv)"
+fi
+if out=$(python3 "$check" trace one.trace.json 1 2>&1); then pass "trace (1 rank): $out"; else fail "trace (1 rank): $out"; fi
+
+# Two ranks, ZeRO-3: every rank's memory, a merged trace with the comm thread's tasks.
+timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 2 --set parallel.strategy=zero3 \
+  --json two.json --trace two.trace.json >two.log 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '^# Training Summary' two.log)" -eq 1 ] && ! grep -q MISMATCH two.log; then
+  pass "bench under mpiexec -n 2 (zero3): one table, equal hashes"
+else
+  fail "bench -n 2 (rc $rc): $(tail -5 two.log)"
+fi
+if out=$(python3 "$check" run two.json 2 2 3 2>&1); then pass "JSON (2 ranks): $out"; else fail "JSON (2 ranks): $out"; fi
+if out=$(python3 "$check" trace two.trace.json 2 comm 2>&1) && ! ls two.trace.json.rank* >/dev/null 2>&1; then
+  pass "trace (2 ranks, merged): $out"
+else
+  fail "trace (2 ranks): $out"
+fi
+
+# Sweep: world 1,2 x ddp,zero1 through dtrain launch, one JSON per point, CSV, efficiency.
+timeout 200 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 1 --sweep world=1,2 strategy=ddp,zero1 \
+  --json sweep/s.json --csv sweep.csv >sweep.log 2>&1 # sweep/ does not exist: every point must fail
+rc=$?
+if [ $rc -eq 1 ] && grep -q "4 of 4 point(s) failed" sweep.log; then pass "sweep: failing points reported, exit 1"; else fail "sweep failure (rc $rc): $(tail -3 sweep.log)"; fi
+mkdir -p sweep
+timeout 200 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 1 --sweep world=1,2 strategy=ddp,zero1 \
+  --json sweep/s.json --csv sweep.csv >sweep.log 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(ls sweep/s.*.json | wc -l)" -eq 4 ] && [ "$(wc -l <sweep.csv)" -eq 5 ] \
+   && out=$(python3 "$check" sweep sweep/s.world2-strategyzero1.json "$src/docs/FORMATS.md" 2>&1); then
+  pass "sweep: 4 points, 4 JSON files, CSV rows, efficiency vs world 1 ($out)"
+else
+  fail "sweep (rc $rc): $(tail -5 sweep.log) ${out:-}"
+fi
+# The same global batch at every world size: strong scaling (training.batch).
+timeout 200 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 1 --set training.batch=4 --sweep world=1,2 \
+  --json strong.json >strong.log 2>&1
+if [ $? -eq 0 ] && python3 -c "
+import json,sys; a=json.load(open('strong.world2.json')); b=json.load(open('strong.world1.json'))
+s=a['sweep']; assert s['weak_efficiency'] is None and s['strong_efficiency'] > 0, s
+assert a['parallel']['global_batch']==b['parallel']['global_batch']==4 and a['parallel']['accum']==1 and b['parallel']['accum']==2
+assert a['summary']['loss_hash']==b['summary']['loss_hash'], 'same global batch: bitwise equal losses'"; then
+  pass "sweep with training.batch: strong efficiency, same losses at world 1 and 2"
+else
+  fail "strong sweep: $(tail -3 strong.log)"
+fi
+
+# Batch finder.
+"$bin" bench "${tiny[@]}" --find-batch --mem-budget 40M >find.log 2>&1
+if [ $? -eq 0 ] && grep -q "^micro_batch=[0-9]" find.log && grep -q "would need" find.log; then
+  pass "find-batch: $(grep '^# picked' find.log | sed 's/^# //')"
+else
+  fail "find-batch: $(tail -3 find.log)"
+fi
+
+# bench comm --json.
+timeout 60 "${mpi[@]}" -n 2 "$bin" bench comm --min-bytes 1K --max-bytes 4K --iters 2 --json comm.json >comm.log 2>&1
+if [ $? -eq 0 ] && python3 -c "
+import json; d=json.load(open('comm.json')); assert d['schema']=='dtrain-bench/1' and d['kind']=='comm' and d['ranks']==2
+assert len(d['rows'])==15 and all(r['wrong']==0 for r in d['rows'])
+assert set(d['rows'][0])>={'op','bytes','time_us','algbw_gbs','busbw_gbs','wrong'} and 'environment' in d" \
+   && out=$(python3 "$check" keys comm.json "$src/docs/FORMATS.md" comm 2>&1); then
+  pass "bench comm --json: 15 rows, all data right, keys = documented ($out)"
+else
+  fail "bench comm --json: $(tail -3 comm.log)"
+fi
+
+# Usage errors: one line, exit 2.
+printf 'instances:\n  x1: {on_demand: 1.0}\n  x2: {on_demand: cheap}\n' >bad.yaml
+expect_usage() { # name, expected text, command...
+  local name=$1 want=$2
+  shift 2
+  "$@" >err.out 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <err.out)" -eq 1 ] && grep -qF -- "$want" err.out; then pass "$name: $(cat err.out)"
+  else fail "$name (rc $rc): $(cat err.out)"; fi
+}
+expect_usage "bad price file" "bad.yaml:3: instances.x2.on_demand" "$bin" bench --prices bad.yaml
+expect_usage "missing price file" "nope.yaml: cannot open" "$bin" bench --prices nope.yaml
+expect_usage "unknown instance" "--instance zz: not in" "$bin" bench --prices "$src/configs/prices.yaml" --instance zz
+expect_usage "bad --repeats" "--repeats must be" "$bin" bench --repeats 0
+expect_usage "bad sweep axis" "unknown axis 'colour'" "$bin" bench --sweep colour=red
+expect_usage "bad budget" "--mem-budget expects" "$bin" bench --find-batch --mem-budget lots
+expect_usage "--json without value" "--json needs a value" "$bin" bench --json
+
+echo "test_bench: $fails failure(s)"
+[ $fails -eq 0 ]
