@@ -143,6 +143,7 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
         int code = 0;
         dt_status sst = dt_launch_supervise(ctx, &cfg, &sv, &code);
         if (sst != DT_OK) return dt_cli_exit_code(sst);
+        if (code != 0) dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: the job exited with status %d", code);
         return code;
     }
     dt_launch_job job;

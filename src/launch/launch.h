@@ -76,9 +76,10 @@ dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code);
  * exits non-zero, is killed, or the collective watchdog fires) it logs which rank failed
  * and how, waits a backoff, and runs it again - for `train` with "--resume auto" appended,
  * so it continues from the newest intact checkpoint - up to K times. SIGTERM, SIGUSR1 or
- * SIGINT (from another process) to the supervisor is a preemption: SIGUSR1 goes to every
- * rank (checkpoint at the next step boundary, exit 0), the job gets `grace` seconds, then
- * SIGTERM and SIGKILL; it is not restarted. Ranks get DTRAIN_RUN_DIR (watchdog dumps) and
+ * SIGINT to the supervisor is a preemption: SIGUSR1 goes to every rank (checkpoint at the
+ * next step boundary, exit 0), the job gets `grace` seconds (a second signal: none), then
+ * SIGTERM and SIGKILL; it is not restarted. mpirun runs in its own process group, so a
+ * terminal's ^C or timeout(1) reaches the supervisor only. Ranks get DTRAIN_RUN_DIR (watchdog dumps) and
  * DTRAIN_RESTART (the attempt number). mpirun's output passes through, line by line. */
 typedef struct dt_supervise_cfg {
     int max_restarts;    /* restarts allowed after the first attempt */

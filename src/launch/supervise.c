@@ -20,12 +20,14 @@ extern char **environ;
 #define PFX "dtrain launch: "
 
 static volatile sig_atomic_t sv_signal; /* a preemption signal arrived (its number) */
+static volatile sig_atomic_t sv_count;  /* how many: a second one ends the job at once */
 
+/* mpirun runs in its own process group, so a signal to our group (a terminal's ^C, timeout(1))
+ * reaches only us and becomes a graceful preemption. */
 static void on_signal(int sig, siginfo_t *si, void *uc) {
-    (void)uc;
-    /* A terminal's ^C already reached the whole process group, mpirun included. */
-    if (sig == SIGINT && si && si->si_code > 0) return;
+    (void)uc, (void)si;
     if (!sv_signal) sv_signal = sig;
+    sv_count++;
 }
 
 static double now_s(void) {
@@ -131,9 +133,14 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     posix_spawn_file_actions_adddup2(&fa, pe[1], STDERR_FILENO);
     posix_spawn_file_actions_addclose(&fa, po[0]);
     posix_spawn_file_actions_addclose(&fa, pe[0]);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
     pid_t pid;
-    int err = posix_spawn(&pid, job->argv[0], &fa, NULL, job->argv, environ);
+    int err = posix_spawn(&pid, job->argv[0], &fa, &attr, job->argv, environ);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     close(po[1]);
     close(pe[1]);
     if (err) {
@@ -143,7 +150,8 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     }
     line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le);
     int open_o = 1, open_e = 1, exited = 0, status = 0, forwarded = 0;
-    double term_at = 0, kill_at = 0;
+    double term_at = 0, kill_at = 0, fwd_t = 0;
+    int fwd_count = 0;
     while (open_o || open_e || !exited) {
         struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
         int pr = poll(fds, 2, 100);
@@ -173,9 +181,18 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
             forwarded = 1;
             *preempted = 1;
             term_at = now_s() + grace;
+            fwd_t = now_s();
+            fwd_count = sv_count;
         }
-        if (term_at > 0 && now_s() > term_at) {
-            SV_LOG("the grace period passed: terminating the job");
+        /* Another signal a second or more later (a second ^C) ends the job now; copies of the
+         * first that arrive together (timeout(1) forwarding, a process-group kill) do not. */
+        int again = 0;
+        if (forwarded && sv_count > fwd_count) {
+            if (now_s() - fwd_t > 1.0) again = 1;
+            else fwd_count = sv_count;
+        }
+        if (term_at > 0 && (now_s() > term_at || again)) {
+            SV_LOG("%s: terminating the job", again ? "a second signal" : "the grace period passed");
             kill(pid, SIGTERM);
             term_at = 0;
             kill_at = now_s() + 10.0;
