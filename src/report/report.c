@@ -147,9 +147,15 @@ static dt_status need_nums(jpath *j, const cJSON *o, const char *parent, const c
 static dt_status read_stat(jpath *j, const cJSON *summary, const char *key, dt_rep_stat *s) {
     const cJSON *o;
     char p[64];
+    /* mfu is null without a peak (and tflops may be too): every statistic reads as NaN */
+    int nullable = !strcmp(key, "mfu") || !strcmp(key, "tflops_rank");
+    o = cJSON_GetObjectItemCaseSensitive(summary, key);
+    if (nullable && cJSON_IsNull(o)) {
+        s->mean = s->std = s->min = s->median = s->max = NAN;
+        return DT_OK;
+    }
     JCHECK(need_obj(j, summary, "summary", key, &o));
     snprintf(p, sizeof p, "summary.%s", key);
-    int nullable = !strcmp(key, "mfu") || !strcmp(key, "tflops_rank");
     JCHECK(need_num_n(j, o, p, "mean", nullable, &s->mean));
     JCHECK(need_num_n(j, o, p, "std", nullable, &s->std));
     JCHECK(need_num_n(j, o, p, "min", nullable, &s->min));

@@ -86,14 +86,11 @@ void dt_report_fmt_bytes(char *buf, size_t n, double v) {
 
 /* ---- ticks -------------------------------------------------------------------------- */
 
-/* A "nice" number near x: 1, 2, 2.5 or 5 times a power of ten (rounded or at least x). */
-static double nice(double x, int round_it) {
-    double e = floor(log10(x)), f = x / pow(10, e), nf;
-    if (round_it)
-        nf = f < 1.5 ? 1 : f < 2.25 ? 2 : f < 3.5 ? 2.5 : f < 7.5 ? 5 : 10;
-    else
-        nf = f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10;
-    return nf * pow(10, e);
+/* A "nice" step near x: nf (1, 2, 2.5, 5 or 10) times 10^e. */
+static void nice(double x, int *e, double *nf) {
+    *e = (int)floor(log10(x));
+    double f = x / pow(10, *e);
+    *nf = f < 1.5 ? 1 : f < 2.25 ? 2 : f < 3.5 ? 2.5 : f < 7.5 ? 5 : 10;
 }
 
 int dt_svg_ticks(double lo, double hi, int target, double *t, int max) {
@@ -109,13 +106,14 @@ int dt_svg_ticks(double lo, double hi, int target, double *t, int max) {
         hi += d;
     }
     if (target < 2) target = 2;
-    double step = nice((hi - lo) / (target - 1), 1);
-    double first = floor(lo / step + 1e-9) * step, last = ceil(hi / step - 1e-9) * step;
+    int e;
+    double nf;
+    nice((hi - lo) / (target - 1), &e, &nf);
+    double step = nf * pow(10, e);
+    long long k0 = (long long)floor(lo / step + 1e-9), k1 = (long long)ceil(hi / step - 1e-9);
     int n = 0;
-    for (double v = first; v <= last + step * 1e-6 && n < max; v += step) {
-        double r = round(v / step) * step; /* no 0.30000000000000004 */
-        t[n++] = fabs(r) < step * 1e-9 ? 0 : r;
-    }
+    for (long long k = k0; k <= k1 && n < max; k++) /* k*nf / 10^-e is exact where k*step is not (0.1*3) */
+        t[n++] = e < 0 ? (double)k * nf / pow(10, -e) : (double)k * nf * pow(10, e);
     return n;
 }
 
@@ -140,6 +138,7 @@ int dt_svg_ticks_log2(double lo, double hi, int target, double *t, int max) {
     return n;
 }
 
+/* A value on axis a (tooltips and bar values): 3 significant digits. */
 static void tick_label(char *buf, size_t n, const dt_svg_axis *a, double v) {
     if (v == 0)
         snprintf(buf, n, "0");
@@ -151,6 +150,40 @@ static void tick_label(char *buf, size_t n, const dt_svg_axis *a, double v) {
         snprintf(buf, n, "%s%%", x);
     } else
         dt_report_fmt_num(buf, n, v);
+}
+
+/* Decimals that print every multiple of step exactly (step 0.25 -> 2). */
+static int step_decimals(double step) {
+    for (int d = 0; d < 6; d++) {
+        double x = step * pow(10, d);
+        if (fabs(x - round(x)) < 1e-6 * fmax(1, x)) return d;
+    }
+    return 6;
+}
+
+/* Tick labels of one linear axis: one unit (k, M, KiB, ...) for all, and as many decimals as
+ * the step needs, so that neighbouring ticks never print alike (5.555 vs 5.56). */
+static void tick_labels(char (*out)[48], const dt_svg_axis *a, const double *t, int nt) {
+    static const char *const si[] = {"", "k", "M", "G", "T"}, *const bu[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double big = 0, step = nt > 1 ? t[1] - t[0] : 1, mul = a->percent ? 100 : 1, base = a->bytes ? 1024 : 1000;
+    for (int i = 0; i < nt; i++) big = fmax(big, fabs(t[i] * mul));
+    int k = 0;
+    while (k < 4 && big / pow(base, k) >= (a->bytes ? 1024 : 10000)) k++;
+    double u = pow(base, k);
+    int dec = step_decimals(step * mul / u);
+    for (int i = 0; i < nt; i++) {
+        if (t[i] == 0) {
+            snprintf(out[i], 48, "0");
+            continue;
+        }
+        snprintf(out[i], 48, "%.*f%s%s%s", dec, t[i] * mul / u, a->bytes ? " " : "", a->bytes ? bu[k] : si[k],
+                 a->percent ? "%" : "");
+    }
+}
+
+/* Tick labels of a log2 axis: each value on its own. */
+static void log_labels(char (*out)[48], const dt_svg_axis *a, const double *t, int nt) {
+    for (int i = 0; i < nt; i++) tick_label(out[i], 48, a, t[i]);
 }
 
 void dt_svg_escape(FILE *f, const char *s) {
@@ -292,19 +325,20 @@ int dt_svg_lines(FILE *f, const dt_svg_axis *xa, const dt_svg_axis *ya, const dt
     open_svg(f, h, marks);
     legend(f, it, ns, ML, MT, W - ML - MR);
     free(it);
-    char lab[48];
+    char lab[32][48];
     /* grid, ticks and axis labels */
+    (ya->log2 ? log_labels : tick_labels)(lab, ya, sy.ticks, sy.nt);
     for (int i = 0; i < sy.nt; i++) {
         double y = scale_at(&sy, sy.ticks[i]);
-        tick_label(lab, sizeof lab, ya, sy.ticks[i]);
         fprintf(f, "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>", ML, y, W - MR, y);
-        fprintf(f, "<text class=\"tk\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ML - 6, y + 4, lab);
+        fprintf(f, "<text class=\"tk\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", ML - 6, y + 4, lab[i]);
     }
+    (xa->log2 ? log_labels : tick_labels)(lab, xa, sx.ticks, sx.nt);
     for (int i = 0; i < sx.nt; i++) {
         double x = scale_at(&sx, sx.ticks[i]);
-        tick_label(lab, sizeof lab, xa, sx.ticks[i]);
         fprintf(f, "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", x, top, x, top + PLOT_H);
-        fprintf(f, "<text class=\"tk\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>", x, top + PLOT_H + 16, lab);
+        fprintf(f, "<text class=\"tk\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>", x, top + PLOT_H + 16,
+                lab[i]);
     }
     fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%d\"/>", ML, top, W - ML - MR, PLOT_H);
     fprintf(f, "<text class=\"al\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (ML + W - MR) / 2.0, h - 8);
@@ -388,12 +422,13 @@ int dt_svg_stacked_bars(FILE *f, const dt_svg_bars *b) {
     scale_init(&sx, b->axis, 0, hi, x0, x1, b->axis->bytes ? 5 : 7);
     open_svg(f, h, marks);
     legend(f, it, ni, x0, MT, W - x0 - MR);
-    char lab[48];
+    char ticks[32][48], lab[48];
+    tick_labels(ticks, b->axis, sx.ticks, sx.nt);
     for (int i = 0; i < sx.nt; i++) {
         double x = scale_at(&sx, sx.ticks[i]);
-        tick_label(lab, sizeof lab, b->axis, sx.ticks[i]);
         fprintf(f, "<line class=\"grid\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/>", x, top, x, top + ph);
-        fprintf(f, "<text class=\"tk\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>", x, top + ph + 16, lab);
+        fprintf(f, "<text class=\"tk\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>", x, top + ph + 16,
+                ticks[i]);
     }
     fprintf(f, "<text class=\"al\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (x0 + x1) / 2, h - 8);
     dt_svg_escape(f, b->axis->label);

@@ -1,0 +1,432 @@
+/* dtrain report, piece by piece: number formatting, axis ticks, scaling efficiency against
+ * hand computations from the fixture files, the recommendation rules (with and without a
+ * memory budget, a broken loss hash, partial data), schema errors naming file and key, and
+ * the page itself (marks drawn = marks declared, empty charts replaced by a note, strings
+ * escaped, nothing external). Fixtures: tests/data/report (make_fixtures.py). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report/report.h"
+#include "report/svg.h"
+#include "testutil.h"
+
+#ifndef DT_REPORT_FIXTURES
+#define DT_REPORT_FIXTURES "tests/data/report"
+#endif
+
+static const char *const full_files[] = {"ddp-w1-acc2.json", "ddp-w1.json",   "ddp-w2-bk4.json", "ddp-w2-mb4.json",
+                                         "ddp-w2.json",      "zero1-w2.json", "zero3-w2.json",   "comm-w2.json"};
+#define NFULL ((int)(sizeof full_files / sizeof *full_files))
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = tu_malloc((size_t)n + 1);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return b;
+}
+
+static const char *fixture(const char *set, const char *name) {
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s/%s", DT_REPORT_FIXTURES, set, name);
+    return p[k];
+}
+
+/* The full fixture set, with an optional edit applied to the file named `edit_name`. */
+static dt_report *load_full(const char *edit_name, void (*edit)(cJSON *)) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_report *r = dt_report_new();
+    assert_non_null(r);
+    for (int i = 0; i < NFULL; i++) {
+        char *text = slurp(fixture("full", full_files[i]));
+        if (edit_name && !strcmp(edit_name, full_files[i])) {
+            cJSON *root = cJSON_Parse(text);
+            edit(root);
+            free(text);
+            text = cJSON_PrintUnformatted(root);
+            cJSON_Delete(root);
+        }
+        dt_status st = dt_report_add_text(&ctx, r, full_files[i], text);
+        if (st != DT_OK) fail_msg("%s", ctx.err);
+        free(text);
+    }
+    return r;
+}
+
+static const dt_rep_train *by_file(const dt_report *r, const char *file) {
+    for (int i = 0; i < r->ntrain; i++)
+        if (!strcmp(r->train[i].file, file)) return &r->train[i];
+    fail_msg("no run %s", file);
+    return NULL;
+}
+
+static const dt_rep_rec *rec_of(const dt_report *r, dt_rep_topic topic, dt_rep_level level) {
+    for (int i = 0; i < r->nrec; i++)
+        if (r->rec[i].topic == topic && r->rec[i].level == level) return &r->rec[i];
+    return NULL;
+}
+
+static void expect_rec(const dt_report *r, dt_rep_topic topic, dt_rep_level level, const char *text) {
+    const dt_rep_rec *x = rec_of(r, topic, level);
+    if (!x) {
+        for (int i = 0; i < r->nrec; i++) fprintf(stderr, "  rec %d/%d: %s\n", r->rec[i].topic, r->rec[i].level, r->rec[i].text);
+        fail_msg("no recommendation of topic %d level %d", topic, level);
+    }
+    if (text && !strstr(x->text, text)) fail_msg("'%s' not in: %s", text, x->text);
+}
+
+/* ---- formatting and ticks ---------------------------------------------------------- */
+
+static void test_fmt_num(void **state) {
+    (void)state;
+    static const struct {
+        double v;
+        const char *s;
+    } cases[] = {{0, "0"},         {12, "12"},        {0.5, "0.5"},     {12.5, "12.5"},  {1234567, "1.23M"},
+                 {999.96, "1k"},   {11482.3, "11.5k"}, {-1500, "-1.5k"}, {0.0123, "0.0123"}, {2.5e9, "2.5G"},
+                 {100000, "100k"}, {NAN, "n/a"}};
+    char b[32];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dt_report_fmt_num(b, sizeof b, cases[i].v);
+        if (strcmp(b, cases[i].s)) fail_msg("fmt_num(%g) = '%s', want '%s'", cases[i].v, b, cases[i].s);
+    }
+    static const struct {
+        double v;
+        const char *s;
+    } bytes[] = {{100, "100 B"},          {1536, "1.5 KiB"},        {3 << 20, "3 MiB"}, {1023.9 * 1024, "1 MiB"},
+                 {662.4 * 1048576, "662 MiB"}, {1.5 * 1073741824.0, "1.5 GiB"}, {0, "0 B"}};
+    for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
+        dt_report_fmt_bytes(b, sizeof b, bytes[i].v);
+        if (strcmp(b, bytes[i].s)) fail_msg("fmt_bytes(%g) = '%s', want '%s'", bytes[i].v, b, bytes[i].s);
+    }
+}
+
+static void test_ticks_linear(void **state) {
+    (void)state;
+    double t[32];
+    int n = dt_svg_ticks(0, 11482, 6, t, 32);
+    const double want[] = {0, 2500, 5000, 7500, 10000, 12500};
+    assert_int_equal(n, 6);
+    for (int i = 0; i < n; i++) assert_true(t[i] == want[i]);
+    /* exact decimal steps: 0.3 is 0.3, not 0.30000000000000004 */
+    n = dt_svg_ticks(0, 0.3, 4, t, 32);
+    assert_int_equal(n, 4);
+    assert_true(t[3] == 0.3 && t[1] == 0.1);
+    /* a narrow range (loss curves): covers the data, step 0.005 */
+    n = dt_svg_ticks(5.5515, 5.5841, 6, t, 32);
+    assert_true(n >= 5 && n <= 9);
+    assert_true(t[0] <= 5.5515 && t[n - 1] >= 5.5841);
+    assert_true(fabs((t[1] - t[0]) - 0.005) < 1e-12);
+    /* a single value is widened, never a zero-width axis */
+    n = dt_svg_ticks(5, 5, 5, t, 32);
+    assert_true(n >= 2 && t[0] < 5 && t[n - 1] > 5);
+    /* reversed bounds and negative values */
+    n = dt_svg_ticks(10, -10, 5, t, 32);
+    assert_true(n >= 3 && t[0] <= -10 && t[n - 1] >= 10);
+    assert_int_equal(dt_svg_ticks(NAN, 1, 5, t, 32), 0);
+}
+
+static void test_ticks_log2(void **state) {
+    (void)state;
+    double t[32];
+    int n = dt_svg_ticks_log2(1024, 64 << 20, 8, t, 32);
+    assert_true(n >= 2 && n <= 8);
+    assert_true(t[0] <= 1024 && t[n - 1] >= (64 << 20));
+    for (int i = 0; i < n; i++) {
+        int e;
+        assert_true(frexp(t[i], &e) == 0.5); /* a power of two */
+        if (i) assert_true(t[i] > t[i - 1]);
+    }
+    n = dt_svg_ticks_log2(1, 2, 8, t, 32);
+    assert_int_equal(n, 2);
+    assert_true(t[0] == 1 && t[1] == 2);
+    n = dt_svg_ticks_log2(1, 1, 8, t, 32); /* one world size */
+    assert_true(n >= 2 && t[0] <= 1 && t[n - 1] >= 1);
+    assert_int_equal(dt_svg_ticks_log2(0, 8, 8, t, 32), 0);
+}
+
+/* ---- efficiency ------------------------------------------------------------------- */
+
+static void test_efficiency(void **state) {
+    (void)state;
+    dt_report *r = load_full(NULL, NULL);
+    dt_report_analyze(r, 0);
+    assert_int_equal(r->ntrain, 7);
+    assert_int_equal(r->ncomm, 1);
+    const dt_rep_train *w1 = by_file(r, "ddp-w1.json"), *w1a = by_file(r, "ddp-w1-acc2.json");
+    /* weak: same per-rank batch (mb8 x 1), one rank -> two ranks */
+    const char *two[] = {"ddp-w2.json", "zero1-w2.json", "zero3-w2.json", "ddp-w2-bk4.json"};
+    for (int i = 0; i < 4; i++) {
+        const dt_rep_train *t = by_file(r, two[i]);
+        double want = t->tokens_per_s.mean / (2 * w1->tokens_per_s.mean);
+        assert_true(fabs(t->weak_calc - want) < 1e-12);
+        assert_string_equal(r->train[t->weak_base].file, "ddp-w1.json");
+        /* strong: the global batch 16 of one rank with 2 accumulation steps */
+        want = t->tokens_per_s.mean / (2 * w1a->tokens_per_s.mean);
+        assert_true(fabs(t->strong_calc - want) < 1e-12);
+        assert_string_equal(r->train[t->strong_base].file, "ddp-w1-acc2.json");
+        assert_true(t->weak_calc > 0.8 && t->weak_calc < 1.0);
+    }
+    /* micro-batch 4 x accum 2 at 2 ranks: no 1-rank run of that per-rank shape (weak) */
+    const dt_rep_train *mb4 = by_file(r, "ddp-w2-mb4.json");
+    assert_true(isnan(mb4->weak_calc));
+    assert_int_equal(mb4->weak_base, -1);
+    assert_true(isfinite(mb4->strong_calc));
+    assert_true(isnan(w1->weak_calc) && isnan(w1->strong_calc)); /* the baseline itself */
+    dt_report_free(r);
+}
+
+/* ---- recommendations ------------------------------------------------------------- */
+
+static void test_recommend_no_budget(void **state) {
+    (void)state;
+    dt_report *r = load_full(NULL, NULL);
+    dt_report_analyze(r, 0);
+    /* ZeRO-1 is within noise of DDP (1.1% slower) and saves its optimizer half: 114 MiB */
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "Use zero1 at 2 ranks");
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "114 MiB/rank");
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "zero3 saves 220 MiB/rank (33%) at 12.4% lower");
+    /* 25 MiB buckets beat 4 MiB by more than noise */
+    expect_rec(r, DT_REP_TOPIC_BUCKET, DT_REP_RECOMMEND, "Use 25 MiB buckets");
+    expect_rec(r, DT_REP_TOPIC_BUCKET, DT_REP_RECOMMEND, "4.4% more throughput");
+    /* micro-batch 8 x 1 vs 4 x 2 at the same global batch: 8.1% faster for 96 MiB */
+    expect_rec(r, DT_REP_TOPIC_MICROBATCH, DT_REP_RECOMMEND, "Use micro-batch 8 with 1 accumulation");
+    expect_rec(r, DT_REP_TOPIC_MICROBATCH, DT_REP_RECOMMEND, "96 MiB/rank more memory");
+    /* loss hashes: the bitwise-equal runs agree; mb4 differs only by rounding -> info */
+    assert_null(rec_of(r, DT_REP_TOPIC_LOSS, DT_REP_WARNING));
+    expect_rec(r, DT_REP_TOPIC_LOSS, DT_REP_INFO, "agree to 3.0e-08");
+    assert_null(rec_of(r, DT_REP_TOPIC_STRATEGY, DT_REP_NODATA));
+    dt_report_free(r);
+}
+
+static void test_recommend_budget(void **state) {
+    (void)state;
+    dt_report *r = load_full(NULL, NULL);
+    /* 1 GiB: DDP's 662 MiB is 65% of it -> DDP */
+    dt_report_analyze(r, 1024.0 * 1048576);
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "Use DDP at 2 ranks");
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "65% of the 1 GiB budget");
+    /* 600 MiB: DDP does not fit; ZeRO-1 (548 MiB) is the fastest that does */
+    dt_report_analyze(r, 600.0 * 1048576);
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "Use zero1 at 2 ranks: DDP's peak of 662 MiB/rank");
+    /* 500 MiB: only ZeRO-3 (442 MiB) fits */
+    dt_report_analyze(r, 500.0 * 1048576);
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_RECOMMEND, "Use zero3");
+    /* 300 MiB: nothing fits -> a warning, not a recommendation */
+    dt_report_analyze(r, 300.0 * 1048576);
+    expect_rec(r, DT_REP_TOPIC_STRATEGY, DT_REP_WARNING, "No measured strategy fits the 300 MiB budget");
+    expect_rec(r, DT_REP_TOPIC_MICROBATCH, DT_REP_WARNING, "No measured micro-batch fits");
+    dt_report_free(r);
+}
+
+/* zero3-w2 diverges from DDP at measured step 7 */
+static void break_zero3_loss(cJSON *root) {
+    cJSON *runs = cJSON_GetObjectItem(root, "runs");
+    cJSON *run;
+    cJSON_ArrayForEach(run, runs) {
+        cJSON *loss = cJSON_GetObjectItem(run, "loss");
+        cJSON_ReplaceItemInArray(loss, 6, cJSON_CreateNumber(cJSON_GetArrayItem(loss, 6)->valuedouble + 0.01));
+        cJSON_ReplaceItemInObject(run, "loss_hash", cJSON_CreateString("deadbeefdeadbeef"));
+    }
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "summary"), "loss_hash", cJSON_CreateString("deadbeefdeadbeef"));
+}
+
+/* a repeat with another hash: not deterministic */
+static void break_repeat(cJSON *root) {
+    cJSON *run = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "runs"), 2);
+    cJSON_ReplaceItemInObject(run, "loss_hash", cJSON_CreateString("0123456789abcdef"));
+}
+
+static void test_loss_mismatch(void **state) {
+    (void)state;
+    dt_report *r = load_full("zero3-w2.json", break_zero3_loss);
+    dt_report_analyze(r, 0);
+    const dt_rep_train *z3 = by_file(r, "zero3-w2.json");
+    expect_rec(r, DT_REP_TOPIC_LOSS, DT_REP_WARNING, "Loss mismatch");
+    expect_rec(r, DT_REP_TOPIC_LOSS, DT_REP_WARNING, z3->label);
+    expect_rec(r, DT_REP_TOPIC_LOSS, DT_REP_WARNING, "at measured step 7");
+    expect_rec(r, DT_REP_TOPIC_LOSS, DT_REP_WARNING, "deadbeefdeadbeef");
+    dt_report_free(r);
+    r = load_full("ddp-w2.json", break_repeat);
+    dt_report_analyze(r, 0);
+    expect_rec(r, DT_REP_TOPIC_LOSS, DT_REP_WARNING, "is not deterministic: repeat 3");
+    dt_report_free(r);
+}
+
+static void test_partial_data(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    const char *p = fixture("partial", "only-w1.json");
+    dt_report *r;
+    assert_int_equal(dt_report_load(&ctx, &p, 1, &r), DT_OK);
+    dt_report_analyze(r, 0);
+    /* one run at one rank: every topic says there is not enough data */
+    for (int t = 0; t < DT_REP_TOPIC_N; t++) expect_rec(r, (dt_rep_topic)t, DT_REP_NODATA, "o");
+    assert_int_equal(r->nrec, DT_REP_TOPIC_N);
+    assert_true(isnan(r->train[0].mfu.mean));
+    /* the page: only the throughput chart draws; the others carry a note */
+    char *html;
+    size_t len;
+    FILE *f = open_memstream(&html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+    int figs = 0, notes = 0, svgs = 0;
+    for (const char *s = html; (s = strstr(s, "<figure")); s++) figs++;
+    for (const char *s = html; (s = strstr(s, "class=\"note\">No data:")); s++) notes++;
+    for (const char *s = html; (s = strstr(s, "<svg")); s++) svgs++;
+    assert_int_equal(figs, 6);
+    assert_int_equal(svgs, 1);
+    assert_int_equal(notes, 5);
+    assert_non_null(strstr(html, "id=\"chart-throughput\""));
+    free(html);
+    dt_report_free(r);
+}
+
+/* ---- schema errors --------------------------------------------------------------- */
+
+static void del_path(cJSON *root, const char *a, const char *b, const char *c) {
+    cJSON *o = root;
+    if (b) o = cJSON_GetObjectItem(o, a);
+    if (c) o = cJSON_GetObjectItem(o, b);
+    cJSON_DeleteItemFromObject(o, c ? c : b ? b : a);
+}
+static void e_idle(cJSON *r) { del_path(r, "summary", "breakdown_s", "idle"); }
+static void e_world(cJSON *r) { del_path(r, "parallel", "world", NULL); }
+static void e_rss(cJSON *r) { cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "memory"), 1), "rss"); }
+static void e_loss(cJSON *r) {
+    cJSON *loss = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "runs"), 0), "loss");
+    cJSON_ReplaceItemInArray(loss, 2, cJSON_CreateString("nan"));
+}
+static void e_kind(cJSON *r) { cJSON_ReplaceItemInObject(r, "kind", cJSON_CreateString("trian")); }
+static void e_comm(cJSON *r) {
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(r, "rows"), 3), "busbw_gbs");
+}
+static void e_strategy(cJSON *r) {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(r, "parallel"), "strategy", cJSON_CreateNumber(3));
+}
+static void e_sweep(cJSON *r) {
+    cJSON *s = cJSON_AddObjectToObject(r, "sweep");
+    cJSON_AddStringToObject(s, "id", "x");
+    cJSON_AddStringToObject(s, "weak_efficiency", "high");
+}
+
+static void expect_bad(const char *file, void (*edit)(cJSON *), const char *key) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    char *text = slurp(fixture("full", file));
+    cJSON *root = cJSON_Parse(text);
+    edit(root);
+    free(text);
+    text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    dt_report *r = dt_report_new();
+    dt_status st = dt_report_add_text(&ctx, r, "results/x.json", text);
+    free(text);
+    dt_report_free(r);
+    assert_int_equal(st, DT_ERR_FORMAT);
+    if (!strstr(ctx.err, "results/x.json") || !strstr(ctx.err, key))
+        fail_msg("message '%s' should name results/x.json and %s", ctx.err, key);
+    assert_null(strchr(ctx.err, '\n'));
+}
+
+static void test_schema_errors(void **state) {
+    (void)state;
+    expect_bad("ddp-w2.json", e_idle, "'summary.breakdown_s.idle' is missing");
+    expect_bad("ddp-w2.json", e_world, "'parallel.world' is missing");
+    expect_bad("ddp-w2.json", e_rss, "'memory[1].rss' is missing");
+    expect_bad("ddp-w2.json", e_loss, "'runs[0].loss[2]' must be a number");
+    expect_bad("ddp-w2.json", e_kind, "'kind' is 'trian'");
+    expect_bad("ddp-w2.json", e_strategy, "'parallel.strategy' must be a string");
+    expect_bad("ddp-w2.json", e_sweep, "'sweep.weak_efficiency' must be a number");
+    expect_bad("comm-w2.json", e_comm, "'rows[3].busbw_gbs' is missing");
+    /* the committed bad files, through the file loader */
+    static const struct {
+        const char *file, *text;
+    } files[] = {{"not-json.json", "not valid JSON"},
+                 {"wrong-schema.json", "expected 'dtrain-bench/1'"},
+                 {"missing-key.json", "'summary.tokens_per_s.mean' is missing"},
+                 {"wrong-type.json", "'parallel.world' must be a number"},
+                 {"no-such-file.json", "cannot open"}};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        const char *paths[2] = {fixture("full", "ddp-w1.json"), fixture("bad", files[i].file)};
+        dt_report *r = (dt_report *)1;
+        assert_true(dt_report_load(&ctx, paths, 2, &r) != DT_OK);
+        assert_null(r);
+        if (!strstr(ctx.err, files[i].file) || !strstr(ctx.err, files[i].text))
+            fail_msg("message '%s' should name %s and say %s", ctx.err, files[i].file, files[i].text);
+    }
+}
+
+/* ---- the page ---------------------------------------------------------------------- */
+
+static void evil_host(cJSON *root) {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(root, "environment"), "host",
+                              cJSON_CreateString("<script>alert(1)</script>&\"x\""));
+}
+
+static void test_html(void **state) {
+    (void)state;
+    dt_report *r = load_full("ddp-w1.json", evil_host);
+    dt_report_analyze(r, 0);
+    char *html;
+    size_t len;
+    FILE *f = open_memstream(&html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+    /* every chart drew, and each declares as many marks as it has elements of class mark */
+    static const char *const charts[] = {"throughput", "efficiency", "breakdown", "memory", "loss", "busbw"};
+    for (size_t i = 0; i < sizeof charts / sizeof *charts; i++) {
+        char id[64];
+        snprintf(id, sizeof id, "id=\"chart-%s\"", charts[i]);
+        const char *fig = strstr(html, id), *end = fig ? strstr(fig, "</figure>") : NULL;
+        assert_non_null(fig);
+        assert_non_null(end);
+        const char *svg = strstr(fig, "data-marks=\"");
+        assert_true(svg && svg < end);
+        int declared = atoi(svg + 12), counted = 0;
+        for (const char *s = fig; (s = strstr(s, "class=\"mark")) && s < end; s++) counted++;
+        if (declared <= 0 || declared != counted) fail_msg("chart %s: declared %d marks, has %d", charts[i], declared, counted);
+    }
+    /* memory: 12 ranks x 5 kinds + 12 RSS markers; busbw: 4 ops x 9 sizes */
+    assert_non_null(strstr(html, "id=\"chart-memory\"><figcaption>Peak memory per rank by kind</figcaption><svg"));
+    assert_non_null(strstr(strstr(html, "id=\"chart-memory\""), "data-marks=\"72\""));
+    assert_non_null(strstr(strstr(html, "id=\"chart-busbw\""), "data-marks=\"36\""));
+    /* strings from files are escaped; nothing is fetched from anywhere */
+    assert_null(strstr(html, "<script"));
+    assert_non_null(strstr(html, "&lt;script&gt;alert(1)&lt;/script&gt;&amp;&quot;x&quot;"));
+    assert_null(strstr(html, "http:"));
+    assert_null(strstr(html, "https:"));
+    assert_null(strstr(html, "nan"));
+    assert_null(strstr(html, "inf\""));
+    /* tables: one row per run, the cost table, the environment */
+    assert_non_null(strstr(html, "<table id=\"runs\">"));
+    assert_non_null(strstr(html, "<table id=\"cost\">"));
+    assert_non_null(strstr(html, "c7i.metal-48xl"));
+    assert_non_null(strstr(html, "<table id=\"environment\">"));
+    free(html);
+    dt_report_free(r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fmt_num),         cmocka_unit_test(test_ticks_linear),
+        cmocka_unit_test(test_ticks_log2),      cmocka_unit_test(test_efficiency),
+        cmocka_unit_test(test_recommend_no_budget), cmocka_unit_test(test_recommend_budget),
+        cmocka_unit_test(test_loss_mismatch),   cmocka_unit_test(test_partial_data),
+        cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
