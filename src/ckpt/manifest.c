@@ -29,9 +29,34 @@ static int get_int(const cJSON *o, const char *key, double lo, double hi, double
     return 1;
 }
 
+#define SELF_KEY ", \"manifest_xxh3\": \""
+
+/* The manifest's last key checksums every byte before it, so a flipped bit anywhere in the
+ * manifest - even in whitespace - is detected, not only in the files it lists. */
+static dt_status check_self(dt_ctx *ctx, const char *text, size_t len, const char *origin) {
+    size_t kl = strlen(SELF_KEY);
+    /* the trailer is exactly: SELF_KEY 16-hex "}\n */
+    if (len < kl + 19) return dt_fail(ctx, DT_ERR_FORMAT, "%s: too short for a manifest", origin);
+    size_t pos = len - (kl + 19);
+    if (memcmp(text + pos, SELF_KEY, kl) != 0 || memcmp(text + len - 3, "\"}\n", 3) != 0)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: the manifest's own checksum (key 'manifest_xxh3', last) is missing",
+                       origin);
+    char hex[17];
+    memcpy(hex, text + pos + kl, 16);
+    hex[16] = 0;
+    char *end;
+    unsigned long long want = strtoull(hex, &end, 16);
+    if (*end || hex[0] == '-' || hex[0] == '+' || hex[0] == ' ')
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: key 'manifest_xxh3' is not 16 hex digits", origin);
+    if ((uint64_t)want != dt_xxh3(text, pos))
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: the manifest's own checksum does not match (corrupted)", origin);
+    return DT_OK;
+}
+
 dt_status dt_manifest_parse(dt_ctx *ctx, const char *text, size_t len, const char *origin,
                             dt_manifest *out) {
     memset(out, 0, sizeof *out);
+    DT_CHECK(check_self(ctx, text, len, origin));
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) return dt_fail(ctx, DT_ERR_FORMAT, "%s: not valid JSON", origin);
     dt_status st = DT_OK;
@@ -158,7 +183,9 @@ dt_status dt_manifest_write(dt_ctx *ctx, const char *dir, const dt_manifest *m) 
     for (int i = 0; i < m->nfiles; i++)
         len += (size_t)snprintf(buf + len, cap - len, "%s\n  {\"name\": \"%s\", \"size\": %" PRIu64 ", \"xxh3\": \"%016" PRIx64 "\"}",
                                 i ? "," : "", m->files[i].name, m->files[i].size, m->files[i].xxh3);
-    len += (size_t)snprintf(buf + len, cap - len, "]}\n");
+    len += (size_t)snprintf(buf + len, cap - len, "]");
+    uint64_t self = dt_xxh3(buf, len);
+    len += (size_t)snprintf(buf + len, cap - len, SELF_KEY "%016" PRIx64 "\"}\n", self);
     char path[4400];
     snprintf(path, sizeof path, "%s/" DT_MANIFEST_NAME, dir);
     dt_status st = dt_io_write_file(ctx, path, buf, len, NULL);

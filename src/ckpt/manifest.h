@@ -5,7 +5,8 @@
  *
  *   {"format": "dtrain-checkpoint", "version": 1, "step": 120, "world": 2,
  *    "strategy": "zero3", "checksum": "xxh3-64",
- *    "files": [{"name": "model.safetensors", "size": 1234, "xxh3": "0f1e2d3c4b5a6978"}, ...]}
+ *    "files": [{"name": "model.safetensors", "size": 1234, "xxh3": "0f1e2d3c4b5a6978"}, ...],
+ *    "manifest_xxh3": "..."}        <- XXH3-64 of every byte before ", \"manifest_xxh3\"" 
  *
  *   dt_manifest m;
  *   DT_CHECK(dt_manifest_read(ctx, "ckpt/step-00000120", &m));   // parse + bounds checks
@@ -38,7 +39,7 @@ typedef struct dt_manifest {
 } dt_manifest;
 
 /* Parses manifest text (len bytes, need not be NUL-terminated). `origin` names the file in
- * messages. Refuses anything malformed: wrong format/version, missing keys, a file name
+ * messages. Refuses anything malformed: a wrong own checksum (the last key), wrong format/version, missing keys, a file name
  * with '/' or "..", duplicate names, sizes beyond 2^62. */
 dt_status dt_manifest_parse(dt_ctx *ctx, const char *text, size_t len, const char *origin,
                             dt_manifest *out);

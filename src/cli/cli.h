@@ -41,6 +41,9 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv);
+/* dtrain ckpt verify / info (cmd_ckpt_inspect.c) */
+int dt_cmd_ckpt_verify(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_ckpt_info(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_report(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_ckpt(dt_ctx *ctx, int argc, char **argv);
 

@@ -53,6 +53,10 @@ static int cmd_import_llmc(dt_ctx *ctx, int argc, char **argv) {
 }
 
 static const ckpt_cmd ckpt_cmds[] = {
+    {"verify", "DIR",
+     "check every file, size and XXH3 checksum of a step directory, or of every step of a checkpoint directory",
+     dt_cmd_ckpt_verify},
+    {"info", "DIR", "what a checkpoint holds: step, data cursor, model shape, writer, files", dt_cmd_ckpt_info},
     {"export", "--hf SRC OUT_DIR",
      "write OUT_DIR/model.safetensors + config.json for Hugging Face GPT2LMHeadModel",
      cmd_export},
