@@ -6,7 +6,8 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libx
       libcmocka-dev libopenmpi-dev openmpi-bin python3 python3-torch python3-numpy
       libopenblas0-pthread  # PyTorch peer benchmark: without it Debian torch uses reference BLAS
       fortunes              # the demo corpus
-      iproute2)             # multi-host tests: network namespaces (ip netns)
+      iproute2              # multi-host tests: network namespaces (ip netns)
+      chromium)             # dtrain report test: renders the page headless
 # The BPE parity test runs the reference tokenizer (npm gpt-3-encoder) under node; any
 # node >= 12 does, so Debian's is installed only when none is on the PATH.
 command -v node >/dev/null || pkgs+=(nodejs)
