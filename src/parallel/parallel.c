@@ -363,7 +363,9 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
         dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
                         s - s0, lr, t, clip_coef < 1.0f ? clip_coef : 1.0f);
     }
-    if (p->G == 1) return DT_OK;
+    /* One shard holder (world 1, or hybrid with one rank per node): nothing to gather, but
+     * ZeRO-3 still refreshes its full copies and windows from the updated shard. */
+    if (p->G == 1 && !p->sharded_params) return DT_OK;
     double t0 = dt_now();
     if (p->sharded_params) {
         /* The always-full units are refreshed; layers are gathered when next used. */
