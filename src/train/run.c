@@ -184,6 +184,14 @@ static void test_hang(long step, int rank) {
         for (;;) pause();
 }
 
+/* Test aid: DTRAIN_TEST_STEP_DELAY_MS=N sleeps N ms per step, so kill tests can land
+ * anywhere in a run of a tiny model. */
+static void test_delay(void) {
+    const char *s = getenv("DTRAIN_TEST_STEP_DELAY_MS");
+    int ms = s ? atoi(s) : 0;
+    if (ms > 0 && ms < 100000) usleep((useconds_t)ms * 1000);
+}
+
 /* ---- checkpoints */
 
 static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
@@ -448,6 +456,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_step_stats ss;
         uint64_t cursor = r.loader ? dt_loader_cursor(r.loader) : 0;
         test_hang(s, rank);
+        test_delay();
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
         DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, world, rank));
         r.seen += tokens_per_step;

@@ -6,6 +6,7 @@ TOL = 0 demands bitwise equality; otherwise every loss and every weight tensor m
 TOL relative (max |a - b| / max |b| per tensor). With "losses-only" the weights are reported
 but only the losses are judged (for runs whose summation order differs: AdamW turns the
 rounding noise of exactly-zero gradients, e.g. the attention key bias, into lr-sized steps).
+Metrics of a resumed run may hold a step more than once (the last record counts).
 Prints the worst errors; exit 1 on failure.
 """
 import json
@@ -16,8 +17,18 @@ import numpy as np
 
 
 def losses(path):
-    rows = [json.loads(l) for l in open(path)]
-    return [(r["step"], r["loss"]) for r in rows if r["type"] == "step"]
+    """(step, loss) per step. A resumed run appends to the file and re-logs the steps after
+    its checkpoint: the last record of each step is the one that counts. A line cut short by
+    a kill is skipped."""
+    last = {}
+    for line in open(path):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("type") == "step":
+            last[r["step"]] = r["loss"]
+    return sorted(last.items())
 
 
 def tensors(path):
