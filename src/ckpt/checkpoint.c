@@ -17,6 +17,7 @@
 #include "ckpt/model_file.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 
 #define TRAINER_JSON "trainer.json"
 #define MODEL_FILE "model.safetensors"
@@ -32,6 +33,7 @@ struct dt_ckpt_saver {
     /* the write job */
     pthread_t th;
     int th_live, pending;
+    int th_live_hint;             /* the job runs on its own thread (trace thread id 2) */
     pthread_mutex_t mu;
     int done;
     dt_ctx jctx;                  /* the job's messages */
@@ -270,8 +272,11 @@ static dt_status write_files(dt_ctx *ctx, dt_ckpt_saver *s) {
 
 static void *job_main(void *arg) {
     dt_ckpt_saver *s = arg;
-    double t0 = dt_now();
+    double t0 = dt_now(), tt;
+    if (s->th_live_hint) dt_trace_set_thread(2);
+    tt = dt_trace_begin();
     dt_status st = write_files(&s->jctx, s);
+    dt_trace_end(tt, "ckpt", "checkpoint write step %ld", s->tj.step);
     pthread_mutex_lock(&s->mu);
     s->jst = st;
     s->job_s = dt_now() - t0;
@@ -314,10 +319,12 @@ dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, 
     memset(&s->optim_info, 0, sizeof s->optim_info);
     memset(&s->trainer_info, 0, sizeof s->trainer_info);
     s->jctx = *ctx;
+    s->th_live_hint = s->cfg.async;
     if (s->cfg.async && pthread_create(&s->th, NULL, job_main, s) == 0) {
         s->th_live = 1;
         return DT_OK;
     }
+    s->th_live_hint = 0;
     job_main(s); /* synchronous (or no thread could be started) */
     return DT_OK;
 }

@@ -59,6 +59,7 @@ static const key_def keys[] = {
     NUM("logging.every", K_INT, log_every, "log a line every N steps"),
     STR("logging.metrics", metrics, "JSONL metrics file, one object per logged step ('' = none)"),
     ENUM("logging.progress", progress, "auto|bar|lines", "live status line (bar), plain lines, or bar on a terminal"),
+    STR("logging.trace", trace, "Chrome-trace JSON of every rank's steps, layers, communication and checkpoints ('' = off)"),
     NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
     STR("checkpoint.dir", ckpt_dir, "directory of checkpoints ('' = no checkpoints)"),
     NUM("checkpoint.every", K_LONG, ckpt_every, "steps between checkpoints (0 = at the end only)"),

@@ -34,6 +34,7 @@ typedef struct dt_run_cfg {
     int log_every;
     char metrics[DT_PATH_MAX]; /* JSONL metrics file */
     char progress[16];         /* auto | bar | lines */
+    char trace[DT_PATH_MAX];   /* Chrome trace file ('' = off) */
     float peak_gflops;         /* MFU reference; 0 = measure at start */
     /* checkpoint */
     char ckpt_dir[DT_PATH_MAX];

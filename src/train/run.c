@@ -12,7 +12,9 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
+#include "bench/bench.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "core/log.h"
 #include "data/shard.h"
 #include "ops/ops.h"
@@ -242,13 +244,14 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, lo
     }
     tj.loss = r->last_loss;
     tj.train_seconds = r->train_s;
-    double t0 = dt_now();
+    double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
     DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full)); /* ZeRO-3: a gather, every rank */
     dt_parallel_moments(r->tr.par, &mom, &var);
     dt_status st = dt_ckpt_saver_stage(ctx, r->saver, full, mom, var, &tj);
     dt_parallel_release_full_params(r->tr.par, full);
     r->last_save_t = dt_now();
+    dt_trace_end(tt, "ckpt", "checkpoint stage step %ld", step);
     dt_log_debug(ctx, "checkpoint step %ld staged in %.1f ms", step, (r->last_save_t - t0) * 1e3);
     return st;
 }
@@ -256,7 +259,9 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, lo
 static dt_status save_commit(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_cfg *cfg) {
     int done = 0;
     if (!dt_ckpt_saver_pending(r->saver)) return DT_OK;
+    double tt = dt_trace_begin();
     DT_CHECK(dt_ckpt_saver_commit(ctx, r->saver, comm, &done));
+    dt_trace_end(tt, "ckpt", "checkpoint commit");
     if (done && ctx->rank == 0) {
         char latest[DT_PATH_MAX + 16], line[64] = "";
         snprintf(latest, sizeof latest, "%s/latest", cfg->ckpt_dir);
@@ -449,6 +454,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         DT_CHECK_GOTO(evaluate(ctx, &r, 0));
     }
     r.last_save_t = dt_now();
+    if (cfg->trace[0]) {
+        DT_CHECK_GOTO(dt_comm_barrier(ctx, comm, DT_GROUP_WORLD)); /* one time origin for all ranks */
+        dt_trace_enable(dt_now());
+    }
     double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world;
     double fpt = dt_gpt2_flops_per_token(mc, t->seq_len);
     int preempted = 0;
@@ -513,6 +522,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         }
     }
     if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
+    if (cfg->trace[0]) {
+        dt_trace_disable();
+        DT_CHECK_GOTO(dt_bench_trace_write(ctx, comm, cfg->trace));
+        dt_trace_reset();
+        dt_log_info(ctx, "trace: %s (open in https://ui.perfetto.dev or chrome://tracing)", cfg->trace);
+    }
 fail:
     run_free(&r);
     preempt_restore(&sigs);
