@@ -171,11 +171,15 @@ def manifest_corpus():
             "files": [{"name": "model.safetensors", "size": 1234, "xxh3": "0f1e2d3c4b5a6978"},
                       {"name": "trainer.json", "size": 0, "xxh3": "ffffffffffffffff"}]}
 
+    # byte 0 = 1: the harness appends the manifest's own checksum to the text, which ends
+    # before the object's closing brace
     def var(**kw):
         d = json.loads(json.dumps(good))
         d.update(kw)
-        return json.dumps(d).encode()
-    put(t, "good", json.dumps(good, indent=1).encode())
+        return b"\1" + json.dumps(d).encode()[:-1]
+    put(t, "good", b"\1" + json.dumps(good, indent=1).encode()[:-1])
+    put(t, "bad-self-checksum", b"\0" + json.dumps(good).encode()[:-1] +
+        b', "manifest_xxh3": "0123456789abcdef"}\n')
     put(t, "bad-format", var(format="dtrain-gpt2"))
     put(t, "bad-version", var(version=2))
     put(t, "bad-step", var(step=-1))
@@ -186,9 +190,11 @@ def manifest_corpus():
     put(t, "bad-slash", var(files=[{"name": "../model", "size": 1, "xxh3": "0000000000000000"}]))
     put(t, "bad-dup", var(files=[good["files"][0], good["files"][0]]))
     put(t, "bad-hash", var(files=[{"name": "a", "size": 1, "xxh3": "xyz"}]))
-    put(t, "bad-size", var(files=[{"name": "a", "size": 1e19, "xxh3": "0000000000000000"}]))
-    put(t, "bad-json", b'{"format": "dtrain-checkpoint", "files": [')
-    put(t, "bad-not-object", b"[]")
+    put(t, "bad-size", var(files=[{"name": "a", "size": -1, "xxh3": "0000000000000000"}]))
+    put(t, "bad-json", b'\1{"format": "dtrain-checkpoint", "files": [')
+    put(t, "bad-not-object", b"\1[")
+    # Found by fuzzing: a size of 1e19 was cast to int64 before the range check (UB).
+    put(t, "crash-size-1e19", var(files=[{"name": "a", "size": 1e19, "xxh3": "0000000000000000"}]))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ for t in "${targets[@]}"; do
       -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="$art/$t-" > "$log" 2>&1
   rc=$?
   end=$(date +%s)
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*')
   result=ok; [ $rc -ne 0 ] && { result="FINDING (see $log)"; bad=1; }
   printf "  %-12s %8d %12s %10s %8s %s\n" "$t" $((end - start)) "${execs:-?}" \

@@ -22,8 +22,9 @@ static int valid_name(const char *s) {
 /* An integer-valued JSON number in [lo, hi]. */
 static int get_int(const cJSON *o, const char *key, double lo, double hi, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < lo ||
-        v->valuedouble > hi)
+    /* Range first: casting a double beyond int64 is undefined (found by fuzz/fuzz_manifest). */
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
         return 0;
     *out = v->valuedouble;
     return 1;
