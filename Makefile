@@ -30,8 +30,10 @@ fuzz: deps
 	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzzers
 	@bash fuzz/run.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
 
-# Long stress runs live here as they arrive (kill storms, soaks).
+# Long stress runs: the kill storm (>= 20 random kill -9 with automatic restarts, DDP and
+# ZeRO-3, bitwise against an uninterrupted run) after the regular suite.
 test-long: test
+	@bash tests/long/kill_storm.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/storm
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)/dtrain

@@ -106,7 +106,8 @@ dt_status dt_manifest_parse(dt_ctx *ctx, const char *text, size_t len, const cha
             break;
         }
         unsigned long long hv = 0;
-        if (cJSON_IsString(h) && strlen(h->valuestring) == 16) hv = strtoull(h->valuestring, &end, 16);
+        if (cJSON_IsString(h) && strlen(h->valuestring) == 16 && strspn(h->valuestring, "0123456789abcdef") == 16)
+            hv = strtoull(h->valuestring, &end, 16);
         if (!end || *end) {
             st = dt_fail(ctx, DT_ERR_FORMAT, "%s: files[%d].xxh3 must be 16 hex digits", origin, i);
             break;

@@ -124,7 +124,7 @@ static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a) {
 
 /* Runs one attempt: mpirun with stdout/stderr piped through us. */
 static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace, int *code, attempt_info *a,
-                             int *preempted) {
+                             int *preempted, int attempt, double failed_at) {
     int po[2], pe[2];
     if (pipe(po) != 0 || pipe(pe) != 0) return dt_fail(ctx, DT_ERR_BACKEND, PFX "pipe: %s", strerror(errno));
     posix_spawn_file_actions_t fa;
@@ -151,13 +151,18 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le);
     int open_o = 1, open_e = 1, exited = 0, status = 0, forwarded = 0;
     double term_at = 0, kill_at = 0, fwd_t = 0;
-    int fwd_count = 0;
+    int fwd_count = 0, told = 0;
     while (open_o || open_e || !exited) {
         struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
         int pr = poll(fds, 2, 100);
         if (pr > 0) {
             if (open_o && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a);
             if (open_e && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a);
+        }
+        if (attempt > 0 && a->first_step_seen && !told) {
+            SV_LOG("recovered: first step after restart %d logged %.2f s after the failure was detected", attempt,
+                   a->first_step_t - failed_at);
+            told = 1;
         }
         if (!exited) {
             pid_t r = waitpid(pid, &status, WNOHANG);
@@ -306,6 +311,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
 
     dt_status st = DT_OK;
     int quick = 0;
+    double failed_at = 0;
     for (int attempt = 0;; attempt++) {
         char num[16];
         snprintf(num, sizeof num, "%d", attempt);
@@ -325,13 +331,11 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         attempt_info a = {-1, 0, 0, 0, 0};
         int code = 0, preempted = 0;
         double t0 = now_s();
-        st = run_attempt(ctx, &job, sc->grace, &code, &a, &preempted);
+        st = run_attempt(ctx, &job, sc->grace, &code, &a, &preempted, attempt, failed_at);
         double t1 = now_s();
         dt_launch_free(&job);
         if (st != DT_OK) break;
         *exit_code = code;
-        if (attempt > 0 && a.first_step_seen)
-            SV_LOG("attempt %d: first step line %.2f s after the restart began", attempt, a.first_step_t - t0);
         if (code == 0) {
             if (attempt > 0) SV_LOG("job finished after %d restart(s)", attempt);
             break;
@@ -345,6 +349,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         else if (a.rank >= 0) snprintf(what, sizeof what, "rank %d exited with status %d%s", a.rank, a.code,
                                        a.code == 3 ? " (collective watchdog)" : "");
         else snprintf(what, sizeof what, "mpirun exited with status %d", code);
+        failed_at = t1;
         SV_LOG("job failed after %.1f s: %s", t1 - t0, what);
         report_hang(run_dir, cfg->nranks);
         if (attempt >= sc->max_restarts) {

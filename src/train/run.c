@@ -311,6 +311,7 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
     DT_CHECK(resume_find(ctx, cfg, comm, dir, sizeof dir, found));
     if (!*found) return DT_OK;
     const dt_train_cfg *t = &cfg->train;
+    double t_load = dt_now();
     dt_ckpt_trainer tj;
     DT_CHECK(dt_ckpt_read_trainer(ctx, dir, &tj));
     if (tj.seed != t->seed)
@@ -353,6 +354,13 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
     r->train_s = tj.train_seconds;
     r->last_loss = (float)tj.loss;
     *start = tj.step;
+    double bytes = (double)r->tr.model.n_params * 4.0;
+    size_t shard;
+    dt_parallel_shard(r->tr.par, &shard);
+    bytes += 8.0 * (double)shard;
+    t_load = dt_now() - t_load;
+    dt_log_info(ctx, "checkpoint loaded in %.3f s: %.1f MB of parameters and optimizer state on rank %d (%.0f MB/s)",
+                t_load, bytes / 1e6, ctx->rank, bytes / 1e6 / (t_load > 0 ? t_load : 1e-9));
     dt_log_info(ctx, "resumed from %s: step %ld, %.0f tokens seen; written by %d rank(s) with %s, continuing on "
                 "%d with %s%s", dir, tj.step, tj.tokens_seen, tj.world, tj.strategy, world,
                 dt_strategy_name(t->parallel.strategy),
