@@ -48,9 +48,11 @@ static void fx_init(fixture *f, dt_ctx *ctx, const char *sub, int async, int max
     snprintf(f->root, sizeof f->root, "%s/%s", dir, sub);
     size_t shard;
     dt_parallel_shard(f->tr.par, &shard);
-    int np = dt_parallel_pieces(f->tr.par, f->pieces);
-    dt_ckpt_saver_cfg sc = {f->root, &f->tr.model, "byte", "model:\n  preset: \"gpt2-tiny\"\n", 0, 1, 1,
-                            f->pieces, np, shard, "ddp", 0, async, max_failures};
+    dt_shard_piece save[64];
+    int ns = dt_parallel_save_pieces(f->tr.par, save);
+    dt_parallel_pieces(f->tr.par, f->pieces);
+    dt_ckpt_saver_cfg sc = {f->root, &f->tr.model, "byte", "model:\n  preset: \"gpt2-tiny\"\n", 0, 1,
+                            save, ns, shard, "ddp", 0, async, max_failures};
     assert_int_equal(dt_ckpt_saver_init(ctx, &f->sv, &sc), DT_OK);
 }
 

@@ -25,7 +25,9 @@
 struct dt_ckpt_saver {
     dt_ckpt_saver_cfg cfg;
     char *dir, *tokenizer, *config_yaml, *strategy;
-    dt_shard_piece *pieces;
+    dt_shard_piece *pieces;       /* save pieces, local = offset in the rank's moments */
+    size_t save_n;                /* floats written: the pieces' total */
+    int owner;                    /* writes an optimizer file */
     dt_gpt2 view;                 /* the model's shape, reading the staged parameters */
     float *st_params, *st_mom, *st_var;
     dt_ckpt_trainer tj;
@@ -191,6 +193,14 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
         return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
     }
     memcpy(s->pieces, cfg->pieces, (size_t)cfg->npieces * sizeof *s->pieces);
+    for (int i = 0; i < cfg->npieces; i++) {
+        if (cfg->pieces[i].local + cfg->pieces[i].n > cfg->shard) {
+            dt_ckpt_saver_free(s);
+            return dt_fail(ctx, DT_ERR_INTERNAL, "checkpoint: save piece %d outside the moments", i);
+        }
+        s->save_n += cfg->pieces[i].n;
+    }
+    s->owner = s->save_n > 0;
     s->view = *cfg->model;
     s->jctx = *ctx;
     dt_status st = dt_io_mkdirs(ctx, s->dir);
@@ -231,20 +241,22 @@ static dt_status write_optim(dt_ctx *ctx, dt_ckpt_saver *s) {
     char *pieces = malloc(cap);
     if (!pieces) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
     pieces[0] = 0;
-    for (int i = 0; i < s->cfg.npieces; i++)
-        len += (size_t)snprintf(pieces + len, cap - len, "%s%zu:%zu:%zu", i ? "," : "", s->pieces[i].global,
-                                s->pieces[i].local, s->pieces[i].n);
+    for (int i = 0, off = 0; i < s->cfg.npieces; i++) { /* staged back to back */
+        len += (size_t)snprintf(pieces + len, cap - len, "%s%zu:%d:%zu", i ? "," : "", s->pieces[i].global,
+                                off, s->pieces[i].n);
+        off += (int)s->pieces[i].n;
+    }
     char v[5][32];
     snprintf(v[0], 32, "%ld", s->tj.step);
     snprintf(v[1], 32, "%d", s->cfg.rank);
     snprintf(v[2], 32, "%d", s->cfg.world);
     snprintf(v[3], 32, "%zu", s->view.n_params);
-    snprintf(v[4], 32, "%zu", s->cfg.shard);
+    snprintf(v[4], 32, "%zu", s->save_n);
     const char *meta[] = {"format", "dtrain-optim", "optimizer", "adamw", "step", v[0], "rank", v[1],
                           "world", v[2], "n_params", v[3], "shard", v[4], "strategy", s->strategy,
                           "pieces", pieces, NULL};
-    dt_st_entry e[2] = {{"exp_avg", DT_ST_F32, 1, {(int64_t)s->cfg.shard}, s->st_mom},
-                        {"exp_avg_sq", DT_ST_F32, 1, {(int64_t)s->cfg.shard}, s->st_var}};
+    dt_st_entry e[2] = {{"exp_avg", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_mom},
+                        {"exp_avg_sq", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_var}};
     dt_status st = dt_st_write_info(ctx, path, e, 2, meta, &s->optim_info);
     free(pieces);
     return st;
@@ -266,7 +278,7 @@ static dt_status write_files(dt_ctx *ctx, dt_ckpt_saver *s) {
         free(js);
         DT_CHECK(st);
     }
-    if (s->cfg.owner) DT_CHECK(write_optim(ctx, s));
+    if (s->owner) DT_CHECK(write_optim(ctx, s));
     return DT_OK;
 }
 
@@ -307,9 +319,18 @@ dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, 
         if (unlink(man) == 0) dt_io_fsync_dir(ctx, s->step_dir);
         DT_CHECK(stage_buf(ctx, &s->st_params, full, s->view.n_params));
     }
-    if (s->cfg.owner) {
-        DT_CHECK(stage_buf(ctx, &s->st_mom, mom, s->cfg.shard));
-        DT_CHECK(stage_buf(ctx, &s->st_var, var, s->cfg.shard));
+    if (s->owner) {
+        if (!s->st_mom) s->st_mom = malloc(s->save_n * sizeof(float));
+        if (!s->st_var) s->st_var = malloc(s->save_n * sizeof(float));
+        if (!s->st_mom || !s->st_var)
+            return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffer (%zu MiB)",
+                           2 * s->save_n * sizeof(float) >> 20);
+        size_t off = 0;
+        for (int i = 0; i < s->cfg.npieces; i++) {
+            memcpy(s->st_mom + off, mom + s->pieces[i].local, s->pieces[i].n * sizeof(float));
+            memcpy(s->st_var + off, var + s->pieces[i].local, s->pieces[i].n * sizeof(float));
+            off += s->pieces[i].n;
+        }
     }
     s->stage_s += dt_now() - t0;
     s->done = 0;
@@ -467,7 +488,7 @@ dt_status dt_ckpt_saver_commit(dt_ctx *ctx, dt_ckpt_saver *s, dt_comm *comm, int
     if (!recs) return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
     int r = s->cfg.rank;
     recs[4 * r] = s->jst == DT_OK ? 1 : -1;
-    recs[4 * r + 1] = s->cfg.owner;
+    recs[4 * r + 1] = s->owner;
     recs[4 * r + 2] = (int64_t)s->optim_info.size;
     recs[4 * r + 3] = (int64_t)s->optim_info.xxh3;
     if (s->jst != DT_OK)

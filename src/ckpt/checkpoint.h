@@ -50,8 +50,8 @@ typedef struct dt_ckpt_saver_cfg {
     const char *tokenizer;
     const char *config_yaml;/* the resolved run configuration, stored in trainer.json */
     int rank, world;
-    int owner;              /* this rank writes its optimizer shard (dt_parallel_shard_owner) */
-    const dt_shard_piece *pieces;
+    const dt_shard_piece *pieces; /* what this rank writes of its moments (dt_parallel_save_pieces);
+                                   * none: it writes no optimizer file */
     int npieces;
     size_t shard;           /* floats in this rank's moments */
     const char *strategy;
@@ -68,7 +68,7 @@ void dt_ckpt_saver_free(dt_ckpt_saver *s);
 
 /* Copies the state of step tj->step into the staging buffers and starts writing it (async)
  * or writes it (sync). full: the full parameters (rank 0 only; others may pass NULL);
- * mom/var: this rank's moments (owners). A previous save must have been committed first. */
+ * mom/var: this rank's moments (only the save pieces are copied). A previous save must have been committed first. */
 dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, const float *mom,
                               const float *var, const dt_ckpt_trainer *tj);
 /* 1 while a staged save awaits commit; done = its files are written (or failed). */

@@ -60,6 +60,7 @@ typedef struct attempt_info {
     int rank, sig, code;   /* the first failing rank (-1: unknown), its signal or exit code */
     int first_step_seen;   /* a "step N/M" progress line appeared */
     double first_step_t;
+    double fail_t;         /* when mpirun's output first named a failed rank (0: not yet) */
 } attempt_info;
 
 /* Scans one line of mpirun's output. */
@@ -70,9 +71,11 @@ static void scan_line(const char *l, attempt_info *a, double t) {
         if (a->rank < 0) {
             a->rank = r;
             a->sig = s;
+            if (!a->fail_t) a->fail_t = t;
         }
     } else if ((p = strstr(l, "Process name: [[")) && sscanf(p, "Process name: [[%*d,%*d],%d]", &r) == 1) {
         if (a->rank < 0) a->rank = r;
+        if (!a->fail_t) a->fail_t = t;
     } else if ((p = strstr(l, "Exit code:")) && sscanf(p, "Exit code: %d", &s) == 1) {
         if (!a->code) a->code = s;
     }
@@ -151,13 +154,17 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le);
     int open_o = 1, open_e = 1, exited = 0, status = 0, forwarded = 0;
     double term_at = 0, kill_at = 0, fwd_t = 0;
-    int fwd_count = 0, told = 0;
+    int fwd_count = 0, told = 0, fail_told = 0;
     while (open_o || open_e || !exited) {
         struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
         int pr = poll(fds, 2, 100);
         if (pr > 0) {
             if (open_o && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a);
             if (open_e && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a);
+        }
+        if (a->fail_t > 0 && !fail_told) {
+            SV_LOG("failure detected: mpirun reports rank %d %s", a->rank, a->sig ? "killed by a signal" : "exited");
+            fail_told = 1;
         }
         if (attempt > 0 && a->first_step_seen && !told) {
             SV_LOG("recovered: first step after restart %d logged %.2f s after the failure was detected", attempt,
@@ -295,6 +302,10 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
     if (mkdir(run_dir, 0755) != 0 && errno != EEXIST)
         return dt_fail(ctx, DT_ERR_IO, PFX "--run-dir %s: %s", run_dir, strerror(errno));
     setenv("DTRAIN_RUN_DIR", run_dir, 1);
+    /* When a rank dies, mpirun sends the others SIGTERM and only SIGKILL after this many
+     * seconds; dtrain's ranks treat SIGTERM as a preemption request, so the default (1 s)
+     * added about 2 s to every failure. Checkpoints are crash-consistent: kill at once. */
+    setenv("OMPI_MCA_odls_base_sigkill_timeout", "0", 0);
     int is_train = cfg->argc > 0 && strcmp(cfg->argv[0], "train") == 0;
     char **argv2 = calloc((size_t)cfg->argc + 3, sizeof *argv2);
     if (!argv2) return dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory");
@@ -328,7 +339,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         st = dt_launch_init(ctx, &c, &job);
         if (st != DT_OK) break;
         fflush(NULL);
-        attempt_info a = {-1, 0, 0, 0, 0};
+        attempt_info a = {-1, 0, 0, 0, 0, 0};
         int code = 0, preempted = 0;
         double t0 = now_s();
         st = run_attempt(ctx, &job, sc->grace, &code, &a, &preempted, attempt, failed_at);

@@ -429,7 +429,23 @@ void dt_parallel_moments(dt_parallel *p, float **mom, float **var) {
     *var = p->var;
 }
 
-int dt_parallel_shard_owner(const dt_parallel *p) { return p->k == 0 && (p->G > 1 || p->rank == 0); }
+int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out) {
+    int R = p->cfg.strategy == DT_STRAT_DDP ? p->world : p->n_rep;
+    int idx = p->cfg.strategy == DT_STRAT_DDP ? p->rank : p->k;
+    int n = 0;
+    for (int u = 0; u < p->U; u++) {
+        size_t i = (size_t)u * p->G + p->j, cnt[1], off[1];
+        size_t *c = R <= 1 ? cnt : malloc((size_t)R * 2 * sizeof(size_t));
+        if (!c) return -1;
+        size_t *o = R <= 1 ? off : c + R;
+        dt_comm_split(p->split_cnt[i], R > 1 ? R : 1, c, o);
+        int me = R > 1 ? idx : 0;
+        if (c[me] > 0)
+            out[n++] = (dt_shard_piece){p->m->unit_lo[u] + p->split_off[i] + o[me], p->sb[u] + o[me], c[me]};
+        if (R > 1) free(c);
+    }
+    return n;
+}
 
 dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full) {
     dt_gpt2 *m = p->m;

@@ -93,9 +93,11 @@ typedef struct dt_shard_piece {
 int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out);
 /* The AdamW moments of this rank's shard (dt_parallel_shard floats each). */
 void dt_parallel_moments(dt_parallel *p, float **mom, float **var);
-/* 1 if this rank is the first holder of its shard: checkpoints store each shard once, from
- * it (DDP: rank 0; hybrid: the ranks of the first node). */
-int dt_parallel_shard_owner(const dt_parallel *p);
+/* What this rank writes to a checkpoint: state held by R ranks alike (DDP: every rank;
+ * hybrid: one rank per node) is written once, each holder taking 1/R of every piece, so the
+ * copy and the writing are spread over the replicas. Pieces as above (local = offset in
+ * this rank's moments); returns the count (room for n_units), 0 if this rank writes none. */
+int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out);
 /* Replaces the parameters with `full` (n_params floats, the same on every rank; all ranks
  * call: ZeRO-3 keeps its piece and re-gathers the always-full units). */
 dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full);

@@ -213,9 +213,13 @@ static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, in
     fclose(f);
     size_t shard;
     dt_parallel_shard(r->tr.par, &shard);
-    dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world,
-                            dt_parallel_shard_owner(r->tr.par), pieces,
-                            dt_parallel_pieces(r->tr.par, pieces), shard,
+    int np = dt_parallel_save_pieces(r->tr.par, pieces);
+    if (np < 0) {
+        free(pieces);
+        free(yaml);
+        return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world, pieces, np, shard,
                             dt_strategy_name(t->parallel.strategy), cfg->ckpt_keep, cfg->ckpt_async,
                             cfg->ckpt_max_failures};
     dt_status st = dt_ckpt_saver_init(ctx, &r->saver, &sc);
