@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "core/log.h"
+#include "train/preempt.h"
 #include "train/run.h"
 
 typedef struct train_flags {
@@ -79,6 +80,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         dt_cfg_print(stdout, &cfg);
         return DT_EXIT_OK;
     }
+    /* Before MPI starts its threads: SIGTERM/SIGUSR1 go to one sigwait thread only. */
+    if (dt_preempt_setup() != 0) dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
     st = dt_comm_init(ctx, &comm);
     if (st != DT_OK) return dt_cli_exit_code(st);

@@ -19,6 +19,7 @@
 #include "data/shard.h"
 #include "ops/ops.h"
 #include "train/metrics.h"
+#include "train/preempt.h"
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens) {
     dt_val_loader_reset(vl);
@@ -99,41 +100,6 @@ static dt_status evaluate(dt_ctx *ctx, run_state *r, long step) {
     tokens *= ctx->world;
     if (ctx->rank != 0) return DT_OK;
     return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens);
-}
-
-/* ---- preemption: SIGTERM or SIGUSR1 (Slurm --signal, spot warnings, dtrain launch) asks for
- * a checkpoint at the next step boundary and a clean exit. The handler only records it. */
-
-static volatile sig_atomic_t preempt_sig;
-static volatile sig_atomic_t preempt_sec;
-
-static void on_preempt(int sig) {
-    if (!preempt_sig) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
-        preempt_sec = (sig_atomic_t)ts.tv_sec;
-        preempt_sig = sig;
-    }
-}
-
-typedef struct sig_saved {
-    struct sigaction term, usr1;
-} sig_saved;
-
-static void preempt_install(sig_saved *old) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_preempt;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    preempt_sig = 0;
-    sigaction(SIGTERM, &sa, &old->term);
-    sigaction(SIGUSR1, &sa, &old->usr1);
-}
-
-static void preempt_restore(const sig_saved *old) {
-    sigaction(SIGTERM, &old->term, NULL);
-    sigaction(SIGUSR1, &old->usr1, NULL);
 }
 
 /* ---- the per-sample ledger (data.ledger): one line per step and rank, written with one
@@ -404,7 +370,7 @@ static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *
  * clock says a timed checkpoint is due. */
 static dt_status boundary_flags(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int world,
                                 int64_t f[3]) {
-    f[0] = preempt_sig;
+    f[0] = dt_preempt_requested(NULL);
     f[1] = r->saver && dt_ckpt_saver_pending(r->saver) && !dt_ckpt_saver_done(r->saver);
     f[2] = r->saver && ctx->rank == 0 && cfg->ckpt_minutes > 0 &&
            dt_now() - r->last_save_t >= 60.0 * (double)cfg->ckpt_minutes;
@@ -419,8 +385,6 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
-    sig_saved sigs;
-    preempt_install(&sigs);
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, world, rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
@@ -506,10 +470,8 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             }
         }
         if (preempted) {
-            if (preempt_sig) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                double el = (double)(ts.tv_sec - preempt_sec);
+            double el = 0;
+            if (dt_preempt_requested(&el)) {
                 if (el > cfg->preempt_grace)
                     dt_log_warn(ctx, "preemption: %.0f s from the signal to the exit exceed fault.preempt_grace (%.0f s)",
                                 el, (double)cfg->preempt_grace);
@@ -542,6 +504,5 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     }
 fail:
     run_free(&r);
-    preempt_restore(&sigs);
     return st;
 }
