@@ -176,6 +176,26 @@ dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_traine
 
 /* ---- saving */
 
+/* memcpy on the OpenMP threads, in 1 MiB blocks: the staging copy is what the training
+ * loop pays for an asynchronous save. */
+static void par_copy(float *dst, const float *src, size_t n) {
+    const size_t blk = 1u << 18; /* floats */
+    long nb = (long)((n + blk - 1) / blk);
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < nb; b++) {
+        size_t lo = (size_t)b * blk, len = n - lo < blk ? n - lo : blk;
+        memcpy(dst + lo, src + lo, len * sizeof(float));
+    }
+}
+
+/* Allocates a staging buffer and touches every page, so the first save does not pay the
+ * page faults inside the training loop. */
+static float *staging_alloc(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (p) memset(p, 0, n * sizeof(float));
+    return p;
+}
+
 static char *dup_str(const char *s) { return strdup(s ? s : ""); }
 
 dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_saver_cfg *cfg) {
@@ -203,6 +223,16 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
     s->owner = s->save_n > 0;
     s->view = *cfg->model;
     s->jctx = *ctx;
+    if (cfg->rank == 0) s->st_params = staging_alloc(s->view.n_params);
+    if (s->owner) {
+        s->st_mom = staging_alloc(s->save_n);
+        s->st_var = staging_alloc(s->save_n);
+    }
+    if ((cfg->rank == 0 && !s->st_params) || (s->owner && (!s->st_mom || !s->st_var))) {
+        size_t mib = ((cfg->rank == 0 ? s->view.n_params : 0) + 2 * s->save_n) * sizeof(float) >> 20;
+        dt_ckpt_saver_free(s);
+        return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffers (%zu MiB)", mib);
+    }
     dt_status st = dt_io_mkdirs(ctx, s->dir);
     if (st != DT_OK) {
         dt_ckpt_saver_free(s);
@@ -297,13 +327,6 @@ static void *job_main(void *arg) {
     return NULL;
 }
 
-static dt_status stage_buf(dt_ctx *ctx, float **buf, const float *src, size_t n) {
-    if (!*buf) *buf = malloc((n ? n : 1) * sizeof(float));
-    if (!*buf) return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffer (%zu MiB)",
-                              n * sizeof(float) >> 20);
-    memcpy(*buf, src, n * sizeof(float));
-    return DT_OK;
-}
 
 dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, const float *mom,
                               const float *var, const dt_ckpt_trainer *tj) {
@@ -317,18 +340,13 @@ dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, 
         char man[4400];
         snprintf(man, sizeof man, "%s/" DT_MANIFEST_NAME, s->step_dir);
         if (unlink(man) == 0) dt_io_fsync_dir(ctx, s->step_dir);
-        DT_CHECK(stage_buf(ctx, &s->st_params, full, s->view.n_params));
+        par_copy(s->st_params, full, s->view.n_params);
     }
     if (s->owner) {
-        if (!s->st_mom) s->st_mom = malloc(s->save_n * sizeof(float));
-        if (!s->st_var) s->st_var = malloc(s->save_n * sizeof(float));
-        if (!s->st_mom || !s->st_var)
-            return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffer (%zu MiB)",
-                           2 * s->save_n * sizeof(float) >> 20);
         size_t off = 0;
         for (int i = 0; i < s->cfg.npieces; i++) {
-            memcpy(s->st_mom + off, mom + s->pieces[i].local, s->pieces[i].n * sizeof(float));
-            memcpy(s->st_var + off, var + s->pieces[i].local, s->pieces[i].n * sizeof(float));
+            par_copy(s->st_mom + off, mom + s->pieces[i].local, s->pieces[i].n);
+            par_copy(s->st_var + off, var + s->pieces[i].local, s->pieces[i].n);
             off += s->pieces[i].n;
         }
     }
