@@ -176,11 +176,22 @@ dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_traine
 
 /* ---- saving */
 
+/* A forked child (the crash tests) must not enter OpenMP: the parent's thread pool does not
+ * exist there and libgomp would wait for it forever. */
+static int in_forked_child;
+static void mark_child(void) { in_forked_child = 1; }
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, mark_child); }
+
 /* memcpy on the OpenMP threads, in 1 MiB blocks: the staging copy is what the training
  * loop pays for an asynchronous save. */
 static void par_copy(float *dst, const float *src, size_t n) {
     const size_t blk = 1u << 18; /* floats */
     long nb = (long)((n + blk - 1) / blk);
+    if (in_forked_child) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (long b = 0; b < nb; b++) {
         size_t lo = (size_t)b * blk, len = n - lo < blk ? n - lo : blk;
@@ -223,6 +234,7 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
     s->owner = s->save_n > 0;
     s->view = *cfg->model;
     s->jctx = *ctx;
+    pthread_once(&atfork_once, register_atfork);
     if (cfg->rank == 0) s->st_params = staging_alloc(s->view.n_params);
     if (s->owner) {
         s->st_mom = staging_alloc(s->save_n);
