@@ -12,12 +12,13 @@
 #   --quick         2 warm-up, 5 measured steps, 2 repeats (a smoke run, not numbers to publish)
 #   --report-only   skip the benchmarks; render DIR/json/*.json again
 # Env: STEPS (default 50), WARMUP (10), REPEATS (3), THREADS (OpenMP threads per rank, 1),
+#      SEQ (tokens per sequence, 256),
 #      MEM_BUDGET (passed to dtrain report --mem-budget, e.g. 2GiB; default unset).
 # A screenshot for the docs: chromium --headless --no-sandbox --screenshot=DIR/report.png
 #   --window-size=1440,2600 file://$PWD/DIR/report.html
 set -euo pipefail
 bin=build/dtrain out=docs/report only=0
-steps=${STEPS:-50} warmup=${WARMUP:-10} repeats=${REPEATS:-3} threads=${THREADS:-1}
+steps=${STEPS:-50} warmup=${WARMUP:-10} repeats=${REPEATS:-3} threads=${THREADS:-1} seq=${SEQ:-256}
 while [ $# -gt 0 ]; do
   case $1 in
   --bin) bin=$2; shift 2 ;;
@@ -36,7 +37,7 @@ mpi=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS)
 # bench NAME RANKS [dtrain bench flags...]: one result file DIR/json/NAME.json
 bench() {
   local name=$1 n=$2; shift 2
-  local cmd=("$bin" bench --model bench-small --seq 256 --threads "$threads" --warmup-steps "$warmup"
+  local cmd=("$bin" bench --model bench-small --seq "$seq" --threads "$threads" --warmup-steps "$warmup"
              --bench-steps "$steps" --repeats "$repeats" --json "$out/json/$name.json" "$@")
   echo "== $name ($n rank(s)): ${cmd[*]}"
   if [ "$n" -eq 1 ]; then "${cmd[@]}"; else "${mpi[@]}" -n "$n" "${cmd[@]}"; fi
@@ -46,6 +47,8 @@ if [ $only -eq 0 ]; then
   rm -f "$out"/json/*.json
   bench ddp-w1        1 --batch 8
   bench ddp-w1-acc2   1 --batch 8 --set training.grad_accum=2
+  bench zero1-w1      1 --batch 8 --set parallel.strategy=zero1
+  bench zero3-w1      1 --batch 8 --set parallel.strategy=zero3
   bench ddp-w2        2 --batch 8 --set parallel.strategy=ddp
   bench zero1-w2      2 --batch 8 --set parallel.strategy=zero1
   bench zero3-w2      2 --batch 8 --set parallel.strategy=zero3

@@ -60,6 +60,38 @@ else
   fail "export of the imported llm.c model"
 fi
 
+# ---- training starts from an llm.c file (model.init_from): after one step with a tiny
+# learning rate the weights are the imported ones to ~1e-6; a shape mismatch is refused.
+shape=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 300
+       --model.context 32 --seq 16 --batch 2 --steps 1 --set optimizer.lr=1e-9 --set schedule.min_lr=0 --set logging.metrics=
+       --set logging.peak_gflops=100)
+if OMP_NUM_THREADS=2 "$bin" train "${shape[@]}" --set model.init_from="$dir/llmc/good_fp32.bin" \
+     --save-weights "$dir/llmc/trained.safetensors" > "$dir/init.log" 2>&1 &&
+   grep -q "initial weights from" "$dir/init.log" &&
+   "$py" - "$dir/llmc/trained.safetensors" "$dir/llmc/fp32.safetensors" <<'PY'
+import json, struct, sys
+import numpy as np
+def tensors(p):
+    raw = open(p, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f4")
+            for k, v in h.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys()
+worst = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
+assert worst < 1e-6, worst
+PY
+then
+  pass "train with model.init_from=llm.c file starts from its weights"
+else
+  fail "model.init_from: $(tail -2 "$dir/init.log")"
+fi
+err=$(OMP_NUM_THREADS=2 "$bin" train "${shape[@]}" --model.n_layer 3 --set model.init_from="$dir/llmc/good_fp32.bin" 2>&1 >/dev/null)
+rc=$?
+[ $rc -ne 0 ] && [[ $err == *good_fp32.bin* ]] && pass "model.init_from with another shape refused: $(echo "$err" | head -1)" \
+  || fail "init_from shape mismatch: rc $rc, '$err'"
+
 refused() { # FILE REASON: import-llmc exits 1 with one line naming FILE and REASON
   local f=$dir/llmc/$1 err rc
   err=$("$bin" ckpt import-llmc "$f" "$dir/llmc/out.safetensors" 2>&1 >/dev/null); rc=$?
