@@ -20,7 +20,7 @@ test: build
 test-asan: deps
 	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address,undefined >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
-	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R "test_(core|ops|attention|optim|model|shard|sampler|config|safetensors|bpe_parity|tokenizer|fuzz_replay_[a-z]+)$$"
+	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R "test_(core|ops|attention|optim|model|shard|sampler|config|safetensors|ckpt|bench|report|bpe_parity|tokenizer|fuzz_replay_[a-z]+)$$"
 
 # libFuzzer (clang) on every harness in fuzz/ for FUZZ_SECONDS each, one core, from the seed
 # corpora; the replays of those corpora run in `make test` (see fuzz/README.md).

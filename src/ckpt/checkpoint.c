@@ -115,12 +115,9 @@ dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_traine
     char path[4400];
     snprintf(path, sizeof path, "%s/" TRAINER_JSON, step_dir);
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: %s", path, strerror(errno));
-    char *buf = malloc((16u << 20) + 1);
-    size_t n = buf ? fread(buf, 1, 16u << 20, f) : 0;
-    fclose(f);
-    if (!buf) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    char *buf;
+    size_t n;
+    DT_CHECK(dt_io_read_small(ctx, path, 16u << 20, &buf, &n));
     cJSON *r = cJSON_ParseWithLength(buf, n);
     free(buf);
     if (!r) return dt_fail(ctx, DT_ERR_FORMAT, "%s: not valid JSON", path);

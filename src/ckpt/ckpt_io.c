@@ -227,6 +227,30 @@ done:
     return st;
 }
 
+dt_status dt_io_read_small(dt_ctx *ctx, const char *path, size_t max, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: %s", path, strerror(errno));
+    char *b = malloc(max + 2);
+    if (!b) {
+        fclose(f);
+        return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t n = fread(b, 1, max + 1, f);
+    int err = ferror(f);
+    fclose(f);
+    if (err || n > max) {
+        free(b);
+        return err ? dt_fail(ctx, DT_ERR_IO, "%s: read failed", path)
+                   : dt_fail(ctx, DT_ERR_FORMAT, "%s: larger than %zu bytes", path, max);
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return DT_OK;
+}
+
 int dt_io_remove_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return errno == ENOENT ? 0 : -1;

@@ -52,6 +52,9 @@ dt_status dt_io_mkdirs(dt_ctx *ctx, const char *dir);
 /* Size and XXH3-64 of an existing file (streamed; no mmap, so a file truncated meanwhile
  * is an error, not a SIGBUS). */
 dt_status dt_io_hash_file(dt_ctx *ctx, const char *path, dt_io_info *out);
+/* Reads a whole small file (at most max bytes; larger is DT_ERR_FORMAT) into *buf
+ * (malloc'd, NUL-terminated; the caller frees it). */
+dt_status dt_io_read_small(dt_ctx *ctx, const char *path, size_t max, char **buf, size_t *len);
 /* Removes a directory and everything directly inside it (checkpoint dirs are flat). */
 int dt_io_remove_dir(const char *dir);
 

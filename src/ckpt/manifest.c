@@ -134,21 +134,14 @@ dt_status dt_manifest_read(dt_ctx *ctx, const char *dir, dt_manifest *out) {
     char path[4400];
     snprintf(path, sizeof path, "%s/" DT_MANIFEST_NAME, dir);
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: %s (an incomplete or damaged checkpoint)", path, strerror(errno));
-    size_t cap = 16u << 20;
-    char *buf = malloc(cap + 1);
-    if (!buf) {
-        fclose(f);
-        return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    char *buf;
+    size_t n;
+    if (dt_io_read_small(ctx, path, 16u << 20, &buf, &n) != DT_OK) {
+        char why[DT_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", ctx->err);
+        return dt_fail(ctx, DT_ERR_IO, "%s (an incomplete or damaged checkpoint)", why);
     }
-    size_t n = fread(buf, 1, cap + 1, f);
-    int err = ferror(f);
-    fclose(f);
-    dt_status st;
-    if (err) st = dt_fail(ctx, DT_ERR_IO, "%s: read failed", path);
-    else if (n > cap) st = dt_fail(ctx, DT_ERR_FORMAT, "%s: larger than 16 MiB", path);
-    else st = dt_manifest_parse(ctx, buf, n, path, out);
+    dt_status st = dt_manifest_parse(ctx, buf, n, path, out);
     free(buf);
     return st;
 }

@@ -152,45 +152,6 @@ done:
     return st;
 }
 
-static dt_status mkdir_p(dt_ctx *ctx, const char *dir) {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return dt_fail(ctx, DT_ERR_IO, "%s: path too long", dir);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char keep = *p;
-            *p = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return dt_fail(ctx, DT_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
-            *p = keep;
-            if (!keep) break;
-        }
-    }
-    return DT_OK;
-}
-
-dt_status dt_ckpt_save(dt_ctx *ctx, const dt_gpt2 *m, const char *dir, const char *tokenizer,
-                       long step) {
-    char sub[4096], file[4200], tmp[4200], latest[4200];
-    snprintf(sub, sizeof sub, "%s/step-%08ld", dir, step);
-    DT_CHECK(mkdir_p(ctx, sub));
-    snprintf(file, sizeof file, "%s/model.safetensors", sub);
-    DT_CHECK(dt_model_file_save(ctx, m, file, tokenizer, step));
-    /* The pointer is replaced atomically: a reader sees the old or the new step, whole. */
-    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    int bad = fprintf(f, "step-%08ld\n", step) < 0;
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, latest) != 0) {
-        unlink(tmp);
-        return dt_fail(ctx, DT_ERR_IO, "%s: cannot update: %s", latest, strerror(errno));
-    }
-    return DT_OK;
-}
-
 dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_size) {
     struct stat sb;
     if (stat(path, &sb) != 0) return dt_fail(ctx, DT_ERR_IO, "%s: %s", path, strerror(errno));

@@ -1,7 +1,7 @@
 /* model_file.h - a GPT-2 model as one safetensors file: every parameter tensor under its
  * Hugging Face-style name (vocabulary padding excluded), with the model shape and the
  * tokenizer in __metadata__, so the file alone rebuilds the model. Checkpoint directories
- * (step-NNNNNNNN/ plus a `latest` pointer) hold one such file each.
+ * (step-NNNNNNNN/ plus a `latest` pointer, ckpt/checkpoint.h) hold one such file each.
  *
  *   DT_CHECK(dt_model_file_save(ctx, &model, "out/model.safetensors", "byte", step));
  *   dt_gpt2_config cfg; char tok[16];
@@ -32,10 +32,6 @@ dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_gpt2_config *cf
 /* Loads weights into m, whose shape must match the file's. */
 dt_status dt_model_file_load(dt_ctx *ctx, dt_gpt2 *m, const char *path);
 
-/* Saves m as DIR/step-NNNNNNNN/model.safetensors (written under a temporary name, renamed
- * into place), then points DIR/latest at it. */
-dt_status dt_ckpt_save(dt_ctx *ctx, const dt_gpt2 *m, const char *dir, const char *tokenizer,
-                       long step);
 /* Resolves a model file from a file path, a step directory, or a checkpoint directory (via
  * its `latest` pointer). out gets the model.safetensors path. */
 dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_size);

@@ -407,6 +407,7 @@ static void rec_micro(dt_report *r, double budget) {
     for (int k = 0; k < m; k++) {
         const dt_rep_train *t = &r->train[g[k]], *B = &r->train[best];
         if (t->micro_batch < r->train[pick].micro_batch && tps(t) >= tps(B) * (1 - noise(t, B)) &&
+            dt_report_peak_bytes(t, 0) < dt_report_peak_bytes(B, 0) &&
             (budget <= 0 || dt_report_peak_bytes(t, 0) <= budget))
             pick = g[k];
     }
@@ -422,11 +423,14 @@ static void rec_micro(dt_report *r, double budget) {
                           "(%s).%s", P->micro_batch, P->accum, list,
                  same_global ? "" : " (The global batch differs between these runs.)");
     } else {
-        mib(a, sizeof a, dt_report_peak_bytes(P, 0) - dt_report_peak_bytes(S, 0));
-        snprintf(tx, txn, "Use micro-batch %d with %d accumulation step(s): %.1f%% more throughput than micro %d for "
-                          "%s/rank more memory (%s).%s", P->micro_batch, P->accum,
-                 tps(S) > 0 ? 100 * (tps(P) / tps(S) - 1) : 0, S->micro_batch, a, list,
-                 same_global ? "" : " (The global batch differs between these runs.)");
+        /* Accumulation keeps a second gradient buffer, so the smaller micro-batch can cost
+         * more memory, not less: say which. */
+        double d = (double)dt_report_peak_bytes(P, 0) - (double)dt_report_peak_bytes(S, 0);
+        mib(a, sizeof a, d >= 0 ? d : -d);
+        snprintf(tx, txn, "Use micro-batch %d with %d accumulation step(s): %.1f%% more throughput than micro %d %s "
+                          "%s/rank %s memory (%s).%s", P->micro_batch, P->accum,
+                 tps(S) > 0 ? 100 * (tps(P) / tps(S) - 1) : 0, S->micro_batch, d >= 0 ? "for" : "and", a,
+                 d >= 0 ? "more" : "less", list, same_global ? "" : " (The global batch differs between these runs.)");
     }
 done:
     free(g);
