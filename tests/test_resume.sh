@@ -10,8 +10,11 @@
 #  - a damaged newest checkpoint is skipped with a message and the previous one is used;
 #  - a rank that hangs: the watchdog fires, the supervisor names the rank that never
 #    entered the collective, restarts, and the result is still bitwise the same;
-#  - SIGTERM to the supervisor: checkpoint at the next step, exit 0; resuming finishes
-#    bitwise equal.
+#  - SIGTERM to the supervisor: checkpoint at the next step, exit 0; resuming finishes;
+#    SIGUSR1 to one rank of a plain mpirun job: every rank checkpoints at the same step, exit 0;
+#  - a real full disk (a 2.5 MB tmpfs, when this user may mount one): the saves that do not fit
+#    fail with ENOSPC and a message, training goes on, the earlier checkpoint stays intact, and
+#    the run fails because its final checkpoint could not be written.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -133,6 +136,39 @@ stopped=$(sed 's/step-0*//' preempt/ck/latest 2>/dev/null)
   --set checkpoint.dir=preempt/ck --set logging.metrics=preempt/m.jsonl --resume >>preempt.log 2>&1 \
   && grep -q "resumed from .*step-0*$stopped:" preempt.log && [ "$(cat preempt/ck/latest)" = step-00004000 ] \
   && pass "resumed after the preemption and finished" || fail "resume after preemption: $(tail -3 preempt.log)"
+
+# 7. SIGUSR1 to one rank only (as a spot warning or Slurm --signal to one task would).
+mkdir -p usr1
+"$bin" launch -n 2 -- train "${common[@]}" --steps 4000 --set schedule.decay_steps=4000 --set checkpoint.every=0 \
+  --set checkpoint.dir=usr1/ck --set logging.metrics=usr1/m.jsonl >usr1.log 2>&1 &
+lp=$!
+for _ in $(seq 300); do
+  [ -s usr1/m.jsonl ] && [ "$(wc -l <usr1/m.jsonl)" -ge 10 ] && break
+  sleep 0.1
+done
+pid=$(pgrep -f "dtrain train .*usr1/ck" | tail -1)
+kill -USR1 "$pid"
+wait $lp
+rc=$?
+[ $rc = 0 ] && grep -q "preempted (signal received): checkpoint written at step" usr1.log \
+  && "$bin" ckpt verify usr1/ck >/dev/null 2>&1 && pass "SIGUSR1 to one rank: all ranks checkpointed, exit 0" \
+  || fail "SIGUSR1 to one rank (rc $rc): $(grep -E 'preempt|error' usr1.log | tail -3)"
+
+# 8. A full disk: a tmpfs that holds one checkpoint of this model (about 1.45 MB), not two.
+mkdir -p full
+if mount -t tmpfs -o size=2500k tmpfs full 2>/dev/null; then
+  "$bin" train "${common[@]}" --steps 20 --set checkpoint.dir=full/ck --set checkpoint.max_failures=10 \
+    --set logging.metrics= >full.log 2>&1
+  rc=$?
+  [ $rc = 1 ] && grep -q "step-00000010/.*No space left on device" full.log && grep -q "training goes on" full.log \
+    && grep -q "the final checkpoint could not be written" full.log && [ "$(ls full/ck)" = "$(printf 'latest\nstep-00000005')" ] \
+    && "$bin" ckpt verify full/ck >/dev/null 2>&1 \
+    && pass "full disk: ENOSPC named, training went on, step 5 intact, failed final save fails the run" \
+    || fail "full disk (rc $rc): $(grep -E 'error|warning' full.log | head -3); ls: $(ls full/ck)"
+  umount full
+else
+  echo "skip: full-disk case (cannot mount a tmpfs here)"
+fi
 
 echo "test_resume: $fails failure(s)"
 [ $fails -eq 0 ]

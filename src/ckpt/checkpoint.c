@@ -99,6 +99,11 @@ static int j_num(const cJSON *o, const char *k, double lo, double hi, double *ou
     return 1;
 }
 
+/* An integral JSON number in [lo, hi]. */
+static int j_int(const cJSON *o, const char *k, double lo, double hi, double *out) {
+    return j_num(o, k, lo, hi, out) && *out == (double)(int64_t)*out;
+}
+
 /* A uint64 stored as a decimal (or, with hex = 1, hexadecimal) string. */
 static int j_u64(const cJSON *o, const char *k, int hex, uint64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -118,8 +123,14 @@ dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_traine
     char *buf;
     size_t n;
     DT_CHECK(dt_io_read_small(ctx, path, 16u << 20, &buf, &n));
-    cJSON *r = cJSON_ParseWithLength(buf, n);
+    dt_status st = dt_ckpt_parse_trainer(ctx, buf, n, path, out);
     free(buf);
+    return st;
+}
+
+dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const char *path, dt_ckpt_trainer *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *r = cJSON_ParseWithLength(text, n);
     if (!r) return dt_fail(ctx, DT_ERR_FORMAT, "%s: not valid JSON", path);
     dt_status st = DT_OK;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
@@ -128,21 +139,23 @@ dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_traine
     double step, tok, world, mb, acc, T, hyb, loss = 0, secs = 0, v;
     const char *bad = NULL;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "dtrain-trainer")) bad = "format";
-    else if (!j_num(r, "version", 1, 1, &v)) bad = "version";
-    else if (!j_num(r, "step", 0, 1e15, &step)) bad = "step";
+    else if (!j_int(r, "version", 1, 1, &v)) bad = "version";
+    else if (!j_int(r, "step", 0, 1e15, &step)) bad = "step";
     else if (!j_num(r, "tokens_seen", 0, 1e30, &tok)) bad = "tokens_seen";
     else if (!j_u64(r, "seed", 0, &out->seed)) bad = "seed";
-    else if (!j_num(r, "world", 1, 1e7, &world)) bad = "world";
-    else if (!j_num(r, "micro_batch", 1, 1e9, &mb)) bad = "micro_batch";
-    else if (!j_num(r, "grad_accum", 1, 1e9, &acc)) bad = "grad_accum";
-    else if (!j_num(r, "seq_len", 1, 1e9, &T)) bad = "seq_len";
-    else if (!j_num(r, "hybrid", 0, 1, &hyb)) bad = "hybrid";
-    else if (!cJSON_IsString(strat) || strlen(strat->valuestring) >= sizeof out->strategy) bad = "strategy";
+    else if (!j_int(r, "world", 1, 1e7, &world)) bad = "world";
+    else if (!j_int(r, "micro_batch", 1, 1e9, &mb)) bad = "micro_batch";
+    else if (!j_int(r, "grad_accum", 1, 1e9, &acc)) bad = "grad_accum";
+    else if (!j_int(r, "seq_len", 1, 1e9, &T)) bad = "seq_len";
+    else if (!j_int(r, "hybrid", 0, 1, &hyb)) bad = "hybrid";
+    else if (!cJSON_IsString(strat) || strlen(strat->valuestring) >= sizeof out->strategy ||
+             strspn(strat->valuestring, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(strat->valuestring))
+        bad = "strategy";
     else if (!cJSON_IsNull(data) && !cJSON_IsObject(data)) bad = "data";
     if (!bad && cJSON_IsObject(data)) {
         double sh, dT;
         if (!j_u64(data, "cursor", 0, &out->sampler.cursor) || !j_u64(data, "seed", 0, &out->sampler.seed) ||
-            !j_num(data, "shuffle", 0, 1, &sh) || !j_num(data, "seq_len", 1, 1e9, &dT) ||
+            !j_int(data, "shuffle", 0, 1, &sh) || !j_int(data, "seq_len", 1, 1e9, &dT) ||
             !j_u64(data, "samples", 0, &out->sampler.n_samples) || !j_u64(data, "layout", 1, &out->sampler.layout))
             bad = "data";
         else {

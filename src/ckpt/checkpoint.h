@@ -95,6 +95,9 @@ dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out_or_
  * the step directory. DT_ERR_IO with "no checkpoint" if there is none. */
 dt_status dt_ckpt_find(dt_ctx *ctx, const char *root, char *out, size_t out_size);
 dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_trainer *out);
+/* Parses trainer.json text (len bytes); `origin` names it in messages. */
+dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t len, const char *origin,
+                                dt_ckpt_trainer *out);
 /* The full parameters of the step's model file into full (model->n_params floats, slab
  * layout; padding rows zero). The model's shape must match the file's. */
 dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_gpt2 *model, float *full);

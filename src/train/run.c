@@ -60,6 +60,7 @@ typedef struct run_state {
     float last_loss;
     double last_save_t;    /* rank 0's clock at the last checkpoint (every_minutes) */
     double step_s_sum;     /* for the stall fraction */
+    int last_commit_ok;    /* the latest save was committed */
     long steps_run;
 } run_state;
 
@@ -232,6 +233,7 @@ static dt_status save_commit(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_
     double tt = dt_trace_begin();
     DT_CHECK(dt_ckpt_saver_commit(ctx, r->saver, comm, &done));
     dt_trace_end(tt, "ckpt", "checkpoint commit");
+    r->last_commit_ok = done;
     if (done && ctx->rank == 0) {
         char latest[DT_PATH_MAX + 16], line[64] = "";
         snprintf(latest, sizeof latest, "%s/latest", cfg->ckpt_dir);
@@ -494,6 +496,13 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                         "at %.0f MB/s", ok, failed, 1e3 * stage / (ok + failed), 100.0 * stage / (ok + failed) / mean,
                         mean * 1e3, 1e3 * wait, bytes / 1e6, rank, wr > 0 ? bytes / 1e6 / wr : 0.0);
         }
+    }
+    /* A failed save mid-run is survivable (the previous checkpoint stays); the last one is
+     * the run's result: if it failed, the run failed. */
+    if (r.saver && r.steps_run > 0 && !r.last_commit_ok) {
+        st = dt_fail(ctx, DT_ERR_IO, "checkpoint: the final checkpoint could not be written (see the messages above); "
+                     "the newest intact one in %s is older", cfg->ckpt_dir);
+        goto fail;
     }
     if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
     if (cfg->trace[0]) {
