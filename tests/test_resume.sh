@@ -170,5 +170,18 @@ else
   echo "skip: full-disk case (cannot mount a tmpfs here)"
 fi
 
+# 9. logging.trace of a training run with asynchronous checkpoints: one well-nested timeline
+#    per rank and thread, the checkpoint stage/commit on the main thread, the write on its own.
+mkdir -p trace
+"$bin" launch -n 2 -- train "${common[@]}" --steps 6 --set checkpoint.every=2 --set checkpoint.dir=trace/ck \
+  --set logging.metrics= --set logging.trace=trace/t.json >trace.log 2>&1 || fail "traced run: $(tail -2 trace.log)"
+out=$(/usr/bin/python3 "$src/tests/check_bench.py" trace trace/t.json 2 1 2>&1) && /usr/bin/python3 - trace/t.json <<'PY' \
+  && pass "logging.trace: $out, checkpoint events on main and writer threads" || fail "trace: $out"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("cat") == "ckpt"]
+assert any(e["name"].startswith("checkpoint stage") and e["tid"] == 0 for e in ev), "no stage event"
+assert any(e["name"].startswith("checkpoint write") and e["tid"] == 2 for e in ev), "no write event on tid 2"
+PY
+
 echo "test_resume: $fails failure(s)"
 [ $fails -eq 0 ]

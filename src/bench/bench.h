@@ -116,11 +116,6 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
                              const dt_bench_opts *o, dt_bench_suite *s);
 void dt_bench_suite_free(dt_bench_suite *s);
 
-/* Writes the events recorded on every rank of comm (all ranks call) as one Chrome trace
- * JSON file at path: each rank writes path.rank<N>.part, rank 0 merges and removes them
- * (a part on another node's file system stays; a warning says so). Also for `dtrain train`. */
-dt_status dt_bench_trace_write(dt_ctx *ctx, dt_comm *comm, const char *path);
-
 /* Fixed-width tables (rank 0): per-repeat rows, statistics, kernel and step breakdown,
  * communication, memory per rank, and the Training Summary block. */
 void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *cfg,

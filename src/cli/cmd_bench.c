@@ -17,6 +17,7 @@
 #include "bench/prices.h"
 #include "bench/sweep.h"
 #include "cli/cli.h"
+#include "train/trace_file.h"
 #include "core/log.h"
 #include "core/trace.h"
 
@@ -580,7 +581,7 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     dt_bench_suite s;
     memset(&s, 0, sizeof s);
     if (st == DT_OK) st = dt_bench_suite_run(ctx, &cfg.train, comm, &bo, &s);
-    if (st == DT_OK && fl.trace) st = dt_bench_trace_write(ctx, comm, fl.trace);
+    if (st == DT_OK && fl.trace) st = dt_trace_write_merged(ctx, comm, fl.trace);
     dt_trace_reset();
     dt_cli_finish_ranks(ctx, comm, st);
     if (st != DT_OK || rank != 0) { /* only rank 0 prints tables */

@@ -12,7 +12,6 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
-#include "bench/bench.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "core/log.h"
@@ -20,6 +19,7 @@
 #include "ops/ops.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
+#include "train/trace_file.h"
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens) {
     dt_val_loader_reset(vl);
@@ -507,7 +507,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
     if (cfg->trace[0]) {
         dt_trace_disable();
-        DT_CHECK_GOTO(dt_bench_trace_write(ctx, comm, cfg->trace));
+        DT_CHECK_GOTO(dt_trace_write_merged(ctx, comm, cfg->trace));
         dt_trace_reset();
         dt_log_info(ctx, "trace: %s (open in https://ui.perfetto.dev or chrome://tracing)", cfg->trace);
     }

@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/bench.h"
+#include "train/trace_file.h"
 #include "core/log.h"
 #include "core/trace.h"
 
-dt_status dt_bench_trace_write(dt_ctx *ctx, dt_comm *comm, const char *path) {
+dt_status dt_trace_write_merged(dt_ctx *ctx, dt_comm *comm, const char *path) {
     int rank = dt_comm_rank(comm, DT_GROUP_WORLD), world = dt_comm_size(comm, DT_GROUP_WORLD);
     char part[4200];
     snprintf(part, sizeof part, "%s.rank%d.part", path, rank);
