@@ -80,9 +80,10 @@ int dt_ckpt_saver_done(dt_ckpt_saver *s);
  * removed; the previous checkpoint stays the newest. Returns an error only after
  * max_failures consecutive failures. *committed (may be NULL) = 1 if it committed. */
 dt_status dt_ckpt_saver_commit(dt_ctx *ctx, dt_ckpt_saver *s, dt_comm *comm, int *committed);
-/* Seconds the training loop spent copying state into staging / waiting for a previous
- * save, summed; saves committed and failed. */
-void dt_ckpt_saver_stats(const dt_ckpt_saver *s, double *stage_s, double *wait_s, int *committed,
+/* Seconds the training loop spent copying state into staging / waiting for a save's writes /
+ * committing (the exchange of results and, on rank 0, manifest, `latest` and pruning),
+ * summed; saves committed and failed. */
+void dt_ckpt_saver_stats(const dt_ckpt_saver *s, double *stage_s, double *wait_s, double *commit_s, int *committed,
                          int *failed, double *write_s, double *bytes);
 
 /* ---- reading */

@@ -39,7 +39,7 @@ struct dt_ckpt_saver {
     dt_io_info model_info, trainer_info, optim_info;
     double job_s;
     /* stats */
-    double stage_s, wait_s, write_s, bytes;
+    double stage_s, wait_s, commit_s, write_s, bytes;
     int committed, failed, consecutive;
 };
 
@@ -343,6 +343,7 @@ dt_status dt_ckpt_saver_commit(dt_ctx *ctx, dt_ckpt_saver *s, dt_comm *comm, int
     if (waited > 0.01 && s->cfg.async)
         dt_log_info(ctx, "checkpoint: waited %.2f s for the write of step %ld to finish", waited, s->tj.step);
     s->pending = 0;
+    double t_commit = dt_now(); /* from here on: the exchange and (rank 0) the manifest */
     int W = s->cfg.world;
     int64_t *recs = calloc((size_t)W * 4 + 1, sizeof *recs);
     if (!recs) return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
@@ -383,6 +384,7 @@ dt_status dt_ckpt_saver_commit(dt_ctx *ctx, dt_ckpt_saver *s, dt_comm *comm, int
     free(recs);
     /* Every rank learns the outcome (the same failure count everywhere). */
     DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, &ok, sizeof ok, 0));
+    s->commit_s += dt_now() - t_commit;
     double bytes = (double)(s->model_info.size + s->trainer_info.size + s->optim_info.size);
     if (ok) {
         s->committed++;
@@ -405,10 +407,11 @@ dt_status dt_ckpt_saver_commit(dt_ctx *ctx, dt_ckpt_saver *s, dt_comm *comm, int
     return DT_OK;
 }
 
-void dt_ckpt_saver_stats(const dt_ckpt_saver *s, double *stage_s, double *wait_s, int *committed,
+void dt_ckpt_saver_stats(const dt_ckpt_saver *s, double *stage_s, double *wait_s, double *commit_s, int *committed,
                          int *failed, double *write_s, double *bytes) {
     *stage_s = s->stage_s;
     *wait_s = s->wait_s;
+    *commit_s = s->commit_s;
     *committed = s->committed;
     *failed = s->failed;
     *write_s = s->write_s;

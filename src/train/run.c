@@ -486,15 +486,16 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     }
     if (r.saver) {
         DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg));
-        double stage, wait, wr, bytes;
+        double stage, wait, commit, wr, bytes;
         int ok, failed;
-        dt_ckpt_saver_stats(r.saver, &stage, &wait, &ok, &failed, &wr, &bytes);
+        dt_ckpt_saver_stats(r.saver, &stage, &wait, &commit, &ok, &failed, &wr, &bytes);
         if (ok + failed > 0 && r.steps_run > 0) {
-            double mean = r.step_s_sum / (double)r.steps_run;
-            dt_log_info(ctx, "checkpoints: %d committed, %d failed; the loop spent %.1f ms per save copying state "
-                        "(%.2f%% of a %.0f ms step) and %.1f ms waiting for the disk; %.1f MB written by rank %d "
-                        "at %.0f MB/s", ok, failed, 1e3 * stage / (ok + failed), 100.0 * stage / (ok + failed) / mean,
-                        mean * 1e3, 1e3 * wait, bytes / 1e6, rank, wr > 0 ? bytes / 1e6 / wr : 0.0);
+            double mean = r.step_s_sum / (double)r.steps_run, n = ok + failed;
+            dt_log_info(ctx, "checkpoints: %d committed, %d failed; per save the loop spent %.1f ms copying state and "
+                        "%.1f ms committing (%.2f%% of a %.0f ms step), and %.1f ms in all waiting for the disk; "
+                        "%.1f MB written by rank %d at %.0f MB/s", ok, failed, 1e3 * stage / n, 1e3 * commit / n,
+                        100.0 * (stage + commit) / n / mean, mean * 1e3, 1e3 * wait, bytes / 1e6, rank,
+                        wr > 0 ? bytes / 1e6 / wr : 0.0);
         }
     }
     /* A failed save mid-run is survivable (the previous checkpoint stays); the last one is
