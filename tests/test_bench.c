@@ -57,16 +57,6 @@ static void test_loss_hash(void **state) {
     assert_true(dt_bench_loss_hash(a, 0) == 1469598103934665603ULL); /* FNV offset basis */
 }
 
-static const char *write_file(const char *dir, const char *name, const char *text) {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
 static void test_prices(void **state) {
     (void)state;
     char dir[256];
@@ -74,7 +64,7 @@ static void test_prices(void **state) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_price_table t;
-    const char *ok = write_file(dir, "ok.yaml",
+    const char *ok = tu_write_file(dir, "ok.yaml",
                                 "date: \"2024-06-01\"\ninstances:\n  a: {on_demand: 3.6, spot: 1.8}\n  b: {on_demand: 7.2, spot: null}\n");
     assert_int_equal(dt_prices_load(&ctx, ok, &t), DT_OK);
     assert_int_equal(t.n, 2);
@@ -112,7 +102,7 @@ static void test_prices(void **state) {
         {"instances: {}\n", "instances: no instance listed"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *p = write_file(dir, "bad.yaml", bad[i].text);
+        const char *p = tu_write_file(dir, "bad.yaml", bad[i].text);
         assert_int_equal(dt_prices_load(&ctx, p, &t), DT_ERR_CONFIG);
         if (!strstr(ctx.err, bad[i].want)) fail_msg("case %zu: got '%s', want '%s'", i, ctx.err, bad[i].want);
         assert_null(strchr(ctx.err, '\n'));

@@ -11,16 +11,6 @@
 
 static char dir[256];
 
-static const char *write_file(const char *name, const char *text) {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    return path;
-}
-
 static int teardown(void **state) {
     (void)state;
     return tu_rmtree(dir);
@@ -33,7 +23,7 @@ static int setup(void **state) {
 
 static void test_good_file_sets_keys(void **state) {
     (void)state;
-    const char *p = write_file("good.yaml",
+    const char *p = tu_write_file(dir, "good.yaml",
                                "# a comment\n"
                                "model:\n  preset: gpt2-tiny\n  n_layer: 3\n"
                                "data:\n  train: \"data/train_*.bin\"\n  shuffle: false\n"
@@ -57,7 +47,7 @@ static void test_good_file_sets_keys(void **state) {
 }
 
 static void expect_error(const char *name, const char *text, const char *const *needles) {
-    const char *p = write_file(name, text);
+    const char *p = tu_write_file(dir, name, text);
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_run_cfg c;

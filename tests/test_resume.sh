@@ -183,5 +183,40 @@ assert any(e["name"].startswith("checkpoint stage") and e["tid"] == 0 for e in e
 assert any(e["name"].startswith("checkpoint write") and e["tid"] == 2 for e in ev), "no write event on tid 2"
 PY
 
+# 10. Checkpoint schedule and pruning on 1 rank: every 2 steps with keep_last 2 leaves exactly
+#     the two newest; every_minutes (30 ms, steps slowed to 50 ms) saves without checkpoint.every.
+mkdir -p sched
+"$bin" train "${common[@]}" --steps 10 --set checkpoint.every=2 --set checkpoint.keep_last=2 \
+  --set checkpoint.dir=sched/keep --set logging.metrics= >sched.log 2>&1 || fail "keep_last run: $(tail -2 sched.log)"
+[ "$(ls sched/keep | tr '\n' ' ')" = "latest step-00000008 step-00000010 " ] && [ "$(cat sched/keep/latest)" = step-00000010 ] \
+  && pass "checkpoint.keep_last=2 keeps steps 8 and 10" || fail "keep_last: $(ls sched/keep | tr '\n' ' ')"
+DTRAIN_TEST_STEP_DELAY_MS=50 "$bin" train "${common[@]}" --steps 10 --set checkpoint.every=0 \
+  --set checkpoint.every_minutes=0.0005 --set checkpoint.keep_last=0 --set checkpoint.dir=sched/min \
+  --set logging.metrics= >>sched.log 2>&1 || fail "every_minutes run: $(tail -2 sched.log)"
+n=$(ls -d sched/min/step-* 2>/dev/null | wc -l)
+[ "$n" -ge 4 ] && pass "checkpoint.every_minutes: $n checkpoints in 10 slowed steps" || fail "every_minutes: $n checkpoints"
+out=$("$bin" ckpt info sched/keep 2>&1)
+[[ $out == *"step         10"* && $out == *"data cursor  80 samples"* && $out == *"optim-rank0-of-1.safetensors"* ]] \
+  && pass "ckpt info: step, data cursor, files" || fail "ckpt info: $out"
+
+# 11. Mistakes get one line and the right status: --resume without checkpoint.dir (2), a bad
+#     --max-restarts (2), --resume of a directory without checkpoints (1), and a job that
+#     fails every time makes the supervisor give up after K restarts with the job's status.
+err=$("$bin" train "${common[@]}" --resume 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [ "$(echo "$err" | wc -l)" = 1 ] && [[ $err == *"needs checkpoint.dir"* ]] \
+  && pass "--resume without checkpoint.dir: exit 2, one line" || fail "--resume without dir: rc $rc '$err'"
+err=$("$bin" launch -n 2 --max-restarts x -- train 2>&1 >/dev/null); rc=$?
+[ $rc = 2 ] && [[ $err == *"--max-restarts expects a non-negative integer"* ]] \
+  && pass "--max-restarts x: exit 2 naming the flag" || fail "--max-restarts x: rc $rc '$err'"
+mkdir -p empty
+err=$("$bin" train "${common[@]}" --resume empty 2>&1 >/dev/null); rc=$?
+[ $rc = 1 ] && [[ $err == *"empty: no checkpoint"* ]] && pass "--resume of an empty directory: exit 1 naming it" \
+  || fail "--resume empty: rc $rc '$err'"
+"$bin" launch -n 2 --max-restarts 2 --backoff 0 -- train "${common[@]}" --data missing.bin \
+  --set checkpoint.dir=giveup/ck >giveup.log 2>&1; rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c 'job failed after' giveup.log)" = 3 ] && grep -q "giving up: 2 restart(s) allowed" giveup.log \
+  && grep -q "missing.bin" giveup.log && pass "a job failing every time: 3 attempts, then the supervisor gives up (rc $rc)" \
+  || fail "give up: rc $rc, $(grep 'dtrain launch' giveup.log | tail -2)"
+
 echo "test_resume: $fails failure(s)"
 [ $fails -eq 0 ]

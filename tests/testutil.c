@@ -61,3 +61,13 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 int tu_rmtree(const char *dir) { return nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS); }
+
+const char *tu_write_file(const char *dir, const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}

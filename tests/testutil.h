@@ -24,6 +24,8 @@ void *tu_malloc(size_t bytes); /* zeroed; aborts the test on failure */
 
 /* Creates a fresh directory /tmp/dt_<name>_XXXXXX into buf (n bytes); 0 on success. */
 int tu_mkdtemp(char *buf, size_t n, const char *name);
+/* Writes text to dir/name; returns the path (a static buffer, valid until the next call). */
+const char *tu_write_file(const char *dir, const char *name, const char *text);
 /* Removes a directory tree (for group teardowns); 0 on success. */
 int tu_rmtree(const char *dir);
 

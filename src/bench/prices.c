@@ -6,6 +6,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "train/config_yaml.h"
+
 static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
 static unsigned long line_of(const yaml_node_t *n) { return (unsigned long)n->start_mark.line + 1; }
 
@@ -68,23 +70,9 @@ dt_status dt_prices_load(dt_ctx *ctx, const char *path, dt_price_table *t) {
     memset(t, 0, sizeof *t);
     snprintf(t->path, sizeof t->path, "%s", path);
     snprintf(t->currency, sizeof t->currency, "USD");
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(ctx, DT_ERR_CONFIG, "%s: cannot open price table: %s", path, strerror(errno));
-    yaml_parser_t parser;
     yaml_document_t doc;
     dt_status st = DT_OK;
-    int have_doc = 0;
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(f);
-        return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot initialise the YAML parser", path);
-    }
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: YAML syntax error: %s", path,
-                     (unsigned long)parser.problem_mark.line + 1, parser.problem ? parser.problem : "unknown");
-        goto done;
-    }
-    have_doc = 1;
+    DT_CHECK(dt_yaml_load_file(ctx, path, "price table", &doc));
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root || root->type != YAML_MAPPING_NODE) {
         st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: expected a mapping with an 'instances' key", path,
@@ -129,9 +117,7 @@ dt_status dt_prices_load(dt_ctx *ctx, const char *path, dt_price_table *t) {
     }
     if (t->n == 0) st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: instances: no instance listed", path, line_of(root));
 done:
-    if (have_doc) yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
-    fclose(f);
+    yaml_document_delete(&doc);
     if (st != DT_OK) dt_prices_free(t);
     return st;
 }

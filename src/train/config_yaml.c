@@ -14,27 +14,30 @@ static dt_status at_line(dt_ctx *ctx, dt_status st, const char *path, const yaml
 
 static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
 
-dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
+dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yaml_document_t *doc) {
     FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(ctx, DT_ERR_CONFIG, "%s: cannot open config: %s", path, strerror(errno));
+    if (!f) return dt_fail(ctx, DT_ERR_CONFIG, "%s: cannot open %s: %s", path, what, strerror(errno));
     yaml_parser_t parser;
-    yaml_document_t doc;
-    dt_status st = DT_OK;
-    int have_doc = 0;
-    char seen[64][96]; /* keys already set by this file, to refuse duplicates */
-    int nseen = 0;
     if (!yaml_parser_initialize(&parser)) {
         fclose(f);
         return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot initialise the YAML parser", path);
     }
     yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
+    dt_status st = DT_OK;
+    if (!yaml_parser_load(&parser, doc))
         st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: YAML syntax error: %s", path,
-                     (unsigned long)parser.problem_mark.line + 1,
-                     parser.problem ? parser.problem : "unknown");
-        goto done;
-    }
-    have_doc = 1;
+                     (unsigned long)parser.problem_mark.line + 1, parser.problem ? parser.problem : "unknown");
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return st;
+}
+
+dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
+    yaml_document_t doc;
+    dt_status st = DT_OK;
+    char seen[64][96]; /* keys already set by this file, to refuse duplicates */
+    int nseen = 0;
+    DT_CHECK(dt_yaml_load_file(ctx, path, "config", &doc));
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root) goto done; /* an empty file sets nothing */
     if (root->type != YAML_MAPPING_NODE) {
@@ -94,8 +97,6 @@ dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
         }
     }
 done:
-    if (have_doc) yaml_document_delete(&doc);
-    yaml_parser_delete(&parser);
-    fclose(f);
+    yaml_document_delete(&doc);
     return st;
 }

@@ -13,7 +13,14 @@
 #ifndef DT_CONFIG_YAML_H
 #define DT_CONFIG_YAML_H
 
+#include <yaml.h>
+
 #include "train/keys.h"
+
+/* Loads the whole YAML file `path` as one document (delete it with yaml_document_delete).
+ * `what` names the file's role in the open error ("config", "price table"); a syntax error
+ * names path:line. All errors are DT_ERR_CONFIG (a bad input file). */
+dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yaml_document_t *doc);
 
 /* Applies every key of the file to c (later --set flags may override them). */
 dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path);

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +60,9 @@ typedef struct run_state {
     double last_save_t;    /* rank 0's clock at the last checkpoint (every_minutes) */
     double step_s_sum;     /* for the stall fraction */
     int last_commit_ok;    /* the latest save was committed */
+    long staged_step;      /* step of the save in flight */
+    long hang_step;        /* test aids, read once: DTRAIN_TEST_HANG, DTRAIN_TEST_STEP_DELAY_MS */
+    int hang_rank, delay_ms;
     long steps_run;
 } run_state;
 
@@ -142,23 +144,24 @@ static dt_status ledger_step(dt_ctx *ctx, run_state *r, long step, uint64_t curs
     return DT_OK;
 }
 
-/* Test aid: DTRAIN_TEST_HANG=STEP:RANK makes that rank stop before that step (as a rank
- * stuck in a kernel or a dead NIC would), in the first attempt of a supervised job only. */
-static void test_hang(long step, int rank) {
-    const char *s = getenv("DTRAIN_TEST_HANG"), *restart = getenv("DTRAIN_RESTART");
-    long hs;
-    int hr;
-    if (!s || (restart && strcmp(restart, "0") != 0) || sscanf(s, "%ld:%d", &hs, &hr) != 2) return;
-    if (hs == step && hr == rank)
-        for (;;) pause();
+/* Test aids, read once at start: DTRAIN_TEST_HANG=STEP:RANK makes that rank stop before that
+ * step (as a rank stuck in a kernel or a dead NIC would), in the first attempt of a
+ * supervised job only; DTRAIN_TEST_STEP_DELAY_MS=N sleeps N ms per step, so kill tests can
+ * land anywhere in a run of a tiny model. */
+static void test_aids_read(run_state *r) {
+    const char *h = getenv("DTRAIN_TEST_HANG"), *restart = getenv("DTRAIN_RESTART");
+    const char *d = getenv("DTRAIN_TEST_STEP_DELAY_MS");
+    r->hang_step = -1;
+    if (h && (!restart || strcmp(restart, "0") == 0) && sscanf(h, "%ld:%d", &r->hang_step, &r->hang_rank) != 2)
+        r->hang_step = -1;
+    r->delay_ms = d ? atoi(d) : 0;
+    if (r->delay_ms < 0 || r->delay_ms > 100000) r->delay_ms = 0;
 }
 
-/* Test aid: DTRAIN_TEST_STEP_DELAY_MS=N sleeps N ms per step, so kill tests can land
- * anywhere in a run of a tiny model. */
-static void test_delay(void) {
-    const char *s = getenv("DTRAIN_TEST_STEP_DELAY_MS");
-    int ms = s ? atoi(s) : 0;
-    if (ms > 0 && ms < 100000) usleep((useconds_t)ms * 1000);
+static void test_aids_step(const run_state *r, long step, int rank) {
+    if (r->hang_step == step && r->hang_rank == rank)
+        for (;;) pause();
+    if (r->delay_ms > 0) usleep((useconds_t)r->delay_ms * 1000);
 }
 
 /* ---- checkpoints */
@@ -220,6 +223,7 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, lo
     DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full)); /* ZeRO-3: a gather, every rank */
     dt_parallel_moments(r->tr.par, &mom, &var);
     dt_status st = dt_ckpt_saver_stage(ctx, r->saver, full, mom, var, &tj);
+    r->staged_step = step;
     dt_parallel_release_full_params(r->tr.par, full);
     r->last_save_t = dt_now();
     dt_trace_end(tt, "ckpt", "checkpoint stage step %ld", step);
@@ -235,16 +239,8 @@ static dt_status save_commit(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_
     dt_trace_end(tt, "ckpt", "checkpoint commit");
     r->last_commit_ok = done;
     if (done && ctx->rank == 0) {
-        char latest[DT_PATH_MAX + 16], line[64] = "";
-        snprintf(latest, sizeof latest, "%s/latest", cfg->ckpt_dir);
-        FILE *f = fopen(latest, "r");
-        if (f) {
-            if (!fgets(line, sizeof line, f)) line[0] = 0;
-            fclose(f);
-        }
-        line[strcspn(line, "\n")] = 0;
         char msg[DT_PATH_MAX + 96];
-        snprintf(msg, sizeof msg, "checkpoint: %s/%s", cfg->ckpt_dir, line);
+        snprintf(msg, sizeof msg, "checkpoint: %s/step-%08ld", cfg->ckpt_dir, r->staged_step);
         dt_metrics_note(ctx, &r->metrics, msg);
     }
     return DT_OK;
@@ -384,6 +380,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     run_state r;
     memset(&r, 0, sizeof r);
     r.ledger_fd = -1;
+    test_aids_read(&r);
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
@@ -442,8 +439,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     for (long s = start + 1; s <= t->steps; s++) {
         dt_step_stats ss;
         uint64_t cursor = r.loader ? dt_loader_cursor(r.loader) : 0;
-        test_hang(s, rank);
-        test_delay();
+        test_aids_step(&r, s, rank);
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
         DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, world, rank));
         r.seen += tokens_per_step;
