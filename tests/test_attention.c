@@ -73,8 +73,7 @@ static void case_run_ref(att_case *c) {
                               s.C, s.NH);
 }
 
-static void test_forward_matches_double_reference(void **state) {
-    (void)state;
+static void forward_matches_double_reference(void) {
     for (size_t k = 0; k < N_SHAPES; k++) {
         att_case c;
         case_init(&c, k_shapes[k], 100 + k);
@@ -90,8 +89,12 @@ static void test_forward_matches_double_reference(void **state) {
     }
 }
 
-static void test_backward_matches_double_reference(void **state) {
+static void test_forward_matches_double_reference(void **state) {
     (void)state;
+    tu_each_isa(forward_matches_double_reference);
+}
+
+static void backward_matches_double_reference(void) {
     for (size_t k = 0; k < N_SHAPES; k++) {
         att_case c;
         case_init(&c, k_shapes[k], 200 + k);
@@ -103,6 +106,11 @@ static void test_backward_matches_double_reference(void **state) {
         assert_true(e < 1e-4);
         case_free(&c);
     }
+}
+
+static void test_backward_matches_double_reference(void **state) {
+    (void)state;
+    tu_each_isa(backward_matches_double_reference);
 }
 
 /* loss = sum(out * G) through the reference forward. */
@@ -141,8 +149,7 @@ static void test_reference_backward_matches_finite_differences(void **state) {
     free(qkv), free(G), free(out), free(lse), free(dqkv), free(fd);
 }
 
-static void test_fast_kernels_are_bitwise_deterministic(void **state) {
-    (void)state;
+static void fast_kernels_are_bitwise_deterministic(void) {
     const shape s = {2, 100, 96, 3};
     att_case a, b;
     case_init(&a, s, 400);
@@ -156,8 +163,12 @@ static void test_fast_kernels_are_bitwise_deterministic(void **state) {
     case_free(&b);
 }
 
-static void test_future_keys_values_do_not_change_earlier_outputs(void **state) {
+static void test_fast_kernels_are_bitwise_deterministic(void **state) {
     (void)state;
+    tu_each_isa(fast_kernels_are_bitwise_deterministic);
+}
+
+static void future_keys_values_do_not_change_earlier_outputs(void) {
     const shape s = {2, 70, 64, 4};
     const int t0 = 40; /* inside the second tile, so the diagonal tile is exercised */
     att_case a, b;
@@ -182,6 +193,11 @@ static void test_future_keys_values_do_not_change_earlier_outputs(void **state) 
     }
     case_free(&a);
     case_free(&b);
+}
+
+static void test_future_keys_values_do_not_change_earlier_outputs(void **state) {
+    (void)state;
+    tu_each_isa(future_keys_values_do_not_change_earlier_outputs);
 }
 
 int main(void) {

@@ -257,7 +257,7 @@ static void test_accumulation_equals_a_larger_batch(void **state) {
     train(a, la, &pa, &na);
     train(b, lb, &pb, &nb);
     double worst = 0;
-    for (int s = 0; s < 8; s++) worst = fmax(worst, fabs(la[s] - lb[s]) / fabs(la[s]));
+    for (int s = 0; s < 8; s++) worst = tu_worse(worst, fabs(la[s] - lb[s]) / fabs(la[s]));
     double *pad = tu_malloc(na * sizeof(double));
     tu_to_double(pad, pa, na);
     double pe = tu_rel_err(pb, pad, na);

@@ -55,8 +55,7 @@ static double ln_loss(void *ud) {
     return dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
-static void test_layernorm(void **state) {
-    (void)state;
+static void layernorm_cases(void) {
     int shapes[][2] = {{7, 13}, {64, 768}, {33, 100}};
     for (int s = 0; s < 3; s++) {
         int N = shapes[s][0], C = shapes[s][1];
@@ -108,6 +107,11 @@ static void test_layernorm(void **state) {
     }
 }
 
+static void test_layernorm(void **state) {
+    (void)state;
+    tu_each_isa(layernorm_cases);
+}
+
 /* ---------------------------------------------------------------- matmul */
 typedef struct { int N, C, OC; double *x, *w, *bias, *g, *out; } mm_case;
 
@@ -117,8 +121,7 @@ static double mm_loss(void *ud) {
     return dot(c->out, c->g, (size_t)c->N * c->OC);
 }
 
-static void test_matmul(void **state) {
-    (void)state;
+static void matmul_cases(void) {
     int shapes[][3] = {{5, 7, 3}, {64, 96, 288}, {37, 50, 130}};
     for (int s = 0; s < 3; s++) {
         int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
@@ -177,6 +180,11 @@ static void test_matmul(void **state) {
     }
 }
 
+static void test_matmul(void **state) {
+    (void)state;
+    tu_each_isa(matmul_cases);
+}
+
 /* ---------------------------------------------------------------- gelu */
 typedef struct { int N; double *x, *g, *out; } gelu_case;
 
@@ -186,8 +194,7 @@ static double gelu_loss(void *ud) {
     return dot(c->out, c->g, c->N);
 }
 
-static void test_gelu(void **state) {
-    (void)state;
+static void gelu_cases(void) {
     int sizes[] = {1, 17, 100003};
     for (int s = 0; s < 3; s++) {
         int N = sizes[s];
@@ -213,6 +220,11 @@ static void test_gelu(void **state) {
     }
 }
 
+static void test_gelu(void **state) {
+    (void)state;
+    tu_each_isa(gelu_cases);
+}
+
 /* ---------------------------------------------------------------- encoder */
 typedef struct { int B, T, C; const int32_t *tok; double *wte, *wpe, *g, *out; } enc_case;
 
@@ -222,8 +234,7 @@ static double enc_loss(void *ud) {
     return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
 }
 
-static void test_encoder(void **state) {
-    (void)state;
+static void encoder_cases(void) {
     int B = 3, T = 9, C = 21, V = 11;
     size_t n = (size_t)B * T * C;
     int32_t tok[27];
@@ -253,9 +264,13 @@ static void test_encoder(void **state) {
     free(c.g); free(c.out); free(rdwte); free(rdwpe);
 }
 
-/* ---------------------------------------------------------------- residual */
-static void test_residual(void **state) {
+static void test_encoder(void **state) {
     (void)state;
+    tu_each_isa(encoder_cases);
+}
+
+/* ---------------------------------------------------------------- residual */
+static void residual_cases(void) {
     int N = 1001;
     float *a = tu_malloc(N * 4), *b = tu_malloc(N * 4), *o = tu_malloc(N * 4);
     double *ad = tu_malloc(N * 8), *bd = tu_malloc(N * 8), *od = tu_malloc(N * 8);
@@ -272,6 +287,11 @@ static void test_residual(void **state) {
     free(a); free(b); free(o); free(ad); free(bd); free(od);
 }
 
+static void test_residual(void **state) {
+    (void)state;
+    tu_each_isa(residual_cases);
+}
+
 /* ---------------------------------------------------------------- cross-entropy */
 typedef struct { int N, V, Vp; const int32_t *tgt; double *x, *loss, *lse, dloss; } ce_case;
 
@@ -283,8 +303,7 @@ static double ce_loss(void *ud) {
     return s * c->dloss;
 }
 
-static void test_crossentropy(void **state) {
-    (void)state;
+static void crossentropy_cases(void) {
     int shapes[][3] = {{4, 10, 16}, {64, 50257, 50304}, {5, 33, 33}};
     for (int s = 0; s < 3; s++) {
         int N = shapes[s][0], V = shapes[s][1], Vp = shapes[s][2];
@@ -317,36 +336,123 @@ static void test_crossentropy(void **state) {
     }
 }
 
-/* The vectorised exp against libm over the range softmax and GELU use. */
-#include "ops/cpu/vmath.h"
-static void test_vexp_accuracy(void **state) {
+static void test_crossentropy(void **state) {
     (void)state;
-    int n = 200001;
+    tu_each_isa(crossentropy_cases);
+}
+
+/* The vectorised exp against libm over the range softmax and GELU use, on every path; the
+ * elementwise values are the same bits on every path (the sums differ only in order). */
+#define VEXP_N 200001
+static float *g_exp_first; /* the first path's values */
+
+static void vexp_cases(void) {
+    int n = VEXP_N;
     float *x = tu_malloc(n * 4), *y = tu_malloc(n * 4);
     for (int i = 0; i < n; i++) x[i] = -87.0f + 175.0f * (float)i / (float)(n - 1);
-    dt_vexp_sum(y, x, 0.0f, n);
+    dt_exp_sum(y, x, 0.0f, n);
     double worst = 0;
     for (int i = 0; i < n; i++) {
         double r = exp((double)x[i]);
-        double e = fabs(y[i] - r) / r;
-        if (e > worst) worst = e;
-        if (i % 997 == 0) assert_true(y[i] == dt_expf(x[i])); /* scalar form agrees exactly */
+        worst = tu_worse(worst, fabs(y[i] - r) / r);
     }
     printf("vexp max rel err %.3e over [-87, 88]\n", worst);
     assert_true(worst < 5e-7);
-    /* The returned sum, on a softmax-like range; the odd length exercises the masked tail. */
-    int m = 1001;
-    double ref_sum = 0;
-    for (int i = 0; i < m; i++) {
-        x[i] = -10.0f + 12.0f * (float)i / (float)(m - 1);
-        ref_sum += exp((double)x[i] - 2.0);
+    if (!g_exp_first) {
+        g_exp_first = tu_malloc(n * 4);
+        memcpy(g_exp_first, y, n * 4);
+    } else {
+        assert_memory_equal(y, g_exp_first, n * 4); /* same bits as the first path */
     }
-    float sum = dt_vexp_sum(NULL, x, 2.0f, m);
-    assert_true(fabs(sum - ref_sum) / ref_sum < 1e-6);
-    float neg[3] = {-INFINITY, -100.0f, -88.0f};
-    dt_vexp_sum(neg, neg, 0.0f, 3);
-    assert_true(neg[0] == 0.0f && neg[1] == 0.0f && neg[2] == 0.0f);
+    /* The returned sum, on a softmax-like range; odd lengths exercise the tails. */
+    for (int m = 1; m <= 1001; m += 100) {
+        double ref_sum = 0;
+        for (int i = 0; i < m; i++) {
+            x[i] = -10.0f + 12.0f * (float)i / (float)(m > 1 ? m - 1 : 1);
+            ref_sum += exp((double)x[i] - 2.0);
+        }
+        float sum = dt_exp_sum(NULL, x, 2.0f, m);
+        assert_true(fabs(sum - ref_sum) / ref_sum < 1e-6);
+    }
+    float neg[5] = {-INFINITY, -100.0f, -88.0f, NAN, 0.0f};
+    assert_true(dt_exp_sum(neg, neg, 0.0f, 5) == 1.0f);
+    assert_true(neg[0] == 0.0f && neg[1] == 0.0f && neg[2] == 0.0f && neg[3] == 0.0f &&
+                neg[4] == 1.0f);
     free(x); free(y);
+}
+
+static void test_vexp_accuracy(void **state) {
+    (void)state;
+    tu_each_isa(vexp_cases);
+    free(g_exp_first);
+    g_exp_first = NULL;
+}
+
+/* Same path + same thread count => the same bits: every kernel of ops.h run twice on
+ * fresh outputs (attention: test_attention.c). */
+static void run_all_kernels(float *out, size_t nout, int N, int C) {
+    /* out holds, in order: ln out, mean, rstd, dinp, dw, db, gelu, dgelu, ce losses, lse,
+     * dlogits, dwte, dwpe, dbias. Inputs are fixed by seed. */
+    const int V = 257, Vp = 264, T = N / 2;
+    size_t nc = (size_t)N * C, nv = (size_t)N * Vp;
+    float *x = tu_malloc(nc * 4), *w = tu_malloc(C * 4), *g = tu_malloc(nc * 4);
+    float *logits = tu_malloc(nv * 4);
+    int32_t *tok = tu_malloc(N * 4);
+    tu_fill_uniform(x, nc, 2.0f, 61);
+    tu_fill_uniform(w, C, 1.0f, 62);
+    tu_fill_uniform(g, nc, 1.0f, 63);
+    tu_fill_uniform(logits, nv, 5.0f, 64);
+    for (int i = 0; i < N; i++) tok[i] = (i * 31) % V;
+    memset(out, 0, nout * 4);
+    float *o = out;
+    float *ln = o, *mean = (o += nc), *rstd = (o += N), *dinp = (o += N), *dw = (o += nc);
+    float *db = (o += C), *ge = (o += C), *dge = (o += nc), *loss = (o += nc), *lse = (o += N);
+    float *dlog = (o += N), *dwte = (o += nv), *dwpe = (o += (size_t)V * C), *dbias = (o += (size_t)T * C);
+    assert_true((size_t)(dbias + C - out) <= nout);
+    dt_layernorm_forward(ln, mean, rstd, x, w, w, N, C);
+    dt_layernorm_backward(dinp, dw, db, g, x, w, mean, rstd, N, C);
+    dt_gelu_forward(ge, x, (int)nc);
+    dt_gelu_backward(dge, x, g, (int)nc);
+    dt_crossentropy_forward(loss, lse, logits, tok, N, V, Vp);
+    dt_crossentropy_backward(dlog, logits, lse, tok, 0.5f, N, V, Vp);
+    dt_encoder_backward(dwte, dwpe, g, tok, 2, T, C);
+    float *mw = tu_malloc((size_t)C * C * 4); /* the GEMM part is oneDNN's: not compared */
+    dt_matmul_backward(NULL, mw, dbias, g, x, x, N, C, C);
+    free(mw);
+    free(x); free(w); free(g); free(logits); free(tok);
+}
+
+static void determinism_cases(void) {
+    const int N = 64, C = 100;
+    size_t nout = (size_t)N * C * 6 + (size_t)N * 264 + (size_t)257 * C + (size_t)N * 4 + 8 * C;
+    float *a = tu_malloc(nout * 4), *b = tu_malloc(nout * 4);
+    run_all_kernels(a, nout, N, C);
+    run_all_kernels(b, nout, N, C);
+    assert_memory_equal(a, b, nout * 4);
+    for (size_t i = 0; i < nout; i++) assert_true(isfinite(a[i]));
+    free(a); free(b);
+}
+
+static void test_kernels_are_deterministic_per_path(void **state) {
+    (void)state;
+    tu_each_isa(determinism_cases);
+}
+
+/* The error helper itself: a NaN anywhere (even followed by finite values) or an Inf is an
+ * infinite error, so no comparison can pass on non-finite output. */
+static void test_error_helper_sees_nan(void **state) {
+    (void)state;
+    float a[3] = {1.5f, NAN, 1.0f};
+    double b[3] = {1, 1, 1};
+    assert_true(isinf(tu_rel_err(a, b, 3)));
+    a[1] = INFINITY;
+    assert_true(isinf(tu_rel_err(a, b, 3)));
+    a[1] = 1.0f;
+    assert_true(fabs(tu_rel_err(a, b, 3) - 0.5) < 1e-12);
+    b[2] = NAN;
+    assert_true(isinf(tu_rel_err(a, b, 3)));
+    assert_true(isinf(tu_worse(0.1, NAN)) && isinf(tu_worse(NAN, 0.1)));
+    assert_true(tu_worse(0.1, 0.2) == 0.2);
 }
 
 int main(void) {
@@ -354,7 +460,8 @@ int main(void) {
         cmocka_unit_test(test_vexp_accuracy), cmocka_unit_test(test_encoder),
         cmocka_unit_test(test_layernorm),     cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_gelu),          cmocka_unit_test(test_residual),
-        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_crossentropy),  cmocka_unit_test(test_kernels_are_deterministic_per_path),
+        cmocka_unit_test(test_error_helper_sees_nan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,12 +3,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "optim/optim.h"
 #include "testutil.h"
 
-static void test_adamw_matches_definition(void **state) {
-    (void)state;
+static void adamw_cases(void) {
     enum { N = 37 };
     float p[N], g[N], m[N] = {0}, v[N] = {0};
     double pd[N], md[N] = {0}, vd[N] = {0};
@@ -38,6 +38,49 @@ static void test_adamw_matches_definition(void **state) {
     assert_true(e < 1e-6);
 }
 
+static void test_adamw_matches_definition(void **state) {
+    (void)state;
+    tu_each_isa(adamw_cases);
+}
+
+/* AdamW and the sum of squares give the same bits on every kernel path: DDP ranks on CPUs
+ * with different paths keep identical weights (the clip coefficient comes from the sum). */
+#define XP_N 100003
+static float *g_first;    /* the first path's params, m, v after 3 steps */
+static double g_first_ss[4];
+
+static void cross_path_cases(void) {
+    float *p = tu_malloc(3 * XP_N * 4), *g = tu_malloc(XP_N * 4);
+    float *m = p + XP_N, *v = p + 2 * XP_N;
+    tu_fill_uniform(p, XP_N, 1.0f, 7);
+    dt_adamw opt = {0.9f, 0.95f, 1e-8f, 0.1f};
+    dt_param_segment segs[2] = {{0, 50001, 1}, {50001, XP_N - 50001, 0}};
+    for (int t = 1; t <= 3; t++) {
+        tu_fill_uniform(g, XP_N, 0.01f, (uint64_t)(20 + t));
+        dt_adamw_update(&opt, p, g, m, v, segs, 2, 3e-3f, t, t == 2 ? 0.7f : 1.0f);
+    }
+    const size_t lens[4] = {1, 7, 8, XP_N};
+    double ss[4];
+    for (int k = 0; k < 4; k++) ss[k] = dt_sumsq(g, lens[k]);
+    if (!g_first) {
+        g_first = tu_malloc(3 * XP_N * 4);
+        memcpy(g_first, p, 3 * XP_N * 4);
+        memcpy(g_first_ss, ss, sizeof ss);
+    } else {
+        assert_memory_equal(p, g_first, 3 * XP_N * 4);
+        assert_memory_equal(ss, g_first_ss, sizeof ss);
+    }
+    free(p);
+    free(g);
+}
+
+static void test_adamw_and_sumsq_same_bits_on_every_path(void **state) {
+    (void)state;
+    tu_each_isa(cross_path_cases);
+    free(g_first);
+    g_first = NULL;
+}
+
 static void test_schedules(void **state) {
     (void)state;
     dt_lr_schedule c = {DT_SCHED_CONSTANT, 1e-3f, 1e-4f, 10, 100};
@@ -60,8 +103,7 @@ static void test_schedules(void **state) {
     assert_int_equal(dt_lr_schedule_parse(&ctx, "cosin", &kind), DT_ERR_CONFIG);
 }
 
-static void test_sumsq_and_clip(void **state) {
-    (void)state;
+static void sumsq_cases(void) {
     size_t n = 1000003; /* several chunks and a ragged end */
     float *x = tu_malloc(n * sizeof(float));
     tu_fill_uniform(x, n, 1.0f, 3);
@@ -78,11 +120,17 @@ static void test_sumsq_and_clip(void **state) {
     free(x);
 }
 
+static void test_sumsq_and_clip(void **state) {
+    (void)state;
+    tu_each_isa(sumsq_cases);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_definition),
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_sumsq_and_clip),
+        cmocka_unit_test(test_adamw_and_sumsq_same_bits_on_every_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

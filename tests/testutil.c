@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "ops/cpu/isa.h"
 
 void tu_fill_uniform(float *x, size_t n, float scale, uint64_t seed) {
     for (size_t i = 0; i < n; i++) x[i] = (2.0f * dt_rng_uniform(seed, 7, i) - 1.0f) * scale;
@@ -29,11 +30,19 @@ void tu_to_float(float *dst, const double *src, size_t n) {
 double tu_rel_err_dd(const double *a, const double *b, size_t n) {
     double maxdiff = 0, maxref = 0;
     for (size_t i = 0; i < n; i++) {
+        /* NaN or Inf on either side is an infinite error: a comparison that skips them
+         * would let a kernel that writes NaN (or never writes at all) pass. */
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
         double d = fabs(a[i] - b[i]);
-        if (!(d <= maxdiff)) maxdiff = d; /* NaN propagates as a failure */
+        if (d > maxdiff) maxdiff = d;
         if (fabs(b[i]) > maxref) maxref = fabs(b[i]);
     }
     return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
+}
+
+double tu_worse(double worst, double e) {
+    if (isnan(e) || isnan(worst)) return INFINITY;
+    return e > worst ? e : worst;
 }
 
 double tu_rel_err(const float *a, const double *b, size_t n) {
@@ -70,4 +79,23 @@ const char *tu_write_file(const char *dir, const char *name, const char *text) {
     fputs(text, f);
     fclose(f);
     return path;
+}
+
+void tu_each_isa(void (*fn)(void)) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    char not_run[128] = "";
+    for (int i = 0; i < DT_ISA_COUNT; i++) {
+        if (!dt_isa_built((dt_isa)i)) continue; /* another architecture's path */
+        if (!dt_isa_supported((dt_isa)i)) {
+            size_t l = strlen(not_run);
+            snprintf(not_run + l, sizeof not_run - l, " %s", dt_isa_name((dt_isa)i));
+            continue;
+        }
+        if (dt_isa_use(&ctx, (dt_isa)i) != DT_OK) fail_msg("%s", ctx.err);
+        printf("[kernel path %s]\n", dt_isa_name((dt_isa)i));
+        fn();
+    }
+    if (not_run[0]) printf("[kernel paths NOT RUN (this CPU lacks them):%s]\n", not_run);
+    if (dt_isa_use(&ctx, dt_isa_best()) != DT_OK) fail_msg("%s", ctx.err);
 }

@@ -16,9 +16,18 @@ void tu_fill_uniform_d(double *x, size_t n, double scale, uint64_t seed);
 void tu_to_double(double *dst, const float *src, size_t n);
 void tu_to_float(float *dst, const double *src, size_t n);
 
-/* max |a-b| / max(max |b|, tiny): a scale-aware relative error. */
+/* max |a-b| / max(max |b|, tiny): a scale-aware relative error; INFINITY when any element
+ * of a or b is NaN or Inf, so `err <= tol` fails on non-finite values. */
 double tu_rel_err(const float *a, const double *b, size_t n);
 double tu_rel_err_dd(const double *a, const double *b, size_t n);
+/* The larger of two errors for a running maximum; NaN in either gives INFINITY (fmax and
+ * `if (e > worst)` both drop a NaN). */
+double tu_worse(double worst, double e);
+
+/* Runs fn once on every kernel ISA path this CPU supports (dt_isa_use), printing each
+ * path, and names the paths of this architecture it could not run; leaves the best path
+ * active. */
+void tu_each_isa(void (*fn)(void));
 
 void *tu_malloc(size_t bytes); /* zeroed; aborts the test on failure */
 

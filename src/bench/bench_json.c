@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ops/cpu/isa.h"
+
 void dt_bench_iso_date(char *buf, size_t n) {
     time_t t = time(NULL);
     struct tm tm;
@@ -40,6 +42,8 @@ cJSON *dt_bench_json_env(int ranks, int nodes, int threads) {
     cJSON_AddStringToObject(e, "host", buf);
     cpu_model(buf, sizeof buf);
     cJSON_AddStringToObject(e, "cpu_model", buf);
+    cJSON_AddStringToObject(e, "cpu_flags", dt_isa_cpu_flags());
+    cJSON_AddStringToObject(e, "kernel_isa", dt_isa_name(dt_isa_active()));
     cJSON_AddNumberToObject(e, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
     cJSON_AddNumberToObject(e, "threads", threads);
     cJSON_AddNumberToObject(e, "ranks", ranks);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "bench/bench.h"
+#include "ops/cpu/isa.h"
 
 #define MIB(x) ((double)(x) / 1048576.0)
 
@@ -23,6 +24,9 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
             dt_strategy_name(c->parallel.strategy), c->parallel.overlap ? "" : " (no overlap)");
     fprintf(f, "# %d warm-up + %d timed steps, %d repeat(s), each a fresh trainer with seed %llu\n",
             o->warmup, o->steps, o->repeats, (unsigned long long)c->seed);
+    char isa[320];
+    dt_isa_describe(isa, sizeof isa);
+    fprintf(f, "# %s\n", isa);
     if (o->peak_gflops > 0) fprintf(f, "# peak %.1f GFLOP/s per rank (%s)\n", o->peak_gflops, peak_source);
     fprintf(f, "# MFU = (6 N + 12 L T d) x tokens/s per rank / peak; N = non-embedding params + lm_head "
                "(V d) = %.4g; %.4g FLOP/token\n",

@@ -15,6 +15,7 @@
 #include "ckpt/ckpt_io.h"
 #include "ckpt/model_file.h"
 #include "core/log.h"
+#include "ops/cpu/isa.h"
 
 /* ---- trainer.json */
 
@@ -36,6 +37,8 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
     if (!f) return NULL;
     fprintf(f, "{\n  \"format\": \"dtrain-trainer\",\n  \"version\": 1,\n  \"dtrain_version\": \"%s\",\n",
             DT_VERSION);
+    fprintf(f, "  \"kernel_isa\": \"%s\",\n  \"cpu_flags\": \"%s\",\n", dt_isa_name(dt_isa_active()),
+            dt_isa_cpu_flags());
     fprintf(f, "  \"step\": %ld,\n  \"tokens_seen\": %.17g,\n  \"seed\": \"%" PRIu64 "\",\n", t->step,
             t->tokens_seen, t->seed);
     fprintf(f, "  \"rng\": {\"kind\": \"counter\", \"seed\": \"%" PRIu64 "\", \"counter\": %ld},\n", t->seed, t->step);

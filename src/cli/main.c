@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "core/log.h"
+#include "ops/cpu/isa.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -44,6 +45,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "--version") == 0) {
         printf("dtrain %s\n", DT_VERSION);
         return DT_EXIT_OK;
+    }
+    /* The kernel path (cpuid, DTRAIN_ISA) is fixed before any kernel or oneDNN call. */
+    if (dt_isa_init(&ctx) != DT_OK) {
+        dt_log_error(&ctx, "%s", ctx.err);
+        return DT_EXIT_USAGE;
     }
     int rc;
     if (strcmp(cmd, "train") == 0)

@@ -1,7 +1,8 @@
 /* ops.h - CPU kernels of the GPT-2 layer set, each a _forward/_backward pair.
  *
  * Argument order: outputs, saved activations, inputs, weights, sizes. Shapes are row-major.
- * Kernels are OpenMP-parallel and deterministic for a given thread count: no floating-point
+ * Kernels are OpenMP-parallel, run on the ISA path chosen at start-up (ops/cpu/isa.h), and are
+ * deterministic for a given path and thread count: no floating-point
  * reductions whose order depends on scheduling (no `omp reduction` on floats, no atomics).
  * Gradient conventions:
  *   - weight/bias gradients always accumulate (+=), so micro-steps add up;
@@ -69,5 +70,10 @@ void dt_crossentropy_forward(float *losses, float *lse, const float *logits,
  * dlogits may alias logits (in-place). */
 void dt_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
                               const int32_t *targets, float dloss, int N, int V, int Vp);
+
+/* y[i] = exp(x[i] - shift) for i < n with the kernels' vectorised exp (max relative error
+ * ~2e-7; exp(x < -87.3) = 0); returns the sum of y in a fixed order. y may alias x or be
+ * NULL. */
+float dt_exp_sum(float *y, const float *x, float shift, int n);
 
 #endif

@@ -45,7 +45,7 @@ dt_status dt_lr_schedule_parse(dt_ctx *ctx, const char *name, dt_sched_kind *out
 const char *dt_sched_kind_name(dt_sched_kind k);
 
 /* Sum of squares in double, in fixed-size chunks summed in a fixed order: the result is
- * the same whatever the thread count. */
+ * the same whatever the thread count, and the same on every ISA path (as is AdamW). */
 double dt_sumsq(const float *x, size_t n);
 /* Clipping coefficient of torch's clip_grad_norm_: min(1, max_norm / (norm + 1e-6));
  * max_norm <= 0 disables clipping (returns 1). */

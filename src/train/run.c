@@ -15,6 +15,7 @@
 #include "core/trace.h"
 #include "core/log.h"
 #include "data/shard.h"
+#include "ops/cpu/isa.h"
 #include "ops/ops.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
@@ -415,6 +416,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     dt_log_info(ctx, "model %s: %d layers, d_model %d, %d heads, vocab %d (padded %d), %.2fM params",
                 t->preset[0] ? t->preset : "custom", mc->n_layer, mc->d_model, mc->n_head, mc->vocab,
                 mc->vocab_padded, (double)dt_gpt2_num_params(mc) / 1e6);
+    char isa[320];
+    dt_isa_describe(isa, sizeof isa);
+    dt_log_info(ctx, "%s", isa);
     dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s, bucket %.1f MiB, overlap %s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
                 (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off");

@@ -1,15 +1,14 @@
-/* Linear layers through oneDNN's row-major sgemm (JIT AVX-512 kernels, OpenMP threads).
+/* Linear layers through oneDNN's row-major sgemm (JIT kernels for the CPU, OpenMP threads).
  * The bias is folded in by pre-filling the output and running the GEMM with beta = 1;
- * weight gradients accumulate with beta = 1 for micro-step accumulation. */
+ * weight gradients accumulate with beta = 1 for micro-step accumulation; the bias gradient
+ * (column sums) is a kernel of the active ISA path. */
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "core/status.h"
 #include "core/timer.h"
+#include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
 static void sgemm(char ta, char tb, long M, long N, long K, const float *A, long lda,
@@ -37,23 +36,7 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     if (dinp) sgemm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
     /* dw (OC,C) += dout^T (OC,N) . inp (N,C) */
     sgemm('T', 'N', OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias) {
-        /* Column sums; threads own column ranges and add rows in order (deterministic). */
-#pragma omp parallel
-        {
-#ifdef _OPENMP
-            int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-#else
-            int nt = 1, tid = 0;
-#endif
-            int per = (OC + nt - 1) / nt;
-            int o0 = tid * per, o1 = o0 + per < OC ? o0 + per : OC;
-            for (int n = 0; n < N; n++) {
-                const float *d = dout + (size_t)n * OC;
-                for (int o = o0; o < o1; o++) dbias[o] += d[o];
-            }
-        }
-    }
+    if (dbias) dt_cpu_kernels_get()->bias_backward(dbias, dout, N, OC);
 }
 
 /* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;

@@ -1,10 +1,11 @@
-/* Causal multi-head attention, flash-style, fp32.
+/* Causal multi-head attention, flash-style, fp32 (one body for every ISA path: simd.h).
  *
  * Each (batch, head) pair is owned by one thread, so results do not depend on scheduling.
  * The thread first gathers its head out of the strided qkv rows into padded scratch: row
  * operands (Q, K, V, dO) as (Tp, hsp) and K^T, V^T as (hs, Tp), with Tp = T rounded up to
- * the tile size DT_ATT_BLK and hsp = hs rounded up to 16. Zero padding lets every tile be full and every row a whole
- * number of 16-float vectors; padded keys are masked, padded query rows are never written.
+ * the tile size DT_ATT_BLK and hsp = hs rounded up to 16. Zero padding lets every tile be
+ * full and every row a whole number of vectors (16 floats is a multiple of every VW);
+ * padded keys are masked, padded query rows are never written.
  *
  * Forward: for each query tile, walk the key tiles at or before the diagonal (later tiles
  * are fully masked and skipped), keeping a running max m and sum l per row (online
@@ -18,13 +19,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 #include "core/status.h"
-#include "ops/cpu/vmath.h"
-#include "ops/ops.h"
+#include "ops/cpu/kern/kern.h"
 
 /* 32 rows x 32 keys: diagonal tiles waste little work to masking, and one tile of S, dP and
  * the dK/dV accumulators stay in L1 while the head's operands stay in L2. */
@@ -39,75 +36,66 @@ static float *scratch(size_t nfloat) {
     return p;
 }
 
-#ifdef __AVX512F__
 /* One register block of the tile GEMM below: rows [0,MR) x vectors [0,NV) of C. Inlined
- * with constant MR, NV so the accumulators live in zmm registers (MR * NV <= 16). */
+ * with constant MR, NV so the accumulators live in registers (MR * NV <= 16). */
 static inline __attribute__((always_inline)) void mm_block(int MR, int NV, float *Cp,
                                                           int ldc, const float *A, int ais,
                                                           int aks, const float *Bp, int ldb,
                                                           int K, int accumulate) {
-    __m512 acc[8][4];
+    vf acc[8][4];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            acc[r][v] = accumulate ? _mm512_loadu_ps(Cp + (size_t)r * ldc + 16 * v)
-                                   : _mm512_setzero_ps();
+            acc[r][v] = accumulate ? vf_load(Cp + (size_t)r * ldc + VW * v) : vf_zero();
     for (int k = 0; k < K; k++) {
-        __m512 b[4];
+        vf b[4];
         const float *brow = Bp + (size_t)k * ldb;
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) b[v] = _mm512_loadu_ps(brow + 16 * v);
+        for (int v = 0; v < NV; v++) b[v] = vf_load(brow + VW * v);
         const float *acol = A + (size_t)k * aks;
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
-            __m512 a = _mm512_set1_ps(acol[(size_t)r * ais]);
+            vf a = vf_set1(acol[(size_t)r * ais]);
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
+            for (int v = 0; v < NV; v++) acc[r][v] = vf_fma(a, b[v], acc[r][v]);
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) _mm512_storeu_ps(Cp + (size_t)r * ldc + 16 * v, acc[r][v]);
+        for (int v = 0; v < NV; v++) vf_store(Cp + (size_t)r * ldc + VW * v, acc[r][v]);
 }
-#endif
+
+/* Register blocking per vector width: 4x4 vectors where the register file holds 16
+ * accumulators plus operands (32 zmm / 32 NEON q / scalars), 4x2 on AVX2's 16 ymm. Every
+ * element of C sums over k in the same order whatever the blocking. */
+#define MM_WIDE (VW != 8)
+#define MM_MR2 (VW == 8 ? 4 : 8)
 
 /* C (M,N) = or += A (M,K) B (K,N). A(i,k) = A[i*ais + k*aks], so A^T is passed by swapping
  * the strides; B and C are row-major with leading dimensions ldb, ldc. M is a multiple of 8
  * and N of 16 (guaranteed by the padding). */
 static void tile_mm(float *C, int ldc, const float *A, int ais, int aks, const float *B,
                     int ldb, int M, int N, int K, int accumulate) {
-#ifdef __AVX512F__
     for (int j = 0; j < N;) {
-        if (N - j >= 64) {
+        if (MM_WIDE && N - j >= 4 * VW) {
             for (int i = 0; i < M; i += 4)
                 mm_block(4, 4, C + (size_t)i * ldc + j, ldc, A + (size_t)i * ais, ais, aks,
                          B + j, ldb, K, accumulate);
-            j += 64;
-        } else if (N - j >= 32) {
-            for (int i = 0; i < M; i += 8)
-                mm_block(8, 2, C + (size_t)i * ldc + j, ldc, A + (size_t)i * ais, ais, aks,
-                         B + j, ldb, K, accumulate);
-            j += 32;
+            j += 4 * VW;
+        } else if (N - j >= 2 * VW) {
+            for (int i = 0; i < M; i += MM_MR2)
+                mm_block(MM_MR2, 2, C + (size_t)i * ldc + j, ldc, A + (size_t)i * ais, ais,
+                         aks, B + j, ldb, K, accumulate);
+            j += 2 * VW;
         } else {
             for (int i = 0; i < M; i += 8)
                 mm_block(8, 1, C + (size_t)i * ldc + j, ldc, A + (size_t)i * ais, ais, aks,
                          B + j, ldb, K, accumulate);
-            j += 16;
+            j += VW;
         }
     }
-#else
-    for (int i = 0; i < M; i++) {
-        float *c = C + (size_t)i * ldc;
-        if (!accumulate) memset(c, 0, (size_t)N * sizeof(float));
-        for (int k = 0; k < K; k++) {
-            float a = A[(size_t)i * ais + (size_t)k * aks];
-            const float *b = B + (size_t)k * ldb;
-            for (int j = 0; j < N; j++) c[j] += a * b[j];
-        }
-    }
-#endif
 }
 
 /* dst (Tp, hsp) <- rows of src (stride ld), zero outside (T, hs). */
@@ -134,35 +122,13 @@ static void gather_cols(float *dst, const float *src, size_t ld, int T, int Tp, 
     }
 }
 
-/* a . b over n floats, in a fixed order. */
-static float dot(const float *a, const float *b, int n) {
-#ifdef __AVX512F__
-    __m512 acc = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
-                              acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-#else
-    float acc = 0.0f;
-    for (int i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
-#endif
-}
-
 /* Scales one row of scores and masks keys c >= nvalid (the causal boundary) to -inf. */
 static void scale_mask_row(float *s, float scale, int nvalid) {
-    for (int c = 0; c < DT_ATT_BLK; c++) {
-        float x = s[c] * scale;
-        s[c] = c < nvalid ? x : -INFINITY;
-    }
+    vk_scale(s, scale, DT_ATT_BLK);
+    for (int c = nvalid; c < DT_ATT_BLK; c++) s[c] = -INFINITY;
 }
 
-void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
                           int NH) {
     const int hs = C / NH, hsp = round_up(hs, 16), Tp = round_up(T, DT_ATT_BLK);
     const int nb = Tp / DT_ATT_BLK, BL = DT_ATT_BLK;
@@ -193,13 +159,13 @@ void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T
                         /* Tiles are aligned, so on the diagonal row r sees keys 0..r; every
                          * row has a finite max and m never stays -inf after a tile. */
                         scale_mask_row(sr, scale, jb == ib ? r + 1 : BL);
-                        float mnew = fmaxf(m[r], dt_vmax(sr, BL));
-                        float corr = dt_expf(m[r] - mnew); /* 0 on the first tile */
-                        l[r] = l[r] * corr + dt_vexp_sum(sr, sr, mnew, BL);
+                        float mnew = fmaxf(m[r], vk_max(sr, BL));
+                        float corr = dt_k_expf(m[r] - mnew); /* 0 on the first tile */
+                        l[r] = l[r] * corr + vk_exp_sum(sr, sr, mnew, BL);
                         m[r] = mnew;
                         if (corr != 1.0f) {
                             float *orow = o + (size_t)r * hsp;
-                            for (int d = 0; d < hsp; d++) orow[d] *= corr;
+                            vk_scale(orow, corr, hsp);
                         }
                     }
                     tile_mm(o, hsp, s, BL, 1, v + (size_t)j0 * hsp, hsp, BL, hsp, BL, 1);
@@ -239,7 +205,7 @@ static void bwd_load(att_bwd_buf *w, const float *dout, const float *qkv, const 
     gather_cols(w->vt, base + 2 * C, ld, T, Tp, hs);
     gather_rows(w->dout, dbase, (size_t)C, T, Tp, hs, hsp);
     for (int t = 0; t < Tp; t++) {
-        w->D[t] = t < T ? dot(w->dout + (size_t)t * hsp, obase + (size_t)t * C, hs) : 0.0f;
+        w->D[t] = t < T ? vk_dot(w->dout + (size_t)t * hsp, obase + (size_t)t * C, hs) : 0.0f;
         w->L[t] = t < T ? lse[((size_t)b * NH + h) * T + t] : 0.0f;
     }
     size_t n = (size_t)Tp * hsp * sizeof(float);
@@ -271,9 +237,11 @@ static void bwd_tile(att_bwd_buf *w, int i0, int j0, int diag, int Tp, int hs, i
     for (int r = 0; r < BL; r++) {
         float *pr = p + r * BL, *dr = ds + r * BL;
         scale_mask_row(pr, scale, diag ? r + 1 : BL);
-        dt_vexp_sum(pr, pr, w->L[i0 + r], BL);
+        vk_exp_sum(pr, pr, w->L[i0 + r], BL);
         const float Di = w->D[i0 + r];
-        for (int c = 0; c < BL; c++) dr[c] = pr[c] * (dr[c] - Di) * scale;
+        const vf vd = vf_set1(Di), vs = vf_set1(scale);
+        for (int c = 0; c < BL; c += VW)
+            vf_store(dr + c, vf_mul(vf_mul(vf_load(pr + c), vf_sub(vf_load(dr + c), vd)), vs));
     }
     /* dV += P^T dO, dK += dS^T Q: transposes read through swapped strides. */
     tile_mm(w->dv + (size_t)j0 * hsp, hsp, p, 1, BL, w->dout + (size_t)i0 * hsp, hsp, BL,
@@ -284,7 +252,7 @@ static void bwd_tile(att_bwd_buf *w, int i0, int j0, int diag, int Tp, int hs, i
             BL, 1);
 }
 
-void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
                            const float *lse, int B, int T, int C, int NH) {
     const int hs = C / NH, hsp = round_up(hs, 16), Tp = round_up(T, DT_ATT_BLK);
     const int nb = Tp / DT_ATT_BLK;

@@ -1,0 +1,60 @@
+/* The public kernels of ops.h: each call goes to the active ISA path's table (isa.h). */
+#include "ops/cpu/kernels.h"
+#include "ops/ops.h"
+
+void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                        int B, int T, int C) {
+    dt_cpu_kernels_get()->encoder_forward(out, tokens, wte, wpe, B, T, C);
+}
+
+void dt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                         int B, int T, int C) {
+    dt_cpu_kernels_get()->encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+}
+
+void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, int N, int C) {
+    dt_cpu_kernels_get()->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+
+void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                           const float *inp, const float *w, const float *mean,
+                           const float *rstd, int N, int C) {
+    dt_cpu_kernels_get()->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
+                          int NH) {
+    dt_cpu_kernels_get()->attention_forward(out, lse, qkv, B, T, C, NH);
+}
+
+void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                           const float *lse, int B, int T, int C, int NH) {
+    dt_cpu_kernels_get()->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+}
+
+void dt_gelu_forward(float *out, const float *inp, int N) {
+    dt_cpu_kernels_get()->gelu_forward(out, inp, N);
+}
+
+void dt_gelu_backward(float *dinp, const float *inp, const float *dout, int N) {
+    dt_cpu_kernels_get()->gelu_backward(dinp, inp, dout, N);
+}
+
+void dt_residual_forward(float *out, const float *a, const float *b, int N) {
+    dt_cpu_kernels_get()->residual_forward(out, a, b, N);
+}
+
+void dt_crossentropy_forward(float *losses, float *lse, const float *logits,
+                             const int32_t *targets, int N, int V, int Vp) {
+    dt_cpu_kernels_get()->crossentropy_forward(losses, lse, logits, targets, N, V, Vp);
+}
+
+void dt_crossentropy_backward(float *dlogits, const float *logits, const float *lse,
+                              const int32_t *targets, float dloss, int N, int V, int Vp) {
+    dt_cpu_kernels_get()->crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V, Vp);
+}
+
+float dt_exp_sum(float *y, const float *x, float shift, int n) {
+    return dt_cpu_kernels_get()->exp_sum(y, x, shift, n);
+}

@@ -1,0 +1,42 @@
+/* kern.h - prototypes of one ISA path's kernel bodies (the .c files of src/ops/cpu/kern,
+ * compiled once per path with -DDT_ISA_ID=... -DDT_ISA_SFX=<path>; see simd.h). DT_K(name) is
+ * the path's name of a kernel: dt_k_<name>_<path>. */
+#ifndef DT_KERN_H
+#define DT_KERN_H
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+#define DT_K(name) DT_KPASTE(dt_k_##name, DT_ISA_SFX)
+
+void DT_K(encoder_forward)(float *out, const int32_t *tokens, const float *wte,
+                           const float *wpe, int B, int T, int C);
+void DT_K(encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                            int B, int T, int C);
+void DT_K(layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                             const float *w, const float *b, int N, int C);
+void DT_K(layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                              const float *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C);
+void DT_K(bias_backward)(float *dbias, const float *dout, int N, int OC);
+void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
+                             int NH);
+void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                              const float *out, const float *lse, int B, int T, int C, int NH);
+void DT_K(gelu_forward)(float *out, const float *inp, int N);
+void DT_K(gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+void DT_K(residual_forward)(float *out, const float *a, const float *b, int N);
+void DT_K(crossentropy_forward)(float *losses, float *lse, const float *logits,
+                                const int32_t *targets, int N, int V, int Vp);
+void DT_K(crossentropy_backward)(float *dlogits, const float *logits, const float *lse,
+                                 const int32_t *targets, float dloss, int N, int V, int Vp);
+float DT_K(exp_sum)(float *y, const float *x, float shift, int n);
+void DT_K(adamw)(float *p, const float *g, float *m, float *v, size_t n,
+                 const dt_adamw_step *s);
+double DT_K(sumsq)(const float *x, size_t n);
+
+/* Columns [c0, c1) of C owned by this OpenMP thread (deterministic reductions: a thread
+ * owns a channel range and walks rows in order). */
+void DT_K(thread_range)(int C, int *c0, int *c1);
+
+#endif

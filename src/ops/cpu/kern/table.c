@@ -1,0 +1,36 @@
+/* This path's table of kernels (one per compilation of src/ops/cpu/kern). */
+#include "ops/cpu/kern/kern.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+void DT_K(thread_range)(int C, int *c0, int *c1) {
+#ifdef _OPENMP
+    int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+#else
+    int nt = 1, tid = 0;
+#endif
+    int per = (C + nt - 1) / nt;
+    *c0 = tid * per < C ? tid * per : C;
+    *c1 = *c0 + per < C ? *c0 + per : C;
+}
+
+const dt_cpu_kernels DT_KPASTE(dt_cpu_kernels, DT_ISA_SFX) = {
+    .isa = (dt_isa)DT_ISA_ID,
+    .encoder_forward = DT_K(encoder_forward),
+    .encoder_backward = DT_K(encoder_backward),
+    .layernorm_forward = DT_K(layernorm_forward),
+    .layernorm_backward = DT_K(layernorm_backward),
+    .bias_backward = DT_K(bias_backward),
+    .attention_forward = DT_K(attention_forward),
+    .attention_backward = DT_K(attention_backward),
+    .gelu_forward = DT_K(gelu_forward),
+    .gelu_backward = DT_K(gelu_backward),
+    .residual_forward = DT_K(residual_forward),
+    .crossentropy_forward = DT_K(crossentropy_forward),
+    .crossentropy_backward = DT_K(crossentropy_backward),
+    .exp_sum = DT_K(exp_sum),
+    .adamw = DT_K(adamw),
+    .sumsq = DT_K(sumsq),
+};

@@ -1,0 +1,70 @@
+/* kernels.h - the table of per-ISA kernel bodies (internal to src/ops and src/optim).
+ *
+ * src/ops/cpu/kern/ is compiled once per path; each compilation defines one table
+ * dt_cpu_kernels_<path>. The public wrappers in ops.h / optim.h call dt_cpu_kernels_get().
+ * Argument conventions are those of ops.h.
+ */
+#ifndef DT_KERNELS_H
+#define DT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/cpu/isa.h"
+
+/* Scalars of one AdamW step, computed once by the caller (optim/adamw.c). */
+typedef struct dt_adamw_step {
+    float b1, b2, eps, shrink, step_size, bc2_sqrt, gscale;
+} dt_adamw_step;
+
+typedef struct dt_cpu_kernels {
+    dt_isa isa;
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tokens, int B, int T, int C);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+    /* dbias (OC) += column sums of dout (N,OC). */
+    void (*bias_backward)(float *dbias, const float *dout, int N, int OC);
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
+                              int NH);
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                               const float *out, const float *lse, int B, int T, int C,
+                               int NH);
+    void (*gelu_forward)(float *out, const float *inp, int N);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
+    void (*residual_forward)(float *out, const float *a, const float *b, int N);
+    void (*crossentropy_forward)(float *losses, float *lse, const float *logits,
+                                 const int32_t *targets, int N, int V, int Vp);
+    void (*crossentropy_backward)(float *dlogits, const float *logits, const float *lse,
+                                  const int32_t *targets, float dloss, int N, int V, int Vp);
+    /* y = exp(x - shift), returns the sum (the vectorised exp; y may be NULL). */
+    float (*exp_sum)(float *y, const float *x, float shift, int n);
+    /* One AdamW step over n elements (serial: the caller parallelises). */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
+                  const dt_adamw_step *s);
+    /* Sum of squares of n floats in double, 8 lanes (element i in lane i % 8) added in a
+     * fixed tree: the same bits on every path. */
+    double (*sumsq)(const float *x, size_t n);
+} dt_cpu_kernels;
+
+extern const dt_cpu_kernels dt_cpu_kernels_scalar;
+#if defined(__x86_64__)
+extern const dt_cpu_kernels dt_cpu_kernels_avx2;
+extern const dt_cpu_kernels dt_cpu_kernels_avx512;
+#elif defined(__aarch64__)
+extern const dt_cpu_kernels dt_cpu_kernels_neon;
+#endif
+
+/* The active table (chosen by dt_isa_init / dt_isa_use, else the best path). */
+const dt_cpu_kernels *dt_cpu_kernels_get(void);
+
+/* Inside src/ops/cpu/kern: names of this path's functions. */
+#define DT_KPASTE2(a, b) a##_##b
+#define DT_KPASTE(a, b) DT_KPASTE2(a, b)
+
+#endif
