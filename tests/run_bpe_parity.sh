@@ -6,11 +6,13 @@
 #   run_bpe_parity.sh BPE_ENCODE WORKDIR
 # The package is installed once into WORKDIR/npm and reused. Without node the test fails
 # (scripts/install-deps.sh installs it); exit 77 (skipped) only when the npm registry cannot
-# be reached.
+# be reached, and under CI=true not even then (tests/lib.sh: skip).
 set -euo pipefail
 enc=$1
 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+test_name=test_bpe_parity # the CTest name
 npmdir=$work/npm
 pkg=$npmdir/node_modules/gpt-3-encoder
 
@@ -20,10 +22,8 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 mkdir -p "$work"
 if ! grep -qs '"version": "1.1.4"' "$pkg/package.json"; then
-  if ! npm install --prefix "$npmdir" gpt-3-encoder@1.1.4 --no-audit --no-fund --loglevel=error; then
-    echo "cannot install gpt-3-encoder@1.1.4 from the npm registry: BPE parity skipped"
-    exit 77
-  fi
+  npm install --prefix "$npmdir" gpt-3-encoder@1.1.4 --no-audit --no-fund --loglevel=error \
+    || skip "cannot install gpt-3-encoder@1.1.4 from the npm registry"
 fi
 rm -f "$work"/*.ids "$work"/*.pieces "$work/corpus.txt"
 

@@ -215,6 +215,15 @@ static void test_enospc_every_point(void **state) {
     assert_int_equal(fx_save(&ctx, &f), 1);
     fx_steps(&ctx, &f, 1);
     long P = points_of_save(&ctx, &f); /* step 2 committed */
+    /* What step 2 saved, to find it intact after every failed save of step 3. */
+    size_t n = f.tr.model.n_params, shard;
+    dt_parallel_shard(f.tr.par, &shard);
+    float *mom, *var;
+    dt_parallel_moments(f.tr.par, &mom, &var);
+    float *p2 = tu_malloc(n * 4), *m2 = tu_malloc(shard * 4), *v2 = tu_malloc(shard * 4);
+    memcpy(p2, f.tr.model.params, n * 4);
+    memcpy(m2, mom, shard * 4);
+    memcpy(v2, var, shard * 4);
     char d2[256], d3[256];
     snprintf(d2, sizeof d2, "%s/step-00000002", f.root);
     snprintf(d3, sizeof d3, "%s/step-00000003", f.root);
@@ -226,21 +235,31 @@ static void test_enospc_every_point(void **state) {
             setenv("DTRAIN_CKPT_FAULT", spec, 1);
             dt_io_fault_reset(0);
             int committed = fx_save(&ctx, &f); /* step 3: fails at point k, training goes on */
+            /* The fault came (a save that passed fewer than k points proves nothing), and it
+             * failed the save: every error, up to the last fsync of `latest`, undoes the step. */
+            if (dt_io_fault_fired() != 1) fail_msg("%s: the injected fault did not fire", spec);
+            if (committed) fail_msg("%s: the save committed although the injected error fired", spec);
             char found[4400];
             assert_int_equal(dt_ckpt_find(&ctx, f.root, found, sizeof found), DT_OK);
+            assert_non_null(strstr(found, "step-00000002"));
             struct stat sb;
-            if (!committed) {
-                assert_non_null(strstr(found, "step-00000002"));
-                assert_int_not_equal(stat(d3, &sb), 0); /* the failed save left nothing */
-            } else {
-                assert_non_null(strstr(found, "step-00000003"));
-                tu_rmtree(d3);
-            }
+            assert_int_not_equal(stat(d3, &sb), 0); /* the failed save left nothing */
             assert_int_equal(stat(d2, &sb), 0);
         }
+    printf("%ld I/O points x ENOSPC, EIO: every fault fired and failed its save\n", P);
+    /* After 2P failed saves step 2 is the newest, its checksums hold and its tensors are
+     * bitwise what was saved. */
+    char found[4400];
+    assert_int_equal(dt_ckpt_find(&ctx, f.root, found, sizeof found), DT_OK);
+    assert_non_null(strstr(found, "step-00000002"));
+    expect_state(&ctx, &f, d2, p2, m2, v2);
     unsetenv("DTRAIN_CKPT_FAULT");
     dt_io_fault_reset(0);
     assert_int_equal(fx_save(&ctx, &f), 1);
+    assert_int_equal(dt_io_fault_fired(), 0);
+    free(p2);
+    free(m2);
+    free(v2);
     fx_free(&f);
     /* Consecutive failures beyond checkpoint.max_failures stop training with a message. */
     fx_init(&f, &ctx, "enospc2", 0, 2);
@@ -248,16 +267,17 @@ static void test_enospc_every_point(void **state) {
     setenv("DTRAIN_CKPT_FAULT", "enospc@1", 1);
     dt_io_fault_reset(0);
     assert_int_equal(fx_save(&ctx, &f), 0);
+    assert_int_equal(dt_io_fault_fired(), 1);
     dt_io_fault_reset(0);
     dt_ckpt_trainer tj;
     memset(&tj, 0, sizeof tj);
     tj.step = 1;
     tj.world = 1;
     snprintf(tj.strategy, sizeof tj.strategy, "ddp");
-    float *mom, *var;
     dt_parallel_moments(f.tr.par, &mom, &var);
     assert_int_equal(dt_ckpt_saver_stage(&ctx, f.sv, f.tr.model.params, mom, var, &tj), DT_OK);
     assert_int_equal(dt_ckpt_saver_commit(&ctx, f.sv, f.tr.comm, NULL), DT_ERR_IO);
+    assert_int_equal(dt_io_fault_fired(), 1);
     assert_non_null(strstr(ctx.err, "consecutive"));
     unsetenv("DTRAIN_CKPT_FAULT");
     dt_io_fault_reset(0);

@@ -5,7 +5,8 @@
 #    the final weights are bitwise those of 1 process with --accum 4;
 #  - the same through `dtrain launch -n 4 --hosts h1:2,h2:2`, run on h1;
 #  - `dtrain launch -n 4 --simulate-nodes 2` on this machine (no namespaces): same checks.
-# The hosts are always torn down (trap). Exit 77 (skip) where namespaces cannot be made.
+# The hosts are always torn down (trap). Exit 77 (skip) where namespaces cannot be made; under
+# CI=true that is a failure (tests/lib.sh: skip).
 set -uo pipefail
 bin=$(readlink -f "$1")
 dir=$2

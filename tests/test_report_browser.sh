@@ -6,7 +6,8 @@
 # (no error, no exception). Controls prove the check can fail: a chart stripped of its marks
 # and a page that throws must both be caught. Also: a screenshot that is not blank, partial
 # data drawn as notes, and the CLI's one-line errors (exit 2).
-# Chromium is installed if missing (root + apt); skipped (77) only if that fails or it cannot start.
+# Chromium is installed if missing (root + apt); skipped (77) only if that fails or it cannot start,
+# and under CI=true not even then (tests/lib.sh: skip).
 set -uo pipefail
 bin=$1
 dir=$2

@@ -8,7 +8,7 @@
 #    and leaves no job or dtrain process behind.
 # Installs slurm-wlm slurmctld slurmd slurm-client munge (apt-get, services kept from starting)
 # when they are missing. Everything is always torn down (trap). Exit 77 (skip) without root,
-# network namespaces or the packages.
+# network namespaces or the packages; under CI=true that is a failure (tests/lib.sh: skip).
 set -uo pipefail
 bin=$(readlink -f "$1")
 dir=$(readlink -m "$2")

@@ -19,11 +19,12 @@ enum { FAULT_NONE, FAULT_CRASH, FAULT_ENOSPC, FAULT_EIO };
 
 static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fault_kind = -1; /* -1: not read yet */
-static long fault_at, fault_count;
+static long fault_at, fault_count, fault_fired;
 
 static void fault_parse(int rank) {
     fault_kind = FAULT_NONE;
     fault_count = 0;
+    fault_fired = 0;
     const char *s = getenv("DTRAIN_CKPT_FAULT"), *restart = getenv("DTRAIN_RESTART");
     if (!s || !*s) return;
     if (restart && strcmp(restart, "0") != 0) return; /* a restarted job runs clean */
@@ -51,6 +52,13 @@ long dt_io_points(void) {
     return n;
 }
 
+long dt_io_fault_fired(void) {
+    pthread_mutex_lock(&fault_mu);
+    long n = fault_fired;
+    pthread_mutex_unlock(&fault_mu);
+    return n;
+}
+
 /* Passes an I/O point; returns 0, or the errno to fail with. */
 static int fault_point(const char *what, const char *path) {
     pthread_mutex_lock(&fault_mu);
@@ -63,6 +71,9 @@ static int fault_point(const char *what, const char *path) {
     pthread_mutex_unlock(&fault_mu);
     if (getenv("DTRAIN_CKPT_FAULT_LOG")) fprintf(stderr, "ckpt io point %ld: %s %s\n", n, what, path);
     if (kind == FAULT_NONE || n != fault_at) return 0;
+    pthread_mutex_lock(&fault_mu);
+    fault_fired++; /* counted where it is delivered, so a test sees a fault that never came */
+    pthread_mutex_unlock(&fault_mu);
     if (kind == FAULT_CRASH) {
         fprintf(stderr, "DTRAIN_CKPT_FAULT: crash at I/O point %ld (%s %s)\n", n, what, path);
         raise(SIGKILL);

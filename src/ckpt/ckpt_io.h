@@ -65,5 +65,8 @@ uint64_t dt_xxh3(const void *p, size_t n);
 void dt_io_fault_reset(int rank);
 /* I/O points passed so far in this process. */
 long dt_io_points(void);
+/* Injected faults since the last reset (0 or 1): a test can tell "the save survived the
+ * fault" from "the fault never came". */
+long dt_io_fault_fired(void);
 
 #endif

@@ -9,9 +9,11 @@ dt_status dt_alloc_get(dt_ctx *ctx, dt_alloc *a, dt_mem_kind kind, size_t bytes,
     DT_ASSERT(kind >= 0 && kind < DT_MEM_NKINDS);
     *out = NULL;
     a->n_allocs++;
-    if (a->fail_at > 0 && a->n_allocs == a->fail_at)
+    if (a->fail_at > 0 && a->n_allocs == a->fail_at) {
+        a->failed++;
         return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate %zu bytes for %s (injected failure)",
                        bytes, dt_mem_kind_name(kind));
+    }
     size_t rounded = (bytes + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN;
     if (rounded == 0) rounded = DT_ALIGN;
     void *p = NULL;

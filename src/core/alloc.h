@@ -32,6 +32,7 @@ typedef struct dt_alloc {
     size_t total_cur, total_peak;
     long n_allocs;
     long fail_at; /* fault injection: the fail_at-th allocation (1-based) fails; 0 = never */
+    long failed;  /* injected failures so far, so a test knows the fault fired */
 } dt_alloc;
 
 void dt_alloc_init(dt_alloc *a);

@@ -1,64 +1,92 @@
 #!/usr/bin/env bash
-# Kill storm (make test-long): one supervised 2-rank run receives KILLS (default 22) kill -9
-# of a random rank at random instants - mid-step, mid-all-reduce, mid-checkpoint-save, during
-# start-up - and restarts itself each time. Its final weights, final optimizer files and
-# every logged loss must be bitwise those of an uninterrupted run, and the per-sample ledger
-# must show every sample exactly once per epoch. Under DDP and ZeRO-3.
+# Kill storm: one supervised 2-rank run receives KILLS kill -9 of a random rank process, each
+# at a random step (KILLS distinct steps drawn from the run, sorted) and a random instant of
+# that step - in its slowed start, its compute, an all-reduce or a checkpoint save - and
+# restarts itself each time. Every kill must have hit a rank (not mpirun or launch), the
+# supervisor must name that rank and restart once per kill, the final weights, every final
+# optimizer file and every logged loss must be bitwise those of an uninterrupted run, and
+# the per-sample ledger must show every sample exactly once per epoch. Under DDP and ZeRO-3.
+#   kill_storm.sh BIN DIR
+# make test-long: KILLS=22 over 600 steps (the defaults); CTest test_kill_storm_short (make
+# test): KILLS=5 STEPS=100. STRATS (default "ddp zero3"), DELAY_MS per step (default 60).
 set -uo pipefail
 bin=$1
 dir=$2
 kills=${KILLS:-22}
+steps=${STEPS:-600}
+strats=${STRATS:-ddp zero3}
+delay=${DELAY_MS:-60}
 src=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$dir" && mkdir -p "$dir"
 cd "$dir"
 . "$src/tests/lib.sh"
+start=$(date +%s)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+# 400 samples: one epoch is 50 steps of a global batch of 8, so STEPS must be a multiple of 50.
 /usr/bin/python3 -c "
 import numpy as np
 np.random.default_rng(7).integers(0, 256, 400 * 32 + 1, dtype=np.uint16).tofile('tok.bin')"
 common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 256
-        --model.context 32 --seq 32 --batch 4 --set training.batch=8 --steps 600
-        --set schedule.decay_steps=600 --set optimizer.lr=3e-3 --data tok.bin --set data.format=raw16
+        --model.context 32 --seq 32 --batch 4 --set training.batch=8 --steps $steps
+        --set schedule.decay_steps=$steps --set optimizer.lr=3e-3 --data tok.bin --set data.format=raw16
         --set logging.progress=lines --set checkpoint.every=5 --set checkpoint.keep_last=2)
+final=ck/step-$(printf %08d $steps)
 
-for strat in ddp zero3; do
+for strat in $strats; do
   mkdir -p ref_$strat storm_$strat
   "$bin" launch -n 2 -- train "${common[@]}" --set parallel.strategy=$strat --set checkpoint.dir=ref_$strat/ck \
     --set logging.metrics=ref_$strat/m.jsonl --save-weights ref_$strat/w.safetensors >ref_$strat.log 2>&1 \
     || fail "$strat reference: $(tail -3 ref_$strat.log)"
-  DTRAIN_TEST_STEP_DELAY_MS=60 "$bin" launch -n 2 --max-restarts $((kills + 10)) --backoff 0.05 --backoff-max 0.2 -- \
+  DTRAIN_TEST_STEP_DELAY_MS=$delay "$bin" launch -n 2 --max-restarts $((kills + 10)) --backoff 0.05 --backoff-max 0.2 -- \
     train "${common[@]}" --set parallel.strategy=$strat --set checkpoint.dir=storm_$strat/ck \
     --set logging.metrics=storm_$strat/m.jsonl --set data.ledger=storm_$strat/ledger \
     --save-weights storm_$strat/w.safetensors >storm_$strat.log 2>&1 &
   lp=$!
+  # The kill steps: distinct, inside the run (not its first or last step), in order.
+  targets=$(/usr/bin/python3 -c "import random; print(*sorted(random.sample(range(2, $steps - 1), $kills)))")
   n=0
   old=" "
-  while [ $n -lt $kills ] && kill -0 $lp 2>/dev/null; do
-    # one kill per incarnation: wait until the ranks of the previous one are gone
-    pids=($(pgrep -f "dtrain train .*storm_$strat/ck" || true))
-    stale=0
-    for p in "${pids[@]}"; do case "$old" in *" $p "*) stale=1 ;; esac; done
-    if [ $stale = 1 ] || [ ${#pids[@]} -lt 2 ]; then sleep 0.05; continue; fi
-    sleep "$(/usr/bin/python3 -c 'import random; print(round(random.uniform(0.0, 2.0), 2))')"
-    pids=($(pgrep -f "dtrain train .*storm_$strat/ck" || true))
-    [ ${#pids[@]} -gt 0 ] || continue
-    kill -9 "${pids[RANDOM % ${#pids[@]}]}" 2>/dev/null && n=$((n + 1))
-    old=" ${pids[*]} "
+  victims=()
+  : >storm_$strat.kills
+  for t in $targets; do
+    # One kill per incarnation: kill_rank_at waits for ranks that are not the previous ones.
+    if ! v=$(kill_rank_at "$bin" "storm_$strat/ck" storm_$strat/m.jsonl 2 "$t" "$delay" $lp "$old"); then
+      fail "$strat: kill $((n + 1)) of $kills (step $t): $v"
+      break
+    fi
+    read -r vpid vrank vstep <<<"$v"
+    echo "kill $((n + 1)): pid $vpid (rank $vrank) at step $vstep (drawn: $t)" >>storm_$strat.kills
+    victims+=("$vrank")
+    n=$((n + 1))
+    old=" $(rank_pids "$bin" "storm_$strat/ck" | cut -d' ' -f1 | tr '\n' ' ')$vpid "
   done
   wait $lp
   rc=$?
-  restarts=$(grep -c "job failed after" storm_$strat.log)
-  [ $rc = 0 ] && [ $n -ge $kills ] && [ $restarts -ge $kills ] && pass "$strat: $n kills, $restarts restarts, finished (exit 0)" \
-    || fail "$strat storm: rc $rc after $n kills: $(grep 'dtrain launch' storm_$strat.log | tail -3)"
+  # The supervisor's view: one failure per kill naming the killed rank and signal 9, in order.
+  named=($(sed -n 's/.*job failed after .*: rank \([0-9]*\) killed by signal 9 .*/\1/p' storm_$strat.log))
+  restarts=$(grep -c "restart [0-9]* of [0-9]*" storm_$strat.log)
+  if [ $rc = 0 ] && [ $n = "$kills" ] && [ "${named[*]}" = "${victims[*]}" ] && [ "$restarts" = $n ] \
+    && grep -q "job finished after $n restart(s)" storm_$strat.log; then
+    pass "$strat: $n kill -9 of ranks ${victims[*]} at steps $(awk '{printf "%s ", $9}' storm_$strat.kills)(drawn: $targets), $restarts restarts, finished (exit 0)"
+  else
+    fail "$strat storm: rc $rc, $n of $kills kills (ranks '${victims[*]}'), supervisor named killed ranks '${named[*]}', $restarts restarts; supervisor: $(grep 'dtrain launch' storm_$strat.log | tail -2 | grep . || echo 'nothing logged')"
+  fi
   out=$(/usr/bin/python3 "$src/tests/ref/compare_runs.py" storm_$strat/m.jsonl storm_$strat/w.safetensors \
         ref_$strat/m.jsonl ref_$strat/w.safetensors 0) && pass "$strat: losses and weights bitwise ($out)" \
     || fail "$strat: $out"
-  same=1
-  for f in ref_$strat/ck/step-00000600/optim-*; do cmp -s "$f" "storm_$strat/ck/step-00000600/$(basename "$f")" || same=0; done
-  [ $same = 1 ] && pass "$strat: final optimizer state bitwise" || fail "$strat: optimizer state differs"
-  out=$(/usr/bin/python3 "$src/tests/ref/ledger_check.py" storm_$strat/ledger 600 400) && pass "$strat ledger: $out" \
-    || fail "$strat ledger: $out"
+  # Every optimizer file of the reference, present and bitwise equal; no others.
+  same=0 nf=0
+  for f in ref_$strat/$final/optim-*; do
+    nf=$((nf + 1))
+    cmp -s "$f" "storm_$strat/$final/$(basename "$f")" && same=$((same + 1))
+  done
+  got=$(ls storm_$strat/$final/optim-* 2>/dev/null | wc -l)
+  [ $nf -gt 0 ] && [ $same = $nf ] && [ "$got" = $nf ] && pass "$strat: final optimizer state bitwise ($nf files)" \
+    || fail "$strat: optimizer state: $same of $nf reference files equal, $got files"
+  # Exactly once per epoch, and written by one incarnation more than there were kills.
+  out=$(/usr/bin/python3 "$src/tests/ref/ledger_check.py" storm_$strat/ledger $steps 400) \
+    && [[ $out == *" $((n + 1)) incarnations,"* ]] && pass "$strat ledger: $out" || fail "$strat ledger ($n kills): $out"
   grep "recovered:" storm_$strat.log | sed 's/.*logged \([0-9.]*\) s.*/\1/' | sort -n | awk '{a[NR]=$1} END {if (NR) printf "     recovery (failure detected -> first step): median %.2f s, max %.2f s over %d restarts\n", a[int((NR+1)/2)], a[NR], NR}'
 done
-echo "kill_storm: $fails failure(s)"
+echo "kill_storm: $fails failure(s) in $(($(date +%s) - start)) s"
 [ $fails -eq 0 ]
