@@ -33,6 +33,15 @@ skipped() {
   printf ', %d case(s) skipped: %s' ${#skips[@]} "${s%; }"
 }
 
+# out_has PATTERN CMD...: CMD's whole stdout contains PATTERN (grep -E). Never write
+# `CMD | grep -q` under pipefail: grep -q exits at the first match, CMD may then die of
+# SIGPIPE and the pipeline fails although the text was there (CI failed on exactly that).
+out_has() {
+  local pat=$1 out; shift
+  out=$("$@") || return 1
+  grep -qE -- "$pat" <<<"$out"
+}
+
 # ---- kill tests (test_resume.sh, long/kill_storm.sh)
 
 # "PID RANK" of each rank process of a running job whose command line contains MARK: the

@@ -20,8 +20,8 @@ expect_refused() {
   fi
 }
 
-"$bin" --version | grep -q "^dtrain " && pass "--version" || fail "--version"
-"$bin" train --help | grep -q "model.n_layer" && pass "train --help lists keys" || fail "train --help"
+out_has "^dtrain " "$bin" --version && pass "--version" || fail "--version"
+out_has "model.n_layer" "$bin" train --help && pass "train --help lists keys" || fail "train --help"
 expect_refused "heads not dividing d_model" "model.n_head" train --set model.n_head=5
 expect_refused "zero layers" "model.n_layer" train --model.n_layer 0
 expect_refused "context above preset max" "model.context" train --model gpt2 --set model.context=2048

@@ -167,8 +167,8 @@ out=$(PATH=/nonexistent "$bin" launch -n 2 -- train 2>&1); rc=$?
 [ $rc = 2 ] && [[ $out == *"mpirun: 'mpirun' not found in PATH"* ]] && pass "no mpirun in PATH (rc 2): $out" \
   || fail "missing mpirun: rc $rc $out"
 
-"$bin" launch --help | grep -q "simulate-nodes" && pass "--help" || fail "--help"
-"$bin" --help | grep -q "launch" && pass "launch in dtrain --help" || fail "dtrain --help lacks launch"
+out_has "simulate-nodes" "$bin" launch --help && pass "--help" || fail "--help"
+out_has "launch" "$bin" --help && pass "launch in dtrain --help" || fail "dtrain --help lacks launch"
 
 echo "test_launch: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -67,7 +67,8 @@ timeout 120 "$mn" exec h1 "$bin" launch -n 4 --hosts h1:2,h2:2 -- train "${commo
 check launch_hosts
 
 "$mn" down
-! ip netns list | awk '{print $1}' | grep -q "^$MN_PREFIX" && pass "hosts torn down" \
+ns=$(ip netns list | awk '{print $1}')
+! grep -q "^$MN_PREFIX" <<<"$ns" && pass "hosts torn down" \
   || fail "namespaces left: $(ip netns list | grep "^$MN_PREFIX")"
 
 # Simulated nodes on this machine: DTRAIN_NODE_ID per MPMD app context.

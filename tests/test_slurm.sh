@@ -144,10 +144,12 @@ done
 save_logs
 "$mn" down
 stale=""
-ip netns list | awk '{print $1}' | grep -q "^$MN_PREFIX" && stale="namespaces: $(ip netns list | grep "^$MN_PREFIX" | paste -sd' ')"
+ns=$(ip netns list | awk '{print $1}')
+grep -q "^$MN_PREFIX" <<<"$ns" && stale="namespaces: $(ip netns list | grep "^$MN_PREFIX" | paste -sd' ')"
 # Our daemons name the state directory on their command line (-f slurm.conf, --socket=...).
 for p in /proc/[0-9]*; do
-  tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF "$MN_STATE/" && stale="$stale ${p#/proc/}:$(cat "$p/comm" 2>/dev/null)"
+  cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline")
+  [[ $cmd == *"$MN_STATE/"* ]] && stale="$stale ${p#/proc/}:$(cat "$p/comm" 2>/dev/null)"
 done
 [ -z "$stale" ] && pass "torn down: no namespaces, munged or Slurm daemons left" || fail "left behind: $stale"
 
