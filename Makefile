@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build test test-long test-asan fuzz demo bench clean
+.PHONY: all deps build test test-long test-asan test-aarch64 fuzz demo bench clean
 
 all: build
 
@@ -21,6 +21,11 @@ test-asan: deps
 	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DSANITIZE=address,undefined >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -R "test_(core|ops|attention|optim|model|shard|sampler|config|safetensors|ckpt|bench|report|bpe_parity|tokenizer|fuzz_replay_[a-z]+)$$"
+
+# The aarch64 build (Debian's cross compiler, arm64 libraries by multiarch) and its kernel,
+# optimizer and model unit tests under qemu-user: the NEON and scalar kernel paths.
+test-aarch64:
+	@bash scripts/test-aarch64.sh $(BUILD)-aarch64
 
 # libFuzzer (clang) on every harness in fuzz/ for FUZZ_SECONDS each, one core, from the seed
 # corpora; the replays of those corpora run in `make test` (see fuzz/README.md).
@@ -42,4 +47,4 @@ bench: build
 	@bash bench/compare.sh $(BUILD)/dtrain
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz $(BUILD)-aarch64

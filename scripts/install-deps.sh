@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dtrain needs to build, test and demo; idempotent and
 # non-interactive: only packages that are missing are installed.
+# --aarch64: the cross build's packages instead (scripts/test-aarch64.sh).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libxxhash-dev
       libcmocka-dev libopenmpi-dev openmpi-bin python3 python3-torch python3-numpy
@@ -12,13 +13,33 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libx
 # node >= 12 does, so Debian's is installed only when none is on the PATH.
 command -v node >/dev/null || pkgs+=(nodejs)
 command -v npm >/dev/null || pkgs+=(npm)
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ "${1:-}" = --aarch64 ]; then
+  # arm64 libraries through Debian multiarch. Only runtime packages where the -dev package
+  # cannot be co-installed with the amd64 one (oneDNN: a header differs; Open MPI: the
+  # build is -DDTRAIN_MPI=OFF, its arm64 packages would replace mpirun).
+  pkgs=(cmake gcc-aarch64-linux-gnu qemu-user file libdnnl2:arm64 libyaml-dev:arm64
+        libcjson-dev:arm64 libxxhash-dev:arm64 libcmocka-dev:arm64 libgomp1:arm64)
+  dpkg --print-foreign-architectures | grep -qx arm64 || {
+    echo "install-deps: adding the arm64 architecture (dpkg --add-architecture arm64)"
+    $SUDO dpkg --add-architecture arm64
+  }
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 $SUDO apt-get update -qq
+# Never let an install remove packages (a foreign-architecture package can displace the
+# native one): refuse, naming them.
+sim=$(DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -s --no-install-recommends "${missing[@]}" 2>&1) \
+  || { echo "install-deps: apt-get cannot install ${missing[*]}: $(tail -1 <<<"$sim")" >&2; exit 1; }
+removed=$(awk '/^Remv /{print $2}' <<<"$sim" | paste -sd' ')
+if [ -n "$removed" ]; then
+  echo "install-deps: installing ${missing[*]} would remove: $removed; not installing" >&2
+  exit 1
+fi
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -2,7 +2,9 @@
 
 #include <errno.h>
 #include <math.h>
+#ifdef DT_HAVE_MPI
 #include <mpi.h> /* only the version macros of the MPI dtrain was built with */
+#endif
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +50,12 @@ cJSON *dt_bench_json_env(int ranks, int nodes, int threads) {
     cJSON_AddNumberToObject(e, "threads", threads);
     cJSON_AddNumberToObject(e, "ranks", ranks);
     cJSON_AddNumberToObject(e, "nodes", nodes);
-#ifdef OMPI_MAJOR_VERSION
+#if defined(OMPI_MAJOR_VERSION)
     snprintf(buf, sizeof buf, "Open MPI %d.%d.%d", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
-#else
+#elif defined(DT_HAVE_MPI)
     snprintf(buf, sizeof buf, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
+#else
+    snprintf(buf, sizeof buf, "none");
 #endif
     cJSON_AddStringToObject(e, "mpi", buf);
     const dnnl_version_t *v = dnnl_version();

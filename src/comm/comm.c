@@ -14,6 +14,16 @@ static int launched_by_mpi(void) {
     return 0;
 }
 
+#ifndef DT_HAVE_MPI
+/* A build without MPI (cmake -DDTRAIN_MPI=OFF: single-process machines, the aarch64 test
+ * build) refuses a multi-rank launch instead of running it as N unrelated processes. */
+dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
+    (void)c;
+    return dt_fail(ctx, DT_ERR_CONFIG, "comm: launched under MPI, but this dtrain was built "
+                                       "without MPI (cmake -DDTRAIN_MPI=OFF)");
+}
+#endif
+
 static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
     dt_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");

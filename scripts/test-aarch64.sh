@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The aarch64 build and its unit tests on this x86-64 machine: Debian's cross compiler
+# (gcc-aarch64-linux-gnu), arm64 libraries from Debian's multiarch packages, and the kernel,
+# optimizer and model unit tests run under qemu-user. The kernels take the NEON path there
+# (and the scalar one: every test runs each path the CPU has); matmuls go through Debian's
+# arm64 oneDNN. Usage: scripts/test-aarch64.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-aarch64}
+bash scripts/install-deps.sh --aarch64
+cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_MPI=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" --target test_core test_ops test_attention test_optim test_model
+file "$build/tests/test_ops" | grep -q "ARM aarch64" || { echo "test-aarch64: not an aarch64 binary" >&2; exit 1; }
+cd "$build" && ctest --output-on-failure
