@@ -8,7 +8,9 @@
 #    with gradient accumulation ZeRO-2/3 reduce every micro-step (DDP once per step), so
 #    the order differs: losses agree to 1e-5;
 #  - per-rank model-state bytes match the ZeRO formulas exactly (plus the stated windows);
-#  - one rank failing at start-up ends the whole job, naming the rank, without a hang.
+#  - one rank failing at start-up ends the whole job, naming the rank, without a hang;
+#  - ranks on different kernel paths (DTRAIN_ISA) keep identical parameters after every step
+#    (parallel.check_replicas), and the check stops a job whose replicas diverged.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -174,6 +176,33 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q ":1 error: .*nonexistent" "$dir/f
   pass "a failing rank ends the job in ${took}s (rc $rc): $(grep ':1 error' "$dir/fail.log" | head -1)"
 else
   fail "failing rank (rc $rc, ${took}s): $(tail -5 "$dir/fail.log")"
+fi
+
+# Ranks on different CPUs: rank 0 runs the scalar kernels, rank 1 the best path this CPU has.
+# Their forward/backward round differently, but the all-reduced gradients and AdamW (same bits
+# on every path) keep the weights identical: the replica check compares every rank's
+# parameter hash after every step. Then the check must catch a replica that does diverge
+# (one bit of rank 1's first parameter flipped after step 4 by a test aid).
+best=$(env -u DTRAIN_ISA "$bin" train --steps 1 --set logging.metrics= \
+        --set logging.progress=lines 2>&1 | sed -n 's/.*kernels \([a-z0-9]*\).*/\1/p' | head -1)
+timeout 120 mpiexec --oversubscribe --bind-to none -n 1 -x OMP_NUM_THREADS -x DTRAIN_ISA=scalar \
+  "$bin" train "${common[@]}" --set parallel.check_replicas=1 --set logging.metrics= : \
+  -n 1 -x OMP_NUM_THREADS env -u DTRAIN_ISA "$bin" train "${common[@]}" --set parallel.check_replicas=1 \
+  --set logging.metrics= >"$dir/isa_mixed.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$best" != scalar ] && grep -q "kernel paths differ across ranks (rank 0 scalar, 1 $best)" "$dir/isa_mixed.log" \
+   && grep -q "check_replicas: 20 check(s), the parameters of all 2 rank(s) identical" "$dir/isa_mixed.log"; then
+  pass "ranks on kernel paths scalar and $best: parameters identical after each of 20 steps"
+else
+  fail "mixed kernel paths (rc $rc, best '$best'): $(grep -E 'kernel|check_replicas|error' "$dir/isa_mixed.log" | head -4)"
+fi
+DTRAIN_TEST_PERTURB=4:1 timeout 120 "${mpi[@]}" -x DTRAIN_TEST_PERTURB -n 2 "$bin" train "${common[@]}" \
+  --set parallel.check_replicas=2 --set logging.metrics= >"$dir/diverged.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "at step 4 the parameters of rank(s) 1 differ from rank 0's" "$dir/diverged.log"; then
+  pass "a diverged replica stops the job naming it (rc $rc)"
+else
+  fail "diverged replica not caught (rc $rc): $(grep -E 'error|check_replicas' "$dir/diverged.log" | head -3)"
 fi
 
 echo "test_mpi: $fails failure(s)"

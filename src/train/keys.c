@@ -74,6 +74,7 @@ static const key_def keys[] = {
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
     NUM("parallel.bucket_mb", K_FLOAT, bucket_mb, "gradient bucket size in MiB"),
     NUM("parallel.overlap", K_BOOL, overlap, "all-reduce buckets during backward (else after it)"),
+    NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
 #undef OFF
@@ -264,6 +265,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb must be in [0.004, 4096] (got %g)", (double)c->bucket_mb);
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
+    if (c->check_replicas < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.check_replicas must be >= 0 (got %d)", c->check_replicas);
     if (!(c->peak_gflops >= 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.peak_gflops must be >= 0 (got %g)", (double)c->peak_gflops);
     if (c->tokens < 0)

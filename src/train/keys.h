@@ -52,6 +52,7 @@ typedef struct dt_run_cfg {
     float bucket_mb;
     int overlap;
     int hybrid;
+    int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */

@@ -19,6 +19,7 @@
 #include "ops/ops.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
+#include "train/replicas.h"
 #include "train/trace_file.h"
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens) {
@@ -64,6 +65,11 @@ typedef struct run_state {
     long staged_step;      /* step of the save in flight */
     long hang_step;        /* test aids, read once: DTRAIN_TEST_HANG, DTRAIN_TEST_STEP_DELAY_MS */
     int hang_rank, delay_ms;
+    long perturb_step;     /* test aid DTRAIN_TEST_PERTURB */
+    int perturb_rank;
+    int replica_checks;    /* parallel.check_replicas: checks passed, last hash */
+    uint64_t replica_hash;
+    long replica_step;
     long steps_run;
 } run_state;
 
@@ -148,15 +154,27 @@ static dt_status ledger_step(dt_ctx *ctx, run_state *r, long step, uint64_t curs
 /* Test aids, read once at start: DTRAIN_TEST_HANG=STEP:RANK makes that rank stop before that
  * step (as a rank stuck in a kernel or a dead NIC would), in the first attempt of a
  * supervised job only; DTRAIN_TEST_STEP_DELAY_MS=N sleeps N ms per step, so kill tests can
- * land anywhere in a run of a tiny model. */
+ * land anywhere in a run of a tiny model; DTRAIN_TEST_PERTURB=STEP:RANK flips the lowest bit
+ * of that rank's first parameter after that step (DDP, ZeRO-1/2: their ranks hold full
+ * replicas), so the replica check has something to find. */
 static void test_aids_read(run_state *r) {
     const char *h = getenv("DTRAIN_TEST_HANG"), *restart = getenv("DTRAIN_RESTART");
-    const char *d = getenv("DTRAIN_TEST_STEP_DELAY_MS");
+    const char *d = getenv("DTRAIN_TEST_STEP_DELAY_MS"), *p = getenv("DTRAIN_TEST_PERTURB");
+    r->perturb_step = -1;
+    if (p && sscanf(p, "%ld:%d", &r->perturb_step, &r->perturb_rank) != 2) r->perturb_step = -1;
     r->hang_step = -1;
     if (h && (!restart || strcmp(restart, "0") == 0) && sscanf(h, "%ld:%d", &r->hang_step, &r->hang_rank) != 2)
         r->hang_step = -1;
     r->delay_ms = d ? atoi(d) : 0;
     if (r->delay_ms < 0 || r->delay_ms > 100000) r->delay_ms = 0;
+}
+
+static void test_aids_after_step(run_state *r, long step, int rank) {
+    if (r->perturb_step != step || r->perturb_rank != rank || r->tr.cfg.parallel.strategy == DT_STRAT_ZERO3) return;
+    uint32_t u;
+    memcpy(&u, &r->tr.model.params[0], sizeof u);
+    u ^= 1u;
+    memcpy(&r->tr.model.params[0], &u, sizeof u);
 }
 
 static void test_aids_step(const run_state *r, long step, int rank) {
@@ -419,6 +437,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     char isa[320];
     dt_isa_describe(isa, sizeof isa);
     dt_log_info(ctx, "%s", isa);
+    DT_CHECK_GOTO(dt_replicas_log_isa(ctx, comm));
     dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s, bucket %.1f MiB, overlap %s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
                 (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off");
@@ -445,6 +464,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         uint64_t cursor = r.loader ? dt_loader_cursor(r.loader) : 0;
         test_aids_step(&r, s, rank);
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
+        test_aids_after_step(&r, s, rank);
+        if (cfg->check_replicas > 0 && (s % cfg->check_replicas == 0 || s == t->steps)) {
+            DT_CHECK_GOTO(dt_replicas_check(ctx, comm, r.tr.par, r.tr.model.n_params, s, &r.replica_hash));
+            r.replica_checks++;
+            r.replica_step = s;
+        }
         DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, world, rank));
         r.seen += tokens_per_step;
         r.train_s += ss.seconds;
@@ -505,6 +530,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                      "the newest intact one in %s is older", cfg->ckpt_dir);
         goto fail;
     }
+    if (r.replica_checks > 0)
+        dt_log_info(ctx, "parallel.check_replicas: %d check(s), the parameters of all %d rank(s) identical "
+                    "(xxh3 %016llx at step %ld)", r.replica_checks, world, (unsigned long long)r.replica_hash,
+                    r.replica_step);
     if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
     if (cfg->trace[0]) {
         dt_trace_disable();
