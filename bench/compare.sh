@@ -3,7 +3,9 @@
 # after the other in the same run and reported as a ratio of tokens/s.
 #   bash bench/compare.sh build/dtrain [WORKLOAD ...]
 # Workloads: bench-small (micro-batch 8) and gpt2 (micro-batch 4), context 256, 2 threads.
-# Env: STEPS (timed steps, default 5), WARMUP (default 2), THREADS (default 2).
+# Env: STEPS (timed steps, default 5), WARMUP (default 2), THREADS (default 2); DTRAIN_ISA
+# (scalar|avx2|avx512|neon) forces dtrain's kernel path, as the dtrain binary reads it. Each
+# workload's rows are followed by the kernel path that ran.
 set -euo pipefail
 bin=${1:-build/dtrain}
 shift || true
@@ -33,5 +35,6 @@ for w in "${workloads[@]}"; do
   ratio=$(awk -v a="$d_tps" -v b="$p_tps" 'BEGIN{printf "%.2f", a/b}')
   printf '  %-12s %-6s %-5s %-8s %-14s %-14s %-8s %-8s\n' "$w" "$b" 256 "$threads" "$d_tps" \
     "$p_tps" "$ratio" "$mfu"
+  echo "  [$w] $(grep -m1 '^# kernels ' <<<"$out" | sed 's/^# //')"
   echo "$out" | sed -n '/time breakdown/,$p' | sed "s/^/  [$w] /"
 done
