@@ -231,5 +231,24 @@ err=$("$bin" train "${common[@]}" --resume empty 2>&1 >/dev/null); rc=$?
   && grep -q "missing.bin" giveup.log && pass "a job failing every time: 3 attempts, then the supervisor gives up (rc $rc)" \
   || fail "give up: rc $rc, $(grep 'dtrain launch' giveup.log | tail -2)"
 
+# 12. The supervisor does not retry what cannot succeed: a misspelt key exits 2 on every rank,
+#     and the job ends after the first attempt with that status and the one error line.
+start=$(date +%s)
+"$bin" launch -n 2 --max-restarts 10 --backoff 0.5 -- train "${common[@]}" --set trainng.steps=5 >cfgerr.log 2>&1; rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc = 2 ] && [ "$(grep -c 'job failed after' cfgerr.log)" = 1 ] && grep -q "unknown key 'trainng.steps'" cfgerr.log \
+  && grep -q "usage or configuration error .*not restarting" cfgerr.log && [ $took -lt 30 ] \
+  && pass "a configuration error under --max-restarts 10: one attempt, status 2, ${took}s" \
+  || fail "config error under the supervisor: rc $rc, ${took}s, $(grep -c 'job failed after' cfgerr.log) attempt(s)"
+# 13. A supervised run without checkpoint.dir: rank 1 hangs before step 6 in the first attempt
+#     (the watchdog ends it), the restart trains again from step 0, says so, and finishes.
+DTRAIN_TEST_HANG=6:1 "$bin" launch -n 2 --max-restarts 2 --backoff 0.1 -- train "${common[@]}" --steps 10 \
+  --set schedule.decay_steps=10 --set fault.collective_timeout=2 --set logging.metrics=nockpt.jsonl >nockpt.log 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "job finished after 1 restart(s)" nockpt.log \
+  && grep -q "restart 1: no checkpoint.dir, nothing to resume: training again from step 0" nockpt.log \
+  && grep -q "a restart after a failure trains again from step 0" nockpt.log && [ "$(last_step nockpt.jsonl)" = 10 ] \
+  && pass "restart without checkpoint.dir: trained again from step 0 and finished" \
+  || fail "restart without checkpoint.dir: rc $rc, $(grep -E 'dtrain launch|error|warning' nockpt.log | tail -3)"
+
 echo "test_resume: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -1,5 +1,6 @@
 /* dtrain train: parse the configuration, run the training (src/train/run.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -69,7 +70,11 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
             return DT_EXIT_USAGE;
         }
         snprintf(cfg.resume, sizeof cfg.resume, "%s", fl.resume);
-        if ((!strcmp(cfg.resume, "latest") || !strcmp(cfg.resume, "auto")) && !cfg.ckpt_dir[0]) {
+        /* dtrain launch --max-restarts adds --resume auto to its restarts: without checkpoints
+         * such a restart trains again from step 0 (dt_train_run says so). */
+        const char *restart = getenv("DTRAIN_RESTART");
+        int supervised = restart && strcmp(restart, "0") != 0 && !strcmp(cfg.resume, "auto");
+        if ((!strcmp(cfg.resume, "latest") || !strcmp(cfg.resume, "auto")) && !cfg.ckpt_dir[0] && !supervised) {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain train: --resume %s needs checkpoint.dir (or give the directory: --resume DIR)",
                     cfg.resume);
             return DT_EXIT_USAGE;

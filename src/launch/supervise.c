@@ -363,6 +363,13 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         failed_at = t1;
         SV_LOG("job failed after %.1f s: %s", t1 - t0, what);
         report_hang(run_dir, cfg->nranks);
+        /* Exit status 2 is dtrain's usage/configuration error (a misspelt key or subcommand,
+         * a YAML error, a bad flag): the same input fails again, so no restart. */
+        if ((a.rank >= 0 && !a.sig ? a.code : code) == 2) {
+            SV_LOG("status 2 is a usage or configuration error (see the error line above): restarting "
+                   "cannot help; not restarting");
+            break;
+        }
         if (attempt >= sc->max_restarts) {
             SV_LOG("giving up: %d restart(s) allowed (--max-restarts)", sc->max_restarts);
             break;
@@ -372,7 +379,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         for (int i = 1; i < quick && wait < sc->backoff_max; i++) wait *= 2;
         if (wait > sc->backoff_max) wait = sc->backoff_max;
         SV_LOG("restart %d of %d in %.1f s%s", attempt + 1, sc->max_restarts, wait,
-               is_train ? ", resuming from the newest intact checkpoint" : "");
+               is_train ? ", resuming from the newest intact checkpoint (if checkpoint.dir is set)" : "");
         double until = now_s() + wait;
         while (now_s() < until && !sv_signal) usleep(20000);
         if (sv_signal) {

@@ -248,7 +248,13 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.keep_last must be >= 0 (got %d)", c->ckpt_keep);
     if (c->ckpt_max_failures < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.max_failures must be >= 1 (got %d)", c->ckpt_max_failures);
-    if (c->resume[0] && !c->ckpt_dir[0] && (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto")))
+    /* A supervised restart (dtrain launch --max-restarts adds --resume auto) of a run without
+     * checkpoints trains again from step 0 (dt_train_run says so); anywhere else this is a
+     * mistake. */
+    const char *restart = getenv("DTRAIN_RESTART");
+    int supervised_restart = restart && strcmp(restart, "0") != 0 && !strcmp(c->resume, "auto");
+    if (c->resume[0] && !c->ckpt_dir[0] && !supervised_restart &&
+        (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto")))
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.resume: '%s' needs checkpoint.dir", c->resume);
     if (!(c->coll_timeout >= 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "fault.collective_timeout must be >= 0 (got %g)", (double)c->coll_timeout);

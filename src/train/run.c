@@ -272,6 +272,13 @@ static dt_status resume_find(dt_ctx *ctx, const dt_run_cfg *cfg, dt_comm *comm, 
     memset(buf, 0, sizeof buf);
     dt_status st = DT_OK;
     int autostart = !strcmp(cfg->resume, "auto");
+    if (autostart && !cfg->ckpt_dir[0]) { /* a supervised restart of a run without checkpoints */
+        dt_log_warn(ctx, "restart %s: no checkpoint.dir, nothing to resume: training again from step 0",
+                    getenv("DTRAIN_RESTART") ? getenv("DTRAIN_RESTART") : "?");
+        *found = 0;
+        dir[0] = 0;
+        return DT_OK;
+    }
     if (ctx->rank == 0) {
         const char *root = (!strcmp(cfg->resume, "latest") || autostart) ? cfg->ckpt_dir : cfg->resume;
         st = dt_ckpt_find(ctx, root, buf + 1, sizeof buf - 1);
@@ -422,6 +429,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 al->cur[DT_MEM_OPTIM]);
     long start = 0;
     int resumed = 0;
+    const char *restart = getenv("DTRAIN_RESTART");
+    if (restart && !strcmp(restart, "0") && !cfg->ckpt_dir[0])
+        dt_log_warn(ctx, "supervised run without checkpoint.dir: a restart after a failure trains again from step 0");
     if (cfg->resume[0]) DT_CHECK_GOTO(resume(ctx, &r, cfg, comm, world, &start, &resumed));
     if (cfg->init_from[0] && !resumed) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
     DT_CHECK_GOTO(saver_open(ctx, &r, cfg, world, rank));
