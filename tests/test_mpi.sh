@@ -10,7 +10,9 @@
 #  - per-rank model-state bytes match the ZeRO formulas exactly (plus the stated windows);
 #  - one rank failing at start-up ends the whole job, naming the rank, without a hang;
 #  - ranks on different kernel paths (DTRAIN_ISA) keep identical parameters after every step
-#    (parallel.check_replicas), and the check stops a job whose replicas diverged.
+#    (parallel.check_replicas), and the check stops a job whose replicas diverged;
+#  - a NaN loss on one rank stops the job naming the step, or (training.nonfinite=skip) skips
+#    that step's update on every rank.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -203,6 +205,33 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "at step 4 the parameters of rank
   pass "a diverged replica stops the job naming it (rc $rc)"
 else
   fail "diverged replica not caught (rc $rc): $(grep -E 'error|check_replicas' "$dir/diverged.log" | head -3)"
+fi
+
+# training.nonfinite: rank 1's loss alone turns NaN (its gradients stay finite: a test aid);
+# every rank must see it. stop (default): the job ends naming the step, without a hang.
+# skip: step 20 is skipped, so the weights equal those of a run that stopped after step 19
+# (bitwise; same schedule), the step is marked in the metrics, and the replicas stay equal.
+DTRAIN_TEST_NAN=3:1 timeout 120 "${mpi[@]}" -x DTRAIN_TEST_NAN -n 2 "$bin" train "${common[@]}" \
+  --set logging.metrics= >"$dir/nan_stop.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: step 3: non-finite loss" "$dir/nan_stop.log"; then
+  pass "a NaN loss on rank 1 stops the job naming step 3 (rc $rc)"
+else
+  fail "NaN stop (rc $rc): $(grep -E 'error' "$dir/nan_stop.log" | head -3)"
+fi
+runN nan_19 2 --steps 19 --set schedule.decay_steps=20
+DTRAIN_TEST_NAN=20:1 runN nan_skip 2 --set schedule.decay_steps=20 \
+  --set training.nonfinite=skip --set parallel.check_replicas=1
+same=$(/usr/bin/python3 -c "
+import sys; sys.path.insert(0, '$src/tests/ref')
+from compare_runs import tensors
+a, b = tensors('$dir/nan_19.st'), tensors('$dir/nan_skip.st')
+print('equal' if a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a) else 'different')")
+if [ "$same" = equal ] && grep -q '"step":20,.*"loss":null.*"skipped":true' "$dir/nan_skip.jsonl" \
+   && grep -q "1 of 20 step(s) skipped" "$dir/nan_skip.log" && grep -q "identical" "$dir/nan_skip.log"; then
+  pass "training.nonfinite=skip: step 20 skipped, weights bitwise those after step 19, marked in metrics"
+else
+  fail "nonfinite skip: weights $same, $(grep -E 'skipped|error' "$dir/nan_skip.log" | head -3)"
 fi
 
 echo "test_mpi: $fails failure(s)"

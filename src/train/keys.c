@@ -44,6 +44,7 @@ static const key_def keys[] = {
     NUM("training.steps", K_LONG, train.steps, "optimizer steps"),
     NUM("training.tokens", K_LONG, tokens, "train this many tokens instead of training.steps (0 = use steps)"),
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
+    ENUM("training.nonfinite", nonfinite, "stop|skip", "a step whose loss or gradient norm is NaN/Inf on any rank: stop naming the step, or skip its update (counted, in metrics)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
@@ -90,6 +91,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->data_format, "auto");
     c->data_shuffle = 1;
     strcpy(c->tokenizer, "byte");
+    strcpy(c->nonfinite, "stop");
     c->eval_batches = 20;
     c->log_every = 1;
     strcpy(c->metrics, "runs/metrics.jsonl");
@@ -271,6 +273,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb must be in [0.004, 4096] (got %g)", (double)c->bucket_mb);
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
+    t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (c->check_replicas < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.check_replicas must be >= 0 (got %d)", c->check_replicas);
     if (!(c->peak_gflops >= 0))

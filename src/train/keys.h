@@ -30,6 +30,7 @@ typedef struct dt_run_cfg {
     int global_batch;     /* training.batch: if > 0, grad_accum = batch / (micro_batch x ranks) */
     int eval_interval;    /* steps between validation passes (0 = off) */
     int eval_batches;     /* micro-batches per validation pass */
+    char nonfinite[8];    /* stop | skip */
     /* logging */
     int log_every;
     char metrics[DT_PATH_MAX]; /* JSONL metrics file */

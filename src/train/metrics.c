@@ -85,25 +85,31 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     char mfu_s[32];
     if (isnan(mfu)) snprintf(mfu_s, sizeof mfu_s, "null");
     else snprintf(mfu_s, sizeof mfu_s, "%.4f", mfu);
+    /* A skipped step's loss or norm may be NaN/Inf: null in JSON. */
+    char loss_s[32] = "null", norm_s[32] = "null";
+    if (isfinite(r->loss)) snprintf(loss_s, sizeof loss_s, "%.9g", (double)r->loss);
+    if (isfinite(r->grad_norm)) snprintf(norm_s, sizeof norm_s, "%.6g", (double)r->grad_norm);
     snprintf(line, sizeof line,
-             "{\"type\":\"step\",\"step\":%ld,\"steps\":%ld,\"loss\":%.9g,\"lr\":%.9g,"
-             "\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens\":%.0f,\"tokens_seen\":%.0f,"
-             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f}\n",
-             r->step, m->total_steps, (double)r->loss, (double)r->lr, (double)r->grad_norm,
-             r->step_s * 1e3, r->tokens, r->tokens_seen, tps, mfu_s, elapsed, isnan(eta) ? 0.0 : eta);
+             "{\"type\":\"step\",\"step\":%ld,\"steps\":%ld,\"loss\":%s,\"lr\":%.9g,"
+             "\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens\":%.0f,\"tokens_seen\":%.0f,"
+             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s}\n",
+             r->step, m->total_steps, loss_s, (double)r->lr, norm_s,
+             r->step_s * 1e3, r->tokens, r->tokens_seen, tps, mfu_s, elapsed, isnan(eta) ? 0.0 : eta,
+             r->skipped ? ",\"skipped\":true" : "");
     DT_CHECK(write_line(ctx, m, line));
     char eta_s[48], mfu_txt[32] = "";
     fmt_hms(eta_s, sizeof eta_s, eta);
     if (!isnan(mfu)) snprintf(mfu_txt, sizeof mfu_txt, " | MFU %.1f%%", 100 * mfu);
     if (m->bar) {
-        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s", r->step,
-               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, eta_s);
+        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s%s", r->step,
+               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, eta_s,
+               r->skipped ? " | SKIPPED (non-finite)" : "");
         fflush(stdout);
         m->bar_dirty = 1;
     } else {
-        dt_log_info(ctx, "step %ld/%ld | loss %.9g | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | ETA %s",
+        dt_log_info(ctx, "step %ld/%ld | loss %.9g | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | ETA %s%s",
                     r->step, m->total_steps, (double)r->loss, (double)r->lr, (double)r->grad_norm,
-                    r->step_s * 1e3, tps, mfu_txt, eta_s);
+                    r->step_s * 1e3, tps, mfu_txt, eta_s, r->skipped ? " | SKIPPED (non-finite)" : "");
     }
     return DT_OK;
 }

@@ -31,6 +31,7 @@ typedef struct dt_step_record {
     double tokens_seen; /* since the start of training */
     double flops_per_token;
     double peak_gflops; /* 0: MFU not reported */
+    int skipped;        /* the update was skipped (training.nonfinite=skip) */
 } dt_step_record;
 
 /* append: a resumed run adds to the file (readers keep the last record of each step). */

@@ -35,6 +35,7 @@ dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss,
     }
     if (n == 0) return dt_fail(ctx, DT_ERR_CONFIG, "data.val: no complete validation batch");
     *loss = sum / (double)n;
+    if (!isfinite(*loss)) return dt_fail(ctx, DT_ERR_NUMERIC, "validation loss is %g: the model diverged", *loss);
     *tokens = (double)n * m->B * m->T;
     return DT_OK;
 }
@@ -486,10 +487,14 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         r.step_s_sum += ss.seconds;
         r.steps_run++;
         r.last_loss = ss.loss;
-        if (rank == 0 && (s % cfg->log_every == 0 || s == t->steps)) {
+        if (ss.skipped && rank == 0)
+            dt_log_warn(ctx, "step %ld: non-finite %s (loss %g, gradient norm %g): update skipped "
+                        "(training.nonfinite=skip; %ld so far)", s, isfinite(ss.loss) ? "gradient norm" : "loss",
+                        (double)ss.loss, (double)ss.grad_norm, r.tr.skipped);
+        if (rank == 0 && (s % cfg->log_every == 0 || s == t->steps || ss.skipped)) {
             /* MFU per rank: the peak is one process's matmul rate. */
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
-                                  r.seen, fpt / world, peak};
+                                  r.seen, fpt / world, peak, ss.skipped};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
         }
         if (r.val && ((cfg->eval_interval > 0 && s % cfg->eval_interval == 0) || s == t->steps))
@@ -540,6 +545,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                      "the newest intact one in %s is older", cfg->ckpt_dir);
         goto fail;
     }
+    if (r.tr.skipped > 0)
+        dt_log_info(ctx, "training.nonfinite=skip: %ld of %ld step(s) skipped (non-finite loss or gradient norm)",
+                    r.tr.skipped, r.steps_run);
     if (r.replica_checks > 0)
         dt_log_info(ctx, "parallel.check_replicas: %d check(s), the parameters of all %d rank(s) identical "
                     "(xxh3 %016llx at step %ld)", r.replica_checks, world, (unsigned long long)r.replica_hash,

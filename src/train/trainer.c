@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +60,10 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->cfg = *cfg;
     dt_alloc_init(&tr->alloc);
     tr->alloc.fail_at = cfg->fail_alloc_at;
+    /* Test aid: DTRAIN_TEST_NAN=STEP:RANK makes that rank's loss NaN in that step (1-based). */
+    const char *pn = getenv("DTRAIN_TEST_NAN");
+    tr->poison_step = -1;
+    if (pn && sscanf(pn, "%ld:%d", &tr->poison_step, &tr->poison_rank) != 2) tr->poison_step = -1;
     DT_CHECK(dt_train_cfg_validate(ctx, cfg));
     dt_status st = DT_OK;
     /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3
@@ -100,19 +105,35 @@ void dt_trainer_free(dt_trainer *tr) {
     tr->inputs = tr->targets = NULL;
 }
 
-/* Shared tail of a step: gradients reduced across ranks, global clip, schedule, AdamW. */
-static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
+/* Shared tail of a step: gradients reduced across ranks, the mean loss, global clip,
+ * schedule, AdamW. *mean_loss comes in as this rank's mean over its micro-steps and leaves
+ * as the mean over all ranks. Every rank sees the same mean loss (a NaN or Inf anywhere makes
+ * the sum non-finite everywhere) and the same gradient norm (computed from the reduced
+ * gradients), so all ranks take the same decision on a non-finite step without another
+ * collective. */
+static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_step_stats *out) {
     double tr0 = dt_trace_begin();
     double t0 = dt_now();
     DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
+    DT_CHECK(dt_parallel_mean(ctx, tr->par, mean_loss));
     out->sync_seconds = dt_now() - t0;
     t0 = dt_now();
     double sumsq;
     DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     double norm = sqrt(sumsq);
-    float coef = dt_clip_coef(norm, tr->cfg.clip);
     float lr = dt_lr_at(&tr->cfg.sched, tr->step);
-    DT_CHECK(dt_parallel_update(ctx, tr->par, &tr->cfg.adamw, lr, tr->step + 1, coef));
+    out->skipped = 0;
+    if (!isfinite(*mean_loss) || !isfinite(norm)) {
+        if (!tr->cfg.nonfinite_skip)
+            return dt_fail(ctx, DT_ERR_NUMERIC, "step %ld: non-finite %s (loss %g, gradient norm %g): diverged; "
+                           "lower optimizer.lr, or training.nonfinite=skip drops such steps",
+                           tr->step + 1, isfinite(*mean_loss) ? "gradient norm" : "loss", *mean_loss, norm);
+        out->skipped = 1; /* no update: parameters and moments stay; data and schedule move on */
+        tr->skipped++;
+    } else {
+        float coef = dt_clip_coef(norm, tr->cfg.clip);
+        DT_CHECK(dt_parallel_update(ctx, tr->par, &tr->cfg.adamw, lr, tr->step + 1, coef));
+    }
     tr->step++;
     out->grad_norm = (float)norm;
     out->lr = lr;
@@ -169,17 +190,18 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         td = dt_trace_begin();
         dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
         dt_gpt2_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
+        if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+            loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */
         dt_parallel_end_micro(tr->par);
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);
         loss_sum += loss;
     }
     out->opt_seconds = 0;
-    DT_CHECK(finish_step(ctx, tr, out));
+    double mean_loss = loss_sum / tr->cfg.accum;
+    DT_CHECK(finish_step(ctx, tr, &mean_loss, out));
     add_phase(tr, &tp, &ex, &out->opt_seconds);
     out->comm_seconds = ex - ex0;
-    double mean_loss = loss_sum / tr->cfg.accum;
-    DT_CHECK(dt_parallel_mean(ctx, tr->par, &mean_loss));
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     dt_trace_end(trs, "step", "step %ld", tr->step);

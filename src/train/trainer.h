@@ -29,6 +29,8 @@ typedef struct dt_train_cfg {
     dt_parallel_cfg parallel;
     uint64_t seed;
     long fail_alloc_at;     /* fault injection for tests: the n-th allocation fails (0 = off) */
+    int nonfinite_skip;     /* training.nonfinite: 1 = skip a step with a non-finite loss or
+                               gradient norm, 0 = stop naming the step */
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
@@ -49,13 +51,17 @@ typedef struct dt_trainer {
     dt_batch_fn next_batch;    /* NULL: synthetic tokens (dt_synthetic_batch) */
     void *batch_ud;
     int32_t *inputs, *targets; /* (B,T) staging for synthetic micro-batches */
-    long step;                 /* optimizer steps done */
+    long step;                 /* optimizer steps done (skipped ones included) */
+    long skipped;              /* steps skipped for a non-finite loss or gradient norm */
+    long poison_step;          /* test aid DTRAIN_TEST_NAN=STEP:RANK (-1 = off) */
+    int poison_rank;
 } dt_trainer;
 
 typedef struct dt_step_stats {
     float loss;       /* mean over micro-steps */
     float grad_norm;  /* before clipping */
     float lr;
+    int skipped;      /* non-finite loss or gradient norm: no update (training.nonfinite=skip) */
     double seconds;   /* wall time of the step */
     double sync_seconds;  /* of which: waiting for the gradient reduction to finish */
     double optim_seconds; /* of which: norm, clipping, AdamW (and ZeRO's parameter gather) */
