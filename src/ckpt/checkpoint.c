@@ -225,7 +225,20 @@ dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out) {
     return st;
 }
 
-dt_status dt_ckpt_find(dt_ctx *ctx, const char *root, char *out, size_t out_size) {
+/* The step `latest` names (-1: no pointer, or a malformed one). */
+long dt_ckpt_latest_step(const char *root) {
+    char p[4400], line[64] = "";
+    snprintf(p, sizeof p, "%s/latest", root);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    if (!fgets(line, sizeof line, f)) line[0] = 0;
+    fclose(f);
+    line[strcspn(line, "\r\n")] = 0;
+    long step;
+    return parse_step_name(line, &step) ? step : -1;
+}
+
+dt_status dt_ckpt_find_quiet(dt_ctx *ctx, const char *root, int quiet, char *out, size_t out_size) {
     char man[4400];
     struct stat sb;
     snprintf(man, sizeof man, "%s/" DT_MANIFEST_NAME, root);
@@ -236,21 +249,34 @@ dt_status dt_ckpt_find(dt_ctx *ctx, const char *root, char *out, size_t out_size
     }
     if (stat(root, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return dt_fail(ctx, DT_ERR_IO, "%s: no checkpoint (not a directory)", root);
+    /* `latest` wins: steps above it belong to a run that was rolled back (resumed from an
+     * older step: its lineage moved `latest`) or to a save whose commit did not finish. */
+    long latest = dt_ckpt_latest_step(root);
     long *steps;
     int n = dt_ckpt_list_steps(root, &steps);
     for (int i = 0; i < n; i++) {
         char d[4200];
         snprintf(d, sizeof d, "%s/step-%08ld", root, steps[i]);
+        if (latest >= 0 && steps[i] > latest) {
+            if (!quiet)
+                dt_log_note(ctx, "ignoring %s: newer than latest (step-%08ld), from a rolled-back run or an "
+                            "unfinished save", d, latest);
+            continue;
+        }
         if (dt_ckpt_verify(ctx, d, NULL) == DT_OK) {
             snprintf(out, out_size, "%s", d);
             free(steps);
             return DT_OK;
         }
-        dt_log_warn(ctx, "skipping checkpoint %s: %s; trying the previous one", d, ctx->err);
+        if (!quiet) dt_log_warn(ctx, "skipping checkpoint %s: %s; trying the previous one", d, ctx->err);
     }
     free(steps);
     return dt_fail(ctx, DT_ERR_IO, "%s: no checkpoint (%s)", root,
                    n ? "every step directory is incomplete or damaged" : "no step-* directory");
+}
+
+dt_status dt_ckpt_find(dt_ctx *ctx, const char *root, char *out, size_t out_size) {
+    return dt_ckpt_find_quiet(ctx, root, 0, out, out_size);
 }
 
 dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_gpt2 *model, float *full) {

@@ -91,10 +91,16 @@ void dt_ckpt_saver_stats(const dt_ckpt_saver *s, double *stage_s, double *wait_s
 /* Checks one step directory: manifest, every file's size and checksum, trainer.json and
  * the model file's header. The message names the file and the reason. */
 dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out_or_null);
-/* The newest intact checkpoint under root (or root itself if it is a step directory):
- * newer damaged or incomplete ones are skipped with a warning naming the reason. out gets
- * the step directory. DT_ERR_IO with "no checkpoint" if there is none. */
+/* The newest intact checkpoint under root (or root itself if it is a step directory, then
+ * verified): `latest` wins — steps newer than the one it names are ignored (a rolled-back
+ * run's, or a save whose commit did not finish), then damaged or incomplete ones are skipped
+ * with a warning naming the reason; without a `latest` pointer the newest intact step.
+ * out gets the step directory. DT_ERR_IO with "no checkpoint" if there is none. */
 dt_status dt_ckpt_find(dt_ctx *ctx, const char *root, char *out, size_t out_size);
+/* The same; quiet: no line about skipped or ignored steps (ckpt verify lists them itself). */
+dt_status dt_ckpt_find_quiet(dt_ctx *ctx, const char *root, int quiet, char *out, size_t out_size);
+/* The step the `latest` pointer of root names; -1 without a (well-formed) pointer. */
+long dt_ckpt_latest_step(const char *root);
 dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_trainer *out);
 /* Parses trainer.json text (len bytes); `origin` names it in messages. */
 dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t len, const char *origin,

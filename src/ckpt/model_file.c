@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
+#include "core/log.h"
+
 int dt_model_file_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_st_entry *e,
                           char (*names)[DT_ST_NAME_MAX]) {
     int n = 0;
@@ -159,21 +162,18 @@ dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_s
         snprintf(out, out_size, "%s", path);
         return DT_OK;
     }
-    char buf[4200];
+    char buf[4200], man[4200];
     snprintf(buf, sizeof buf, "%s/model.safetensors", path);
-    if (stat(buf, &sb) == 0) {
+    snprintf(man, sizeof man, "%s/" DT_MANIFEST_NAME, path);
+    if (stat(man, &sb) != 0 && stat(buf, &sb) == 0) { /* a plain model folder */
         snprintf(out, out_size, "%s", buf);
         return DT_OK;
     }
-    snprintf(buf, sizeof buf, "%s/latest", path);
-    FILE *f = fopen(buf, "r");
-    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: no model.safetensors and no latest pointer", path);
-    char step[64] = "";
-    if (!fgets(step, sizeof step, f)) step[0] = 0;
-    fclose(f);
-    step[strcspn(step, "\r\n")] = 0;
-    if (!step[0] || strchr(step, '/') || strstr(step, ".."))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: malformed latest pointer", buf);
-    snprintf(out, out_size, "%s/%s/model.safetensors", path, step);
+    /* A checkpoint (a step directory or the checkpoint.dir above them): only a verified step
+     * is read, the same one --resume would load, and the command says which. */
+    char step_dir[4200];
+    DT_CHECK(dt_ckpt_find(ctx, path, step_dir, sizeof step_dir));
+    dt_log_note(ctx, "loading %s (checksums verified)", step_dir);
+    snprintf(out, out_size, "%s/model.safetensors", step_dir);
     return DT_OK;
 }

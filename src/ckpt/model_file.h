@@ -32,8 +32,10 @@ dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_gpt2_config *cf
 /* Loads weights into m, whose shape must match the file's. */
 dt_status dt_model_file_load(dt_ctx *ctx, dt_gpt2 *m, const char *path);
 
-/* Resolves a model file from a file path, a step directory, or a checkpoint directory (via
- * its `latest` pointer). out gets the model.safetensors path. */
+/* Resolves a model file from a file path, a plain folder holding model.safetensors, a step
+ * directory (verified against its manifest) or a checkpoint directory (dt_ckpt_find: the
+ * newest intact step by the `latest` rule, verified), saying on stderr which step it
+ * loads. out gets the model.safetensors path. */
 dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_size);
 
 #endif

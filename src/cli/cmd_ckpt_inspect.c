@@ -53,18 +53,26 @@ int dt_cmd_ckpt_verify(dt_ctx *ctx, int argc, char **argv) {
     if (d) closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str_desc);
     int bad = 0, newest = -1;
+    long latest = dt_ckpt_latest_step(dir);
     for (int i = 0; i < n; i++) {
         char p[4400];
+        long step = strtol(names[i] + 5, NULL, 10);
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         if (dt_ckpt_verify(ctx, p, NULL) == DT_OK) {
-            printf("ok      %s\n", p);
-            if (newest < 0) newest = i;
+            if (latest >= 0 && step > latest) {
+                printf("ok      %s (ignored: newer than latest, step-%08ld)\n", p, latest);
+            } else {
+                printf("ok      %s\n", p);
+                if (newest < 0) newest = i;
+            }
         } else {
             printf("DAMAGED %s: %s\n", p, ctx->err);
             bad++;
         }
     }
-    if (newest >= 0) printf("newest intact checkpoint: %s/%s (what --resume latest loads)\n", dir, names[newest]);
+    char found[4400];
+    if (newest >= 0 && dt_ckpt_find_quiet(ctx, dir, 1, found, sizeof found) == DT_OK)
+        printf("newest intact checkpoint: %s (what --resume latest, eval, sample and export load)\n", found);
     for (int i = 0; i < n; i++) free(names[i]);
     if (n == 0 || newest < 0) {
         dt_fail(ctx, DT_ERR_IO, "%s: no intact checkpoint (%d step directories)", dir, n);

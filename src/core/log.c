@@ -23,4 +23,5 @@ static void vlog(const dt_ctx *ctx, FILE *f, const char *level, const char *fmt,
 DT_LOG_FN(dt_log_error, 0, stderr, "error: ")
 DT_LOG_FN(dt_log_warn, 0, stderr, "warning: ")
 DT_LOG_FN(dt_log_info, 1, stdout, "")
+DT_LOG_FN(dt_log_note, 1, stderr, "")
 DT_LOG_FN(dt_log_debug, 2, stdout, "debug: ")

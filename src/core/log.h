@@ -11,6 +11,8 @@
 void dt_log_error(const dt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dt_log_warn(const dt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dt_log_info(const dt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Information about what a command reads, on stderr (its stdout may be data, e.g. sample). */
+void dt_log_note(const dt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dt_log_debug(const dt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
