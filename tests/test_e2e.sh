@@ -47,14 +47,16 @@ PY
 if [ $? -eq 0 ]; then pass "metrics JSONL; $(head -1 "$dir/check") (threshold 2.85)"; else fail "metrics: $(cat "$dir/check")"; fi
 final=$(tail -1 "$dir/check")
 
-"$bin" eval "$dir/ckpt" --data.val "$dir/f_val_*.bin" --batch 16 --seq 64 >"$dir/eval" 2>&1
+"$bin" eval "$dir/ckpt" --data.val "$dir/f_val_*.bin" --batch 16 --seq 64 >"$dir/eval" 2>"$dir/eval.err"
+grep -q "loading $dir/ckpt/step-00000300 (checksums verified)" "$dir/eval.err" \
+  && pass "eval names the verified step it loads" || fail "eval: which step? $(cat "$dir/eval.err")"
 got=$(awk 'NR==2 {print $3}' "$dir/eval")
 /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(a-b)>1e-5*abs(b))" "$got" "$final" \
   && pass "eval of the checkpoint reproduces the run's val loss ($got)" || fail "eval: $(cat "$dir/eval") vs $final"
 
-"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 80 --seed 3 >"$dir/s1" 2>&1
-"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 80 --seed 3 >"$dir/s2" 2>&1
-"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 80 --seed 4 >"$dir/s3" 2>&1
+"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 80 --seed 3 >"$dir/s1" 2>"$dir/s1.err"
+"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 80 --seed 3 >"$dir/s2" 2>"$dir/s2.err"
+"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 80 --seed 4 >"$dir/s3" 2>"$dir/s3.err"
 if cmp -s "$dir/s1" "$dir/s2" && ! cmp -s "$dir/s1" "$dir/s3" && [ "$(wc -c <"$dir/s1")" -gt 60 ]; then
   pass "sample: deterministic per seed: $(head -c 60 "$dir/s1" | tr '\n' ' ')"
 else

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # dtrain ckpt export --hf / import-llmc:
-#  - export of a model file, a step directory and a checkpoint directory gives the same bytes;
+#  - export of a model file, a step directory and a checkpoint directory (of one training run)
+#    gives the same bytes;
 #    tests/ref/hf_gpt2_check.py checks HF names, layouts and config.json and runs the exported
 #    weights in HF's convention: logits equal dtrain's (tests/interop_dump) to 1e-4;
 #  - llm.c files written by tests/ref/llmc_model.py (fp32 and bf16) import bitwise;
@@ -19,9 +20,12 @@ unset DTRAIN_DEBUG
 
 # ---- export
 OMP_NUM_THREADS=2 "$dump" "$dir" || { echo "interop_dump failed"; exit 1; }
-mkdir -p "$dir/ckpt/step-00000007" && cp "$dir/model.safetensors" "$dir/ckpt/step-00000007/"
-echo step-00000007 > "$dir/ckpt/latest"
-for src in model.safetensors ckpt ckpt/step-00000007; do
+# A real checkpoint (only verified steps are exported) and the same weights as a model file.
+OMP_NUM_THREADS=2 "$bin" train --set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 \
+  --model.vocab_size 300 --model.context 32 --seq 16 --batch 2 --steps 2 --set logging.metrics= \
+  --set logging.peak_gflops=100 --set checkpoint.dir="$dir/ckpt" --save-weights "$dir/trained.safetensors" \
+  >"$dir/train.log" 2>&1 || fail "training the checkpoint: $(tail -2 "$dir/train.log")"
+for src in model.safetensors trained.safetensors ckpt ckpt/step-00000002; do
   out=$dir/hf-$(echo "$src" | tr / _)
   if "$bin" ckpt export --hf "$dir/$src" "$out" > "$dir/export.log" 2>&1; then
     pass "export --hf $src"
@@ -29,9 +33,9 @@ for src in model.safetensors ckpt ckpt/step-00000007; do
     fail "export --hf $src: $(cat "$dir/export.log")"
   fi
 done
-if cmp -s "$dir/hf-model.safetensors/model.safetensors" "$dir/hf-ckpt/model.safetensors" &&
-   cmp -s "$dir/hf-model.safetensors/model.safetensors" "$dir/hf-ckpt_step-00000007/model.safetensors" &&
-   cmp -s "$dir/hf-model.safetensors/config.json" "$dir/hf-ckpt/config.json"; then
+if cmp -s "$dir/hf-trained.safetensors/model.safetensors" "$dir/hf-ckpt/model.safetensors" &&
+   cmp -s "$dir/hf-trained.safetensors/model.safetensors" "$dir/hf-ckpt_step-00000002/model.safetensors" &&
+   cmp -s "$dir/hf-trained.safetensors/config.json" "$dir/hf-ckpt/config.json"; then
   pass "file, checkpoint dir and step dir export the same bytes"
 else
   fail "exports from file / checkpoint dir / step dir differ"
