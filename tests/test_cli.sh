@@ -31,6 +31,28 @@ expect_refused "bad number" "optimizer.lr" train --lr fast
 expect_refused "unknown flag" "--frobnicate" train --frobnicate
 expect_refused "unknown preset" "model.preset" train --model gpt5
 expect_refused "warmup beyond decay" "schedule.decay_steps" train --steps 5 --warmup 5
+expect_refused "flag without a value before another flag" "flag --lr needs a value (got the flag '--steps'" train --lr --steps 3
+expect_refused "eval without a checkpoint" "the first argument must be the CHECKPOINT, got '--data.val'" eval --data.val x.bin
+expect_refused "eval without arguments" "the first argument must be the CHECKPOINT" eval
+expect_refused "config without a subcommand" "expected 'show' or 'keys'" config
+expect_refused "unknown command" "unknown command 'trian'" trian
+expect_refused "sample temperature" "--temperature must be >= 0" sample x --temperature -1
+expect_refused "sample max-tokens" "--max-tokens must be in" sample x --max-tokens 0
+expect_refused "eval_batches below 0" "training.eval_batches must be >= 0" train --set training.eval_batches=-1
+out_has "^usage: dtrain config show" "$bin" config --help && pass "config --help: usage on stdout, exit 0" || fail "config --help"
+# --help shows defaults as written, not as float noise (0.000600000028).
+out_has "optimizer.lr +0.0006 " "$bin" train --help && ! out_has "0\.[0-9]*0000[0-9]{2}" "$bin" train --help \
+  && pass "--help prints 0.0006, 0.9, 0.95" || fail "--help float noise: $("$bin" train --help | grep optimizer.lr)"
+# Metrics go next to the checkpoints by default, never into the working directory.
+mkdir -p "$dir/cwd" && (cd "$dir/cwd" && "$bin" train --steps 2 --set checkpoint.dir=ck >/dev/null 2>&1 \
+  && "$bin" train --steps 2 >/dev/null 2>&1)
+[ "$(last_step "$dir/cwd/ck/metrics.jsonl")" = 2 ] && [ "$(ls "$dir/cwd")" = ck ] \
+  && pass "logging.metrics auto: checkpoint.dir/metrics.jsonl; nothing else in the working directory" \
+  || fail "default metrics path: $(ls -R "$dir/cwd" | head -5)"
+# prepare --out into a folder that does not exist yet makes it.
+echo "hello world" >"$dir/t.txt"
+"$bin" prepare --out "$dir/new/sub/x" "$dir/t.txt" >/dev/null 2>&1 && [ -s "$dir/new/sub/x_train_000000.bin" ] \
+  && pass "prepare --out into a missing folder creates it" || fail "prepare --out missing folder"
 
 # A token file with a bad magic is refused naming the file (exit 1: a data error).
 printf 'not a shard at all, definitely not 1024 bytes long' >"$dir/bad.bin"

@@ -51,6 +51,11 @@ final=$(tail -1 "$dir/check")
 grep -q "loading $dir/ckpt/step-00000300 (checksums verified)" "$dir/eval.err" \
   && pass "eval names the verified step it loads" || fail "eval: which step? $(cat "$dir/eval.err")"
 got=$(awk 'NR==2 {print $3}' "$dir/eval")
+# training.eval_batches=0: every complete validation batch (more tokens than the default 20).
+"$bin" eval "$dir/ckpt" --data.val "$dir/f_val_*.bin" --batch 16 --seq 64 --set training.eval_batches=0 >"$dir/eval0" 2>/dev/null \
+  && [ "$(awk 'NR==2 {print $2}' "$dir/eval0")" -gt "$(awk 'NR==2 {print $2}' "$dir/eval")" ] \
+  && pass "eval with training.eval_batches=0 reads every batch: $(awk 'NR==2 {print $2}' "$dir/eval0") tokens" \
+  || fail "eval_batches=0: $(cat "$dir/eval0")"
 /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(a-b)>1e-5*abs(b))" "$got" "$final" \
   && pass "eval of the checkpoint reproduces the run's val loss ($got)" || fail "eval: $(cat "$dir/eval") vs $final"
 
@@ -62,6 +67,20 @@ if cmp -s "$dir/s1" "$dir/s2" && ! cmp -s "$dir/s1" "$dir/s3" && [ "$(wc -c <"$d
 else
   fail "sample: $(cat "$dir/s1")"
 fi
+# sample streams: the first bytes arrive while it is still generating (100000 tokens take
+# ~20 s here); buffered output would arrive only at the end.
+rm -f "$dir/fifo" && mkfifo "$dir/fifo"
+"$bin" sample "$dir/ckpt" --prompt "The " --max-tokens 100000 --temperature 1 --seed 5 >"$dir/fifo" 2>/dev/null &
+spid=$!
+exec 7<"$dir/fifo" # held open: the writer cannot die of SIGPIPE before we look at it
+first=$(timeout 15 head -c 20 <&7)
+alive=$(kill -0 $spid 2>/dev/null && echo yes || echo no)
+if [ $alive = yes ] && [ ${#first} -ge 20 ]; then
+  pass "sample streams its text (20 bytes out while still generating)"
+else
+  fail "sample does not stream (got '${first}', process alive: $alive)"
+fi
+kill $spid 2>/dev/null; wait $spid 2>/dev/null; exec 7<&-
 
 step=$(cat "$dir/ckpt/latest")
 f="$dir/ckpt/$step/model.safetensors"

@@ -43,6 +43,11 @@ static dt_status flag_value(dt_ctx *ctx, const char *cmd, int argc, char **argv,
     }
     if (*i + 1 >= argc)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: flag %s needs a value", cmd, argv[*i]);
+    /* `--lr --steps 3` must not take "--steps" as the learning rate (negative numbers have
+     * one dash; a value that starts with two is the next flag). */
+    if (!strncmp(argv[*i + 1], "--", 2))
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain %s: flag %s needs a value (got the flag '%s'; write %s=VALUE "
+                       "for a value that starts with --)", cmd, argv[*i], argv[*i + 1], argv[*i]);
     *out = argv[++*i];
     return DT_OK;
 }

@@ -12,9 +12,16 @@ static int config_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
 }
 
 int dt_cmd_config(dt_ctx *ctx, int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        printf("usage: dtrain config show [CONFIG.yaml] [--set KEY=VALUE ...]\n"
+               "       dtrain config keys\n\n"
+               "show prints the resolved configuration (file, then flags, presets and derived values)\n"
+               "as YAML that dtrain reads back; keys lists every key with its default.\n");
+        return DT_EXIT_OK;
+    }
     if (argc < 1 || (strcmp(argv[0], "show") != 0 && strcmp(argv[0], "keys") != 0)) {
-        fprintf(stderr, "usage: dtrain config show [CONFIG.yaml] [--set KEY=VALUE ...]\n"
-                        "       dtrain config keys\n");
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain config: expected 'show' or 'keys'%s%s%s (see dtrain config --help)",
+                argc ? ", got '" : "", argc ? argv[0] : "", argc ? "'" : "");
         return DT_EXIT_USAGE;
     }
     if (strcmp(argv[0], "keys") == 0) {

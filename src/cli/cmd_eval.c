@@ -16,16 +16,20 @@ static int eval_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
 }
 
 int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
-    int help = argc == 0;
     char path[4200];
-    if (!help && strncmp(argv[0], "--", 2) == 0) help = 1;
+    int help = argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"));
+    if (!help && (argc == 0 || argv[0][0] == '-')) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain eval: the first argument must be the CHECKPOINT%s%s%s (see dtrain eval --help)",
+                argc ? ", got '" : "", argc ? argv[0] : "", argc ? "'" : "");
+        return DT_EXIT_USAGE;
+    }
     if (help) {
         printf("usage: dtrain eval CHECKPOINT --data.val FILES [--batch B] [--seq T]\n"
                "                  [--set training.eval_batches=N] [--set data.format=...]\n\n"
                "CHECKPOINT is a model.safetensors file, a step directory or a checkpoint directory\n"
                "(its latest step). Prints the mean loss and perplexity over the first N batches of\n"
                "the validation set (all complete batches with N = 0).\n");
-        return argc == 0 ? DT_EXIT_USAGE : DT_EXIT_OK;
+        return DT_EXIT_OK;
     }
     dt_status st = dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
     if (st != DT_OK) return dt_cli_exit_code(st);

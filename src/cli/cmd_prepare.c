@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_io.h"
 #include "cli/cli.h"
 #include "core/log.h"
 #include "data/prepare.h"
@@ -97,6 +98,16 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
     if (st != DT_OK) {
         rc = dt_cli_exit_code(st);
         goto done;
+    }
+    /* --out data/web/web: make data/web if it is missing. */
+    const char *slash = strrchr(out, '/');
+    if (slash && slash != out) {
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - out), out);
+        if ((st = dt_io_mkdirs(ctx, parent)) != DT_OK) {
+            rc = dt_cli_exit_code(st);
+            goto done;
+        }
     }
     dt_prepare_cfg p = {tok, inputs, ninputs, sep, valf, (uint64_t)shard, out, threads};
     dt_prepare_stats s;

@@ -17,13 +17,30 @@ static void usage(FILE *f) {
                "200 tokens, temperature 0.8, top-k 40, seed 1.\n");
 }
 
+typedef struct stream_state {
+    dt_tokenizer *tok;
+    int stop;
+} stream_state;
+
+static dt_status stream_token(dt_ctx *ctx, void *ud, int32_t token) {
+    stream_state *ss = ud;
+    if (token == ss->stop) return DT_OK; /* the end-of-text token is not printed */
+    char *text = NULL;
+    size_t n = 0;
+    DT_CHECK(dt_tokenizer_decode(ctx, ss->tok, &token, 1, &text, &n));
+    fwrite(text, 1, n, stdout);
+    fflush(stdout);
+    free(text);
+    return DT_OK;
+}
+
 int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     if (argc < 1 || !strncmp(argv[0], "-", 1)) {
         usage(argc < 1 ? stderr : stdout);
         return argc < 1 || (strcmp(argv[0], "--help") && strcmp(argv[0], "-h")) ? DT_EXIT_USAGE : DT_EXIT_OK;
     }
     const char *prompt = "\n", *enc = NULL, *merges = NULL;
-    dt_gen_cfg g = {200, 0.8f, 40, 1, -1};
+    dt_gen_cfg g = {.max_new = 200, .temperature = 0.8f, .top_k = 40, .seed = 1, .stop = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -52,8 +69,12 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
             return DT_EXIT_USAGE;
         }
     }
-    if (g.max_new < 1 || g.max_new > 100000 || !(g.temperature >= 0) || g.top_k < 0) {
-        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: need --max-tokens in [1, 100000], --temperature >= 0, --top-k >= 0");
+    const char *bad = g.max_new < 1 || g.max_new > 100000 ? "--max-tokens must be in [1, 100000]"
+                      : !(g.temperature >= 0)                ? "--temperature must be >= 0"
+                      : g.top_k < 0                          ? "--top-k must be >= 0"
+                                                             : NULL;
+    if (bad) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s", bad);
         return DT_EXIT_USAGE;
     }
     char path[4200], tokname[32];
@@ -81,8 +102,6 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     g.stop = dt_tokenizer_eot(tok);
     int32_t *ids = NULL, *out = malloc((size_t)g.max_new * sizeof *out);
     size_t nids = 0;
-    char *text = NULL;
-    size_t tlen = 0;
     int nout = 0, have_model = 0;
     dt_alloc alloc;
     dt_alloc_init(&alloc);
@@ -93,15 +112,17 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK) st = dt_gpt2_init(ctx, &m, &mc, &alloc, 1, window);
     have_model = st == DT_OK;
     if (st == DT_OK) st = dt_model_file_load(ctx, &m, path);
-    if (st == DT_OK) st = dt_generate(ctx, &m, ids, (int)nids, &g, out, &nout);
-    if (st == DT_OK && nout > 0 && out[nout - 1] == g.stop) nout--; /* do not print the eot */
-    if (st == DT_OK) st = dt_tokenizer_decode(ctx, tok, out, (size_t)nout, &text, &tlen);
+    /* The text is written as it is generated, token by token (bytes: a character split
+     * across tokens comes out whole once its last byte is written). */
+    stream_state ss = {tok, g.stop};
+    g.on_token = stream_token;
+    g.on_token_ud = &ss;
     if (st == DT_OK) {
         fwrite(prompt, 1, strlen(prompt), stdout);
-        fwrite(text, 1, tlen, stdout);
+        fflush(stdout);
+        st = dt_generate(ctx, &m, ids, (int)nids, &g, out, &nout);
         fputc('\n', stdout);
     }
-    free(text);
     free(ids);
     free(out);
     if (have_model) dt_gpt2_free(&m);

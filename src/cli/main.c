@@ -71,11 +71,10 @@ int main(int argc, char **argv) {
     else if (strcmp(cmd, "ckpt") == 0)
         rc = dt_cmd_ckpt(&ctx, argc - 2, argv + 2);
     else {
-        fprintf(stderr, "dtrain: unknown command '%s'\n", cmd);
-        usage(stderr);
+        dt_log_error(&ctx, "dtrain: unknown command '%s' (see dtrain --help)", cmd);
         return DT_EXIT_USAGE;
     }
-    if (rc != DT_EXIT_OK) {
+    if (rc != DT_EXIT_OK && ctx.err[0]) { /* commands that printed their own usage set no message */
         /* DTRAIN_DEBUG=1 adds the source site of the failure. */
         const char *dbg = getenv("DTRAIN_DEBUG");
         if (dbg && *dbg && *dbg != '0' && ctx.where[0])

@@ -83,6 +83,7 @@ dt_status dt_generate(dt_ctx *ctx, dt_gpt2 *m, const int32_t *prompt, int n_prom
         int tok = dt_sample_logits(logits, V, g->temperature, g->top_k, u, scratch);
         seq[len++] = tok;
         out[(*n_out)++] = tok;
+        if (g->on_token && (st = g->on_token(ctx, g->on_token_ud, tok)) != DT_OK) goto done;
         if (tok == g->stop) break;
     }
 done:

@@ -46,7 +46,7 @@ static const key_def keys[] = {
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
     ENUM("training.nonfinite", nonfinite, "stop|skip", "a step whose loss or gradient norm is NaN/Inf on any rank: stop naming the step, or skip its update (counted, in metrics)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
-    NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass"),
+    NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
     NUM("optimizer.beta1", K_FLOAT, train.adamw.beta1, "AdamW beta1"),
     NUM("optimizer.beta2", K_FLOAT, train.adamw.beta2, "AdamW beta2"),
@@ -58,7 +58,7 @@ static const key_def keys[] = {
     NUM("schedule.decay_steps", K_LONG, train.sched.total, "step where decay reaches min_lr (default training.steps)"),
     NUM("schedule.min_lr", K_FLOAT, train.sched.min_lr, "final learning rate"),
     NUM("logging.every", K_INT, log_every, "log a line every N steps"),
-    STR("logging.metrics", metrics, "JSONL metrics file, one object per logged step ('' = none)"),
+    STR("logging.metrics", metrics, "JSONL metrics file, one object per logged step (auto = checkpoint.dir/metrics.jsonl, none without checkpoint.dir; '' = none)"),
     ENUM("logging.progress", progress, "auto|bar|lines", "live status line (bar), plain lines, or bar on a terminal"),
     STR("logging.trace", trace, "Chrome-trace JSON of every rank's steps, layers, communication and checkpoints ('' = off)"),
     NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
@@ -94,7 +94,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->nonfinite, "stop");
     c->eval_batches = 20;
     c->log_every = 1;
-    strcpy(c->metrics, "runs/metrics.jsonl");
+    strcpy(c->metrics, "auto");
     strcpy(c->progress, "auto");
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 4.0f;
@@ -240,8 +240,9 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.every must be >= 1 (got %d)", c->log_every);
     if (c->eval_interval < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.eval_interval must be >= 0 (got %d)", c->eval_interval);
-    if (c->eval_batches < 1)
-        return dt_fail(ctx, DT_ERR_CONFIG, "training.eval_batches must be >= 1 (got %d)", c->eval_batches);
+    if (c->eval_batches < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.eval_batches must be >= 0 (got %d; 0 = every complete batch)",
+                       c->eval_batches);
     if (c->ckpt_every < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.every must be >= 0 (got %ld)", c->ckpt_every);
     if (!(c->ckpt_minutes >= 0))
@@ -317,7 +318,14 @@ static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg
     case K_INT: snprintf(buf, n, "%d", *(const int *)p); break;
     case K_LONG: snprintf(buf, n, "%ld", *(const long *)p); break;
     case K_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-    case K_FLOAT: snprintf(buf, n, "%.9g", (double)*(const float *)p); break;
+    case K_FLOAT: { /* the shortest text that reads back as the same float: 0.0006, not 0.000600000028 */
+        float v = *(const float *)p;
+        for (int prec = 1; prec <= 9; prec++) {
+            snprintf(buf, n, "%.*g", prec, (double)v);
+            if (strtof(buf, NULL) == v) break;
+        }
+        break;
+    }
     case K_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
     case K_SCHED: snprintf(buf, n, "%s", dt_sched_kind_name(*(const dt_sched_kind *)p)); break;
     case K_ENUM:

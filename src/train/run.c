@@ -439,7 +439,15 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, rank));
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
-    DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 ? cfg->metrics : NULL, mode, t->steps, start > 0));
+    /* logging.metrics auto: next to the checkpoints (the run's own folder), never into the
+     * working directory of whoever runs dtrain. */
+    char metrics_path[DT_PATH_MAX + 16];
+    if (!strcmp(cfg->metrics, "auto"))
+        snprintf(metrics_path, sizeof metrics_path, "%s%s", cfg->ckpt_dir, cfg->ckpt_dir[0] ? "/metrics.jsonl" : "");
+    else
+        snprintf(metrics_path, sizeof metrics_path, "%s", cfg->metrics);
+    DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 && metrics_path[0] ? metrics_path : NULL, mode,
+                                  t->steps, start > 0));
     const dt_gpt2_config *mc = &r.tr.model.cfg;
     double peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : dt_matmul_peak_gflops(2048, 3, NULL);
     dt_log_info(ctx, "model %s: %d layers, d_model %d, %d heads, vocab %d (padded %d), %.2fM params",
