@@ -288,5 +288,27 @@ verify=$("$bin" ckpt verify rollback/ck 2>&1)
   && pass "rollback to step 4: the next --resume loads the new step 5, not the abandoned step 6" \
   || fail "rollback (rc $rc): $(grep -E 'resumed|ignoring|error' rollback2.log | head -3)"
 
+# 16. Ctrl-C on a single-process run: the first SIGINT checkpoints and exits cleanly (0), a
+#     second one stops at once (130). The runs are slowed (50 and 500 ms/step) so the signals
+#     land mid-run.
+sigint_run() { # NAME DELAY_MS: starts the run in the background; sets spid
+  DTRAIN_TEST_STEP_DELAY_MS=$2 "$bin" train "${common[@]}" --steps 4000 --set schedule.decay_steps=4000 \
+    --set checkpoint.every=0 --set checkpoint.dir="$1/ck" --set logging.metrics="$1/m.jsonl" >"$1.log" 2>&1 &
+  spid=$!
+  for _ in $(seq 300); do [ "$(last_step "$1/m.jsonl")" -ge 3 ] && break; sleep 0.1; done
+}
+mkdir -p int1 int2
+sigint_run int1 50; kill -INT $spid; wait $spid; rc=$?
+[ $rc = 0 ] && grep -q "interrupt: checkpointing at the next step boundary" int1.log \
+  && grep -q "preempted (signal received): checkpoint written at step" int1.log && [ -s int1/ck/latest ] \
+  && pass "Ctrl-C: checkpoint at step $(sed 's/step-0*//' int1/ck/latest), exit 0" \
+  || fail "one SIGINT (rc $rc): $(grep -E 'interrupt|preempt|error' int1.log | tail -3)"
+# The second SIGINT once the first is taken (its message is out), well inside the 500 ms step.
+sigint_run int2 500; kill -INT $spid
+for _ in $(seq 100); do grep -q "interrupt: checkpointing" int2.log && break; sleep 0.01; done
+kill -INT $spid; wait $spid; rc=$?
+[ $rc = 130 ] && grep -q "second interrupt: stopping now" int2.log \
+  && pass "Ctrl-C twice: stops at once (130)" || fail "two SIGINTs (rc $rc): $(tail -2 int2.log)"
+
 echo "test_resume: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -57,7 +57,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
                "--resume continues from checkpoint.dir's newest intact checkpoint (latest, the default),\n"
                "from it or from scratch if there is none (auto), or from DIR (a checkpoint directory or\n"
                "one step-NNNNNNNN directory); the world size and strategy may differ from the saving run.\n"
-               "SIGTERM or SIGUSR1 checkpoints at the next step boundary and exits with status 0.\n\n"
+               "SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) checkpoints at the next step boundary and exits with\n"
+               "status 0; a second SIGINT stops at once (status 130).\n\n"
                "Trains a GPT-2 as configured (file first, then flags in order). Logs a line per\n"
                "logging.every steps (a live status line on a terminal) and writes one JSON object per\n"
                "logged step and evaluation to logging.metrics.\n\n");

@@ -320,6 +320,10 @@ static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg
     case K_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case K_FLOAT: { /* the shortest text that reads back as the same float: 0.0006, not 0.000600000028 */
         float v = *(const float *)p;
+        if (v == floorf(v) && fabsf(v) < 1e9f) { /* 30, not 3e+01 */
+            snprintf(buf, n, "%.0f", (double)v);
+            break;
+        }
         for (int prec = 1; prec <= 9; prec++) {
             snprintf(buf, n, "%.*g", prec, (double)v);
             if (strtof(buf, NULL) == v) break;
