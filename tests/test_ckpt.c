@@ -405,6 +405,60 @@ static void write_optim(dt_ctx *ctx, const char *d, const char *name, const dt_s
     assert_int_equal(dt_st_write_info(ctx, path, e, 2, meta, info), DT_OK);
 }
 
+/* A step whose checksums all match but whose model file lacks a tensor (a writer that wrote
+ * too little, then a valid manifest): verify refuses it and dt_ckpt_find falls back to the
+ * previous step, as for any damaged checkpoint. */
+static void test_missing_tensor_is_damage(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    ctx.log_level = 0;
+    fixture f;
+    fx_init(&f, &ctx, "missing", 0, 3);
+    fx_steps(&ctx, &f, 2);
+    assert_int_equal(fx_save(&ctx, &f), 1);
+    fx_steps(&ctx, &f, 1);
+    assert_int_equal(fx_save(&ctx, &f), 1);
+    char d[256], model[320], tmp[340];
+    snprintf(d, sizeof d, "%s/step-00000003", f.root);
+    snprintf(model, sizeof model, "%s/model.safetensors", d);
+    snprintf(tmp, sizeof tmp, "%s.new", model);
+    assert_int_equal(dt_ckpt_verify(&ctx, d, NULL), DT_OK);
+    dt_st_file *sf;
+    assert_int_equal(dt_st_open(&ctx, model, &sf), DT_OK);
+    int n = dt_st_count(sf), k = 0;
+    dt_st_entry *e = calloc((size_t)n, sizeof *e);
+    for (int i = 0; i < n; i++) {
+        const dt_st_tensor *t = dt_st_at(sf, i);
+        if (i == 1) continue; /* drop one tensor */
+        e[k] = (dt_st_entry){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(e[k].shape, t->shape, sizeof t->shape);
+        k++;
+    }
+    static const char *keys[] = {"format", "n_layer", "d_model", "n_head", "vocab", "context", "step", "tokenizer"};
+    const char *meta[17];
+    for (int i = 0; i < 8; i++) meta[2 * i] = keys[i], meta[2 * i + 1] = dt_st_meta(sf, keys[i]);
+    meta[16] = NULL;
+    dt_io_info info;
+    assert_int_equal(dt_st_write_info(&ctx, tmp, e, k, meta, &info), DT_OK);
+    dt_st_close(sf);
+    free(e);
+    assert_int_equal(rename(tmp, model), 0);
+    dt_manifest man;
+    assert_int_equal(dt_manifest_read(&ctx, d, &man), DT_OK);
+    dt_manifest_file *mf = (dt_manifest_file *)dt_manifest_find(&man, "model.safetensors");
+    assert_non_null(mf);
+    mf->size = info.size, mf->xxh3 = info.xxh3;
+    assert_int_equal(dt_manifest_write(&ctx, d, &man), DT_OK);
+    dt_manifest_free(&man);
+    assert_int_equal(dt_ckpt_verify(&ctx, d, NULL), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "a tensor is missing"));
+    char found[4400];
+    assert_int_equal(dt_ckpt_find(&ctx, f.root, found, sizeof found), DT_OK);
+    assert_non_null(strstr(found, "step-00000002"));
+    fx_free(&f);
+}
+
 static void test_reshard_moments(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -540,6 +594,7 @@ int main(void) {
         cmocka_unit_test(test_crash_every_point),
         cmocka_unit_test(test_enospc_every_point),
         cmocka_unit_test(test_bit_flips_and_damage),
+        cmocka_unit_test(test_missing_tensor_is_damage),
         cmocka_unit_test(test_reshard_moments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

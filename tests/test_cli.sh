@@ -49,6 +49,14 @@ mkdir -p "$dir/cwd" && (cd "$dir/cwd" && "$bin" train --steps 2 --set checkpoint
 [ "$(last_step "$dir/cwd/ck/metrics.jsonl")" = 2 ] && [ "$(ls "$dir/cwd")" = ck ] \
   && pass "logging.metrics auto: checkpoint.dir/metrics.jsonl; nothing else in the working directory" \
   || fail "default metrics path: $(ls -R "$dir/cwd" | head -5)"
+# A run that cannot fit in memory fails before allocating, in well under a second, naming
+# the need, what the host has and the keys (1 GiB available, gpt2 at micro-batch 64 x 1024).
+start=$(date +%s%N)
+err=$(DTRAIN_MEM_AVAILABLE=1073741824 "$bin" train --model gpt2 --batch 64 --seq 1024 2>&1 >/dev/null); rc=$?
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ $rc = 1 ] && [ "$(echo "$err" | wc -l)" = 1 ] && [[ $err == *"memory: each rank needs at least"* ]] \
+  && [[ $err == *"training.micro_batch 64"* && $err == *"1.0 GiB available"* ]] && [ $ms -lt 1000 ] \
+  && pass "too big for memory: refused in ${ms} ms: $err" || fail "memory check (rc $rc, ${ms} ms): $err"
 # prepare --out into a folder that does not exist yet makes it.
 echo "hello world" >"$dir/t.txt"
 "$bin" prepare --out "$dir/new/sub/x" "$dir/t.txt" >/dev/null 2>&1 && [ -s "$dir/new/sub/x_train_000000.bin" ] \

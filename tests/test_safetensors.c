@@ -1,6 +1,7 @@
 /* safetensors writer and bounds-checked reader: a round trip, then every kind of damage to
  * a file (truncation, a huge header length, a header that is not JSON or not an object,
- * offsets outside the data, a size that disagrees with the shape, a bad dtype) is refused
+ * offsets outside the data, a size that disagrees with the shape, a bad dtype, two tensors
+ * sharing bytes, a name given twice) is refused
  * with a message naming the file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,12 @@ static void test_damage_is_refused(void **state) {
     expect_refused(write_raw("neg", strlen(neg), neg, 8), "dimension");
     const char *rev = "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}";
     expect_refused(write_raw("rev", strlen(rev), rev, 8), "outside");
+    const char *ovl = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}";
+    expect_refused(write_raw("overlap", strlen(ovl), ovl, 12), "overlap");
+    const char *dup = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+    expect_refused(write_raw("dup", strlen(dup), dup, 8), "appears twice");
     const char *meta = "{\"__metadata__\":{\"a\":3}}";
     expect_refused(write_raw("meta", strlen(meta), meta, 0), "metadata");
     char missing[128];

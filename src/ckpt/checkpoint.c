@@ -197,6 +197,28 @@ int dt_ckpt_list_steps(const char *root, long **out) {
 
 /* ---- reading */
 
+/* The model file holds every tensor of the model its metadata describes: checksums only
+ * prove the bytes are the ones written, not that the writer wrote everything. The element
+ * count is checked here; names and shapes when the file is loaded. */
+static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file *f) {
+    dt_gpt2_config c;
+    char tok[32];
+    dt_status st = dt_model_file_config(ctx, path, &c, tok, sizeof tok);
+    if (st != DT_OK) {
+        dt_st_close(f);
+        return st;
+    }
+    size_t have = 0;
+    for (int i = 0; i < dt_st_count(f); i++) have += dt_st_at(f, i)->nbytes / 4;
+    size_t want = dt_gpt2_num_params(&c);
+    if (have != want) {
+        dt_st_close(f);
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: %zu parameters in %d tensors, the model it describes has %zu: "
+                       "a tensor is missing or extra", path, have, dt_st_count(f), want);
+    }
+    return DT_OK;
+}
+
 dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out) {
     dt_manifest m;
     DT_CHECK(dt_manifest_read(ctx, step_dir, &m));
@@ -218,6 +240,7 @@ dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out) {
         snprintf(p, sizeof p, "%s/%s", step_dir, m.files[i].name);
         dt_st_file *f;
         st = dt_st_open(ctx, p, &f);
+        if (st == DT_OK && !strcmp(m.files[i].name, MODEL_FILE)) st = check_model_complete(ctx, p, f);
         if (st == DT_OK) dt_st_close(f);
     }
     if (st == DT_OK && out) *out = m;

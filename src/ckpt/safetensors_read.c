@@ -76,6 +76,32 @@ static int printable(const char *s) {
     return 1;
 }
 
+static int cmp_by_offset(const void *a, const void *b) {
+    const dt_st_tensor *x = *(const dt_st_tensor *const *)a, *y = *(const dt_st_tensor *const *)b;
+    return x->data < y->data ? -1 : x->data > y->data;
+}
+
+/* No two tensors may share bytes (a crafted header could alias one tensor onto another) and
+ * no name may appear twice (JSON allows it; which one a reader takes is undefined). */
+static dt_status check_disjoint(dt_ctx *ctx, const char *path, dt_st_file *f) {
+    if (f->n < 2) return DT_OK;
+    const dt_st_tensor **v = malloc((size_t)f->n * sizeof *v);
+    if (!v) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; i < f->n; i++) v[i] = &f->t[i];
+    qsort(v, (size_t)f->n, sizeof *v, cmp_by_offset);
+    dt_status st = DT_OK;
+    for (int i = 1; i < f->n && st == DT_OK; i++)
+        if (v[i - 1]->nbytes && v[i]->nbytes && (const char *)v[i - 1]->data + v[i - 1]->nbytes > (const char *)v[i]->data)
+            st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap (data_offsets)", path, v[i - 1]->name,
+                         v[i]->name);
+    free(v);
+    for (int i = 0; i < f->n && st == DT_OK; i++)
+        for (int j = i + 1; j < f->n && st == DT_OK; j++)
+            if (!strcmp(f->t[i].name, f->t[j].name))
+                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, f->t[i].name);
+    return st;
+}
+
 /* Checks the header of f->base[0, f->size) and fills f->t. `path` names it in messages. */
 static dt_status st_parse(dt_ctx *ctx, const char *path, dt_st_file *f) {
     dt_status st = DT_OK;
@@ -123,7 +149,7 @@ static dt_status st_parse(dt_ctx *ctx, const char *path, dt_st_file *f) {
         if (st != DT_OK) return st;
         f->n++;
     }
-    return DT_OK;
+    return check_disjoint(ctx, path, f);
 }
 
 dt_status dt_st_open(dt_ctx *ctx, const char *path, dt_st_file **out) {

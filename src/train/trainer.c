@@ -55,6 +55,42 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
     return DT_OK;
 }
 
+/* MemAvailable of this host in bytes (0: unknown). */
+static double mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024.0;
+}
+
+/* Before anything is allocated: a lower bound of what a rank needs (activations of one
+ * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks) against
+ * what this host has free for its ranks. A run that cannot fit fails here in milliseconds,
+ * naming the numbers and the keys to change, instead of swapping or being OOM-killed. A
+ * lower bound never refuses a run that would fit; the exact plan is `dtrain bench
+ * --find-batch`. DTRAIN_MEM_AVAILABLE (bytes) overrides the host's figure (tests). */
+static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm) {
+    const char *ov = getenv("DTRAIN_MEM_AVAILABLE");
+    double avail = ov ? strtod(ov, NULL) : mem_available();
+    if (!(avail > 0)) return DT_OK;
+    int world = comm ? dt_comm_size(comm, DT_GROUP_WORLD) : 1, local = comm ? dt_comm_size(comm, DT_GROUP_NODE) : 1;
+    double psi = (double)dt_gpt2_num_params(&cfg->model);
+    double acts = 4.0 * (double)dt_gpt2_act_floats(&cfg->model, cfg->micro_batch, cfg->seq_len);
+    double state = 16.0 * psi / world, need = acts + state, have = avail / local;
+    if (need <= have) return DT_OK;
+    const double g = 1024.0 * 1024.0 * 1024.0;
+    return dt_fail(ctx, DT_ERR_NOMEM,
+                   "memory: each rank needs at least %.1f GiB (activations %.1f GiB for training.micro_batch %d x "
+                   "training.seq_len %d, model state %.1f GiB even fully sharded over %d rank(s)) but this host has "
+                   "%.1f GiB available for its %d rank(s): lower training.micro_batch or training.seq_len, pick a "
+                   "smaller model.preset, or add ranks with parallel.strategy=zero3",
+                   need / g, acts / g, cfg->micro_batch, cfg->seq_len, state / g, world, avail / g, local);
+}
+
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
@@ -65,6 +101,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->poison_step = -1;
     if (pn && sscanf(pn, "%ld:%d", &tr->poison_step, &tr->poison_rank) != 2) tr->poison_step = -1;
     DT_CHECK(dt_train_cfg_validate(ctx, cfg));
+    DT_CHECK(check_memory(ctx, cfg, comm));
     dt_status st = DT_OK;
     /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3
      * neither full parameters. */
