@@ -207,6 +207,18 @@ else
   fail "diverged replica not caught (rc $rc): $(grep -E 'error|check_replicas' "$dir/diverged.log" | head -3)"
 fi
 
+# A configuration error under mpirun is printed once (the lowest failing rank), exit 2: with
+# every rank failing alike, and with only rank 1 given the bad key.
+timeout 60 "${mpi[@]}" -n 3 "$bin" train "${common[@]}" --set trainng.steps=3 >"$dir/cfgerr.log" 2>&1; rc=$?
+timeout 60 "${mpi[@]}" -n 1 "$bin" train "${common[@]}" --set logging.metrics= : \
+  -n 1 "$bin" train "${common[@]}" --set trainng.steps=3 >"$dir/cfgerr1.log" 2>&1; rc1=$?
+if [ $rc = 2 ] && [ "$(grep -c 'error:' "$dir/cfgerr.log")" = 1 ] && grep -q ":0 error: unknown key 'trainng.steps'" "$dir/cfgerr.log" \
+   && [ $rc1 = 2 ] && [ "$(grep -c 'error:' "$dir/cfgerr1.log")" = 1 ] && grep -q ":1 error: unknown key" "$dir/cfgerr1.log"; then
+  pass "a configuration error under mpirun: one line (rank 0 of 3; rank 1 when only it has the bad key), exit 2"
+else
+  fail "config error under mpirun (rc $rc/$rc1): $(grep 'error:' "$dir/cfgerr.log" "$dir/cfgerr1.log" | head -4)"
+fi
+
 # training.nonfinite: rank 1's loss alone turns NaN (its gradients stay finite: a test aid);
 # every rank must see it. stop (default): the job ends naming the step, without a hang.
 # skip: step 20 is skipped, so the weights equal those of a run that stopped after step 19

@@ -127,6 +127,19 @@ void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg) {
 #endif
 }
 
+dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
+    int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
+    if (world == 1) return st;
+    int64_t v[2] = {st != DT_OK ? rank : world, st != DT_OK ? -(int64_t)st : 0};
+    dt_status cst = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v, 1, DT_I64, DT_MIN);
+    if (cst == DT_OK) cst = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v + 1, 1, DT_I64, DT_MAX);
+    if (cst != DT_OK) return cst;
+    if (v[0] == world) return DT_OK;
+    if (rank == v[0]) return st; /* the lowest failing rank reports; the message is in ctx */
+    ctx->err[0] = 0;              /* the others exit alike, silently */
+    return (dt_status)(-v[1]);
+}
+
 void dt_cli_finish_ranks(dt_ctx *ctx, dt_comm *comm, dt_status st) {
     if (st != DT_OK && dt_comm_size(comm, DT_GROUP_WORLD) > 1) {
         dt_log_error(ctx, "%s", ctx->err);

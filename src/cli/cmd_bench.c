@@ -540,14 +540,24 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     }
     free(fl.drop);
     fl.drop = NULL;
-    if (st != DT_OK) {
+    /* Under mpirun a configuration error is agreed on (dt_cli_agree): printed by one rank. */
+    if (st != DT_OK && !dt_comm_launched_by_mpi()) {
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);
     }
 
     dt_comm *comm;
-    st = dt_comm_init(ctx, &comm);
+    char err[sizeof ctx->err];
+    memcpy(err, ctx->err, sizeof err);
+    dt_status cst = dt_comm_init(ctx, &comm);
+    if (cst != DT_OK) {
+        dt_prices_free(&prices);
+        return dt_cli_exit_code(cst);
+    }
+    memcpy(ctx->err, err, sizeof err);
+    st = dt_cli_agree(ctx, comm, st);
     if (st != DT_OK) {
+        dt_comm_free(comm);
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);
     }

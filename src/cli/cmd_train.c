@@ -81,16 +81,27 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
             return DT_EXIT_USAGE;
         }
     }
-    if (st != DT_OK) return dt_cli_exit_code(st);
+    /* Under mpirun a configuration error goes through dt_cli_agree (below): one rank prints it. */
+    int under_mpi = dt_comm_launched_by_mpi();
+    if (st != DT_OK && (!under_mpi || fl.print_config)) return dt_cli_exit_code(st);
     if (fl.print_config) {
         dt_cfg_print(stdout, &cfg);
         return DT_EXIT_OK;
     }
     /* Before MPI starts its threads: SIGTERM/SIGUSR1 go to one sigwait thread only. */
-    if (dt_preempt_setup() != 0) dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
+    if (st == DT_OK && dt_preempt_setup() != 0)
+        dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
-    st = dt_comm_init(ctx, &comm);
-    if (st != DT_OK) return dt_cli_exit_code(st);
+    char err[sizeof ctx->err];
+    memcpy(err, ctx->err, sizeof err);
+    dt_status cst = dt_comm_init(ctx, &comm);
+    if (cst != DT_OK) return dt_cli_exit_code(cst);
+    memcpy(ctx->err, err, sizeof err);
+    st = dt_cli_agree(ctx, comm, st);
+    if (st != DT_OK) {
+        dt_comm_free(comm);
+        return dt_cli_exit_code(st);
+    }
     dt_cli_rank_setup(ctx, comm, &cfg);
     st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
     if (st != DT_OK) {

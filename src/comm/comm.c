@@ -4,7 +4,7 @@
 
 #include "comm/comm_impl.h"
 
-static int launched_by_mpi(void) {
+int dt_comm_launched_by_mpi(void) {
     const char *force = getenv("DTRAIN_COMM");
     if (force && *force) return strcmp(force, "mpi") == 0;
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
@@ -37,7 +37,7 @@ static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
 }
 
 dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out) {
-    DT_CHECK(init_with(ctx, out, launched_by_mpi()));
+    DT_CHECK(init_with(ctx, out, dt_comm_launched_by_mpi()));
     ctx->rank = (*out)->rank[DT_GROUP_WORLD];
     ctx->world = (*out)->size[DT_GROUP_WORLD];
     return DT_OK;

@@ -30,6 +30,8 @@ typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
  * from the launcher's environment) or DTRAIN_COMM=mpi, else the single-process backend.
  * Sets ctx->rank and ctx->world. */
 dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out);
+/* Whether dt_comm_init would start MPI (a launcher's environment, or DTRAIN_COMM=mpi). */
+int dt_comm_launched_by_mpi(void);
 /* The single-process communicator (every group is {self}), whatever the environment. */
 dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out);
 /* Finalises the backend; NULL is a no-op. */
