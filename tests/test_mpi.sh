@@ -6,7 +6,7 @@
 #    (2 simulated nodes x 2), with synthetic data and with the real shuffled corpus;
 #  - ZeRO-1/2/3 and hybrid sharding == DDP, overlap on == off, any bucket size: bitwise;
 #    with gradient accumulation ZeRO-2/3 reduce every micro-step (DDP once per step), so
-#    the order differs: losses agree to 1e-5;
+#    the order differs: losses agree to 1e-5 (ZeRO-2, ZeRO-3, hybrid), ZeRO-3 = ZeRO-2 bitwise;
 #  - per-rank model-state bytes match the ZeRO formulas exactly (plus the stated windows);
 #  - one rank failing at start-up ends the whole job, naming the rank, without a hang;
 #  - ranks on different kernel paths (DTRAIN_ISA) keep identical parameters after every step
@@ -64,6 +64,9 @@ runN ddp2_acc2 2 --accum 2
 check "2 ranks x 2 accumulation vs 1 rank x 4 (losses)" ddp2_acc2 one_acc4b 1e-5 losses-only
 runN zero2_acc2 2 --accum 2 --set parallel.strategy=zero2
 check "ZeRO-2 with accumulation vs DDP (losses)" zero2_acc2 ddp2_acc2 1e-5 losses-only
+runN zero3_acc2 2 --accum 2 --set parallel.strategy=zero3
+check "ZeRO-3 with accumulation vs DDP (losses)" zero3_acc2 ddp2_acc2 1e-5 losses-only
+check "ZeRO-3 with accumulation vs ZeRO-2 with accumulation (bitwise)" zero3_acc2 zero2_acc2 0
 runN ddp2_smallbuckets 2 --set parallel.bucket_mb=0.01
 check "small buckets (many) vs default" ddp2_smallbuckets ddp2 0
 run1 one_acc3 3
@@ -89,6 +92,12 @@ timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK
   --set logging.metrics="$dir/hybrid4z1.jsonl" --save-weights "$dir/hybrid4z1.st" >"$dir/hybrid4z1.log" 2>&1 \
   || fail "hybrid4z1: $(tail -3 "$dir/hybrid4z1.log")"
 check "hybrid ZeRO-1 2 nodes x 2 (small buckets) vs 1 rank x 4" hybrid4z1 one_acc4 0
+# Hybrid sharding with accumulation: ZeRO-3 inside each node, replicas across nodes.
+DTRAIN_NODE_ID= runN ddp4_acc2 4 --accum 2
+timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
+  "$bin" train "${common[@]}" --accum 2 --set parallel.strategy=hybrid_shard --set logging.metrics="$dir/hybrid4_acc2.jsonl" \
+  --save-weights "$dir/hybrid4_acc2.st" >"$dir/hybrid4_acc2.log" 2>&1 || fail "hybrid4_acc2: $(tail -3 "$dir/hybrid4_acc2.log")"
+check "HYBRID_SHARD 2 nodes x 2 with accumulation vs DDP x 4 (losses)" hybrid4_acc2 ddp4_acc2 1e-5 losses-only
 
 # Real data through the shuffling sampler and prefetching loader.
 printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
