@@ -1,7 +1,8 @@
 /* parity_dump OUTDIR - writes what tests/ref/gpt2_ref.py needs to check dtrain against
  * PyTorch: initial weights (init.safetensors), batches (batch.safetensors), and dtrain's
  * logits, loss, every parameter gradient, and the losses and grad norms of 10 AdamW steps
- * with warm-up/cosine schedule and clipping (dtrain.safetensors).
+ * with warm-up/cosine schedule, clipping and 2 accumulation micro-steps, then the weights and
+ * both Adam moments after them (dtrain.safetensors).
  * The model is small but has every feature: vocabulary padding (300 -> 384), head size 12
  * (not a multiple of the vector width), 2 layers. */
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "train/trainer.h"
 
 #define S_STEPS 10
+#define ACCUM 2
 
 /* Entries for every parameter tensor of `base` (params or grads), names with `prefix`. */
 static int param_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_st_entry *e,
@@ -47,6 +49,7 @@ static int run(dt_ctx *ctx, const char *dir) {
     cfg.adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     cfg.clip = 0.5f;
     cfg.seed = 42;
+    cfg.accum = ACCUM;
     dt_trainer tr;
     DT_CHECK(dt_trainer_init(ctx, &tr, &cfg, NULL));
     dt_gpt2 *m = &tr.model;
@@ -83,6 +86,8 @@ static int run(dt_ctx *ctx, const char *dir) {
     META("clip", "%.9g", (double)cfg.clip);
     meta[k++] = "train_steps";
     meta[k++] = "10";
+    meta[k++] = "accum";
+    meta[k++] = "2";
     meta[k] = NULL;
 #undef META
 
@@ -90,16 +95,18 @@ static int run(dt_ctx *ctx, const char *dir) {
     snprintf(path, sizeof path, "%s/init.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, e, n, meta));
 
-    int32_t *in = malloc(bt * 4 * (S_STEPS + 1)), *tg = malloc(bt * 4 * (S_STEPS + 1));
+    /* S x ACCUM training micro-batches, then the single batch of the gradient check. */
+    enum { NB = S_STEPS * ACCUM };
+    int32_t *in = malloc(bt * 4 * (NB + 1)), *tg = malloc(bt * 4 * (NB + 1));
     float *logits = malloc(bt * V * sizeof(float));
     float train_losses[S_STEPS], train_norms[S_STEPS];
-    for (int s = 0; s <= S_STEPS; s++) dt_synthetic_batch(cfg.seed, V, (uint64_t)s, B, T, in + s * bt, tg + s * bt);
-    const int32_t *in1 = in + S_STEPS * bt, *tg1 = tg + S_STEPS * bt; /* the single batch */
+    for (int s = 0; s <= NB; s++) dt_synthetic_batch(cfg.seed, V, (uint64_t)s, B, T, in + s * bt, tg + s * bt);
+    const int32_t *in1 = in + NB * bt, *tg1 = tg + NB * bt; /* the single batch */
     dt_st_entry be[] = {
         {"inputs", DT_ST_I32, 2, {B, T}, in1},
         {"targets", DT_ST_I32, 2, {B, T}, tg1},
-        {"train_inputs", DT_ST_I32, 3, {S_STEPS, B, T}, in},
-        {"train_targets", DT_ST_I32, 3, {S_STEPS, B, T}, tg},
+        {"train_inputs", DT_ST_I32, 4, {S_STEPS, ACCUM, B, T}, in},
+        {"train_targets", DT_ST_I32, 4, {S_STEPS, ACCUM, B, T}, tg},
     };
     snprintf(path, sizeof path, "%s/batch.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, be, 4, NULL));
@@ -118,13 +125,20 @@ static int run(dt_ctx *ctx, const char *dir) {
 
     for (int s = 0; s < S_STEPS; s++) {
         dt_step_stats st;
-        DT_CHECK(dt_trainer_step_on(ctx, &tr, in + s * bt, tg + s * bt, &st));
+        DT_CHECK(dt_trainer_step_on(ctx, &tr, in + (size_t)s * ACCUM * bt, tg + (size_t)s * ACCUM * bt, &st));
         train_losses[s] = st.loss;
         train_norms[s] = st.grad_norm;
         printf("step %d loss %.6f norm %.4f lr %.3e\n", s, (double)st.loss, (double)st.grad_norm, (double)st.lr);
     }
     e[n++] = (dt_st_entry){"train_losses", DT_ST_F32, 1, {S_STEPS}, train_losses};
     e[n++] = (dt_st_entry){"train_norms", DT_ST_F32, 1, {S_STEPS}, train_norms};
+    /* After the steps: weights and both Adam moments (one rank: full arrays in the parameter
+     * layout). */
+    float *mom, *var;
+    dt_parallel_moments(tr.par, &mom, &var);
+    n += param_entries(m, m->params, "final.", e + n, names + n);
+    n += param_entries(m, mom, "exp_avg.", e + n, names + n);
+    n += param_entries(m, var, "exp_avg_sq.", e + n, names + n);
     snprintf(path, sizeof path, "%s/dtrain.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, e, n, NULL));
     free(in); free(tg); free(logits); free(grads);

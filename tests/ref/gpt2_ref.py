@@ -10,16 +10,19 @@ DIR holds three safetensors files written by dtrain (tests/parity_dump):
                       and, as metadata, the hyperparameters: n_layer d_model n_head vocab context
                       B T lr min_lr warmup total_steps beta1 beta2 eps weight_decay clip train_steps
   batch.safetensors   "inputs"/"targets" I32 (B,T) for one forward/backward; "train_inputs"/
-                      "train_targets" I32 (S,B,T), one batch per training step
+                      "train_targets" I32 (S,A,B,T), A = accum micro-batches per training step
   dtrain.safetensors  dtrain's results: "logits" (B,T,V), "loss" (1), "grad.<param>" for every
                       parameter, "train_losses" (S) and "train_norms" (S) (loss before the update,
-                      global grad norm before clipping)
+                      global grad norm before clipping), and after the S steps "final.<param>",
+                      "exp_avg.<param>", "exp_avg_sq.<param>" (weights and Adam moments)
 
 The script rebuilds the model in float64 (tests/ref/gpt2_torch.py), then
   (a) runs the batch and compares logits, loss and every parameter gradient:
       rel = max|dtrain - ref| / max|ref| must be <= tol (absolute error if the reference is all 0);
-  (b) trains S steps from the init weights (lr schedule, clip_grad_norm_, AdamW with decay on 2-D
-      tensors only) and compares each step's loss and pre-clip grad norm (relative error <= tol).
+  (b) trains S steps of `accum` micro-batches each from the init weights (lr schedule,
+      clip_grad_norm_, AdamW with decay on 2-D tensors only) and compares each step's loss and
+      pre-clip grad norm (relative error <= tol);
+  (c) compares every weight and both Adam moments after the S steps (relative error <= tol).
 It refuses to pass vacuously: clipping must trigger on some step (a reference norm > clip), and the
 schedule must exercise both warmup (warmup >= 1) and cosine decay (some step s with
 warmup <= s < total_steps, i.e. train_steps > warmup and total_steps > warmup).
@@ -50,9 +53,15 @@ import torch                        # noqa: E402
 import gpt2_torch                   # noqa: E402
 
 DEFAULT_TOL = 1e-4
+# Weights after training: Adam divides each gradient by its own running RMS, so a gradient that
+# is mathematically zero (the attention key bias: softmax ignores a per-query constant) but is
+# float32 rounding noise in dtrain and float64 noise in the reference takes lr-sized steps of
+# unrelated sign in each. Measured 2.8e-4 on the parity model; every other compared tensor
+# (moments included) stays below DEFAULT_TOL.
+DEFAULT_WEIGHTS_TOL = 1e-3
 
 INT_KEYS = ["n_layer", "d_model", "n_head", "vocab", "context", "B", "T", "warmup",
-            "total_steps", "train_steps"]
+            "total_steps", "train_steps", "accum"]
 FLOAT_KEYS = ["lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "clip"]
 
 _ST_DTYPES = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "F16": "<f2",
@@ -170,24 +179,30 @@ def forward_backward(model, inputs, targets):
 
 
 def train(model, train_inputs, train_targets, hp):
-    """S steps, one batch each. Returns (losses, pre-clip norms, lrs) as lists of floats."""
+    """S steps of A micro-batches each (train_inputs is (S, A, B, T)): the loss of a step is the
+    mean of its micro-batch losses and so is the gradient, as dtrain accumulates. Returns
+    (losses, pre-clip norms, lrs, optimizer)."""
     opt = torch.optim.AdamW(gpt2_torch.param_groups(model, hp["weight_decay"]),
                             lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"],
                             weight_decay=hp["weight_decay"])
     losses, norms, lrs = [], [], []
+    A = train_inputs.shape[1]
     for s in range(train_inputs.shape[0]):
         lr = gpt2_torch.lr_at(s, hp["lr"], hp["min_lr"], hp["warmup"], hp["total_steps"])
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        _, loss = model(train_inputs[s], train_targets[s])
-        loss.backward()
+        total = 0.0
+        for k in range(A):
+            _, loss = model(train_inputs[s, k], train_targets[s, k])
+            (loss / A).backward()
+            total += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), hp["clip"])
         opt.step()
-        losses.append(loss.item())
+        losses.append(total / A)
         norms.append(float(norm))
         lrs.append(lr)
-    return losses, norms, lrs
+    return losses, norms, lrs, opt
 
 
 def rel_error(a, b):
@@ -202,7 +217,7 @@ def rel_error(a, b):
 
 
 # ----------------------------------------------------------------------------- the comparison
-def compare(dirpath, tol=DEFAULT_TOL, out=print):
+def compare(dirpath, tol=DEFAULT_TOL, out=print, weights_tol=DEFAULT_WEIGHTS_TOL):
     """Runs the whole check on DIR. Returns a list of failure strings (empty = pass)."""
     failures = []
     meta, init = read_safetensors(os.path.join(dirpath, "init.safetensors"))
@@ -224,8 +239,9 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print):
 
     for n in ("inputs", "targets"):
         need(batch, n, (B, T), "batch.safetensors")
+    A = hp["accum"]
     for n in ("train_inputs", "train_targets"):
-        need(batch, n, (S, B, T), "batch.safetensors")
+        need(batch, n, (S, A, B, T), "batch.safetensors")
     for n, a in batch.items():
         if a.size and (a.min() < 0 or a.max() >= V):
             raise ParityError("batch.safetensors: %s has token ids outside [0, %d)" % (n, V))
@@ -269,7 +285,7 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print):
     model = build_model(hp, init, torch.float64)
     tin = torch.from_numpy(batch["train_inputs"].astype(np.int64))
     ttg = torch.from_numpy(batch["train_targets"].astype(np.int64))
-    losses, norms, lrs = train(model, tin, ttg, hp)
+    losses, norms, lrs, opt = train(model, tin, ttg, hp)
     got_l = need(got, "train_losses", (S,), "dtrain.safetensors").astype(np.float64)
     got_n = need(got, "train_norms", (S,), "dtrain.safetensors").astype(np.float64)
     worst_t = 0.0
@@ -291,7 +307,26 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print):
         if rn > tol:
             failures.append("train step %d: grad norm dtrain=%.9g ref=%.9g rel %.3e > %g"
                             % (s, got_n[s], norms[s], rn, tol))
-    out("# training: %d steps, worst rel %.3e" % (S, worst_t))
+    out("# training: %d steps of %d micro-batches, worst rel %.3e" % (S, A, worst_t))
+
+    # (c) the state after the steps: every weight and both Adam moments of every tensor
+    worst_s = 0.0
+    for n, p in model.named_parameters():
+        st = opt.state[p]
+        for label, ref in (("final." + n, p.detach()), ("exp_avg." + n, st["exp_avg"]),
+                           ("exp_avg_sq." + n, st["exp_avg_sq"])):
+            ref = ref.double().numpy()
+            if label not in got:
+                failures.append("%s: missing from dtrain.safetensors" % label)
+                continue
+            rel = rel_error(got[label].reshape(ref.shape), ref)
+            lim = weights_tol if label.startswith("final.") else tol
+            worst_s = max(worst_s, rel)
+            if not rel <= lim:
+                failures.append("%s: rel %.3e > %g" % (label, rel, lim))
+                out("FAIL %-40s rel=%.3e" % (label, rel))
+    out("# state after training: %d weights (tol %g) and moments (tol %g), worst rel %.3e"
+        % (3 * len(list(model.parameters())), weights_tol, tol, worst_s))
 
     # not vacuous
     n_clipped = sum(1 for n in norms if n > hp["clip"])
@@ -329,7 +364,7 @@ def _make_case(dirpath, seed=1234):
     g = torch.Generator().manual_seed(seed)
     hp = dict(n_layer=2, d_model=32, n_head=4, vocab=61, context=16, B=2, T=12,
               lr=1e-3, min_lr=1e-4, warmup=2, total_steps=6, beta1=0.9, beta2=0.95, eps=1e-8,
-              weight_decay=0.1, clip=1.0, train_steps=8)
+              weight_decay=0.1, clip=1.0, train_steps=8, accum=2)
     model = gpt2_torch.GPT2(hp["n_layer"], hp["d_model"], hp["n_head"], hp["vocab"],
                             hp["context"])
     gpt2_torch.gpt2_init_(model, std=0.05, generator=g)
@@ -344,23 +379,27 @@ def _make_case(dirpath, seed=1234):
     batch = {
         "inputs": torch.randint(0, V, (B, T), generator=g).int().numpy(),
         "targets": torch.randint(0, V, (B, T), generator=g).int().numpy(),
-        "train_inputs": torch.randint(0, V, (S, B, T), generator=g).int().numpy(),
-        "train_targets": torch.randint(0, V, (S, B, T), generator=g).int().numpy(),
+        "train_inputs": torch.randint(0, V, (S, 2, B, T), generator=g).int().numpy(),
+        "train_targets": torch.randint(0, V, (S, 2, B, T), generator=g).int().numpy(),
     }
     m32 = build_model(hp, init, torch.float32)
     logits, loss, grads = forward_backward(m32, torch.from_numpy(batch["inputs"]).long(),
                                            torch.from_numpy(batch["targets"]).long())
     # clip at 0.6x the first step's norm, so clipping triggers on (at least) step 0
     m32 = build_model(hp, init, torch.float32)
-    _, _, g0 = forward_backward(m32, torch.from_numpy(batch["train_inputs"][0]).long(),
-                                torch.from_numpy(batch["train_targets"][0]).long())
+    _, _, g0 = forward_backward(m32, torch.from_numpy(batch["train_inputs"][0, 0]).long(),
+                                torch.from_numpy(batch["train_targets"][0, 0]).long())
     hp["clip"] = 0.6 * math.sqrt(sum(float((v ** 2).sum()) for v in g0.values()))
     m32 = build_model(hp, init, torch.float32)
-    losses, norms, _ = train(m32, torch.from_numpy(batch["train_inputs"]).long(),
-                             torch.from_numpy(batch["train_targets"]).long(), hp)
+    losses, norms, _, opt = train(m32, torch.from_numpy(batch["train_inputs"]).long(),
+                                  torch.from_numpy(batch["train_targets"]).long(), hp)
     res = {"logits": logits.astype(np.float32), "loss": loss.astype(np.float32),
            "train_losses": np.array(losses, dtype=np.float32),
            "train_norms": np.array(norms, dtype=np.float32)}
+    for n, p in m32.named_parameters():
+        res["final." + n] = p.detach().float().numpy().copy()
+        res["exp_avg." + n] = opt.state[p]["exp_avg"].float().numpy().copy()
+        res["exp_avg_sq." + n] = opt.state[p]["exp_avg_sq"].float().numpy().copy()
     for n, v in grads.items():
         res["grad." + n] = v.astype(np.float32)
     meta = {k: repr(v) for k, v in hp.items()}
@@ -408,6 +447,20 @@ def self_test(tol):
         bad["train_norms"][5] *= 1.001
         write_safetensors(os.path.join(d, "dtrain.safetensors"), bad)
         ok &= expect_fail("3: train_norms[5] perturbed (1e-3 rel)", "train step 5: grad norm")
+
+        # 3b: perturb one Adam second moment and one final weight
+        bad = dict(res)
+        nm = "exp_avg_sq.h.0.attn.c_proj.weight"
+        bad[nm] = res[nm].copy()
+        bad[nm][1, 2] += 1e-3 * float(np.abs(res[nm]).max())
+        write_safetensors(os.path.join(d, "dtrain.safetensors"), bad)
+        ok &= expect_fail("3b: one exp_avg_sq element perturbed (1e-3 rel)", nm)
+        bad = dict(res)
+        nm = "final.ln_f.weight"
+        bad[nm] = res[nm].copy()
+        bad[nm][4] += 1e-2 * float(np.abs(res[nm]).max())
+        write_safetensors(os.path.join(d, "dtrain.safetensors"), bad)
+        ok &= expect_fail("3c: one final weight perturbed (1e-2 rel)", nm)
 
         # 4: clip so large that clipping never triggers (results consistent, but vacuous)
         write_safetensors(os.path.join(d, "dtrain.safetensors"), res)
