@@ -216,6 +216,22 @@ else
   fail "diverged replica not caught (rc $rc): $(grep -E 'error|check_replicas' "$dir/diverged.log" | head -3)"
 fi
 
+# logging.prometheus: rank 0 rewrites one textfile every 5 steps with every rank's series; the
+# first version seen mid-run is step 5's, the last is step 12's, and each parses.
+rm -f "$dir/m.prom"
+DTRAIN_TEST_STEP_DELAY_MS=100 timeout 120 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 12 \
+  --set logging.prometheus="$dir/m.prom" --set logging.prometheus_every=5 --set logging.metrics= >"$dir/prom.log" 2>&1 &
+ppid=$!
+for _ in $(seq 200); do [ -s "$dir/m.prom" ] && break; sleep 0.05; done
+cp "$dir/m.prom" "$dir/m5.prom" 2>/dev/null
+wait $ppid; rc=$?
+if [ $rc = 0 ] && p5=$(/usr/bin/python3 "$src/tests/ref/prom_check.py" "$dir/m5.prom" 5 2) \
+   && p12=$(/usr/bin/python3 "$src/tests/ref/prom_check.py" "$dir/m.prom" 12 2); then
+  pass "logging.prometheus: step 5 mid-run, step 12 at the end, 2 ranks labelled ($p12)"
+else
+  fail "prometheus (rc $rc): ${p5:-} ${p12:-} $(tail -2 "$dir/prom.log")"
+fi
+
 # A configuration error under mpirun is printed once (the lowest failing rank), exit 2: with
 # every rank failing alike, and with only rank 1 given the bad key.
 timeout 60 "${mpi[@]}" -n 3 "$bin" train "${common[@]}" --set trainng.steps=3 >"$dir/cfgerr.log" 2>&1; rc=$?

@@ -7,5 +7,7 @@
 
 /* Seconds on CLOCK_MONOTONIC. */
 double dt_now(void);
+/* Seconds since the Unix epoch (CLOCK_REALTIME): for time stamps, not for durations. */
+double dt_now_epoch(void);
 
 #endif

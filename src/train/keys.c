@@ -60,6 +60,8 @@ static const key_def keys[] = {
     NUM("logging.every", K_INT, log_every, "log a line every N steps"),
     STR("logging.metrics", metrics, "JSONL metrics file, one object per logged step (auto = checkpoint.dir/metrics.jsonl, none without checkpoint.dir; '' = none)"),
     ENUM("logging.progress", progress, "auto|bar|lines", "live status line (bar), plain lines, or bar on a terminal"),
+    STR("logging.prometheus", prometheus, "Prometheus node-exporter textfile (FILE.prom) rank 0 rewrites atomically with every rank's metrics ('' = off)"),
+    NUM("logging.prometheus_every", K_INT, prometheus_every, "steps between rewrites of logging.prometheus (and at the end)"),
     STR("logging.trace", trace, "Chrome-trace JSON of every rank's steps, layers, communication and checkpoints ('' = off)"),
     NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
     STR("checkpoint.dir", ckpt_dir, "directory of checkpoints ('' = no checkpoints)"),
@@ -94,6 +96,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->nonfinite, "stop");
     c->eval_batches = 20;
     c->log_every = 1;
+    c->prometheus_every = 10;
     strcpy(c->metrics, "auto");
     strcpy(c->progress, "auto");
     strcpy(c->strategy, "ddp");
@@ -275,6 +278,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
+    if (c->prometheus_every < 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
     if (c->check_replicas < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.check_replicas must be >= 0 (got %d)", c->check_replicas);
     if (!(c->peak_gflops >= 0))

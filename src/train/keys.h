@@ -36,6 +36,8 @@ typedef struct dt_run_cfg {
     char metrics[DT_PATH_MAX]; /* JSONL metrics file */
     char progress[16];         /* auto | bar | lines */
     char trace[DT_PATH_MAX];   /* Chrome trace file ('' = off) */
+    char prometheus[DT_PATH_MAX]; /* node-exporter textfile ('' = off) */
+    int prometheus_every;      /* steps between writes */
     float peak_gflops;         /* MFU reference; 0 = measure at start */
     /* checkpoint */
     char ckpt_dir[DT_PATH_MAX];

@@ -19,6 +19,7 @@
 #include "ops/ops.h"
 #include "train/metrics.h"
 #include "train/preempt.h"
+#include "train/prom.h"
 #include "train/replicas.h"
 #include "train/trace_file.h"
 
@@ -70,6 +71,8 @@ typedef struct run_state {
     int perturb_rank;
     int replica_checks;    /* parallel.check_replicas: checks passed, last hash */
     uint64_t replica_hash;
+    dt_prom prom;          /* logging.prometheus */
+    double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
 } run_state;
@@ -258,6 +261,7 @@ static dt_status save_commit(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_
     DT_CHECK(dt_ckpt_saver_commit(ctx, r->saver, comm, &done));
     dt_trace_end(tt, "ckpt", "checkpoint commit");
     r->last_commit_ok = done;
+    if (done) r->last_commit_t = dt_now();
     if (done && ctx->rank == 0) {
         char msg[DT_PATH_MAX + 96];
         snprintf(msg, sizeof msg, "checkpoint: %s/step-%08ld", cfg->ckpt_dir, r->staged_step);
@@ -471,6 +475,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         DT_CHECK_GOTO(evaluate(ctx, &r, 0));
     }
     r.last_save_t = dt_now();
+    if (cfg->prometheus[0]) dt_prom_init(&r.prom, cfg->prometheus);
     if (cfg->trace[0]) {
         DT_CHECK_GOTO(dt_comm_barrier(ctx, comm, DT_GROUP_WORLD)); /* one time origin for all ranks */
         dt_trace_enable(dt_now());
@@ -504,6 +509,18 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
                                   r.seen, fpt / world, peak, ss.skipped};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
+        }
+        if (cfg->prometheus[0]) {
+            dt_prom_step(&r.prom, ss.seconds, ss.comm_seconds);
+            if (s % cfg->prometheus_every == 0 || s == t->steps) {
+                const char *rs = getenv("DTRAIN_RESTART");
+                double tps = ss.seconds > 0 ? tokens_per_step / ss.seconds : 0;
+                dt_prom_snapshot snap = {s, t->steps, r.tr.skipped, ss.loss, tps,
+                                         peak > 0 ? fpt / world * tps / (peak * 1e9) : -1,
+                                         r.last_commit_t > 0 ? dt_now() - r.last_commit_t : -1,
+                                         rs ? atoi(rs) : 0, &r.tr.alloc};
+                DT_CHECK_GOTO(dt_prom_write(ctx, &r.prom, comm, &snap));
+            }
         }
         if (r.val && ((cfg->eval_interval > 0 && s % cfg->eval_interval == 0) || s == t->steps))
             DT_CHECK_GOTO(evaluate(ctx, &r, s));
