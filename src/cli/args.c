@@ -135,8 +135,11 @@ dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
     if (cst == DT_OK) cst = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v + 1, 1, DT_I64, DT_MAX);
     if (cst != DT_OK) return cst;
     if (v[0] == world) return DT_OK;
-    if (rank == v[0]) return st; /* the lowest failing rank reports; the message is in ctx */
-    ctx->err[0] = 0;              /* the others exit alike, silently */
+    /* The lowest failing rank prints now, and nobody exits before it has: mpirun ends the
+     * whole job as soon as one rank exits non-zero. */
+    if (rank == v[0]) dt_log_error(ctx, "%s", ctx->err);
+    if ((cst = dt_comm_barrier(ctx, comm, DT_GROUP_WORLD)) != DT_OK) return cst;
+    ctx->err[0] = 0; /* printed once, above; every rank exits with that rank's status */
     return (dt_status)(-v[1]);
 }
 

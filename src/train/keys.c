@@ -62,6 +62,8 @@ static const key_def keys[] = {
     ENUM("logging.progress", progress, "auto|bar|lines", "live status line (bar), plain lines, or bar on a terminal"),
     STR("logging.prometheus", prometheus, "Prometheus node-exporter textfile (FILE.prom) rank 0 rewrites atomically with every rank's metrics ('' = off)"),
     NUM("logging.prometheus_every", K_INT, prometheus_every, "steps between rewrites of logging.prometheus (and at the end)"),
+    NUM("logging.straggler_every", K_INT, straggler_every, "steps between comparisons of the ranks' compute time per step (0 = off)"),
+    NUM("logging.straggler_factor", K_FLOAT, straggler_factor, "a rank computing slower than this x the median of the others is named (log, metrics)"),
     STR("logging.trace", trace, "Chrome-trace JSON of every rank's steps, layers, communication and checkpoints ('' = off)"),
     NUM("logging.peak_gflops", K_FLOAT, peak_gflops, "matmul peak that MFU is relative to (0 = measure at start)"),
     STR("checkpoint.dir", ckpt_dir, "directory of checkpoints ('' = no checkpoints)"),
@@ -97,6 +99,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->eval_batches = 20;
     c->log_every = 1;
     c->prometheus_every = 10;
+    c->straggler_every = 50;
+    c->straggler_factor = 1.5f;
     strcpy(c->metrics, "auto");
     strcpy(c->progress, "auto");
     strcpy(c->strategy, "ddp");
@@ -280,6 +284,10 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (c->prometheus_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
+    if (c->straggler_every < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "logging.straggler_every must be >= 0 (got %d)", c->straggler_every);
+    if (!(c->straggler_factor > 1.0f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "logging.straggler_factor must be > 1 (got %g)", (double)c->straggler_factor);
     if (c->check_replicas < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.check_replicas must be >= 0 (got %d)", c->check_replicas);
     if (!(c->peak_gflops >= 0))

@@ -38,6 +38,8 @@ typedef struct dt_run_cfg {
     char trace[DT_PATH_MAX];   /* Chrome trace file ('' = off) */
     char prometheus[DT_PATH_MAX]; /* node-exporter textfile ('' = off) */
     int prometheus_every;      /* steps between writes */
+    int straggler_every;       /* steps between straggler checks (0 = off) */
+    float straggler_factor;    /* slower than this x the others' median: a straggler */
     float peak_gflops;         /* MFU reference; 0 = measure at start */
     /* checkpoint */
     char ckpt_dir[DT_PATH_MAX];

@@ -114,6 +114,20 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     return DT_OK;
 }
 
+dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from, int rank, double compute_ms,
+                               double others_ms) {
+    char line[512];
+    snprintf(line, sizeof line,
+             "{\"type\":\"straggler\",\"step\":%ld,\"from_step\":%ld,\"rank\":%d,\"compute_ms\":%.3f,"
+             "\"others_median_ms\":%.3f,\"ratio\":%.3f}\n",
+             step, from, rank, compute_ms, others_ms, others_ms > 0 ? compute_ms / others_ms : 0.0);
+    DT_CHECK(write_line(ctx, m, line));
+    clear_bar(m);
+    dt_log_warn(ctx, "straggler: rank %d computes %.1f ms per step, %.1fx the median of the other ranks (%.1f ms), "
+                "steps %ld-%ld", rank, compute_ms, others_ms > 0 ? compute_ms / others_ms : 0.0, others_ms, from, step);
+    return DT_OK;
+}
+
 dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens) {
     char line[512];
     snprintf(line, sizeof line,

@@ -39,6 +39,10 @@ dt_status dt_metrics_open(dt_ctx *ctx, dt_metrics *m, const char *path, dt_progr
                           long total_steps, int append);
 /* Records a logged step: a JSONL object and a console line/status. */
 dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r);
+/* Records a straggler: rank's mean compute time per step over steps [from, step] against the
+ * median of the other ranks (a JSONL record and a warning). */
+dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from, int rank, double compute_ms,
+                               double others_ms);
 /* Records a validation pass. */
 dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens);
 /* A plain message that must not be overwritten by the status line. */

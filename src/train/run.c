@@ -21,6 +21,7 @@
 #include "train/preempt.h"
 #include "train/prom.h"
 #include "train/replicas.h"
+#include "train/straggler.h"
 #include "train/trace_file.h"
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens) {
@@ -72,6 +73,7 @@ typedef struct run_state {
     int replica_checks;    /* parallel.check_replicas: checks passed, last hash */
     uint64_t replica_hash;
     dt_prom prom;          /* logging.prometheus */
+    dt_straggler strag;    /* logging.straggler_every */
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
@@ -509,6 +511,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
                                   r.seen, fpt / world, peak, ss.skipped};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
+        }
+        if (cfg->straggler_every > 0) {
+            /* The first step of a process (JIT, page faults) is not compared. */
+            if (s > start + 1) dt_straggler_add(&r.strag, s, ss.fwd_seconds + ss.bwd_seconds + ss.opt_seconds);
+            if (s % cfg->straggler_every == 0)
+                DT_CHECK_GOTO(dt_straggler_check(ctx, &r.strag, comm, s, cfg->straggler_factor, &r.metrics));
         }
         if (cfg->prometheus[0]) {
             dt_prom_step(&r.prom, ss.seconds, ss.comm_seconds);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/timer.h"
 #include "core/trace.h"
@@ -100,6 +101,10 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     const char *pn = getenv("DTRAIN_TEST_NAN");
     tr->poison_step = -1;
     if (pn && sscanf(pn, "%ld:%d", &tr->poison_step, &tr->poison_rank) != 2) tr->poison_step = -1;
+    /* Test aid: DTRAIN_TEST_SLOW=RANK:MS makes that rank's forward MS ms longer each micro-step. */
+    const char *sl = getenv("DTRAIN_TEST_SLOW");
+    tr->slow_rank = -1;
+    if (sl && sscanf(sl, "%d:%d", &tr->slow_rank, &tr->slow_ms) != 2) tr->slow_rank = -1;
     DT_CHECK(dt_train_cfg_validate(ctx, cfg));
     DT_CHECK(check_memory(ctx, cfg, comm));
     dt_status st = DT_OK;
@@ -221,6 +226,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         add_phase(tr, &tp, &ex, &out->data_seconds);
         float loss;
         td = dt_trace_begin();
+        if (tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+            usleep((useconds_t)tr->slow_ms * 1000);
         DT_CHECK(dt_gpt2_forward(ctx, m, in, tg, &loss));
         dt_trace_end(td, "fwd", "forward %d", k);
         add_phase(tr, &tp, &ex, &out->fwd_seconds);

@@ -55,6 +55,7 @@ typedef struct dt_trainer {
     long skipped;              /* steps skipped for a non-finite loss or gradient norm */
     long poison_step;          /* test aid DTRAIN_TEST_NAN=STEP:RANK (-1 = off) */
     int poison_rank;
+    int slow_rank, slow_ms;    /* test aid DTRAIN_TEST_SLOW=RANK:MS (-1 = off) */
 } dt_trainer;
 
 typedef struct dt_step_stats {
