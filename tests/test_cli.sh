@@ -57,6 +57,15 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ $rc = 1 ] && [ "$(echo "$err" | wc -l)" = 1 ] && [[ $err == *"memory: each rank needs at least"* ]] \
   && [[ $err == *"training.micro_batch 64"* && $err == *"1.0 GiB available"* ]] && [ $ms -lt 1000 ] \
   && pass "too big for memory: refused in ${ms} ms: $err" || fail "memory check (rc $rc, ${ms} ms): $err"
+# Loss spikes (training.spike_factor, default 3): step 30's loss made 100x larger (test aid) is
+# reported once, in the log and the metrics; the same run without it reports none.
+DTRAIN_TEST_SPIKE=30:0 "$bin" train --steps 40 --set logging.metrics="$dir/spike.jsonl" >"$dir/spike.log" 2>&1; rc=$?
+"$bin" train --steps 40 --set logging.metrics="$dir/nospike.jsonl" >"$dir/nospike.log" 2>&1; rc2=$?
+[ $rc = 0 ] && [ $rc2 = 0 ] && [ "$(grep -c '"type":"spike"' "$dir/spike.jsonl")" = 1 ] \
+  && grep -q '"type":"spike","step":30,' "$dir/spike.jsonl" && grep -q "loss spike at step 30" "$dir/spike.log" \
+  && ! grep -q '"type":"spike"' "$dir/nospike.jsonl" \
+  && pass "loss spike at step 30 reported (log + metrics), none without it" \
+  || fail "spike detection (rc $rc/$rc2): $(grep -h spike "$dir/spike.jsonl" "$dir/spike.log" | head -3)"
 # prepare --out into a folder that does not exist yet makes it.
 echo "hello world" >"$dir/t.txt"
 "$bin" prepare --out "$dir/new/sub/x" "$dir/t.txt" >/dev/null 2>&1 && [ -s "$dir/new/sub/x_train_000000.bin" ] \

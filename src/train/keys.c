@@ -45,6 +45,7 @@ static const key_def keys[] = {
     NUM("training.tokens", K_LONG, tokens, "train this many tokens instead of training.steps (0 = use steps)"),
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
     ENUM("training.nonfinite", nonfinite, "stop|skip", "a step whose loss or gradient norm is NaN/Inf on any rank: stop naming the step, or skip its update (counted, in metrics)"),
+    NUM("training.spike_factor", K_FLOAT, spike_factor, "warn (log + metrics) when a step's loss exceeds this x the median of the previous 20 steps' (0 = off)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
@@ -101,6 +102,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->prometheus_every = 10;
     c->straggler_every = 50;
     c->straggler_factor = 1.5f;
+    c->spike_factor = 3.0f;
     strcpy(c->metrics, "auto");
     strcpy(c->progress, "auto");
     strcpy(c->strategy, "ddp");
@@ -284,6 +286,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (c->prometheus_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
+    if (!(c->spike_factor == 0.0f || c->spike_factor > 1.0f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.spike_factor must be 0 (off) or > 1 (got %g)", (double)c->spike_factor);
     if (c->straggler_every < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.straggler_every must be >= 0 (got %d)", c->straggler_every);
     if (!(c->straggler_factor > 1.0f))

@@ -128,6 +128,17 @@ dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from,
     return DT_OK;
 }
 
+dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median) {
+    char line[256];
+    snprintf(line, sizeof line, "{\"type\":\"spike\",\"step\":%ld,\"loss\":%.9g,\"recent_median\":%.9g}\n", step,
+             loss, median);
+    DT_CHECK(write_line(ctx, m, line));
+    clear_bar(m);
+    dt_log_warn(ctx, "loss spike at step %ld: %.4f, %.1fx the median of the previous steps (%.4f)", step, loss,
+                loss / median, median);
+    return DT_OK;
+}
+
 dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens) {
     char line[512];
     snprintf(line, sizeof line,

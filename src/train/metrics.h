@@ -43,6 +43,8 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r);
  * median of the other ranks (a JSONL record and a warning). */
 dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from, int rank, double compute_ms,
                                double others_ms);
+/* Records a loss spike: the step's loss against the median of the previous steps. */
+dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median);
 /* Records a validation pass. */
 dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens);
 /* A plain message that must not be overwritten by the status line. */

@@ -74,6 +74,9 @@ typedef struct run_state {
     uint64_t replica_hash;
     dt_prom prom;          /* logging.prometheus */
     dt_straggler strag;    /* logging.straggler_every */
+    float recent[20];      /* training.spike_factor: the last finite losses (ring) */
+    int n_recent;
+    long spikes;
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
@@ -409,6 +412,11 @@ static dt_status boundary_flags(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, f, 3, DT_I64, DT_MAX);
 }
 
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
 dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const char *save_weights) {
     run_state r;
     memset(&r, 0, sizeof r);
@@ -511,6 +519,20 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
                                   r.seen, fpt / world, peak, ss.skipped};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
+        }
+        if (cfg->spike_factor > 0 && isfinite(ss.loss)) {
+            /* The loss is the same on every rank (all-reduced): rank 0 reports. */
+            if (r.n_recent >= 20) {
+                float q[20];
+                memcpy(q, r.recent, sizeof q);
+                qsort(q, 20, sizeof *q, cmp_float);
+                double med = 0.5 * ((double)q[9] + (double)q[10]);
+                if (med > 0 && ss.loss > cfg->spike_factor * med) {
+                    r.spikes++;
+                    if (rank == 0) DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, med));
+                }
+            }
+            r.recent[r.n_recent++ % 20] = ss.loss;
         }
         if (cfg->straggler_every > 0) {
             /* The first step of a process (JIT, page faults) is not compared. */

@@ -101,6 +101,10 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     const char *pn = getenv("DTRAIN_TEST_NAN");
     tr->poison_step = -1;
     if (pn && sscanf(pn, "%ld:%d", &tr->poison_step, &tr->poison_rank) != 2) tr->poison_step = -1;
+    /* Test aid: DTRAIN_TEST_SPIKE=STEP:RANK multiplies that rank's loss in that step by 100. */
+    const char *sp = getenv("DTRAIN_TEST_SPIKE");
+    tr->spike_step = -1;
+    if (sp && sscanf(sp, "%ld:%d", &tr->spike_step, &tr->spike_rank) != 2) tr->spike_step = -1;
     /* Test aid: DTRAIN_TEST_SLOW=RANK:MS makes that rank's forward MS ms longer each micro-step. */
     const char *sl = getenv("DTRAIN_TEST_SLOW");
     tr->slow_rank = -1;
@@ -236,6 +240,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         dt_gpt2_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
         if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */
+        if (tr->spike_step == tr->step + 1 && k == 0 && tr->spike_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+            loss *= 100.0f; /* test aid: a loss spike (the gradients are this batch's own) */
         dt_parallel_end_micro(tr->par);
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);

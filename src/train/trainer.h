@@ -56,6 +56,8 @@ typedef struct dt_trainer {
     long poison_step;          /* test aid DTRAIN_TEST_NAN=STEP:RANK (-1 = off) */
     int poison_rank;
     int slow_rank, slow_ms;    /* test aid DTRAIN_TEST_SLOW=RANK:MS (-1 = off) */
+    long spike_step;           /* test aid DTRAIN_TEST_SPIKE=STEP:RANK (-1 = off) */
+    int spike_rank;
 } dt_trainer;
 
 typedef struct dt_step_stats {
