@@ -310,5 +310,13 @@ kill -INT $spid; wait $spid; rc=$?
 [ $rc = 130 ] && grep -q "second interrupt: stopping now" int2.log \
   && pass "Ctrl-C twice: stops at once (130)" || fail "two SIGINTs (rc $rc): $(tail -2 int2.log)"
 
+# 17. The log of a launched run written to a file holds plain lines: Open MPI gives the ranks a
+#     pseudo-terminal, the launcher tells them its output is not one (DTRAIN_LAUNCH_TTY).
+"$bin" launch -n 2 -- train "${common[@]}" --steps 5 --set logging.progress=auto --set checkpoint.dir= \
+  --set logging.metrics= >plainlog.log 2>&1; rc=$?
+[ $rc = 0 ] && grep -q "step 5/5" plainlog.log && ! grep -q $'\r' plainlog.log && ! grep -q $'\e' plainlog.log \
+  && pass "launched run into a file: plain lines, no carriage returns or escape sequences" \
+  || fail "launch log (rc $rc): $(grep -c $'\r' plainlog.log) CR, $(grep -c $'\e' plainlog.log) ESC"
+
 echo "test_resume: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

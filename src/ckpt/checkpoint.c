@@ -212,9 +212,10 @@ static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file 
     for (int i = 0; i < dt_st_count(f); i++) have += dt_st_at(f, i)->nbytes / 4;
     size_t want = dt_gpt2_num_params(&c);
     if (have != want) {
+        int count = dt_st_count(f);
         dt_st_close(f);
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: %zu parameters in %d tensors, the model it describes has %zu: "
-                       "a tensor is missing or extra", path, have, dt_st_count(f), want);
+                       "a tensor is missing or extra", path, have, count, want);
     }
     return DT_OK;
 }

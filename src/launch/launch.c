@@ -308,6 +308,10 @@ static void push_context(argv_buf *a, const dt_launch_cfg *cfg, const dt_launch_
 }
 
 dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *job) {
+    /* Open MPI gives local ranks a pseudo-terminal for stdout, so a rank cannot tell whether
+     * its output ends in a terminal or a log file: the launcher can (DTRAIN_* reach the ranks). */
+    if (isatty(STDOUT_FILENO)) setenv("DTRAIN_LAUNCH_TTY", "1", 1);
+    else unsetenv("DTRAIN_LAUNCH_TTY"); /* not exported: ranks print plain lines */
     dt_launch_job j = {0};
     host_list h = {0};
     argv_buf a = {0};

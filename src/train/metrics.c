@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -37,7 +39,15 @@ dt_status dt_metrics_open(dt_ctx *ctx, dt_metrics *m, const char *path, dt_progr
     memset(m, 0, sizeof *m);
     m->total_steps = total_steps;
     m->t_start = dt_now();
-    m->bar = mode == DT_PROGRESS_BAR || (mode == DT_PROGRESS_AUTO && isatty(STDOUT_FILENO));
+    /* auto: a live bar only on a terminal. Under MPI the rank's stdout is a pseudo-terminal
+     * whatever mpirun's own output is: a bar then only when dtrain launch saw a terminal
+     * (DTRAIN_LAUNCH_TTY=1); under a plain mpirun, lines (logging.progress=bar forces it). */
+    int tty = isatty(STDOUT_FILENO);
+    if (dt_comm_launched_by_mpi()) {
+        const char *lt = getenv("DTRAIN_LAUNCH_TTY");
+        tty = tty && lt && !strcmp(lt, "1");
+    }
+    m->bar = mode == DT_PROGRESS_BAR || (mode == DT_PROGRESS_AUTO && tty);
     if (path && path[0]) {
         DT_CHECK(make_parents(ctx, path));
         m->jsonl = fopen(path, append ? "a" : "w");
