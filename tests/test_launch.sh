@@ -78,8 +78,9 @@ printf '%s\n' "$@" >"$FAKE_OUT"
 case $FAKE_MODE in
   exit3) exit 3 ;;
   kill9) kill -9 $$ ;;
-  term) trap 'echo term >"$FAKE_OUT.sig"; exit 7' TERM
-        trap 'echo int >"$FAKE_OUT.sig"; exit 8' INT
+  term) trap 'echo term >>"$FAKE_OUT.sig"; exit 7' TERM
+        trap 'echo int >>"$FAKE_OUT.sig"; exit 8' INT
+        trap 'echo usr1 >>"$FAKE_OUT.sig"' USR1
         : >"$FAKE_OUT.ready"
         while :; do sleep 0.05; done ;;
 esac
@@ -101,11 +102,15 @@ rm -f "$FAKE_OUT".*
 FAKE_MODE=term "$bin" launch -n 1 --mpirun "$fake" -- train >/dev/null 2>&1 &
 lp=$!
 for _ in $(seq 1 100); do [ -e "$FAKE_OUT.ready" ] && break; sleep 0.05; done
+# The first SIGTERM becomes SIGUSR1 (ranks checkpoint and stop), the second is forwarded.
+kill -TERM $lp
+for _ in $(seq 1 100); do [ -s "$FAKE_OUT.sig" ] && break; sleep 0.05; done
 kill -TERM $lp
 wait $lp
 rc=$?
-[ $rc = 7 ] && [ -e "$FAKE_OUT.sig" ] && pass "SIGTERM to launch forwarded to mpirun, its status (7) returned" \
-  || fail "SIGTERM forwarding: rc $rc, sig file $(ls "$FAKE_OUT".* 2>&1)"
+[ $rc = 7 ] && [ "$(paste -sd' ' "$FAKE_OUT.sig")" = "usr1 term" ] \
+  && pass "SIGTERM to launch: first passed as SIGUSR1 (preemption), second as SIGTERM, status (7) returned" \
+  || fail "SIGTERM forwarding: rc $rc, signals $(paste -sd' ' "$FAKE_OUT.sig" 2>&1)"
 
 # SIGINT from another process is forwarded too. A script's background job starts with SIGINT
 # ignored (and the launcher keeps it so); python restores the default before exec.
@@ -116,10 +121,13 @@ if command -v python3 >/dev/null; then
   lp=$!
   for _ in $(seq 1 100); do [ -e "$FAKE_OUT.ready" ] && break; sleep 0.05; done
   kill -INT $lp
+  for _ in $(seq 1 100); do [ -s "$FAKE_OUT.sig" ] && break; sleep 0.05; done
+  kill -INT $lp
   wait $lp
   rc=$?
-  [ $rc = 8 ] && [ "$(cat "$FAKE_OUT.sig" 2>/dev/null)" = int ] && pass "SIGINT to launch forwarded to mpirun (status 8)" \
-    || fail "SIGINT forwarding: rc $rc, $(cat "$FAKE_OUT.sig" 2>&1)"
+  [ $rc = 8 ] && [ "$(paste -sd' ' "$FAKE_OUT.sig" 2>/dev/null)" = "usr1 int" ] \
+    && pass "SIGINT to launch: first as SIGUSR1, second forwarded to mpirun (status 8)" \
+    || fail "SIGINT forwarding: rc $rc, $(paste -sd' ' "$FAKE_OUT.sig" 2>&1)"
 else
   skip_case "SIGINT forwarding (no python3 to start launch with SIGINT at its default)"
 fi

@@ -310,6 +310,20 @@ kill -INT $spid; wait $spid; rc=$?
 [ $rc = 130 ] && grep -q "second interrupt: stopping now" int2.log \
   && pass "Ctrl-C twice: stops at once (130)" || fail "two SIGINTs (rc $rc): $(tail -2 int2.log)"
 
+# 18. A plain `dtrain launch` (no supervisor) preempted with SIGTERM: the ranks checkpoint and
+#     stop, the job ends with status 0 and says so (not "mpirun exited with status 1").
+mkdir -p plainpre
+DTRAIN_TEST_STEP_DELAY_MS=50 "$bin" launch -n 2 -- train "${common[@]}" --steps 4000 --set schedule.decay_steps=4000 \
+  --set checkpoint.every=0 --set checkpoint.dir=plainpre/ck --set logging.metrics=plainpre/m.jsonl >plainpre.log 2>&1 &
+lp=$!
+for _ in $(seq 300); do [ "$(last_step plainpre/m.jsonl)" -ge 5 ] && break; sleep 0.1; done
+kill -TERM $lp; wait $lp; rc=$?
+[ $rc = 0 ] && grep -q "preempted (signal received): checkpoint written at step" plainpre.log \
+  && grep -q "preempted by a signal: the ranks were asked to checkpoint" plainpre.log \
+  && ! grep -q "mpirun exited with status" plainpre.log && [ -s plainpre/ck/latest ] \
+  && pass "plain launch + SIGTERM: checkpoint at $(cat plainpre/ck/latest), exit 0" \
+  || fail "plain launch preemption (rc $rc): $(grep -E 'preempt|exited|error' plainpre.log | tail -3)"
+
 # 17. The log of a launched run written to a file holds plain lines: Open MPI gives the ranks a
 #     pseudo-terminal, the launcher tells them its output is not one (DTRAIN_LAUNCH_TTY).
 "$bin" launch -n 2 -- train "${common[@]}" --steps 5 --set logging.progress=auto --set checkpoint.dir= \

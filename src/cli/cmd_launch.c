@@ -159,6 +159,9 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     st = dt_launch_run(ctx, &job, &code);
     dt_launch_free(&job);
     if (st != DT_OK) return dt_cli_exit_code(st);
+    if (code == 0 && dt_launch_preempted())
+        fprintf(stderr, "dtrain launch: preempted by a signal: the ranks were asked to checkpoint and stop "
+                        "(SIGUSR1), and the job ended cleanly\n");
     /* 128 + sig: mpirun itself was killed, or it passes on a rank's death by that signal. */
     if (code > 128 && code < 128 + 65)
         dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: mpirun exited with status %d (signal %d, %s)", code,

@@ -443,14 +443,24 @@ void dt_launch_print(const dt_launch_job *job, FILE *f) {
  * to forward to. Set while mpirun runs, 0 otherwise. */
 static volatile sig_atomic_t launch_child;
 
+static volatile sig_atomic_t launch_preempted; /* signals turned into a preemption request */
+
 static void forward_signal(int sig, siginfo_t *si, void *uc) {
     (void)uc;
     pid_t pid = (pid_t)launch_child;
     /* si_code <= 0: sent by a process (kill, sigqueue, tgkill), e.g. a batch system or
      * timeout(1). A terminal's ^C (SI_KERNEL) went to the whole foreground process group,
-     * mpirun included; a second copy would make mpirun skip its orderly abort. */
-    if (pid > 0 && si && si->si_code <= 0) kill(pid, sig);
+     * mpirun included; a second copy would make mpirun skip its orderly abort. The first such
+     * signal becomes SIGUSR1, which mpirun passes to every rank: dtrain's ranks checkpoint at
+     * the next step boundary and exit 0, so the job ends cleanly (as under the supervisor);
+     * a second one is forwarded as it is, and mpirun aborts the job. */
+    if (pid > 0 && si && si->si_code <= 0) {
+        if (launch_preempted++ == 0) kill(pid, SIGUSR1);
+        else kill(pid, sig);
+    }
 }
+
+int dt_launch_preempted(void) { return launch_preempted != 0; }
 
 dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code) {
     static const int sigs[2] = {SIGINT, SIGTERM};

@@ -66,11 +66,14 @@ dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *j
 void dt_launch_free(dt_launch_job *job);
 /* Writes the command line as one shell-quoted line (with a newline) to f. */
 void dt_launch_print(const dt_launch_job *job, FILE *f);
-/* Runs mpirun and waits for it. SIGINT/SIGTERM sent to this process by another process
- * are forwarded to mpirun (terminal-generated ones already reached it through the process
- * group). *exit_code = mpirun's exit status, 128 + signal if it was killed. Returns an
- * error only when mpirun could not be started. */
+/* Runs mpirun and waits for it. The first SIGINT/SIGTERM sent to this process by another
+ * process is passed to mpirun as SIGUSR1 (a preemption request: dtrain's ranks checkpoint
+ * and exit 0), a second one as it is (mpirun aborts the job); terminal-generated ones
+ * already reached mpirun through the process group. *exit_code = mpirun's exit status,
+ * 128 + signal if it was killed. Returns an error only when mpirun could not be started. */
 dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code);
+/* Whether dt_launch_run turned a signal into a preemption request (SIGUSR1 to mpirun). */
+int dt_launch_preempted(void);
 
 /* The supervisor (dtrain launch --max-restarts K): runs the job; when it fails (a rank
  * exits non-zero, is killed, or the collective watchdog fires) it logs which rank failed
