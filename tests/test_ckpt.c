@@ -88,6 +88,12 @@ static int fx_save(dt_ctx *ctx, fixture *f) {
     return done;
 }
 
+/* n more steps, then a save that must commit. */
+static void fx_step_save(dt_ctx *ctx, fixture *f, int n) {
+    fx_steps(ctx, f, n);
+    assert_int_equal(fx_save(ctx, f), 1);
+}
+
 /* The loaded state of step_dir equals params/mom/var. */
 static void expect_state(dt_ctx *ctx, fixture *f, const char *step_dir, const float *params, const float *mom,
                          const float *var) {
@@ -111,8 +117,7 @@ static void test_round_trip(void **state) {
     ctx.log_level = 0;
     fixture f;
     fx_init(&f, &ctx, "rt", 1, 3);
-    fx_steps(&ctx, &f, 3);
-    assert_int_equal(fx_save(&ctx, &f), 1);
+    fx_step_save(&ctx, &f, 3);
     char found[4400];
     assert_int_equal(dt_ckpt_find(&ctx, f.root, found, sizeof found), DT_OK);
     assert_non_null(strstr(found, "step-00000003"));
@@ -125,8 +130,7 @@ static void test_round_trip(void **state) {
     assert_int_equal(tj.seed, f.tr.cfg.seed);
     assert_string_equal(tj.strategy, "ddp");
     /* keep_last = 0 keeps all; `latest` names the new step */
-    fx_steps(&ctx, &f, 1);
-    assert_int_equal(fx_save(&ctx, &f), 1);
+    fx_step_save(&ctx, &f, 1);
     char latest[256], line[64] = "";
     snprintf(latest, sizeof latest, "%s/latest", f.root);
     FILE *lf = fopen(latest, "r");
@@ -151,8 +155,7 @@ static void test_crash_every_point(void **state) {
     ctx.log_level = 0;
     fixture f;
     fx_init(&f, &ctx, "crash", 1, 1000);
-    fx_steps(&ctx, &f, 2);
-    assert_int_equal(fx_save(&ctx, &f), 1); /* step 2: the previous checkpoint */
+    fx_step_save(&ctx, &f, 2); /* step 2: the previous checkpoint */
     size_t n = f.tr.model.n_params, shard;
     dt_parallel_shard(f.tr.par, &shard);
     float *mom, *var;
@@ -211,8 +214,7 @@ static void test_enospc_every_point(void **state) {
     ctx.log_level = 0;
     fixture f;
     fx_init(&f, &ctx, "enospc", 1, 1000000);
-    fx_steps(&ctx, &f, 1);
-    assert_int_equal(fx_save(&ctx, &f), 1);
+    fx_step_save(&ctx, &f, 1);
     fx_steps(&ctx, &f, 1);
     long P = points_of_save(&ctx, &f); /* step 2 committed */
     /* What step 2 saved, to find it intact after every failed save of step 3. */
@@ -310,10 +312,8 @@ static void test_bit_flips_and_damage(void **state) {
     ctx.log_level = 0;
     fixture f;
     fx_init(&f, &ctx, "flip", 1, 3);
-    fx_steps(&ctx, &f, 1);
-    assert_int_equal(fx_save(&ctx, &f), 1);
-    fx_steps(&ctx, &f, 1);
-    assert_int_equal(fx_save(&ctx, &f), 1);
+    fx_step_save(&ctx, &f, 1);
+    fx_step_save(&ctx, &f, 1);
     char d2[256];
     snprintf(d2, sizeof d2, "%s/step-00000002", f.root);
     static const char *const files[] = {"model.safetensors", "optim-rank0-of-1.safetensors", "trainer.json",
@@ -415,10 +415,8 @@ static void test_missing_tensor_is_damage(void **state) {
     ctx.log_level = 0;
     fixture f;
     fx_init(&f, &ctx, "missing", 0, 3);
-    fx_steps(&ctx, &f, 2);
-    assert_int_equal(fx_save(&ctx, &f), 1);
-    fx_steps(&ctx, &f, 1);
-    assert_int_equal(fx_save(&ctx, &f), 1);
+    fx_step_save(&ctx, &f, 2);
+    fx_step_save(&ctx, &f, 1);
     char d[256], model[320], tmp[340];
     snprintf(d, sizeof d, "%s/step-00000003", f.root);
     snprintf(model, sizeof model, "%s/model.safetensors", d);

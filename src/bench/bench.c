@@ -4,14 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/procinfo.h"
+#include "core/sortcmp.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "ops/ops.h"
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 double dt_median(const double *x, int n) {
     dt_stats s;
@@ -38,7 +35,7 @@ void dt_stats_of(dt_stats *out, const double *x, int n) {
         return;
     }
     memcpy(c, x, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    qsort(c, (size_t)n, sizeof *c, dt_cmp_double);
     out->median = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
     free(c);
 }
@@ -57,16 +54,7 @@ uint64_t dt_bench_loss_hash(const float *loss, int n) {
     return h;
 }
 
-size_t dt_bench_rss_hwm(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
-}
+size_t dt_bench_rss_hwm(void) { return dt_proc_bytes("/proc/self/status", "VmHWM"); }
 
 void dt_bench_peak(dt_peak *out, int n, int reps) {
     memset(out, 0, sizeof *out);

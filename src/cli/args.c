@@ -127,12 +127,13 @@ void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg) {
 #endif
 }
 
-dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
+/* The ranks agree on the setup's outcome (st): one rank prints a failure, all return it. */
+static dt_status agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
     if (world == 1) return st;
-    int64_t v[2] = {st != DT_OK ? rank : world, st != DT_OK ? -(int64_t)st : 0};
-    dt_status cst = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v, 1, DT_I64, DT_MIN);
-    if (cst == DT_OK) cst = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v + 1, 1, DT_I64, DT_MAX);
+    /* MIN of both: the lowest failing rank, and the most severe status (codes are < 0). */
+    int64_t v[2] = {st != DT_OK ? rank : world, st};
+    dt_status cst = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v, 2, DT_I64, DT_MIN);
     if (cst != DT_OK) return cst;
     if (v[0] == world) return DT_OK;
     /* The lowest failing rank prints now, and nobody exits before it has: mpirun ends the
@@ -140,7 +141,20 @@ dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
     if (rank == v[0]) dt_log_error(ctx, "%s", ctx->err);
     if ((cst = dt_comm_barrier(ctx, comm, DT_GROUP_WORLD)) != DT_OK) return cst;
     ctx->err[0] = 0; /* printed once, above; every rank exits with that rank's status */
-    return (dt_status)(-v[1]);
+    return (dt_status)v[1];
+}
+
+dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup) {
+    char err[sizeof ctx->err];
+    memcpy(err, ctx->err, sizeof err); /* the setup's message survives the communicator's start */
+    DT_CHECK(dt_comm_init(ctx, comm));
+    memcpy(ctx->err, err, sizeof err);
+    dt_status st = agree(ctx, *comm, setup);
+    if (st != DT_OK) {
+        dt_comm_free(*comm);
+        *comm = NULL;
+    }
+    return st;
 }
 
 void dt_cli_finish_ranks(dt_ctx *ctx, dt_comm *comm, dt_status st) {

@@ -26,10 +26,11 @@ dt_status dt_cli_parse_run(dt_ctx *ctx, const char *cmd, int argc, char **argv, 
 void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg);
 /* Ends a multi-rank run: on failure this rank prints its error and aborts the whole job (no
  * rank is left waiting in a collective); on success the communicator is finalised. */
-/* After dt_comm_init under MPI: every rank learns whether any rank's setup failed (st); the
- * lowest failing rank keeps its message, the others clear theirs, and all return a failure
- * with that rank's status (so the error is printed once, not once per rank). */
-dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st);
+/* Starts the communicator after the command's setup (parsing, validation) returned `setup`.
+ * Under MPI every rank learns whether any rank's setup failed: the lowest failing rank
+ * prints its message, all ranks wait for that and return the most severe status (the error
+ * is printed once, not once per rank). On failure the communicator is freed. */
+dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup);
 void dt_cli_finish_ranks(dt_ctx *ctx, dt_comm *comm, dt_status st);
 
 /* Maps a status to an exit code. */

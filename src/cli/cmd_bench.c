@@ -17,6 +17,7 @@
 #include "bench/prices.h"
 #include "bench/sweep.h"
 #include "cli/cli.h"
+#include "core/procinfo.h"
 #include "train/trace_file.h"
 #include "core/log.h"
 #include "core/trace.h"
@@ -269,23 +270,12 @@ static dt_status measure_batch(dt_ctx *ctx, const dt_train_cfg *base, dt_comm *c
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, kinds, DT_MEM_NKINDS, DT_I64, DT_MAX);
 }
 
-static size_t rss_now(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kb = 0;
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
-}
-
 /* Every size is affine in the micro-batch (activations and scratch grow with B x T, model
  * state does not), so two trainers (B = 1, 2) give the plan for any B; the pick is then
  * built and stepped once to check the plan against the allocator and the process's VmHWM. */
 static dt_status find_batch(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, size_t budget, int print) {
     int64_t m1[DT_MEM_NKINDS], m2[DT_MEM_NKINDS];
-    double base = (double)rss_now(); /* code, libraries, MPI: what the process holds before any trainer */
+    double base = (double)dt_proc_bytes("/proc/self/status", "VmRSS"); /* code, libraries, MPI: what the process holds before any trainer */
     DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, &base, 1, DT_F64, DT_MAX));
     DT_CHECK(measure_batch(ctx, cfg, comm, 1, m1));
     DT_CHECK(measure_batch(ctx, cfg, comm, 2, m2));
@@ -540,24 +530,15 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     }
     free(fl.drop);
     fl.drop = NULL;
-    /* Under mpirun a configuration error is agreed on (dt_cli_agree): printed by one rank. */
+    /* Under mpirun a configuration error is agreed on (dt_cli_comm_init): printed by one rank. */
     if (st != DT_OK && !dt_comm_launched_by_mpi()) {
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);
     }
 
     dt_comm *comm;
-    char err[sizeof ctx->err];
-    memcpy(err, ctx->err, sizeof err);
-    dt_status cst = dt_comm_init(ctx, &comm);
-    if (cst != DT_OK) {
-        dt_prices_free(&prices);
-        return dt_cli_exit_code(cst);
-    }
-    memcpy(ctx->err, err, sizeof err);
-    st = dt_cli_agree(ctx, comm, st);
+    st = dt_cli_comm_init(ctx, &comm, st);
     if (st != DT_OK) {
-        dt_comm_free(comm);
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);
     }

@@ -71,17 +71,9 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
             return DT_EXIT_USAGE;
         }
         snprintf(cfg.resume, sizeof cfg.resume, "%s", fl.resume);
-        /* dtrain launch --max-restarts adds --resume auto to its restarts: without checkpoints
-         * such a restart trains again from step 0 (dt_train_run says so). */
-        const char *restart = getenv("DTRAIN_RESTART");
-        int supervised = restart && strcmp(restart, "0") != 0 && !strcmp(cfg.resume, "auto");
-        if ((!strcmp(cfg.resume, "latest") || !strcmp(cfg.resume, "auto")) && !cfg.ckpt_dir[0] && !supervised) {
-            dt_fail(ctx, DT_ERR_CONFIG, "dtrain train: --resume %s needs checkpoint.dir (or give the directory: --resume DIR)",
-                    cfg.resume);
-            return DT_EXIT_USAGE;
-        }
+        st = dt_cfg_check_resume(ctx, &cfg);
     }
-    /* Under mpirun a configuration error goes through dt_cli_agree (below): one rank prints it. */
+    /* Under mpirun a configuration error goes through dt_cli_comm_init (below): one rank prints it. */
     int under_mpi = dt_comm_launched_by_mpi();
     if (st != DT_OK && (!under_mpi || fl.print_config)) return dt_cli_exit_code(st);
     if (fl.print_config) {
@@ -92,16 +84,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK && dt_preempt_setup() != 0)
         dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
-    char err[sizeof ctx->err];
-    memcpy(err, ctx->err, sizeof err);
-    dt_status cst = dt_comm_init(ctx, &comm);
-    if (cst != DT_OK) return dt_cli_exit_code(cst);
-    memcpy(ctx->err, err, sizeof err);
-    st = dt_cli_agree(ctx, comm, st);
-    if (st != DT_OK) {
-        dt_comm_free(comm);
-        return dt_cli_exit_code(st);
-    }
+    st = dt_cli_comm_init(ctx, &comm, st);
+    if (st != DT_OK) return dt_cli_exit_code(st);
     dt_cli_rank_setup(ctx, comm, &cfg);
     st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
     if (st != DT_OK) {

@@ -75,6 +75,14 @@ dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size
     dt_wd_end(c, slot);
     return st;
 }
+dt_status dt_comm_allgather_words(dt_ctx *ctx, dt_comm *c, dt_group g, const void *mine, size_t words,
+                                  void *all) {
+    size_t n = (size_t)c->size[g] * words;
+    memset(all, 0, n * 8);
+    memcpy((char *)all + (size_t)c->rank[g] * words * 8, mine, words * 8);
+    if (c->size[g] == 1) return DT_OK;
+    return dt_comm_allreduce(ctx, c, g, all, n, DT_I64, DT_SUM);
+}
 dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                     float *scratch) {
     int slot = dt_wd_begin(c, "allreduce_ordered", g, n * 4);

@@ -73,6 +73,11 @@ dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const floa
 /* All-gather (f32): every rank contributes counts[rank] elements at buf + off_rank (in
  * place); afterwards buf holds all ranks' parts. */
 dt_status dt_comm_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts);
+/* All-gather of a small record of 8-byte words (int64, double or uint64 bit patterns) per
+ * rank: all[r * words ...] gets rank r's `mine`, bit for bit (each rank's slot summed as
+ * integers with the others' zeros). For step-boundary bookkeeping, not for tensors. */
+dt_status dt_comm_allgather_words(dt_ctx *ctx, dt_comm *c, dt_group g, const void *mine, size_t words,
+                                  void *all);
 dt_status dt_comm_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root);
 dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g);
 

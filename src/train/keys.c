@@ -90,6 +90,23 @@ static const key_def keys[] = {
 #undef NUM
 #define NKEYS (sizeof keys / sizeof keys[0])
 
+int dt_restart_attempt(void) {
+    const char *v = getenv("DTRAIN_RESTART");
+    return v ? atoi(v) : -1;
+}
+
+dt_status dt_cfg_check_resume(dt_ctx *ctx, const dt_run_cfg *c) {
+    /* A supervised restart (dtrain launch --max-restarts adds --resume auto) of a run without
+     * checkpoints trains again from step 0 (dt_train_run says so); anywhere else this is a
+     * mistake. */
+    int supervised_restart = dt_restart_attempt() > 0 && !strcmp(c->resume, "auto");
+    if (c->resume[0] && !c->ckpt_dir[0] && !supervised_restart &&
+        (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto")))
+        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.resume (--resume) '%s' needs checkpoint.dir (or give the "
+                       "directory: --resume DIR)", c->resume);
+    return DT_OK;
+}
+
 void dt_run_cfg_defaults(dt_run_cfg *c) {
     memset(c, 0, sizeof *c);
     dt_train_cfg_defaults(&c->train);
@@ -260,14 +277,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.keep_last must be >= 0 (got %d)", c->ckpt_keep);
     if (c->ckpt_max_failures < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.max_failures must be >= 1 (got %d)", c->ckpt_max_failures);
-    /* A supervised restart (dtrain launch --max-restarts adds --resume auto) of a run without
-     * checkpoints trains again from step 0 (dt_train_run says so); anywhere else this is a
-     * mistake. */
-    const char *restart = getenv("DTRAIN_RESTART");
-    int supervised_restart = restart && strcmp(restart, "0") != 0 && !strcmp(c->resume, "auto");
-    if (c->resume[0] && !c->ckpt_dir[0] && !supervised_restart &&
-        (!strcmp(c->resume, "latest") || !strcmp(c->resume, "auto")))
-        return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.resume: '%s' needs checkpoint.dir", c->resume);
+    DT_CHECK(dt_cfg_check_resume(ctx, c));
     if (!(c->coll_timeout >= 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "fault.collective_timeout must be >= 0 (got %g)", (double)c->coll_timeout);
     if (!(c->preempt_grace > 0))

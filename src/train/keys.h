@@ -67,6 +67,11 @@ typedef struct dt_run_cfg {
 } dt_run_cfg;
 
 void dt_run_cfg_defaults(dt_run_cfg *c);
+/* checkpoint.resume latest/auto need checkpoint.dir, except in a supervised restart. */
+dt_status dt_cfg_check_resume(dt_ctx *ctx, const dt_run_cfg *c);
+/* The attempt number dtrain launch --max-restarts gives this run (DTRAIN_RESTART: 0 first,
+ * 1 after the first restart, ...); -1 when not supervised. */
+int dt_restart_attempt(void);
 
 /* Sets one key from its text value. Unknown keys and bad values fail naming the key (and
  * the closest known key for a misspelling). */

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/procinfo.h"
+#include "core/sortcmp.h"
 #include "core/timer.h"
 
 void dt_prom_init(dt_prom *p, const char *path) {
@@ -19,22 +21,6 @@ void dt_prom_step(dt_prom *p, double step_s, double comm_s) {
     p->n++;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static size_t rss_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kb = 0;
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
-}
-
 /* Per rank: mean step seconds, mean exposed communication seconds, RSS, then the allocator's
  * current bytes by kind. */
 enum { F_STEP, F_COMM, F_RSS, F_MEM, NF = F_MEM + DT_MEM_NKINDS };
@@ -44,21 +30,19 @@ static const char *const kind_names[DT_MEM_NKINDS] = {"params", "grads", "optimi
 dt_status dt_prom_write(dt_ctx *ctx, dt_prom *p, dt_comm *comm, const dt_prom_snapshot *s) {
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
     long w = p->n < DT_PROM_WINDOW ? p->n : DT_PROM_WINDOW;
-    double *all = calloc((size_t)world * NF, sizeof *all), mine[NF] = {0};
+    double *all = malloc((size_t)world * NF * sizeof *all), mine[NF] = {0};
     if (!all) return dt_fail(ctx, DT_ERR_NOMEM, "logging.prometheus: out of memory");
     for (long i = 0; i < w; i++) mine[F_STEP] += p->step_s[i] / (double)w, mine[F_COMM] += p->comm_s[i] / (double)w;
-    mine[F_RSS] = (double)rss_bytes();
+    mine[F_RSS] = (double)dt_proc_bytes("/proc/self/status", "VmRSS");
     for (int k = 0; k < DT_MEM_NKINDS; k++) mine[F_MEM + k] = (double)s->alloc->cur[k];
-    memcpy(all + (size_t)rank * NF, mine, sizeof mine);
-    dt_status st = world > 1 ? dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, all, (size_t)world * NF, DT_F64, DT_SUM)
-                             : DT_OK;
+    dt_status st = dt_comm_allgather_words(ctx, comm, DT_GROUP_WORLD, mine, NF, all);
     if (st != DT_OK || rank != 0) {
         free(all);
         return st;
     }
     double q[DT_PROM_WINDOW];
     memcpy(q, p->step_s, (size_t)w * sizeof *q);
-    qsort(q, (size_t)w, sizeof *q, cmp_double);
+    qsort(q, (size_t)w, sizeof *q, dt_cmp_double);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", p->path);
     FILE *f = fopen(tmp, "w");

@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "core/log.h"
+#include "core/sortcmp.h"
 #include "data/shard.h"
 #include "ops/cpu/isa.h"
 #include "ops/ops.h"
@@ -76,7 +77,6 @@ typedef struct run_state {
     dt_straggler strag;    /* logging.straggler_every */
     float recent[20];      /* training.spike_factor: the last finite losses (ring) */
     int n_recent;
-    long spikes;
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
@@ -167,13 +167,10 @@ static dt_status ledger_step(dt_ctx *ctx, run_state *r, long step, uint64_t curs
  * of that rank's first parameter after that step (DDP, ZeRO-1/2: their ranks hold full
  * replicas), so the replica check has something to find. */
 static void test_aids_read(run_state *r) {
-    const char *h = getenv("DTRAIN_TEST_HANG"), *restart = getenv("DTRAIN_RESTART");
-    const char *d = getenv("DTRAIN_TEST_STEP_DELAY_MS"), *p = getenv("DTRAIN_TEST_PERTURB");
-    r->perturb_step = -1;
-    if (p && sscanf(p, "%ld:%d", &r->perturb_step, &r->perturb_rank) != 2) r->perturb_step = -1;
+    const char *d = getenv("DTRAIN_TEST_STEP_DELAY_MS");
+    dt_test_aid("DTRAIN_TEST_PERTURB", &r->perturb_step, &r->perturb_rank);
     r->hang_step = -1;
-    if (h && (!restart || strcmp(restart, "0") == 0) && sscanf(h, "%ld:%d", &r->hang_step, &r->hang_rank) != 2)
-        r->hang_step = -1;
+    if (dt_restart_attempt() <= 0) dt_test_aid("DTRAIN_TEST_HANG", &r->hang_step, &r->hang_rank);
     r->delay_ms = d ? atoi(d) : 0;
     if (r->delay_ms < 0 || r->delay_ms > 100000) r->delay_ms = 0;
 }
@@ -283,8 +280,8 @@ static dt_status resume_find(dt_ctx *ctx, const dt_run_cfg *cfg, dt_comm *comm, 
     dt_status st = DT_OK;
     int autostart = !strcmp(cfg->resume, "auto");
     if (autostart && !cfg->ckpt_dir[0]) { /* a supervised restart of a run without checkpoints */
-        dt_log_warn(ctx, "restart %s: no checkpoint.dir, nothing to resume: training again from step 0",
-                    getenv("DTRAIN_RESTART") ? getenv("DTRAIN_RESTART") : "?");
+        dt_log_warn(ctx, "restart %d: no checkpoint.dir, nothing to resume: training again from step 0",
+                    dt_restart_attempt());
         *found = 0;
         dir[0] = 0;
         return DT_OK;
@@ -412,11 +409,6 @@ static dt_status boundary_flags(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, f, 3, DT_I64, DT_MAX);
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const char *save_weights) {
     run_state r;
     memset(&r, 0, sizeof r);
@@ -444,8 +436,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 al->cur[DT_MEM_OPTIM]);
     long start = 0;
     int resumed = 0;
-    const char *restart = getenv("DTRAIN_RESTART");
-    if (restart && !strcmp(restart, "0") && !cfg->ckpt_dir[0])
+    if (dt_restart_attempt() == 0 && !cfg->ckpt_dir[0])
         dt_log_warn(ctx, "supervised run without checkpoint.dir: a restart after a failure trains again from step 0");
     if (cfg->resume[0]) DT_CHECK_GOTO(resume(ctx, &r, cfg, comm, world, &start, &resumed));
     if (cfg->init_from[0] && !resumed) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
@@ -525,12 +516,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             if (r.n_recent >= 20) {
                 float q[20];
                 memcpy(q, r.recent, sizeof q);
-                qsort(q, 20, sizeof *q, cmp_float);
+                qsort(q, 20, sizeof *q, dt_cmp_float);
                 double med = 0.5 * ((double)q[9] + (double)q[10]);
-                if (med > 0 && ss.loss > cfg->spike_factor * med) {
-                    r.spikes++;
-                    if (rank == 0) DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, med));
-                }
+                if (med > 0 && ss.loss > cfg->spike_factor * med && rank == 0)
+                    DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, med));
             }
             r.recent[r.n_recent++ % 20] = ss.loss;
         }
@@ -543,12 +532,11 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         if (cfg->prometheus[0]) {
             dt_prom_step(&r.prom, ss.seconds, ss.comm_seconds);
             if (s % cfg->prometheus_every == 0 || s == t->steps) {
-                const char *rs = getenv("DTRAIN_RESTART");
                 double tps = ss.seconds > 0 ? tokens_per_step / ss.seconds : 0;
                 dt_prom_snapshot snap = {s, t->steps, r.tr.skipped, ss.loss, tps,
                                          peak > 0 ? fpt / world * tps / (peak * 1e9) : -1,
                                          r.last_commit_t > 0 ? dt_now() - r.last_commit_t : -1,
-                                         rs ? atoi(rs) : 0, &r.tr.alloc};
+                                         dt_restart_attempt() < 0 ? 0 : dt_restart_attempt(), &r.tr.alloc};
                 DT_CHECK_GOTO(dt_prom_write(ctx, &r.prom, comm, &snap));
             }
         }

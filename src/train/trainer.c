@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/procinfo.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "data/synthetic.h"
@@ -56,18 +57,6 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
     return DT_OK;
 }
 
-/* MemAvailable of this host in bytes (0: unknown). */
-static double mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    double kb = 0;
-    if (!f) return 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024.0;
-}
-
 /* Before anything is allocated: a lower bound of what a rank needs (activations of one
  * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks) against
  * what this host has free for its ranks. A run that cannot fit fails here in milliseconds,
@@ -76,7 +65,7 @@ static double mem_available(void) {
  * --find-batch`. DTRAIN_MEM_AVAILABLE (bytes) overrides the host's figure (tests). */
 static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm) {
     const char *ov = getenv("DTRAIN_MEM_AVAILABLE");
-    double avail = ov ? strtod(ov, NULL) : mem_available();
+    double avail = ov ? strtod(ov, NULL) : (double)dt_proc_bytes("/proc/meminfo", "MemAvailable");
     if (!(avail > 0)) return DT_OK;
     int world = comm ? dt_comm_size(comm, DT_GROUP_WORLD) : 1, local = comm ? dt_comm_size(comm, DT_GROUP_NODE) : 1;
     double psi = (double)dt_gpt2_num_params(&cfg->model);
@@ -92,23 +81,24 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
                    need / g, acts / g, cfg->micro_batch, cfg->seq_len, state / g, world, avail / g, local);
 }
 
+void dt_test_aid(const char *name, long *a, int *b) {
+    const char *v = getenv(name);
+    if (!v || sscanf(v, "%ld:%d", a, b) != 2) *a = -1;
+}
+
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
     dt_alloc_init(&tr->alloc);
     tr->alloc.fail_at = cfg->fail_alloc_at;
     /* Test aid: DTRAIN_TEST_NAN=STEP:RANK makes that rank's loss NaN in that step (1-based). */
-    const char *pn = getenv("DTRAIN_TEST_NAN");
-    tr->poison_step = -1;
-    if (pn && sscanf(pn, "%ld:%d", &tr->poison_step, &tr->poison_rank) != 2) tr->poison_step = -1;
+    dt_test_aid("DTRAIN_TEST_NAN", &tr->poison_step, &tr->poison_rank);
     /* Test aid: DTRAIN_TEST_SPIKE=STEP:RANK multiplies that rank's loss in that step by 100. */
-    const char *sp = getenv("DTRAIN_TEST_SPIKE");
-    tr->spike_step = -1;
-    if (sp && sscanf(sp, "%ld:%d", &tr->spike_step, &tr->spike_rank) != 2) tr->spike_step = -1;
+    dt_test_aid("DTRAIN_TEST_SPIKE", &tr->spike_step, &tr->spike_rank);
     /* Test aid: DTRAIN_TEST_SLOW=RANK:MS makes that rank's forward MS ms longer each micro-step. */
-    const char *sl = getenv("DTRAIN_TEST_SLOW");
-    tr->slow_rank = -1;
-    if (sl && sscanf(sl, "%d:%d", &tr->slow_rank, &tr->slow_ms) != 2) tr->slow_rank = -1;
+    long slow_rank;
+    dt_test_aid("DTRAIN_TEST_SLOW", &slow_rank, &tr->slow_ms);
+    tr->slow_rank = (int)slow_rank;
     DT_CHECK(dt_train_cfg_validate(ctx, cfg));
     DT_CHECK(check_memory(ctx, cfg, comm));
     dt_status st = DT_OK;

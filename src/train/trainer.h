@@ -74,6 +74,10 @@ typedef struct dt_step_stats {
     double comm_seconds, data_seconds, fwd_seconds, bwd_seconds, opt_seconds;
 } dt_step_stats;
 
+/* A test aid "A:B" from the environment variable `name` (read once at start); *a = -1 when
+ * it is unset or malformed. */
+void dt_test_aid(const char *name, long *a, int *b);
+
 /* comm may be NULL: a single process. */
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm);
 void dt_trainer_free(dt_trainer *tr);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sortcmp.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "ops/cpu/kernels.h"
@@ -41,11 +42,6 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 
 /* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;
  * 0 if memory runs out. Uses the current OpenMP thread count. */
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 double dt_matmul_peak_gflops(int n, int reps, double *best) {
     size_t nn = (size_t)n * n;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
@@ -64,7 +60,7 @@ double dt_matmul_peak_gflops(int n, int reps, double *best) {
         sgemm('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n);
         t[r] = dt_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, dt_cmp_double);
     double flops = 2.0 * n * (double)n * n;
     median = flops / (reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2])) / 1e9;
     if (best) *best = flops / t[0] / 1e9;
