@@ -136,7 +136,15 @@ dt_status dt_isa_use(dt_ctx *ctx, dt_isa isa) {
     return DT_OK;
 }
 
+static int g_matmul_ref;
+
+int dt_isa_matmul_ref(void) { return g_matmul_ref; }
+
 dt_status dt_isa_init(dt_ctx *ctx) {
+    const char *mm = getenv("DTRAIN_MATMUL");
+    if (mm && *mm && strcmp(mm, "onednn") != 0 && strcmp(mm, "ref") != 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_MATMUL=%s: unknown matmul (onednn, ref)", mm);
+    g_matmul_ref = mm && !strcmp(mm, "ref");
     const char *env = getenv("DTRAIN_ISA");
     dt_isa isa = dt_isa_best();
     if (env && *env && strcmp(env, "auto") != 0) {
@@ -165,6 +173,7 @@ dt_status dt_isa_init(dt_ctx *ctx) {
 }
 
 const char *dt_isa_matmul_name(void) {
+    if (g_matmul_ref) return "reference loops (DTRAIN_MATMUL=ref)";
     /* oneDNN reports the cap, not what the CPU has: name it only when we set one. */
     if (dt_isa_active() == dt_isa_best()) return "oneDNN (its best ISA for this CPU)";
     switch (dnnl_get_effective_cpu_isa()) {

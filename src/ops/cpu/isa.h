@@ -55,6 +55,10 @@ const char *dt_isa_cpu_flags(void);
 
 /* What the matmuls run on: oneDNN at its best, or capped by a forced lower path. */
 const char *dt_isa_matmul_name(void);
+/* 1 when DTRAIN_MATMUL=ref: matmuls run as plain loops, each output a float sum over k in
+ * index order (slow; the same bits on every x86-64 CPU with the portable build, for the
+ * stored reference hashes of tests/test_golden.sh). */
+int dt_isa_matmul_ref(void);
 /* One line for banners: "kernels avx2 forced by DTRAIN_ISA (cpu: avx2 fma ...), matmul
  * oneDNN capped at avx2". */
 void dt_isa_describe(char *buf, size_t n);

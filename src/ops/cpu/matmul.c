@@ -9,11 +9,43 @@
 #include "core/sortcmp.h"
 #include "core/status.h"
 #include "core/timer.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
+/* C = A' B' + beta C with plain loops (DTRAIN_MATMUL=ref): every output is one float sum
+ * over k in index order, rows split over threads, so the bits do not depend on the CPU or
+ * the thread count. */
+static void sgemm_ref(char ta, char tb, long M, long N, long K, const float *A, long lda,
+                      const float *B, long ldb, float beta, float *C, long ldc) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < M; i++)
+        for (long j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (long k = 0; k < K; k++) {
+                float a = ta == 'N' ? A[i * lda + k] : A[k * lda + i];
+                float b = tb == 'N' ? B[k * ldb + j] : B[j * ldb + k];
+                acc += a * b;
+            }
+            C[i * ldc + j] = beta == 0.0f ? acc : acc + beta * C[i * ldc + j];
+        }
+}
+
+static void sgemm_onednn(char ta, char tb, long M, long N, long K, const float *A, long lda,
+                         const float *B, long ldb, float beta, float *C, long ldc);
+
 static void sgemm(char ta, char tb, long M, long N, long K, const float *A, long lda,
                   const float *B, long ldb, float beta, float *C, long ldc) {
+    if (dt_isa_matmul_ref()) {
+        sgemm_ref(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    sgemm_onednn(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* The hardware's GEMM (also the peak measurement under DTRAIN_MATMUL=ref). */
+static void sgemm_onednn(char ta, char tb, long M, long N, long K, const float *A, long lda,
+                         const float *B, long ldb, float beta, float *C, long ldc) {
     dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
     /* Only invalid arguments make sgemm fail: a programming error, not a runtime one. */
     DT_ASSERT(s == dnnl_success);
@@ -54,10 +86,10 @@ double dt_matmul_peak_gflops(int n, int reps, double *best) {
         a[i] = (float)(i % 7) * 0.01f;
         b[i] = (float)(i % 5) * 0.01f;
     }
-    sgemm('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n); /* warm-up: JIT and page faults */
+    sgemm_onednn('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n); /* warm-up: JIT, page faults */
     for (int r = 0; r < reps; r++) {
         double t0 = dt_now();
-        sgemm('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n);
+        sgemm_onednn('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n);
         t[r] = dt_now() - t0;
     }
     qsort(t, (size_t)reps, sizeof *t, dt_cmp_double);
