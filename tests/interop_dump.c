@@ -9,28 +9,29 @@
 #include <string.h>
 
 #include "ckpt/model_file.h"
+#include "model/gpt2/gpt2.h"
 #include "core/log.h"
 #include "data/synthetic.h"
 
 static int run(dt_ctx *ctx, const char *dir) {
-    dt_gpt2_config c = {.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
+    dt_model_config c = {.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
     int B = 2, T = 24;
     dt_alloc alloc;
     dt_alloc_init(&alloc);
-    dt_gpt2 m;
-    DT_CHECK(dt_gpt2_init(ctx, &m, &c, &alloc, B, T));
+    dt_model m;
+    DT_CHECK(dt_model_init(ctx, &m, &c, &alloc, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS));
     uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < m.n_params; i++) { /* xorshift64*, uniform in [-0.25, 0.25) */
+    for (size_t i = 0; i < m.ps.n_params; i++) { /* xorshift64*, uniform in [-0.25, 0.25) */
         s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-        m.params[i] = (float)((double)((s * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0 - 0.5) * 0.5f;
+        m.ps.params[i] = (float)((double)((s * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0 - 0.5) * 0.5f;
     }
     const dt_gpt2_param_id ln[] = {DT_GPT2_P_LN1W, DT_GPT2_P_LN2W, DT_GPT2_P_LNFW};
     for (int k = 0; k < 3; k++)
         for (int l = 0; l < (ln[k] == DT_GPT2_P_LNFW ? 1 : c.n_layer); l++) {
-            float *w = dt_gpt2_tensor(&m, m.params, ln[k], l);
+            float *w = dt_params_tensor(&(&m)->ps, m.ps.params, ln[k], l);
             for (int i = 0; i < c.d_model; i++) w[i] += 1.0f;
         }
-    float *wte = dt_gpt2_tensor(&m, m.params, DT_GPT2_P_WTE, 0);
+    float *wte = dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_WTE, 0);
     memset(wte + (size_t)m.cfg.vocab * c.d_model, 0,
            (size_t)(m.cfg.vocab_padded - m.cfg.vocab) * c.d_model * sizeof(float));
 
@@ -41,9 +42,9 @@ static int run(dt_ctx *ctx, const char *dir) {
     int32_t *in = malloc((size_t)B * T * 4), *tg = malloc((size_t)B * T * 4);
     float *logits = malloc((size_t)B * T * c.vocab * sizeof(float));
     dt_synthetic_batch(5, c.vocab, 0, B, T, in, tg);
-    DT_CHECK(dt_gpt2_forward(ctx, &m, in, NULL, NULL));
+    DT_CHECK(dt_model_forward(ctx, &m, in, NULL, NULL));
     for (int r = 0; r < B * T; r++)
-        memcpy(logits + (size_t)r * c.vocab, dt_gpt2_logits(&m) + (size_t)r * m.cfg.vocab_padded,
+        memcpy(logits + (size_t)r * c.vocab, dt_model_logits(&m) + (size_t)r * m.cfg.vocab_padded,
                (size_t)c.vocab * sizeof(float));
     dt_st_entry e[] = {{"inputs", DT_ST_I32, 2, {B, T}, in},
                        {"logits", DT_ST_F32, 3, {B, T, c.vocab}, logits}};
@@ -52,7 +53,7 @@ static int run(dt_ctx *ctx, const char *dir) {
     free(in);
     free(tg);
     free(logits);
-    dt_gpt2_free(&m);
+    dt_model_free(&m);
     return st;
 }
 

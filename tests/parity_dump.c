@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/model_file.h"
 #include "ckpt/safetensors.h"
 #include "core/log.h"
 #include "data/synthetic.h"
@@ -18,31 +19,27 @@
 #define ACCUM 2
 
 /* Entries for every parameter tensor of `base` (params or grads), names with `prefix`. */
-static int param_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_st_entry *e,
-                         char (*names)[96]) {
-    int n = 0;
-    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
-        const dt_tensor_info *t = &m->tensors[id];
-        int copies = t->group == DT_PG_LAYER ? m->cfg.n_layer : 1;
-        for (int l = 0; l < copies; l++) {
-            char nm[80];
-            dt_gpt2_tensor_name(m, (dt_gpt2_param_id)id, l, nm, sizeof nm);
-            snprintf(names[n], 96, "%s%s", prefix, nm);
-            size_t rows = id == DT_GPT2_P_WTE ? (size_t)m->cfg.vocab : t->rows; /* unpadded */
-            e[n] = (dt_st_entry){names[n], DT_ST_F32, t->rows == 1 ? 1 : 2,
-                                 {t->rows == 1 ? (int64_t)t->cols : (int64_t)rows, (int64_t)t->cols},
-                                 dt_gpt2_tensor(m, base, (dt_gpt2_param_id)id, l)};
-            n++;
-        }
-    }
-    return n;
+static int param_entries(const dt_model *m, float *base, const char *prefix, dt_st_entry *e,
+                         char (*names)[DT_ST_NAME_MAX]) {
+    return dt_model_file_entries(m, base, prefix, e, names);
 }
 
-static int run(dt_ctx *ctx, const char *dir) {
+/* family: "gpt2"; "llama" (grouped-query attention, untied head); "llama-mqa" (multi-query,
+ * tied head). */
+static int run(dt_ctx *ctx, const char *dir, const char *family) {
     dt_train_cfg cfg;
     dt_train_cfg_defaults(&cfg);
     cfg.preset[0] = 0;
-    cfg.model = (dt_gpt2_config){2, 48, 4, 300, 0, 32};
+    if (!strcmp(family, "gpt2"))
+        cfg.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
+    else if (!strcmp(family, "llama") || !strcmp(family, "llama-mqa"))
+        /* d_ff 72 and head size 12: neither a multiple of the vector width. */
+        cfg.model = (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4,
+                                      .n_kv_head = family[5] ? 1 : 2, .d_ff = 72, .vocab = 300,
+                                      .context = 32, .untied = !family[5], .rope_theta = 500.0f,
+                                      .norm_eps = 1e-5f};
+    else
+        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa)", family);
     cfg.micro_batch = 2;
     cfg.seq_len = 16;
     cfg.sched = (dt_lr_schedule){DT_SCHED_COSINE, 3e-3f, 3e-4f, 3, 8};
@@ -52,14 +49,14 @@ static int run(dt_ctx *ctx, const char *dir) {
     cfg.accum = ACCUM;
     dt_trainer tr;
     DT_CHECK(dt_trainer_init(ctx, &tr, &cfg, NULL));
-    dt_gpt2 *m = &tr.model;
+    dt_model *m = &tr.model;
     int B = m->B, T = m->T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     size_t bt = (size_t)B * T;
 
     static dt_st_entry e[512];
-    static char names[512][96];
-    char path[4096], buf[20][32];
-    const char *meta[40];
+    static char names[512][DT_ST_NAME_MAX];
+    char path[4096], buf[32][32];
+    const char *meta[64];
     int k = 0;
 #define META(key, fmt, val)                                                                  \
     do {                                                                                     \
@@ -68,11 +65,20 @@ static int run(dt_ctx *ctx, const char *dir) {
         meta[k + 1] = buf[k / 2];                                                            \
         k += 2;                                                                              \
     } while (0)
+    meta[k++] = "family";
+    meta[k++] = m->cfg.family;
     META("n_layer", "%d", m->cfg.n_layer);
     META("d_model", "%d", m->cfg.d_model);
     META("n_head", "%d", m->cfg.n_head);
     META("vocab", "%d", V);
     META("context", "%d", m->cfg.context);
+    if (!strcmp(m->cfg.family, "llama")) {
+        META("n_kv_head", "%d", m->cfg.n_kv_head);
+        META("d_ff", "%d", m->cfg.d_ff);
+        META("untied", "%d", m->cfg.untied);
+        META("rope_theta", "%.9g", (double)m->cfg.rope_theta);
+        META("norm_eps", "%.9g", (double)m->cfg.norm_eps);
+    }
     META("B", "%d", B);
     META("T", "%d", T);
     META("lr", "%.9g", (double)cfg.sched.lr);
@@ -91,7 +97,7 @@ static int run(dt_ctx *ctx, const char *dir) {
     meta[k] = NULL;
 #undef META
 
-    int n = param_entries(m, m->params, "", e, names);
+    int n = param_entries(m, m->ps.params, "", e, names);
     snprintf(path, sizeof path, "%s/init.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, e, n, meta));
 
@@ -112,13 +118,13 @@ static int run(dt_ctx *ctx, const char *dir) {
     DT_CHECK(dt_st_write(ctx, path, be, 4, NULL));
 
     float loss;
-    dt_gpt2_zero_grad(m);
-    DT_CHECK(dt_gpt2_forward(ctx, m, in1, tg1, &loss));
-    for (size_t r = 0; r < bt; r++) memcpy(logits + r * V, dt_gpt2_logits(m) + r * Vp, V * sizeof(float));
-    dt_gpt2_backward(m, 1.0f);
+    dt_params_zero_grad(&m->ps);
+    DT_CHECK(dt_model_forward(ctx, m, in1, tg1, &loss));
+    for (size_t r = 0; r < bt; r++) memcpy(logits + r * V, dt_model_logits(m) + r * Vp, V * sizeof(float));
+    dt_model_backward(m, 1.0f);
     /* Training below reuses m->grads: keep this batch's gradients aside. */
-    float *grads = malloc(m->n_params * sizeof(float));
-    memcpy(grads, m->grads, m->n_params * sizeof(float));
+    float *grads = malloc(m->ps.n_params * sizeof(float));
+    memcpy(grads, m->ps.grads, m->ps.n_params * sizeof(float));
     n = param_entries(m, grads, "grad.", e, names);
     e[n++] = (dt_st_entry){"logits", DT_ST_F32, 3, {B, T, V}, logits};
     e[n++] = (dt_st_entry){"loss", DT_ST_F32, 1, {1}, &loss};
@@ -136,7 +142,7 @@ static int run(dt_ctx *ctx, const char *dir) {
      * layout). */
     float *mom, *var;
     dt_parallel_moments(tr.par, &mom, &var);
-    n += param_entries(m, m->params, "final.", e + n, names + n);
+    n += param_entries(m, m->ps.params, "final.", e + n, names + n);
     n += param_entries(m, mom, "exp_avg.", e + n, names + n);
     n += param_entries(m, var, "exp_avg_sq.", e + n, names + n);
     snprintf(path, sizeof path, "%s/dtrain.safetensors", dir);
@@ -147,13 +153,13 @@ static int run(dt_ctx *ctx, const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: parity_dump OUTDIR\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa]\n");
         return 2;
     }
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    if (run(&ctx, argv[1]) != 0) {
+    if (run(&ctx, argv[1], argc == 3 ? argv[2] : "gpt2") != 0) {
         dt_log_error(&ctx, "%s", ctx.err);
         return 1;
     }

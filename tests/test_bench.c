@@ -42,8 +42,8 @@ static void test_stats_known_vectors(void **state) {
  *   797184 * 2560 = 2040791040 FLOP/s; against a 10 GFLOP/s peak: MFU = 0.204079104. */
 static void test_flops_and_mfu_by_hand(void **state) {
     (void)state;
-    dt_gpt2_config c = {2, 64, 4, 256, 256, 64};
-    assert_true(dt_gpt2_flops_per_token(&c, 64) == 797184.0);
+    dt_model_config c = {.n_layer = 2, .d_model = 64, .n_head = 4, .vocab = 256, .context = 64};
+    assert_true(dt_model_flops_per_token(&c, 64) == 797184.0);
     assert_true(fabs(dt_bench_mfu(797184.0, 2560.0, 10.0) - 0.204079104) < 1e-12);
     assert_true(dt_bench_mfu(797184.0, 2560.0, 0.0) == 0.0);
 }

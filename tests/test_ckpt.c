@@ -82,7 +82,7 @@ static int fx_save(dt_ctx *ctx, fixture *f) {
     snprintf(tj.strategy, sizeof tj.strategy, "ddp");
     float *mom, *var;
     dt_parallel_moments(f->tr.par, &mom, &var);
-    assert_int_equal(dt_ckpt_saver_stage(ctx, f->sv, f->tr.model.params, mom, var, &tj), DT_OK);
+    assert_int_equal(dt_ckpt_saver_stage(ctx, f->sv, f->tr.model.ps.params, mom, var, &tj), DT_OK);
     int done = 0;
     assert_int_equal(dt_ckpt_saver_commit(ctx, f->sv, f->tr.comm, &done), DT_OK);
     return done;
@@ -97,11 +97,11 @@ static void fx_step_save(dt_ctx *ctx, fixture *f, int n) {
 /* The loaded state of step_dir equals params/mom/var. */
 static void expect_state(dt_ctx *ctx, fixture *f, const char *step_dir, const float *params, const float *mom,
                          const float *var) {
-    size_t n = f->tr.model.n_params, shard;
+    size_t n = f->tr.model.ps.n_params, shard;
     dt_parallel_shard(f->tr.par, &shard);
     float *p = tu_malloc(n * 4), *m = tu_malloc(shard * 4), *v = tu_malloc(shard * 4);
     assert_int_equal(dt_ckpt_load_params(ctx, step_dir, &f->tr.model, p), DT_OK);
-    assert_int_equal(dt_ckpt_load_moments(ctx, step_dir, n, f->pieces, f->tr.model.n_units, m, v), DT_OK);
+    assert_int_equal(dt_ckpt_load_moments(ctx, step_dir, n, f->pieces, f->tr.model.ps.n_units, m, v), DT_OK);
     assert_memory_equal(p, params, n * 4);
     assert_memory_equal(m, mom, shard * 4);
     assert_memory_equal(v, var, shard * 4);
@@ -123,7 +123,7 @@ static void test_round_trip(void **state) {
     assert_non_null(strstr(found, "step-00000003"));
     float *mom, *var;
     dt_parallel_moments(f.tr.par, &mom, &var);
-    expect_state(&ctx, &f, found, f.tr.model.params, mom, var);
+    expect_state(&ctx, &f, found, f.tr.model.ps.params, mom, var);
     dt_ckpt_trainer tj;
     assert_int_equal(dt_ckpt_read_trainer(&ctx, found, &tj), DT_OK);
     assert_int_equal(tj.step, 3);
@@ -156,12 +156,12 @@ static void test_crash_every_point(void **state) {
     fixture f;
     fx_init(&f, &ctx, "crash", 1, 1000);
     fx_step_save(&ctx, &f, 2); /* step 2: the previous checkpoint */
-    size_t n = f.tr.model.n_params, shard;
+    size_t n = f.tr.model.ps.n_params, shard;
     dt_parallel_shard(f.tr.par, &shard);
     float *mom, *var;
     dt_parallel_moments(f.tr.par, &mom, &var);
     float *p2 = tu_malloc(n * 4), *m2 = tu_malloc(shard * 4), *v2 = tu_malloc(shard * 4);
-    memcpy(p2, f.tr.model.params, n * 4);
+    memcpy(p2, f.tr.model.ps.params, n * 4);
     memcpy(m2, mom, shard * 4);
     memcpy(v2, var, shard * 4);
     fx_steps(&ctx, &f, 2); /* state of step 4 */
@@ -189,7 +189,7 @@ static void test_crash_every_point(void **state) {
         char found[4400];
         assert_int_equal(dt_ckpt_find(&ctx, f.root, found, sizeof found), DT_OK);
         int is4 = strstr(found, "step-00000004") != NULL;
-        if (is4) expect_state(&ctx, &f, found, f.tr.model.params, mom, var);
+        if (is4) expect_state(&ctx, &f, found, f.tr.model.ps.params, mom, var);
         else expect_state(&ctx, &f, found, p2, m2, v2);
         /* once the manifest is in place the new checkpoint stays the newest */
         if (is4 && switched_at < 0) switched_at = (int)k;
@@ -218,12 +218,12 @@ static void test_enospc_every_point(void **state) {
     fx_steps(&ctx, &f, 1);
     long P = points_of_save(&ctx, &f); /* step 2 committed */
     /* What step 2 saved, to find it intact after every failed save of step 3. */
-    size_t n = f.tr.model.n_params, shard;
+    size_t n = f.tr.model.ps.n_params, shard;
     dt_parallel_shard(f.tr.par, &shard);
     float *mom, *var;
     dt_parallel_moments(f.tr.par, &mom, &var);
     float *p2 = tu_malloc(n * 4), *m2 = tu_malloc(shard * 4), *v2 = tu_malloc(shard * 4);
-    memcpy(p2, f.tr.model.params, n * 4);
+    memcpy(p2, f.tr.model.ps.params, n * 4);
     memcpy(m2, mom, shard * 4);
     memcpy(v2, var, shard * 4);
     char d2[256], d3[256];
@@ -277,7 +277,7 @@ static void test_enospc_every_point(void **state) {
     tj.world = 1;
     snprintf(tj.strategy, sizeof tj.strategy, "ddp");
     dt_parallel_moments(f.tr.par, &mom, &var);
-    assert_int_equal(dt_ckpt_saver_stage(&ctx, f.sv, f.tr.model.params, mom, var, &tj), DT_OK);
+    assert_int_equal(dt_ckpt_saver_stage(&ctx, f.sv, f.tr.model.ps.params, mom, var, &tj), DT_OK);
     assert_int_equal(dt_ckpt_saver_commit(&ctx, f.sv, f.tr.comm, NULL), DT_ERR_IO);
     assert_int_equal(dt_io_fault_fired(), 1);
     assert_non_null(strstr(ctx.err, "consecutive"));

@@ -6,24 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/gpt2.h"
+#include "model/gpt2/gpt2.h"
+#include "model/model.h"
 #include "train/keys.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"
 #include "testutil.h"
 
-static void expect_config_error(dt_gpt2_config c, const char *key) {
+static void expect_config_error(dt_model_config c, const char *key) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    assert_int_equal(dt_gpt2_config_validate(&ctx, &c), DT_ERR_CONFIG);
+    assert_int_equal(dt_model_config_validate(&ctx, &c), DT_ERR_CONFIG);
     printf("  refused: %s\n", ctx.err);
     if (!strstr(ctx.err, key)) fail_msg("message '%s' does not name %s", ctx.err, key);
 }
 
 static void test_bad_shapes_are_refused_naming_the_key(void **state) {
     (void)state;
-    dt_gpt2_config ok = {2, 64, 4, 256, 0, 64};
-    dt_gpt2_config c = ok;
+    dt_model_config ok = {.n_layer = 2, .d_model = 64, .n_head = 4, .vocab = 256, .context = 64};
+    dt_model_config c = ok;
     c.n_head = 5;
     expect_config_error(c, "model.n_head");
     c = ok;
@@ -97,21 +98,21 @@ static void test_presets_and_parameter_counts(void **state) {
     (void)state;
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    dt_gpt2_config c;
+    dt_model_config c;
     /* Published GPT-2 sizes (tied embeddings, 1024 positions). */
     const char *names[] = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
     size_t counts[] = {124439808, 354823168, 774030080, 1557611200};
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(dt_gpt2_config_preset(&ctx, names[i], &c), DT_OK);
-        assert_int_equal(dt_gpt2_num_params(&c), counts[i]);
+        assert_int_equal(dt_model_preset(&ctx, names[i], &c), DT_OK);
+        assert_int_equal(dt_model_num_params(&c), counts[i]);
     }
     assert_int_equal(c.vocab_padded, 50304);
     /* FLOPs per token for gpt2 at T=1024, by hand: N = 124439808 - 50257*768 - 1024*768 +
      * 50257*768 = 123653376; 6N + 12*12*1024*768. */
-    assert_int_equal(dt_gpt2_config_preset(&ctx, "gpt2", &c), DT_OK);
+    assert_int_equal(dt_model_preset(&ctx, "gpt2", &c), DT_OK);
     double want = 6.0 * 123653376.0 + 12.0 * 12 * 1024 * 768;
-    assert_true(fabs(dt_gpt2_flops_per_token(&c, 1024) - want) < 1.0);
-    assert_int_equal(dt_gpt2_config_preset(&ctx, "nope", &c), DT_ERR_CONFIG);
+    assert_true(fabs(dt_model_flops_per_token(&c, 1024) - want) < 1.0);
+    assert_int_equal(dt_model_preset(&ctx, "nope", &c), DT_ERR_CONFIG);
 }
 
 static void test_layout_tiles_the_slab_and_init_follows_gpt2(void **state) {
@@ -120,57 +121,57 @@ static void test_layout_tiles_the_slab_and_init_follows_gpt2(void **state) {
     dt_ctx_init(&ctx);
     dt_alloc a;
     dt_alloc_init(&a);
-    dt_gpt2_config c = {3, 48, 4, 300, 0, 32};
-    dt_gpt2 m;
-    assert_int_equal(dt_gpt2_init(&ctx, &m, &c, &a, 2, 16), DT_OK);
+    dt_model_config c = {.n_layer = 3, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
+    dt_model m;
+    assert_int_equal(dt_model_init(&ctx, &m, &c, &a, 2, 16, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
     assert_int_equal(m.cfg.vocab_padded, 384);
     /* Every float of the slab belongs to exactly one tensor copy. */
-    unsigned char *owner = tu_malloc(m.n_params);
+    unsigned char *owner = tu_malloc(m.ps.n_params);
     for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
-        int copies = m.tensors[id].group == DT_PG_LAYER ? c.n_layer : 1;
+        int copies = m.ps.tensors[id].group == DT_PG_LAYER ? c.n_layer : 1;
         for (int l = 0; l < copies; l++) {
-            size_t off = (size_t)(dt_gpt2_tensor(&m, m.params, id, l) - m.params);
-            for (size_t i = 0; i < m.tensors[id].rows * m.tensors[id].cols; i++) owner[off + i]++;
+            size_t off = (size_t)(dt_params_tensor(&(&m)->ps, m.ps.params, id, l) - m.ps.params);
+            for (size_t i = 0; i < m.ps.tensors[id].rows * m.ps.tensors[id].cols; i++) owner[off + i]++;
         }
     }
-    for (size_t i = 0; i < m.n_params; i++) assert_int_equal(owner[i], 1);
+    for (size_t i = 0; i < m.ps.n_params; i++) assert_int_equal(owner[i], 1);
     free(owner);
     /* Layer blocks are contiguous, in layer order. */
-    assert_true(dt_gpt2_tensor(&m, m.params, DT_GPT2_P_LN1W, 1) ==
-                dt_gpt2_tensor(&m, m.params, DT_GPT2_P_LN1W, 0) + m.layer_floats);
+    assert_true(dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_LN1W, 1) ==
+                dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_LN1W, 0) + m.ps.layer_floats);
     char name[64];
-    dt_gpt2_tensor_name(&m, DT_GPT2_P_FCPROJW, 2, name, sizeof name);
+    dt_params_name(&(&m)->ps, DT_GPT2_P_FCPROJW, 2, name, sizeof name);
     assert_string_equal(name, "h.2.mlp.c_proj.weight");
 
-    dt_gpt2_init_weights(&m, 5);
-    const float *wte = dt_gpt2_tensor(&m, m.params, DT_GPT2_P_WTE, 0);
+    dt_model_init_weights(&m, 5);
+    const float *wte = dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_WTE, 0);
     double s2 = 0;
     for (size_t i = 0; i < (size_t)300 * 48; i++) s2 += (double)wte[i] * wte[i];
     double std = sqrt(s2 / (300.0 * 48));
     assert_true(fabs(std - 0.02) < 0.001);
     for (size_t i = (size_t)300 * 48; i < (size_t)384 * 48; i++) assert_true(wte[i] == 0.0f);
-    const float *pw = dt_gpt2_tensor(&m, m.params, DT_GPT2_P_ATTPROJW, 1);
+    const float *pw = dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_ATTPROJW, 1);
     s2 = 0;
     for (size_t i = 0; i < 48 * 48; i++) s2 += (double)pw[i] * pw[i];
     std = sqrt(s2 / (48.0 * 48));
     printf("  wte std %.5f, attn.c_proj std %.5f (want %.5f)\n", 0.02, std, 0.02 / sqrt(6.0));
     assert_true(fabs(std - 0.02 / sqrt(6.0)) < 0.0006);
-    assert_true(dt_gpt2_tensor(&m, m.params, DT_GPT2_P_LN2W, 2)[5] == 1.0f);
-    assert_true(dt_gpt2_tensor(&m, m.params, DT_GPT2_P_QKVB, 0)[7] == 0.0f);
+    assert_true(dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_LN2W, 2)[5] == 1.0f);
+    assert_true(dt_params_tensor(&(&m)->ps, m.ps.params, DT_GPT2_P_QKVB, 0)[7] == 0.0f);
     /* A token outside the vocabulary is refused, not read out of bounds. */
     int32_t in[32], tg[32];
     for (int i = 0; i < 32; i++) in[i] = tg[i] = i;
     in[5] = 300;
-    assert_int_equal(dt_gpt2_forward(&ctx, &m, in, tg, NULL), DT_ERR_FORMAT);
+    assert_int_equal(dt_model_forward(&ctx, &m, in, tg, NULL), DT_ERR_FORMAT);
     assert_non_null(strstr(ctx.err, "300"));
-    dt_gpt2_free(&m);
+    dt_model_free(&m);
     assert_int_equal(a.total_cur, 0);
 }
 
 static dt_train_cfg small_cfg(void) {
     dt_train_cfg c;
     dt_train_cfg_defaults(&c);
-    c.model = (dt_gpt2_config){2, 48, 4, 300, 0, 32};
+    c.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
     c.micro_batch = 4;
     c.seq_len = 32;
     c.steps = 20;
@@ -190,9 +191,9 @@ static void train(dt_train_cfg c, float *losses, float **params, size_t *n) {
         assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
         losses[s] = st.loss;
     }
-    *n = tr.model.n_params;
+    *n = tr.model.ps.n_params;
     *params = tu_malloc(*n * sizeof(float));
-    memcpy(*params, tr.model.params, *n * sizeof(float));
+    memcpy(*params, tr.model.ps.params, *n * sizeof(float));
     dt_trainer_free(&tr);
 }
 

@@ -123,9 +123,9 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     double tokens = (double)c.micro_batch * c.seq_len * c.accum;
     r->tokens_per_s_rank = tokens / r->median_s;
     r->tokens_per_s = r->tokens_per_s_rank * r->world;
-    r->flops_per_token = dt_gpt2_flops_per_token(&tr.model.cfg, c.seq_len);
+    r->flops_per_token = dt_model_flops_per_token(&tr.model.cfg, c.seq_len);
     r->achieved_gflops = r->flops_per_token * r->tokens_per_s_rank / 1e9; /* per rank */
-    r->n_params = dt_gpt2_num_params(&tr.model.cfg);
+    r->n_params = dt_model_num_params(&tr.model.cfg);
 fail:
     if (trace) dt_trace_disable();
     dt_trainer_free(&tr);

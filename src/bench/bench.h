@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "train/trainer.h"
 
 typedef struct dt_peak {
@@ -58,7 +58,7 @@ typedef struct dt_bench_result {
     double tokens_per_s;
     double flops_per_token;
     double achieved_gflops;
-    dt_gpt2_prof prof;          /* summed over the timed steps */
+    dt_model_prof prof;          /* summed over the timed steps */
     double optim_s;             /* clip + AdamW, summed over timed steps */
     double sync_s;              /* waiting for gradient reduction, summed over timed steps */
     /* the step split into parts (dt_step_stats), summed over the timed steps */

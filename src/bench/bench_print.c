@@ -14,7 +14,7 @@ static void stats_row(FILE *f, const char *name, const char *unit, const dt_stat
 
 void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *c,
                           const char *peak_source, int threads) {
-    const dt_gpt2_config *m = &c->model;
+    const dt_model_config *m = &c->model;
     const dt_bench_opts *o = &s->opts;
     int n = o->repeats * o->steps;
     fprintf(f, "# dtrain bench: %s (L=%d d=%d heads=%d vocab=%d, %.2fM params), batch %d x %d x %d "
@@ -59,7 +59,7 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
 
     /* Kernels: the profiler's per-op sums, over every timed step of every repeat. */
     double total = s->step_s.mean, sync = 0, optim = 0;
-    dt_gpt2_prof p = {{0}, {0}};
+    dt_model_prof p = {{0}, {0}};
     for (int i = 0; i < o->repeats; i++) {
         for (int k = 0; k < DT_OP_NKINDS; k++) {
             p.fwd[k] += s->runs[i].prof.fwd[k];
@@ -72,6 +72,7 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     fprintf(f, "# %-14s %-10s %-10s %-10s %-8s\n", "kernel", "fwd_ms", "bwd_ms", "total_ms", "%step");
     for (int k = 0; k < DT_OP_NKINDS; k++) {
         double fw = p.fwd[k] / n, bw = p.bwd[k] / n;
+        if (p.fwd[k] == 0.0 && p.bwd[k] == 0.0) continue; /* a kernel this family has not */
         fprintf(f, "  %-14s %-10.2f %-10.2f %-10.2f %-8.1f\n", dt_op_kind_names[k], fw * 1e3, bw * 1e3,
                 (fw + bw) * 1e3, 100 * (fw + bw) / total);
     }

@@ -201,7 +201,7 @@ int dt_ckpt_list_steps(const char *root, long **out) {
  * prove the bytes are the ones written, not that the writer wrote everything. The element
  * count is checked here; names and shapes when the file is loaded. */
 static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file *f) {
-    dt_gpt2_config c;
+    dt_model_config c;
     char tok[32];
     dt_status st = dt_model_file_config(ctx, path, &c, tok, sizeof tok);
     if (st != DT_OK) {
@@ -210,7 +210,7 @@ static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file 
     }
     size_t have = 0;
     for (int i = 0; i < dt_st_count(f); i++) have += dt_st_at(f, i)->nbytes / 4;
-    size_t want = dt_gpt2_num_params(&c);
+    size_t want = dt_model_num_params(&c);
     if (have != want) {
         int count = dt_st_count(f);
         dt_st_close(f);
@@ -303,12 +303,12 @@ dt_status dt_ckpt_find(dt_ctx *ctx, const char *root, char *out, size_t out_size
     return dt_ckpt_find_quiet(ctx, root, 0, out, out_size);
 }
 
-dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_gpt2 *model, float *full) {
+dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_model *model, float *full) {
     char path[4400];
     snprintf(path, sizeof path, "%s/" MODEL_FILE, step_dir);
-    dt_gpt2 view = *model;
-    view.params = full;
-    memset(full, 0, model->n_params * sizeof(float));
+    dt_model view = *model;
+    view.ps.params = full;
+    memset(full, 0, model->ps.n_params * sizeof(float));
     return dt_model_file_load(ctx, &view, path);
 }
 

@@ -27,7 +27,7 @@
 #include "ckpt/manifest.h"
 #include "comm/comm.h"
 #include "data/sampler.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "parallel/parallel.h"
 
 /* trainer.json */
@@ -46,7 +46,7 @@ typedef struct dt_ckpt_trainer {
 
 typedef struct dt_ckpt_saver_cfg {
     const char *dir;        /* checkpoint root */
-    const dt_gpt2 *model;   /* shape and tensor names (parameters are passed to stage) */
+    const dt_model *model;   /* shape and tensor names (parameters are passed to stage) */
     const char *tokenizer;
     const char *config_yaml;/* the resolved run configuration, stored in trainer.json */
     int rank, world;
@@ -105,9 +105,9 @@ dt_status dt_ckpt_read_trainer(dt_ctx *ctx, const char *step_dir, dt_ckpt_traine
 /* Parses trainer.json text (len bytes); `origin` names it in messages. */
 dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t len, const char *origin,
                                 dt_ckpt_trainer *out);
-/* The full parameters of the step's model file into full (model->n_params floats, slab
+/* The full parameters of the step's model file into full (model->ps.n_params floats, slab
  * layout; padding rows zero). The model's shape must match the file's. */
-dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_gpt2 *model, float *full);
+dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_model *model, float *full);
 /* This rank's moments from the optimizer files, whatever world size and strategy wrote
  * them: each of my pieces is filled from the pieces of the files that overlap it, and must
  * be covered exactly once. */

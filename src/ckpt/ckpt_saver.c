@@ -24,7 +24,7 @@ struct dt_ckpt_saver {
     dt_shard_piece *pieces;       /* save pieces, local = offset in the rank's moments */
     size_t save_n;                /* floats written: the pieces' total */
     int owner;                    /* writes an optimizer file */
-    dt_gpt2 view;                 /* the model's shape, reading the staged parameters */
+    dt_model view;                 /* the model's shape, reading the staged parameters */
     float *st_params, *st_mom, *st_var;
     dt_ckpt_trainer tj;
     char step_dir[4200];
@@ -104,13 +104,13 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
     s->view = *cfg->model;
     s->jctx = *ctx;
     pthread_once(&atfork_once, register_atfork);
-    if (cfg->rank == 0) s->st_params = staging_alloc(s->view.n_params);
+    if (cfg->rank == 0) s->st_params = staging_alloc(s->view.ps.n_params);
     if (s->owner) {
         s->st_mom = staging_alloc(s->save_n);
         s->st_var = staging_alloc(s->save_n);
     }
     if ((cfg->rank == 0 && !s->st_params) || (s->owner && (!s->st_mom || !s->st_var))) {
-        size_t mib = ((cfg->rank == 0 ? s->view.n_params : 0) + 2 * s->save_n) * sizeof(float) >> 20;
+        size_t mib = ((cfg->rank == 0 ? s->view.ps.n_params : 0) + 2 * s->save_n) * sizeof(float) >> 20;
         dt_ckpt_saver_free(s);
         return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffers (%zu MiB)", mib);
     }
@@ -161,7 +161,7 @@ static dt_status write_optim(dt_ctx *ctx, dt_ckpt_saver *s) {
     snprintf(v[0], 32, "%ld", s->tj.step);
     snprintf(v[1], 32, "%d", s->cfg.rank);
     snprintf(v[2], 32, "%d", s->cfg.world);
-    snprintf(v[3], 32, "%zu", s->view.n_params);
+    snprintf(v[3], 32, "%zu", s->view.ps.n_params);
     snprintf(v[4], 32, "%zu", s->save_n);
     const char *meta[] = {"format", "dtrain-optim", "optimizer", "adamw", "step", v[0], "rank", v[1],
                           "world", v[2], "n_params", v[3], "shard", v[4], "strategy", s->strategy,
@@ -179,7 +179,7 @@ static dt_status write_files(dt_ctx *ctx, dt_ckpt_saver *s) {
     if (s->cfg.rank == 0) {
         char path[4400];
         snprintf(path, sizeof path, "%s/" MODEL_FILE, s->step_dir);
-        s->view.params = s->st_params;
+        s->view.ps.params = s->st_params;
         DT_CHECK(dt_model_file_save_info(ctx, &s->view, path, s->tokenizer, s->tj.step, &s->model_info));
         size_t len;
         char *js = dt_ckpt_trainer_json(&s->tj, s->config_yaml, &len);
@@ -221,7 +221,7 @@ dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, 
         char man[4400];
         snprintf(man, sizeof man, "%s/" DT_MANIFEST_NAME, s->step_dir);
         if (unlink(man) == 0) dt_io_fsync_dir(ctx, s->step_dir);
-        par_copy(s->st_params, full, s->view.n_params);
+        par_copy(s->st_params, full, s->view.ps.n_params);
     }
     if (s->owner) {
         size_t off = 0;

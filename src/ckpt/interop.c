@@ -1,4 +1,4 @@
-/* GPT-2 weights to and from llm.c and Hugging Face files (see interop.h). */
+/* Model weights to and from llm.c (GPT-2) and Hugging Face files (see interop.h). */
 #include "ckpt/interop.h"
 
 #include <errno.h>
@@ -19,32 +19,22 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "model files are littl
 
 typedef unsigned long long ull; /* for printf of 64-bit counts */
 
-/* Rows and columns of every tensor of the parameter table for config c (wte: padded rows). */
-typedef struct param_shape {
-    const char *name; /* HF name, "%d" = layer */
-    dt_param_group group;
-    size_t rows, cols;
-} param_shape;
+/* The family's tensor table for config c (offsets unset; rows of the embedding padded). */
+static int table_of(const dt_model_config *c, dt_tensor_info *t) { return dt_model_tensors(c, t); }
 
-static void param_shapes(const dt_gpt2_config *c, param_shape *out) {
-#define DT_X(id, group, rows, cols, init, decay, name)                                         \
-    out[DT_GPT2_P_##id] = (param_shape){name, group, (size_t)(rows), (size_t)(cols)};
-    DT_GPT2_PARAMS(DT_X)
-#undef DT_X
-}
-
-static int copies_of(const param_shape *p, const dt_gpt2_config *c) {
-    return p->group == DT_PG_LAYER ? c->n_layer : 1;
+static int copies_of(const dt_tensor_info *t, const dt_model_config *c) {
+    return t->group == DT_PG_LAYER ? c->n_layer : 1;
 }
 
 /* ------------------------------------------------------------------ llm.c model files */
 
-/* llm.c's tensors come in the order of dtrain's parameter table (wte, wpe, ln1w, ..., lnfb),
- * each kind for all layers at once; wte has Vp rows. */
+/* llm.c's tensors come in the order of dtrain's GPT-2 parameter table (wte, wpe, ln1w, ...,
+ * lnfb), each kind for all layers at once; wte (the table's first row) has Vp rows. The
+ * config read from the header has no family: llm.c files are GPT-2 ("" = gpt2). */
 typedef struct llmc_file {
     void *map;
     size_t size;
-    dt_gpt2_config cfg;
+    dt_model_config cfg;
     int vp;    /* padded vocabulary rows of wte in the file */
     int width; /* bytes per value: 4 (fp32, version 3) or 2 (bf16, version 5) */
     const unsigned char *data;
@@ -90,7 +80,7 @@ static dt_status llmc_parse(dt_ctx *ctx, const char *path, llmc_file *f) {
             return dt_fail(ctx, DT_ERR_FORMAT, "%s: header field %s = %ld is outside [%ld, %ld]",
                            path, llmc_fields[i].name, v, llmc_fields[i].lo, llmc_fields[i].hi);
     }
-    dt_gpt2_config c = {.n_layer = h[4], .d_model = h[6], .n_head = h[5], .vocab = h[3], .context = h[2]};
+    dt_model_config c = {.n_layer = h[4], .d_model = h[6], .n_head = h[5], .vocab = h[3], .context = h[2]};
     f->vp = h[7];
     f->width = h[1] == 3 ? 4 : 2;
     if (f->vp < c.vocab)
@@ -99,18 +89,18 @@ static dt_status llmc_parse(dt_ctx *ctx, const char *path, llmc_file *f) {
     if (c.n_head > c.d_model || c.d_model % c.n_head)
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: num_heads %d does not divide channels %d", path,
                        c.n_head, c.d_model);
-    dt_status st = dt_gpt2_config_validate(ctx, &c);
+    dt_status st = dt_model_config_validate(ctx, &c);
     if (st != DT_OK) { /* cannot happen after the checks above; keep the file in the message */
         char msg[DT_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", ctx->err);
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: %s", path, msg);
     }
     /* Every factor is bounded above, so this sum stays far below 2^63. */
-    param_shape ps[DT_GPT2_NPARAMS];
-    param_shapes(&c, ps);
-    ps[DT_GPT2_P_WTE].rows = (size_t)f->vp;
+    dt_tensor_info ps[DT_MODEL_MAX_TENSORS];
+    int nt = table_of(&c, ps);
+    ps[0].rows = (size_t)f->vp;
     uint64_t values = 0;
-    for (int id = 0; id < DT_GPT2_NPARAMS; id++)
+    for (int id = 0; id < nt; id++)
         values += (uint64_t)copies_of(&ps[id], &c) * ps[id].rows * ps[id].cols;
     uint64_t want = DT_LLMC_MODEL_HEADER_BYTES + values * (uint64_t)f->width;
     if ((uint64_t)f->size != want) {
@@ -159,7 +149,7 @@ static dt_status llmc_open(dt_ctx *ctx, const char *path, llmc_file *f) {
     return st;
 }
 
-dt_status dt_llmc_model_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out) {
+dt_status dt_llmc_model_config(dt_ctx *ctx, const char *path, dt_model_config *out) {
     llmc_file f;
     DT_CHECK(llmc_open(ctx, path, &f));
     *out = f.cfg;
@@ -175,51 +165,37 @@ static void widen_bf16(float *dst, const unsigned char *src, size_t n) {
     }
 }
 
-static int same_shape(const dt_gpt2_config *a, const dt_gpt2_config *b) {
-    return a->n_layer == b->n_layer && a->d_model == b->d_model && a->n_head == b->n_head &&
-           a->vocab == b->vocab && a->context == b->context;
-}
-
-static dt_status shape_mismatch(dt_ctx *ctx, const char *path, const dt_gpt2_config *f,
-                                const dt_gpt2_config *m) {
-    return dt_fail(ctx, DT_ERR_CONFIG,
-                   "%s: model shape (layers %d, d_model %d, heads %d, vocab %d, context %d) differs "
-                   "from the configured one (%d, %d, %d, %d, %d)",
-                   path, f->n_layer, f->d_model, f->n_head, f->vocab, f->context, m->n_layer,
-                   m->d_model, m->n_head, m->vocab, m->context);
-}
-
-dt_status dt_llmc_model_load(dt_ctx *ctx, dt_gpt2 *m, const char *path) {
-    if (!m->params)
+dt_status dt_llmc_model_load(dt_ctx *ctx, dt_model *m, const char *path) {
+    if (!m->ps.params)
         return dt_fail(ctx, DT_ERR_INTERNAL, "%s: the model has no parameter slab to load into", path);
     llmc_file f;
     DT_CHECK(llmc_open(ctx, path, &f));
-    if (!same_shape(&f.cfg, &m->cfg)) {
-        dt_status st = shape_mismatch(ctx, path, &f.cfg, &m->cfg);
+    if (!dt_model_config_equal(&f.cfg, &m->cfg)) {
+        char have[256], want[256];
+        dt_model_describe(&f.cfg, have, sizeof have);
+        dt_model_describe(&m->cfg, want, sizeof want);
+        dt_status st = dt_fail(ctx, DT_ERR_CONFIG, "%s: model shape (%s) differs from the configured one (%s)",
+                               path, have, want);
         llmc_close(&f);
         return st;
     }
-    param_shape ps[DT_GPT2_NPARAMS];
-    param_shapes(&m->cfg, ps);
-    ps[DT_GPT2_P_WTE].rows = (size_t)f.vp;
+    const dt_params *ps = &m->ps;
     const unsigned char *src = f.data;
-    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
-        for (int l = 0; l < copies_of(&ps[id], &m->cfg); l++) {
-            size_t in_file = ps[id].rows * ps[id].cols;
-            /* wte: the file's padding rows are dropped, dtrain's are zeroed below. */
-            size_t n = id == DT_GPT2_P_WTE ? (size_t)m->cfg.vocab * ps[id].cols : in_file;
-            float *dst = dt_gpt2_tensor(m, m->params, (dt_gpt2_param_id)id, l);
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            size_t in_file = (id == 0 ? (size_t)f.vp : t->rows) * t->cols;
+            /* wte: the file's padding rows are dropped, dtrain's are zeroed. */
+            size_t n = t->file_rows * t->cols;
+            float *dst = dt_params_tensor(ps, ps->params, id, l);
             if (f.width == 4)
                 memcpy(dst, src, n * 4);
             else
                 widen_bf16(dst, src, n);
+            memset(dst + n, 0, (t->rows * t->cols - n) * sizeof(float));
             src += in_file * (size_t)f.width;
         }
     }
-    float *wte = dt_gpt2_tensor(m, m->params, DT_GPT2_P_WTE, 0);
-    size_t C = (size_t)m->cfg.d_model;
-    memset(wte + (size_t)m->cfg.vocab * C, 0,
-           (size_t)(m->cfg.vocab_padded - m->cfg.vocab) * C * sizeof(float));
     llmc_close(&f);
     return DT_OK;
 }
@@ -247,7 +223,7 @@ static int is_llmc(const char *path) {
     return h[8] != '{' && ends_with(path, ".bin");
 }
 
-dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out,
+dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_model_config *out,
                                  char *tokenizer, size_t tokenizer_size) {
     char file[4200];
     DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
@@ -258,19 +234,16 @@ dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_gpt2_config *
     return DT_OK;
 }
 
-dt_status dt_model_import(dt_ctx *ctx, dt_gpt2 *m, const char *path) {
+dt_status dt_model_import(dt_ctx *ctx, dt_model *m, const char *path) {
     char file[4200];
     DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
-    if (!m->params)
+    if (!m->ps.params)
         return dt_fail(ctx, DT_ERR_INTERNAL, "%s: the model has no parameter slab to load into", file);
     if (is_llmc(file)) return dt_llmc_model_load(ctx, m, file);
     return dt_model_file_load(ctx, m, file);
 }
 
 /* ------------------------------------------------------------------ Hugging Face export */
-
-/* HF's Conv1D layers (every 2-D per-layer weight) hold W as (in, out): y = x W + b. */
-static int is_conv1d(const param_shape *p) { return p->group == DT_PG_LAYER && p->rows > 1; }
 
 /* dst (cols x rows) = src (rows x cols) transposed, in 32 x 32 tiles. */
 static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
@@ -295,7 +268,7 @@ static dt_status mkdir_p(dt_ctx *ctx, const char *dir) {
     }
 }
 
-static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_gpt2_config *c,
+static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_model_config *c,
                                    const char *tokenizer) {
     char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -305,29 +278,22 @@ static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_gpt2_c
     /* The GPT-2 tokenizer's <|endoftext|> (50256) is both bos and eos; other tokenizers
      * have none transformers would know. */
     const char *eot = !strcmp(tokenizer, "gpt2") && c->vocab > 50256 ? "50256" : "null";
+    const dt_model_family *fam = dt_model_family_of(c);
+    char body[2048];
+    fam->hf_config(c, body, sizeof body);
     int bad = fprintf(f,
                       "{\n"
-                      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-                      "  \"model_type\": \"gpt2\",\n"
-                      "  \"vocab_size\": %d,\n"
-                      "  \"n_positions\": %d,\n"
-                      "  \"n_ctx\": %d,\n"
-                      "  \"n_embd\": %d,\n"
-                      "  \"n_layer\": %d,\n"
-                      "  \"n_head\": %d,\n"
-                      "  \"n_inner\": null,\n"
-                      "  \"activation_function\": \"gelu_new\",\n"
-                      "  \"layer_norm_epsilon\": 1e-05,\n"
+                      "  \"architectures\": [\"%s\"],\n"
+                      "  \"model_type\": \"%s\",\n"
+                      "%s,\n"
                       "  \"initializer_range\": 0.02,\n"
-                      "  \"scale_attn_weights\": true,\n"
-                      "  \"tie_word_embeddings\": true,\n"
                       "  \"use_cache\": true,\n"
                       "  \"torch_dtype\": \"float32\",\n"
                       "  \"bos_token_id\": %s,\n"
                       "  \"eos_token_id\": %s,\n"
                       "  \"dtrain_tokenizer\": \"%s\"\n"
                       "}\n",
-                      c->vocab, c->context, c->context, c->d_model, c->n_layer, c->n_head, eot, eot,
+                      fam->hf_architecture, fam->hf_model_type, body, eot, eot,
                       !strcmp(tokenizer, "gpt2") || !strcmp(tokenizer, "byte") ? tokenizer : "") < 0;
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
@@ -341,25 +307,24 @@ static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_gpt2_c
 
 dt_status dt_hf_export(dt_ctx *ctx, const char *src, const char *out_dir) {
     char path[4200], out[4200], tok[32];
-    dt_gpt2_config c;
+    dt_model_config c;
     DT_CHECK(dt_ckpt_resolve(ctx, src, path, sizeof path));
     DT_CHECK(dt_model_file_config(ctx, path, &c, tok, sizeof tok));
     if (snprintf(out, sizeof out, "%s/model.safetensors", out_dir) >= (int)sizeof out)
         return dt_fail(ctx, DT_ERR_IO, "%s: path too long", out_dir);
-    param_shape ps[DT_GPT2_NPARAMS];
-    param_shapes(&c, ps);
-    ps[DT_GPT2_P_WTE].rows = (size_t)c.vocab; /* files hold no vocabulary padding */
+    dt_tensor_info ps[DT_MODEL_MAX_TENSORS];
+    int nt = table_of(&c, ps);
     int n = 0;
     size_t tfloats = 0; /* floats of the transposed copies */
-    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
+    for (int id = 0; id < nt; id++) {
         n += copies_of(&ps[id], &c);
-        if (is_conv1d(&ps[id])) tfloats += (size_t)copies_of(&ps[id], &c) * ps[id].rows * ps[id].cols;
+        if (ps[id].ext_transpose) tfloats += (size_t)copies_of(&ps[id], &c) * ps[id].file_rows * ps[id].cols;
     }
     dt_status st = DT_OK;
     dt_st_file *f = NULL;
     dt_st_entry *e = malloc((size_t)n * sizeof *e);
     char(*names)[DT_ST_NAME_MAX] = malloc((size_t)n * sizeof *names);
-    float *tbuf = malloc(tfloats * sizeof(float));
+    float *tbuf = malloc((tfloats ? tfloats : 1) * sizeof(float));
     if (!e || !names || !tbuf) {
         st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory for the export of %s", out, path);
         goto fail;
@@ -367,26 +332,26 @@ dt_status dt_hf_export(dt_ctx *ctx, const char *src, const char *out_dir) {
     DT_CHECK_GOTO(dt_st_open(ctx, path, &f));
     float *tnext = tbuf;
     int k = 0;
-    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
-        const param_shape *p = &ps[id];
+    for (int id = 0; id < nt; id++) {
+        const dt_tensor_info *p = &ps[id];
         for (int l = 0; l < copies_of(p, &c); l++, k++) {
-            if (p->group == DT_PG_LAYER)
-                snprintf(names[k], DT_ST_NAME_MAX, p->name, l);
-            else
-                snprintf(names[k], DT_ST_NAME_MAX, "%s", p->name);
-            const dt_st_tensor *t = dt_st_find(f, names[k]);
+            char own[DT_ST_NAME_MAX];
+            const char *ext = p->ext_name ? p->ext_name : p->name;
+            snprintf(own, sizeof own, p->name, l); /* names without "%d" ignore the layer */
+            snprintf(names[k], DT_ST_NAME_MAX, ext, l);
+            const dt_st_tensor *t = dt_st_find(f, own);
             int ndim = p->rows == 1 ? 1 : 2;
-            int64_t r = (int64_t)p->rows, cl = (int64_t)p->cols;
+            int64_t r = (int64_t)p->file_rows, cl = (int64_t)p->cols;
             if (!t || t->dtype != DT_ST_F32 || t->ndim != ndim ||
                 (ndim == 1 ? t->shape[0] != cl : t->shape[0] != r || t->shape[1] != cl)) {
-                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s' is %s", path, names[k],
+                st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s' is %s", path, own,
                              t ? "not F32 of the model's shape" : "missing");
                 goto fail;
             }
-            if (is_conv1d(p)) {
-                transpose(tnext, t->data, p->rows, p->cols);
+            if (p->ext_transpose) {
+                transpose(tnext, t->data, p->file_rows, p->cols);
                 e[k] = (dt_st_entry){names[k], DT_ST_F32, 2, {cl, r}, tnext};
-                tnext += p->rows * p->cols;
+                tnext += p->file_rows * p->cols;
             } else {
                 e[k] = (dt_st_entry){names[k], DT_ST_F32, ndim, {ndim == 1 ? cl : r, cl}, t->data};
             }

@@ -11,9 +11,9 @@
  * repository), Conv1D weights stored "in x out" (the transpose of dtrain's), no vocabulary
  * padding, lm_head tied to wte; and config.json.
  *
- *   dt_gpt2_config cfg; char tok[16];
+ *   dt_model_config cfg; char tok[16];
  *   DT_CHECK(dt_model_import_config(ctx, "gpt2_124M.bin", &cfg, tok, sizeof tok));
- *   DT_CHECK(dt_gpt2_init(ctx, &m, &cfg, &alloc, B, T));
+ *   DT_CHECK(dt_model_init(ctx, &m, &cfg, &alloc, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS));
  *   DT_CHECK(dt_model_import(ctx, &m, "gpt2_124M.bin"));
  *   DT_CHECK(dt_hf_export(ctx, "ckpt/", "hf-out/"));
  */
@@ -22,28 +22,28 @@
 
 #include <stddef.h>
 
-#include "model/gpt2.h"
+#include "model/model.h"
 
 #define DT_LLMC_MODEL_MAGIC 20240326
 #define DT_LLMC_MODEL_HEADER_BYTES 1024
 
 /* The model shape of an llm.c model file. Checks magic, version, every header field and the
  * file size against the header, so a file that passes holds every tensor. */
-dt_status dt_llmc_model_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out);
+dt_status dt_llmc_model_config(dt_ctx *ctx, const char *path, dt_model_config *out);
 
 /* Loads an llm.c model file into m (whose params slab must exist and whose shape must match
  * the file's); bf16 values are widened exactly. Vocabulary padding rows of m are zeroed. */
-dt_status dt_llmc_model_load(dt_ctx *ctx, dt_gpt2 *m, const char *path);
+dt_status dt_llmc_model_load(dt_ctx *ctx, dt_model *m, const char *path);
 
 /* Shape and tokenizer ("gpt2" for llm.c files with the GPT-2 vocabulary, else "") of a model
  * to import: an llm.c model file, a dtrain model file, a step directory or a checkpoint
  * directory (its latest step). */
-dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_gpt2_config *out,
+dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_model_config *out,
                                  char *tokenizer, size_t tokenizer_size);
 
 /* Loads weights from any of the sources dt_model_import_config accepts into m (unsharded,
  * with a params slab, same shape). */
-dt_status dt_model_import(dt_ctx *ctx, dt_gpt2 *m, const char *path);
+dt_status dt_model_import(dt_ctx *ctx, dt_model *m, const char *path);
 
 /* Writes OUT_DIR/model.safetensors and OUT_DIR/config.json (created if missing, each file
  * written under a temporary name and renamed) from a dtrain model file, step directory or

@@ -10,29 +10,34 @@
 #include "ckpt/checkpoint.h"
 #include "core/log.h"
 
-int dt_model_file_entries(const dt_gpt2 *m, float *base, const char *prefix, dt_st_entry *e,
+int dt_model_file_entries(const dt_model *m, float *base, const char *prefix, dt_st_entry *e,
                           char (*names)[DT_ST_NAME_MAX]) {
+    const dt_params *ps = &m->ps;
     int n = 0;
-    for (int id = 0; id < DT_GPT2_NPARAMS; id++) {
-        const dt_tensor_info *t = &m->tensors[id];
-        int copies = t->group == DT_PG_LAYER ? m->cfg.n_layer : 1;
-        for (int l = 0; l < copies; l++, n++) {
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        for (int l = 0; l < dt_params_copies(ps, id); l++, n++) {
             char nm[DT_ST_NAME_MAX];
-            dt_gpt2_tensor_name(m, (dt_gpt2_param_id)id, l, nm, sizeof nm);
+            dt_params_name(ps, id, l, nm, sizeof nm);
             snprintf(names[n], DT_ST_NAME_MAX, "%s%s", prefix, nm);
-            int64_t rows = id == DT_GPT2_P_WTE ? m->cfg.vocab : (int64_t)t->rows; /* unpadded */
             e[n] = (dt_st_entry){names[n], DT_ST_F32, t->rows == 1 ? 1 : 2,
-                                 {t->rows == 1 ? (int64_t)t->cols : rows, (int64_t)t->cols},
-                                 dt_gpt2_tensor(m, base, (dt_gpt2_param_id)id, l)};
+                                 {t->rows == 1 ? (int64_t)t->cols : (int64_t)t->file_rows, (int64_t)t->cols},
+                                 dt_params_tensor(ps, base, id, l)};
         }
     }
     return n;
 }
 
-/* The entries of every parameter tensor of m->params, in newly allocated arrays. */
-static dt_status param_entries(dt_ctx *ctx, const dt_gpt2 *m, const char *path, dt_st_entry **e,
+int dt_model_file_entry_count(const dt_model *m) {
+    int n = 0;
+    for (int id = 0; id < m->ps.n_tensors; id++) n += dt_params_copies(&m->ps, id);
+    return n;
+}
+
+/* The entries of every parameter tensor of m->ps.params, in newly allocated arrays. */
+static dt_status param_entries(dt_ctx *ctx, const dt_model *m, const char *path, dt_st_entry **e,
                                char (**names)[DT_ST_NAME_MAX], int *n) {
-    int cap = DT_GPT2_NPARAMS * (m->cfg.n_layer + 1);
+    int cap = dt_model_file_entry_count(m);
     *e = malloc((size_t)cap * sizeof **e);
     *names = malloc((size_t)cap * sizeof **names);
     if (!*e || !*names) {
@@ -40,59 +45,77 @@ static dt_status param_entries(dt_ctx *ctx, const dt_gpt2 *m, const char *path, 
         free(*names);
         return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
     }
-    *n = dt_model_file_entries(m, m->params, "", *e, *names);
+    *n = dt_model_file_entries(m, m->ps.params, "", *e, *names);
     return DT_OK;
 }
 
-dt_status dt_model_file_save(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
+dt_status dt_model_file_save(dt_ctx *ctx, const dt_model *m, const char *path,
                              const char *tokenizer, long step) {
     return dt_model_file_save_info(ctx, m, path, tokenizer, step, NULL);
 }
 
-dt_status dt_model_file_save_info(dt_ctx *ctx, const dt_gpt2 *m, const char *path,
+#define MAX_META 24
+
+dt_status dt_model_file_save_info(dt_ctx *ctx, const dt_model *m, const char *path,
                                   const char *tokenizer, long step, dt_io_info *info) {
     dt_st_entry *e;
     char(*names)[DT_ST_NAME_MAX];
     int n;
     DT_CHECK(param_entries(ctx, m, path, &e, &names, &n));
-    char v[6][32];
-    snprintf(v[0], 32, "%d", m->cfg.n_layer);
-    snprintf(v[1], 32, "%d", m->cfg.d_model);
-    snprintf(v[2], 32, "%d", m->cfg.n_head);
-    snprintf(v[3], 32, "%d", m->cfg.vocab);
-    snprintf(v[4], 32, "%d", m->cfg.context);
-    snprintf(v[5], 32, "%ld", step);
-    const char *meta[] = {"format", "dtrain-gpt2", "n_layer", v[0], "d_model", v[1],
-                          "n_head", v[2], "vocab", v[3], "context", v[4], "step", v[5],
-                          "tokenizer", tokenizer ? tokenizer : "", NULL};
+    /* format, the family's config fields in its order, step, tokenizer. */
+    char v[MAX_META][32];
+    const char *meta[2 * MAX_META + 1];
+    int k = 0, nv = 0;
+    meta[k++] = "format";
+    meta[k++] = m->fam->file_format;
+    for (int i = 0; m->fam->file_fields[i] && nv < MAX_META - 1; i++)
+        for (int j = 0; j < dt_model_cfg_nfields; j++) {
+            const dt_cfg_field *f = &dt_model_cfg_fields[j];
+            if (strcmp(f->name, m->fam->file_fields[i])) continue;
+            snprintf(v[nv], 32, f->type == DT_CFG_INT ? "%.0f" : "%.9g", dt_model_cfg_get(&m->cfg, f));
+            meta[k++] = f->name;
+            meta[k++] = v[nv++];
+        }
+    snprintf(v[nv], 32, "%ld", step);
+    meta[k++] = "step";
+    meta[k++] = v[nv++];
+    meta[k++] = "tokenizer";
+    meta[k++] = tokenizer ? tokenizer : "";
+    meta[k] = NULL;
     dt_status st = dt_st_write_info(ctx, path, e, n, meta, info);
     free(e);
     free(names);
     return st;
 }
 
-static dt_status meta_int(dt_ctx *ctx, const dt_st_file *f, const char *path, const char *key, int *out) {
-    const char *v = dt_st_meta(f, key);
+static dt_status meta_field(dt_ctx *ctx, const dt_st_file *f, const char *path, const dt_cfg_field *fd,
+                            dt_model_config *c) {
+    const char *v = dt_st_meta(f, fd->name);
     char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || end == v || x < 1 || x > (1L << 30))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' missing or not a positive integer", path, key);
-    *out = (int)x;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || *end || end == v || !(x >= 0 && x <= (double)(1L << 30)) ||
+        (fd->type == DT_CFG_INT && x != (double)(long)x))
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' missing or not a non-negative %s", path,
+                       fd->name, fd->type == DT_CFG_INT ? "integer" : "number");
+    dt_model_cfg_set(c, fd, x);
     return DT_OK;
 }
 
-static dt_status read_config(dt_ctx *ctx, const dt_st_file *f, const char *path, dt_gpt2_config *c) {
+static dt_status read_config(dt_ctx *ctx, const dt_st_file *f, const char *path, dt_model_config *c) {
     const char *fmt = dt_st_meta(f, "format");
-    if (!fmt || strcmp(fmt, "dtrain-gpt2"))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a dtrain GPT-2 model file (metadata format %s)",
-                       path, fmt ? "is not dtrain-gpt2" : "missing"); /* not echoed: one line */
+    const dt_model_family *fam = NULL;
+    for (int i = 0; fmt && dt_model_families[i]; i++)
+        if (!strcmp(fmt, dt_model_families[i]->file_format)) fam = dt_model_families[i];
+    if (!fam)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a dtrain model file (metadata format %s)", path,
+                       fmt ? "names no known model family" : "missing"); /* not echoed: one line */
     memset(c, 0, sizeof *c);
-    DT_CHECK(meta_int(ctx, f, path, "n_layer", &c->n_layer));
-    DT_CHECK(meta_int(ctx, f, path, "d_model", &c->d_model));
-    DT_CHECK(meta_int(ctx, f, path, "n_head", &c->n_head));
-    DT_CHECK(meta_int(ctx, f, path, "vocab", &c->vocab));
-    DT_CHECK(meta_int(ctx, f, path, "context", &c->context));
-    dt_status st = dt_gpt2_config_validate(ctx, c);
+    snprintf(c->family, sizeof c->family, "%s", fam->name);
+    for (int i = 0; fam->file_fields[i]; i++)
+        for (int j = 0; j < dt_model_cfg_nfields; j++)
+            if (!strcmp(dt_model_cfg_fields[j].name, fam->file_fields[i]))
+                DT_CHECK(meta_field(ctx, f, path, &dt_model_cfg_fields[j], c));
+    dt_status st = dt_model_config_validate(ctx, c);
     if (st != DT_OK) {
         char msg[DT_ERRMSG_MAX];
         snprintf(msg, sizeof msg, "%s", ctx->err);
@@ -101,7 +124,7 @@ static dt_status read_config(dt_ctx *ctx, const dt_st_file *f, const char *path,
     return DT_OK;
 }
 
-dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_gpt2_config *cfg,
+dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_model_config *cfg,
                                char *tokenizer, size_t tokenizer_size) {
     dt_st_file *f;
     DT_CHECK(dt_st_open(ctx, path, &f));
@@ -114,19 +137,18 @@ dt_status dt_model_file_config(dt_ctx *ctx, const char *path, dt_gpt2_config *cf
     return st;
 }
 
-dt_status dt_model_file_load(dt_ctx *ctx, dt_gpt2 *m, const char *path) {
+dt_status dt_model_file_load(dt_ctx *ctx, dt_model *m, const char *path) {
     dt_st_file *f;
     DT_CHECK(dt_st_open(ctx, path, &f));
-    dt_gpt2_config c;
+    dt_model_config c;
     dt_status st = read_config(ctx, f, path, &c);
     if (st != DT_OK) goto done;
-    if (c.n_layer != m->cfg.n_layer || c.d_model != m->cfg.d_model || c.n_head != m->cfg.n_head ||
-        c.vocab != m->cfg.vocab || c.context != m->cfg.context) {
-        st = dt_fail(ctx, DT_ERR_CONFIG,
-                     "%s: model shape (layers %d, d_model %d, heads %d, vocab %d, context %d) differs "
-                     "from the configured one (%d, %d, %d, %d, %d)",
-                     path, c.n_layer, c.d_model, c.n_head, c.vocab, c.context, m->cfg.n_layer,
-                     m->cfg.d_model, m->cfg.n_head, m->cfg.vocab, m->cfg.context);
+    if (!dt_model_config_equal(&c, &m->cfg)) {
+        char have[256], want[256];
+        dt_model_describe(&c, have, sizeof have);
+        dt_model_describe(&m->cfg, want, sizeof want);
+        st = dt_fail(ctx, DT_ERR_CONFIG, "%s: model shape (%s) differs from the configured one (%s)", path,
+                     have, want);
         goto done;
     }
     dt_st_entry *e;

@@ -26,29 +26,29 @@ static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
         return usage_error(ctx, "export: expected --hf SRC OUT_DIR");
     dt_status st = dt_hf_export(ctx, argv[1], argv[2]);
     if (st == DT_OK)
-        printf("exported %s -> %s/model.safetensors, %s/config.json (Hugging Face GPT2LMHeadModel)\n",
+        printf("exported %s -> %s/model.safetensors, %s/config.json (Hugging Face layout)\n",
                argv[1], argv[2], argv[2]);
     return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
 }
 
 static int cmd_import_llmc(dt_ctx *ctx, int argc, char **argv) {
     if (argc != 2) return usage_error(ctx, "import-llmc: expected FILE.bin OUT.safetensors");
-    dt_gpt2_config c;
+    dt_model_config c;
     dt_status st = dt_llmc_model_config(ctx, argv[0], &c);
     if (st != DT_OK) return DT_EXIT_FAIL;
     dt_alloc alloc;
     dt_alloc_init(&alloc);
-    dt_gpt2 m;
-    st = dt_gpt2_init_unsharded(ctx, &m, &c, &alloc, 1, 1, DT_GPT2_SLAB_PARAMS);
+    dt_model m;
+    st = dt_model_init(ctx, &m, &c, &alloc, 1, 1, DT_SLAB_PARAMS);
     if (st != DT_OK) return DT_EXIT_FAIL;
     st = dt_llmc_model_load(ctx, &m, argv[0]);
     if (st == DT_OK) st = dt_model_file_save(ctx, &m, argv[1], c.vocab == 50257 ? "gpt2" : "", 0);
     if (st == DT_OK)
         printf("imported %s (%d layers, d_model %d, %d heads, vocab %d, context %d, %zu parameters) "
                "-> %s\n",
-               argv[0], c.n_layer, c.d_model, c.n_head, c.vocab, c.context, dt_gpt2_num_params(&c),
+               argv[0], c.n_layer, c.d_model, c.n_head, c.vocab, c.context, dt_model_num_params(&c),
                argv[1]);
-    dt_gpt2_free(&m);
+    dt_model_free(&m);
     return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
 }
 
@@ -58,7 +58,7 @@ static const ckpt_cmd ckpt_cmds[] = {
      dt_cmd_ckpt_verify},
     {"info", "DIR", "what a checkpoint holds: step, data cursor, model shape, writer, files", dt_cmd_ckpt_info},
     {"export", "--hf SRC OUT_DIR",
-     "write OUT_DIR/model.safetensors + config.json for Hugging Face GPT2LMHeadModel",
+     "write OUT_DIR/model.safetensors + config.json in Hugging Face layout (GPT2LMHeadModel, LlamaForCausalLM)",
      cmd_export},
     {"import-llmc", "FILE.bin OUT.safetensors",
      "convert an llm.c model file (fp32 or bf16) to a dtrain model file", cmd_import_llmc},

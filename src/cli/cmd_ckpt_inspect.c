@@ -100,7 +100,7 @@ int dt_cmd_ckpt_info(dt_ctx *ctx, int argc, char **argv) {
         return DT_EXIT_FAIL;
     }
     char model[4500], tok[32] = "";
-    dt_gpt2_config c;
+    dt_model_config c;
     snprintf(model, sizeof model, "%s/model.safetensors", step);
     if (dt_model_file_config(ctx, model, &c, tok, sizeof tok) != DT_OK) {
         dt_manifest_free(&m);
@@ -112,7 +112,7 @@ int dt_cmd_ckpt_info(dt_ctx *ctx, int argc, char **argv) {
     printf("last loss    %.6f\n", tj.loss);
     printf("trained for  %.1f s\n", tj.train_seconds);
     printf("model        %d layers, d_model %d, %d heads, vocab %d, context %d (%.2fM parameters), tokenizer %s\n",
-           c.n_layer, c.d_model, c.n_head, c.vocab, c.context, (double)dt_gpt2_num_params(&c) / 1e6,
+           c.n_layer, c.d_model, c.n_head, c.vocab, c.context, (double)dt_model_num_params(&c) / 1e6,
            tok[0] ? tok : "-");
     printf("written by   %d rank(s), %s%s, micro-batch %d x %d tokens, %d accumulation step(s)\n", tj.world,
            tj.strategy, tj.hybrid ? " (hybrid)" : "", tj.micro_batch, tj.seq_len, tj.accum);

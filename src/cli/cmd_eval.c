@@ -35,7 +35,7 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     if (st != DT_OK) return dt_cli_exit_code(st);
     dt_run_cfg cfg;
     dt_run_cfg_defaults(&cfg);
-    dt_gpt2_config mc;
+    dt_model_config mc;
     char tok[32];
     st = dt_model_file_config(ctx, path, &mc, tok, sizeof tok);
     if (st != DT_OK) return dt_cli_exit_code(st);
@@ -52,12 +52,12 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     }
     dt_alloc alloc;
     dt_alloc_init(&alloc);
-    dt_gpt2 m;
+    dt_model m;
     dt_dataset *ds = NULL;
     dt_val_loader *vl = NULL;
     int have_model = 0;
     double loss = 0, tokens = 0;
-    st = dt_gpt2_init(ctx, &m, &mc, &alloc, cfg.train.micro_batch, cfg.train.seq_len);
+    st = dt_model_init(ctx, &m, &mc, &alloc, cfg.train.micro_batch, cfg.train.seq_len, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
     if (st == DT_OK) st = dt_model_file_load(ctx, &m, path);
     if (st == DT_OK) st = dt_dataset_open(ctx, &ds, cfg.data_val, cfg.data_format, mc.vocab);
@@ -72,6 +72,6 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     }
     dt_val_loader_free(vl);
     dt_dataset_close(ds);
-    if (have_model) dt_gpt2_free(&m);
+    if (have_model) dt_model_free(&m);
     return dt_cli_exit_code(st);
 }

@@ -78,7 +78,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
         return DT_EXIT_USAGE;
     }
     char path[4200], tokname[32];
-    dt_gpt2_config mc;
+    dt_model_config mc;
     dt_status st = dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
     if (st == DT_OK) st = dt_model_file_config(ctx, path, &mc, tokname, sizeof tokname);
     if (st != DT_OK) return dt_cli_exit_code(st);
@@ -105,11 +105,11 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     int nout = 0, have_model = 0;
     dt_alloc alloc;
     dt_alloc_init(&alloc);
-    dt_gpt2 m;
+    dt_model m;
     st = out ? dt_tokenizer_encode(ctx, tok, prompt, strlen(prompt), &ids, &nids)
              : dt_fail(ctx, DT_ERR_NOMEM, "sample: out of memory");
     int window = (int)nids + g.max_new < mc.context ? (int)nids + g.max_new : mc.context;
-    if (st == DT_OK) st = dt_gpt2_init(ctx, &m, &mc, &alloc, 1, window);
+    if (st == DT_OK) st = dt_model_init(ctx, &m, &mc, &alloc, 1, window, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
     if (st == DT_OK) st = dt_model_file_load(ctx, &m, path);
     /* The text is written as it is generated, token by token (bytes: a character split
@@ -125,7 +125,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     }
     free(ids);
     free(out);
-    if (have_model) dt_gpt2_free(&m);
+    if (have_model) dt_model_free(&m);
     dt_tokenizer_free(tok);
     return dt_cli_exit_code(st);
 }

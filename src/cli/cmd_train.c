@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "model/model.h"
 #include "core/log.h"
 #include "train/preempt.h"
 #include "train/run.h"
@@ -59,9 +60,10 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
                "one step-NNNNNNNN directory); the world size and strategy may differ from the saving run.\n"
                "SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) checkpoints at the next step boundary and exits with\n"
                "status 0; a second SIGINT stops at once (status 130).\n\n"
-               "Trains a GPT-2 as configured (file first, then flags in order). Logs a line per\n"
+               "Trains a model as configured (file first, then flags in order). Logs a line per\n"
                "logging.every steps (a live status line on a terminal) and writes one JSON object per\n"
-               "logged step and evaluation to logging.metrics.\n\n");
+               "logged step and evaluation to logging.metrics.\n\n"
+               "Presets (model.preset): %s\n\n", dt_model_preset_list());
         dt_cli_print_config_help();
         return DT_EXIT_OK;
     }

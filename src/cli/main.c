@@ -12,7 +12,7 @@ static void usage(FILE *f) {
             "usage: dtrain <command> [flags]\n"
             "\n"
             "commands:\n"
-            "  train    train a GPT-2 model (YAML config and/or --set flags)\n"
+            "  train    train a model: GPT-2 or LLaMA (YAML config and/or --set flags)\n"
             "  eval     validation loss and perplexity of a checkpoint\n"
             "  sample   generate text from a checkpoint\n"
             "  prepare  tokenize text files into token shards (byte or GPT-2 BPE)\n"

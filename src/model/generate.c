@@ -56,7 +56,7 @@ int dt_sample_logits(const float *logits, int V, float temperature, int top_k, f
     return best; /* u ~ 1 and rounding: the mode is a safe answer */
 }
 
-dt_status dt_generate(dt_ctx *ctx, dt_gpt2 *m, const int32_t *prompt, int n_prompt,
+dt_status dt_generate(dt_ctx *ctx, dt_model *m, const int32_t *prompt, int n_prompt,
                       const dt_gen_cfg *g, int32_t *out, int *n_out) {
     int T = m->T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     if (m->B != 1) return dt_fail(ctx, DT_ERR_INTERNAL, "dt_generate needs a model built with B = 1");
@@ -76,9 +76,9 @@ dt_status dt_generate(dt_ctx *ctx, dt_gpt2 *m, const int32_t *prompt, int n_prom
         int start = len > T ? len - T : 0, w = len - start;
         memset(win, 0, (size_t)T * sizeof *win); /* positions past w do not affect w-1 (causal) */
         memcpy(win, seq + start, (size_t)w * sizeof *win);
-        st = dt_gpt2_forward(ctx, m, win, NULL, NULL);
+        st = dt_model_forward(ctx, m, win, NULL, NULL);
         if (st != DT_OK) goto done;
-        const float *logits = dt_gpt2_logits(m) + (size_t)(w - 1) * Vp;
+        const float *logits = dt_model_logits(m) + (size_t)(w - 1) * Vp;
         float u = dt_rng_uniform(g->seed, DT_RNG_STREAM_SAMPLE, (uint64_t)i);
         int tok = dt_sample_logits(logits, V, g->temperature, g->top_k, u, scratch);
         seq[len++] = tok;

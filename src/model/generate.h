@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "model/gpt2.h"
+#include "model/model.h"
 
 typedef struct dt_gen_cfg {
     int max_new;       /* tokens to generate */
@@ -25,7 +25,7 @@ typedef struct dt_gen_cfg {
 } dt_gen_cfg;
 
 /* out receives the generated tokens only (room for g->max_new); *n_out their count. */
-dt_status dt_generate(dt_ctx *ctx, dt_gpt2 *m, const int32_t *prompt, int n_prompt,
+dt_status dt_generate(dt_ctx *ctx, dt_model *m, const int32_t *prompt, int n_prompt,
                       const dt_gen_cfg *g, int32_t *out, int *n_out);
 
 /* Picks a token from logits (V) as dt_generate does; scratch holds V floats. Exposed for

@@ -1,4 +1,5 @@
-/* ops.h - CPU kernels of the GPT-2 layer set, each a _forward/_backward pair.
+/* ops.h - CPU kernels of the transformer layer sets (GPT-2, LLaMA, ViT), each a
+ * _forward/_backward pair.
  *
  * Argument order: outputs, saved activations, inputs, weights, sizes. Shapes are row-major.
  * Kernels are OpenMP-parallel, run on the ISA path chosen at start-up (ops/cpu/isa.h), and are
@@ -16,10 +17,12 @@
 
 #include <stdint.h>
 
-/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T), wte (V,C), wpe (maxT,C). */
+/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T), wte (V,C), wpe (maxT,C); wpe may be
+ * NULL (no learned positions: LLaMA). */
 void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                         int B, int T, int C);
-/* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout[b,t]. */
+/* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout[b,t] (skipped
+ * when NULL). */
 void dt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                          int B, int T, int C);
 
@@ -43,14 +46,39 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
  * run when non-NULL): the peak that MFU is reported against. */
 double dt_matmul_peak_gflops(int n, int reps, double *best);
 
-/* Causal multi-head self-attention. qkv (B,T,3C) holds q | k | v, each (NH heads x C/NH).
- * out (B,T,C) = softmax(q k^T / sqrt(hs), causal) v, computed in tiles (flash-style) without
- * storing a (T,T) score matrix; lse (B,NH,T) = log-sum-exp of each score row, saved. */
-void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                          int NH);
-/* dqkv (B,T,3C) = gradient w.r.t. qkv (overwritten). Recomputes scores tile by tile. */
+/* Multi-head self-attention with grouped-query heads, causal or bidirectional (causal = 0:
+ * every position sees every other, as in ViT). qkv (B,T,(NH+2 NKV) hs) rows hold NH query
+ * heads | NKV key heads | NKV value heads, hs floats each; query head h uses kv head
+ * h / (NH/NKV) (NKV = NH: plain multi-head; NKV = 1: multi-query). out (B,T,NH hs) =
+ * softmax(q k^T / sqrt(hs)) v, computed in tiles (flash-style) without storing a (T,T) score
+ * matrix; lse (B,NH,T) = log-sum-exp of each score row, saved. */
+void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                          int NKV, int hs, int causal);
+/* dqkv (B,T,(NH+2 NKV) hs) = gradient w.r.t. qkv (overwritten). Recomputes scores tile by
+ * tile; dK and dV of a kv head sum its query heads in ascending order. */
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int C, int NH);
+                           const float *lse, int B, int T, int NH, int NKV, int hs,
+                           int causal);
+
+/* RMSNorm (LLaMA): out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(mean(inp^2) + eps), saved. */
+void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps);
+/* dinp (N,C) += (it is the residual stream, as for layernorm), dw (C) +=. */
+void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C);
+
+/* Rotary position embedding (Hugging Face's rotate-half convention), in place on the q and k
+ * heads of a packed qkv buffer laid out as for attention: for each head x of position t,
+ * x[i] <- x[i] cos(t f_i) - x[i + hs/2] sin(t f_i), x[i + hs/2] <- x[i + hs/2] cos + x[i] sin,
+ * f_i = theta^(-2i/hs), i < hs/2. v heads are untouched. hs must be even. */
+void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, float theta);
+/* The backward: the inverse rotation of the q and k slices of dqkv, in place. */
+void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta);
+
+/* SwiGLU: inp (N,2F) rows hold gate | up; out (N,F) = silu(gate) * up. */
+void dt_swiglu_forward(float *out, const float *inp, int N, int F);
+/* dinp (N,2F) = d gate | d up (overwritten). */
+void dt_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void dt_gelu_forward(float *out, const float *inp, int N);

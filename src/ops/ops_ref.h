@@ -26,11 +26,23 @@ void dt_ref_matmul_forward(double *out, const double *inp, const double *w, cons
 void dt_ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *dout,
                             const double *inp, const double *w, int N, int C, int OC);
 
-void dt_ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C,
-                              int NH);
+void dt_ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int NH,
+                              int NKV, int hs, int causal);
 void dt_ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
-                               const double *out, const double *lse, int B, int T, int C,
-                               int NH);
+                               const double *out, const double *lse, int B, int T, int NH,
+                               int NKV, int hs, int causal);
+
+void dt_ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *w,
+                            int N, int C, double eps);
+void dt_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp,
+                             const double *w, const double *rstd, int N, int C);
+
+/* In place, as dt_rope_*; the angles are t * theta^(-2i/hs) in double. */
+void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, double theta);
+void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, double theta);
+
+void dt_ref_swiglu_forward(double *out, const double *inp, int N, int F);
+void dt_ref_swiglu_backward(double *dinp, const double *inp, const double *dout, int N, int F);
 
 void dt_ref_gelu_forward(double *out, const double *inp, int N);
 void dt_ref_gelu_backward(double *dinp, const double *inp, const double *dout, int N);

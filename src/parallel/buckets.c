@@ -41,7 +41,7 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
         /* ZeRO-1: each rank needs only its own part summed (reduce-scatter, not all-reduce):
          * the bucket lies inside one unit, so every owner's part is one range. */
         int u = p->b[i].unit, W = p->world;
-        size_t blo = p->b[i].lo - p->m->unit_lo[u], bhi = blo + n;
+        size_t blo = p->b[i].lo - p->m->ps.unit_lo[u], bhi = blo + n;
         size_t *cnt = p->bk_cnt, *dis = p->bk_cnt + W;
         for (int w = 0; w < W; w++) {
             size_t a = p->rs_dis[(size_t)u * W + w], z = a + p->rs_cnt[(size_t)u * W + w];
@@ -73,15 +73,15 @@ static void hook_embed(void *ud) {
     if (p->last_micro) launch_ready(p, -1);
 }
 
-static int stage_of(const dt_gpt2 *m, size_t lo) {
-    if (lo < m->layers_offset) return -1;
-    size_t l = (lo - m->layers_offset) / m->layer_floats;
+static int stage_of(const dt_model *m, size_t lo) {
+    if (lo < m->ps.layers_offset) return -1;
+    size_t l = (lo - m->ps.layers_offset) / m->ps.layer_floats;
     return l >= (size_t)m->cfg.n_layer ? m->cfg.n_layer - 1 : (int)l;
 }
 
 dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
-    dt_gpt2 *m = p->m;
-    size_t n = m->n_params, per = p->cfg.bucket_bytes / sizeof(float);
+    dt_model *m = p->m;
+    size_t n = m->ps.n_params, per = p->cfg.bucket_bytes / sizeof(float);
     if (per < 1024) per = 1024;
     if (per > n) per = n;
     p->bucket_floats = per;
@@ -92,16 +92,16 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
      * embedding buckets (ready last) do not delay the last layer's gradients. */
     for (size_t hi = n; hi > 0;) {
         size_t lo = hi > per ? hi - per : 0;
-        int u = m->n_units - 1;
-        while (m->unit_lo[u] >= hi) u--;
+        int u = m->ps.n_units - 1;
+        while (m->ps.unit_lo[u] >= hi) u--;
         /* Never across the embeddings/layer boundary; for ZeRO-1 never across any unit. */
-        if (p->cfg.strategy != DT_STRAT_DDP || m->unit_lo[u] == m->layers_offset || u == 0)
-            lo = lo > m->unit_lo[u] ? lo : m->unit_lo[u];
-        if (hi > m->layers_offset && lo < m->layers_offset) lo = m->layers_offset;
+        if (p->cfg.strategy != DT_STRAT_DDP || m->ps.unit_lo[u] == m->ps.layers_offset || u == 0)
+            lo = lo > m->ps.unit_lo[u] ? lo : m->ps.unit_lo[u];
+        if (hi > m->ps.layers_offset && lo < m->ps.layers_offset) lo = m->ps.layers_offset;
         p->b[p->nb++] = (dt_bucket){lo, hi, stage_of(m, lo), u};
         hi = lo;
     }
-    p->acc = m->grads;
+    p->acc = m->ps.grads;
     if (p->cfg.accum > 1)
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, n * sizeof(float), (void **)&p->extra));
     if (p->world > 1) {
@@ -123,10 +123,10 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
 
 void dt_par_buckets_free(dt_parallel *p) {
     if (p->acc) {
-        p->m->grads = p->acc;
-        dt_gpt2_point_units(p->m);
+        p->m->ps.grads = p->acc;
+        dt_params_point_units(&p->m->ps);
     }
-    dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m->n_params * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m->ps.n_params * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->red_scratch, p->red_floats * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->bk_out, p->bucket_floats * sizeof(float));
     free(p->bk_cnt);
@@ -134,8 +134,8 @@ void dt_par_buckets_free(dt_parallel *p) {
 }
 
 dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
-    p->m->grads = p->acc;
-    dt_gpt2_point_units(p->m);
+    p->m->ps.grads = p->acc;
+    dt_params_point_units(&p->m->ps);
     if (p->world == 1 && p->micro == 0) return DT_OK;
     launch_ready(p, -1); /* everything the hooks did not launch (all of it without overlap) */
     dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
@@ -143,7 +143,7 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1) {
         /* Hybrid ZeRO-1: the replicas of my node-shard each reduced a sub-chunk of it. */
         for (int u = 0; u < p->U; u++) {
-            float *ns = p->acc + p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+            float *ns = p->acc + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
             DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, p->sub_cnt + (size_t)u * p->n_rep,
                                         p->sub_off + (size_t)u * p->n_rep));
         }

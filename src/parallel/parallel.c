@@ -41,9 +41,9 @@ static dt_status exchange_pairs(dt_ctx *ctx, dt_parallel *p, int64_t a, int64_t 
 }
 
 static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
-    dt_gpt2 *m = p->m;
+    dt_model *m = p->m;
     int W = p->world;
-    p->U = m->n_units;
+    p->U = m->ps.n_units;
     if (p->cfg.strategy == DT_STRAT_DDP) { /* one shard: everything, on every rank */
         p->G = 1;
         p->j = 0;
@@ -83,12 +83,12 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
     p->S = 0;
     for (size_t u = 0; u < U && st == DT_OK; u++) {
         size_t *cnt = p->split_cnt + u * G, *off = p->split_off + u * G;
-        dt_comm_split(m->unit_len[u], p->G, cnt, off);
+        dt_comm_split(m->ps.unit_len[u], p->G, cnt, off);
         p->sb[u] = p->S;
         p->S += cnt[p->j];
-        if (m->unit_len[u] < G)
+        if (m->ps.unit_len[u] < G)
             st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: %d shards exceed the %zu parameters of unit %zu",
-                         p->G, m->unit_len[u], u);
+                         p->G, m->ps.unit_len[u], u);
         dt_comm_split(cnt[p->j], p->n_rep, p->sub_cnt + u * (size_t)p->n_rep, p->sub_off + u * (size_t)p->n_rep);
         /* World rank w owns sub-chunk k_w of node-shard j_w. */
         size_t sc[4096], so[4096];
@@ -194,7 +194,7 @@ static void stop_thread(dt_parallel *p) {
 static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
     dt_param_segment *all;
     int nall;
-    DT_CHECK(dt_gpt2_param_segments(ctx, p->m, &all, &nall));
+    DT_CHECK(dt_params_segments(ctx, &p->m->ps, &all, &nall));
     int cap = nall + 2 * p->U;
     p->segs = calloc((size_t)cap, sizeof *p->segs);
     p->seg_unit = calloc((size_t)cap, sizeof *p->seg_unit);
@@ -203,7 +203,7 @@ static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
         return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
     for (int u = 0; u < p->U; u++) {
-        size_t lo = p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+        size_t lo = p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
         size_t hi = lo + p->split_cnt[(size_t)u * p->G + p->j];
         for (int i = 0; i < nall; i++) {
             size_t a = all[i].offset > lo ? all[i].offset : lo;
@@ -218,7 +218,7 @@ static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
     return DT_OK;
 }
 
-dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt2 *m,
+dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_model *m,
                            dt_alloc *alloc, const dt_parallel_cfg *cfg, uint64_t seed) {
     dt_parallel *p = calloc(1, sizeof *p);
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
@@ -240,7 +240,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt
     if (st == DT_OK) {
         /* Per step at most every bucket plus a gather and a reduction per unit and pass. */
         size_t per = cfg->bucket_bytes / sizeof(float);
-        p->cap = (int)(m->n_params / (per < 1024 ? 1024 : per)) + 6 * p->U + 16;
+        p->cap = (int)(m->ps.n_params / (per < 1024 ? 1024 : per)) + 6 * p->U + 16;
         p->tasks = calloc((size_t)p->cap, sizeof *p->tasks);
         if (!p->tasks) st = dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
@@ -254,10 +254,10 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt
     if (st == DT_OK) {
         if (p->sharded_grads) {
             st = dt_par_zero_init(ctx, p, seed);
-            if (st == DT_OK && !p->sharded_params) dt_gpt2_init_weights(m, seed);
+            if (st == DT_OK && !p->sharded_params) dt_model_init_weights(m, seed);
         } else {
             st = dt_par_buckets_init(ctx, p);
-            if (st == DT_OK) dt_gpt2_init_weights(m, seed);
+            if (st == DT_OK) dt_model_init_weights(m, seed);
         }
     }
     if (st != DT_OK) {
@@ -301,22 +301,22 @@ void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
      * the accumulation count (a kernel's `+=` into a non-zero buffer would round differently). */
     float *g = k == 0 ? p->acc : p->extra;
     DT_ASSERT(g != NULL);
-    memset(g, 0, p->m->n_params * sizeof(float));
-    p->m->grads = g;
-    dt_gpt2_point_units(p->m);
+    memset(g, 0, p->m->ps.n_params * sizeof(float));
+    p->m->ps.grads = g;
+    dt_params_point_units(&p->m->ps);
 }
 
 void dt_parallel_end_micro(dt_parallel *p) {
     if (p->sharded_grads || p->last_micro) return;
     if (p->micro > 0) {
-        size_t n = p->m->n_params;
+        size_t n = p->m->ps.n_params;
         float *a = p->acc;
         const float *x = p->extra;
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) a[i] += x[i];
     }
-    p->m->grads = p->acc;
-    dt_gpt2_point_units(p->m);
+    p->m->ps.grads = p->acc;
+    dt_params_point_units(&p->m->ps);
 }
 
 dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
@@ -329,7 +329,7 @@ static float *grad_piece(dt_parallel *p, int u);
 dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
     if (p->cfg.strategy == DT_STRAT_DDP) {
         /* Every rank holds the same full averaged gradient: no communication. */
-        *out = dt_sumsq(p->m->grads, p->m->n_params);
+        *out = dt_sumsq(p->m->ps.grads, p->m->ps.n_params);
         return DT_OK;
     }
     /* ZeRO: only my shard is reduced. Partial sums per unit piece, exchanged exactly (one
@@ -347,11 +347,11 @@ dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
 /* Where unit u's piece of my shard lives: parameters and gradients. */
 static float *param_piece(dt_parallel *p, int u) {
     if (p->sharded_params) return p->pshard + p->sb[u];
-    return p->m->params + p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+    return p->m->ps.params + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
 }
 static float *grad_piece(dt_parallel *p, int u) {
     if (p->sharded_grads) return p->gshard + p->sb[u];
-    return p->m->grads + p->m->unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+    return p->m->ps.grads + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
 }
 
 dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
@@ -370,12 +370,12 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
     if (p->sharded_params) {
         /* The always-full units are refreshed; layers are gathered when next used. */
         p->pwin_unit[0] = p->pwin_unit[1] = -1;
-        DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_PRE, p->ppre));
-        DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_POST(p->m), p->ppost));
+        DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_PRE, p->ppre));
+        DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_POST(&p->m->ps), p->ppost));
         p->t_exposed += dt_now() - t0;
     } else {
         for (int u = 0; u < p->U; u++)
-            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->params + p->m->unit_lo[u],
+            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->ps.params + p->m->ps.unit_lo[u],
                                         p->split_cnt + (size_t)u * p->G, p->split_off + (size_t)u * p->G));
         double dt = dt_now() - t0;
         p->t_exposed += dt;
@@ -394,13 +394,13 @@ dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x) {
 
 dt_status dt_parallel_full_params(dt_ctx *ctx, dt_parallel *p, float **out) {
     if (!p->sharded_params) {
-        *out = p->m->params;
+        *out = p->m->ps.params;
         return DT_OK;
     }
-    float *full = calloc(p->m->n_params, sizeof(float));
+    float *full = calloc(p->m->ps.n_params, sizeof(float));
     if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory gathering the model");
     for (int u = 0; u < p->U; u++) {
-        dt_status st = dt_par_gather_unit(ctx, p, u, full + p->m->unit_lo[u]);
+        dt_status st = dt_par_gather_unit(ctx, p, u, full + p->m->ps.unit_lo[u]);
         if (st != DT_OK) {
             free(full);
             return st;
@@ -411,7 +411,7 @@ dt_status dt_parallel_full_params(dt_ctx *ctx, dt_parallel *p, float **out) {
 }
 
 void dt_parallel_release_full_params(dt_parallel *p, float *full) {
-    if (full != p->m->params) free(full);
+    if (full != p->m->ps.params) free(full);
 }
 
 void dt_parallel_shard(const dt_parallel *p, size_t *count) { *count = p->S; }
@@ -419,7 +419,7 @@ void dt_parallel_shard(const dt_parallel *p, size_t *count) { *count = p->S; }
 int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out) {
     for (int u = 0; u < p->U; u++) {
         size_t i = (size_t)u * p->G + p->j;
-        out[u] = (dt_shard_piece){p->m->unit_lo[u] + p->split_off[i], p->sb[u], p->split_cnt[i]};
+        out[u] = (dt_shard_piece){p->m->ps.unit_lo[u] + p->split_off[i], p->sb[u], p->split_cnt[i]};
     }
     return p->U;
 }
@@ -441,25 +441,25 @@ int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out) {
         dt_comm_split(p->split_cnt[i], R > 1 ? R : 1, c, o);
         int me = R > 1 ? idx : 0;
         if (c[me] > 0)
-            out[n++] = (dt_shard_piece){p->m->unit_lo[u] + p->split_off[i] + o[me], p->sb[u] + o[me], c[me]};
+            out[n++] = (dt_shard_piece){p->m->ps.unit_lo[u] + p->split_off[i] + o[me], p->sb[u] + o[me], c[me]};
         if (R > 1) free(c);
     }
     return n;
 }
 
 dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full) {
-    dt_gpt2 *m = p->m;
+    dt_model *m = p->m;
     if (!p->sharded_params) {
-        memcpy(m->params, full, m->n_params * sizeof(float));
+        memcpy(m->ps.params, full, m->ps.n_params * sizeof(float));
         return DT_OK;
     }
     for (int u = 0; u < p->U; u++) {
         size_t i = (size_t)u * p->G + p->j;
-        memcpy(p->pshard + p->sb[u], full + m->unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
+        memcpy(p->pshard + p->sb[u], full + m->ps.unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
     }
     p->pwin_unit[0] = p->pwin_unit[1] = -1;
-    DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_PRE, p->ppre));
-    return dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_POST(m), p->ppost);
+    DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_PRE, p->ppre));
+    return dt_par_gather_unit(ctx, p, DT_UNIT_POST(&m->ps), p->ppost);
 }
 
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {

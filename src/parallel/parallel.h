@@ -27,7 +27,7 @@
 
 #include "comm/comm.h"
 #include "core/alloc.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 
 typedef enum dt_strategy { DT_STRAT_DDP, DT_STRAT_ZERO1, DT_STRAT_ZERO2, DT_STRAT_ZERO3 } dt_strategy;
@@ -49,9 +49,9 @@ dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out, int *h
 const char *dt_strategy_name(dt_strategy s);
 
 /* Installs the model's hooks, allocates the state this rank owns and draws the initial
- * weights (ZeRO-3: only this rank's shard). The model must come from dt_gpt2_init_unsharded
+ * weights (ZeRO-3: only this rank's shard). The model must come from dt_model_init
  * with slabs for DDP/ZeRO-1, a params slab only for ZeRO-2, no slabs for ZeRO-3. */
-dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_gpt2 *m,
+dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_model *m,
                            dt_alloc *alloc, const dt_parallel_cfg *cfg, uint64_t seed);
 void dt_parallel_free(dt_parallel *p);
 
@@ -89,7 +89,7 @@ typedef struct dt_shard_piece {
     size_t global, local, n;
 } dt_shard_piece;
 
-/* This rank's pieces, one per unit in unit order (room for m->n_units); returns the count. */
+/* This rank's pieces, one per unit in unit order (room for m->ps.n_units); returns the count. */
 int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out);
 /* The AdamW moments of this rank's shard (dt_parallel_shard floats each). */
 void dt_parallel_moments(dt_parallel *p, float **mom, float **var);

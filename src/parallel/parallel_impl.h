@@ -33,7 +33,7 @@ typedef struct dt_bucket {
 struct dt_parallel {
     dt_parallel_cfg cfg;
     dt_comm *comm;
-    dt_gpt2 *m;
+    dt_model *m;
     dt_alloc *alloc;
     int world, rank;
     int sharded_grads, sharded_params; /* ZeRO-2/3, ZeRO-3 */

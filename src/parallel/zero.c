@@ -73,7 +73,7 @@ static void need_params(dt_parallel *p, int u, int w, int next) {
         p->pwin_task[w] = dt_par_submit(p, DT_TASK_GATHER, u, w);
     }
     dt_par_wait(p, p->pwin_task[w]);
-    p->m->unit_params[u] = p->pwin[w];
+    p->m->ps.unit_params[u] = p->pwin[w];
     int w2 = 1 - w;
     if (next >= 0 && p->pwin_unit[w2] != next) {
         p->pwin_unit[w2] = next;
@@ -84,37 +84,37 @@ static void need_params(dt_parallel *p, int u, int w, int next) {
 static void z_before_forward(void *ud, int l) {
     dt_parallel *p = ud;
     int L = p->m->cfg.n_layer;
-    need_params(p, DT_GPT2_UNIT_LAYER(l), l % 2, l + 1 < L ? DT_GPT2_UNIT_LAYER(l + 1) : -1);
+    need_params(p, DT_UNIT_LAYER(l), l % 2, l + 1 < L ? DT_UNIT_LAYER(l + 1) : -1);
 }
 
 static void z_before_backward(void *ud, int l) {
     dt_parallel *p = ud;
-    int u = DT_GPT2_UNIT_LAYER(l), w = l % 2;
-    if (p->sharded_params) need_params(p, u, w, l > 0 ? DT_GPT2_UNIT_LAYER(l - 1) : -1);
+    int u = DT_UNIT_LAYER(l), w = l % 2;
+    if (p->sharded_params) need_params(p, u, w, l > 0 ? DT_UNIT_LAYER(l - 1) : -1);
     dt_par_wait(p, p->gwin_task[w]); /* layer l+2's reduction still reads this window */
-    memset(p->gwin[w], 0, p->m->unit_len[u] * sizeof(float));
-    p->m->unit_grads[u] = p->gwin[w];
+    memset(p->gwin[w], 0, p->m->ps.unit_len[u] * sizeof(float));
+    p->m->ps.unit_grads[u] = p->gwin[w];
 }
 
 static void z_after_backward(void *ud, int l) {
     dt_parallel *p = ud;
-    dt_gpt2 *m = p->m;
-    if (l == m->cfg.n_layer - 1) dt_par_submit(p, DT_TASK_REDUCE, DT_GPT2_UNIT_POST(m), 3);
-    p->gwin_task[l % 2] = dt_par_submit(p, DT_TASK_REDUCE, DT_GPT2_UNIT_LAYER(l), l % 2);
+    dt_model *m = p->m;
+    if (l == m->cfg.n_layer - 1) dt_par_submit(p, DT_TASK_REDUCE, DT_UNIT_POST(&m->ps), 3);
+    p->gwin_task[l % 2] = dt_par_submit(p, DT_TASK_REDUCE, DT_UNIT_LAYER(l), l % 2);
 }
 
 static void z_after_embed(void *ud) {
     dt_parallel *p = ud;
-    dt_par_submit(p, DT_TASK_REDUCE, DT_GPT2_UNIT_PRE, 2);
+    dt_par_submit(p, DT_TASK_REDUCE, DT_UNIT_PRE, 2);
 }
 
 void dt_par_zero_begin_micro(dt_parallel *p) {
-    dt_gpt2 *m = p->m;
-    int post = DT_GPT2_UNIT_POST(m);
-    memset(p->gpre, 0, m->unit_len[DT_GPT2_UNIT_PRE] * sizeof(float));
-    memset(p->gpost, 0, m->unit_len[post] * sizeof(float));
-    m->unit_grads[DT_GPT2_UNIT_PRE] = p->gpre;
-    m->unit_grads[post] = p->gpost;
+    dt_model *m = p->m;
+    int post = DT_UNIT_POST(&m->ps);
+    memset(p->gpre, 0, m->ps.unit_len[DT_UNIT_PRE] * sizeof(float));
+    memset(p->gpost, 0, m->ps.unit_len[post] * sizeof(float));
+    m->ps.unit_grads[DT_UNIT_PRE] = p->gpre;
+    m->ps.unit_grads[post] = p->gpost;
 }
 
 dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p) {
@@ -129,14 +129,14 @@ static dt_status get(dt_ctx *ctx, dt_parallel *p, dt_mem_kind kind, size_t n, fl
 }
 
 dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
-    dt_gpt2 *m = p->m;
-    int post = DT_GPT2_UNIT_POST(m);
-    p->layer_floats = m->layer_floats;
+    dt_model *m = p->m;
+    int post = DT_UNIT_POST(&m->ps);
+    p->layer_floats = m->ps.layer_floats;
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->S, &p->gshard));
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->layer_floats, &p->gwin[0]));
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->layer_floats, &p->gwin[1]));
-    DT_CHECK(get(ctx, p, DT_MEM_GRADS, m->unit_len[DT_GPT2_UNIT_PRE], &p->gpre));
-    DT_CHECK(get(ctx, p, DT_MEM_GRADS, m->unit_len[post], &p->gpost));
+    DT_CHECK(get(ctx, p, DT_MEM_GRADS, m->ps.unit_len[DT_UNIT_PRE], &p->gpre));
+    DT_CHECK(get(ctx, p, DT_MEM_GRADS, m->ps.unit_len[post], &p->gpost));
     DT_CHECK(get(ctx, p, DT_MEM_SCRATCH, p->max_sub * (size_t)p->world, &p->rs_scratch));
     DT_CHECK(get(ctx, p, DT_MEM_SCRATCH, p->max_sub, &p->rs_out));
     DT_CHECK(get(ctx, p, DT_MEM_SCRATCH, p->max_ns, &p->ns_buf));
@@ -144,16 +144,16 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
         DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->S, &p->pshard));
         DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->layer_floats, &p->pwin[0]));
         DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->layer_floats, &p->pwin[1]));
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, m->unit_len[DT_GPT2_UNIT_PRE], &p->ppre));
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, m->unit_len[post], &p->ppost));
+        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, m->ps.unit_len[DT_UNIT_PRE], &p->ppre));
+        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, m->ps.unit_len[post], &p->ppost));
         p->pwin_unit[0] = p->pwin_unit[1] = -1;
         /* Each rank draws only its own shard (the counter RNG makes any range drawable),
          * then the always-full units are gathered. */
         for (int u = 0; u < p->U; u++)
-            dt_gpt2_init_range(m, seed, p->pshard + p->sb[u], m->unit_lo[u] + G_off(p, u), G_cnt(p, u));
-        m->unit_params[DT_GPT2_UNIT_PRE] = p->ppre;
-        m->unit_params[post] = p->ppost;
-        DT_CHECK(dt_par_gather_unit(ctx, p, DT_GPT2_UNIT_PRE, p->ppre));
+            dt_params_init_range(&m->ps, seed, p->pshard + p->sb[u], m->ps.unit_lo[u] + G_off(p, u), G_cnt(p, u));
+        m->ps.unit_params[DT_UNIT_PRE] = p->ppre;
+        m->ps.unit_params[post] = p->ppost;
+        DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_PRE, p->ppre));
         DT_CHECK(dt_par_gather_unit(ctx, p, post, p->ppost));
         m->hooks.before_layer_forward = z_before_forward;
     }
@@ -165,8 +165,8 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
 }
 
 void dt_par_zero_free(dt_parallel *p) {
-    dt_gpt2 *m = p->m;
-    size_t pre = m->unit_len[DT_GPT2_UNIT_PRE], post = m->unit_len[DT_GPT2_UNIT_POST(m)];
+    dt_model *m = p->m;
+    size_t pre = m->ps.unit_len[DT_UNIT_PRE], post = m->ps.unit_len[DT_UNIT_POST(&m->ps)];
 #define PUT(kind, ptr, n) dt_alloc_put(p->alloc, kind, ptr, (n) * sizeof(float))
     PUT(DT_MEM_GRADS, p->gshard, p->S);
     PUT(DT_MEM_GRADS, p->gwin[0], p->layer_floats);

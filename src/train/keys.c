@@ -23,13 +23,18 @@ typedef struct key_def {
 #define ENUM(key, field, vals, help) {key, K_ENUM, OFF(field), SZ(field), vals, help}
 #define NUM(key, type, field, help) {key, type, OFF(field), 0, NULL, help}
 static const key_def keys[] = {
-    ENUM("model.preset", train.preset, "|gpt2-tiny|bench-small|gpt2|gpt2-medium|gpt2-large|gpt2-xl",
-         "preset the model.* keys start from ('' = custom)"),
+    STR("model.preset", train.preset, "preset the model.* keys start from, of any family ('' = custom; the list: dtrain train --help)"),
+    STR("model.family", train.model.family, "model family of a custom model (gpt2, llama; a preset sets it)"),
     NUM("model.n_layer", K_INT, train.model.n_layer, "transformer blocks"),
     NUM("model.d_model", K_INT, train.model.d_model, "embedding width"),
     NUM("model.n_head", K_INT, train.model.n_head, "attention heads (must divide d_model)"),
+    NUM("model.n_kv_head", K_INT, train.model.n_kv_head, "key/value heads dividing n_head (llama grouped-query attention, 1 = MQA; 0 = n_head)"),
+    NUM("model.d_ff", K_INT, train.model.d_ff, "MLP width (llama SwiGLU intermediate size; gpt2: 4 d_model; 0 = family default)"),
     NUM("model.vocab_size", K_INT, train.model.vocab, "vocabulary size (padded to 128 internally)"),
     NUM("model.context", K_INT, train.model.context, "maximum sequence length (<= the preset's)"),
+    NUM("model.untied_embeddings", K_BOOL, train.model.untied, "the lm_head has its own weights (llama); false: tied to the token embedding"),
+    NUM("model.rope_theta", K_FLOAT, train.model.rope_theta, "rotary embedding base (llama; 0 = 10000)"),
+    NUM("model.norm_eps", K_FLOAT, train.model.norm_eps, "epsilon of the norms (0 = family default 1e-5)"),
     STR("model.init_from", init_from, "start from these weights: a dtrain model file or checkpoint, or an llm.c gpt2_*.bin ('' = random init)"),
     STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
     STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r> ('' = off)"),
@@ -230,10 +235,13 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         strcpy((char *)dst, value);
         break;
     }
-    static const char *const model_keys[5] = {"model.n_layer", "model.d_model", "model.n_head",
-                                              "model.vocab_size", "model.context"};
-    for (int i = 0; i < 5; i++)
-        if (strcmp(key, model_keys[i]) == 0) c->model_set[i] = 1;
+    for (int i = 0; i < dt_model_cfg_nfields; i++)
+        if (strcmp(key, dt_model_cfg_fields[i].key) == 0) c->model_set[i] = 1;
+    if (strcmp(key, "model.family") == 0) c->family_set = 1;
+    if (strcmp(key, "model.preset") == 0 && value[0]) {
+        dt_model_config probe;
+        DT_CHECK(dt_model_preset(ctx, value, &probe)); /* names model.preset and the list */
+    }
     if (strcmp(key, "schedule.decay_steps") == 0) c->decay_steps_set = 1;
     if (strcmp(key, "training.steps") == 0) c->steps_set = 1;
     if (strcmp(key, "training.tokens") == 0) c->tokens_set = 1;
@@ -244,19 +252,26 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
 dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     dt_train_cfg *t = &c->train;
     if (t->preset[0]) {
-        dt_gpt2_config p, user = t->model;
-        DT_CHECK(dt_gpt2_config_preset(ctx, t->preset, &p));
-        int *fields[5] = {&p.n_layer, &p.d_model, &p.n_head, &p.vocab, &p.context};
-        int ufields[5] = {user.n_layer, user.d_model, user.n_head, user.vocab, user.context};
+        dt_model_config p, user = t->model;
+        DT_CHECK(dt_model_preset(ctx, t->preset, &p));
+        if (c->family_set && dt_model_family_find(user.family) != dt_model_family_of(&p))
+            return dt_fail(ctx, DT_ERR_CONFIG, "model.family '%s' differs from preset %s's family %s",
+                           user.family, t->preset, p.family);
         int preset_context = p.context;
-        for (int i = 0; i < 5; i++)
-            if (c->model_set[i]) *fields[i] = ufields[i];
+        /* Keys set by the user override the preset; derived fields are derived again. */
+        dt_model_config base;
+        memset(&base, 0, sizeof base);
+        snprintf(base.family, sizeof base.family, "%s", p.family);
+        dt_model_family_of(&p)->preset(t->preset, &base);
+        for (int i = 0; i < dt_model_cfg_nfields; i++)
+            dt_model_cfg_set(&p, &dt_model_cfg_fields[i],
+                             dt_model_cfg_get(c->model_set[i] ? &user : &base, &dt_model_cfg_fields[i]));
         if (p.context > preset_context)
             return dt_fail(ctx, DT_ERR_CONFIG, "model.context (%d) exceeds the maximum %d of preset %s",
                            p.context, preset_context, t->preset);
         t->model = p;
     }
-    DT_CHECK(dt_gpt2_config_validate(ctx, &t->model));
+    DT_CHECK(dt_model_config_validate(ctx, &t->model));
     if (t->micro_batch < 1 || t->micro_batch > 65536)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", t->micro_batch);
     if (t->seq_len < 1 || t->seq_len > t->model.context)

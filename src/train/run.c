@@ -25,14 +25,14 @@
 #include "train/straggler.h"
 #include "train/trace_file.h"
 
-dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens) {
+dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens) {
     dt_val_loader_reset(vl);
     int32_t *in, *tg;
     double sum = 0.0;
     long n = 0;
     while (dt_val_loader_next(vl, &in, &tg)) {
         float l;
-        DT_CHECK(dt_gpt2_forward(ctx, m, in, tg, &l));
+        DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
         sum += l;
         n++;
     }
@@ -178,9 +178,9 @@ static void test_aids_read(run_state *r) {
 static void test_aids_after_step(run_state *r, long step, int rank) {
     if (r->perturb_step != step || r->perturb_rank != rank || r->tr.cfg.parallel.strategy == DT_STRAT_ZERO3) return;
     uint32_t u;
-    memcpy(&u, &r->tr.model.params[0], sizeof u);
+    memcpy(&u, &r->tr.model.ps.params[0], sizeof u);
     u ^= 1u;
-    memcpy(&r->tr.model.params[0], &u, sizeof u);
+    memcpy(&r->tr.model.ps.params[0], &u, sizeof u);
 }
 
 static void test_aids_step(const run_state *r, long step, int rank) {
@@ -194,7 +194,7 @@ static void test_aids_step(const run_state *r, long step, int rank) {
 static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
     if (!cfg->ckpt_dir[0]) return DT_OK;
     const dt_train_cfg *t = &cfg->train;
-    dt_shard_piece *pieces = malloc((size_t)r->tr.model.n_units * sizeof *pieces);
+    dt_shard_piece *pieces = malloc((size_t)r->tr.model.ps.n_units * sizeof *pieces);
     char *yaml = NULL;
     size_t ylen = 0;
     FILE *f = open_memstream(&yaml, &ylen);
@@ -330,19 +330,19 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
         dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "
                     "optimisation is no longer the same as without the restart", gb, gb_old);
     /* Parameters: every rank reads the full model file and keeps what it holds. */
-    float *full = malloc(r->tr.model.n_params * sizeof(float));
+    float *full = malloc(r->tr.model.ps.n_params * sizeof(float));
     if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory for the model");
     dt_status st = dt_ckpt_load_params(ctx, dir, &r->tr.model, full);
     if (st == DT_OK) st = dt_parallel_set_params(ctx, r->tr.par, full);
     free(full);
     DT_CHECK(st);
     /* Optimizer state: my pieces, from whichever files hold them (resharding). */
-    dt_shard_piece *pieces = malloc((size_t)r->tr.model.n_units * sizeof *pieces);
+    dt_shard_piece *pieces = malloc((size_t)r->tr.model.ps.n_units * sizeof *pieces);
     if (!pieces) return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory");
     int np = dt_parallel_pieces(r->tr.par, pieces);
     float *mom, *var;
     dt_parallel_moments(r->tr.par, &mom, &var);
-    st = dt_ckpt_load_moments(ctx, dir, r->tr.model.n_params, pieces, np, mom, var);
+    st = dt_ckpt_load_moments(ctx, dir, r->tr.model.ps.n_params, pieces, np, mom, var);
     free(pieces);
     DT_CHECK(st);
     if (r->sampler) {
@@ -355,7 +355,7 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
     r->train_s = tj.train_seconds;
     r->last_loss = (float)tj.loss;
     *start = tj.step;
-    double bytes = (double)r->tr.model.n_params * 4.0;
+    double bytes = (double)r->tr.model.ps.n_params * 4.0;
     size_t shard;
     dt_parallel_shard(r->tr.par, &shard);
     bytes += 8.0 * (double)shard;
@@ -371,10 +371,10 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
 
 /* model.init_from: every rank reads the weights and keeps what it holds. */
 static dt_status init_weights(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
-    float *full = calloc(r->tr.model.n_params, sizeof(float));
+    float *full = calloc(r->tr.model.ps.n_params, sizeof(float));
     if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
-    dt_gpt2 view = r->tr.model;
-    view.params = full;
+    dt_model view = r->tr.model;
+    view.ps.params = full;
     dt_status st = dt_model_import(ctx, &view, cfg->init_from);
     if (st == DT_OK) st = dt_parallel_set_params(ctx, r->tr.par, full);
     free(full);
@@ -388,8 +388,8 @@ static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *
     DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full));
     dt_status st = DT_OK;
     if (ctx->rank == 0) {
-        dt_gpt2 view = r->tr.model; /* same model, reading the full parameters */
-        view.params = full;
+        dt_model view = r->tr.model; /* same model, reading the full parameters */
+        view.ps.params = full;
         st = dt_model_file_save(ctx, &view, file, cfg->tokenizer, step);
     }
     dt_parallel_release_full_params(r->tr.par, full);
@@ -432,7 +432,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     size_t shard;
     dt_parallel_shard(r.tr.par, &shard);
     dt_log_info(ctx, "memory bytes: psi=%zu shard=%zu params=%zu grads=%zu optimizer=%zu",
-                r.tr.model.n_params, shard, al->cur[DT_MEM_PARAMS], al->cur[DT_MEM_GRADS],
+                r.tr.model.ps.n_params, shard, al->cur[DT_MEM_PARAMS], al->cur[DT_MEM_GRADS],
                 al->cur[DT_MEM_OPTIM]);
     long start = 0;
     int resumed = 0;
@@ -453,11 +453,11 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         snprintf(metrics_path, sizeof metrics_path, "%s", cfg->metrics);
     DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 && metrics_path[0] ? metrics_path : NULL, mode,
                                   t->steps, start > 0));
-    const dt_gpt2_config *mc = &r.tr.model.cfg;
+    const dt_model_config *mc = &r.tr.model.cfg;
     double peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : dt_matmul_peak_gflops(2048, 3, NULL);
     dt_log_info(ctx, "model %s: %d layers, d_model %d, %d heads, vocab %d (padded %d), %.2fM params",
                 t->preset[0] ? t->preset : "custom", mc->n_layer, mc->d_model, mc->n_head, mc->vocab,
-                mc->vocab_padded, (double)dt_gpt2_num_params(mc) / 1e6);
+                mc->vocab_padded, (double)dt_model_num_params(mc) / 1e6);
     char isa[320];
     dt_isa_describe(isa, sizeof isa);
     dt_log_info(ctx, "%s", isa);
@@ -482,7 +482,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_trace_enable(dt_now());
     }
     double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world;
-    double fpt = dt_gpt2_flops_per_token(mc, t->seq_len);
+    double fpt = dt_model_flops_per_token(mc, t->seq_len);
     int preempted = 0;
     for (long s = start + 1; s <= t->steps; s++) {
         dt_step_stats ss;
@@ -491,7 +491,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
         test_aids_after_step(&r, s, rank);
         if (cfg->check_replicas > 0 && (s % cfg->check_replicas == 0 || s == t->steps)) {
-            DT_CHECK_GOTO(dt_replicas_check(ctx, comm, r.tr.par, r.tr.model.n_params, s, &r.replica_hash));
+            DT_CHECK_GOTO(dt_replicas_check(ctx, comm, r.tr.par, r.tr.model.ps.n_params, s, &r.replica_hash));
             r.replica_checks++;
             r.replica_step = s;
         }

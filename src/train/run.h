@@ -10,7 +10,7 @@
 
 #include "comm/comm.h"
 #include "data/loader.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "train/keys.h"
 
 /* Trains as configured on the ranks of comm; save_weights (may be NULL) receives the final
@@ -19,6 +19,6 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
 
 /* Mean loss of m over every batch of the validation loader (forward only); *tokens gets the
  * number of tokens evaluated. The loader is reset first. */
-dt_status dt_eval_loss(dt_ctx *ctx, dt_gpt2 *m, dt_val_loader *vl, double *loss, double *tokens);
+dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens);
 
 #endif

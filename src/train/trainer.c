@@ -14,7 +14,7 @@
 void dt_train_cfg_defaults(dt_train_cfg *c) {
     memset(c, 0, sizeof *c);
     strcpy(c->preset, "gpt2-tiny");
-    c->model = (dt_gpt2_config){2, 64, 4, 256, 256, 64};
+    c->model = (dt_model_config){.n_layer = 2, .d_model = 64, .n_head = 4, .vocab = 256, .context = 64};
     c->micro_batch = 4;
     c->seq_len = 64;
     c->accum = 1;
@@ -68,8 +68,8 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     double avail = ov ? strtod(ov, NULL) : (double)dt_proc_bytes("/proc/meminfo", "MemAvailable");
     if (!(avail > 0)) return DT_OK;
     int world = comm ? dt_comm_size(comm, DT_GROUP_WORLD) : 1, local = comm ? dt_comm_size(comm, DT_GROUP_NODE) : 1;
-    double psi = (double)dt_gpt2_num_params(&cfg->model);
-    double acts = 4.0 * (double)dt_gpt2_act_floats(&cfg->model, cfg->micro_batch, cfg->seq_len);
+    double psi = (double)dt_model_num_params(&cfg->model);
+    double acts = 4.0 * (double)dt_model_act_floats(&cfg->model, cfg->micro_batch, cfg->seq_len);
     double state = 16.0 * psi / world, need = acts + state, have = avail / local;
     if (need <= have) return DT_OK;
     const double g = 1024.0 * 1024.0 * 1024.0;
@@ -105,11 +105,11 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3
      * neither full parameters. */
     dt_strategy strat = cfg->parallel.strategy;
-    DT_CHECK_GOTO(dt_gpt2_init_unsharded(ctx, &tr->model, &cfg->model, &tr->alloc, cfg->micro_batch,
+    DT_CHECK_GOTO(dt_model_init(ctx, &tr->model, &cfg->model, &tr->alloc, cfg->micro_batch,
                                          cfg->seq_len,
                                          strat == DT_STRAT_ZERO3   ? 0
-                                         : strat == DT_STRAT_ZERO2 ? DT_GPT2_SLAB_PARAMS
-                                                                   : DT_GPT2_SLAB_PARAMS | DT_GPT2_SLAB_GRADS));
+                                         : strat == DT_STRAT_ZERO2 ? DT_SLAB_PARAMS
+                                                                   : DT_SLAB_PARAMS | DT_SLAB_GRADS));
     if (!comm) {
         DT_CHECK_GOTO(dt_comm_init_self(ctx, &tr->own_comm));
         comm = tr->own_comm;
@@ -135,7 +135,7 @@ void dt_trainer_free(dt_trainer *tr) {
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->targets, bt);
-    dt_gpt2_free(&tr->model);
+    dt_model_free(&tr->model);
     tr->par = NULL;
     tr->own_comm = NULL;
     tr->inputs = tr->targets = NULL;
@@ -191,7 +191,7 @@ static void add_phase(const dt_trainer *tr, double *tp, double *ex, double *acc)
 static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
                           const int32_t *targets, dt_step_stats *out) {
     double t0 = dt_now(), trs = dt_trace_begin();
-    dt_gpt2 *m = &tr->model;
+    dt_model *m = &tr->model;
     size_t bt = (size_t)m->B * m->T;
     double loss_sum = 0.0;
     int W = dt_comm_size(tr->comm, DT_GROUP_WORLD);
@@ -222,12 +222,12 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         td = dt_trace_begin();
         if (tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             usleep((useconds_t)tr->slow_ms * 1000);
-        DT_CHECK(dt_gpt2_forward(ctx, m, in, tg, &loss));
+        DT_CHECK(dt_model_forward(ctx, m, in, tg, &loss));
         dt_trace_end(td, "fwd", "forward %d", k);
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
         dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
-        dt_gpt2_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
+        dt_model_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
         if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */
         if (tr->spike_step == tr->step + 1 && k == 0 && tr->spike_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))

@@ -12,13 +12,13 @@
 
 #include "core/alloc.h"
 #include "comm/comm.h"
-#include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
 
 typedef struct dt_train_cfg {
     char preset[32];        /* model preset the model fields came from ("" = custom) */
-    dt_gpt2_config model;
+    dt_model_config model;
     int micro_batch;        /* B */
     int seq_len;            /* T */
     int accum;              /* micro-steps per optimizer step */
@@ -44,7 +44,7 @@ typedef dt_status (*dt_batch_fn)(dt_ctx *ctx, void *ud, int k, int32_t **inputs,
 typedef struct dt_trainer {
     dt_train_cfg cfg;
     dt_alloc alloc;
-    dt_gpt2 model;
+    dt_model model;
     dt_comm *comm;      /* the run's communicator (or own_comm) */
     dt_comm *own_comm;  /* single-process communicator when none was given */
     dt_parallel *par;   /* gradient reduction and (sharded) optimizer state */

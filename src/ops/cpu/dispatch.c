@@ -23,14 +23,42 @@ void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
     dt_cpu_kernels_get()->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int C,
-                          int NH) {
-    dt_cpu_kernels_get()->attention_forward(out, lse, qkv, B, T, C, NH);
+void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                          int NKV, int hs, int causal) {
+    dt_cpu_kernels_get()->attention_forward(out, lse, qkv, B, T, NH, NKV, hs, causal);
 }
 
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int C, int NH) {
-    dt_cpu_kernels_get()->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+                           const float *lse, int B, int T, int NH, int NKV, int hs,
+                           int causal) {
+    dt_cpu_kernels_get()->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs,
+                                             causal);
+}
+
+void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                        float eps) {
+    dt_cpu_kernels_get()->rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+}
+
+void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int N, int C) {
+    dt_cpu_kernels_get()->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, float theta) {
+    dt_cpu_kernels_get()->rope_forward(qkv, B, T, NH, NKV, hs, theta);
+}
+
+void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
+    dt_cpu_kernels_get()->rope_backward(dqkv, B, T, NH, NKV, hs, theta);
+}
+
+void dt_swiglu_forward(float *out, const float *inp, int N, int F) {
+    dt_cpu_kernels_get()->swiglu_forward(out, inp, N, F);
+}
+
+void dt_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) {
+    dt_cpu_kernels_get()->swiglu_backward(dinp, inp, dout, N, F);
 }
 
 void dt_gelu_forward(float *out, const float *inp, int N) {

@@ -30,11 +30,19 @@ typedef struct dt_cpu_kernels {
                                const float *rstd, int N, int C);
     /* dbias (OC) += column sums of dout (N,OC). */
     void (*bias_backward)(float *dbias, const float *dout, int N, int OC);
-    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
-                              int NH);
+    void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                              int NKV, int hs, int causal);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *out, const float *lse, int B, int T, int C,
-                               int NH);
+                               const float *out, const float *lse, int B, int T, int NH,
+                               int NKV, int hs, int causal);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
+                            int C, float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int N, int C);
+    void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, float theta);
+    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta);
+    void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+    void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
     void (*gelu_forward)(float *out, const float *inp, int N);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
     void (*residual_forward)(float *out, const float *a, const float *b, int N);

@@ -1,5 +1,6 @@
-/* Naive double-precision causal attention: the full (T,T) probability matrix per head, and
- * a backward pass written from the definition of softmax, not from the flash identities. */
+/* Naive double-precision attention (grouped-query, causal or not): the full (T,T)
+ * probability matrix per head, and a backward pass written from the definition of softmax,
+ * not from the flash identities. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,81 +8,88 @@
 #include "core/status.h"
 #include "ops/ops_ref.h"
 
-void dt_ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C,
-                              int NH) {
-    const int hs = C / NH;
+/* Probabilities of query head h of batch b: P (T,T), rows sum to 1 over the keys seen. */
+static void ref_probs(double *P, double *lse_row, const double *qkv, int b, int h, int T,
+                      int NH, int NKV, int hs, int causal) {
+    const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+    const int kvh = h / (NH / NKV);
     const double scale = 1.0 / sqrt((double)hs);
-    double *att = malloc((size_t)T * T * sizeof(double));
-    DT_ASSERT(att != NULL);
+    for (int i = 0; i < T; i++) {
+        const double *q = qkv + ((size_t)b * T + i) * ld + (size_t)h * hs;
+        const int nk = causal ? i + 1 : T;
+        double *row = P + (size_t)i * T, m = -INFINITY;
+        for (int j = 0; j < nk; j++) {
+            const double *k = qkv + ((size_t)b * T + j) * ld + (size_t)(NH + kvh) * hs;
+            double s = 0.0;
+            for (int d = 0; d < hs; d++) s += q[d] * k[d];
+            row[j] = s * scale;
+            if (row[j] > m) m = row[j];
+        }
+        double sum = 0.0;
+        for (int j = 0; j < nk; j++) sum += exp(row[j] - m);
+        lse_row[i] = m + log(sum);
+        for (int j = 0; j < nk; j++) row[j] = exp(row[j] - m) / sum;
+        for (int j = nk; j < T; j++) row[j] = 0.0;
+    }
+}
+
+void dt_ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int NH,
+                              int NKV, int hs, int causal) {
+    const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
+    double *P = malloc((size_t)T * T * sizeof(double));
+    DT_ASSERT(P != NULL);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            for (int i = 0; i < T; i++) {
-                const double *q = qkv + ((size_t)b * T + i) * 3 * C + (size_t)h * hs;
-                double *row = att + (size_t)i * T;
-                double m = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    const double *k = qkv + ((size_t)b * T + j) * 3 * C + C + (size_t)h * hs;
-                    double s = 0.0;
-                    for (int d = 0; d < hs; d++) s += q[d] * k[d];
-                    row[j] = s * scale;
-                    if (row[j] > m) m = row[j];
-                }
-                double sum = 0.0;
-                for (int j = 0; j <= i; j++) sum += exp(row[j] - m);
-                lse[((size_t)b * NH + h) * T + i] = m + log(sum);
-                for (int j = 0; j <= i; j++) row[j] = exp(row[j] - m) / sum;
-                for (int j = i + 1; j < T; j++) row[j] = 0.0;
-            }
-            for (int i = 0; i < T; i++) {
-                double *o = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+            const int kvh = h / (NH / NKV);
+            ref_probs(P, lse + ((size_t)b * NH + h) * T, qkv, b, h, T, NH, NKV, hs, causal);
+            for (int i = 0; i < T; i++)
                 for (int d = 0; d < hs; d++) {
                     double acc = 0.0;
                     for (int j = 0; j < T; j++)
-                        acc += att[(size_t)i * T + j] *
-                               qkv[((size_t)b * T + j) * 3 * C + 2 * C + (size_t)h * hs + d];
-                    o[d] = acc;
+                        acc += P[(size_t)i * T + j] *
+                               qkv[((size_t)b * T + j) * ld + (size_t)(NH + NKV + kvh) * hs + d];
+                    out[((size_t)b * T + i) * ldo + (size_t)h * hs + d] = acc;
                 }
-            }
         }
-    free(att);
+    free(P);
 }
 
-/* out is unused: D_i = sum_j P_ij dP_ij is taken from the softmax Jacobian itself rather
- * than from the identity D_i = dO_i . O_i the fast kernel relies on. */
+/* out and lse are unused: P is recomputed from qkv, and D_i = sum_j P_ij dP_ij is taken
+ * from the softmax Jacobian itself rather than from the identity D_i = dO_i . O_i the fast
+ * kernel relies on. */
 void dt_ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
-                               const double *out, const double *lse, int B, int T, int C,
-                               int NH) {
-    (void)out;
-    const int hs = C / NH;
+                               const double *out, const double *lse, int B, int T, int NH,
+                               int NKV, int hs, int causal) {
+    (void)out, (void)lse;
     const double scale = 1.0 / sqrt((double)hs);
-    const size_t ld = (size_t)3 * C;
+    const size_t ld = (size_t)(NH + 2 * NKV) * hs, ldo = (size_t)NH * hs;
     double *P = malloc((size_t)T * T * sizeof(double));
     double *dP = malloc((size_t)T * T * sizeof(double));
-    DT_ASSERT(P != NULL && dP != NULL);
+    double *lrow = malloc((size_t)T * sizeof(double));
+    DT_ASSERT(P != NULL && dP != NULL && lrow != NULL);
     memset(dqkv, 0, (size_t)B * T * ld * sizeof(double));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
+            const int kvh = h / (NH / NKV);
             const double *Q = qkv + (size_t)b * T * ld + (size_t)h * hs;
-            const double *K = Q + C, *V = Q + 2 * C;
-            const double *dO = dout + (size_t)b * T * C + (size_t)h * hs;
+            const double *K = qkv + (size_t)b * T * ld + (size_t)(NH + kvh) * hs;
+            const double *V = qkv + (size_t)b * T * ld + (size_t)(NH + NKV + kvh) * hs;
+            const double *dO = dout + (size_t)b * T * ldo + (size_t)h * hs;
             double *dQ = dqkv + (size_t)b * T * ld + (size_t)h * hs;
-            double *dK = dQ + C, *dV = dQ + 2 * C;
+            double *dK = dqkv + (size_t)b * T * ld + (size_t)(NH + kvh) * hs;
+            double *dV = dqkv + (size_t)b * T * ld + (size_t)(NH + NKV + kvh) * hs;
+            ref_probs(P, lrow, qkv, b, h, T, NH, NKV, hs, causal);
             for (int i = 0; i < T; i++)
                 for (int j = 0; j < T; j++) {
-                    double s = 0.0, dp = 0.0;
-                    for (int d = 0; d < hs; d++) {
-                        s += Q[i * ld + d] * K[j * ld + d];
-                        dp += dO[(size_t)i * C + d] * V[j * ld + d];
-                    }
-                    P[(size_t)i * T + j] =
-                        j <= i ? exp(s * scale - lse[((size_t)b * NH + h) * T + i]) : 0.0;
+                    double dp = 0.0;
+                    for (int d = 0; d < hs; d++) dp += dO[(size_t)i * ldo + d] * V[j * ld + d];
                     dP[(size_t)i * T + j] = dp;
                 }
-            /* out_i = sum_j P_ij v_j  =>  dV_j = sum_i P_ij dO_i. */
+            /* out_i = sum_j P_ij v_j  =>  dV_j += sum_i P_ij dO_i (summed over the group). */
             for (int j = 0; j < T; j++)
                 for (int i = 0; i < T; i++)
                     for (int d = 0; d < hs; d++)
-                        dV[j * ld + d] += P[(size_t)i * T + j] * dO[(size_t)i * C + d];
+                        dV[j * ld + d] += P[(size_t)i * T + j] * dO[(size_t)i * ldo + d];
             /* Softmax Jacobian: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik); S = scale q.k. */
             for (int i = 0; i < T; i++) {
                 double Di = 0.0;
@@ -95,6 +103,5 @@ void dt_ref_attention_backward(double *dqkv, const double *dout, const double *q
                 }
             }
         }
-    free(P);
-    free(dP);
+    free(P), free(dP), free(lrow);
 }

@@ -11,7 +11,7 @@ void dt_ref_encoder_forward(double *out, const int32_t *tokens, const double *wt
         for (int t = 0; t < T; t++)
             for (int i = 0; i < C; i++)
                 out[((size_t)b * T + t) * C + i] =
-                    wte[(size_t)tokens[b * T + t] * C + i] + wpe[(size_t)t * C + i];
+                    wte[(size_t)tokens[b * T + t] * C + i] + (wpe ? wpe[(size_t)t * C + i] : 0.0);
 }
 
 void dt_ref_encoder_backward(double *dwte, double *dwpe, const double *dout,
@@ -21,7 +21,7 @@ void dt_ref_encoder_backward(double *dwte, double *dwpe, const double *dout,
             for (int i = 0; i < C; i++) {
                 double d = dout[((size_t)b * T + t) * C + i];
                 dwte[(size_t)tokens[b * T + t] * C + i] += d;
-                dwpe[(size_t)t * C + i] += d;
+                if (dwpe) dwpe[(size_t)t * C + i] += d;
             }
 }
 
@@ -131,5 +131,78 @@ void dt_ref_crossentropy_backward(double *dlogits, const double *logits, const d
             double p = v < V ? exp(logits[(size_t)n * Vp + v] - lse[n]) : 0.0;
             double y = v == targets[n] ? 1.0 : 0.0;
             dlogits[(size_t)n * Vp + v] = v < V ? (p - y) * dloss : 0.0;
+        }
+}
+
+void dt_ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *w,
+                            int N, int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C;
+        double ss = 0.0;
+        for (int i = 0; i < C; i++) ss += x[i] * x[i];
+        double s = 1.0 / sqrt(ss / C + eps);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = x[i] * s * w[i];
+        rstd[n] = s;
+    }
+}
+
+void dt_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp,
+                             const double *w, const double *rstd, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+        const double s = rstd[n];
+        /* y_i = x_i s w_i, s = (mean(x^2) + eps)^(-1/2), ds/dx_j = -s^3 x_j / C:
+         * dx_j = s g_j w_j - s^3 x_j / C sum_i g_i w_i x_i. */
+        double a = 0.0;
+        for (int i = 0; i < C; i++) {
+            a += g[i] * w[i] * x[i];
+            dw[i] += g[i] * x[i] * s;
+        }
+        for (int j = 0; j < C; j++)
+            dinp[(size_t)n * C + j] += s * g[j] * w[j] - s * s * s * x[j] * a / C;
+    }
+}
+
+static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, double theta,
+                     double sign) {
+    const int h2 = hs / 2;
+    const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH + NKV; h++) {
+                double *x = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
+                for (int i = 0; i < h2; i++) {
+                    const double a = t * pow(theta, -2.0 * i / hs);
+                    const double c = cos(a), s = sign * sin(a);
+                    const double lo = x[i], hi = x[i + h2];
+                    x[i] = lo * c - hi * s;
+                    x[i + h2] = hi * c + lo * s;
+                }
+            }
+}
+
+void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, double theta) {
+    ref_rope(qkv, B, T, NH, NKV, hs, theta, 1.0);
+}
+
+void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, double theta) {
+    ref_rope(dqkv, B, T, NH, NKV, hs, theta, -1.0);
+}
+
+void dt_ref_swiglu_forward(double *out, const double *inp, int N, int F) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            const double g = inp[(size_t)n * 2 * F + i], u = inp[(size_t)n * 2 * F + F + i];
+            out[(size_t)n * F + i] = g / (1.0 + exp(-g)) * u;
+        }
+}
+
+void dt_ref_swiglu_backward(double *dinp, const double *inp, const double *dout, int N, int F) {
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < F; i++) {
+            const double g = inp[(size_t)n * 2 * F + i], u = inp[(size_t)n * 2 * F + F + i];
+            const double d = dout[(size_t)n * F + i], s = 1.0 / (1.0 + exp(-g));
+            dinp[(size_t)n * 2 * F + i] = d * u * (s + g * s * (1.0 - s));
+            dinp[(size_t)n * 2 * F + F + i] = d * g * s;
         }
 }

@@ -1,20 +1,28 @@
-/* Causal multi-head attention, flash-style, fp32 (one body for every ISA path: simd.h).
+/* Multi-head attention, flash-style, fp32 (one body for every ISA path: simd.h): causal or
+ * bidirectional, with grouped-query heads (NKV key/value heads shared by NH query heads).
  *
- * Each (batch, head) pair is owned by one thread, so results do not depend on scheduling.
- * The thread first gathers its head out of the strided qkv rows into padded scratch: row
- * operands (Q, K, V, dO) as (Tp, hsp) and K^T, V^T as (hs, Tp), with Tp = T rounded up to
- * the tile size DT_ATT_BLK and hsp = hs rounded up to 16. Zero padding lets every tile be
- * full and every row a whole number of vectors (16 floats is a multiple of every VW);
- * padded keys are masked, padded query rows are never written.
+ * qkv rows are packed as NH q-heads | NKV k-heads | NKV v-heads, hs floats each; query head
+ * h reads kv head h / (NH/NKV). Plain multi-head attention is NKV == NH, and then every
+ * floating-point operation, and its order, is that of the original causal MHA kernel.
  *
- * Forward: for each query tile, walk the key tiles at or before the diagonal (later tiles
- * are fully masked and skipped), keeping a running max m and sum l per row (online
- * softmax) and rescaling the output accumulator when m grows. lse = m + log(l) is saved.
+ * The thread owning a head first gathers it out of the strided qkv rows into padded
+ * scratch: row operands (Q, K, V, dO) as (Tp, hsp) and K^T, V^T as (hs, Tp), with Tp = T
+ * rounded up to the tile size DT_ATT_BLK and hsp = hs rounded up to 16. Zero padding lets
+ * every tile be full and every row a whole number of vectors (16 floats is a multiple of
+ * every VW); padded keys are masked, padded query rows are never written.
  *
- * Backward: for each key tile (dK, dV accumulators stay hot), walk the query tiles at or
- * after it; P = exp(S - lse) is recomputed, D = rowsum(dO * O), dS = P (dP - D) scale, and
- * dV += P^T dO, dK += dS^T Q, dQ += dS K. Every product is one small GEMM on a tile; the
- * transposed operands are read through strides instead of being copied.
+ * Forward, one task per (batch, query head): for each query tile, walk the key tiles (in
+ * causal mode only those at or before the diagonal: later tiles are fully masked), keeping
+ * a running max m and sum l per row (online softmax) and rescaling the output accumulator
+ * when m grows. lse = m + log(l) is saved.
+ *
+ * Backward, one task per (batch, kv head), so dK and dV of a kv head are summed over its
+ * query heads in a fixed order (ascending h) without atomics. For each query head, for each
+ * key tile (dK, dV accumulators stay hot), walk the query tiles that see it; P = exp(S -
+ * lse) is recomputed, D = rowsum(dO * O), dS = P (dP - D) scale, and dV += P^T dO,
+ * dK += dS^T Q, dQ += dS K. Every product is one small GEMM on a tile; the transposed
+ * operands are read through strides instead of being copied. Parallelism is B * NKV tasks
+ * (B for multi-query attention).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -122,18 +130,52 @@ static void gather_cols(float *dst, const float *src, size_t ld, int T, int Tp, 
     }
 }
 
-/* Scales one row of scores and masks keys c >= nvalid (the causal boundary) to -inf. */
+/* Scales one row of scores and masks keys c >= nvalid (the causal boundary, or the end of
+ * the sequence) to -inf. */
 static void scale_mask_row(float *s, float scale, int nvalid) {
     vk_scale(s, scale, DT_ATT_BLK);
     for (int c = nvalid; c < DT_ATT_BLK; c++) s[c] = -INFINITY;
 }
 
-void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
-                          int NH) {
-    const int hs = C / NH, hsp = round_up(hs, 16), Tp = round_up(T, DT_ATT_BLK);
-    const int nb = Tp / DT_ATT_BLK, BL = DT_ATT_BLK;
-    const float scale = 1.0f / sqrtf((float)hs);
-    const size_t ld = (size_t)3 * C;
+/* Keys of key tile j0 that row r of query tile i0 sees. Causal: tiles are aligned, so on
+ * the diagonal row r sees keys 0..r (and tiles after the diagonal are never visited).
+ * Bidirectional: every key before T. Every valid row sees at least one key, so its max is
+ * finite after the first tile. */
+static inline int keys_seen(int causal, int i0, int j0, int r, int T) {
+    if (causal) return i0 == j0 ? r + 1 : DT_ATT_BLK;
+    return T - j0 < DT_ATT_BLK ? T - j0 : DT_ATT_BLK;
+}
+
+/* Geometry of one call: the packed qkv row and where each head starts in it. */
+typedef struct att_geom {
+    int T, Tp, nb, NH, NKV, hs, hsp, causal;
+    size_t ld;   /* floats per qkv row: (NH + 2 NKV) hs */
+    size_t ldo;  /* floats per out / dout row: NH hs */
+    float scale; /* 1 / sqrt(hs) */
+} att_geom;
+
+static att_geom geom(int T, int NH, int NKV, int hs, int causal) {
+    DT_ASSERT(NKV > 0 && NH % NKV == 0 && hs > 0 && T >= 0);
+    att_geom g;
+    g.T = T, g.Tp = round_up(T, DT_ATT_BLK), g.nb = g.Tp / DT_ATT_BLK;
+    g.NH = NH, g.NKV = NKV, g.hs = hs, g.hsp = round_up(hs, 16), g.causal = causal;
+    g.ld = (size_t)(NH + 2 * NKV) * hs, g.ldo = (size_t)NH * hs;
+    g.scale = 1.0f / sqrtf((float)hs);
+    return g;
+}
+
+/* Offsets in a qkv row of query head h, and of key and value head kvh. */
+static size_t q_off(const att_geom *g, int h) { return (size_t)h * g->hs; }
+static size_t k_off(const att_geom *g, int kvh) { return (size_t)(g->NH + kvh) * g->hs; }
+static size_t v_off(const att_geom *g, int kvh) {
+    return (size_t)(g->NH + g->NKV + kvh) * g->hs;
+}
+
+void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                             int NKV, int hs, int causal) {
+    const att_geom g = geom(T, NH, NKV, hs, causal);
+    const int hsp = g.hsp, Tp = g.Tp, nb = g.nb, BL = DT_ATT_BLK, group = NH / NKV;
+    const float scale = g.scale;
 #pragma omp parallel
     {
         float *q = scratch((size_t)Tp * hsp), *v = scratch((size_t)Tp * hsp);
@@ -142,23 +184,21 @@ void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, in
         float m[DT_ATT_BLK], l[DT_ATT_BLK];
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
-            const int b = bh / NH, h = bh % NH;
-            const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-            gather_rows(q, base, ld, T, Tp, hs, hsp);
-            gather_cols(kt, base + C, ld, T, Tp, hs);
-            gather_rows(v, base + 2 * C, ld, T, Tp, hs, hsp);
+            const int b = bh / NH, h = bh % NH, kvh = h / group;
+            const float *row0 = qkv + (size_t)b * T * g.ld;
+            gather_rows(q, row0 + q_off(&g, h), g.ld, T, Tp, hs, hsp);
+            gather_cols(kt, row0 + k_off(&g, kvh), g.ld, T, Tp, hs);
+            gather_rows(v, row0 + v_off(&g, kvh), g.ld, T, Tp, hs, hsp);
             for (int ib = 0; ib < nb; ib++) {
-                const int i0 = ib * BL;
+                const int i0 = ib * BL, jend = causal ? ib : nb - 1;
                 memset(o, 0, (size_t)BL * hsp * sizeof(float));
                 for (int r = 0; r < BL; r++) m[r] = -INFINITY, l[r] = 0.0f;
-                for (int jb = 0; jb <= ib; jb++) {
+                for (int jb = 0; jb <= jend; jb++) {
                     const int j0 = jb * BL;
                     tile_mm(s, BL, q + (size_t)i0 * hsp, hsp, 1, kt + j0, Tp, BL, BL, hs, 0);
                     for (int r = 0; r < BL; r++) {
                         float *sr = s + r * BL;
-                        /* Tiles are aligned, so on the diagonal row r sees keys 0..r; every
-                         * row has a finite max and m never stays -inf after a tile. */
-                        scale_mask_row(sr, scale, jb == ib ? r + 1 : BL);
+                        scale_mask_row(sr, scale, keys_seen(causal, i0, j0, r, T));
                         float mnew = fmaxf(m[r], vk_max(sr, BL));
                         float corr = dt_k_expf(m[r] - mnew); /* 0 on the first tile */
                         l[r] = l[r] * corr + vk_exp_sum(sr, sr, mnew, BL);
@@ -173,7 +213,7 @@ void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, in
                 for (int r = 0; r < BL && i0 + r < T; r++) {
                     const int t = i0 + r;
                     const float inv = 1.0f / l[r];
-                    float *dst = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                    float *dst = out + ((size_t)b * T + t) * g.ldo + q_off(&g, h);
                     for (int d = 0; d < hs; d++) dst[d] = o[(size_t)r * hsp + d] * inv;
                     lse[((size_t)b * NH + h) * T + t] = m[r] + logf(l[r]);
                 }
@@ -191,52 +231,52 @@ typedef struct att_bwd_buf {
     float *p, *ds;                      /* (BLK, BLK) tiles */
 } att_bwd_buf;
 
-/* Gathers head h of batch b and zeroes the gradient accumulators. */
-static void bwd_load(att_bwd_buf *w, const float *dout, const float *qkv, const float *out,
-                     const float *lse, int b, int h, int T, int Tp, int C, int NH, int hs,
-                     int hsp) {
-    const size_t ld = (size_t)3 * C;
-    const float *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    const float *obase = out + (size_t)b * T * C + (size_t)h * hs;
-    const float *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
-    gather_rows(w->q, base, ld, T, Tp, hs, hsp);
-    gather_rows(w->k, base + C, ld, T, Tp, hs, hsp);
-    gather_cols(w->kt, base + C, ld, T, Tp, hs);
-    gather_cols(w->vt, base + 2 * C, ld, T, Tp, hs);
-    gather_rows(w->dout, dbase, (size_t)C, T, Tp, hs, hsp);
-    for (int t = 0; t < Tp; t++) {
-        w->D[t] = t < T ? vk_dot(w->dout + (size_t)t * hsp, obase + (size_t)t * C, hs) : 0.0f;
-        w->L[t] = t < T ? lse[((size_t)b * NH + h) * T + t] : 0.0f;
-    }
-    size_t n = (size_t)Tp * hsp * sizeof(float);
-    memset(w->dq, 0, n), memset(w->dk, 0, n), memset(w->dv, 0, n);
+/* Gathers kv head kvh of batch b and zeroes its gradient accumulators. */
+static void bwd_load_kv(att_bwd_buf *w, const float *qkv, const att_geom *g, int b, int kvh) {
+    const float *row0 = qkv + (size_t)b * g->T * g->ld;
+    gather_rows(w->k, row0 + k_off(g, kvh), g->ld, g->T, g->Tp, g->hs, g->hsp);
+    gather_cols(w->kt, row0 + k_off(g, kvh), g->ld, g->T, g->Tp, g->hs);
+    gather_cols(w->vt, row0 + v_off(g, kvh), g->ld, g->T, g->Tp, g->hs);
+    size_t n = (size_t)g->Tp * g->hsp * sizeof(float);
+    memset(w->dk, 0, n), memset(w->dv, 0, n);
 }
 
-/* Writes the head's dQ, dK, dV into its slices of dqkv (every element of dqkv belongs to
- * exactly one head, so together the heads overwrite all of it). */
-static void bwd_store(float *dqkv, const att_bwd_buf *w, int b, int h, int T, int C, int hs,
-                      int hsp) {
-    const size_t ld = (size_t)3 * C;
-    float *base = dqkv + (size_t)b * T * ld + (size_t)h * hs;
-    for (int t = 0; t < T; t++) {
-        float *row = base + (size_t)t * ld;
-        memcpy(row, w->dq + (size_t)t * hsp, (size_t)hs * sizeof(float));
-        memcpy(row + C, w->dk + (size_t)t * hsp, (size_t)hs * sizeof(float));
-        memcpy(row + 2 * C, w->dv + (size_t)t * hsp, (size_t)hs * sizeof(float));
+/* Gathers query head h of batch b (Q, dO, D, lse) and zeroes its dQ accumulator. */
+static void bwd_load_q(att_bwd_buf *w, const float *dout, const float *qkv, const float *out,
+                       const float *lse, const att_geom *g, int b, int h) {
+    const int T = g->T, Tp = g->Tp, hs = g->hs, hsp = g->hsp;
+    const float *obase = out + (size_t)b * T * g->ldo + q_off(g, h);
+    const float *dbase = dout + (size_t)b * T * g->ldo + q_off(g, h);
+    gather_rows(w->q, qkv + (size_t)b * T * g->ld + q_off(g, h), g->ld, T, Tp, hs, hsp);
+    gather_rows(w->dout, dbase, g->ldo, T, Tp, hs, hsp);
+    for (int t = 0; t < Tp; t++) {
+        w->D[t] = t < T ? vk_dot(w->dout + (size_t)t * hsp, obase + (size_t)t * g->ldo, hs)
+                        : 0.0f;
+        w->L[t] = t < T ? lse[((size_t)b * g->NH + h) * T + t] : 0.0f;
     }
+    memset(w->dq, 0, (size_t)Tp * hsp * sizeof(float));
+}
+
+/* Writes rows of acc (Tp, hsp) into the slice of dqkv at column offset off (every element
+ * of dqkv belongs to exactly one head, so together the heads overwrite all of it). */
+static void bwd_store(float *dqkv, const float *acc, const att_geom *g, int b, size_t off) {
+    float *base = dqkv + (size_t)b * g->T * g->ld + off;
+    for (int t = 0; t < g->T; t++)
+        memcpy(base + (size_t)t * g->ld, acc + (size_t)t * g->hsp,
+               (size_t)g->hs * sizeof(float));
 }
 
 /* One (query tile i0, key tile j0) step of the backward pass. Padded query rows have
  * dO = 0 and D = 0, hence dS = 0: they add exact zeros. */
-static void bwd_tile(att_bwd_buf *w, int i0, int j0, int diag, int Tp, int hs, int hsp,
-                     float scale) {
-    const int BL = DT_ATT_BLK;
+static void bwd_tile(att_bwd_buf *w, const att_geom *g, int i0, int j0) {
+    const int BL = DT_ATT_BLK, Tp = g->Tp, hs = g->hs, hsp = g->hsp;
+    const float scale = g->scale;
     float *p = w->p, *ds = w->ds;
     tile_mm(p, BL, w->q + (size_t)i0 * hsp, hsp, 1, w->kt + j0, Tp, BL, BL, hs, 0);
     tile_mm(ds, BL, w->dout + (size_t)i0 * hsp, hsp, 1, w->vt + j0, Tp, BL, BL, hs, 0);
     for (int r = 0; r < BL; r++) {
         float *pr = p + r * BL, *dr = ds + r * BL;
-        scale_mask_row(pr, scale, diag ? r + 1 : BL);
+        scale_mask_row(pr, scale, keys_seen(g->causal, i0, j0, r, g->T));
         vk_exp_sum(pr, pr, w->L[i0 + r], BL);
         const float Di = w->D[i0 + r];
         const vf vd = vf_set1(Di), vs = vf_set1(scale);
@@ -252,30 +292,34 @@ static void bwd_tile(att_bwd_buf *w, int i0, int j0, int diag, int Tp, int hs, i
             BL, 1);
 }
 
-void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *out,
-                           const float *lse, int B, int T, int C, int NH) {
-    const int hs = C / NH, hsp = round_up(hs, 16), Tp = round_up(T, DT_ATT_BLK);
-    const int nb = Tp / DT_ATT_BLK;
-    const float scale = 1.0f / sqrtf((float)hs);
+void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                              const float *out, const float *lse, int B, int T, int NH,
+                              int NKV, int hs, int causal) {
+    const att_geom g = geom(T, NH, NKV, hs, causal);
+    const int nb = g.nb, BL = DT_ATT_BLK, group = NH / NKV;
 #pragma omp parallel
     {
         att_bwd_buf w;
-        const size_t nrow = (size_t)Tp * hsp, ncol = (size_t)hs * Tp;
+        const size_t nrow = (size_t)g.Tp * g.hsp, ncol = (size_t)hs * g.Tp;
         w.q = scratch(nrow), w.k = scratch(nrow), w.dout = scratch(nrow);
         w.dq = scratch(nrow), w.dk = scratch(nrow), w.dv = scratch(nrow);
         w.kt = scratch(ncol), w.vt = scratch(ncol);
-        w.D = scratch((size_t)Tp), w.L = scratch((size_t)Tp);
-        w.p = scratch((size_t)DT_ATT_BLK * DT_ATT_BLK);
-        w.ds = scratch((size_t)DT_ATT_BLK * DT_ATT_BLK);
+        w.D = scratch((size_t)g.Tp), w.L = scratch((size_t)g.Tp);
+        w.p = scratch((size_t)BL * BL);
+        w.ds = scratch((size_t)BL * BL);
 #pragma omp for schedule(static)
-        for (int bh = 0; bh < B * NH; bh++) {
-            const int b = bh / NH, h = bh % NH;
-            bwd_load(&w, dout, qkv, out, lse, b, h, T, Tp, C, NH, hs, hsp);
-            for (int jb = 0; jb < nb; jb++)
-                for (int ib = jb; ib < nb; ib++)
-                    bwd_tile(&w, ib * DT_ATT_BLK, jb * DT_ATT_BLK, ib == jb, Tp, hs, hsp,
-                             scale);
-            bwd_store(dqkv, &w, b, h, T, C, hs, hsp);
+        for (int bk = 0; bk < B * NKV; bk++) {
+            const int b = bk / NKV, kvh = bk % NKV;
+            bwd_load_kv(&w, qkv, &g, b, kvh);
+            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                bwd_load_q(&w, dout, qkv, out, lse, &g, b, h);
+                for (int jb = 0; jb < nb; jb++)
+                    for (int ib = causal ? jb : 0; ib < nb; ib++)
+                        bwd_tile(&w, &g, ib * BL, jb * BL);
+                bwd_store(dqkv, w.dq, &g, b, q_off(&g, h));
+            }
+            bwd_store(dqkv, w.dk, &g, b, k_off(&g, kvh));
+            bwd_store(dqkv, w.dv, &g, b, v_off(&g, kvh));
         }
         free(w.q), free(w.k), free(w.dout), free(w.dq), free(w.dk), free(w.dv);
         free(w.kt), free(w.vt), free(w.D), free(w.L), free(w.p), free(w.ds);

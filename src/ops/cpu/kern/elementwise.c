@@ -72,9 +72,13 @@ void DT_K(residual_forward)(float *out, const float *a, const float *b, int N) {
 void DT_K(encoder_forward)(float *out, const int32_t *tokens, const float *wte,
                            const float *wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < B * T; bt++)
-        vk_add(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C, wpe + (size_t)(bt % T) * C,
-               C);
+    for (int bt = 0; bt < B * T; bt++) {
+        if (wpe)
+            vk_add(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C,
+                   wpe + (size_t)(bt % T) * C, C);
+        else
+            memcpy(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C, (size_t)C * sizeof(float));
+    }
 }
 
 void DT_K(encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
@@ -88,7 +92,7 @@ void DT_K(encoder_backward)(float *dwte, float *dwpe, const float *dout, const i
         for (int bt = 0; bt < B * T && c0 < c1; bt++) {
             const float *d = dout + (size_t)bt * C + c0;
             vk_acc(dwte + (size_t)tokens[bt] * C + c0, d, c1 - c0);
-            vk_acc(dwpe + (size_t)(bt % T) * C + c0, d, c1 - c0);
+            if (dwpe) vk_acc(dwpe + (size_t)(bt % T) * C + c0, d, c1 - c0);
         }
     }
 }

@@ -19,10 +19,19 @@ void DT_K(layernorm_backward)(float *dinp, float *dw, float *db, const float *do
                               const float *inp, const float *w, const float *mean,
                               const float *rstd, int N, int C);
 void DT_K(bias_backward)(float *dbias, const float *dout, int N, int OC);
-void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int C,
-                             int NH);
+void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                             int NKV, int hs, int causal);
 void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                              const float *out, const float *lse, int B, int T, int C, int NH);
+                              const float *out, const float *lse, int B, int T, int NH,
+                              int NKV, int hs, int causal);
+void DT_K(rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
+                           int C, float eps);
+void DT_K(rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const float *rstd, int N, int C);
+void DT_K(rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, float theta);
+void DT_K(rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta);
+void DT_K(swiglu_forward)(float *out, const float *inp, int N, int F);
+void DT_K(swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 void DT_K(gelu_forward)(float *out, const float *inp, int N);
 void DT_K(gelu_backward)(float *dinp, const float *inp, const float *dout, int N);
 void DT_K(residual_forward)(float *out, const float *a, const float *b, int N);

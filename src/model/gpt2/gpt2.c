@@ -1,0 +1,307 @@
+/* GPT-2: presets, the parameter table (gpt2_params.h), forward, backward. */
+#include "model/gpt2/gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/timer.h"
+#include "core/trace.h"
+#include "model/family_impl.h"
+#include "ops/ops.h"
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct preset {
+    const char *name;
+    int n_layer, d_model, n_head, vocab, context; /* context: the maximum sequence length */
+} preset;
+
+static const preset presets[] = {
+    {"gpt2-tiny", 2, 64, 4, 256, 64},
+    {"bench-small", 6, 384, 6, 50257, 1024},
+    {"gpt2", 12, 768, 12, 50257, 1024},
+    {"gpt2-medium", 24, 1024, 16, 50257, 1024},
+    {"gpt2-large", 36, 1280, 20, 50257, 1024},
+    {"gpt2-xl", 48, 1600, 25, 50257, 1024},
+};
+static const char *const preset_names[] = {"gpt2-tiny",  "bench-small", "gpt2",   "gpt2-medium",
+                                           "gpt2-large", "gpt2-xl",     NULL};
+
+static void gpt2_preset(const char *name, dt_model_config *out) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            out->n_layer = presets[i].n_layer;
+            out->d_model = presets[i].d_model;
+            out->n_head = presets[i].n_head;
+            out->vocab = presets[i].vocab;
+            out->context = presets[i].context;
+        }
+}
+
+static dt_status gpt2_validate(dt_ctx *ctx, dt_model_config *c) {
+    /* Upper bounds keep every size computation far from overflow. */
+    if (c->n_layer < 1 || c->n_layer > 1024)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_layer must be in [1, 1024] (got %d)",
+                       c->n_layer);
+    if (c->d_model < 1 || c->d_model > 65536)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_model must be in [1, 65536] (got %d)",
+                       c->d_model);
+    if (c->n_head < 1 || c->n_head > c->d_model)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_head must be in [1, d_model=%d] (got %d)",
+                       c->d_model, c->n_head);
+    if (c->d_model % c->n_head != 0)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "model.n_head (%d) must divide model.d_model (%d)", c->n_head,
+                       c->d_model);
+    if (c->vocab < 1 || c->vocab > (1 << 24))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size must be in [1, 16777216] (got %d)",
+                       c->vocab);
+    if (c->context < 1 || c->context > 65536)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.context must be in [1, 65536] (got %d)",
+                       c->context);
+    /* The fixed parts of the architecture: a key set to anything else is refused. */
+    if (c->n_kv_head && c->n_kv_head != c->n_head)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_kv_head: gpt2 has no grouped-query attention "
+                       "(n_kv_head must equal n_head=%d, got %d)", c->n_head, c->n_kv_head);
+    if (c->d_ff && c->d_ff != 4 * c->d_model)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_ff: gpt2's MLP is 4 x d_model = %d (got %d)",
+                       4 * c->d_model, c->d_ff);
+    if (c->untied)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.untied_embeddings: gpt2's lm_head is tied to wte");
+    if (c->rope_theta != 0.0f)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, not rotary");
+    if (c->norm_eps != 0.0f && c->norm_eps != 1e-5f)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.norm_eps: gpt2's LayerNorm uses 1e-5 (got %g)",
+                       (double)c->norm_eps);
+    c->n_kv_head = c->n_head;
+    c->d_ff = 4 * c->d_model;
+    c->norm_eps = 1e-5f;
+    c->vocab_padded = (c->vocab + 127) / 128 * 128;
+    return DT_OK;
+}
+
+static int gpt2_tensors(const dt_model_config *c, dt_tensor_info *out) {
+    const float resid_std = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+    const float std_NORMAL = 0.02f, std_RESID = resid_std, std_ONES = 0.0f, std_ZEROS = 0.0f;
+    const dt_init_kind init_NORMAL = DT_INIT_NORMAL, init_RESID = DT_INIT_NORMAL,
+                       init_ONES = DT_INIT_ONES, init_ZEROS = DT_INIT_ZEROS;
+    int n = 0;
+#define DT_X_ROW(id, group, rows, cols, init, decay, name, hf, tr)                                 \
+    out[n++] = (dt_tensor_info){name, hf, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),              \
+                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0};
+    DT_GPT2_PARAMS(DT_X_ROW)
+#undef DT_X_ROW
+    out[DT_GPT2_P_WTE].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
+    return n;
+}
+
+static size_t gpt2_num_params(const dt_model_config *c) {
+    size_t C = c->d_model, L = c->n_layer;
+    return (size_t)c->vocab * C + (size_t)c->context * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+static double gpt2_flops_per_token(const dt_model_config *c, int T) {
+    double C = c->d_model, L = c->n_layer;
+    double n = L * (12.0 * C * C + 13.0 * C) + 2.0 * C + (double)c->vocab * C;
+    return 6.0 * n + 12.0 * L * (double)T * C;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+typedef struct dt_gpt2_acts {
+    float *encoded;                       /* (B,T,C) */
+    float *ln1, *ln1_mean, *ln1_rstd;     /* (L,B,T,C), (L,B,T), (L,B,T) */
+    float *qkv;                           /* (L,B,T,3C) */
+    float *atty;                          /* (L,B,T,C) */
+    float *att_lse;                       /* (L,B,NH,T) */
+    float *res2;                          /* (L,B,T,C) */
+    float *ln2, *ln2_mean, *ln2_rstd;     /* (L,B,T,C), (L,B,T), (L,B,T) */
+    float *fch, *fch_gelu;                /* (L,B,T,4C) */
+    float *res3;                          /* (L,B,T,C) */
+    float *lnf, *lnf_mean, *lnf_rstd;     /* (B,T,C), (B,T), (B,T) */
+    float *logits;                        /* (B,T,Vp); dlogits after backward */
+    float *losses, *ce_lse;               /* (B,T) */
+    float *dres;                          /* (B,T,C) residual-stream gradient */
+    float *dbtc;                          /* (B,T,C) scratch gradient */
+    float *dbig;                          /* (B,T,4C) scratch gradient (also dqkv) */
+    int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
+} dt_gpt2_acts;
+
+/* Lays the activation views over `base` (NULL: just count). Returns floats used. */
+static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c, int B, int T) {
+    size_t L = c->n_layer, C = c->d_model, NH = c->n_head, BT = (size_t)B * T;
+    size_t off = 0;
+#define TAKE_INTO(ptr, n)                                                                    \
+    do {                                                                                     \
+        (ptr) = base ? base + off : NULL;                                                    \
+        off += ((n) + 15) / 16 * 16; /* 64-byte aligned views */                             \
+    } while (0)
+#define TAKE(field, n) TAKE_INTO(a->field, n)
+    TAKE(encoded, BT * C);
+    TAKE(ln1, L * BT * C);
+    TAKE(ln1_mean, L * BT);
+    TAKE(ln1_rstd, L * BT);
+    TAKE(qkv, L * BT * 3 * C);
+    TAKE(atty, L * BT * C);
+    TAKE(att_lse, L * BT * NH);
+    TAKE(res2, L * BT * C);
+    TAKE(ln2, L * BT * C);
+    TAKE(ln2_mean, L * BT);
+    TAKE(ln2_rstd, L * BT);
+    TAKE(fch, L * BT * 4 * C);
+    TAKE(fch_gelu, L * BT * 4 * C);
+    TAKE(res3, L * BT * C);
+    TAKE(lnf, BT * C);
+    TAKE(lnf_mean, BT);
+    TAKE(lnf_rstd, BT);
+    TAKE(logits, BT * (size_t)c->vocab_padded);
+    TAKE(losses, BT);
+    TAKE(ce_lse, BT);
+    TAKE(dres, BT * C);
+    TAKE(dbtc, BT * C);
+    TAKE(dbig, BT * 4 * C);
+    float *ids = NULL;
+    TAKE_INTO(ids, 2 * BT);
+    a->inputs = (int32_t *)ids;
+    a->targets = ids ? (int32_t *)ids + BT : NULL;
+#undef TAKE
+#undef TAKE_INTO
+    return off;
+}
+
+static size_t gpt2_act_floats(const dt_model_config *c, int B, int T) {
+    dt_gpt2_acts a;
+    return layout_acts(&a, NULL, c, B, T);
+}
+
+static void gpt2_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, m->B, m->T); }
+
+static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts *)m->impl)->logits; }
+
+/* ------------------------------------------------------------------ forward / backward */
+
+#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_GPT2_P_##id, l)
+#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_GPT2_P_##id, l)
+
+static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                          float *loss) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
+    size_t btc = (size_t)BT * C;
+    dt_gpt2_acts *a = m->impl;
+    DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
+    memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
+    if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
+    m->has_targets = targets != NULL;
+    DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(a->encoded, inputs, P(WTE, 0), P(WPE, 0), B, T, C));
+    for (int l = 0; l < L; l++) {
+        if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
+        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
+              *ln1r = a->ln1_rstd + (size_t)l * BT;
+        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
+        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT,
+              *ln2r = a->ln2_rstd + (size_t)l * BT;
+        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        float *res3 = a->res3 + l * btc;
+        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln1, ln1m, ln1r, resid, P(LN1W, l), P(LN1B, l), BT, C));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(qkv, ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
+        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(atty, lse, qkv, B, T, NH, NH, C / NH, 1));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res2, atty, P(ATTPROJW, l), P(ATTPROJB, l), BT, C, C));
+        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res2, res2, resid, (int)btc));
+        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln2, ln2m, ln2r, res2, P(LN2W, l), P(LN2B, l), BT, C));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(fch, ln2, P(FCW, l), P(FCB, l), BT, C, 4 * C));
+        DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(fchg, fch, (int)(btc * 4)));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
+        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
+    }
+    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
+    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward(a->logits, a->lnf, P(WTE, 0), NULL, BT, C, Vp));
+    if (!targets) return DT_OK;
+    DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
+    m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
+    if (loss) *loss = m->last_loss;
+    return DT_OK;
+}
+
+static void gpt2_backward(dt_model *m, float scale) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
+    size_t btc = (size_t)BT * C;
+    dt_gpt2_acts *a = m->impl;
+    DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
+    m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
+    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
+    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(a->dbtc, G(WTE, 0), NULL, a->logits, a->lnf, P(WTE, 0), BT, C, Vp));
+    memset(a->dres, 0, btc * sizeof(float));
+    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc, last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
+              *ln1r = a->ln1_rstd + (size_t)l * BT;
+        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
+        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT,
+              *ln2r = a->ln2_rstd + (size_t)l * BT;
+        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
+        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
+        /* dres holds d(res3); the residual passes it to res2 unchanged. */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, fchg, P(FCPROJW, l), BT, 4 * C, C));
+        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, (int)(btc * 4)));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FCW, l), G(FCB, l), a->dbig, ln2, P(FCW, l), BT, C, 4 * C));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, res2, P(LN2W, l), ln2m, ln2r, BT, C));
+        /* dres now holds d(res2); the residual passes it to resid unchanged. */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(ATTPROJW, l), G(ATTPROJB, l), a->dres, atty, P(ATTPROJW, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, qkv, atty, lse, B, T, NH, NH, C / NH, 1));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
+        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
+    }
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(G(WTE, 0), G(WPE, 0), a->dres, a->inputs, B, T, C));
+    if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
+}
+
+static int gpt2_hf_config(const dt_model_config *c, char *buf, size_t n) {
+    return snprintf(buf, n,
+                    "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
+                    "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                    "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                    "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": true",
+                    c->vocab, c->context, c->context, c->d_model, c->n_layer, c->n_head);
+}
+
+static const char *const file_fields[] = {"n_layer", "d_model", "n_head", "vocab", "context", NULL};
+
+const dt_model_family dt_family_gpt2 = {
+    .name = "gpt2",
+    .presets = preset_names,
+    .preset = gpt2_preset,
+    .validate = gpt2_validate,
+    .tensors = gpt2_tensors,
+    .act_floats = gpt2_act_floats,
+    .impl_bytes = sizeof(dt_gpt2_acts),
+    .bind = gpt2_bind,
+    .forward = gpt2_forward,
+    .backward = gpt2_backward,
+    .logits = gpt2_logits,
+    .num_params = gpt2_num_params,
+    .flops_per_token = gpt2_flops_per_token,
+    .file_format = "dtrain-gpt2",
+    .file_fields = file_fields,
+    .hf_architecture = "GPT2LMHeadModel",
+    .hf_model_type = "gpt2",
+    .hf_config = gpt2_hf_config,
+};

@@ -1,0 +1,341 @@
+/* LLaMA: presets, the parameter table (llama_params.h), forward, backward. */
+#include "model/llama/llama.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/trace.h"
+#include "model/family_impl.h"
+#include "ops/ops.h"
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct preset {
+    const char *name;
+    int n_layer, d_model, n_head, n_kv_head, d_ff, vocab, context, untied;
+    float rope_theta, norm_eps;
+} preset;
+
+/* The last three are the published shapes (config.json of TinyLlama-1.1B, Llama-3.2-1B and
+ * Mistral-7B-v0.1) for memory planning and the batch finder. dtrain implements neither
+ * Llama 3's rope scaling (it changes positions beyond 8192) nor Mistral's sliding window
+ * (sequences beyond 4096): up to those lengths the models compute what the originals do. */
+static const preset presets[] = {
+    {"llama-tiny", 2, 64, 4, 2, 176, 256, 64, 1, 10000.0f, 1e-5f},
+    {"llama-100m", 12, 768, 12, 4, 2048, 32000, 1024, 0, 10000.0f, 1e-5f},
+    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 1, 10000.0f, 1e-5f},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 0, 500000.0f, 1e-5f},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 1, 10000.0f, 1e-5f},
+};
+static const char *const preset_names[] = {"llama-tiny", "llama-100m", "tinyllama-1.1b",
+                                           "llama-3.2-1b", "mistral-7b", NULL};
+
+static void llama_preset(const char *name, dt_model_config *out) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            const preset *p = &presets[i];
+            out->n_layer = p->n_layer, out->d_model = p->d_model, out->n_head = p->n_head;
+            out->n_kv_head = p->n_kv_head, out->d_ff = p->d_ff, out->vocab = p->vocab;
+            out->context = p->context, out->untied = p->untied;
+            out->rope_theta = p->rope_theta, out->norm_eps = p->norm_eps;
+        }
+}
+
+static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
+    if (c->n_layer < 1 || c->n_layer > 1024)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_layer must be in [1, 1024] (got %d)", c->n_layer);
+    if (c->d_model < 2 || c->d_model > 65536)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_model must be in [2, 65536] (got %d)", c->d_model);
+    if (c->n_head < 1 || c->n_head > c->d_model)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_head must be in [1, d_model=%d] (got %d)",
+                       c->d_model, c->n_head);
+    if (c->d_model % c->n_head != 0 || (c->d_model / c->n_head) % 2 != 0)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "model.n_head (%d) must divide model.d_model (%d) into heads of even size "
+                       "(rotary embeddings rotate pairs)", c->n_head, c->d_model);
+    if (c->n_kv_head == 0) c->n_kv_head = c->n_head;
+    if (c->n_kv_head < 1 || c->n_kv_head > c->n_head || c->n_head % c->n_kv_head != 0)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "model.n_kv_head must divide model.n_head=%d (1 = multi-query; got %d)",
+                       c->n_head, c->n_kv_head);
+    if (c->d_ff == 0) c->d_ff = (8 * c->d_model / 3 + 63) / 64 * 64; /* LLaMA's 8/3 d_model */
+    if (c->d_ff < 1 || c->d_ff > (1 << 20))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_ff must be in [1, 1048576] (got %d)", c->d_ff);
+    if (c->vocab < 1 || c->vocab > (1 << 24))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size must be in [1, 16777216] (got %d)", c->vocab);
+    if (c->context < 1 || c->context > (1 << 20))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.context must be in [1, 1048576] (got %d)", c->context);
+    if (c->untied != 0 && c->untied != 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.untied_embeddings must be true or false");
+    if (c->rope_theta == 0.0f) c->rope_theta = 10000.0f;
+    if (!(c->rope_theta > 1.0f && c->rope_theta < 1e12f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.rope_theta must be in (1, 1e12) (got %g)",
+                       (double)c->rope_theta);
+    if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
+    if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.norm_eps must be in (0, 1) (got %g)",
+                       (double)c->norm_eps);
+    c->vocab_padded = (c->vocab + 127) / 128 * 128;
+    return DT_OK;
+}
+
+static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
+    const size_t hs = (size_t)(c->d_model / c->n_head);
+    const size_t q = (size_t)c->n_head * hs, kv = (size_t)c->n_kv_head * hs;
+    int n = 0;
+#define DT_X_ROW(id, group, rows, cols, decay, name)                                           \
+    out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
+                                (size_t)(cols), 0, (rows) == 1 ? DT_INIT_ONES : DT_INIT_NORMAL, \
+                                0.02f, decay, 0, 0, 0};
+    DT_LLAMA_PARAMS(DT_X_ROW)
+#undef DT_X_ROW
+    (void)q, (void)kv;
+    out[DT_LLAMA_P_EMBED].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
+    out[DT_LLAMA_P_LM_HEAD].file_rows = (size_t)c->vocab;
+    return c->untied ? n : n - 1; /* LM_HEAD is the last row */
+}
+
+/* Parameters of one layer (no padding anywhere inside a layer). */
+static double layer_params(const dt_model_config *c) {
+    double C = c->d_model, hs = (double)(c->d_model / c->n_head);
+    double q = c->n_head * hs, kv = c->n_kv_head * hs, F = c->d_ff;
+    return C * (q + 2 * kv) + q * C + 3 * C * F + 2 * C;
+}
+
+static size_t llama_num_params(const dt_model_config *c) {
+    double C = c->d_model, V = c->vocab;
+    return (size_t)(V * C * (c->untied ? 2 : 1) + c->n_layer * layer_params(c) + C);
+}
+
+/* 6 N per token, N = layers + final norm + the lm_head matmul (the embedding lookup does no
+ * matmul), plus attention 12 L T d (PaLM; grouped kv heads do not reduce it). */
+static double llama_flops_per_token(const dt_model_config *c, int T) {
+    double C = c->d_model, L = c->n_layer;
+    double n = L * layer_params(c) + C + (double)c->vocab * C;
+    return 6.0 * n + 12.0 * L * (double)T * C;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+typedef struct dt_llama_acts {
+    float *encoded;                  /* (B,T,C) */
+    float *ln1, *rstd1;              /* (L,B,T,C), (L,B,T) */
+    float *qkv;                      /* (L,B,T,QW) after rotary, QW = (NH + 2 NKV) hs */
+    float *atty;                     /* (L,B,T,C) */
+    float *att_lse;                  /* (L,B,NH,T) */
+    float *res2;                     /* (L,B,T,C) */
+    float *ln2, *rstd2;              /* (L,B,T,C), (L,B,T) */
+    float *gu;                       /* (L,B,T,2F) gate | up */
+    float *hmid;                     /* (L,B,T,F) silu(gate) up */
+    float *res3;                     /* (L,B,T,C) */
+    float *lnf, *rstdf;              /* (B,T,C), (B,T) */
+    float *logits;                   /* (B,T,Vp); dlogits after backward */
+    float *losses, *ce_lse;          /* (B,T) */
+    float *dres;                     /* (B,T,C) residual-stream gradient */
+    float *dbtc;                     /* (B,T,C) scratch gradient */
+    float *dbig;                     /* (B,T,max(QW,2F)) scratch gradient: dqkv, dgu */
+    float *dmid;                     /* (B,T,F) scratch gradient */
+    int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
+} dt_llama_acts;
+
+static size_t qkv_width(const dt_model_config *c) {
+    return (size_t)(c->n_head + 2 * c->n_kv_head) * (size_t)(c->d_model / c->n_head);
+}
+
+static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *c, int B, int T) {
+    size_t L = c->n_layer, C = c->d_model, NH = c->n_head, BT = (size_t)B * T, F = c->d_ff;
+    size_t QW = qkv_width(c), big = QW > 2 * F ? QW : 2 * F;
+    size_t off = 0;
+#define TAKE_INTO(ptr, n)                                                                    \
+    do {                                                                                     \
+        (ptr) = base ? base + off : NULL;                                                    \
+        off += ((n) + 15) / 16 * 16; /* 64-byte aligned views */                             \
+    } while (0)
+#define TAKE(field, n) TAKE_INTO(a->field, n)
+    TAKE(encoded, BT * C);
+    TAKE(ln1, L * BT * C);
+    TAKE(rstd1, L * BT);
+    TAKE(qkv, L * BT * QW);
+    TAKE(atty, L * BT * C);
+    TAKE(att_lse, L * BT * NH);
+    TAKE(res2, L * BT * C);
+    TAKE(ln2, L * BT * C);
+    TAKE(rstd2, L * BT);
+    TAKE(gu, L * BT * 2 * F);
+    TAKE(hmid, L * BT * F);
+    TAKE(res3, L * BT * C);
+    TAKE(lnf, BT * C);
+    TAKE(rstdf, BT);
+    TAKE(logits, BT * (size_t)c->vocab_padded);
+    TAKE(losses, BT);
+    TAKE(ce_lse, BT);
+    TAKE(dres, BT * C);
+    TAKE(dbtc, BT * C);
+    TAKE(dbig, BT * big);
+    TAKE(dmid, BT * F);
+    float *ids = NULL;
+    TAKE_INTO(ids, 2 * BT);
+    a->inputs = (int32_t *)ids;
+    a->targets = ids ? (int32_t *)ids + BT : NULL;
+#undef TAKE
+#undef TAKE_INTO
+    return off;
+}
+
+static size_t llama_act_floats(const dt_model_config *c, int B, int T) {
+    dt_llama_acts a;
+    return layout_acts(&a, NULL, c, B, T);
+}
+
+static void llama_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, m->B, m->T); }
+
+static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
+
+/* ------------------------------------------------------------------ forward / backward */
+
+#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_P_##id, l)
+#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_LLAMA_P_##id, l)
+/* The lm_head: its own weights, or the token embedding's. */
+#define HEAD_P() (m->cfg.untied ? P(LM_HEAD, 0) : P(EMBED, 0))
+#define HEAD_G() (m->cfg.untied ? G(LM_HEAD, 0) : G(EMBED, 0))
+
+/* Views of layer l's saved activations. */
+typedef struct layer_views {
+    const float *resid;
+    float *ln1, *rstd1, *qkv, *atty, *lse, *res2, *ln2, *rstd2, *gu, *hmid, *res3;
+} layer_views;
+
+static layer_views views(const dt_model *m, int l) {
+    const dt_llama_acts *a = m->impl;
+    const dt_model_config *c = &m->cfg;
+    size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model, F = c->d_ff;
+    layer_views v;
+    v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+    v.ln1 = a->ln1 + l * btc, v.rstd1 = a->rstd1 + l * BT;
+    v.qkv = a->qkv + l * BT * qkv_width(c), v.atty = a->atty + l * btc;
+    v.lse = a->att_lse + l * BT * c->n_head, v.res2 = a->res2 + l * btc;
+    v.ln2 = a->ln2 + l * btc, v.rstd2 = a->rstd2 + l * BT;
+    v.gu = a->gu + l * BT * 2 * F, v.hmid = a->hmid + l * BT * F, v.res3 = a->res3 + l * btc;
+    return v;
+}
+
+static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
+                               const int32_t *targets, float *loss) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head, L = c->n_layer;
+    int V = c->vocab, Vp = c->vocab_padded, BT = B * T, F = c->d_ff, hs = C / NH;
+    int QW = (int)qkv_width(c);
+    const float eps = c->norm_eps, theta = c->rope_theta;
+    size_t btc = (size_t)BT * C;
+    dt_llama_acts *a = m->impl;
+    DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
+    memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
+    if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
+    m->has_targets = targets != NULL;
+    DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(a->encoded, inputs, P(EMBED, 0), NULL, B, T, C));
+    for (int l = 0; l < L; l++) {
+        if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
+        layer_views v = views(m, l);
+        DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
+        /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(WQ, l), NULL, BT, C, QW));
+        DT_PROF(m, fwd, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
+        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(WO, l), NULL, BT, C, C));
+        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+        DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
+        /* gate_proj, up_proj: one (2F x C) projection. */
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.gu, v.ln2, P(WGATE, l), NULL, BT, C, 2 * F));
+        DT_PROF(m, fwd, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.hmid, P(WDOWN, l), NULL, BT, F, C));
+        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
+    }
+    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(a->lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
+    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward(a->logits, a->lnf, HEAD_P(), NULL, BT, C, Vp));
+    if (!targets) return DT_OK;
+    DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
+    m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
+    if (loss) *loss = m->last_loss;
+    return DT_OK;
+}
+
+static void llama_backward(dt_model *m, float scale) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head, L = c->n_layer;
+    int V = c->vocab, Vp = c->vocab_padded, BT = B * T, F = c->d_ff, hs = C / NH;
+    int QW = (int)qkv_width(c);
+    const float theta = c->rope_theta;
+    size_t btc = (size_t)BT * C;
+    dt_llama_acts *a = m->impl;
+    DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
+    m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
+    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
+    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(a->dbtc, HEAD_G(), NULL, a->logits, a->lnf, HEAD_P(), BT, C, Vp));
+    memset(a->dres, 0, btc * sizeof(float));
+    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(NORM, 0), a->dbtc, last, P(NORM, 0), a->rstdf, BT, C));
+    for (int l = L - 1; l >= 0; l--) {
+        layer_views v = views(m, l);
+        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
+        /* dres holds d(res3); the residual passes it to res2 unchanged. */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dmid, G(WDOWN, l), NULL, a->dres, v.hmid, P(WDOWN, l), BT, F, C));
+        DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig, v.gu, a->dmid, BT, F));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WGATE, l), NULL, a->dbig, v.ln2, P(WGATE, l), BT, C, 2 * F));
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
+        /* dres now holds d(res2); the residual passes it to resid unchanged. */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WO, l), NULL, a->dres, v.atty, P(WO, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1));
+        DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(a->dbig, B, T, NH, NKV, hs, theta));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WQ, l), NULL, a->dbig, v.ln1, P(WQ, l), BT, C, QW));
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
+        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
+    }
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(G(EMBED, 0), NULL, a->dres, a->inputs, B, T, C));
+    if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
+}
+
+static int llama_hf_config(const dt_model_config *c, char *buf, size_t n) {
+    return snprintf(buf, n,
+                    "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                    "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+                    "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+                    "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                    "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
+                    "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+                    "  \"tie_word_embeddings\": %s",
+                    c->vocab, c->d_model, c->d_ff, c->n_layer, c->n_head, c->n_kv_head,
+                    c->d_model / c->n_head, c->context, (double)c->norm_eps, (double)c->rope_theta,
+                    c->untied ? "false" : "true");
+}
+
+static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "n_kv_head",
+                                          "d_ff",    "vocab",    "context",    "untied",
+                                          "rope_theta", "norm_eps", NULL};
+
+const dt_model_family dt_family_llama = {
+    .name = "llama",
+    .presets = preset_names,
+    .preset = llama_preset,
+    .validate = llama_validate,
+    .tensors = llama_tensors,
+    .act_floats = llama_act_floats,
+    .impl_bytes = sizeof(dt_llama_acts),
+    .bind = llama_bind,
+    .forward = llama_forward,
+    .backward = llama_backward,
+    .logits = llama_logits,
+    .num_params = llama_num_params,
+    .flops_per_token = llama_flops_per_token,
+    .file_format = "dtrain-llama",
+    .file_fields = file_fields,
+    .hf_architecture = "LlamaForCausalLM",
+    .hf_model_type = "llama",
+    .hf_config = llama_hf_config,
+};

@@ -1,0 +1,199 @@
+/* The model interface: the family registry, config fields, and the wrappers every layer
+ * above src/model calls. */
+#include "model/model.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/family_impl.h"
+#include "model/gpt2/gpt2.h"
+#include "model/llama/llama.h"
+
+const char *const dt_op_kind_names[DT_OP_NKINDS] = {
+    "encoder", "layernorm", "matmul",     "attention", "gelu",  "residual",
+    "lm_head", "softmax_ce", "rmsnorm", "rope",      "swiglu"};
+
+const dt_model_family *const dt_model_families[] = {&dt_family_gpt2, &dt_family_llama, NULL};
+
+#define F(name, key, type, help) {#name, key, type, offsetof(dt_model_config, name), help}
+const dt_cfg_field dt_model_cfg_fields[] = {
+    F(n_layer, "model.n_layer", DT_CFG_INT, "transformer blocks"),
+    F(d_model, "model.d_model", DT_CFG_INT, "embedding width"),
+    F(n_head, "model.n_head", DT_CFG_INT, "attention heads (must divide d_model)"),
+    F(n_kv_head, "model.n_kv_head", DT_CFG_INT,
+      "key/value heads, dividing n_head (llama: grouped-query attention, 1 = MQA; 0 = n_head)"),
+    F(d_ff, "model.d_ff", DT_CFG_INT, "MLP width (llama's SwiGLU intermediate size; gpt2: 4 d_model; 0 = the family's default)"),
+    F(vocab, "model.vocab_size", DT_CFG_INT, "vocabulary size (padded to 128 internally)"),
+    F(context, "model.context", DT_CFG_INT, "maximum sequence length (<= the preset's)"),
+    F(untied, "model.untied_embeddings", DT_CFG_INT, "1: the lm_head has its own weights (llama); 0: tied to the token embedding"),
+    F(rope_theta, "model.rope_theta", DT_CFG_FLOAT, "rotary embedding base (llama; 0 = 10000)"),
+    F(norm_eps, "model.norm_eps", DT_CFG_FLOAT, "epsilon of the norms (0 = the family's default: gpt2 1e-5, llama 1e-5)"),
+};
+#undef F
+const int dt_model_cfg_nfields = (int)(sizeof dt_model_cfg_fields / sizeof dt_model_cfg_fields[0]);
+_Static_assert(sizeof dt_model_cfg_fields / sizeof dt_model_cfg_fields[0] <= 16, "dt_run_cfg.model_set has 16 slots");
+
+double dt_model_cfg_get(const dt_model_config *c, const dt_cfg_field *f) {
+    const char *p = (const char *)c + f->offset;
+    return f->type == DT_CFG_INT ? (double)*(const int *)p : (double)*(const float *)p;
+}
+
+void dt_model_cfg_set(dt_model_config *c, const dt_cfg_field *f, double v) {
+    char *p = (char *)c + f->offset;
+    if (f->type == DT_CFG_INT)
+        *(int *)p = (int)v;
+    else
+        *(float *)p = (float)v;
+}
+
+const dt_model_family *dt_model_family_find(const char *name) {
+    if (!name || !*name) name = "gpt2";
+    for (int i = 0; dt_model_families[i]; i++)
+        if (!strcmp(dt_model_families[i]->name, name)) return dt_model_families[i];
+    return NULL;
+}
+
+const dt_model_family *dt_model_family_of(const dt_model_config *c) { return dt_model_family_find(c->family); }
+
+const char *dt_model_preset_list(void) {
+    static char buf[512];
+    if (buf[0]) return buf;
+    size_t len = 0;
+    for (int i = 0; dt_model_families[i]; i++)
+        for (int j = 0; dt_model_families[i]->presets[j]; j++)
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? ", " : "",
+                                    dt_model_families[i]->presets[j]);
+    return buf;
+}
+
+dt_status dt_model_preset(dt_ctx *ctx, const char *name, dt_model_config *out) {
+    for (int i = 0; dt_model_families[i]; i++)
+        for (int j = 0; dt_model_families[i]->presets[j]; j++)
+            if (!strcmp(dt_model_families[i]->presets[j], name)) {
+                memset(out, 0, sizeof *out);
+                snprintf(out->family, sizeof out->family, "%s", dt_model_families[i]->name);
+                dt_model_families[i]->preset(name, out);
+                return dt_model_config_validate(ctx, out);
+            }
+    return dt_fail(ctx, DT_ERR_CONFIG, "model.preset: unknown preset '%s' (known: %s)", name,
+                   dt_model_preset_list());
+}
+
+dt_status dt_model_config_validate(dt_ctx *ctx, dt_model_config *c) {
+    const dt_model_family *f = dt_model_family_of(c);
+    if (!f) {
+        char known[128];
+        size_t len = 0;
+        known[0] = 0;
+        for (int i = 0; dt_model_families[i]; i++)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
+                                    dt_model_families[i]->name);
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.family: unknown family '%s' (known: %s)", c->family, known);
+    }
+    snprintf(c->family, sizeof c->family, "%s", f->name);
+    return f->validate(ctx, c);
+}
+
+size_t dt_model_num_params(const dt_model_config *c) { return dt_model_family_of(c)->num_params(c); }
+
+double dt_model_flops_per_token(const dt_model_config *c, int T) {
+    return dt_model_family_of(c)->flops_per_token(c, T);
+}
+
+int dt_model_tensors(const dt_model_config *c, dt_tensor_info *out) {
+    int n = dt_model_family_of(c)->tensors(c, out);
+    for (int i = 0; i < n; i++)
+        if (!out[i].file_rows) out[i].file_rows = out[i].rows;
+    return n;
+}
+
+size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
+    return dt_model_family_of(c)->act_floats(c, B, T);
+}
+
+int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b) {
+    if (dt_model_family_of(a) != dt_model_family_of(b)) return 0;
+    for (int i = 0; i < dt_model_cfg_nfields; i++)
+        if (dt_model_cfg_get(a, &dt_model_cfg_fields[i]) != dt_model_cfg_get(b, &dt_model_cfg_fields[i]))
+            return 0;
+    return 1;
+}
+
+void dt_model_describe(const dt_model_config *c, char *buf, size_t n) {
+    const dt_model_family *f = dt_model_family_of(c);
+    size_t len = (size_t)snprintf(buf, n, "%s:", f ? f->name : c->family);
+    for (int i = 0; f && f->file_fields[i] && len < n; i++)
+        for (int k = 0; k < dt_model_cfg_nfields; k++)
+            if (!strcmp(dt_model_cfg_fields[k].name, f->file_fields[i]))
+                len += (size_t)snprintf(buf + len, n - len, " %s %g", f->file_fields[i],
+                                        dt_model_cfg_get(c, &dt_model_cfg_fields[k]));
+}
+
+dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,
+                        int B, int T, int slabs) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    DT_CHECK(dt_model_config_validate(ctx, &m->cfg));
+    if (B < 1 || B > 65536)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", B);
+    if (T < 1 || T > m->cfg.context)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len must be in [1, model.context=%d] (got %d)",
+                       m->cfg.context, T);
+    m->fam = dt_model_family_of(&m->cfg);
+    m->B = B;
+    m->T = T;
+    m->alloc = alloc;
+    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
+    int n = dt_model_tensors(&m->cfg, table);
+    dt_status st = dt_params_init(ctx, &m->ps, table, n, m->cfg.n_layer, alloc, slabs);
+    if (st != DT_OK) return st;
+    m->n_acts = m->fam->act_floats(&m->cfg, B, T);
+    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
+    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
+    m->fam->bind(m);
+    return DT_OK;
+fail:
+    dt_model_free(m);
+    return st;
+}
+
+void dt_model_free(dt_model *m) {
+    if (!m->alloc) return;
+    dt_params_free(&m->ps);
+    dt_alloc_put(m->alloc, DT_MEM_ACTS, m->acts, m->n_acts * sizeof(float));
+    if (m->impl) dt_alloc_put(m->alloc, DT_MEM_OTHER, m->impl, m->fam->impl_bytes);
+    memset(m, 0, sizeof *m);
+}
+
+void dt_model_init_weights(dt_model *m, uint64_t seed) {
+    dt_params_init_range(&m->ps, seed, m->ps.params, 0, m->ps.n_params);
+}
+
+dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                           float *loss) {
+    return m->fam->forward(ctx, m, inputs, targets, loss);
+}
+
+void dt_model_backward(dt_model *m, float scale) { m->fam->backward(m, scale); }
+
+const float *dt_model_logits(const dt_model *m) { return m->fam->logits(m); }
+
+dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
+                                int V) {
+    for (int i = 0; i < n; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            return dt_fail(ctx, DT_ERR_FORMAT, "input token %d at position %d is outside [0, %d)",
+                           inputs[i], i, V);
+        if (targets && (targets[i] < 0 || targets[i] >= V))
+            return dt_fail(ctx, DT_ERR_FORMAT, "target token %d at position %d is outside [0, %d)",
+                           targets[i], i, V);
+    }
+    return DT_OK;
+}
+
+float dt_model_mean_loss(const float *losses, int n) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += losses[i];
+    return (float)(sum / n);
+}

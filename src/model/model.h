@@ -1,0 +1,176 @@
+/* model.h - the model interface: what parallel/, optim/, ckpt/, train/, bench/ and report/
+ * see of a model, whatever its family.
+ *
+ * A family (src/model/<family>/) provides a dt_model_family: its presets, config checks, its
+ * parameter table (params.h), activation sizing, forward and backward with unit hooks, FLOPs
+ * per token and the external (Hugging Face) description. Everything else works on dt_model:
+ * the parameter store `ps`, the hooks, and the wrappers below.
+ *
+ *   dt_model_config cfg; DT_CHECK(dt_model_preset(ctx, "gpt2", &cfg));
+ *   dt_model m; DT_CHECK(dt_model_init(ctx, &m, &cfg, &alloc, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS));
+ *   dt_model_init_weights(&m, seed);
+ *   dt_params_zero_grad(&m.ps);
+ *   DT_CHECK(dt_model_forward(ctx, &m, inputs, targets, &loss));
+ *   dt_model_backward(&m, 1.0f);
+ *   dt_model_free(&m);
+ */
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "model/params.h"
+
+/* One config for every family; a family uses the fields it needs and refuses the others
+ * (0 = unset). */
+typedef struct dt_model_config {
+    char family[16];  /* "gpt2", "llama" ("" = gpt2) */
+    int n_layer;
+    int d_model;
+    int n_head;
+    int n_kv_head;    /* key/value heads (grouped-query attention); gpt2: = n_head */
+    int d_ff;         /* MLP width; gpt2: 4 d_model */
+    int vocab;        /* real vocabulary size */
+    int vocab_padded; /* vocab rounded up to a multiple of 128 (derived) */
+    int context;      /* maximum sequence length */
+    int untied;       /* 1: the lm_head has its own weights (llama); gpt2: tied (0) */
+    float rope_theta; /* rotary base (llama) */
+    float norm_eps;   /* epsilon of the norms */
+} dt_model_config;
+
+/* The config fields by name (model files, keys, shape checks): "n_layer", ... */
+typedef enum dt_cfg_type { DT_CFG_INT, DT_CFG_FLOAT } dt_cfg_type;
+typedef struct dt_cfg_field {
+    const char *name; /* in model files */
+    const char *key;  /* the config key ("model.vocab_size") */
+    dt_cfg_type type;
+    size_t offset;
+    const char *help;
+} dt_cfg_field;
+extern const dt_cfg_field dt_model_cfg_fields[];
+extern const int dt_model_cfg_nfields;
+/* Field value as a double (ints exact). */
+double dt_model_cfg_get(const dt_model_config *c, const dt_cfg_field *f);
+void dt_model_cfg_set(dt_model_config *c, const dt_cfg_field *f, double v);
+
+/* Per-unit callbacks for the parallel strategies; any member may be NULL. */
+typedef struct dt_model_hooks {
+    void *ud;
+    void (*before_layer_forward)(void *ud, int layer);  /* ZeRO-3: gather params */
+    void (*after_layer_forward)(void *ud, int layer);   /* ZeRO-3: release them */
+    void (*before_layer_backward)(void *ud, int layer); /* gather; grad window */
+    void (*after_layer_backward)(void *ud, int layer);  /* layer grads final */
+    void (*after_embed_backward)(void *ud);             /* PRE grads final (POST grads are
+                                                            final before the last layer's) */
+} dt_model_hooks;
+
+/* Per-op wall-time accumulators (seconds), for the benchmark's breakdown. */
+typedef enum dt_op_kind {
+    DT_OP_ENCODER, DT_OP_LAYERNORM, DT_OP_MATMUL, DT_OP_ATTENTION, DT_OP_GELU,
+    DT_OP_RESIDUAL, DT_OP_LMHEAD, DT_OP_CROSSENTROPY, DT_OP_RMSNORM, DT_OP_ROPE, DT_OP_SWIGLU,
+    DT_OP_NKINDS
+} dt_op_kind;
+extern const char *const dt_op_kind_names[DT_OP_NKINDS];
+typedef struct dt_model_prof {
+    double fwd[DT_OP_NKINDS], bwd[DT_OP_NKINDS];
+} dt_model_prof;
+
+typedef struct dt_model dt_model;
+
+/* What a family provides. */
+typedef struct dt_model_family {
+    const char *name;
+    const char *const *presets; /* NULL-terminated */
+    /* Fills *out with preset `name` (one of `presets`). */
+    void (*preset)(const char *name, dt_model_config *out);
+    /* Checks every field the family uses (naming the config key of a bad one), refuses
+     * fields it does not use, and derives the rest (vocab_padded, defaults). */
+    dt_status (*validate)(dt_ctx *ctx, dt_model_config *c);
+    /* Writes the tensor table for c into out (room for DT_MODEL_MAX_TENSORS); returns n. */
+    int (*tensors)(const dt_model_config *c, dt_tensor_info *out);
+    /* Activation floats for micro-batch B x T (what init allocates). */
+    size_t (*act_floats)(const dt_model_config *c, int B, int T);
+    /* Bytes of the family's private state (views into the activations), and binding it. */
+    size_t impl_bytes;
+    void (*bind)(dt_model *m);
+    dt_status (*forward)(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                         float *loss);
+    void (*backward)(dt_model *m, float scale);
+    const float *(*logits)(const dt_model *m);
+    /* Parameters without vocabulary padding. */
+    size_t (*num_params)(const dt_model_config *c);
+    /* Training FLOPs per token (PaLM convention: 6 N + attention, no causal halving). */
+    double (*flops_per_token)(const dt_model_config *c, int T);
+    /* Model files: metadata "format" value and the config fields written (NULL-ended). */
+    const char *file_format;
+    const char *const *file_fields;
+    /* Hugging Face: architectures[0] and model_type of config.json, and the family-specific
+     * part of config.json (a JSON object body without braces, ends without a comma). */
+    const char *hf_architecture, *hf_model_type;
+    int (*hf_config)(const dt_model_config *c, char *buf, size_t n);
+} dt_model_family;
+
+#define DT_MODEL_MAX_TENSORS 64
+
+struct dt_model {
+    const dt_model_family *fam;
+    dt_model_config cfg;
+    dt_params ps;
+    int B, T; /* activation buffers are sized for micro-batch B of T tokens */
+    float *acts;
+    size_t n_acts;
+    void *impl; /* the family's views (impl_bytes) */
+    dt_alloc *alloc;
+    dt_model_hooks hooks;
+    dt_model_prof prof;
+    int profile;     /* accumulate prof timings when non-zero */
+    float last_loss; /* mean loss of the last forward with targets */
+    int has_targets; /* the last forward kept state for a backward */
+};
+
+/* ---- families and configs */
+
+/* The family named c->family ("" = gpt2); NULL if unknown. */
+const dt_model_family *dt_model_family_of(const dt_model_config *c);
+const dt_model_family *dt_model_family_find(const char *name);
+/* Every family, NULL-terminated. */
+extern const dt_model_family *const dt_model_families[];
+/* Preset by name, from any family; unknown names are refused listing every preset. */
+dt_status dt_model_preset(dt_ctx *ctx, const char *name, dt_model_config *out);
+/* "gpt2-tiny, bench-small, ..., llama-tiny, ..." */
+const char *dt_model_preset_list(void);
+/* Checks the family name and the family's rules. */
+dt_status dt_model_config_validate(dt_ctx *ctx, dt_model_config *c);
+/* Parameters (no padding), FLOPs per token, activation floats: by config, for planning. */
+size_t dt_model_num_params(const dt_model_config *c);
+double dt_model_flops_per_token(const dt_model_config *c, int T);
+size_t dt_model_act_floats(const dt_model_config *c, int B, int T);
+/* The family's tensor table for c (room for DT_MODEL_MAX_TENSORS rows; file_rows filled in,
+ * offsets not); returns the number of rows. */
+int dt_model_tensors(const dt_model_config *c, dt_tensor_info *out);
+/* "gpt2: 2 layers, d_model 64, 4 heads, vocab 256 (padded 256), context 64" */
+void dt_model_describe(const dt_model_config *c, char *buf, size_t n);
+/* 1 when a and b describe the same model (every field). */
+int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b);
+
+/* ---- one model */
+
+/* Validates cfg, builds the store (allocating the slabs in `slabs`) and the activations. */
+dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,
+                        int B, int T, int slabs);
+void dt_model_free(dt_model *m);
+/* The family's initialisation, from the counter RNG (whole params slab). */
+void dt_model_init_weights(dt_model *m, uint64_t seed);
+/* Forward of a (m->B, m->T) batch; token ids are checked against the vocabulary. With
+ * targets, *loss = mean loss and the state for backward is kept; without, logits only. */
+dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                           float *loss);
+/* Accumulates parameter gradients of loss * scale (scale = 1/accumulation steps). */
+void dt_model_backward(dt_model *m, float scale);
+/* Logits (B,T,vocab_padded) of the last forward; after backward they hold dlogits. */
+const float *dt_model_logits(const dt_model *m);
+
+#endif

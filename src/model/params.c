@@ -1,0 +1,204 @@
+/* The parameter store: layout of a family's tensor table into units, names, init, segments. */
+#include "model/params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+const char *dt_elem_type_name(dt_elem_type t) {
+    switch (t) {
+    case DT_ELEM_F32: return "f32";
+    case DT_ELEM_BF16: return "bf16";
+    case DT_ELEM_F16: return "f16";
+    }
+    return "?";
+}
+
+/* Three passes place PRE, then one layer block, then POST, each in table order. */
+static void layout(dt_params *ps) {
+    size_t off = 0;
+    for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
+        if (g == DT_PG_LAYER) ps->layers_offset = off;
+        for (int i = 0; i < ps->n_tensors; i++) {
+            dt_tensor_info *t = &ps->tensors[i];
+            if ((int)t->group != g) continue;
+            t->offset = off;
+            t->stride = 0;
+            off += t->rows * t->cols;
+        }
+        if (g == DT_PG_LAYER) {
+            ps->layer_floats = off - ps->layers_offset;
+            off = ps->layers_offset + ps->layer_floats * (size_t)ps->n_layer;
+        }
+    }
+    for (int i = 0; i < ps->n_tensors; i++)
+        if (ps->tensors[i].group == DT_PG_LAYER) ps->tensors[i].stride = ps->layer_floats;
+    ps->n_params = off;
+}
+
+static size_t unit_bytes(const dt_params *ps) {
+    return (size_t)ps->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *));
+}
+
+dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
+                         int n_layer, dt_alloc *alloc, int slabs) {
+    memset(ps, 0, sizeof *ps);
+    ps->alloc = alloc;
+    ps->n_layer = n_layer;
+    ps->n_tensors = n;
+    dt_status st = DT_OK;
+    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, (size_t)n * sizeof *ps->tensors,
+                               (void **)&ps->tensors));
+    memcpy(ps->tensors, table, (size_t)n * sizeof *table);
+    for (int i = 0; i < n; i++)
+        if (!ps->tensors[i].file_rows) ps->tensors[i].file_rows = ps->tensors[i].rows;
+    layout(ps);
+    ps->n_units = n_layer + 2;
+    DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, unit_bytes(ps), (void **)&ps->unit_lo));
+    ps->unit_len = ps->unit_lo + ps->n_units;
+    ps->unit_params = (float **)(ps->unit_len + ps->n_units);
+    ps->unit_grads = ps->unit_params + ps->n_units;
+    for (int u = 0; u < ps->n_units; u++) {
+        size_t lo = u == 0          ? 0
+                    : u <= n_layer ? ps->layers_offset + (size_t)(u - 1) * ps->layer_floats
+                                   : ps->layers_offset + ps->layer_floats * (size_t)n_layer;
+        size_t hi = u == 0 ? ps->layers_offset : u <= n_layer ? lo + ps->layer_floats : ps->n_params;
+        ps->unit_lo[u] = lo;
+        ps->unit_len[u] = hi - lo;
+    }
+    if (slabs & DT_SLAB_PARAMS)
+        DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, ps->n_params * sizeof(float),
+                                   (void **)&ps->params));
+    if (slabs & DT_SLAB_GRADS)
+        DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_GRADS, ps->n_params * sizeof(float),
+                                   (void **)&ps->grads));
+    dt_params_point_units(ps);
+    return DT_OK;
+fail:
+    dt_params_free(ps);
+    return st;
+}
+
+void dt_params_free(dt_params *ps) {
+    if (!ps->alloc) return;
+    if (ps->unit_lo) dt_alloc_put(ps->alloc, DT_MEM_OTHER, ps->unit_lo, unit_bytes(ps));
+    dt_alloc_put(ps->alloc, DT_MEM_PARAMS, ps->params, ps->n_params * sizeof(float));
+    dt_alloc_put(ps->alloc, DT_MEM_GRADS, ps->grads, ps->n_params * sizeof(float));
+    dt_alloc_put(ps->alloc, DT_MEM_OTHER, ps->tensors, (size_t)ps->n_tensors * sizeof *ps->tensors);
+    memset(ps, 0, sizeof *ps);
+}
+
+void dt_params_point_units(dt_params *ps) {
+    for (int u = 0; u < ps->n_units; u++) {
+        ps->unit_params[u] = ps->params ? ps->params + ps->unit_lo[u] : NULL;
+        ps->unit_grads[u] = ps->grads ? ps->grads + ps->unit_lo[u] : NULL;
+    }
+}
+
+size_t dt_params_flat(const dt_params *ps, int id, int layer) {
+    const dt_tensor_info *t = &ps->tensors[id];
+    return t->offset + (t->group == DT_PG_LAYER ? (size_t)layer * t->stride : 0);
+}
+
+int dt_params_copies(const dt_params *ps, int id) {
+    return ps->tensors[id].group == DT_PG_LAYER ? ps->n_layer : 1;
+}
+
+float *dt_params_tensor(const dt_params *ps, float *base, int id, int layer) {
+    return base + dt_params_flat(ps, id, layer);
+}
+
+int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit) {
+    const dt_tensor_info *t = &ps->tensors[id];
+    int u = t->group == DT_PG_PRE ? 0 : t->group == DT_PG_LAYER ? 1 + layer : ps->n_layer + 1;
+    *offset_in_unit = dt_params_flat(ps, id, layer) - ps->unit_lo[u];
+    return u;
+}
+
+float *dt_params_unit_tensor(const dt_params *ps, float *const *units, int id, int layer) {
+    size_t off;
+    int u = dt_params_unit_of(ps, id, layer, &off);
+    return units[u] + off;
+}
+
+static void format_name(const char *fmt, const dt_tensor_info *t, int layer, char *buf, size_t n) {
+    if (!fmt)
+        snprintf(buf, n, "%s", "");
+    else if (t->group == DT_PG_LAYER)
+        snprintf(buf, n, fmt, layer);
+    else
+        snprintf(buf, n, "%s", fmt);
+}
+
+void dt_params_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
+    format_name(ps->tensors[id].name, &ps->tensors[id], layer, buf, n);
+}
+
+void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
+    format_name(ps->tensors[id].ext_name, &ps->tensors[id], layer, buf, n);
+}
+
+size_t dt_params_file_count(const dt_params *ps) {
+    size_t n = 0;
+    for (int i = 0; i < ps->n_tensors; i++)
+        n += ps->tensors[i].file_rows * ps->tensors[i].cols * (size_t)dt_params_copies(ps, i);
+    return n;
+}
+
+void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t lo, size_t n) {
+    size_t hi = lo + n;
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            size_t base = dt_params_flat(ps, id, l);
+            size_t len = t->rows * t->cols;
+            /* Only real rows are drawn; padding rows stay 0 (never read, zero gradient). */
+            size_t drawn = t->file_rows * t->cols;
+            size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
+            if (a >= z) continue;
+            uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
+            const float std = t->std;
+            const dt_init_kind kind = t->init;
+#pragma omp parallel for schedule(static)
+            for (size_t e = a; e < z; e++) {
+                size_t i = e - base;
+                float v = 0.0f;
+                switch (kind) {
+                case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(seed, stream, i) : 0.0f; break;
+                case DT_INIT_ONES: v = 1.0f; break;
+                case DT_INIT_ZEROS: v = 0.0f; break;
+                }
+                dst[e - lo] = v;
+            }
+        }
+    }
+}
+
+dt_status dt_params_segments(dt_ctx *ctx, const dt_params *ps, dt_param_segment **out, int *n) {
+    /* Walk the space in memory order: PRE tensors, layer blocks, POST tensors. */
+    int cap = ps->n_tensors * (ps->n_layer + 1), cnt = 0;
+    dt_param_segment *s = malloc((size_t)cap * sizeof *s);
+    if (!s) return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate optimizer segments");
+    for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
+        int copies = g == DT_PG_LAYER ? ps->n_layer : 1;
+        for (int l = 0; l < copies; l++)
+            for (int i = 0; i < ps->n_tensors; i++) {
+                const dt_tensor_info *t = &ps->tensors[i];
+                if ((int)t->group != g) continue;
+                size_t off = dt_params_flat(ps, i, l), len = t->rows * t->cols;
+                if (cnt > 0 && s[cnt - 1].decay == t->decay && s[cnt - 1].offset + s[cnt - 1].len == off)
+                    s[cnt - 1].len += len; /* merge neighbours of equal decay */
+                else
+                    s[cnt++] = (dt_param_segment){off, len, t->decay};
+            }
+    }
+    *out = s;
+    *n = cnt;
+    return DT_OK;
+}
+
+void dt_params_zero_grad(dt_params *ps) {
+    for (int u = 0; u < ps->n_units; u++) memset(ps->unit_grads[u], 0, ps->unit_len[u] * sizeof(float));
+}

@@ -1,0 +1,114 @@
+/* params.h - the parameter store: a family's table of tensors laid out as units.
+ *
+ * A model family describes its parameters as one table of dt_tensor_info rows (name, shape,
+ * dtype, group, init, weight decay, external name); the store lays them out in one flat
+ * index space: the PRE tensors (embeddings), then n_layer contiguous layer blocks (every
+ * LAYER tensor once per layer, in table order), then the POST tensors (final norm, head).
+ * A unit is one of those regions: unit 0 = PRE, unit 1 + l = layer l, unit n_layer + 1 =
+ * POST. DDP buckets, ZeRO shards and gathers, the optimizer's segments, checkpoints and
+ * import/export all derive from the table and the units, never from a family's struct.
+ *
+ * Storage: `params` and `grads` are slabs over the whole index space (either may be NULL
+ * when a strategy stores shards instead); unit_params[u] / unit_grads[u] are where the
+ * kernels read and write unit u (by default inside the slabs; ZeRO points them at windows).
+ *
+ *   dt_params ps; DT_CHECK(dt_params_init(ctx, &ps, table, n, n_layer, alloc, DT_SLAB_PARAMS));
+ *   float *w = dt_params_tensor(&ps, ps.params, id, layer);
+ *   dt_params_free(&ps);
+ */
+#ifndef DT_PARAMS_H
+#define DT_PARAMS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/alloc.h"
+#include "core/status.h"
+#include "optim/optim.h"
+
+/* Element types of tensors (master weights are fp32; the others are for compute copies
+ * and quantised bases). */
+typedef enum dt_elem_type { DT_ELEM_F32, DT_ELEM_BF16, DT_ELEM_F16 } dt_elem_type;
+const char *dt_elem_type_name(dt_elem_type t);
+
+typedef enum dt_param_group { DT_PG_PRE, DT_PG_LAYER, DT_PG_POST } dt_param_group;
+/* NORMAL: N(0, std); ONES, ZEROS: constants. */
+typedef enum dt_init_kind { DT_INIT_NORMAL, DT_INIT_ONES, DT_INIT_ZEROS } dt_init_kind;
+
+/* One row of a family's table. The family fills name..ext_transpose; the store fills
+ * offset and stride. */
+typedef struct dt_tensor_info {
+    const char *name;     /* dtrain's checkpoint name, "%d" = the layer of LAYER tensors */
+    const char *ext_name; /* Hugging Face name ("%d" = layer); NULL = none */
+    dt_param_group group;
+    dt_elem_type dtype;
+    size_t rows, cols;    /* stored shape (rows = 1 for a vector) */
+    size_t file_rows;     /* rows written to files (below rows for vocabulary padding) */
+    dt_init_kind init;
+    float std;            /* of DT_INIT_NORMAL */
+    int decay;            /* AdamW weight decay applies */
+    int ext_transpose;    /* the external format stores the transpose (GPT-2's Conv1D) */
+    size_t offset;        /* of layer 0's copy, in elements from the start of the space */
+    size_t stride;        /* elements between layer copies; 0 if not per-layer */
+} dt_tensor_info;
+
+typedef struct dt_params {
+    int n_tensors;
+    dt_tensor_info *tensors;    /* the table with offsets (owned) */
+    int n_layer;
+    size_t n_params;            /* elements in the index space (incl. vocabulary padding) */
+    size_t layer_floats;        /* elements in one layer block */
+    size_t layers_offset;       /* start of layer 0's block */
+    float *params, *grads;      /* slabs (NULL when a strategy owns the storage) */
+    int n_units;                /* n_layer + 2 */
+    size_t *unit_lo, *unit_len; /* each unit's range in the index space */
+    float **unit_params, **unit_grads;
+    dt_alloc *alloc;
+} dt_params;
+
+/* Units: PRE, layer l, POST. */
+#define DT_UNIT_PRE 0
+#define DT_UNIT_LAYER(l) (1 + (l))
+#define DT_UNIT_POST(ps) ((ps)->n_layer + 1)
+
+/* Which slabs dt_params_init allocates. */
+#define DT_SLAB_PARAMS 1
+#define DT_SLAB_GRADS 2
+
+/* Copies the table (n rows, offsets computed here), lays out the units and allocates the
+ * slabs named in `slabs`. */
+dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
+                         int n_layer, dt_alloc *alloc, int slabs);
+void dt_params_free(dt_params *ps);
+/* Points every unit at its region of the params/grads slabs (after replacing a slab). */
+void dt_params_point_units(dt_params *ps);
+
+/* Pointer to tensor id of layer `layer` in `base` (a slab); layer ignored if not per-layer. */
+float *dt_params_tensor(const dt_params *ps, float *base, int id, int layer);
+/* The same through the unit pointers (where the kernels read: slab or ZeRO window). */
+float *dt_params_unit_tensor(const dt_params *ps, float *const *units, int id, int layer);
+/* Flat index of a tensor's first element. */
+size_t dt_params_flat(const dt_params *ps, int id, int layer);
+/* Copies of a tensor: n_layer for LAYER tensors, else 1. */
+int dt_params_copies(const dt_params *ps, int id);
+/* Its checkpoint name ("h.3.ln_1.weight") and external name ("" if none). */
+void dt_params_name(const dt_params *ps, int id, int layer, char *buf, size_t n);
+void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_t n);
+/* The unit holding tensor id of layer l, and the tensor's offset inside that unit. */
+int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit);
+/* Elements stored in files (vocabulary padding excluded), over every tensor and layer. */
+size_t dt_params_file_count(const dt_params *ps);
+
+/* The initial values of flat elements [lo, lo + n) into dst: each element depends only on
+ * (seed, tensor id, layer, index), so any range (a ZeRO shard) initialises alike. Rows
+ * beyond file_rows (vocabulary padding) are 0. */
+void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t lo, size_t n);
+
+/* The AdamW segments: contiguous ranges of equal weight decay, in memory order (*out is
+ * malloc'ed). */
+dt_status dt_params_segments(dt_ctx *ctx, const dt_params *ps, dt_param_segment **out, int *n);
+
+/* Zeroes every unit's gradient. */
+void dt_params_zero_grad(dt_params *ps);
+
+#endif

@@ -1,0 +1,86 @@
+/* Rotary position embeddings in Hugging Face's rotate-half convention, in place on the
+ * q and k heads of a packed qkv buffer (see ops.h for the layout).
+ *
+ * The angles are those Hugging Face's LlamaRotaryEmbedding computes in float32:
+ *   inv_freq[i] = fl(1 / fl(theta ^ fl(2i / hs))),  angle(t, i) = fl(t * inv_freq[i]),
+ * fl() rounding to float32 (theta ^ e evaluated in double, then rounded). Only then do we
+ * leave float32: cos and sin of the float angle are computed in double (libm) and rounded
+ * once to float, into a (T, hs/2) table built once per call. At t ~ 4096 one ulp of the
+ * angle is ~5e-4 rad, so rounding the angle exactly as torch does matters more than the
+ * precision of cos/sin. The rotation itself is elementwise with IEEE operations only
+ * (one FMA per output), so every path gives the same bits. The backward is the same
+ * rotation by -angle (sin negated: sin is odd, so exactly the transpose). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/status.h"
+#include "ops/cpu/kern/kern.h"
+
+/* cs (T, hs/2, 2) interleaved cos, sign * sin of the float32 angles above. */
+static float *rope_table(int T, int hs, float theta, float sign) {
+    const int h2 = hs / 2;
+    float *cs = malloc((size_t)T * h2 * 2 * sizeof(float) + 1);
+    float *inv = malloc((size_t)h2 * sizeof(float) + 1);
+    DT_ASSERT(cs != NULL && inv != NULL);
+    for (int i = 0; i < h2; i++) {
+        const float e = (float)(2 * i) / (float)hs;
+        inv[i] = 1.0f / (float)pow((double)theta, (double)e);
+    }
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < h2; i++) {
+            const double a = (double)((float)t * inv[i]);
+            cs[((size_t)t * h2 + i) * 2] = (float)cos(a);
+            cs[((size_t)t * h2 + i) * 2 + 1] = sign * (float)sin(a);
+        }
+    free(inv);
+    return cs;
+}
+
+/* One head: lo' = lo c - hi s, hi' = hi c + lo s over h2 pairs; c, s from the table row. */
+static inline void rotate_v(float *lo, float *hi, vf c, vf s, int n) {
+    vf a = vf_load_n(lo, n), b = vf_load_n(hi, n);
+    vf_store_n(lo, vf_fnma(b, s, vf_mul(a, c)), n);
+    vf_store_n(hi, vf_fma(a, s, vf_mul(b, c)), n);
+}
+
+static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int hs, float theta,
+                       float sign) {
+    DT_ASSERT(hs % 2 == 0 && NH > 0 && NKV > 0);
+    const int h2 = hs / 2, nrot = NH + NKV; /* q and k heads: the first nrot of the row */
+    const size_t ld = (size_t)(NH + 2 * NKV) * hs;
+    float *cs = rope_table(T, hs, theta, sign);
+    /* Split the table row into cos and sin vectors once per row: (h2) each. */
+#pragma omp parallel
+    {
+        float *cv = malloc((size_t)h2 * 2 * sizeof(float) + 1);
+        DT_ASSERT(cv != NULL);
+        float *sv = cv + h2;
+#pragma omp for schedule(static)
+        for (int bt = 0; bt < B * T; bt++) {
+            const int t = bt % T;
+            const float *row = cs + (size_t)t * h2 * 2;
+            for (int i = 0; i < h2; i++) cv[i] = row[2 * i], sv[i] = row[2 * i + 1];
+            float *x = qkv + (size_t)bt * ld;
+            for (int h = 0; h < nrot; h++) {
+                float *lo = x + (size_t)h * hs, *hi = lo + h2;
+                int i = 0;
+                for (; i + VW <= h2; i += VW)
+                    rotate_v(lo + i, hi + i, vf_load(cv + i), vf_load(sv + i), VW);
+                if (i < h2)
+                    rotate_v(lo + i, hi + i, vf_load_n(cv + i, h2 - i), vf_load_n(sv + i, h2 - i),
+                             h2 - i);
+            }
+        }
+        free(cv);
+    }
+    free(cs);
+}
+
+void DT_K(rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, float theta) {
+    rope_apply(qkv, B, T, NH, NKV, hs, theta, 1.0f);
+}
+
+void DT_K(rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
+    rope_apply(dqkv, B, T, NH, NKV, hs, theta, -1.0f);
+}
