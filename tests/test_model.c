@@ -1,5 +1,6 @@
-/* model + trainer: config validation naming the key, the parameter table and layout, GPT-2
- * initialisation, bitwise determinism of 20 training steps, gradient accumulation
+/* model + trainer: config validation naming the key, the parameter tables and layouts, GPT-2
+ * and LLaMA initialisation and published parameter counts, and for both families: bitwise
+ * determinism of 20 training steps, overfitting one batch, gradient accumulation
  * equivalence, clean failure on an allocation fault. */
 #include <math.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "model/gpt2/gpt2.h"
+#include "model/llama/llama.h"
 #include "model/model.h"
 #include "train/keys.h"
 #include "data/synthetic.h"
@@ -168,10 +170,23 @@ static void test_layout_tiles_the_slab_and_init_follows_gpt2(void **state) {
     assert_int_equal(a.total_cur, 0);
 }
 
+/* The trainer tests run once per family: state is "gpt2" or "llama". */
+static const char *g_family = "gpt2";
+
+static int use_family(void **state) {
+    g_family = *state;
+    return 0;
+}
+
 static dt_train_cfg small_cfg(void) {
     dt_train_cfg c;
     dt_train_cfg_defaults(&c);
-    c.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
+    if (!strcmp(g_family, "llama"))
+        c.model = (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4,
+                                    .n_kv_head = 2, .d_ff = 80, .vocab = 300, .context = 32,
+                                    .untied = 1};
+    else
+        c.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
     c.micro_batch = 4;
     c.seq_len = 32;
     c.steps = 20;
@@ -198,7 +213,7 @@ static void train(dt_train_cfg c, float *losses, float **params, size_t *n) {
 }
 
 static void test_two_runs_are_bitwise_identical(void **state) {
-    (void)state;
+    printf("  family %s\n", (const char *)*state);
     float l1[20], l2[20], *p1, *p2;
     size_t n1, n2;
     train(small_cfg(), l1, &p1, &n1);
@@ -219,7 +234,7 @@ static void test_two_runs_are_bitwise_identical(void **state) {
 }
 
 static void test_overfits_one_batch(void **state) {
-    (void)state;
+    printf("  family %s\n", (const char *)*state);
     /* Training signal end to end: 30 steps on one fixed batch must drive its loss down. */
     dt_ctx ctx;
     dt_ctx_init(&ctx);
@@ -246,7 +261,7 @@ static void test_overfits_one_batch(void **state) {
 }
 
 static void test_accumulation_equals_a_larger_batch(void **state) {
-    (void)state;
+    printf("  family %s\n", (const char *)*state);
     /* B=4 x 1 micro-step vs B=2 x 2 micro-steps read the same rows of the same batches. */
     dt_train_cfg a = small_cfg(), b = small_cfg();
     a.steps = b.steps = 8;
@@ -271,7 +286,7 @@ static void test_accumulation_equals_a_larger_batch(void **state) {
 }
 
 static void test_allocation_failure_is_clean(void **state) {
-    (void)state;
+    printf("  family %s\n", (const char *)*state);
     /* A clean init counts its allocations: each of them is made to fail in turn. */
     dt_ctx ctx;
     dt_ctx_init(&ctx);
@@ -298,15 +313,126 @@ static void test_allocation_failure_is_clean(void **state) {
     printf("each of the %ld allocations of an init failed in turn: NOMEM, nothing leaked\n", n);
 }
 
+static void test_llama_presets_and_published_parameter_counts(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    /* Counts of the published checkpoints (safetensors of TinyLlama-1.1B, Llama-3.2-1B,
+     * Mistral-7B-v0.1: untied, tied, untied). */
+    const char *names[] = {"tinyllama-1.1b", "llama-3.2-1b", "mistral-7b"};
+    size_t counts[] = {1100048384, 1235814400, 7241732096};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dt_model_preset(&ctx, names[i], &c), DT_OK);
+        assert_string_equal(c.family, "llama");
+        printf("  %s: %zu parameters\n", names[i], dt_model_num_params(&c));
+        assert_int_equal(dt_model_num_params(&c), counts[i]);
+    }
+    /* llama-100m: about 100M; FLOPs per token by hand: per layer C (q + 2 kv) + q C + 3 C F
+     * + 2 C, plus the final norm and the lm_head matmul; attention 12 L T C. */
+    assert_int_equal(dt_model_preset(&ctx, "llama-100m", &c), DT_OK);
+    size_t n = dt_model_num_params(&c);
+    assert_true(n > 95000000 && n < 105000000);
+    double layer = 768.0 * (768 + 2 * 256) + 768.0 * 768 + 3.0 * 768 * 2048 + 2 * 768;
+    double want = 6.0 * (12 * layer + 768 + 32000.0 * 768) + 12.0 * 12 * 256 * 768;
+    assert_true(fabs(dt_model_flops_per_token(&c, 256) - want) < 1.0);
+    /* Family rules name the key. */
+    dt_model_config ok = {.family = "llama", .n_layer = 2, .d_model = 64, .n_head = 4,
+                          .n_kv_head = 2, .vocab = 256, .context = 64};
+    c = ok;
+    c.n_kv_head = 3;
+    expect_config_error(c, "model.n_kv_head");
+    c = ok;
+    c.d_model = 60, c.n_head = 4; /* head size 15: odd, rotary pairs impossible */
+    expect_config_error(c, "model.n_head");
+    c = ok;
+    c.rope_theta = -1.0f;
+    expect_config_error(c, "model.rope_theta");
+    c = ok;
+    c.norm_eps = 2.0f;
+    expect_config_error(c, "model.norm_eps");
+    c = ok;
+    assert_int_equal(dt_model_config_validate(&ctx, &c), DT_OK);
+    assert_int_equal(c.d_ff, 192); /* 8/3 * 64 rounded up to 64 */
+    assert_true(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
+    /* gpt2 refuses what it does not have. */
+    dt_model_config g = {.n_layer = 2, .d_model = 64, .n_head = 4, .n_kv_head = 2, .vocab = 256, .context = 64};
+    expect_config_error(g, "model.n_kv_head");
+    g.n_kv_head = 0, g.untied = 1;
+    expect_config_error(g, "model.untied_embeddings");
+    g.untied = 0, g.rope_theta = 500.0f;
+    expect_config_error(g, "model.rope_theta");
+    g.rope_theta = 0.0f;
+    memcpy(g.family, "bert", 5);
+    expect_config_error(g, "model.family");
+}
+
+static void test_llama_layout_names_and_init(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_alloc a;
+    dt_alloc_init(&a);
+    for (int untied = 0; untied <= 1; untied++) {
+        dt_model_config c = {.family = "llama", .n_layer = 3, .d_model = 48, .n_head = 4,
+                             .n_kv_head = 2, .d_ff = 80, .vocab = 300, .context = 32,
+                             .untied = untied};
+        dt_model m;
+        assert_int_equal(dt_model_init(&ctx, &m, &c, &a, 2, 16, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+        assert_int_equal(m.ps.n_tensors, untied ? DT_LLAMA_NPARAMS : DT_LLAMA_NPARAMS - 1);
+        /* Every float of the slab belongs to exactly one tensor copy. */
+        unsigned char *owner = tu_malloc(m.ps.n_params);
+        memset(owner, 0, m.ps.n_params);
+        for (int id = 0; id < m.ps.n_tensors; id++)
+            for (int l = 0; l < dt_params_copies(&m.ps, id); l++) {
+                size_t off = dt_params_flat(&m.ps, id, l);
+                for (size_t i = 0; i < m.ps.tensors[id].rows * m.ps.tensors[id].cols; i++) owner[off + i]++;
+            }
+        for (size_t i = 0; i < m.ps.n_params; i++) assert_int_equal(owner[i], 1);
+        free(owner);
+        /* The fused projections rely on adjacency: k right after q, v after k, up after gate. */
+        float *p = m.ps.params;
+        assert_true(dt_params_tensor(&m.ps, p, DT_LLAMA_P_WK, 1) == dt_params_tensor(&m.ps, p, DT_LLAMA_P_WQ, 1) + 48 * 48);
+        assert_true(dt_params_tensor(&m.ps, p, DT_LLAMA_P_WV, 1) == dt_params_tensor(&m.ps, p, DT_LLAMA_P_WK, 1) + 24 * 48);
+        assert_true(dt_params_tensor(&m.ps, p, DT_LLAMA_P_WUP, 2) == dt_params_tensor(&m.ps, p, DT_LLAMA_P_WGATE, 2) + 80 * 48);
+        char name[96];
+        dt_params_name(&m.ps, DT_LLAMA_P_WK, 2, name, sizeof name);
+        assert_string_equal(name, "model.layers.2.self_attn.k_proj.weight");
+        dt_params_ext_name(&m.ps, DT_LLAMA_P_NORM, 0, name, sizeof name);
+        assert_string_equal(name, "model.norm.weight");
+        /* Files hold the unpadded vocabulary. */
+        size_t per_layer = 48 + 48 * 48 + 2 * 24 * 48 + 48 * 48 + 48 + 3 * 80 * 48;
+        assert_int_equal(dt_params_file_count(&m.ps), (1 + untied) * 300 * 48 + 3 * per_layer + 48);
+        assert_int_equal(dt_params_file_count(&m.ps), dt_model_num_params(&m.cfg));
+        dt_model_init_weights(&m, 5);
+        const float *wq = dt_params_tensor(&m.ps, p, DT_LLAMA_P_WQ, 1);
+        double s2 = 0;
+        for (size_t i = 0; i < 48 * 48; i++) s2 += (double)wq[i] * wq[i];
+        assert_true(fabs(sqrt(s2 / (48.0 * 48)) - 0.02) < 0.001);
+        assert_true(dt_params_tensor(&m.ps, p, DT_LLAMA_P_LN2, 2)[7] == 1.0f);
+        assert_true(dt_params_tensor(&m.ps, p, DT_LLAMA_P_NORM, 0)[47] == 1.0f);
+        const float *emb = dt_params_tensor(&m.ps, p, DT_LLAMA_P_EMBED, 0);
+        for (size_t i = (size_t)300 * 48; i < (size_t)384 * 48; i++) assert_true(emb[i] == 0.0f);
+        dt_model_free(&m);
+        assert_int_equal(a.total_cur, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_shapes_are_refused_naming_the_key),
         cmocka_unit_test(test_presets_and_parameter_counts),
         cmocka_unit_test(test_layout_tiles_the_slab_and_init_follows_gpt2),
-        cmocka_unit_test(test_two_runs_are_bitwise_identical),
-        cmocka_unit_test(test_overfits_one_batch),
-        cmocka_unit_test(test_accumulation_equals_a_larger_batch),
-        cmocka_unit_test(test_allocation_failure_is_clean),
+        cmocka_unit_test(test_llama_presets_and_published_parameter_counts),
+        cmocka_unit_test(test_llama_layout_names_and_init),
+#define BOTH(t)                                                                              \
+    cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"gpt2"),           \
+        cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"llama")
+        BOTH(test_two_runs_are_bitwise_identical),
+        BOTH(test_overfits_one_batch),
+        BOTH(test_accumulation_equals_a_larger_batch),
+        BOTH(test_allocation_failure_is_clean),
+#undef BOTH
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
