@@ -12,7 +12,9 @@
 #  - ranks on different kernel paths (DTRAIN_ISA) keep identical parameters after every step
 #    (parallel.check_replicas), and the check stops a job whose replicas diverged;
 #  - a NaN loss on one rank stops the job naming the step, or (training.nonfinite=skip) skips
-#    that step's update on every rank.
+#    that step's update on every rank;
+#  - the LLaMA family (GQA, untied head; tied head with MQA): DDP, ZeRO-1/2/3 and hybrid
+#    sharding bitwise equal to one rank with accumulation, as for GPT-2.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -285,6 +287,31 @@ if [ "$same" = equal ] && grep -q '"step":20,.*"loss":null.*"skipped":true' "$di
 else
   fail "nonfinite skip: weights $same, $(grep -E 'skipped|error' "$dir/nan_skip.log" | head -3)"
 fi
+
+# The LLaMA family through the same strategies: grouped-query attention (2 kv heads of 4),
+# untied head in the POST unit, rotary positions, SwiGLU (d_ff 80).
+common=(--set model.preset= --set model.family=llama --model.n_layer 2 --model.d_model 48
+        --model.n_head 4 --set model.n_kv_head=2 --set model.d_ff=80 --set model.untied_embeddings=true
+        --model.vocab_size 300 --model.context 32 --seq 32 --batch 2 --steps 20 --lr 3e-3 --warmup 3
+        --seed 11 --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
+run1 llama_one_acc2 2
+runN llama_ddp2 2
+check "llama: 2 ranks DDP vs 1 rank x 2 accumulation" llama_ddp2 llama_one_acc2 0
+for s in zero1 zero2 zero3; do
+  runN llama_${s}_2 2 --set parallel.strategy=$s
+  check "llama: $s vs DDP, 2 ranks (bitwise)" llama_${s}_2 llama_ddp2 0
+done
+run1 llama_one_acc3 3
+runN llama_zero3_3 3 --set parallel.strategy=zero3
+check "llama: 3 ranks ZeRO-3 (uneven shards) vs 1 rank x 3" llama_zero3_3 llama_one_acc3 0
+run1 llama_one_acc4 4
+timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
+  "$bin" train "${common[@]}" --set parallel.strategy=hybrid_shard --set logging.metrics="$dir/llama_hybrid4.jsonl" \
+  --save-weights "$dir/llama_hybrid4.st" >"$dir/llama_hybrid4.log" 2>&1 || fail "llama_hybrid4: $(tail -3 "$dir/llama_hybrid4.log")"
+check "llama: hybrid sharding, 2 nodes x 2 ranks vs 1 rank x 4" llama_hybrid4 llama_one_acc4 0
+runN llama_tied_zero3 2 --set model.untied_embeddings=false --set model.n_kv_head=1 --set parallel.strategy=zero3
+runN llama_tied_ddp 2 --set model.untied_embeddings=false --set model.n_kv_head=1
+check "llama, tied head and multi-query attention: ZeRO-3 vs DDP (bitwise)" llama_tied_zero3 llama_tied_ddp 0
 
 echo "test_mpi: $fails failure(s)"
 [ $fails -eq 0 ]
