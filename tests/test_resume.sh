@@ -7,6 +7,7 @@
 #    and ZeRO-3; the per-sample ledger shows every sample of the epoch exactly once;
 #  - resharding: ZeRO-3 on 2 ranks -> DDP on 1 rank (2 accumulation steps) -> ZeRO-2 on 2
 #    ranks: same losses and weights as the uninterrupted run, ledger exactly once;
+#  - the LLaMA family: stop + resume bitwise (ZeRO-3), and resharded onto 1 rank;
 #  - a damaged newest checkpoint is skipped with a message and the previous one is used;
 #  - a rank that hangs: the watchdog fires, the supervisor names the rank that never
 #    entered the collective, restarts, and the result is still bitwise the same;
@@ -106,6 +107,26 @@ launch 2 -- train "${common[@]}" --set parallel.strategy=zero2 --resume --set ch
 out=$(cmp_runs reshard/m.jsonl reshard/w.safetensors ref_ddp/m.jsonl ref_ddp/w.safetensors 1e-5) \
   && pass "ZeRO-3 x2 -> DDP x1 -> ZeRO-2 x2: same math ($out)" || fail "resharded run: $out"
 out=$(ledger reshard/ledger 50 400) && pass "ledger across world-size changes: $out" || fail "ledger: $out"
+
+# The LLaMA family: stop at step 25 and resume (ZeRO-3, 2 ranks) = uninterrupted, bitwise
+# (losses, weights, every optimizer file); then the step-25 checkpoint resumed on 1 rank with
+# DDP (resharded) gives the same math.
+llama=(--set model.family=llama --set model.n_kv_head=2 --set model.d_ff=96 --set model.untied_embeddings=true)
+mkdir -p llama_ref llama_res llama_rs
+run llama_ref 2 -- train "${common[@]}" "${llama[@]}" --set parallel.strategy=zero3 || fail "llama reference: $(tail -3 llama_ref.log)"
+ok=1
+launch 2 -- train "${common[@]}" "${llama[@]}" --steps 25 --set parallel.strategy=zero3 --set checkpoint.dir=llama_res/ck \
+  --set logging.metrics=llama_res/m.jsonl >llama_res.log 2>&1 || ok=0
+cp -r llama_res/ck llama_rs/ck && cp llama_res/m.jsonl llama_rs/m.jsonl
+run llama_res 2 -- train "${common[@]}" "${llama[@]}" --set parallel.strategy=zero3 --resume >>llama_res.log 2>&1 || ok=0
+"$bin" train "${common[@]}" "${llama[@]}" --resume --set checkpoint.dir=llama_rs/ck --set logging.metrics=llama_rs/m.jsonl \
+  --save-weights llama_rs/w.safetensors >llama_rs.log 2>&1 || ok=0
+[ $ok = 1 ] && grep -q "(resharded)" llama_rs.log || fail "llama resume runs: $(grep -E 'error|resumed' llama_res.log llama_rs.log | tail -3)"
+out=$(cmp_runs llama_res/m.jsonl llama_res/w.safetensors llama_ref/m.jsonl llama_ref/w.safetensors 0) \
+  && opt=$(same_optim llama_res llama_ref) && pass "llama: ZeRO-3 stop at 25 + resume = uninterrupted ($out; $opt)" \
+  || fail "llama resume: $out ${opt:-}"
+out=$(cmp_runs llama_rs/m.jsonl llama_rs/w.safetensors llama_ref/m.jsonl llama_ref/w.safetensors 1e-5) \
+  && pass "llama: ZeRO-3 x2 -> DDP x1 resharded: same math ($out)" || fail "llama resharded resume: $out"
 
 # 4. The newest checkpoint damaged: skipped, the previous one used, the result unchanged.
 cp -r ref_ddp/ck damaged/ck
