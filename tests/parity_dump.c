@@ -43,7 +43,11 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     cfg.micro_batch = 2;
     cfg.seq_len = 16;
     cfg.sched = (dt_lr_schedule){DT_SCHED_COSINE, 3e-3f, 3e-4f, 3, 8};
-    cfg.adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
+    /* LLaMA runs with Adam eps 1e-5: at 1e-8 a few of its ~60k weights have gradients near
+     * 1e-8 by chance, where float32 rounding decides most of Adam's first step, and the 10-step
+     * runs drift apart (measured 8.2e-4 on weights, 1.4e-4 on moments with GQA); at 1e-5 the
+     * worst after-training error is 3.3e-6. GPT-2 keeps the 1e-8 its tolerances were set on. */
+    cfg.adamw = (dt_adamw){0.9f, 0.95f, strcmp(family, "gpt2") ? 1e-5f : 1e-8f, 0.1f};
     cfg.clip = 0.5f;
     cfg.seed = 42;
     cfg.accum = ACCUM;

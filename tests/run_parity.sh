@@ -4,6 +4,13 @@
 set -euo pipefail
 dump=$1
 out=$2
-rm -rf "$out" && mkdir -p "$out"
-OMP_NUM_THREADS=2 "$dump" "$out"
-exec /usr/bin/python3 "$(dirname "$0")/ref/gpt2_ref.py" "$out"
+# GPT-2, then LLaMA with grouped-query attention and an untied head, then LLaMA with
+# multi-query attention and a tied head (tests/ref/llama_torch.py).
+rc=0
+for fam in gpt2 llama llama-mqa; do
+  rm -rf "$out/$fam" && mkdir -p "$out/$fam"
+  echo "== $fam"
+  OMP_NUM_THREADS=2 "$dump" "$out/$fam" "$fam" || { echo "FAIL parity_dump $fam"; rc=1; continue; }
+  /usr/bin/python3 "$(dirname "$0")/ref/gpt2_ref.py" "$out/$fam" || rc=1
+done
+exit $rc

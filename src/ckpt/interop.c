@@ -1,5 +1,6 @@
 /* Model weights to and from llm.c (GPT-2) and Hugging Face files (see interop.h). */
 #include "ckpt/interop.h"
+#include "ckpt/hf_import.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -225,6 +226,7 @@ static int is_llmc(const char *path) {
 
 dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_model_config *out,
                                  char *tokenizer, size_t tokenizer_size) {
+    if (dt_hf_is_dir(path)) return dt_hf_config(ctx, path, out, tokenizer, tokenizer_size);
     char file[4200];
     DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
     if (!is_llmc(file)) return dt_model_file_config(ctx, file, out, tokenizer, tokenizer_size);
@@ -235,6 +237,18 @@ dt_status dt_model_import_config(dt_ctx *ctx, const char *path, dt_model_config 
 }
 
 dt_status dt_model_import(dt_ctx *ctx, dt_model *m, const char *path) {
+    if (dt_hf_is_dir(path)) {
+        dt_model_config c;
+        DT_CHECK(dt_hf_config(ctx, path, &c, NULL, 0));
+        if (!dt_model_config_equal(&c, &m->cfg)) {
+            char have[256], want[256];
+            dt_model_describe(&c, have, sizeof have);
+            dt_model_describe(&m->cfg, want, sizeof want);
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: model (%s) differs from the configured one (%s)", path,
+                           have, want);
+        }
+        return dt_hf_load(ctx, m, path);
+    }
     char file[4200];
     DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
     if (!m->ps.params)

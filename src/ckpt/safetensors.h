@@ -15,7 +15,10 @@
 #include "ckpt/ckpt_io.h"
 #include "core/status.h"
 
-typedef enum dt_st_dtype { DT_ST_F32, DT_ST_I32 } dt_st_dtype;
+/* F16 and BF16 are read (Hugging Face checkpoints), never written by dtrain. */
+typedef enum dt_st_dtype { DT_ST_F32, DT_ST_I32, DT_ST_F16, DT_ST_BF16 } dt_st_dtype;
+/* Bytes per element. */
+size_t dt_st_dtype_size(dt_st_dtype d);
 
 #define DT_ST_MAXDIM 4
 

@@ -35,9 +35,14 @@ static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, cons
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     t->name = e->string;
-    if (!cJSON_IsString(dtype) || (strcmp(dtype->valuestring, "F32") && strcmp(dtype->valuestring, "I32")))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': dtype must be F32 or I32", path, t->name);
-    t->dtype = strcmp(dtype->valuestring, "F32") ? DT_ST_I32 : DT_ST_F32;
+    static const char *const names[] = {"F32", "I32", "F16", "BF16"};
+    int dt = -1;
+    for (int i = 0; i < 4 && cJSON_IsString(dtype); i++)
+        if (!strcmp(dtype->valuestring, names[i])) dt = i;
+    if (dt < 0)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': dtype must be F32, I32, F16 or BF16", path, t->name);
+    t->dtype = (dt_st_dtype)dt;
+    const size_t esize = dt_st_dtype_size(t->dtype);
     if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) > DT_ST_MAXDIM)
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': bad shape", path, t->name);
     t->ndim = cJSON_GetArraySize(shape);
@@ -48,7 +53,7 @@ static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, cons
             s->valuedouble != (double)(int64_t)s->valuedouble)
             return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': bad dimension %d", path, t->name, d);
         t->shape[d] = (int64_t)s->valuedouble;
-        if (t->shape[d] && elems > SIZE_MAX / 4 / (size_t)t->shape[d])
+        if (t->shape[d] && elems > SIZE_MAX / esize / (size_t)t->shape[d])
             return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': shape overflows", path, t->name);
         elems *= (size_t)t->shape[d];
     }
@@ -60,14 +65,16 @@ static dt_status parse_entry(dt_ctx *ctx, const char *path, const cJSON *e, cons
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%.0f, %.0f] outside the %zu data bytes",
                        path, t->name, b, en, data_len);
     t->nbytes = (size_t)en - (size_t)b;
-    if (t->nbytes != elems * 4)
+    if (t->nbytes != elems * esize)
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': %zu data bytes for %zu elements", path,
                        t->name, t->nbytes, elems);
-    if (((size_t)b) % 4)
+    if (((size_t)b) % esize)
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor '%s': misaligned data offset", path, t->name);
     t->data = data + (size_t)b;
     return DT_OK;
 }
+
+size_t dt_st_dtype_size(dt_st_dtype d) { return d == DT_ST_F16 || d == DT_ST_BF16 ? 2 : 4; }
 
 /* Names are echoed in messages, which must stay one line: no control characters. */
 static int printable(const char *s) {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch oracle for dtrain's GPT-2 parity test.
+"""PyTorch oracle for dtrain's parity test: the GPT-2 and LLaMA model families.
 
 Usage:
   /usr/bin/python3 tests/ref/gpt2_ref.py DIR [--tol 1e-4]
@@ -9,6 +9,11 @@ DIR holds three safetensors files written by dtrain (tests/parity_dump):
   init.safetensors    the initial weights (F32, dtrain names, "out x in" matrices, unpadded vocab)
                       and, as metadata, the hyperparameters: n_layer d_model n_head vocab context
                       B T lr min_lr warmup total_steps beta1 beta2 eps weight_decay clip train_steps
+                      accum, and optionally "family": "gpt2" (the default when absent) or "llama".
+                      LLaMA also needs n_kv_head d_ff untied (0|1) rope_theta norm_eps, and its
+                      tensors carry Hugging Face LlamaForCausalLM names (model.embed_tokens.weight,
+                      model.layers.N.self_attn.q_proj.weight, ..., model.norm.weight, and
+                      lm_head.weight only when untied; see tests/ref/llama_torch.py)
   batch.safetensors   "inputs"/"targets" I32 (B,T) for one forward/backward; "train_inputs"/
                       "train_targets" I32 (S,A,B,T), A = accum micro-batches per training step
   dtrain.safetensors  dtrain's results: "logits" (B,T,V), "loss" (1), "grad.<param>" for every
@@ -16,13 +21,15 @@ DIR holds three safetensors files written by dtrain (tests/parity_dump):
                       global grad norm before clipping), and after the S steps "final.<param>",
                       "exp_avg.<param>", "exp_avg_sq.<param>" (weights and Adam moments)
 
-The script rebuilds the model in float64 (tests/ref/gpt2_torch.py), then
+The script rebuilds the model in float64 (tests/ref/gpt2_torch.py, or tests/ref/llama_torch.py
+for family "llama"), then
   (a) runs the batch and compares logits, loss and every parameter gradient:
       rel = max|dtrain - ref| / max|ref| must be <= tol (absolute error if the reference is all 0);
   (b) trains S steps of `accum` micro-batches each from the init weights (lr schedule,
       clip_grad_norm_, AdamW with decay on 2-D tensors only) and compares each step's loss and
       pre-clip grad norm (relative error <= tol);
-  (c) compares every weight and both Adam moments after the S steps (relative error <= tol).
+  (c) compares every weight and both Adam moments after the S steps (relative error <= tol;
+      GPT-2's final weights get DEFAULT_WEIGHTS_TOL, see below).
 It refuses to pass vacuously: clipping must trigger on some step (a reference norm > clip), and the
 schedule must exercise both warmup (warmup >= 1) and cosine decay (some step s with
 warmup <= s < total_steps, i.e. train_steps > warmup and total_steps > warmup).
@@ -31,7 +38,9 @@ Exit status 0 when everything passes, 1 otherwise (the failing tensor/step is pr
 --self-test writes a random tiny model, batch and float32 "dtrain" results (computed by torch) to
 a temporary directory with its own safetensors writer, checks that the comparison passes, then
 checks that it fails after perturbing one gradient element, one training norm, or when clipping
-never triggers.
+never triggers. It does so for GPT-2 and for two LLaMA cases (grouped-query attention, untied
+head; multi-query attention, tied head), and first checks the LLaMA attention (RoPE + GQA) and the
+whole LLaMA forward against independent loop implementations in float64.
 
 Dependencies: torch, numpy and the standard library only (safetensors is parsed by hand).
 """
@@ -51,6 +60,7 @@ import numpy as np                  # noqa: E402
 import torch                        # noqa: E402
 
 import gpt2_torch                   # noqa: E402
+import llama_torch                  # noqa: E402
 
 DEFAULT_TOL = 1e-4
 # Weights after training: Adam divides each gradient by its own running RMS, so a gradient that
@@ -58,11 +68,24 @@ DEFAULT_TOL = 1e-4
 # float32 rounding noise in dtrain and float64 noise in the reference takes lr-sized steps of
 # unrelated sign in each. Measured 2.8e-4 on the parity model; every other compared tensor
 # (moments included) stays below DEFAULT_TOL.
+# LLaMA has no biases, hence no such mathematically-zero gradient: its final weights are held to
+# the moments' tolerance (tol, DEFAULT_TOL by default). That needs an Adam eps well above float32
+# gradient noise: the first Adam step moves every element by about lr * g/(|g| + eps), so with
+# eps 1e-8 the few elements whose gradient is by chance ~1e-8 (of ~6e4) move by a noise-decided
+# fraction of lr, and the 10-step trajectories drift apart (measured on the parity shape, float32
+# torch and dtrain: weights up to 1.4e-3, moments up to 3.8e-4). With eps 1e-5 (what the
+# self-test uses, and what tests/parity_dump must set for LLaMA) the worst of 24 float32-torch
+# cases was 5.2e-5, and dtrain's parity model 3.3e-6.
 DEFAULT_WEIGHTS_TOL = 1e-3
+LLAMA_MIN_EPS = 1e-6        # below this a LLaMA state mismatch gets the note above
 
 INT_KEYS = ["n_layer", "d_model", "n_head", "vocab", "context", "B", "T", "warmup",
             "total_steps", "train_steps", "accum"]
 FLOAT_KEYS = ["lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "clip"]
+FAMILIES = ("gpt2", "llama")
+# extra hyperparameters per family (metadata "family"; absent means "gpt2")
+FAMILY_INT_KEYS = {"gpt2": [], "llama": ["n_kv_head", "d_ff", "untied"]}
+FAMILY_FLOAT_KEYS = {"gpt2": [], "llama": ["rope_theta", "norm_eps"]}
 
 _ST_DTYPES = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "F16": "<f2",
               "U8": "u1", "I8": "i1"}
@@ -132,26 +155,61 @@ def write_safetensors(path, tensors, metadata=None):
 
 # ----------------------------------------------------------------------------- model helpers
 def parse_meta(meta):
+    family = str(meta.get("family", "gpt2")).strip()
+    if family not in FAMILIES:
+        raise ParityError("init.safetensors: metadata family=%r is not one of %s"
+                          % (meta.get("family"), ", ".join(FAMILIES)))
+    int_keys = INT_KEYS + FAMILY_INT_KEYS[family]
     hp = {}
-    for k in INT_KEYS + FLOAT_KEYS:
+    for k in int_keys + FLOAT_KEYS + FAMILY_FLOAT_KEYS[family]:
         if k not in meta:
             raise ParityError("init.safetensors: metadata key %r missing" % k)
         try:
             v = float(meta[k])
         except ValueError:
             raise ParityError("init.safetensors: metadata %r=%r is not a number" % (k, meta[k]))
-        if k in INT_KEYS:
+        if k in int_keys:
             if v != int(v):
                 raise ParityError("init.safetensors: metadata %r=%r is not an integer"
                                   % (k, meta[k]))
             v = int(v)
         hp[k] = v
+    hp["family"] = family
+    if family == "llama":
+        bad = []
+        if hp["n_head"] < 1 or hp["d_model"] % hp["n_head"]:
+            bad.append("d_model=%d not divisible by n_head=%d" % (hp["d_model"], hp["n_head"]))
+        elif (hp["d_model"] // hp["n_head"]) % 2:
+            bad.append("head size %d is odd (RoPE needs it even)" % (hp["d_model"] // hp["n_head"]))
+        if hp["n_kv_head"] < 1 or hp["n_head"] % hp["n_kv_head"]:
+            bad.append("n_head=%d not divisible by n_kv_head=%d" % (hp["n_head"], hp["n_kv_head"]))
+        if hp["untied"] not in (0, 1):
+            bad.append("untied=%d is not 0 or 1" % hp["untied"])
+        if not hp["rope_theta"] > 0:
+            bad.append("rope_theta=%g is not > 0" % hp["rope_theta"])
+        if not hp["norm_eps"] >= 0:
+            bad.append("norm_eps=%g is negative" % hp["norm_eps"])
+        if bad:
+            raise ParityError("init.safetensors: bad llama metadata: %s" % "; ".join(bad))
     return hp
 
 
+def family_module(hp):
+    """The torch definition of hp's model family (gpt2_torch or llama_torch)."""
+    return llama_torch if hp.get("family", "gpt2") == "llama" else gpt2_torch
+
+
+def new_model(hp):
+    if hp.get("family", "gpt2") == "llama":
+        return llama_torch.Llama(hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
+                                 hp["d_ff"], hp["vocab"], hp["context"], hp["untied"],
+                                 rope_theta=hp["rope_theta"], norm_eps=hp["norm_eps"])
+    return gpt2_torch.GPT2(hp["n_layer"], hp["d_model"], hp["n_head"], hp["vocab"],
+                           hp["context"])
+
+
 def build_model(hp, init, dtype):
-    model = gpt2_torch.GPT2(hp["n_layer"], hp["d_model"], hp["n_head"], hp["vocab"],
-                            hp["context"])
+    model = new_model(hp)
     expected = dict(model.named_parameters())
     missing = [n for n in expected if n not in init]
     extra = [n for n in init if n not in expected]
@@ -182,13 +240,14 @@ def train(model, train_inputs, train_targets, hp):
     """S steps of A micro-batches each (train_inputs is (S, A, B, T)): the loss of a step is the
     mean of its micro-batch losses and so is the gradient, as dtrain accumulates. Returns
     (losses, pre-clip norms, lrs, optimizer)."""
-    opt = torch.optim.AdamW(gpt2_torch.param_groups(model, hp["weight_decay"]),
+    fam = family_module(hp)
+    opt = torch.optim.AdamW(fam.param_groups(model, hp["weight_decay"]),
                             lr=hp["lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"],
                             weight_decay=hp["weight_decay"])
     losses, norms, lrs = [], [], []
     A = train_inputs.shape[1]
     for s in range(train_inputs.shape[0]):
-        lr = gpt2_torch.lr_at(s, hp["lr"], hp["min_lr"], hp["warmup"], hp["total_steps"])
+        lr = fam.lr_at(s, hp["lr"], hp["min_lr"], hp["warmup"], hp["total_steps"])
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
@@ -225,9 +284,19 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print, weights_tol=DEFAULT_WEIGHTS_TOL
     _, got = read_safetensors(os.path.join(dirpath, "dtrain.safetensors"))
     hp = parse_meta(meta)
     B, T, S, V = hp["B"], hp["T"], hp["train_steps"], hp["vocab"]
-    out("# gpt2_ref: n_layer=%d d_model=%d n_head=%d vocab=%d context=%d B=%d T=%d "
-        "train_steps=%d tol=%g" % (hp["n_layer"], hp["d_model"], hp["n_head"], V,
-                                   hp["context"], B, T, S, tol))
+    if hp["family"] == "llama":
+        out("# gpt2_ref: family=llama n_layer=%d d_model=%d n_head=%d n_kv_head=%d d_ff=%d "
+            "vocab=%d context=%d untied=%d rope_theta=%g norm_eps=%g B=%d T=%d train_steps=%d "
+            "tol=%g" % (hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
+                        hp["d_ff"], V, hp["context"], hp["untied"], hp["rope_theta"],
+                        hp["norm_eps"], B, T, S, tol))
+        # no biases, so no mathematically-zero gradient driving Adam on noise (see
+        # DEFAULT_WEIGHTS_TOL): final weights are held to the same tolerance as the rest
+        weights_tol = tol
+    else:
+        out("# gpt2_ref: n_layer=%d d_model=%d n_head=%d vocab=%d context=%d B=%d T=%d "
+            "train_steps=%d tol=%g" % (hp["n_layer"], hp["d_model"], hp["n_head"], V,
+                                       hp["context"], B, T, S, tol))
 
     def need(d, name, shape, where):
         if name not in d:
@@ -327,6 +396,11 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print, weights_tol=DEFAULT_WEIGHTS_TOL
                 out("FAIL %-40s rel=%.3e" % (label, rel))
     out("# state after training: %d weights (tol %g) and moments (tol %g), worst rel %.3e"
         % (3 * len(list(model.parameters())), weights_tol, tol, worst_s))
+    if hp["family"] == "llama" and worst_s > tol and hp["eps"] < LLAMA_MIN_EPS:
+        out("# note: Adam eps=%g: with eps below %g, float32 noise in near-zero gradients decides "
+            "Adam's first updates, so the state can drift by more than tol in a correct "
+            "implementation (see DEFAULT_WEIGHTS_TOL in this script); run the parity with eps 1e-5"
+            % (hp["eps"], LLAMA_MIN_EPS))
 
     # not vacuous
     n_clipped = sum(1 for n in norms if n > hp["clip"])
@@ -382,6 +456,13 @@ def _make_case(dirpath, seed=1234):
         "train_inputs": torch.randint(0, V, (S, 2, B, T), generator=g).int().numpy(),
         "train_targets": torch.randint(0, V, (S, 2, B, T), generator=g).int().numpy(),
     }
+    return _finish_case(dirpath, hp, init, batch)
+
+
+def _finish_case(dirpath, hp, init, batch):
+    """Computes the float32 torch stand-in for dtrain's results from init and batch (setting
+    hp["clip"] so that clipping triggers) and writes the three files. Returns
+    (hp, init, batch, res, meta)."""
     m32 = build_model(hp, init, torch.float32)
     logits, loss, grads = forward_backward(m32, torch.from_numpy(batch["inputs"]).long(),
                                            torch.from_numpy(batch["targets"]).long())
@@ -402,11 +483,236 @@ def _make_case(dirpath, seed=1234):
         res["exp_avg_sq." + n] = opt.state[p]["exp_avg_sq"].float().numpy().copy()
     for n, v in grads.items():
         res["grad." + n] = v.astype(np.float32)
-    meta = {k: repr(v) for k, v in hp.items()}
+    meta = {k: v if isinstance(v, str) else repr(v) for k, v in hp.items()}
     write_safetensors(os.path.join(dirpath, "init.safetensors"), init, meta)
     write_safetensors(os.path.join(dirpath, "batch.safetensors"), batch)
     write_safetensors(os.path.join(dirpath, "dtrain.safetensors"), res)
     return hp, init, batch, res, meta
+
+
+def _make_llama_case(dirpath, seed, n_kv_head, untied, rope_theta, norm_eps):
+    """Random tiny LLaMA (the shape and schedule of tests/parity_dump: head size 12, d_ff 72;
+    Adam eps 1e-5, see DEFAULT_WEIGHTS_TOL) + batch; float32 torch stands in for dtrain."""
+    g = torch.Generator().manual_seed(seed)
+    hp = dict(family="llama", n_layer=2, d_model=48, n_head=4, n_kv_head=n_kv_head, d_ff=72,
+              vocab=300, context=32, untied=int(untied), rope_theta=float(rope_theta),
+              norm_eps=float(norm_eps), B=2, T=16, lr=3e-3, min_lr=3e-4, warmup=3,
+              total_steps=8, beta1=0.9, beta2=0.95, eps=1e-5, weight_decay=0.1, clip=1.0,
+              train_steps=10, accum=2)
+    model = new_model(hp)
+    llama_torch.llama_init_(model, std=0.05, generator=g)
+    with torch.no_grad():      # non-trivial RMSNorm weights so every grad path matters, and
+        for n, p in model.named_parameters():      # q/k large enough for O(1) attention scores
+            if p.dim() < 2:
+                p.normal_(1.0, 0.1, generator=g)
+            elif n.endswith("q_proj.weight") or n.endswith("k_proj.weight"):
+                p.normal_(0.0, 0.15, generator=g)
+    init = {n: p.detach().float().numpy().copy() for n, p in model.named_parameters()}
+    B, T, S, A, V = hp["B"], hp["T"], hp["train_steps"], hp["accum"], hp["vocab"]
+    batch = {
+        "inputs": torch.randint(0, V, (B, T), generator=g).int().numpy(),
+        "targets": torch.randint(0, V, (B, T), generator=g).int().numpy(),
+        "train_inputs": torch.randint(0, V, (S, A, B, T), generator=g).int().numpy(),
+        "train_targets": torch.randint(0, V, (S, A, B, T), generator=g).int().numpy(),
+    }
+    return _finish_case(dirpath, hp, init, batch)
+
+
+def _loop_rope(vec, t, theta, pairing="half"):
+    """One head's vector at position t, rotated pair by pair: pair i (i < hs/2) is (i, i + hs/2)
+    (HF rotate-half) or, for the negative check, (2i, 2i+1); angle t * theta^(-2i/hs)."""
+    hs = len(vec)
+    out = list(vec)
+    for i in range(hs // 2):
+        a = t * theta ** (-2.0 * i / hs)
+        c, s = math.cos(a), math.sin(a)
+        j0, j1 = (i, i + hs // 2) if pairing == "half" else (2 * i, 2 * i + 1)
+        out[j0] = vec[j0] * c - vec[j1] * s
+        out[j1] = vec[j1] * c + vec[j0] * s
+    return np.array(out)
+
+
+def _loop_attention(x, wq, wk, wv, wo, nh, nkv, theta, kv_of=None, pairing="half"):
+    """Attention written out head by head and position by position (float64 numpy):
+    query head h reads kv head h // (nh/nkv) (or kv_of(h)), causal, softmax(q.k / sqrt(hs))."""
+    B, T, C = x.shape
+    hs = wq.shape[0] // nh
+    grp = nh // nkv
+    kv_of = kv_of or (lambda h: h // grp)
+    q, k, v = x @ wq.T, x @ wk.T, x @ wv.T
+    y = np.zeros((B, T, nh * hs))
+    for b in range(B):
+        kr = [[_loop_rope(k[b, t, j * hs:(j + 1) * hs], t, theta, pairing) for j in range(nkv)]
+              for t in range(T)]
+        for h in range(nh):
+            j = kv_of(h)
+            for t in range(T):
+                qr = _loop_rope(q[b, t, h * hs:(h + 1) * hs], t, theta, pairing)
+                sc = [float(np.dot(qr, kr[u][j])) / math.sqrt(hs) for u in range(t + 1)]
+                mx = max(sc)
+                e = [math.exp(z - mx) for z in sc]
+                tot = sum(e)
+                acc = np.zeros(hs)
+                for u in range(t + 1):
+                    acc += (e[u] / tot) * v[b, u, j * hs:(j + 1) * hs]
+                y[b, t, h * hs:(h + 1) * hs] = acc
+    return y @ wo.T
+
+
+def _loop_llama_forward(P, hp, idx, targets):
+    """The whole LLaMA forward in numpy from a state dict P (float64 arrays); returns
+    (logits, loss)."""
+    def rms(x, w):
+        return w * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + hp["norm_eps"])
+    x = P["model.embed_tokens.weight"][idx]
+    for li in range(hp["n_layer"]):
+        pre = "model.layers.%d." % li
+        n = rms(x, P[pre + "input_layernorm.weight"])
+        x = x + _loop_attention(n, *(P[pre + "self_attn.%s_proj.weight" % w] for w in "qkvo"),
+                                hp["n_head"], hp["n_kv_head"], hp["rope_theta"])
+        m = rms(x, P[pre + "post_attention_layernorm.weight"])
+        gate = m @ P[pre + "mlp.gate_proj.weight"].T
+        up = m @ P[pre + "mlp.up_proj.weight"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ P[pre + "mlp.down_proj.weight"].T
+    x = rms(x, P["model.norm.weight"])
+    head = P["lm_head.weight"] if hp["untied"] else P["model.embed_tokens.weight"]
+    logits = x @ head.T
+    z = logits.reshape(-1, logits.shape[-1])
+    mx = z.max(axis=1, keepdims=True)
+    lse = mx[:, 0] + np.log(np.exp(z - mx).sum(axis=1))
+    loss = float(np.mean(lse - z[np.arange(z.shape[0]), targets.reshape(-1)]))
+    return logits, loss
+
+
+def _llama_independent_checks():
+    """RoPE + GQA attention and the whole LLaMA forward of llama_torch against the loop versions
+    above, float64, random input; also checks that the comparison notices a wrong kv-head map and
+    the interleaved RoPE pairing."""
+    ok = True
+    g = torch.Generator().manual_seed(7)
+    rnd = lambda *shape, s=1.0: (torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa
+                                 * s).numpy()
+    B, T, C, nh = 2, 9, 32, 4
+    hs = C // nh
+    print("== self-test llama 0: RoPE/GQA attention and forward vs loop implementations "
+          "(float64, must agree to 1e-12)")
+    for nkv, theta in ((4, 10000.0), (2, 10000.0), (2, 3.0), (1, 500.0)):
+        x = rnd(B, T, C)
+        wq, wk, wv = rnd(nh * hs, C, s=0.3), rnd(nkv * hs, C, s=0.3), rnd(nkv * hs, C, s=0.3)
+        wo = rnd(C, nh * hs, s=0.3)
+        att = llama_torch.LlamaAttention(C, nh, nkv, theta).double()
+        att.load_state_dict({"q_proj.weight": torch.from_numpy(wq),
+                             "k_proj.weight": torch.from_numpy(wk),
+                             "v_proj.weight": torch.from_numpy(wv),
+                             "o_proj.weight": torch.from_numpy(wo)}, strict=True)
+        with torch.no_grad():
+            got = att(torch.from_numpy(x)).numpy()
+        ref = _loop_attention(x, wq, wk, wv, wo, nh, nkv, theta)
+        rel = rel_error(got, ref)
+        good = rel <= 1e-12
+        print("%s attention n_head=%d n_kv_head=%d theta=%g: rel %.3e" % (
+            "ok  " if good else "FAIL", nh, nkv, theta, rel))
+        ok &= good
+        if nkv == 2 and theta == 3.0:      # the check must have teeth
+            for label, alt in (("kv head h % n_kv_head", _loop_attention(
+                    x, wq, wk, wv, wo, nh, nkv, theta, kv_of=lambda h: h % nkv)),
+                               ("interleaved RoPE pairs", _loop_attention(
+                    x, wq, wk, wv, wo, nh, nkv, theta, pairing="interleaved"))):
+                r = rel_error(got, alt)
+                print("%s   (negative) vs %s: rel %.3e (must be > 1e-3)" % (
+                    "ok  " if r > 1e-3 else "FAIL", label, r))
+                ok &= r > 1e-3
+    for nkv, untied in ((2, 1), (1, 0)):
+        hp = dict(n_layer=2, d_model=C, n_head=nh, n_kv_head=nkv, d_ff=40, vocab=37, context=T,
+                  untied=untied, rope_theta=50.0, norm_eps=1e-5)
+        model = llama_torch.Llama(**hp).double()
+        P = {}
+        for n, p in model.named_parameters():
+            P[n] = rnd(*p.shape, s=0.3) + (1.0 if p.dim() < 2 else 0.0)
+        model.load_state_dict({n: torch.from_numpy(a) for n, a in P.items()}, strict=True)
+        idx = torch.randint(0, hp["vocab"], (B, T), generator=g)
+        tgt = torch.randint(0, hp["vocab"], (B, T), generator=g)
+        with torch.no_grad():
+            logits, loss = model(idx, tgt)
+        rlog, rloss = _loop_llama_forward(P, hp, idx.numpy(), tgt.numpy())
+        rel = max(rel_error(logits.numpy(), rlog), abs(loss.item() - rloss) / abs(rloss))
+        good = rel <= 1e-12
+        print("%s forward n_kv_head=%d untied=%d: logits/loss rel %.3e" % (
+            "ok  " if good else "FAIL", nkv, untied, rel))
+        ok &= good
+    return ok
+
+
+def _expect_fail(d, tol, label, what):
+    print("== self-test: %s must FAIL" % label)
+    f = run_dir(d, tol, out=lambda *a, **k: None)
+    hit = [x for x in f if what in x]
+    print("   -> %s" % ("FAIL as expected: " + hit[0] if hit else
+                        "NOT detected (failures: %s)" % f))
+    return bool(hit)
+
+
+def _llama_self_test(tol):
+    ok = _llama_independent_checks()
+    cases = (("GQA n_head 4 / n_kv_head 2, untied head", dict(n_kv_head=2, untied=1,
+                                                               rope_theta=500.0, norm_eps=1e-5),
+              "grad.model.layers.1.self_attn.k_proj.weight"),
+             ("MQA n_head 4 / n_kv_head 1, tied head", dict(n_kv_head=1, untied=0,
+                                                             rope_theta=10000.0, norm_eps=1e-6),
+              "grad.model.embed_tokens.weight"))
+    for ci, (title, kw, gname) in enumerate(cases):
+        with tempfile.TemporaryDirectory(prefix="gpt2_ref_selftest_llama_") as d:
+            hp, init, batch, res, meta = _make_llama_case(d, seed=4321 + ci, **kw)
+            m2, t2 = read_safetensors(os.path.join(d, "init.safetensors"))
+            assert m2 == meta and all(np.array_equal(t2[n], init[n]) for n in init)
+            print("== self-test llama %d: %s; unmodified float32 results must PASS"
+                  % (ci + 1, title))
+            if run_dir(d, tol):
+                print("self-test: expected PASS, got FAIL")
+                ok = False
+            tag = "llama %d" % (ci + 1)
+
+            def with_bad(name, mutate):
+                bad = dict(res)
+                bad[name] = res[name].copy()
+                mutate(bad[name])
+                write_safetensors(os.path.join(d, "dtrain.safetensors"), bad)
+
+            def bump(scale, idx):
+                return lambda a: a.__setitem__(idx, a[idx] + scale * float(np.abs(a).max()))
+
+            with_bad(gname, bump(1e-3, (3, 5)))
+            ok &= _expect_fail(d, tol, "%s: one grad element perturbed (1e-3 rel)" % tag, gname)
+            with_bad("train_norms", lambda a: a.__setitem__(5, a[5] * 1.001))
+            ok &= _expect_fail(d, tol, "%s: train_norms[5] perturbed (1e-3 rel)" % tag,
+                               "train step 5: grad norm")
+            nm = "final.model.layers.0.mlp.gate_proj.weight"
+            with_bad(nm, bump(3e-4, (2, 7)))
+            ok &= _expect_fail(d, tol, "%s: one final weight perturbed (3e-4 rel; llama weights "
+                               "are held to tol)" % tag, nm)
+            write_safetensors(os.path.join(d, "dtrain.safetensors"), res)
+            if ci == 0:
+                m = {k: v for k, v in meta.items() if k != "n_kv_head"}
+                write_safetensors(os.path.join(d, "init.safetensors"), init, m)
+                ok &= _expect_fail(d, tol, "%s: metadata without n_kv_head" % tag,
+                                   "metadata key 'n_kv_head' missing")
+                m = dict(meta, n_kv_head="3")
+                write_safetensors(os.path.join(d, "init.safetensors"), init, m)
+                ok &= _expect_fail(d, tol, "%s: n_kv_head 3 with n_head 4" % tag,
+                                   "not divisible by n_kv_head=3")
+                m = dict(meta, family="llama2")
+                write_safetensors(os.path.join(d, "init.safetensors"), init, m)
+                ok &= _expect_fail(d, tol, "%s: unknown family" % tag, "family='llama2'")
+                m = dict(meta, untied="0")
+                write_safetensors(os.path.join(d, "init.safetensors"), init, m)
+                ok &= _expect_fail(d, tol, "%s: untied weights read as tied" % tag,
+                                   "unexpected tensors: lm_head.weight")
+            else:
+                m = dict(meta, untied="1")
+                write_safetensors(os.path.join(d, "init.safetensors"), init, m)
+                ok &= _expect_fail(d, tol, "%s: tied weights read as untied" % tag,
+                                   "missing tensors: lm_head.weight")
+    return ok
 
 
 def self_test(tol):
@@ -472,12 +778,22 @@ def self_test(tol):
         m = dict(meta, warmup=str(hp["train_steps"]), total_steps=str(hp["train_steps"]))
         write_safetensors(os.path.join(d, "init.safetensors"), init, m)
         ok &= expect_fail("5: schedule never decays", "no cosine-decay step")
+
+        # 6: explicit "family": "gpt2" (as dtrain writes it) is the same as absent
+        print("== self-test 6: metadata family=gpt2 must PASS")
+        write_safetensors(os.path.join(d, "init.safetensors"), init, dict(meta, family="gpt2"))
+        f = run_dir(d, tol, out=quiet)
+        print("   -> %s" % ("PASS as expected" if not f else "FAIL: %s" % f))
+        ok &= not f
+
+    ok &= _llama_self_test(tol)
     print("gpt2_ref self-test: %s" % ("PASS" if ok else "FAIL"))
     return ok
 
 
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch float64 oracle for dtrain's GPT-2 parity.")
+    ap = argparse.ArgumentParser(description="PyTorch float64 oracle for dtrain's GPT-2 and "
+                                 "LLaMA parity.")
     ap.add_argument("dir", nargs="?", help="directory with init/batch/dtrain .safetensors")
     ap.add_argument("--self-test", action="store_true", help="check this script on itself")
     ap.add_argument("--tol", type=float, default=DEFAULT_TOL, help="max relative error (1e-4)")

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/trace.h"
@@ -301,17 +302,28 @@ static void llama_backward(dt_model *m, float scale) {
     if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
 }
 
+/* The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06). */
+static void short_float(char *buf, size_t n, float v) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, n, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) return;
+    }
+}
+
 static int llama_hf_config(const dt_model_config *c, char *buf, size_t n) {
+    char eps[32], theta[32];
+    short_float(eps, sizeof eps, c->norm_eps);
+    short_float(theta, sizeof theta, c->rope_theta);
     return snprintf(buf, n,
                     "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                     "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
                     "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-                    "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
-                    "  \"rope_theta\": %.9g,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
+                    "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+                    "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
                     "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
                     "  \"tie_word_embeddings\": %s",
                     c->vocab, c->d_model, c->d_ff, c->n_layer, c->n_head, c->n_kv_head,
-                    c->d_model / c->n_head, c->context, (double)c->norm_eps, (double)c->rope_theta,
+                    c->d_model / c->n_head, c->context, eps, theta,
                     c->untied ? "false" : "true");
 }
 

@@ -1,0 +1,235 @@
+"""PyTorch definition of dtrain's LLaMA family, used by the parity oracle.
+
+Not run directly. Imported by path from:
+  tests/ref/gpt2_ref.py   (float64 oracle: /usr/bin/python3 tests/ref/gpt2_ref.py DIR | --self-test)
+
+Parameter names are exactly Hugging Face LlamaForCausalLM state-dict names, every matrix is stored
+"out x in" like torch.nn.Linear.weight and nothing has a bias, so a dtrain (or HF) state dict loads
+with load_state_dict(strict=True):
+  model.embed_tokens.weight                              (V, C)
+  model.layers.{l}.input_layernorm.weight                (C)
+  model.layers.{l}.self_attn.q_proj.weight               (NH*hs, C)
+  model.layers.{l}.self_attn.k_proj.weight               (NKV*hs, C)
+  model.layers.{l}.self_attn.v_proj.weight               (NKV*hs, C)
+  model.layers.{l}.self_attn.o_proj.weight               (C, NH*hs)
+  model.layers.{l}.post_attention_layernorm.weight       (C)
+  model.layers.{l}.mlp.gate_proj.weight                  (F, C)
+  model.layers.{l}.mlp.up_proj.weight                    (F, C)
+  model.layers.{l}.mlp.down_proj.weight                  (C, F)
+  model.norm.weight                                      (C)
+  lm_head.weight                                         (V, C)   only when untied
+with hs = C / NH. Tied: logits = norm(x) @ embed_tokens^T and there is no lm_head.weight.
+
+Model (the published LLaMA architecture, as HF transformers' modeling_llama defines it):
+  x = embed_tokens[tok]
+  per layer:  h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = RMSNorm(x)
+              x = h + down_proj(silu(gate_proj(m)) * up_proj(m)),                  m = RMSNorm(h)
+  logits = RMSNorm(x) @ head^T
+RMSNorm(x) = w * x * rsqrt(mean(x^2, -1) + eps), computed in the model's dtype (HF upcasts to
+float32 internally; in the float64 oracle that would only lose precision, so it is not done).
+RoPE, HF "rotate-half" convention: within each head, dimension i < hs/2 is paired with i + hs/2
+(not 2i with 2i+1); inv_freq[i] = theta^(-2i/hs), angle(t, i) = t * inv_freq[i] for position
+t = 0..T-1, cos/sin = cat(cos(angle), cos(angle)) / cat(sin(angle), sin(angle)), and
+q' = q*cos + rotate_half(q)*sin with rotate_half(x) = cat(-x2, x1). The angles are computed in the
+model dtype (HF computes them in float32).
+Grouped-query attention: query head h uses kv head h // (NH/NKV) (HF repeat_kv, i.e.
+repeat_interleave of the kv heads); causal softmax(q k^T / sqrt(hs)) v. NKV == NH is plain
+multi-head attention, NKV == 1 multi-query attention.
+Loss is the mean cross-entropy over all B*T positions.
+
+Also here: a small-random initialisation for tests, the two AdamW parameter groups (weight decay
+on 2-D tensors only: every matrix, embed_tokens and lm_head included; the RMSNorm weights not) and
+dtrain's learning-rate schedule (the same function as for GPT-2).
+
+Only torch and math are used.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEFAULT_ROPE_THETA = 10000.0
+DEFAULT_NORM_EPS = 1e-5
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope_cos_sin(T, hs, theta, dtype, device=None):
+    """(T, hs) cos and sin tables: angle(t, i) = t * theta^(-2i/hs), duplicated over both halves."""
+    assert hs % 2 == 0, "head size must be even for RoPE"
+    i = torch.arange(0, hs, 2, dtype=dtype, device=device)          # 2i
+    inv_freq = 1.0 / (theta ** (i / hs))
+    t = torch.arange(T, dtype=dtype, device=device)
+    ang = torch.outer(t, inv_freq)                                    # (T, hs/2)
+    ang = torch.cat((ang, ang), dim=-1)                               # (T, hs)
+    return ang.cos(), ang.sin()
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x: (B, heads, T, hs); cos/sin: (T, hs)."""
+    return x * cos + rotate_half(x) * sin
+
+
+def repeat_kv(x, n_rep):
+    """(B, NKV, T, hs) -> (B, NKV*n_rep, T, hs); output head h is input head h // n_rep."""
+    if n_rep == 1:
+        return x
+    B, nkv, T, hs = x.shape
+    return x[:, :, None, :, :].expand(B, nkv, n_rep, T, hs).reshape(B, nkv * n_rep, T, hs)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, d_model, n_head, n_kv_head, rope_theta):
+        super().__init__()
+        assert d_model % n_head == 0, "d_model must be divisible by n_head"
+        assert n_head % n_kv_head == 0, "n_head must be divisible by n_kv_head"
+        self.n_head, self.n_kv_head = n_head, n_kv_head
+        self.hs = d_model // n_head
+        assert self.hs % 2 == 0, "head size must be even for RoPE"
+        self.rope_theta = rope_theta
+        self.q_proj = nn.Linear(d_model, n_head * self.hs, bias=False)
+        self.k_proj = nn.Linear(d_model, n_kv_head * self.hs, bias=False)
+        self.v_proj = nn.Linear(d_model, n_kv_head * self.hs, bias=False)
+        self.o_proj = nn.Linear(n_head * self.hs, d_model, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        nh, nkv, hs = self.n_head, self.n_kv_head, self.hs
+        # head h = rows h*hs..(h+1)*hs of q_proj (of k_proj/v_proj for kv head h)
+        q = self.q_proj(x).view(B, T, nh, hs).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, nkv, hs).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, nkv, hs).transpose(1, 2)
+        cos, sin = rope_cos_sin(T, hs, self.rope_theta, x.dtype, x.device)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        k = repeat_kv(k, nh // nkv)
+        v = repeat_kv(v, nh // nkv)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~causal, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, nh * hs)
+        return self.o_proj(y)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, d_model, n_head, n_kv_head, d_ff, rope_theta, norm_eps):
+        super().__init__()
+        self.input_layernorm = RMSNorm(d_model, norm_eps)
+        self.self_attn = LlamaAttention(d_model, n_head, n_kv_head, rope_theta)
+        self.post_attention_layernorm = RMSNorm(d_model, norm_eps)
+        self.mlp = LlamaMLP(d_model, d_ff)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, rope_theta, norm_eps):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, d_model)
+        self.layers = nn.ModuleList([
+            LlamaDecoderLayer(d_model, n_head, n_kv_head, d_ff, rope_theta, norm_eps)
+            for _ in range(n_layer)])
+        self.norm = RMSNorm(d_model, norm_eps)
+
+    def forward(self, idx):
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class Llama(nn.Module):
+    """LlamaForCausalLM: parameters model.* and, when untied, lm_head.weight."""
+
+    def __init__(self, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, context, untied,
+                 rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS):
+        super().__init__()
+        self.n_layer, self.d_model, self.n_head, self.n_kv_head = n_layer, d_model, n_head, \
+            n_kv_head
+        self.d_ff, self.vocab, self.context, self.untied = d_ff, vocab, context, bool(untied)
+        self.rope_theta, self.norm_eps = float(rope_theta), float(norm_eps)
+        self.model = LlamaModel(n_layer, d_model, n_head, n_kv_head, d_ff, vocab, rope_theta,
+                                norm_eps)
+        if self.untied:
+            self.lm_head = nn.Linear(d_model, vocab, bias=False)
+
+    def head_weight(self):
+        return self.lm_head.weight if self.untied else self.model.embed_tokens.weight
+
+    def forward(self, idx, targets=None):
+        """idx, targets: integer (B, T). Returns (logits (B,T,V), loss or None)."""
+        B, T = idx.shape
+        assert T <= self.context, "sequence length %d > context %d" % (T, self.context)
+        x = self.model(idx)
+        logits = F.linear(x, self.head_weight())
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T).long())
+        return logits, loss
+
+
+def llama_init_(model, std=0.02, generator=None):
+    """Test initialisation: every matrix and the embedding ~ N(0, std), o_proj and down_proj
+    ~ N(0, std/sqrt(2L)); RMSNorm weights 1."""
+    proj_std = std / math.sqrt(2 * model.n_layer)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() < 2:
+                p.fill_(1.0)
+            elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                p.normal_(0.0, proj_std, generator=generator)
+            else:
+                p.normal_(0.0, std, generator=generator)
+    return model
+
+
+def param_groups(model, weight_decay):
+    """Two AdamW groups: 2-D tensors (embed_tokens, lm_head, the seven matrices per layer) decay;
+    the RMSNorm weights do not."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_at(step, max_lr, min_lr, warmup, total_steps):
+    """dtrain's schedule for 0-based step: linear warmup, cosine to min_lr, then min_lr."""
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    if step >= total_steps:
+        return min_lr
+    ratio = (step - warmup) / (total_steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+
+
+def count_params(model):
+    return sum(p.numel() for p in model.parameters())
