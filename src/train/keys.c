@@ -35,7 +35,7 @@ static const key_def keys[] = {
     NUM("model.untied_embeddings", K_BOOL, train.model.untied, "the lm_head has its own weights (llama); false: tied to the token embedding"),
     NUM("model.rope_theta", K_FLOAT, train.model.rope_theta, "rotary embedding base (llama; 0 = 10000)"),
     NUM("model.norm_eps", K_FLOAT, train.model.norm_eps, "epsilon of the norms (0 = family default 1e-5)"),
-    STR("model.init_from", init_from, "start from these weights: a dtrain model file or checkpoint, or an llm.c gpt2_*.bin ('' = random init)"),
+    STR("model.init_from", init_from, "start from these weights: a dtrain model file or checkpoint, a Hugging Face directory (config.json + safetensors), or an llm.c gpt2_*.bin ('' = random init)"),
     STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
     STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r> ('' = off)"),
     STR("data.val", data_val, "validation tokens: shard file, glob or comma list ('' = none)"),
