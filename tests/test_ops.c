@@ -10,41 +10,10 @@
 #include "ops/ops_ref.h"
 #include "testutil.h"
 
-#define FD_EPS 1e-6
 #define FD_TOL 1e-6   /* reference backward vs finite differences (double) */
 #define FWD_TOL 1e-5  /* fast fp32 forward vs double reference */
 #define BWD_TOL 1e-4  /* fast fp32 backward vs double reference */
 
-/* A scalar loss of some inputs: L = sum(out * G). The closure evaluates it. */
-typedef double (*loss_fn)(void *ud);
-
-/* Central differences of `f` w.r.t. x[0..n), compared to `analytic`. */
-static double fd_rel_err(double *x, size_t n, loss_fn f, void *ud, const double *analytic) {
-    double *num = tu_malloc(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) {
-        double keep = x[i];
-        x[i] = keep + FD_EPS;
-        double lp = f(ud);
-        x[i] = keep - FD_EPS;
-        double lm = f(ud);
-        x[i] = keep;
-        num[i] = (lp - lm) / (2 * FD_EPS);
-    }
-    double e = tu_rel_err_dd(analytic, num, n);
-    free(num);
-    return e;
-}
-
-static double dot(const double *a, const double *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static void report(const char *what, double err, double tol) {
-    printf("  %-40s rel err %.3e (tol %.0e)\n", what, err, tol);
-    if (!(err <= tol)) fail_msg("%s: relative error %.3e exceeds %.0e", what, err, tol);
-}
 
 /* ---------------------------------------------------------------- layernorm */
 typedef struct { int N, C; double *x, *w, *b, *g, *out, *mean, *rstd; } ln_case;
@@ -52,7 +21,7 @@ typedef struct { int N, C; double *x, *w, *b, *g, *out, *mean, *rstd; } ln_case;
 static double ln_loss(void *ud) {
     ln_case *c = ud;
     dt_ref_layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
-    return dot(c->out, c->g, (size_t)c->N * c->C);
+    return tu_dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
 static void layernorm_cases(void) {
@@ -82,14 +51,14 @@ static void layernorm_cases(void) {
         dt_layernorm_forward(out, mean, rstd, x, w, b, N, C);
         ln_loss(&c);
         printf("layernorm N=%d C=%d\n", N, C);
-        report("forward out", tu_rel_err(out, c.out, nc), FWD_TOL);
-        report("forward rstd", tu_rel_err(rstd, c.rstd, N), FWD_TOL);
+        tu_report("forward out", tu_rel_err(out, c.out, nc), FWD_TOL);
+        tu_report("forward rstd", tu_rel_err(rstd, c.rstd, N), FWD_TOL);
 
         dt_layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C);
         dt_ref_layernorm_backward(rdx, rdw, rdb, c.g, c.x, c.w, c.mean, c.rstd, N, C);
-        report("backward dinp (accumulated)", tu_rel_err(dx, rdx, nc), BWD_TOL);
-        report("backward dw", tu_rel_err(dw, rdw, C), BWD_TOL);
-        report("backward db", tu_rel_err(db, rdb, C), BWD_TOL);
+        tu_report("backward dinp (accumulated)", tu_rel_err(dx, rdx, nc), BWD_TOL);
+        tu_report("backward dw", tu_rel_err(dw, rdw, C), BWD_TOL);
+        tu_report("backward db", tu_rel_err(db, rdb, C), BWD_TOL);
 
         if (nc <= 2000) { /* finite differences on the small shapes */
             memset(rdx, 0, nc * 8);
@@ -97,9 +66,9 @@ static void layernorm_cases(void) {
             memset(rdb, 0, C * 8);
             ln_loss(&c);
             dt_ref_layernorm_backward(rdx, rdw, rdb, c.g, c.x, c.w, c.mean, c.rstd, N, C);
-            report("ref dinp vs finite differences", fd_rel_err(c.x, nc, ln_loss, &c, rdx), FD_TOL);
-            report("ref dw vs finite differences", fd_rel_err(c.w, C, ln_loss, &c, rdw), FD_TOL);
-            report("ref db vs finite differences", fd_rel_err(c.b, C, ln_loss, &c, rdb), FD_TOL);
+            tu_report("ref dinp vs finite differences", tu_fd_rel_err(c.x, nc, ln_loss, &c, rdx), FD_TOL);
+            tu_report("ref dw vs finite differences", tu_fd_rel_err(c.w, C, ln_loss, &c, rdw), FD_TOL);
+            tu_report("ref db vs finite differences", tu_fd_rel_err(c.b, C, ln_loss, &c, rdb), FD_TOL);
         }
         free(x); free(w); free(b); free(g); free(out); free(mean); free(rstd); free(dx);
         free(dw); free(db); free(c.x); free(c.w); free(c.b); free(c.g); free(c.out);
@@ -118,7 +87,7 @@ typedef struct { int N, C, OC; double *x, *w, *bias, *g, *out; } mm_case;
 static double mm_loss(void *ud) {
     mm_case *c = ud;
     dt_ref_matmul_forward(c->out, c->x, c->w, c->bias, c->N, c->C, c->OC);
-    return dot(c->out, c->g, (size_t)c->N * c->OC);
+    return tu_dot(c->out, c->g, (size_t)c->N * c->OC);
 }
 
 static void matmul_cases(void) {
@@ -148,12 +117,12 @@ static void matmul_cases(void) {
         printf("matmul N=%d C=%d OC=%d\n", N, C, OC);
         dt_matmul_forward(out, x, w, bias, N, C, OC);
         mm_loss(&c);
-        report("forward (bias)", tu_rel_err(out, c.out, no), FWD_TOL);
+        tu_report("forward (bias)", tu_rel_err(out, c.out, no), FWD_TOL);
         dt_matmul_backward(dx, dw, db, g, x, w, N, C, OC);
         dt_ref_matmul_backward(rdx, rdw, rdb, c.g, c.x, c.w, N, C, OC);
-        report("backward dinp", tu_rel_err(dx, rdx, nx), BWD_TOL);
-        report("backward dw (accumulated)", tu_rel_err(dw, rdw, nw), BWD_TOL);
-        report("backward dbias (accumulated)", tu_rel_err(db, rdb, OC), BWD_TOL);
+        tu_report("backward dinp", tu_rel_err(dx, rdx, nx), BWD_TOL);
+        tu_report("backward dw (accumulated)", tu_rel_err(dw, rdw, nw), BWD_TOL);
+        tu_report("backward dbias (accumulated)", tu_rel_err(db, rdb, OC), BWD_TOL);
 
         /* No bias: output must not depend on stale contents of out. */
         for (size_t i = 0; i < no; i++) out[i] = 1e6f;
@@ -161,7 +130,7 @@ static void matmul_cases(void) {
         double *keep_bias = c.bias;
         c.bias = NULL;
         mm_loss(&c);
-        report("forward (no bias, dirty output)", tu_rel_err(out, c.out, no), FWD_TOL);
+        tu_report("forward (no bias, dirty output)", tu_rel_err(out, c.out, no), FWD_TOL);
         c.bias = keep_bias;
 
         if (nw <= 1000) {
@@ -169,10 +138,10 @@ static void matmul_cases(void) {
             memset(rdb, 0, OC * 8);
             mm_loss(&c);
             dt_ref_matmul_backward(rdx, rdw, rdb, c.g, c.x, c.w, N, C, OC);
-            report("ref dinp vs finite differences", fd_rel_err(c.x, nx, mm_loss, &c, rdx), FD_TOL);
-            report("ref dw vs finite differences", fd_rel_err(c.w, nw, mm_loss, &c, rdw), FD_TOL);
-            report("ref dbias vs finite differences",
-                   fd_rel_err(c.bias, OC, mm_loss, &c, rdb), FD_TOL);
+            tu_report("ref dinp vs finite differences", tu_fd_rel_err(c.x, nx, mm_loss, &c, rdx), FD_TOL);
+            tu_report("ref dw vs finite differences", tu_fd_rel_err(c.w, nw, mm_loss, &c, rdw), FD_TOL);
+            tu_report("ref dbias vs finite differences",
+                   tu_fd_rel_err(c.bias, OC, mm_loss, &c, rdb), FD_TOL);
         }
         free(x); free(w); free(bias); free(g); free(out); free(dx); free(dw); free(db);
         free(c.x); free(c.w); free(c.bias); free(c.g); free(c.out); free(rdx); free(rdw);
@@ -191,7 +160,7 @@ typedef struct { int N; double *x, *g, *out; } gelu_case;
 static double gelu_loss(void *ud) {
     gelu_case *c = ud;
     dt_ref_gelu_forward(c->out, c->x, c->N);
-    return dot(c->out, c->g, c->N);
+    return tu_dot(c->out, c->g, c->N);
 }
 
 static void gelu_cases(void) {
@@ -209,12 +178,12 @@ static void gelu_cases(void) {
         printf("gelu N=%d\n", N);
         dt_gelu_forward(out, x, N);
         gelu_loss(&c);
-        report("forward", tu_rel_err(out, c.out, N), FWD_TOL);
+        tu_report("forward", tu_rel_err(out, c.out, N), FWD_TOL);
         dt_gelu_backward(dx, x, g, N);
         dt_ref_gelu_backward(rdx, c.x, c.g, N);
-        report("backward", tu_rel_err(dx, rdx, N), BWD_TOL);
+        tu_report("backward", tu_rel_err(dx, rdx, N), BWD_TOL);
         if (N < 1000)
-            report("ref backward vs finite differences", fd_rel_err(c.x, N, gelu_loss, &c, rdx),
+            tu_report("ref backward vs finite differences", tu_fd_rel_err(c.x, N, gelu_loss, &c, rdx),
                    FD_TOL);
         free(x); free(g); free(out); free(dx); free(c.x); free(c.g); free(c.out); free(rdx);
     }
@@ -231,7 +200,7 @@ typedef struct { int B, T, C; const int32_t *tok; double *wte, *wpe, *g, *out; }
 static double enc_loss(void *ud) {
     enc_case *c = ud;
     dt_ref_encoder_forward(c->out, c->tok, c->wte, c->wpe, c->B, c->T, c->C);
-    return dot(c->out, c->g, (size_t)c->B * c->T * c->C);
+    return tu_dot(c->out, c->g, (size_t)c->B * c->T * c->C);
 }
 
 static void encoder_cases(void) {
@@ -253,13 +222,13 @@ static void encoder_cases(void) {
     printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
     dt_encoder_forward(out, tok, wte, wpe, B, T, C);
     enc_loss(&c);
-    report("forward", tu_rel_err(out, c.out, n), FWD_TOL);
+    tu_report("forward", tu_rel_err(out, c.out, n), FWD_TOL);
     dt_encoder_backward(dwte, dwpe, g, tok, B, T, C);
     dt_ref_encoder_backward(rdwte, rdwpe, c.g, tok, B, T, C);
-    report("backward dwte", tu_rel_err(dwte, rdwte, V * C), BWD_TOL);
-    report("backward dwpe", tu_rel_err(dwpe, rdwpe, T * C), BWD_TOL);
-    report("ref dwte vs finite differences", fd_rel_err(c.wte, V * C, enc_loss, &c, rdwte), FD_TOL);
-    report("ref dwpe vs finite differences", fd_rel_err(c.wpe, T * C, enc_loss, &c, rdwpe), FD_TOL);
+    tu_report("backward dwte", tu_rel_err(dwte, rdwte, V * C), BWD_TOL);
+    tu_report("backward dwpe", tu_rel_err(dwpe, rdwpe, T * C), BWD_TOL);
+    tu_report("ref dwte vs finite differences", tu_fd_rel_err(c.wte, V * C, enc_loss, &c, rdwte), FD_TOL);
+    tu_report("ref dwpe vs finite differences", tu_fd_rel_err(c.wpe, T * C, enc_loss, &c, rdwpe), FD_TOL);
     free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe); free(c.wte); free(c.wpe);
     free(c.g); free(c.out); free(rdwte); free(rdwpe);
 }
@@ -281,9 +250,9 @@ static void residual_cases(void) {
     dt_residual_forward(o, a, b, N);
     dt_ref_residual_forward(od, ad, bd, N);
     printf("residual N=%d\n", N);
-    report("forward", tu_rel_err(o, od, N), FWD_TOL);
+    tu_report("forward", tu_rel_err(o, od, N), FWD_TOL);
     dt_residual_forward(a, a, b, N); /* in place */
-    report("forward in place", tu_rel_err(a, od, N), FWD_TOL);
+    tu_report("forward in place", tu_rel_err(a, od, N), FWD_TOL);
     free(a); free(b); free(o); free(ad); free(bd); free(od);
 }
 
@@ -321,15 +290,15 @@ static void crossentropy_cases(void) {
         printf("crossentropy N=%d V=%d Vp=%d\n", N, V, Vp);
         dt_crossentropy_forward(loss, lse, x, tgt, N, V, Vp);
         ce_loss(&c);
-        report("forward losses", tu_rel_err(loss, c.loss, N), FWD_TOL);
-        report("forward lse", tu_rel_err(lse, c.lse, N), FWD_TOL);
+        tu_report("forward losses", tu_rel_err(loss, c.loss, N), FWD_TOL);
+        tu_report("forward lse", tu_rel_err(lse, c.lse, N), FWD_TOL);
         dt_crossentropy_backward(dx, x, lse, tgt, (float)c.dloss, N, V, Vp);
         dt_ref_crossentropy_backward(rdx, c.x, c.lse, tgt, c.dloss, N, V, Vp);
-        report("backward", tu_rel_err(dx, rdx, n), BWD_TOL);
+        tu_report("backward", tu_rel_err(dx, rdx, n), BWD_TOL);
         dt_crossentropy_backward(x, x, lse, tgt, (float)c.dloss, N, V, Vp); /* in place */
         assert_memory_equal(x, dx, n * 4);
         if (n < 1000)
-            report("ref backward vs finite differences", fd_rel_err(c.x, n, ce_loss, &c, rdx),
+            tu_report("ref backward vs finite differences", tu_fd_rel_err(c.x, n, ce_loss, &c, rdx),
                    FD_TOL);
         free(tgt); free(x); free(loss); free(lse); free(dx); free(c.x); free(c.loss);
         free(c.lse); free(rdx);

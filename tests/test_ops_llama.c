@@ -13,41 +13,10 @@
 #include "ops/ops_ref.h"
 #include "testutil.h"
 
-#define FD_EPS 1e-6
 #define FD_TOL 1e-6   /* reference backward vs finite differences (double) */
 #define FWD_TOL 1e-5  /* fast fp32 forward vs double reference */
 #define BWD_TOL 1e-4  /* fast fp32 backward vs double reference */
 
-/* A scalar loss of some inputs: L = sum(out * G). The closure evaluates it. */
-typedef double (*loss_fn)(void *ud);
-
-/* Central differences of `f` w.r.t. x[0..n), compared to `analytic`. */
-static double fd_rel_err(double *x, size_t n, loss_fn f, void *ud, const double *analytic) {
-    double *num = tu_malloc(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) {
-        double keep = x[i];
-        x[i] = keep + FD_EPS;
-        double lp = f(ud);
-        x[i] = keep - FD_EPS;
-        double lm = f(ud);
-        x[i] = keep;
-        num[i] = (lp - lm) / (2 * FD_EPS);
-    }
-    double e = tu_rel_err_dd(analytic, num, n);
-    free(num);
-    return e;
-}
-
-static double dot(const double *a, const double *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static void report(const char *what, double err, double tol) {
-    printf("  %-40s rel err %.3e (tol %.0e)\n", what, err, tol);
-    if (!(err <= tol)) fail_msg("%s: relative error %.3e exceeds %.0e", what, err, tol);
-}
 
 /* Outputs that a kernel overwrites start as NaN: an element it skips stays NaN, and the
  * NaN-aware error helpers turn that into an infinite error. */
@@ -74,7 +43,7 @@ typedef struct { int N, C; double eps; double *x, *w, *g, *out, *rstd; } rms_cas
 static double rms_loss(void *ud) {
     rms_case *c = ud;
     dt_ref_rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->N, c->C, c->eps);
-    return dot(c->out, c->g, (size_t)c->N * c->C);
+    return tu_dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
 /* C = 7, 13, 100, 1003: tails on every vector width; N = 1; a LLaMA-sized row. */
@@ -109,22 +78,22 @@ static void rmsnorm_cases(void) {
         poison(rstd, N);
         dt_rmsnorm_forward(out, rstd, x, w, N, C, eps);
         rms_loss(&c);
-        report("forward out", tu_rel_err(out, c.out, nc), FWD_TOL);
-        report("forward rstd", tu_rel_err(rstd, c.rstd, N), FWD_TOL);
+        tu_report("forward out", tu_rel_err(out, c.out, nc), FWD_TOL);
+        tu_report("forward rstd", tu_rel_err(rstd, c.rstd, N), FWD_TOL);
 
         dt_rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);
         dt_ref_rmsnorm_backward(rdx, rdw, c.g, c.x, c.w, c.rstd, N, C);
-        report("backward dinp (accumulated)", tu_rel_err(dx, rdx, nc), BWD_TOL);
-        report("backward dw (accumulated)", tu_rel_err(dw, rdw, C), BWD_TOL);
+        tu_report("backward dinp (accumulated)", tu_rel_err(dx, rdx, nc), BWD_TOL);
+        tu_report("backward dw (accumulated)", tu_rel_err(dw, rdw, C), BWD_TOL);
 
         if (nc <= 2000) { /* finite differences on the small shapes */
             memset(rdx, 0, nc * 8);
             memset(rdw, 0, C * 8);
             rms_loss(&c);
             dt_ref_rmsnorm_backward(rdx, rdw, c.g, c.x, c.w, c.rstd, N, C);
-            report("ref dinp vs finite differences", fd_rel_err(c.x, nc, rms_loss, &c, rdx),
+            tu_report("ref dinp vs finite differences", tu_fd_rel_err(c.x, nc, rms_loss, &c, rdx),
                    FD_TOL);
-            report("ref dw vs finite differences", fd_rel_err(c.w, C, rms_loss, &c, rdw), FD_TOL);
+            tu_report("ref dw vs finite differences", tu_fd_rel_err(c.w, C, rms_loss, &c, rdw), FD_TOL);
         }
         free(x); free(w); free(g); free(out); free(rstd); free(dx); free(dw);
         free(c.x); free(c.w); free(c.g); free(c.out); free(c.rstd); free(rdx); free(rdw);
@@ -223,20 +192,20 @@ static void rope_check(rope_shape s, uint64_t seed) {
     dt_rope_forward(y, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
     tu_to_double(yd, x, n);
     dt_ref_rope_forward(yd, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
-    report("forward", tu_rel_err(y, yd, n), tol);
+    tu_report("forward", tu_rel_err(y, yd, n), tol);
     assert_v_untouched(y, x, s, "rope forward");
 
     memcpy(dy, d, n * 4);
     dt_rope_backward(dy, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
     tu_to_double(dd, d, n);
     dt_ref_rope_backward(dd, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
-    report("backward", tu_rel_err(dy, dd, n), tol);
+    tu_report("backward", tu_rel_err(dy, dd, n), tol);
     assert_v_untouched(dy, d, s, "rope backward");
 
     /* The backward undoes the forward up to fp32 rounding (same table, sin negated). */
     dt_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
     tu_to_double(yd, x, n);
-    report("backward(forward(x)) vs x", tu_rel_err(y, yd, n), 1e-6);
+    tu_report("backward(forward(x)) vs x", tu_rel_err(y, yd, n), 1e-6);
     free(x); free(y); free(d); free(dy); free(yd); free(dd);
 }
 
@@ -278,7 +247,7 @@ static void rope_long_cases(void) {
                 }
             }
         dt_rope_forward(x, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
-        report("forward vs HF float32 angles", tu_rel_err(x, hf, n), 2e-6);
+        tu_report("forward vs HF float32 angles", tu_rel_err(x, hf, n), 2e-6);
         free(x); free(inv); free(hf);
     }
 }
@@ -295,7 +264,7 @@ static double rope_loss(void *ud) {
     const size_t n = ROPE_N(c->s);
     memcpy(c->work, c->x, n * 8);
     dt_ref_rope_forward(c->work, c->s.B, c->s.T, c->s.NH, c->s.NKV, c->s.hs, (double)c->s.theta);
-    return dot(c->work, c->g, n);
+    return tu_dot(c->work, c->g, n);
 }
 
 /* The reference: backward vs finite differences (the loss covers v too: its gradient is G,
@@ -314,7 +283,7 @@ static void test_rope_reference(void **state) {
         memcpy(dx, c.g, n * 8);
         dt_ref_rope_backward(dx, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
         printf("rope reference B=%d T=%d NH=%d NKV=%d hs=%d\n", s.B, s.T, s.NH, s.NKV, s.hs);
-        report("ref backward vs finite differences", fd_rel_err(c.x, n, rope_loss, &c, dx), FD_TOL);
+        tu_report("ref backward vs finite differences", tu_fd_rel_err(c.x, n, rope_loss, &c, dx), FD_TOL);
         free(c.x); free(c.g); free(c.work); free(dx);
     }
     const rope_shape rt_shapes[] = {{1, 4096, 4, 1, 128, 500000.0f}, {2, 37, 6, 2, 20, 10000.0f}};
@@ -329,7 +298,7 @@ static void test_rope_reference(void **state) {
         dt_ref_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
         printf("rope reference round trip T=%d hs=%d: forward moved x by %.2f\n", s.T, s.hs, moved);
         assert_true(moved > 0.1);
-        report("ref backward(forward(x)) vs x", tu_rel_err_dd(y, x, n), 1e-12);
+        tu_report("ref backward(forward(x)) vs x", tu_rel_err_dd(y, x, n), 1e-12);
         free(x); free(y);
     }
 }
@@ -340,7 +309,7 @@ typedef struct { int N, F; double *x, *g, *out; } swiglu_case;
 static double swiglu_loss(void *ud) {
     swiglu_case *c = ud;
     dt_ref_swiglu_forward(c->out, c->x, c->N, c->F);
-    return dot(c->out, c->g, (size_t)c->N * c->F);
+    return tu_dot(c->out, c->g, (size_t)c->N * c->F);
 }
 
 /* N, F, gate scale: F with tails on every width, N = 1, and gates of +-120 where exp(-g)
@@ -369,14 +338,14 @@ static void swiglu_cases(void) {
         poison(out, nf);
         dt_swiglu_forward(out, x, N, F);
         swiglu_loss(&c);
-        report("forward", tu_rel_err(out, c.out, nf), FWD_TOL);
+        tu_report("forward", tu_rel_err(out, c.out, nf), FWD_TOL);
         poison(dx, ni);
         dt_swiglu_backward(dx, x, g, N, F);
         dt_ref_swiglu_backward(rdx, c.x, c.g, N, F);
-        report("backward (overwritten)", tu_rel_err(dx, rdx, ni), BWD_TOL);
+        tu_report("backward (overwritten)", tu_rel_err(dx, rdx, ni), BWD_TOL);
         if (ni <= 2000)
-            report("ref backward vs finite differences",
-                   fd_rel_err(c.x, ni, swiglu_loss, &c, rdx), FD_TOL);
+            tu_report("ref backward vs finite differences",
+                   tu_fd_rel_err(c.x, ni, swiglu_loss, &c, rdx), FD_TOL);
         free(x); free(g); free(out); free(dx); free(c.x); free(c.g); free(c.out); free(rdx);
     }
 }

@@ -99,3 +99,31 @@ void tu_each_isa(void (*fn)(void)) {
     if (not_run[0]) printf("[kernel paths NOT RUN (this CPU lacks them):%s]\n", not_run);
     if (dt_isa_use(&ctx, dt_isa_best()) != DT_OK) fail_msg("%s", ctx.err);
 }
+
+double tu_fd_rel_err(double *x, size_t n, tu_loss_fn f, void *ud, const double *analytic) {
+    const double eps = 1e-6;
+    double *num = tu_malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + eps;
+        double lp = f(ud);
+        x[i] = keep - eps;
+        double lm = f(ud);
+        x[i] = keep;
+        num[i] = (lp - lm) / (2 * eps);
+    }
+    double e = tu_rel_err_dd(analytic, num, n);
+    free(num);
+    return e;
+}
+
+double tu_dot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void tu_report(const char *what, double err, double tol) {
+    printf("  %-40s rel err %.3e (tol %.0e)\n", what, err, tol);
+    if (!(err <= tol)) fail_msg("%s: relative error %.3e exceeds %.0e", what, err, tol);
+}

@@ -38,4 +38,12 @@ const char *tu_write_file(const char *dir, const char *name, const char *text);
 /* Removes a directory tree (for group teardowns); 0 on success. */
 int tu_rmtree(const char *dir);
 
+/* A scalar loss of some inputs (L = sum(out * G)); the closure evaluates it. */
+typedef double (*tu_loss_fn)(void *ud);
+/* Central differences (step 1e-6) of f w.r.t. x[0..n), relative error against analytic. */
+double tu_fd_rel_err(double *x, size_t n, tu_loss_fn f, void *ud, const double *analytic);
+double tu_dot(const double *a, const double *b, size_t n);
+/* Prints "what: rel err" and fails the test when err > tol (or NaN). */
+void tu_report(const char *what, double err, double tol);
+
 #endif
