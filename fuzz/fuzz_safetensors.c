@@ -30,10 +30,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_CHECK(t->shape[d] >= 0);
             elems *= (size_t)t->shape[d];
         }
-        FZ_CHECK(t->nbytes == elems * 4);
+        FZ_CHECK(t->nbytes == elems * dt_st_dtype_size(t->dtype));
         uint64_t hlen;
         memcpy(&hlen, data, 8);
-        FZ_CHECK((size_t)(p - (data + 8 + hlen)) % 4 == 0); /* data offsets are 4-aligned */
+        FZ_CHECK((size_t)(p - (data + 8 + hlen)) % dt_st_dtype_size(t->dtype) == 0); /* element-aligned */
         for (size_t k = 0; k < t->nbytes; k++) sum += p[k];
         FZ_CHECK(dt_st_find(f, t->name) != NULL);
     }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ckpt/hf_import.h"
 #include "ckpt/model_file.h"
 #include "cli/cli.h"
 #include "core/log.h"
@@ -26,18 +27,21 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     if (help) {
         printf("usage: dtrain eval CHECKPOINT --data.val FILES [--batch B] [--seq T]\n"
                "                  [--set training.eval_batches=N] [--set data.format=...]\n\n"
-               "CHECKPOINT is a model.safetensors file, a step directory or a checkpoint directory\n"
-               "(its latest step). Prints the mean loss and perplexity over the first N batches of\n"
+               "CHECKPOINT is a model.safetensors file, a step directory, a checkpoint directory\n"
+               "(its latest step) or a Hugging Face model directory (config.json + safetensors). Prints the mean loss and perplexity over the first N batches of\n"
                "the validation set (all complete batches with N = 0).\n");
         return DT_EXIT_OK;
     }
-    dt_status st = dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
+    /* A Hugging Face directory, or a dtrain model file / step / checkpoint. */
+    const int hf = dt_hf_is_dir(argv[0]);
+    dt_status st = hf ? (snprintf(path, sizeof path, "%s", argv[0]), DT_OK)
+                      : dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
     if (st != DT_OK) return dt_cli_exit_code(st);
     dt_run_cfg cfg;
     dt_run_cfg_defaults(&cfg);
     dt_model_config mc;
     char tok[32];
-    st = dt_model_file_config(ctx, path, &mc, tok, sizeof tok);
+    st = hf ? dt_hf_config(ctx, path, &mc, tok, sizeof tok) : dt_model_file_config(ctx, path, &mc, tok, sizeof tok);
     if (st != DT_OK) return dt_cli_exit_code(st);
     /* The model's shape comes from the file; the flags choose data and batch. */
     cfg.train.preset[0] = 0;
@@ -59,7 +63,7 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     double loss = 0, tokens = 0;
     st = dt_model_init(ctx, &m, &mc, &alloc, cfg.train.micro_batch, cfg.train.seq_len, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
-    if (st == DT_OK) st = dt_model_file_load(ctx, &m, path);
+    if (st == DT_OK) st = hf ? dt_hf_load(ctx, &m, path) : dt_model_file_load(ctx, &m, path);
     if (st == DT_OK) st = dt_dataset_open(ctx, &ds, cfg.data_val, cfg.data_format, mc.vocab);
     if (st == DT_OK) st = dt_dataset_check_seq_len(ctx, ds, cfg.train.seq_len);
     if (st == DT_OK)

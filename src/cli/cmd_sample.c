@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/hf_import.h"
 #include "ckpt/model_file.h"
 #include "cli/cli.h"
 #include "data/tokenizer.h"
@@ -79,8 +80,12 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     }
     char path[4200], tokname[32];
     dt_model_config mc;
-    dt_status st = dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
-    if (st == DT_OK) st = dt_model_file_config(ctx, path, &mc, tokname, sizeof tokname);
+    const int hf = dt_hf_is_dir(argv[0]); /* a Hugging Face directory, or dtrain's files */
+    dt_status st = hf ? (snprintf(path, sizeof path, "%s", argv[0]), DT_OK)
+                      : dt_ckpt_resolve(ctx, argv[0], path, sizeof path);
+    if (st == DT_OK)
+        st = hf ? dt_hf_config(ctx, path, &mc, tokname, sizeof tokname)
+                : dt_model_file_config(ctx, path, &mc, tokname, sizeof tokname);
     if (st != DT_OK) return dt_cli_exit_code(st);
     dt_tokenizer *tok = NULL;
     if (!strcmp(tokname, "gpt2")) {
@@ -111,7 +116,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     int window = (int)nids + g.max_new < mc.context ? (int)nids + g.max_new : mc.context;
     if (st == DT_OK) st = dt_model_init(ctx, &m, &mc, &alloc, 1, window, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
-    if (st == DT_OK) st = dt_model_file_load(ctx, &m, path);
+    if (st == DT_OK) st = hf ? dt_hf_load(ctx, &m, path) : dt_model_file_load(ctx, &m, path);
     /* The text is written as it is generated, token by token (bytes: a character split
      * across tokens comes out whole once its last byte is written). */
     stream_state ss = {tok, g.stop};
