@@ -131,5 +131,77 @@ usage "import-llmc with one argument" import-llmc "$dir/llmc/good_fp32.bin"
 "$bin" ckpt export --hf "$dir/nope" "$dir/x" > /dev/null 2>&1
 [ $? -eq 1 ] && pass "export of a missing source: exit 1" || fail "export of a missing source"
 
+# ---- Hugging Face LLaMA directories in: tests/ref/hf_llama_check.py writes them by hand
+# (config.json, HF tensor names, F32/F16/BF16, one model.safetensors or shards + index.json)
+# with a T+1-token raw16 file, and computes the mean loss of that one sample in float64 with
+# tests/ref/llama_torch.py (the published architecture, not dtrain's code) on the stored
+# values. `dtrain eval DIR` (batch 1, seq T: one sample, T tokens) must print that loss.
+# Tolerance 1e-5 relative: eval prints 6 decimals (<= 9e-8 relative at these losses, 5.7 to
+# 12), the rest is float32 compute; the worst of 36 cases (gqa/mqa x F32/F16/BF16 x 3 seeds x
+# T 17/64) was 1.2e-7 relative, an 80x margin. Power: the same reference with a wrong model
+# (query head h reading kv head h % NKV instead of h // (NH/NKV); RoPE pairs (2i, 2i+1) instead
+# of (i, i + hs/2)) must NOT pass the same comparison. The effect on a mean over T positions
+# can nearly cancel: over seeds 1-10 of these four cases the wrong models were 4e-5 to 2e-1
+# away (all but 3 of 70 above 1e-3); the seeds below put every one above 1e-2.
+hfl=$dir/hf_llama
+hf_tol=1e-5
+mkdir -p "$hfl"
+hf_case() { # LABEL DTYPE SHARDS VARIANT T SEED: make, dtrain eval, compare, wrong models refused
+  local label=$1 d=$hfl/$1 T=$5 out hf_cmp w wrong
+  if ! out=$("$py" "$ref/hf_llama_check.py" make "$d" "$2" "$3" "$d.val" "$T" --variant "$4" --seed "$6" 2>&1); then
+    fail "HF LLaMA $label: hf_llama_check.py make: $out"
+    return
+  fi
+  echo "$out" >"$d.ref"
+  hf_ref=$(awk '$1 == "loss" {print $2}' <<<"$out")
+  if ! "$bin" eval "$d" --data.val "$d.val" --set data.format=raw16 --batch 1 --seq "$T" >"$d.eval" 2>&1; then
+    fail "HF LLaMA $label: dtrain eval DIR: $(tail -1 "$d.eval")"
+    return
+  fi
+  if hf_cmp=$("$py" "$ref/hf_llama_check.py" compare "$hf_ref" "$d.eval" $hf_tol "$T"); then
+    pass "HF LLaMA $label: dtrain eval = PyTorch float64 loss ($T tokens): $hf_cmp"
+  else
+    fail "HF LLaMA $label: $hf_cmp"
+  fi
+  for w in loss_kv_mod loss_rope_interleaved; do
+    [ "$4" = mqa ] && [ $w = loss_kv_mod ] && continue   # one kv head: every map is the same
+    wrong=$(awk -v w=$w '$1 == w {print $2}' <<<"$out")
+    hf_cmp=$("$py" "$ref/hf_llama_check.py" compare "$wrong" "$d.eval" $hf_tol "$T")
+    if [ $? -eq 1 ] && [[ $hf_cmp == *" > "* ]]; then
+      pass "HF LLaMA $label: a wrong model ($w) fails the same check: $hf_cmp"
+    else
+      fail "HF LLaMA $label: the wrong model $w is not told apart: $hf_cmp"
+    fi
+  done
+}
+hf_case f32 F32 1 gqa 32 2
+hf_case f16 F16 1 gqa 17 3
+hf_case bf16-3shards BF16 3 gqa 64 5
+hf_case mqa-tied BF16 1 mqa 24 4
+# model.init_from takes the same (sharded BF16) directory when the model keys match its
+# config.json: 2 steps on its own sample, the loss of step 1 (before the first update, 8
+# digits) is the reference's; a mismatched key is refused in one line naming both models.
+mapfile -t hf_keys < <("$py" "$ref/hf_llama_check.py" keys "$hfl/bf16-3shards")
+hf_train=(--set model.preset= --set model.family=llama "${hf_keys[@]}" --seq 64 --batch 1 --steps 2
+          --set data.train="$hfl/bf16-3shards.val" --set data.format=raw16 --set logging.metrics=
+          --set logging.peak_gflops=100 --set model.init_from="$hfl/bf16-3shards")
+hf_ref=$(awk '$1 == "loss" {print $2}' "$hfl/bf16-3shards.ref" 2>/dev/null)
+hf_cmp=
+if OMP_NUM_THREADS=2 "$bin" train "${hf_train[@]}" >"$hfl/init.log" 2>&1 &&
+   grep -q "initial weights from $hfl/bf16-3shards" "$hfl/init.log" &&
+   hf_cmp=$("$py" "$ref/hf_llama_check.py" compare "$hf_ref" "$hfl/init.log" $hf_tol); then
+  pass "train with model.init_from=HF directory (BF16, 3 shards), 2 steps; step 1 loss: $hf_cmp"
+else
+  fail "train model.init_from=HF directory: ${hf_cmp:-$(tail -2 "$hfl/init.log")}"
+fi
+err=$(OMP_NUM_THREADS=2 "$bin" train "${hf_train[@]}" --set model.n_kv_head=4 2>&1 >/dev/null)
+rc=$?
+if [ $rc -ne 0 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && [[ $err == *"$hfl/bf16-3shards"* ]] &&
+   [[ $err == *"n_kv_head 2"* ]] && [[ $err == *"n_kv_head 4"* ]]; then
+  pass "model.init_from=HF directory with model.n_kv_head=4 (config.json: 2) refused: rc $rc, $err"
+else
+  fail "init_from HF directory, mismatched n_kv_head: rc $rc, '$err'"
+fi
+
 echo "test_interop: $fails failure(s)"
 [ $fails -eq 0 ]
