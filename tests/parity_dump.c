@@ -38,15 +38,21 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
                                       .n_kv_head = family[5] ? 1 : 2, .d_ff = 72, .vocab = 300,
                                       .context = 32, .untied = !family[5], .rope_theta = 500.0f,
                                       .norm_eps = 1e-5f};
+    else if (!strcmp(family, "vit"))
+        /* 3 channels (their order in a patch matters), 4 patches + the class token, 7 classes. */
+        cfg.model = (dt_model_config){.family = "vit", .n_layer = 2, .d_model = 48, .n_head = 4, .d_ff = 80,
+                                      .image_size = 8, .patch_size = 4, .channels = 3, .n_classes = 7};
     else
-        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa)", family);
-    cfg.micro_batch = 2;
-    cfg.seq_len = 16;
+        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa, vit)", family);
+    const int vit = !strcmp(family, "vit");
+    cfg.micro_batch = vit ? 4 : 2;
+    cfg.seq_len = vit ? 3 * 8 * 8 : 16; /* vit: one image */
     cfg.sched = (dt_lr_schedule){DT_SCHED_COSINE, 3e-3f, 3e-4f, 3, 8};
     /* LLaMA runs with Adam eps 1e-5: at 1e-8 a few of its ~60k weights have gradients near
      * 1e-8 by chance, where float32 rounding decides most of Adam's first step, and the 10-step
      * runs drift apart (measured 8.2e-4 on weights, 1.4e-4 on moments with GQA); at 1e-5 the
-     * worst after-training error is 3.3e-6. GPT-2 keeps the 1e-8 its tolerances were set on. */
+     * worst after-training error is 3.3e-6. ViT alike (1.45e-4 at 1e-8, 1.1e-6 at 1e-5). GPT-2
+     * keeps the 1e-8 its tolerances were set on. */
     cfg.adamw = (dt_adamw){0.9f, 0.95f, strcmp(family, "gpt2") ? 1e-5f : 1e-8f, 0.1f};
     cfg.clip = 0.5f;
     cfg.seed = 42;
@@ -76,6 +82,13 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     META("n_head", "%d", m->cfg.n_head);
     META("vocab", "%d", V);
     META("context", "%d", m->cfg.context);
+    if (vit) {
+        META("d_ff", "%d", m->cfg.d_ff);
+        META("image_size", "%d", m->cfg.image_size);
+        META("patch_size", "%d", m->cfg.patch_size);
+        META("channels", "%d", m->cfg.channels);
+        META("n_classes", "%d", m->cfg.n_classes);
+    }
     if (!strcmp(m->cfg.family, "llama")) {
         META("n_kv_head", "%d", m->cfg.n_kv_head);
         META("d_ff", "%d", m->cfg.d_ff);
@@ -111,6 +124,13 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     float *logits = malloc(bt * V * sizeof(float));
     float train_losses[S_STEPS], train_norms[S_STEPS];
     for (int s = 0; s <= NB; s++) dt_synthetic_batch(cfg.seed, V, (uint64_t)s, B, T, in + s * bt, tg + s * bt);
+    /* vit: random pixels, one label per image in every target slot; the files hold it once. */
+    const int NC = m->cfg.n_classes;
+    int32_t *labels = malloc((size_t)B * (NB + 1) * sizeof(int32_t));
+    for (int r = 0; vit && r < B * (NB + 1); r++) {
+        labels[r] = tg[(size_t)r * T] % NC;
+        for (int t = 0; t < T; t++) tg[(size_t)r * T + t] = labels[r];
+    }
     const int32_t *in1 = in + NB * bt, *tg1 = tg + NB * bt; /* the single batch */
     dt_st_entry be[] = {
         {"inputs", DT_ST_I32, 2, {B, T}, in1},
@@ -118,19 +138,27 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
         {"train_inputs", DT_ST_I32, 4, {S_STEPS, ACCUM, B, T}, in},
         {"train_targets", DT_ST_I32, 4, {S_STEPS, ACCUM, B, T}, tg},
     };
+    if (vit) {
+        be[1] = (dt_st_entry){"targets", DT_ST_I32, 1, {B}, labels + (size_t)NB * B};
+        be[3] = (dt_st_entry){"train_targets", DT_ST_I32, 3, {S_STEPS, ACCUM, B}, labels};
+    }
     snprintf(path, sizeof path, "%s/batch.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, be, 4, NULL));
 
     float loss;
     dt_params_zero_grad(&m->ps);
     DT_CHECK(dt_model_forward(ctx, m, in1, tg1, &loss));
-    for (size_t r = 0; r < bt; r++) memcpy(logits + r * V, dt_model_logits(m) + r * Vp, V * sizeof(float));
+    if (vit)
+        memcpy(logits, dt_model_logits(m), (size_t)B * NC * sizeof(float));
+    else
+        for (size_t r = 0; r < bt; r++) memcpy(logits + r * V, dt_model_logits(m) + r * Vp, V * sizeof(float));
     dt_model_backward(m, 1.0f);
     /* Training below reuses m->grads: keep this batch's gradients aside. */
     float *grads = malloc(m->ps.n_params * sizeof(float));
     memcpy(grads, m->ps.grads, m->ps.n_params * sizeof(float));
     n = param_entries(m, grads, "grad.", e, names);
-    e[n++] = (dt_st_entry){"logits", DT_ST_F32, 3, {B, T, V}, logits};
+    e[n++] = vit ? (dt_st_entry){"logits", DT_ST_F32, 2, {B, NC}, logits}
+                 : (dt_st_entry){"logits", DT_ST_F32, 3, {B, T, V}, logits};
     e[n++] = (dt_st_entry){"loss", DT_ST_F32, 1, {1}, &loss};
 
     for (int s = 0; s < S_STEPS; s++) {
@@ -151,14 +179,14 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     n += param_entries(m, var, "exp_avg_sq.", e + n, names + n);
     snprintf(path, sizeof path, "%s/dtrain.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, e, n, NULL));
-    free(in); free(tg); free(logits); free(grads);
+    free(in); free(tg); free(logits); free(grads); free(labels);
     dt_trainer_free(&tr);
     return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc != 2 && argc != 3) {
-        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa]\n");
+        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|vit]\n");
         return 2;
     }
     dt_ctx ctx;

@@ -5,9 +5,9 @@ set -euo pipefail
 dump=$1
 out=$2
 # GPT-2, then LLaMA with grouped-query attention and an untied head, then LLaMA with
-# multi-query attention and a tied head (tests/ref/llama_torch.py).
+# multi-query attention and a tied head (tests/ref/llama_torch.py), then ViT (tests/ref/vit_torch.py).
 rc=0
-for fam in gpt2 llama llama-mqa; do
+for fam in gpt2 llama llama-mqa vit; do
   rm -rf "$out/$fam" && mkdir -p "$out/$fam"
   echo "== $fam"
   OMP_NUM_THREADS=2 "$dump" "$out/$fam" "$fam" || { echo "FAIL parity_dump $fam"; rc=1; continue; }

@@ -9,6 +9,7 @@
 
 #include "model/gpt2/gpt2.h"
 #include "model/llama/llama.h"
+#include "model/vit/vit.h"
 #include "model/model.h"
 #include "train/keys.h"
 #include "data/synthetic.h"
@@ -170,7 +171,7 @@ static void test_layout_tiles_the_slab_and_init_follows_gpt2(void **state) {
     assert_int_equal(a.total_cur, 0);
 }
 
-/* The trainer tests run once per family: state is "gpt2" or "llama". */
+/* The trainer tests run once per family: state is "gpt2", "llama" or "vit". */
 static const char *g_family = "gpt2";
 
 static int use_family(void **state) {
@@ -185,10 +186,13 @@ static dt_train_cfg small_cfg(void) {
         c.model = (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4,
                                     .n_kv_head = 2, .d_ff = 80, .vocab = 300, .context = 32,
                                     .untied = 1};
+    else if (!strcmp(g_family, "vit"))
+        c.model = (dt_model_config){.family = "vit", .n_layer = 2, .d_model = 48, .n_head = 4, .d_ff = 80,
+                                    .image_size = 8, .patch_size = 4, .n_classes = 5};
     else
         c.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
     c.micro_batch = 4;
-    c.seq_len = 32;
+    c.seq_len = !strcmp(g_family, "vit") ? 64 : 32; /* vit: one 8 x 8 image */
     c.steps = 20;
     c.sched = (dt_lr_schedule){DT_SCHED_COSINE, 2e-3f, 2e-4f, 3, 20};
     c.clip = 1.0f;
@@ -279,7 +283,9 @@ static void test_accumulation_equals_a_larger_batch(void **state) {
     double pe = tu_rel_err(pb, pad, na);
     printf("  accumulation: losses rel err %.3e, weights rel err %.3e\n", worst, pe);
     assert_true(worst < 1e-5);
-    assert_true(pe < 1e-5);
+    /* vit: a mean over 4 images, not 128 tokens, and 8 Adam steps: weights whose gradient is
+     * rounding-sized move by lr-sized steps of either sign (measured 1.3e-5; losses 7e-8). */
+    assert_true(pe < (strcmp(g_family, "vit") ? 1e-5 : 1e-4));
     free(pa);
     free(pb);
     free(pad);
@@ -418,6 +424,65 @@ static void test_llama_layout_names_and_init(void **state) {
     }
 }
 
+static void test_vit_presets_layout_and_rules(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    /* ViT-Base/16, 224 x 224 x 3, 1000 classes: 86,567,656 parameters (the published count). */
+    assert_int_equal(dt_model_preset(&ctx, "vit-b16", &c), DT_OK);
+    assert_string_equal(c.family, "vit");
+    assert_int_equal(dt_model_num_params(&c), 86567656);
+    assert_int_equal(c.context, 3 * 224 * 224);
+    assert_int_equal(c.vocab, 256);
+    dt_model_config ok = {.family = "vit", .n_layer = 1, .d_model = 32, .n_head = 4, .image_size = 28,
+                          .patch_size = 4, .n_classes = 10};
+    c = ok;
+    c.patch_size = 5;
+    expect_config_error(c, "model.patch_size");
+    c = ok;
+    c.n_classes = 1;
+    expect_config_error(c, "model.n_classes");
+    c = ok;
+    c.context = 100;
+    expect_config_error(c, "model.context");
+    c = ok;
+    c.rope_theta = 10000.0f;
+    expect_config_error(c, "model.rope_theta");
+    dt_model_config g = {.n_layer = 2, .d_model = 64, .n_head = 4, .vocab = 256, .context = 64, .n_classes = 10};
+    expect_config_error(g, "model.n_classes");
+    /* Layout: every float owned once; the file count is the parameter count. */
+    dt_alloc a;
+    dt_alloc_init(&a);
+    dt_model m;
+    assert_int_equal(dt_model_init(&ctx, &m, &ok, &a, 2, 784, DT_SLAB_PARAMS), DT_OK);
+    assert_int_equal(m.ps.n_tensors, DT_VIT_NPARAMS);
+    assert_int_equal(dt_params_file_count(&m.ps), dt_model_num_params(&m.cfg));
+    assert_int_equal(m.ps.tensors[DT_VIT_P_POS].rows, 50); /* 49 patches + the class token */
+    assert_int_equal(m.ps.tensors[DT_VIT_P_PATCHW].cols, 16);
+    assert_int_equal(m.ps.tensors[DT_VIT_P_POS].decay, 0);
+    /* A pixel or a label out of range is refused, not read. */
+    int32_t *px = tu_malloc(2 * 784 * sizeof(int32_t)), *lab = tu_malloc(2 * 784 * sizeof(int32_t));
+    px[100] = 256;
+    assert_int_equal(dt_model_forward(&ctx, &m, px, lab, NULL), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "pixel"));
+    px[100] = 3;
+    lab[784] = 10;
+    assert_int_equal(dt_model_forward(&ctx, &m, px, lab, NULL), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "label 10"));
+    free(px), free(lab);
+    dt_model_free(&m);
+    /* A sample is one image: training.seq_len follows the model and may not be set apart. */
+    dt_run_cfg r;
+    dt_run_cfg_defaults(&r);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "model.preset", "vit-tiny"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_OK);
+    assert_int_equal(r.train.seq_len, 64);
+    assert_int_equal(dt_cfg_set(&ctx, &r, "training.seq_len", "32"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &r), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "training.seq_len"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_shapes_are_refused_naming_the_key),
@@ -425,9 +490,11 @@ int main(void) {
         cmocka_unit_test(test_layout_tiles_the_slab_and_init_follows_gpt2),
         cmocka_unit_test(test_llama_presets_and_published_parameter_counts),
         cmocka_unit_test(test_llama_layout_names_and_init),
+        cmocka_unit_test(test_vit_presets_layout_and_rules),
 #define BOTH(t)                                                                              \
     cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"gpt2"),           \
-        cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"llama")
+        cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"llama"),          \
+        cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"vit")
         BOTH(test_two_runs_are_bitwise_identical),
         BOTH(test_overfits_one_batch),
         BOTH(test_accumulation_equals_a_larger_batch),

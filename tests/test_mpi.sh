@@ -14,7 +14,8 @@
 #  - a NaN loss on one rank stops the job naming the step, or (training.nonfinite=skip) skips
 #    that step's update on every rank;
 #  - the LLaMA family (GQA, untied head; tied head with MQA): DDP, ZeRO-1/2/3 and hybrid
-#    sharding bitwise equal to one rank with accumulation, as for GPT-2.
+#    sharding bitwise equal to one rank with accumulation, as for GPT-2; the ViT family
+#    likewise under DDP and ZeRO-1/2/3.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -312,6 +313,23 @@ check "llama: hybrid sharding, 2 nodes x 2 ranks vs 1 rank x 4" llama_hybrid4 ll
 runN llama_tied_zero3 2 --set model.untied_embeddings=false --set model.n_kv_head=1 --set parallel.strategy=zero3
 runN llama_tied_ddp 2 --set model.untied_embeddings=false --set model.n_kv_head=1
 check "llama, tied head and multi-query attention: ZeRO-3 vs DDP (bitwise)" llama_tied_zero3 llama_tied_ddp 0
+
+# The ViT family: images of 3 x 8 x 8 pixels (synthetic), 4 patches + the class token,
+# bidirectional attention, a classification head in the POST unit.
+common=(--set model.preset= --set model.family=vit --model.n_layer 2 --model.d_model 48 --model.n_head 4
+        --set model.d_ff=80 --set model.image_size=8 --set model.patch_size=4 --set model.channels=3
+        --set model.n_classes=7 --batch 4 --steps 20 --lr 3e-3 --warmup 3 --seed 11
+        --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
+run1 vit_one_acc2 2
+runN vit_ddp2 2
+check "vit: 2 ranks DDP vs 1 rank x 2 accumulation" vit_ddp2 vit_one_acc2 0
+for s in zero1 zero2 zero3; do
+  runN vit_${s}_2 2 --set parallel.strategy=$s
+  check "vit: $s vs DDP, 2 ranks (bitwise)" vit_${s}_2 vit_ddp2 0
+done
+run1 vit_one_acc3 3
+runN vit_zero3_3 3 --set parallel.strategy=zero3
+check "vit: 3 ranks ZeRO-3 (uneven shards) vs 1 rank x 3" vit_zero3_3 vit_one_acc3 0
 
 echo "test_mpi: $fails failure(s)"
 [ $fails -eq 0 ]

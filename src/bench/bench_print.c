@@ -17,20 +17,30 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     const dt_model_config *m = &c->model;
     const dt_bench_opts *o = &s->opts;
     int n = o->repeats * o->steps;
-    fprintf(f, "# dtrain bench: %s (L=%d d=%d heads=%d vocab=%d, %.2fM params), batch %d x %d x %d "
+    char desc[320];
+    dt_model_describe(m, desc, sizeof desc);
+    fprintf(f, "# dtrain bench: %s (%s, %.2fM params), batch %d x %d x %d "
                "accum per rank, fp32, %d rank(s) x %d threads on %d node(s), %s%s\n",
-            c->preset[0] ? c->preset : "custom", m->n_layer, m->d_model, m->n_head, m->vocab,
-            (double)s->n_params / 1e6, c->micro_batch, c->seq_len, c->accum, s->world, threads, s->nodes,
-            dt_strategy_name(c->parallel.strategy), c->parallel.overlap ? "" : " (no overlap)");
+            c->preset[0] ? c->preset : "custom", desc, (double)s->n_params / 1e6, c->micro_batch,
+            c->seq_len, c->accum, s->world, threads, s->nodes, dt_strategy_name(c->parallel.strategy),
+            c->parallel.overlap ? "" : " (no overlap)");
+    if (m->n_classes > 0)
+        fprintf(f, "# a sample is one image of %d pixel values: tokens count pixels, samples count images\n",
+                m->context);
     fprintf(f, "# %d warm-up + %d timed steps, %d repeat(s), each a fresh trainer with seed %llu\n",
             o->warmup, o->steps, o->repeats, (unsigned long long)c->seed);
     char isa[320];
     dt_isa_describe(isa, sizeof isa);
     fprintf(f, "# %s\n", isa);
     if (o->peak_gflops > 0) fprintf(f, "# peak %.1f GFLOP/s per rank (%s)\n", o->peak_gflops, peak_source);
-    fprintf(f, "# MFU = (6 N + 12 L T d) x tokens/s per rank / peak; N = non-embedding params + lm_head "
-               "(V d) = %.4g; %.4g FLOP/token\n",
-            (s->flops_per_token - 12.0 * m->n_layer * c->seq_len * m->d_model) / 6.0, s->flops_per_token);
+    if (m->n_classes > 0)
+        fprintf(f, "# MFU = FLOP/image x images/s per rank / peak; FLOP/image = 6 x (patch embedding x patches "
+                   "+ blocks x (patches + 1) + head) + 12 L T^2 d = %.4g\n",
+                s->flops_per_token * m->context);
+    else
+        fprintf(f, "# MFU = (6 N + 12 L T d) x tokens/s per rank / peak; N = non-embedding params + lm_head "
+                   "(V d) = %.4g; %.4g FLOP/token\n",
+                (s->flops_per_token - 12.0 * m->n_layer * c->seq_len * m->d_model) / 6.0, s->flops_per_token);
 
     fprintf(f, "# %-6s %-10s %-10s %-10s %-10s %-10s %-12s %-10s %-16s\n", "repeat", "mean_ms", "std_ms",
             "min_ms", "median_ms", "max_ms", "tokens/s", "loss_last", "loss_hash");
@@ -47,6 +57,10 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     stats_row(f, "step_time", "ms", &s->step_s, 1e3);
     stats_row(f, "samples/s", "global", &s->samples_per_s, 1);
     stats_row(f, "samples/s_per_rank", "rank", &s->samples_per_s, 1.0 / s->world);
+    if (m->n_classes > 0) {
+        stats_row(f, "images/s", "global", &s->samples_per_s, 1);
+        stats_row(f, "images/s_per_rank", "rank", &s->samples_per_s, 1.0 / s->world);
+    }
     stats_row(f, "tokens/s", "global", &s->tokens_per_s, 1);
     stats_row(f, "tokens/s_per_rank", "rank", &s->tokens_per_s_rank, 1);
     stats_row(f, "TFLOP/s_per_rank", "rank", &s->tflops_rank, 1);
@@ -118,8 +132,12 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     fprintf(f, "  %-18s %.3f ms (std %.3f ms)\n", "avg_step_time", s->step_s.mean * 1e3, s->step_s.std * 1e3);
     fprintf(f, "  %-18s %.3f ms\n", "min_step_time", s->step_s.min * 1e3);
     fprintf(f, "  %-18s %.3f ms\n", "max_step_time", s->step_s.max * 1e3);
-    fprintf(f, "  %-18s %.2f samples/s, %.1f tokens/s (global); %.1f tokens/s per rank\n", "throughput",
-            s->samples_per_s.mean, s->tokens_per_s.mean, s->tokens_per_s_rank.mean);
+    if (m->n_classes > 0)
+        fprintf(f, "  %-18s %.2f images/s (global); %.2f images/s per rank\n", "throughput",
+                s->samples_per_s.mean, s->samples_per_s.mean / s->world);
+    else
+        fprintf(f, "  %-18s %.2f samples/s, %.1f tokens/s (global); %.1f tokens/s per rank\n", "throughput",
+                s->samples_per_s.mean, s->tokens_per_s.mean, s->tokens_per_s_rank.mean);
     fprintf(f, "  %-18s %.6f\n", "avg_loss", s->loss_avg);
     fprintf(f, "  %-18s %.6f (hash %016llx%s)\n", "final_loss", s->loss_final, s->loss_hash,
             s->hash_mismatch ? ", MISMATCH across repeats" : ", equal across repeats");

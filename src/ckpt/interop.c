@@ -324,6 +324,8 @@ dt_status dt_hf_export(dt_ctx *ctx, const char *src, const char *out_dir) {
     dt_model_config c;
     DT_CHECK(dt_ckpt_resolve(ctx, src, path, sizeof path));
     DT_CHECK(dt_model_file_config(ctx, path, &c, tok, sizeof tok));
+    if (!dt_model_family_of(&c)->hf_architecture)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: a %s model has no Hugging Face export", path, c.family);
     if (snprintf(out, sizeof out, "%s/model.safetensors", out_dir) >= (int)sizeof out)
         return dt_fail(ctx, DT_ERR_IO, "%s: path too long", out_dir);
     dt_tensor_info ps[DT_MODEL_MAX_TENSORS];

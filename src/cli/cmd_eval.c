@@ -46,7 +46,7 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     /* The model's shape comes from the file; the flags choose data and batch. */
     cfg.train.preset[0] = 0;
     cfg.train.model = mc;
-    cfg.train.seq_len = mc.context < 256 ? mc.context : 256;
+    cfg.train.seq_len = mc.context < 256 || mc.n_classes > 0 ? mc.context : 256; /* vit: one image */
     int hflag = 0;
     st = dt_cli_parse_run(ctx, "eval", argc - 1, argv + 1, &cfg, eval_flag, &hflag);
     if (st != DT_OK) return dt_cli_exit_code(st);
@@ -69,8 +69,12 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK)
         st = dt_val_loader_init(ctx, &vl, ds, cfg.train.seq_len, 1, 0, cfg.train.micro_batch,
                                 (uint64_t)cfg.eval_batches);
-    if (st == DT_OK) st = dt_eval_loss(ctx, &m, vl, &loss, &tokens);
-    if (st == DT_OK) {
+    double acc = NAN;
+    if (st == DT_OK) st = dt_eval_loss(ctx, &m, vl, &loss, &tokens, &acc);
+    if (st == DT_OK && !isnan(acc)) {
+        printf("# %-40s %-10s %-12s %-12s\n", "checkpoint", "images", "val_loss", "accuracy_%");
+        printf("  %-40s %-10.0f %-12.6f %-12.2f\n", path, tokens / mc.context, loss, 100.0 * acc);
+    } else if (st == DT_OK) {
         printf("# %-40s %-10s %-12s %-12s\n", "checkpoint", "tokens", "val_loss", "perplexity");
         printf("  %-40s %-10.0f %-12.6f %-12.4f\n", path, tokens, loss, exp(loss));
     }

@@ -20,4 +20,8 @@ dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_
 /* Mean of n per-position losses in a fixed order (deterministic); may be NaN/Inf. */
 float dt_model_mean_loss(const float *losses, int n);
 
+/* Refuses the vision keys (image_size, patch_size, channels, n_classes) for a language
+ * family, naming the key. */
+dt_status dt_model_refuse_vision(dt_ctx *ctx, const dt_model_config *c, const char *family);
+
 #endif

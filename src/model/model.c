@@ -9,12 +9,13 @@
 #include "model/family_impl.h"
 #include "model/gpt2/gpt2.h"
 #include "model/llama/llama.h"
+#include "model/vit/vit.h"
 
 const char *const dt_op_kind_names[DT_OP_NKINDS] = {
     "encoder", "layernorm", "matmul",     "attention", "gelu",  "residual",
     "lm_head", "softmax_ce", "rmsnorm", "rope",      "swiglu"};
 
-const dt_model_family *const dt_model_families[] = {&dt_family_gpt2, &dt_family_llama, NULL};
+const dt_model_family *const dt_model_families[] = {&dt_family_gpt2, &dt_family_llama, &dt_family_vit, NULL};
 
 #define F(name, key, type, help) {#name, key, type, offsetof(dt_model_config, name), help}
 const dt_cfg_field dt_model_cfg_fields[] = {
@@ -29,6 +30,10 @@ const dt_cfg_field dt_model_cfg_fields[] = {
     F(untied, "model.untied_embeddings", DT_CFG_INT, "1: the lm_head has its own weights (llama); 0: tied to the token embedding"),
     F(rope_theta, "model.rope_theta", DT_CFG_FLOAT, "rotary embedding base (llama; 0 = 10000)"),
     F(norm_eps, "model.norm_eps", DT_CFG_FLOAT, "epsilon of the norms (0 = the family's default: gpt2 1e-5, llama 1e-5)"),
+    F(image_size, "model.image_size", DT_CFG_INT, "vit: image side in pixels"),
+    F(patch_size, "model.patch_size", DT_CFG_INT, "vit: patch side in pixels (divides image_size)"),
+    F(channels, "model.channels", DT_CFG_INT, "vit: colour planes (0 = 1)"),
+    F(n_classes, "model.n_classes", DT_CFG_INT, "vit: classes of the head"),
 };
 #undef F
 const int dt_model_cfg_nfields = (int)(sizeof dt_model_cfg_fields / sizeof dt_model_cfg_fields[0]);
@@ -178,6 +183,15 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, cons
 void dt_model_backward(dt_model *m, float scale) { m->fam->backward(m, scale); }
 
 const float *dt_model_logits(const dt_model *m) { return m->fam->logits(m); }
+
+int dt_model_correct(const dt_model *m) { return m->fam->correct ? m->fam->correct(m) : -1; }
+
+dt_status dt_model_refuse_vision(dt_ctx *ctx, const dt_model_config *c, const char *family) {
+    const char *key = c->image_size ? "model.image_size" : c->patch_size ? "model.patch_size"
+                      : c->channels ? "model.channels" : c->n_classes ? "model.n_classes" : NULL;
+    if (key) return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s is a language model (the key is vit's)", key, family);
+    return DT_OK;
+}
 
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V) {

@@ -27,7 +27,7 @@
 /* One config for every family; a family uses the fields it needs and refuses the others
  * (0 = unset). */
 typedef struct dt_model_config {
-    char family[16];  /* "gpt2", "llama" ("" = gpt2) */
+    char family[16];  /* "gpt2", "llama", "vit" ("" = gpt2) */
     int n_layer;
     int d_model;
     int n_head;
@@ -39,6 +39,10 @@ typedef struct dt_model_config {
     int untied;       /* 1: the lm_head has its own weights (llama); gpt2: tied (0) */
     float rope_theta; /* rotary base (llama) */
     float norm_eps;   /* epsilon of the norms */
+    int image_size;   /* vit: square images of image_size^2 pixels per channel */
+    int patch_size;   /* vit: square patches (must divide image_size) */
+    int channels;     /* vit: colour planes (1 = grey) */
+    int n_classes;    /* vit: classification head width */
 } dt_model_config;
 
 /* The config fields by name (model files, keys, shape checks): "n_layer", ... */
@@ -100,6 +104,8 @@ typedef struct dt_model_family {
                          float *loss);
     void (*backward)(dt_model *m, float scale);
     const float *(*logits)(const dt_model *m);
+    /* (optional) Classifiers: images of the last forward whose top-1 class is the target. */
+    int (*correct)(const dt_model *m);
     /* Parameters without vocabulary padding. */
     size_t (*num_params)(const dt_model_config *c);
     /* Training FLOPs per token (PaLM convention: 6 N + attention, no causal halving). */
@@ -107,8 +113,9 @@ typedef struct dt_model_family {
     /* Model files: metadata "format" value and the config fields written (NULL-ended). */
     const char *file_format;
     const char *const *file_fields;
-    /* Hugging Face: architectures[0] and model_type of config.json, and the family-specific
-     * part of config.json (a JSON object body without braces, ends without a comma). */
+    /* (optional) Hugging Face: architectures[0] and model_type of config.json, and the
+     * family-specific part of config.json (a JSON object body without braces, ends without a
+     * comma). NULL: the family has no HF export. */
     const char *hf_architecture, *hf_model_type;
     int (*hf_config)(const dt_model_config *c, char *buf, size_t n);
 } dt_model_family;
@@ -170,7 +177,11 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, cons
                            float *loss);
 /* Accumulates parameter gradients of loss * scale (scale = 1/accumulation steps). */
 void dt_model_backward(dt_model *m, float scale);
-/* Logits (B,T,vocab_padded) of the last forward; after backward they hold dlogits. */
+/* Logits (B,T,vocab_padded) of the last forward (classifiers: (B,n_classes)); after backward
+ * they hold dlogits. */
 const float *dt_model_logits(const dt_model *m);
+/* Classifiers (cfg.n_classes > 0): samples of the last forward with targets whose top-1
+ * prediction is right; -1 for language models. */
+int dt_model_correct(const dt_model *m);
 
 #endif

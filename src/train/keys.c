@@ -35,6 +35,10 @@ static const key_def keys[] = {
     NUM("model.untied_embeddings", K_BOOL, train.model.untied, "the lm_head has its own weights (llama); false: tied to the token embedding"),
     NUM("model.rope_theta", K_FLOAT, train.model.rope_theta, "rotary embedding base (llama; 0 = 10000)"),
     NUM("model.norm_eps", K_FLOAT, train.model.norm_eps, "epsilon of the norms (0 = family default 1e-5)"),
+    NUM("model.image_size", K_INT, train.model.image_size, "vit: image side in pixels"),
+    NUM("model.patch_size", K_INT, train.model.patch_size, "vit: patch side in pixels (divides image_size)"),
+    NUM("model.channels", K_INT, train.model.channels, "vit: colour planes (0 = 1)"),
+    NUM("model.n_classes", K_INT, train.model.n_classes, "vit: classes of the classification head"),
     STR("model.init_from", init_from, "start from these weights: a dtrain model file or checkpoint, a Hugging Face directory (config.json + safetensors), or an llm.c gpt2_*.bin ('' = random init)"),
     STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
     STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r> ('' = off)"),
@@ -244,6 +248,7 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
     }
     if (strcmp(key, "schedule.decay_steps") == 0) c->decay_steps_set = 1;
     if (strcmp(key, "training.steps") == 0) c->steps_set = 1;
+    if (strcmp(key, "training.seq_len") == 0) c->seq_len_set = 1;
     if (strcmp(key, "training.tokens") == 0) c->tokens_set = 1;
     if (strcmp(key, "training.grad_accum") == 0) c->accum_set = 1;
     return DT_OK;
@@ -270,10 +275,25 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
             return dt_fail(ctx, DT_ERR_CONFIG, "model.context (%d) exceeds the maximum %d of preset %s",
                            p.context, preset_context, t->preset);
         t->model = p;
+    } else if (!strcmp(t->model.family, "vit")) {
+        /* A custom image model derives its sample length and pixel range: the language
+         * defaults (context 64, vocabulary 256) are not its own unless given. */
+        for (int i = 0; i < dt_model_cfg_nfields; i++)
+            if (!c->model_set[i] && (!strcmp(dt_model_cfg_fields[i].key, "model.context") ||
+                                     !strcmp(dt_model_cfg_fields[i].key, "model.vocab_size")))
+                dt_model_cfg_set(&t->model, &dt_model_cfg_fields[i], 0);
     }
     DT_CHECK(dt_model_config_validate(ctx, &t->model));
     if (t->micro_batch < 1 || t->micro_batch > 65536)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", t->micro_batch);
+    /* An image classifier's sample is one image: its length is the model's, not a choice. */
+    if (t->model.n_classes > 0) {
+        if (c->seq_len_set && t->seq_len != t->model.context)
+            return dt_fail(ctx, DT_ERR_CONFIG,
+                           "training.seq_len: a %s sample is one image of %d values (got %d; leave it unset)",
+                           t->model.family, t->model.context, t->seq_len);
+        t->seq_len = t->model.context;
+    }
     if (t->seq_len < 1 || t->seq_len > t->model.context)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len must be in [1, model.context=%d] (got %d)",
                        t->model.context, t->seq_len);

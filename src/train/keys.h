@@ -64,7 +64,7 @@ typedef struct dt_run_cfg {
     /* which model fields were set explicitly (over the preset) */
     int model_set[16]; /* per dt_model_cfg_fields entry: set by the user */
     int family_set;
-    int decay_steps_set, steps_set, tokens_set, accum_set;
+    int decay_steps_set, steps_set, tokens_set, accum_set, seq_len_set;
 } dt_run_cfg;
 
 void dt_run_cfg_defaults(dt_run_cfg *c);

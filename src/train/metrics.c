@@ -149,16 +149,21 @@ dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, d
     return DT_OK;
 }
 
-dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens) {
-    char line[512];
+dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens,
+                          double val_acc) {
+    char line[512], acc[48] = "";
+    if (!isnan(val_acc)) snprintf(acc, sizeof acc, "\"val_acc\":%.6g,", val_acc);
     snprintf(line, sizeof line,
-             "{\"type\":\"eval\",\"step\":%ld,\"val_loss\":%.9g,\"val_ppl\":%.6g,\"val_tokens\":%.0f,"
+             "{\"type\":\"eval\",\"step\":%ld,\"val_loss\":%.9g,\"val_ppl\":%.6g,\"val_tokens\":%.0f,%s"
              "\"elapsed_s\":%.3f}\n",
-             step, val_loss, exp(val_loss), val_tokens, dt_now() - m->t_start);
+             step, val_loss, exp(val_loss), val_tokens, acc, dt_now() - m->t_start);
     DT_CHECK(write_line(ctx, m, line));
     clear_bar(m);
-    dt_log_info(ctx, "step %ld | val loss %.4f | val ppl %.3f | %.0f tokens", step, val_loss,
-                exp(val_loss), val_tokens);
+    if (!isnan(val_acc))
+        dt_log_info(ctx, "step %ld | val loss %.4f | val accuracy %.2f%%", step, val_loss, 100.0 * val_acc);
+    else
+        dt_log_info(ctx, "step %ld | val loss %.4f | val ppl %.3f | %.0f tokens", step, val_loss,
+                    exp(val_loss), val_tokens);
     return DT_OK;
 }
 

@@ -3,7 +3,7 @@
  * (a terminal) or plain log lines.
  *
  *   dt_metrics m; DT_CHECK(dt_metrics_open(ctx, &m, "runs/metrics.jsonl", DT_PROGRESS_AUTO, total, 0));
- *   dt_metrics_step(ctx, &m, &rec);   dt_metrics_eval(ctx, &m, step, val_loss, tokens);
+ *   dt_metrics_step(ctx, &m, &rec);   dt_metrics_eval(ctx, &m, step, val_loss, tokens, acc);
  *   dt_metrics_close(&m);
  */
 #ifndef DT_METRICS_H
@@ -46,7 +46,9 @@ dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from,
 /* Records a loss spike: the step's loss against the median of the previous steps. */
 dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median);
 /* Records a validation pass. */
-dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens);
+/* val_acc: top-1 accuracy of a classifier (NaN: none; left out of the record). */
+dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens,
+                          double val_acc);
 /* A plain message that must not be overwritten by the status line. */
 void dt_metrics_note(const dt_ctx *ctx, dt_metrics *m, const char *msg);
 void dt_metrics_close(dt_metrics *m);

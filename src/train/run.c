@@ -25,17 +25,20 @@
 #include "train/straggler.h"
 #include "train/trace_file.h"
 
-dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens) {
+dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
+                       double *accuracy) {
     dt_val_loader_reset(vl);
     int32_t *in, *tg;
     double sum = 0.0;
-    long n = 0;
+    long n = 0, right = 0;
     while (dt_val_loader_next(vl, &in, &tg)) {
         float l;
         DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
         sum += l;
         n++;
+        right += dt_model_correct(m);
     }
+    *accuracy = m->cfg.n_classes > 0 && n > 0 ? (double)right / ((double)n * m->B) : NAN;
     if (n == 0) return dt_fail(ctx, DT_ERR_CONFIG, "data.val: no complete validation batch");
     *loss = sum / (double)n;
     if (!isfinite(*loss)) return dt_fail(ctx, DT_ERR_NUMERIC, "validation loss is %g: the model diverged", *loss);
@@ -113,12 +116,13 @@ static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int
 }
 
 static dt_status evaluate(dt_ctx *ctx, run_state *r, long step) {
-    double loss, tokens;
-    DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens));
+    double loss, tokens, acc;
+    DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens, &acc));
     DT_CHECK(dt_parallel_mean(ctx, r->tr.par, &loss)); /* every rank evaluated its own rows */
+    if (!isnan(acc)) DT_CHECK(dt_parallel_mean(ctx, r->tr.par, &acc)); /* same count per rank */
     tokens *= ctx->world;
     if (ctx->rank != 0) return DT_OK;
-    return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens);
+    return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens, acc);
 }
 
 /* ---- the per-sample ledger (data.ledger): one line per step and rank, written with one

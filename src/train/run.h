@@ -19,6 +19,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
 
 /* Mean loss of m over every batch of the validation loader (forward only); *tokens gets the
  * number of tokens evaluated. The loader is reset first. */
-dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens);
+/* Mean loss over the validation batches, the tokens (samples x T) they held, and for
+ * classifiers the top-1 accuracy (NaN for language models). */
+dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
+                       double *accuracy);
 
 #endif

@@ -215,6 +215,10 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
             int r = dt_comm_rank(tr->comm, DT_GROUP_WORLD);
             uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W + (uint64_t)r;
             dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
+            if (m->cfg.n_classes > 0) /* a classifier: a label per image, in every slot */
+                for (int b = 0; b < m->B; b++)
+                    for (int t = 0; t < m->T; t++)
+                        tg[(size_t)b * m->T + t] = tg[(size_t)b * m->T] % m->cfg.n_classes;
         }
         dt_trace_end(td, "data", "data %d", k);
         add_phase(tr, &tp, &ex, &out->data_seconds);

@@ -44,6 +44,7 @@ static void llama_preset(const char *name, dt_model_config *out) {
 }
 
 static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
+    DT_CHECK(dt_model_refuse_vision(ctx, c, "llama"));
     if (c->n_layer < 1 || c->n_layer > 1024)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_layer must be in [1, 1024] (got %d)", c->n_layer);
     if (c->d_model < 2 || c->d_model > 65536)

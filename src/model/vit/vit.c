@@ -1,0 +1,381 @@
+/* ViT: presets, the parameter table (vit_params.h), forward, backward. */
+#include "model/vit/vit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/trace.h"
+#include "model/family_impl.h"
+#include "ops/ops.h"
+
+/* ------------------------------------------------------------------ config */
+
+typedef struct preset {
+    const char *name;
+    int image_size, patch_size, channels, n_classes, n_layer, d_model, n_head, d_ff;
+} preset;
+
+/* vit-b16 is ViT-Base/16 at 224 x 224 x 3 with 1000 classes (86.6M parameters), for planning. */
+static const preset presets[] = {
+    {"vit-tiny", 8, 4, 1, 10, 2, 32, 4, 64},
+    {"vit-fashion", 28, 4, 1, 10, 6, 128, 4, 256},
+    {"vit-b16", 224, 16, 3, 1000, 12, 768, 12, 3072},
+};
+static const char *const preset_names[] = {"vit-tiny", "vit-fashion", "vit-b16", NULL};
+
+static void vit_preset(const char *name, dt_model_config *out) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            const preset *p = &presets[i];
+            out->image_size = p->image_size, out->patch_size = p->patch_size;
+            out->channels = p->channels, out->n_classes = p->n_classes, out->n_layer = p->n_layer;
+            out->d_model = p->d_model, out->n_head = p->n_head, out->d_ff = p->d_ff;
+        }
+}
+
+/* Patches per image, and the sequence the blocks see (patches + the class token). */
+static int n_patches(const dt_model_config *c) {
+    int g = c->image_size / c->patch_size;
+    return g * g;
+}
+
+static dt_status vit_validate(dt_ctx *ctx, dt_model_config *c) {
+    if (c->n_layer < 1 || c->n_layer > 1024)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_layer must be in [1, 1024] (got %d)", c->n_layer);
+    if (c->d_model < 1 || c->d_model > 65536)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_model must be in [1, 65536] (got %d)", c->d_model);
+    if (c->n_head < 1 || c->n_head > c->d_model || c->d_model % c->n_head != 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_head (%d) must divide model.d_model (%d)", c->n_head,
+                       c->d_model);
+    if (c->image_size < 1 || c->image_size > 4096)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.image_size must be in [1, 4096] (got %d)", c->image_size);
+    if (c->patch_size < 1 || c->patch_size > c->image_size || c->image_size % c->patch_size != 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.patch_size (%d) must divide model.image_size (%d)",
+                       c->patch_size, c->image_size);
+    if (c->channels == 0) c->channels = 1;
+    if (c->channels < 1 || c->channels > 16)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.channels must be in [1, 16] (got %d)", c->channels);
+    if (n_patches(c) > 65536)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.patch_size: %d patches per image (more than 65536)", n_patches(c));
+    if (c->n_classes < 2 || c->n_classes > (1 << 20))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_classes must be in [2, 1048576] (got %d)", c->n_classes);
+    if (c->d_ff == 0) c->d_ff = 4 * c->d_model;
+    if (c->d_ff < 1 || c->d_ff > (1 << 20))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_ff must be in [1, 1048576] (got %d)", c->d_ff);
+    /* Fixed parts: what another family would set is refused. */
+    if (c->n_kv_head && c->n_kv_head != c->n_head)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_kv_head: vit has no grouped-query attention");
+    if (c->untied) return dt_fail(ctx, DT_ERR_CONFIG, "model.untied_embeddings: vit has no token embedding");
+    if (c->rope_theta != 0.0f) return dt_fail(ctx, DT_ERR_CONFIG, "model.rope_theta: vit has learned positions");
+    if (c->norm_eps != 0.0f && c->norm_eps != 1e-5f)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.norm_eps: vit's LayerNorm uses 1e-5 (got %g)", (double)c->norm_eps);
+    /* The inputs are pixel values (the "vocabulary" 0..255) and an image is one sample. */
+    const int P = c->channels * c->image_size * c->image_size;
+    if (c->vocab && c->vocab != 256)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size: vit reads 8-bit pixels (256 values; got %d)", c->vocab);
+    if (c->context && c->context != P)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.context: a vit sample is one image of %d values (got %d)", P,
+                       c->context);
+    c->n_kv_head = c->n_head;
+    c->norm_eps = 1e-5f;
+    c->vocab = c->vocab_padded = 256;
+    c->context = P;
+    return DT_OK;
+}
+
+static int vit_tensors(const dt_model_config *c, dt_tensor_info *out) {
+    const size_t K = (size_t)c->channels * c->patch_size * c->patch_size;
+    const size_t T = (size_t)n_patches(c) + 1;
+    int n = 0;
+#define DT_X_ROW(id, group, rows, cols, init, decay, name)                                     \
+    out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
+                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0};
+    DT_VIT_PARAMS(DT_X_ROW)
+#undef DT_X_ROW
+    (void)K, (void)T;
+    return n;
+}
+
+static double layer_params(const dt_model_config *c) {
+    double C = c->d_model, F = c->d_ff;
+    return 4.0 * C * C + 2.0 * C * F + 9.0 * C + F;
+}
+
+static size_t vit_num_params(const dt_model_config *c) {
+    double C = c->d_model, K = (double)c->channels * c->patch_size * c->patch_size;
+    double T = n_patches(c) + 1;
+    return (size_t)(C * K + C + C + T * C + c->n_layer * layer_params(c) + 2 * C +
+                    (double)c->n_classes * (C + 1));
+}
+
+/* The trainer counts "tokens" = pixels (its sequence is the image): FLOPs per pixel =
+ * FLOPs per image / pixels. Per image: 6 x (patch embedding x patches + blocks x (patches+1)
+ * + head) plus attention 12 L T^2 d (PaLM convention, T = patches + 1). */
+static double vit_flops_per_token(const dt_model_config *c, int T_pixels) {
+    (void)T_pixels;
+    double C = c->d_model, L = c->n_layer, Np = n_patches(c), T = Np + 1;
+    double K = (double)c->channels * c->patch_size * c->patch_size;
+    double per_image = 6.0 * (K * C * Np + L * layer_params(c) * T + C * c->n_classes) +
+                       12.0 * L * T * T * C;
+    return per_image / (double)c->context;
+}
+
+/* ------------------------------------------------------------------ layout */
+
+typedef struct dt_vit_acts {
+    float *patches;                  /* (B,Np,K) pixel / 255 */
+    float *pe;                       /* (B,Np,C) patch embeddings */
+    float *encoded;                  /* (B,T,C) [cls | patches] + pos */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (L,B,T,C), (L,B,T) x 2 */
+    float *qkv;                      /* (L,B,T,3C) */
+    float *atty;                     /* (L,B,T,C) */
+    float *att_lse;                  /* (L,B,NH,T) */
+    float *res2;                     /* (L,B,T,C) */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (L,B,T,C), (L,B,T) x 2 */
+    float *fch, *fch_gelu;           /* (L,B,T,F) */
+    float *res3;                     /* (L,B,T,C) */
+    float *clsx;                     /* (B,C) the last block's class token */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (B,C), (B), (B) */
+    float *logits;                   /* (B,n_classes); dlogits after backward */
+    float *losses, *ce_lse;          /* (B) */
+    float *dres;                     /* (B,T,C) residual-stream gradient */
+    float *dbtc;                     /* (B,T,C) scratch gradient */
+    float *dbig;                     /* (B,T,max(3C,F)) scratch gradient */
+    float *dcls;                     /* (B,C) x 2: d lnf, d clsx */
+    int32_t *labels;                 /* (B) the targets of the last forward */
+} dt_vit_acts;
+
+static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c, int B) {
+    size_t L = c->n_layer, C = c->d_model, NH = c->n_head, F = c->d_ff, Np = n_patches(c);
+    size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
+    size_t big = 3 * C > F ? 3 * C : F;
+    size_t off = 0;
+#define TAKE_INTO(ptr, n)                                                                    \
+    do {                                                                                     \
+        (ptr) = base ? base + off : NULL;                                                    \
+        off += ((n) + 15) / 16 * 16; /* 64-byte aligned views */                             \
+    } while (0)
+#define TAKE(field, n) TAKE_INTO(a->field, n)
+    TAKE(patches, (size_t)B * Np * K);
+    TAKE(pe, (size_t)B * Np * C);
+    TAKE(encoded, BT * C);
+    TAKE(ln1, L * BT * C);
+    TAKE(ln1_mean, L * BT);
+    TAKE(ln1_rstd, L * BT);
+    TAKE(qkv, L * BT * 3 * C);
+    TAKE(atty, L * BT * C);
+    TAKE(att_lse, L * BT * NH);
+    TAKE(res2, L * BT * C);
+    TAKE(ln2, L * BT * C);
+    TAKE(ln2_mean, L * BT);
+    TAKE(ln2_rstd, L * BT);
+    TAKE(fch, L * BT * F);
+    TAKE(fch_gelu, L * BT * F);
+    TAKE(res3, L * BT * C);
+    TAKE(clsx, (size_t)B * C);
+    TAKE(lnf, (size_t)B * C);
+    TAKE(lnf_mean, (size_t)B);
+    TAKE(lnf_rstd, (size_t)B);
+    TAKE(logits, (size_t)B * c->n_classes);
+    TAKE(losses, (size_t)B);
+    TAKE(ce_lse, (size_t)B);
+    TAKE(dres, BT * C);
+    TAKE(dbtc, BT * C);
+    TAKE(dbig, BT * big);
+    TAKE(dcls, 2 * (size_t)B * C);
+    float *ids = NULL;
+    TAKE_INTO(ids, (size_t)B);
+    a->labels = (int32_t *)ids;
+#undef TAKE
+#undef TAKE_INTO
+    return off;
+}
+
+static size_t vit_act_floats(const dt_model_config *c, int B, int T) {
+    (void)T;
+    dt_vit_acts a;
+    return layout_acts(&a, NULL, c, B);
+}
+
+static void vit_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, m->B); }
+
+static const float *vit_logits(const dt_model *m) { return ((const dt_vit_acts *)m->impl)->logits; }
+
+static int vit_correct(const dt_model *m) {
+    const dt_vit_acts *a = m->impl;
+    const int NC = m->cfg.n_classes;
+    int right = 0;
+    for (int b = 0; b < m->B; b++) {
+        const float *row = a->logits + (size_t)b * NC;
+        int best = 0;
+        for (int k = 1; k < NC; k++)
+            if (row[k] > row[best]) best = k;
+        right += best == a->labels[b];
+    }
+    return right;
+}
+
+/* ------------------------------------------------------------------ forward / backward */
+
+#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_VIT_P_##id, l)
+#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_VIT_P_##id, l)
+
+/* patches[b, gy*g + gx, c*p*p + py*p + px] = pixel(b, c, gy*p + py, gx*p + px) / 255. */
+static void patchify(float *patches, const int32_t *pix, const dt_model_config *c, int B) {
+    const int S = c->image_size, p = c->patch_size, g = S / p, CH = c->channels;
+    const size_t K = (size_t)CH * p * p, Np = (size_t)g * g, P = (size_t)CH * S * S;
+#pragma omp parallel for schedule(static)
+    for (int bp = 0; bp < B * (int)Np; bp++) {
+        const int b = bp / (int)Np, q = bp % (int)Np, gy = q / g, gx = q % g;
+        float *dst = patches + (size_t)bp * K;
+        for (int ch = 0; ch < CH; ch++)
+            for (int py = 0; py < p; py++)
+                for (int px = 0; px < p; px++)
+                    dst[((size_t)ch * p + py) * p + px] =
+                        (float)pix[(size_t)b * P + ((size_t)ch * S + (size_t)(gy * p + py)) * S + (size_t)(gx * p + px)] /
+                        255.0f;
+    }
+}
+
+static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                             float *loss) {
+    const dt_model_config *c = &m->cfg;
+    const int B = m->B, C = c->d_model, NH = c->n_head, L = c->n_layer, F = c->d_ff;
+    const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes, Pix = c->context;
+    const int K = c->channels * c->patch_size * c->patch_size;
+    const size_t btc = (size_t)BT * C;
+    dt_vit_acts *a = m->impl;
+    DT_ASSERT(m->T == Pix); /* a sample is one image */
+    for (size_t i = 0; i < (size_t)B * Pix; i++)
+        if (inputs[i] < 0 || inputs[i] > 255)
+            return dt_fail(ctx, DT_ERR_FORMAT, "pixel value %d at position %zu is outside [0, 255]", inputs[i], i);
+    for (int b = 0; targets && b < B; b++) {
+        const int32_t y = targets[(size_t)b * Pix];
+        if (y < 0 || y >= NC)
+            return dt_fail(ctx, DT_ERR_FORMAT, "label %d of image %d is outside [0, %d)", y, b, NC);
+        a->labels[b] = y;
+    }
+    m->has_targets = targets != NULL;
+    DT_PROF(m, fwd, DT_OP_ENCODER, patchify(a->patches, inputs, c, B));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(a->pe, a->patches, P(PATCHW, 0), P(PATCHB, 0), B * Np, K, C));
+    const float *cls = P(CLS, 0), *pos = P(POS, 0);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < BT; bt++) {
+        const int b = bt / T, t = bt % T;
+        const float *src = t == 0 ? cls : a->pe + ((size_t)b * Np + (size_t)(t - 1)) * C;
+        float *dst = a->encoded + (size_t)bt * C;
+        for (int i = 0; i < C; i++) dst[i] = src[i] + pos[(size_t)t * C + i];
+    }
+    for (int l = 0; l < L; l++) {
+        if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
+        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT, *ln1r = a->ln1_rstd + (size_t)l * BT;
+        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
+        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT, *ln2r = a->ln2_rstd + (size_t)l * BT;
+        float *fch = a->fch + (size_t)l * BT * F, *fchg = a->fch_gelu + (size_t)l * BT * F;
+        float *res3 = a->res3 + l * btc;
+        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln1, ln1m, ln1r, resid, P(LN1W, l), P(LN1B, l), BT, C));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(qkv, ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
+        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(atty, lse, qkv, B, T, NH, NH, C / NH, 0));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res2, atty, P(PROJW, l), P(PROJB, l), BT, C, C));
+        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res2, res2, resid, (int)btc));
+        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln2, ln2m, ln2r, res2, P(LN2W, l), P(LN2B, l), BT, C));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(fch, ln2, P(FC1W, l), P(FC1B, l), BT, C, F));
+        DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(fchg, fch, BT * F));
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FC2W, l), P(FC2B, l), BT, F, C));
+        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
+    }
+    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    for (int b = 0; b < B; b++) memcpy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
+    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward(a->logits, a->lnf, P(HEADW, 0), P(HEADB, 0), B, C, NC));
+    if (!targets) return DT_OK;
+    DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, a->labels, B, NC, NC));
+    m->last_loss = dt_model_mean_loss(a->losses, B); /* NaN/Inf: training.nonfinite decides */
+    if (loss) *loss = m->last_loss;
+    return DT_OK;
+}
+
+static void vit_backward(dt_model *m, float scale) {
+    const dt_model_config *c = &m->cfg;
+    const int B = m->B, C = c->d_model, NH = c->n_head, L = c->n_layer, F = c->d_ff;
+    const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes;
+    const int K = c->channels * c->patch_size * c->patch_size;
+    const size_t btc = (size_t)BT * C;
+    dt_vit_acts *a = m->impl;
+    DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
+    m->has_targets = 0;
+    float *dlnf = a->dcls, *dclsx = a->dcls + (size_t)B * C;
+    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->labels, scale / (float)B, B, NC, NC));
+    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(dlnf, G(HEADW, 0), G(HEADB, 0), a->logits, a->lnf, P(HEADW, 0), B, C, NC));
+    memset(dclsx, 0, (size_t)B * C * sizeof(float));
+    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
+    /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
+    memset(a->dres, 0, btc * sizeof(float));
+    for (int b = 0; b < B; b++) memcpy(a->dres + (size_t)b * T * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
+    for (int l = L - 1; l >= 0; l--) {
+        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT, *ln1r = a->ln1_rstd + (size_t)l * BT;
+        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
+        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
+        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT, *ln2r = a->ln2_rstd + (size_t)l * BT;
+        float *fch = a->fch + (size_t)l * BT * F, *fchg = a->fch_gelu + (size_t)l * BT * F;
+        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        double tl = dt_trace_begin();
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FC2W, l), G(FC2B, l), a->dres, fchg, P(FC2W, l), BT, F, C));
+        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, BT * F));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FC1W, l), G(FC1B, l), a->dbig, ln2, P(FC1W, l), BT, C, F));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, res2, P(LN2W, l), ln2m, ln2r, BT, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(PROJW, l), G(PROJB, l), a->dres, atty, P(PROJW, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, qkv, atty, lse, B, T, NH, NH, C / NH, 0));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
+        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
+    }
+    /* dres = d(encoded): position and class-token gradients sum over the batch in order;
+     * the patch rows go through the patch embedding. */
+    float *dpos = G(POS, 0), *dcls_w = G(CLS, 0), *dpe = a->dbig;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++) {
+            const float *d = a->dres + ((size_t)b * T + t) * C;
+            float *dp = dpos + (size_t)t * C;
+            for (int i = 0; i < C; i++) dp[i] += d[i];
+            if (t == 0)
+                for (int i = 0; i < C; i++) dcls_w[i] += d[i];
+            else
+                memcpy(dpe + ((size_t)b * Np + (size_t)(t - 1)) * C, d, (size_t)C * sizeof(float));
+        }
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_matmul_backward(NULL, G(PATCHW, 0), G(PATCHB, 0), dpe, a->patches, P(PATCHW, 0), B * Np, K, C));
+    if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
+}
+
+static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",   "d_ff", "image_size",
+                                          "patch_size", "channels", "n_classes", NULL};
+
+const dt_model_family dt_family_vit = {
+    .name = "vit",
+    .presets = preset_names,
+    .preset = vit_preset,
+    .validate = vit_validate,
+    .tensors = vit_tensors,
+    .act_floats = vit_act_floats,
+    .impl_bytes = sizeof(dt_vit_acts),
+    .bind = vit_bind,
+    .forward = vit_forward,
+    .backward = vit_backward,
+    .logits = vit_logits,
+    .correct = vit_correct,
+    .num_params = vit_num_params,
+    .flops_per_token = vit_flops_per_token,
+    .file_format = "dtrain-vit",
+    .file_fields = file_fields,
+    /* No Hugging Face export: HF's ViT stores the patch projection as a 4-D convolution
+     * and names everything differently; not written until a test can load it. */
+};
