@@ -100,8 +100,18 @@ def cmd_run(f, world, repeats, steps):
     assert all(bd[k] >= 0 for k in ("forward", "backward", "optimizer", "communication", "data"))
     m, p = d["model"], d["parallel"]
     L, C, V, T = m["n_layer"], m["d_model"], m["vocab"], m["seq_len"]
-    n = L * (12 * C * C + 13 * C) + 2 * C + V * C
-    assert d["flops_per_token"] == 6 * n + 12 * L * T * C, "6N + 12 L T d"
+    cfg = d["config"]
+    if cfg.get("model.family", "gpt2") == "vit":
+        # FLOPs per image / pixels: 6 (patch K C Np + blocks N_l (Np+1) + head C classes) + 12 L T^2 C
+        F, S, P, Ch, NC = (cfg["model.d_ff"], cfg["model.image_size"], cfg["model.patch_size"],
+                           cfg["model.channels"], cfg["model.n_classes"])
+        Np, K = (S // P) ** 2, Ch * P * P
+        nl = 4 * C * C + 2 * C * F + 9 * C + F
+        img = 6 * (K * C * Np + L * nl * (Np + 1) + C * NC) + 12 * L * (Np + 1) ** 2 * C
+        assert T == Ch * S * S and close(d["flops_per_token"], img / T, 1e-12), "FLOP/image / pixels"
+    else:
+        n = L * (12 * C * C + 13 * C) + 2 * C + V * C
+        assert d["flops_per_token"] == 6 * n + 12 * L * T * C, "6N + 12 L T d"
     tok_rank = p["micro_batch"] * T * p["accum"]
     assert p["global_batch"] == p["micro_batch"] * p["accum"] * world
     assert close(s["tokens_per_s_rank"]["mean"], statistics.mean(tok_rank / t for t in allsteps))

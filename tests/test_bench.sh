@@ -79,6 +79,27 @@ else
   fail "strong sweep: $(tail -3 strong.log)"
 fi
 
+# Every family: llama and vit bench runs; a vit run counts images (table and report), and the
+# batch finder plans its memory.
+"$bin" bench --set model.preset=llama-tiny --set training.micro_batch=2 "${fast[@]}" --repeats 1 \
+  --json llama.json >llama.log 2>&1 && grep -q "^  rmsnorm" llama.log && grep -q "^  rope" llama.log \
+  && pass "bench llama-tiny: rmsnorm, rope and swiglu kernels in the table" || fail "bench llama: $(tail -3 llama.log)"
+"$bin" bench --set model.preset=vit-tiny --set training.micro_batch=4 "${fast[@]}" --repeats 1 \
+  --json vit.json >vit.log 2>&1
+if [ $? -eq 0 ] && grep -q "^  images/s  " vit.log && grep -q "^# MFU = FLOP/image" vit.log \
+   && grep -q "images/s (global)" vit.log && out=$(python3 "$check" run vit.json 1 1 3 2>&1) \
+   && "$bin" report vit.json one.json -o vit.html >vit_report.log 2>&1 && grep -q "images/s</td>" vit.html; then
+  pass "bench vit-tiny: images/s rows, FLOP/image, JSON consistent, the report counts images ($out)"
+else
+  fail "bench vit: $(tail -3 vit.log) $(tail -2 vit_report.log 2>/dev/null)"
+fi
+"$bin" bench --set model.preset=vit-tiny --find-batch --mem-budget 40M >vitfind.log 2>&1
+if [ $? -eq 0 ] && grep -q "^micro_batch=[0-9]" vitfind.log; then
+  pass "find-batch for vit: $(grep '^# picked' vitfind.log | sed 's/^# //')"
+else
+  fail "find-batch vit: $(tail -3 vitfind.log)"
+fi
+
 # Batch finder.
 "$bin" bench "${tiny[@]}" --find-batch --mem-budget 40M >find.log 2>&1
 if [ $? -eq 0 ] && grep -q "^micro_batch=[0-9]" find.log && grep -q "would need" find.log; then

@@ -316,7 +316,7 @@ static void table_runs(FILE *f, const dt_report *r) {
     fputs("<h2>Runs</h2><div class=\"tbl\"><table id=\"runs\"><tr><th class=\"l\">run</th><th class=\"l\">file</th>"
           "<th class=\"l\">model</th><th>params</th><th>ranks</th><th class=\"l\">strategy</th>"
           "<th>micro &#215; accum (global)</th><th>bucket</th><th>overlap</th><th>step ms mean &#177; std</th>"
-          "<th>tokens/s</th><th>tokens/s/rank</th><th>TFLOP/s/rank</th><th>MFU</th><th>comm overhead</th>"
+          "<th>tokens/s</th><th>tokens/s/rank</th><th>samples/s (images)</th><th>TFLOP/s/rank</th><th>MFU</th><th>comm overhead</th>"
           "<th>comm ms exposed / total</th><th>weak eff</th><th>strong eff</th><th>peak mem (tracked)</th>"
           "<th>peak RSS</th><th>loss final</th><th class=\"l\">loss hash</th></tr>\n", f);
     for (int i = 0; i < r->ntrain; i++) {
@@ -345,6 +345,8 @@ static void table_runs(FILE *f, const dt_report *r) {
         dt_report_fmt_num(m2, sizeof m2, t->tokens_per_s.std);
         fprintf(f, "<td>%s &#177; %s</td>", m1, m2);
         td_num(f, t->tokens_per_s_rank.mean);
+        dt_report_fmt_num(m1, sizeof m1, t->samples_per_s.mean);
+        fprintf(f, "<td>%s%s</td>", m1, t->n_classes > 0 ? " images/s" : "");
         td_num(f, t->tflops_rank.mean);
         td_pct(f, t->mfu.mean);
         td_pct(f, t->comm_overhead);

@@ -186,6 +186,8 @@ static dt_status read_model_parallel(jpath *j, const cJSON *root, dt_rep_train *
     JCHECK(need_int(j, m, "model", "vocab", &t->vocab));
     JCHECK(need_int(j, m, "model", "seq_len", &t->seq_len));
     JCHECK(need_num(j, m, "model", "params", &t->params));
+    /* Optional (files of earlier versions lack it): an image model's samples are images. */
+    t->n_classes = opt_int(cJSON_GetObjectItemCaseSensitive(root, "config"), "model.n_classes");
     JCHECK(need_obj(j, root, "", "parallel", &p));
     JCHECK(need_int(j, p, "parallel", "world", &t->world));
     if (t->world < 1) return missing(j, "parallel", "world", "must be >= 1");

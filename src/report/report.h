@@ -63,6 +63,7 @@ typedef struct dt_rep_train {
     const cJSON *config; /* the "config" object (may be NULL) */
     const char *preset;
     int n_layer, d_model, n_head, vocab, seq_len;
+    int n_classes; /* config's model.n_classes: > 0 for image classifiers (a sample = an image) */
     double params;
     int world, hybrid, overlap, micro_batch, accum, global_batch;
     const char *strategy;
