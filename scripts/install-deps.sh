@@ -4,6 +4,8 @@
 # --aarch64: the cross build's packages instead (scripts/test-aarch64.sh).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libxxhash-dev
+      zlib1g-dev            # gzip'd IDX image datasets
+      dataset-fashion-mnist # the ViT demo and tests: Fashion-MNIST's IDX files
       libcmocka-dev libopenmpi-dev openmpi-bin python3 python3-torch python3-numpy
       libopenblas0-pthread  # PyTorch peer benchmark: without it Debian torch uses reference BLAS
       fortunes              # the demo corpus
@@ -19,8 +21,10 @@ if [ "${1:-}" = --aarch64 ]; then
   # arm64 libraries through Debian multiarch. Only runtime packages where the -dev package
   # cannot be co-installed with the amd64 one (oneDNN: a header differs; Open MPI: the
   # build is -DDTRAIN_MPI=OFF, its arm64 packages would replace mpirun).
-  pkgs=(cmake gcc-aarch64-linux-gnu qemu-user file libdnnl2:arm64 libyaml-dev:arm64
-        libcjson-dev:arm64 libxxhash-dev:arm64 libcmocka-dev:arm64 libgomp1:arm64)
+  # libc6-dev-arm64-cross: the cross gcc only recommends it (crt files, libc headers), and
+  # --no-install-recommends below would leave a compiler that cannot link.
+  pkgs=(cmake gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user file libdnnl2:arm64 libyaml-dev:arm64
+        libcjson-dev:arm64 libxxhash-dev:arm64 zlib1g-dev:arm64 libcmocka-dev:arm64 libgomp1:arm64)
   dpkg --print-foreign-architectures | grep -qx arm64 || {
     echo "install-deps: adding the arm64 architecture (dpkg --add-architecture arm64)"
     $SUDO dpkg --add-architecture arm64

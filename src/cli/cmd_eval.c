@@ -65,6 +65,7 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     have_model = st == DT_OK;
     if (st == DT_OK) st = hf ? dt_hf_load(ctx, &m, path) : dt_model_file_load(ctx, &m, path);
     if (st == DT_OK) st = dt_dataset_open(ctx, &ds, cfg.data_val, cfg.data_format, mc.vocab);
+    if (st == DT_OK) st = dt_data_check_model(ctx, ds, &mc, "data.val");
     if (st == DT_OK) st = dt_dataset_check_seq_len(ctx, ds, cfg.train.seq_len);
     if (st == DT_OK)
         st = dt_val_loader_init(ctx, &vl, ds, cfg.train.seq_len, 1, 0, cfg.train.micro_batch,

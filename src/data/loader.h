@@ -16,7 +16,9 @@
  *
  * dt_val_loader: the validation walk, unshuffled and synchronous: global batch i holds
  * samples [i*world*B, (i+1)*world*B) in dataset order, rank r taking rows r*B .. r*B+B-1;
- * the first max_batches such batches (all complete ones if 0), the same on every eval.
+ * the first max_batches such batches (all complete ones if 0), the same on every eval. On a
+ * record dataset (IDX images) a sample is one image: rows are whole records in file order,
+ * inputs its pixels and targets its label (sampler.h), with T = H*W.
  *
  *   dt_val_loader *vl;
  *   DT_CHECK(dt_val_loader_init(ctx, &vl, val_ds, T, world, rank, B, 20));

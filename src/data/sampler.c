@@ -10,11 +10,12 @@
 struct dt_sampler {
     const dt_dataset *ds;
     int T;
+    int rec_len; /* record datasets: tokens per record (T + 1), one record per sample; else 0 */
     int shuffle;
     int n_shards;
     uint64_t seed;
     uint64_t n;      /* samples per epoch */
-    uint64_t layout; /* hash of the shards' token counts */
+    uint64_t layout; /* hash of the shards' token counts (and record length) */
     uint64_t *first; /* first[s] = id of shard s's first sample; first[n_shards] = n */
 };
 
@@ -61,6 +62,10 @@ static uint64_t layout_hash(const dt_dataset *ds) {
     int ns = dt_dataset_num_shards(ds);
     uint64_t h = mix64(0x6a09e667f3bcc908ULL + (uint64_t)ns);
     for (int s = 0; s < ns; s++) h = mix64(h ^ dt_dataset_shard_tokens(ds, s)) + 0x9e3779b97f4a7c15ULL;
+    /* Records are another sampling of the same token counts. Token streams keep the hash
+     * they always had, so their checkpoints still resume. */
+    int L = dt_dataset_record_len(ds);
+    if (L > 0) h = mix64(h ^ (0x1d3e5a7c00000000ULL + (uint64_t)L));
     return h;
 }
 
@@ -77,13 +82,17 @@ dt_status dt_sampler_init(dt_ctx *ctx, dt_sampler **out, const dt_dataset *ds, i
     }
     s->ds = ds;
     s->T = T;
+    s->rec_len = dt_dataset_record_len(ds);
     s->shuffle = shuffle != 0;
     s->seed = seed;
     s->n_shards = ns;
     uint64_t n = 0;
     for (int i = 0; i < ns; i++) {
         s->first[i] = n;
-        n += (dt_dataset_shard_tokens(ds, i) - 1) / (uint64_t)T; /* >= 1 by the check above */
+        if (s->rec_len) /* whole records: the shard's images, >= 1 */
+            n += dt_dataset_shard_tokens(ds, i) / (uint64_t)s->rec_len;
+        else
+            n += (dt_dataset_shard_tokens(ds, i) - 1) / (uint64_t)T; /* >= 1 by the check above */
     }
     s->first[ns] = n;
     s->n = n;
@@ -124,7 +133,7 @@ void dt_sampler_locate(const dt_sampler *s, uint64_t id, int *shard, uint64_t *s
             hi = mid;
     }
     *shard = lo;
-    *start = (id - s->first[lo]) * (uint64_t)s->T;
+    *start = (id - s->first[lo]) * (uint64_t)(s->rec_len ? s->rec_len : s->T);
 }
 
 void dt_sampler_fill(const dt_sampler *s, uint64_t cursor, int world, int rank, int B, int accum,
@@ -137,7 +146,12 @@ void dt_sampler_fill(const dt_sampler *s, uint64_t cursor, int world, int rank, 
         uint64_t start;
         dt_sampler_locate(s, id, &shard, &start);
         dt_dataset_read(s->ds, shard, start, T, inputs + (size_t)b * T);
-        dt_dataset_read(s->ds, shard, start + 1, T, targets + (size_t)b * T);
+        if (s->rec_len) { /* the label, in every slot */
+            int32_t label = dt_dataset_token(s->ds, shard, start + T), *tg = targets + (size_t)b * T;
+            for (size_t t = 0; t < T; t++) tg[t] = label;
+        } else {
+            dt_dataset_read(s->ds, shard, start + 1, T, targets + (size_t)b * T);
+        }
     }
 }
 

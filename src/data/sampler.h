@@ -9,6 +9,13 @@
  * is a pseudorandom permutation of [0, n) keyed by (seed, epoch) - a Feistel network over
  * the next power of two with cycle walking, O(1) memory - or the identity if shuffle = 0.
  *
+ * Record datasets (IDX images, shard.h): a sample is one whole record instead - T must be
+ * H*W (dt_sampler_init refuses anything else, naming training.seq_len and the image size),
+ * n is the number of images over all shards, and sample id -> (shard, record start). A row
+ * of inputs is the image's H*W pixels; the same row of targets holds its label in all T
+ * slots (a classifier reads slot 0). Positions, permutation, cursor and exactly-once are
+ * the same as for tokens, and the state's layout hash also covers the record length.
+ *
  * One optimizer step consumes world * B * accum positions from its cursor; micro-step k of
  * rank r reads row b from position cursor + (k * world + r) * B + b. So 1 rank x 2 micro-steps
  * reads the same rows as 2 ranks x 1 micro-step, and any (world, B, accum) that resumes from
@@ -39,11 +46,11 @@ typedef struct dt_sampler_state {
     int32_t shuffle;    /* 0 = identity order */
     int32_t T;          /* fingerprint: sequence length ... */
     uint64_t n_samples; /* ... samples per epoch ... */
-    uint64_t layout;    /* ... and a hash of the shards' token counts */
+    uint64_t layout;    /* ... and a hash of the shards' token counts (+ record length) */
 } dt_sampler_state;
 
 /* Samples of length T over `ds` (which must outlive the sampler). Fails, naming the shard,
- * if a shard holds fewer than T+1 tokens. */
+ * if a shard holds fewer than T+1 tokens; for a record dataset unless T = H*W. */
 dt_status dt_sampler_init(dt_ctx *ctx, dt_sampler **out, const dt_dataset *ds, int T,
                           uint64_t seed, int shuffle);
 void dt_sampler_free(dt_sampler *s); /* NULL is a no-op */
@@ -57,11 +64,13 @@ uint64_t dt_sampler_position(uint64_t cursor, int world, int rank, int B, int k,
 /* The global sample id read at position p (any p: epochs roll over). */
 uint64_t dt_sampler_sample_id(const dt_sampler *s, uint64_t p);
 
-/* Where sample `id` (< n) starts: shard index and token offset in it. */
+/* Where sample `id` (< n) starts: shard index and token offset in it (records: the offset
+ * of the record, id-in-shard * (H*W + 1)). */
 void dt_sampler_locate(const dt_sampler *s, uint64_t id, int *shard, uint64_t *start);
 
 /* Writes micro-step k's B rows for `rank`: inputs (B,T) and targets (B,T), targets being the
- * inputs shifted by one token. Pure: the same arguments give the same bits, from any thread. */
+ * inputs shifted by one token (records: the pixels, and the label in all T target slots).
+ * Pure: the same arguments give the same bits, from any thread. */
 void dt_sampler_fill(const dt_sampler *s, uint64_t cursor, int world, int rank, int B, int accum,
                      int k, int32_t *inputs, int32_t *targets);
 

@@ -3,26 +3,42 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* Tokens are read straight from the mapping; a big-endian host would need byte swaps. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "shard files are little-endian");
 
-typedef enum shard_format { FMT_AUTO, FMT_LLMC, FMT_RAW16 } shard_format;
+typedef enum shard_format { FMT_AUTO, FMT_LLMC, FMT_RAW16, FMT_IDX } shard_format;
+
+/* A whole file in memory: mapped read-only, or (gzip) inflated into a malloc'd buffer. */
+typedef struct blob {
+    unsigned char *p;
+    size_t n;
+    int mapped;
+} blob;
 
 typedef struct dt_shard {
     char *path;
     void *map; /* the whole file; NULL until mapped */
     size_t map_bytes;
     const unsigned char *tok; /* first token, inside map (page + 1024 bytes: aligned) */
-    uint64_t n;               /* tokens */
-    int width;                /* bytes per token: 2 or 4 */
+    uint64_t n;               /* tokens (IDX: records x (H*W + 1)) */
+    int width;                /* bytes per token: 2 or 4 (IDX: 1) */
     int raw;                  /* 1 = headerless uint16 */
+    /* IDX images only (rec_len > 0): pixels (n_rec, h, w) and labels (n_rec), uint8. */
+    int rec_len; /* h*w + 1; 0 for a token shard */
+    int h, w;
+    uint64_t n_rec;
+    char *labels_path;
+    blob img, lab;
+    const unsigned char *pix, *labels;
 } dt_shard;
 
 struct dt_dataset {
@@ -31,6 +47,9 @@ struct dt_dataset {
     int n_shards;
     dt_shard *shards;
     uint64_t n_tokens;
+    int rec_len; /* h*w + 1 for an image dataset, 0 for token streams */
+    int h, w;
+    uint64_t n_rec;
 };
 
 typedef unsigned long long ull; /* for printf of 64-bit counts */
@@ -221,38 +240,299 @@ static dt_status shard_parse(dt_ctx *ctx, dt_shard *sh, shard_format fmt) {
     return DT_OK;
 }
 
-/* Maps sh->path read-only and parses it. The mapping, once made, is released by the
- * dataset's close, so this function owns only the descriptor. */
-static dt_status shard_open(dt_ctx *ctx, dt_shard *sh, shard_format fmt) {
+/* Maps `path` read-only into *b. Messages start with `who` (the path, or "images: labels
+ * file labels" for a labels file, so that both are named). */
+static dt_status file_map(dt_ctx *ctx, const char *path, const char *who, blob *b) {
     dt_status st = DT_OK;
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", sh->path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", who, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot stat: %s", sh->path, strerror(errno));
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot stat: %s", who, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(sb.st_mode)) {
-        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot read: not a regular file", sh->path);
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot read: not a regular file", who);
         goto fail;
     }
     if (sb.st_size == 0) {
-        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: empty file (0 bytes, 0 tokens)", sh->path);
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: empty file (0 bytes, 0 tokens)", who);
         goto fail;
     }
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
-        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot mmap %llu bytes: %s", sh->path,
-                     (ull)sb.st_size, strerror(errno));
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot mmap %llu bytes: %s", who, (ull)sb.st_size,
+                     strerror(errno));
         goto fail;
     }
-    sh->map = map;
-    sh->map_bytes = (size_t)sb.st_size;
-    close(fd); /* the mapping keeps the file */
-    return shard_parse(ctx, sh, fmt);
+    b->p = map;
+    b->n = (size_t)sb.st_size;
+    b->mapped = 1;
 fail:
-    close(fd);
+    close(fd); /* the mapping keeps the file */
     return st;
+}
+
+static void blob_free(blob *b) {
+    if (b->mapped)
+        munmap(b->p, b->n);
+    else
+        free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- IDX images (the MNIST layout) ---- */
+
+#define IDX_IMAGES_MAGIC 0x00000803u /* uint8 data, 3 dimensions (N, H, W) */
+#define IDX_LABELS_MAGIC 0x00000801u /* uint8 data, 1 dimension (N) */
+#define IDX_IMAGES_NAME "images-idx3"
+#define IDX_LABELS_NAME "labels-idx1"
+
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static int is_gzip(const unsigned char *p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* Header size and total size an IDX header describes; 0 if the sizes overflow. */
+static uint64_t idx_want(const uint32_t *dims, int ndim) {
+    uint64_t want = 4 + 4 * (uint64_t)ndim, prod = 1;
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(prod, (uint64_t)dims[i], &prod)) return 0;
+    if (__builtin_add_overflow(want, prod, &want) || want >= SIZE_MAX) return 0;
+    return want;
+}
+
+/* zlib's message for the stream's error, NULL if none. gzerror prefixes it with the path,
+ * which our messages already name. */
+static const char *gz_why(gzFile gz, const char *path) {
+    int err;
+    const char *msg = gzerror(gz, &err);
+    if (err == Z_OK) return NULL;
+    if (!msg || !*msg) return "unknown zlib error";
+    size_t n = strlen(path);
+    return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
+}
+
+/* Inflates the rest of a gzip IDX file whose header (hdr bytes) is already in `head`: the
+ * buffer grows as data arrives, so a damaged header that claims terabytes allocates only
+ * what the stream holds. *b takes the buffer (want bytes, header included).
+ * The reads ask for one byte more than the header says: a read that stops exactly at the
+ * last data byte leaves the gzip trailer unchecked, and zlib's next gzread then reports a
+ * clean end even when the trailer is cut short. */
+static dt_status gz_read_rest(dt_ctx *ctx, gzFile gz, const char *path, const char *who,
+                              const unsigned char *head, size_t hdr, size_t want, blob *b) {
+    size_t lim = want + 1, step = (size_t)16 << 20;
+    size_t cap = lim < step ? lim : step, got = hdr;
+    unsigned char *buf = malloc(cap);
+    if (!buf) return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot allocate %llu bytes", who, (ull)cap);
+    memcpy(buf, head, hdr);
+    while (got < lim) {
+        if (got == cap) {
+            size_t ncap = cap > lim / 2 ? lim : 2 * cap;
+            unsigned char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot allocate %llu bytes", who, (ull)ncap);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t ask = cap - got < ((size_t)1 << 30) ? cap - got : ((size_t)1 << 30);
+        int r = gzread(gz, buf + got, (unsigned)ask);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    const char *why = gz_why(gz, path);
+    dt_status st = DT_OK;
+    if (why)
+        st = dt_fail(ctx, DT_ERR_FORMAT,
+                     "%s: gzip data damaged or truncated after %llu of the %llu bytes the IDX "
+                     "header says (zlib: %s)",
+                     who, (ull)(got < want ? got : want), (ull)want, why);
+    else if (got > want)
+        st = dt_fail(ctx, DT_ERR_FORMAT,
+                     "%s: size mismatch: the IDX header says %llu bytes but the file "
+                     "decompresses to more (extra bytes)",
+                     who, (ull)want);
+    else if (got < want)
+        st = dt_fail(ctx, DT_ERR_FORMAT,
+                     "%s: size mismatch: the IDX header says %llu bytes but the file "
+                     "decompresses to %llu (truncated)",
+                     who, (ull)want, (ull)got);
+    if (st != DT_OK) {
+        free(buf);
+        return st;
+    }
+    b->p = buf;
+    b->n = want;
+    b->mapped = 0;
+    return DT_OK;
+}
+
+/* Loads one IDX file (plain or gzip) whose magic must be `magic` (uint8, ndim = its low
+ * byte) into *b and its dimensions into dims; checks every size against the header. */
+static dt_status idx_load(dt_ctx *ctx, const char *path, const char *who, uint32_t magic,
+                          blob *b, uint32_t *dims) {
+    dt_status st = DT_OK;
+    int ndim = (int)(magic & 0xff);
+    size_t hdr = 4 + 4 * (size_t)ndim;
+    const char *what = ndim == 3 ? "images (N, H, W)" : "labels (N)";
+    unsigned char head[16];
+    blob m = {0};
+    gzFile gz = NULL;
+    DT_CHECK(file_map(ctx, path, who, &m));
+    int gzipped = is_gzip(m.p, m.n);
+    size_t have;
+    if (gzipped) {
+        blob_free(&m);
+        if (!(gz = gzopen(path, "rb"))) {
+            st = dt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", who, strerror(errno));
+            goto fail;
+        }
+        gzbuffer(gz, 1 << 17);
+        int r = gzread(gz, head, (unsigned)hdr);
+        have = r > 0 ? (size_t)r : 0;
+        const char *why = gz_why(gz, path);
+        if (why && have < hdr) {
+            st = dt_fail(ctx, DT_ERR_FORMAT, "%s: gzip data damaged or truncated (zlib: %s)", who, why);
+            goto fail;
+        }
+    } else {
+        have = m.n < hdr ? m.n : hdr;
+        memcpy(head, m.p, have);
+    }
+    if (have >= 4 && be32(head) != magic) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: bad magic 0x%08x (expected 0x%08x: IDX uint8 %s)", who,
+                     be32(head), magic, what);
+        goto fail;
+    }
+    if (have < hdr) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: truncated: %llu bytes%s, shorter than the %llu-byte IDX header",
+                     who, (ull)have, gzipped ? " after decompression" : "", (ull)hdr);
+        goto fail;
+    }
+    for (int i = 0; i < ndim; i++) dims[i] = be32(head + 4 + 4 * i);
+    if (dims[0] == 0) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: empty: the IDX header says 0 %s", who,
+                     ndim == 3 ? "images" : "labels");
+        goto fail;
+    }
+    if (ndim == 3 && (dims[1] == 0 || dims[2] == 0 || (uint64_t)dims[1] * dims[2] >= INT_MAX)) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: image size %ux%u in the IDX header is not usable "
+                     "(each side >= 1, at most %d pixels)", who, dims[1], dims[2], INT_MAX - 1);
+        goto fail;
+    }
+    uint64_t want = idx_want(dims, ndim);
+    if (want == 0) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: the IDX header's dimensions overflow a size", who);
+        goto fail;
+    }
+    if (gzipped) {
+        DT_CHECK_GOTO(gz_read_rest(ctx, gz, path, who, head, hdr, (size_t)want, b));
+    } else {
+        if (m.n != want) {
+            st = dt_fail(ctx, DT_ERR_FORMAT,
+                         "%s: size mismatch: the IDX header says %u %s (%llu bytes with the "
+                         "header) but the file has %llu bytes (%s)",
+                         who, dims[0], ndim == 3 ? "images" : "labels", (ull)want, (ull)m.n,
+                         m.n < want ? "truncated" : "extra bytes");
+            goto fail;
+        }
+        *b = m;
+        memset(&m, 0, sizeof m);
+    }
+fail:
+    if (gz) gzclose(gz);
+    blob_free(&m);
+    return st;
+}
+
+/* auto: an IDX images file is named *idx3-ubyte*, or starts (after gunzip) with the IDX
+ * images magic. A plain file named *.bin must also have the size its header says: a raw
+ * uint16 shard whose first tokens happen to be 0, 776 stays raw. */
+static int idx_detect(const char *path) {
+    if (strstr(base_name(path), "idx3-ubyte")) return 1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    unsigned char h[16];
+    ssize_t n = pread(fd, h, sizeof h, 0);
+    int yes = 0;
+    if (n >= 4 && be32(h) == IDX_IMAGES_MAGIC) {
+        struct stat sb;
+        uint32_t dims[3] = {n >= 16 ? be32(h + 4) : 0, n >= 16 ? be32(h + 8) : 0, n >= 16 ? be32(h + 12) : 0};
+        yes = !ends_with(path, ".bin") ||
+              (n == 16 && fstat(fd, &sb) == 0 && idx_want(dims, 3) == (uint64_t)sb.st_size);
+    } else if (n >= 2 && is_gzip(h, (size_t)n)) {
+        gzFile gz = gzdopen(fd, "rb");
+        if (gz) {
+            fd = -1; /* gzclose closes it */
+            yes = gzread(gz, h, 4) == 4 && be32(h) == IDX_IMAGES_MAGIC;
+            gzclose(gz);
+        }
+    }
+    if (fd >= 0) close(fd);
+    return yes;
+}
+
+/* An IDX images file and its labels file (the name with images-idx3 -> labels-idx1). */
+static dt_status shard_open_idx(dt_ctx *ctx, dt_shard *sh) {
+    dt_status st = DT_OK;
+    char *who = NULL;
+    uint32_t dims[3], ldims[1];
+    DT_CHECK(idx_load(ctx, sh->path, sh->path, IDX_IMAGES_MAGIC, &sh->img, dims));
+    const char *base = base_name(sh->path);
+    const char *at = strstr(base, IDX_IMAGES_NAME);
+    if (!at)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "%s: IDX images file without '" IDX_IMAGES_NAME "' in its name, so its "
+                       "labels file (the same name with '" IDX_LABELS_NAME "') cannot be found",
+                       sh->path);
+    size_t len = strlen(sh->path), off = (size_t)(at - sh->path);
+    if (!(sh->labels_path = malloc(len + 1)))
+        return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot allocate the labels path", sh->path);
+    memcpy(sh->labels_path, sh->path, len + 1);
+    memcpy(sh->labels_path + off, IDX_LABELS_NAME, strlen(IDX_LABELS_NAME));
+
+    if (asprintf(&who, "%s: labels file %s", sh->path, sh->labels_path) < 0) {
+        who = NULL;
+        return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot allocate the labels path", sh->path);
+    }
+    DT_CHECK_GOTO(idx_load(ctx, sh->labels_path, who, IDX_LABELS_MAGIC, &sh->lab, ldims));
+    if (ldims[0] != dims[0]) {
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: %u images but its labels file %s has %u labels",
+                     sh->path, dims[0], sh->labels_path, ldims[0]);
+        goto fail;
+    }
+    sh->h = (int)dims[1];
+    sh->w = (int)dims[2];
+    sh->rec_len = sh->h * sh->w + 1;
+    sh->n_rec = dims[0];
+    sh->n = sh->n_rec * (uint64_t)sh->rec_len;
+    sh->width = 1;
+    sh->raw = 0;
+    sh->pix = sh->img.p + 16;
+    sh->labels = sh->lab.p + 8;
+fail:
+    free(who);
+    return st;
+}
+
+/* Parses sh->path as `fmt`. Mappings and buffers, once made, are released by the dataset's
+ * close. */
+static dt_status shard_open(dt_ctx *ctx, dt_shard *sh, shard_format fmt) {
+    if (fmt == FMT_AUTO && idx_detect(sh->path)) fmt = FMT_IDX;
+    if (fmt == FMT_IDX) return shard_open_idx(ctx, sh);
+    blob m = {0};
+    DT_CHECK(file_map(ctx, sh->path, sh->path, &m));
+    sh->map = m.p;
+    sh->map_bytes = m.n;
+    return shard_parse(ctx, sh, fmt);
 }
 
 /* ---- token validation ---- */
@@ -330,6 +610,30 @@ fail:
     return st;
 }
 
+/* Image datasets: every pixel and label is a token, so each must be < vocab; with
+ * vocab >= 256 every uint8 is. Sequential: images are small next to token corpora. */
+static dt_status scan_records(dt_ctx *ctx, const dt_dataset *ds) {
+    if (ds->vocab >= 256) return DT_OK;
+    for (int s = 0; s < ds->n_shards; s++) {
+        const dt_shard *sh = &ds->shards[s];
+        size_t hw = (size_t)sh->rec_len - 1;
+        for (uint64_t r = 0; r < sh->n_rec; r++) {
+            const unsigned char *p = sh->pix + r * hw;
+            for (size_t i = 0; i < hw; i++)
+                if (p[i] >= ds->vocab)
+                    return dt_fail(ctx, DT_ERR_FORMAT,
+                                   "%s: pixel value %u (image %llu, pixel %llu) is >= vocab size "
+                                   "%d (pixels are 0..255: an image dataset wants vocab >= 256)",
+                                   sh->path, p[i], (ull)r, (ull)i, ds->vocab);
+            if (sh->labels[r] >= ds->vocab)
+                return dt_fail(ctx, DT_ERR_FORMAT,
+                               "%s: labels file %s: label %u at index %llu is >= vocab size %d",
+                               sh->path, sh->labels_path, sh->labels[r], (ull)r, ds->vocab);
+        }
+    }
+    return DT_OK;
+}
+
 /* ---- the dataset ---- */
 
 dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const char *format,
@@ -347,8 +651,11 @@ dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const
         fmt = FMT_LLMC;
     else if (strcmp(format, "raw16") == 0)
         fmt = FMT_RAW16;
+    else if (strcmp(format, "idx") == 0)
+        fmt = FMT_IDX;
     else
-        return dt_fail(ctx, DT_ERR_CONFIG, "data format '%s' is unknown (auto, llmc or raw16)", format);
+        return dt_fail(ctx, DT_ERR_CONFIG, "data format '%s' is unknown (auto, llmc, raw16 or idx)",
+                       format);
     if (vocab <= 0) return dt_fail(ctx, DT_ERR_CONFIG, "vocab size must be > 0 (got %d)", vocab);
 
     if (!(ds = calloc(1, sizeof *ds)) || !(ds->spec = strdup(spec))) {
@@ -367,10 +674,28 @@ dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const
         pl.v[i] = NULL;
     }
     for (int i = 0; i < ds->n_shards; i++) {
+        const dt_shard *sh = &ds->shards[i], *first = &ds->shards[0];
         DT_CHECK_GOTO(shard_open(ctx, &ds->shards[i], fmt));
-        ds->n_tokens += ds->shards[i].n;
+        if (i > 0 && (sh->rec_len > 0) != (first->rec_len > 0)) {
+            st = dt_fail(ctx, DT_ERR_CONFIG,
+                         "%s: %s, but %s is %s; a dataset holds one kind of file",
+                         sh->path, sh->rec_len ? "an IDX images file" : "a token shard",
+                         first->path, first->rec_len ? "an IDX images file" : "a token shard");
+            goto fail;
+        }
+        if (i > 0 && (sh->h != first->h || sh->w != first->w)) {
+            st = dt_fail(ctx, DT_ERR_FORMAT,
+                         "%s: %dx%d images, but %s has %dx%d; a dataset holds one image size",
+                         sh->path, sh->h, sh->w, first->path, first->h, first->w);
+            goto fail;
+        }
+        ds->n_tokens += sh->n;
+        ds->n_rec += sh->n_rec;
     }
-    DT_CHECK_GOTO(scan_tokens(ctx, ds));
+    ds->rec_len = ds->shards[0].rec_len;
+    ds->h = ds->shards[0].h;
+    ds->w = ds->shards[0].w;
+    DT_CHECK_GOTO(ds->rec_len ? scan_records(ctx, ds) : scan_tokens(ctx, ds));
     path_list_free(&pl);
     *out = ds;
     return DT_OK;
@@ -384,6 +709,9 @@ void dt_dataset_close(dt_dataset *ds) {
     if (!ds) return;
     for (int i = 0; i < ds->n_shards; i++) {
         if (ds->shards[i].map) munmap(ds->shards[i].map, ds->shards[i].map_bytes);
+        blob_free(&ds->shards[i].img);
+        blob_free(&ds->shards[i].lab);
+        free(ds->shards[i].labels_path);
         free(ds->shards[i].path);
     }
     free(ds->shards);
@@ -392,6 +720,11 @@ void dt_dataset_close(dt_dataset *ds) {
 }
 
 dt_status dt_dataset_check_seq_len(dt_ctx *ctx, const dt_dataset *ds, int T) {
+    if (ds->rec_len && T != ds->rec_len - 1)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "'%s' holds %dx%d images: training.seq_len must be %d (the pixels of one "
+                       "image; its label is the target), got %d",
+                       ds->spec, ds->h, ds->w, ds->rec_len - 1, T);
     if (T <= 0) return dt_fail(ctx, DT_ERR_CONFIG, "sequence length T must be > 0 (got %d)", T);
     for (int i = 0; i < ds->n_shards; i++)
         if (ds->shards[i].n < (uint64_t)T + 1)
@@ -406,6 +739,33 @@ int dt_dataset_num_shards(const dt_dataset *ds) { return ds->n_shards; }
 uint64_t dt_dataset_num_tokens(const dt_dataset *ds) { return ds->n_tokens; }
 int dt_dataset_vocab(const dt_dataset *ds) { return ds->vocab; }
 const char *dt_dataset_spec(const dt_dataset *ds) { return ds->spec; }
+int dt_dataset_record_len(const dt_dataset *ds) { return ds->rec_len; }
+uint64_t dt_dataset_num_records(const dt_dataset *ds) { return ds->n_rec; }
+
+int dt_dataset_image_hw(const dt_dataset *ds, int *h, int *w) {
+    *h = ds->h;
+    *w = ds->w;
+    return ds->rec_len > 0;
+}
+
+dt_status dt_dataset_check_labels(dt_ctx *ctx, const dt_dataset *ds, int n_classes) {
+    if (!ds->rec_len)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "'%s' is a token dataset: class labels exist only in image datasets "
+                       "(data.format idx)",
+                       ds->spec);
+    if (n_classes <= 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "the number of classes must be > 0 (got %d)", n_classes);
+    for (int s = 0; s < ds->n_shards; s++) {
+        const dt_shard *sh = &ds->shards[s];
+        for (uint64_t i = 0; i < sh->n_rec; i++)
+            if (sh->labels[i] >= n_classes)
+                return dt_fail(ctx, DT_ERR_FORMAT,
+                               "%s: labels file %s: label %u at index %llu is >= n_classes %d",
+                               sh->path, sh->labels_path, sh->labels[i], (ull)i, n_classes);
+    }
+    return DT_OK;
+}
 
 static const dt_shard *shard_at(const dt_dataset *ds, int shard) {
     DT_ASSERT(shard >= 0 && shard < ds->n_shards);
@@ -416,6 +776,16 @@ uint64_t dt_dataset_shard_tokens(const dt_dataset *ds, int shard) { return shard
 const char *dt_dataset_shard_path(const dt_dataset *ds, int shard) { return shard_at(ds, shard)->path; }
 int dt_dataset_shard_width(const dt_dataset *ds, int shard) { return shard_at(ds, shard)->width; }
 int dt_dataset_shard_is_raw(const dt_dataset *ds, int shard) { return shard_at(ds, shard)->raw; }
+uint64_t dt_dataset_shard_records(const dt_dataset *ds, int shard) { return shard_at(ds, shard)->n_rec; }
+const char *dt_dataset_shard_labels_path(const dt_dataset *ds, int shard) {
+    return shard_at(ds, shard)->labels_path;
+}
+
+int dt_dataset_label(const dt_dataset *ds, int shard, uint64_t rec) {
+    const dt_shard *sh = shard_at(ds, shard);
+    DT_ASSERT(rec < sh->n_rec);
+    return sh->labels[rec];
+}
 
 int32_t dt_dataset_token(const dt_dataset *ds, int shard, uint64_t i) {
     int32_t v;
@@ -426,7 +796,24 @@ int32_t dt_dataset_token(const dt_dataset *ds, int shard, uint64_t i) {
 void dt_dataset_read(const dt_dataset *ds, int shard, uint64_t start, size_t n, int32_t *dst) {
     const dt_shard *sh = shard_at(ds, shard);
     DT_ASSERT(start <= sh->n && n <= sh->n - start);
-    if (sh->width == 2) {
+    if (sh->rec_len) { /* record r is its h*w pixels, then its label */
+        uint64_t L = (uint64_t)sh->rec_len, rec = start / L, j = start % L;
+        size_t hw = (size_t)L - 1;
+        while (n > 0) {
+            if (j < hw) {
+                size_t k = hw - (size_t)j < n ? hw - (size_t)j : n;
+                const unsigned char *p = sh->pix + rec * hw + j;
+                for (size_t i = 0; i < k; i++) dst[i] = p[i];
+                dst += k;
+                n -= k;
+                j += k;
+            } else {
+                *dst++ = sh->labels[rec++];
+                n--;
+                j = 0;
+            }
+        }
+    } else if (sh->width == 2) {
         const uint16_t *t = (const uint16_t *)(const void *)sh->tok + start;
         for (size_t i = 0; i < n; i++) dst[i] = t[i];
     } else {

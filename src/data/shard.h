@@ -1,4 +1,5 @@
-/* shard.h - token datasets: an ordered list of token shard files, mmap'd read-only.
+/* shard.h - datasets: an ordered list of token shard files, mmap'd read-only, or of IDX
+ * image files (records of pixels + label).
  *
  * Formats:
  *   llmc   llm.c shard: 256 x int32 little-endian header (magic 20240520, version, token
@@ -9,14 +10,37 @@
  *          llm.c header (version 1 or 7 and a token count matching the size) - so a shard
  *          whose magic was damaged is refused as "bad magic", not read as raw tokens.
  *          Anything else is refused; pass "raw16" to force raw reading of other names.
+ *          IDX images (below) are taken when the name contains "idx3-ubyte" or the file
+ *          (gunzipped if it is gzip) starts with the IDX images magic - for a plain *.bin
+ *          file only if its size is also the one that header gives.
+ *   idx    IDX images, the MNIST layout: big-endian magic 0x00000803 (uint8, 3 dims), N, H,
+ *          W, then N*H*W pixels; plain or gzip (inflated into memory at open). Its labels
+ *          file is the same path with "images-idx3" -> "labels-idx1" in the file name:
+ *          magic 0x00000801, N, then N uint8 labels. The spec names the images files only.
+ *
+ * Record datasets (idx). Every image is one record of H*W + 1 tokens: its pixels (0..255,
+ * row-major), then its label; a shard holds N records and a record never spans shards. All
+ * shards of a dataset have the same H and W, and a dataset is all IDX or all token shards.
+ * `vocab` bounds every token, pixels and labels alike (vocab >= 256 accepts any image);
+ * labels get their own bound from dt_dataset_check_labels. The sampler then takes T = H*W
+ * and one record per sample (sampler.h).
+ *
+ *   DT_CHECK(dt_dataset_open(ctx, &ds, "fm/train-images-idx3-ubyte.gz", "idx", 256));
+ *   int h, w;
+ *   if (dt_dataset_image_hw(ds, &h, &w)) {               // an image dataset
+ *       DT_CHECK(dt_dataset_check_labels(ctx, ds, n_classes));
+ *       T = h * w;                                       // == dt_dataset_record_len(ds) - 1
+ *   }
  *
  * A dataset spec is a comma-separated list of entries; an entry with * ? or [ is a glob(3)
  * pattern (its matches sorted byte-wise, at least one required), any other entry is a path.
  * Entries keep their order. File names containing commas are not supported.
  *
  * Opening checks every shard (magic, version, size against the header, at least one token,
- * every token < vocab by a parallel scan) and fails with one line naming the file and the
- * reason. Tokens are read through the mapping and widened to int32; nothing is copied whole.
+ * every token < vocab by a parallel scan; IDX: both magics, dimensions, sizes, the gzip
+ * stream, the labels file present with the same N) and fails with one line naming the file
+ * (and the labels file where it is the culprit) and the reason. Tokens are read through the
+ * mapping and widened to int32; nothing is copied whole (but gzip'd IDX files).
  *
  *   dt_dataset *ds;
  *   DT_CHECK(dt_dataset_open(ctx, &ds, "data/fineweb_train_*.bin", "auto", 50257));
@@ -38,8 +62,9 @@
 
 typedef struct dt_dataset dt_dataset;
 
-/* Opens every file named by `spec` (format "auto", "llmc" or "raw16"; NULL = "auto") and
- * validates it against `vocab`. On failure *out is NULL and ctx->err names file and reason. */
+/* Opens every file named by `spec` (format "auto", "llmc", "raw16" or "idx"; NULL = "auto")
+ * and validates it against `vocab`. On failure *out is NULL and ctx->err names file and
+ * reason. */
 dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const char *format,
                           int vocab);
 
@@ -47,8 +72,23 @@ dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const
 void dt_dataset_close(dt_dataset *ds);
 
 /* Fails, naming the first offending shard and the count needed, unless every shard holds at
- * least T+1 tokens (one sample). */
+ * least T+1 tokens (one sample). A record dataset needs T = H*W exactly (DT_ERR_CONFIG,
+ * naming training.seq_len and the image size). */
 dt_status dt_dataset_check_seq_len(dt_ctx *ctx, const dt_dataset *ds, int T);
+
+/* Tokens per record: H*W + 1 for an image dataset, 0 for token streams. */
+int dt_dataset_record_len(const dt_dataset *ds);
+
+/* 1 with *h, *w the image size for an image dataset; 0 with *h = *w = 0 for token streams. */
+int dt_dataset_image_hw(const dt_dataset *ds, int *h, int *w);
+
+/* Records (images) over all shards; 0 for token streams. */
+uint64_t dt_dataset_num_records(const dt_dataset *ds);
+
+/* Fails with one line naming the images and labels files and the index of the first label
+ * >= n_classes (DT_ERR_FORMAT), or if `ds` is a token dataset or n_classes <= 0
+ * (DT_ERR_CONFIG). */
+dt_status dt_dataset_check_labels(dt_ctx *ctx, const dt_dataset *ds, int n_classes);
 
 int dt_dataset_num_shards(const dt_dataset *ds);
 uint64_t dt_dataset_num_tokens(const dt_dataset *ds); /* over all shards */
@@ -57,10 +97,16 @@ const char *dt_dataset_spec(const dt_dataset *ds); /* the spec it was opened wit
 
 uint64_t dt_dataset_shard_tokens(const dt_dataset *ds, int shard);
 const char *dt_dataset_shard_path(const dt_dataset *ds, int shard);
-int dt_dataset_shard_width(const dt_dataset *ds, int shard); /* bytes per token: 2 or 4 */
-int dt_dataset_shard_is_raw(const dt_dataset *ds, int shard); /* 1 = raw uint16, 0 = llm.c */
+int dt_dataset_shard_width(const dt_dataset *ds, int shard); /* bytes per token: 2 or 4 (IDX: 1) */
+int dt_dataset_shard_is_raw(const dt_dataset *ds, int shard); /* 1 = raw uint16, 0 = llm.c, IDX */
+uint64_t dt_dataset_shard_records(const dt_dataset *ds, int shard); /* images; 0 = token shard */
+const char *dt_dataset_shard_labels_path(const dt_dataset *ds, int shard); /* NULL: token shard */
 
-/* Token i of a shard, widened. i must be < dt_dataset_shard_tokens (asserted). */
+/* Label of image `rec` (< dt_dataset_shard_records, asserted) of an IDX shard. */
+int dt_dataset_label(const dt_dataset *ds, int shard, uint64_t rec);
+
+/* Token i of a shard, widened. i must be < dt_dataset_shard_tokens (asserted). In an IDX
+ * shard token r*(H*W+1) + j is pixel j of image r for j < H*W, and j = H*W its label. */
 int32_t dt_dataset_token(const dt_dataset *ds, int shard, uint64_t i);
 
 /* dst[j] = token (start + j) of the shard for j < n; the range must lie inside the shard. */

@@ -43,7 +43,7 @@ static const key_def keys[] = {
     STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
     STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r> ('' = off)"),
     STR("data.val", data_val, "validation tokens: shard file, glob or comma list ('' = none)"),
-    ENUM("data.format", data_format, "auto|llmc|raw16", "shard format (auto: llm.c header if present)"),
+    ENUM("data.format", data_format, "auto|llmc|raw16|idx", "shard format (auto: llm.c header if present; idx: IDX images + labels)"),
     NUM("data.shuffle", K_BOOL, data_shuffle, "shuffle samples each epoch (seeded)"),
     ENUM("data.tokenizer", tokenizer, "byte|gpt2", "tokenizer the data was prepared with (recorded in checkpoints)"),
     NUM("training.micro_batch", K_INT, train.micro_batch, "sequences per micro-step (per rank)"),

@@ -97,17 +97,38 @@ static void run_free(run_state *r) {
     if (r->tr_live) dt_trainer_free(&r->tr);
 }
 
+dt_status dt_data_check_model(dt_ctx *ctx, const dt_dataset *ds, const dt_model_config *m, const char *key) {
+    int h, w;
+    const int images = dt_dataset_image_hw(ds, &h, &w);
+    if (m->n_classes > 0) {
+        if (!images)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' holds tokens; model.family %s trains on images (IDX files)",
+                           key, dt_dataset_spec(ds), m->family);
+        if (h != m->image_size || w != m->image_size || m->channels != 1)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' holds %dx%d grey images; the model takes %dx%d x %d channel(s) "
+                           "(model.image_size, model.channels)", key, dt_dataset_spec(ds), h, w, m->image_size,
+                           m->image_size, m->channels);
+        return dt_dataset_check_labels(ctx, ds, m->n_classes);
+    }
+    if (images)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' holds images; model.family %s is a language model", key,
+                       dt_dataset_spec(ds), m->family);
+    return DT_OK;
+}
+
 static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
     const dt_train_cfg *t = &cfg->train;
     int vocab = t->model.vocab;
     if (cfg->data_train[0]) {
         DT_CHECK(dt_dataset_open(ctx, &r->train_ds, cfg->data_train, cfg->data_format, vocab));
+        DT_CHECK(dt_data_check_model(ctx, r->train_ds, &t->model, "data.train"));
         DT_CHECK(dt_dataset_check_seq_len(ctx, r->train_ds, t->seq_len));
         DT_CHECK(dt_sampler_init(ctx, &r->sampler, r->train_ds, t->seq_len, t->seed, cfg->data_shuffle));
         DT_CHECK(dt_loader_init(ctx, &r->loader, r->sampler, world, rank, t->micro_batch, t->accum, 0));
     }
     if (cfg->data_val[0]) {
         DT_CHECK(dt_dataset_open(ctx, &r->val_ds, cfg->data_val, cfg->data_format, vocab));
+        DT_CHECK(dt_data_check_model(ctx, r->val_ds, &t->model, "data.val"));
         DT_CHECK(dt_dataset_check_seq_len(ctx, r->val_ds, t->seq_len));
         DT_CHECK(dt_val_loader_init(ctx, &r->val, r->val_ds, t->seq_len, world, rank, t->micro_batch,
                                     (uint64_t)cfg->eval_batches));

@@ -19,6 +19,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
 
 /* Mean loss of m over every batch of the validation loader (forward only); *tokens gets the
  * number of tokens evaluated. The loader is reset first. */
+/* The dataset suits the model, naming `key` (data.train / data.val): an image classifier
+ * needs IDX images of its size with labels below n_classes; a language model, tokens. */
+dt_status dt_data_check_model(dt_ctx *ctx, const dt_dataset *ds, const dt_model_config *m, const char *key);
+
 /* Mean loss over the validation batches, the tokens (samples x T) they held, and for
  * classifiers the top-1 accuracy (NaN for language models). */
 dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
