@@ -7,7 +7,8 @@
 #    and ZeRO-3; the per-sample ledger shows every sample of the epoch exactly once;
 #  - resharding: ZeRO-3 on 2 ranks -> DDP on 1 rank (2 accumulation steps) -> ZeRO-2 on 2
 #    ranks: same losses and weights as the uninterrupted run, ledger exactly once;
-#  - the LLaMA family: stop + resume bitwise (ZeRO-3), and resharded onto 1 rank;
+#  - the LLaMA and ViT families (ViT on an IDX image file): stop + resume bitwise (ZeRO-3),
+#    and resharded onto 1 rank;
 #  - a damaged newest checkpoint is skipped with a message and the previous one is used;
 #  - a rank that hangs: the watchdog fires, the supervisor names the rank that never
 #    entered the collective, restarts, and the result is still bitwise the same;
@@ -127,6 +128,35 @@ out=$(cmp_runs llama_res/m.jsonl llama_res/w.safetensors llama_ref/m.jsonl llama
   || fail "llama resume: $out ${opt:-}"
 out=$(cmp_runs llama_rs/m.jsonl llama_rs/w.safetensors llama_ref/m.jsonl llama_ref/w.safetensors 1e-5) \
   && pass "llama: ZeRO-3 x2 -> DDP x1 resharded: same math ($out)" || fail "llama resharded resume: $out"
+
+# The ViT family on an IDX file (400 random 8 x 8 images, 7 classes; one epoch = 50 steps of
+# 8 images): the same stop at 25 + resume under ZeRO-3 (bitwise, optimizer files included) and
+# the resharded resume on 1 rank; the ledger shows every image once.
+/usr/bin/python3 -c "
+import struct, numpy as np
+r = np.random.default_rng(11)
+open('img-images-idx3-ubyte', 'wb').write(struct.pack('>IIII', 0x803, 400, 8, 8) + r.integers(0, 256, 400 * 64, dtype=np.uint8).tobytes())
+open('img-labels-idx1-ubyte', 'wb').write(struct.pack('>II', 0x801, 400) + r.integers(0, 7, 400, dtype=np.uint8).tobytes())"
+vit=(--set model.preset= --set model.family=vit --model.n_layer 2 --model.d_model 32 --model.n_head 4
+     --set model.image_size=8 --set model.patch_size=4 --set model.n_classes=7 --batch 4 --set training.batch=8
+     --steps 50 --set schedule.decay_steps=50 --set optimizer.lr=3e-3 --data img-images-idx3-ubyte
+     --set data.format=idx --set logging.progress=lines --set checkpoint.every=5 --set checkpoint.keep_last=0)
+mkdir -p vit_ref vit_res vit_rs
+run vit_ref 2 -- train "${vit[@]}" --set parallel.strategy=zero3 --set data.ledger=vit_ref/ledger || fail "vit reference: $(tail -3 vit_ref.log)"
+ok=1
+launch 2 -- train "${vit[@]}" --steps 25 --set parallel.strategy=zero3 --set checkpoint.dir=vit_res/ck \
+  --set logging.metrics=vit_res/m.jsonl >vit_res.log 2>&1 || ok=0
+cp -r vit_res/ck vit_rs/ck && cp vit_res/m.jsonl vit_rs/m.jsonl
+run vit_res 2 -- train "${vit[@]}" --set parallel.strategy=zero3 --resume >>vit_res.log 2>&1 || ok=0
+"$bin" train "${vit[@]}" --resume --set checkpoint.dir=vit_rs/ck --set logging.metrics=vit_rs/m.jsonl \
+  --save-weights vit_rs/w.safetensors >vit_rs.log 2>&1 || ok=0
+[ $ok = 1 ] && grep -q "(resharded)" vit_rs.log || fail "vit resume runs: $(grep -E 'error|resumed' vit_res.log vit_rs.log | tail -3)"
+out=$(cmp_runs vit_res/m.jsonl vit_res/w.safetensors vit_ref/m.jsonl vit_ref/w.safetensors 0) \
+  && opt=$(same_optim vit_res vit_ref) && pass "vit: ZeRO-3 stop at 25 + resume = uninterrupted ($out; $opt)" \
+  || fail "vit resume: $out ${opt:-}"
+out=$(cmp_runs vit_rs/m.jsonl vit_rs/w.safetensors vit_ref/m.jsonl vit_ref/w.safetensors 1e-5) \
+  && pass "vit: ZeRO-3 x2 -> DDP x1 resharded: same math ($out)" || fail "vit resharded resume: $out"
+out=$(ledger vit_ref/ledger 50 400) && pass "vit ledger: $out" || fail "vit ledger: $out"
 
 # 4. The newest checkpoint damaged: skipped, the previous one used, the result unchanged.
 cp -r ref_ddp/ck damaged/ck
