@@ -93,6 +93,19 @@ if [ $? -eq 0 ] && grep -q "^  images/s  " vit.log && grep -q "^# MFU = FLOP/ima
 else
   fail "bench vit: $(tail -3 vit.log) $(tail -2 vit_report.log 2>/dev/null)"
 fi
+# A sweep of each new family at the same global batch: world 1 and 2 give bitwise the same
+# losses (llama-tiny: tokens; vit-tiny: images).
+for fam in llama vit; do
+  timeout 200 "$bin" bench --set model.preset=$fam-tiny "${fast[@]}" --repeats 1 --set training.batch=4 \
+    --set training.micro_batch=2 --sweep world=1,2 --json sw_$fam.json >sw_$fam.log 2>&1
+  if [ $? -eq 0 ] && python3 -c "
+import json; a=json.load(open('sw_$fam.world2.json')); b=json.load(open('sw_$fam.world1.json'))
+assert a['summary']['loss_hash']==b['summary']['loss_hash'] and a['sweep']['strong_efficiency'] > 0"; then
+    pass "sweep of $fam-tiny over world 1,2 (global batch 4): same losses, strong efficiency"
+  else
+    fail "sweep $fam: $(tail -3 sw_$fam.log)"
+  fi
+done
 "$bin" bench --set model.preset=vit-tiny --find-batch --mem-budget 40M >vitfind.log 2>&1
 if [ $? -eq 0 ] && grep -q "^micro_batch=[0-9]" vitfind.log; then
   pass "find-batch for vit: $(grep '^# picked' vitfind.log | sed 's/^# //')"
