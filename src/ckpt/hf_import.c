@@ -11,6 +11,7 @@
 
 #include "ckpt/ckpt_io.h"
 #include "ckpt/safetensors.h"
+#include "model/hf_json.h"
 
 #define HF_MAX_SHARDS 256
 
@@ -32,118 +33,6 @@ int dt_hf_is_dir(const char *path) {
 
 /* ------------------------------------------------------------------ config.json */
 
-typedef struct hf_json {
-    const char *path;
-    const cJSON *root;
-} hf_json;
-
-/* An integer key: *out = its value (def when absent and def >= 0; absent and def < 0:
- * refused). */
-static dt_status get_int(dt_ctx *ctx, const hf_json *j, const char *key, long def, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (def < 0) return dt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' is missing", j->path, key);
-        *out = (int)def;
-        return DT_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > 2147483647.0)
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' must be a non-negative integer", j->path, key);
-    *out = (int)v->valuedouble;
-    return DT_OK;
-}
-
-static dt_status get_float(dt_ctx *ctx, const hf_json *j, const char *key, double def, float *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = (float)def;
-        return DT_OK;
-    }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' must be a number", j->path, key);
-    *out = (float)v->valuedouble;
-    return DT_OK;
-}
-
-/* A boolean key (def when absent). */
-static dt_status get_bool(dt_ctx *ctx, const hf_json *j, const char *key, int def, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
-    if (!v || cJSON_IsNull(v)) {
-        *out = def;
-        return DT_OK;
-    }
-    if (!cJSON_IsBool(v)) return dt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' must be true or false", j->path, key);
-    *out = cJSON_IsTrue(v);
-    return DT_OK;
-}
-
-/* A string key that, when present, must be one of `allowed` (NULL-terminated). */
-static dt_status want_string(dt_ctx *ctx, const hf_json *j, const char *key, const char *const *allowed) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j->root, key);
-    if (!v || cJSON_IsNull(v)) return DT_OK;
-    for (int i = 0; cJSON_IsString(v) && allowed[i]; i++)
-        if (!strcmp(v->valuestring, allowed[i])) return DT_OK;
-    return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s '%s' is not supported (dtrain computes %s)", j->path, key,
-                   cJSON_IsString(v) ? v->valuestring : "?", allowed[0]);
-}
-
-static dt_status llama_config(dt_ctx *ctx, const hf_json *j, dt_model_config *c) {
-    snprintf(c->family, sizeof c->family, "llama");
-    DT_CHECK(get_int(ctx, j, "hidden_size", -1, &c->d_model));
-    DT_CHECK(get_int(ctx, j, "intermediate_size", -1, &c->d_ff));
-    DT_CHECK(get_int(ctx, j, "num_hidden_layers", -1, &c->n_layer));
-    DT_CHECK(get_int(ctx, j, "num_attention_heads", -1, &c->n_head));
-    DT_CHECK(get_int(ctx, j, "num_key_value_heads", c->n_head, &c->n_kv_head));
-    DT_CHECK(get_int(ctx, j, "vocab_size", -1, &c->vocab));
-    DT_CHECK(get_int(ctx, j, "max_position_embeddings", 2048, &c->context));
-    DT_CHECK(get_float(ctx, j, "rms_norm_eps", 1e-6, &c->norm_eps)); /* LlamaConfig's default */
-    DT_CHECK(get_float(ctx, j, "rope_theta", 10000.0, &c->rope_theta));
-    int tied, bias = 0, mlp_bias = 0, head_dim, window;
-    DT_CHECK(get_bool(ctx, j, "tie_word_embeddings", 0, &tied));
-    c->untied = !tied;
-    DT_CHECK(get_bool(ctx, j, "attention_bias", 0, &bias));
-    DT_CHECK(get_bool(ctx, j, "mlp_bias", 0, &mlp_bias));
-    if (bias || mlp_bias)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s: true is not supported (dtrain's LLaMA has no biases)",
-                       j->path, bias ? "attention_bias" : "mlp_bias");
-    static const char *const silu[] = {"silu", NULL};
-    DT_CHECK(want_string(ctx, j, "hidden_act", silu));
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j->root, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs))
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling is not supported (dtrain implements plain "
-                       "rotary embeddings; remove the key only if the model was trained without it)", j->path);
-    DT_CHECK(get_int(ctx, j, "head_dim", c->n_head ? (long)(c->d_model / c->n_head) : 0, &head_dim));
-    if (c->n_head < 1 || head_dim * c->n_head != c->d_model)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: head_dim %d x num_attention_heads %d differs from hidden_size %d "
-                       "(not supported)", j->path, head_dim, c->n_head, c->d_model);
-    DT_CHECK(get_int(ctx, j, "sliding_window", 0, &window));
-    if (window > 0 && window < c->context) c->context = window; /* longer sequences would differ */
-    return DT_OK;
-}
-
-static dt_status gpt2_config(dt_ctx *ctx, const hf_json *j, dt_model_config *c) {
-    snprintf(c->family, sizeof c->family, "gpt2");
-    int inner, tied;
-    DT_CHECK(get_int(ctx, j, "n_embd", -1, &c->d_model));
-    DT_CHECK(get_int(ctx, j, "n_layer", -1, &c->n_layer));
-    DT_CHECK(get_int(ctx, j, "n_head", -1, &c->n_head));
-    DT_CHECK(get_int(ctx, j, "vocab_size", -1, &c->vocab));
-    DT_CHECK(get_int(ctx, j, "n_positions", 1024, &c->context));
-    DT_CHECK(get_int(ctx, j, "n_inner", 0, &inner));
-    if (inner && inner != 4 * c->d_model)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: n_inner %d is not supported (gpt2's MLP is 4 x n_embd)", j->path, inner);
-    DT_CHECK(get_bool(ctx, j, "tie_word_embeddings", 1, &tied));
-    if (!tied) return dt_fail(ctx, DT_ERR_CONFIG, "%s: tie_word_embeddings false is not supported for gpt2", j->path);
-    static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
-    DT_CHECK(want_string(ctx, j, "activation_function", gelu));
-    float eps;
-    DT_CHECK(get_float(ctx, j, "layer_norm_epsilon", 1e-5, &eps));
-    if (eps != 1e-5f)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: layer_norm_epsilon %g is not supported (dtrain's gpt2 uses 1e-5)",
-                       j->path, (double)eps);
-    return DT_OK;
-}
-
 dt_status dt_hf_config(dt_ctx *ctx, const char *dir, dt_model_config *out, char *tokenizer,
                        size_t tokenizer_size) {
     char path[4300];
@@ -157,17 +46,26 @@ dt_status dt_hf_config(dt_ctx *ctx, const char *dir, dt_model_config *out, char 
         cJSON_Delete(root);
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a JSON object", path);
     }
-    hf_json j = {path, root};
+    dt_hf_json j = {path, root};
     memset(out, 0, sizeof *out);
     dt_status st;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     const char *type = cJSON_IsString(mt) ? mt->valuestring : "";
-    if (!strcmp(type, "llama") || !strcmp(type, "mistral"))
-        st = llama_config(ctx, &j, out);
-    else if (!strcmp(type, "gpt2"))
-        st = gpt2_config(ctx, &j, out);
-    else
-        st = dt_fail(ctx, DT_ERR_CONFIG, "%s: model_type '%s' is not supported (llama, mistral, gpt2)", path, type);
+    const dt_model_family *fam = NULL;
+    char known[128] = "";
+    size_t kl = 0;
+    for (int i = 0; dt_model_families[i]; i++)
+        for (int k = 0; dt_model_families[i]->hf_model_types && dt_model_families[i]->hf_model_types[k]; k++) {
+            if (!strcmp(type, dt_model_families[i]->hf_model_types[k])) fam = dt_model_families[i];
+            kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", kl ? ", " : "",
+                                   dt_model_families[i]->hf_model_types[k]);
+        }
+    if (fam) {
+        snprintf(out->family, sizeof out->family, "%s", fam->name);
+        st = fam->hf_read_config(ctx, &j, out);
+    } else {
+        st = dt_fail(ctx, DT_ERR_CONFIG, "%s: model_type '%s' is not supported (%s)", path, type, known);
+    }
     if (st == DT_OK && tokenizer) {
         const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "dtrain_tokenizer");
         snprintf(tokenizer, tokenizer_size, "%s",

@@ -83,6 +83,7 @@ typedef struct dt_model_prof {
 } dt_model_prof;
 
 typedef struct dt_model dt_model;
+typedef struct dt_hf_json dt_hf_json; /* model/hf_json.h */
 
 /* What a family provides. */
 typedef struct dt_model_family {
@@ -118,6 +119,14 @@ typedef struct dt_model_family {
      * comma). NULL: the family has no HF export. */
     const char *hf_architecture, *hf_model_type;
     int (*hf_config)(const dt_model_config *c, char *buf, size_t n);
+    /* (optional) Hugging Face import: the config.json model_type values read as this family
+     * (NULL-terminated), and the reader of the family's keys (j: a dt_hf_json of
+     * model/hf_json.h) into c, refusing what the family does not compute by key. */
+    const char *const *hf_model_types;
+    dt_status (*hf_read_config)(dt_ctx *ctx, const dt_hf_json *j, dt_model_config *c);
+    /* Samples are images: model.context (pixels per image) and the pixel range are derived,
+     * not taken from the language defaults. */
+    int images;
 } dt_model_family;
 
 #define DT_MODEL_MAX_TENSORS 64

@@ -275,7 +275,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
             return dt_fail(ctx, DT_ERR_CONFIG, "model.context (%d) exceeds the maximum %d of preset %s",
                            p.context, preset_context, t->preset);
         t->model = p;
-    } else if (!strcmp(t->model.family, "vit")) {
+    } else if (dt_model_family_find(t->model.family) && dt_model_family_find(t->model.family)->images) {
         /* A custom image model derives its sample length and pixel range: the language
          * defaults (context 64, vocabulary 256) are not its own unless given. */
         for (int i = 0; i < dt_model_cfg_nfields; i++)

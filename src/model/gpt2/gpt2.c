@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "model/family_impl.h"
+#include "model/hf_json.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------------ config */
@@ -275,6 +276,29 @@ static void gpt2_backward(dt_model *m, float scale) {
     if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
 }
 
+/* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */
+static dt_status gpt2_hf_read(dt_ctx *ctx, const dt_hf_json *j, dt_model_config *c) {
+    int inner, tied;
+    DT_CHECK(dt_hf_json_int(ctx, j, "n_embd", -1, &c->d_model));
+    DT_CHECK(dt_hf_json_int(ctx, j, "n_layer", -1, &c->n_layer));
+    DT_CHECK(dt_hf_json_int(ctx, j, "n_head", -1, &c->n_head));
+    DT_CHECK(dt_hf_json_int(ctx, j, "vocab_size", -1, &c->vocab));
+    DT_CHECK(dt_hf_json_int(ctx, j, "n_positions", 1024, &c->context));
+    DT_CHECK(dt_hf_json_int(ctx, j, "n_inner", 0, &inner));
+    if (inner && inner != 4 * c->d_model)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: n_inner %d is not supported (gpt2's MLP is 4 x n_embd)", j->path, inner);
+    DT_CHECK(dt_hf_json_bool(ctx, j, "tie_word_embeddings", 1, &tied));
+    if (!tied) return dt_fail(ctx, DT_ERR_CONFIG, "%s: tie_word_embeddings false is not supported for gpt2", j->path);
+    static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
+    DT_CHECK(dt_hf_json_want(ctx, j, "activation_function", gelu));
+    float eps;
+    DT_CHECK(dt_hf_json_float(ctx, j, "layer_norm_epsilon", 1e-5, &eps));
+    if (eps != 1e-5f)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: layer_norm_epsilon %g is not supported (dtrain's gpt2 uses 1e-5)",
+                       j->path, (double)eps);
+    return DT_OK;
+}
+
 static int gpt2_hf_config(const dt_model_config *c, char *buf, size_t n) {
     return snprintf(buf, n,
                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
@@ -284,6 +308,7 @@ static int gpt2_hf_config(const dt_model_config *c, char *buf, size_t n) {
                     c->vocab, c->context, c->context, c->d_model, c->n_layer, c->n_head);
 }
 
+static const char *const hf_types[] = {"gpt2", NULL};
 static const char *const file_fields[] = {"n_layer", "d_model", "n_head", "vocab", "context", NULL};
 
 const dt_model_family dt_family_gpt2 = {
@@ -305,4 +330,6 @@ const dt_model_family dt_family_gpt2 = {
     .hf_architecture = "GPT2LMHeadModel",
     .hf_model_type = "gpt2",
     .hf_config = gpt2_hf_config,
+    .hf_model_types = hf_types,
+    .hf_read_config = gpt2_hf_read,
 };

@@ -8,6 +8,7 @@
 
 #include "core/trace.h"
 #include "model/family_impl.h"
+#include "model/hf_json.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------------ config */
@@ -303,6 +304,39 @@ static void llama_backward(dt_model *m, float scale) {
     if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
 }
 
+/* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */
+static dt_status llama_hf_read(dt_ctx *ctx, const dt_hf_json *j, dt_model_config *c) {
+    DT_CHECK(dt_hf_json_int(ctx, j, "hidden_size", -1, &c->d_model));
+    DT_CHECK(dt_hf_json_int(ctx, j, "intermediate_size", -1, &c->d_ff));
+    DT_CHECK(dt_hf_json_int(ctx, j, "num_hidden_layers", -1, &c->n_layer));
+    DT_CHECK(dt_hf_json_int(ctx, j, "num_attention_heads", -1, &c->n_head));
+    DT_CHECK(dt_hf_json_int(ctx, j, "num_key_value_heads", c->n_head, &c->n_kv_head));
+    DT_CHECK(dt_hf_json_int(ctx, j, "vocab_size", -1, &c->vocab));
+    DT_CHECK(dt_hf_json_int(ctx, j, "max_position_embeddings", 2048, &c->context));
+    DT_CHECK(dt_hf_json_float(ctx, j, "rms_norm_eps", 1e-6, &c->norm_eps)); /* LlamaConfig's default */
+    DT_CHECK(dt_hf_json_float(ctx, j, "rope_theta", 10000.0, &c->rope_theta));
+    int tied, bias = 0, mlp_bias = 0, head_dim, window;
+    DT_CHECK(dt_hf_json_bool(ctx, j, "tie_word_embeddings", 0, &tied));
+    c->untied = !tied;
+    DT_CHECK(dt_hf_json_bool(ctx, j, "attention_bias", 0, &bias));
+    DT_CHECK(dt_hf_json_bool(ctx, j, "mlp_bias", 0, &mlp_bias));
+    if (bias || mlp_bias)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s: true is not supported (dtrain's LLaMA has no biases)",
+                       j->path, bias ? "attention_bias" : "mlp_bias");
+    static const char *const silu[] = {"silu", NULL};
+    DT_CHECK(dt_hf_json_want(ctx, j, "hidden_act", silu));
+    if (dt_hf_json_has(j, "rope_scaling"))
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling is not supported (dtrain implements plain "
+                       "rotary embeddings; remove the key only if the model was trained without it)", j->path);
+    DT_CHECK(dt_hf_json_int(ctx, j, "head_dim", c->n_head ? (long)(c->d_model / c->n_head) : 0, &head_dim));
+    if (c->n_head < 1 || head_dim * c->n_head != c->d_model)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: head_dim %d x num_attention_heads %d differs from hidden_size %d "
+                       "(not supported)", j->path, head_dim, c->n_head, c->d_model);
+    DT_CHECK(dt_hf_json_int(ctx, j, "sliding_window", 0, &window));
+    if (window > 0 && window < c->context) c->context = window; /* longer sequences would differ */
+    return DT_OK;
+}
+
 /* The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06). */
 static void short_float(char *buf, size_t n, float v) {
     for (int digits = 6; digits <= 9; digits++) {
@@ -328,6 +362,7 @@ static int llama_hf_config(const dt_model_config *c, char *buf, size_t n) {
                     c->untied ? "false" : "true");
 }
 
+static const char *const hf_types[] = {"llama", "mistral", NULL};
 static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "n_kv_head",
                                           "d_ff",    "vocab",    "context",    "untied",
                                           "rope_theta", "norm_eps", NULL};
@@ -351,4 +386,6 @@ const dt_model_family dt_family_llama = {
     .hf_architecture = "LlamaForCausalLM",
     .hf_model_type = "llama",
     .hf_config = llama_hf_config,
+    .hf_model_types = hf_types,
+    .hf_read_config = llama_hf_read,
 };

@@ -372,6 +372,7 @@ const dt_model_family dt_family_vit = {
     .backward = vit_backward,
     .logits = vit_logits,
     .correct = vit_correct,
+    .images = 1,
     .num_params = vit_num_params,
     .flops_per_token = vit_flops_per_token,
     .file_format = "dtrain-vit",
