@@ -91,14 +91,31 @@ dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
 uint64_t dt_comm_bytes(const dt_comm *c);
 
 /* The collective watchdog. Every collective is recorded (sequence number, op, group, bytes,
- * start and end time) in a ring of the last 64. With timeout_s > 0 a thread checks them:
- * when one has blocked for timeout_s, this rank prints its recent collectives, writes them
- * to $DTRAIN_RUN_DIR/watchdog-rank<R>.txt (when set: `dtrain launch --max-restarts` reads
- * them to name the ranks that never entered), waits a few seconds so the other ranks can
- * dump too, and exits with DT_EXIT_HANG. A rank outside any collective for timeout_s only
- * writes its file (state "outside"), once. 0 turns it off. */
+ * start and end time) in a ring of the last 64, and - under `dtrain launch`, which sets
+ * $DTRAIN_RUN_DIR - in this rank's record file there (comm/rankrec.h), which other ranks
+ * and the supervisor read without this rank's help. With a timeout a thread checks them:
+ * when one has blocked that long, this rank reads every other rank's record and names the
+ * ranks that never entered that collective (host, pid, their last collective and when, and
+ * their process state where visible), prints its recent collectives, writes all of it to
+ * $DTRAIN_RUN_DIR/watchdog-rank<R>.txt, waits half a second so the other ranks can dump too,
+ * and exits with DT_EXIT_HANG. A rank outside any collective for the timeout only writes its
+ * file (state "outside"), once. timeout_s: seconds; 0 = off; DT_WATCHDOG_AUTO = follow the
+ * job: DT_WATCHDOG_WARM_S until dt_comm_watchdog_arm, then DT_WATCHDOG_MULT x the slowest
+ * collective seen since (not counting relaxed ones), at least DT_WATCHDOG_FLOOR_S. */
 #define DT_EXIT_HANG 3
+#define DT_WATCHDOG_AUTO (-1.0)
+#define DT_WATCHDOG_WARM_S 300.0
+#define DT_WATCHDOG_FLOOR_S 25.0
+#define DT_WATCHDOG_MULT 10.0
 void dt_comm_set_watchdog(dt_comm *c, double timeout_s);
+/* Auto mode: warm-up is over (the trainer calls it after its first steps). */
+void dt_comm_watchdog_arm(dt_comm *c);
+/* Collectives entered while relaxed (on > 0; calls nest) wait up to DT_WATCHDOG_WARM_S in
+ * auto mode and do not count as the slowest: phases whose waits follow disk or data, not
+ * the network (checkpoint commits, evaluation, loading). */
+void dt_comm_watchdog_relax(dt_comm *c, int on);
+/* The timeout in force (seconds; 0 = off) and, in auto mode, the slowest armed collective. */
+double dt_comm_watchdog_timeout(const dt_comm *c, double *slowest_s);
 
 /* Near-even split of n elements into `parts` contiguous shards: counts[r] (the first
  * n % parts shards get one more) and offsets. */

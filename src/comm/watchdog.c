@@ -1,5 +1,6 @@
-/* The collective watchdog (comm.h): a ring of the last collectives of this rank and a thread
- * that notices one blocking for too long. */
+/* The collective watchdog (comm.h): a ring of the last collectives of this rank, its record
+ * file for the others (rankrec.h), and a thread that notices one blocking for too long and
+ * names the ranks that never entered it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm/comm_impl.h"
+#include "comm/rankrec.h"
 
 #define WD_RING 64
 
@@ -15,6 +17,7 @@ typedef struct wd_rec {
     uint64_t seq;
     const char *op;
     int group;
+    int relaxed; /* entered while relaxed: the warm bound applies */
     size_t bytes;
     double t0, t1; /* wall clock (epoch seconds); t1 = 0 while in flight */
 } wd_rec;
@@ -24,10 +27,13 @@ typedef struct dt_watchdog {
     wd_rec ring[WD_RING];
     uint64_t seq;        /* collectives started */
     double last_end;     /* wall time the last collective finished (or the watchdog started) */
-    double timeout;
+    double timeout;      /* in force for non-relaxed collectives (auto: recomputed) */
+    int auto_mode, armed, relax;
+    double slowest;      /* auto: slowest non-relaxed collective since arming */
     pthread_t th;
     int live, stop, outside_dumped;
     int rank, world;
+    dt_rankrec *rec;
 } dt_watchdog;
 
 static double wall(void) {
@@ -48,9 +54,15 @@ static dt_watchdog *wd_get(dt_comm *c) {
         w->rank = c->rank[DT_GROUP_WORLD];
         w->world = c->size[DT_GROUP_WORLD];
         w->last_end = wall();
+        if (w->world > 1) w->rec = dt_rankrec_open(getenv("DTRAIN_RUN_DIR"), w->rank, w->world);
         c->wd = w;
     }
     return c->wd;
+}
+
+/* The bound of one collective (caller holds the lock). */
+static double limit_of(const dt_watchdog *w, const wd_rec *r) {
+    return w->auto_mode && r->relaxed ? DT_WATCHDOG_WARM_S : w->timeout;
 }
 
 int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
@@ -58,7 +70,9 @@ int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
     if (!w) return -1;
     pthread_mutex_lock(&w->mu);
     int slot = (int)(w->seq % WD_RING);
-    w->ring[slot] = (wd_rec){++w->seq, op, (int)g, bytes, wall(), 0.0};
+    double t = wall();
+    w->ring[slot] = (wd_rec){++w->seq, op, (int)g, w->relax > 0, bytes, t, 0.0};
+    dt_rankrec_enter(w->rec, w->seq, op, t);
     pthread_mutex_unlock(&w->mu);
     return slot;
 }
@@ -68,9 +82,16 @@ void dt_wd_end(dt_comm *c, int slot) {
     if (!w || slot < 0) return;
     pthread_mutex_lock(&w->mu);
     double t = wall();
-    w->ring[slot].t1 = t;
+    wd_rec *r = &w->ring[slot];
+    r->t1 = t;
     w->last_end = t;
     w->outside_dumped = 0;
+    dt_rankrec_leave(w->rec, r->seq, t);
+    if (w->auto_mode && w->armed && !r->relaxed && t - r->t0 > w->slowest) {
+        w->slowest = t - r->t0;
+        double to = DT_WATCHDOG_MULT * w->slowest;
+        w->timeout = to < DT_WATCHDOG_FLOOR_S ? DT_WATCHDOG_FLOOR_S : to > DT_WATCHDOG_WARM_S ? DT_WATCHDOG_WARM_S : to;
+    }
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -98,6 +119,52 @@ static void dump(dt_watchdog *w, FILE *f, const char *state, const wd_rec *stuck
     }
 }
 
+/* A process state that cannot make progress. */
+static int dead_state(const char *s) {
+    return !strncmp(s, "stopped", 7) || !strncmp(s, "D-state", 7) || !strcmp(s, "zombie") || !strcmp(s, "gone");
+}
+
+/* The ranks holding up collective `seq`, from their record files, strongest evidence first:
+ * ranks whose process cannot run (stopped, D-state, zombie, gone: visible on this machine
+ * only), else ranks without a record or outside every collective short of #seq (computing,
+ * or stuck in the kernel), else ranks still inside an earlier collective (waiting on someone
+ * themselves). One line each to `f` ("culprit rank=R pid=P last=E age=A host=H op=O
+ * state=S", S last: it may hold spaces) and a sentence to `msg`. Returns how many. */
+static int culprits(const dt_watchdog *w, uint64_t seq, double now, FILE *f, char *msg, size_t n) {
+    const char *dir = getenv("DTRAIN_RUN_DIR");
+    int found = 0;
+    size_t len = 0;
+    msg[0] = 0;
+    if (!dir || !*dir) return 0;
+    for (int level = 0; level < 3 && !found; level++)
+        for (int r = 0; r < w->world; r++) {
+            if (r == w->rank) continue;
+            dt_rankrec_info in;
+            int have = dt_rankrec_read(dir, r, &in) == 0;
+            const char *state = have ? dt_rankrec_state(&in) : "no record";
+            int dead = have && dead_state(state), behind = have && in.entered < seq;
+            int cls = dead ? 0 : !have || (behind && in.left == in.entered) ? 1 : behind ? 2 : -1;
+            if (cls != level) continue;
+            double age = have && in.entered ? now - in.t_entered : 0.0;
+            if (f)
+                fprintf(f, "culprit rank=%d pid=%d last=%llu age=%.1f host=%s op=%s state=%s\n", r, have ? in.pid : 0,
+                        have ? (unsigned long long)in.entered : 0ULL, age, have ? in.host : "?",
+                        have && in.entered ? in.op : "-", state);
+            if (len < n) {
+                if (!have)
+                    len += (size_t)snprintf(msg + len, n - len, "%srank %d (no record: no collective yet)", found ? "; " : "", r);
+                else
+                    len += (size_t)snprintf(msg + len, n - len, "%srank %d on %s (pid %d, %s): %s #%llu %s %.1f s ago%s",
+                                            found ? "; " : "", r, in.host, in.pid, state,
+                                            in.entered >= seq ? "inside it too, entered as" : "last entered",
+                                            (unsigned long long)in.entered, in.entered ? in.op : "(none)", age,
+                                            in.left == in.entered ? " and left it" : ", still inside");
+            }
+            found++;
+        }
+    return found;
+}
+
 static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, double now) {
     const char *dir = getenv("DTRAIN_RUN_DIR");
     if (!dir || !*dir) return;
@@ -106,9 +173,13 @@ static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, do
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    /* First line, for the supervisor: rank state seq op */
-    fprintf(f, "dtrain-watchdog rank=%d state=%s seq=%llu op=%s\n", w->rank, state,
-            (unsigned long long)(stuck ? stuck->seq : w->seq), stuck ? stuck->op : "-");
+    /* First line, for the supervisor: rank state seq op; then the culprits, then the ring. */
+    fprintf(f, "dtrain-watchdog rank=%d state=%s seq=%llu op=%s time=%.3f\n", w->rank, state,
+            (unsigned long long)(stuck ? stuck->seq : w->seq), stuck ? stuck->op : "-", now);
+    if (stuck) {
+        char msg[16];
+        culprits(w, stuck->seq, now, f, msg, sizeof msg);
+    }
     dump(w, f, state, stuck, now);
     fclose(f);
     rename(tmp, path);
@@ -129,18 +200,25 @@ static void *wd_main(void *arg) {
         const wd_rec *stuck = NULL;
         for (int i = 0; i < WD_RING; i++) {
             const wd_rec *r = &w->ring[i];
-            if (r->seq && r->t1 == 0 && now - r->t0 >= w->timeout && (!stuck || r->seq < stuck->seq)) stuck = r;
+            if (r->seq && r->t1 == 0 && now - r->t0 >= limit_of(w, r) && (!stuck || r->seq < stuck->seq)) stuck = r;
         }
         if (stuck) {
+            char who[2048];
+            int n = culprits(w, stuck->seq, now, NULL, who, sizeof who);
             fprintf(stderr, "watchdog: ");
             dump(w, stderr, "blocked", stuck, now);
+            if (n)
+                fprintf(stderr, "watchdog: rank %d waits in collective #%llu (%s) for %d rank(s) that cannot take part: %s\n",
+                        w->rank, (unsigned long long)stuck->seq, stuck->op, n, who);
             dump_file(w, "blocked", stuck, now);
             fflush(stderr);
-            double grace = w->timeout / 4 < 2.0 ? 2.0 : w->timeout / 4 > 15.0 ? 15.0 : w->timeout / 4;
+            double lim = limit_of(w, stuck);
             pthread_mutex_unlock(&w->mu);
-            usleep((useconds_t)(grace * 1e6)); /* the other ranks' watchdogs dump too */
-            fprintf(stderr, "watchdog: rank %d: collective timeout (fault.collective_timeout = %.0f s); exiting with "
-                    "status %d\n", w->rank, w->timeout, DT_EXIT_HANG);
+            /* The other blocked ranks' watchdogs fire within a tick of this one: give them
+             * that long to dump (the culprits come from the records, not from dumps). */
+            usleep((useconds_t)((tick * 1.5 > 0.5 ? tick * 1.5 : 0.5) * 1e6));
+            fprintf(stderr, "watchdog: rank %d: collective timeout (fault.collective_timeout: %.1f s%s); exiting with "
+                    "status %d\n", w->rank, lim, w->auto_mode ? ", auto" : "", DT_EXIT_HANG);
             fflush(stderr);
             _exit(DT_EXIT_HANG);
         }
@@ -158,11 +236,45 @@ void dt_comm_set_watchdog(dt_comm *c, double timeout_s) {
     dt_watchdog *w = wd_get(c);
     if (!w) return;
     pthread_mutex_lock(&w->mu);
-    w->timeout = timeout_s;
+    w->auto_mode = timeout_s < 0;
+    w->timeout = w->auto_mode ? DT_WATCHDOG_WARM_S : timeout_s;
+    w->armed = 0, w->slowest = 0;
     w->last_end = wall();
-    int start = timeout_s > 0 && !w->live && c->size[DT_GROUP_WORLD] > 1;
+    int start = (w->auto_mode || timeout_s > 0) && !w->live && c->size[DT_GROUP_WORLD] > 1;
     pthread_mutex_unlock(&w->mu);
     if (start && pthread_create(&w->th, NULL, wd_main, w) == 0) w->live = 1;
+}
+
+void dt_comm_watchdog_arm(dt_comm *c) {
+    dt_watchdog *w = c->wd;
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    if (w->auto_mode && !w->armed) {
+        w->armed = 1;
+        w->slowest = 0;
+        w->timeout = DT_WATCHDOG_FLOOR_S;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void dt_comm_watchdog_relax(dt_comm *c, int on) {
+    dt_watchdog *w = wd_get(c);
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->relax += on ? 1 : -1;
+    if (w->relax < 0) w->relax = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+double dt_comm_watchdog_timeout(const dt_comm *c, double *slowest_s) {
+    dt_watchdog *w = c->wd;
+    if (slowest_s) *slowest_s = 0;
+    if (!w) return 0;
+    pthread_mutex_lock(&w->mu);
+    double t = w->live ? w->timeout : 0;
+    if (slowest_s) *slowest_s = w->slowest;
+    pthread_mutex_unlock(&w->mu);
+    return t;
 }
 
 void dt_wd_free(dt_comm *c) {
@@ -174,6 +286,7 @@ void dt_wd_free(dt_comm *c) {
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->th, NULL);
     }
+    dt_rankrec_close(w->rec);
     pthread_mutex_destroy(&w->mu);
     free(w);
     c->wd = NULL;

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/rankrec.h"
 #include "launch/launch.h"
 
 extern char **environ;
@@ -222,58 +223,114 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     return DT_OK;
 }
 
-/* Reads the watchdog dumps of the attempt and names the ranks that never entered the stuck
- * collective. Returns 1 if any rank reported a blocked collective. */
-static int report_hang(const char *dir, int nranks) {
-    long stuck_seq = -1;
-    char op[64] = "?";
-    int *state = calloc((size_t)nranks, sizeof *state); /* 0 no dump, 1 blocked, 2 outside */
-    long *seq = calloc((size_t)nranks, sizeof *seq);
-    if (!state || !seq) {
-        free(state);
-        free(seq);
-        return 0;
+/* What the watchdog dumps and the rank records of one attempt say about a hang. */
+typedef struct hang_info {
+    long seq;               /* the collective the blocked ranks timed out in (-1: no hang) */
+    char op[64];
+    char waiting[256];      /* the ranks blocked in it */
+    char culprit[1024];     /* "rank 1 on vm (pid 42, stopped)", for the one-line summary */
+    char detail[2048];      /* their last collectives */
+    char hosts[8][64];      /* the culprits' hosts */
+    int nhosts;
+} hang_info;
+
+static void add_host(hang_info *h, const char *host) {
+    for (int i = 0; i < h->nhosts; i++)
+        if (!strcmp(h->hosts[i], host)) return;
+    if (h->nhosts < 8) snprintf(h->hosts[h->nhosts++], sizeof h->hosts[0], "%s", host);
+}
+
+static void add_culprit(hang_info *h, int rank, const char *host, int pid, const char *state, long last,
+                        const char *op, double age) {
+    size_t l = strlen(h->culprit), d = strlen(h->detail);
+    if (l < sizeof h->culprit - 96)
+        snprintf(h->culprit + l, sizeof h->culprit - l, "%srank %d on %s (pid %d, %s)", l ? ", " : "", rank, host,
+                 pid, state);
+    if (d < sizeof h->detail - 128) {
+        if (last > 0)
+            snprintf(h->detail + d, sizeof h->detail - d, "%srank %d last entered #%ld %s %.1f s before", d ? "; " : "",
+                     rank, last, op, age);
+        else
+            snprintf(h->detail + d, sizeof h->detail - d, "%srank %d entered no collective", d ? "; " : "", rank);
     }
-    for (int r = 0; r < nranks; r++) {
-        char p[4200], line[256];
-        snprintf(p, sizeof p, "%s/watchdog-rank%d.txt", dir, r);
-        FILE *f = fopen(p, "r");
-        if (!f) continue;
-        char st[32] = "", o[64] = "";
-        int rr;
-        long s;
-        if (fgets(line, sizeof line, f) &&
-            sscanf(line, "dtrain-watchdog rank=%d state=%31s seq=%ld op=%63s", &rr, st, &s, o) == 4 && rr == r) {
-            state[r] = strcmp(st, "blocked") == 0 ? 1 : 2;
-            seq[r] = s;
-            if (state[r] == 1 && s > stuck_seq) {
-                stuck_seq = s;
-                snprintf(op, sizeof op, "%s", o);
-            }
-        }
-        fclose(f);
-    }
-    int hang = stuck_seq >= 0;
-    if (hang) {
-        char in[1024] = "", out[1024] = "";
+    add_host(h, host);
+}
+
+/* Reads the attempt's watchdog dumps (the blocked ranks' view, with the culprits and their
+ * process state as seen when the watchdog fired) and, for ranks no dump names, the records
+ * every rank left in the run directory (rankrec.h). */
+static void analyze_hang(const char *dir, int nranks, hang_info *h) {
+    memset(h, 0, sizeof *h);
+    h->seq = -1;
+    snprintf(h->op, sizeof h->op, "?");
+    char *named = calloc((size_t)nranks, 1);
+    if (!named) return;
+    /* The first watchdogs to fire speak for the hang. A rank that was stopped and is woken
+     * when mpirun ends the job (SIGCONT before the kill) dumps later, blaming the ranks that
+     * have gone by then: dumps more than 3 s after the first (a tick and the grace) are not
+     * counted. */
+    double first = 0;
+    for (int pass = 0; pass < 2; pass++)
         for (int r = 0; r < nranks; r++) {
-            char *dst = state[r] == 1 && seq[r] == stuck_seq ? in : out;
-            size_t l = strlen(dst);
-            if (l < sizeof in - 32) {
-                if (dst == out && state[r] == 2)
-                    snprintf(dst + l, sizeof in - l, "%s%d (outside collectives since #%ld)", l ? ", " : "", r, seq[r]);
-                else if (dst == out && state[r] == 1)
-                    snprintf(dst + l, sizeof in - l, "%s%d (blocked in #%ld)", l ? ", " : "", r, seq[r]);
-                else
-                    snprintf(dst + l, sizeof in - l, "%s%d", l ? ", " : "", r);
+            char p[4200], line[512];
+            snprintf(p, sizeof p, "%s/watchdog-rank%d.txt", dir, r);
+            FILE *f = fopen(p, "r");
+            if (!f) continue;
+            char st[32] = "", o[64] = "";
+            int rr;
+            long s;
+            double t = 0;
+            if (fgets(line, sizeof line, f) &&
+                sscanf(line, "dtrain-watchdog rank=%d state=%31s seq=%ld op=%63s time=%lf", &rr, st, &s, o, &t) >= 4 &&
+                rr == r && !strcmp(st, "blocked")) {
+                if (pass == 0) {
+                    if (t > 0 && (first == 0 || t < first)) first = t;
+                } else if (t == 0 || first == 0 || t <= first + 3.0) {
+                    /* Culprits from the first dump only: the ranks that fired later saw the
+                     * job already coming down (peers gone). */
+                    int authoritative = t == first || first == 0;
+                    if (s > h->seq) {
+                        h->seq = s;
+                        snprintf(h->op, sizeof h->op, "%s", o);
+                    }
+                    size_t l = strlen(h->waiting);
+                    if (l < sizeof h->waiting - 16)
+                        snprintf(h->waiting + l, sizeof h->waiting - l, "%s%d", l ? ", " : "", r);
+                    while (authoritative && fgets(line, sizeof line, f) && !strncmp(line, "culprit ", 8)) {
+                        int cr, pid, n = 0;
+                        long last;
+                        double age;
+                        char host[64], op[32];
+                        line[strcspn(line, "\n")] = 0;
+                        if (sscanf(line, "culprit rank=%d pid=%d last=%ld age=%lf host=%63s op=%31s state=%n", &cr, &pid,
+                                   &last, &age, host, op, &n) == 6 && n > 0 && cr >= 0 && cr < nranks && !named[cr]) {
+                            named[cr] = 1;
+                            add_culprit(h, cr, host, pid, line + n, last, op, age);
+                        }
+                    }
+                }
             }
+            fclose(f);
         }
-        SV_LOG("hang: collective #%ld (%s) timed out; entered by rank(s) %s; never entered: %s", stuck_seq, op,
-               in[0] ? in : "none", out[0] ? out : "none (all ranks were inside it)");
+    /* No dump named anyone (no records when the watchdogs fired): the ranks behind the
+     * stuck collective, from their own records, as seen now. */
+    const int from_dumps = h->culprit[0] != 0;
+    for (int r = 0; h->seq >= 0 && !from_dumps && r < nranks; r++) {
+        dt_rankrec_info in;
+        if (named[r] || dt_rankrec_read(dir, r, &in) != 0 || (long)in.entered >= h->seq) continue;
+        add_culprit(h, r, in.host, in.pid, dt_rankrec_state(&in), (long)in.entered, in.op, 0.0);
+        named[r] = 1;
     }
-    free(state);
-    free(seq);
-    return hang;
+    /* Still nobody: every rank entered it. A rank inside it whose watchdog never reported
+     * (a stopped process runs no thread) is the suspect. */
+    for (int r = 0; h->seq >= 0 && !h->culprit[0] && r < nranks; r++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/watchdog-rank%d.txt", dir, r);
+        dt_rankrec_info in;
+        if (access(p, F_OK) == 0 || dt_rankrec_read(dir, r, &in) != 0) continue;
+        add_culprit(h, r, in.host, in.pid, "inside it, silent: no watchdog report", (long)in.entered, in.op, 0.0);
+    }
+    free(named);
 }
 
 static void clear_dumps(const char *dir) {
@@ -281,7 +338,9 @@ static void clear_dumps(const char *dir) {
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "watchdog-rank", 13) != 0) continue;
+        size_t n = strlen(e->d_name);
+        int rec = !strncmp(e->d_name, "rank", 4) && n > 4 && !strcmp(e->d_name + n - 4, ".rec");
+        if (strncmp(e->d_name, "watchdog-rank", 13) != 0 && !rec) continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         unlink(p);
@@ -323,6 +382,8 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
     dt_status st = DT_OK;
     int quick = 0;
     double failed_at = 0;
+    char hang_hosts[64][64]; /* hosts of hang culprits, and how often each hung */
+    int hang_count[64] = {0}, n_hang_hosts = 0;
     for (int attempt = 0;; attempt++) {
         char num[16];
         snprintf(num, sizeof num, "%d", attempt);
@@ -361,8 +422,27 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
                                        a.code == 3 ? " (collective watchdog)" : "");
         else snprintf(what, sizeof what, "mpirun exited with status %d", code);
         failed_at = t1;
-        SV_LOG("job failed after %.1f s: %s", t1 - t0, what);
-        report_hang(run_dir, cfg->nranks);
+        hang_info h;
+        analyze_hang(run_dir, cfg->nranks, &h);
+        if (h.seq >= 0 && h.culprit[0]) {
+            /* The rank whose watchdog fired is the messenger; the culprit is the rank that
+             * never arrived. */
+            SV_LOG("job failed after %.1f s: %s hung: held up collective #%ld (%s), in which rank(s) %s "
+                   "waited until the watchdog fired (%s)", t1 - t0, h.culprit, h.seq, h.op, h.waiting, what);
+            SV_LOG("hang: %s", h.detail);
+            for (int i = 0; i < h.nhosts; i++) {
+                int k = 0;
+                while (k < n_hang_hosts && strcmp(hang_hosts[k], h.hosts[i])) k++;
+                if (k == n_hang_hosts && n_hang_hosts < 64) snprintf(hang_hosts[n_hang_hosts++], sizeof hang_hosts[0], "%s", h.hosts[i]);
+                if (k < 64 && ++hang_count[k] >= 2)
+                    SV_LOG("host %s has hung %d times in this job (the restarts count against it)", h.hosts[i], hang_count[k]);
+            }
+        } else {
+            SV_LOG("job failed after %.1f s: %s", t1 - t0, what);
+            if (h.seq >= 0)
+                SV_LOG("hang: collective #%ld (%s) timed out in rank(s) %s; every rank entered it", h.seq, h.op,
+                       h.waiting);
+        }
         /* Exit status 2 is dtrain's usage/configuration error (a misspelt key or subcommand,
          * a YAML error, a bad flag): the same input fails again, so no restart. */
         if ((a.rank >= 0 && !a.sig ? a.code : code) == 2) {

@@ -83,7 +83,7 @@ static const key_def keys[] = {
     NUM("checkpoint.async", K_BOOL, ckpt_async, "write checkpoints on a background thread: a step pays only for a copy"),
     NUM("checkpoint.max_failures", K_INT, ckpt_max_failures, "consecutive failed saves (disk full, I/O error) before training stops"),
     STR("checkpoint.resume", resume, "resume from: latest (checkpoint.dir's newest intact step), auto (same, or start fresh if none), a directory, or '' (no)"),
-    NUM("fault.collective_timeout", K_FLOAT, coll_timeout, "seconds a collective may block before the watchdog dumps every rank's last collectives and aborts (0 = off)"),
+    NUM("fault.collective_timeout", K_FLOAT, coll_timeout, "seconds a collective may block before the watchdog names the ranks that never entered it and aborts (0 = off; auto = 300 s for the first 10 steps, then 10 x the slowest collective, at least 25 s)"),
     NUM("fault.preempt_grace", K_FLOAT, preempt_grace, "seconds between SIGTERM/SIGUSR1 and the clean exit, checkpoint included (warned about if exceeded)"),
     STR("parallel.strategy", strategy, "ddp|zero1|zero2|zero3, or FSDP's no_shard|shard_grad_op|full_shard|hybrid_shard"),
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
@@ -137,7 +137,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->ckpt_keep = 3;
     c->ckpt_async = 1;
     c->ckpt_max_failures = 3;
-    c->coll_timeout = 300.0f;
+    c->coll_timeout = -1.0f; /* auto */
     c->preempt_grace = 30.0f;
 }
 
@@ -215,6 +215,10 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         break;
     }
     case K_FLOAT: {
+        if (!strcmp(key, "fault.collective_timeout") && !strcmp(value, "auto")) {
+            *(float *)dst = -1.0f;
+            break;
+        }
         float v = strtof(value, &end);
         if (end == value || *end || errno == ERANGE || !isfinite(v))
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: expected a number, got '%s'", key, value);
@@ -313,8 +317,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     if (c->ckpt_max_failures < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.max_failures must be >= 1 (got %d)", c->ckpt_max_failures);
     DT_CHECK(dt_cfg_check_resume(ctx, c));
-    if (!(c->coll_timeout >= 0))
-        return dt_fail(ctx, DT_ERR_CONFIG, "fault.collective_timeout must be >= 0 (got %g)", (double)c->coll_timeout);
+    if (!(c->coll_timeout >= 0 || c->coll_timeout == -1.0f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "fault.collective_timeout must be auto or >= 0 (got %g)", (double)c->coll_timeout);
     if (!(c->preempt_grace > 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "fault.preempt_grace must be > 0 (got %g)", (double)c->preempt_grace);
     if (c->threads < 0 || c->threads > 4096)
@@ -382,6 +386,10 @@ static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg
     case K_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case K_FLOAT: { /* the shortest text that reads back as the same float: 0.0006, not 0.000600000028 */
         float v = *(const float *)p;
+        if (!strcmp(k->key, "fault.collective_timeout") && v == -1.0f) {
+            snprintf(buf, n, "auto");
+            break;
+        }
         if (v == floorf(v) && fabsf(v) < 1e9f) { /* 30, not 3e+01 */
             snprintf(buf, n, "%.0f", (double)v);
             break;

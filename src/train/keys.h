@@ -51,7 +51,7 @@ typedef struct dt_run_cfg {
     int ckpt_max_failures;     /* consecutive failed saves before stopping */
     char resume[DT_PATH_MAX];  /* '' | latest | auto | a directory */
     /* fault tolerance */
-    float coll_timeout;        /* collective watchdog, seconds (0 = off) */
+    float coll_timeout;        /* collective watchdog, seconds (0 = off; -1 = auto) */
     float preempt_grace;       /* seconds from a preemption signal to the exit */
     /* parallel */
     char strategy[16];

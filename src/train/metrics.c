@@ -149,6 +149,17 @@ dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, d
     return DT_OK;
 }
 
+dt_status dt_metrics_watchdog(dt_ctx *ctx, dt_metrics *m, long step, double timeout_s, double slowest_s) {
+    char line[256];
+    snprintf(line, sizeof line, "{\"type\":\"watchdog\",\"step\":%ld,\"collective_timeout_s\":%.3f,"
+             "\"slowest_collective_s\":%.6f}\n", step, timeout_s, slowest_s);
+    DT_CHECK(write_line(ctx, m, line));
+    clear_bar(m);
+    dt_log_info(ctx, "fault.collective_timeout auto: %.1f s from step %ld (%.0f x the slowest collective, %.1f ms; "
+                "at least %.0f s)", timeout_s, step, DT_WATCHDOG_MULT, 1e3 * slowest_s, DT_WATCHDOG_FLOOR_S);
+    return DT_OK;
+}
+
 dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens,
                           double val_acc) {
     char line[512], acc[48] = "";

@@ -45,6 +45,8 @@ dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from,
                                double others_ms);
 /* Records a loss spike: the step's loss against the median of the previous steps. */
 dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median);
+/* fault.collective_timeout auto chose (or changed) the timeout: a log line and a record. */
+dt_status dt_metrics_watchdog(dt_ctx *ctx, dt_metrics *m, long step, double timeout_s, double slowest_s);
 /* Records a validation pass. */
 /* val_acc: top-1 accuracy of a classifier (NaN: none; left out of the record). */
 dt_status dt_metrics_eval(dt_ctx *ctx, dt_metrics *m, long step, double val_loss, double val_tokens,

@@ -70,6 +70,7 @@ typedef struct run_state {
     double step_s_sum;     /* for the stall fraction */
     int last_commit_ok;    /* the latest save was committed */
     long staged_step;      /* step of the save in flight */
+    double wd_reported;    /* the auto collective timeout last logged (0: none yet) */
     long hang_step;        /* test aids, read once: DTRAIN_TEST_HANG, DTRAIN_TEST_STEP_DELAY_MS */
     int hang_rank, delay_ms;
     long perturb_step;     /* test aid DTRAIN_TEST_PERTURB */
@@ -136,11 +137,15 @@ static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int
     return DT_OK;
 }
 
-static dt_status evaluate(dt_ctx *ctx, run_state *r, long step) {
+static dt_status evaluate(dt_ctx *ctx, run_state *r, dt_comm *comm, long step) {
     double loss, tokens, acc;
     DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens, &acc));
-    DT_CHECK(dt_parallel_mean(ctx, r->tr.par, &loss)); /* every rank evaluated its own rows */
-    if (!isnan(acc)) DT_CHECK(dt_parallel_mean(ctx, r->tr.par, &acc)); /* same count per rank */
+    /* Ranks finish their rows at different times: that wait is not the network's. */
+    dt_comm_watchdog_relax(comm, 1);
+    dt_status st = dt_parallel_mean(ctx, r->tr.par, &loss); /* every rank evaluated its own rows */
+    if (st == DT_OK && !isnan(acc)) st = dt_parallel_mean(ctx, r->tr.par, &acc); /* same count per rank */
+    dt_comm_watchdog_relax(comm, 0);
+    DT_CHECK(st);
     tokens *= ctx->world;
     if (ctx->rank != 0) return DT_OK;
     return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens, acc);
@@ -249,7 +254,7 @@ static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, in
 }
 
 /* Every rank: stages the state of the step just finished and starts writing it. */
-static dt_status save_stage(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step, int world) {
+static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_cfg *cfg, long step, int world) {
     const dt_train_cfg *t = &cfg->train;
     dt_ckpt_trainer tj;
     memset(&tj, 0, sizeof tj);
@@ -270,7 +275,10 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, lo
     tj.train_seconds = r->train_s;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
-    DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full)); /* ZeRO-3: a gather, every rank */
+    dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */
+    dt_status gst = dt_parallel_full_params(ctx, r->tr.par, &full); /* ZeRO-3: a gather, every rank */
+    dt_comm_watchdog_relax(comm, 0);
+    DT_CHECK(gst);
     dt_parallel_moments(r->tr.par, &mom, &var);
     dt_status st = dt_ckpt_saver_stage(ctx, r->saver, full, mom, var, &tj);
     r->staged_step = step;
@@ -285,7 +293,11 @@ static dt_status save_commit(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_
     int done = 0;
     if (!dt_ckpt_saver_pending(r->saver)) return DT_OK;
     double tt = dt_trace_begin();
-    DT_CHECK(dt_ckpt_saver_commit(ctx, r->saver, comm, &done));
+    /* The commit waits for the slowest rank's write and rank 0's fsyncs: the disk's pace. */
+    dt_comm_watchdog_relax(comm, 1);
+    dt_status cst = dt_ckpt_saver_commit(ctx, r->saver, comm, &done);
+    dt_comm_watchdog_relax(comm, 0);
+    DT_CHECK(cst);
     dt_trace_end(tt, "ckpt", "checkpoint commit");
     r->last_commit_ok = done;
     if (done) r->last_commit_t = dt_now();
@@ -498,7 +510,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (start >= t->steps) {
         dt_log_info(ctx, "the checkpoint is at step %ld, training.steps is %ld: nothing left to train", start, t->steps);
     } else if (r.val && cfg->eval_interval > 0 && start == 0) {
-        DT_CHECK_GOTO(evaluate(ctx, &r, 0));
+        DT_CHECK_GOTO(evaluate(ctx, &r, comm, 0));
     }
     r.last_save_t = dt_now();
     if (cfg->prometheus[0]) dt_prom_init(&r.prom, cfg->prometheus);
@@ -515,6 +527,16 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         test_aids_step(&r, s, rank);
         DT_CHECK_GOTO(dt_trainer_step(ctx, &r.tr, &ss));
         test_aids_after_step(&r, s, rank);
+        /* fault.collective_timeout auto: the first 10 steps of a process (start-up, JIT, page
+         * faults, a resume's first collectives) run under the warm-up bound. */
+        if (s == start + 10) dt_comm_watchdog_arm(comm);
+        if (cfg->coll_timeout < 0 && rank == 0 && s >= start + 10) {
+            double slowest, to = dt_comm_watchdog_timeout(comm, &slowest);
+            if (to > 0 && (r.wd_reported <= 0 || fabs(to - r.wd_reported) > 0.2 * r.wd_reported)) {
+                r.wd_reported = to;
+                DT_CHECK_GOTO(dt_metrics_watchdog(ctx, &r.metrics, s, to, slowest));
+            }
+        }
         if (cfg->check_replicas > 0 && (s % cfg->check_replicas == 0 || s == t->steps)) {
             DT_CHECK_GOTO(dt_replicas_check(ctx, comm, r.tr.par, r.tr.model.ps.n_params, s, &r.replica_hash));
             r.replica_checks++;
@@ -566,7 +588,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             }
         }
         if (r.val && ((cfg->eval_interval > 0 && s % cfg->eval_interval == 0) || s == t->steps))
-            DT_CHECK_GOTO(evaluate(ctx, &r, s));
+            DT_CHECK_GOTO(evaluate(ctx, &r, comm, s));
         int64_t f[3];
         DT_CHECK_GOTO(boundary_flags(ctx, &r, cfg, comm, world, f));
         preempted = f[0] != 0;
@@ -575,7 +597,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             int due = (cfg->ckpt_every > 0 && s % cfg->ckpt_every == 0) || f[2] || s == t->steps || preempted;
             if (due) {
                 DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg)); /* the previous one first (waits) */
-                DT_CHECK_GOTO(save_stage(ctx, &r, cfg, s, world));
+                DT_CHECK_GOTO(save_stage(ctx, &r, comm, cfg, s, world));
                 if (s == t->steps || preempted || !cfg->ckpt_async) DT_CHECK_GOTO(save_commit(ctx, &r, comm, cfg));
             }
         }
