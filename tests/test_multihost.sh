@@ -4,7 +4,8 @@
 #  - mpirun 2 hosts x 2 ranks: dtrain sees "4 rank(s) on 2 node(s)" (node = host name) and
 #    the final weights are bitwise those of 1 process with --accum 4;
 #  - the same through `dtrain launch -n 4 --hosts h1:2,h2:2`, run on h1;
-#  - `dtrain launch -n 4 --simulate-nodes 2` on this machine (no namespaces): same checks.
+#  - `dtrain launch -n 4 --simulate-nodes 2` on this machine (no namespaces): same checks;
+#  - a rank on h2 stopped (SIGSTOP) in a supervised run: named with host h2, pid and state.
 # The hosts are always torn down (trap). Exit 77 (skip) where namespaces cannot be made; under
 # CI=true that is a failure (tests/lib.sh: skip).
 set -uo pipefail
@@ -65,6 +66,35 @@ outs launch_hosts
 timeout 120 "$mn" exec h1 "$bin" launch -n 4 --hosts h1:2,h2:2 -- train "${common[@]}" "${out[@]}" \
   >"$dir/launch_hosts.log" 2>&1 || fail "launch_hosts: $(tail -3 "$dir/launch_hosts.log")"
 check launch_hosts
+
+# A rank on h2 stops (SIGSTOP) in a supervised run across the hosts: the report names it
+# with h2, its pid and "stopped" (one kernel: its /proc is visible from h1), and the
+# restarted run finishes with the weights of an uninterrupted one.
+hang=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 300
+      --model.context 32 --seq 32 --batch 2 --steps 300 --set logging.progress=lines
+      --set checkpoint.every=25 --set fault.collective_timeout=3)
+timeout 300 "$mn" exec h1 "$bin" launch -n 4 --hosts h1:2,h2:2 -- train "${hang[@]}" \
+  --set checkpoint.dir="$dir/href" --save-weights "$dir/href.st" >"$dir/href.log" 2>&1 || fail "hang reference: $(tail -3 "$dir/href.log")"
+DTRAIN_TEST_STEP_DELAY_MS=10 timeout 300 "$mn" exec h1 env DTRAIN_TEST_STEP_DELAY_MS=10 "$bin" launch -n 4 \
+  --hosts h1:2,h2:2 --max-restarts 2 --backoff 0.1 --run-dir "$dir/hrun" -- train "${hang[@]}" \
+  --set checkpoint.dir="$dir/hck" --save-weights "$dir/hstop.st" >"$dir/hstop.log" 2>&1 &
+lpid=$!
+pid=""
+for _ in $(seq 1 300); do
+  pid=$(/usr/bin/python3 -c "
+import struct; d=open('$dir/hrun/rank3.rec','rb').read()
+print(struct.unpack_from('<i', d, 16)[0] if d[:8]==b'DTRANK01' else '')" 2>/dev/null)
+  [ -n "$pid" ] && grep -q "step 60/" "$dir/hstop.log" && break
+  sleep 0.1
+done
+[ -n "$pid" ] && kill -STOP "$pid"
+wait $lpid
+if [ -n "$pid" ] && grep -q "job failed after .*: rank 3 on h2 (pid $pid, stopped) hung" "$dir/hstop.log" \
+   && grep -q "job finished after 1 restart" "$dir/hstop.log" && cmp -s "$dir/hstop.st" "$dir/href.st"; then
+  pass "a stopped rank on h2 is named (host h2, pid, stopped); the restarted run is bitwise"
+else
+  fail "stopped rank on h2 (pid '$pid'): $(grep -E 'job failed|error' "$dir/hstop.log" | head -2)"
+fi
 
 "$mn" down
 ns=$(ip netns list | awk '{print $1}')
