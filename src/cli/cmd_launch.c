@@ -11,7 +11,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain launch -n N [--hostfile F | --hosts h1:2,h2:2] [--ranks-per-node K]\n"
             "                     [--simulate-nodes M] [--mpirun PATH] [--dry-run]\n"
-            "                     [--max-restarts K [--backoff S] [--backoff-max S] [--grace S] [--run-dir D]]\n"
+            "                     [--max-restarts K [--backoff S] [--backoff-max S] [--grace S] [--run-dir D]\n"
+            "                      [--min-ranks K]]\n"
             "                     -- <dtrain subcommand and its flags>\n"
             "\n"
             "Runs N ranks of this dtrain under Open MPI's mpirun: --allow-run-as-root for root,\n"
@@ -31,7 +32,10 @@ static void usage(FILE *f) {
             "  --backoff S         seconds before a restart (default 1), doubled per failure within 60 s\n"
             "  --backoff-max S     cap of the backoff (default 30)\n"
             "  --grace S           seconds a preempted job gets before SIGTERM (default 30)\n"
-            "  --run-dir D         where ranks leave watchdog dumps (default ./.dtrain-run-PID, removed)\n"
+            "  --run-dir D         where ranks leave watchdog dumps (default ./.dtrain-run-PID, removed)\n"            "  --min-ranks K       elastic (with --hosts): before a restart, probe every host; continue on\n"
+            "                      the hosts that answer as long as they hold >= K ranks (train resumes\n"
+            "                      resharded; set training.batch to keep the global batch)\n"
+
             "\n"
             "example: dtrain launch -n 4 --simulate-nodes 2 -- train cfg.yaml\n"
             "exit code: mpirun's (128 + signal if it was killed); 2 for a usage error\n");
@@ -50,7 +54,7 @@ static int int_value(dt_ctx *ctx, const char *flag, const char *s) {
 
 int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     dt_launch_cfg cfg = {0};
-    dt_supervise_cfg sv = {-1, 1.0, 30.0, 30.0, NULL};
+    dt_supervise_cfg sv = {-1, 1.0, 30.0, 30.0, NULL, 0};
     int dry = 0, have_n = 0, sep = -1;
     for (int i = 0; i < argc && sep < 0; i++) {
         char *a = argv[i], *eq = NULL, flag[64];
@@ -80,7 +84,7 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
                     !strcmp(flag, "--ranks-per-node") || !strcmp(flag, "--simulate-nodes") ||
                     !strcmp(flag, "--mpirun") || !strcmp(flag, "--max-restarts") ||
                     !strcmp(flag, "--backoff") || !strcmp(flag, "--backoff-max") || !strcmp(flag, "--grace") ||
-                    !strcmp(flag, "--run-dir");
+                    !strcmp(flag, "--run-dir") || !strcmp(flag, "--min-ranks");
         if (!known) {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: unknown flag '%s' (see dtrain launch --help)", a);
             return DT_EXIT_USAGE;
@@ -113,6 +117,12 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
             sv.run_dir = val;
             continue;
         }
+        if (!strcmp(flag, "--min-ranks")) {
+            int v = int_value(ctx, flag, val);
+            if (!v) return DT_EXIT_USAGE;
+            sv.min_ranks = v;
+            continue;
+        }
         if (!strcmp(flag, "--hosts")) cfg.hosts = val;
         else if (!strcmp(flag, "--hostfile")) cfg.hostfile = val;
         else if (!strcmp(flag, "--mpirun")) cfg.mpirun = val;
@@ -139,6 +149,11 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     cfg.argc = argc - sep - 1;
     cfg.argv = argv + sep + 1;
 
+    if (sv.min_ranks > 0 && (sv.max_restarts < 0 || !cfg.hosts || sv.min_ranks > cfg.nranks)) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: --min-ranks %d needs --max-restarts and --hosts, and at most -n %d",
+                sv.min_ranks, cfg.nranks);
+        return DT_EXIT_USAGE;
+    }
     if (sv.max_restarts >= 0 && !dry) {
         int code = 0;
         dt_status sst = dt_launch_supervise(ctx, &cfg, &sv, &code);

@@ -90,6 +90,8 @@ typedef struct dt_supervise_cfg {
     double backoff_max;  /* cap of the backoff */
     double grace;        /* seconds from a preemption signal to SIGTERM */
     const char *run_dir; /* NULL: .dtrain-run-<pid> in the working directory (removed at the end) */
+    int min_ranks;       /* elastic (cfg->hosts): before a restart, drop the hosts that do not
+                            answer a probe; go on while >= min_ranks ranks remain (0 = off) */
 } dt_supervise_cfg;
 
 dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_supervise_cfg *sc,

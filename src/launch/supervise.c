@@ -333,6 +333,95 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
     free(named);
 }
 
+/* ---- elastic restarts (--min-ranks): which hosts still answer */
+
+#define PROBE_TIMEOUT_S 10.0
+#define MAX_HOSTS 64
+
+/* Runs `dtrain --version` through mpirun on each host of `hosts` ("h1:2,h2:2") at once and
+ * writes those that answered within PROBE_TIMEOUT_S into `alive` (same syntax) and their
+ * slots into *slots; the others are named in `gone`. */
+static void probe_hosts(const dt_launch_cfg *cfg, const char *hosts, char *alive, size_t na, char *gone, size_t ng,
+                        int *slots) {
+    char names[MAX_HOSTS][160];
+    int sl[MAX_HOSTS], n = 0;
+    pid_t pid[MAX_HOSTS];
+    int ok[MAX_HOSTS];
+    const char *p = hosts;
+    while (*p && n < MAX_HOSTS) {
+        size_t len = strcspn(p, ",");
+        char item[160];
+        size_t k = len < sizeof item - 1 ? len : sizeof item - 1;
+        memcpy(item, p, k);
+        item[k] = 0;
+        char *colon = strchr(item, ':');
+        sl[n] = colon ? atoi(colon + 1) : 1;
+        if (colon) *colon = 0;
+        memcpy(names[n], item, sizeof names[0]);
+        n++;
+        p += len + (p[len] == ',');
+    }
+    static char *vargs[] = {"--version", NULL};
+    for (int i = 0; i < n; i++) {
+        pid[i] = -1, ok[i] = 0;
+        char one[176];
+        snprintf(one, sizeof one, "%.159s:1", names[i]);
+        dt_launch_cfg pc = *cfg;
+        pc.nranks = 1, pc.hosts = one, pc.hostfile = NULL, pc.simulate_nodes = 0, pc.ranks_per_node = 0;
+        pc.argc = 1, pc.argv = vargs;
+        dt_ctx pctx;
+        dt_ctx_init(&pctx);
+        dt_launch_job job;
+        if (dt_launch_init(&pctx, &pc, &job) != DT_OK) continue;
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t at;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        posix_spawnattr_init(&at);
+        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+        posix_spawnattr_setpgroup(&at, 0);
+        if (posix_spawn(&pid[i], job.argv[0], &fa, &at, job.argv, environ) != 0) pid[i] = -1;
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&at);
+        dt_launch_free(&job);
+    }
+    double until = now_s() + PROBE_TIMEOUT_S;
+    for (int left = n; left > 0 && now_s() < until;) {
+        left = 0;
+        for (int i = 0; i < n; i++) {
+            if (pid[i] <= 0) continue;
+            int status;
+            pid_t r = waitpid(pid[i], &status, WNOHANG);
+            if (r == pid[i]) {
+                ok[i] = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                pid[i] = 0;
+            } else {
+                left++;
+            }
+        }
+        if (left) usleep(50000);
+    }
+    for (int i = 0; i < n; i++)
+        if (pid[i] > 0) { /* no answer in time: the whole mpirun group goes */
+            kill(-pid[i], SIGKILL);
+            waitpid(pid[i], NULL, 0);
+        }
+    size_t la = 0, lg = 0;
+    alive[0] = gone[0] = 0;
+    *slots = 0;
+    for (int i = 0; i < n; i++) {
+        if (ok[i]) {
+            la += (size_t)snprintf(alive + la, na - la, "%s%s:%d", la ? "," : "", names[i], sl[i]);
+            *slots += sl[i];
+        } else {
+            lg += (size_t)snprintf(gone + lg, ng - lg, "%s%s", lg ? ", " : "", names[i]);
+        }
+        if (la >= na) la = na - 1;
+        if (lg >= ng) lg = ng - 1;
+    }
+}
+
 static void clear_dumps(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -382,6 +471,8 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
     dt_status st = DT_OK;
     int quick = 0;
     double failed_at = 0;
+    dt_launch_cfg cur = *cfg; /* the hosts and ranks of the next attempt (elastic: fewer) */
+    static char alive_hosts[2][4096];
     char hang_hosts[64][64]; /* hosts of hang culprits, and how often each hung */
     int hang_count[64] = {0}, n_hang_hosts = 0;
     for (int attempt = 0;; attempt++) {
@@ -389,7 +480,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         snprintf(num, sizeof num, "%d", attempt);
         setenv("DTRAIN_RESTART", num, 1);
         clear_dumps(run_dir);
-        dt_launch_cfg c = *cfg;
+        dt_launch_cfg c = cur;
         if (attempt > 0 && is_train) {
             argv2[cfg->argc] = "--resume";
             argv2[cfg->argc + 1] = "auto";
@@ -453,6 +544,25 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         if (attempt >= sc->max_restarts) {
             SV_LOG("giving up: %d restart(s) allowed (--max-restarts)", sc->max_restarts);
             break;
+        }
+        if (sc->min_ranks > 0 && cur.hosts) {
+            double tp = now_s();
+            int slots = 0;
+            char gone[1024];
+            probe_hosts(&cur, cur.hosts, alive_hosts[attempt % 2], sizeof alive_hosts[0], gone, sizeof gone, &slots);
+            if (gone[0]) {
+                int n = slots < cur.nranks ? slots : cur.nranks;
+                if (n < sc->min_ranks) {
+                    SV_LOG("giving up: host(s) %s did not answer a probe (%.1f s); %d rank(s) left, fewer than "
+                           "--min-ranks %d", gone, now_s() - tp, n, sc->min_ranks);
+                    break;
+                }
+                cur.hosts = alive_hosts[attempt % 2];
+                cur.nranks = n;
+                SV_LOG("host(s) %s did not answer a probe (%.1f s): continuing on %d rank(s) of %s (--min-ranks %d)%s",
+                       gone, now_s() - tp, n, cur.hosts, sc->min_ranks,
+                       is_train ? "; train resumes resharded (training.batch keeps the global batch)" : "");
+            }
         }
         quick = t1 - t0 < 60.0 ? quick + 1 : 0;
         double wait = sc->backoff;
