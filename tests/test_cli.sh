@@ -66,6 +66,30 @@ DTRAIN_TEST_SPIKE=30:0 "$bin" train --steps 40 --set logging.metrics="$dir/spike
   && ! grep -q '"type":"spike"' "$dir/nospike.jsonl" \
   && pass "loss spike at step 30 reported (log + metrics), none without it" \
   || fail "spike detection (rc $rc/$rc2): $(grep -h spike "$dir/spike.jsonl" "$dir/spike.log" | head -3)"
+# training.spike_rollback: the spike at step 30 sends the run back to the checkpoint of step
+# 20 and past the batches of steps 21-30: after the rollback, step 21 reads what an
+# uninterrupted run reads at step 31 (the ledger shows it), the rollback is in the log and the
+# metrics, the run finishes its 40 steps; without checkpoint.dir the key is refused.
+/usr/bin/python3 -c "
+import numpy as np
+np.random.default_rng(3).integers(0, 256, 4000 * 64 + 1, dtype=np.uint16).tofile('$dir/rb.bin')"
+rb=(--steps 40 --data "$dir/rb.bin" --set data.format=raw16 --set checkpoint.every=10)
+"$bin" train "${rb[@]}" --set checkpoint.dir="$dir/rb_ref" --set data.ledger="$dir/rb_ref.ledger" >"$dir/rb_ref.log" 2>&1
+DTRAIN_TEST_SPIKE=30:0 "$bin" train "${rb[@]}" --set checkpoint.dir="$dir/rb" --set training.spike_rollback=1 \
+  --set data.ledger="$dir/rb.ledger" --set logging.metrics="$dir/rb.jsonl" >"$dir/rb.log" 2>&1; rc=$?
+ids() { awk -v s="$2" -v n="$3" '$1 == s { c++; if (c == n) { $1 = ""; $2 = ""; print } }' "$1"; }
+if [ $rc = 0 ] && grep -q '"type":"rollback","step":30,.*"to_step":20,"skipped_samples":40' "$dir/rb.jsonl" \
+   && grep -q "back to the checkpoint of step 20" "$dir/rb.log" && [ -n "$(ids "$dir/rb_ref.ledger.rank0" 31 1)" ] \
+   && [ "$(ids "$dir/rb.ledger.rank0" 21 2)" = "$(ids "$dir/rb_ref.ledger.rank0" 31 1)" ] \
+   && [ "$(ids "$dir/rb.ledger.rank0" 21 1)" = "$(ids "$dir/rb_ref.ledger.rank0" 21 1)" ] \
+   && grep -q "step 40/40" "$dir/rb.log"; then
+  pass "spike rollback: back to step 20, batches of steps 21-30 skipped (the new step 21 reads step 31's), 40 steps done"
+else
+  fail "spike rollback (rc $rc): $(grep -h -E 'rollback|error' "$dir/rb.jsonl" "$dir/rb.log" | head -3)"
+fi
+err=$("$bin" train --steps 5 --set training.spike_rollback=1 2>&1); rc=$?
+[ $rc = 2 ] && [[ $err == *"training.spike_rollback needs checkpoint.dir"* ]] && pass "spike_rollback without checkpoints refused: $err" \
+  || fail "spike_rollback config (rc $rc): $err"
 # prepare --out into a folder that does not exist yet makes it.
 echo "hello world" >"$dir/t.txt"
 "$bin" prepare --out "$dir/new/sub/x" "$dir/t.txt" >/dev/null 2>&1 && [ -s "$dir/new/sub/x_train_000000.bin" ] \

@@ -55,6 +55,7 @@ static const key_def keys[] = {
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
     ENUM("training.nonfinite", nonfinite, "stop|skip", "a step whose loss or gradient norm is NaN/Inf on any rank: stop naming the step, or skip its update (counted, in metrics)"),
     NUM("training.spike_factor", K_FLOAT, spike_factor, "warn (log + metrics) when a step's loss exceeds this x the median of the previous 20 steps' (0 = off)"),
+    NUM("training.spike_rollback", K_INT, spike_rollback, "on a loss spike, go back to the newest checkpoint and skip the batches since, up to this many times (0 = off; needs checkpoint.dir and data.train)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
@@ -335,6 +336,11 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (c->prometheus_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
+    if (c->spike_rollback < 0 || c->spike_rollback > 1000)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.spike_rollback must be in [0, 1000] (got %d)", c->spike_rollback);
+    if (c->spike_rollback > 0 && (!c->ckpt_dir[0] || !c->data_train[0] || c->spike_factor == 0.0f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.spike_rollback needs checkpoint.dir (to roll back to), data.train "
+                       "(batches to skip) and training.spike_factor > 0");
     if (!(c->spike_factor == 0.0f || c->spike_factor > 1.0f))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.spike_factor must be 0 (off) or > 1 (got %g)", (double)c->spike_factor);
     if (c->straggler_every < 0)

@@ -32,6 +32,7 @@ typedef struct dt_run_cfg {
     int eval_batches;     /* micro-batches per validation pass */
     char nonfinite[8];    /* stop | skip */
     float spike_factor;   /* loss above this x the median of the last 20: a spike (0 = off) */
+    int spike_rollback;        /* rollbacks allowed on a loss spike (0 = off) */
     /* logging */
     int log_every;
     char metrics[DT_PATH_MAX]; /* JSONL metrics file */

@@ -149,6 +149,18 @@ dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, d
     return DT_OK;
 }
 
+dt_status dt_metrics_rollback(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median, long to,
+                              uint64_t skipped) {
+    char line[256];
+    snprintf(line, sizeof line, "{\"type\":\"rollback\",\"step\":%ld,\"loss\":%.9g,\"recent_median\":%.9g,"
+             "\"to_step\":%ld,\"skipped_samples\":%llu}\n", step, loss, median, to, (unsigned long long)skipped);
+    DT_CHECK(write_line(ctx, m, line));
+    clear_bar(m);
+    dt_log_warn(ctx, "training.spike_rollback: loss spike at step %ld: back to the checkpoint of step %ld, skipping the "
+                "%llu samples read since; training goes on from step %ld", step, to, (unsigned long long)skipped, to + 1);
+    return DT_OK;
+}
+
 dt_status dt_metrics_watchdog(dt_ctx *ctx, dt_metrics *m, long step, double timeout_s, double slowest_s) {
     char line[256];
     snprintf(line, sizeof line, "{\"type\":\"watchdog\",\"step\":%ld,\"collective_timeout_s\":%.3f,"

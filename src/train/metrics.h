@@ -9,6 +9,7 @@
 #ifndef DT_METRICS_H
 #define DT_METRICS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "core/status.h"
@@ -45,6 +46,10 @@ dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from,
                                double others_ms);
 /* Records a loss spike: the step's loss against the median of the previous steps. */
 dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median);
+/* training.spike_rollback went from `step` back to checkpoint step `to`, skipping `skipped`
+ * samples: a log line and a record. */
+dt_status dt_metrics_rollback(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median, long to,
+                              uint64_t skipped);
 /* fault.collective_timeout auto chose (or changed) the timeout: a log line and a record. */
 dt_status dt_metrics_watchdog(dt_ctx *ctx, dt_metrics *m, long step, double timeout_s, double slowest_s);
 /* Records a validation pass. */

@@ -80,6 +80,9 @@ typedef struct run_state {
     dt_prom prom;          /* logging.prometheus */
     dt_straggler strag;    /* logging.straggler_every */
     float recent[20];      /* training.spike_factor: the last finite losses (ring) */
+    int rollbacks;         /* training.spike_rollback: done so far */
+    int loaded_strategy_changed, loaded_world; /* what load_step found */
+    char loaded_strategy[32];
     int n_recent;
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
@@ -341,13 +344,10 @@ static dt_status resume_find(dt_ctx *ctx, const dt_run_cfg *cfg, dt_comm *comm, 
     return DT_OK;
 }
 
-static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int world, long *start,
-                        int *found) {
-    char dir[DT_PATH_MAX + 8];
-    *found = 0;
-    *start = 0;
-    DT_CHECK(resume_find(ctx, cfg, comm, dir, sizeof dir, found));
-    if (!*found) return DT_OK;
+/* Loads step directory `dir` into the running trainer: parameters, optimizer state (resharded
+ * as needed), the data cursor, counters; *start = its step. */
+static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, const char *dir, int world,
+                           long *start) {
     const dt_train_cfg *t = &cfg->train;
     double t_load = dt_now();
     dt_ckpt_trainer tj;
@@ -392,6 +392,9 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
     r->train_s = tj.train_seconds;
     r->last_loss = (float)tj.loss;
     *start = tj.step;
+    r->loaded_strategy_changed = tj.world != world || strcmp(tj.strategy, dt_strategy_name(t->parallel.strategy));
+    r->loaded_world = tj.world;
+    snprintf(r->loaded_strategy, sizeof r->loaded_strategy, "%s", tj.strategy);
     double bytes = (double)r->tr.model.ps.n_params * 4.0;
     size_t shard;
     dt_parallel_shard(r->tr.par, &shard);
@@ -399,10 +402,58 @@ static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_com
     t_load = dt_now() - t_load;
     dt_log_info(ctx, "checkpoint loaded in %.3f s: %.1f MB of parameters and optimizer state on rank %d (%.0f MB/s)",
                 t_load, bytes / 1e6, ctx->rank, bytes / 1e6 / (t_load > 0 ? t_load : 1e-9));
+    (void)tj;
+    return DT_OK;
+}
+
+static dt_status resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int world, long *start,
+                        int *found) {
+    char dir[DT_PATH_MAX + 8];
+    *found = 0;
+    *start = 0;
+    DT_CHECK(resume_find(ctx, cfg, comm, dir, sizeof dir, found));
+    if (!*found) return DT_OK;
+    DT_CHECK(load_step(ctx, r, cfg, dir, world, start));
     dt_log_info(ctx, "resumed from %s: step %ld, %.0f tokens seen; written by %d rank(s) with %s, continuing on "
-                "%d with %s%s", dir, tj.step, tj.tokens_seen, tj.world, tj.strategy, world,
-                dt_strategy_name(t->parallel.strategy),
-                tj.world != world || strcmp(tj.strategy, dt_strategy_name(t->parallel.strategy)) ? " (resharded)" : "");
+                "%d with %s%s", dir, *start, r->seen, r->loaded_world, r->loaded_strategy, world,
+                dt_strategy_name(cfg->train.parallel.strategy), r->loaded_strategy_changed ? " (resharded)" : "");
+    return DT_OK;
+}
+
+/* training.spike_rollback: back to the newest intact checkpoint, then past the batches that
+ * led to the spike. Every rank decides alike (the loss is all-reduced); rank 0 finds the
+ * step directory and tells the others. *s = the checkpoint's step (the loop goes on from
+ * there); 0 is returned with *rolled = 0 when there is no checkpoint before `step`. */
+static dt_status rollback(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int world, long step,
+                          float loss, double median, long *s, int *rolled) {
+    *rolled = 0;
+    DT_CHECK(save_commit(ctx, r, comm, cfg)); /* a save in flight is the newest candidate */
+    char buf[DT_PATH_MAX + 16];
+    memset(buf, 0, sizeof buf);
+    if (ctx->rank == 0) {
+        char dir[DT_PATH_MAX + 8];
+        dt_ctx quiet = *ctx;
+        if (dt_ckpt_find(&quiet, cfg->ckpt_dir, dir, sizeof dir) == DT_OK) snprintf(buf, sizeof buf, "F%s", dir);
+    }
+    DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, buf, sizeof buf, 0));
+    if (buf[0] != 'F') {
+        if (ctx->rank == 0) dt_log_warn(ctx, "training.spike_rollback: no checkpoint to roll back to at step %ld", step);
+        return DT_OK;
+    }
+    const uint64_t past = dt_loader_cursor(r->loader); /* the data after the spike's step */
+    long to;
+    dt_comm_watchdog_relax(comm, 1);
+    dt_status st = load_step(ctx, r, cfg, buf + 1, world, &to);
+    dt_comm_watchdog_relax(comm, 0);
+    DT_CHECK(st);
+    if (to >= step) return DT_OK; /* the spike's own step is saved: nothing to undo */
+    const uint64_t from = dt_loader_cursor(r->loader);
+    DT_CHECK(dt_loader_seek(ctx, r->loader, past));
+    *s = to;
+    *rolled = 1;
+    r->n_recent = 0; /* the median restarts with the new data */
+    if (ctx->rank == 0)
+        DT_CHECK(dt_metrics_rollback(ctx, &r->metrics, step, loss, median, to, past - from));
     return DT_OK;
 }
 
@@ -565,8 +616,17 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 memcpy(q, r.recent, sizeof q);
                 qsort(q, 20, sizeof *q, dt_cmp_float);
                 double med = 0.5 * ((double)q[9] + (double)q[10]);
-                if (med > 0 && ss.loss > cfg->spike_factor * med && rank == 0)
-                    DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, med));
+                if (med > 0 && ss.loss > cfg->spike_factor * med) {
+                    if (rank == 0) DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, med));
+                    if (r.rollbacks < cfg->spike_rollback) {
+                        int rolled;
+                        DT_CHECK_GOTO(rollback(ctx, &r, cfg, comm, world, s, ss.loss, med, &s, &rolled));
+                        if (rolled) {
+                            r.rollbacks++;
+                            continue; /* the loop goes on from the checkpoint's step + 1 */
+                        }
+                    }
+                }
             }
             r.recent[r.n_recent++ % 20] = ss.loss;
         }

@@ -234,8 +234,10 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         dt_model_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
         if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */
-        if (tr->spike_step == tr->step + 1 && k == 0 && tr->spike_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+        if (tr->spike_step == tr->step + 1 && k == 0 && tr->spike_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD)) {
             loss *= 100.0f; /* test aid: a loss spike (the gradients are this batch's own) */
+            tr->spike_step = -1; /* once: a rollback re-runs the step */
+        }
         dt_parallel_end_micro(tr->par);
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);
