@@ -113,6 +113,22 @@ else
   fail "find-batch vit: $(tail -3 vitfind.log)"
 fi
 
+# Stragglers in bench and report: rank 1's forward is 30 ms slower per micro-step (test aid);
+# the bench names it, the JSON holds every rank's compute time, the report lists it; a run
+# without the delay names nobody.
+DTRAIN_TEST_SLOW=1:30 timeout 120 "${mpi[@]}" -x DTRAIN_TEST_SLOW -n 2 "$bin" bench "${tiny[@]}" "${fast[@]}" \
+  --repeats 1 --json slow.json >slow.log 2>&1
+timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 1 --json even.json >even.log 2>&1
+if grep -q "^# straggler: rank 1 computes" slow.log && ! grep -q "^# straggler: rank 0" slow.log \
+   && ! grep -q "^# straggler" even.log && python3 -c "
+import json; r=json.load(open('slow.json'))['ranks']; assert [x['rank'] for x in r]==[0,1] and r[1]['compute_ms'] > r[0]['compute_ms'] + 25, r" \
+   && "$bin" report slow.json even.json -o strag.html >strag.log 2>&1 && grep -q "rank 1 computes" strag.html \
+   && [ "$(grep -c "computes .* ms per step" strag.html)" = 1 ]; then
+  pass "straggler: rank 1 named by bench and report ($(grep '^# straggler' slow.log | cut -c3-80)...), nobody without the delay"
+else
+  fail "bench straggler: $(grep -h 'straggler\|error' slow.log even.log strag.log | head -3)"
+fi
+
 # Batch finder.
 "$bin" bench "${tiny[@]}" --find-batch --mem-budget 40M >find.log 2>&1
 if [ $? -eq 0 ] && grep -q "^micro_batch=[0-9]" find.log && grep -q "would need" find.log; then

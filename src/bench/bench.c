@@ -152,7 +152,14 @@ static dt_status gather_memory(dt_ctx *ctx, dt_comm *comm, dt_bench_suite *s) {
     }
     for (int k = 0; k <= DT_BENCH_MEM_OTHER; k++) row[DT_BENCH_MEM_TOTAL] += row[k];
     row[DT_BENCH_MEM_RSS] = (int64_t)dt_bench_rss_hwm();
+    /* Compute per timed step (the straggler view): every rank's, like the memory columns. */
+    s->compute_ms = calloc((size_t)W, sizeof *s->compute_ms);
+    if (!s->compute_ms) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    double c = 0;
+    for (int i = 0; i < s->opts.repeats; i++) c += s->runs[i].fwd_s + s->runs[i].bwd_s + s->runs[i].opt_s;
+    s->compute_ms[me] = 1e3 * c / ((double)s->opts.repeats * s->opts.steps);
     if (W == 1) return DT_OK;
+    DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->compute_ms, (size_t)W, DT_F64, DT_SUM));
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->mem, (size_t)W * DT_BENCH_MEM_N, DT_I64, DT_SUM);
 }
 
@@ -226,5 +233,6 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
 void dt_bench_suite_free(dt_bench_suite *s) {
     free(s->runs);
     free(s->mem);
+    free(s->compute_ms);
     memset(s, 0, sizeof *s);
 }

@@ -88,6 +88,7 @@ typedef struct dt_bench_opts {
     int warmup, steps, repeats;
     double peak_gflops;    /* per rank; the MFU reference */
     int trace;             /* record the timed steps of the first repeat */
+    double straggler_factor; /* logging.straggler_factor: a rank this much slower is named */
 } dt_bench_opts;
 
 /* The suite: `repeats` runs of the same configuration and seed, reduced on rank 0. Step
@@ -109,6 +110,7 @@ typedef struct dt_bench_suite {
     unsigned long long loss_hash; /* of the first repeat */
     int hash_mismatch;            /* repeats whose hash differs from the first's */
     int64_t *mem;                 /* [world x DT_BENCH_MEM_N], every rank's (rank 0 has all) */
+    double *compute_ms;           /* [world] mean forward + backward + optimizer per timed step */
 } dt_bench_suite;
 
 /* Runs the suite on every rank of comm; rank 0 ends up with every rank's memory columns. */

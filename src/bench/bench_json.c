@@ -231,6 +231,13 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
             cJSON_AddNumberToObject(mo, dt_bench_mem_names[k], (double)s->mem[(size_t)r * DT_BENCH_MEM_N + k]);
         cJSON_AddItemToArray(mem, mo);
     }
+    cJSON *rk = cJSON_AddArrayToObject(o, "ranks");
+    for (int r = 0; s->compute_ms && r < s->world; r++) {
+        cJSON *ro = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ro, "rank", r);
+        cJSON_AddNumberToObject(ro, "compute_ms", s->compute_ms[r]);
+        cJSON_AddItemToArray(rk, ro);
+    }
     cJSON_AddArrayToObject(o, "cost");
     return o;
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "bench/bench.h"
+#include "core/sortcmp.h"
 #include "ops/cpu/isa.h"
 
 #define MIB(x) ((double)(x) / 1048576.0)
@@ -93,6 +94,19 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     fprintf(f, "  %-14s %-10s %-10s %-10.2f %-8.1f\n", "optimizer", "-", "-", optim / n * 1e3, 100 * optim / n / total);
     fprintf(f, "  %-14s %-10s %-10s %-10.2f %-8.1f\n", "grad_sync_wait", "-", "-", sync / n * 1e3, 100 * sync / n / total);
 
+    /* The trainer's straggler rule on the timed steps (logging.straggler_factor). */
+    if (s->compute_ms && s->world > 1) {
+        fprintf(f, "# compute per rank (forward + backward + optimizer, ms per timed step):");
+        for (int r = 0; r < s->world; r++) fprintf(f, " %d: %.2f", r, s->compute_ms[r]);
+        fputc('\n', f);
+        for (int r = 0; r < s->world; r++) {
+            double med = dt_median_others(s->compute_ms, s->world, r);
+            if (med > 0 && s->compute_ms[r] > o->straggler_factor * med)
+                fprintf(f, "# straggler: rank %d computes %.2f ms per step, %.1fx the median of the others (%.2f ms; "
+                           "logging.straggler_factor %.2g)\n", r, s->compute_ms[r], s->compute_ms[r] / med, med,
+                        o->straggler_factor);
+        }
+    }
     fprintf(f, "# step breakdown (mean per step; parts add up to the step; communication = exposed waits)\n");
     fprintf(f, "# %-16s %-10s %-8s\n", "part", "ms", "%step");
     const char *names[6] = {"forward", "backward", "optimizer", "communication", "data", "idle/other"};

@@ -568,7 +568,7 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
                  "measured: oneDNN sgemm fp32 2048^3, median of 7, %d thread(s) per rank, all ranks at once, "
                  "mean over ranks", threads_now());
     }
-    dt_bench_opts bo = {fl.warmup, fl.steps, fl.repeats, peak, fl.trace != NULL};
+    dt_bench_opts bo = {fl.warmup, fl.steps, fl.repeats, peak, fl.trace != NULL, cfg.straggler_factor};
     dt_bench_suite s;
     memset(&s, 0, sizeof s);
     if (st == DT_OK) st = dt_bench_suite_run(ctx, &cfg.train, comm, &bo, &s);

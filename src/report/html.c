@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/sortcmp.h"
 #include "report/report.h"
 #include "report/svg.h"
 
@@ -377,6 +378,31 @@ static void table_runs(FILE *f, const dt_report *r) {
     }
 }
 
+/* The trainer's straggler rule on each multi-rank run's compute time per rank. */
+static void stragglers(FILE *f, const dt_report *r) {
+    int runs = 0, found = 0;
+    for (int i = 0; i < r->ntrain; i++) runs += r->train[i].ncompute > 1;
+    if (!runs) return;
+    fputs("<h2>Stragglers</h2><ul id=\"stragglers\">\n", f);
+    for (int i = 0; i < r->ntrain; i++) {
+        const dt_rep_train *t = &r->train[i];
+        for (int k = 0; t->ncompute > 1 && k < t->ncompute; k++) {
+            double med = dt_median_others(t->compute_ms, t->ncompute, k);
+            if (med <= 0 || t->compute_ms[k] <= t->straggler_factor * med) continue;
+            fputs("<li>", f);
+            esc(f, t->label);
+            fprintf(f, ": rank %d computes %.2f ms per step, %.1f&#215; the median of the other ranks (%.2f ms; "
+                       "logging.straggler_factor %.2g)</li>\n", k, t->compute_ms[k], t->compute_ms[k] / med, med,
+                    t->straggler_factor);
+            found++;
+        }
+    }
+    if (!found)
+        fprintf(f, "<li>none: in each of the %d multi-rank run(s) every rank computes within its run's "
+                   "logging.straggler_factor of the others' median</li>\n", runs);
+    fputs("</ul>\n", f);
+}
+
 static void table_cost(FILE *f, const dt_report *r) {
     int any = 0;
     for (int i = 0; i < r->ntrain; i++) any += r->train[i].ncost;
@@ -471,6 +497,7 @@ void dt_report_html(FILE *f, const dt_report *r) {
     chart_busbw(f, r);
     fputs("</div>\n", f);
     if (r->ntrain) table_runs(f, r);
+    stragglers(f, r);
     table_cost(f, r);
     table_env(f, r);
     fputs("</main></body></html>\n", f);

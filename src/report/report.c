@@ -262,6 +262,28 @@ static dt_status read_memory(jpath *j, const cJSON *root, dt_rep_train *t) {
     return DT_OK;
 }
 
+/* "ranks" (optional: files of earlier versions lack it): compute time per step per rank. */
+static dt_status read_ranks(jpath *j, const cJSON *root, dt_rep_train *t) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "ranks"), *e;
+    const cJSON *cf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "config"),
+                                                       "logging.straggler_factor");
+    t->straggler_factor = cJSON_IsNumber(cf) && cf->valuedouble > 1 ? cf->valuedouble : 1.5;
+    if (!a || cJSON_IsNull(a)) return DT_OK;
+    if (!cJSON_IsArray(a)) return missing(j, "", "ranks", "must be an array");
+    t->ncompute = cJSON_GetArraySize(a);
+    t->compute_ms = calloc((size_t)(t->ncompute > 0 ? t->ncompute : 1), sizeof *t->compute_ms);
+    if (!t->compute_ms) return dt_fail(j->ctx, DT_ERR_NOMEM, "%s: out of memory", j->file);
+    int i = 0;
+    cJSON_ArrayForEach(e, a) {
+        char p[32];
+        snprintf(p, sizeof p, "ranks[%d]", i);
+        if (!cJSON_IsObject(e)) return dt_fail(j->ctx, DT_ERR_FORMAT, "%s: key '%s' must be an object", j->file, p);
+        JCHECK(need_num(j, e, p, "compute_ms", &t->compute_ms[i]));
+        i++;
+    }
+    return DT_OK;
+}
+
 static dt_status read_cost(jpath *j, const cJSON *root, dt_rep_train *t) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "cost"), *e;
     if (!a || cJSON_IsNull(a)) return DT_OK; /* optional */
@@ -333,6 +355,7 @@ static dt_status read_train(jpath *j, const cJSON *root, dt_rep_train *t) {
     JCHECK(read_runs(j, root, t));
     JCHECK(read_summary(j, root, t));
     JCHECK(read_memory(j, root, t));
+    JCHECK(read_ranks(j, root, t));
     JCHECK(read_cost(j, root, t));
     JCHECK(read_sweep(j, root, t));
     t->weak_calc = t->strong_calc = NAN;
@@ -377,6 +400,7 @@ static void free_train(dt_rep_train *t) {
     }
     free(t->rep);
     free(t->mem);
+    free(t->compute_ms);
     free(t->cost);
 }
 

@@ -80,6 +80,9 @@ typedef struct dt_rep_train {
     const char *loss_hash;
     int nmem;
     dt_rep_mem *mem;
+    int ncompute;             /* "ranks" (optional): compute ms per step of each rank */
+    double *compute_ms;
+    double straggler_factor;  /* config's logging.straggler_factor (1.5 when absent) */
     int ncost;
     dt_rep_cost *cost;
     int has_sweep;

@@ -22,13 +22,8 @@ dt_status dt_straggler_check(dt_ctx *ctx, dt_straggler *s, dt_comm *comm, long s
     s->sum = 0;
     s->n = 0;
     if (st == DT_OK && rank == 0) {
-        double *others = v + world;
         for (int r = 0; r < world && st == DT_OK; r++) {
-            int k = 0;
-            for (int o = 0; o < world; o++)
-                if (o != r) others[k++] = v[o];
-            qsort(others, (size_t)k, sizeof *others, dt_cmp_double);
-            double med = k % 2 ? others[k / 2] : 0.5 * (others[k / 2 - 1] + others[k / 2]);
+            double med = dt_median_others(v, world, r);
             if (med > 0 && v[r] > factor * med) {
                 s->found++;
                 st = dt_metrics_straggler(ctx, m, step, from, r, 1e3 * v[r], 1e3 * med);
