@@ -14,6 +14,15 @@
         if ((m)->profile) (m)->prof.dir[kind] += dt_now() - t0_;                             \
     } while (0)
 
+/* Activation layout: the next view of n floats at *off in base (NULL base: only count),
+ * 64-byte aligned. Families lay their saved activations out with it, once to size them
+ * (base NULL) and once to bind them. */
+static inline float *dt_act_take(float *base, size_t *off, size_t n) {
+    float *p = base ? base + *off : NULL;
+    *off += (n + 15) / 16 * 16;
+    return p;
+}
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

@@ -150,12 +150,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     size_t L = c->n_layer, C = c->d_model, NH = c->n_head, BT = (size_t)B * T, F = c->d_ff;
     size_t QW = qkv_width(c), big = QW > 2 * F ? QW : 2 * F;
     size_t off = 0;
-#define TAKE_INTO(ptr, n)                                                                    \
-    do {                                                                                     \
-        (ptr) = base ? base + off : NULL;                                                    \
-        off += ((n) + 15) / 16 * 16; /* 64-byte aligned views */                             \
-    } while (0)
-#define TAKE(field, n) TAKE_INTO(a->field, n)
+#define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
     TAKE(encoded, BT * C);
     TAKE(ln1, L * BT * C);
     TAKE(rstd1, L * BT);
@@ -177,12 +172,10 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dmid, BT * F);
-    float *ids = NULL;
-    TAKE_INTO(ids, 2 * BT);
+    float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
 #undef TAKE
-#undef TAKE_INTO
     return off;
 }
 

@@ -151,12 +151,7 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t big = 3 * C > F ? 3 * C : F;
     size_t off = 0;
-#define TAKE_INTO(ptr, n)                                                                    \
-    do {                                                                                     \
-        (ptr) = base ? base + off : NULL;                                                    \
-        off += ((n) + 15) / 16 * 16; /* 64-byte aligned views */                             \
-    } while (0)
-#define TAKE(field, n) TAKE_INTO(a->field, n)
+#define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
     TAKE(patches, (size_t)B * Np * K);
     TAKE(pe, (size_t)B * Np * C);
     TAKE(encoded, BT * C);
@@ -184,11 +179,9 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dcls, 2 * (size_t)B * C);
-    float *ids = NULL;
-    TAKE_INTO(ids, (size_t)B);
+    float *ids = dt_act_take(base, &off, (size_t)B);
     a->labels = (int32_t *)ids;
 #undef TAKE
-#undef TAKE_INTO
     return off;
 }
 
