@@ -37,13 +37,9 @@ of B sequences; rank 0 prints. Output: a '#' header line with units and one resu
 """
 import argparse
 import importlib.util
-import json
 import math
 import os
-import socket
-import statistics
 import sys
-import time
 
 sys.dont_write_bytecode = True
 
@@ -51,10 +47,12 @@ import torch                                    # noqa: E402
 import torch.nn.functional as F                 # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location(
-    "llama_torch", os.path.join(_HERE, "..", "tests", "ref", "llama_torch.py"))
-llama_torch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(llama_torch)
+_spec = importlib.util.spec_from_file_location("peer_common",
+                                               os.path.join(_HERE, "peer_common.py"))
+peer_common = importlib.util.module_from_spec(_spec)
+sys.modules["peer_common"] = peer_common        # --ddp's spawned ranks unpickle its entry point
+_spec.loader.exec_module(peer_common)
+llama_torch = peer_common.load_ref("llama_torch")
 
 PRESETS = {
     "llama-100m": dict(n_layer=12, d_model=768, n_head=12, n_kv_head=4, d_ff=2048, vocab=32000,
@@ -63,7 +61,6 @@ PRESETS = {
                        context=64, untied=1, rope_theta=10000.0, norm_eps=1e-5),
 }
 INT_KEYS = ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff", "vocab", "context")
-LR, BETAS, WEIGHT_DECAY, CLIP, SEED = 3e-4, (0.9, 0.95), 0.1, 1.0, 1337
 
 _TABLES = {}    # (T, hs, theta, dtype, n_rep) -> (cos, sin, additive causal mask)
 
@@ -153,140 +150,59 @@ def parse_args(argv=None):
                      help="lm_head is the token embedding (default without --model)")
     ap.add_argument("--rope-theta", type=float, help="RoPE base (default 10000)")
     ap.add_argument("--norm-eps", type=float, help="RMSNorm epsilon (default 1e-5)")
-    ap.add_argument("--batch", type=int, default=4, help="micro-batch B per rank (default 4)")
-    ap.add_argument("--seq", type=int, default=256, help="sequence length T (default 256)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads per rank (default 2)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps (default 3)")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
-    ap.add_argument("--ddp", type=int, default=1, metavar="N", help="ranks (default 1)")
+    peer_common.add_run_args(ap)
     ap.add_argument("--no-check", action="store_true",
                     help="skip the start-up check of the attention against llama_torch")
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    peer_common.add_json_arg(ap)
     args = ap.parse_args(argv)
 
-    cfg = dict(PRESETS[args.model]) if args.model else dict(
-        vocab=32000, context=1024, untied=0, rope_theta=10000.0, norm_eps=1e-5)
-    for k in INT_KEYS + ("untied", "rope_theta", "norm_eps"):
-        v = getattr(args, k)
-        if v is not None:
-            cfg[k] = v
+    cfg = peer_common.preset_cfg(args, PRESETS, dict(
+        vocab=32000, context=1024, untied=0, rope_theta=10000.0, norm_eps=1e-5),
+        INT_KEYS + ("untied", "rope_theta", "norm_eps"))
     if "n_kv_head" not in cfg and "n_head" in cfg:
         cfg["n_kv_head"] = cfg["n_head"]
-    missing = [k for k in ("n_layer", "d_model", "n_head", "d_ff") if k not in cfg]
-    if missing:
-        ap.error("give --model or all of --n-layer --d-model --n-head --d-ff (missing: %s)"
-                 % ", ".join("--" + m.replace("_", "-") for m in missing))
-    for k in INT_KEYS:
-        if cfg[k] < 1:
-            ap.error("%s must be >= 1" % k)
+    peer_common.require(ap, cfg, ("n_layer", "d_model", "n_head", "d_ff"))
+    peer_common.require_positive(ap, cfg, INT_KEYS)
     if cfg["rope_theta"] <= 0 or cfg["norm_eps"] <= 0:
         ap.error("--rope-theta and --norm-eps must be > 0")
-    if cfg["d_model"] % cfg["n_head"]:
-        ap.error("d_model %d not divisible by n_head %d" % (cfg["d_model"], cfg["n_head"]))
+    peer_common.require_divisible(ap, cfg, "d_model", "n_head")
     if (cfg["d_model"] // cfg["n_head"]) % 2:
         ap.error("head size d_model/n_head must be even for RoPE")
-    if cfg["n_head"] % cfg["n_kv_head"]:
-        ap.error("n_head %d not divisible by n_kv_head %d" % (cfg["n_head"], cfg["n_kv_head"]))
-    if args.seq > cfg["context"]:
-        ap.error("--seq %d exceeds context %d" % (args.seq, cfg["context"]))
-    if min(args.batch, args.seq, args.threads, args.steps, args.ddp) < 1 or args.warmup < 0:
-        ap.error("--batch, --seq, --threads, --steps, --ddp must be >= 1, --warmup >= 0")
+    peer_common.require_divisible(ap, cfg, "n_head", "n_kv_head")
+    peer_common.check_run_args(ap, args, cfg)
     args.cfg = cfg
-    args.model_name = args.model if args.model else "custom-L%d-d%d-h%d-kv%d-f%d-v%d-c%d%s" % (
-        cfg["n_layer"], cfg["d_model"], cfg["n_head"], cfg["n_kv_head"], cfg["d_ff"],
-        cfg["vocab"], cfg["context"], "-untied" if cfg["untied"] else "")
-    if args.model and any(cfg[k] != PRESETS[args.model][k] for k in cfg):
-        args.model_name += "-custom"
+    args.model_name = peer_common.model_name(
+        args, PRESETS, cfg, "custom-L%d-d%d-h%d-kv%d-f%d-v%d-c%d%s" % (
+            cfg["n_layer"], cfg["d_model"], cfg["n_head"], cfg["n_kv_head"], cfg["d_ff"],
+            cfg["vocab"], cfg["context"], "-untied" if cfg["untied"] else ""))
     return args
 
 
-def run(rank, world, args, port, queue):
-    """Runs the benchmark on one rank; rank 0 puts its step times into queue (or returns them)."""
-    torch.set_num_threads(args.threads)
-    ddp = world > 1
-    if ddp:
-        import torch.distributed as dist
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-    cfg = args.cfg
-    if rank == 0 and not args.no_check:
-        check_forward(cfg, min(args.seq, 32))
-    torch.manual_seed(SEED)                         # same init on every rank
-    model = llama_torch.llama_init_(build_model(cfg))
-    n_params = llama_torch.count_params(model)
-    net = model
-    if ddp:
-        from torch.nn.parallel import DistributedDataParallel
-        net = DistributedDataParallel(model)
-    opt = torch.optim.AdamW(llama_torch.param_groups(model, WEIGHT_DECAY), lr=LR, betas=BETAS,
-                            weight_decay=WEIGHT_DECAY)
-    gen = torch.Generator().manual_seed(SEED + 1 + rank)   # each rank its own data
-    B, T, V = args.batch, args.seq, cfg["vocab"]
-    times = []
-    for step in range(args.warmup + args.steps):
-        data = torch.randint(0, V, (B, T + 1), generator=gen)
-        x, y = data[:, :-1], data[:, 1:]
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        _, loss = net(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        dt = time.perf_counter() - t0
-        if not math.isfinite(loss.item()):
-            raise RuntimeError("non-finite loss at step %d" % step)
-        if step >= args.warmup:
-            times.append(dt)
-    result = dict(times=times, n_params=n_params, final_loss=loss.item())
-    if ddp:
-        dist.barrier()
-        dist.destroy_process_group()
-    if rank == 0:
-        if queue is not None:
-            queue.put(result)
-        return result
-    return None
+def check(args):
+    if not args.no_check:
+        check_forward(args.cfg, min(args.seq, 32))
 
 
-def _ddp_entry(rank, world, args, port, queue):
-    run(rank, world, args, port, queue)
+def build(args):
+    model = llama_torch.llama_init_(build_model(args.cfg))
+    return model, llama_torch.count_params(model)
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def param_groups(model):
+    return llama_torch.param_groups(model, peer_common.WEIGHT_DECAY)
+
+
+def batch(args, gen):
+    data = torch.randint(0, args.cfg["vocab"], (args.batch, args.seq + 1), generator=gen)
+    return data[:, :-1], data[:, 1:]
 
 
 def main():
     args = parse_args()
-    world = args.ddp
-    if world > 1:
-        import torch.multiprocessing as mp
-        ctx = mp.get_context("spawn")
-        queue = ctx.SimpleQueue()
-        mp.spawn(_ddp_entry, args=(world, args, free_port(), queue), nprocs=world, join=True)
-        result = queue.get()
-    else:
-        result = run(0, 1, args, None, None)
-
-    times = result["times"]
-    median = statistics.median(times)
-    tokens_per_s = world * args.batch * args.seq / median
-    if args.json:
-        print(json.dumps({
-            "peer": "pytorch", "torch_version": torch.__version__, "model": args.model_name,
-            "family": "llama", "config": args.cfg, "n_params": result["n_params"],
-            "batch": args.batch, "seq": args.seq, "threads": args.threads, "ranks": world,
-            "median_step_s": median, "tokens_per_s": tokens_per_s, "step_times_s": times,
-            "final_loss": result["final_loss"]}))
-    else:
-        print("# peer     torch      model                ranks threads batch seq    "
-              "params       median_step_s  tokens_per_s(global)")
-        print("pytorch  %-10s %-20s %5d %7d %5d %-6d %-12d %-14.6f %.1f" % (
-            torch.__version__, args.model_name, world, args.threads, args.batch, args.seq,
-            result["n_params"], median, tokens_per_s))
+    result = peer_common.measure(args, build, param_groups, batch, check)
+    tokens_per_s = args.ddp * args.batch * args.seq / result["median"]
+    peer_common.report(args, result, ("seq", args.seq), dict(seq=args.seq),
+                       [("tokens_per_s", "tokens_per_s(global)", tokens_per_s)], family="llama")
 
 
 if __name__ == "__main__":
