@@ -138,6 +138,9 @@ else
   if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN{exit !(a >= 70)}' && [ "$(awk '{print $2}' <<<"$ev")" = 9984 ] \
      && [ "$(awk '{printf "%.2f", $4}' <<<"$ev")" = "$acc" ] && grep -q '"type":"eval","step":400,.*"val_acc":0\.' "$dir/vit.jsonl"; then
     pass "ViT on Fashion-MNIST: test accuracy $acc% after 400 steps; eval of the checkpoint agrees; val_acc in the metrics"
+    err=$("$bin" sample "$dir/vit" --prompt "a" 2>&1); rc=$?
+    [ $rc = 2 ] && [ "$(echo "$err" | grep -c error)" = 1 ] && [[ $err == *"image classifier"* ]] \
+      && pass "sample of a ViT checkpoint refused in one line (exit 2)" || fail "sample of a ViT (rc $rc): $err"
   else
     fail "ViT on Fashion-MNIST: accuracy '${acc}', eval '$ev', $(grep -E 'error' "$dir/vit.log" | head -2)"
   fi

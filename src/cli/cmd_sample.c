@@ -87,6 +87,11 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
         st = hf ? dt_hf_config(ctx, path, &mc, tokname, sizeof tokname)
                 : dt_model_file_config(ctx, path, &mc, tokname, sizeof tokname);
     if (st != DT_OK) return dt_cli_exit_code(st);
+    if (mc.n_classes > 0) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s is a %s image classifier; sample generates text from a "
+                "language model (use dtrain eval for its accuracy)", path, mc.family);
+        return DT_EXIT_USAGE;
+    }
     dt_tokenizer *tok = NULL;
     if (!strcmp(tokname, "gpt2")) {
         if (!enc || !merges) {
