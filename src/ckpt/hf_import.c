@@ -57,8 +57,10 @@ dt_status dt_hf_config(dt_ctx *ctx, const char *dir, dt_model_config *out, char 
     for (int i = 0; dt_model_families[i]; i++)
         for (int k = 0; dt_model_families[i]->hf_model_types && dt_model_families[i]->hf_model_types[k]; k++) {
             if (!strcmp(type, dt_model_families[i]->hf_model_types[k])) fam = dt_model_families[i];
-            kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", kl ? ", " : "",
-                                   dt_model_families[i]->hf_model_types[k]);
+            if (kl < sizeof known - 1)
+                kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", kl ? ", " : "",
+                                       dt_model_families[i]->hf_model_types[k]);
+            if (kl > sizeof known - 1) kl = sizeof known - 1;
         }
     if (fam) {
         snprintf(out->family, sizeof out->family, "%s", fam->name);

@@ -100,15 +100,16 @@ uint64_t dt_comm_bytes(const dt_comm *c);
  * $DTRAIN_RUN_DIR/watchdog-rank<R>.txt, waits half a second so the other ranks can dump too,
  * and exits with DT_EXIT_HANG. A rank outside any collective for the timeout only writes its
  * file (state "outside"), once. timeout_s: seconds; 0 = off; DT_WATCHDOG_AUTO = follow the
- * job: DT_WATCHDOG_WARM_S until dt_comm_watchdog_arm, then DT_WATCHDOG_MULT x the slowest
- * collective seen since (not counting relaxed ones), at least DT_WATCHDOG_FLOOR_S. */
+ * job: DT_WATCHDOG_WARM_S until dt_comm_watchdog_arm ends the warm-up, then DT_WATCHDOG_MULT x
+ * the slowest collective measured (not counting relaxed ones), at least DT_WATCHDOG_FLOOR_S. */
 #define DT_EXIT_HANG 3
 #define DT_WATCHDOG_AUTO (-1.0)
 #define DT_WATCHDOG_WARM_S 300.0
 #define DT_WATCHDOG_FLOOR_S 25.0
 #define DT_WATCHDOG_MULT 10.0
 void dt_comm_set_watchdog(dt_comm *c, double timeout_s);
-/* Auto mode: warm-up is over (the trainer calls it after its first steps). */
+/* Auto mode, called twice: the first call starts measuring the collectives (the start-up is
+ * behind), the second ends the warm-up (the timeout follows what was measured since). */
 void dt_comm_watchdog_arm(dt_comm *c);
 /* Collectives entered while relaxed (on > 0; calls nest) wait up to DT_WATCHDOG_WARM_S in
  * auto mode and do not count as the slowest: phases whose waits follow disk or data, not

@@ -19,17 +19,18 @@ typedef struct wd_rec {
     int group;
     int relaxed; /* entered while relaxed: the warm bound applies */
     size_t bytes;
-    double t0, t1; /* wall clock (epoch seconds); t1 = 0 while in flight */
+    double t0, t1; /* monotonic seconds (durations, timeouts); t1 = 0 while in flight */
+    double w0;     /* wall clock at the start (epoch seconds: dumps, records) */
 } wd_rec;
 
 typedef struct dt_watchdog {
     pthread_mutex_t mu;
     wd_rec ring[WD_RING];
     uint64_t seq;        /* collectives started */
-    double last_end;     /* wall time the last collective finished (or the watchdog started) */
+    double last_end;     /* monotonic time the last collective finished (or the watchdog started) */
     double timeout;      /* in force for non-relaxed collectives (auto: recomputed) */
-    int auto_mode, armed, relax;
-    double slowest;      /* auto: slowest non-relaxed collective since arming */
+    int auto_mode, measuring, armed, relax;
+    double slowest;      /* auto: slowest non-relaxed collective since measuring began */
     pthread_t th;
     int live, stop, outside_dumped;
     int rank, world;
@@ -39,6 +40,13 @@ typedef struct dt_watchdog {
 static double wall(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Durations and timeouts: immune to clock steps (NTP, a manual date). */
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -53,7 +61,7 @@ static dt_watchdog *wd_get(dt_comm *c) {
         pthread_mutex_init(&w->mu, NULL);
         w->rank = c->rank[DT_GROUP_WORLD];
         w->world = c->size[DT_GROUP_WORLD];
-        w->last_end = wall();
+        w->last_end = mono();
         if (w->world > 1) w->rec = dt_rankrec_open(getenv("DTRAIN_RUN_DIR"), w->rank, w->world);
         c->wd = w;
     }
@@ -70,9 +78,9 @@ int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
     if (!w) return -1;
     pthread_mutex_lock(&w->mu);
     int slot = (int)(w->seq % WD_RING);
-    double t = wall();
-    w->ring[slot] = (wd_rec){++w->seq, op, (int)g, w->relax > 0, bytes, t, 0.0};
-    dt_rankrec_enter(w->rec, w->seq, op, t);
+    double t = mono(), tw = wall();
+    w->ring[slot] = (wd_rec){++w->seq, op, (int)g, w->relax > 0, bytes, t, 0.0, tw};
+    dt_rankrec_enter(w->rec, w->seq, op, tw);
     pthread_mutex_unlock(&w->mu);
     return slot;
 }
@@ -81,17 +89,19 @@ void dt_wd_end(dt_comm *c, int slot) {
     dt_watchdog *w = c->wd;
     if (!w || slot < 0) return;
     pthread_mutex_lock(&w->mu);
-    double t = wall();
+    double t = mono();
     wd_rec *r = &w->ring[slot];
     r->t1 = t;
     w->last_end = t;
     w->outside_dumped = 0;
-    dt_rankrec_leave(w->rec, r->seq, t);
-    if (w->auto_mode && w->armed && !r->relaxed && t - r->t0 > w->slowest) {
+    dt_rankrec_leave(w->rec, r->seq, r->w0 + (t - r->t0));
+    if (w->auto_mode && w->measuring && !r->relaxed && t - r->t0 > w->slowest) {
         w->slowest = t - r->t0;
+        if (!w->armed) goto out; /* measured now, used once armed */
         double to = DT_WATCHDOG_MULT * w->slowest;
         w->timeout = to < DT_WATCHDOG_FLOOR_S ? DT_WATCHDOG_FLOOR_S : to > DT_WATCHDOG_WARM_S ? DT_WATCHDOG_WARM_S : to;
     }
+out:
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -112,10 +122,10 @@ static void dump(dt_watchdog *w, FILE *f, const char *state, const wd_rec *stuck
         const wd_rec *r = &w->ring[(s - 1) % WD_RING];
         if (r->t1 > 0)
             fprintf(f, "  #%llu %s %s %zu B started %.6f took %.3f ms\n", (unsigned long long)r->seq, r->op,
-                    group_name(r->group), r->bytes, r->t0, 1e3 * (r->t1 - r->t0));
+                    group_name(r->group), r->bytes, r->w0, 1e3 * (r->t1 - r->t0));
         else
             fprintf(f, "  #%llu %s %s %zu B started %.6f IN FLIGHT %.1f s\n", (unsigned long long)r->seq, r->op,
-                    group_name(r->group), r->bytes, r->t0, now - r->t0);
+                    group_name(r->group), r->bytes, r->w0, now - r->t0);
     }
 }
 
@@ -126,9 +136,9 @@ static int dead_state(const char *s) {
 
 /* The ranks holding up collective `seq`, from their record files, strongest evidence first:
  * ranks whose process cannot run (stopped, D-state, zombie, gone: visible on this machine
- * only), else ranks without a record or outside every collective short of #seq (computing,
- * or stuck in the kernel), else ranks still inside an earlier collective (waiting on someone
- * themselves). One line each to `f` ("culprit rank=R pid=P last=E age=A host=H op=O
+ * only), else ranks outside every collective short of #seq (computing, or stuck in the
+ * kernel), else ranks without a record (none yet, or a run directory they cannot reach),
+ * else ranks still inside an earlier collective (waiting on someone themselves). One line each to `f` ("culprit rank=R pid=P last=E age=A host=H op=O
  * state=S", S last: it may hold spaces) and a sentence to `msg`. Returns how many. */
 static int culprits(const dt_watchdog *w, uint64_t seq, double now, FILE *f, char *msg, size_t n) {
     const char *dir = getenv("DTRAIN_RUN_DIR");
@@ -136,14 +146,16 @@ static int culprits(const dt_watchdog *w, uint64_t seq, double now, FILE *f, cha
     size_t len = 0;
     msg[0] = 0;
     if (!dir || !*dir) return 0;
-    for (int level = 0; level < 3 && !found; level++)
+    for (int level = 0; level < 4 && !found; level++)
         for (int r = 0; r < w->world; r++) {
             if (r == w->rank) continue;
             dt_rankrec_info in;
             int have = dt_rankrec_read(dir, r, &in) == 0;
             const char *state = have ? dt_rankrec_state(&in) : "no record";
-            int dead = have && dead_state(state), behind = have && in.entered < seq;
-            int cls = dead ? 0 : !have || (behind && in.left == in.entered) ? 1 : behind ? 2 : -1;
+            int behind = have && in.entered < seq;
+            /* "gone" inside #seq is a rank whose own watchdog fired first and exited. */
+            int dead = have && dead_state(state) && (behind || strcmp(state, "gone"));
+            int cls = dead ? 0 : behind && in.left == in.entered ? 1 : !have ? 2 : behind ? 3 : -1;
             if (cls != level) continue;
             double age = have && in.entered ? now - in.t_entered : 0.0;
             if (f)
@@ -165,7 +177,7 @@ static int culprits(const dt_watchdog *w, uint64_t seq, double now, FILE *f, cha
     return found;
 }
 
-static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, double now) {
+static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, double now, double nowall) {
     const char *dir = getenv("DTRAIN_RUN_DIR");
     if (!dir || !*dir) return;
     char path[4200], tmp[4300];
@@ -175,10 +187,10 @@ static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, do
     if (!f) return;
     /* First line, for the supervisor: rank state seq op; then the culprits, then the ring. */
     fprintf(f, "dtrain-watchdog rank=%d state=%s seq=%llu op=%s time=%.3f\n", w->rank, state,
-            (unsigned long long)(stuck ? stuck->seq : w->seq), stuck ? stuck->op : "-", now);
+            (unsigned long long)(stuck ? stuck->seq : w->seq), stuck ? stuck->op : "-", nowall);
     if (stuck) {
         char msg[16];
-        culprits(w, stuck->seq, now, f, msg, sizeof msg);
+        culprits(w, stuck->seq, nowall, f, msg, sizeof msg);
     }
     dump(w, f, state, stuck, now);
     fclose(f);
@@ -196,7 +208,7 @@ static void *wd_main(void *arg) {
             pthread_mutex_unlock(&w->mu);
             return NULL;
         }
-        double now = wall();
+        double now = mono(), nowall = wall();
         const wd_rec *stuck = NULL;
         for (int i = 0; i < WD_RING; i++) {
             const wd_rec *r = &w->ring[i];
@@ -204,13 +216,13 @@ static void *wd_main(void *arg) {
         }
         if (stuck) {
             char who[2048];
-            int n = culprits(w, stuck->seq, now, NULL, who, sizeof who);
+            int n = culprits(w, stuck->seq, nowall, NULL, who, sizeof who);
             fprintf(stderr, "watchdog: ");
             dump(w, stderr, "blocked", stuck, now);
             if (n)
                 fprintf(stderr, "watchdog: rank %d waits in collective #%llu (%s) for %d rank(s) that cannot take part: %s\n",
                         w->rank, (unsigned long long)stuck->seq, stuck->op, n, who);
-            dump_file(w, "blocked", stuck, now);
+            dump_file(w, "blocked", stuck, now, nowall);
             fflush(stderr);
             double lim = limit_of(w, stuck);
             pthread_mutex_unlock(&w->mu);
@@ -225,7 +237,7 @@ static void *wd_main(void *arg) {
         int in_flight = 0;
         for (int i = 0; i < WD_RING; i++) in_flight |= w->ring[i].seq && w->ring[i].t1 == 0;
         if (!in_flight && !w->outside_dumped && now - w->last_end >= w->timeout) {
-            dump_file(w, "outside", NULL, now);
+            dump_file(w, "outside", NULL, now, nowall);
             w->outside_dumped = 1;
         }
         pthread_mutex_unlock(&w->mu);
@@ -238,8 +250,8 @@ void dt_comm_set_watchdog(dt_comm *c, double timeout_s) {
     pthread_mutex_lock(&w->mu);
     w->auto_mode = timeout_s < 0;
     w->timeout = w->auto_mode ? DT_WATCHDOG_WARM_S : timeout_s;
-    w->armed = 0, w->slowest = 0;
-    w->last_end = wall();
+    w->measuring = w->armed = 0, w->slowest = 0;
+    w->last_end = mono();
     int start = (w->auto_mode || timeout_s > 0) && !w->live && c->size[DT_GROUP_WORLD] > 1;
     pthread_mutex_unlock(&w->mu);
     if (start && pthread_create(&w->th, NULL, wd_main, w) == 0) w->live = 1;
@@ -249,10 +261,13 @@ void dt_comm_watchdog_arm(dt_comm *c) {
     dt_watchdog *w = c->wd;
     if (!w) return;
     pthread_mutex_lock(&w->mu);
-    if (w->auto_mode && !w->armed) {
-        w->armed = 1;
+    if (w->auto_mode && !w->measuring) {
+        w->measuring = 1; /* the first call: measure (the start-up collectives are behind us) */
         w->slowest = 0;
-        w->timeout = DT_WATCHDOG_FLOOR_S;
+    } else if (w->auto_mode && !w->armed) {
+        w->armed = 1;     /* the second: the measured slowest sets the timeout */
+        double to = DT_WATCHDOG_MULT * w->slowest;
+        w->timeout = to < DT_WATCHDOG_FLOOR_S ? DT_WATCHDOG_FLOOR_S : to > DT_WATCHDOG_WARM_S ? DT_WATCHDOG_WARM_S : to;
     }
     pthread_mutex_unlock(&w->mu);
 }

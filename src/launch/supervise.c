@@ -130,7 +130,15 @@ static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a) {
 static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace, int *code, attempt_info *a,
                              int *preempted, int attempt, double failed_at) {
     int po[2], pe[2];
-    if (pipe(po) != 0 || pipe(pe) != 0) return dt_fail(ctx, DT_ERR_BACKEND, PFX "pipe: %s", strerror(errno));
+    line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le); /* before mpirun starts */
+    if (!lo || !le) {
+        free(lo), free(le);
+        return dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory");
+    }
+    if (pipe(po) != 0 || pipe(pe) != 0) {
+        free(lo), free(le);
+        return dt_fail(ctx, DT_ERR_BACKEND, PFX "pipe: %s", strerror(errno));
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, po[1], STDOUT_FILENO);
@@ -150,9 +158,9 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     if (err) {
         close(po[0]);
         close(pe[0]);
+        free(lo), free(le);
         return dt_fail(ctx, DT_ERR_BACKEND, PFX "cannot start %s: %s", job->argv[0], strerror(err));
     }
-    line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le);
     int open_o = 1, open_e = 1, exited = 0, status = 0, forwarded = 0;
     double term_at = 0, kill_at = 0, fwd_t = 0;
     int fwd_count = 0, told = 0, fail_told = 0;
@@ -289,7 +297,7 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
                     /* Culprits from the first dump only: the ranks that fired later saw the
                      * job already coming down (peers gone). */
                     int authoritative = t == first || first == 0;
-                    if (s > h->seq) {
+                    if (authoritative && h->seq < 0) { /* the collective the first dump timed out in */
                         h->seq = s;
                         snprintf(h->op, sizeof h->op, "%s", o);
                     }
@@ -312,24 +320,21 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
             }
             fclose(f);
         }
-    /* No dump named anyone (no records when the watchdogs fired): the ranks behind the
-     * stuck collective, from their own records, as seen now. */
-    const int from_dumps = h->culprit[0] != 0;
-    for (int r = 0; h->seq >= 0 && !from_dumps && r < nranks; r++) {
-        dt_rankrec_info in;
-        if (named[r] || dt_rankrec_read(dir, r, &in) != 0 || (long)in.entered >= h->seq) continue;
-        add_culprit(h, r, in.host, in.pid, dt_rankrec_state(&in), (long)in.entered, in.op, 0.0);
-        named[r] = 1;
-    }
-    /* Still nobody: every rank entered it. A rank inside it whose watchdog never reported
-     * (a stopped process runs no thread) is the suspect. */
-    for (int r = 0; h->seq >= 0 && !h->culprit[0] && r < nranks; r++) {
-        char p[4200];
-        snprintf(p, sizeof p, "%s/watchdog-rank%d.txt", dir, r);
-        dt_rankrec_info in;
-        if (access(p, F_OK) == 0 || dt_rankrec_read(dir, r, &in) != 0) continue;
-        add_culprit(h, r, in.host, in.pid, "inside it, silent: no watchdog report", (long)in.entered, in.op, 0.0);
-    }
+    /* No dump named anyone (no records when the watchdogs fired): from the records, as seen
+     * now, the ranks outside every collective short of the stuck one; failing those, the
+     * ranks inside it whose watchdog never reported (a stopped process runs no thread). */
+    for (int level = 0; level < 2 && h->seq >= 0 && !h->culprit[0]; level++)
+        for (int r = 0; r < nranks; r++) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/watchdog-rank%d.txt", dir, r);
+            dt_rankrec_info in;
+            if (named[r] || dt_rankrec_read(dir, r, &in) != 0) continue;
+            if (level == 0 && (long)in.entered < h->seq && in.left == in.entered)
+                add_culprit(h, r, in.host, in.pid, dt_rankrec_state(&in), (long)in.entered, in.op, 0.0);
+            else if (level == 1 && (long)in.entered == h->seq && in.left < in.entered && access(p, F_OK) != 0)
+                add_culprit(h, r, in.host, in.pid, "inside it, silent: no watchdog report", (long)in.entered, in.op,
+                            0.0);
+        }
     free(named);
 }
 
@@ -342,7 +347,7 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
  * writes those that answered within PROBE_TIMEOUT_S into `alive` (same syntax) and their
  * slots into *slots; the others are named in `gone`. */
 static void probe_hosts(const dt_launch_cfg *cfg, const char *hosts, char *alive, size_t na, char *gone, size_t ng,
-                        int *slots) {
+                        int *slots, int *nalive) {
     char names[MAX_HOSTS][160];
     int sl[MAX_HOSTS], n = 0;
     pid_t pid[MAX_HOSTS];
@@ -410,8 +415,15 @@ static void probe_hosts(const dt_launch_cfg *cfg, const char *hosts, char *alive
     size_t la = 0, lg = 0;
     alive[0] = gone[0] = 0;
     *slots = 0;
+    *nalive = 0;
+    if (*p) { /* more hosts than probed: keep them all rather than drop some unseen */
+        snprintf(alive, na, "%s", hosts);
+        snprintf(gone, ng, "%s", "");
+        return;
+    }
     for (int i = 0; i < n; i++) {
         if (ok[i]) {
+            (*nalive)++;
             la += (size_t)snprintf(alive + la, na - la, "%s%s:%d", la ? "," : "", names[i], sl[i]);
             *slots += sl[i];
         } else {
@@ -549,9 +561,13 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
             double tp = now_s();
             int slots = 0;
             char gone[1024];
-            probe_hosts(&cur, cur.hosts, alive_hosts[attempt % 2], sizeof alive_hosts[0], gone, sizeof gone, &slots);
+            int nalive = 0;
+            probe_hosts(&cur, cur.hosts, alive_hosts[attempt % 2], sizeof alive_hosts[0], gone, sizeof gone, &slots,
+                        &nalive);
             if (gone[0]) {
-                int n = slots < cur.nranks ? slots : cur.nranks;
+                /* --ranks-per-node K places K ranks on each host, whatever its slots. */
+                int cap = cur.ranks_per_node > 0 ? cur.ranks_per_node * nalive : slots;
+                int n = cap < cur.nranks ? cap : cur.nranks;
                 if (n < sc->min_ranks) {
                     SV_LOG("giving up: host(s) %s did not answer a probe (%.1f s); %d rank(s) left, fewer than "
                            "--min-ranks %d", gone, now_s() - tp, n, sc->min_ranks);

@@ -67,8 +67,9 @@ const char *dt_model_preset_list(void) {
     size_t len = 0;
     for (int i = 0; dt_model_families[i]; i++)
         for (int j = 0; dt_model_families[i]->presets[j]; j++)
-            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? ", " : "",
-                                    dt_model_families[i]->presets[j]);
+            if (len < sizeof buf - 1) /* snprintf returns what it would have written */
+                len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? ", " : "",
+                                        dt_model_families[i]->presets[j]);
     return buf;
 }
 
@@ -92,8 +93,9 @@ dt_status dt_model_config_validate(dt_ctx *ctx, dt_model_config *c) {
         size_t len = 0;
         known[0] = 0;
         for (int i = 0; dt_model_families[i]; i++)
-            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
-                                    dt_model_families[i]->name);
+            if (len < sizeof known - 1)
+                len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
+                                        dt_model_families[i]->name);
         return dt_fail(ctx, DT_ERR_CONFIG, "model.family: unknown family '%s' (known: %s)", c->family, known);
     }
     snprintf(c->family, sizeof c->family, "%s", f->name);
@@ -131,8 +133,9 @@ void dt_model_describe(const dt_model_config *c, char *buf, size_t n) {
     for (int i = 0; f && f->file_fields[i] && len < n; i++)
         for (int k = 0; k < dt_model_cfg_nfields; k++)
             if (!strcmp(dt_model_cfg_fields[k].name, f->file_fields[i]))
-                len += (size_t)snprintf(buf + len, n - len, " %s %g", f->file_fields[i],
-                                        dt_model_cfg_get(c, &dt_model_cfg_fields[k]));
+                if (len < n - 1)
+                    len += (size_t)snprintf(buf + len, n - len, " %s %g", f->file_fields[i],
+                                            dt_model_cfg_get(c, &dt_model_cfg_fields[k]));
 }
 
 dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,

@@ -336,7 +336,11 @@ static dt_status resume_find(dt_ctx *ctx, const dt_run_cfg *cfg, dt_comm *comm, 
             st = DT_OK;
         } else buf[0] = 'E';
     }
-    DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, buf, sizeof buf, 0));
+    /* The others wait while rank 0 hashes the checkpoint's files: the disk's pace. */
+    dt_comm_watchdog_relax(comm, 1);
+    dt_status bst = dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, buf, sizeof buf, 0);
+    dt_comm_watchdog_relax(comm, 0);
+    DT_CHECK(bst);
     if (buf[0] == 'E')
         return ctx->rank == 0 ? st : dt_fail(ctx, DT_ERR_IO, "checkpoint.resume: rank 0 found no usable checkpoint");
     *found = buf[0] == 'F';
@@ -428,25 +432,34 @@ static dt_status rollback(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_c
                           float loss, double median, long *s, int *rolled) {
     *rolled = 0;
     DT_CHECK(save_commit(ctx, r, comm, cfg)); /* a save in flight is the newest candidate */
+    /* Rank 0 finds the newest intact step (hashing its files) and checks that it precedes
+     * the spike; "F<dir>" or "N", to everyone. */
     char buf[DT_PATH_MAX + 16];
     memset(buf, 0, sizeof buf);
+    buf[0] = 'N';
     if (ctx->rank == 0) {
         char dir[DT_PATH_MAX + 8];
         dt_ctx quiet = *ctx;
-        if (dt_ckpt_find(&quiet, cfg->ckpt_dir, dir, sizeof dir) == DT_OK) snprintf(buf, sizeof buf, "F%s", dir);
+        dt_ckpt_trainer tj;
+        if (dt_ckpt_find(&quiet, cfg->ckpt_dir, dir, sizeof dir) == DT_OK &&
+            dt_ckpt_read_trainer(&quiet, dir, &tj) == DT_OK && tj.step < step)
+            snprintf(buf, sizeof buf, "F%s", dir);
     }
-    DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, buf, sizeof buf, 0));
+    dt_comm_watchdog_relax(comm, 1);
+    dt_status st = dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, buf, sizeof buf, 0);
+    dt_comm_watchdog_relax(comm, 0);
+    DT_CHECK(st);
     if (buf[0] != 'F') {
-        if (ctx->rank == 0) dt_log_warn(ctx, "training.spike_rollback: no checkpoint to roll back to at step %ld", step);
+        if (ctx->rank == 0)
+            dt_log_warn(ctx, "training.spike_rollback: no intact checkpoint before step %ld to roll back to", step);
         return DT_OK;
     }
     const uint64_t past = dt_loader_cursor(r->loader); /* the data after the spike's step */
     long to;
     dt_comm_watchdog_relax(comm, 1);
-    dt_status st = load_step(ctx, r, cfg, buf + 1, world, &to);
+    st = load_step(ctx, r, cfg, buf + 1, world, &to);
     dt_comm_watchdog_relax(comm, 0);
     DT_CHECK(st);
-    if (to >= step) return DT_OK; /* the spike's own step is saved: nothing to undo */
     const uint64_t from = dt_loader_cursor(r->loader);
     DT_CHECK(dt_loader_seek(ctx, r->loader, past));
     *s = to;
@@ -580,7 +593,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         test_aids_after_step(&r, s, rank);
         /* fault.collective_timeout auto: the first 10 steps of a process (start-up, JIT, page
          * faults, a resume's first collectives) run under the warm-up bound. */
-        if (s == start + 10) dt_comm_watchdog_arm(comm);
+        if (s == start + 2 || s == start + 10) dt_comm_watchdog_arm(comm); /* measure, then arm */
         if (cfg->coll_timeout < 0 && rank == 0 && s >= start + 10) {
             double slowest, to = dt_comm_watchdog_timeout(comm, &slowest);
             if (to > 0 && (r.wd_reported <= 0 || fabs(to - r.wd_reported) > 0.2 * r.wd_reported)) {

@@ -21,14 +21,15 @@ typedef struct preset {
 
 /* The last three are the published shapes (config.json of TinyLlama-1.1B, Llama-3.2-1B and
  * Mistral-7B-v0.1) for memory planning and the batch finder. dtrain implements neither
- * Llama 3's rope scaling (it changes positions beyond 8192) nor Mistral's sliding window
- * (sequences beyond 4096): up to those lengths the models compute what the originals do. */
+ * Llama 3's rope scaling (it changes positions beyond 8192) nor Mistral's sliding window:
+ * mistral-7b's context is its 4096-token window (what the HF import derives too), and up to
+ * those lengths the models compute what the originals do. */
 static const preset presets[] = {
     {"llama-tiny", 2, 64, 4, 2, 176, 256, 64, 1, 10000.0f, 1e-5f},
     {"llama-100m", 12, 768, 12, 4, 2048, 32000, 1024, 0, 10000.0f, 1e-5f},
     {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 1, 10000.0f, 1e-5f},
     {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 0, 500000.0f, 1e-5f},
-    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768, 1, 10000.0f, 1e-5f},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, 10000.0f, 1e-5f},
 };
 static const char *const preset_names[] = {"llama-tiny", "llama-100m", "tinyllama-1.1b",
                                            "llama-3.2-1b", "mistral-7b", NULL};
