@@ -44,10 +44,16 @@ dtrain's learning-rate schedule (the same function as for GPT-2).
 Only torch and math are used.
 """
 import math
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.dont_write_bytecode = True  # keep tests/ref free of __pycache__
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_torch import count_params, lr_at, param_groups  # noqa: E402,F401  dtrain's schedule (and rules) in one place
 
 DEFAULT_ROPE_THETA = 10000.0
 DEFAULT_NORM_EPS = 1e-5
@@ -210,26 +216,3 @@ def llama_init_(model, std=0.02, generator=None):
             else:
                 p.normal_(0.0, std, generator=generator)
     return model
-
-
-def param_groups(model, weight_decay):
-    """Two AdamW groups: 2-D tensors (embed_tokens, lm_head, the seven matrices per layer) decay;
-    the RMSNorm weights do not."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
-def lr_at(step, max_lr, min_lr, warmup, total_steps):
-    """dtrain's schedule for 0-based step: linear warmup, cosine to min_lr, then min_lr."""
-    if step < warmup:
-        return max_lr * (step + 1) / warmup
-    if step >= total_steps:
-        return min_lr
-    ratio = (step - warmup) / (total_steps - warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
-
-
-def count_params(model):
-    return sum(p.numel() for p in model.parameters())

@@ -47,10 +47,16 @@ and dtrain's learning-rate schedule (the same function as for GPT-2).
 Torch >= 1.12 (F.gelu(approximate="tanh")); only torch and math are used.
 """
 import math
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.dont_write_bytecode = True  # keep tests/ref free of __pycache__
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_torch import count_params, lr_at  # noqa: E402,F401  dtrain's schedule (and rules) in one place
 
 LN_EPS = 1e-5
 GELU_APPROXIMATE = "tanh"         # F.gelu's approximate= ("none" is timm's erf GELU)
@@ -198,17 +204,3 @@ def param_groups(model, weight_decay):
     no_decay = [p for n, p in named if not (p.dim() >= 2 and n not in NO_DECAY_2D)]
     return [{"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
-
-
-def lr_at(step, max_lr, min_lr, warmup, total_steps):
-    """dtrain's schedule for 0-based step: linear warmup, cosine to min_lr, then min_lr."""
-    if step < warmup:
-        return max_lr * (step + 1) / warmup
-    if step >= total_steps:
-        return min_lr
-    ratio = (step - warmup) / (total_steps - warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
-
-
-def count_params(model):
-    return sum(p.numel() for p in model.parameters())
