@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_SCHED } key_type;
+/* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. */
+typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED } key_type;
 
 typedef struct key_def {
     const char *key;
@@ -84,7 +85,7 @@ static const key_def keys[] = {
     NUM("checkpoint.async", K_BOOL, ckpt_async, "write checkpoints on a background thread: a step pays only for a copy"),
     NUM("checkpoint.max_failures", K_INT, ckpt_max_failures, "consecutive failed saves (disk full, I/O error) before training stops"),
     STR("checkpoint.resume", resume, "resume from: latest (checkpoint.dir's newest intact step), auto (same, or start fresh if none), a directory, or '' (no)"),
-    NUM("fault.collective_timeout", K_FLOAT, coll_timeout, "seconds a collective may block before the watchdog names the ranks that never entered it and aborts (0 = off; auto = 300 s for the first 10 steps, then 10 x the slowest collective, at least 25 s)"),
+    NUM("fault.collective_timeout", K_FLOAT_AUTO, coll_timeout, "seconds a collective may block before the watchdog names the ranks holding it up and aborts (0 = off; auto = 300 s for the first 10 steps, then 10 x the slowest collective, at least 25 s)"),
     NUM("fault.preempt_grace", K_FLOAT, preempt_grace, "seconds between SIGTERM/SIGUSR1 and the clean exit, checkpoint included (warned about if exceeded)"),
     STR("parallel.strategy", strategy, "ddp|zero1|zero2|zero3, or FSDP's no_shard|shard_grad_op|full_shard|hybrid_shard"),
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
@@ -215,11 +216,13 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         *(uint64_t *)dst = (uint64_t)v;
         break;
     }
-    case K_FLOAT: {
-        if (!strcmp(key, "fault.collective_timeout") && !strcmp(value, "auto")) {
+    case K_FLOAT_AUTO:
+        if (!strcmp(value, "auto")) {
             *(float *)dst = -1.0f;
             break;
         }
+        /* fall through */
+    case K_FLOAT: {
         float v = strtof(value, &end);
         if (end == value || *end || errno == ERANGE || !isfinite(v))
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: expected a number, got '%s'", key, value);
@@ -390,12 +393,14 @@ static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg
     case K_INT: snprintf(buf, n, "%d", *(const int *)p); break;
     case K_LONG: snprintf(buf, n, "%ld", *(const long *)p); break;
     case K_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-    case K_FLOAT: { /* the shortest text that reads back as the same float: 0.0006, not 0.000600000028 */
-        float v = *(const float *)p;
-        if (!strcmp(k->key, "fault.collective_timeout") && v == -1.0f) {
+    case K_FLOAT_AUTO:
+        if (*(const float *)p == -1.0f) {
             snprintf(buf, n, "auto");
             break;
         }
+        /* fall through */
+    case K_FLOAT: { /* the shortest text that reads back as the same float: 0.0006, not 0.000600000028 */
+        float v = *(const float *)p;
         if (v == floorf(v) && fabsf(v) < 1e9f) { /* 30, not 3e+01 */
             snprintf(buf, n, "%.0f", (double)v);
             break;
