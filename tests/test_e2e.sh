@@ -141,6 +141,10 @@ else
     err=$("$bin" sample "$dir/vit" --prompt "a" 2>&1); rc=$?
     [ $rc = 2 ] && [ "$(echo "$err" | grep -c error)" = 1 ] && [[ $err == *"image classifier"* ]] \
       && pass "sample of a ViT checkpoint refused in one line (exit 2)" || fail "sample of a ViT (rc $rc): $err"
+    err=$("$bin" ckpt export --hf "$dir/vit" "$dir/vit_hf" 2>&1); rc=$?
+    [ $rc -ne 0 ] && [ ! -e "$dir/vit_hf/model.safetensors" ] && [ "$(echo "$err" | grep -c error)" = 1 ] \
+      && [[ $err == *"no Hugging Face export"* ]] \
+      && pass "HF export of a ViT refused in one line, nothing written" || fail "HF export of a ViT: $err"
   else
     fail "ViT on Fashion-MNIST: accuracy '${acc}', eval '$ev', $(grep -E 'error' "$dir/vit.log" | head -2)"
   fi
