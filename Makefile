@@ -39,6 +39,7 @@ fuzz: deps
 # ZeRO-3, bitwise against an uninterrupted run) after the regular suite.
 test-long: test
 	@bash tests/long/kill_storm.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/storm
+	@bash tests/test_memory.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/memory-long gpt2 llama-100m vit-b16
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)/dtrain

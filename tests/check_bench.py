@@ -122,7 +122,8 @@ def cmd_run(f, world, repeats, steps):
     assert [r["rank"] for r in d["memory"]] == list(range(world))
     for r in d["memory"]:
         assert r["params"] > 0 and r["activations"] > 0 and r["rss"] > r["total"] / 2
-        assert r["total"] == sum(r[k] for k in ("params", "grads", "optimizer", "activations", "other"))
+        assert r["total"] == sum(r[k] for k in ("params", "grads", "optimizer", "activations", "comm", "other"))
+        assert r["plan"] == r["total"], f"memory plan {r['plan']} != allocator high-water {r['total']}"
     if world > 1:
         assert s["comm_total_s"] > 0 and s["comm_bytes_step"] > 0
     assert close(s["comm_overhead"], s["comm_exposed_s"] / st["mean"])

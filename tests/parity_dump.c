@@ -3,7 +3,8 @@
  * logits, loss, every parameter gradient, and the losses and grad norms of 10 AdamW steps
  * with warm-up/cosine schedule, clipping and 2 accumulation micro-steps, then the weights and
  * both Adam moments after them (dtrain.safetensors).
- * The model is small but has every feature: vocabulary padding (300 -> 384), head size 12
+ * The model is small but has every feature: vocabulary padding (1000 -> 1024), a vocabulary
+ * stored as several chunk units (params.h: the embedding and head run chunk by chunk), head size 12
  * (not a multiple of the vector width), 2 layers. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +32,11 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     dt_train_cfg_defaults(&cfg);
     cfg.preset[0] = 0;
     if (!strcmp(family, "gpt2"))
-        cfg.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 300, .context = 32};
+        cfg.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 1000, .context = 32};
     else if (!strcmp(family, "llama") || !strcmp(family, "llama-mqa"))
         /* d_ff 72 and head size 12: neither a multiple of the vector width. */
         cfg.model = (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4,
-                                      .n_kv_head = family[5] ? 1 : 2, .d_ff = 72, .vocab = 300,
+                                      .n_kv_head = family[5] ? 1 : 2, .d_ff = 72, .vocab = 1000,
                                       .context = 32, .untied = !family[5], .rope_theta = 500.0f,
                                       .norm_eps = 1e-5f};
     else if (!strcmp(family, "vit"))

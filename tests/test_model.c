@@ -179,6 +179,65 @@ static void test_layout_tiles_the_slab_and_init_follows_gpt2(void **state) {
     assert_int_equal(a.total_cur, 0);
 }
 
+/* Units (params.h): a vocabulary larger than a layer is cut into row chunks of at most a
+ * layer, each its own unit; units tile the index space in order; no unit exceeds a layer. */
+static void test_vocabulary_chunks_are_units(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_alloc a;
+    dt_alloc_init(&a);
+    /* gpt2: wte 2048 x 48 = 98304 floats, a layer 12*48*48 + 13*48 = 28272: 4 chunks of 512 rows. */
+    dt_model_config c = {.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 2000, .context = 32};
+    dt_model m;
+    assert_int_equal(dt_model_init(&ctx, &m, &c, &a, 1, 8, DT_SLAB_PARAMS), DT_OK);
+    const dt_params *ps = &m.ps;
+    assert_int_equal(ps->layer_floats, 28272);
+    assert_int_equal(dt_params_chunks(ps, DT_GPT2_P_WTE), 4);
+    assert_int_equal(ps->n_units, 4 + 1 + 2 + 1); /* wte chunks, wpe, layers, ln_f */
+    assert_int_equal(ps->n_pre_units, 5);
+    assert_int_equal(ps->tensors[DT_GPT2_P_WPE].unit, 4);
+    assert_int_equal(ps->tensors[DT_GPT2_P_LNFW].unit, DT_UNIT_POST0(ps));
+    for (int k = 0; k < 4; k++) {
+        int u;
+        size_t r0, rows;
+        dt_params_chunk(ps, DT_GPT2_P_WTE, k, &u, &r0, &rows);
+        assert_int_equal(u, k);
+        assert_int_equal(r0, (size_t)k * 512);
+        assert_int_equal(rows, 512);
+        assert_int_equal(ps->unit_lo[u], r0 * 48);
+        assert_int_equal(ps->unit_len[u], 512 * 48);
+    }
+    size_t at = 0;
+    for (int u = 0; u < ps->n_units; u++) {
+        assert_int_equal(ps->unit_lo[u], at);
+        assert_true(ps->unit_len[u] > 0 && ps->unit_len[u] <= ps->layer_floats);
+        at += ps->unit_len[u];
+    }
+    assert_int_equal(at, ps->n_params);
+    dt_model_free(&m);
+    /* llama, untied, vocabulary 3000 (padded 3072): the embedding and the head are chunked,
+     * the last chunk shorter; the final norm is a unit of its own between the layers and the head. */
+    dt_model_config l = {.family = "llama", .n_layer = 1, .d_model = 32, .n_head = 4, .n_kv_head = 2,
+                         .d_ff = 64, .vocab = 3000, .context = 16, .untied = 1};
+    assert_int_equal(dt_model_init(&ctx, &m, &l, &a, 1, 8, DT_SLAB_PARAMS), DT_OK);
+    /* layer: norms 2*32, q 32x32, k and v 16x32 each, o 32x32, gate/up 2x64x32, down 32x64 = 9280 */
+    assert_int_equal(m.ps.layer_floats, 9280);
+    int K = dt_params_chunks(&m.ps, DT_LLAMA_P_EMBED);
+    assert_int_equal(K, 11); /* 98304 / 9280 -> 11 chunks of 280 rows, the last 272 */
+    int u;
+    size_t r0, rows;
+    dt_params_chunk(&m.ps, DT_LLAMA_P_LM_HEAD, K - 1, &u, &r0, &rows);
+    assert_int_equal(u, m.ps.n_units - 1);
+    assert_int_equal(r0, 2800);
+    assert_int_equal(rows, 272);
+    assert_int_equal(m.ps.tensors[DT_LLAMA_P_NORM].unit, DT_UNIT_POST0(&m.ps));
+    assert_int_equal(m.ps.tensors[DT_LLAMA_P_LM_HEAD].unit, DT_UNIT_POST0(&m.ps) + 1);
+    assert_int_equal(m.ps.n_units, 11 + 1 + 1 + 11);
+    dt_model_free(&m);
+    assert_int_equal(a.total_cur, 0);
+}
+
 /* The trainer tests run once per family: state is "gpt2", "llama" or "vit". */
 static const char *g_family = "gpt2";
 
@@ -496,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_bad_shapes_are_refused_naming_the_key),
         cmocka_unit_test(test_presets_and_parameter_counts),
         cmocka_unit_test(test_layout_tiles_the_slab_and_init_follows_gpt2),
+        cmocka_unit_test(test_vocabulary_chunks_are_units),
         cmocka_unit_test(test_llama_presets_and_published_parameter_counts),
         cmocka_unit_test(test_llama_layout_names_and_init),
         cmocka_unit_test(test_vit_presets_layout_and_rules),

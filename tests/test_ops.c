@@ -220,13 +220,29 @@ static void encoder_cases(void) {
     tu_to_double(c.g, g, n);
     double *rdwte = tu_malloc(V * C * 8), *rdwpe = tu_malloc(T * C * 8);
     printf("encoder B=%d T=%d C=%d V=%d\n", B, T, C, V);
-    dt_encoder_forward(out, tok, wte, wpe, B, T, C);
+    dt_encoder_forward(out, tok, wte, 0, V, B * T, C);
+    dt_pos_forward(out, wpe, B, T, C);
     enc_loss(&c);
     tu_report("forward", tu_rel_err(out, c.out, n), FWD_TOL);
-    dt_encoder_backward(dwte, dwpe, g, tok, B, T, C);
+    dt_encoder_backward(dwte, 0, V, g, tok, B * T, C);
+    dt_pos_backward(dwpe, g, B, T, C);
     dt_ref_encoder_backward(rdwte, rdwpe, c.g, tok, B, T, C);
     tu_report("backward dwte", tu_rel_err(dwte, rdwte, V * C), BWD_TOL);
     tu_report("backward dwpe", tu_rel_err(dwpe, rdwpe, T * C), BWD_TOL);
+    /* Vocabulary chunks (ZeRO-3 gathers the embedding chunk by chunk): rows [0,4), [4,8),
+     * [8,V) called one by one give the bits of one call over all rows. */
+    float *out2 = tu_malloc(n * 4), *dwte2 = tu_malloc(V * C * 4);
+    memset(out2, 0, n * 4);
+    for (int r0 = 0; r0 < V; r0 += 4) {
+        int rows = V - r0 < 4 ? V - r0 : 4;
+        dt_encoder_forward(out2, tok, wte + (size_t)r0 * C, r0, rows, B * T, C);
+        dt_encoder_backward(dwte2 + (size_t)r0 * C, r0, rows, g, tok, B * T, C);
+    }
+    dt_pos_forward(out2, wpe, B, T, C);
+    assert_memory_equal(out2, out, n * 4);
+    assert_memory_equal(dwte2, dwte, (size_t)V * C * 4);
+    printf("  chunked rows: same bits as one call\n");
+    free(out2); free(dwte2);
     tu_report("ref dwte vs finite differences", tu_fd_rel_err(c.wte, V * C, enc_loss, &c, rdwte), FD_TOL);
     tu_report("ref dwpe vs finite differences", tu_fd_rel_err(c.wpe, T * C, enc_loss, &c, rdwpe), FD_TOL);
     free(wte); free(wpe); free(g); free(out); free(dwte); free(dwpe); free(c.wte); free(c.wpe);
@@ -384,7 +400,8 @@ static void run_all_kernels(float *out, size_t nout, int N, int C) {
     dt_gelu_backward(dge, x, g, (int)nc);
     dt_crossentropy_forward(loss, lse, logits, tok, N, V, Vp);
     dt_crossentropy_backward(dlog, logits, lse, tok, 0.5f, N, V, Vp);
-    dt_encoder_backward(dwte, dwpe, g, tok, 2, T, C);
+    dt_encoder_backward(dwte, 0, V, g, tok, 2 * T, C);
+    dt_pos_backward(dwpe, g, 2, T, C);
     float *mw = tu_malloc((size_t)C * C * 4); /* the GEMM part is oneDNN's: not compared */
     dt_matmul_backward(NULL, mw, dbias, g, x, x, N, C, C);
     free(mw);

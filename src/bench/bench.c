@@ -133,10 +133,10 @@ fail:
 }
 
 const char *const dt_bench_mem_names[DT_BENCH_MEM_N] = {"params", "grads", "optimizer", "activations",
-                                                        "other", "total", "rss"};
+                                                        "comm", "other", "total", "plan", "rss"};
 
 /* Every rank's memory columns on every rank: each fills its row of a zeroed table, then a sum. */
-static dt_status gather_memory(dt_ctx *ctx, dt_comm *comm, dt_bench_suite *s) {
+static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, dt_bench_suite *s) {
     int W = s->world, me = dt_comm_rank(comm, DT_GROUP_WORLD);
     s->mem = calloc((size_t)W * DT_BENCH_MEM_N, sizeof *s->mem);
     if (!s->mem) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
@@ -145,6 +145,7 @@ static dt_status gather_memory(dt_ctx *ctx, dt_comm *comm, dt_bench_suite *s) {
         const size_t *pk = s->runs[i].mem_peak;
         int64_t v[DT_BENCH_MEM_N] = {(int64_t)pk[DT_MEM_PARAMS], (int64_t)pk[DT_MEM_GRADS],
                                      (int64_t)pk[DT_MEM_OPTIM], (int64_t)pk[DT_MEM_ACTS],
+                                     (int64_t)pk[DT_MEM_COMM],
                                      (int64_t)(pk[DT_MEM_SCRATCH] + pk[DT_MEM_OTHER]), 0, 0};
         for (int k = 0; k < DT_BENCH_MEM_OTHER + 1; k++) {
             if (v[k] > row[k]) row[k] = v[k];
@@ -152,6 +153,11 @@ static dt_status gather_memory(dt_ctx *ctx, dt_comm *comm, dt_bench_suite *s) {
     }
     for (int k = 0; k <= DT_BENCH_MEM_OTHER; k++) row[DT_BENCH_MEM_TOTAL] += row[k];
     row[DT_BENCH_MEM_RSS] = (int64_t)dt_bench_rss_hwm();
+    size_t plan[DT_MEM_NKINDS];
+    int node = dt_comm_size(comm, DT_GROUP_NODE);
+    int me_p = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
+    DT_CHECK(dt_trainer_mem_plan(ctx, cfg, W, node, me_p, plan));
+    for (int k = 0; k < DT_MEM_NKINDS; k++) row[DT_BENCH_MEM_PLAN] += (int64_t)plan[k];
     /* Compute per timed step (the straggler view): every rank's, like the memory columns. */
     s->compute_ms = calloc((size_t)W, sizeof *s->compute_ms);
     if (!s->compute_ms) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
@@ -227,7 +233,7 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
     s->flops_per_token = s->runs[0].flops_per_token;
     s->n_params = s->runs[0].n_params;
     reduce(s, cfg);
-    return gather_memory(ctx, comm, s);
+    return gather_memory(ctx, cfg, comm, s);
 }
 
 void dt_bench_suite_free(dt_bench_suite *s) {

@@ -118,7 +118,8 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
             s->comm_total_s * 1e3, s->comm_exposed_s * 1e3, 100 * s->comm_exposed_s / total,
             s->comm_bytes_step / 1e6);
 
-    fprintf(f, "# memory per rank (MiB): allocator high-water by kind, and the process's VmHWM\n");
+    fprintf(f, "# memory per rank (MiB): allocator high-water by kind, the memory plan (equal to the total), "
+               "and the process's VmHWM\n");
     fprintf(f, "# %-5s", "rank");
     for (int k = 0; k < DT_BENCH_MEM_N; k++) fprintf(f, " %-11s", dt_bench_mem_names[k]);
     fprintf(f, "\n");

@@ -258,49 +258,45 @@ static void usage(void) {
 
 /* ---- --find-batch */
 
-/* Allocator bytes per rank by kind for micro-batch B (max over ranks): a trainer is built,
- * measured and freed. */
-static dt_status measure_batch(dt_ctx *ctx, const dt_train_cfg *base, dt_comm *comm, int B, int64_t *kinds) {
+/* The memory plan for micro-batch B by kind (dt_trainer_mem_plan, max over ranks). */
+static dt_status plan_batch(dt_ctx *ctx, const dt_train_cfg *base, dt_comm *comm, long B, double *kinds) {
     dt_train_cfg c = *base;
-    c.micro_batch = B;
-    dt_trainer tr;
-    DT_CHECK(dt_trainer_init(ctx, &tr, &c, comm));
-    for (int k = 0; k < DT_MEM_NKINDS; k++) kinds[k] = (int64_t)tr.alloc.peak[k];
-    dt_trainer_free(&tr);
-    return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, kinds, DT_MEM_NKINDS, DT_I64, DT_MAX);
+    c.micro_batch = (int)B;
+    size_t bytes[DT_MEM_NKINDS];
+    int node = dt_comm_size(comm, DT_GROUP_NODE);
+    int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
+    DT_CHECK(dt_trainer_mem_plan(ctx, &c, dt_comm_size(comm, DT_GROUP_WORLD), node, me, bytes));
+    for (int k = 0; k < DT_MEM_NKINDS; k++) kinds[k] = (double)bytes[k];
+    return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, kinds, DT_MEM_NKINDS, DT_F64, DT_MAX);
 }
 
-/* Every size is affine in the micro-batch (activations and scratch grow with B x T, model
- * state does not), so two trainers (B = 1, 2) give the plan for any B; the pick is then
- * built and stepped once to check the plan against the allocator and the process's VmHWM. */
+/* The memory plan (dt_trainer_mem_plan: the allocator's high-water, by formula) for doubling
+ * micro-batches; the pick is then built and stepped once to check the plan against the
+ * allocator and the process's VmHWM. */
 static dt_status find_batch(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, size_t budget, int print) {
-    int64_t m1[DT_MEM_NKINDS], m2[DT_MEM_NKINDS];
     double base = (double)dt_proc_bytes("/proc/self/status", "VmRSS"); /* code, libraries, MPI: what the process holds before any trainer */
     DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, &base, 1, DT_F64, DT_MAX));
-    DT_CHECK(measure_batch(ctx, cfg, comm, 1, m1));
-    DT_CHECK(measure_batch(ctx, cfg, comm, 2, m2));
     if (print) {
         printf("# find-batch: largest micro-batch whose planned memory per rank fits %.1f MiB "
                "(seq %d, %s, grad_accum %d)\n",
                budget / 1048576.0, cfg->seq_len, dt_strategy_name(cfg->parallel.strategy), cfg->accum);
-        printf("# plan = process baseline (VmRSS before training, %.1f MiB) + allocator bytes by kind, each a + b x B\n",
-               base / 1048576.0);
-        printf("# %-11s %-10s %-10s %-10s %-12s %-10s %-12s %s\n", "micro_batch", "params", "grads", "optimizer",
-               "activations", "other", "planned_MiB", "fits");
+        printf("# plan = process baseline (VmRSS before training, %.1f MiB) + the memory plan by kind "
+               "(docs/ARCHITECTURE.md, decision 36)\n", base / 1048576.0);
+        printf("# %-11s %-10s %-10s %-10s %-12s %-10s %-10s %-12s %s\n", "micro_batch", "params", "grads", "optimizer",
+               "activations", "comm", "other", "planned_MiB", "fits");
     }
     int best = 0;
     double best_plan = 0, next_plan = 0;
-    for (long B = 1; B <= 1L << 20; B *= 2) {
+    for (long B = 1; B <= 65536; B *= 2) {
         double kind[DT_MEM_NKINDS], total = base;
-        for (int k = 0; k < DT_MEM_NKINDS; k++) {
-            kind[k] = (double)m1[k] + (double)(m2[k] - m1[k]) * (double)(B - 1);
-            total += kind[k];
-        }
+        DT_CHECK(plan_batch(ctx, cfg, comm, B, kind));
+        for (int k = 0; k < DT_MEM_NKINDS; k++) total += kind[k];
         int fits = total <= (double)budget;
         if (print)
-            printf("  %-11ld %-10.1f %-10.1f %-10.1f %-12.1f %-10.1f %-12.1f %s\n", B, kind[DT_MEM_PARAMS] / 1048576.0,
+            printf("  %-11ld %-10.1f %-10.1f %-10.1f %-12.1f %-10.1f %-10.1f %-12.1f %s\n", B, kind[DT_MEM_PARAMS] / 1048576.0,
                    kind[DT_MEM_GRADS] / 1048576.0, kind[DT_MEM_OPTIM] / 1048576.0, kind[DT_MEM_ACTS] / 1048576.0,
-                   (kind[DT_MEM_SCRATCH] + kind[DT_MEM_OTHER]) / 1048576.0, total / 1048576.0, fits ? "yes" : "no");
+                   kind[DT_MEM_COMM] / 1048576.0, (kind[DT_MEM_SCRATCH] + kind[DT_MEM_OTHER]) / 1048576.0,
+                   total / 1048576.0, fits ? "yes" : "no");
         if (!fits) {
             next_plan = total;
             break;
@@ -324,12 +320,15 @@ static dt_status find_batch(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
     dt_trainer_free(&tr);
     DT_CHECK(st);
     DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, got, 2, DT_F64, DT_MAX));
+    if (got[0] != best_plan - base) /* the plan is the allocator's formula: any difference is a bug */
+        return dt_fail(ctx, DT_ERR_INTERNAL, "find-batch: the memory plan (%.0f bytes) differs from the allocator's "
+                       "high-water (%.0f bytes) at micro_batch %d", best_plan - base, got[0], best);
     if (print) {
         printf("# picked micro_batch %d: planned %.1f MiB <= budget %.1f MiB", best, best_plan / 1048576.0,
                budget / 1048576.0);
         if (next_plan > 0) printf("; micro_batch %d would need %.1f MiB > budget", 2 * best, next_plan / 1048576.0);
-        printf("\n# checked by one step at micro_batch %d: allocator high-water %.1f MiB, process VmHWM %.1f MiB "
-               "(max over ranks)\n", best, got[0] / 1048576.0, got[1] / 1048576.0);
+        printf("\n# checked by one step at micro_batch %d: allocator high-water %.1f MiB (= the plan), process VmHWM "
+               "%.1f MiB (max over ranks)\n", best, got[0] / 1048576.0, got[1] / 1048576.0);
         printf("micro_batch=%d\n", best);
     }
     return DT_OK;

@@ -52,7 +52,8 @@ dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size
  * ((x0 + x1) + x2) + ..., whatever the MPI library's algorithms, so the result is bitwise
  * what one process gets by adding the ranks' contributions in that order. Bandwidth-optimal
  * (a chunk per rank is exchanged, summed by its owner, then all-gathered: 2(n-1)/n bytes per
- * byte). scratch holds n floats. */
+ * byte). scratch holds size x ceil(n / size) floats (rank 0's part, stacked size times: up to
+ * size - 1 more than n). */
 dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                     float *scratch);
 /* Deterministic reduce-scatter (sum, f32) with any owner map: rank r receives, in out, the

@@ -23,6 +23,37 @@ static inline float *dt_act_take(float *base, size_t *off, size_t n) {
     return p;
 }
 
+/* The unit hooks (model.h), skipped when unset. */
+static inline void dt_unit_need(dt_model *m, int u, int next) {
+    if (m->hooks.need_params) m->hooks.need_params(m->hooks.ud, u, next);
+}
+static inline void dt_unit_grads_begin(dt_model *m, int u) {
+    if (m->hooks.grads_begin) m->hooks.grads_begin(m->hooks.ud, u);
+}
+static inline void dt_unit_grads_end(dt_model *m, int u) {
+    if (m->hooks.grads_end) m->hooks.grads_end(m->hooks.ud, u);
+}
+
+/* ---- vocabulary tensors, chunk by chunk (vocab.c). A vocabulary tensor (V, C) is stored
+ * as row chunks, one unit each (params.h); these run the embedding and the lm_head one
+ * chunk at a time, calling the unit hooks, with the same kernel calls in every strategy
+ * (so DDP and ZeRO-3 stay bitwise equal). */
+
+/* out (N,C) = rows of tensor id for the N tokens. `next`: the unit read after the last chunk. */
+void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next);
+/* logits (N, Vp) = x (N,C) @ W^T, chunks ascending (the last stays gathered for the backward). */
+void dt_vocab_head_forward(dt_model *m, int id, float *logits, const float *x, int N, int next);
+/* dx (N,C) = dlogits (N,Vp) @ W, chunks descending, each adding its part. With `with_dw`
+ * (an untied head) each chunk's dW += dlogits_c^T x between grads_begin and grads_end; a
+ * tied head leaves dW to dt_vocab_embed_backward. `next`: the unit read after chunk 0. */
+void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits, const float *x, int N,
+                            int with_dw, int next);
+/* Embedding gradients, chunks descending, each between grads_begin and grads_end: for a tied
+ * head (dlogits, x non-NULL) dW_c += dlogits_c^T x first, then dW_c += the scatter of dout
+ * by token (the order DDP always used: the head's gradient, then the embedding's). */
+void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32_t *tokens, int N,
+                             const float *dlogits, const float *x);
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

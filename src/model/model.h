@@ -60,15 +60,22 @@ extern const int dt_model_cfg_nfields;
 double dt_model_cfg_get(const dt_model_config *c, const dt_cfg_field *f);
 void dt_model_cfg_set(dt_model_config *c, const dt_cfg_field *f, double v);
 
-/* Per-unit callbacks for the parallel strategies; any member may be NULL. */
+/* Per-unit callbacks for the parallel strategies (units: params.h); any member may be NULL.
+ * A family announces every unit it reads or writes:
+ *   need_params(u, next)  before reading unit u's parameters (forward or backward); `next` is
+ *                         the unit whose parameters it reads after u (-1: none or unknown),
+ *                         so ZeRO-3 can gather it meanwhile. unit_params[u] stays valid only
+ *                         until the next need_params of another unit.
+ *   grads_begin(u)        before writing unit u's gradients (ZeRO-2/3 point them at a
+ *                         zeroed window), and grads_end(u) once they are final for the
+ *                         micro-step. Begin/end pairs do not nest, and a backward ends the
+ *                         units in strictly decreasing order (every family's order), so DDP
+ *                         launches a bucket once the lowest unit it touches has ended. */
 typedef struct dt_model_hooks {
     void *ud;
-    void (*before_layer_forward)(void *ud, int layer);  /* ZeRO-3: gather params */
-    void (*after_layer_forward)(void *ud, int layer);   /* ZeRO-3: release them */
-    void (*before_layer_backward)(void *ud, int layer); /* gather; grad window */
-    void (*after_layer_backward)(void *ud, int layer);  /* layer grads final */
-    void (*after_embed_backward)(void *ud);             /* PRE grads final (POST grads are
-                                                            final before the last layer's) */
+    void (*need_params)(void *ud, int unit, int next);
+    void (*grads_begin)(void *ud, int unit);
+    void (*grads_end)(void *ud, int unit);
 } dt_model_hooks;
 
 /* Per-op wall-time accumulators (seconds), for the benchmark's breakdown. */

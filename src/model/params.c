@@ -38,6 +38,68 @@ static void layout(dt_params *ps) {
     ps->n_params = off;
 }
 
+/* Rows per chunk of a vocabulary tensor: the fewest chunks of at most one layer block. */
+static size_t chunk_rows(const dt_params *ps, const dt_tensor_info *t) {
+    size_t cap = ps->layer_floats > 0 ? ps->layer_floats : 1, len = t->rows * t->cols;
+    if (!t->vocab || t->group == DT_PG_LAYER || len <= cap) return t->rows;
+    size_t k = (len + cap - 1) / cap;
+    return (t->rows + k - 1) / k;
+}
+
+/* Cuts the index space into units (see params.h) and returns their count; with `lo`, also
+ * writes unit starts into lo[] and lengths into lo[n_units + u], and fills the tensors'
+ * unit and chunk_rows. */
+static int make_units(dt_params *ps, size_t *lo) {
+    int n = 0, open = 0;
+#define START(at) (lo ? (void)(lo[n] = (at)) : (void)0, n++)
+    for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
+        if (g == DT_PG_LAYER) {
+            ps->n_pre_units = n;
+            for (int l = 0; l < ps->n_layer; l++) START(ps->layers_offset + (size_t)l * ps->layer_floats);
+            for (int i = 0; i < ps->n_tensors; i++)
+                if (ps->tensors[i].group == DT_PG_LAYER) {
+                    ps->tensors[i].unit = ps->n_pre_units;
+                    ps->tensors[i].chunk_rows = ps->tensors[i].rows;
+                }
+            open = 0;
+            continue;
+        }
+        for (int i = 0; i < ps->n_tensors; i++) {
+            dt_tensor_info *t = &ps->tensors[i];
+            if ((int)t->group != g) continue;
+            size_t cr = chunk_rows(ps, t);
+            if (lo) t->chunk_rows = cr;
+            if (t->vocab) {
+                if (lo) t->unit = n;
+                for (size_t r = 0; r < t->rows; r += cr) START(t->offset + r * t->cols);
+                open = 0;
+            } else {
+                if (!open) START(t->offset);
+                if (lo) t->unit = n - 1;
+                open = 1;
+            }
+        }
+    }
+#undef START
+    if (lo) {
+        size_t *len = lo + n;
+        for (int u = 0; u < n; u++) len[u] = (u + 1 < n ? lo[u + 1] : ps->n_params) - lo[u];
+    }
+    return n;
+}
+
+int dt_params_chunks(const dt_params *ps, int id) {
+    const dt_tensor_info *t = &ps->tensors[id];
+    return (int)((t->rows + t->chunk_rows - 1) / t->chunk_rows);
+}
+
+void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows) {
+    const dt_tensor_info *t = &ps->tensors[id];
+    *unit = t->unit + c;
+    *row0 = (size_t)c * t->chunk_rows;
+    *rows = t->rows - *row0 < t->chunk_rows ? t->rows - *row0 : t->chunk_rows;
+}
+
 static size_t unit_bytes(const dt_params *ps) {
     return (size_t)ps->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *));
 }
@@ -55,19 +117,12 @@ dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table
     for (int i = 0; i < n; i++)
         if (!ps->tensors[i].file_rows) ps->tensors[i].file_rows = ps->tensors[i].rows;
     layout(ps);
-    ps->n_units = n_layer + 2;
+    ps->n_units = make_units(ps, NULL);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, unit_bytes(ps), (void **)&ps->unit_lo));
     ps->unit_len = ps->unit_lo + ps->n_units;
     ps->unit_params = (float **)(ps->unit_len + ps->n_units);
     ps->unit_grads = ps->unit_params + ps->n_units;
-    for (int u = 0; u < ps->n_units; u++) {
-        size_t lo = u == 0          ? 0
-                    : u <= n_layer ? ps->layers_offset + (size_t)(u - 1) * ps->layer_floats
-                                   : ps->layers_offset + ps->layer_floats * (size_t)n_layer;
-        size_t hi = u == 0 ? ps->layers_offset : u <= n_layer ? lo + ps->layer_floats : ps->n_params;
-        ps->unit_lo[u] = lo;
-        ps->unit_len[u] = hi - lo;
-    }
+    make_units(ps, ps->unit_lo);
     if (slabs & DT_SLAB_PARAMS)
         DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, ps->n_params * sizeof(float),
                                    (void **)&ps->params));
@@ -112,7 +167,7 @@ float *dt_params_tensor(const dt_params *ps, float *base, int id, int layer) {
 
 int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit) {
     const dt_tensor_info *t = &ps->tensors[id];
-    int u = t->group == DT_PG_PRE ? 0 : t->group == DT_PG_LAYER ? 1 + layer : ps->n_layer + 1;
+    int u = t->unit + (t->group == DT_PG_LAYER ? layer : 0);
     *offset_in_unit = dt_params_flat(ps, id, layer) - ps->unit_lo[u];
     return u;
 }

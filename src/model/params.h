@@ -50,6 +50,11 @@ typedef struct dt_tensor_info {
     int ext_transpose;    /* the external format stores the transpose (GPT-2's Conv1D) */
     size_t offset;        /* of layer 0's copy, in elements from the start of the space */
     size_t stride;        /* elements between layer copies; 0 if not per-layer */
+    int vocab;            /* rows are the vocabulary: cut into row-chunk units (PRE/POST) */
+    int unit;             /* (store) the unit holding the tensor (layer tensors: layer 0's;
+                             vocabulary tensors: the first chunk's, chunks are consecutive) */
+    size_t chunk_rows;    /* (store) rows per unit of a vocabulary tensor (the last may hold
+                             fewer); = rows otherwise */
 } dt_tensor_info;
 
 typedef struct dt_params {
@@ -60,16 +65,16 @@ typedef struct dt_params {
     size_t layer_floats;        /* elements in one layer block */
     size_t layers_offset;       /* start of layer 0's block */
     float *params, *grads;      /* slabs (NULL when a strategy owns the storage) */
-    int n_units;                /* n_layer + 2 */
+    int n_units;                /* n_pre_units + n_layer + POST units */
+    int n_pre_units;            /* units before layer 0 */
     size_t *unit_lo, *unit_len; /* each unit's range in the index space */
     float **unit_params, **unit_grads;
     dt_alloc *alloc;
 } dt_params;
 
-/* Units: PRE, layer l, POST. */
-#define DT_UNIT_PRE 0
-#define DT_UNIT_LAYER(l) (1 + (l))
-#define DT_UNIT_POST(ps) ((ps)->n_layer + 1)
+/* The unit of layer l; the first POST unit. */
+#define DT_UNIT_LAYER(ps, l) ((ps)->n_pre_units + (l))
+#define DT_UNIT_POST0(ps) ((ps)->n_pre_units + (ps)->n_layer)
 
 /* Which slabs dt_params_init allocates. */
 #define DT_SLAB_PARAMS 1
@@ -94,8 +99,12 @@ int dt_params_copies(const dt_params *ps, int id);
 /* Its checkpoint name ("h.3.ln_1.weight") and external name ("" if none). */
 void dt_params_name(const dt_params *ps, int id, int layer, char *buf, size_t n);
 void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_t n);
-/* The unit holding tensor id of layer l, and the tensor's offset inside that unit. */
+/* The unit holding tensor id of layer l, and the tensor's offset inside that unit (a
+ * vocabulary tensor: its first chunk's unit, offset 0). */
 int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit);
+/* Chunks of a vocabulary tensor (1 for any other), and chunk c's unit and row range. */
+int dt_params_chunks(const dt_params *ps, int id);
+void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows);
 /* Elements stored in files (vocabulary padding excluded), over every tensor and layer. */
 size_t dt_params_file_count(const dt_params *ps);
 

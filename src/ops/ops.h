@@ -17,14 +17,19 @@
 
 #include <stdint.h>
 
-/* out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens (B,T), wte (V,C), wpe (maxT,C); wpe may be
- * NULL (no learned positions: LLaMA). */
-void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                        int B, int T, int C);
-/* dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout[b,t] (skipped
- * when NULL). */
-void dt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                         int B, int T, int C);
+/* Token embedding over a chunk of the vocabulary: for every position n < N whose token lies
+ * in [row0, row0 + rows), out (N,C) row n = wte[token - row0]; other rows are untouched.
+ * wte holds the chunk's rows (rows, C). Called once per chunk it fills every row. */
+void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, int row0, int rows,
+                        int N, int C);
+/* dwte (rows,C) += scatter of dout by token, for the tokens in [row0, row0 + rows); each
+ * element sums its positions in ascending order. */
+void dt_encoder_backward(float *dwte, int row0, int rows, const float *dout, const int32_t *tokens,
+                         int N, int C);
+/* Learned positions: out (B,T,C) += wpe[t]; wpe (maxT,C). */
+void dt_pos_forward(float *out, const float *wpe, int B, int T, int C);
+/* dwpe (maxT,C) += sum over b of dout[b,t], b ascending. */
+void dt_pos_backward(float *dwpe, const float *dout, int B, int T, int C);
 
 /* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) saved. eps = 1e-5. */
 void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -41,6 +46,15 @@ void dt_matmul_forward(float *out, const float *inp, const float *w, const float
  * dbias (OC) += column sums of dout (may be NULL). */
 void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         const float *inp, const float *w, int N, int C, int OC);
+
+/* The same on a column block of a wider matrix (a vocabulary chunk of the lm_head): out rows
+ * have stride ldo, out (N, OC of ldo) = inp (N,C) @ w (OC,C)^T. */
+void dt_matmul_forward_ld(float *out, int ldo, const float *inp, const float *w, int N, int C,
+                          int OC);
+/* dout rows have stride ldd. dinp (N,C) = dout @ w, or += with `accumulate` (NULL: skipped);
+ * dw (OC,C) += dout^T @ inp (NULL: skipped). */
+void dt_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *dout, int ldd,
+                           const float *inp, const float *w, int N, int C, int OC);
 
 /* Measured fp32 GEMM rate (GFLOP/s, median of `reps` n x n x n runs; *best gets the best
  * run when non-NULL): the peak that MFU is reported against. */

@@ -2,10 +2,10 @@
  * thread while backward continues.
  *
  * Buckets are contiguous ranges of the slab cut from its end downwards, so they become
- * final in order during backward: the slab is [wte wpe | layer 0 .. layer L-1 | ln_f];
- * backward finishes ln_f, then layers L-1 .. 0, then the embeddings (wte is written both by
- * the lm_head, first, and by the encoder, last). A bucket is ready once the lowest layer it
- * touches is done; one holding embeddings only at the very end.
+ * final in order during backward: the slab is [PRE units | layer 0 .. layer L-1 | POST
+ * units], and every family's backward ends its units in strictly decreasing order (model.h:
+ * the head's chunks and final norm, layers L-1 .. 0, then the embedding's chunks). A bucket
+ * is ready once the lowest unit it touches has ended; embeddings come last.
  *
  * Invariants:
  *   1. A bucket is submitted only after its gradients are final for the step, and nothing
@@ -18,10 +18,6 @@
 #include "core/timer.h"
 #include "parallel/parallel_impl.h"
 
-/* Finishes bucket i: adds the last micro-step's gradient (k >= 1) into the step's, then
- * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so the
- * sum is the mean gradient of the global batch, bitwise what one rank with world x accum
- * micro-steps computes. */
 /* Finishes bucket i: adds the last micro-step's gradient (k >= 1) into the step's, then
  * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so the
  * sum is the mean gradient of the global batch, bitwise what one rank with world x accum
@@ -58,25 +54,20 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     return DT_OK;
 }
 
-/* Submits every bucket whose stage is >= `stage` (in plan order). */
-static void launch_ready(dt_parallel *p, int stage) {
-    while (p->next < p->nb && p->b[p->next].stage >= stage) dt_par_submit(p, DT_TASK_BUCKET, p->next++, 0);
+/* Submits every bucket whose lowest unit is >= u (in plan order): all of them have ended. */
+static void launch_ready(dt_parallel *p, int u) {
+    while (p->next < p->nb && p->b[p->next].first >= u) dt_par_submit(p, DT_TASK_BUCKET, p->next++, 0);
 }
 
-static void hook_layer(void *ud, int layer) {
+static void hook_grads_end(void *ud, int u) {
     dt_parallel *p = ud;
-    if (p->last_micro) launch_ready(p, layer);
+    if (p->last_micro) launch_ready(p, u);
 }
 
-static void hook_embed(void *ud) {
-    dt_parallel *p = ud;
-    if (p->last_micro) launch_ready(p, -1);
-}
-
-static int stage_of(const dt_model *m, size_t lo) {
-    if (lo < m->ps.layers_offset) return -1;
-    size_t l = (lo - m->ps.layers_offset) / m->ps.layer_floats;
-    return l >= (size_t)m->cfg.n_layer ? m->cfg.n_layer - 1 : (int)l;
+static int unit_at(const dt_model *m, size_t x) {
+    int u = m->ps.n_units - 1;
+    while (m->ps.unit_lo[u] > x) u--;
+    return u;
 }
 
 dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
@@ -85,38 +76,39 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
     if (per < 1024) per = 1024;
     if (per > n) per = n;
     p->bucket_floats = per;
-    int cap = (int)((n + per - 1) / per) + 2 * m->cfg.n_layer + 4;
+    int cap = (int)((n + per - 1) / per) + 2 * m->ps.n_units + 4;
     p->b = calloc((size_t)cap, sizeof *p->b);
     if (!p->b) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     /* From the end downwards; a bucket never spans the embeddings and a layer, so the big
      * embedding buckets (ready last) do not delay the last layer's gradients. */
     for (size_t hi = n; hi > 0;) {
         size_t lo = hi > per ? hi - per : 0;
-        int u = m->ps.n_units - 1;
-        while (m->ps.unit_lo[u] >= hi) u--;
+        int u = unit_at(m, hi - 1);
         /* Never across the embeddings/layer boundary; for ZeRO-1 never across any unit. */
-        if (p->cfg.strategy != DT_STRAT_DDP || m->ps.unit_lo[u] == m->ps.layers_offset || u == 0)
-            lo = lo > m->ps.unit_lo[u] ? lo : m->ps.unit_lo[u];
+        if (p->cfg.strategy != DT_STRAT_DDP) lo = lo > m->ps.unit_lo[u] ? lo : m->ps.unit_lo[u];
         if (hi > m->ps.layers_offset && lo < m->ps.layers_offset) lo = m->ps.layers_offset;
-        p->b[p->nb++] = (dt_bucket){lo, hi, stage_of(m, lo), u};
+        p->b[p->nb++] = (dt_bucket){lo, hi, unit_at(m, lo), u};
         hi = lo;
     }
     p->acc = m->ps.grads;
     if (p->cfg.accum > 1)
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, n * sizeof(float), (void **)&p->extra));
     if (p->world > 1) {
-        /* The ordered reduction stacks every rank's copy of my part: DDP's part is 1/world
-         * of a bucket, but a ZeRO-1 bucket may lie wholly inside my shard. */
-        p->red_floats = p->cfg.strategy == DT_STRAT_DDP ? per : per * (size_t)p->world;
-        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_SCRATCH, p->red_floats * sizeof(float), (void **)&p->red_scratch));
-        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_SCRATCH, per * sizeof(float), (void **)&p->bk_out));
+        /* The ordered reduction stacks every rank's copy of my part: DDP's part is the first
+         * (largest) of an even split of a bucket; a ZeRO-1 bucket lies inside one unit, so my
+         * part of it is at most my part of the largest unit (max_sub), and at most a bucket. */
+        size_t W = (size_t)p->world;
+        p->bk_floats = per < p->max_sub ? per : p->max_sub;
+        p->red_floats = p->cfg.strategy == DT_STRAT_DDP ? W * ((per + W - 1) / W) : W * p->bk_floats;
+        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->red_floats * sizeof(float), (void **)&p->red_scratch));
+        if (p->cfg.strategy != DT_STRAT_DDP)
+            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->bk_floats * sizeof(float), (void **)&p->bk_out));
         p->bk_cnt = calloc(2 * (size_t)p->world, sizeof(size_t));
         if (!p->bk_cnt) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
     if (p->thread_live) {
         m->hooks.ud = p;
-        m->hooks.after_layer_backward = hook_layer;
-        m->hooks.after_embed_backward = hook_embed;
+        m->hooks.grads_end = hook_grads_end;
     }
     return DT_OK;
 }
@@ -127,8 +119,8 @@ void dt_par_buckets_free(dt_parallel *p) {
         dt_params_point_units(&p->m->ps);
     }
     dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m->ps.n_params * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->red_scratch, p->red_floats * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_SCRATCH, p->bk_out, p->bucket_floats * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->red_scratch, p->red_floats * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk_out, p->bk_floats * sizeof(float));
     free(p->bk_cnt);
     free(p->b);
 }
@@ -137,7 +129,7 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     p->m->ps.grads = p->acc;
     dt_params_point_units(&p->m->ps);
     if (p->world == 1 && p->micro == 0) return DT_OK;
-    launch_ready(p, -1); /* everything the hooks did not launch (all of it without overlap) */
+    launch_ready(p, 0); /* everything the hooks did not launch (all of it without overlap) */
     dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
     p->next = 0;
     if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1) {

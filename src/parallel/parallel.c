@@ -104,9 +104,58 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
             if (sc[kw] > p->max_sub) p->max_sub = sc[kw];
         }
         if (cnt[p->j] > p->max_ns) p->max_ns = cnt[p->j];
+        if (m->ps.unit_len[u] > p->max_unit) p->max_unit = m->ps.unit_len[u];
     }
+    /* ZeRO-2/3 reduce-scatter rounds: one bucket over all ranks, never more than needed. */
+    size_t per = p->cfg.bucket_bytes / sizeof(float) / (size_t)W;
+    p->rs_round = per < 1024 ? 1024 : per;
+    if (p->rs_round > p->max_sub) p->rs_round = p->max_sub;
     free(jk);
     return st;
+}
+
+static size_t split_part(size_t n, int parts, int i) {
+    return n / (size_t)parts + ((size_t)i < n % (size_t)parts);
+}
+
+static size_t bucket_floats(const dt_parallel_cfg *cfg, size_t n) {
+    size_t per = cfg->bucket_bytes / sizeof(float);
+    if (per < 1024) per = 1024;
+    return per > n ? n : per;
+}
+
+void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
+                      size_t bytes[DT_MEM_NKINDS]) {
+    int G, j, n_rep, k;
+    if (cfg->strategy == DT_STRAT_DDP) G = 1, j = 0, n_rep = 1, k = 0;
+    else if (cfg->hybrid) G = node_ranks, j = rank % node_ranks, n_rep = world / node_ranks, k = rank / node_ranks;
+    else G = world, j = rank, n_rep = 1, k = 0;
+    (void)k;
+    size_t S = 0, max_unit = 0, max_sub = 0, max_ns = 0;
+    for (int u = 0; u < ps->n_units; u++) {
+        size_t len = ps->unit_len[u], mine = split_part(len, G, j);
+        S += mine;
+        if (len > max_unit) max_unit = len;
+        if (mine > max_ns) max_ns = mine;
+        size_t sub = split_part(split_part(len, G, 0), n_rep, 0); /* the largest part: shard 0's sub-chunk 0 */
+        if (sub > max_sub) max_sub = sub;
+    }
+    const size_t F = sizeof(float), W = (size_t)world;
+    bytes[DT_MEM_OPTIM] += 2 * S * F;
+    if (cfg->strategy >= DT_STRAT_ZERO2) {
+        bytes[DT_MEM_GRADS] += (S + 2 * max_unit) * F;
+        if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (S + 2 * max_unit) * F;
+        if (world > 1) {
+            size_t per = cfg->bucket_bytes / F / W, round = per < 1024 ? 1024 : per;
+            if (round > max_sub) round = max_sub;
+            bytes[DT_MEM_COMM] += (round * W + round + (n_rep > 1 ? max_ns : 0)) * F;
+        }
+        return;
+    }
+    size_t per = bucket_floats(cfg, ps->n_params), part = per < max_sub ? per : max_sub;
+    if (cfg->accum > 1) bytes[DT_MEM_GRADS] += ps->n_params * F;
+    if (world > 1)
+        bytes[DT_MEM_COMM] += cfg->strategy == DT_STRAT_DDP ? W * ((per + W - 1) / W) * F : (W * part + part) * F;
 }
 
 /* ---- the task runner */
@@ -364,15 +413,11 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
                         s - s0, lr, t, clip_coef < 1.0f ? clip_coef : 1.0f);
     }
     /* One shard holder (world 1, or hybrid with one rank per node): nothing to gather, but
-     * ZeRO-3 still refreshes its full copies and windows from the updated shard. */
+     * ZeRO-3 still marks its windows stale. */
     if (p->G == 1 && !p->sharded_params) return DT_OK;
     double t0 = dt_now();
     if (p->sharded_params) {
-        /* The always-full units are refreshed; layers are gathered when next used. */
-        p->pwin_unit[0] = p->pwin_unit[1] = -1;
-        DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_PRE, p->ppre));
-        DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_POST(&p->m->ps), p->ppost));
-        p->t_exposed += dt_now() - t0;
+        p->pwin_unit[0] = p->pwin_unit[1] = -1; /* stale: units are gathered when next used */
     } else {
         for (int u = 0; u < p->U; u++)
             DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->ps.params + p->m->ps.unit_lo[u],
@@ -448,6 +493,7 @@ int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out) {
 }
 
 dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full) {
+    (void)ctx; /* nothing here communicates: ZeRO-3 gathers units when next used */
     dt_model *m = p->m;
     if (!p->sharded_params) {
         memcpy(m->ps.params, full, m->ps.n_params * sizeof(float));
@@ -458,8 +504,7 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
         memcpy(p->pshard + p->sb[u], full + m->ps.unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
     }
     p->pwin_unit[0] = p->pwin_unit[1] = -1;
-    DT_CHECK(dt_par_gather_unit(ctx, p, DT_UNIT_PRE, p->ppre));
-    return dt_par_gather_unit(ctx, p, DT_UNIT_POST(&m->ps), p->ppost);
+    return DT_OK;
 }
 
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {

@@ -102,6 +102,13 @@ int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out);
  * call: ZeRO-3 keeps its piece and re-gathers the always-full units). */
 dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full);
 
+/* The memory plan: bytes by kind (added into bytes[]) that dt_parallel_init allocates on
+ * world rank `rank` of `world`, for the store ps (units laid out, slabs not needed), with
+ * node_ranks ranks per node (hybrid sharding groups ranks rank / node_ranks). The model's own
+ * slabs are not included (see dt_trainer_mem_plan). docs/ARCHITECTURE.md gives the formula. */
+void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
+                      size_t bytes[DT_MEM_NKINDS]);
+
 /* Number of parameters whose optimizer state this rank holds. */
 void dt_parallel_shard(const dt_parallel *p, size_t *count);
 /* Seconds spent waiting for communication in finish_grads/update (exposed), and in the

@@ -18,7 +18,7 @@
 typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_REDUCE } dt_task_kind;
 
 /* A communication task: reduce bucket a; gather unit a into parameter window b; reduce unit
- * a from gradient buffer b (0/1: layer windows, 2: embeddings, 3: ln_f). */
+ * a from gradient window b. */
 typedef struct dt_par_task {
     dt_task_kind kind;
     int a, b;
@@ -26,7 +26,7 @@ typedef struct dt_par_task {
 
 typedef struct dt_bucket {
     size_t lo, hi; /* floats in the gradient slab */
-    int stage;     /* ready after this layer's backward; -1: after the embeddings */
+    int first;     /* the unit holding lo: the bucket is final once it has ended */
     int unit;      /* the unit holding hi - 1 (ZeRO-1 buckets stay inside it) */
 } dt_bucket;
 
@@ -54,19 +54,21 @@ struct dt_parallel {
     int nsegs;
     /* DDP / ZeRO-1: buckets over the full gradient slab */
     float *acc, *extra;     /* the step's gradient; gradients of micro-steps k >= 1 */
-    float *red_scratch;     /* one bucket, for the ordered all-reduce / reduce-scatter */
+    float *red_scratch;     /* for the ordered all-reduce / reduce-scatter of one bucket */
     float *bk_out;          /* ZeRO-1: my part of a bucket, reduced */
     size_t *bk_cnt;         /* ZeRO-1: per-rank counts and offsets of a bucket's parts */
-    size_t bucket_floats, red_floats;
+    size_t bucket_floats, red_floats, bk_floats;
     dt_bucket *b;
     int nb;
     /* ZeRO-2/3 storage */
     float *gshard, *pshard;  /* S floats: reduced gradient shard; parameter shard (ZeRO-3) */
-    float *gwin[2], *pwin[2];/* layer windows (double-buffered) */
+    float *gwin[2], *pwin[2];/* unit windows (double-buffered), max_unit floats each */
     int pwin_unit[2];        /* which unit each parameter window holds (-1: none/stale) */
-    float *gpre, *gpost, *ppre, *ppost; /* embeddings / ln_f: full copies kept for the step */
-    float *rs_scratch, *rs_out, *ns_buf; /* reduce-scatter scratch, my sub-chunk, a node-shard */
-    size_t layer_floats, max_sub, max_ns;
+    int pw_cur, gw_cur;      /* the window the model reads (parameters) / writes (gradients) */
+    float *rs_scratch, *rs_out, *ns_buf; /* reduce-scatter rounds: every rank's part of one
+                                            round, my reduced part, my node-shard (hybrid) */
+    size_t max_unit, max_sub, max_ns;
+    size_t rs_round;         /* floats per rank and reduce-scatter round (ZeRO-2/3) */
     /* micro-step state */
     int last_micro, micro;
     /* communication tasks: run in submission order on the communication thread (overlap)
@@ -82,7 +84,7 @@ struct dt_parallel {
     dt_status err;           /* first failure (later tasks are skipped) */
     dt_ctx err_ctx;
     double t_exposed, t_total;
-    long gwin_task[2];       /* ZeRO: last task reading each gradient window (-1: none) */
+    long gwin_task[2];       /* ZeRO: the task reading each gradient window (-1: none) */
     long pwin_task[2];       /* ZeRO-3: task filling each parameter window (-1: none) */
 };
 
@@ -105,6 +107,8 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed);
 void dt_par_zero_free(dt_parallel *p);
 void dt_par_zero_begin_micro(dt_parallel *p);
 dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p);
+/* Floats of ZeRO-2/3 storage by kind (what dt_par_zero_init allocates). */
+void dt_par_zero_sizes(const dt_parallel *p, size_t *params, size_t *grads, size_t *comm);
 /* Gathers the full parameters of unit u (ZeRO-3) into dst. */
 dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
 

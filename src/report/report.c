@@ -11,7 +11,7 @@
 const char *const dt_rep_breakdown_keys[DT_REP_BD_N] = {"forward", "backward", "optimizer",
                                                         "communication", "data", "idle"};
 const char *const dt_rep_mem_keys[DT_REP_MEM_N] = {"params", "grads", "optimizer", "activations",
-                                                   "other"};
+                                                   "comm", "other"};
 
 #define DT_REP_MAX_FILE (256u << 20)
 
@@ -256,7 +256,11 @@ static dt_status read_memory(jpath *j, const cJSON *root, dt_rep_train *t) {
         dt_rep_mem *m = &t->mem[i++];
         if (!cJSON_IsObject(e)) return dt_fail(j->ctx, DT_ERR_FORMAT, "%s: key '%s' must be an object", j->file, p);
         JCHECK(need_int(j, e, p, "rank", &m->rank));
-        for (int k = 0; k < DT_REP_MEM_N; k++) JCHECK(need_num(j, e, p, dt_rep_mem_keys[k], &m->bytes[k]));
+        for (int k = 0; k < DT_REP_MEM_N; k++) {
+            /* "comm" is newer than the other kinds: files without it held those buffers in "other". */
+            if (k == DT_REP_MEM_COMM && !cJSON_GetObjectItemCaseSensitive(e, dt_rep_mem_keys[k])) continue;
+            JCHECK(need_num(j, e, p, dt_rep_mem_keys[k], &m->bytes[k]));
+        }
         JCHECK(need_num(j, e, p, "rss", &m->rss));
     }
     return DT_OK;

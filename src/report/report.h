@@ -26,7 +26,7 @@ typedef struct dt_rep_stat {
 enum { DT_REP_BD_FORWARD, DT_REP_BD_BACKWARD, DT_REP_BD_OPTIMIZER, DT_REP_BD_COMM, DT_REP_BD_DATA,
        DT_REP_BD_IDLE, DT_REP_BD_N };
 enum { DT_REP_MEM_PARAMS, DT_REP_MEM_GRADS, DT_REP_MEM_OPTIMIZER, DT_REP_MEM_ACTIVATIONS,
-       DT_REP_MEM_OTHER, DT_REP_MEM_N };
+       DT_REP_MEM_COMM, DT_REP_MEM_OTHER, DT_REP_MEM_N };
 extern const char *const dt_rep_breakdown_keys[DT_REP_BD_N];
 extern const char *const dt_rep_mem_keys[DT_REP_MEM_N];
 

@@ -222,6 +222,21 @@ static void test_aids_step(const run_state *r, long step, int rank) {
     if (r->delay_ms > 0) usleep((useconds_t)r->delay_ms * 1000);
 }
 
+/* After training: this rank's allocator high-water by kind beside the memory plan
+ * (dt_trainer_mem_plan), which must be equal (rank 0 logs; it holds the largest shards). */
+static dt_status log_memory(dt_ctx *ctx, run_state *r, dt_comm *comm) {
+    int node = dt_comm_size(comm, DT_GROUP_NODE);
+    int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
+    size_t plan[DT_MEM_NKINDS], tot = 0;
+    DT_CHECK(dt_trainer_mem_plan(ctx, &r->tr.cfg, dt_comm_size(comm, DT_GROUP_WORLD), node, me, plan));
+    for (int k = 0; k < DT_MEM_NKINDS; k++) tot += plan[k];
+    const size_t *pk = r->tr.alloc.peak;
+    dt_log_info(ctx, "memory high-water: allocator=%zu plan=%zu params=%zu grads=%zu optimizer=%zu activations=%zu "
+                "comm=%zu other=%zu", r->tr.alloc.total_peak, tot, pk[DT_MEM_PARAMS], pk[DT_MEM_GRADS],
+                pk[DT_MEM_OPTIM], pk[DT_MEM_ACTS], pk[DT_MEM_COMM], pk[DT_MEM_SCRATCH] + pk[DT_MEM_OTHER]);
+    return DT_OK;
+}
+
 /* ---- checkpoints */
 
 static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
@@ -532,9 +547,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 (double)al->cur[DT_MEM_OPTIM] / 1048576.0, (double)al->cur[DT_MEM_ACTS] / 1048576.0);
     size_t shard;
     dt_parallel_shard(r.tr.par, &shard);
-    dt_log_info(ctx, "memory bytes: psi=%zu shard=%zu params=%zu grads=%zu optimizer=%zu",
+    size_t largest = 0;
+    for (int u = 0; u < r.tr.model.ps.n_units; u++)
+        if (r.tr.model.ps.unit_len[u] > largest) largest = r.tr.model.ps.unit_len[u];
+    dt_log_info(ctx, "memory bytes: psi=%zu shard=%zu params=%zu grads=%zu optimizer=%zu units=%d largest_unit=%zu",
                 r.tr.model.ps.n_params, shard, al->cur[DT_MEM_PARAMS], al->cur[DT_MEM_GRADS],
-                al->cur[DT_MEM_OPTIM]);
+                al->cur[DT_MEM_OPTIM], r.tr.model.ps.n_units, largest);
     long start = 0;
     int resumed = 0;
     if (dt_restart_attempt() == 0 && !cfg->ckpt_dir[0])
@@ -715,6 +733,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_log_info(ctx, "parallel.check_replicas: %d check(s), the parameters of all %d rank(s) identical "
                     "(xxh3 %016llx at step %ld)", r.replica_checks, world, (unsigned long long)r.replica_hash,
                     r.replica_step);
+    if (r.steps_run > 0) DT_CHECK_GOTO(log_memory(ctx, &r, comm));
     if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
     if (cfg->trace[0]) {
         dt_trace_disable();

@@ -86,6 +86,35 @@ void dt_test_aid(const char *name, long *a, int *b) {
     if (!v || sscanf(v, "%ld:%d", a, b) != 2) *a = -1;
 }
 
+dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
+                              size_t bytes[DT_MEM_NKINDS]) {
+    memset(bytes, 0, DT_MEM_NKINDS * sizeof bytes[0]);
+    dt_model_config mc = cfg->model;
+    DT_CHECK(dt_model_config_validate(ctx, &mc));
+    if (world < 1 || node_ranks < 1 || world % node_ranks || rank < 0 || rank >= world)
+        return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: %d ranks cannot be %d per node (rank %d)", world,
+                       node_ranks, rank);
+    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
+    int n = dt_model_tensors(&mc, table);
+    dt_alloc a; /* the store's table and unit arrays: what dt_model_init allocates besides slabs */
+    dt_alloc_init(&a);
+    dt_params ps;
+    DT_CHECK(dt_params_init(ctx, &ps, table, n, mc.n_layer, &a, 0));
+    for (int k = 0; k < DT_MEM_NKINDS; k++) bytes[k] += a.cur[k];
+    const size_t F = sizeof(float);
+    dt_strategy strat = cfg->parallel.strategy;
+    if (strat != DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += ps.n_params * F;
+    if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
+    bytes[DT_MEM_ACTS] += dt_model_act_floats(&mc, cfg->micro_batch, cfg->seq_len) * F;
+    bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
+    dt_parallel_cfg pc = cfg->parallel;
+    pc.accum = cfg->accum;
+    dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
+    bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
+    dt_params_free(&ps);
+    return DT_OK;
+}
+
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;

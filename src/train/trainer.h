@@ -79,6 +79,13 @@ typedef struct dt_step_stats {
 void dt_test_aid(const char *name, long *a, int *b);
 
 /* comm may be NULL: a single process. */
+/* The memory plan: bytes by kind that dt_trainer_init allocates on rank `rank` of `world`
+ * (node_ranks ranks per node) for cfg, without allocating them. Nothing is allocated after
+ * init during training, so this is the allocator's high-water of a run (tested equal for
+ * every strategy); the formula per strategy is in docs/ARCHITECTURE.md. */
+dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
+                              size_t bytes[DT_MEM_NKINDS]);
+
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm);
 void dt_trainer_free(dt_trainer *tr);
 

@@ -93,10 +93,11 @@ static int gpt2_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name, hf, tr)                                 \
     out[n++] = (dt_tensor_info){name, hf, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),              \
-                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0};
+                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0};
     DT_GPT2_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     out[DT_GPT2_P_WTE].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
+    out[DT_GPT2_P_WTE].vocab = 1;
     return n;
 }
 
@@ -180,6 +181,8 @@ static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts
 
 #define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_GPT2_P_##id, l)
 #define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_GPT2_P_##id, l)
+#define UNIT(id) (m->ps.tensors[DT_GPT2_P_##id].unit)
+#define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 
 static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                           float *loss) {
@@ -192,9 +195,11 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
-    DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(a->encoded, inputs, P(WTE, 0), P(WPE, 0), B, T, C));
+    dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->encoded, inputs, BT, UNIT(WPE));
+    dt_unit_need(m, UNIT(WPE), LAYER(0));
+    DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
     for (int l = 0; l < L; l++) {
-        if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         double tl = dt_trace_begin();
         const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
@@ -216,11 +221,11 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
         DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
         DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
-        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
+    dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
-    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward(a->logits, a->lnf, P(WTE, 0), NULL, BT, C, Vp));
+    dt_vocab_head_forward(m, DT_GPT2_P_WTE, a->logits, a->lnf, BT, -1);
     if (!targets) return DT_OK;
     DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
@@ -237,10 +242,14 @@ static void gpt2_backward(dt_model *m, float scale) {
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
-    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(a->dbtc, G(WTE, 0), NULL, a->logits, a->lnf, P(WTE, 0), BT, C, Vp));
+    /* The tied head: dx now, its weight gradient with the embedding's (at the end). */
+    dt_vocab_head_backward(m, DT_GPT2_P_WTE, a->dbtc, a->logits, a->lnf, BT, 0, UNIT(LNFW));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
+    dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
+    dt_unit_grads_begin(m, UNIT(LNFW));
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc, last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C));
+    dt_unit_grads_end(m, UNIT(LNFW));
     for (int l = L - 1; l >= 0; l--) {
         const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
@@ -250,7 +259,8 @@ static void gpt2_backward(dt_model *m, float scale) {
         float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT,
               *ln2r = a->ln2_rstd + (size_t)l * BT;
         float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
-        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
+        dt_unit_grads_begin(m, LAYER(l));
         double tl = dt_trace_begin();
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, fchg, P(FCPROJW, l), BT, 4 * C, C));
@@ -263,10 +273,13 @@ static void gpt2_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
+        dt_unit_grads_end(m, LAYER(l));
     }
-    DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(G(WTE, 0), G(WPE, 0), a->dres, a->inputs, B, T, C));
-    if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
+    /* Units end in decreasing order: wpe's, then wte's chunks from the last. */
+    dt_unit_grads_begin(m, UNIT(WPE));
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
+    dt_unit_grads_end(m, UNIT(WPE));
+    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, a->logits, a->lnf);
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */

@@ -91,12 +91,14 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
 #define DT_X_ROW(id, group, rows, cols, decay, name)                                           \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
                                 (size_t)(cols), 0, (rows) == 1 ? DT_INIT_ONES : DT_INIT_NORMAL, \
-                                0.02f, decay, 0, 0, 0};
+                                0.02f, decay, 0, 0, 0, 0, 0, 0};
     DT_LLAMA_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)q, (void)kv;
     out[DT_LLAMA_P_EMBED].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
     out[DT_LLAMA_P_LM_HEAD].file_rows = (size_t)c->vocab;
+    out[DT_LLAMA_P_EMBED].vocab = 1;
+    out[DT_LLAMA_P_LM_HEAD].vocab = 1;
     return c->untied ? n : n - 1; /* LM_HEAD is the last row */
 }
 
@@ -194,8 +196,9 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 #define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_P_##id, l)
 #define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_LLAMA_P_##id, l)
 /* The lm_head: its own weights, or the token embedding's. */
-#define HEAD_P() (m->cfg.untied ? P(LM_HEAD, 0) : P(EMBED, 0))
-#define HEAD_G() (m->cfg.untied ? G(LM_HEAD, 0) : G(EMBED, 0))
+#define HEAD_ID (m->cfg.untied ? DT_LLAMA_P_LM_HEAD : DT_LLAMA_P_EMBED)
+#define UNIT(id) (m->ps.tensors[DT_LLAMA_P_##id].unit)
+#define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 
 /* Views of layer l's saved activations. */
 typedef struct layer_views {
@@ -230,9 +233,9 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
-    DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(a->encoded, inputs, P(EMBED, 0), NULL, B, T, C));
+    dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
     for (int l = 0; l < L; l++) {
-        if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(NORM));
         double tl = dt_trace_begin();
         layer_views v = views(m, l);
         DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
@@ -249,11 +252,11 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
         DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.hmid, P(WDOWN, l), NULL, BT, F, C));
         DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
-        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
+    dt_unit_need(m, UNIT(NORM), m->ps.tensors[HEAD_ID].unit);
     DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(a->lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
-    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward(a->logits, a->lnf, HEAD_P(), NULL, BT, C, Vp));
+    dt_vocab_head_forward(m, HEAD_ID, a->logits, a->lnf, BT, -1);
     if (!targets) return DT_OK;
     DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
@@ -272,13 +275,19 @@ static void llama_backward(dt_model *m, float scale) {
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
-    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(a->dbtc, HEAD_G(), NULL, a->logits, a->lnf, HEAD_P(), BT, C, Vp));
+    /* An untied head's chunks end here (the highest units); a tied head's weight gradient
+     * is formed with the embedding's, at the end. */
+    dt_vocab_head_backward(m, HEAD_ID, a->dbtc, a->logits, a->lnf, BT, m->cfg.untied, UNIT(NORM));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
+    dt_unit_need(m, UNIT(NORM), LAYER(L - 1));
+    dt_unit_grads_begin(m, UNIT(NORM));
     DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(NORM, 0), a->dbtc, last, P(NORM, 0), a->rstdf, BT, C));
+    dt_unit_grads_end(m, UNIT(NORM));
     for (int l = L - 1; l >= 0; l--) {
         layer_views v = views(m, l);
-        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
+        dt_unit_grads_begin(m, LAYER(l));
         double tl = dt_trace_begin();
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dmid, G(WDOWN, l), NULL, a->dres, v.hmid, P(WDOWN, l), BT, F, C));
@@ -292,10 +301,10 @@ static void llama_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WQ, l), NULL, a->dbig, v.ln1, P(WQ, l), BT, C, QW));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
+        dt_unit_grads_end(m, LAYER(l));
     }
-    DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(G(EMBED, 0), NULL, a->dres, a->inputs, B, T, C));
-    if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
+    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, m->cfg.untied ? NULL : a->logits,
+                            m->cfg.untied ? NULL : a->lnf);
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */

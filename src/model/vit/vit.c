@@ -90,7 +90,7 @@ static int vit_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name)                                     \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
-                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0};
+                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0};
     DT_VIT_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)K, (void)T;
@@ -213,6 +213,8 @@ static int vit_correct(const dt_model *m) {
 
 #define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_VIT_P_##id, l)
 #define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_VIT_P_##id, l)
+#define UNIT(id) (m->ps.tensors[DT_VIT_P_##id].unit)
+#define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 
 /* patches[b, gy*g + gx, c*p*p + py*p + px] = pixel(b, c, gy*p + py, gx*p + px) / 255. */
 static void patchify(float *patches, const int32_t *pix, const dt_model_config *c, int B) {
@@ -251,6 +253,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     }
     m->has_targets = targets != NULL;
     DT_PROF(m, fwd, DT_OP_ENCODER, patchify(a->patches, inputs, c, B));
+    dt_unit_need(m, UNIT(PATCHW), LAYER(0));
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(a->pe, a->patches, P(PATCHW, 0), P(PATCHB, 0), B * Np, K, C));
     const float *cls = P(CLS, 0), *pos = P(POS, 0);
 #pragma omp parallel for schedule(static)
@@ -261,7 +264,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
         for (int i = 0; i < C; i++) dst[i] = src[i] + pos[(size_t)t * C + i];
     }
     for (int l = 0; l < L; l++) {
-        if (m->hooks.before_layer_forward) m->hooks.before_layer_forward(m->hooks.ud, l);
+        dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         double tl = dt_trace_begin();
         const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT, *ln1r = a->ln1_rstd + (size_t)l * BT;
@@ -281,8 +284,8 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
         DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FC2W, l), P(FC2B, l), BT, F, C));
         DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
-        if (m->hooks.after_layer_forward) m->hooks.after_layer_forward(m->hooks.ud, l);
     }
+    dt_unit_need(m, UNIT(LNFW), -1);
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     for (int b = 0; b < B; b++) memcpy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
@@ -305,12 +308,15 @@ static void vit_backward(dt_model *m, float scale) {
     m->has_targets = 0;
     float *dlnf = a->dcls, *dclsx = a->dcls + (size_t)B * C;
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->labels, scale / (float)B, B, NC, NC));
+    dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
+    dt_unit_grads_begin(m, UNIT(LNFW));
     DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(dlnf, G(HEADW, 0), G(HEADB, 0), a->logits, a->lnf, P(HEADW, 0), B, C, NC));
     memset(dclsx, 0, (size_t)B * C * sizeof(float));
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
     /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
     memset(a->dres, 0, btc * sizeof(float));
     for (int b = 0; b < B; b++) memcpy(a->dres + (size_t)b * T * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
+    dt_unit_grads_end(m, UNIT(LNFW));
     for (int l = L - 1; l >= 0; l--) {
         const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
         float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT, *ln1r = a->ln1_rstd + (size_t)l * BT;
@@ -318,7 +324,8 @@ static void vit_backward(dt_model *m, float scale) {
         float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
         float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT, *ln2r = a->ln2_rstd + (size_t)l * BT;
         float *fch = a->fch + (size_t)l * BT * F, *fchg = a->fch_gelu + (size_t)l * BT * F;
-        if (m->hooks.before_layer_backward) m->hooks.before_layer_backward(m->hooks.ud, l);
+        dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
+        dt_unit_grads_begin(m, LAYER(l));
         double tl = dt_trace_begin();
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FC2W, l), G(FC2B, l), a->dres, fchg, P(FC2W, l), BT, F, C));
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, BT * F));
@@ -329,8 +336,9 @@ static void vit_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        if (m->hooks.after_layer_backward) m->hooks.after_layer_backward(m->hooks.ud, l);
+        dt_unit_grads_end(m, LAYER(l));
     }
+    dt_unit_grads_begin(m, UNIT(PATCHW));
     /* dres = d(encoded): position and class-token gradients sum over the batch in order;
      * the patch rows go through the patch embedding. */
     float *dpos = G(POS, 0), *dcls_w = G(CLS, 0), *dpe = a->dbig;
@@ -345,8 +353,8 @@ static void vit_backward(dt_model *m, float scale) {
             else
                 memcpy(dpe + ((size_t)b * Np + (size_t)(t - 1)) * C, d, (size_t)C * sizeof(float));
         }
-    DT_PROF(m, bwd, DT_OP_ENCODER, dt_matmul_backward(NULL, G(PATCHW, 0), G(PATCHB, 0), dpe, a->patches, P(PATCHW, 0), B * Np, K, C));
-    if (m->hooks.after_embed_backward) m->hooks.after_embed_backward(m->hooks.ud);
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_matmul_backward(NULL, G(PATCHW, 0), G(PATCHB, 0), dpe, a->patches, NULL, B * Np, K, C));
+    dt_unit_grads_end(m, UNIT(PATCHW));
 }
 
 static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",   "d_ff", "image_size",

@@ -2,14 +2,22 @@
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
-void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
-                        int B, int T, int C) {
-    dt_cpu_kernels_get()->encoder_forward(out, tokens, wte, wpe, B, T, C);
+void dt_encoder_forward(float *out, const int32_t *tokens, const float *wte, int row0, int rows,
+                        int N, int C) {
+    dt_cpu_kernels_get()->encoder_forward(out, tokens, wte, row0, rows, N, C);
 }
 
-void dt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                         int B, int T, int C) {
-    dt_cpu_kernels_get()->encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+void dt_encoder_backward(float *dwte, int row0, int rows, const float *dout, const int32_t *tokens,
+                         int N, int C) {
+    dt_cpu_kernels_get()->encoder_backward(dwte, row0, rows, dout, tokens, N, C);
+}
+
+void dt_pos_forward(float *out, const float *wpe, int B, int T, int C) {
+    dt_cpu_kernels_get()->pos_forward(out, wpe, B, T, C);
+}
+
+void dt_pos_backward(float *dwpe, const float *dout, int B, int T, int C) {
+    dt_cpu_kernels_get()->pos_backward(dwpe, dout, B, T, C);
 }
 
 void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,

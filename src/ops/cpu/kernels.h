@@ -19,10 +19,12 @@ typedef struct dt_adamw_step {
 
 typedef struct dt_cpu_kernels {
     dt_isa isa;
-    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C);
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
-                             const int32_t *tokens, int B, int T, int C);
+    void (*encoder_forward)(float *out, const int32_t *tokens, const float *wte, int row0,
+                            int rows, int N, int C);
+    void (*encoder_backward)(float *dwte, int row0, int rows, const float *dout,
+                             const int32_t *tokens, int N, int C);
+    void (*pos_forward)(float *out, const float *wpe, int B, int T, int C);
+    void (*pos_backward)(float *dwpe, const float *dout, int B, int T, int C);
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C);
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,

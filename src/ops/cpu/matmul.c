@@ -72,6 +72,17 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     if (dbias) dt_cpu_kernels_get()->bias_backward(dbias, dout, N, OC);
 }
 
+void dt_matmul_forward_ld(float *out, int ldo, const float *inp, const float *w, int N, int C,
+                          int OC) {
+    sgemm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, out, ldo);
+}
+
+void dt_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *dout, int ldd,
+                           const float *inp, const float *w, int N, int C, int OC) {
+    if (dinp) sgemm('N', 'N', N, C, OC, dout, ldd, w, C, accumulate ? 1.0f : 0.0f, dinp, C);
+    if (dw) sgemm('T', 'N', OC, C, N, dout, ldd, inp, C, 1.0f, dw, C);
+}
+
 /* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;
  * 0 if memory runs out. Uses the current OpenMP thread count. */
 double dt_matmul_peak_gflops(int n, int reps, double *best) {

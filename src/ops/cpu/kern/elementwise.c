@@ -69,31 +69,43 @@ void DT_K(residual_forward)(float *out, const float *a, const float *b, int N) {
     }
 }
 
-void DT_K(encoder_forward)(float *out, const int32_t *tokens, const float *wte,
-                           const float *wpe, int B, int T, int C) {
+void DT_K(encoder_forward)(float *out, const int32_t *tokens, const float *wte, int row0,
+                           int rows, int N, int C) {
 #pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < B * T; bt++) {
-        if (wpe)
-            vk_add(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C,
-                   wpe + (size_t)(bt % T) * C, C);
-        else
-            memcpy(out + (size_t)bt * C, wte + (size_t)tokens[bt] * C, (size_t)C * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        unsigned r = (unsigned)(tokens[n] - row0); /* wraps for tokens below row0 */
+        if (r < (unsigned)rows)
+            memcpy(out + (size_t)n * C, wte + (size_t)r * C, (size_t)C * sizeof(float));
     }
 }
 
-void DT_K(encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                            int B, int T, int C) {
-    /* Threads own disjoint channel ranges: the scatter into dwte needs no atomics and the
-     * summation order per element is fixed (b, t ascending) => deterministic. */
+void DT_K(encoder_backward)(float *dwte, int row0, int rows, const float *dout,
+                            const int32_t *tokens, int N, int C) {
+    /* Threads own disjoint channel ranges: the scatter needs no atomics and the summation
+     * order per element is fixed (positions ascending) => deterministic. */
 #pragma omp parallel
     {
         int c0, c1;
         DT_K(thread_range)(C, &c0, &c1);
-        for (int bt = 0; bt < B * T && c0 < c1; bt++) {
-            const float *d = dout + (size_t)bt * C + c0;
-            vk_acc(dwte + (size_t)tokens[bt] * C + c0, d, c1 - c0);
-            if (dwpe) vk_acc(dwpe + (size_t)(bt % T) * C + c0, d, c1 - c0);
+        for (int n = 0; n < N && c0 < c1; n++) {
+            unsigned r = (unsigned)(tokens[n] - row0);
+            if (r < (unsigned)rows) vk_acc(dwte + (size_t)r * C + c0, dout + (size_t)n * C + c0, c1 - c0);
         }
+    }
+}
+
+void DT_K(pos_forward)(float *out, const float *wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) vk_acc(out + (size_t)bt * C, wpe + (size_t)(bt % T) * C, C);
+}
+
+void DT_K(pos_backward)(float *dwpe, const float *dout, int B, int T, int C) {
+#pragma omp parallel
+    {
+        int c0, c1;
+        DT_K(thread_range)(C, &c0, &c1);
+        for (int bt = 0; bt < B * T && c0 < c1; bt++)
+            vk_acc(dwpe + (size_t)(bt % T) * C + c0, dout + (size_t)bt * C + c0, c1 - c0);
     }
 }
 

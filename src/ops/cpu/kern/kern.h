@@ -9,10 +9,12 @@
 
 #define DT_K(name) DT_KPASTE(dt_k_##name, DT_ISA_SFX)
 
-void DT_K(encoder_forward)(float *out, const int32_t *tokens, const float *wte,
-                           const float *wpe, int B, int T, int C);
-void DT_K(encoder_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-                            int B, int T, int C);
+void DT_K(encoder_forward)(float *out, const int32_t *tokens, const float *wte, int row0,
+                           int rows, int N, int C);
+void DT_K(encoder_backward)(float *dwte, int row0, int rows, const float *dout,
+                            const int32_t *tokens, int N, int C);
+void DT_K(pos_forward)(float *out, const float *wpe, int B, int T, int C);
+void DT_K(pos_backward)(float *dwpe, const float *dout, int B, int T, int C);
 void DT_K(layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                              const float *w, const float *b, int N, int C);
 void DT_K(layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
