@@ -33,7 +33,9 @@ ledger() { /usr/bin/python3 "$src/tests/ref/ledger_check.py" "$@"; }
 /usr/bin/python3 -c "
 import numpy as np
 np.random.default_rng(7).integers(0, 256, 400 * 32 + 1, dtype=np.uint16).tofile('tok.bin')"
-common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 256
+# Vocabulary 2048 (tokens stay below 256): wte is 3 vocabulary-chunk units, so ZeRO-2/3
+# resume and reshard with the embedding sharded chunk by chunk.
+common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 2048
         --model.context 32 --seq 32 --batch 4 --set training.batch=8 --steps 50
         --set schedule.decay_steps=50 --set optimizer.lr=3e-3 --data tok.bin --set data.format=raw16
         --set logging.progress=lines --set checkpoint.every=5 --set checkpoint.keep_last=0)
@@ -220,10 +222,11 @@ rc=$?
   && "$bin" ckpt verify usr1/ck >/dev/null 2>&1 && pass "SIGUSR1 to one rank: all ranks checkpointed, exit 0" \
   || fail "SIGUSR1 to one rank (rc $rc): $(grep -E 'preempt|error' usr1.log | tail -3)"
 
-# 8. A full disk: a tmpfs that holds one checkpoint of this model (about 1.45 MB), not two.
+# 8. A full disk: a tmpfs that holds one checkpoint of this model (about 1.45 MB at vocabulary
+# 256), not two.
 mkdir -p full
 if mount -t tmpfs -o size=2500k tmpfs full 2>/dev/null; then
-  "$bin" train "${common[@]}" --steps 20 --set checkpoint.dir=full/ck --set checkpoint.max_failures=10 \
+  "$bin" train "${common[@]}" --model.vocab_size 256 --steps 20 --set checkpoint.dir=full/ck --set checkpoint.max_failures=10 \
     --set logging.metrics= >full.log 2>&1
   rc=$?
   [ $rc = 1 ] && grep -q "step-00000010/.*No space left on device" full.log && grep -q "training goes on" full.log \
