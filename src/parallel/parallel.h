@@ -6,10 +6,10 @@
  *                                 overlapped with the backward pass; full optimizer state.
  *   ZeRO-1                        same all-reduce; each rank keeps AdamW state for its shard
  *                                 of every unit only, updates it, then all-gathers.
- *   ZeRO-2 (SHARD_GRAD_OP)        gradients reduce-scattered per layer into the shard; no
- *                                 full gradient buffer (double-buffered layer windows).
- *   ZeRO-3 (FULL_SHARD)           parameters sharded too; each layer all-gathered before its
- *                                 forward and again before its backward.
+ *   ZeRO-2 (SHARD_GRAD_OP)        gradients reduce-scattered per unit into the shard; no
+ *                                 full gradient buffer (double-buffered unit windows).
+ *   ZeRO-3 (FULL_SHARD)           parameters sharded too; each unit (a layer, a vocabulary
+ *                                 chunk, ...) all-gathered where the model reads it.
  *   hybrid (HYBRID_SHARD)         any ZeRO stage sharded inside a node, replicated across.
  * Every reduction sums in rank order: all strategies give bitwise the same result as DDP,
  * and as one rank with world x accum micro-steps, when accum = 1 (see docs/ARCHITECTURE.md).
@@ -99,7 +99,7 @@ void dt_parallel_moments(dt_parallel *p, float **mom, float **var);
  * this rank's moments); returns the count (room for n_units), 0 if this rank writes none. */
 int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out);
 /* Replaces the parameters with `full` (n_params floats, the same on every rank; all ranks
- * call: ZeRO-3 keeps its piece and re-gathers the always-full units). */
+ * call: ZeRO-3 keeps its piece; units are gathered when next used). */
 dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full);
 
 /* The memory plan: bytes by kind (added into bytes[]) that dt_parallel_init allocates on
