@@ -131,6 +131,25 @@ static void matmul_cases(void) {
         c.bias = NULL;
         mm_loss(&c);
         tu_report("forward (no bias, dirty output)", tu_rel_err(out, c.out, no), FWD_TOL);
+
+        /* Column blocks with leading dimensions (the lm_head's vocabulary chunks, model/vocab.c):
+         * three blocks, last first; dx summed over the blocks, each block's dw accumulated. */
+        int bs = (OC + 2) / 3;
+        float *out2 = tu_malloc(no * 4), *dx2 = tu_malloc(nx * 4), *dw2 = tu_malloc(nw * 4);
+        for (size_t i = 0; i < no; i++) out2[i] = 1e6f;
+        tu_fill_uniform(dx2, nx, 1.0f, 17); /* the first block overwrites dx */
+        tu_fill_uniform(dw2, nw, 1.0f, 18);
+        tu_to_double(rdw, dw2, nw);
+        for (int o0 = (OC - 1) / bs * bs, first = 1; o0 >= 0; o0 -= bs, first = 0) {
+            int n = OC - o0 < bs ? OC - o0 : bs;
+            dt_matmul_forward_ld(out2 + o0, OC, x, w + (size_t)o0 * C, N, C, n);
+            dt_matmul_backward_ld(dx2, !first, dw2 + (size_t)o0 * C, g + o0, OC, x, w + (size_t)o0 * C, N, C, n);
+        }
+        tu_report("forward in column blocks (ld)", tu_rel_err(out2, c.out, no), FWD_TOL);
+        dt_ref_matmul_backward(rdx, rdw, rdb, c.g, c.x, c.w, N, C, OC);
+        tu_report("backward dinp summed over blocks (ld)", tu_rel_err(dx2, rdx, nx), BWD_TOL);
+        tu_report("backward dw per block (ld, accumulated)", tu_rel_err(dw2, rdw, nw), BWD_TOL);
+        free(out2); free(dx2); free(dw2);
         c.bias = keep_bias;
 
         if (nw <= 1000) {

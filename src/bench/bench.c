@@ -146,7 +146,7 @@ static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *co
         int64_t v[DT_BENCH_MEM_N] = {(int64_t)pk[DT_MEM_PARAMS], (int64_t)pk[DT_MEM_GRADS],
                                      (int64_t)pk[DT_MEM_OPTIM], (int64_t)pk[DT_MEM_ACTS],
                                      (int64_t)pk[DT_MEM_COMM],
-                                     (int64_t)(pk[DT_MEM_SCRATCH] + pk[DT_MEM_OTHER]), 0, 0};
+                                     (int64_t)pk[DT_MEM_OTHER], 0, 0};
         for (int k = 0; k < DT_BENCH_MEM_OTHER + 1; k++) {
             if (v[k] > row[k]) row[k] = v[k];
         }
@@ -154,9 +154,7 @@ static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *co
     for (int k = 0; k <= DT_BENCH_MEM_OTHER; k++) row[DT_BENCH_MEM_TOTAL] += row[k];
     row[DT_BENCH_MEM_RSS] = (int64_t)dt_bench_rss_hwm();
     size_t plan[DT_MEM_NKINDS];
-    int node = dt_comm_size(comm, DT_GROUP_NODE);
-    int me_p = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
-    DT_CHECK(dt_trainer_mem_plan(ctx, cfg, W, node, me_p, plan));
+    DT_CHECK(dt_trainer_mem_plan_here(ctx, cfg, comm, plan));
     for (int k = 0; k < DT_MEM_NKINDS; k++) row[DT_BENCH_MEM_PLAN] += (int64_t)plan[k];
     /* Compute per timed step (the straggler view): every rank's, like the memory columns. */
     s->compute_ms = calloc((size_t)W, sizeof *s->compute_ms);

@@ -79,7 +79,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
                          int steps, int trace, dt_bench_result *r);
 
 /* Memory columns per rank, in bytes: allocator high-water by kind (communication buffers as
- * "comm", scratch and other buffers together as "other"), their total, the memory plan's
+ * "comm"; tables, views and staging as "other"), their total, the memory plan's
  * total (dt_trainer_mem_plan: equal to the total), and the process's VmHWM. */
 enum { DT_BENCH_MEM_PARAMS, DT_BENCH_MEM_GRADS, DT_BENCH_MEM_OPTIM, DT_BENCH_MEM_ACTS,
        DT_BENCH_MEM_COMM, DT_BENCH_MEM_OTHER, DT_BENCH_MEM_TOTAL, DT_BENCH_MEM_PLAN, DT_BENCH_MEM_RSS,

@@ -263,9 +263,7 @@ static dt_status plan_batch(dt_ctx *ctx, const dt_train_cfg *base, dt_comm *comm
     dt_train_cfg c = *base;
     c.micro_batch = (int)B;
     size_t bytes[DT_MEM_NKINDS];
-    int node = dt_comm_size(comm, DT_GROUP_NODE);
-    int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
-    DT_CHECK(dt_trainer_mem_plan(ctx, &c, dt_comm_size(comm, DT_GROUP_WORLD), node, me, bytes));
+    DT_CHECK(dt_trainer_mem_plan_here(ctx, &c, comm, bytes));
     for (int k = 0; k < DT_MEM_NKINDS; k++) kinds[k] = (double)bytes[k];
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, kinds, DT_MEM_NKINDS, DT_F64, DT_MAX);
 }
@@ -295,7 +293,7 @@ static dt_status find_batch(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
         if (print)
             printf("  %-11ld %-10.1f %-10.1f %-10.1f %-12.1f %-10.1f %-10.1f %-12.1f %s\n", B, kind[DT_MEM_PARAMS] / 1048576.0,
                    kind[DT_MEM_GRADS] / 1048576.0, kind[DT_MEM_OPTIM] / 1048576.0, kind[DT_MEM_ACTS] / 1048576.0,
-                   kind[DT_MEM_COMM] / 1048576.0, (kind[DT_MEM_SCRATCH] + kind[DT_MEM_OTHER]) / 1048576.0,
+                   kind[DT_MEM_COMM] / 1048576.0, kind[DT_MEM_OTHER] / 1048576.0,
                    total / 1048576.0, fits ? "yes" : "no");
         if (!fits) {
             next_plan = total;

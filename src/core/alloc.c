@@ -39,6 +39,6 @@ void dt_alloc_put(dt_alloc *a, dt_mem_kind kind, void *p, size_t bytes) {
 
 const char *dt_mem_kind_name(dt_mem_kind kind) {
     static const char *names[DT_MEM_NKINDS] = {"params", "grads", "optimizer", "activations",
-                                               "comm", "scratch", "other"};
+                                               "comm", "other"};
     return (kind >= 0 && kind < DT_MEM_NKINDS) ? names[kind] : "?";
 }

@@ -20,7 +20,6 @@ typedef enum dt_mem_kind {
     DT_MEM_OPTIM,
     DT_MEM_ACTS,
     DT_MEM_COMM,    /* communication buffers (bucket scratch, reduce-scatter rounds) */
-    DT_MEM_SCRATCH,
     DT_MEM_OTHER,
     DT_MEM_NKINDS
 } dt_mem_kind;

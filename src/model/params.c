@@ -46,36 +46,31 @@ static size_t chunk_rows(const dt_params *ps, const dt_tensor_info *t) {
     return (t->rows + k - 1) / k;
 }
 
-/* Cuts the index space into units (see params.h) and returns their count; with `lo`, also
- * writes unit starts into lo[] and lengths into lo[n_units + u], and fills the tensors'
- * unit and chunk_rows. */
+/* Cuts the index space into units (see params.h), fills the tensors' unit and chunk_rows,
+ * and returns the unit count; with `lo`, also writes unit starts into lo[] and lengths into
+ * lo[n_units + u]. */
 static int make_units(dt_params *ps, size_t *lo) {
-    int n = 0, open = 0;
+    int n = 0, open = 0; /* open: the last unit is a run of non-vocabulary tensors */
 #define START(at) (lo ? (void)(lo[n] = (at)) : (void)0, n++)
     for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
         if (g == DT_PG_LAYER) {
             ps->n_pre_units = n;
             for (int l = 0; l < ps->n_layer; l++) START(ps->layers_offset + (size_t)l * ps->layer_floats);
-            for (int i = 0; i < ps->n_tensors; i++)
-                if (ps->tensors[i].group == DT_PG_LAYER) {
-                    ps->tensors[i].unit = ps->n_pre_units;
-                    ps->tensors[i].chunk_rows = ps->tensors[i].rows;
-                }
             open = 0;
-            continue;
         }
         for (int i = 0; i < ps->n_tensors; i++) {
             dt_tensor_info *t = &ps->tensors[i];
             if ((int)t->group != g) continue;
-            size_t cr = chunk_rows(ps, t);
-            if (lo) t->chunk_rows = cr;
-            if (t->vocab) {
-                if (lo) t->unit = n;
-                for (size_t r = 0; r < t->rows; r += cr) START(t->offset + r * t->cols);
+            t->chunk_rows = chunk_rows(ps, t);
+            if (g == DT_PG_LAYER) {
+                t->unit = ps->n_pre_units;
+            } else if (t->vocab) {
+                t->unit = n;
+                for (size_t r = 0; r < t->rows; r += t->chunk_rows) START(t->offset + r * t->cols);
                 open = 0;
             } else {
                 if (!open) START(t->offset);
-                if (lo) t->unit = n - 1;
+                t->unit = n - 1;
                 open = 1;
             }
         }

@@ -10,12 +10,10 @@ void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *toke
     const dt_params *ps = &m->ps;
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols;
     for (int c = 0; c < K; c++) {
-        int u, un;
-        size_t r0, rows, r1, n1;
+        int u;
+        size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
-        if (c + 1 < K) dt_params_chunk(ps, id, c + 1, &un, &r1, &n1);
-        else un = next;
-        dt_unit_need(m, u, un);
+        dt_unit_need(m, u, c + 1 < K ? u + 1 : next); /* chunks are consecutive units */
         DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(out, tokens, ps->unit_params[u], (int)r0, (int)rows, N, C));
     }
 }
@@ -24,12 +22,10 @@ void dt_vocab_head_forward(dt_model *m, int id, float *logits, const float *x, i
     const dt_params *ps = &m->ps;
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols, V = (int)ps->tensors[id].rows;
     for (int c = 0; c < K; c++) {
-        int u, un;
-        size_t r0, rows, r1, n1;
+        int u;
+        size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
-        if (c + 1 < K) dt_params_chunk(ps, id, c + 1, &un, &r1, &n1);
-        else un = next;
-        dt_unit_need(m, u, un);
+        dt_unit_need(m, u, c + 1 < K ? u + 1 : next); /* chunks are consecutive units */
         DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward_ld(logits + r0, V, x, ps->unit_params[u], N, C, (int)rows));
     }
 }
@@ -39,12 +35,10 @@ void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits
     const dt_params *ps = &m->ps;
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols, V = (int)ps->tensors[id].rows;
     for (int c = K - 1; c >= 0; c--) {
-        int u, un;
-        size_t r0, rows, r1, n1;
+        int u;
+        size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
-        if (c > 0) dt_params_chunk(ps, id, c - 1, &un, &r1, &n1);
-        else un = next;
-        dt_unit_need(m, u, un);
+        dt_unit_need(m, u, c > 0 ? u - 1 : next);
         if (with_dw) dt_unit_grads_begin(m, u);
         DT_PROF(m, bwd, DT_OP_LMHEAD,
                 dt_matmul_backward_ld(dx, c < K - 1, with_dw ? ps->unit_grads[u] : NULL, dlogits + r0, V, x,

@@ -38,7 +38,7 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
          * the bucket lies inside one unit, so every owner's part is one range. */
         int u = p->b[i].unit, W = p->world;
         size_t blo = p->b[i].lo - p->m->ps.unit_lo[u], bhi = blo + n;
-        size_t *cnt = p->bk_cnt, *dis = p->bk_cnt + W;
+        size_t *cnt = p->part_cnt, *dis = p->part_cnt + W;
         for (int w = 0; w < W; w++) {
             size_t a = p->rs_dis[(size_t)u * W + w], z = a + p->rs_cnt[(size_t)u * W + w];
             a = a > blo ? a : blo;
@@ -72,10 +72,7 @@ static int unit_at(const dt_model *m, size_t x) {
 
 dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
     dt_model *m = p->m;
-    size_t n = m->ps.n_params, per = p->cfg.bucket_bytes / sizeof(float);
-    if (per < 1024) per = 1024;
-    if (per > n) per = n;
-    p->bucket_floats = per;
+    size_t n = m->ps.n_params, per = p->z.bucket;
     int cap = (int)((n + per - 1) / per) + 2 * m->ps.n_units + 4;
     p->b = calloc((size_t)cap, sizeof *p->b);
     if (!p->b) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
@@ -94,17 +91,10 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
     if (p->cfg.accum > 1)
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, n * sizeof(float), (void **)&p->extra));
     if (p->world > 1) {
-        /* The ordered reduction stacks every rank's copy of my part: DDP's part is the first
-         * (largest) of an even split of a bucket; a ZeRO-1 bucket lies inside one unit, so my
-         * part of it is at most my part of the largest unit (max_sub), and at most a bucket. */
-        size_t W = (size_t)p->world;
-        p->bk_floats = per < p->max_sub ? per : p->max_sub;
-        p->red_floats = p->cfg.strategy == DT_STRAT_DDP ? W * ((per + W - 1) / W) : W * p->bk_floats;
-        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->red_floats * sizeof(float), (void **)&p->red_scratch));
+        /* The ordered reduction stacks every rank's copy of my part (sizes: dt_par_sizes_of). */
+        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.red * sizeof(float), (void **)&p->red_scratch));
         if (p->cfg.strategy != DT_STRAT_DDP)
-            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->bk_floats * sizeof(float), (void **)&p->bk_out));
-        p->bk_cnt = calloc(2 * (size_t)p->world, sizeof(size_t));
-        if (!p->bk_cnt) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.bk * sizeof(float), (void **)&p->bk_out));
     }
     if (p->thread_live) {
         m->hooks.ud = p;
@@ -119,9 +109,8 @@ void dt_par_buckets_free(dt_parallel *p) {
         dt_params_point_units(&p->m->ps);
     }
     dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m->ps.n_params * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_COMM, p->red_scratch, p->red_floats * sizeof(float));
-    dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk_out, p->bk_floats * sizeof(float));
-    free(p->bk_cnt);
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->red_scratch, p->z.red * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk_out, p->z.bk * sizeof(float));
     free(p->b);
 }
 

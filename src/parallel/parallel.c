@@ -90,72 +90,70 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
             st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: %d shards exceed the %zu parameters of unit %zu",
                          p->G, m->ps.unit_len[u], u);
         dt_comm_split(cnt[p->j], p->n_rep, p->sub_cnt + u * (size_t)p->n_rep, p->sub_off + u * (size_t)p->n_rep);
-        /* World rank w owns sub-chunk k_w of node-shard j_w. */
-        size_t sc[4096], so[4096];
         if (p->n_rep > 4096) {
             st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 4096 replicas");
             break;
         }
+        /* World rank w owns sub-chunk k_w of node-shard j_w. */
+        size_t sc[4096], so[4096];
         for (int w = 0; w < W; w++) {
             int jw = (int)jk[2 * w], kw = (int)jk[2 * w + 1];
             dt_comm_split(cnt[jw], p->n_rep, sc, so);
             p->rs_cnt[u * (size_t)W + (size_t)w] = sc[kw];
             p->rs_dis[u * (size_t)W + (size_t)w] = off[jw] + so[kw];
-            if (sc[kw] > p->max_sub) p->max_sub = sc[kw];
         }
-        if (cnt[p->j] > p->max_ns) p->max_ns = cnt[p->j];
-        if (m->ps.unit_len[u] > p->max_unit) p->max_unit = m->ps.unit_len[u];
     }
-    /* ZeRO-2/3 reduce-scatter rounds: one bucket over all ranks, never more than needed. */
-    size_t per = p->cfg.bucket_bytes / sizeof(float) / (size_t)W;
-    p->rs_round = per < 1024 ? 1024 : per;
-    if (p->rs_round > p->max_sub) p->rs_round = p->max_sub;
+    dt_par_sizes_of(&m->ps, &p->cfg, W, p->G, p->j, p->n_rep, &p->z);
+    DT_ASSERT(st != DT_OK || p->z.S == p->S);
     free(jk);
     return st;
 }
 
+/* Part i of n split into `parts` near-equal parts (dt_comm_split: the first ones larger). */
 static size_t split_part(size_t n, int parts, int i) {
     return n / (size_t)parts + ((size_t)i < n % (size_t)parts);
 }
 
-static size_t bucket_floats(const dt_parallel_cfg *cfg, size_t n) {
-    size_t per = cfg->bucket_bytes / sizeof(float);
-    if (per < 1024) per = 1024;
-    return per > n ? n : per;
+void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int G, int j, int n_rep,
+                     dt_par_sizes *z) {
+    memset(z, 0, sizeof *z);
+    for (int u = 0; u < ps->n_units; u++) {
+        size_t len = ps->unit_len[u], mine = split_part(len, G, j);
+        size_t sub = split_part(split_part(len, G, 0), n_rep, 0); /* node-shard 0's sub-chunk 0 */
+        z->S += mine;
+        if (len > z->max_unit) z->max_unit = len;
+        if (mine > z->max_ns) z->max_ns = mine;
+        if (sub > z->max_sub) z->max_sub = sub;
+    }
+    size_t W = (size_t)world, per = cfg->bucket_bytes / sizeof(float);
+    z->bucket = per < 1024 ? 1024 : per;
+    if (z->bucket > ps->n_params) z->bucket = ps->n_params;
+    /* A ZeRO-1 bucket lies inside one unit: my part of it is at most max_sub. DDP's part is
+     * the first (largest) of an even split of a bucket. */
+    z->bk = z->bucket < z->max_sub ? z->bucket : z->max_sub;
+    z->red = cfg->strategy == DT_STRAT_DDP ? W * ((z->bucket + W - 1) / W) : W * z->bk;
+    /* ZeRO-2/3 reduce-scatter rounds: one bucket over all ranks, never more than a part. */
+    z->rs_round = per / W < 1024 ? 1024 : per / W;
+    if (z->rs_round > z->max_sub) z->rs_round = z->max_sub;
 }
 
 void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
                       size_t bytes[DT_MEM_NKINDS]) {
-    int G, j, n_rep, k;
-    if (cfg->strategy == DT_STRAT_DDP) G = 1, j = 0, n_rep = 1, k = 0;
-    else if (cfg->hybrid) G = node_ranks, j = rank % node_ranks, n_rep = world / node_ranks, k = rank / node_ranks;
-    else G = world, j = rank, n_rep = 1, k = 0;
-    (void)k;
-    size_t S = 0, max_unit = 0, max_sub = 0, max_ns = 0;
-    for (int u = 0; u < ps->n_units; u++) {
-        size_t len = ps->unit_len[u], mine = split_part(len, G, j);
-        S += mine;
-        if (len > max_unit) max_unit = len;
-        if (mine > max_ns) max_ns = mine;
-        size_t sub = split_part(split_part(len, G, 0), n_rep, 0); /* the largest part: shard 0's sub-chunk 0 */
-        if (sub > max_sub) max_sub = sub;
-    }
+    int G = world, j = rank, n_rep = 1; /* as plan_shards, with nodes of consecutive ranks */
+    if (cfg->strategy == DT_STRAT_DDP) G = 1, j = 0;
+    else if (cfg->hybrid) G = node_ranks, j = rank % node_ranks, n_rep = world / node_ranks;
+    dt_par_sizes z;
+    dt_par_sizes_of(ps, cfg, world, G, j, n_rep, &z);
     const size_t F = sizeof(float), W = (size_t)world;
-    bytes[DT_MEM_OPTIM] += 2 * S * F;
-    if (cfg->strategy >= DT_STRAT_ZERO2) {
-        bytes[DT_MEM_GRADS] += (S + 2 * max_unit) * F;
-        if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (S + 2 * max_unit) * F;
-        if (world > 1) {
-            size_t per = cfg->bucket_bytes / F / W, round = per < 1024 ? 1024 : per;
-            if (round > max_sub) round = max_sub;
-            bytes[DT_MEM_COMM] += (round * W + round + (n_rep > 1 ? max_ns : 0)) * F;
-        }
+    bytes[DT_MEM_OPTIM] += 2 * z.S * F;
+    if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init */
+        bytes[DT_MEM_GRADS] += (z.S + 2 * z.max_unit) * F;
+        if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F;
+        if (world > 1) bytes[DT_MEM_COMM] += (z.rs_round * (W + 1) + (n_rep > 1 ? z.max_ns : 0)) * F;
         return;
     }
-    size_t per = bucket_floats(cfg, ps->n_params), part = per < max_sub ? per : max_sub;
-    if (cfg->accum > 1) bytes[DT_MEM_GRADS] += ps->n_params * F;
-    if (world > 1)
-        bytes[DT_MEM_COMM] += cfg->strategy == DT_STRAT_DDP ? W * ((per + W - 1) / W) * F : (W * part + part) * F;
+    if (cfg->accum > 1) bytes[DT_MEM_GRADS] += ps->n_params * F; /* as dt_par_buckets_init */
+    if (world > 1) bytes[DT_MEM_COMM] += (z.red + (cfg->strategy == DT_STRAT_ZERO1 ? z.bk : 0)) * F;
 }
 
 /* ---- the task runner */
@@ -291,7 +289,8 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
         size_t per = cfg->bucket_bytes / sizeof(float);
         p->cap = (int)(m->ps.n_params / (per < 1024 ? 1024 : per)) + 6 * p->U + 16;
         p->tasks = calloc((size_t)p->cap, sizeof *p->tasks);
-        if (!p->tasks) st = dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+        p->part_cnt = calloc(2 * (size_t)p->world, sizeof *p->part_cnt);
+        if (!p->tasks || !p->part_cnt) st = dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
     if (st == DT_OK && p->world > 1 && cfg->overlap) {
         if (pthread_create(&p->thread, NULL, comm_main, p) != 0)
@@ -334,6 +333,7 @@ void dt_parallel_free(dt_parallel *p) {
     free(p->segs);
     free(p->seg_unit);
     free(p->tasks);
+    free(p->part_cnt);
     free(p);
 }
 
@@ -412,20 +412,18 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
         dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
                         s - s0, lr, t, clip_coef < 1.0f ? clip_coef : 1.0f);
     }
-    /* One shard holder (world 1, or hybrid with one rank per node): nothing to gather, but
-     * ZeRO-3 still marks its windows stale. */
-    if (p->G == 1 && !p->sharded_params) return DT_OK;
-    double t0 = dt_now();
     if (p->sharded_params) {
         p->pwin_unit[0] = p->pwin_unit[1] = -1; /* stale: units are gathered when next used */
-    } else {
-        for (int u = 0; u < p->U; u++)
-            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->ps.params + p->m->ps.unit_lo[u],
-                                        p->split_cnt + (size_t)u * p->G, p->split_off + (size_t)u * p->G));
-        double dt = dt_now() - t0;
-        p->t_exposed += dt;
-        p->t_total += dt;
+        return DT_OK;
     }
+    if (p->G == 1) return DT_OK; /* one shard holder (world 1, or hybrid with one rank per node) */
+    double t0 = dt_now();
+    for (int u = 0; u < p->U; u++)
+        DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->ps.params + p->m->ps.unit_lo[u],
+                                    p->split_cnt + (size_t)u * p->G, p->split_off + (size_t)u * p->G));
+    double dt = dt_now() - t0;
+    p->t_exposed += dt;
+    p->t_total += dt;
     return DT_OK;
 }
 

@@ -25,6 +25,23 @@ typedef struct dt_par_task {
     int a, b;
 } dt_par_task;
 
+/* Buffer sizes in floats, from the units and the strategy alone: what dt_parallel_init
+ * allocates and dt_parallel_plan counts come from this one function. */
+typedef struct dt_par_sizes {
+    size_t S;        /* my shard vector: my part of every unit */
+    size_t max_unit; /* the largest unit: a ZeRO-2/3 window */
+    size_t max_sub;  /* the largest part of a unit that one rank reduces */
+    size_t max_ns;   /* my largest node-shard (hybrid ZeRO-2/3 gathers it across nodes) */
+    size_t bucket;   /* a DDP/ZeRO-1 bucket */
+    size_t bk;       /* ZeRO-1: my reduced part of a bucket, at most */
+    size_t red;      /* DDP/ZeRO-1: ordered-reduction scratch (every rank's copy of my part) */
+    size_t rs_round; /* ZeRO-2/3: floats per rank in one reduce-scatter round */
+} dt_par_sizes;
+
+/* Sizes for shard group size G (my index j in it) and n_rep replicas of each node-shard. */
+void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int G, int j, int n_rep,
+                     dt_par_sizes *z);
+
 typedef struct dt_bucket {
     size_t lo, hi; /* floats in the gradient slab */
     int first;     /* the unit holding lo: the bucket is final once it has ended */
@@ -57,19 +74,18 @@ struct dt_parallel {
     float *acc, *extra;     /* the step's gradient; gradients of micro-steps k >= 1 */
     float *red_scratch;     /* for the ordered all-reduce / reduce-scatter of one bucket */
     float *bk_out;          /* ZeRO-1: my part of a bucket, reduced */
-    size_t *bk_cnt;         /* ZeRO-1: per-rank counts and offsets of a bucket's parts */
-    size_t bucket_floats, red_floats, bk_floats;
+    size_t *part_cnt;       /* [2 x world] counts and offsets of one collective's parts
+                               (a ZeRO-1 bucket, a ZeRO-2/3 reduce-scatter round) */
     dt_bucket *b;
     int nb;
     /* ZeRO-2/3 storage */
     float *gshard, *pshard;  /* S floats: reduced gradient shard; parameter shard (ZeRO-3) */
-    float *gwin[2], *pwin[2];/* unit windows (double-buffered), max_unit floats each */
+    float *gwin[2], *pwin[2];/* unit windows (double-buffered), z.max_unit floats each */
     int pwin_unit[2];        /* which unit each parameter window holds (-1: none/stale) */
     int pw_cur, gw_cur;      /* the window the model reads (parameters) / writes (gradients) */
     float *rs_scratch, *rs_out, *ns_buf; /* reduce-scatter rounds: every rank's part of one
                                             round, my reduced part, my node-shard (hybrid) */
-    size_t max_unit, max_sub, max_ns;
-    size_t rs_round;         /* floats per rank and reduce-scatter round (ZeRO-2/3) */
+    dt_par_sizes z;          /* buffer sizes (dt_par_sizes_of) */
     /* micro-step state */
     int last_micro, micro;
     /* communication tasks: run in submission order on the communication thread (overlap)
@@ -108,8 +124,6 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed);
 void dt_par_zero_free(dt_parallel *p);
 void dt_par_zero_begin_micro(dt_parallel *p);
 dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p);
-/* Floats of ZeRO-2/3 storage by kind (what dt_par_zero_init allocates). */
-void dt_par_zero_sizes(const dt_parallel *p, size_t *params, size_t *grads, size_t *comm);
 /* Gathers the full parameters of unit u (ZeRO-3) into dst. */
 dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
 

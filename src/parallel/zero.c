@@ -13,7 +13,7 @@
  * network, and its gradient is formed chunk by chunk at the end of the backward).
  * Gathers and reductions are tasks on the communication thread (parallel.overlap) or run
  * inline; every rank submits them in the same order. A reduction runs in rounds of at most
- * rs_round floats per rank, so its scratch is bucket-sized, not unit-sized.
+ * z.rs_round floats per rank, so its scratch is bucket-sized, not unit-sized.
  * Task failures are recorded and returned by dt_parallel_finish_grads.
  */
 #include <stdlib.h>
@@ -35,6 +35,13 @@ dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst) {
     return DT_OK;
 }
 
+/* Into the step's gradient shard: micro-step 0 writes, later ones add. */
+static void accumulate(float *dst, const float *src, size_t n, int first) {
+    if (first) memcpy(dst, src, n * sizeof(float));
+    else
+        for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
 /* Sums unit u's gradient window over all ranks into my shard of it (rank order). */
 dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     double t0 = dt_now();
@@ -42,21 +49,18 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     size_t n = G_cnt(p, u);
     float *dst = p->gshard + p->sb[u];
     if (p->world == 1) { /* my shard is the whole unit */
-        if (p->micro == 0) memcpy(dst, win + G_off(p, u), n * sizeof(float));
-        else
-            for (size_t i = 0; i < n; i++) dst[i] += win[G_off(p, u) + i];
+        accumulate(dst, win + G_off(p, u), n, p->micro == 0);
         p->t_total += dt_now() - t0;
         return DT_OK;
     }
     const int W = p->world;
     const size_t *cnt = p->rs_cnt + (size_t)u * W, *dis = p->rs_dis + (size_t)u * W;
-    size_t most = 0, R = p->rs_round;
+    size_t most = 0, R = p->z.rs_round;
     for (int w = 0; w < W; w++) most = cnt[w] > most ? cnt[w] : most;
     /* Hybrid: the replicas of my node-shard each reduce a sub-chunk of it, into ns_buf. */
     const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
     float *mine = p->n_rep > 1 ? p->ns_buf + so[p->k] : NULL;
-    size_t rc[4096], rd[4096];
-    DT_ASSERT(W <= 4096);
+    size_t *rc = p->part_cnt, *rd = p->part_cnt + W;
     for (size_t done = 0; done < most; done += R) {
         for (int w = 0; w < W; w++) {
             size_t left = cnt[w] > done ? cnt[w] - done : 0;
@@ -65,15 +69,11 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
         }
         DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, win, rc, rd, p->rs_out, p->rs_scratch));
         if (mine) memcpy(mine + done, p->rs_out, rc[p->rank] * sizeof(float));
-        else if (p->micro == 0) memcpy(dst + done, p->rs_out, rc[p->rank] * sizeof(float));
-        else
-            for (size_t i = 0; i < rc[p->rank]; i++) dst[done + i] += p->rs_out[i];
+        else accumulate(dst + done, p->rs_out, rc[p->rank], p->micro == 0);
     }
     if (mine) {
         DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, p->ns_buf, sc, so));
-        if (p->micro == 0) memcpy(dst, p->ns_buf, n * sizeof(float));
-        else
-            for (size_t i = 0; i < n; i++) dst[i] += p->ns_buf[i];
+        accumulate(dst, p->ns_buf, n, p->micro == 0);
     }
     p->t_total += dt_now() - t0;
     return DT_OK;
@@ -123,13 +123,6 @@ dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p) {
     return p->err;
 }
 
-void dt_par_zero_sizes(const dt_parallel *p, size_t *params, size_t *grads, size_t *comm) {
-    size_t world = (size_t)p->world;
-    *grads = p->S + 2 * p->max_unit;
-    *params = p->sharded_params ? p->S + 2 * p->max_unit : 0;
-    *comm = world > 1 ? p->rs_round * world + p->rs_round + (p->n_rep > 1 ? p->max_ns : 0) : 0;
-}
-
 static dt_status get(dt_ctx *ctx, dt_parallel *p, dt_mem_kind kind, size_t n, float **out) {
     if (n == 0) return DT_OK;
     return dt_alloc_get(ctx, p->alloc, kind, n * sizeof(float), (void **)out);
@@ -138,12 +131,12 @@ static dt_status get(dt_ctx *ctx, dt_parallel *p, dt_mem_kind kind, size_t n, fl
 dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     dt_model *m = p->m;
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->S, &p->gshard));
-    DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->max_unit, &p->gwin[0]));
-    DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->max_unit, &p->gwin[1]));
+    DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->z.max_unit, &p->gwin[0]));
+    DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->z.max_unit, &p->gwin[1]));
     if (p->world > 1) {
-        DT_CHECK(get(ctx, p, DT_MEM_COMM, p->rs_round * (size_t)p->world, &p->rs_scratch));
-        DT_CHECK(get(ctx, p, DT_MEM_COMM, p->rs_round, &p->rs_out));
-        if (p->n_rep > 1) DT_CHECK(get(ctx, p, DT_MEM_COMM, p->max_ns, &p->ns_buf));
+        DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.rs_round * (size_t)p->world, &p->rs_scratch));
+        DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.rs_round, &p->rs_out));
+        if (p->n_rep > 1) DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.max_ns, &p->ns_buf));
     }
     p->gw_cur = 1;
     m->hooks.ud = p;
@@ -151,8 +144,8 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     m->hooks.grads_end = z_grads_end;
     if (p->sharded_params) {
         DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->S, &p->pshard));
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->max_unit, &p->pwin[0]));
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->max_unit, &p->pwin[1]));
+        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->z.max_unit, &p->pwin[0]));
+        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->z.max_unit, &p->pwin[1]));
         p->pwin_unit[0] = p->pwin_unit[1] = -1;
         p->pw_cur = 1;
         /* Each rank draws only its own shard (the counter RNG makes any range drawable). */
@@ -161,7 +154,7 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
         for (int u = 0; u < p->U; u++) m->ps.unit_params[u] = NULL;
         m->hooks.need_params = z_need;
     }
-    for (int u = 0; u < p->U; u++) m->ps.unit_grads[u] = NULL;
+    dt_par_zero_begin_micro(p);
     return DT_OK;
 }
 
@@ -169,13 +162,13 @@ void dt_par_zero_free(dt_parallel *p) {
     size_t W = (size_t)p->world;
 #define PUT(kind, ptr, n) dt_alloc_put(p->alloc, kind, ptr, (n) * sizeof(float))
     PUT(DT_MEM_GRADS, p->gshard, p->S);
-    PUT(DT_MEM_GRADS, p->gwin[0], p->max_unit);
-    PUT(DT_MEM_GRADS, p->gwin[1], p->max_unit);
-    PUT(DT_MEM_COMM, p->rs_scratch, p->rs_round * W);
-    PUT(DT_MEM_COMM, p->rs_out, p->rs_round);
-    PUT(DT_MEM_COMM, p->ns_buf, p->max_ns);
+    PUT(DT_MEM_GRADS, p->gwin[0], p->z.max_unit);
+    PUT(DT_MEM_GRADS, p->gwin[1], p->z.max_unit);
+    PUT(DT_MEM_COMM, p->rs_scratch, p->z.rs_round * W);
+    PUT(DT_MEM_COMM, p->rs_out, p->z.rs_round);
+    PUT(DT_MEM_COMM, p->ns_buf, p->z.max_ns);
     PUT(DT_MEM_PARAMS, p->pshard, p->S);
-    PUT(DT_MEM_PARAMS, p->pwin[0], p->max_unit);
-    PUT(DT_MEM_PARAMS, p->pwin[1], p->max_unit);
+    PUT(DT_MEM_PARAMS, p->pwin[0], p->z.max_unit);
+    PUT(DT_MEM_PARAMS, p->pwin[1], p->z.max_unit);
 #undef PUT
 }

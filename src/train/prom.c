@@ -25,7 +25,7 @@ void dt_prom_step(dt_prom *p, double step_s, double comm_s) {
  * current bytes by kind. */
 enum { F_STEP, F_COMM, F_RSS, F_MEM, NF = F_MEM + DT_MEM_NKINDS };
 
-static const char *const kind_names[DT_MEM_NKINDS] = {"params", "grads", "optimizer", "activations", "comm", "scratch", "other"};
+static const char *const kind_names[DT_MEM_NKINDS] = {"params", "grads", "optimizer", "activations", "comm", "other"};
 
 dt_status dt_prom_write(dt_ctx *ctx, dt_prom *p, dt_comm *comm, const dt_prom_snapshot *s) {
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);

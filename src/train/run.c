@@ -225,15 +225,13 @@ static void test_aids_step(const run_state *r, long step, int rank) {
 /* After training: this rank's allocator high-water by kind beside the memory plan
  * (dt_trainer_mem_plan), which must be equal (rank 0 logs; it holds the largest shards). */
 static dt_status log_memory(dt_ctx *ctx, run_state *r, dt_comm *comm) {
-    int node = dt_comm_size(comm, DT_GROUP_NODE);
-    int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
     size_t plan[DT_MEM_NKINDS], tot = 0;
-    DT_CHECK(dt_trainer_mem_plan(ctx, &r->tr.cfg, dt_comm_size(comm, DT_GROUP_WORLD), node, me, plan));
+    DT_CHECK(dt_trainer_mem_plan_here(ctx, &r->tr.cfg, comm, plan));
     for (int k = 0; k < DT_MEM_NKINDS; k++) tot += plan[k];
     const size_t *pk = r->tr.alloc.peak;
     dt_log_info(ctx, "memory high-water: allocator=%zu plan=%zu params=%zu grads=%zu optimizer=%zu activations=%zu "
                 "comm=%zu other=%zu", r->tr.alloc.total_peak, tot, pk[DT_MEM_PARAMS], pk[DT_MEM_GRADS],
-                pk[DT_MEM_OPTIM], pk[DT_MEM_ACTS], pk[DT_MEM_COMM], pk[DT_MEM_SCRATCH] + pk[DT_MEM_OTHER]);
+                pk[DT_MEM_OPTIM], pk[DT_MEM_ACTS], pk[DT_MEM_COMM], pk[DT_MEM_OTHER]);
     return DT_OK;
 }
 

@@ -115,6 +115,13 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     return DT_OK;
 }
 
+dt_status dt_trainer_mem_plan_here(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
+                                   size_t bytes[DT_MEM_NKINDS]) {
+    int node = dt_comm_size(comm, DT_GROUP_NODE);
+    int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
+    return dt_trainer_mem_plan(ctx, cfg, dt_comm_size(comm, DT_GROUP_WORLD), node, me, bytes);
+}
+
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;

@@ -85,6 +85,9 @@ void dt_test_aid(const char *name, long *a, int *b);
  * every strategy); the formula per strategy is in docs/ARCHITECTURE.md. */
 dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
                               size_t bytes[DT_MEM_NKINDS]);
+/* The same for the calling rank of comm (its world, node size and place). */
+dt_status dt_trainer_mem_plan_here(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
+                                   size_t bytes[DT_MEM_NKINDS]);
 
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm);
 void dt_trainer_free(dt_trainer *tr);
