@@ -386,6 +386,69 @@ static void test_allocation_failure_is_clean(void **state) {
     printf("each of the %ld allocations of an init failed in turn: NOMEM, nothing leaked\n", n);
 }
 
+static void test_activation_checkpointing_is_bitwise(void **state) {
+    printf("  family %s\n", (const char *)*state);
+    /* 3 layers, 2 micro-steps: every mode and interval gives the losses and weights of no
+     * checkpointing bit for bit. A recompute that is skipped or wrong leaves another layer's
+     * values in the shared working slots, which changes the gradients. The activation bytes
+     * shrink as documented, and the plan equals the allocator. */
+    static const struct { dt_recompute r; int every; } modes[] = {
+        {DT_RECOMPUTE_NONE, 1},      {DT_RECOMPUTE_SELECTIVE, 1}, {DT_RECOMPUTE_SELECTIVE, 2},
+        {DT_RECOMPUTE_FULL, 1},      {DT_RECOMPUTE_FULL, 2},      {DT_RECOMPUTE_FULL, 3},
+    };
+    const int nm = (int)(sizeof modes / sizeof modes[0]);
+    float base_l[6], *base_p = NULL;
+    size_t base_n = 0, acts[6];
+    for (int k = 0; k < nm; k++) {
+        dt_train_cfg c = small_cfg();
+        c.model.n_layer = 3;
+        c.steps = 6;
+        c.sched.total = 6;
+        c.micro_batch = 2;
+        c.accum = 2;
+        c.model_opts = (dt_model_opts){modes[k].r, modes[k].every};
+        size_t plan[DT_MEM_NKINDS];
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
+        acts[k] = plan[DT_MEM_ACTS];
+        dt_trainer tr;
+        assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
+        for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
+        float l[6];
+        for (int s = 0; s < 6; s++) {
+            dt_step_stats st;
+            assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
+            l[s] = st.loss;
+        }
+        printf("  %-9s every %d: activations %zu bytes, loss %.6f\n", dt_recompute_name(modes[k].r),
+               modes[k].every, acts[k], (double)l[5]);
+        if (k == 0) {
+            memcpy(base_l, l, sizeof l);
+            base_n = tr.model.ps.n_params;
+            base_p = tu_malloc(base_n * sizeof(float));
+            memcpy(base_p, tr.model.ps.params, base_n * sizeof(float));
+        } else {
+            assert_memory_equal(l, base_l, sizeof l);
+            assert_int_equal(tr.model.ps.n_params, base_n);
+            assert_memory_equal(tr.model.ps.params, base_p, base_n * sizeof(float));
+        }
+        dt_trainer_free(&tr);
+    }
+    /* none > selective > full at every layer; every 2nd layer saves less than every layer. */
+    assert_true(acts[1] < acts[0] && acts[3] < acts[1]);
+    assert_true(acts[2] > acts[1] && acts[2] < acts[0] && acts[4] > acts[3] && acts[5] > acts[4]);
+    /* A bad interval is refused naming the key. */
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_train_cfg c = small_cfg();
+    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0};
+    dt_trainer tr;
+    assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "memory.activation_checkpointing_every"));
+    free(base_p);
+}
+
 static void test_llama_presets_and_published_parameter_counts(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -567,6 +630,7 @@ int main(void) {
         BOTH(test_overfits_one_batch),
         BOTH(test_accumulation_equals_a_larger_batch),
         BOTH(test_allocation_failure_is_clean),
+        BOTH(test_activation_checkpointing_is_bitwise),
 #undef BOTH
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

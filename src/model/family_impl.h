@@ -14,6 +14,15 @@
         if ((m)->profile) (m)->prof.dir[kind] += dt_now() - t0_;                             \
     } while (0)
 
+/* The same into the accumulator array `arr` (m->prof.fwd or .bwd, chosen at run time: a
+ * recomputed forward counts as backward time). */
+#define DT_PROF_TO(m, arr, kind, stmt)                                                       \
+    do {                                                                                     \
+        double t0_ = (m)->profile ? dt_now() : 0.0;                                          \
+        stmt;                                                                                \
+        if ((m)->profile) (arr)[kind] += dt_now() - t0_;                                     \
+    } while (0)
+
 /* Activation layout: the next view of n floats at *off in base (NULL base: only count),
  * 64-byte aligned. Families lay their saved activations out with it, once to size them
  * (base NULL) and once to bind them. */
@@ -21,6 +30,41 @@ static inline float *dt_act_take(float *base, size_t *off, size_t n) {
     float *p = base ? base + *off : NULL;
     *off += (n + 15) / 16 * 16;
     return p;
+}
+
+/* ---- activation checkpointing (model.h dt_model_opts). A layer's saved activations are of
+ * three classes:
+ *   DT_ACT_OUT   its output, the next layer's input: kept for every layer;
+ *   DT_ACT_MM    its matmul outputs: kept unless the layer is fully recomputed;
+ *   DT_ACT_RECOMP the rest (norm outputs and statistics, attention output and log-sum-exp,
+ *                MLP activation): kept only by layers that are not recomputed.
+ * Each buffer of a class has one slot per layer that keeps it, in layer order, plus one
+ * working slot shared by the layers that recompute it. */
+enum { DT_ACT_OUT, DT_ACT_MM, DT_ACT_RECOMP };
+
+static inline int dt_act_keeps(const dt_model_opts *o, int l, int cls) {
+    if (cls == DT_ACT_OUT || !dt_model_recomputes(o, l)) return 1;
+    return cls == DT_ACT_MM && o->recompute == DT_RECOMPUTE_SELECTIVE;
+}
+/* Slot of layer l (of L) for class cls; l = L gives the number of slots. */
+static inline size_t dt_act_slot(const dt_model_opts *o, int L, int cls, int l) {
+    size_t below = 0, kept = 0;
+    int shared = 0;
+    for (int k = 0; k < L; k++) {
+        int keeps = dt_act_keeps(o, k, cls);
+        kept += (size_t)keeps;
+        below += (size_t)(keeps && k < l);
+        shared |= !keeps;
+    }
+    if (l >= L) return kept + (size_t)shared;
+    return dt_act_keeps(o, l, cls) ? below : kept;
+}
+/* The highest recomputed layer (-1: none): the working slots still hold its activations when
+ * the backward starts, so it is not recomputed. */
+static inline int dt_act_top_recomputed(const dt_model_opts *o, int L) {
+    for (int l = L - 1; l >= 0; l--)
+        if (dt_model_recomputes(o, l)) return l;
+    return -1;
 }
 
 /* The unit hooks (model.h), skipped when unset. */

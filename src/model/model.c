@@ -116,7 +116,21 @@ int dt_model_tensors(const dt_model_config *c, dt_tensor_info *out) {
 }
 
 size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
-    return dt_model_family_of(c)->act_floats(c, B, T);
+    return dt_model_act_floats_opts(c, NULL, B, T);
+}
+
+size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1};
+    return dt_model_family_of(c)->act_floats(c, o ? o : &none, B, T);
+}
+
+const char *dt_recompute_name(dt_recompute r) {
+    return r == DT_RECOMPUTE_FULL ? "full" : r == DT_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+int dt_model_recomputes(const dt_model_opts *o, int l) {
+    if (!o || o->recompute == DT_RECOMPUTE_NONE) return 0;
+    return l % (o->recompute_every > 1 ? o->recompute_every : 1) == 0;
 }
 
 int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b) {
@@ -140,8 +154,18 @@ void dt_model_describe(const dt_model_config *c, char *buf, size_t n) {
 
 dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,
                         int B, int T, int slabs) {
+    return dt_model_init_opts(ctx, m, cfg, NULL, alloc, B, T, slabs);
+}
+
+dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg,
+                             const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1};
+    if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
+    if (m->opts.recompute_every < 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be >= 1 (got %d)",
+                       m->opts.recompute_every);
     DT_CHECK(dt_model_config_validate(ctx, &m->cfg));
     if (B < 1 || B > 65536)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", B);
@@ -156,7 +180,7 @@ dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt
     int n = dt_model_tensors(&m->cfg, table);
     dt_status st = dt_params_init(ctx, &m->ps, table, n, m->cfg.n_layer, alloc, slabs);
     if (st != DT_OK) return st;
-    m->n_acts = m->fam->act_floats(&m->cfg, B, T);
+    m->n_acts = m->fam->act_floats(&m->cfg, &m->opts, B, T);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
     m->fam->bind(m);

@@ -78,6 +78,25 @@ typedef struct dt_model_hooks {
     void (*grads_end)(void *ud, int unit);
 } dt_model_hooks;
 
+/* Activation checkpointing (memory.activation_checkpointing): which saved activations of a
+ * layer are dropped after its forward and recomputed in its backward, from the layer's input
+ * (kept: the previous layer's output) and, for selective, its matmul outputs.
+ *   none       keep everything;
+ *   selective  keep the matmul outputs (and the layer output); recompute the norms, the
+ *              attention and the MLP activation (Megatron's selective recompute);
+ *   full       keep only the layer output; recompute the whole layer but its last matmul.
+ * Recomputed layers are those with l % recompute_every == 0. The recompute runs the same
+ * kernels on the same inputs, so gradients are bitwise those of `none`. */
+typedef enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE, DT_RECOMPUTE_FULL } dt_recompute;
+typedef struct dt_model_opts {
+    dt_recompute recompute;
+    int recompute_every; /* >= 1 (0 reads as 1) */
+} dt_model_opts;
+/* "none", "selective", "full". */
+const char *dt_recompute_name(dt_recompute r);
+/* 1 when layer l drops activations under o (NULL: never). */
+int dt_model_recomputes(const dt_model_opts *o, int l);
+
 /* Per-op wall-time accumulators (seconds), for the benchmark's breakdown. */
 typedef enum dt_op_kind {
     DT_OP_ENCODER, DT_OP_LAYERNORM, DT_OP_MATMUL, DT_OP_ATTENTION, DT_OP_GELU,
@@ -103,8 +122,9 @@ typedef struct dt_model_family {
     dt_status (*validate)(dt_ctx *ctx, dt_model_config *c);
     /* Writes the tensor table for c into out (room for DT_MODEL_MAX_TENSORS); returns n. */
     int (*tensors)(const dt_model_config *c, dt_tensor_info *out);
-    /* Activation floats for micro-batch B x T (what init allocates). */
-    size_t (*act_floats)(const dt_model_config *c, int B, int T);
+    /* Activation floats for micro-batch B x T under checkpointing opts o (what init
+     * allocates). */
+    size_t (*act_floats)(const dt_model_config *c, const dt_model_opts *o, int B, int T);
     /* Bytes of the family's private state (views into the activations), and binding it. */
     size_t impl_bytes;
     void (*bind)(dt_model *m);
@@ -143,6 +163,7 @@ struct dt_model {
     dt_model_config cfg;
     dt_params ps;
     int B, T; /* activation buffers are sized for micro-batch B of T tokens */
+    dt_model_opts opts;
     float *acts;
     size_t n_acts;
     void *impl; /* the family's views (impl_bytes) */
@@ -171,6 +192,8 @@ dt_status dt_model_config_validate(dt_ctx *ctx, dt_model_config *c);
 size_t dt_model_num_params(const dt_model_config *c);
 double dt_model_flops_per_token(const dt_model_config *c, int T);
 size_t dt_model_act_floats(const dt_model_config *c, int B, int T);
+/* The same under activation checkpointing opts o (NULL: none). */
+size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T);
 /* The family's tensor table for c (room for DT_MODEL_MAX_TENSORS rows; file_rows filled in,
  * offsets not); returns the number of rows. */
 int dt_model_tensors(const dt_model_config *c, dt_tensor_info *out);
@@ -184,6 +207,10 @@ int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b);
 /* Validates cfg, builds the store (allocating the slabs in `slabs`) and the activations. */
 dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,
                         int B, int T, int slabs);
+/* The same with activation checkpointing opts (NULL: none); a bad recompute_every is refused
+ * naming memory.activation_checkpointing_every. */
+dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg,
+                             const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs);
 void dt_model_free(dt_model *m);
 /* The family's initialisation, from the counter RNG (whole params slab). */
 void dt_model_init_weights(dt_model *m, uint64_t seed);

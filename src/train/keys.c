@@ -59,6 +59,8 @@ static const key_def keys[] = {
     NUM("training.spike_rollback", K_INT, spike_rollback, "on a loss spike, go back to the newest checkpoint and skip the batches since, up to this many times (0 = off; needs checkpoint.dir and data.train)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
+    ENUM("memory.activation_checkpointing", recompute, "none|selective|full", "drop activations after each layer's forward and recompute them in its backward: selective keeps the matmul outputs (recomputes norms, attention, the MLP activation), full keeps only the layer input; gradients are bitwise those of none"),
+    NUM("memory.activation_checkpointing_every", K_INT, train.model_opts.recompute_every, "recompute only layers l with l % k == 0 (1 = every layer)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
     NUM("optimizer.beta1", K_FLOAT, train.adamw.beta1, "AdamW beta1"),
     NUM("optimizer.beta2", K_FLOAT, train.adamw.beta2, "AdamW beta2"),
@@ -125,6 +127,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->data_shuffle = 1;
     strcpy(c->tokenizer, "byte");
     strcpy(c->nonfinite, "stop");
+    strcpy(c->recompute, "none");
     c->eval_batches = 20;
     c->log_every = 1;
     c->prometheus_every = 10;
@@ -337,6 +340,9 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
+    t->model_opts.recompute = !strcmp(c->recompute, "full")        ? DT_RECOMPUTE_FULL
+                              : !strcmp(c->recompute, "selective") ? DT_RECOMPUTE_SELECTIVE
+                                                                   : DT_RECOMPUTE_NONE;
     if (c->prometheus_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
     if (c->spike_rollback < 0 || c->spike_rollback > 1000)

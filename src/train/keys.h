@@ -31,6 +31,7 @@ typedef struct dt_run_cfg {
     int eval_interval;    /* steps between validation passes (0 = off) */
     int eval_batches;     /* micro-batches per validation pass */
     char nonfinite[8];    /* stop | skip */
+    char recompute[16];   /* memory.activation_checkpointing: none | selective | full */
     float spike_factor;   /* loss above this x the median of the last 20: a spike (0 = off) */
     int spike_rollback;        /* rollbacks allowed on a loss spike (0 = off) */
     /* logging */

@@ -540,9 +540,14 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     }
     dt_comm_set_watchdog(comm, cfg->coll_timeout);
     const dt_alloc *al = &r.tr.alloc;
-    dt_log_info(ctx, "model state per rank: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB; activations %.2f MiB",
+    char recompute[96] = "";
+    if (t->model_opts.recompute != DT_RECOMPUTE_NONE)
+        snprintf(recompute, sizeof recompute, " (activation checkpointing %s, every %d layer%s)",
+                 dt_recompute_name(t->model_opts.recompute), t->model_opts.recompute_every,
+                 t->model_opts.recompute_every > 1 ? "s" : "");
+    dt_log_info(ctx, "model state per rank: params %.2f MiB, grads %.2f MiB, optimizer %.2f MiB; activations %.2f MiB%s",
                 (double)al->cur[DT_MEM_PARAMS] / 1048576.0, (double)al->cur[DT_MEM_GRADS] / 1048576.0,
-                (double)al->cur[DT_MEM_OPTIM] / 1048576.0, (double)al->cur[DT_MEM_ACTS] / 1048576.0);
+                (double)al->cur[DT_MEM_OPTIM] / 1048576.0, (double)al->cur[DT_MEM_ACTS] / 1048576.0, recompute);
     size_t shard;
     dt_parallel_shard(r.tr.par, &shard);
     size_t largest = 0;

@@ -24,9 +24,13 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1};
     c->seed = 1337;
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1};
 }
 
 dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
+    if (c->model_opts.recompute_every < 1 || c->model_opts.recompute_every > 1 << 20)
+        return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be in [1, 1048576] (got %d)",
+                       c->model_opts.recompute_every);
     if (c->accum < 1 || c->accum > 1 << 20)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.grad_accum must be in [1, 1048576] (got %d)", c->accum);
     if (c->steps < 1)
@@ -69,7 +73,7 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     if (!(avail > 0)) return DT_OK;
     int world = comm ? dt_comm_size(comm, DT_GROUP_WORLD) : 1, local = comm ? dt_comm_size(comm, DT_GROUP_NODE) : 1;
     double psi = (double)dt_model_num_params(&cfg->model);
-    double acts = 4.0 * (double)dt_model_act_floats(&cfg->model, cfg->micro_batch, cfg->seq_len);
+    double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &cfg->model_opts, cfg->micro_batch, cfg->seq_len);
     double state = 16.0 * psi / world, need = acts + state, have = avail / local;
     if (need <= have) return DT_OK;
     const double g = 1024.0 * 1024.0 * 1024.0;
@@ -105,7 +109,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     dt_strategy strat = cfg->parallel.strategy;
     if (strat != DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += ps.n_params * F;
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
-    bytes[DT_MEM_ACTS] += dt_model_act_floats(&mc, cfg->micro_batch, cfg->seq_len) * F;
+    bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &cfg->model_opts, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
@@ -141,7 +145,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3
      * neither full parameters. */
     dt_strategy strat = cfg->parallel.strategy;
-    DT_CHECK_GOTO(dt_model_init(ctx, &tr->model, &cfg->model, &tr->alloc, cfg->micro_batch,
+    DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &cfg->model_opts, &tr->alloc, cfg->micro_batch,
                                          cfg->seq_len,
                                          strat == DT_STRAT_ZERO3   ? 0
                                          : strat == DT_STRAT_ZERO2 ? DT_SLAB_PARAMS

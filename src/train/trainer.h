@@ -19,6 +19,7 @@
 typedef struct dt_train_cfg {
     char preset[32];        /* model preset the model fields came from ("" = custom) */
     dt_model_config model;
+    dt_model_opts model_opts; /* activation checkpointing (memory.*) */
     int micro_batch;        /* B */
     int seq_len;            /* T */
     int accum;              /* micro-steps per optimizer step */

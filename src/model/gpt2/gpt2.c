@@ -116,13 +116,17 @@ static double gpt2_flops_per_token(const dt_model_config *c, int T) {
 
 typedef struct dt_gpt2_acts {
     float *encoded;                       /* (B,T,C) */
-    float *ln1, *ln1_mean, *ln1_rstd;     /* (L,B,T,C), (L,B,T), (L,B,T) */
-    float *qkv;                           /* (L,B,T,3C) */
-    float *atty;                          /* (L,B,T,C) */
-    float *att_lse;                       /* (L,B,NH,T) */
-    float *res2;                          /* (L,B,T,C) */
-    float *ln2, *ln2_mean, *ln2_rstd;     /* (L,B,T,C), (L,B,T), (L,B,T) */
-    float *fch, *fch_gelu;                /* (L,B,T,4C) */
+    /* Per layer (slots: family_impl.h): recomputed class */
+    float *ln1, *ln1_mean, *ln1_rstd;     /* (B,T,C), (B,T), (B,T) */
+    float *atty;                          /* (B,T,C) */
+    float *att_lse;                       /* (B,NH,T) */
+    float *ln2, *ln2_mean, *ln2_rstd;     /* (B,T,C), (B,T), (B,T) */
+    float *fch_gelu;                      /* (B,T,4C) */
+    /* matmul outputs */
+    float *qkv;                           /* (B,T,3C) */
+    float *res2;                          /* (B,T,C) */
+    float *fch;                           /* (B,T,4C) */
+    /* layer outputs */
     float *res3;                          /* (L,B,T,C) */
     float *lnf, *lnf_mean, *lnf_rstd;     /* (B,T,C), (B,T), (B,T) */
     float *logits;                        /* (B,T,Vp); dlogits after backward */
@@ -134,24 +138,27 @@ typedef struct dt_gpt2_acts {
 } dt_gpt2_acts;
 
 /* Lays the activation views over `base` (NULL: just count). Returns floats used. */
-static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c, int B, int T) {
-    size_t L = c->n_layer, C = c->d_model, NH = c->n_head, BT = (size_t)B * T;
+static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c,
+                          const dt_model_opts *o, int B, int T) {
+    size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T;
+    int L = c->n_layer;
+    size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_MM, L);
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
     TAKE(encoded, BT * C);
-    TAKE(ln1, L * BT * C);
-    TAKE(ln1_mean, L * BT);
-    TAKE(ln1_rstd, L * BT);
-    TAKE(qkv, L * BT * 3 * C);
-    TAKE(atty, L * BT * C);
-    TAKE(att_lse, L * BT * NH);
-    TAKE(res2, L * BT * C);
-    TAKE(ln2, L * BT * C);
-    TAKE(ln2_mean, L * BT);
-    TAKE(ln2_rstd, L * BT);
-    TAKE(fch, L * BT * 4 * C);
-    TAKE(fch_gelu, L * BT * 4 * C);
-    TAKE(res3, L * BT * C);
+    TAKE(ln1, R * BT * C);
+    TAKE(ln1_mean, R * BT);
+    TAKE(ln1_rstd, R * BT);
+    TAKE(qkv, M * BT * 3 * C);
+    TAKE(atty, R * BT * C);
+    TAKE(att_lse, R * BT * NH);
+    TAKE(res2, M * BT * C);
+    TAKE(ln2, R * BT * C);
+    TAKE(ln2_mean, R * BT);
+    TAKE(ln2_rstd, R * BT);
+    TAKE(fch, M * BT * 4 * C);
+    TAKE(fch_gelu, R * BT * 4 * C);
+    TAKE(res3, (size_t)L * BT * C);
     TAKE(lnf, BT * C);
     TAKE(lnf_mean, BT);
     TAKE(lnf_rstd, BT);
@@ -168,12 +175,12 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     return off;
 }
 
-static size_t gpt2_act_floats(const dt_model_config *c, int B, int T) {
+static size_t gpt2_act_floats(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
     dt_gpt2_acts a;
-    return layout_acts(&a, NULL, c, B, T);
+    return layout_acts(&a, NULL, c, o, B, T);
 }
 
-static void gpt2_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, m->B, m->T); }
+static void gpt2_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, &m->opts, m->B, m->T); }
 
 static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts *)m->impl)->logits; }
 
@@ -184,10 +191,56 @@ static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts
 #define UNIT(id) (m->ps.tensors[DT_GPT2_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 
+/* Views of layer l's saved activations (its slots). */
+typedef struct layer_views {
+    const float *resid;
+    float *ln1, *ln1m, *ln1r, *qkv, *atty, *lse, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *res3;
+} layer_views;
+
+static layer_views views(const dt_model *m, int l) {
+    const dt_gpt2_acts *a = m->impl;
+    const dt_model_config *c = &m->cfg;
+    const int L = c->n_layer;
+    size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model;
+    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_MM, l);
+    layer_views v;
+    v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+    v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
+    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + r * btc;
+    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
+    v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
+    v.fch = a->fch + k * btc * 4, v.fchg = a->fch_gelu + r * btc * 4, v.res3 = a->res3 + (size_t)l * btc;
+    return v;
+}
+
+/* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
+ * working slots; the matmul outputs are kept under selective, the layer output always. */
+static void block_forward(dt_model *m, int l, int recompute) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T;
+    size_t btc = (size_t)BT * C;
+    layer_views v = views(m, l);
+    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
+    double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
+    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 1));
+    if (mm) {
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(ATTPROJW, l), P(ATTPROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    }
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.fch, v.ln2, P(FCW, l), P(FCB, l), BT, C, 4 * C));
+    DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)(btc * 4)));
+    if (recompute) return;
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
+}
+
 static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                           float *loss) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
     int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
     size_t btc = (size_t)BT * C;
     dt_gpt2_acts *a = m->impl;
@@ -201,25 +254,7 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     for (int l = 0; l < L; l++) {
         dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         double tl = dt_trace_begin();
-        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
-              *ln1r = a->ln1_rstd + (size_t)l * BT;
-        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
-        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT,
-              *ln2r = a->ln2_rstd + (size_t)l * BT;
-        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
-        float *res3 = a->res3 + l * btc;
-        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln1, ln1m, ln1r, resid, P(LN1W, l), P(LN1B, l), BT, C));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(qkv, ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
-        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(atty, lse, qkv, B, T, NH, NH, C / NH, 1));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res2, atty, P(ATTPROJW, l), P(ATTPROJB, l), BT, C, C));
-        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res2, res2, resid, (int)btc));
-        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln2, ln2m, ln2r, res2, P(LN2W, l), P(LN2B, l), BT, C));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(fch, ln2, P(FCW, l), P(FCB, l), BT, C, 4 * C));
-        DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(fchg, fch, (int)(btc * 4)));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
-        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
+        block_forward(m, l, 0);
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
@@ -250,28 +285,23 @@ static void gpt2_backward(dt_model *m, float scale) {
     dt_unit_grads_begin(m, UNIT(LNFW));
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc, last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C));
     dt_unit_grads_end(m, UNIT(LNFW));
+    const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
-        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT,
-              *ln1r = a->ln1_rstd + (size_t)l * BT;
-        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
-        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT,
-              *ln2r = a->ln2_rstd + (size_t)l * BT;
-        float *fch = a->fch + l * btc * 4, *fchg = a->fch_gelu + l * btc * 4;
         dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
-        dt_unit_grads_begin(m, LAYER(l));
         double tl = dt_trace_begin();
+        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
+        layer_views v = views(m, l);
+        dt_unit_grads_begin(m, LAYER(l));
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, fchg, P(FCPROJW, l), BT, 4 * C, C));
-        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, (int)(btc * 4)));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FCW, l), G(FCB, l), a->dbig, ln2, P(FCW, l), BT, C, 4 * C));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, res2, P(LN2W, l), ln2m, ln2r, BT, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, v.fchg, P(FCPROJW, l), BT, 4 * C, C));
+        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)(btc * 4)));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FCW, l), G(FCB, l), a->dbig, v.ln2, P(FCW, l), BT, C, 4 * C));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(ATTPROJW, l), G(ATTPROJB, l), a->dres, atty, P(ATTPROJW, l), BT, C, C));
-        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, qkv, atty, lse, B, T, NH, NH, C / NH, 1));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(ATTPROJW, l), G(ATTPROJB, l), a->dres, v.atty, P(ATTPROJW, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 1));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, v.ln1, P(QKVW, l), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, LAYER(l));
     }

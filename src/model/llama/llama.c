@@ -126,14 +126,17 @@ static double llama_flops_per_token(const dt_model_config *c, int T) {
 
 typedef struct dt_llama_acts {
     float *encoded;                  /* (B,T,C) */
-    float *ln1, *rstd1;              /* (L,B,T,C), (L,B,T) */
-    float *qkv;                      /* (L,B,T,QW) after rotary, QW = (NH + 2 NKV) hs */
-    float *atty;                     /* (L,B,T,C) */
-    float *att_lse;                  /* (L,B,NH,T) */
-    float *res2;                     /* (L,B,T,C) */
-    float *ln2, *rstd2;              /* (L,B,T,C), (L,B,T) */
-    float *gu;                       /* (L,B,T,2F) gate | up */
-    float *hmid;                     /* (L,B,T,F) silu(gate) up */
+    /* Per layer (slots: family_impl.h): recomputed class */
+    float *ln1, *rstd1;              /* (B,T,C), (B,T) */
+    float *atty;                     /* (B,T,C) */
+    float *att_lse;                  /* (B,NH,T) */
+    float *ln2, *rstd2;              /* (B,T,C), (B,T) */
+    float *hmid;                     /* (B,T,F) silu(gate) up */
+    /* matmul outputs */
+    float *qkv;                      /* (B,T,QW) after rotary, QW = (NH + 2 NKV) hs */
+    float *res2;                     /* (B,T,C) */
+    float *gu;                       /* (B,T,2F) gate | up */
+    /* layer outputs */
     float *res3;                     /* (L,B,T,C) */
     float *lnf, *rstdf;              /* (B,T,C), (B,T) */
     float *logits;                   /* (B,T,Vp); dlogits after backward */
@@ -149,23 +152,26 @@ static size_t qkv_width(const dt_model_config *c) {
     return (size_t)(c->n_head + 2 * c->n_kv_head) * (size_t)(c->d_model / c->n_head);
 }
 
-static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *c, int B, int T) {
-    size_t L = c->n_layer, C = c->d_model, NH = c->n_head, BT = (size_t)B * T, F = c->d_ff;
+static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *c,
+                          const dt_model_opts *o, int B, int T) {
+    size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T, F = c->d_ff;
     size_t QW = qkv_width(c), big = QW > 2 * F ? QW : 2 * F;
+    int L = c->n_layer;
+    size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_MM, L);
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
     TAKE(encoded, BT * C);
-    TAKE(ln1, L * BT * C);
-    TAKE(rstd1, L * BT);
-    TAKE(qkv, L * BT * QW);
-    TAKE(atty, L * BT * C);
-    TAKE(att_lse, L * BT * NH);
-    TAKE(res2, L * BT * C);
-    TAKE(ln2, L * BT * C);
-    TAKE(rstd2, L * BT);
-    TAKE(gu, L * BT * 2 * F);
-    TAKE(hmid, L * BT * F);
-    TAKE(res3, L * BT * C);
+    TAKE(ln1, R * BT * C);
+    TAKE(rstd1, R * BT);
+    TAKE(qkv, M * BT * QW);
+    TAKE(atty, R * BT * C);
+    TAKE(att_lse, R * BT * NH);
+    TAKE(res2, M * BT * C);
+    TAKE(ln2, R * BT * C);
+    TAKE(rstd2, R * BT);
+    TAKE(gu, M * BT * 2 * F);
+    TAKE(hmid, R * BT * F);
+    TAKE(res3, (size_t)L * BT * C);
     TAKE(lnf, BT * C);
     TAKE(rstdf, BT);
     TAKE(logits, BT * (size_t)c->vocab_padded);
@@ -182,12 +188,12 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     return off;
 }
 
-static size_t llama_act_floats(const dt_model_config *c, int B, int T) {
+static size_t llama_act_floats(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
     dt_llama_acts a;
-    return layout_acts(&a, NULL, c, B, T);
+    return layout_acts(&a, NULL, c, o, B, T);
 }
 
-static void llama_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, m->B, m->T); }
+static void llama_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, &m->opts, m->B, m->T); }
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
 
@@ -200,7 +206,7 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 #define UNIT(id) (m->ps.tensors[DT_LLAMA_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 
-/* Views of layer l's saved activations. */
+/* Views of layer l's saved activations (its slots). */
 typedef struct layer_views {
     const float *resid;
     float *ln1, *rstd1, *qkv, *atty, *lse, *res2, *ln2, *rstd2, *gu, *hmid, *res3;
@@ -209,24 +215,56 @@ typedef struct layer_views {
 static layer_views views(const dt_model *m, int l) {
     const dt_llama_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
+    const int L = c->n_layer;
     size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model, F = c->d_ff;
+    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_MM, l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
-    v.ln1 = a->ln1 + l * btc, v.rstd1 = a->rstd1 + l * BT;
-    v.qkv = a->qkv + l * BT * qkv_width(c), v.atty = a->atty + l * btc;
-    v.lse = a->att_lse + l * BT * c->n_head, v.res2 = a->res2 + l * btc;
-    v.ln2 = a->ln2 + l * btc, v.rstd2 = a->rstd2 + l * BT;
-    v.gu = a->gu + l * BT * 2 * F, v.hmid = a->hmid + l * BT * F, v.res3 = a->res3 + l * btc;
+    v.ln1 = a->ln1 + r * btc, v.rstd1 = a->rstd1 + r * BT;
+    v.qkv = a->qkv + k * BT * qkv_width(c), v.atty = a->atty + r * btc;
+    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
+    v.ln2 = a->ln2 + r * btc, v.rstd2 = a->rstd2 + r * BT;
+    v.gu = a->gu + k * BT * 2 * F, v.hmid = a->hmid + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
     return v;
+}
+
+/* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
+ * working slots; the matmul outputs are kept under selective, the layer output always. */
+static void block_forward(dt_model *m, int l, int recompute) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head;
+    int BT = B * T, F = c->d_ff, hs = C / NH, QW = (int)qkv_width(c);
+    const float eps = c->norm_eps, theta = c->rope_theta;
+    size_t btc = (size_t)BT * C;
+    layer_views v = views(m, l);
+    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
+    double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
+    if (mm) {
+        /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(WQ, l), NULL, BT, C, QW));
+        DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
+    }
+    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1));
+    if (mm) {
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(WO, l), NULL, BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    }
+    DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
+    /* gate_proj, up_proj: one (2F x C) projection. */
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.gu, v.ln2, P(WGATE, l), NULL, BT, C, 2 * F));
+    DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
+    if (recompute) return;
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.hmid, P(WDOWN, l), NULL, BT, F, C));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
 static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
                                const int32_t *targets, float *loss) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head, L = c->n_layer;
-    int V = c->vocab, Vp = c->vocab_padded, BT = B * T, F = c->d_ff, hs = C / NH;
-    int QW = (int)qkv_width(c);
-    const float eps = c->norm_eps, theta = c->rope_theta;
+    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
+    int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
+    const float eps = c->norm_eps;
     size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
@@ -237,20 +275,7 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     for (int l = 0; l < L; l++) {
         dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(NORM));
         double tl = dt_trace_begin();
-        layer_views v = views(m, l);
-        DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
-        /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(WQ, l), NULL, BT, C, QW));
-        DT_PROF(m, fwd, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
-        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(WO, l), NULL, BT, C, C));
-        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
-        DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
-        /* gate_proj, up_proj: one (2F x C) projection. */
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.gu, v.ln2, P(WGATE, l), NULL, BT, C, 2 * F));
-        DT_PROF(m, fwd, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.hmid, P(WDOWN, l), NULL, BT, F, C));
-        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
+        block_forward(m, l, 0);
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
@@ -284,11 +309,13 @@ static void llama_backward(dt_model *m, float scale) {
     dt_unit_grads_begin(m, UNIT(NORM));
     DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(NORM, 0), a->dbtc, last, P(NORM, 0), a->rstdf, BT, C));
     dt_unit_grads_end(m, UNIT(NORM));
+    const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
-        layer_views v = views(m, l);
         dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
-        dt_unit_grads_begin(m, LAYER(l));
         double tl = dt_trace_begin();
+        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
+        layer_views v = views(m, l);
+        dt_unit_grads_begin(m, LAYER(l));
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dmid, G(WDOWN, l), NULL, a->dres, v.hmid, P(WDOWN, l), BT, F, C));
         DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig, v.gu, a->dmid, BT, F));

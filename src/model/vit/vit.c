@@ -127,13 +127,17 @@ typedef struct dt_vit_acts {
     float *patches;                  /* (B,Np,K) pixel / 255 */
     float *pe;                       /* (B,Np,C) patch embeddings */
     float *encoded;                  /* (B,T,C) [cls | patches] + pos */
-    float *ln1, *ln1_mean, *ln1_rstd; /* (L,B,T,C), (L,B,T) x 2 */
-    float *qkv;                      /* (L,B,T,3C) */
-    float *atty;                     /* (L,B,T,C) */
-    float *att_lse;                  /* (L,B,NH,T) */
-    float *res2;                     /* (L,B,T,C) */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (L,B,T,C), (L,B,T) x 2 */
-    float *fch, *fch_gelu;           /* (L,B,T,F) */
+    /* Per layer (slots: family_impl.h): recomputed class */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T) x 2 */
+    float *atty;                     /* (B,T,C) */
+    float *att_lse;                  /* (B,NH,T) */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T) x 2 */
+    float *fch_gelu;                 /* (B,T,F) */
+    /* matmul outputs */
+    float *qkv;                      /* (B,T,3C) */
+    float *res2;                     /* (B,T,C) */
+    float *fch;                      /* (B,T,F) */
+    /* layer outputs */
     float *res3;                     /* (L,B,T,C) */
     float *clsx;                     /* (B,C) the last block's class token */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,C), (B), (B) */
@@ -146,27 +150,29 @@ typedef struct dt_vit_acts {
     int32_t *labels;                 /* (B) the targets of the last forward */
 } dt_vit_acts;
 
-static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c, int B) {
+static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
+                          const dt_model_opts *o, int B) {
     size_t L = c->n_layer, C = c->d_model, NH = c->n_head, F = c->d_ff, Np = n_patches(c);
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t big = 3 * C > F ? 3 * C : F;
+    size_t R = dt_act_slot(o, (int)L, DT_ACT_RECOMP, (int)L), M = dt_act_slot(o, (int)L, DT_ACT_MM, (int)L);
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
     TAKE(patches, (size_t)B * Np * K);
     TAKE(pe, (size_t)B * Np * C);
     TAKE(encoded, BT * C);
-    TAKE(ln1, L * BT * C);
-    TAKE(ln1_mean, L * BT);
-    TAKE(ln1_rstd, L * BT);
-    TAKE(qkv, L * BT * 3 * C);
-    TAKE(atty, L * BT * C);
-    TAKE(att_lse, L * BT * NH);
-    TAKE(res2, L * BT * C);
-    TAKE(ln2, L * BT * C);
-    TAKE(ln2_mean, L * BT);
-    TAKE(ln2_rstd, L * BT);
-    TAKE(fch, L * BT * F);
-    TAKE(fch_gelu, L * BT * F);
+    TAKE(ln1, R * BT * C);
+    TAKE(ln1_mean, R * BT);
+    TAKE(ln1_rstd, R * BT);
+    TAKE(qkv, M * BT * 3 * C);
+    TAKE(atty, R * BT * C);
+    TAKE(att_lse, R * BT * NH);
+    TAKE(res2, M * BT * C);
+    TAKE(ln2, R * BT * C);
+    TAKE(ln2_mean, R * BT);
+    TAKE(ln2_rstd, R * BT);
+    TAKE(fch, M * BT * F);
+    TAKE(fch_gelu, R * BT * F);
     TAKE(res3, L * BT * C);
     TAKE(clsx, (size_t)B * C);
     TAKE(lnf, (size_t)B * C);
@@ -185,13 +191,13 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     return off;
 }
 
-static size_t vit_act_floats(const dt_model_config *c, int B, int T) {
+static size_t vit_act_floats(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
     (void)T;
     dt_vit_acts a;
-    return layout_acts(&a, NULL, c, B);
+    return layout_acts(&a, NULL, c, o, B);
 }
 
-static void vit_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, m->B); }
+static void vit_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, &m->opts, m->B); }
 
 static const float *vit_logits(const dt_model *m) { return ((const dt_vit_acts *)m->impl)->logits; }
 
@@ -216,6 +222,52 @@ static int vit_correct(const dt_model *m) {
 #define UNIT(id) (m->ps.tensors[DT_VIT_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 
+/* Views of layer l's saved activations (its slots). */
+typedef struct layer_views {
+    const float *resid;
+    float *ln1, *ln1m, *ln1r, *qkv, *atty, *lse, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *res3;
+} layer_views;
+
+static layer_views views(const dt_model *m, int l) {
+    const dt_vit_acts *a = m->impl;
+    const dt_model_config *c = &m->cfg;
+    const int L = c->n_layer;
+    size_t BT = (size_t)m->B * (n_patches(c) + 1), btc = BT * c->d_model, F = c->d_ff;
+    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_MM, l);
+    layer_views v;
+    v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
+    v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
+    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + r * btc;
+    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
+    v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
+    v.fch = a->fch + k * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
+    return v;
+}
+
+/* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
+ * working slots; the matmul outputs are kept under selective, the layer output always. */
+static void block_forward(dt_model *m, int l, int recompute) {
+    const dt_model_config *c = &m->cfg;
+    const int B = m->B, C = c->d_model, NH = c->n_head, F = c->d_ff, T = n_patches(c) + 1, BT = B * T;
+    const size_t btc = (size_t)BT * C;
+    layer_views v = views(m, l);
+    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
+    double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
+    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 0));
+    if (mm) {
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(PROJW, l), P(PROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    }
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.fch, v.ln2, P(FC1W, l), P(FC1B, l), BT, C, F));
+    DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * F));
+    if (recompute) return;
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.fchg, P(FC2W, l), P(FC2B, l), BT, F, C));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
+}
+
 /* patches[b, gy*g + gx, c*p*p + py*p + px] = pixel(b, c, gy*p + py, gx*p + px) / 255. */
 static void patchify(float *patches, const int32_t *pix, const dt_model_config *c, int B) {
     const int S = c->image_size, p = c->patch_size, g = S / p, CH = c->channels;
@@ -236,7 +288,7 @@ static void patchify(float *patches, const int32_t *pix, const dt_model_config *
 static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                              float *loss) {
     const dt_model_config *c = &m->cfg;
-    const int B = m->B, C = c->d_model, NH = c->n_head, L = c->n_layer, F = c->d_ff;
+    const int B = m->B, C = c->d_model, L = c->n_layer;
     const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes, Pix = c->context;
     const int K = c->channels * c->patch_size * c->patch_size;
     const size_t btc = (size_t)BT * C;
@@ -266,23 +318,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     for (int l = 0; l < L; l++) {
         dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         double tl = dt_trace_begin();
-        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT, *ln1r = a->ln1_rstd + (size_t)l * BT;
-        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
-        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT, *ln2r = a->ln2_rstd + (size_t)l * BT;
-        float *fch = a->fch + (size_t)l * BT * F, *fchg = a->fch_gelu + (size_t)l * BT * F;
-        float *res3 = a->res3 + l * btc;
-        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln1, ln1m, ln1r, resid, P(LN1W, l), P(LN1B, l), BT, C));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(qkv, ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
-        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(atty, lse, qkv, B, T, NH, NH, C / NH, 0));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res2, atty, P(PROJW, l), P(PROJB, l), BT, C, C));
-        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res2, res2, resid, (int)btc));
-        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(ln2, ln2m, ln2r, res2, P(LN2W, l), P(LN2B, l), BT, C));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(fch, ln2, P(FC1W, l), P(FC1B, l), BT, C, F));
-        DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(fchg, fch, BT * F));
-        DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(res3, fchg, P(FC2W, l), P(FC2B, l), BT, F, C));
-        DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(res3, res3, res2, (int)btc));
+        block_forward(m, l, 0);
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     dt_unit_need(m, UNIT(LNFW), -1);
@@ -317,24 +353,21 @@ static void vit_backward(dt_model *m, float scale) {
     memset(a->dres, 0, btc * sizeof(float));
     for (int b = 0; b < B; b++) memcpy(a->dres + (size_t)b * T * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
     dt_unit_grads_end(m, UNIT(LNFW));
+    const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
-        const float *resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
-        float *ln1 = a->ln1 + l * btc, *ln1m = a->ln1_mean + (size_t)l * BT, *ln1r = a->ln1_rstd + (size_t)l * BT;
-        float *qkv = a->qkv + l * btc * 3, *atty = a->atty + l * btc;
-        float *lse = a->att_lse + (size_t)l * BT * NH, *res2 = a->res2 + l * btc;
-        float *ln2 = a->ln2 + l * btc, *ln2m = a->ln2_mean + (size_t)l * BT, *ln2r = a->ln2_rstd + (size_t)l * BT;
-        float *fch = a->fch + (size_t)l * BT * F, *fchg = a->fch_gelu + (size_t)l * BT * F;
         dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
-        dt_unit_grads_begin(m, LAYER(l));
         double tl = dt_trace_begin();
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FC2W, l), G(FC2B, l), a->dres, fchg, P(FC2W, l), BT, F, C));
-        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, fch, a->dbig, BT * F));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FC1W, l), G(FC1B, l), a->dbig, ln2, P(FC1W, l), BT, C, F));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, res2, P(LN2W, l), ln2m, ln2r, BT, C));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(PROJW, l), G(PROJB, l), a->dres, atty, P(PROJW, l), BT, C, C));
-        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, qkv, atty, lse, B, T, NH, NH, C / NH, 0));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, ln1, P(QKVW, l), BT, C, 3 * C));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, resid, P(LN1W, l), ln1m, ln1r, BT, C));
+        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
+        layer_views v = views(m, l);
+        dt_unit_grads_begin(m, LAYER(l));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FC2W, l), G(FC2B, l), a->dres, v.fchg, P(FC2W, l), BT, F, C));
+        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, BT * F));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FC1W, l), G(FC1B, l), a->dbig, v.ln2, P(FC1W, l), BT, C, F));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(PROJW, l), G(PROJB, l), a->dres, v.atty, P(PROJW, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 0));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, v.ln1, P(QKVW, l), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, LAYER(l));
     }
