@@ -406,7 +406,7 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
         c.sched.total = 6;
         c.micro_batch = 2;
         c.accum = 2;
-        c.model_opts = (dt_model_opts){modes[k].r, modes[k].every};
+        c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, DT_F32};
         size_t plan[DT_MEM_NKINDS];
         dt_ctx ctx;
         dt_ctx_init(&ctx);
@@ -442,7 +442,7 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_train_cfg c = small_cfg();
-    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0};
+    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0, DT_F32};
     dt_trainer tr;
     assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "memory.activation_checkpointing_every"));

@@ -46,6 +46,8 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
     fprintf(f, "  \"micro_batch\": %d,\n  \"grad_accum\": %d,\n  \"seq_len\": %d,\n", t->micro_batch, t->accum,
             t->seq_len);
     fprintf(f, "  \"loss\": %.9g,\n  \"train_seconds\": %.6f,\n", t->loss, t->train_seconds);
+    fprintf(f, "  \"precision\": \"%s\",\n  \"loss_scale\": {\"scale\": %.9g, \"good_steps\": %ld, \"overflows\": %ld},\n",
+            t->precision[0] ? t->precision : "fp32", t->loss_scale, t->loss_scale_good, t->overflows);
     if (t->has_sampler)
         fprintf(f,
                 "  \"data\": {\"cursor\": \"%" PRIu64 "\", \"seed\": \"%" PRIu64 "\", \"shuffle\": %d, \"seq_len\": %d, "
@@ -141,6 +143,19 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
     } else {
         j_num(r, "loss", -1e30, 1e30, &loss);
         j_num(r, "train_seconds", 0, 1e15, &secs);
+        /* Absent in checkpoints written before mixed precision: fp32, no scaling. */
+        const cJSON *prec = cJSON_GetObjectItemCaseSensitive(r, "precision");
+        snprintf(out->precision, sizeof out->precision, "%s", cJSON_IsString(prec) ? prec->valuestring : "fp32");
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(r, "loss_scale");
+        double sc = 1, good = 0, ovf = 0;
+        if (cJSON_IsObject(ls)) {
+            j_num(ls, "scale", 1e-30, 1e38, &sc);
+            j_num(ls, "good_steps", 0, 1e15, &good);
+            j_num(ls, "overflows", 0, 1e15, &ovf);
+        }
+        out->loss_scale = sc;
+        out->loss_scale_good = (long)good;
+        out->overflows = (long)ovf;
         out->step = (long)step;
         out->tokens_seen = tok;
         out->world = (int)world;

@@ -42,6 +42,9 @@ typedef struct dt_ckpt_trainer {
     dt_sampler_state sampler;
     double loss;           /* of the last step */
     double train_seconds;  /* wall time spent training up to this step, over restarts */
+    char precision[8];     /* training.precision ("" in checkpoints older than it: fp32) */
+    double loss_scale;     /* the loss scaler (1 = off) */
+    long loss_scale_good, overflows;
 } dt_ckpt_trainer;
 
 typedef struct dt_ckpt_saver_cfg {

@@ -17,13 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dtype.h" /* dt_dtype: the collectives take DT_F32, DT_F64, DT_I64 */
 #include "core/status.h"
 
 typedef struct dt_comm dt_comm;
 typedef struct dt_comm_req dt_comm_req;
 
 typedef enum dt_group { DT_GROUP_WORLD, DT_GROUP_NODE, DT_GROUP_CROSS, DT_GROUP_N } dt_group;
-typedef enum dt_dtype { DT_F32, DT_F64, DT_I64 } dt_dtype;
 typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
 
 /* Starts the MPI backend when the process was launched by mpirun/mpiexec/srun (detected

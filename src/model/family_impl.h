@@ -32,6 +32,33 @@ static inline float *dt_act_take(float *base, size_t *off, size_t n) {
     return p;
 }
 
+/* Activation layout of n 16-bit values (mixed precision), as dt_act_take. */
+static inline uint16_t *dt_act_take16(float *base, size_t *off, size_t n) {
+    return (uint16_t *)dt_act_take(base, off, (n + 1) / 2);
+}
+
+/* ---- mixed precision (model.h dt_model_opts.compute). Activations that only feed matmuls
+ * (norm outputs, the attention output's copy for its projection, the MLP activation, the
+ * final norm's output) are stored in 16 bits; the fp32 kernels write them into a scratch
+ * first and dt_fam_narrow stores them. */
+static inline int dt_lowp(const dt_model *m) { return m->opts.compute != DT_F32; }
+
+/* A matmul input: fp32 (f), or its 16-bit copy (h) under mixed precision. */
+typedef struct dt_mmin {
+    const float *f;
+    const uint16_t *h;
+} dt_mmin;
+
+/* h = f narrowed to the compute dtype (n values); nothing in fp32. */
+void dt_fam_narrow(dt_model *m, uint16_t *h, const float *f, size_t n);
+/* out (N,OC) = x (N,C) @ W^T + bias (may be NULL), W = tensor id of layer l. */
+void dt_fam_mm_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int C,
+                       int OC);
+/* dinp (N,C) = dout @ W (overwritten; NULL: skipped), dW += dout^T x, dbias += column sums
+ * of dout (NULL: skipped). Mixed precision narrows dout into m->lp_scratch (N x OC). */
+void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                        int N, int C, int OC);
+
 /* ---- activation checkpointing (model.h dt_model_opts). A layer's saved activations are of
  * three classes:
  *   DT_ACT_OUT   its output, the next layer's input: kept for every layer;
@@ -83,20 +110,25 @@ static inline void dt_unit_grads_end(dt_model *m, int u) {
  * chunk at a time, calling the unit hooks, with the same kernel calls in every strategy
  * (so DDP and ZeRO-3 stay bitwise equal). */
 
-/* out (N,C) = rows of tensor id for the N tokens. `next`: the unit read after the last chunk. */
+/* out (N,C) = rows of tensor id for the N tokens (fp32 master rows in every precision).
+ * `next`: the unit read after the last chunk. */
 void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next);
 /* logits (N, Vp) = x (N,C) @ W^T, chunks ascending (the last stays gathered for the backward). */
-void dt_vocab_head_forward(dt_model *m, int id, float *logits, const float *x, int N, int next);
+void dt_vocab_head_forward(dt_model *m, int id, float *logits, dt_mmin x, int N, int next);
+/* Mixed precision: narrows dlogits (N, Vp) in place, each fp32 row's first half becoming its
+ * 16-bit row (row stride 2 Vp values), for the head's GEMMs; nothing in fp32. */
+void dt_vocab_pack_dlogits(dt_model *m, float *dlogits, int N, int Vp);
 /* dx (N,C) = dlogits (N,Vp) @ W, chunks descending, each adding its part. With `with_dw`
  * (an untied head) each chunk's dW += dlogits_c^T x between grads_begin and grads_end; a
- * tied head leaves dW to dt_vocab_embed_backward. `next`: the unit read after chunk 0. */
-void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits, const float *x, int N,
+ * tied head leaves dW to dt_vocab_embed_backward. `next`: the unit read after chunk 0.
+ * dlogits as dt_vocab_pack_dlogits left them. */
+void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits, dt_mmin x, int N,
                             int with_dw, int next);
 /* Embedding gradients, chunks descending, each between grads_begin and grads_end: for a tied
- * head (dlogits, x non-NULL) dW_c += dlogits_c^T x first, then dW_c += the scatter of dout
+ * head (dlogits non-NULL) dW_c += dlogits_c^T x first, then dW_c += the scatter of dout
  * by token (the order DDP always used: the head's gradient, then the embedding's). */
 void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32_t *tokens, int N,
-                             const float *dlogits, const float *x);
+                             const float *dlogits, dt_mmin x);
 
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,

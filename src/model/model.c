@@ -10,6 +10,9 @@
 #include "model/gpt2/gpt2.h"
 #include "model/llama/llama.h"
 #include "model/vit/vit.h"
+#include "ops/ops.h"
+
+static size_t max_unit(const dt_params *ps);
 
 const char *const dt_op_kind_names[DT_OP_NKINDS] = {
     "encoder", "layernorm", "matmul",     "attention", "gelu",  "residual",
@@ -120,7 +123,7 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32};
     return dt_model_family_of(c)->act_floats(c, o ? o : &none, B, T);
 }
 
@@ -161,8 +164,10 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
+    if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
     if (m->opts.recompute_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be >= 1 (got %d)",
                        m->opts.recompute_every);
@@ -183,6 +188,12 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     m->n_acts = m->fam->act_floats(&m->cfg, &m->opts, B, T);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
+    m->lp_unit[0] = m->lp_unit[1] = -1;
+    if (m->opts.compute != DT_F32) {
+        size_t win = max_unit(&m->ps) * sizeof(uint16_t);
+        for (int w = 0; w < 2; w++)
+            DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, win, (void **)&m->lp_win[w]));
+    }
     m->fam->bind(m);
     return DT_OK;
 fail:
@@ -192,6 +203,9 @@ fail:
 
 void dt_model_free(dt_model *m) {
     if (!m->alloc) return;
+    size_t win = max_unit(&m->ps) * sizeof(uint16_t);
+    for (int w = 0; w < 2; w++)
+        if (m->lp_win[w]) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_win[w], win);
     dt_params_free(&m->ps);
     dt_alloc_put(m->alloc, DT_MEM_ACTS, m->acts, m->n_acts * sizeof(float));
     if (m->impl) dt_alloc_put(m->alloc, DT_MEM_OTHER, m->impl, m->fam->impl_bytes);
@@ -204,7 +218,63 @@ void dt_model_init_weights(dt_model *m, uint64_t seed) {
 
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                            float *loss) {
+    m->epoch++; /* the master weights may have changed since the last forward */
     return m->fam->forward(ctx, m, inputs, targets, loss);
+}
+
+/* ---- mixed precision: 16-bit copies of the matmul weights, per unit */
+
+static size_t max_unit(const dt_params *ps) {
+    size_t mx = 0;
+    for (int u = 0; u < ps->n_units; u++)
+        if (ps->unit_len[u] > mx) mx = ps->unit_len[u];
+    return mx;
+}
+
+void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, size_t bytes[DT_MEM_NKINDS]) {
+    if (o && o->compute != DT_F32) bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
+}
+
+/* Narrows the matmul tensors of unit u from its master weights into dst (same offsets). */
+static void narrow_unit(dt_model *m, int u, uint16_t *dst) {
+    const dt_params *ps = &m->ps;
+    const float *src = ps->unit_params[u];
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        if (!t->matmul) continue;
+        if (t->vocab) { /* its chunks are whole units */
+            if (u >= t->unit && u < t->unit + dt_params_chunks(ps, id))
+                dt_to_lowp(m->opts.compute, dst, src, ps->unit_len[u]);
+            continue;
+        }
+        int layer = t->group == DT_PG_LAYER ? u - t->unit : 0;
+        if (layer < 0 || layer >= (t->group == DT_PG_LAYER ? ps->n_layer : 1)) continue;
+        size_t off;
+        if (dt_params_unit_of(ps, id, layer, &off) != u) continue;
+        dt_to_lowp(m->opts.compute, dst + off, src + off, t->rows * t->cols);
+    }
+}
+
+const uint16_t *dt_model_lp_unit(dt_model *m, int u) {
+    DT_ASSERT(m->opts.compute != DT_F32);
+    for (int w = 0; w < 2; w++)
+        if (m->lp_unit[w] == u && m->lp_epoch[w] == m->epoch) {
+            m->lp_last = w;
+            return m->lp_win[w];
+        }
+    int w = m->lp_last ^ 1; /* keep the window read last: the previous unit may still be used */
+    narrow_unit(m, u, m->lp_win[w]);
+    m->lp_unit[w] = u;
+    m->lp_epoch[w] = m->epoch;
+    m->lp_last = w;
+    return m->lp_win[w];
+}
+
+const uint16_t *dt_model_lp_tensor(dt_model *m, int id, int layer) {
+    size_t off;
+    int u = dt_params_unit_of(&m->ps, id, layer, &off);
+    DT_ASSERT(m->ps.tensors[id].matmul);
+    return dt_model_lp_unit(m, u) + off;
 }
 
 void dt_model_backward(dt_model *m, float scale) { m->fam->backward(m, scale); }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "core/alloc.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "model/params.h"
 
@@ -88,9 +89,16 @@ typedef struct dt_model_hooks {
  * Recomputed layers are those with l % recompute_every == 0. The recompute runs the same
  * kernels on the same inputs, so gradients are bitwise those of `none`. */
 typedef enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE, DT_RECOMPUTE_FULL } dt_recompute;
+/* Mixed precision (training.precision): compute = DT_BF16 or DT_F16 runs every matmul on
+ * 16-bit operands with fp32 results: the weights flagged `matmul` (params.h) are narrowed
+ * from the fp32 master weights unit by unit when first read after a forward starts; the
+ * activations that only feed matmuls are stored in 16 bits (family_impl.h says which);
+ * activation gradients are narrowed for their GEMMs. Norms, attention, softmax, the loss and
+ * all parameter gradients stay fp32. compute = DT_F32: everything fp32. */
 typedef struct dt_model_opts {
     dt_recompute recompute;
     int recompute_every; /* >= 1 (0 reads as 1) */
+    dt_dtype compute;    /* DT_F32, DT_BF16, DT_F16 */
 } dt_model_opts;
 /* "none", "selective", "full". */
 const char *dt_recompute_name(dt_recompute r);
@@ -164,6 +172,13 @@ struct dt_model {
     dt_params ps;
     int B, T; /* activation buffers are sized for micro-batch B of T tokens */
     dt_model_opts opts;
+    /* mixed precision: 16-bit copies of the matmul weights of the two units read last */
+    uint16_t *lp_win[2];
+    int lp_unit[2];      /* unit held by each window (-1: none) */
+    long lp_epoch[2];    /* forward count when it was narrowed */
+    long epoch;          /* forwards so far: a new forward may see new master weights */
+    int lp_last;         /* the window narrowed or read last */
+    uint16_t *lp_scratch; /* family-sized scratch for narrowed activation gradients */
     float *acts;
     size_t n_acts;
     void *impl; /* the family's views (impl_bytes) */
@@ -204,6 +219,14 @@ int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b);
 
 /* ---- one model */
 
+/* Bytes dt_model_init_opts allocates for mixed precision (the weight windows), by kind. */
+void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, size_t bytes[DT_MEM_NKINDS]);
+/* The 16-bit copy of tensor id of layer l (a `matmul` tensor; its unit announced with
+ * need_params since the forward began), narrowed from the master weights on first use. */
+const uint16_t *dt_model_lp_tensor(dt_model *m, int id, int layer);
+/* The same for a whole unit (a vocabulary chunk). */
+const uint16_t *dt_model_lp_unit(dt_model *m, int unit);
+
 /* Validates cfg, builds the store (allocating the slabs in `slabs`) and the activations. */
 dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,
                         int B, int T, int slabs);
@@ -221,7 +244,7 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, cons
 /* Accumulates parameter gradients of loss * scale (scale = 1/accumulation steps). */
 void dt_model_backward(dt_model *m, float scale);
 /* Logits (B,T,vocab_padded) of the last forward (classifiers: (B,n_classes)); after backward
- * they hold dlogits. */
+ * they hold dlogits (fp32 precision only). */
 const float *dt_model_logits(const dt_model *m);
 /* Classifiers (cfg.n_classes > 0): samples of the last forward with targets whose top-1
  * prediction is right; -1 for language models. */

@@ -55,6 +55,8 @@ typedef struct dt_tensor_info {
                              vocabulary tensors: the first chunk's, chunks are consecutive) */
     size_t chunk_rows;    /* (store) rows per unit of a vocabulary tensor (the last may hold
                              fewer); = rows otherwise */
+    int matmul;           /* a matmul weight: mixed precision feeds the GEMMs its 16-bit copy
+                             (model.h); the other tensors are always read in fp32 */
 } dt_tensor_info;
 
 typedef struct dt_params {

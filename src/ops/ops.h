@@ -15,7 +15,10 @@
 #ifndef DT_OPS_H
 #define DT_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "core/dtype.h"
 
 /* Token embedding over a chunk of the vocabulary: for every position n < N whose token lies
  * in [row0, row0 + rows), out (N,C) row n = wte[token - row0]; other rows are untouched.
@@ -117,5 +120,72 @@ void dt_crossentropy_backward(float *dlogits, const float *logits, const float *
  * ~2e-7; exp(x < -87.3) = 0); returns the sum of y in a fixed order. y may alias x or be
  * NULL. */
 float dt_exp_sum(float *y, const float *x, float shift, int n);
+
+/* ---------------------------------------------------------------- low precision
+ * Mixed precision keeps fp32 master weights and gradients and feeds the GEMMs 16-bit copies:
+ *
+ *   dt_to_lowp(DT_BF16, w_lp, w, OC * C);   dt_to_lowp(DT_BF16, x_lp, x, N * C);
+ *   dt_matmul_forward_lp(DT_BF16, out, x_lp, w_lp, bias, N, C, OC);
+ *
+ * Conversions give the same bits on every ISA path. */
+/* dt_dtype (core/dtype.h): DT_F32, DT_BF16 and DT_F16 here. */
+
+/* "fp32", "bf16", "fp16" (and "fp64", "int64"). */
+const char *dt_dtype_name(dt_dtype dt);
+
+/* dst (n) = src rounded to bfloat16, to nearest with ties to even (f32 subnormals too: no
+ * flushing); NaN gives a quiet NaN of the same sign, Inf stays Inf. */
+void dt_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* dst (n) = src widened to fp32, exactly (NaN payloads carried bit for bit). */
+void dt_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+/* dst (n) = src rounded to IEEE binary16, to nearest with ties to even, subnormals rounded
+ * correctly; |x| >= 65520 gives Inf; NaN gives a quiet NaN (sign and top payload bits). */
+void dt_f32_to_f16(uint16_t *dst, const float *src, size_t n);
+/* dst (n) = src widened to fp32, exactly (NaN payloads carried bit for bit). */
+void dt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+/* Number of Inf and NaN among x (n): the overflow check of fp16 gradients. */
+size_t dt_count_nonfinite_f32(const float *x, size_t n);
+/* The conversion of a 16-bit dtype (DT_BF16 or DT_F16; DT_F32 is a programming error). */
+void dt_to_lowp(dt_dtype dt, uint16_t *dst, const float *src, size_t n);
+void dt_from_lowp(dt_dtype dt, float *dst, const uint16_t *src, size_t n);
+
+/* The linear layers with 16-bit operands (dt DT_BF16 or DT_F16) and fp32 results. Products
+ * of two bf16 or two fp16 numbers are exact in fp32, so these differ from an exact result of
+ * the rounded operands only by the fp32 accumulation. Three engines, chosen per call:
+ *   - native: oneDNN's matmul on 16-bit dot-product instructions, when dt_lowp_gemm_native;
+ *   - fallback: operands widened to fp32 scratch, then the fp32 sgemm (CPUs without such
+ *     instructions, fp16 without avx512_fp16, and any forced lower path: DTRAIN_ISA=avx2);
+ *   - DTRAIN_MATMUL=ref: widened, then the fp32 reference loops (the same bits on every CPU).
+ * Deterministic for a given engine and thread count.
+ *
+ * out (N,OC) = inp (N,C) @ w (OC,C)^T + bias (OC, fp32; may be NULL). */
+void dt_matmul_forward_lp(dt_dtype dt, float *out, const uint16_t *inp, const uint16_t *w,
+                          const float *bias, int N, int C, int OC);
+/* dout (N,OC) fp32 is narrowed once into the caller's scratch dout_lp (N*OC), then
+ * dinp (N,C) = dout_lp @ w (overwritten; NULL: skipped); dw (OC,C) += dout_lp^T @ inp
+ * (fp32 accumulation; NULL: skipped); dbias (OC) += column sums of the fp32 dout (NULL:
+ * skipped). */
+void dt_matmul_backward_lp(dt_dtype dt, float *dinp, float *dw, float *dbias, const float *dout,
+                           uint16_t *dout_lp, const uint16_t *inp, const uint16_t *w, int N,
+                           int C, int OC);
+/* Column blocks, as dt_matmul_forward_ld: out (N, OC of ldo) = inp (N,C) @ w (OC,C)^T. */
+void dt_matmul_forward_ld_lp(dt_dtype dt, float *out, int ldo, const uint16_t *inp,
+                             const uint16_t *w, int N, int C, int OC);
+/* As dt_matmul_backward_ld with dout already narrowed: dout_lp rows have stride ldd.
+ * dinp (N,C) = dout_lp @ w, or += with `accumulate` (NULL: skipped); dw (OC,C) +=
+ * dout_lp^T @ inp (NULL: skipped). */
+void dt_matmul_backward_ld_lp(dt_dtype dt, float *dinp, int accumulate, float *dw,
+                              const uint16_t *dout_lp, int ldd, const uint16_t *inp,
+                              const uint16_t *w, int N, int C, int OC);
+/* 1 when dt's GEMMs run on native 16-bit instructions here (0: the fp32 fallback, so no
+ * speed-up over fp32; the banner says "bf16 speed-up not available on this CPU"). Always 0
+ * under DTRAIN_MATMUL=ref and on a forced lower path. */
+int dt_lowp_gemm_native(dt_dtype dt);
+/* The measured rate of dt's GEMM (native or fallback, never the reference loops), as
+ * dt_matmul_peak_gflops: median GFLOP/s of `reps` n x n x n runs, *best the best run. */
+double dt_matmul_peak_gflops_lp(dt_dtype dt, int n, int reps, double *best);
+/* Frees the cached oneDNN primitives (tests, leak checkers); later calls recreate them.
+ * Not concurrently with a low-precision matmul. */
+void dt_matmul_lowp_cache_clear(void);
 
 #endif

@@ -30,6 +30,31 @@ typedef struct dt_param_segment {
 void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, float *m, float *v,
                      const dt_param_segment *segs, int nsegs, float lr, long t, float gscale);
 
+/* Dynamic loss scaling for fp16 (PyTorch GradScaler's rule): the loss is multiplied by
+ * `scale` before the backward so small gradients survive the 16-bit GEMMs; the optimizer
+ * divides it out. A step whose gradients overflow (Inf/NaN norm) is skipped and the scale
+ * halved; after `interval` finite steps in a row it doubles. A static scale never changes
+ * (overflowing steps are still skipped). The state is part of checkpoints.
+ *
+ *   dt_loss_scaler s; dt_loss_scaler_init(&s, 65536.0f, 1, 2000);
+ *   backward with s.scale; norm = sqrt(sumsq) / s.scale;
+ *   if (dt_loss_scaler_update(&s, isfinite(norm))) skip the step; else clip and update with
+ *   gscale = clip_coef / s.scale. */
+typedef struct dt_loss_scaler {
+    float scale;    /* 1 = off */
+    int dynamic;
+    long interval;  /* finite steps in a row before the scale doubles */
+    long good;      /* finite steps since the last change */
+    long overflows; /* steps skipped for overflow since the start */
+} dt_loss_scaler;
+/* The smallest and largest scales a dynamic scaler reaches. */
+#define DT_LOSS_SCALE_MIN (1.0f / 16777216.0f)
+#define DT_LOSS_SCALE_MAX 16777216.0f
+void dt_loss_scaler_init(dt_loss_scaler *s, float scale, int dynamic, long interval);
+/* After a step: finite = its gradients are finite. Returns 1 when the step must be skipped
+ * (an overflow), having backed the scale off. */
+int dt_loss_scaler_update(dt_loss_scaler *s, int finite);
+
 typedef enum dt_sched_kind { DT_SCHED_CONSTANT, DT_SCHED_COSINE, DT_SCHED_LINEAR } dt_sched_kind;
 
 typedef struct dt_lr_schedule {

@@ -59,6 +59,9 @@ static const key_def keys[] = {
     NUM("training.spike_rollback", K_INT, spike_rollback, "on a loss spike, go back to the newest checkpoint and skip the batches since, up to this many times (0 = off; needs checkpoint.dir and data.train)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
+    ENUM("training.precision", precision, "fp32|bf16|fp16", "matmul operands in 16 bits with fp32 results (master weights, optimizer, gradients, norms, softmax, loss stay fp32); fp16 adds dynamic loss scaling"),
+    NUM("training.loss_scale", K_FLOAT_AUTO, loss_scale, "loss scale: auto (fp16: dynamic from 65536, halved on overflow, doubled after loss_scale_window finite steps; otherwise off) or a static number"),
+    NUM("training.loss_scale_window", K_LONG, train.loss_scale_window, "finite steps in a row before a dynamic loss scale doubles"),
     ENUM("memory.activation_checkpointing", recompute, "none|selective|full", "drop activations after each layer's forward and recompute them in its backward: selective keeps the matmul outputs (recomputes norms, attention, the MLP activation), full keeps only the layer input; gradients are bitwise those of none"),
     NUM("memory.activation_checkpointing_every", K_INT, train.model_opts.recompute_every, "recompute only layers l with l % k == 0 (1 = every layer)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
@@ -128,6 +131,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->tokenizer, "byte");
     strcpy(c->nonfinite, "stop");
     strcpy(c->recompute, "none");
+    strcpy(c->precision, "fp32");
     c->eval_batches = 20;
     c->log_every = 1;
     c->prometheus_every = 10;
@@ -143,6 +147,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->ckpt_async = 1;
     c->ckpt_max_failures = 3;
     c->coll_timeout = -1.0f; /* auto */
+    c->loss_scale = -1.0f;   /* auto */
     c->preempt_grace = 30.0f;
 }
 
@@ -340,6 +345,10 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
+    if (!(c->loss_scale == -1.0f || c->loss_scale > 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale must be auto or > 0 (got %g)", (double)c->loss_scale);
+    t->loss_scale = c->loss_scale < 0 ? 0.0f : c->loss_scale;
+    t->model_opts.compute = !strcmp(c->precision, "bf16") ? DT_BF16 : !strcmp(c->precision, "fp16") ? DT_F16 : DT_F32;
     t->model_opts.recompute = !strcmp(c->recompute, "full")        ? DT_RECOMPUTE_FULL
                               : !strcmp(c->recompute, "selective") ? DT_RECOMPUTE_SELECTIVE
                                                                    : DT_RECOMPUTE_NONE;

@@ -31,6 +31,7 @@ typedef struct dt_run_cfg {
     int eval_interval;    /* steps between validation passes (0 = off) */
     int eval_batches;     /* micro-batches per validation pass */
     char nonfinite[8];    /* stop | skip */
+    char precision[8];    /* training.precision: fp32 | bf16 | fp16 */
     char recompute[16];   /* memory.activation_checkpointing: none | selective | full */
     float spike_factor;   /* loss above this x the median of the last 20: a spike (0 = off) */
     int spike_rollback;        /* rollbacks allowed on a loss spike (0 = off) */
@@ -54,6 +55,7 @@ typedef struct dt_run_cfg {
     char resume[DT_PATH_MAX];  /* '' | latest | auto | a directory */
     /* fault tolerance */
     float coll_timeout;        /* collective watchdog, seconds (0 = off; -1 = auto) */
+    float loss_scale;          /* training.loss_scale (-1 = auto) */
     float preempt_grace;       /* seconds from a preemption signal to the exit */
     /* parallel */
     char strategy[16];

@@ -90,7 +90,13 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     double tps = r->tokens / r->step_s;
     double mfu = r->peak_gflops > 0 ? r->flops_per_token * tps / (r->peak_gflops * 1e9) : NAN;
     double eta = r->step > 0 ? elapsed / (double)r->step * (double)(m->total_steps - r->step) : NAN;
-    char line[1024];
+    char line[1100];
+    char scale_j[48] = "", scale_t[48] = "";
+    if (r->loss_scale != 1.0f && r->loss_scale > 0) {
+        snprintf(scale_j, sizeof scale_j, ",\"loss_scale\":%.9g", (double)r->loss_scale);
+        snprintf(scale_t, sizeof scale_t, " | scale %g", (double)r->loss_scale);
+    }
+    const char *skip_t = r->skipped == 2 ? " | SKIPPED (overflow)" : r->skipped ? " | SKIPPED (non-finite)" : "";
     /* JSON has no NaN: a missing MFU is null. */
     char mfu_s[32];
     if (isnan(mfu)) snprintf(mfu_s, sizeof mfu_s, "null");
@@ -102,24 +108,23 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%ld,\"steps\":%ld,\"loss\":%s,\"lr\":%.9g,"
              "\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens\":%.0f,\"tokens_seen\":%.0f,"
-             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s}\n",
+             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s%s%s}\n",
              r->step, m->total_steps, loss_s, (double)r->lr, norm_s,
              r->step_s * 1e3, r->tokens, r->tokens_seen, tps, mfu_s, elapsed, isnan(eta) ? 0.0 : eta,
-             r->skipped ? ",\"skipped\":true" : "");
+             r->skipped ? ",\"skipped\":true" : "", r->skipped == 2 ? ",\"overflow\":true" : "", scale_j);
     DT_CHECK(write_line(ctx, m, line));
     char eta_s[48], mfu_txt[32] = "";
     fmt_hms(eta_s, sizeof eta_s, eta);
     if (!isnan(mfu)) snprintf(mfu_txt, sizeof mfu_txt, " | MFU %.1f%%", 100 * mfu);
     if (m->bar) {
-        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s | ETA %s%s", r->step,
-               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, eta_s,
-               r->skipped ? " | SKIPPED (non-finite)" : "");
+        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s%s | ETA %s%s", r->step,
+               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, scale_t, eta_s, skip_t);
         fflush(stdout);
         m->bar_dirty = 1;
     } else {
-        dt_log_info(ctx, "step %ld/%ld | loss %.9g | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s | ETA %s%s",
+        dt_log_info(ctx, "step %ld/%ld | loss %.9g | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s%s | ETA %s%s",
                     r->step, m->total_steps, (double)r->loss, (double)r->lr, (double)r->grad_norm,
-                    r->step_s * 1e3, tps, mfu_txt, eta_s, r->skipped ? " | SKIPPED (non-finite)" : "");
+                    r->step_s * 1e3, tps, mfu_txt, scale_t, eta_s, skip_t);
     }
     return DT_OK;
 }

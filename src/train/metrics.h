@@ -32,7 +32,9 @@ typedef struct dt_step_record {
     double tokens_seen; /* since the start of training */
     double flops_per_token;
     double peak_gflops; /* 0: MFU not reported */
-    int skipped;        /* the update was skipped (training.nonfinite=skip) */
+    int skipped;        /* the update was skipped: 1 non-finite (training.nonfinite=skip),
+                           2 loss-scaled gradients overflowed */
+    float loss_scale;   /* of the step (1 = none: not reported) */
 } dt_step_record;
 
 /* append: a resumed run adds to the file (readers keep the last record of each step). */

@@ -289,6 +289,10 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_r
     }
     tj.loss = r->last_loss;
     tj.train_seconds = r->train_s;
+    snprintf(tj.precision, sizeof tj.precision, "%s", dt_dtype_name(t->model_opts.compute));
+    tj.loss_scale = r->tr.scaler.scale;
+    tj.loss_scale_good = r->tr.scaler.good;
+    tj.overflows = r->tr.scaler.overflows;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
     dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */
@@ -408,6 +412,17 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     r->seen = tj.tokens_seen;
     r->train_s = tj.train_seconds;
     r->last_loss = (float)tj.loss;
+    /* The loss scaler goes on where it was (same precision; a new precision starts afresh). */
+    if (!strcmp(tj.precision, dt_dtype_name(t->model_opts.compute))) {
+        if (r->tr.scaler.dynamic) {
+            r->tr.scaler.scale = (float)tj.loss_scale;
+            r->tr.scaler.good = tj.loss_scale_good;
+        }
+        r->tr.scaler.overflows = tj.overflows;
+    } else if (strcmp(tj.precision, dt_dtype_name(t->model_opts.compute))) {
+        dt_log_info(ctx, "%s: written with training.precision %s, this run uses %s", dir, tj.precision,
+                    dt_dtype_name(t->model_opts.compute));
+    }
     *start = tj.step;
     r->loaded_strategy_changed = tj.world != world || strcmp(tj.strategy, dt_strategy_name(t->parallel.strategy));
     r->loaded_world = tj.world;
@@ -583,6 +598,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     char isa[320];
     dt_isa_describe(isa, sizeof isa);
     dt_log_info(ctx, "%s", isa);
+    dt_dtype prec = t->model_opts.compute;
+    if (prec != DT_F32)
+        dt_log_info(ctx, "precision %s: matmuls on %s%s", dt_dtype_name(prec),
+                    dt_lowp_gemm_native(prec) ? "native 16-bit instructions"
+                                              : "16-bit operands widened to fp32 (the speed-up is not available on this CPU)",
+                    r.tr.scaler.dynamic ? "; dynamic loss scaling from 65536" : "");
     DT_CHECK_GOTO(dt_replicas_log_isa(ctx, comm));
     dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s, bucket %.1f MiB, overlap %s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
@@ -633,14 +654,18 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         r.step_s_sum += ss.seconds;
         r.steps_run++;
         r.last_loss = ss.loss;
-        if (ss.skipped && rank == 0)
+        if (ss.skipped == 2 && rank == 0)
+            dt_log_warn(ctx, "step %ld: gradients overflowed at loss scale %g: update skipped, scale now %g "
+                        "(%ld overflow(s) so far)", s, (double)ss.loss_scale, (double)r.tr.scaler.scale,
+                        r.tr.scaler.overflows);
+        else if (ss.skipped && rank == 0)
             dt_log_warn(ctx, "step %ld: non-finite %s (loss %g, gradient norm %g): update skipped "
                         "(training.nonfinite=skip; %ld so far)", s, isfinite(ss.loss) ? "gradient norm" : "loss",
                         (double)ss.loss, (double)ss.grad_norm, r.tr.skipped);
         if (rank == 0 && (s % cfg->log_every == 0 || s == t->steps || ss.skipped)) {
             /* MFU per rank: the peak is one process's matmul rate. */
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
-                                  r.seen, fpt / world, peak, ss.skipped};
+                                  r.seen, fpt / world, peak, ss.skipped, ss.loss_scale};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
         }
         if (cfg->spike_factor > 0 && isfinite(ss.loss)) {

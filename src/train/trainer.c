@@ -24,10 +24,16 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32};
+    c->loss_scale_window = 2000;
 }
 
 dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
+    if (!(c->loss_scale >= 0.0f && c->loss_scale <= DT_LOSS_SCALE_MAX))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale must be auto (0) or in (0, %g] (got %g)",
+                       (double)DT_LOSS_SCALE_MAX, (double)c->loss_scale);
+    if (c->loss_scale_window < 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale_window must be >= 1 (got %ld)", c->loss_scale_window);
     if (c->model_opts.recompute_every < 1 || c->model_opts.recompute_every > 1 << 20)
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be in [1, 1048576] (got %d)",
                        c->model_opts.recompute_every);
@@ -111,6 +117,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
     bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &cfg->model_opts, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
+    dt_model_lowp_plan(&ps, &cfg->model_opts, bytes);
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
@@ -135,6 +142,14 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     dt_test_aid("DTRAIN_TEST_NAN", &tr->poison_step, &tr->poison_rank);
     /* Test aid: DTRAIN_TEST_SPIKE=STEP:RANK multiplies that rank's loss in that step by 100. */
     dt_test_aid("DTRAIN_TEST_SPIKE", &tr->spike_step, &tr->spike_rank);
+    /* Test aid: DTRAIN_TEST_OVERFLOW=STEP:RANK puts an Inf into that rank's gradients in that step. */
+    dt_test_aid("DTRAIN_TEST_OVERFLOW", &tr->overflow_step, &tr->overflow_rank);
+    if (cfg->loss_scale > 0.0f)
+        dt_loss_scaler_init(&tr->scaler, cfg->loss_scale, 0, cfg->loss_scale_window);
+    else if (cfg->model_opts.compute == DT_F16)
+        dt_loss_scaler_init(&tr->scaler, 65536.0f, 1, cfg->loss_scale_window);
+    else
+        dt_loss_scaler_init(&tr->scaler, 1.0f, 0, cfg->loss_scale_window);
     /* Test aid: DTRAIN_TEST_SLOW=RANK:MS makes that rank's forward MS ms longer each micro-step. */
     long slow_rank;
     dt_test_aid("DTRAIN_TEST_SLOW", &slow_rank, &tr->slow_ms);
@@ -196,10 +211,17 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     t0 = dt_now();
     double sumsq;
     DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
-    double norm = sqrt(sumsq);
+    const float S = tr->scaler.scale;
+    double norm = sqrt(sumsq) / S; /* of the unscaled gradients */
     float lr = dt_lr_at(&tr->cfg.sched, tr->step);
     out->skipped = 0;
-    if (!isfinite(*mean_loss) || !isfinite(norm)) {
+    out->loss_scale = S;
+    /* With loss scaling, Inf/NaN gradients of a finite loss are an overflow: skipped, and
+     * the scale backs off (every rank alike: the norm is global). */
+    int scaled = S != 1.0f || tr->scaler.dynamic;
+    if (scaled && isfinite(*mean_loss) && dt_loss_scaler_update(&tr->scaler, isfinite(norm))) {
+        out->skipped = 2;
+    } else if (!isfinite(*mean_loss) || !isfinite(norm)) {
         if (!tr->cfg.nonfinite_skip)
             return dt_fail(ctx, DT_ERR_NUMERIC, "step %ld: non-finite %s (loss %g, gradient norm %g): diverged; "
                            "lower optimizer.lr, or training.nonfinite=skip drops such steps",
@@ -207,7 +229,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
         out->skipped = 1; /* no update: parameters and moments stay; data and schedule move on */
         tr->skipped++;
     } else {
-        float coef = dt_clip_coef(norm, tr->cfg.clip);
+        float coef = dt_clip_coef(norm, tr->cfg.clip) / S;
         DT_CHECK(dt_parallel_update(ctx, tr->par, &tr->cfg.adamw, lr, tr->step + 1, coef));
     }
     tr->step++;
@@ -271,7 +293,11 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
         dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
-        dt_model_backward(m, 1.0f / ((float)tr->cfg.accum * (float)W)); /* mean over the global batch */
+        /* Mean over the global batch, times the loss scale (1 unless fp16). */
+        float bscale = tr->scaler.scale / ((float)tr->cfg.accum * (float)W);
+        if (tr->overflow_step == tr->step + 1 && k == 0 && tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+            bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
+        dt_model_backward(m, bscale);
         if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */
         if (tr->spike_step == tr->step + 1 && k == 0 && tr->spike_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD)) {

@@ -32,6 +32,9 @@ typedef struct dt_train_cfg {
     long fail_alloc_at;     /* fault injection for tests: the n-th allocation fails (0 = off) */
     int nonfinite_skip;     /* training.nonfinite: 1 = skip a step with a non-finite loss or
                                gradient norm, 0 = stop naming the step */
+    float loss_scale;       /* training.loss_scale: 0 = auto (dynamic from 65536 for fp16, off
+                               otherwise), else a static scale */
+    long loss_scale_window; /* training.loss_scale_window: finite steps before it doubles */
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
@@ -59,13 +62,19 @@ typedef struct dt_trainer {
     int slow_rank, slow_ms;    /* test aid DTRAIN_TEST_SLOW=RANK:MS (-1 = off) */
     long spike_step;           /* test aid DTRAIN_TEST_SPIKE=STEP:RANK (-1 = off) */
     int spike_rank;
+    dt_loss_scaler scaler;     /* fp16 (or a set training.loss_scale); scale 1 = off */
+    long overflow_step;        /* test aid DTRAIN_TEST_OVERFLOW=STEP:RANK: that rank's gradients
+                                  become Inf in that step (-1 = off) */
+    int overflow_rank;
 } dt_trainer;
 
 typedef struct dt_step_stats {
     float loss;       /* mean over micro-steps */
     float grad_norm;  /* before clipping */
     float lr;
-    int skipped;      /* non-finite loss or gradient norm: no update (training.nonfinite=skip) */
+    int skipped;      /* no update: 1 = non-finite loss or gradient norm (training.nonfinite=skip),
+                         2 = loss-scaled gradients overflowed (the scale was backed off) */
+    float loss_scale; /* the scale this step's backward used (1 = none) */
     double seconds;   /* wall time of the step */
     double sync_seconds;  /* of which: waiting for the gradient reduction to finish */
     double optim_seconds; /* of which: norm, clipping, AdamW (and ZeRO's parameter gather) */

@@ -93,11 +93,13 @@ static int gpt2_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name, hf, tr)                                 \
     out[n++] = (dt_tensor_info){name, hf, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),              \
-                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0};
+                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0, 0};
     DT_GPT2_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     out[DT_GPT2_P_WTE].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
     out[DT_GPT2_P_WTE].vocab = 1;
+    static const int mm[] = {DT_GPT2_P_WTE, DT_GPT2_P_QKVW, DT_GPT2_P_ATTPROJW, DT_GPT2_P_FCW, DT_GPT2_P_FCPROJW};
+    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
     return n;
 }
 
@@ -122,6 +124,8 @@ typedef struct dt_gpt2_acts {
     float *att_lse;                       /* (B,NH,T) */
     float *ln2, *ln2_mean, *ln2_rstd;     /* (B,T,C), (B,T), (B,T) */
     float *fch_gelu;                      /* (B,T,4C) */
+    uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
+                                             (then ln1, ln2, fch_gelu hold nothing) */
     /* matmul outputs */
     float *qkv;                           /* (B,T,3C) */
     float *res2;                          /* (B,T,C) */
@@ -129,11 +133,14 @@ typedef struct dt_gpt2_acts {
     /* layer outputs */
     float *res3;                          /* (L,B,T,C) */
     float *lnf, *lnf_mean, *lnf_rstd;     /* (B,T,C), (B,T), (B,T) */
+    uint16_t *lnfh;                       /* mixed precision: 16-bit lnf (lnf holds nothing) */
     float *logits;                        /* (B,T,Vp); dlogits after backward */
     float *losses, *ce_lse;               /* (B,T) */
     float *dres;                          /* (B,T,C) residual-stream gradient */
     float *dbtc;                          /* (B,T,C) scratch gradient */
-    float *dbig;                          /* (B,T,4C) scratch gradient (also dqkv) */
+    float *dbig;                          /* (B,T,4C) scratch gradient (also dqkv); in the
+                                             forward, the fp32 output of a 16-bit activation */
+    uint16_t *dlp;                        /* (B,T,4C) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
 } dt_gpt2_acts;
 
@@ -143,23 +150,30 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T;
     int L = c->n_layer;
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_MM, L);
+    size_t H = o->compute != DT_F32, F = !H; /* 16-bit copies, fp32-only buffers */
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
+#define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
     TAKE(encoded, BT * C);
-    TAKE(ln1, R * BT * C);
+    TAKE(ln1, F * R * BT * C);
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
     TAKE(qkv, M * BT * 3 * C);
     TAKE(atty, R * BT * C);
     TAKE(att_lse, R * BT * NH);
     TAKE(res2, M * BT * C);
-    TAKE(ln2, R * BT * C);
+    TAKE(ln2, F * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
     TAKE(fch, M * BT * 4 * C);
-    TAKE(fch_gelu, R * BT * 4 * C);
+    TAKE(fch_gelu, F * R * BT * 4 * C);
+    TAKE16(ln1h, H * R * BT * C);
+    TAKE16(attyh, H * R * BT * C);
+    TAKE16(ln2h, H * R * BT * C);
+    TAKE16(fchgh, H * R * BT * 4 * C);
     TAKE(res3, (size_t)L * BT * C);
-    TAKE(lnf, BT * C);
+    TAKE(lnf, F * BT * C);
+    TAKE16(lnfh, H * BT * C);
     TAKE(lnf_mean, BT);
     TAKE(lnf_rstd, BT);
     TAKE(logits, BT * (size_t)c->vocab_padded);
@@ -168,10 +182,12 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(dres, BT * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * 4 * C);
+    TAKE16(dlp, H * BT * 4 * C);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
 #undef TAKE
+#undef TAKE16
     return off;
 }
 
@@ -180,7 +196,11 @@ static size_t gpt2_act_floats(const dt_model_config *c, const dt_model_opts *o, 
     return layout_acts(&a, NULL, c, o, B, T);
 }
 
-static void gpt2_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, &m->opts, m->B, m->T); }
+static void gpt2_bind(dt_model *m) {
+    dt_gpt2_acts *a = m->impl;
+    layout_acts(a, m->acts, &m->cfg, &m->opts, m->B, m->T);
+    m->lp_scratch = a->dlp;
+}
 
 static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts *)m->impl)->logits; }
 
@@ -190,11 +210,15 @@ static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts
 #define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_GPT2_P_##id, l)
 #define UNIT(id) (m->ps.tensors[DT_GPT2_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
+#define ID(id) DT_GPT2_P_##id
+/* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
+#define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
 /* Views of layer l's saved activations (its slots). */
 typedef struct layer_views {
     const float *resid;
     float *ln1, *ln1m, *ln1r, *qkv, *atty, *lse, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *res3;
+    uint16_t *ln1h, *attyh, *ln2h, *fchgh;
 } layer_views;
 
 static layer_views views(const dt_model *m, int l) {
@@ -210,6 +234,9 @@ static layer_views views(const dt_model *m, int l) {
     v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
     v.fch = a->fch + k * btc * 4, v.fchg = a->fch_gelu + r * btc * 4, v.res3 = a->res3 + (size_t)l * btc;
+    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
+    v.fchgh = a->fchgh + r * btc * 4;
+    if (dt_lowp(m)) v.ln1 = v.ln2 = v.fchg = a->dbig; /* fp32 outputs go through the scratch */
     return v;
 }
 
@@ -223,17 +250,21 @@ static void block_forward(dt_model *m, int l, int recompute) {
     int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
+    dt_fam_narrow(m, v.ln1h, v.ln1, btc);
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 1));
+    dt_fam_narrow(m, v.attyh, v.atty, btc);
     if (mm) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(ATTPROJW, l), P(ATTPROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.fch, v.ln2, P(FCW, l), P(FCB, l), BT, C, 4 * C));
+    dt_fam_narrow(m, v.ln2h, v.ln2, btc);
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, 4 * C));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)(btc * 4)));
+    dt_fam_narrow(m, v.fchgh, v.fchg, btc * 4);
     if (recompute) return;
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.fchg, P(FCPROJW, l), P(FCPROJB, l), BT, 4 * C, C));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, 4 * C, C));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -259,8 +290,10 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
-    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
-    dt_vocab_head_forward(m, DT_GPT2_P_WTE, a->logits, a->lnf, BT, -1);
+    float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
+    dt_fam_narrow(m, a->lnfh, lnf, btc);
+    dt_vocab_head_forward(m, DT_GPT2_P_WTE, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, -1);
     if (!targets) return DT_OK;
     DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
@@ -278,7 +311,8 @@ static void gpt2_backward(dt_model *m, float scale) {
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
     /* The tied head: dx now, its weight gradient with the embedding's (at the end). */
-    dt_vocab_head_backward(m, DT_GPT2_P_WTE, a->dbtc, a->logits, a->lnf, BT, 0, UNIT(LNFW));
+    dt_vocab_pack_dlogits(m, a->logits, BT, Vp);
+    dt_vocab_head_backward(m, DT_GPT2_P_WTE, a->dbtc, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, 0, UNIT(LNFW));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
@@ -293,14 +327,14 @@ static void gpt2_backward(dt_model *m, float scale) {
         layer_views v = views(m, l);
         dt_unit_grads_begin(m, LAYER(l));
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FCPROJW, l), G(FCPROJB, l), a->dres, v.fchg, P(FCPROJW, l), BT, 4 * C, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->dres, MMIN(fchg), BT, 4 * C, C));
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)(btc * 4)));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FCW, l), G(FCB, l), a->dbig, v.ln2, P(FCW, l), BT, C, 4 * C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, MMIN(ln2), BT, C, 4 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(ATTPROJW, l), G(ATTPROJB, l), a->dres, v.atty, P(ATTPROJW, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 1));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, v.ln1, P(QKVW, l), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, LAYER(l));
@@ -309,7 +343,7 @@ static void gpt2_backward(dt_model *m, float scale) {
     dt_unit_grads_begin(m, UNIT(WPE));
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
     dt_unit_grads_end(m, UNIT(WPE));
-    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, a->logits, a->lnf);
+    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, a->logits, (dt_mmin){a->lnf, a->lnfh});
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */

@@ -91,7 +91,7 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
 #define DT_X_ROW(id, group, rows, cols, decay, name)                                           \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
                                 (size_t)(cols), 0, (rows) == 1 ? DT_INIT_ONES : DT_INIT_NORMAL, \
-                                0.02f, decay, 0, 0, 0, 0, 0, 0};
+                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0};
     DT_LLAMA_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)q, (void)kv;
@@ -99,6 +99,10 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
     out[DT_LLAMA_P_LM_HEAD].file_rows = (size_t)c->vocab;
     out[DT_LLAMA_P_EMBED].vocab = 1;
     out[DT_LLAMA_P_LM_HEAD].vocab = 1;
+    /* q|k|v and gate|up are adjacent rows read as one (QW x C) and one (2F x C) matrix. */
+    static const int mm[] = {DT_LLAMA_P_EMBED, DT_LLAMA_P_LM_HEAD, DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV,
+                             DT_LLAMA_P_WO, DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP, DT_LLAMA_P_WDOWN};
+    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
     return c->untied ? n : n - 1; /* LM_HEAD is the last row */
 }
 
@@ -132,6 +136,8 @@ typedef struct dt_llama_acts {
     float *att_lse;                  /* (B,NH,T) */
     float *ln2, *rstd2;              /* (B,T,C), (B,T) */
     float *hmid;                     /* (B,T,F) silu(gate) up */
+    uint16_t *ln1h, *attyh, *ln2h, *hmidh; /* mixed precision: 16-bit ln1, atty, ln2, hmid
+                                             (then ln1, ln2, hmid hold nothing) */
     /* matmul outputs */
     float *qkv;                      /* (B,T,QW) after rotary, QW = (NH + 2 NKV) hs */
     float *res2;                     /* (B,T,C) */
@@ -139,12 +145,14 @@ typedef struct dt_llama_acts {
     /* layer outputs */
     float *res3;                     /* (L,B,T,C) */
     float *lnf, *rstdf;              /* (B,T,C), (B,T) */
+    uint16_t *lnfh;                  /* mixed precision: 16-bit lnf (lnf holds nothing) */
     float *logits;                   /* (B,T,Vp); dlogits after backward */
     float *losses, *ce_lse;          /* (B,T) */
     float *dres;                     /* (B,T,C) residual-stream gradient */
     float *dbtc;                     /* (B,T,C) scratch gradient */
     float *dbig;                     /* (B,T,max(QW,2F)) scratch gradient: dqkv, dgu */
     float *dmid;                     /* (B,T,F) scratch gradient */
+    uint16_t *dlp;                   /* (B,T,max(QW,2F)) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
 } dt_llama_acts;
 
@@ -158,21 +166,28 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     size_t QW = qkv_width(c), big = QW > 2 * F ? QW : 2 * F;
     int L = c->n_layer;
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_MM, L);
+    size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
+#define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
     TAKE(encoded, BT * C);
-    TAKE(ln1, R * BT * C);
+    TAKE(ln1, F32 * R * BT * C);
     TAKE(rstd1, R * BT);
     TAKE(qkv, M * BT * QW);
     TAKE(atty, R * BT * C);
     TAKE(att_lse, R * BT * NH);
     TAKE(res2, M * BT * C);
-    TAKE(ln2, R * BT * C);
+    TAKE(ln2, F32 * R * BT * C);
     TAKE(rstd2, R * BT);
     TAKE(gu, M * BT * 2 * F);
-    TAKE(hmid, R * BT * F);
+    TAKE(hmid, F32 * R * BT * F);
+    TAKE16(ln1h, H * R * BT * C);
+    TAKE16(attyh, H * R * BT * C);
+    TAKE16(ln2h, H * R * BT * C);
+    TAKE16(hmidh, H * R * BT * F);
     TAKE(res3, (size_t)L * BT * C);
-    TAKE(lnf, BT * C);
+    TAKE(lnf, F32 * BT * C);
+    TAKE16(lnfh, H * BT * C);
     TAKE(rstdf, BT);
     TAKE(logits, BT * (size_t)c->vocab_padded);
     TAKE(losses, BT);
@@ -181,10 +196,12 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dmid, BT * F);
+    TAKE16(dlp, H * BT * big);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
 #undef TAKE
+#undef TAKE16
     return off;
 }
 
@@ -193,7 +210,11 @@ static size_t llama_act_floats(const dt_model_config *c, const dt_model_opts *o,
     return layout_acts(&a, NULL, c, o, B, T);
 }
 
-static void llama_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, &m->opts, m->B, m->T); }
+static void llama_bind(dt_model *m) {
+    dt_llama_acts *a = m->impl;
+    layout_acts(a, m->acts, &m->cfg, &m->opts, m->B, m->T);
+    m->lp_scratch = a->dlp;
+}
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
 
@@ -205,11 +226,15 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 #define HEAD_ID (m->cfg.untied ? DT_LLAMA_P_LM_HEAD : DT_LLAMA_P_EMBED)
 #define UNIT(id) (m->ps.tensors[DT_LLAMA_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
+#define ID(id) DT_LLAMA_P_##id
+/* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
+#define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
 /* Views of layer l's saved activations (its slots). */
 typedef struct layer_views {
     const float *resid;
     float *ln1, *rstd1, *qkv, *atty, *lse, *res2, *ln2, *rstd2, *gu, *hmid, *res3;
+    uint16_t *ln1h, *attyh, *ln2h, *hmidh;
 } layer_views;
 
 static layer_views views(const dt_model *m, int l) {
@@ -225,6 +250,9 @@ static layer_views views(const dt_model *m, int l) {
     v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
     v.ln2 = a->ln2 + r * btc, v.rstd2 = a->rstd2 + r * BT;
     v.gu = a->gu + k * BT * 2 * F, v.hmid = a->hmid + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
+    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
+    v.hmidh = a->hmidh + r * BT * F;
+    if (dt_lowp(m)) v.ln1 = v.ln2 = v.hmid = a->dbig; /* fp32 outputs go through the scratch */
     return v;
 }
 
@@ -240,22 +268,26 @@ static void block_forward(dt_model *m, int l, int recompute) {
     int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
+    dt_fam_narrow(m, v.ln1h, v.ln1, btc);
     if (mm) {
         /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(WQ, l), NULL, BT, C, QW));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(WQ), l, NULL, BT, C, QW));
         DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
     }
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1));
+    dt_fam_narrow(m, v.attyh, v.atty, btc);
     if (mm) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(WO, l), NULL, BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, C, C));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
+    dt_fam_narrow(m, v.ln2h, v.ln2, btc);
     /* gate_proj, up_proj: one (2F x C) projection. */
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.gu, v.ln2, P(WGATE, l), NULL, BT, C, 2 * F));
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.gu, MMIN(ln2), ID(WGATE), l, NULL, BT, C, 2 * F));
     DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
+    dt_fam_narrow(m, v.hmidh, v.hmid, (size_t)BT * F);
     if (recompute) return;
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.hmid, P(WDOWN, l), NULL, BT, F, C));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, F, C));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -280,8 +312,10 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(NORM), m->ps.tensors[HEAD_ID].unit);
-    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(a->lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
-    dt_vocab_head_forward(m, HEAD_ID, a->logits, a->lnf, BT, -1);
+    float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
+    dt_fam_narrow(m, a->lnfh, lnf, btc);
+    dt_vocab_head_forward(m, HEAD_ID, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, -1);
     if (!targets) return DT_OK;
     DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
@@ -302,7 +336,8 @@ static void llama_backward(dt_model *m, float scale) {
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
     /* An untied head's chunks end here (the highest units); a tied head's weight gradient
      * is formed with the embedding's, at the end. */
-    dt_vocab_head_backward(m, HEAD_ID, a->dbtc, a->logits, a->lnf, BT, m->cfg.untied, UNIT(NORM));
+    dt_vocab_pack_dlogits(m, a->logits, BT, Vp);
+    dt_vocab_head_backward(m, HEAD_ID, a->dbtc, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, m->cfg.untied, UNIT(NORM));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(NORM), LAYER(L - 1));
@@ -317,21 +352,21 @@ static void llama_backward(dt_model *m, float scale) {
         layer_views v = views(m, l);
         dt_unit_grads_begin(m, LAYER(l));
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dmid, G(WDOWN, l), NULL, a->dres, v.hmid, P(WDOWN, l), BT, F, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, F, C));
         DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig, v.gu, a->dmid, BT, F));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WGATE, l), NULL, a->dbig, v.ln2, P(WGATE, l), BT, C, 2 * F));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WGATE), l, NULL, a->dbig, MMIN(ln2), BT, C, 2 * F));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WO, l), NULL, a->dres, v.atty, P(WO, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1));
         DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(a->dbig, B, T, NH, NKV, hs, theta));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(WQ, l), NULL, a->dbig, v.ln1, P(WQ, l), BT, C, QW));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WQ), l, NULL, a->dbig, MMIN(ln1), BT, C, QW));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, LAYER(l));
     }
     dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, m->cfg.untied ? NULL : a->logits,
-                            m->cfg.untied ? NULL : a->lnf);
+                            (dt_mmin){a->lnf, a->lnfh});
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */

@@ -90,10 +90,12 @@ static int vit_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name)                                     \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
-                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0};
+                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0, 0};
     DT_VIT_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)K, (void)T;
+    static const int mm[] = {DT_VIT_P_PATCHW, DT_VIT_P_QKVW, DT_VIT_P_PROJW, DT_VIT_P_FC1W, DT_VIT_P_FC2W, DT_VIT_P_HEADW};
+    for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
     return n;
 }
 
@@ -125,6 +127,7 @@ static double vit_flops_per_token(const dt_model_config *c, int T_pixels) {
 
 typedef struct dt_vit_acts {
     float *patches;                  /* (B,Np,K) pixel / 255 */
+    uint16_t *patchesh;              /* mixed precision: its 16-bit copy */
     float *pe;                       /* (B,Np,C) patch embeddings */
     float *encoded;                  /* (B,T,C) [cls | patches] + pos */
     /* Per layer (slots: family_impl.h): recomputed class */
@@ -133,6 +136,8 @@ typedef struct dt_vit_acts {
     float *att_lse;                  /* (B,NH,T) */
     float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T) x 2 */
     float *fch_gelu;                 /* (B,T,F) */
+    uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
+                                             (then ln1, ln2, fch_gelu hold nothing) */
     /* matmul outputs */
     float *qkv;                      /* (B,T,3C) */
     float *res2;                     /* (B,T,C) */
@@ -141,12 +146,14 @@ typedef struct dt_vit_acts {
     float *res3;                     /* (L,B,T,C) */
     float *clsx;                     /* (B,C) the last block's class token */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,C), (B), (B) */
+    uint16_t *lnfh;                  /* mixed precision: 16-bit lnf (lnf holds nothing) */
     float *logits;                   /* (B,n_classes); dlogits after backward */
     float *losses, *ce_lse;          /* (B) */
     float *dres;                     /* (B,T,C) residual-stream gradient */
     float *dbtc;                     /* (B,T,C) scratch gradient */
     float *dbig;                     /* (B,T,max(3C,F)) scratch gradient */
     float *dcls;                     /* (B,C) x 2: d lnf, d clsx */
+    uint16_t *dlp;                   /* mixed precision: narrowed gradients, max(B T big, B NC) */
     int32_t *labels;                 /* (B) the targets of the last forward */
 } dt_vit_acts;
 
@@ -156,26 +163,35 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t big = 3 * C > F ? 3 * C : F;
     size_t R = dt_act_slot(o, (int)L, DT_ACT_RECOMP, (int)L), M = dt_act_slot(o, (int)L, DT_ACT_MM, (int)L);
+    size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
+    size_t NC = (size_t)c->n_classes, dlp = BT * big > (size_t)B * NC ? BT * big : (size_t)B * NC;
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
+#define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
     TAKE(patches, (size_t)B * Np * K);
+    TAKE16(patchesh, H * (size_t)B * Np * K);
     TAKE(pe, (size_t)B * Np * C);
     TAKE(encoded, BT * C);
-    TAKE(ln1, R * BT * C);
+    TAKE(ln1, F32 * R * BT * C);
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
     TAKE(qkv, M * BT * 3 * C);
     TAKE(atty, R * BT * C);
     TAKE(att_lse, R * BT * NH);
     TAKE(res2, M * BT * C);
-    TAKE(ln2, R * BT * C);
+    TAKE(ln2, F32 * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
     TAKE(fch, M * BT * F);
-    TAKE(fch_gelu, R * BT * F);
+    TAKE(fch_gelu, F32 * R * BT * F);
+    TAKE16(ln1h, H * R * BT * C);
+    TAKE16(attyh, H * R * BT * C);
+    TAKE16(ln2h, H * R * BT * C);
+    TAKE16(fchgh, H * R * BT * F);
     TAKE(res3, L * BT * C);
     TAKE(clsx, (size_t)B * C);
-    TAKE(lnf, (size_t)B * C);
+    TAKE(lnf, F32 * (size_t)B * C);
+    TAKE16(lnfh, H * (size_t)B * C);
     TAKE(lnf_mean, (size_t)B);
     TAKE(lnf_rstd, (size_t)B);
     TAKE(logits, (size_t)B * c->n_classes);
@@ -185,6 +201,7 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dcls, 2 * (size_t)B * C);
+    TAKE16(dlp, H * dlp);
     float *ids = dt_act_take(base, &off, (size_t)B);
     a->labels = (int32_t *)ids;
 #undef TAKE
@@ -197,7 +214,11 @@ static size_t vit_act_floats(const dt_model_config *c, const dt_model_opts *o, i
     return layout_acts(&a, NULL, c, o, B);
 }
 
-static void vit_bind(dt_model *m) { layout_acts(m->impl, m->acts, &m->cfg, &m->opts, m->B); }
+static void vit_bind(dt_model *m) {
+    dt_vit_acts *a = m->impl;
+    layout_acts(a, m->acts, &m->cfg, &m->opts, m->B);
+    m->lp_scratch = a->dlp;
+}
 
 static const float *vit_logits(const dt_model *m) { return ((const dt_vit_acts *)m->impl)->logits; }
 
@@ -221,11 +242,15 @@ static int vit_correct(const dt_model *m) {
 #define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_VIT_P_##id, l)
 #define UNIT(id) (m->ps.tensors[DT_VIT_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
+#define ID(id) DT_VIT_P_##id
+/* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
+#define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
 /* Views of layer l's saved activations (its slots). */
 typedef struct layer_views {
     const float *resid;
     float *ln1, *ln1m, *ln1r, *qkv, *atty, *lse, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *res3;
+    uint16_t *ln1h, *attyh, *ln2h, *fchgh;
 } layer_views;
 
 static layer_views views(const dt_model *m, int l) {
@@ -241,6 +266,9 @@ static layer_views views(const dt_model *m, int l) {
     v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
     v.fch = a->fch + k * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
+    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
+    v.fchgh = a->fchgh + r * BT * F;
+    if (dt_lowp(m)) v.ln1 = v.ln2 = v.fchg = a->dbig; /* fp32 outputs go through the scratch */
     return v;
 }
 
@@ -254,17 +282,21 @@ static void block_forward(dt_model *m, int l, int recompute) {
     int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.qkv, v.ln1, P(QKVW, l), P(QKVB, l), BT, C, 3 * C));
+    dt_fam_narrow(m, v.ln1h, v.ln1, btc);
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 0));
+    dt_fam_narrow(m, v.attyh, v.atty, btc);
     if (mm) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.res2, v.atty, P(PROJW, l), P(PROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, C, C));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_matmul_forward(v.fch, v.ln2, P(FC1W, l), P(FC1B, l), BT, C, F));
+    dt_fam_narrow(m, v.ln2h, v.ln2, btc);
+    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, F));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * F));
+    dt_fam_narrow(m, v.fchgh, v.fchg, (size_t)BT * F);
     if (recompute) return;
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(v.res3, v.fchg, P(FC2W, l), P(FC2B, l), BT, F, C));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(fchg), ID(FC2W), l, P(FC2B, l), BT, F, C));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -306,7 +338,8 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     m->has_targets = targets != NULL;
     DT_PROF(m, fwd, DT_OP_ENCODER, patchify(a->patches, inputs, c, B));
     dt_unit_need(m, UNIT(PATCHW), LAYER(0));
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_matmul_forward(a->pe, a->patches, P(PATCHW, 0), P(PATCHB, 0), B * Np, K, C));
+    dt_fam_narrow(m, a->patchesh, a->patches, (size_t)B * Np * K);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, a->pe, (dt_mmin){a->patches, a->patchesh}, ID(PATCHW), 0, P(PATCHB, 0), B * Np, K, C));
     const float *cls = P(CLS, 0), *pos = P(POS, 0);
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < BT; bt++) {
@@ -324,8 +357,10 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     dt_unit_need(m, UNIT(LNFW), -1);
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     for (int b = 0; b < B; b++) memcpy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
-    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
-    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward(a->logits, a->lnf, P(HEADW, 0), P(HEADB, 0), B, C, NC));
+    float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
+    dt_fam_narrow(m, a->lnfh, lnf, (size_t)B * C);
+    DT_PROF(m, fwd, DT_OP_LMHEAD, dt_fam_mm_forward(m, a->logits, (dt_mmin){a->lnf, a->lnfh}, ID(HEADW), 0, P(HEADB, 0), B, C, NC));
     if (!targets) return DT_OK;
     DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, a->labels, B, NC, NC));
     m->last_loss = dt_model_mean_loss(a->losses, B); /* NaN/Inf: training.nonfinite decides */
@@ -346,7 +381,7 @@ static void vit_backward(dt_model *m, float scale) {
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->labels, scale / (float)B, B, NC, NC));
     dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
     dt_unit_grads_begin(m, UNIT(LNFW));
-    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward(dlnf, G(HEADW, 0), G(HEADB, 0), a->logits, a->lnf, P(HEADW, 0), B, C, NC));
+    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_fam_mm_backward(m, dlnf, ID(HEADW), 0, G(HEADB, 0), a->logits, (dt_mmin){a->lnf, a->lnfh}, B, C, NC));
     memset(dclsx, 0, (size_t)B * C * sizeof(float));
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
     /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
@@ -360,13 +395,13 @@ static void vit_backward(dt_model *m, float scale) {
         if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
         layer_views v = views(m, l);
         dt_unit_grads_begin(m, LAYER(l));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbig, G(FC2W, l), G(FC2B, l), a->dres, v.fchg, P(FC2W, l), BT, F, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbig, ID(FC2W), l, G(FC2B, l), a->dres, MMIN(fchg), BT, F, C));
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, BT * F));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(FC1W, l), G(FC1B, l), a->dbig, v.ln2, P(FC1W, l), BT, C, F));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(FC1W), l, G(FC1B, l), a->dbig, MMIN(ln2), BT, C, F));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(PROJW, l), G(PROJB, l), a->dres, v.atty, P(PROJW, l), BT, C, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(PROJW), l, G(PROJB, l), a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 0));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward(a->dbtc, G(QKVW, l), G(QKVB, l), a->dbig, v.ln1, P(QKVW, l), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, LAYER(l));
@@ -386,7 +421,7 @@ static void vit_backward(dt_model *m, float scale) {
             else
                 memcpy(dpe + ((size_t)b * Np + (size_t)(t - 1)) * C, d, (size_t)C * sizeof(float));
         }
-    DT_PROF(m, bwd, DT_OP_ENCODER, dt_matmul_backward(NULL, G(PATCHW, 0), G(PATCHB, 0), dpe, a->patches, NULL, B * Np, K, C));
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_fam_mm_backward(m, NULL, ID(PATCHW), 0, G(PATCHB, 0), dpe, (dt_mmin){a->patches, a->patchesh}, B * Np, K, C));
     dt_unit_grads_end(m, UNIT(PATCHW));
 }
 

@@ -1,4 +1,5 @@
 /* The public kernels of ops.h: each call goes to the active ISA path's table (isa.h). */
+#include "core/status.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
@@ -93,4 +94,47 @@ void dt_crossentropy_backward(float *dlogits, const float *logits, const float *
 
 float dt_exp_sum(float *y, const float *x, float shift, int n) {
     return dt_cpu_kernels_get()->exp_sum(y, x, shift, n);
+}
+
+const char *dt_dtype_name(dt_dtype dt) {
+    switch (dt) {
+    case DT_F32: return "fp32";
+    case DT_BF16: return "bf16";
+    case DT_F16: return "fp16";
+    case DT_F64: return "fp64";
+    case DT_I64: return "int64";
+    }
+    return "unknown";
+}
+
+void dt_f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+    dt_cpu_kernels_get()->f32_to_bf16(dst, src, n);
+}
+
+void dt_bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    dt_cpu_kernels_get()->bf16_to_f32(dst, src, n);
+}
+
+void dt_f32_to_f16(uint16_t *dst, const float *src, size_t n) {
+    dt_cpu_kernels_get()->f32_to_f16(dst, src, n);
+}
+
+void dt_f16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    dt_cpu_kernels_get()->f16_to_f32(dst, src, n);
+}
+
+size_t dt_count_nonfinite_f32(const float *x, size_t n) {
+    return dt_cpu_kernels_get()->count_nonfinite(x, n);
+}
+
+void dt_to_lowp(dt_dtype dt, uint16_t *dst, const float *src, size_t n) {
+    DT_ASSERT(dt == DT_BF16 || dt == DT_F16);
+    if (dt == DT_BF16) dt_f32_to_bf16(dst, src, n);
+    else dt_f32_to_f16(dst, src, n);
+}
+
+void dt_from_lowp(dt_dtype dt, float *dst, const uint16_t *src, size_t n) {
+    DT_ASSERT(dt == DT_BF16 || dt == DT_F16);
+    if (dt == DT_BF16) dt_bf16_to_f32(dst, src, n);
+    else dt_f16_to_f32(dst, src, n);
 }

@@ -60,6 +60,12 @@ typedef struct dt_cpu_kernels {
     /* Sum of squares of n floats in double, 8 lanes (element i in lane i % 8) added in a
      * fixed tree: the same bits on every path. */
     double (*sumsq)(const float *x, size_t n);
+    /* fp32 <-> bf16 / IEEE fp16 (ops.h dt_f32_to_bf16 ...): the same bits on every path. */
+    void (*f32_to_bf16)(uint16_t *dst, const float *src, size_t n);
+    void (*bf16_to_f32)(float *dst, const uint16_t *src, size_t n);
+    void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n);
+    void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
+    size_t (*count_nonfinite)(const float *x, size_t n);
 } dt_cpu_kernels;
 
 extern const dt_cpu_kernels dt_cpu_kernels_scalar;
@@ -72,6 +78,11 @@ extern const dt_cpu_kernels dt_cpu_kernels_neon;
 
 /* The active table (chosen by dt_isa_init / dt_isa_use, else the best path). */
 const dt_cpu_kernels *dt_cpu_kernels_get(void);
+
+/* The fp32 GEMM of matmul.c, C = op(A) op(B) + beta C (row-major, op 'N' or 'T'): oneDNN's
+ * sgemm, or the fixed-order loops under DTRAIN_MATMUL=ref. Shared with matmul_lowp.c. */
+void dt_sgemm(char ta, char tb, long M, long N, long K, const float *A, long lda,
+              const float *B, long ldb, float beta, float *C, long ldc);
 
 /* Inside src/ops/cpu/kern: names of this path's functions. */
 #define DT_KPASTE2(a, b) a##_##b

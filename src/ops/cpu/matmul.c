@@ -43,6 +43,11 @@ static void sgemm(char ta, char tb, long M, long N, long K, const float *A, long
     sgemm_onednn(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
+void dt_sgemm(char ta, char tb, long M, long N, long K, const float *A, long lda,
+              const float *B, long ldb, float beta, float *C, long ldc) {
+    sgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* The hardware's GEMM (also the peak measurement under DTRAIN_MATMUL=ref). */
 static void sgemm_onednn(char ta, char tb, long M, long N, long K, const float *A, long lda,
                          const float *B, long ldb, float beta, float *C, long ldc) {

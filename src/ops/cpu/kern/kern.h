@@ -45,6 +45,11 @@ float DT_K(exp_sum)(float *y, const float *x, float shift, int n);
 void DT_K(adamw)(float *p, const float *g, float *m, float *v, size_t n,
                  const dt_adamw_step *s);
 double DT_K(sumsq)(const float *x, size_t n);
+void DT_K(f32_to_bf16)(uint16_t *dst, const float *src, size_t n);
+void DT_K(bf16_to_f32)(float *dst, const uint16_t *src, size_t n);
+void DT_K(f32_to_f16)(uint16_t *dst, const float *src, size_t n);
+void DT_K(f16_to_f32)(float *dst, const uint16_t *src, size_t n);
+size_t DT_K(count_nonfinite)(const float *x, size_t n);
 
 /* Columns [c0, c1) of C owned by this OpenMP thread (deterministic reductions: a thread
  * owns a channel range and walks rows in order). */

@@ -41,4 +41,9 @@ const dt_cpu_kernels DT_KPASTE(dt_cpu_kernels, DT_ISA_SFX) = {
     .exp_sum = DT_K(exp_sum),
     .adamw = DT_K(adamw),
     .sumsq = DT_K(sumsq),
+    .f32_to_bf16 = DT_K(f32_to_bf16),
+    .bf16_to_f32 = DT_K(bf16_to_f32),
+    .f32_to_f16 = DT_K(f32_to_f16),
+    .f16_to_f32 = DT_K(f16_to_f32),
+    .count_nonfinite = DT_K(count_nonfinite),
 };
