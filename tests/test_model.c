@@ -11,6 +11,7 @@
 #include "model/llama/llama.h"
 #include "model/vit/vit.h"
 #include "model/model.h"
+#include "ops/ops.h"
 #include "train/keys.h"
 #include "data/synthetic.h"
 #include "train/trainer.h"
@@ -388,56 +389,61 @@ static void test_allocation_failure_is_clean(void **state) {
 
 static void test_activation_checkpointing_is_bitwise(void **state) {
     printf("  family %s\n", (const char *)*state);
-    /* 3 layers, 2 micro-steps: every mode and interval gives the losses and weights of no
-     * checkpointing bit for bit. A recompute that is skipped or wrong leaves another layer's
-     * values in the shared working slots, which changes the gradients. The activation bytes
-     * shrink as documented, and the plan equals the allocator. */
+    /* 3 layers, 2 micro-steps, in each precision: every mode and interval gives the losses and
+     * weights of no checkpointing bit for bit. A recompute that is skipped or wrong leaves
+     * another layer's values in the shared working slots, which changes the gradients. The
+     * activation bytes shrink as documented, and the plan equals the allocator. */
     static const struct { dt_recompute r; int every; } modes[] = {
         {DT_RECOMPUTE_NONE, 1},      {DT_RECOMPUTE_SELECTIVE, 1}, {DT_RECOMPUTE_SELECTIVE, 2},
         {DT_RECOMPUTE_FULL, 1},      {DT_RECOMPUTE_FULL, 2},      {DT_RECOMPUTE_FULL, 3},
     };
+    static const dt_dtype precs[] = {DT_F32, DT_BF16, DT_F16};
     const int nm = (int)(sizeof modes / sizeof modes[0]);
-    float base_l[6], *base_p = NULL;
-    size_t base_n = 0, acts[6];
-    for (int k = 0; k < nm; k++) {
-        dt_train_cfg c = small_cfg();
-        c.model.n_layer = 3;
-        c.steps = 6;
-        c.sched.total = 6;
-        c.micro_batch = 2;
-        c.accum = 2;
-        c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, DT_F32};
-        size_t plan[DT_MEM_NKINDS];
-        dt_ctx ctx;
-        dt_ctx_init(&ctx);
-        assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
-        acts[k] = plan[DT_MEM_ACTS];
-        dt_trainer tr;
-        assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
-        for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
-        float l[6];
-        for (int s = 0; s < 6; s++) {
-            dt_step_stats st;
-            assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
-            l[s] = st.loss;
+    for (int pi = 0; pi < 3; pi++) {
+        float base_l[6];
+        float *base_p = NULL;
+        size_t base_n = 0, acts[6];
+        for (int k = 0; k < nm; k++) {
+            dt_train_cfg c = small_cfg();
+            c.model.n_layer = 3;
+            c.steps = 6;
+            c.sched.total = 6;
+            c.micro_batch = 2;
+            c.accum = 2;
+            c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, precs[pi]};
+            size_t plan[DT_MEM_NKINDS];
+            dt_ctx ctx;
+            dt_ctx_init(&ctx);
+            assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
+            acts[k] = plan[DT_MEM_ACTS];
+            dt_trainer tr;
+            assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
+            for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
+            float l[6];
+            for (int s = 0; s < 6; s++) {
+                dt_step_stats st;
+                assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
+                l[s] = st.loss;
+            }
+            printf("  %s %-9s every %d: activations %zu bytes, loss %.6f\n", dt_dtype_name(precs[pi]),
+                   dt_recompute_name(modes[k].r), modes[k].every, acts[k], (double)l[5]);
+            if (k == 0) {
+                memcpy(base_l, l, sizeof l);
+                base_n = tr.model.ps.n_params;
+                base_p = tu_malloc(base_n * sizeof(float));
+                memcpy(base_p, tr.model.ps.params, base_n * sizeof(float));
+            } else {
+                assert_memory_equal(l, base_l, sizeof l);
+                assert_int_equal(tr.model.ps.n_params, base_n);
+                assert_memory_equal(tr.model.ps.params, base_p, base_n * sizeof(float));
+            }
+            dt_trainer_free(&tr);
         }
-        printf("  %-9s every %d: activations %zu bytes, loss %.6f\n", dt_recompute_name(modes[k].r),
-               modes[k].every, acts[k], (double)l[5]);
-        if (k == 0) {
-            memcpy(base_l, l, sizeof l);
-            base_n = tr.model.ps.n_params;
-            base_p = tu_malloc(base_n * sizeof(float));
-            memcpy(base_p, tr.model.ps.params, base_n * sizeof(float));
-        } else {
-            assert_memory_equal(l, base_l, sizeof l);
-            assert_int_equal(tr.model.ps.n_params, base_n);
-            assert_memory_equal(tr.model.ps.params, base_p, base_n * sizeof(float));
-        }
-        dt_trainer_free(&tr);
+        /* none > selective > full at every layer; every 2nd layer saves less than every layer. */
+        assert_true(acts[1] < acts[0] && acts[3] < acts[1]);
+        assert_true(acts[2] > acts[1] && acts[2] < acts[0] && acts[4] > acts[3] && acts[5] > acts[4]);
+        free(base_p);
     }
-    /* none > selective > full at every layer; every 2nd layer saves less than every layer. */
-    assert_true(acts[1] < acts[0] && acts[3] < acts[1]);
-    assert_true(acts[2] > acts[1] && acts[2] < acts[0] && acts[4] > acts[3] && acts[5] > acts[4]);
     /* A bad interval is refused naming the key. */
     dt_ctx ctx;
     dt_ctx_init(&ctx);
@@ -446,7 +452,61 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
     dt_trainer tr;
     assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "memory.activation_checkpointing_every"));
-    free(base_p);
+}
+
+static void test_mixed_precision_tracks_fp32(void **state) {
+    printf("  family %s\n", (const char *)*state);
+    /* 8 steps in bf16 and fp16 against fp32 from the same weights and batches: the losses
+     * stay within MP_LOSS_TOL relative, the weights within MP_WEIGHT_TOL (norm-wise), yet are
+     * not the fp32 bits (the 16-bit path ran). Activations shrink; the plan equals the
+     * allocator. */
+    const double MP_LOSS_TOL = 1e-3, MP_WEIGHT_TOL = 5e-3; /* measured <= 2.2e-4, 1.3e-3 */
+    static const dt_dtype precs[] = {DT_F32, DT_BF16, DT_F16};
+    float l[3][8], *p[3];
+    size_t n = 0, acts[3];
+    for (int pi = 0; pi < 3; pi++) {
+        dt_train_cfg c = small_cfg();
+        c.steps = 8;
+        c.sched.total = 8;
+        c.model_opts.compute = precs[pi];
+        size_t plan[DT_MEM_NKINDS];
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
+        acts[pi] = plan[DT_MEM_ACTS];
+        dt_trainer tr;
+        assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
+        for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
+        for (int s = 0; s < 8; s++) {
+            dt_step_stats st;
+            assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
+            assert_int_equal(st.skipped, 0);
+            assert_true(st.loss_scale == (precs[pi] == DT_F16 ? 65536.0f : 1.0f));
+            l[pi][s] = st.loss;
+        }
+        n = tr.model.ps.n_params;
+        p[pi] = tu_malloc(n * sizeof(float));
+        memcpy(p[pi], tr.model.ps.params, n * sizeof(float));
+        dt_trainer_free(&tr);
+    }
+    double *ref = tu_malloc(n * sizeof(double));
+    tu_to_double(ref, p[0], n);
+    for (int pi = 1; pi < 3; pi++) {
+        double worst = 0, num = 0, den = 0;
+        for (int s = 0; s < 8; s++) worst = tu_worse(worst, fabs(l[pi][s] - l[0][s]) / fabs(l[0][s]));
+        for (size_t i = 0; i < n; i++) {
+            num += (p[pi][i] - ref[i]) * (p[pi][i] - ref[i]);
+            den += ref[i] * ref[i];
+        }
+        double werr = sqrt(num / den);
+        printf("  %s vs fp32: losses rel err %.3e (tol %.0e), weights %.3e (tol %.0e), activations %zu vs %zu bytes\n",
+               dt_dtype_name(precs[pi]), worst, MP_LOSS_TOL, werr, MP_WEIGHT_TOL, acts[pi], acts[0]);
+        assert_true(worst < MP_LOSS_TOL && werr < MP_WEIGHT_TOL);
+        assert_true(memcmp(p[pi], p[0], n * sizeof(float)) != 0);
+        assert_true(acts[pi] < acts[0]);
+    }
+    for (int pi = 0; pi < 3; pi++) free(p[pi]);
+    free(ref);
 }
 
 static void test_llama_presets_and_published_parameter_counts(void **state) {
@@ -631,6 +691,7 @@ int main(void) {
         BOTH(test_accumulation_equals_a_larger_batch),
         BOTH(test_allocation_failure_is_clean),
         BOTH(test_activation_checkpointing_is_bitwise),
+        BOTH(test_mixed_precision_tracks_fp32),
 #undef BOTH
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -125,11 +125,40 @@ static void test_sumsq_and_clip(void **state) {
     tu_each_isa(sumsq_cases);
 }
 
+static void test_loss_scaler(void **state) {
+    (void)state;
+    /* Dynamic: an overflow skips and halves; `interval` finite steps in a row double; an
+     * overflow restarts the count. */
+    dt_loss_scaler s;
+    dt_loss_scaler_init(&s, 65536.0f, 1, 3);
+    assert_int_equal(dt_loss_scaler_update(&s, 1), 0);
+    assert_int_equal(dt_loss_scaler_update(&s, 1), 0);
+    assert_true(s.scale == 65536.0f && s.good == 2);
+    assert_int_equal(dt_loss_scaler_update(&s, 0), 1); /* overflow: skip + back off */
+    assert_true(s.scale == 32768.0f && s.good == 0 && s.overflows == 1);
+    for (int i = 0; i < 2; i++) assert_int_equal(dt_loss_scaler_update(&s, 1), 0);
+    assert_true(s.scale == 32768.0f); /* 2 of 3: not yet */
+    assert_int_equal(dt_loss_scaler_update(&s, 1), 0);
+    assert_true(s.scale == 65536.0f && s.good == 0); /* the growth interval */
+    /* Bounded both ways. */
+    for (int i = 0; i < 200; i++) dt_loss_scaler_update(&s, 0);
+    assert_true(s.scale == DT_LOSS_SCALE_MIN && s.overflows == 201);
+    dt_loss_scaler_init(&s, DT_LOSS_SCALE_MAX, 1, 1);
+    dt_loss_scaler_update(&s, 1);
+    assert_true(s.scale == DT_LOSS_SCALE_MAX);
+    /* Static: never changes, overflows still skip. */
+    dt_loss_scaler_init(&s, 128.0f, 0, 1);
+    assert_int_equal(dt_loss_scaler_update(&s, 0), 1);
+    assert_int_equal(dt_loss_scaler_update(&s, 1), 0);
+    assert_true(s.scale == 128.0f && s.overflows == 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_definition),
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_sumsq_and_clip),
+        cmocka_unit_test(test_loss_scaler),
         cmocka_unit_test(test_adamw_and_sumsq_same_bits_on_every_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
