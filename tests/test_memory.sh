@@ -8,9 +8,12 @@
 #    such a model and ZeRO-2/3 window two of them, see tests/test_memplan.c);
 #  - ZeRO-3 model state (params + grads + optimizer) <= 1.1 x (16 Psi / N + 16 U), U the
 #    largest unit in floats (two parameter and two gradient windows of 4 bytes a float).
-# Activation checkpointing (gpt2-tiny and llama-tiny when in the list, N = 2, every strategy):
-#  - with memory.activation_checkpointing = selective and full the plan equals the allocator
-#    exactly, and activations strictly decrease none > selective > full.
+# Precision x activation checkpointing (gpt2-tiny and llama-tiny when in the list, N = 2,
+# every strategy, training.precision fp32|bf16|fp16 x memory.activation_checkpointing
+# none|selective|full):
+#  - the plan equals the allocator's high-water exactly;
+#  - activations strictly decrease none > selective > full in each precision, and 16-bit
+#    precisions hold fewer activation bytes than fp32.
 # Micro-batch 1 x 64 tokens (ViT: one image), 2 steps. Rank 0 reports (the largest shards).
 #   tests/test_memory.sh BIN DIR [PRESET...]    (make test-long adds gpt2, llama-100m, vit-b16)
 set -uo pipefail
@@ -66,29 +69,37 @@ done
 for p in gpt2-tiny llama-tiny; do
   case " ${presets[*]} " in *" $p "*) ;; *) continue ;; esac
   for s in ddp zero1 zero2 zero3; do
-    for r in selective full; do
-      timeout 300 mpiexec --oversubscribe --bind-to none -n 2 -x OMP_NUM_THREADS "$bin" train --model "$p" \
-        --seq 64 --batch 1 --steps 2 --set parallel.strategy=$s --set memory.activation_checkpointing=$r \
-        --set logging.metrics= --set logging.progress=lines >"$dir/$p.2.$s.$r.log" 2>&1 ||
-        fail "$p N=2 $s $r: $(tail -2 "$dir/$p.2.$s.$r.log")"
+    for x in fp32 bf16 fp16; do
+      for r in none selective full; do
+        [ $x = fp32 ] && [ $r = none ] && continue # the N=2 run above
+        timeout 300 mpiexec --oversubscribe --bind-to none -n 2 -x OMP_NUM_THREADS "$bin" train --model "$p" \
+          --seq 64 --batch 1 --steps 1 --set parallel.strategy=$s --set memory.activation_checkpointing=$r \
+          --set training.precision=$x --set logging.metrics= --set logging.progress=lines \
+          >"$dir/$p.2.$s.$x.$r.log" 2>&1 || fail "$p N=2 $s $x $r: $(tail -2 "$dir/$p.2.$s.$x.$r.log")"
+      done
     done
   done
-  /usr/bin/python3 - "$dir" "$p" >"$dir/$p.ckpt.txt" 2>&1 <<'PY' && pass "$p checkpointing: $(cat "$dir/$p.ckpt.txt")" || fail "$p checkpointing: $(cat "$dir/$p.ckpt.txt")"
+  /usr/bin/python3 - "$dir" "$p" >"$dir/$p.ckpt.txt" 2>&1 <<'PY' && pass "$p precision x checkpointing: $(cat "$dir/$p.ckpt.txt")" || fail "$p precision x checkpointing: $(cat "$dir/$p.ckpt.txt")"
 import re, sys
 d, p = sys.argv[1], sys.argv[2]
 ok, out = True, []
 for s in ("ddp", "zero1", "zero2", "zero3"):
-    m = {}
-    for r, f in (("none", "%s/%s.2.%s.log"), ("selective", "%s/%s.2.%s.selective.log"), ("full", "%s/%s.2.%s.full.log")):
-        line = [l for l in open(f % (d, p, s)).read().splitlines() if "memory high-water" in l][0]
-        m[r] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
-        if m[r]["allocator"] != m[r]["plan"]:
-            ok = False
-            out.append("%s %s: allocator %d != plan %d" % (s, r, m[r]["allocator"], m[r]["plan"]))
-    a = [m[r]["activations"] for r in ("none", "selective", "full")]
-    good = a[0] > a[1] > a[2]
-    ok &= good
-    out.append("%s activations %.2f > %.2f > %.2f MiB%s" % (s, a[0] / 2**20, a[1] / 2**20, a[2] / 2**20, "" if good else " BAD"))
+    acts = {}
+    for x in ("fp32", "bf16", "fp16"):
+        for r in ("none", "selective", "full"):
+            f = "%s/%s.2.%s.log" % (d, p, s) if (x, r) == ("fp32", "none") else "%s/%s.2.%s.%s.%s.log" % (d, p, s, x, r)
+            line = [l for l in open(f).read().splitlines() if "memory high-water" in l][0]
+            m = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+            if m["allocator"] != m["plan"]:
+                ok = False
+                out.append("%s %s %s: allocator %d != plan %d" % (s, x, r, m["allocator"], m["plan"]))
+            acts[x, r] = m["activations"]
+    for x in ("fp32", "bf16", "fp16"):
+        a = [acts[x, r] for r in ("none", "selective", "full")]
+        good = a[0] > a[1] > a[2] and (x == "fp32" or a[0] < acts["fp32", "none"])
+        ok &= good
+        out.append("%s %s activations %.2f > %.2f > %.2f MiB%s" % (s, x, a[0] / 2**20, a[1] / 2**20, a[2] / 2**20,
+                                                                 "" if good else " BAD"))
 print("; ".join(out))
 sys.exit(0 if ok else 1)
 PY

@@ -15,7 +15,10 @@
 #    that step's update on every rank;
 #  - the LLaMA family (GQA, untied head; tied head with MQA): DDP, ZeRO-1/2/3 and hybrid
 #    sharding bitwise equal to one rank with accumulation, as for GPT-2; the ViT family
-#    likewise under DDP and ZeRO-1/2/3.
+#    likewise under DDP and ZeRO-1/2/3;
+#  - mixed precision: bf16 DDP == 1 rank, bf16 ZeRO-3 with activation checkpointing == DDP
+#    (GPT-2, ViT), bitwise; fp16 ZeRO-2 == 1 rank bitwise with an overflow injected on one
+#    rank, which every rank skips (asserted from the log and the metrics).
 set -uo pipefail
 bin=$1
 dir=$2
@@ -334,6 +337,35 @@ done
 run1 vit_one_acc3 3
 runN vit_zero3_3 3 --set parallel.strategy=zero3
 check "vit: 3 ranks ZeRO-3 (uneven shards) vs 1 rank x 3" vit_zero3_3 vit_one_acc3 0
+runN vit_zero3_bf16 2 --set parallel.strategy=zero3 --set training.precision=bf16 --set memory.activation_checkpointing=full
+runN vit_ddp_bf16 2 --set training.precision=bf16
+check "vit bf16: ZeRO-3 with full checkpointing vs DDP (bitwise)" vit_zero3_bf16 vit_ddp_bf16 0
+
+# Mixed precision (GPT-2 shape of the first part): 16-bit matmuls read the same master weights
+# in every strategy, so N ranks == 1 rank and ZeRO == DDP stay bitwise; fp16's loss scale is a
+# power of two (exact). An fp16 overflow injected on one rank (DTRAIN_TEST_OVERFLOW=STEP:RANK)
+# makes every rank skip that step and halve the scale, as one rank skipping it alone does.
+common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 2000
+        --model.context 32 --seq 32 --batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
+        --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
+run1 bf16_one_acc2 2 --set training.precision=bf16
+runN bf16_ddp2 2 --set training.precision=bf16
+check "bf16: 2 ranks DDP vs 1 rank x 2 accumulation (bitwise)" bf16_ddp2 bf16_one_acc2 0
+runN bf16_zero3 2 --set training.precision=bf16 --set parallel.strategy=zero3 --set memory.activation_checkpointing=selective
+check "bf16: ZeRO-3 with selective checkpointing vs DDP (bitwise)" bf16_zero3 bf16_ddp2 0
+DTRAIN_TEST_OVERFLOW=5:0 run1 fp16_one_acc2 2 --set training.precision=fp16
+DTRAIN_TEST_OVERFLOW=5:1 timeout 300 "${mpi[@]}" -x DTRAIN_TEST_OVERFLOW -n 2 "$bin" train "${common[@]}" \
+  --set training.precision=fp16 --set parallel.strategy=zero2 --set logging.metrics="$dir/fp16_zero2.jsonl" \
+  --save-weights "$dir/fp16_zero2.st" >"$dir/fp16_zero2.log" 2>&1 || fail "fp16_zero2: $(tail -3 "$dir/fp16_zero2.log")"
+check "fp16 with an overflow on rank 1: ZeRO-2 2 ranks vs 1 rank x 2 (bitwise)" fp16_zero2 fp16_one_acc2 0
+for f in fp16_one_acc2 fp16_zero2; do
+  if grep -q "step 5: gradients overflowed at loss scale 65536: update skipped, scale now 32768" "$dir/$f.log" &&
+     grep -q '"step":5,.*"skipped":true,"overflow":true' "$dir/$f.jsonl"; then
+    pass "fp16 $f: the injected overflow fired, step 5 skipped, scale halved"
+  else
+    fail "fp16 $f: no overflow skip at step 5 in $dir/$f.log"
+  fi
+done
 
 echo "test_mpi: $fails failure(s)"
 [ $fails -eq 0 ]

@@ -7,6 +7,8 @@
 #    and ZeRO-3; the per-sample ledger shows every sample of the epoch exactly once;
 #  - resharding: ZeRO-3 on 2 ranks -> DDP on 1 rank (2 accumulation steps) -> ZeRO-2 on 2
 #    ranks: bitwise the losses and weights of the uninterrupted run, ledger exactly once;
+#  - mixed precision (bf16, fp16 with its loss scaler and an injected overflow): resumed
+#    across ZeRO-3 -> ZeRO-1 -> DDP x1 -> ZeRO-2, bitwise the uninterrupted run, loss scales too;
 #  - the LLaMA and ViT families (ViT on an IDX image file): stop + resume bitwise (ZeRO-3),
 #    and resharded onto 1 rank;
 #  - a damaged newest checkpoint is skipped with a message and the previous one is used;
@@ -112,6 +114,32 @@ launch 2 -- train "${common[@]}" --set parallel.strategy=zero2 --resume --set ch
 out=$(cmp_runs reshard/m.jsonl reshard/w.safetensors ref_ddp/m.jsonl ref_ddp/w.safetensors 0) \
   && pass "ZeRO-3 x2 -> DDP x1 -> ZeRO-2 x2: bitwise the uninterrupted run ($out)" || fail "resharded run: $out"
 out=$(ledger reshard/ledger 50 400) && pass "ledger across world-size changes: $out" || fail "ledger: $out"
+
+# Mixed precision: bf16 and fp16 resumed through every strategy, ZeRO-3 x2 (to step 15) ->
+# ZeRO-1 x2 (30) -> DDP x1 with 2 accumulation micro-steps (40) -> ZeRO-2 x2 (50), bitwise the
+# uninterrupted DDP run: losses, weights and the loss scale of every step. fp16's scale grows
+# every 7 finite steps and an overflow is injected at step 12 (DTRAIN_TEST_OVERFLOW), so the
+# scaler state (scale, finite-step count) must cross each resume for the scales to match.
+for prec in bf16 fp16; do
+  mp=(--set training.precision=$prec --set training.loss_scale_window=7)
+  ovf=""; [ $prec = fp16 ] && ovf=12 # bf16 has no scaler: an overflow would be a divergence
+  mkdir -p mp_ref_$prec mp_$prec
+  DTRAIN_TEST_OVERFLOW=${ovf:+$ovf:1} run mp_ref_$prec 2 -- train "${common[@]}" "${mp[@]}" || fail "$prec reference: $(tail -3 mp_ref_$prec.log)"
+  ok=1
+  legs=("2 15 zero3" "2 30 zero1" "1 40 ddp" "2 50 zero2")
+  for leg in "${legs[@]}"; do
+    read -r n upto strat <<<"$leg"
+    res=(); [ "$upto" != 15 ] && res=(--resume)
+    DTRAIN_TEST_OVERFLOW=${ovf:+$ovf:$((n - 1))} launch "$n" -- train "${common[@]}" "${mp[@]}" --steps "$upto" "${res[@]}" \
+      --set parallel.strategy=$strat --set checkpoint.dir=mp_$prec/ck --set logging.metrics=mp_$prec/m.jsonl \
+      --save-weights mp_$prec/w.safetensors >>mp_$prec.log 2>&1 || ok=0
+  done
+  [ $ok = 1 ] && [ "$(grep -c '(resharded)' mp_$prec.log)" = 3 ] || fail "$prec resume legs: $(grep -E 'error|resumed' mp_$prec.log | tail -3)"
+  out=$(cmp_runs mp_$prec/m.jsonl mp_$prec/w.safetensors mp_ref_$prec/m.jsonl mp_ref_$prec/w.safetensors 0) \
+    && scales=$(/usr/bin/python3 "$src/tests/ref/loss_scales.py" mp_$prec/m.jsonl mp_ref_$prec/m.jsonl "$prec" 50) \
+    && pass "$prec: ZeRO-3 x2 -> ZeRO-1 x2 -> DDP x1 -> ZeRO-2 x2 = uninterrupted ($out; $scales)" \
+    || fail "$prec resume across strategies: $out ${scales:-}"
+done
 
 # The LLaMA family: stop at step 25 and resume (ZeRO-3, 2 ranks) = uninterrupted, bitwise
 # (losses, weights, every optimizer file); then the step-25 checkpoint resumed on 1 rank with
