@@ -1,13 +1,16 @@
 /* The communicator under mpiexec (3 ranks: uneven splits) and as a single process: every
  * collective against values each rank can compute itself, the ordered collectives bitwise
- * against a rank-order sum, the node / cross groups from DTRAIN_NODE_ID. Every rank runs
- * the same tests; a failure on any rank fails the test. */
+ * against a rank-order sum, the bf16 ones bitwise against comm.h's rule computed here
+ * (contributions rounded, f32 sum in rank order, the sum rounded) with exact scratch sizes
+ * and half the bytes, the node / cross groups from DTRAIN_NODE_ID. Every rank runs the same
+ * tests; a failure on any rank fails the test. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
+#include "ops/ops.h"
 #include "testutil.h"
 
 static dt_comm *C;
@@ -85,6 +88,152 @@ static void test_reduce_scatter_and_allgather(void **state) {
     free(buf);
 }
 
+/* ---- bf16 gradient collectives */
+
+/* Rank r's contribution at i: mixed signs and magnitudes, mostly not bf16-representable.
+ * Sums of a few bf16 values of like magnitude are exact in f32 whatever the order, so at
+ * every 4th element ranks 0 and 1 give +-2^20 v, which cancel in rank order but swallow the
+ * low bits of the other ranks' values in any other order. */
+static float gval(int r, size_t i) {
+    if (i % 4 == 1 && r < 2) return (r ? -0x1p20f : 0x1p20f) * val(0, i);
+    float sign = (i + (size_t)r) % 3 == 0 ? -1.0f : 1.0f;
+    return sign * val(r, i) * (float)(1u << (i % 5));
+}
+static float round_bf16(float x) {
+    uint16_t h;
+    dt_f32_to_bf16(&h, &x, 1);
+    dt_bf16_to_f32(&x, &h, 1);
+    return x;
+}
+/* comm.h's rule for element i over the group whose members are world ranks first .. first+size-1. */
+static float bf16_ref(int first, int size, size_t i) {
+    float acc = round_bf16(gval(first, i));
+    for (int q = 1; q < size; q++) acc += round_bf16(gval(first + q, i));
+    return round_bf16(acc);
+}
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* A failing check is recorded, not returned from, so this rank still enters every later
+ * collective the others enter (no hang); the test fails at its end with the first message. */
+static char bf16_msg[256];
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        if (!(cond) && !bf16_msg[0]) snprintf(bf16_msg, sizeof bf16_msg, __VA_ARGS__);       \
+    } while (0)
+
+/* The group's first member: tests/CMakeLists.txt puts world ranks 0, 1 on node0 and 2 on
+ * node1, so a node's members are consecutive world ranks (as are the world's). */
+static int group_first(dt_group g) {
+    return g == DT_GROUP_NODE ? dt_comm_rank(C, DT_GROUP_WORLD) - dt_comm_rank(C, DT_GROUP_NODE) : 0;
+}
+
+static void test_bf16_allreduce(void **state) {
+    (void)state;
+    bf16_msg[0] = 0;
+    static const size_t sizes[] = {1, 2, 7, 1001, 4099};
+    const dt_group groups[] = {DT_GROUP_WORLD, DT_GROUP_NODE};
+    int me = dt_comm_rank(C, DT_GROUP_WORLD);
+    for (size_t gi = 0; gi < 2; gi++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            dt_group g = groups[gi];
+            size_t n = sizes[k], P = (size_t)dt_comm_size(C, g), need = DT_COMM_AR_BF16_SCRATCH(n, P);
+            CHECK(need == n + P * ((n + P - 1) / P), "DT_COMM_AR_BF16_SCRATCH(%zu, %zu) = %zu", n, P, need);
+            float *a = tu_malloc(n * 4), *b = tu_malloc(n * 4), *f32scr = tu_malloc(need * 4);
+            uint16_t *scr = tu_malloc((need + 8) * 2);
+            for (size_t i = 0; i < 8; i++) scr[need + i] = 0xBEEF; /* must stay: exact scratch size */
+            for (size_t i = 0; i < n; i++) a[i] = b[i] = gval(me, i);
+            uint64_t b0 = dt_comm_bytes(C);
+            assert_int_equal(dt_comm_allreduce_ordered_bf16(&X, C, g, a, n, scr), DT_OK);
+            uint64_t b1 = dt_comm_bytes(C);
+            assert_int_equal(dt_comm_allreduce_ordered(&X, C, g, b, n, f32scr), DT_OK);
+            uint64_t b2 = dt_comm_bytes(C);
+            int first = group_first(g), rounded = 0;
+            for (size_t i = 0; i < n; i++) {
+                float want = bf16_ref(first, (int)P, i);
+                CHECK(same_bits(a[i], want), "bf16 all-reduce group %d n %zu: element %zu is %.9g, want %.9g",
+                      (int)g, n, i, (double)a[i], (double)want);
+                rounded += a[i] != b[i];
+            }
+            CHECK(n < 7 || rounded > 0, "n %zu: bf16 result equals the f32 sum everywhere", n);
+            for (size_t i = 0; i < 8; i++) CHECK(scr[need + i] == 0xBEEF, "n %zu: scratch overrun", n);
+            /* Half the bytes of the f32 call (each counter is truncated once per collective). */
+            uint64_t h = b1 - b0, f = b2 - b1;
+            CHECK(2 * h <= f + 2 && f <= 2 * h + 2 && (P == 1 ? h == 0 : h > 0),
+                  "n %zu: %llu bytes in bf16, %llu in f32", n, (unsigned long long)h, (unsigned long long)f);
+            free(a);
+            free(b);
+            free(f32scr);
+            free(scr);
+        }
+    if (bf16_msg[0]) fail_msg("rank %d: %s", me, bf16_msg);
+}
+
+/* Owner maps of a W-rank group: even split of 100, rank r gets [5r, 5r + r + 1) (gaps,
+ * uneven), 2 elements over W ranks (fewer than ranks: empty parts), and rank 0 owning
+ * nothing while the last rank owns a large part. */
+static void owner_map(int which, int W, size_t *cnt, size_t *dis) {
+    for (int r = 0; r < W; r++) {
+        switch (which) {
+        case 0: break;
+        case 1: cnt[r] = (size_t)r + 1, dis[r] = 5 * (size_t)r; break;
+        case 2: cnt[r] = r < 2 ? 1 : 0, dis[r] = r < 2 ? (size_t)r : 0; break;
+        default: cnt[r] = r == 0 ? 0 : r == W - 1 ? 1000 : 3, dis[r] = r == 0 ? 0 : 10 * (size_t)r; break;
+        }
+    }
+    if (which == 0) dt_comm_split(100, W, cnt, dis);
+}
+
+static void test_bf16_reduce_scatter_and_allgather(void **state) {
+    (void)state;
+    bf16_msg[0] = 0;
+    int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
+    size_t len = 2000, cnt[64], dis[64];
+    float *send = tu_malloc(len * 4), *f32out = tu_malloc(len * 4), *f32scr = tu_malloc(len * 4 * (size_t)W);
+    for (size_t i = 0; i < len; i++) send[i] = gval(me, i);
+    for (int which = 0; which < 4; which++) {
+        owner_map(which, W, cnt, dis);
+        size_t total = 0;
+        for (int r = 0; r < W; r++) total += cnt[r];
+        size_t need = total + (size_t)W * cnt[me];
+        uint16_t *scr = tu_malloc((need + 8) * 2), *out = tu_malloc((cnt[me] + 1) * 2);
+        for (size_t i = 0; i < 8; i++) scr[need + i] = 0xBEEF;
+        uint64_t b0 = dt_comm_bytes(C);
+        assert_int_equal(dt_comm_reduce_scatter_ordered_bf16(&X, C, DT_GROUP_WORLD, send, cnt, dis, out, scr), DT_OK);
+        uint64_t b1 = dt_comm_bytes(C);
+        assert_int_equal(dt_comm_reduce_scatter_ordered(&X, C, DT_GROUP_WORLD, send, cnt, dis, f32out, f32scr), DT_OK);
+        uint64_t b2 = dt_comm_bytes(C);
+        for (size_t i = 0; i < cnt[me]; i++) {
+            float got;
+            dt_bf16_to_f32(&got, &out[i], 1);
+            float want = bf16_ref(0, W, dis[me] + i);
+            CHECK(same_bits(got, want), "bf16 reduce-scatter map %d: element %zu is %.9g, want %.9g", which, i,
+                  (double)got, (double)want);
+        }
+        for (size_t i = 0; i < 8; i++) CHECK(scr[need + i] == 0xBEEF, "map %d: scratch overrun", which);
+        uint64_t h = b1 - b0, f = b2 - b1;
+        CHECK(2 * h <= f + 1 && f <= 2 * h + 1, "map %d: %llu bytes in bf16, %llu in f32", which,
+              (unsigned long long)h, (unsigned long long)f);
+        /* All-gather of bf16 values in place, the same map: everyone fills its own part. */
+        uint16_t *buf = tu_malloc(len * 2);
+        for (size_t i = 0; i < cnt[me]; i++) buf[dis[me] + i] = (uint16_t)(me * 4096 + (int)i);
+        b0 = dt_comm_bytes(C);
+        assert_int_equal(dt_comm_allgatherv_bf16(&X, C, DT_GROUP_WORLD, buf, cnt, dis), DT_OK);
+        b1 = dt_comm_bytes(C);
+        for (int r = 0; r < W; r++)
+            for (size_t i = 0; i < cnt[r]; i++)
+                CHECK(buf[dis[r] + i] == (uint16_t)(r * 4096 + (int)i), "map %d: gathered element %zu of rank %d",
+                      which, i, r);
+        CHECK(b1 - b0 == (uint64_t)((double)(W - 1) / W * (double)(total * 2)), "map %d: all-gather bytes", which);
+        free(buf);
+        free(scr);
+        free(out);
+    }
+    free(send);
+    free(f32out);
+    free(f32scr);
+    if (bf16_msg[0]) fail_msg("rank %d: %s", me, bf16_msg);
+}
+
 static void test_broadcast_barrier_nonblocking(void **state) {
     (void)state;
     int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
@@ -133,6 +282,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_allreduce_and_ordered),
         cmocka_unit_test(test_reduce_scatter_and_allgather),
+        cmocka_unit_test(test_bf16_allreduce),
+        cmocka_unit_test(test_bf16_reduce_scatter_and_allgather),
         cmocka_unit_test(test_broadcast_barrier_nonblocking),
         cmocka_unit_test(test_groups),
     };

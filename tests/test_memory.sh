@@ -14,6 +14,9 @@
 #  - the plan equals the allocator's high-water exactly;
 #  - activations strictly decrease none > selective > full in each precision, and 16-bit
 #    precisions hold fewer activation bytes than fp32.
+# Gradients on the wire in bf16 (parallel.grad_dtype=bf16; gpt2-tiny when in the list, N = 2,
+# every strategy): the plan equals the allocator's high-water exactly, and only the
+# communication buffers differ from the fp32 run (bf16 staging in place of f32 scratch).
 # Micro-batch 1 x 64 tokens (ViT: one image), 2 steps. Rank 0 reports (the largest shards).
 #   tests/test_memory.sh BIN DIR [PRESET...]    (make test-long adds gpt2, llama-100m, vit-b16)
 set -uo pipefail
@@ -104,5 +107,32 @@ print("; ".join(out))
 sys.exit(0 if ok else 1)
 PY
 done
+case " ${presets[*]} " in
+*" gpt2-tiny "*)
+  p=gpt2-tiny
+  for s in ddp zero1 zero2 zero3; do
+    timeout 300 mpiexec --oversubscribe --bind-to none -n 2 -x OMP_NUM_THREADS "$bin" train --model $p --seq 64 \
+      --batch 1 --steps 2 --set parallel.strategy=$s --set parallel.grad_dtype=bf16 --set logging.metrics= \
+      --set logging.progress=lines >"$dir/$p.2.$s.gradbf16.log" 2>&1 || fail "$p N=2 $s grad bf16: $(tail -2 "$dir/$p.2.$s.gradbf16.log")"
+  done
+  /usr/bin/python3 - "$dir" "$p" >"$dir/$p.gradbf16.txt" 2>&1 <<'PY' && pass "$p grad_dtype=bf16: $(cat "$dir/$p.gradbf16.txt")" || fail "$p grad_dtype=bf16: $(cat "$dir/$p.gradbf16.txt")"
+import re, sys
+d, p = sys.argv[1], sys.argv[2]
+ok, out = True, []
+def read(f):
+    line = [l for l in open(f).read().splitlines() if "memory high-water" in l][0]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+for s in ("ddp", "zero1", "zero2", "zero3"):
+    f32, b16 = read("%s/%s.2.%s.log" % (d, p, s)), read("%s/%s.2.%s.gradbf16.log" % (d, p, s))
+    same = all(f32[k] == b16[k] for k in f32 if k not in ("allocator", "plan", "comm"))
+    good = b16["allocator"] == b16["plan"] and same
+    ok &= good
+    out.append("%s plan == allocator %d, comm %.3f MiB (fp32 %.3f)%s" % (s, b16["plan"], b16["comm"] / 2**20,
+                                                                        f32["comm"] / 2**20, "" if good else " BAD"))
+print("; ".join(out))
+sys.exit(0 if ok else 1)
+PY
+  ;;
+esac
 echo "test_memory: $fails failure(s)"
 [ $fails -eq 0 ]

@@ -5,7 +5,9 @@
  *    their double-buffered windows (ZeRO-2 grads = Psi/N + 2 layers > Psi there);
  *  - ZeRO-3 model state (params + grads + optimizer) <= 1.1 x (16 Psi / N + 4 windows of the
  *    largest unit: two for parameters, two for gradients, 4 bytes a float);
- *  - no unit is larger than a layer (the vocabulary is cut into chunks).
+ *  - no unit is larger than a layer (the vocabulary is cut into chunks);
+ *  - with bf16 gradients on the wire (parallel.grad_dtype) only the communication buffers
+ *    differ, and they are no larger than fp32's.
  * The plan equals the allocator's high-water of real runs (tests/test_memory.sh checks that
  * on the presets that fit this machine, and asserts the same order from the allocator); this
  * test extends the order and the bound to the presets that do not fit (up to 7B).
@@ -18,7 +20,8 @@
 #include "parallel/parallel.h"
 #include "train/trainer.h"
 
-static void plan(const char *preset, dt_strategy s, int N, size_t bytes[DT_MEM_NKINDS], double *total) {
+static void plan_dtype(const char *preset, dt_strategy s, int N, dt_dtype grad, size_t bytes[DT_MEM_NKINDS],
+                       double *total) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_train_cfg c;
@@ -28,9 +31,14 @@ static void plan(const char *preset, dt_strategy s, int N, size_t bytes[DT_MEM_N
     c.micro_batch = 1;
     c.seq_len = dt_model_family_of(&c.model)->images ? c.model.context : (c.model.context < 64 ? c.model.context : 64);
     c.parallel.strategy = s;
+    c.parallel.grad_dtype = grad;
     assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, bytes), DT_OK);
     *total = 0;
     for (int k = 0; k < DT_MEM_NKINDS; k++) *total += (double)bytes[k];
+}
+
+static void plan(const char *preset, dt_strategy s, int N, size_t bytes[DT_MEM_NKINDS], double *total) {
+    plan_dtype(preset, s, N, DT_F32, bytes, total);
 }
 
 static void test_every_preset_orders_and_bounds(void **state) {
@@ -60,6 +68,16 @@ static void test_every_preset_orders_and_bounds(void **state) {
                 double tot[4];
                 size_t b[4][DT_MEM_NKINDS];
                 for (int s = 0; s < 4; s++) plan(*pp, (dt_strategy)s, N, b[s], &tot[s]);
+                /* bf16 gradients on the wire: only the communication buffers change, and
+                 * they do not grow (bf16 staging replaces f32 scratch). */
+                for (int s = 0; s < 4; s++) {
+                    size_t h[DT_MEM_NKINDS];
+                    double th;
+                    plan_dtype(*pp, (dt_strategy)s, N, DT_BF16, h, &th);
+                    for (int k = 0; k < DT_MEM_NKINDS; k++)
+                        if (k != DT_MEM_COMM) assert_true(h[k] == b[s][k]);
+                    assert_true(h[DT_MEM_COMM] > 0 && h[DT_MEM_COMM] <= b[s][DT_MEM_COMM]);
+                }
                 double state3 = (double)(b[3][DT_MEM_PARAMS] + b[3][DT_MEM_GRADS] + b[3][DT_MEM_OPTIM]);
                 double bound = 16.0 * psi / N + 4.0 * 4.0 * (double)U;
                 printf("  %-15s N=%d  MiB per rank: ddp %9.1f  zero1 %9.1f  zero2 %9.1f  zero3 %9.1f"

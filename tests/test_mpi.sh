@@ -18,7 +18,12 @@
 #    likewise under DDP and ZeRO-1/2/3;
 #  - mixed precision: bf16 DDP == 1 rank, bf16 ZeRO-3 with activation checkpointing == DDP
 #    (GPT-2, ViT), bitwise; fp16 ZeRO-2 == 1 rank bitwise with an overflow injected on one
-#    rank, which every rank skips (asserted from the log and the metrics).
+#    rank, which every rank skips (asserted from the log and the metrics);
+#  - parallel.grad_dtype=bf16 (gradients on the wire in bf16: each rank's contribution
+#    rounded, summed in fp32 in rank order by the owner, the sum rounded once): DDP == ZeRO-1/2/3
+#    at 2 ranks, == ZeRO-3 at 3 (uneven shards), == hybrid ZeRO-3 and ZeRO-1 at 4 ranks on 2
+#    simulated nodes, bitwise; losses within 1e-4 of fp32's (measured ~1e-5); bench bytes sent
+#    per step half (+-1%) of fp32's for DDP at 2 ranks.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -366,6 +371,48 @@ for f in fp16_one_acc2 fp16_zero2; do
     fail "fp16 $f: no overflow skip at step 5 in $dir/$f.log"
   fi
 done
+
+# parallel.grad_dtype=bf16: the same rounding rule in every strategy (comm.h), so they stay
+# bitwise equal to each other; one rank neither communicates nor rounds, and fp32 2 ranks ==
+# 1 rank (above), so bf16 is compared with both within a tolerance on the losses (measured
+# ~1e-5 relative over 20 steps; the weights differ more, as AdamW turns the rounding of
+# near-zero gradients into lr-sized steps).
+runNodes() { # NAME [args...]: 4 ranks on 2 simulated nodes x 2
+  local name=$1; shift
+  timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
+    "$bin" train "${common[@]}" --set logging.metrics="$dir/$name.jsonl" --save-weights "$dir/$name.st" "$@" \
+    >"$dir/$name.log" 2>&1 || fail "$name: $(tail -3 "$dir/$name.log")"
+}
+gd=(--set parallel.grad_dtype=bf16)
+runN gd_ddp2 2 "${gd[@]}"
+for s in zero1 zero2 zero3; do
+  runN gd_${s}_2 2 "${gd[@]}" --set parallel.strategy=$s
+  check "grad_dtype=bf16: $s vs DDP, 2 ranks (bitwise)" gd_${s}_2 gd_ddp2 0
+done
+runN gd_ddp3 3 "${gd[@]}"
+runN gd_zero3_3 3 "${gd[@]}" --set parallel.strategy=zero3
+check "grad_dtype=bf16: ZeRO-3 vs DDP, 3 ranks (uneven shards, bitwise)" gd_zero3_3 gd_ddp3 0
+DTRAIN_NODE_ID= runN gd_ddp4 4 "${gd[@]}"
+runNodes gd_hybrid4 "${gd[@]}" --set parallel.strategy=hybrid_shard
+check "grad_dtype=bf16: HYBRID_SHARD 2 nodes x 2 vs DDP x 4 (bitwise)" gd_hybrid4 gd_ddp4 0
+runNodes gd_hybrid4z1 "${gd[@]}" --set parallel.strategy=zero1 --set parallel.hybrid=true --set parallel.bucket_mb=0.02
+check "grad_dtype=bf16: hybrid ZeRO-1 2 nodes x 2 (small buckets) vs DDP x 4 (bitwise)" gd_hybrid4z1 gd_ddp4 0
+check "grad_dtype=bf16 vs fp32, 2 ranks DDP (losses)" gd_ddp2 ddp2 1e-4 losses-only
+check "grad_dtype=bf16 2 ranks vs 1 rank x 2 (no communication, no rounding; losses)" gd_ddp2 one_acc2 1e-4 losses-only
+cmp -s "$dir/gd_ddp2.st" "$dir/ddp2.st" && fail "grad_dtype=bf16 gave fp32's weights bit for bit: nothing was rounded"
+# Bytes on the wire: DDP's gradients are all of a step's traffic but the loss (8 bytes).
+for x in fp32 bf16; do
+  timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${mem[@]}" --set parallel.grad_dtype=$x --warmup-steps 1 \
+    --bench-steps 2 --peak 100 --json "$dir/gd_bench_$x.json" >"$dir/gd_bench_$x.log" 2>&1 || fail "bench $x: $(tail -2 "$dir/gd_bench_$x.log")"
+done
+if out=$(/usr/bin/python3 - "$dir" <<'PY'
+import json, sys
+b = {x: json.load(open("%s/gd_bench_%s.json" % (sys.argv[1], x)))["summary"]["comm_bytes_step"] for x in ("fp32", "bf16")}
+r = b["bf16"] / b["fp32"]
+print("bytes sent per step by rank 0: fp32 %d, bf16 %d (ratio %.4f)" % (b["fp32"], b["bf16"], r))
+sys.exit(0 if abs(r - 0.5) <= 0.005 else 1)
+PY
+); then pass "grad_dtype=bf16 halves DDP's traffic: $out"; else fail "grad_dtype=bf16 traffic: $out"; fi
 
 echo "test_mpi: $fails failure(s)"
 [ $fails -eq 0 ]

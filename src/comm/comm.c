@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "ops/ops.h"
 
 int dt_comm_launched_by_mpi(void) {
     const char *force = getenv("DTRAIN_COMM");
@@ -105,6 +106,28 @@ dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, co
     dt_wd_end(c, slot);
     return st;
 }
+dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                         uint16_t *scratch) {
+    int slot = dt_wd_begin(c, "allreduce_ordered_bf16", g, n * 2);
+    dt_status st = c->ops->allreduce_ordered_bf16(ctx, c, g, buf, n, scratch);
+    dt_wd_end(c, slot);
+    return st;
+}
+dt_status dt_comm_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                              const size_t *counts, const size_t *displs, uint16_t *out,
+                                              uint16_t *scratch) {
+    int slot = dt_wd_begin(c, "reduce_scatter_ordered_bf16", g, sum_counts(c, g, counts) * 2);
+    dt_status st = c->ops->reduce_scatter_ordered_bf16(ctx, c, g, buf, counts, displs, out, scratch);
+    dt_wd_end(c, slot);
+    return st;
+}
+dt_status dt_comm_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
+                                  const size_t *displs) {
+    int slot = dt_wd_begin(c, "allgatherv_bf16", g, sum_counts(c, g, counts) * 2);
+    dt_status st = c->ops->allgatherv_bf16(ctx, c, g, buf, counts, displs);
+    dt_wd_end(c, slot);
+    return st;
+}
 dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
                                  float *recv, const size_t *counts) {
     int slot = dt_wd_begin(c, "reduce_scatter", g, sum_counts(c, g, counts) * 4);
@@ -141,6 +164,28 @@ dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return st;
 }
 
+/* Widening bf16 is exact: its bits are the top half of the f32's (as dt_bf16_to_f32). */
+static float bf16_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void dt_comm_sum_bf16(uint16_t *out, const uint16_t *in, size_t n, int parts) {
+    enum { BLOCK = 512 };
+    float acc[BLOCK];
+    for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
+        size_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
+        for (size_t i = 0; i < m; i++) acc[i] = bf16_widen(in[i0 + i]);
+        for (int r = 1; r < parts; r++) {
+            const uint16_t *x = in + (size_t)r * n + i0;
+            for (size_t i = 0; i < m; i++) acc[i] += bf16_widen(x[i]);
+        }
+        dt_f32_to_bf16(out + i0, acc, m);
+    }
+}
+
 void dt_comm_split(size_t n, int parts, size_t *counts, size_t *offsets) {
     size_t base = n / (size_t)parts, extra = n % (size_t)parts, off = 0;
     for (int r = 0; r < parts; r++) {
@@ -171,6 +216,26 @@ static dt_status self_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g
 }
 static dt_status self_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
                                  const size_t *displs) {
+    (void)ctx, (void)c, (void)g, (void)buf, (void)counts, (void)displs;
+    return DT_OK;
+}
+/* bf16 with one rank: the rule of comm.h, bf16(x0), though nothing travels. */
+static dt_status self_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                             uint16_t *scratch) {
+    (void)ctx, (void)c, (void)g;
+    dt_f32_to_bf16(scratch, buf, n);
+    dt_bf16_to_f32(buf, scratch, n);
+    return DT_OK;
+}
+static dt_status self_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                                  const size_t *counts, const size_t *displs, uint16_t *out,
+                                                  uint16_t *scratch) {
+    (void)ctx, (void)c, (void)g, (void)scratch;
+    dt_f32_to_bf16(out, buf + displs[0], counts[0]);
+    return DT_OK;
+}
+static dt_status self_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
+                                      const size_t *displs) {
     (void)ctx, (void)c, (void)g, (void)buf, (void)counts, (void)displs;
     return DT_OK;
 }
@@ -205,8 +270,8 @@ static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
 
 static const dt_comm_ops self_ops = {
     "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter_ordered,
-    self_allgatherv, self_reduce_scatter, self_allgather,
-    self_broadcast, self_barrier, self_iallreduce, self_wait,
+    self_allgatherv, self_allreduce_ordered_bf16, self_reduce_scatter_ordered_bf16, self_allgatherv_bf16,
+    self_reduce_scatter, self_allgather, self_broadcast, self_barrier, self_iallreduce, self_wait,
 };
 
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {

@@ -66,6 +66,30 @@ dt_status dt_comm_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, co
  * (in place). */
 dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
                              const size_t *displs);
+
+/* Gradient reductions in bf16 (parallel.grad_dtype: bf16): half the bytes of the f32 ones,
+ * the same rule for every element whichever rank owns it:
+ *   result = bf16( ((w(bf16(x0)) + w(bf16(x1))) + w(bf16(x2))) + ... )
+ * each rank's contribution x_r is rounded to bf16 before it travels (to nearest even: ops.h
+ * dt_f32_to_bf16, the same bits on every kernel path), the owner widens (w: exact) and sums
+ * them in f32 in rank order, and rounds the sum to bf16 once. A group of one rank applies
+ * the same rule (the result is bf16(x0)), though nothing travels; the trainer makes no such
+ * call with one rank. dt_comm_bytes counts 2 bytes an element. bf16 values are held as their
+ * uint16_t bit patterns. */
+/* In-place all-reduce: every rank ends with w(result) in buf; the reduced parts travel in
+ * bf16 too. scratch holds n + size x ceil(n / size) bf16 values (DT_COMM_AR_BF16_SCRATCH). */
+#define DT_COMM_AR_BF16_SCRATCH(n, size) ((n) + (size_t)(size) * (((n) + (size_t)(size) - 1) / (size_t)(size)))
+dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                         uint16_t *scratch);
+/* Reduce-scatter with any owner map (as dt_comm_reduce_scatter_ordered): rank r receives in
+ * out (counts[r] bf16 values) the result for buf[displs[r] : displs[r] + counts[r]).
+ * scratch holds sum(counts) + size x counts[me] bf16 values; out is not inside it. */
+dt_status dt_comm_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                              const size_t *counts, const size_t *displs, uint16_t *out,
+                                              uint16_t *scratch);
+/* In-place all-gather of bf16 values with any layout (as dt_comm_allgatherv). */
+dt_status dt_comm_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
+                                  const size_t *displs);
 /* Reduce-scatter (sum, f32): rank r of the group receives the sum over ranks of
  * send[off_r : off_r + counts[r]) into recv, off_r = sum of counts before r. Uneven counts
  * are fine. */

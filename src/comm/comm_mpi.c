@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "ops/ops.h"
 
 #define NAME_LEN 256
 
@@ -102,8 +103,9 @@ static dt_status m_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, c
     return st;
 }
 
-static dt_status m_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
-                              const size_t *displs) {
+/* In-place all-gather of elements of `type` (esize bytes) with any layout. */
+static dt_status allgatherv_of(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, const size_t *counts,
+                               const size_t *displs, MPI_Datatype type, size_t esize) {
     int p = c->size[g];
     if (p == 1) return DT_OK;
     int *ic = malloc(2 * (size_t)p * sizeof(int));
@@ -116,12 +118,22 @@ static dt_status m_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, c
         total += counts[r];
     }
     if (st == DT_OK) {
-        int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + p, MPI_FLOAT, comm_of(c, g));
+        int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, ic, ic + p, type, comm_of(c, g));
         if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Allgatherv");
-        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * esize));
     }
     free(ic);
     return st;
+}
+
+static dt_status m_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
+                              const size_t *displs) {
+    return allgatherv_of(ctx, c, g, buf, counts, displs, MPI_FLOAT, sizeof(float));
+}
+
+static dt_status m_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
+                                   const size_t *displs) {
+    return allgatherv_of(ctx, c, g, buf, counts, displs, MPI_UINT16_T, sizeof(uint16_t));
 }
 
 /* Ordered all-reduce = ordered reduce-scatter over an even split + all-gather. */
@@ -135,6 +147,67 @@ static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float 
     dt_status st = m_reduce_scatter_ordered(ctx, c, g, buf, cnt, cnt + p, buf + cnt[p + me], scratch);
     if (st == DT_OK) st = m_allgatherv(ctx, c, g, buf, cnt, cnt + p);
     free(cnt);
+    return st;
+}
+
+/* The bf16 reduce-scatter (comm.h): my contributions to every rank's part, rounded, packed in
+ * rank order at the start of scratch (sum(counts)); every rank's copy of my part lands after
+ * them, stacked in rank order (size x counts[me]); dt_comm_sum_bf16 sums those into out.
+ * Internally out may be the packed place of my own part: it is written after the exchange. */
+static dt_status m_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
+                                               const size_t *counts, const size_t *displs, uint16_t *out,
+                                               uint16_t *scratch) {
+    int p = c->size[g], me = c->rank[g];
+    size_t mine = counts[me], total = 0;
+    if (p == 1) {
+        dt_f32_to_bf16(out, buf + displs[0], counts[0]);
+        return DT_OK;
+    }
+    int *ic = malloc(4 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
+    int imine = 0;
+    dt_status st = to_int(ctx, mine, &imine);
+    for (int r = 0; r < p && st == DT_OK; r++) {
+        st = to_int(ctx, counts[r], &scount[r]);
+        if (st == DT_OK) st = to_int(ctx, total, &sdispl[r]);
+        if (st == DT_OK) st = to_int(ctx, mine * (size_t)r, &rdispl[r]);
+        rcount[r] = imine;
+        total += counts[r];
+    }
+    uint16_t *recv = scratch + total;
+    if (st == DT_OK) {
+        for (int r = 0; r < p; r++) dt_f32_to_bf16(scratch + sdispl[r], buf + displs[r], counts[r]);
+        int rc = MPI_Alltoallv(scratch, scount, sdispl, MPI_UINT16_T, recv, rcount, rdispl, MPI_UINT16_T,
+                               comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
+    }
+    if (st == DT_OK) {
+        dt_comm_sum_bf16(out, recv, mine, p);
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 2));
+    }
+    free(ic);
+    return st;
+}
+
+/* bf16 ordered all-reduce: the bf16 reduce-scatter over an even split, its results written
+ * where my part was packed (so the buffer that was sent becomes the one gathered), a bf16
+ * all-gather in place, and every element widened back into buf. */
+static dt_status m_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
+                                          uint16_t *scratch) {
+    int p = c->size[g], me = c->rank[g];
+    dt_status st = DT_OK;
+    if (p > 1) {
+        size_t *cnt = malloc(2 * (size_t)p * sizeof(size_t));
+        if (!cnt) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+        dt_comm_split(n, p, cnt, cnt + p);
+        st = m_reduce_scatter_ordered_bf16(ctx, c, g, buf, cnt, cnt + p, scratch + cnt[p + me], scratch);
+        if (st == DT_OK) st = m_allgatherv_bf16(ctx, c, g, scratch, cnt, cnt + p);
+        free(cnt);
+    } else {
+        dt_f32_to_bf16(scratch, buf, n); /* one rank: bf16(x0), nothing travels */
+    }
+    if (st == DT_OK) dt_bf16_to_f32(buf, scratch, n);
     return st;
 }
 
@@ -234,8 +307,8 @@ static void m_abort(dt_comm *c, int code) {
 
 static const dt_comm_ops mpi_ops = {
     "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter_ordered,
-    m_allgatherv, m_reduce_scatter, m_allgather,
-    m_broadcast, m_barrier, m_iallreduce, m_wait,
+    m_allgatherv, m_allreduce_ordered_bf16, m_reduce_scatter_ordered_bf16, m_allgatherv_bf16,
+    m_reduce_scatter, m_allgather, m_broadcast, m_barrier, m_iallreduce, m_wait,
 };
 
 dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {

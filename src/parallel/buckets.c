@@ -16,12 +16,15 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 
 /* Finishes bucket i: adds the last micro-step's gradient (k >= 1) into the step's, then
  * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so the
  * sum is the mean gradient of the global batch, bitwise what one rank with world x accum
- * micro-steps computes. */
+ * micro-steps computes. With bf16 gradients the step's f32 gradient is what gets rounded
+ * (comm.h's rule), and the bucket then holds the widened bf16 sums (DDP: all of it; ZeRO-1:
+ * my part). */
 dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     float *g = p->acc + p->b[i].lo;
     size_t n = p->b[i].hi - p->b[i].lo;
@@ -31,8 +34,10 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     }
     if (p->world == 1) return DT_OK;
     double t0 = dt_now();
+    int bf16 = p->cfg.grad_dtype == DT_BF16;
     if (p->cfg.strategy == DT_STRAT_DDP) {
-        DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
+        if (bf16) DT_CHECK(dt_comm_allreduce_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, g, n, p->lp));
+        else DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
     } else {
         /* ZeRO-1: each rank needs only its own part summed (reduce-scatter, not all-reduce):
          * the bucket lies inside one unit, so every owner's part is one range. */
@@ -46,9 +51,14 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
             cnt[w] = a < z ? z - a : 0;
             dis[w] = a < z ? a - blo : 0;
         }
-        DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk_out,
-                                                p->red_scratch));
-        memcpy(g + dis[p->rank], p->bk_out, cnt[p->rank] * sizeof(float));
+        if (bf16) {
+            DT_CHECK(dt_comm_reduce_scatter_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk16, p->lp));
+            dt_bf16_to_f32(g + dis[p->rank], p->bk16, cnt[p->rank]);
+        } else {
+            DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk_out,
+                                                    p->red_scratch));
+            memcpy(g + dis[p->rank], p->bk_out, cnt[p->rank] * sizeof(float));
+        }
     }
     p->t_total += dt_now() - t0;
     return DT_OK;
@@ -91,10 +101,14 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
     if (p->cfg.accum > 1)
         DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, n * sizeof(float), (void **)&p->extra));
     if (p->world > 1) {
-        /* The ordered reduction stacks every rank's copy of my part (sizes: dt_par_sizes_of). */
-        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.red * sizeof(float), (void **)&p->red_scratch));
+        /* The ordered reduction stacks every rank's copy of my part (sizes: dt_par_sizes_of);
+         * bf16 gradients use the bf16 staging (lp) instead of red_scratch. */
+        if (p->z.red)
+            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.red * sizeof(float), (void **)&p->red_scratch));
+        if (p->z.lp) DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.lp * sizeof(uint16_t), (void **)&p->lp));
         if (p->cfg.strategy != DT_STRAT_DDP)
-            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.bk * sizeof(float), (void **)&p->bk_out));
+            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.bk * p->z.esize,
+                                  p->z.esize == sizeof(float) ? (void **)&p->bk_out : (void **)&p->bk16));
     }
     if (p->thread_live) {
         m->hooks.ud = p;
@@ -111,6 +125,8 @@ void dt_par_buckets_free(dt_parallel *p) {
     dt_alloc_put(p->alloc, DT_MEM_GRADS, p->extra, p->m->ps.n_params * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->red_scratch, p->z.red * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk_out, p->z.bk * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk16, p->z.bk * sizeof(uint16_t));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->lp, p->z.lp * sizeof(uint16_t));
     free(p->b);
 }
 
@@ -122,11 +138,18 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
     p->next = 0;
     if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1) {
-        /* Hybrid ZeRO-1: the replicas of my node-shard each reduced a sub-chunk of it. */
+        /* Hybrid ZeRO-1: the replicas of my node-shard each reduced a sub-chunk of it. The
+         * bf16 sums are gathered as bf16 (re-rounding my widened sub-chunk is exact). */
         for (int u = 0; u < p->U; u++) {
             float *ns = p->acc + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
-            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, p->sub_cnt + (size_t)u * p->n_rep,
-                                        p->sub_off + (size_t)u * p->n_rep));
+            const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
+            if (p->cfg.grad_dtype == DT_BF16) {
+                dt_f32_to_bf16(p->lp + so[p->k], ns + so[p->k], sc[p->k]);
+                DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->lp, sc, so));
+                dt_bf16_to_f32(ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
+            } else {
+                DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, sc, so));
+            }
         }
     }
     if (p->err != DT_OK) {

@@ -131,10 +131,26 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
     /* A ZeRO-1 bucket lies inside one unit: my part of it is at most max_sub. DDP's part is
      * the first (largest) of an even split of a bucket. */
     z->bk = z->bucket < z->max_sub ? z->bucket : z->max_sub;
-    z->red = cfg->strategy == DT_STRAT_DDP ? W * ((z->bucket + W - 1) / W) : W * z->bk;
+    size_t red = cfg->strategy == DT_STRAT_DDP ? W * ((z->bucket + W - 1) / W) : W * z->bk;
     /* ZeRO-2/3 reduce-scatter rounds: one bucket over all ranks, never more than a part. */
     z->rs_round = per / W < 1024 ? 1024 : per / W;
     if (z->rs_round > z->max_sub) z->rs_round = z->max_sub;
+    if (cfg->grad_dtype != DT_BF16) {
+        z->red = red;
+        z->rs_scr = W * z->rs_round;
+        z->esize = sizeof(float);
+        return;
+    }
+    /* bf16 (comm.h): the staging holds what is sent (a bucket, a round over all ranks) and
+     * then every rank's copy of my part. A ZeRO-1 bucket lies inside one unit; hybrid ZeRO-1
+     * also gathers my node-shard across nodes in it (ZeRO-2/3 do that in ns16). */
+    z->esize = sizeof(uint16_t);
+    if (cfg->strategy == DT_STRAT_DDP) z->lp = z->bucket + red;
+    else if (cfg->strategy == DT_STRAT_ZERO1) {
+        z->lp = (z->bucket < z->max_unit ? z->bucket : z->max_unit) + red;
+        if (n_rep > 1 && z->max_ns > z->lp) z->lp = z->max_ns;
+    } else
+        z->lp = 2 * W * z->rs_round;
 }
 
 void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
@@ -144,16 +160,18 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
     else if (cfg->hybrid) G = node_ranks, j = rank % node_ranks, n_rep = world / node_ranks;
     dt_par_sizes z;
     dt_par_sizes_of(ps, cfg, world, G, j, n_rep, &z);
-    const size_t F = sizeof(float), W = (size_t)world;
+    const size_t F = sizeof(float), H = sizeof(uint16_t);
     bytes[DT_MEM_OPTIM] += 2 * z.S * F;
     if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init */
         bytes[DT_MEM_GRADS] += (z.S + 2 * z.max_unit) * F;
         if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F;
-        if (world > 1) bytes[DT_MEM_COMM] += (z.rs_round * (W + 1) + (n_rep > 1 ? z.max_ns : 0)) * F;
+        if (world > 1)
+            bytes[DT_MEM_COMM] += z.rs_scr * F + (z.rs_round + (n_rep > 1 ? z.max_ns : 0)) * z.esize + z.lp * H;
         return;
     }
     if (cfg->accum > 1) bytes[DT_MEM_GRADS] += ps->n_params * F; /* as dt_par_buckets_init */
-    if (world > 1) bytes[DT_MEM_COMM] += (z.red + (cfg->strategy == DT_STRAT_ZERO1 ? z.bk : 0)) * F;
+    if (world > 1)
+        bytes[DT_MEM_COMM] += z.red * F + (cfg->strategy == DT_STRAT_ZERO1 ? z.bk : 0) * z.esize + z.lp * H;
 }
 
 /* ---- the task runner */

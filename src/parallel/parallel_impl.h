@@ -34,8 +34,12 @@ typedef struct dt_par_sizes {
     size_t max_ns;   /* my largest node-shard (hybrid ZeRO-2/3 gathers it across nodes) */
     size_t bucket;   /* a DDP/ZeRO-1 bucket */
     size_t bk;       /* ZeRO-1: my reduced part of a bucket, at most */
-    size_t red;      /* DDP/ZeRO-1: ordered-reduction scratch (every rank's copy of my part) */
-    size_t rs_round; /* ZeRO-2/3: floats per rank in one reduce-scatter round */
+    size_t red;      /* DDP/ZeRO-1, f32 gradients: ordered-reduction scratch (every rank's copy
+                        of my part); 0 with bf16 gradients */
+    size_t rs_round; /* ZeRO-2/3: elements per rank in one reduce-scatter round */
+    size_t rs_scr;   /* ZeRO-2/3, f32 gradients: reduce-scatter scratch, W x rs_round; 0 with bf16 */
+    size_t lp;       /* bf16 gradients: staging of the bf16 collectives (bf16 values); 0 with f32 */
+    size_t esize;    /* bytes of a reduced element in bk_out / rs_out / ns_buf: 4, or 2 with bf16 */
 } dt_par_sizes;
 
 /* Sizes for shard group size G (my index j in it) and n_rep replicas of each node-shard. */
@@ -74,6 +78,9 @@ struct dt_parallel {
     float *acc, *extra;     /* the step's gradient; gradients of micro-steps k >= 1 */
     float *red_scratch;     /* for the ordered all-reduce / reduce-scatter of one bucket */
     float *bk_out;          /* ZeRO-1: my part of a bucket, reduced */
+    /* bf16 gradients (cfg.grad_dtype): the same roles in bf16 (z.esize = 2), and the staging
+     * of the bf16 collectives (z.lp values) in place of red_scratch / rs_scratch */
+    uint16_t *lp, *bk16, *rs16, *ns16;
     size_t *part_cnt;       /* [2 x world] counts and offsets of one collective's parts
                                (a ZeRO-1 bucket, a ZeRO-2/3 reduce-scatter round) */
     dt_bucket *b;

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 
 static size_t G_off(const dt_parallel *p, int u) { return p->split_off[(size_t)u * p->G + p->j]; }
@@ -42,7 +43,24 @@ static void accumulate(float *dst, const float *src, size_t n, int first) {
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* Sums unit u's gradient window over all ranks into my shard of it (rank order). */
+/* As accumulate, from bf16 sums (widening is exact: the top half of the f32's bits). */
+static void accumulate_bf16(float *dst, const uint16_t *src, size_t n, int first) {
+    if (first) {
+        dt_bf16_to_f32(dst, src, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        float x;
+        memcpy(&x, &u, sizeof x);
+        dst[i] += x;
+    }
+}
+
+/* Sums unit u's gradient window over all ranks into my shard of it (rank order). With bf16
+ * gradients (comm.h's rule) each round's sums arrive in bf16 and are widened into the f32
+ * shard; under hybrid sharding they go straight into my sub-chunk of the bf16 node-shard,
+ * which the replicas then gather across nodes as bf16 (nothing more is rounded there). */
 dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     double t0 = dt_now();
     const float *win = p->gwin[buf];
@@ -59,13 +77,21 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     for (int w = 0; w < W; w++) most = cnt[w] > most ? cnt[w] : most;
     /* Hybrid: the replicas of my node-shard each reduce a sub-chunk of it, into ns_buf. */
     const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
-    float *mine = p->n_rep > 1 ? p->ns_buf + so[p->k] : NULL;
+    int bf16 = p->cfg.grad_dtype == DT_BF16;
+    float *mine = p->n_rep > 1 && !bf16 ? p->ns_buf + so[p->k] : NULL;
+    uint16_t *mine16 = p->n_rep > 1 && bf16 ? p->ns16 + so[p->k] : NULL;
     size_t *rc = p->part_cnt, *rd = p->part_cnt + W;
     for (size_t done = 0; done < most; done += R) {
         for (int w = 0; w < W; w++) {
             size_t left = cnt[w] > done ? cnt[w] - done : 0;
             rc[w] = left < R ? left : R;
             rd[w] = dis[w] + (left ? done : 0);
+        }
+        if (bf16) {
+            uint16_t *out = mine16 ? mine16 + done : p->rs16;
+            DT_CHECK(dt_comm_reduce_scatter_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, win, rc, rd, out, p->lp));
+            if (!mine16) accumulate_bf16(dst + done, p->rs16, rc[p->rank], p->micro == 0);
+            continue;
         }
         DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, win, rc, rd, p->rs_out, p->rs_scratch));
         if (mine) memcpy(mine + done, p->rs_out, rc[p->rank] * sizeof(float));
@@ -74,6 +100,10 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     if (mine) {
         DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, p->ns_buf, sc, so));
         accumulate(dst, p->ns_buf, n, p->micro == 0);
+    }
+    if (mine16) {
+        DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->ns16, sc, so));
+        accumulate_bf16(dst, p->ns16, n, p->micro == 0);
     }
     p->t_total += dt_now() - t0;
     return DT_OK;
@@ -128,13 +158,22 @@ static dt_status get(dt_ctx *ctx, dt_parallel *p, dt_mem_kind kind, size_t n, fl
     return dt_alloc_get(ctx, p->alloc, kind, n * sizeof(float), (void **)out);
 }
 
+static dt_status get16(dt_ctx *ctx, dt_parallel *p, size_t n, uint16_t **out) {
+    if (n == 0) return DT_OK;
+    return dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, n * sizeof(uint16_t), (void **)out);
+}
+
 dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     dt_model *m = p->m;
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->S, &p->gshard));
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->z.max_unit, &p->gwin[0]));
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->z.max_unit, &p->gwin[1]));
-    if (p->world > 1) {
-        DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.rs_round * (size_t)p->world, &p->rs_scratch));
+    if (p->world > 1 && p->cfg.grad_dtype == DT_BF16) { /* sizes: dt_par_sizes_of */
+        DT_CHECK(get16(ctx, p, p->z.lp, &p->lp));
+        DT_CHECK(get16(ctx, p, p->z.rs_round, &p->rs16));
+        if (p->n_rep > 1) DT_CHECK(get16(ctx, p, p->z.max_ns, &p->ns16));
+    } else if (p->world > 1) {
+        DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.rs_scr, &p->rs_scratch));
         DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.rs_round, &p->rs_out));
         if (p->n_rep > 1) DT_CHECK(get(ctx, p, DT_MEM_COMM, p->z.max_ns, &p->ns_buf));
     }
@@ -159,14 +198,16 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
 }
 
 void dt_par_zero_free(dt_parallel *p) {
-    size_t W = (size_t)p->world;
 #define PUT(kind, ptr, n) dt_alloc_put(p->alloc, kind, ptr, (n) * sizeof(float))
     PUT(DT_MEM_GRADS, p->gshard, p->S);
     PUT(DT_MEM_GRADS, p->gwin[0], p->z.max_unit);
     PUT(DT_MEM_GRADS, p->gwin[1], p->z.max_unit);
-    PUT(DT_MEM_COMM, p->rs_scratch, p->z.rs_round * W);
+    PUT(DT_MEM_COMM, p->rs_scratch, p->z.rs_scr);
     PUT(DT_MEM_COMM, p->rs_out, p->z.rs_round);
     PUT(DT_MEM_COMM, p->ns_buf, p->z.max_ns);
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->lp, p->z.lp * sizeof(uint16_t));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->rs16, p->z.rs_round * sizeof(uint16_t));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->ns16, p->z.max_ns * sizeof(uint16_t));
     PUT(DT_MEM_PARAMS, p->pshard, p->S);
     PUT(DT_MEM_PARAMS, p->pwin[0], p->z.max_unit);
     PUT(DT_MEM_PARAMS, p->pwin[1], p->z.max_unit);

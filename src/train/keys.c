@@ -96,6 +96,7 @@ static const key_def keys[] = {
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
     NUM("parallel.bucket_mb", K_FLOAT, bucket_mb, "gradient bucket size in MiB"),
     NUM("parallel.overlap", K_BOOL, overlap, "all-reduce buckets during backward (else after it)"),
+    ENUM("parallel.grad_dtype", grad_dtype, "fp32|bf16", "what gradient reductions send: bf16 halves the bytes (each rank's contribution rounded to bf16, summed in fp32 in rank order by its owner, the sum rounded to bf16: every strategy gives the same bits; accumulation, optimizer and weights stay fp32; one rank sends and rounds nothing)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
@@ -143,6 +144,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->strategy, "ddp");
     c->bucket_mb = 4.0f;
     c->overlap = 1;
+    strcpy(c->grad_dtype, "fp32");
     c->ckpt_keep = 3;
     c->ckpt_async = 1;
     c->ckpt_max_failures = 3;
@@ -344,6 +346,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb must be in [0.004, 4096] (got %g)", (double)c->bucket_mb);
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
+    t->parallel.grad_dtype = !strcmp(c->grad_dtype, "bf16") ? DT_BF16 : DT_F32;
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (!(c->loss_scale == -1.0f || c->loss_scale > 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale must be auto or > 0 (got %g)", (double)c->loss_scale);

@@ -61,6 +61,7 @@ typedef struct dt_run_cfg {
     char strategy[16];
     float bucket_mb;
     int overlap;
+    char grad_dtype[8];        /* parallel.grad_dtype: fp32 | bf16 (what gradients travel as) */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
     /* runtime */
