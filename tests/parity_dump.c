@@ -5,7 +5,22 @@
  * both Adam moments after them (dtrain.safetensors).
  * The model is small but has every feature: vocabulary padding (1000 -> 1024), a vocabulary
  * stored as several chunk units (params.h: the embedding and head run chunk by chunk), head size 12
- * (not a multiple of the vector width), 2 layers. */
+ * (not a multiple of the vector width), 2 layers.
+ *
+ * parity_dump OUTDIR [FAMILY [PRECISION]]: PRECISION fp32 (the default), bf16 or fp16 sets
+ * model_opts.compute (training.precision): every matmul on 16-bit operands with fp32 results,
+ * the rest fp32 (model/model.h). The metadata then carries "precision" and "loss_scale", the
+ * scale the trainer's backward runs with (65536 for fp16's dynamic loss scaling, else 1): the
+ * single batch's backward below runs with that scale too, so its 16-bit activation gradients
+ * are the ones training sees, and its gradients are divided by it before they are written
+ * (a power of two: the division is exact), i.e. "grad.*" are always the unscaled gradients of
+ * the mean loss. The training steps report unscaled norms and the moments of unscaled
+ * gradients already (the trainer divides the scale out). A step skipped for overflow would
+ * make the comparison meaningless: parity_dump refuses it.
+ * Mixed precision also writes both Adam moments after the first training step
+ * ("step1.exp_avg.<param>", "step1.exp_avg_sq.<param>"): 16-bit rounding makes the 10-step runs
+ * of dtrain and the oracle drift apart chaotically (tests/ref/gpt2_ref.py, MIXED_NOTE), so the
+ * oracle holds the first step to its tolerances and the later ones only to a sanity bound. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +42,18 @@ static int param_entries(const dt_model *m, float *base, const char *prefix, dt_
 
 /* family: "gpt2"; "llama" (grouped-query attention, untied head); "llama-mqa" (multi-query,
  * tied head). */
-static int run(dt_ctx *ctx, const char *dir, const char *family) {
+static int run(dt_ctx *ctx, const char *dir, const char *family, const char *precision) {
     dt_train_cfg cfg;
     dt_train_cfg_defaults(&cfg);
+    if (!strcmp(precision, "fp32"))
+        cfg.model_opts.compute = DT_F32;
+    else if (!strcmp(precision, "bf16"))
+        cfg.model_opts.compute = DT_BF16;
+    else if (!strcmp(precision, "fp16"))
+        cfg.model_opts.compute = DT_F16;
+    else
+        return dt_fail(ctx, DT_ERR_CONFIG, "unknown precision '%s' (fp32, bf16, fp16)", precision);
+    cfg.loss_scale = 0.0f; /* auto: dynamic from 65536 for fp16, none otherwise */
     cfg.preset[0] = 0;
     if (!strcmp(family, "gpt2"))
         cfg.model = (dt_model_config){.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 1000, .context = 32};
@@ -61,6 +85,7 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     dt_trainer tr;
     DT_CHECK(dt_trainer_init(ctx, &tr, &cfg, NULL));
     dt_model *m = &tr.model;
+    const float lscale = tr.scaler.scale; /* 1 unless fp16 */
     int B = m->B, T = m->T, V = m->cfg.vocab, Vp = m->cfg.vocab_padded;
     size_t bt = (size_t)B * T;
 
@@ -108,6 +133,9 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     META("eps", "%.9g", (double)cfg.adamw.eps);
     META("weight_decay", "%.9g", (double)cfg.adamw.weight_decay);
     META("clip", "%.9g", (double)cfg.clip);
+    meta[k++] = "precision";
+    meta[k++] = precision;
+    META("loss_scale", "%.9g", (double)lscale);
     meta[k++] = "train_steps";
     meta[k++] = "10";
     meta[k++] = "accum";
@@ -153,21 +181,36 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
         memcpy(logits, dt_model_logits(m), (size_t)B * NC * sizeof(float));
     else
         for (size_t r = 0; r < bt; r++) memcpy(logits + r * V, dt_model_logits(m) + r * Vp, V * sizeof(float));
-    dt_model_backward(m, 1.0f);
+    /* With the trainer's loss scale (see the top); the division by a power of two is exact. */
+    dt_model_backward(m, lscale);
     /* Training below reuses m->grads: keep this batch's gradients aside. */
     float *grads = malloc(m->ps.n_params * sizeof(float));
-    memcpy(grads, m->ps.grads, m->ps.n_params * sizeof(float));
+    for (size_t i = 0; i < m->ps.n_params; i++) grads[i] = m->ps.grads[i] / lscale;
     n = param_entries(m, grads, "grad.", e, names);
     e[n++] = vit ? (dt_st_entry){"logits", DT_ST_F32, 2, {B, NC}, logits}
                  : (dt_st_entry){"logits", DT_ST_F32, 3, {B, T, V}, logits};
     e[n++] = (dt_st_entry){"loss", DT_ST_F32, 1, {1}, &loss};
 
+    const int lowp = cfg.model_opts.compute != DT_F32;
+    float *first = NULL; /* mixed precision: exp_avg, exp_avg_sq after the first step */
     for (int s = 0; s < S_STEPS; s++) {
         dt_step_stats st;
         DT_CHECK(dt_trainer_step_on(ctx, &tr, in + (size_t)s * ACCUM * bt, tg + (size_t)s * ACCUM * bt, &st));
+        if (st.skipped)
+            return dt_fail(ctx, DT_ERR_NUMERIC, "%s %s: training step %d skipped (%s, loss scale %g): the "
+                           "parity run needs every step", family, precision, s,
+                           st.skipped == 2 ? "loss-scaled gradients overflowed" : "non-finite", (double)st.loss_scale);
         train_losses[s] = st.loss;
         train_norms[s] = st.grad_norm;
         printf("step %d loss %.6f norm %.4f lr %.3e\n", s, (double)st.loss, (double)st.grad_norm, (double)st.lr);
+        if (s == 0 && lowp) {
+            size_t np = m->ps.n_params;
+            float *mo, *va;
+            dt_parallel_moments(tr.par, &mo, &va);
+            first = malloc(2 * np * sizeof(float));
+            memcpy(first, mo, np * sizeof(float));
+            memcpy(first + np, va, np * sizeof(float));
+        }
     }
     e[n++] = (dt_st_entry){"train_losses", DT_ST_F32, 1, {S_STEPS}, train_losses};
     e[n++] = (dt_st_entry){"train_norms", DT_ST_F32, 1, {S_STEPS}, train_norms};
@@ -178,21 +221,26 @@ static int run(dt_ctx *ctx, const char *dir, const char *family) {
     n += param_entries(m, m->ps.params, "final.", e + n, names + n);
     n += param_entries(m, mom, "exp_avg.", e + n, names + n);
     n += param_entries(m, var, "exp_avg_sq.", e + n, names + n);
+    if (first) {
+        size_t np = m->ps.n_params;
+        n += param_entries(m, first, "step1.exp_avg.", e + n, names + n);
+        n += param_entries(m, first + np, "step1.exp_avg_sq.", e + n, names + n);
+    }
     snprintf(path, sizeof path, "%s/dtrain.safetensors", dir);
     DT_CHECK(dt_st_write(ctx, path, e, n, NULL));
-    free(in); free(tg); free(logits); free(grads); free(labels);
+    free(in); free(tg); free(logits); free(grads); free(labels); free(first);
     dt_trainer_free(&tr);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 && argc != 3) {
-        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|vit]\n");
+    if (argc < 2 || argc > 4) {
+        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|vit [fp32|bf16|fp16]]\n");
         return 2;
     }
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    if (run(&ctx, argv[1], argc == 3 ? argv[2] : "gpt2") != 0) {
+    if (run(&ctx, argv[1], argc >= 3 ? argv[2] : "gpt2", argc == 4 ? argv[3] : "fp32") != 0) {
         dt_log_error(&ctx, "%s", ctx.err);
         return 1;
     }
