@@ -36,9 +36,11 @@ fuzz: deps
 	@bash fuzz/run.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
 
 # Long stress runs: the kill storm (>= 20 random kill -9 with automatic restarts, DDP and
-# ZeRO-3, bitwise against an uninterrupted run) after the regular suite.
+# ZeRO-3, bitwise against an uninterrupted run), the memory of the large presets and the
+# mixed-precision convergence runs (fp32/bf16/fp16 on the demo corpus) after the regular suite.
 test-long: test
 	@bash tests/long/kill_storm.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/storm
+	@bash tests/long/convergence.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/convergence
 	@bash tests/test_memory.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/memory-long gpt2 llama-100m vit-b16
 
 demo: build

@@ -28,6 +28,11 @@ expect_refused "context above preset max" "model.context" train --model gpt2 --s
 expect_refused "seq above context" "training.seq_len" train --seq 65
 expect_refused "misspelt key" "model.n_layer" train --set model.nlayer=3
 expect_refused "bad number" "optimizer.lr" train --lr fast
+expect_refused "unknown precision" "training.precision" train --set training.precision=fp8
+expect_refused "bad checkpointing mode" "memory.activation_checkpointing" train --set memory.activation_checkpointing=some
+expect_refused "checkpointing interval 0" "memory.activation_checkpointing_every" train --set memory.activation_checkpointing_every=0
+expect_refused "negative loss scale" "training.loss_scale" train --set training.loss_scale=-2
+expect_refused "bad gradient dtype" "parallel.grad_dtype" train --set parallel.grad_dtype=fp16
 expect_refused "unknown flag" "--frobnicate" train --frobnicate
 expect_refused "unknown preset" "model.preset" train --model gpt5
 expect_refused "warmup beyond decay" "schedule.decay_steps" train --steps 5 --warmup 5
@@ -137,6 +142,22 @@ if grep -q "MFU_%" "$dir/bench" && grep -q "attention" "$dir/bench" && grep -q "
   pass "bench prints MFU and breakdown"
 else
   fail "bench: $(cat "$dir/bench")"
+fi
+
+# Mixed precision without 16-bit dot products (a forced AVX2 path, as on an AVX2-only EPYC):
+# bf16 still trains, on operands widened to fp32, and the banner says the speed-up is missing;
+# with them (this CPU's best path, when it has AVX512_BF16) the banner says native.
+DTRAIN_ISA=avx2 "$bin" train --steps 2 --set training.precision=bf16 --set logging.metrics= >"$dir/bf16_avx2" 2>&1
+if grep -q "precision bf16: matmuls on 16-bit operands widened to fp32 (the speed-up is not available on this CPU)" "$dir/bf16_avx2" &&
+   grep -q "step 2/2" "$dir/bf16_avx2"; then
+  pass "bf16 on a CPU path without bf16 dot products: trains, banner says widened"
+else
+  fail "bf16 on avx2: $(tail -3 "$dir/bf16_avx2")"
+fi
+if grep -q -w avx512_bf16 /proc/cpuinfo; then
+  "$bin" train --steps 2 --set training.precision=bf16 --set logging.metrics= >"$dir/bf16_native" 2>&1
+  grep -q "precision bf16: matmuls on native 16-bit instructions" "$dir/bf16_native" &&
+    pass "bf16 on an AVX512_BF16 CPU: native GEMMs" || fail "bf16 native: $(grep precision "$dir/bf16_native")"
 fi
 
 echo "test_cli: $fails failure(s)"

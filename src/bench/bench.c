@@ -56,11 +56,12 @@ uint64_t dt_bench_loss_hash(const float *loss, int n) {
 
 size_t dt_bench_rss_hwm(void) { return dt_proc_bytes("/proc/self/status", "VmHWM"); }
 
-void dt_bench_peak(dt_peak *out, int n, int reps) {
+void dt_bench_peak(dt_peak *out, dt_dtype dt, int n, int reps) {
     memset(out, 0, sizeof *out);
     out->n = n;
     out->reps = reps;
-    out->gflops = dt_matmul_peak_gflops(n, reps, &out->best);
+    out->gflops = dt == DT_F32 ? dt_matmul_peak_gflops(n, reps, &out->best)
+                               : dt_matmul_peak_gflops_lp(dt, n, reps, &out->best);
 }
 
 dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, int warmup,

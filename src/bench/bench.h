@@ -2,7 +2,7 @@
  * (warm-up steps, timed steps, per-step times and losses, breakdown, memory), and the suite
  * of repeated runs reduced to statistics on rank 0 (DESIGN.md section 8).
  *
- *   dt_peak pk; dt_bench_peak(&pk, 2048, 5);
+ *   dt_peak pk; dt_bench_peak(&pk, DT_F32, 2048, 5);
  *   dt_bench_suite s; DT_CHECK(dt_bench_suite_run(ctx, &cfg, comm, &opts, &s));
  *   ... s.step_s.mean, s.mfu.median, s.mem[rank * DT_BENCH_MEM_N + DT_BENCH_MEM_RSS] ...
  *   dt_bench_suite_free(&s);
@@ -24,8 +24,10 @@ typedef struct dt_peak {
     double best;    /* best rep */
 } dt_peak;
 
-/* fp32 GEMM rate of oneDNN sgemm on n x n x n with the current OpenMP threads. */
-void dt_bench_peak(dt_peak *out, int n, int reps);
+/* GEMM rate on n x n x n with the current OpenMP threads, in the matmul dtype of training
+ * precision dt: oneDNN sgemm for DT_F32, the 16-bit GEMM (native or widened) otherwise: the
+ * peak that MFU is relative to. */
+void dt_bench_peak(dt_peak *out, dt_dtype dt, int n, int reps);
 
 /* Five-number summary of a sample. std is the sample standard deviation (n - 1; 0 for one
  * value); median averages the middle two of an even count. All 0 for n = 0. */

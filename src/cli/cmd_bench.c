@@ -17,6 +17,7 @@
 #include "bench/prices.h"
 #include "bench/sweep.h"
 #include "cli/cli.h"
+#include "ops/ops.h"
 #include "core/procinfo.h"
 #include "train/trace_file.h"
 #include "core/log.h"
@@ -143,21 +144,30 @@ static int threads_now(void) {
 #endif
 }
 
+/* What dt_bench_peak measures for a training precision. */
+static const char *peak_engine(dt_dtype prec) {
+    if (prec == DT_F32) return "oneDNN sgemm fp32";
+    if (dt_lowp_gemm_native(prec)) return prec == DT_BF16 ? "oneDNN bf16 matmul (native)" : "oneDNN fp16 matmul (native)";
+    return prec == DT_BF16 ? "bf16 GEMM widened to fp32 sgemm" : "fp16 GEMM widened to fp32 sgemm";
+}
+
 static int cmd_peak(dt_ctx *ctx, int argc, char **argv) {
     dt_run_cfg cfg;
     dt_run_cfg_defaults(&cfg);
     bench_flags fl = {0};
     dt_status st = dt_cli_parse_run(ctx, "bench peak", argc, argv, &cfg, bench_flag, &fl);
     if (fl.help) {
-        printf("usage: dtrain bench peak [--threads N]\n"
-               "Measures oneDNN fp32 sgemm on 2048^3 (1 warm-up + 7 timed runs).\n");
+        printf("usage: dtrain bench peak [--threads N] [--set training.precision=bf16|fp16]\n"
+               "Measures the GEMM of the precision (oneDNN fp32 sgemm, or the 16-bit GEMM) on 2048^3\n"
+               "(1 warm-up + 7 timed runs).\n");
         return DT_EXIT_OK;
     }
     if (st != DT_OK) return dt_cli_exit_code(st);
     dt_peak pk;
-    dt_bench_peak(&pk, 2048, 7);
-    printf("# matmul peak: oneDNN sgemm fp32, %dx%dx%d, %d threads, %d runs\n", pk.n, pk.n, pk.n, threads_now(),
-           pk.reps);
+    dt_dtype prec = cfg.train.model_opts.compute;
+    dt_bench_peak(&pk, prec, 2048, 7);
+    printf("# matmul peak: %s, %dx%dx%d, %d threads, %d runs\n", peak_engine(prec), pk.n, pk.n, pk.n,
+           threads_now(), pk.reps);
     printf("# %-14s %-14s\n", "median_GFLOP/s", "best_GFLOP/s");
     printf("  %-14.1f %-14.1f\n", pk.gflops, pk.best);
     return DT_EXIT_OK;
@@ -558,12 +568,13 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK && peak <= 0) {
         st = dt_comm_barrier(ctx, comm, DT_GROUP_WORLD);
         dt_peak pk;
-        dt_bench_peak(&pk, 2048, 7);
+        dt_dtype prec = cfg.train.model_opts.compute;
+        dt_bench_peak(&pk, prec, 2048, 7);
         peak = pk.gflops / dt_comm_size(comm, DT_GROUP_WORLD);
         if (st == DT_OK) st = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, &peak, 1, DT_F64, DT_SUM);
         snprintf(peak_src, sizeof peak_src,
-                 "measured: oneDNN sgemm fp32 2048^3, median of 7, %d thread(s) per rank, all ranks at once, "
-                 "mean over ranks", threads_now());
+                 "measured: %s 2048^3, median of 7, %d thread(s) per rank, all ranks at once, mean over ranks",
+                 peak_engine(prec), threads_now());
     }
     dt_bench_opts bo = {fl.warmup, fl.steps, fl.repeats, peak, fl.trace != NULL, cfg.straggler_factor};
     dt_bench_suite s;

@@ -591,14 +591,17 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     DT_CHECK_GOTO(dt_metrics_open(ctx, &r.metrics, rank == 0 && metrics_path[0] ? metrics_path : NULL, mode,
                                   t->steps, start > 0));
     const dt_model_config *mc = &r.tr.model.cfg;
-    double peak = cfg->peak_gflops > 0 ? cfg->peak_gflops : dt_matmul_peak_gflops(2048, 3, NULL);
+    /* MFU is relative to the GEMM of the run's precision (the 16-bit one under mixed precision). */
+    dt_dtype prec = t->model_opts.compute;
+    double peak = cfg->peak_gflops > 0 ? cfg->peak_gflops
+                  : prec == DT_F32     ? dt_matmul_peak_gflops(2048, 3, NULL)
+                                       : dt_matmul_peak_gflops_lp(prec, 2048, 3, NULL);
     dt_log_info(ctx, "model %s: %d layers, d_model %d, %d heads, vocab %d (padded %d), %.2fM params",
                 t->preset[0] ? t->preset : "custom", mc->n_layer, mc->d_model, mc->n_head, mc->vocab,
                 mc->vocab_padded, (double)dt_model_num_params(mc) / 1e6);
     char isa[320];
     dt_isa_describe(isa, sizeof isa);
     dt_log_info(ctx, "%s", isa);
-    dt_dtype prec = t->model_opts.compute;
     if (prec != DT_F32)
         dt_log_info(ctx, "precision %s: matmuls on %s%s", dt_dtype_name(prec),
                     dt_lowp_gemm_native(prec) ? "native 16-bit instructions"
