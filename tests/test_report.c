@@ -377,6 +377,42 @@ static void evil_host(cJSON *root) {
                               cJSON_CreateString("<script>alert(1)</script>&\"x\""));
 }
 
+/* Every rank's memory entry of the DDP 1-rank run gets "plan" = its tracked total + 0.5 MiB. */
+static void e_plan(cJSON *r) {
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(r, "memory")) {
+        double t = 0;
+        for (int k = 0; k < DT_REP_MEM_N; k++) {
+            cJSON *v = cJSON_GetObjectItem(e, dt_rep_mem_keys[k]);
+            if (v) t += v->valuedouble;
+        }
+        cJSON_AddNumberToObject(e, "plan", t + 524288.0);
+    }
+}
+
+static void test_memory_plan_column(void **state) {
+    (void)state;
+    /* The runs table has a memory-plan column: the plan where the file has one, "-" where
+     * it is older than the plan. */
+    dt_report *r = load_full("ddp-w1.json", e_plan);
+    const dt_rep_train *t = by_file(r, "ddp-w1.json");
+    assert_true(dt_report_peak_plan(t) == dt_report_peak_bytes(t, 0) + 524288.0);
+    assert_true(dt_report_peak_plan(by_file(r, "ddp-w2.json")) == -1);
+    char *html;
+    size_t len;
+    FILE *f = open_memstream(&html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+    char want[64], got[32];
+    dt_report_fmt_bytes(got, sizeof got, dt_report_peak_plan(t));
+    snprintf(want, sizeof want, "<td>%s</td>", got);
+    assert_non_null(strstr(html, "<th>memory plan</th>"));
+    assert_non_null(strstr(html, want));
+    assert_non_null(strstr(html, "<td>-</td>"));
+    free(html);
+    dt_report_free(r);
+}
+
 static void test_html(void **state) {
     (void)state;
     dt_report *r = load_full("ddp-w1.json", evil_host);
@@ -426,7 +462,7 @@ int main(void) {
         cmocka_unit_test(test_ticks_log2),      cmocka_unit_test(test_efficiency),
         cmocka_unit_test(test_recommend_no_budget), cmocka_unit_test(test_recommend_budget),
         cmocka_unit_test(test_loss_mismatch),   cmocka_unit_test(test_partial_data),
-        cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html),
+        cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html), cmocka_unit_test(test_memory_plan_column),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -78,6 +78,13 @@ double dt_report_peak_bytes(const dt_rep_train *t, int model_only) {
     return best;
 }
 
+double dt_report_peak_plan(const dt_rep_train *t) {
+    double best = -1;
+    for (int i = 0; i < t->nmem; i++)
+        if (t->mem[i].plan > best) best = t->mem[i].plan;
+    return best;
+}
+
 double dt_report_peak_rss(const dt_rep_train *t) {
     double best = 0;
     for (int i = 0; i < t->nmem; i++)

@@ -319,7 +319,7 @@ static void table_runs(FILE *f, const dt_report *r) {
           "<th>micro &#215; accum (global)</th><th>bucket</th><th>overlap</th><th>step ms mean &#177; std</th>"
           "<th>tokens/s</th><th>tokens/s/rank</th><th>samples/s (images)</th><th>TFLOP/s/rank</th><th>MFU</th><th>comm overhead</th>"
           "<th>comm ms exposed / total</th><th>weak eff</th><th>strong eff</th><th>peak mem (tracked)</th>"
-          "<th>peak RSS</th><th>loss final</th><th class=\"l\">loss hash</th></tr>\n", f);
+          "<th>memory plan</th><th>peak RSS</th><th>loss final</th><th class=\"l\">loss hash</th></tr>\n", f);
     for (int i = 0; i < r->ntrain; i++) {
         const dt_rep_train *t = &r->train[i];
         char b[64];
@@ -355,6 +355,10 @@ static void table_runs(FILE *f, const dt_report *r) {
         td_pct(f, isfinite(t->weak_eff) ? t->weak_eff : t->weak_calc);
         td_pct(f, isfinite(t->strong_eff) ? t->strong_eff : t->strong_calc);
         td_bytes(f, dt_report_peak_bytes(t, 0));
+        if (dt_report_peak_plan(t) >= 0)
+            td_bytes(f, dt_report_peak_plan(t));
+        else
+            fputs("<td>-</td>", f);
         td_bytes(f, dt_report_peak_rss(t));
         fprintf(f, "<td>%.4f</td>", t->loss_final);
         fprintf(f, "<td class=\"l\"><code>");

@@ -262,6 +262,9 @@ static dt_status read_memory(jpath *j, const cJSON *root, dt_rep_train *t) {
             JCHECK(need_num(j, e, p, dt_rep_mem_keys[k], &m->bytes[k]));
         }
         JCHECK(need_num(j, e, p, "rss", &m->rss));
+        /* "plan" is newer than the kinds: absent in older files. */
+        m->plan = -1;
+        if (cJSON_GetObjectItemCaseSensitive(e, "plan")) JCHECK(need_num(j, e, p, "plan", &m->plan));
     }
     return DT_OK;
 }

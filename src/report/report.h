@@ -34,6 +34,7 @@ typedef struct dt_rep_mem {
     int rank;
     double bytes[DT_REP_MEM_N];
     double rss;
+    double plan; /* the memory plan (dt_trainer_mem_plan); -1 in files older than it */
 } dt_rep_mem;
 
 typedef struct dt_rep_cost {
@@ -158,6 +159,8 @@ void dt_report_analyze(dt_report *r, double mem_budget);
 double dt_report_peak_bytes(const dt_rep_train *t, int model_only);
 /* Largest RSS over the ranks of run t (0 when absent). */
 double dt_report_peak_rss(const dt_rep_train *t);
+/* The largest per-rank memory plan (-1: the files have none). */
+double dt_report_peak_plan(const dt_rep_train *t);
 
 /* Writes the page to `path` (atomically: a temporary file renamed into place). */
 dt_status dt_report_write_html(dt_ctx *ctx, const dt_report *r, const char *path);
