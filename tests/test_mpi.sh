@@ -17,8 +17,11 @@
 #    sharding bitwise equal to one rank with accumulation, as for GPT-2; the ViT family
 #    likewise under DDP and ZeRO-1/2/3;
 #  - mixed precision: bf16 DDP == 1 rank, bf16 ZeRO-3 with activation checkpointing == DDP
-#    (GPT-2, ViT), bitwise; fp16 ZeRO-2 == 1 rank bitwise with an overflow injected on one
-#    rank, which every rank skips (asserted from the log and the metrics);
+#    (GPT-2, ViT), fp16 hybrid ZeRO-3 (2 simulated nodes x 2) == DDP x 4, bitwise, ZeRO-3
+#    gathering the matmul weights in 16 bits; fp16 ZeRO-2 == 1 rank bitwise with an overflow
+#    injected on one rank, which every rank skips (asserted from the log and the metrics);
+#    bench bytes sent per step by bf16 ZeRO-3 below fp32's by exactly the 16-bit gathers'
+#    saving (2 bytes x (W-1)/W per matmul element gathered);
 #  - parallel.grad_dtype=bf16 (gradients on the wire in bf16: each rank's contribution
 #    rounded, summed in fp32 in rank order by the owner, the sum rounded once): DDP == ZeRO-1/2/3
 #    at 2 ranks, == ZeRO-3 at 3 (uneven shards), == hybrid ZeRO-3 and ZeRO-1 at 4 ranks on 2
@@ -358,6 +361,52 @@ runN bf16_ddp2 2 --set training.precision=bf16
 check "bf16: 2 ranks DDP vs 1 rank x 2 accumulation (bitwise)" bf16_ddp2 bf16_one_acc2 0
 runN bf16_zero3 2 --set training.precision=bf16 --set parallel.strategy=zero3 --set memory.activation_checkpointing=selective
 check "bf16: ZeRO-3 with selective checkpointing vs DDP (bitwise)" bf16_zero3 bf16_ddp2 0
+# ZeRO-3 gathers the matmul weights in 16 bits (each rank narrows its piece of the fp32 master
+# shard: the bits DDP narrows locally); fp16 bits travel the same way. Hybrid: gathered
+# inside each node.
+runNodes() { # NAME [args...]: 4 ranks on 2 simulated nodes x 2
+  local name=$1; shift
+  timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
+    "$bin" train "${common[@]}" --set logging.metrics="$dir/$name.jsonl" --save-weights "$dir/$name.st" "$@" \
+    >"$dir/$name.log" 2>&1 || fail "$name: $(tail -3 "$dir/$name.log")"
+}
+DTRAIN_NODE_ID= runN fp16_ddp4 4 --set training.precision=fp16
+runNodes fp16_hybrid4 --set training.precision=fp16 --set parallel.strategy=hybrid_shard
+check "fp16: HYBRID_SHARD (ZeRO-3) 2 nodes x 2 vs DDP x 4 (bitwise)" fp16_hybrid4 fp16_ddp4 0
+# Uneven 3-way shards cut the matmul runs anywhere; LLaMA's untied embedding is flagged matmul
+# but read only by its lookup (those gathers stay fp32), its lm_head's chunks are 16-bit.
+runN bf16_ddp3 3 --set training.precision=bf16
+runN bf16_zero3_3 3 --set training.precision=bf16 --set parallel.strategy=zero3
+check "bf16: ZeRO-3 vs DDP, 3 ranks (uneven shards, bitwise)" bf16_zero3_3 bf16_ddp3 0
+llama=(--set model.family=llama --set model.n_kv_head=2 --set model.d_ff=80 --set model.untied_embeddings=true)
+runN bf16_llama_ddp3 3 "${llama[@]}" --set training.precision=bf16
+runN bf16_llama_zero3_3 3 "${llama[@]}" --set training.precision=bf16 --set parallel.strategy=zero3
+check "llama bf16: ZeRO-3 vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_3 bf16_llama_ddp3 0
+# Bytes on the wire: per step ZeRO-3 gathers every layer twice (forward, backward) and the
+# head's K vocabulary chunks K times in the forward and K - 2 more in the backward (the last
+# two are still in the windows); the embedding lookup's gathers stay fp32. Under bf16 each
+# matmul element of those gathers costs 2 bytes instead of 4, counted x (W-1)/W, and nothing
+# else changes (gradients stay fp32): the difference is exact.
+for x in fp32 bf16; do
+  timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${common[@]}" --set parallel.strategy=zero3 --set training.precision=$x \
+    --warmup-steps 1 --bench-steps 2 --peak 100 --json "$dir/z3_bench_$x.json" >"$dir/z3_bench_$x.log" 2>&1 ||
+    fail "bench zero3 $x: $(tail -2 "$dir/z3_bench_$x.log")"
+done
+if out=$(/usr/bin/python3 - "$dir" <<'PY'
+import json, math, sys
+b = {x: json.load(open("%s/z3_bench_%s.json" % (sys.argv[1], x)))["summary"]["comm_bytes_step"] for x in ("fp32", "bf16")}
+W, L, C, Vp = 2, 2, 48, 2048                 # the GPT-2 shape of `common` (vocabulary 2000 padded)
+layer = 12 * C * C + 13 * C                  # 4 matmul weights (12 C^2) + norms and biases (13 C)
+mm_layer = 12 * C * C
+K = math.ceil(Vp * C / layer)                # wte chunks: each no larger than a layer
+mm_chunk = Vp * C // K                       # a chunk is all matmul (the tied head)
+saved = (W - 1) / W * 2 * (2 * L * mm_layer + (K + max(K - 2, 0)) * mm_chunk)
+d = b["fp32"] - b["bf16"]
+print("ZeRO-3 bytes sent per step by rank 0: fp32 %d, bf16 %d (ratio %.4f; saved %d, expected %d: "
+      "%d layers x 2 + %d head chunks in 16 bits)" % (b["fp32"], b["bf16"], b["bf16"] / b["fp32"], d, saved, L, K + max(K - 2, 0)))
+sys.exit(0 if d == saved else 1)
+PY
+); then pass "bf16 ZeRO-3 gathers the matmul weights in 16 bits: $out"; else fail "bf16 ZeRO-3 gather bytes: $out"; fi
 DTRAIN_TEST_OVERFLOW=5:0 run1 fp16_one_acc2 2 --set training.precision=fp16
 DTRAIN_TEST_OVERFLOW=5:1 timeout 300 "${mpi[@]}" -x DTRAIN_TEST_OVERFLOW -n 2 "$bin" train "${common[@]}" \
   --set training.precision=fp16 --set parallel.strategy=zero2 --set logging.metrics="$dir/fp16_zero2.jsonl" \
@@ -377,12 +426,6 @@ done
 # 1 rank (above), so bf16 is compared with both within a tolerance on the losses (measured
 # ~1e-5 relative over 20 steps; the weights differ more, as AdamW turns the rounding of
 # near-zero gradients into lr-sized steps).
-runNodes() { # NAME [args...]: 4 ranks on 2 simulated nodes x 2
-  local name=$1; shift
-  timeout 300 "${mpi[@]}" -n 4 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
-    "$bin" train "${common[@]}" --set logging.metrics="$dir/$name.jsonl" --save-weights "$dir/$name.st" "$@" \
-    >"$dir/$name.log" 2>&1 || fail "$name: $(tail -3 "$dir/$name.log")"
-}
 gd=(--set parallel.grad_dtype=bf16)
 runN gd_ddp2 2 "${gd[@]}"
 for s in zero1 zero2 zero3; do

@@ -87,7 +87,8 @@ dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, fl
 dt_status dt_comm_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                               const size_t *counts, const size_t *displs, uint16_t *out,
                                               uint16_t *scratch);
-/* In-place all-gather of bf16 values with any layout (as dt_comm_allgatherv). */
+/* In-place all-gather of bf16 values with any layout (as dt_comm_allgatherv). The values
+ * travel as raw 16-bit patterns, so any 16-bit type works (ZeRO-3 gathers fp16 weights). */
 dt_status dt_comm_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
                                   const size_t *displs);
 /* Reduce-scatter (sum, f32): rank r of the group receives the sum over ranks of

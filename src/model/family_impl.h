@@ -95,9 +95,10 @@ static inline int dt_act_top_recomputed(const dt_model_opts *o, int L) {
 }
 
 /* The unit hooks (model.h), skipped when unset. */
-static inline void dt_unit_need(dt_model *m, int u, int next) {
-    if (m->hooks.need_params) m->hooks.need_params(m->hooks.ud, u, next);
+static inline void dt_unit_need_flags(dt_model *m, int u, int next, int flags) {
+    if (m->hooks.need_params) m->hooks.need_params(m->hooks.ud, u, next, flags);
 }
+static inline void dt_unit_need(dt_model *m, int u, int next) { dt_unit_need_flags(m, u, next, 0); }
 static inline void dt_unit_grads_begin(dt_model *m, int u) {
     if (m->hooks.grads_begin) m->hooks.grads_begin(m->hooks.ud, u);
 }

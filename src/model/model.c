@@ -189,7 +189,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
     m->lp_unit[0] = m->lp_unit[1] = -1;
-    if (m->opts.compute != DT_F32) {
+    if (m->opts.compute != DT_F32 && (slabs & DT_SLAB_PARAMS)) {
         size_t win = max_unit(&m->ps) * sizeof(uint16_t);
         for (int w = 0; w < 2; w++)
             DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, win, (void **)&m->lp_win[w]));
@@ -231,32 +231,25 @@ static size_t max_unit(const dt_params *ps) {
     return mx;
 }
 
-void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, size_t bytes[DT_MEM_NKINDS]) {
-    if (o && o->compute != DT_F32) bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
+void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, size_t bytes[DT_MEM_NKINDS]) {
+    if (o && o->compute != DT_F32 && (slabs & DT_SLAB_PARAMS)) bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
 }
 
 /* Narrows the matmul tensors of unit u from its master weights into dst (same offsets). */
 static void narrow_unit(dt_model *m, int u, uint16_t *dst) {
     const dt_params *ps = &m->ps;
     const float *src = ps->unit_params[u];
-    for (int id = 0; id < ps->n_tensors; id++) {
-        const dt_tensor_info *t = &ps->tensors[id];
-        if (!t->matmul) continue;
-        if (t->vocab) { /* its chunks are whole units */
-            if (u >= t->unit && u < t->unit + dt_params_chunks(ps, id))
-                dt_to_lowp(m->opts.compute, dst, src, ps->unit_len[u]);
-            continue;
-        }
-        int layer = t->group == DT_PG_LAYER ? u - t->unit : 0;
-        if (layer < 0 || layer >= (t->group == DT_PG_LAYER ? ps->n_layer : 1)) continue;
-        size_t off;
-        if (dt_params_unit_of(ps, id, layer, &off) != u) continue;
-        dt_to_lowp(m->opts.compute, dst + off, src + off, t->rows * t->cols);
-    }
+    size_t off[DT_MODEL_MAX_TENSORS], len[DT_MODEL_MAX_TENSORS];
+    int n = dt_params_matmul_runs(ps, u, off, len, DT_MODEL_MAX_TENSORS);
+    for (int i = 0; i < n; i++) dt_to_lowp(m->opts.compute, dst + off[i], src + off[i], len[i]);
 }
 
 const uint16_t *dt_model_lp_unit(dt_model *m, int u) {
     DT_ASSERT(m->opts.compute != DT_F32);
+    /* Gathered in 16 bits by the strategy: valid until its next need_params of another unit,
+     * and cleared when its window is reused, so this is never a stale copy. */
+    if (m->ps.unit_params_lp[u]) return m->ps.unit_params_lp[u];
+    DT_ASSERT(m->lp_win[0] != NULL); /* no windows: the strategy provides every unit */
     for (int w = 0; w < 2; w++)
         if (m->lp_unit[w] == u && m->lp_epoch[w] == m->epoch) {
             m->lp_last = w;

@@ -63,18 +63,26 @@ void dt_model_cfg_set(dt_model_config *c, const dt_cfg_field *f, double v);
 
 /* Per-unit callbacks for the parallel strategies (units: params.h); any member may be NULL.
  * A family announces every unit it reads or writes:
- *   need_params(u, next)  before reading unit u's parameters (forward or backward); `next` is
+ *   need_params(u, next, flags)
+ *                         before reading unit u's parameters (forward or backward); `next` is
  *                         the unit whose parameters it reads after u (-1: none or unknown),
- *                         so ZeRO-3 can gather it meanwhile. unit_params[u] stays valid only
- *                         until the next need_params of another unit.
+ *                         so ZeRO-3 can gather it meanwhile. unit_params[u] (and
+ *                         unit_params_lp[u]) stay valid only until the next need_params of
+ *                         another unit. Under mixed precision the strategy may provide u's
+ *                         `matmul` tensors only as their 16-bit copies, in unit_params_lp[u]
+ *                         (then their part of unit_params[u] is undefined), unless flags has
+ *                         DT_NEED_F32: u's matmul tensors are read in fp32 too (an embedding
+ *                         lookup); DT_NEED_NEXT_F32 says the same of `next`.
  *   grads_begin(u)        before writing unit u's gradients (ZeRO-2/3 point them at a
  *                         zeroed window), and grads_end(u) once they are final for the
  *                         micro-step. Begin/end pairs do not nest, and a backward ends the
  *                         units in strictly decreasing order (every family's order), so DDP
  *                         launches a bucket once the lowest unit it touches has ended. */
+#define DT_NEED_F32 1
+#define DT_NEED_NEXT_F32 2
 typedef struct dt_model_hooks {
     void *ud;
-    void (*need_params)(void *ud, int unit, int next);
+    void (*need_params)(void *ud, int unit, int next, int flags);
     void (*grads_begin)(void *ud, int unit);
     void (*grads_end)(void *ud, int unit);
 } dt_model_hooks;
@@ -91,7 +99,8 @@ typedef struct dt_model_hooks {
 typedef enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE, DT_RECOMPUTE_FULL } dt_recompute;
 /* Mixed precision (training.precision): compute = DT_BF16 or DT_F16 runs every matmul on
  * 16-bit operands with fp32 results: the weights flagged `matmul` (params.h) are narrowed
- * from the fp32 master weights unit by unit when first read after a forward starts; the
+ * from the fp32 master weights unit by unit when first read after a forward starts (or come
+ * narrowed from the strategy: ZeRO-3 gathers them in 16 bits, unit_params_lp); the
  * activations that only feed matmuls are stored in 16 bits (family_impl.h says which);
  * activation gradients are narrowed for their GEMMs. Norms, attention, softmax, the loss and
  * all parameter gradients stay fp32. compute = DT_F32: everything fp32. */
@@ -172,7 +181,8 @@ struct dt_model {
     dt_params ps;
     int B, T; /* activation buffers are sized for micro-batch B of T tokens */
     dt_model_opts opts;
-    /* mixed precision: 16-bit copies of the matmul weights of the two units read last */
+    /* mixed precision: 16-bit copies of the matmul weights of the two units read last (none
+     * without a params slab: the strategy provides unit_params_lp) */
     uint16_t *lp_win[2];
     int lp_unit[2];      /* unit held by each window (-1: none) */
     long lp_epoch[2];    /* forward count when it was narrowed */
@@ -219,15 +229,21 @@ int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b);
 
 /* ---- one model */
 
-/* Bytes dt_model_init_opts allocates for mixed precision (the weight windows), by kind. */
-void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, size_t bytes[DT_MEM_NKINDS]);
+/* Bytes dt_model_init_opts allocates for mixed precision (the weight windows) with `slabs`,
+ * by kind. */
+void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, size_t bytes[DT_MEM_NKINDS]);
 /* The 16-bit copy of tensor id of layer l (a `matmul` tensor; its unit announced with
- * need_params since the forward began), narrowed from the master weights on first use. */
+ * need_params since the forward began, without DT_NEED_F32): unit_params_lp[u] when the
+ * strategy provided it, else narrowed from the master weights on first use into one of the
+ * model's two windows (a model without a params slab has none: its strategy must provide
+ * every such unit). */
 const uint16_t *dt_model_lp_tensor(dt_model *m, int id, int layer);
 /* The same for a whole unit (a vocabulary chunk). */
 const uint16_t *dt_model_lp_unit(dt_model *m, int unit);
 
-/* Validates cfg, builds the store (allocating the slabs in `slabs`) and the activations. */
+/* Validates cfg, builds the store (allocating the slabs in `slabs`) and the activations.
+ * Mixed precision without DT_SLAB_PARAMS (ZeRO-3): the parameters come from the strategy,
+ * the 16-bit matmul tensors too (unit_params_lp), so no 16-bit windows are allocated. */
 dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,
                         int B, int T, int slabs);
 /* The same with activation checkpointing opts (NULL: none); a bad recompute_every is refused

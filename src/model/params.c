@@ -83,6 +83,39 @@ static int make_units(dt_params *ps, size_t *lo) {
     return n;
 }
 
+int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, int cap) {
+    int n = 0;
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        if (!t->matmul) continue;
+        size_t o = 0, l;
+        if (t->vocab) { /* its chunks are whole units */
+            if (u < t->unit || u >= t->unit + dt_params_chunks(ps, id)) continue;
+            l = ps->unit_len[u];
+        } else {
+            int layer = t->group == DT_PG_LAYER ? u - t->unit : 0;
+            if (layer < 0 || layer >= dt_params_copies(ps, id)) continue;
+            if (dt_params_unit_of(ps, id, layer, &o) != u) continue;
+            l = t->rows * t->cols;
+        }
+        DT_ASSERT(n < cap);
+        int i = n++; /* insertion in offset order (a unit's tensors are ascending already) */
+        for (; i > 0 && off[i - 1] > o; i--) off[i] = off[i - 1], len[i] = len[i - 1];
+        off[i] = o;
+        len[i] = l;
+    }
+    int m = 0; /* merge adjacent runs */
+    for (int i = 0; i < n; i++) {
+        if (m > 0 && off[m - 1] + len[m - 1] == off[i]) {
+            len[m - 1] += len[i];
+            continue;
+        }
+        off[m] = off[i];
+        len[m++] = len[i];
+    }
+    return m;
+}
+
 int dt_params_chunks(const dt_params *ps, int id) {
     const dt_tensor_info *t = &ps->tensors[id];
     return (int)((t->rows + t->chunk_rows - 1) / t->chunk_rows);
@@ -96,7 +129,7 @@ void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0
 }
 
 static size_t unit_bytes(const dt_params *ps) {
-    return (size_t)ps->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *));
+    return (size_t)ps->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *) + sizeof(uint16_t *));
 }
 
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
@@ -117,6 +150,8 @@ dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table
     ps->unit_len = ps->unit_lo + ps->n_units;
     ps->unit_params = (float **)(ps->unit_len + ps->n_units);
     ps->unit_grads = ps->unit_params + ps->n_units;
+    ps->unit_params_lp = (uint16_t **)(ps->unit_grads + ps->n_units);
+    for (int u = 0; u < ps->n_units; u++) ps->unit_params_lp[u] = NULL;
     make_units(ps, ps->unit_lo);
     if (slabs & DT_SLAB_PARAMS)
         DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, ps->n_params * sizeof(float),

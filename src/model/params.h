@@ -11,6 +11,8 @@
  * Storage: `params` and `grads` are slabs over the whole index space (either may be NULL
  * when a strategy stores shards instead); unit_params[u] / unit_grads[u] are where the
  * kernels read and write unit u (by default inside the slabs; ZeRO points them at windows).
+ * Under mixed precision, unit_params_lp[u] (NULL: not provided) may hold the 16-bit copies
+ * of unit u's `matmul` tensors at their unit offsets (ZeRO-3 gathers them so: model.h).
  *
  *   dt_params ps; DT_CHECK(dt_params_init(ctx, &ps, table, n, n_layer, alloc, DT_SLAB_PARAMS));
  *   float *w = dt_params_tensor(&ps, ps.params, id, layer);
@@ -71,6 +73,7 @@ typedef struct dt_params {
     int n_pre_units;            /* units before layer 0 */
     size_t *unit_lo, *unit_len; /* each unit's range in the index space */
     float **unit_params, **unit_grads;
+    uint16_t **unit_params_lp;  /* 16-bit matmul tensors of unit u, or NULL (model.h) */
     dt_alloc *alloc;
 } dt_params;
 
@@ -104,6 +107,10 @@ void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_
 /* The unit holding tensor id of layer l, and the tensor's offset inside that unit (a
  * vocabulary tensor: its first chunk's unit, offset 0). */
 int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit);
+/* The `matmul` tensors of unit u as runs of elements [off[i], off[i] + len[i]) in unit
+ * offsets, ascending, adjacent tensors merged (LLaMA's q|k|v); returns the number of runs.
+ * cap (room in off and len) must cover the unit's matmul tensors: n_tensors always does. */
+int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, int cap);
 /* Chunks of a vocabulary tensor (1 for any other), and chunk c's unit and row range. */
 int dt_params_chunks(const dt_params *ps, int id);
 void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows);

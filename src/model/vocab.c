@@ -15,7 +15,8 @@ void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *toke
         int u;
         size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
-        dt_unit_need(m, u, c + 1 < K ? u + 1 : next); /* chunks are consecutive units */
+        /* chunks are consecutive units; the lookup reads them in fp32 (a tied head's too) */
+        dt_unit_need_flags(m, u, c + 1 < K ? u + 1 : next, DT_NEED_F32 | (c + 1 < K ? DT_NEED_NEXT_F32 : 0));
         DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(out, tokens, ps->unit_params[u], (int)r0, (int)rows, N, C));
     }
 }

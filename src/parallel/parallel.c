@@ -125,6 +125,8 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
         if (mine > z->max_ns) z->max_ns = mine;
         if (sub > z->max_sub) z->max_sub = sub;
     }
+    /* ZeRO-3 under mixed precision: 16-bit windows replace the model's (dt_model_lowp_plan) */
+    if (cfg->strategy == DT_STRAT_ZERO3 && cfg->compute != DT_F32) z->lpwin = z->max_unit;
     size_t W = (size_t)world, per = cfg->bucket_bytes / sizeof(float);
     z->bucket = per < 1024 ? 1024 : per;
     if (z->bucket > ps->n_params) z->bucket = ps->n_params;
@@ -162,9 +164,9 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
     dt_par_sizes_of(ps, cfg, world, G, j, n_rep, &z);
     const size_t F = sizeof(float), H = sizeof(uint16_t);
     bytes[DT_MEM_OPTIM] += 2 * z.S * F;
-    if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init */
+    if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init, dt_par_params_init */
         bytes[DT_MEM_GRADS] += (z.S + 2 * z.max_unit) * F;
-        if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F;
+        if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F + 2 * z.lpwin * H;
         if (world > 1)
             bytes[DT_MEM_COMM] += z.rs_scr * F + (z.rs_round + (n_rep > 1 ? z.max_ns : 0)) * z.esize + z.lp * H;
         return;
@@ -180,6 +182,7 @@ dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t) {
     switch (t->kind) {
     case DT_TASK_BUCKET: return dt_par_reduce_bucket(ctx, p, t->a);
     case DT_TASK_GATHER: return dt_par_gather_unit(ctx, p, t->a, p->pwin[t->b]);
+    case DT_TASK_GATHER_LP: return dt_par_gather_unit_lp(ctx, p, t->a, t->b);
     case DT_TASK_REDUCE: return dt_par_reduce_unit(ctx, p, t->a, t->b);
     }
     return DT_OK;
@@ -194,7 +197,10 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
         dt_trace_end(tt, "comm", "bucket %d %s", t->a,
                      p->cfg.strategy == DT_STRAT_DDP ? "all-reduce" : "reduce-scatter");
     else
-        dt_trace_end(tt, "comm", "unit %d %s", t->a, t->kind == DT_TASK_GATHER ? "all-gather" : "reduce-scatter");
+        dt_trace_end(tt, "comm", "unit %d %s", t->a,
+                     t->kind == DT_TASK_GATHER      ? "all-gather"
+                     : t->kind == DT_TASK_GATHER_LP ? "all-gather 16-bit"
+                                                    : "reduce-scatter");
     if (st != DT_OK && p->err == DT_OK) {
         p->err_ctx = c;
         p->err = st;
@@ -288,6 +294,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
     dt_parallel *p = calloc(1, sizeof *p);
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     p->cfg = *cfg;
+    p->cfg.compute = m->opts.compute; /* the model's precision decides (the plan is told it) */
     p->comm = comm;
     p->m = m;
     p->alloc = alloc;
@@ -431,7 +438,7 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
                         s - s0, lr, t, clip_coef < 1.0f ? clip_coef : 1.0f);
     }
     if (p->sharded_params) {
-        p->pwin_unit[0] = p->pwin_unit[1] = -1; /* stale: units are gathered when next used */
+        dt_par_params_stale(p); /* units are gathered when next used */
         return DT_OK;
     }
     if (p->G == 1) return DT_OK; /* one shard holder (world 1, or hybrid with one rank per node) */
@@ -519,7 +526,7 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
         size_t i = (size_t)u * p->G + p->j;
         memcpy(p->pshard + p->sb[u], full + m->ps.unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
     }
-    p->pwin_unit[0] = p->pwin_unit[1] = -1;
+    dt_par_params_stale(p);
     return DT_OK;
 }
 

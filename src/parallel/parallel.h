@@ -26,6 +26,13 @@
  * reduction, ZeRO-2/3 after each micro-step's), parameters and optimizer state stay f32.
  * One rank communicates nothing and rounds nothing, so in bf16 1 rank is not bitwise N
  * ranks (close: the losses agree to ~1e-5 relative, tests/test_mpi.sh).
+ * Under mixed precision (compute DT_BF16/DT_F16) ZeRO-3's parameter gathers move the
+ * `matmul` tensors in 16 bits: each rank narrows its piece of its fp32 master shard and the
+ * 16-bit values land in a 16-bit window the model reads (unit_params_lp, model.h); the other
+ * tensors travel in fp32. Narrowing is per element, so the bits are those DDP narrows
+ * locally, and ZeRO-3 stays bitwise equal to DDP. The embedding lookup reads its chunks in
+ * fp32 (DT_NEED_F32): those gathers stay fp32. Full-parameter paths (checkpoints, export,
+ * set_params) are fp32.
  *
  *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
  *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
@@ -52,6 +59,9 @@ typedef struct dt_parallel_cfg {
     int overlap;         /* all-reduce buckets on a communication thread during backward */
     int accum;           /* micro-steps per step (set by the trainer) */
     dt_dtype grad_dtype; /* DT_F32, or DT_BF16: gradient reductions travel in bf16 (below) */
+    dt_dtype compute;    /* the model's training.precision (set by the trainer; dt_parallel_init
+                            takes the model's): under DT_BF16/DT_F16 ZeRO-3 gathers the
+                            `matmul` tensors in 16 bits (below) */
 } dt_parallel_cfg;
 
 typedef struct dt_parallel dt_parallel;

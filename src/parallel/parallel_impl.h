@@ -16,10 +16,10 @@
 
 #include "parallel/parallel.h"
 
-typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_REDUCE } dt_task_kind;
+typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_GATHER_LP, DT_TASK_REDUCE } dt_task_kind;
 
-/* A communication task: reduce bucket a; gather unit a into parameter window b; reduce unit
- * a from gradient window b. */
+/* A communication task: reduce bucket a; gather unit a into parameter window b (in fp32, or
+ * _LP: its matmul tensors in 16 bits, zero_params.c); reduce unit a from gradient window b. */
 typedef struct dt_par_task {
     dt_task_kind kind;
     int a, b;
@@ -40,6 +40,8 @@ typedef struct dt_par_sizes {
     size_t rs_scr;   /* ZeRO-2/3, f32 gradients: reduce-scatter scratch, W x rs_round; 0 with bf16 */
     size_t lp;       /* bf16 gradients: staging of the bf16 collectives (bf16 values); 0 with f32 */
     size_t esize;    /* bytes of a reduced element in bk_out / rs_out / ns_buf: 4, or 2 with bf16 */
+    size_t lpwin;    /* ZeRO-3 under mixed precision: a 16-bit parameter window (values; the
+                        largest unit, as pwin); 0 otherwise */
 } dt_par_sizes;
 
 /* Sizes for shard group size G (my index j in it) and n_rep replicas of each node-shard. */
@@ -110,6 +112,14 @@ struct dt_parallel {
     double t_exposed, t_total;
     long gwin_task[2];       /* ZeRO: the task reading each gradient window (-1: none) */
     long pwin_task[2];       /* ZeRO-3: task filling each parameter window (-1: none) */
+    /* ZeRO-3 under mixed precision (zero_params.c): matmul tensors gathered in 16 bits */
+    int lp_gather;           /* z.lpwin > 0 */
+    uint16_t *lpwin[2];      /* 16-bit windows beside pwin (z.lpwin values each) */
+    int pwin_lp[2];          /* window w holds its unit's matmul tensors in lpwin[w] only */
+    int *run0;               /* [U + 1]: unit u's matmul runs are [run0[u], run0[u + 1]) */
+    size_t *run_off, *run_len; /* runs in unit offsets (params.h dt_params_matmul_runs) */
+    size_t *mm_cnt, *mm_off; /* [U x G] matmul elements of each node-shard, and of those before */
+    size_t *nm_cnt, *nm_off; /* [U x G] the same for the other elements */
 };
 
 /* parallel.c: the task runner */
@@ -131,7 +141,15 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed);
 void dt_par_zero_free(dt_parallel *p);
 void dt_par_zero_begin_micro(dt_parallel *p);
 dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p);
-/* Gathers the full parameters of unit u (ZeRO-3) into dst. */
+/* zero_params.c: ZeRO-3's parameter shard and windows */
+dt_status dt_par_params_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed);
+void dt_par_params_free(dt_parallel *p);
+/* Gathers the full parameters of unit u (ZeRO-3) into dst, in fp32. */
 dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
+/* Gathers unit u into window w: its matmul tensors in 16 bits into lpwin[w], the others in
+ * fp32 into pwin[w], at their unit offsets. */
+dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w);
+/* The master shard changed: no window holds a current unit. */
+void dt_par_params_stale(dt_parallel *p);
 
 #endif

@@ -3,7 +3,8 @@
  * params.h) gets a temporary full copy in one of two windows, through the model's unit hooks.
  *
  *   need_params(u, next)  ZeRO-3: gather u into a window unless one holds it, wait for it,
- *                         and start gathering `next` into the other window.
+ *                         and start gathering `next` into the other window (zero_params.c,
+ *                         with ZeRO-3's parameter shard and the 16-bit gathers).
  *   grads_begin(u)        point u's gradients at the next gradient window, once the
  *                         reduction still reading that window has finished, zeroed.
  *   grads_end(u)          reduce-scatter the window (rank order) into the gradient shard,
@@ -25,16 +26,6 @@
 
 static size_t G_off(const dt_parallel *p, int u) { return p->split_off[(size_t)u * p->G + p->j]; }
 static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[(size_t)u * p->G + p->j]; }
-
-dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst) {
-    memcpy(dst + G_off(p, u), p->pshard + p->sb[u], G_cnt(p, u) * sizeof(float));
-    if (p->G == 1) return DT_OK;
-    double t0 = dt_now();
-    DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, dst, p->split_cnt + (size_t)u * p->G,
-                                p->split_off + (size_t)u * p->G));
-    p->t_total += dt_now() - t0;
-    return DT_OK;
-}
 
 /* Into the step's gradient shard: micro-step 0 writes, later ones add. */
 static void accumulate(float *dst, const float *src, size_t n, int first) {
@@ -109,23 +100,6 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     return DT_OK;
 }
 
-static void z_need(void *ud, int u, int next) {
-    dt_parallel *p = ud;
-    int w = p->pwin_unit[0] == u ? 0 : p->pwin_unit[1] == u ? 1 : 1 - p->pw_cur;
-    if (p->pwin_unit[w] != u) {
-        p->pwin_unit[w] = u;
-        p->pwin_task[w] = dt_par_submit(p, DT_TASK_GATHER, u, w);
-    }
-    dt_par_wait(p, p->pwin_task[w]);
-    p->m->ps.unit_params[u] = p->pwin[w];
-    p->pw_cur = w;
-    int w2 = 1 - w;
-    if (next >= 0 && next != u && p->pwin_unit[w2] != next) {
-        p->pwin_unit[w2] = next;
-        p->pwin_task[w2] = dt_par_submit(p, DT_TASK_GATHER, next, w2);
-    }
-}
-
 static void z_grads_begin(void *ud, int u) {
     dt_parallel *p = ud;
     int w = 1 - p->gw_cur;
@@ -181,18 +155,7 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     m->hooks.ud = p;
     m->hooks.grads_begin = z_grads_begin;
     m->hooks.grads_end = z_grads_end;
-    if (p->sharded_params) {
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->S, &p->pshard));
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->z.max_unit, &p->pwin[0]));
-        DT_CHECK(get(ctx, p, DT_MEM_PARAMS, p->z.max_unit, &p->pwin[1]));
-        p->pwin_unit[0] = p->pwin_unit[1] = -1;
-        p->pw_cur = 1;
-        /* Each rank draws only its own shard (the counter RNG makes any range drawable). */
-        for (int u = 0; u < p->U; u++)
-            dt_params_init_range(&m->ps, seed, p->pshard + p->sb[u], m->ps.unit_lo[u] + G_off(p, u), G_cnt(p, u));
-        for (int u = 0; u < p->U; u++) m->ps.unit_params[u] = NULL;
-        m->hooks.need_params = z_need;
-    }
+    if (p->sharded_params) DT_CHECK(dt_par_params_init(ctx, p, seed));
     dt_par_zero_begin_micro(p);
     return DT_OK;
 }
@@ -208,8 +171,6 @@ void dt_par_zero_free(dt_parallel *p) {
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->lp, p->z.lp * sizeof(uint16_t));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->rs16, p->z.rs_round * sizeof(uint16_t));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->ns16, p->z.max_ns * sizeof(uint16_t));
-    PUT(DT_MEM_PARAMS, p->pshard, p->S);
-    PUT(DT_MEM_PARAMS, p->pwin[0], p->z.max_unit);
-    PUT(DT_MEM_PARAMS, p->pwin[1], p->z.max_unit);
 #undef PUT
+    if (p->sharded_params) dt_par_params_free(p);
 }

@@ -22,7 +22,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32};
     c->seed = 1337;
     c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32};
     c->loss_scale_window = 2000;
@@ -117,9 +117,11 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
     bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &cfg->model_opts, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
-    dt_model_lowp_plan(&ps, &cfg->model_opts, bytes);
+    /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
+    dt_model_lowp_plan(&ps, &cfg->model_opts, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, bytes);
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
+    pc.compute = cfg->model_opts.compute;
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
     bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
     dt_params_free(&ps);
@@ -172,6 +174,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->comm = comm;
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
+    pc.compute = cfg->model_opts.compute;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->inputs));
