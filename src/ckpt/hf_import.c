@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "ckpt/ckpt_io.h"
 #include "ckpt/safetensors.h"
 #include "model/hf_json.h"
+#include "ops/ops.h"
 
 #define HF_MAX_SHARDS 256
 
@@ -241,6 +243,11 @@ dt_status dt_hf_load(dt_ctx *ctx, dt_model *m, const char *dir) {
                     for (int64_t j = 0; j < c; j++) dst[i * c + j] = value_at(t, (size_t)(j * r + i));
             } else if (t->dtype == DT_ST_F32) {
                 memcpy(dst, t->data, (size_t)(r * c) * sizeof(float));
+            } else if ((uintptr_t)t->data % 2 == 0) {
+                /* F16/BF16: the vectorised, threaded exact widening (ops.h), not element by
+                 * element: a 7B model's 14 GB widen in seconds. */
+                dt_from_lowp(t->dtype == DT_ST_F16 ? DT_F16 : DT_BF16, dst, (const uint16_t *)t->data,
+                             (size_t)(r * c));
             } else {
                 for (size_t i = 0; i < (size_t)(r * c); i++) dst[i] = value_at(t, i);
             }
