@@ -377,6 +377,38 @@ static void evil_host(cJSON *root) {
                               cJSON_CreateString("<script>alert(1)</script>&\"x\""));
 }
 
+/* The DDP 2-rank run was run in bf16 with selective checkpointing every 2nd layer and bf16
+ * gradients. */
+static void e_precision(cJSON *r) {
+    cJSON *c = cJSON_GetObjectItem(r, "config");
+    cJSON_DeleteItemFromObject(c, "training.precision");
+    cJSON_AddStringToObject(c, "training.precision", "bf16");
+    cJSON_DeleteItemFromObject(c, "memory.activation_checkpointing");
+    cJSON_AddStringToObject(c, "memory.activation_checkpointing", "selective");
+    cJSON_DeleteItemFromObject(c, "memory.activation_checkpointing_every");
+    cJSON_AddNumberToObject(c, "memory.activation_checkpointing_every", 2);
+    cJSON_DeleteItemFromObject(c, "parallel.grad_dtype");
+    cJSON_AddStringToObject(c, "parallel.grad_dtype", "bf16");
+}
+
+static void test_precision_column(void **state) {
+    (void)state;
+    /* A run's precision, checkpointing and gradient dtype come from its config; files without
+     * those keys (earlier versions) read as fp32. */
+    dt_report *r = load_full("ddp-w2.json", e_precision);
+    assert_string_equal(by_file(r, "ddp-w2.json")->precision, "bf16, ckpt selective/2, grads bf16");
+    assert_string_equal(by_file(r, "ddp-w1.json")->precision, "fp32");
+    char *html;
+    size_t len;
+    FILE *f = open_memstream(&html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+    assert_non_null(strstr(html, "<th class=\"l\">precision</th>"));
+    assert_non_null(strstr(html, "bf16, ckpt selective/2, grads bf16"));
+    free(html);
+    dt_report_free(r);
+}
+
 /* Every rank's memory entry of the DDP 1-rank run gets "plan" = its tracked total + 0.5 MiB. */
 static void e_plan(cJSON *r) {
     cJSON *e;
@@ -463,6 +495,7 @@ int main(void) {
         cmocka_unit_test(test_recommend_no_budget), cmocka_unit_test(test_recommend_budget),
         cmocka_unit_test(test_loss_mismatch),   cmocka_unit_test(test_partial_data),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html), cmocka_unit_test(test_memory_plan_column),
+        cmocka_unit_test(test_precision_column),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -316,6 +316,7 @@ static void td_str(FILE *f, const char *s) {
 static void table_runs(FILE *f, const dt_report *r) {
     fputs("<h2>Runs</h2><div class=\"tbl\"><table id=\"runs\"><tr><th class=\"l\">run</th><th class=\"l\">file</th>"
           "<th class=\"l\">model</th><th>params</th><th>ranks</th><th class=\"l\">strategy</th>"
+          "<th class=\"l\">precision</th>"
           "<th>micro &#215; accum (global)</th><th>bucket</th><th>overlap</th><th>step ms mean &#177; std</th>"
           "<th>tokens/s</th><th>tokens/s/rank</th><th>samples/s (images)</th><th>TFLOP/s/rank</th><th>MFU</th><th>comm overhead</th>"
           "<th>comm ms exposed / total</th><th>weak eff</th><th>strong eff</th><th>peak mem (tracked)</th>"
@@ -336,6 +337,7 @@ static void table_runs(FILE *f, const dt_report *r) {
         td_num(f, t->params);
         fprintf(f, "<td>%d%s</td>", t->world, t->hybrid ? " hybrid" : "");
         td_str(f, t->strategy);
+        td_str(f, t->precision);
         fprintf(f, "<td>%d &#215; %d (%d)</td>", t->micro_batch, t->accum, t->global_batch);
         td_bytes(f, t->bucket_bytes);
         fprintf(f, "<td>%s</td>", t->overlap ? "on" : "off");

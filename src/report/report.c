@@ -123,6 +123,24 @@ static int opt_int(const cJSON *o, const char *key) {
     return cJSON_IsNumber(it) ? (int)it->valuedouble : 0;
 }
 
+/* A string config value, or `def` when absent. */
+static const char *cfg_str(const cJSON *o, const char *key, const char *def) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(it) ? it->valuestring : def;
+}
+
+/* "fp32"; "bf16, ckpt selective"; "fp16, ckpt full/2, grads bf16" (dt_rep_train.precision). */
+static void precision_label(const cJSON *config, char *buf, size_t n) {
+    const char *ck = cfg_str(config, "memory.activation_checkpointing", "none");
+    const char *gd = cfg_str(config, "parallel.grad_dtype", "fp32");
+    int every = opt_int(config, "memory.activation_checkpointing_every");
+    size_t len = (size_t)snprintf(buf, n, "%s", cfg_str(config, "training.precision", "fp32"));
+    if (strcmp(ck, "none") && len < n)
+        len += (size_t)snprintf(buf + len, n - len, ", ckpt %s%s", ck, every > 1 ? "/" : "");
+    if (strcmp(ck, "none") && every > 1 && len < n) len += (size_t)snprintf(buf + len, n - len, "%d", every);
+    if (strcmp(gd, "fp32") && len < n) snprintf(buf + len, n - len, ", grads %s", gd);
+}
+
 /* An array of numbers into a fresh double array. */
 static dt_status need_nums(jpath *j, const cJSON *o, const char *parent, const char *key,
                            double **out, int *n) {
@@ -188,6 +206,7 @@ static dt_status read_model_parallel(jpath *j, const cJSON *root, dt_rep_train *
     JCHECK(need_num(j, m, "model", "params", &t->params));
     /* Optional (files of earlier versions lack it): an image model's samples are images. */
     t->n_classes = opt_int(cJSON_GetObjectItemCaseSensitive(root, "config"), "model.n_classes");
+    precision_label(cJSON_GetObjectItemCaseSensitive(root, "config"), t->precision, sizeof t->precision);
     JCHECK(need_obj(j, root, "", "parallel", &p));
     JCHECK(need_int(j, p, "parallel", "world", &t->world));
     if (t->world < 1) return missing(j, "parallel", "world", "must be >= 1");

@@ -68,6 +68,10 @@ typedef struct dt_rep_train {
     double params;
     int world, hybrid, overlap, micro_batch, accum, global_batch;
     const char *strategy;
+    /* From config (files of earlier versions lack the keys: "fp32"): "bf16", "bf16, ckpt
+     * full/2, grads bf16" - training.precision, memory.activation_checkpointing(_every),
+     * parallel.grad_dtype where not the default. */
+    char precision[64];
     double bucket_bytes;
     double peak_gflops, flops_per_token; /* NaN when null */
     const char *peak_source, *mfu_formula;
