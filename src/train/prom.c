@@ -91,6 +91,10 @@ dt_status dt_prom_write(dt_ctx *ctx, dt_prom *p, dt_comm *comm, const dt_prom_sn
     fprintf(f, "dtrain_restarts %d\n", s->restarts);
     fprintf(f, "# HELP dtrain_skipped_steps_total steps skipped for a non-finite loss or gradient norm\n"
                "# TYPE dtrain_skipped_steps_total counter\ndtrain_skipped_steps_total %ld\n", s->skipped);
+    GAUGE("dtrain_loss_scale", "the current loss scale, which the next step uses (1 = no loss scaling)");
+    fprintf(f, "dtrain_loss_scale %.9g\n", s->loss_scale);
+    fprintf(f, "# HELP dtrain_overflow_steps_total steps skipped because loss-scaled gradients overflowed\n"
+               "# TYPE dtrain_overflow_steps_total counter\ndtrain_overflow_steps_total %ld\n", s->overflows);
     if (s->ckpt_age_s >= 0) {
         GAUGE("dtrain_checkpoint_age_seconds", "seconds since the last committed checkpoint");
         fprintf(f, "dtrain_checkpoint_age_seconds %.3f\n", s->ckpt_age_s);

@@ -29,6 +29,8 @@ typedef struct dt_prom_snapshot {
     double loss, tokens_per_s, mfu; /* mfu < 0: unknown */
     double ckpt_age_s;              /* < 0: no checkpoint committed yet */
     int restarts;
+    double loss_scale;              /* the loss scaler's scale (1 = off) */
+    long overflows;                 /* steps skipped for loss-scaled gradient overflow */
     const dt_alloc *alloc;          /* this rank's allocator (current bytes by kind) */
 } dt_prom_snapshot;
 

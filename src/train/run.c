@@ -706,7 +706,8 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 dt_prom_snapshot snap = {s, t->steps, r.tr.skipped, ss.loss, tps,
                                          peak > 0 ? fpt / world * tps / (peak * 1e9) : -1,
                                          r.last_commit_t > 0 ? dt_now() - r.last_commit_t : -1,
-                                         dt_restart_attempt() < 0 ? 0 : dt_restart_attempt(), &r.tr.alloc};
+                                         dt_restart_attempt() < 0 ? 0 : dt_restart_attempt(),
+                                         r.tr.scaler.scale, r.tr.scaler.overflows, &r.tr.alloc};
                 DT_CHECK_GOTO(dt_prom_write(ctx, &r.prom, comm, &snap));
             }
         }

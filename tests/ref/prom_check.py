@@ -45,7 +45,7 @@ def main():
         if rs != want:
             bad.append("%s: ranks %s, expected %s" % (fam, rs, want))
     for fam in ("dtrain_loss", "dtrain_tokens_per_second", "dtrain_skipped_steps_total", "dtrain_restarts",
-                "dtrain_last_update_timestamp_seconds"):
+                "dtrain_last_update_timestamp_seconds", "dtrain_loss_scale", "dtrain_overflow_steps_total"):
         if not any(nm == fam for nm, lb, v in samples):
             bad.append("%s missing" % fam)
     if bad:
