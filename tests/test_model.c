@@ -509,6 +509,26 @@ static void test_mixed_precision_tracks_fp32(void **state) {
     free(ref);
 }
 
+static void test_static_loss_scale_is_exact(void **state) {
+    (void)state;
+    /* A power-of-two loss scale multiplies the gradients and divides them back exactly, so in
+     * fp32 a static scale of 1/2 or 1024 trains bit for bit as no scale (scales below 1 must
+     * not be clamped away with the clipping coefficient). */
+    float l0[20], l1[20], *p0, *p1;
+    size_t n0, n1;
+    train(small_cfg(), l0, &p0, &n0);
+    static const float scales[] = {0.5f, 1024.0f};
+    for (int i = 0; i < 2; i++) {
+        dt_train_cfg c = small_cfg();
+        c.loss_scale = scales[i];
+        train(c, l1, &p1, &n1);
+        assert_memory_equal(l0, l1, sizeof l0);
+        assert_memory_equal(p0, p1, n0 * sizeof(float));
+        free(p1);
+    }
+    free(p0);
+}
+
 static void test_llama_presets_and_published_parameter_counts(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -682,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_llama_presets_and_published_parameter_counts),
         cmocka_unit_test(test_llama_layout_names_and_init),
         cmocka_unit_test(test_vit_presets_layout_and_rules),
+        cmocka_unit_test(test_static_loss_scale_is_exact),
 #define BOTH(t)                                                                              \
     cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"gpt2"),           \
         cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"llama"),          \

@@ -143,7 +143,8 @@ void dt_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void dt_f32_to_f16(uint16_t *dst, const float *src, size_t n);
 /* dst (n) = src widened to fp32, exactly (NaN payloads carried bit for bit). */
 void dt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
-/* Number of Inf and NaN among x (n): the overflow check of fp16 gradients. */
+/* Number of Inf and NaN among x (n) (tests and diagnostics; the trainer detects an fp16
+ * overflow from the global gradient norm, which needs no extra pass). */
 size_t dt_count_nonfinite_f32(const float *x, size_t n);
 /* The conversion of a 16-bit dtype (DT_BF16 or DT_F16; DT_F32 is a programming error). */
 void dt_to_lowp(dt_dtype dt, uint16_t *dst, const float *src, size_t n);
@@ -178,7 +179,7 @@ void dt_matmul_backward_ld_lp(dt_dtype dt, float *dinp, int accumulate, float *d
                               const uint16_t *dout_lp, int ldd, const uint16_t *inp,
                               const uint16_t *w, int N, int C, int OC);
 /* 1 when dt's GEMMs run on native 16-bit instructions here (0: the fp32 fallback, so no
- * speed-up over fp32; the banner says "bf16 speed-up not available on this CPU"). Always 0
+ * speed-up over fp32; the run banner then says the speed-up is not available on this CPU). Always 0
  * under DTRAIN_MATMUL=ref and on a forced lower path. */
 int dt_lowp_gemm_native(dt_dtype dt);
 /* The measured rate of dt's GEMM (native or fallback, never the reference loops), as

@@ -435,7 +435,7 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
         int s0 = s;
         while (s < p->nsegs && p->seg_unit[s] == u) s++;
         dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
-                        s - s0, lr, t, clip_coef < 1.0f ? clip_coef : 1.0f);
+                        s - s0, lr, t, clip_coef);
     }
     if (p->sharded_params) {
         dt_par_params_stale(p); /* units are gathered when next used */

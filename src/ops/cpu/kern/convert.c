@@ -1,5 +1,5 @@
 /* Conversions between fp32 and the 16-bit training formats (bf16, IEEE binary16), and the
- * non-finite count of the fp16 overflow check.
+ * non-finite count (tests and diagnostics).
  *
  * Every path computes the same integer function of the bits: the scalar helpers below are the
  * definition, the vector bodies transcribe them lane by lane (no FP rounding instruction is
