@@ -12,6 +12,7 @@
  *     |err| <= (K + 2) 2^-22 (sum_k |a_k b_k| + |c0|) + 1e-30
  * (4x the bound; 1e-30 covers vdpbf16ps flushing fp32 subnormal partial results). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,6 +509,46 @@ static void test_peak_gflops(void **state) {
     assert_true(med > 0.0 && best >= med);
 }
 
+typedef struct serial_job {
+    const float *src;
+    uint16_t *dst;
+    size_t n;
+} serial_job;
+
+static void *serial_thread(void *arg) {
+    serial_job *j = arg;
+    dt_ops_serial_thread();
+    dt_f32_to_bf16(j->dst, j->src, j->n);
+    dt_f32_to_f16(j->dst + j->n, j->src, j->n);
+    return NULL;
+}
+
+static void test_serial_thread(void **state) {
+    (void)state;
+    /* A thread marked serial (the communication thread) converts on its own, to the same
+     * bits as the threaded conversion of the caller's team. */
+    const size_t n = (1u << 20) + 37;
+    float *src = tu_malloc(n * sizeof(float));
+    uint16_t *a = tu_malloc(2 * n * sizeof(uint16_t)), *b = tu_malloc(2 * n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) src[i] = (float)((double)i * 1.0000001e-3 - 400.0);
+    dt_f32_to_bf16(a, src, n);
+    dt_f32_to_f16(a + n, src, n);
+    serial_job j = {src, b, n};
+#ifdef DT_TEST_QEMU
+    /* qemu-user 7.2 hangs in a guest's first pthread_create (tests/CMakeLists.txt): the
+     * marked thread is this one, the last test to convert. */
+    serial_thread(&j);
+#else
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, serial_thread, &j), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+#endif
+    assert_memory_equal(a, b, 2 * n * sizeof(uint16_t));
+    free(src);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_widen_exhaustive),
@@ -517,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_reference_loops),
         cmocka_unit_test(test_gemm_cache),
         cmocka_unit_test(test_peak_gflops),
+        cmocka_unit_test(test_serial_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

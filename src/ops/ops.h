@@ -146,6 +146,10 @@ void dt_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 /* Number of Inf and NaN among x (n) (tests and diagnostics; the trainer detects an fp16
  * overflow from the global gradient norm, which needs no extra pass). */
 size_t dt_count_nonfinite_f32(const float *x, size_t n);
+/* Marks the calling thread (the communication thread, which runs beside the compute
+ * thread's OpenMP team): its conversions run on it alone instead of opening a second team
+ * that would oversubscribe the cores. The bits are the same either way. */
+void dt_ops_serial_thread(void);
 /* The conversion of a 16-bit dtype (DT_BF16 or DT_F16; DT_F32 is a programming error). */
 void dt_to_lowp(dt_dtype dt, uint16_t *dst, const float *src, size_t n);
 void dt_from_lowp(dt_dtype dt, float *dst, const uint16_t *src, size_t n);

@@ -9,6 +9,7 @@
 
 #include "core/timer.h"
 #include "core/trace.h"
+#include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 
 dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out, int *hybrid) {
@@ -210,6 +211,7 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
 static void *comm_main(void *arg) {
     dt_parallel *p = arg;
     dt_trace_set_thread(DT_TRACE_TID_COMM);
+    dt_ops_serial_thread(); /* bf16 packing here must not start a second OpenMP team */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->stop && p->done == p->queued) pthread_cond_wait(&p->cv, &p->mu);

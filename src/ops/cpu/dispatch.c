@@ -138,3 +138,7 @@ void dt_from_lowp(dt_dtype dt, float *dst, const uint16_t *src, size_t n) {
     if (dt == DT_BF16) dt_bf16_to_f32(dst, src, n);
     else dt_f16_to_f32(dst, src, n);
 }
+
+_Thread_local int dt_cpu_serial;
+
+void dt_ops_serial_thread(void) { dt_cpu_serial = 1; }

@@ -76,6 +76,9 @@ extern const dt_cpu_kernels dt_cpu_kernels_avx512;
 extern const dt_cpu_kernels dt_cpu_kernels_neon;
 #endif
 
+/* 1 on a thread marked by dt_ops_serial_thread (ops.h): its conversions open no OpenMP team. */
+extern _Thread_local int dt_cpu_serial;
+
 /* The active table (chosen by dt_isa_init / dt_isa_use, else the best path). */
 const dt_cpu_kernels *dt_cpu_kernels_get(void);
 

@@ -380,10 +380,11 @@ static size_t nonfinite_block(const float *x, size_t n) {
 
 /* ------------------------------------------------------------------ the kernels */
 
-/* Runs a block body over n elements, in blocks over the threads when n is large. */
+/* Runs a block body over n elements, in blocks over the threads when n is large (and the
+ * calling thread is not marked serial: dt_ops_serial_thread). */
 #define DT_CVT_RUN(body, dst, src, n)                                                      \
     do {                                                                                   \
-        if ((n) < DT_CVT_PAR_MIN) {                                                        \
+        if ((n) < DT_CVT_PAR_MIN || dt_cpu_serial) {                                       \
             body(dst, src, n);                                                             \
             break;                                                                         \
         }                                                                                  \
