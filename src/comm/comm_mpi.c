@@ -64,6 +64,25 @@ static dt_status to_int(dt_ctx *ctx, size_t v, int *out) {
     return DT_OK;
 }
 
+/* The alltoallv counts of an ordered reduce-scatter: I send counts[r] elements from sdispls[r]
+ * (NULL: packed in rank order) to rank r, and receive every rank's copy of my part (mine =
+ * counts[me]) stacked in rank order. ic holds 4 p ints: scount | sdispl | rcount | rdispl. */
+static dt_status exchange_counts(dt_ctx *ctx, int p, int me, const size_t *counts, const size_t *sdispls,
+                                 int *ic) {
+    int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
+    size_t mine = counts[me], packed = 0;
+    int imine = 0;
+    dt_status st = to_int(ctx, mine, &imine);
+    for (int r = 0; r < p && st == DT_OK; r++) {
+        st = to_int(ctx, counts[r], &scount[r]);
+        if (st == DT_OK) st = to_int(ctx, sdispls ? sdispls[r] : packed, &sdispl[r]);
+        if (st == DT_OK) st = to_int(ctx, mine * (size_t)r, &rdispl[r]);
+        rcount[r] = imine;
+        packed += counts[r];
+    }
+    return st;
+}
+
 static dt_status m_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                           const size_t *counts, const size_t *displs, float *out,
                                           float *scratch) {
@@ -76,14 +95,7 @@ static dt_status m_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, c
     int *ic = malloc(4 * (size_t)p * sizeof(int));
     if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
-    int imine = 0;
-    dt_status st = to_int(ctx, mine, &imine);
-    for (int r = 0; r < p && st == DT_OK; r++) {
-        st = to_int(ctx, counts[r], &scount[r]);
-        if (st == DT_OK) st = to_int(ctx, displs[r], &sdispl[r]);
-        if (st == DT_OK) st = to_int(ctx, mine * (size_t)r, &rdispl[r]);
-        rcount[r] = imine;
-    }
+    dt_status st = exchange_counts(ctx, p, me, counts, displs, ic);
     if (st == DT_OK) {
         /* Every rank's copy of my part lands in scratch, stacked in rank order. */
         int rc = MPI_Alltoallv(buf, scount, sdispl, MPI_FLOAT, scratch, rcount, rdispl, MPI_FLOAT, comm_of(c, g));
@@ -166,15 +178,8 @@ static dt_status m_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group
     int *ic = malloc(4 * (size_t)p * sizeof(int));
     if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
-    int imine = 0;
-    dt_status st = to_int(ctx, mine, &imine);
-    for (int r = 0; r < p && st == DT_OK; r++) {
-        st = to_int(ctx, counts[r], &scount[r]);
-        if (st == DT_OK) st = to_int(ctx, total, &sdispl[r]);
-        if (st == DT_OK) st = to_int(ctx, mine * (size_t)r, &rdispl[r]);
-        rcount[r] = imine;
-        total += counts[r];
-    }
+    dt_status st = exchange_counts(ctx, p, me, counts, NULL, ic); /* sent packed */
+    for (int r = 0; r < p; r++) total += counts[r];
     uint16_t *recv = scratch + total;
     if (st == DT_OK) {
         for (int r = 0; r < p; r++) dt_f32_to_bf16(scratch + sdispl[r], buf + displs[r], counts[r]);

@@ -79,6 +79,10 @@ extern const dt_cpu_kernels dt_cpu_kernels_neon;
 /* 1 on a thread marked by dt_ops_serial_thread (ops.h): its conversions open no OpenMP team. */
 extern _Thread_local int dt_cpu_serial;
 
+/* matmul.c: median (and best, when non-NULL) GFLOP/s of run(arg), an n x n x n GEMM, over
+ * `reps` timed runs after a warm-up run (the fp32 and 16-bit peak measurements). */
+double dt_gemm_rate(void (*run)(void *), void *arg, int n, int reps, double *best);
+
 /* The active table (chosen by dt_isa_init / dt_isa_use, else the best path). */
 const dt_cpu_kernels *dt_cpu_kernels_get(void);
 

@@ -88,24 +88,16 @@ void dt_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *
     if (dw) sgemm('T', 'N', OC, C, N, dout, ldd, inp, C, 1.0f, dw, C);
 }
 
-/* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;
- * 0 if memory runs out. Uses the current OpenMP thread count. */
-double dt_matmul_peak_gflops(int n, int reps, double *best) {
-    size_t nn = (size_t)n * n;
-    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
-          *c = malloc(nn * sizeof(float));
-    double *t = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double));
-    double median = 0.0;
+/* Median (and best) GFLOP/s of run(arg), an n x n x n GEMM, over `reps` timed runs after
+ * one warm-up run (JIT, page faults, primitive creation); 0 if memory runs out. */
+double dt_gemm_rate(void (*run)(void *), void *arg, int n, int reps, double *best) {
+    double *t = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double)), median = 0.0;
     if (best) *best = 0.0;
-    if (!a || !b || !c || !t || reps < 1) goto done;
-    for (size_t i = 0; i < nn; i++) {
-        a[i] = (float)(i % 7) * 0.01f;
-        b[i] = (float)(i % 5) * 0.01f;
-    }
-    sgemm_onednn('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n); /* warm-up: JIT, page faults */
+    if (!t || reps < 1) goto done;
+    run(arg);
     for (int r = 0; r < reps; r++) {
         double t0 = dt_now();
-        sgemm_onednn('N', 'N', n, n, n, a, n, b, n, 0.0f, c, n);
+        run(arg);
         t[r] = dt_now() - t0;
     }
     qsort(t, (size_t)reps, sizeof *t, dt_cmp_double);
@@ -113,9 +105,39 @@ double dt_matmul_peak_gflops(int n, int reps, double *best) {
     median = flops / (reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2])) / 1e9;
     if (best) *best = flops / t[0] / 1e9;
 done:
+    free(t);
+    return median;
+}
+
+typedef struct sq_args {
+    int n;
+    const float *a, *b;
+    float *c;
+} sq_args;
+
+static void sq_sgemm(void *p) {
+    const sq_args *s = p;
+    sgemm_onednn('N', 'N', s->n, s->n, s->n, s->a, s->n, s->b, s->n, 0.0f, s->c, s->n);
+}
+
+/* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;
+ * 0 if memory runs out. Uses the current OpenMP thread count. */
+double dt_matmul_peak_gflops(int n, int reps, double *best) {
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
+          *c = malloc(nn * sizeof(float));
+    double median = 0.0;
+    if (best) *best = 0.0;
+    if (!a || !b || !c) goto done;
+    for (size_t i = 0; i < nn; i++) {
+        a[i] = (float)(i % 7) * 0.01f;
+        b[i] = (float)(i % 5) * 0.01f;
+    }
+    sq_args s = {n, a, b, c};
+    median = dt_gemm_rate(sq_sgemm, &s, n, reps, best);
+done:
     free(a);
     free(b);
     free(c);
-    free(t);
     return median;
 }

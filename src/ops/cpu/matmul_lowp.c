@@ -319,34 +319,36 @@ void dt_matmul_backward_ld_lp(dt_dtype dt, float *dinp, int accumulate, float *d
     if (dw) gemm_lp(dt, 'T', 'N', OC, C, N, dout_lp, ldd, inp, C, 1.0f, dw, C, 1);
 }
 
+typedef struct sq_args {
+    dt_dtype dt;
+    int n;
+    const uint16_t *a, *b;
+    float *c;
+} sq_args;
+
+static void sq_gemm(void *p) {
+    const sq_args *s = p;
+    gemm_lp(s->dt, 'N', 'N', s->n, s->n, s->n, s->a, s->n, s->b, s->n, 0.0f, s->c, s->n, 0);
+}
+
 /* As dt_matmul_peak_gflops, on dt's GEMM. */
 double dt_matmul_peak_gflops_lp(dt_dtype dt, int n, int reps, double *best) {
     size_t nn = (size_t)n * n;
     float *f = calloc(nn ? nn : 1, sizeof(float)), *c = malloc(nn * sizeof(float));
     uint16_t *a = malloc(nn * sizeof(uint16_t)), *b = malloc(nn * sizeof(uint16_t));
-    double *t = malloc((size_t)(reps > 0 ? reps : 1) * sizeof(double));
     double median = 0.0;
     if (best) *best = 0.0;
-    if (!f || !c || !a || !b || !t || reps < 1) goto done;
+    if (!f || !c || !a || !b) goto done;
     for (size_t i = 0; i < nn; i++) f[i] = (float)(i % 7) * 0.01f;
     dt_to_lowp(dt, a, f, nn);
     for (size_t i = 0; i < nn; i++) f[i] = (float)(i % 5) * 0.01f;
     dt_to_lowp(dt, b, f, nn);
-    gemm_lp(dt, 'N', 'N', n, n, n, a, n, b, n, 0.0f, c, n, 0); /* warm-up: creation, JIT */
-    for (int r = 0; r < reps; r++) {
-        double t0 = dt_now();
-        gemm_lp(dt, 'N', 'N', n, n, n, a, n, b, n, 0.0f, c, n, 0);
-        t[r] = dt_now() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof *t, dt_cmp_double);
-    double flops = 2.0 * n * (double)n * n;
-    median = flops / (reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2])) / 1e9;
-    if (best) *best = flops / t[0] / 1e9;
+    sq_args s = {dt, n, a, b, c};
+    median = dt_gemm_rate(sq_gemm, &s, n, reps, best);
 done:
     free(f);
     free(c);
     free(a);
     free(b);
-    free(t);
     return median;
 }
