@@ -387,6 +387,108 @@ static void test_allocation_failure_is_clean(void **state) {
     printf("each of the %ld allocations of an init failed in turn: NOMEM, nothing leaked\n", n);
 }
 
+/* One training forward + backward of a model built directly (slabs: params and grads) on
+ * fixed data; the gradient slab after it. `train_fwd`: dt_model_forward_train (the fused loss
+ * forms the head's gradients in the forward), else dt_model_forward (the backward does). */
+static float *fused_grads(const dt_model_opts *o, int train_fwd, size_t *n) {
+    dt_train_cfg c = small_cfg();
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_alloc a;
+    dt_alloc_init(&a);
+    dt_model m;
+    assert_int_equal(dt_model_init_opts(&ctx, &m, &c.model, o, &a, c.micro_batch, c.seq_len,
+                                        DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+    dt_model_init_weights(&m, 5);
+    dt_params_zero_grad(&m.ps);
+    size_t bt = (size_t)c.micro_batch * c.seq_len;
+    int32_t *in = tu_malloc(bt * sizeof(int32_t)), *tg = tu_malloc(bt * sizeof(int32_t));
+    for (size_t i = 0; i < bt; i++) in[i] = (int32_t)((i * 7 + 3) % 300), tg[i] = (int32_t)((i * 11 + 1) % 300);
+    float loss;
+    if (train_fwd) assert_int_equal(dt_model_forward_train(&ctx, &m, in, tg, 0.5f, &loss), DT_OK);
+    else assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss), DT_OK);
+    assert_int_equal(m.head_grads, train_fwd && o->fused_loss);
+    dt_model_backward(&m, 0.5f);
+    *n = m.ps.n_params;
+    float *g = tu_malloc(*n * sizeof(float));
+    memcpy(g, m.ps.grads, *n * sizeof(float));
+    free(in);
+    free(tg);
+    dt_model_free(&m);
+    assert_int_equal(a.total_cur, 0);
+    return g;
+}
+
+static void test_fused_loss_is_bitwise_the_stored_one(void **state) {
+    const char *fam = *state;
+    printf("  family %s\n", fam);
+    /* The fused loss (the head and cross-entropy 5 token rows at a time of 128, a ragged last
+     * block, gradients formed in the forward) trains to the bits of the stored logits with the
+     * same blocks, in fp32 and bf16 (whose fused path reads a 16-bit copy of the whole head),
+     * with accumulation; it stores 5 rows of logits instead of 128, and the plan equals the
+     * allocator. With one block (the default 256 rows) too. Block size changes the order of the
+     * head's weight-gradient sums, so different blocks are not compared bitwise. */
+    static const dt_dtype precs[] = {DT_F32, DT_BF16};
+    for (int pi = 0; pi < 2; pi++)
+        for (int rows = 5; rows >= 0; rows -= 5) {
+            float l[2][6];
+            float *p[2];
+            size_t n[2], acts[2];
+            for (int fused = 0; fused < 2; fused++) {
+                dt_train_cfg c = small_cfg();
+                c.steps = 6;
+                c.sched.total = 6;
+                c.accum = 2;
+                c.model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, precs[pi], fused, rows};
+                size_t plan[DT_MEM_NKINDS];
+                dt_ctx ctx;
+                dt_ctx_init(&ctx);
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
+                acts[fused] = plan[DT_MEM_ACTS];
+                dt_trainer tr;
+                assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
+                for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
+                assert_true(dt_model_logits(&tr.model) == NULL || !fused || !strcmp(fam, "vit"));
+                for (int s = 0; s < 6; s++) {
+                    dt_step_stats st;
+                    assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
+                    l[fused][s] = st.loss;
+                }
+                n[fused] = tr.model.ps.n_params;
+                p[fused] = tu_malloc(n[fused] * sizeof(float));
+                memcpy(p[fused], tr.model.ps.params, n[fused] * sizeof(float));
+                dt_trainer_free(&tr);
+            }
+            printf("  %s rows %d: activations %zu (stored) vs %zu (fused) bytes, loss %.6f\n",
+                   dt_dtype_name(precs[pi]), rows, acts[0], acts[1], (double)l[1][5]);
+            assert_memory_equal(l[0], l[1], sizeof l[0]);
+            assert_int_equal(n[0], n[1]);
+            assert_memory_equal(p[0], p[1], n[0] * sizeof(float));
+            free(p[0]);
+            free(p[1]);
+            if (!strcmp(fam, "vit")) assert_int_equal(acts[0], acts[1]); /* no vocabulary head */
+            else if (rows) assert_true(acts[1] + 4 * (128 - 5) * 384 <= acts[0]); /* vocabulary 300 -> 384 */
+            else assert_int_equal(acts[0], acts[1]);
+        }
+    /* The model API: after a plain forward the backward forms the head's gradients itself, to
+     * the bits of a training forward's; and the fused and stored losses agree there too. */
+    for (int pi = 0; pi < 2 && strcmp(fam, "vit"); pi++) {
+        dt_model_opts fo = {DT_RECOMPUTE_NONE, 1, precs[pi], 1, 5}, so = fo;
+        so.fused_loss = 0;
+        size_t n1, n2, n3;
+        float *g1 = fused_grads(&fo, 1, &n1), *g2 = fused_grads(&fo, 0, &n2), *g3 = fused_grads(&so, 1, &n3);
+        assert_true(n1 == n2 && n1 == n3);
+        assert_memory_equal(g1, g2, n1 * sizeof(float));
+        assert_memory_equal(g1, g3, n1 * sizeof(float));
+        double sq = 0;
+        for (size_t i = 0; i < n1; i++) sq += (double)g1[i] * g1[i];
+        assert_true(sq > 0 && isfinite(sq)); /* gradients, not zeros */
+        free(g1);
+        free(g2);
+        free(g3);
+    }
+}
+
 static void test_activation_checkpointing_is_bitwise(void **state) {
     printf("  family %s\n", (const char *)*state);
     /* 3 layers, 2 micro-steps, in each precision: every mode and interval gives the losses and
@@ -410,7 +512,7 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
             c.sched.total = 6;
             c.micro_batch = 2;
             c.accum = 2;
-            c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, precs[pi]};
+            c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, precs[pi], 1, 0};
             size_t plan[DT_MEM_NKINDS];
             dt_ctx ctx;
             dt_ctx_init(&ctx);
@@ -448,7 +550,7 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_train_cfg c = small_cfg();
-    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0, DT_F32};
+    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0, DT_F32, 1, 0};
     dt_trainer tr;
     assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "memory.activation_checkpointing_every"));
@@ -712,6 +814,7 @@ int main(void) {
         BOTH(test_accumulation_equals_a_larger_batch),
         BOTH(test_allocation_failure_is_clean),
         BOTH(test_activation_checkpointing_is_bitwise),
+        BOTH(test_fused_loss_is_bitwise_the_stored_one),
         BOTH(test_mixed_precision_tracks_fp32),
 #undef BOTH
     };

@@ -5,6 +5,8 @@
 #    rank-ordered all-reduce makes the sums the same), for N = 2, 3 (uneven shards) and 4
 #    (2 simulated nodes x 2), with synthetic data and with the real shuffled corpus;
 #  - ZeRO-1/2/3 and hybrid sharding == DDP, overlap on == off, any bucket size: bitwise;
+#  - the fused loss in several row blocks: DDP == 1 rank with accumulation == stored logits ==
+#    ZeRO-1/2/3, bitwise (fp32; bf16 ZeRO-3 == DDP);
 #    with gradient accumulation ZeRO-2/3 reduce every micro-step (DDP once per step), so
 #    the order differs: losses agree to 1e-5 (ZeRO-2, ZeRO-3, hybrid), ZeRO-3 = ZeRO-2 bitwise;
 #  - per-rank model-state bytes match the ZeRO formulas exactly (plus the stated windows);
@@ -73,6 +75,22 @@ runN zero2_2 2 --set parallel.strategy=zero2
 check "ZeRO-2 vs DDP, 2 ranks (bitwise)" zero2_2 ddp2 0
 runN zero3_2 2 --set parallel.strategy=full_shard
 check "ZeRO-3 (FULL_SHARD) vs DDP, 2 ranks (bitwise)" zero3_2 ddp2 0
+# The fused loss in blocks of 24 of the 64 token rows (24, 24, 16): DDP and ZeRO-1 form the
+# head's gradients in the forward, ZeRO-2/3 store the logits and run the same block GEMMs:
+# every strategy the same bits, fused or not, in fp32 and bf16 (a 16-bit copy of the whole head).
+rows=(--set memory.fused_loss_rows=24)
+run1 rows_one_acc2 2 "${rows[@]}"
+runN rows_ddp2 2 "${rows[@]}"
+check "fused loss, 3 row blocks: 2 ranks DDP vs 1 rank x 2 accumulation" rows_ddp2 rows_one_acc2 0
+runN rows_stored2 2 "${rows[@]}" --set memory.fused_loss=false
+check "fused loss vs stored logits, same blocks (bitwise)" rows_stored2 rows_ddp2 0
+for s in zero1 zero2 zero3; do
+  runN rows_${s}_2 2 "${rows[@]}" --set parallel.strategy=$s
+  check "fused loss blocks: $s vs DDP, 2 ranks (bitwise)" rows_${s}_2 rows_ddp2 0
+done
+runN rows_bf16_ddp2 2 "${rows[@]}" --set training.precision=bf16
+runN rows_bf16_zero3_2 2 "${rows[@]}" --set training.precision=bf16 --set parallel.strategy=zero3
+check "bf16 fused loss blocks: ZeRO-3 vs DDP (bitwise)" rows_bf16_zero3_2 rows_bf16_ddp2 0
 run1 one_acc4b 4
 runN ddp2_acc2 2 --accum 2
 # Accumulation on several ranks sums (micro-steps, then ranks) in another association than

@@ -114,8 +114,19 @@ static inline void dt_unit_grads_end(dt_model *m, int u) {
 /* out (N,C) = rows of tensor id for the N tokens (fp32 master rows in every precision).
  * `next`: the unit read after the last chunk. */
 void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next);
-/* logits (N, Vp) = x (N,C) @ W^T, chunks ascending (the last stays gathered for the backward). */
+/* logits (N, Vp) = x (N,C) @ W^T, chunks ascending (the last stays gathered for the backward);
+ * each chunk row block by row block (dt_model_head_rows), as the fused loss runs it. */
 void dt_vocab_head_forward(dt_model *m, int id, float *logits, dt_mmin x, int N, int next);
+/* The fused loss (model.h dt_model_opts.fused_loss), over the model's B T rows, one block of
+ * rows at a time in buf (head_rows x Vp): logits, losses and lse (cross-entropy over the
+ * first `vocab` columns); with dx non-NULL also dlogits = dloss (softmax - onehot), dx (N,C)
+ * = dlogits @ W and, with `with_dw`, dW += dlogits^T x into the gradient slab (in place: no
+ * hooks; the caller ends the head's units with dt_vocab_head_grads_done, or the tied
+ * embedding's backward does). The same kernel calls as the stored path, so the same bits. */
+void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *losses, float *lse,
+                        float *buf, float *dx, float dloss, int with_dw, int vocab);
+/* Begins and ends tensor id's chunk units, descending: its gradients were formed in place. */
+void dt_vocab_head_grads_done(dt_model *m, int id);
 /* Mixed precision: narrows dlogits (N, Vp) in place, each fp32 row's first half becoming its
  * 16-bit row (row stride 2 Vp values), for the head's GEMMs; nothing in fp32. */
 void dt_vocab_pack_dlogits(dt_model *m, float *dlogits, int N, int Vp);

@@ -13,6 +13,8 @@
 #include "ops/ops.h"
 
 static size_t max_unit(const dt_params *ps);
+static int head_tensor(const dt_params *ps);
+static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o, int N);
 
 const char *const dt_op_kind_names[DT_OP_NKINDS] = {
     "encoder", "layernorm", "matmul",     "attention", "gelu",  "residual",
@@ -123,7 +125,7 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0};
     return dt_model_family_of(c)->act_floats(c, o ? o : &none, B, T);
 }
 
@@ -164,10 +166,12 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
+    if (m->opts.head_rows < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "memory.fused_loss_rows must be >= 0 (got %d)", m->opts.head_rows);
     if (m->opts.recompute_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be >= 1 (got %d)",
                        m->opts.recompute_every);
@@ -189,10 +193,18 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
     m->lp_unit[0] = m->lp_unit[1] = -1;
+    m->lp_head_epoch = -1;
+    m->head_id = head_tensor(&m->ps);
+    /* the fused loss forms the head's gradients outside the strategy's gradient windows */
+    DT_ASSERT(!m->opts.fused_loss || (slabs & DT_SLAB_GRADS) || m->head_id < 0);
     if (m->opts.compute != DT_F32 && (slabs & DT_SLAB_PARAMS)) {
         size_t win = max_unit(&m->ps) * sizeof(uint16_t);
         for (int w = 0; w < 2; w++)
             DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, win, (void **)&m->lp_win[w]));
+        m->lp_head_len = lp_head_values(&m->ps, m->head_id, &m->opts, B * T);
+        if (m->lp_head_len)
+            DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, m->lp_head_len * sizeof(uint16_t),
+                                       (void **)&m->lp_head));
     }
     m->fam->bind(m);
     return DT_OK;
@@ -206,6 +218,7 @@ void dt_model_free(dt_model *m) {
     size_t win = max_unit(&m->ps) * sizeof(uint16_t);
     for (int w = 0; w < 2; w++)
         if (m->lp_win[w]) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_win[w], win);
+    if (m->lp_head) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_head, m->lp_head_len * sizeof(uint16_t));
     dt_params_free(&m->ps);
     dt_alloc_put(m->alloc, DT_MEM_ACTS, m->acts, m->n_acts * sizeof(float));
     if (m->impl) dt_alloc_put(m->alloc, DT_MEM_OTHER, m->impl, m->fam->impl_bytes);
@@ -219,7 +232,26 @@ void dt_model_init_weights(dt_model *m, uint64_t seed) {
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                            float *loss) {
     m->epoch++; /* the master weights may have changed since the last forward */
+    m->head_grads = 0;
     return m->fam->forward(ctx, m, inputs, targets, loss);
+}
+
+dt_status dt_model_forward_train(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                                 float scale, float *loss) {
+    m->train_fwd = 1;
+    m->train_scale = scale;
+    dt_status st = dt_model_forward(ctx, m, inputs, targets, loss);
+    m->train_fwd = 0;
+    return st;
+}
+
+int dt_model_head_rows(const dt_model_opts *o, int N) {
+    int r = o && o->head_rows > 0 ? o->head_rows : DT_HEAD_ROWS;
+    return r < N ? r : N;
+}
+
+int dt_model_logit_rows(const dt_model_opts *o, int N) {
+    return o && o->fused_loss ? dt_model_head_rows(o, N) : N;
 }
 
 /* ---- mixed precision: 16-bit copies of the matmul weights, per unit */
@@ -231,8 +263,25 @@ static size_t max_unit(const dt_params *ps) {
     return mx;
 }
 
-void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, size_t bytes[DT_MEM_NKINDS]) {
-    if (o && o->compute != DT_F32 && (slabs & DT_SLAB_PARAMS)) bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
+/* The lm_head: the last vocabulary tensor read by a matmul (-1: none). */
+static int head_tensor(const dt_params *ps) {
+    int id = -1;
+    for (int i = 0; i < ps->n_tensors; i++)
+        if (ps->tensors[i].vocab && ps->tensors[i].matmul) id = i;
+    return id;
+}
+
+/* Values of the 16-bit lm_head copy: under the fused loss with several row blocks. */
+static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o, int N) {
+    if (id < 0 || !o || o->compute == DT_F32 || !o->fused_loss || dt_model_head_rows(o, N) >= N) return 0;
+    return ps->tensors[id].rows * ps->tensors[id].cols;
+}
+
+void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, int B, int T,
+                        size_t bytes[DT_MEM_NKINDS]) {
+    if (!o || o->compute == DT_F32 || !(slabs & DT_SLAB_PARAMS)) return;
+    bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
+    bytes[DT_MEM_PARAMS] += lp_head_values(ps, head_tensor(ps), o, B * T) * sizeof(uint16_t);
 }
 
 /* Narrows the matmul tensors of unit u from its master weights into dst (same offsets). */
@@ -250,6 +299,18 @@ const uint16_t *dt_model_lp_unit(dt_model *m, int u) {
      * and cleared when its window is reused, so this is never a stale copy. */
     if (m->ps.unit_params_lp[u]) return m->ps.unit_params_lp[u];
     DT_ASSERT(m->lp_win[0] != NULL); /* no windows: the strategy provides every unit */
+    if (m->lp_head) { /* the fused loss reads every chunk of the head per row block */
+        const dt_tensor_info *t = &m->ps.tensors[m->head_id];
+        int K = dt_params_chunks(&m->ps, m->head_id);
+        if (u >= t->unit && u < t->unit + K) {
+            if (m->lp_head_epoch != m->epoch) {
+                for (int c = 0; c < K; c++)
+                    narrow_unit(m, t->unit + c, m->lp_head + (m->ps.unit_params[t->unit + c] - m->ps.unit_params[t->unit]));
+                m->lp_head_epoch = m->epoch;
+            }
+            return m->lp_head + (m->ps.unit_params[u] - m->ps.unit_params[t->unit]);
+        }
+    }
     for (int w = 0; w < 2; w++)
         if (m->lp_unit[w] == u && m->lp_epoch[w] == m->epoch) {
             m->lp_last = w;
@@ -272,7 +333,9 @@ const uint16_t *dt_model_lp_tensor(dt_model *m, int id, int layer) {
 
 void dt_model_backward(dt_model *m, float scale) { m->fam->backward(m, scale); }
 
-const float *dt_model_logits(const dt_model *m) { return m->fam->logits(m); }
+const float *dt_model_logits(const dt_model *m) {
+    return m->opts.fused_loss && m->head_id >= 0 ? NULL : m->fam->logits(m);
+}
 
 int dt_model_correct(const dt_model *m) { return m->fam->correct ? m->fam->correct(m) : -1; }
 

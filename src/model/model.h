@@ -104,11 +104,26 @@ typedef enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE, DT_RECOMP
  * activations that only feed matmuls are stored in 16 bits (family_impl.h says which);
  * activation gradients are narrowed for their GEMMs. Norms, attention, softmax, the loss and
  * all parameter gradients stay fp32. compute = DT_F32: everything fp32. */
+/* The fused loss (fused_loss = 1; language models): the lm_head and the cross-entropy run
+ * block by block of head_rows token rows, so only one block's logits exist at a time instead
+ * of the micro-batch's (B T x vocabulary floats, a quarter of gpt2's activations at 4 x 256).
+ * A training forward (dt_model_forward_train) then forms the head's gradients at once (dx,
+ * and dW added into the gradient slab); after a plain forward the backward recomputes them.
+ * It needs the gradients in place for the whole micro-step (a DT_SLAB_GRADS model: DDP,
+ * ZeRO-1). Both paths run the same kernel calls per (row block, vocabulary chunk), so the
+ * fused and the stored loss give the same bits, and so do ZeRO-2/3, which store the logits. */
+#define DT_HEAD_ROWS 256
 typedef struct dt_model_opts {
     dt_recompute recompute;
     int recompute_every; /* >= 1 (0 reads as 1) */
     dt_dtype compute;    /* DT_F32, DT_BF16, DT_F16 */
+    int fused_loss;      /* 1: the fused loss above */
+    int head_rows;       /* rows per block of the head and loss (0: DT_HEAD_ROWS) */
 } dt_model_opts;
+/* Rows per block of the lm_head and loss for N token rows under o (NULL: defaults). */
+int dt_model_head_rows(const dt_model_opts *o, int N);
+/* Rows of logits a language model stores: one block under the fused loss, else N. */
+int dt_model_logit_rows(const dt_model_opts *o, int N);
 /* "none", "selective", "full". */
 const char *dt_recompute_name(dt_recompute r);
 /* 1 when layer l drops activations under o (NULL: never). */
@@ -189,6 +204,10 @@ struct dt_model {
     long epoch;          /* forwards so far: a new forward may see new master weights */
     int lp_last;         /* the window narrowed or read last */
     uint16_t *lp_scratch; /* family-sized scratch for narrowed activation gradients */
+    uint16_t *lp_head;   /* fused loss, several row blocks: 16-bit lm_head (NULL: windows) */
+    size_t lp_head_len;  /* its values */
+    int head_id;         /* the lm_head's tensor (the last vocabulary matmul tensor; -1: none) */
+    long lp_head_epoch;  /* forward count when lp_head was narrowed (-1: never) */
     float *acts;
     size_t n_acts;
     void *impl; /* the family's views (impl_bytes) */
@@ -198,6 +217,9 @@ struct dt_model {
     int profile;     /* accumulate prof timings when non-zero */
     float last_loss; /* mean loss of the last forward with targets */
     int has_targets; /* the last forward kept state for a backward */
+    int train_fwd;     /* in dt_model_forward_train */
+    float train_scale; /* its scale */
+    int head_grads;    /* the last forward formed the head's gradients (fused loss) */
 };
 
 /* ---- families and configs */
@@ -229,9 +251,11 @@ int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b);
 
 /* ---- one model */
 
-/* Bytes dt_model_init_opts allocates for mixed precision (the weight windows) with `slabs`,
- * by kind. */
-void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, size_t bytes[DT_MEM_NKINDS]);
+/* Bytes dt_model_init_opts allocates for mixed precision with `slabs` and micro-batch B x T,
+ * by kind: the two weight windows, and under the fused loss with more than one row block a
+ * 16-bit copy of the whole lm_head (every block reads every vocabulary chunk). */
+void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, int B, int T,
+                        size_t bytes[DT_MEM_NKINDS]);
 /* The 16-bit copy of tensor id of layer l (a `matmul` tensor; its unit announced with
  * need_params since the forward began, without DT_NEED_F32): unit_params_lp[u] when the
  * strategy provided it, else narrowed from the master weights on first use into one of the
@@ -257,10 +281,15 @@ void dt_model_init_weights(dt_model *m, uint64_t seed);
  * targets, *loss = mean loss and the state for backward is kept; without, logits only. */
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                            float *loss);
+/* A forward followed by dt_model_backward(m, scale) with the same scale: under the fused loss
+ * it forms the lm_head's gradients already (the gradient slab must be ready for this
+ * micro-step: a strategy's begin_micro comes first); otherwise dt_model_forward. */
+dt_status dt_model_forward_train(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
+                                 float scale, float *loss);
 /* Accumulates parameter gradients of loss * scale (scale = 1/accumulation steps). */
 void dt_model_backward(dt_model *m, float scale);
 /* Logits (B,T,vocab_padded) of the last forward (classifiers: (B,n_classes)); after backward
- * they hold dlogits (fp32 precision only). */
+ * they hold dlogits (fp32 precision only). NULL under the fused loss (never all stored). */
 const float *dt_model_logits(const dt_model *m);
 /* Classifiers (cfg.n_classes > 0): samples of the last forward with targets whose top-1
  * prediction is right; -1 for language models. */

@@ -21,19 +21,86 @@ void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *toke
     }
 }
 
+/* Every lm_head GEMM is one (row block, vocabulary chunk) pair: rows [b0, b0 + R) of the
+ * token rows against chunk c's rows [r0, r0 + rows) of the tensor, whether the logits are
+ * stored (all rows, chunk-major loops) or fused (one block at a time, block-major loops).
+ * Each output element then sees the same sums in the same order: dx of a block adds the
+ * chunks from the last, dW of a chunk adds the blocks from the first. */
+typedef struct head_call {
+    dt_model *m;
+    dt_mmin x; /* (N, C) */
+    int C, V;  /* V: the tensor's rows (padded vocabulary), the logits' row stride */
+} head_call;
+
+static void head_gemm_fwd(const head_call *h, float *logits_b, int b0, int R, int u, size_t r0, size_t rows) {
+    dt_model *m = h->m;
+    const int C = h->C;
+    if (dt_lowp(m))
+        DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward_ld_lp(m->opts.compute, logits_b + r0, h->V, h->x.h + (size_t)b0 * C,
+                                                              dt_model_lp_unit(m, u), R, C, (int)rows));
+    else
+        DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward_ld(logits_b + r0, h->V, h->x.f + (size_t)b0 * C,
+                                                           m->ps.unit_params[u], R, C, (int)rows));
+}
+
+/* dx_b (R, C) (+)= dlogits_b[:, chunk] @ W_c, and dW_c += dlogits_b[:, chunk]^T x_b (dw NULL:
+ * skipped; dx_b NULL: skipped). dlogits_b as dt_vocab_pack_dlogits left them. */
+static void head_gemm_bwd(const head_call *h, double *prof, float *dx_b, int acc, float *dw, const float *dlogits_b,
+                          int b0, int R, int u, size_t r0, size_t rows) {
+    dt_model *m = h->m;
+    const int C = h->C;
+    const float *w = dx_b ? m->ps.unit_params[u] : NULL;
+    if (dt_lowp(m))
+        DT_PROF_TO(m, prof, DT_OP_LMHEAD,
+                   dt_matmul_backward_ld_lp(m->opts.compute, dx_b, acc, dw, (const uint16_t *)dlogits_b + r0, 2 * h->V,
+                                            h->x.h + (size_t)b0 * C, dx_b ? dt_model_lp_unit(m, u) : NULL, R, C,
+                                            (int)rows));
+    else
+        DT_PROF_TO(m, prof, DT_OP_LMHEAD,
+                   dt_matmul_backward_ld(dx_b, acc, dw, dlogits_b + r0, h->V, h->x.f + (size_t)b0 * C, w, R, C,
+                                         (int)rows));
+}
+
 void dt_vocab_head_forward(dt_model *m, int id, float *logits, dt_mmin x, int N, int next) {
     const dt_params *ps = &m->ps;
-    int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols, V = (int)ps->tensors[id].rows;
+    head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
+    int K = dt_params_chunks(ps, id), R = dt_model_head_rows(&m->opts, N);
     for (int c = 0; c < K; c++) {
         int u;
         size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
         dt_unit_need(m, u, c + 1 < K ? u + 1 : next); /* chunks are consecutive units */
-        if (dt_lowp(m))
-            DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward_ld_lp(m->opts.compute, logits + r0, V, x.h,
-                                                                  dt_model_lp_unit(m, u), N, C, (int)rows));
-        else
-            DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward_ld(logits + r0, V, x.f, ps->unit_params[u], N, C, (int)rows));
+        for (int b0 = 0; b0 < N; b0 += R)
+            head_gemm_fwd(&h, logits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u, r0, rows);
+    }
+}
+
+void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *losses, float *lse,
+                        float *buf, float *dx, float dloss, int with_dw, int vocab) {
+    const dt_params *ps = &m->ps;
+    head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
+    int K = dt_params_chunks(ps, id), N = m->B * m->T, R = dt_model_head_rows(&m->opts, N);
+    double *prof = dx && !m->train_fwd ? m->prof.bwd : m->prof.fwd;
+    for (int b0 = 0; b0 < N; b0 += R) {
+        int n = N - b0 < R ? N - b0 : R;
+        for (int c = 0; c < K; c++) {
+            int u;
+            size_t r0, rows;
+            dt_params_chunk(ps, id, c, &u, &r0, &rows);
+            dt_unit_need(m, u, -1); /* in place: nothing to gather */
+            head_gemm_fwd(&h, buf, b0, n, u, r0, rows);
+        }
+        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses + b0, lse + b0, buf, targets + b0, n, vocab, h.V));
+        if (!dx) continue;
+        DT_PROF_TO(m, prof, DT_OP_CROSSENTROPY, dt_crossentropy_backward(buf, buf, lse + b0, targets + b0, dloss, n, vocab, h.V));
+        dt_vocab_pack_dlogits(m, buf, n, h.V);
+        for (int c = K - 1; c >= 0; c--) {
+            int u;
+            size_t r0, rows;
+            dt_params_chunk(ps, id, c, &u, &r0, &rows);
+            head_gemm_bwd(&h, prof, dx + (size_t)b0 * h.C, c < K - 1, with_dw ? ps->unit_grads[u] : NULL, buf, b0, n, u,
+                          r0, rows);
+        }
     }
 }
 
@@ -60,42 +127,47 @@ void dt_vocab_pack_dlogits(dt_model *m, float *dlogits, int N, int Vp) {
 void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits, dt_mmin x, int N,
                             int with_dw, int next) {
     const dt_params *ps = &m->ps;
-    int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols, V = (int)ps->tensors[id].rows;
+    head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
+    int K = dt_params_chunks(ps, id), R = dt_model_head_rows(&m->opts, N);
     for (int c = K - 1; c >= 0; c--) {
         int u;
         size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
         dt_unit_need(m, u, c > 0 ? u - 1 : next);
         if (with_dw) dt_unit_grads_begin(m, u);
-        float *dw = with_dw ? ps->unit_grads[u] : NULL;
-        if (dt_lowp(m))
-            DT_PROF(m, bwd, DT_OP_LMHEAD,
-                    dt_matmul_backward_ld_lp(m->opts.compute, dx, c < K - 1, dw, (const uint16_t *)dlogits + r0,
-                                             2 * V, x.h, dt_model_lp_unit(m, u), N, C, (int)rows));
-        else
-            DT_PROF(m, bwd, DT_OP_LMHEAD,
-                    dt_matmul_backward_ld(dx, c < K - 1, dw, dlogits + r0, V, x.f, ps->unit_params[u], N, C,
-                                          (int)rows));
+        for (int b0 = 0; b0 < N; b0 += R)
+            head_gemm_bwd(&h, m->prof.bwd, dx + (size_t)b0 * h.C, c < K - 1, with_dw ? ps->unit_grads[u] : NULL,
+                          dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u, r0, rows);
         if (with_dw) dt_unit_grads_end(m, u);
+    }
+}
+
+void dt_vocab_head_grads_done(dt_model *m, int id) {
+    const dt_params *ps = &m->ps;
+    for (int c = dt_params_chunks(ps, id) - 1; c >= 0; c--) {
+        int u;
+        size_t r0, rows;
+        dt_params_chunk(ps, id, c, &u, &r0, &rows);
+        dt_unit_grads_begin(m, u);
+        dt_unit_grads_end(m, u);
     }
 }
 
 void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32_t *tokens, int N,
                              const float *dlogits, dt_mmin x) {
     const dt_params *ps = &m->ps;
-    int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols, V = (int)ps->tensors[id].rows;
+    head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
+    int K = dt_params_chunks(ps, id), C = h.C, R = dt_model_head_rows(&m->opts, N);
     for (int c = K - 1; c >= 0; c--) {
         int u;
         size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
         dt_unit_grads_begin(m, u);
         float *g = ps->unit_grads[u];
-        if (dlogits && dt_lowp(m))
-            DT_PROF(m, bwd, DT_OP_LMHEAD,
-                    dt_matmul_backward_ld_lp(m->opts.compute, NULL, 0, g, (const uint16_t *)dlogits + r0, 2 * V, x.h,
-                                             NULL, N, C, (int)rows));
-        else if (dlogits)
-            DT_PROF(m, bwd, DT_OP_LMHEAD, dt_matmul_backward_ld(NULL, 0, g, dlogits + r0, V, x.f, NULL, N, C, (int)rows));
+        if (dlogits)
+            for (int b0 = 0; b0 < N; b0 += R)
+                head_gemm_bwd(&h, m->prof.bwd, NULL, 0, g, dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u,
+                              r0, rows);
         DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(g, (int)r0, (int)rows, dout, tokens, N, C));
         dt_unit_grads_end(m, u);
     }

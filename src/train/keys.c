@@ -64,6 +64,8 @@ static const key_def keys[] = {
     NUM("training.loss_scale_window", K_LONG, train.loss_scale_window, "finite steps in a row before a dynamic loss scale doubles"),
     ENUM("memory.activation_checkpointing", recompute, "none|selective|full", "drop activations after each layer's forward and recompute them in its backward: selective keeps the matmul outputs (recomputes norms, attention, the MLP activation), full keeps only the layer input; gradients are bitwise those of none"),
     NUM("memory.activation_checkpointing_every", K_INT, train.model_opts.recompute_every, "recompute only layers l with l % k == 0 (1 = every layer)"),
+    NUM("memory.fused_loss", K_BOOL, train.model_opts.fused_loss, "run the lm_head and the loss 256 token rows at a time, forming their gradients in the forward, so the micro-batch's logits are never stored (DDP and ZeRO-1; ZeRO-2/3 store them); the same bits either way"),
+    NUM("memory.fused_loss_rows", K_INT, train.model_opts.head_rows, "token rows per block of the lm_head and loss (0 = 256): the fused loss's logits memory, and the blocks every strategy uses, so all compute the same bits"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
     NUM("optimizer.beta1", K_FLOAT, train.adamw.beta1, "AdamW beta1"),
     NUM("optimizer.beta2", K_FLOAT, train.adamw.beta2, "AdamW beta2"),

@@ -24,7 +24,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0};
     c->loss_scale_window = 2000;
 }
 
@@ -37,6 +37,9 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
     if (c->model_opts.recompute_every < 1 || c->model_opts.recompute_every > 1 << 20)
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be in [1, 1048576] (got %d)",
                        c->model_opts.recompute_every);
+    if (c->model_opts.head_rows < 0 || c->model_opts.head_rows > 1 << 20)
+        return dt_fail(ctx, DT_ERR_CONFIG, "memory.fused_loss_rows must be in [0, 1048576] (0 = %d; got %d)",
+                       DT_HEAD_ROWS, c->model_opts.head_rows);
     if (c->accum < 1 || c->accum > 1 << 20)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.grad_accum must be in [1, 1048576] (got %d)", c->accum);
     if (c->steps < 1)
@@ -67,6 +70,14 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
     return DT_OK;
 }
 
+/* The model's options under cfg's strategy: the fused loss needs the gradients in place for
+ * the whole micro-step (DDP, ZeRO-1); ZeRO-2/3 store the logits (the same bits). */
+static dt_model_opts model_opts(const dt_train_cfg *cfg) {
+    dt_model_opts o = cfg->model_opts;
+    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1;
+    return o;
+}
+
 /* Before anything is allocated: a lower bound of what a rank needs (activations of one
  * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks) against
  * what this host has free for its ranks. A run that cannot fit fails here in milliseconds,
@@ -79,7 +90,8 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     if (!(avail > 0)) return DT_OK;
     int world = comm ? dt_comm_size(comm, DT_GROUP_WORLD) : 1, local = comm ? dt_comm_size(comm, DT_GROUP_NODE) : 1;
     double psi = (double)dt_model_num_params(&cfg->model);
-    double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &cfg->model_opts, cfg->micro_batch, cfg->seq_len);
+    dt_model_opts mo = model_opts(cfg);
+    double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &mo, cfg->micro_batch, cfg->seq_len);
     double state = 16.0 * psi / world, need = acts + state, have = avail / local;
     if (need <= have) return DT_OK;
     const double g = 1024.0 * 1024.0 * 1024.0;
@@ -115,10 +127,11 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     dt_strategy strat = cfg->parallel.strategy;
     if (strat != DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += ps.n_params * F;
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
-    bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &cfg->model_opts, cfg->micro_batch, cfg->seq_len) * F;
+    dt_model_opts mo = model_opts(cfg);
+    bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
-    dt_model_lowp_plan(&ps, &cfg->model_opts, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, bytes);
+    dt_model_lowp_plan(&ps, &mo, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len, bytes);
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
     pc.compute = cfg->model_opts.compute;
@@ -162,7 +175,8 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3
      * neither full parameters. */
     dt_strategy strat = cfg->parallel.strategy;
-    DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &cfg->model_opts, &tr->alloc, cfg->micro_batch,
+    dt_model_opts mo = model_opts(cfg);
+    DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
                                          cfg->seq_len,
                                          strat == DT_STRAT_ZERO3   ? 0
                                          : strat == DT_STRAT_ZERO2 ? DT_SLAB_PARAMS
@@ -291,15 +305,20 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         td = dt_trace_begin();
         if (tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             usleep((useconds_t)tr->slow_ms * 1000);
-        DT_CHECK(dt_model_forward(ctx, m, in, tg, &loss));
-        dt_trace_end(td, "fwd", "forward %d", k);
-        add_phase(tr, &tp, &ex, &out->fwd_seconds);
-        td = dt_trace_begin();
-        dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
         /* Mean over the global batch, times the loss scale (1 unless fp16). */
         float bscale = tr->scaler.scale / ((float)tr->cfg.accum * (float)W);
         if (tr->overflow_step == tr->step + 1 && k == 0 && tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
+        /* The fused loss forms the head's gradients in the forward: the micro-step's gradient
+         * buffer is set up first (DDP, ZeRO-1: nothing is in flight then). ZeRO-2/3 begin
+         * after the forward, which overlaps the previous micro-step's reduce-scatters. */
+        const int early = m->opts.fused_loss;
+        if (early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
+        DT_CHECK(dt_model_forward_train(ctx, m, in, tg, bscale, &loss));
+        dt_trace_end(td, "fwd", "forward %d", k);
+        add_phase(tr, &tp, &ex, &out->fwd_seconds);
+        td = dt_trace_begin();
+        if (!early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
         dt_model_backward(m, bscale);
         if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */

@@ -134,7 +134,8 @@ typedef struct dt_gpt2_acts {
     float *res3;                          /* (L,B,T,C) */
     float *lnf, *lnf_mean, *lnf_rstd;     /* (B,T,C), (B,T), (B,T) */
     uint16_t *lnfh;                       /* mixed precision: 16-bit lnf (lnf holds nothing) */
-    float *logits;                        /* (B,T,Vp); dlogits after backward */
+    float *logits;                        /* (B,T,Vp); dlogits after backward. Fused loss:
+                                             one block of rows (model.h) */
     float *losses, *ce_lse;               /* (B,T) */
     float *dres;                          /* (B,T,C) residual-stream gradient */
     float *dbtc;                          /* (B,T,C) scratch gradient */
@@ -176,7 +177,7 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE16(lnfh, H * BT * C);
     TAKE(lnf_mean, BT);
     TAKE(lnf_rstd, BT);
-    TAKE(logits, BT * (size_t)c->vocab_padded);
+    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * c->vocab_padded);
     TAKE(losses, BT);
     TAKE(ce_lse, BT);
     TAKE(dres, BT * C);
@@ -293,9 +294,17 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
     dt_fam_narrow(m, a->lnfh, lnf, btc);
-    dt_vocab_head_forward(m, DT_GPT2_P_WTE, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, -1);
-    if (!targets) return DT_OK;
-    DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
+    if (m->opts.fused_loss) {
+        DT_ASSERT(targets != NULL); /* the fused loss never holds all logits */
+        /* a training forward forms the tied head's dx now and its dW in place */
+        dt_vocab_head_loss(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, targets, a->losses, a->ce_lse, a->logits,
+                           m->train_fwd ? a->dbtc : NULL, m->train_scale / (float)BT, 1, V);
+        m->head_grads = m->train_fwd;
+    } else {
+        dt_vocab_head_forward(m, DT_GPT2_P_WTE, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, -1);
+        if (!targets) return DT_OK;
+        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
+    }
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
     if (loss) *loss = m->last_loss;
     return DT_OK;
@@ -309,10 +318,18 @@ static void gpt2_backward(dt_model *m, float scale) {
     dt_gpt2_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
-    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
-    /* The tied head: dx now, its weight gradient with the embedding's (at the end). */
-    dt_vocab_pack_dlogits(m, a->logits, BT, Vp);
-    dt_vocab_head_backward(m, DT_GPT2_P_WTE, a->dbtc, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, 0, UNIT(LNFW));
+    const int fused = m->opts.fused_loss;
+    if (fused && m->head_grads) {
+        DT_ASSERT(scale == m->train_scale); /* the forward formed the head's gradients with it */
+    } else if (fused) { /* after a plain forward: form them now (dW in place) */
+        dt_vocab_head_loss(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->losses, a->ce_lse, a->logits,
+                           a->dbtc, scale / (float)BT, 1, V);
+    } else {
+        DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
+        /* The tied head: dx now, its weight gradient with the embedding's (at the end). */
+        dt_vocab_pack_dlogits(m, a->logits, BT, Vp);
+        dt_vocab_head_backward(m, DT_GPT2_P_WTE, a->dbtc, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, 0, UNIT(LNFW));
+    }
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
@@ -343,7 +360,8 @@ static void gpt2_backward(dt_model *m, float scale) {
     dt_unit_grads_begin(m, UNIT(WPE));
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
     dt_unit_grads_end(m, UNIT(WPE));
-    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, a->logits, (dt_mmin){a->lnf, a->lnfh});
+    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, fused ? NULL : a->logits,
+                            (dt_mmin){a->lnf, a->lnfh});
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */
