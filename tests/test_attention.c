@@ -66,11 +66,11 @@ static void case_free(att_case *c) {
 
 static void case_run_fast(att_case *c) {
     shape s = c->s;
-    dt_attention_forward(c->out, c->lse, c->qkv, s.B, s.T, s.NH, s.NKV, HS(s), s.causal);
+    dt_attention_forward(c->out, c->lse, c->qkv, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, DT_F32);
     /* Poison dqkv: the kernel must overwrite every element, not accumulate. */
     for (size_t i = 0; i < c->nqkv; i++) c->dqkv[i] = NAN;
     dt_attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, s.B, s.T, s.NH, s.NKV,
-                          HS(s), s.causal);
+                          HS(s), s.causal, DT_F32);
 }
 
 static void case_run_ref(att_case *c) {
@@ -333,6 +333,140 @@ static void test_bidirectional_sees_future_keys(void **state) {
     tu_each_isa(bidirectional_sees_future_keys);
 }
 
+/* ---- mixed precision: the products on 16-bit operands (ops.h dt_attention_forward op) */
+
+static double r16(dt_dtype op, double x) {
+    float f = (float)x;
+    uint16_t h;
+    dt_to_lowp(op, &h, &f, 1);
+    dt_from_lowp(op, &f, &h, 1);
+    return f;
+}
+
+/* ||a - b|| / ||b||. */
+static double nrel(const float *a, const double *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (a[i] - b[i]), r += b[i] * b[i];
+    return sqrt(d / r);
+}
+
+/* The op-rounded attention written out naively in double for T <= 32 (one key tile, so the
+ * kernel's running max is the row max): q, k, v, dO rounded; out = sum R(exp(s - max)) v / l;
+ * P = exp(s - lse) rounded for dV, dS = P (dP - D) scale (unrounded P) rounded for dK, dQ. */
+static void ref_lowp(const att_case *c, dt_dtype op, double *out, double *dqkv) {
+    shape s = c->s;
+    const int hs = HS(s), T = s.T, group = s.NH / s.NKV;
+    const size_t ld = QKV_W(s);
+    const double scale = 1.0 / sqrt((double)hs);
+    double *qkv = tu_malloc(c->nqkv * sizeof(double)), *dO = tu_malloc(c->nout * sizeof(double));
+    double *p = tu_malloc((size_t)T * T * sizeof(double)), *ds = tu_malloc((size_t)T * T * sizeof(double));
+    for (size_t i = 0; i < c->nqkv; i++) qkv[i] = r16(op, c->qkv[i]);
+    for (size_t i = 0; i < c->nout; i++) dO[i] = r16(op, c->dout[i]);
+    memset(dqkv, 0, c->nqkv * sizeof(double));
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.NH; h++) {
+            const int kv = h / group;
+            const double *Q = qkv + (size_t)b * T * ld + (size_t)h * hs;
+            const double *K = qkv + (size_t)b * T * ld + (size_t)(s.NH + kv) * hs;
+            const double *V = qkv + (size_t)b * T * ld + (size_t)(s.NH + s.NKV + kv) * hs;
+            for (int i = 0; i < T; i++) {
+                int nk = s.causal ? i + 1 : T;
+                double mx = -INFINITY, l = 0, lse;
+                for (int j = 0; j < nk; j++) {
+                    double d = 0;
+                    for (int e = 0; e < hs; e++) d += Q[(size_t)i * ld + e] * K[(size_t)j * ld + e];
+                    p[(size_t)i * T + j] = d * scale;
+                    mx = fmax(mx, d * scale);
+                }
+                for (int j = 0; j < nk; j++) l += exp(p[(size_t)i * T + j] - mx);
+                lse = mx + log(l);
+                double *o = out + ((size_t)b * T + i) * s.C + (size_t)h * hs;
+                for (int e = 0; e < hs; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < nk; j++) acc += r16(op, exp(p[(size_t)i * T + j] - mx)) * V[(size_t)j * ld + e];
+                    o[e] = acc / l;
+                }
+                const double *g = dO + ((size_t)b * T + i) * s.C + (size_t)h * hs;
+                double D = 0;
+                for (int e = 0; e < hs; e++) D += g[e] * (float)o[e]; /* the kernel's O is fp32 */
+                for (int j = 0; j < nk; j++) {
+                    double pij = exp(p[(size_t)i * T + j] - lse), dp = 0;
+                    for (int e = 0; e < hs; e++) dp += g[e] * V[(size_t)j * ld + e];
+                    ds[(size_t)i * T + j] = r16(op, pij * (dp - D) * scale);
+                    p[(size_t)i * T + j] = r16(op, pij);
+                }
+                for (int j = nk; j < T; j++) ds[(size_t)i * T + j] = p[(size_t)i * T + j] = 0;
+            }
+            double *dQ = dqkv + (size_t)b * T * ld + (size_t)h * hs;
+            double *dK = dqkv + (size_t)b * T * ld + (size_t)(s.NH + kv) * hs;
+            double *dV = dqkv + (size_t)b * T * ld + (size_t)(s.NH + s.NKV + kv) * hs;
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j < T; j++)
+                    for (int e = 0; e < hs; e++) {
+                        const double *g = dO + ((size_t)b * T + i) * s.C + (size_t)h * hs;
+                        dQ[(size_t)i * ld + e] += ds[(size_t)i * T + j] * K[(size_t)j * ld + e];
+                        dK[(size_t)j * ld + e] += ds[(size_t)i * T + j] * Q[(size_t)i * ld + e];
+                        dV[(size_t)j * ld + e] += p[(size_t)i * T + j] * g[e];
+                    }
+        }
+    free(qkv), free(dO), free(p), free(ds);
+}
+
+/* One key tile (T <= 32), causal and bidirectional, GQA and MQA, hs off the vector width. */
+static const shape k_lowp_shapes[] = {{2, 29, 24, 3, 3, 1}, {1, 32, 64, 4, 2, 1}, {2, 17, 8, 4, 1, 0}, {1, 5, 48, 4, 4, 0}};
+
+static void lowp_matches_rounded_reference(void) {
+    static const dt_dtype ops[] = {DT_BF16, DT_F16};
+    for (size_t si = 0; si < sizeof k_lowp_shapes / sizeof k_lowp_shapes[0]; si++)
+        for (int oi = 0; oi < 2; oi++) {
+            att_case c;
+            shape s = k_lowp_shapes[si];
+            case_init(&c, s, 300 + si);
+            double *out = tu_malloc(c.nout * sizeof(double)), *dq = tu_malloc(c.nqkv * sizeof(double));
+            dt_attention_forward(c.out, c.lse, c.qkv, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, ops[oi]);
+            dt_attention_backward(c.dqkv, c.dout, c.qkv, c.out, c.lse, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, ops[oi]);
+            ref_lowp(&c, ops[oi], out, dq);
+            double eo = nrel(c.out, out, c.nout), eg = nrel(c.dqkv, dq, c.nqkv);
+            /* Sensitivity: the fp32 kernel (nothing rounded) against the same reference. */
+            float *o32 = tu_malloc(c.nout * sizeof(float)), *g32 = tu_malloc(c.nqkv * sizeof(float));
+            float *l32 = tu_malloc(c.nlse * sizeof(float));
+            dt_attention_forward(o32, l32, c.qkv, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, DT_F32);
+            dt_attention_backward(g32, c.dout, c.qkv, o32, l32, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, DT_F32);
+            double so = nrel(o32, out, c.nout), sg = nrel(g32, dq, c.nqkv);
+            printf("  %s B%d T%d C%d NH%d NKV%d causal %d: out nrel %.2e, dqkv %.2e (unrounded fp32 kernel: %.2e, %.2e)\n",
+                   dt_dtype_name(ops[oi]), s.B, s.T, s.C, s.NH, s.NKV, s.causal, eo, eg, so, sg);
+            assert_true(eo <= 2e-6 && eg <= 2e-5);
+            assert_true(so >= 10 * 2e-6 && sg >= 10 * 2e-5); /* the rounding is there */
+            free(out), free(dq), free(o32), free(g32), free(l32);
+            case_free(&c);
+        }
+}
+
+static void test_lowp_products_match_rounded_reference(void **state) {
+    (void)state;
+    tu_each_isa(lowp_matches_rounded_reference);
+}
+
+/* Several key tiles: the running max rounds exp(s - m) against a smaller m than the row's,
+ * so only bf16-level agreement with the fp32 reference is claimed, and fp32 op is unchanged. */
+static void lowp_multi_tile(void) {
+    shape s = {2, 130, 64, 4, 2, 1};
+    att_case c;
+    case_init(&c, s, 77);
+    case_run_ref(&c);
+    dt_attention_forward(c.out, c.lse, c.qkv, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, DT_BF16);
+    dt_attention_backward(c.dqkv, c.dout, c.qkv, c.out, c.lse, s.B, s.T, s.NH, s.NKV, HS(s), s.causal, DT_BF16);
+    double eo = nrel(c.out, c.out_d, c.nout), eg = nrel(c.dqkv, c.dqkv_d, c.nqkv);
+    printf("  bf16, 5 key tiles vs fp64: out nrel %.2e, dqkv %.2e\n", eo, eg);
+    assert_true(eo < 1e-2 && eg < 2e-2 && eo > 1e-5);
+    case_free(&c);
+}
+
+static void test_lowp_multi_tile(void **state) {
+    (void)state;
+    tu_each_isa(lowp_multi_tile);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_matches_double_reference),
@@ -342,6 +476,8 @@ int main(void) {
         cmocka_unit_test(test_future_keys_values_do_not_change_earlier_outputs),
         cmocka_unit_test(test_gqa_equals_replicated_mha),
         cmocka_unit_test(test_bidirectional_sees_future_keys),
+        cmocka_unit_test(test_lowp_products_match_rounded_reference),
+        cmocka_unit_test(test_lowp_multi_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,14 +68,20 @@ double dt_matmul_peak_gflops(int n, int reps, double *best);
  * heads | NKV key heads | NKV value heads, hs floats each; query head h uses kv head
  * h / (NH/NKV) (NKV = NH: plain multi-head; NKV = 1: multi-query). out (B,T,NH hs) =
  * softmax(q k^T / sqrt(hs)) v, computed in tiles (flash-style) without storing a (T,T) score
- * matrix; lse (B,NH,T) = log-sum-exp of each score row, saved. */
+ * matrix; lse (B,NH,T) = log-sum-exp of each score row, saved.
+ * op: the operand type of the products (mixed precision). DT_F32: fp32. DT_BF16 / DT_F16: every
+ * product takes operands rounded to that type (nearest even) with fp32 sums, as a 16-bit
+ * flash kernel multiplies: q, k, v, and the unnormalised probabilities exp(s - running max)
+ * before P V; the softmax statistics, the scaling and the output stay fp32. */
 void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                          int NKV, int hs, int causal);
+                          int NKV, int hs, int causal, dt_dtype op);
 /* dqkv (B,T,(NH+2 NKV) hs) = gradient w.r.t. qkv (overwritten). Recomputes scores tile by
- * tile; dK and dV of a kv head sum its query heads in ascending order. */
+ * tile; dK and dV of a kv head sum its query heads in ascending order. op as above: q, k, v
+ * and dO rounded, P = exp(s - lse) rounded for dV += P^T dO, dS (formed in fp32 from the
+ * unrounded P) rounded for dK and dQ; D = rowsum(dO O) from the rounded dO. */
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                            const float *lse, int B, int T, int NH, int NKV, int hs,
-                           int causal);
+                           int causal, dt_dtype op);
 
 /* RMSNorm (LLaMA): out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(mean(inp^2) + eps), saved. */
 void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,

@@ -27,6 +27,17 @@ import torch.nn.functional as F
 LN_EPS = 1e-5
 
 
+def attend(q, k, v, causal):
+    """softmax(q k^T / sqrt(hs)) v over (B, NH, T, hs), future keys masked when causal. Every
+    family calls it as gpt2_torch.attend, so tests/ref/mixed_ref.py can swap in dtrain's 16-bit
+    products (mixed precision)."""
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        T = q.shape[-2]
+        att = att.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, d_model, n_head):
         super().__init__()
@@ -44,11 +55,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, nh, hs).transpose(1, 2)
         k = k.view(B, T, nh, hs).transpose(1, 2)
         v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~causal, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        y = attend(q, k, v, True).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
 

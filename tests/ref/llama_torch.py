@@ -53,6 +53,7 @@ import torch.nn.functional as F
 
 sys.dont_write_bytecode = True  # keep tests/ref free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch  # noqa: E402  attention (mixed_ref swaps it)
 from gpt2_torch import count_params, lr_at, param_groups  # noqa: E402,F401  dtrain's schedule (and rules) in one place
 
 DEFAULT_ROPE_THETA = 10000.0
@@ -124,11 +125,7 @@ class LlamaAttention(nn.Module):
         k = apply_rope(k, cos, sin)
         k = repeat_kv(k, nh // nkv)
         v = repeat_kv(v, nh // nkv)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~causal, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, nh * hs)
+        y = gpt2_torch.attend(q, k, v, True).transpose(1, 2).contiguous().view(B, T, nh * hs)
         return self.o_proj(y)
 
 

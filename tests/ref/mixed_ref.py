@@ -11,8 +11,10 @@ head), with round16 = round-to-nearest-even to bfloat16 or IEEE float16 and the 
             dW = round16(dy)^T @ round16(x)            (sums in fp32, into fp32 gradients)
             db = column sums of the unrounded dy
 The weights are rounded from the fp32 master weights at every forward. Everything else (embedding
-lookup, positions, norms, attention with its softmax, RoPE, GELU/SwiGLU, residuals, the loss,
-AdamW, clipping, norms) is the plain model. fp16 training runs the backward with the loss times a
+lookup, positions, norms, the softmax, RoPE, GELU/SwiGLU, residuals, the loss, AdamW, clipping,
+norms) is the plain model, but for attention's products, which take 16-bit operands too
+(LowpAttention: q, k, v, the probabilities before P V, dO and dS rounded; a 16-bit flash
+kernel's rule), swapped in for gpt2_torch.attend, which every family calls. fp16 training runs the backward with the loss times a
 scale (65536, dynamic loss scaling) that the optimizer divides out; as the rounding of dy happens
 on the scaled gradient, the emulation scales the loss the same way (gpt2_ref.forward_backward,
 train) -- a power of two, so it only matters where float16 would be subnormal or overflow.
@@ -30,13 +32,16 @@ outputs, and with them the attention matmuls, softmax and activations run in bfl
 not an exact oracle (gpt2_ref.AUTOCAST_NOTE); torch's CPU autocast supports bfloat16 only (this
 torch refuses float16: "AutocastCPU only support Bfloat16"), so fp16 has the emulated check alone.
 
-Only torch, numpy and contextlib are used.
+Only torch, numpy, math, contextlib and gpt2_torch (its attend) are used.
 """
 import contextlib
+import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+import gpt2_torch  # attend, swapped by emulate
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("fp32",) + tuple(DTYPES)
@@ -82,6 +87,44 @@ class LowpLinear(torch.autograd.Function):
         return dx, dw, db, None, None
 
 
+class LowpAttention(torch.autograd.Function):
+    """dtrain's attention with 16-bit products (src/ops/cpu/kern/attention.c), for at most one
+    key tile (T <= 32, where the kernel's running max is the row max):
+      forward   s = R(q) R(k)^T / sqrt(hs) (masked), m = row max, e = exp(s - m), l = sum e,
+                y = R(e) R(v) / l, lse = m + log l
+      backward  P = exp(s - lse), D = rowsum(R(dy) y), dS = P (R(dy) R(v)^T - D) / sqrt(hs),
+                dV = R(P)^T R(dy), dQ = R(dS) R(k), dK = R(dS)^T R(q)
+    with R = round16."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, dtype):
+        T = q.shape[-2]
+        if T > 32:
+            raise ValueError("mixed_ref.LowpAttention emulates one 32-key tile (T <= 32), got T=%d" % T)
+        qr, kr, vr = round16(q, dtype), round16(k, dtype), round16(v, dtype)
+        s = (qr @ kr.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        if causal:
+            s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        m = s.max(-1, keepdim=True).values
+        e = torch.exp(s - m)
+        l = e.sum(-1, keepdim=True)
+        y = (round16(e, dtype) @ vr) / l
+        ctx.save_for_backward(qr, kr, vr, y, s, m + torch.log(l))
+        ctx.dtype = dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        qr, kr, vr, y, s, lse = ctx.saved_tensors
+        dtype, scale = ctx.dtype, 1.0 / math.sqrt(qr.shape[-1])
+        dyr = round16(dy, dtype)
+        p = torch.exp(s - lse)
+        D = (dyr * y).sum(-1, keepdim=True)
+        ds = p * (dyr @ vr.transpose(-2, -1) - D) * scale
+        dsr = round16(ds, dtype)
+        return dsr @ kr, dsr.transpose(-2, -1) @ qr, round16(p, dtype).transpose(-2, -1) @ dyr, None, None
+
+
 class _Counter:
     calls = 0
 
@@ -102,11 +145,18 @@ def emulate(precision, round_dy=True):
         count.calls += 1
         return LowpLinear.apply(x, w, b, dtype, round_dy)
 
+    orig_attend = gpt2_torch.attend
+
+    def attend(q, k, v, causal):
+        return LowpAttention.apply(q, k, v, causal, dtype)
+
     F.linear = linear
+    gpt2_torch.attend = attend
     try:
         yield count
     finally:
         F.linear = orig
+        gpt2_torch.attend = orig_attend
 
 
 def autocast_forward_backward(model, inputs, targets):

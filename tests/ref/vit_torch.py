@@ -56,6 +56,7 @@ import torch.nn.functional as F
 
 sys.dont_write_bytecode = True  # keep tests/ref free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_torch  # noqa: E402  attention (mixed_ref swaps it)
 from gpt2_torch import count_params, lr_at  # noqa: E402,F401  dtrain's schedule (and rules) in one place
 
 LN_EPS = 1e-5
@@ -105,8 +106,7 @@ class Attention(nn.Module):
         q = q.view(B, T, nh, hs).transpose(1, 2)
         k = k.view(B, T, nh, hs).transpose(1, 2)
         v = v.view(B, T, nh, hs).transpose(1, 2)
-        att = F.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs)), dim=-1)  # no mask
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        y = gpt2_torch.attend(q, k, v, False).transpose(1, 2).contiguous().view(B, T, C)  # no mask
         return self.proj(y)
 
 

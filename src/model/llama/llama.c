@@ -275,7 +275,7 @@ static void block_forward(dt_model *m, int l, int recompute) {
         DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(WQ), l, NULL, BT, C, QW));
         DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
     }
-    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1));
+    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1, m->opts.compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
     if (mm) {
         DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, C, C));
@@ -376,7 +376,7 @@ static void llama_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, C, C));
-        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1));
+        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1, m->opts.compute));
         DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(a->dbig, B, T, NH, NKV, hs, theta));
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WQ), l, NULL, a->dbig, MMIN(ln1), BT, C, QW));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));

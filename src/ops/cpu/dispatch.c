@@ -33,15 +33,17 @@ void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 }
 
 void dt_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                          int NKV, int hs, int causal) {
-    dt_cpu_kernels_get()->attention_forward(out, lse, qkv, B, T, NH, NKV, hs, causal);
+                          int NKV, int hs, int causal, dt_dtype op) {
+    DT_ASSERT(op == DT_F32 || op == DT_BF16 || op == DT_F16);
+    dt_cpu_kernels_get()->attention_forward(out, lse, qkv, B, T, NH, NKV, hs, causal, (int)op);
 }
 
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
                            const float *lse, int B, int T, int NH, int NKV, int hs,
-                           int causal) {
+                           int causal, dt_dtype op) {
+    DT_ASSERT(op == DT_F32 || op == DT_BF16 || op == DT_F16);
     dt_cpu_kernels_get()->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs,
-                                             causal);
+                                             causal, (int)op);
 }
 
 void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,

@@ -32,11 +32,12 @@ typedef struct dt_cpu_kernels {
                                const float *rstd, int N, int C);
     /* dbias (OC) += column sums of dout (N,OC). */
     void (*bias_backward)(float *dbias, const float *dout, int N, int OC);
+    /* op: the products' operand type (dt_dtype: DT_F32, or DT_BF16 / DT_F16 rounding) */
     void (*attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                              int NKV, int hs, int causal);
+                              int NKV, int hs, int causal, int op);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
                                const float *out, const float *lse, int B, int T, int NH,
-                               int NKV, int hs, int causal);
+                               int NKV, int hs, int causal, int op);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
                             int C, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,

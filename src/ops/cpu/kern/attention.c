@@ -23,11 +23,20 @@
  * dK += dS^T Q, dQ += dS K. Every product is one small GEMM on a tile; the transposed
  * operands are read through strides instead of being copied. Parallelism is B * NKV tasks
  * (B for multi-query attention).
+ *
+ * Mixed precision (op = DT_BF16 / DT_F16): every product takes operands rounded to the 16-bit
+ * type, with fp32 sums, which is what a 16-bit flash kernel multiplies (FlashAttention-2's
+ * rule): the gathered Q, K, V, dO are rounded once, the probability tile before P V (forward:
+ * exp(s - running max); backward: exp(s - lse)) and dS before dK and dQ. The softmax
+ * statistics, the rescaling, D and dS itself are formed in fp32. The products of two rounded
+ * values are exact in fp32, so this is the 16-bit arithmetic, computed on the fp32 FMA units
+ * (no speed-up: attention is a few percent of a step).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "ops/cpu/kern/kern.h"
 
@@ -106,6 +115,22 @@ static void tile_mm(float *C, int ldc, const float *A, int ais, int aks, const f
     }
 }
 
+/* x (n floats) rounded in place to the 16-bit type op (nearest even); DT_F32: unchanged. */
+static void round_op(float *x, size_t n, int op) {
+    if (op == DT_F32) return;
+    uint16_t h[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = n - i < 256 ? n - i : 256;
+        if (op == DT_BF16) {
+            DT_K(f32_to_bf16)(h, x + i, k);
+            DT_K(bf16_to_f32)(x + i, h, k);
+        } else {
+            DT_K(f32_to_f16)(h, x + i, k);
+            DT_K(f16_to_f32)(x + i, h, k);
+        }
+    }
+}
+
 /* dst (Tp, hsp) <- rows of src (stride ld), zero outside (T, hs). */
 static void gather_rows(float *dst, const float *src, size_t ld, int T, int Tp, int hs,
                         int hsp) {
@@ -172,7 +197,7 @@ static size_t v_off(const att_geom *g, int kvh) {
 }
 
 void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                             int NKV, int hs, int causal) {
+                             int NKV, int hs, int causal, int op) {
     const att_geom g = geom(T, NH, NKV, hs, causal);
     const int hsp = g.hsp, Tp = g.Tp, nb = g.nb, BL = DT_ATT_BLK, group = NH / NKV;
     const float scale = g.scale;
@@ -189,6 +214,7 @@ void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, in
             gather_rows(q, row0 + q_off(&g, h), g.ld, T, Tp, hs, hsp);
             gather_cols(kt, row0 + k_off(&g, kvh), g.ld, T, Tp, hs);
             gather_rows(v, row0 + v_off(&g, kvh), g.ld, T, Tp, hs, hsp);
+            round_op(q, (size_t)Tp * hsp, op), round_op(kt, (size_t)hs * Tp, op), round_op(v, (size_t)Tp * hsp, op);
             for (int ib = 0; ib < nb; ib++) {
                 const int i0 = ib * BL, jend = causal ? ib : nb - 1;
                 memset(o, 0, (size_t)BL * hsp * sizeof(float));
@@ -208,6 +234,7 @@ void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, in
                             vk_scale(orow, corr, hsp);
                         }
                     }
+                    round_op(s, (size_t)BL * BL, op);
                     tile_mm(o, hsp, s, BL, 1, v + (size_t)j0 * hsp, hsp, BL, hsp, BL, 1);
                 }
                 for (int r = 0; r < BL && i0 + r < T; r++) {
@@ -229,6 +256,7 @@ typedef struct att_bwd_buf {
     float *kt, *vt;                     /* (hs, Tp) */
     float *D, *L;                       /* (Tp): rowsum(dO * O) and lse, 0 in padding */
     float *p, *ds;                      /* (BLK, BLK) tiles */
+    int op;                             /* operand type (mixed precision) */
 } att_bwd_buf;
 
 /* Gathers kv head kvh of batch b and zeroes its gradient accumulators. */
@@ -237,6 +265,8 @@ static void bwd_load_kv(att_bwd_buf *w, const float *qkv, const att_geom *g, int
     gather_rows(w->k, row0 + k_off(g, kvh), g->ld, g->T, g->Tp, g->hs, g->hsp);
     gather_cols(w->kt, row0 + k_off(g, kvh), g->ld, g->T, g->Tp, g->hs);
     gather_cols(w->vt, row0 + v_off(g, kvh), g->ld, g->T, g->Tp, g->hs);
+    round_op(w->k, (size_t)g->Tp * g->hsp, w->op), round_op(w->kt, (size_t)g->hs * g->Tp, w->op);
+    round_op(w->vt, (size_t)g->hs * g->Tp, w->op);
     size_t n = (size_t)g->Tp * g->hsp * sizeof(float);
     memset(w->dk, 0, n), memset(w->dv, 0, n);
 }
@@ -249,6 +279,7 @@ static void bwd_load_q(att_bwd_buf *w, const float *dout, const float *qkv, cons
     const float *dbase = dout + (size_t)b * T * g->ldo + q_off(g, h);
     gather_rows(w->q, qkv + (size_t)b * T * g->ld + q_off(g, h), g->ld, T, Tp, hs, hsp);
     gather_rows(w->dout, dbase, g->ldo, T, Tp, hs, hsp);
+    round_op(w->q, (size_t)Tp * hsp, w->op), round_op(w->dout, (size_t)Tp * hsp, w->op);
     for (int t = 0; t < Tp; t++) {
         w->D[t] = t < T ? vk_dot(w->dout + (size_t)t * hsp, obase + (size_t)t * g->ldo, hs)
                         : 0.0f;
@@ -283,6 +314,7 @@ static void bwd_tile(att_bwd_buf *w, const att_geom *g, int i0, int j0) {
         for (int c = 0; c < BL; c += VW)
             vf_store(dr + c, vf_mul(vf_mul(vf_load(pr + c), vf_sub(vf_load(dr + c), vd)), vs));
     }
+    round_op(p, (size_t)BL * BL, w->op), round_op(ds, (size_t)BL * BL, w->op);
     /* dV += P^T dO, dK += dS^T Q: transposes read through swapped strides. */
     tile_mm(w->dv + (size_t)j0 * hsp, hsp, p, 1, BL, w->dout + (size_t)i0 * hsp, hsp, BL,
             hsp, BL, 1);
@@ -294,7 +326,7 @@ static void bwd_tile(att_bwd_buf *w, const att_geom *g, int i0, int j0) {
 
 void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
                               const float *out, const float *lse, int B, int T, int NH,
-                              int NKV, int hs, int causal) {
+                              int NKV, int hs, int causal, int op) {
     const att_geom g = geom(T, NH, NKV, hs, causal);
     const int nb = g.nb, BL = DT_ATT_BLK, group = NH / NKV;
 #pragma omp parallel
@@ -307,6 +339,7 @@ void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
         w.D = scratch((size_t)g.Tp), w.L = scratch((size_t)g.Tp);
         w.p = scratch((size_t)BL * BL);
         w.ds = scratch((size_t)BL * BL);
+        w.op = op;
 #pragma omp for schedule(static)
         for (int bk = 0; bk < B * NKV; bk++) {
             const int b = bk / NKV, kvh = bk % NKV;

@@ -22,10 +22,10 @@ void DT_K(layernorm_backward)(float *dinp, float *dw, float *db, const float *do
                               const float *rstd, int N, int C);
 void DT_K(bias_backward)(float *dbias, const float *dout, int N, int OC);
 void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, int T, int NH,
-                             int NKV, int hs, int causal);
+                             int NKV, int hs, int causal, int op);
 void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
                               const float *out, const float *lse, int B, int T, int NH,
-                              int NKV, int hs, int causal);
+                              int NKV, int hs, int causal, int op);
 void DT_K(rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
                            int C, float eps);
 void DT_K(rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
