@@ -2,12 +2,14 @@
 # Mixed precision and activation checkpointing, every number a ratio to fp32 without
 # checkpointing measured in the same run (one process, all cores):
 #   for each workload, training.precision fp32|bf16 x memory.activation_checkpointing
-#   none|selective|full: median step tokens/s, the allocator's activation bytes, and both as
-#   ratios to fp32/none.
+#   none|selective|full (with the fused loss, the default), and first fp32 `stored` (no
+#   checkpointing, memory.fused_loss=false: the logits of the whole micro-batch stored, as
+#   before the fused loss): median step tokens/s, the allocator's activation bytes, and both as
+#   ratios to the workload's first row.
 #   bash bench/precision.sh build/dtrain [workload...]   (default: gpt2:4:256 llama-100m:4:256 vit-b16:8:0)
 #   a workload is MODEL:MICRO_BATCH:SEQ (SEQ 0: the model's own, e.g. one image)
 # Env: STEPS (timed steps, default 6), WARMUP (default 2), PRECISIONS (default "fp32 bf16"),
-#      MODES (default "none selective full").
+#      MODES (default "stored none selective full"; stored = none with memory.fused_loss=false).
 set -euo pipefail
 bin=${1:-build/dtrain}
 shift || true
@@ -16,7 +18,7 @@ work=("$@")
 steps=${STEPS:-6}
 warmup=${WARMUP:-2}
 read -r -a precs <<<"${PRECISIONS:-fp32 bf16}"
-read -r -a modes <<<"${MODES:-none selective full}"
+read -r -a modes <<<"${MODES:-stored none selective full}"
 echo "# host: $(grep -o -w 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, STEPS=$steps WARMUP=$warmup"
 for w in "${work[@]}"; do
@@ -27,8 +29,11 @@ for w in "${work[@]}"; do
   base_t="" base_a=""
   for p in "${precs[@]}"; do
     for r in "${modes[@]}"; do
+      ck=$r fused=true
+      [ "$r" = stored ] && { ck=none fused=false; [ "$p" = "${precs[0]}" ] || continue; }
       out=$("$bin" bench --model "$model" --batch "$b" "${seqarg[@]}" --warmup-steps "$warmup" --bench-steps "$steps" \
-            --repeats 1 --peak 210 --set training.precision="$p" --set memory.activation_checkpointing="$r" 2>&1) ||
+            --repeats 1 --peak 210 --set training.precision="$p" --set memory.activation_checkpointing="$ck" \
+            --set memory.fused_loss="$fused" 2>&1) ||
         { echo "FAILED: $model $p $r: $(tail -2 <<<"$out")"; continue; }
       row=$(grep -A1 '^# median_ms' <<<"$out" | tail -1)
       med=$(awk '{print $1}' <<<"$row")

@@ -474,6 +474,42 @@ static void test_gemm_reference_loops(void **state) {
     assert_false(dt_isa_matmul_ref());
 }
 
+/* The widened fallback (fp16 always takes it with oneDNN 2.x; bf16 on CPUs without bf16 dot
+ * products) works in panels of at most 4M floats per operand: with K = 150001 every GEMM of a
+ * linear layer needs several blocks of C's rows or columns (forward 2 x 2, dinp and dW 2 column
+ * blocks), each checked against the double reference. */
+static void fallback_panels(void) {
+    const int N = 37, C = 150001, OC = 29;
+    size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    uint16_t *x = tu_malloc(nx * 2), *w = tu_malloc(nw * 2), *dlp = tu_malloc(no * 2);
+    double *xd = tu_malloc(nx * 8), *wd = tu_malloc(nw * 8), *dd = tu_malloc(no * 8);
+    double *ref = tu_malloc(nx * 8), *mag = tu_malloc(nx * 8); /* nx >= nw, no */
+    float *out = tu_malloc(no * 4), *dout = tu_malloc(no * 4), *dx = tu_malloc(nx * 4), *dw = tu_malloc(nw * 4);
+    fill_lp(DT_F16, x, xd, nx, 1.0f, 51);
+    fill_lp(DT_F16, w, wd, nw, 0.5f, 52);
+    tu_fill_uniform(dout, no, 1.0f, 53);
+    memset(dw, 0, nw * 4);
+    dt_matmul_forward_lp(DT_F16, out, x, w, NULL, N, C, OC);
+    dt_matmul_backward_lp(DT_F16, dx, dw, NULL, dout, dlp, x, w, N, C, OC);
+    float *df = tu_malloc(no * 4);
+    dt_from_lowp(DT_F16, df, dlp, no);
+    tu_to_double(dd, df, no);
+    ref_gemm(ref, mag, NULL, N, OC, C, xd, C, 1, wd, 1, C);
+    report_ratio("fallback panels, K 150001: forward", err_ratio(out, OC, ref, mag, N, OC, C));
+    ref_gemm(ref, mag, NULL, N, C, OC, dd, OC, 1, wd, C, 1);
+    report_ratio("fallback panels: dinp", err_ratio(dx, C, ref, mag, N, C, OC));
+    ref_gemm(ref, mag, NULL, OC, C, N, dd, 1, OC, xd, C, 1);
+    report_ratio("fallback panels: dw", err_ratio(dw, C, ref, mag, OC, C, N));
+    free(x); free(w); free(dlp); free(xd); free(wd); free(dd); free(ref); free(mag);
+    free(out); free(dout); free(dx); free(dw); free(df);
+}
+
+static void test_gemm_fallback_panels(void **state) {
+    (void)state;
+    assert_false(dt_lowp_gemm_native(DT_F16)); /* this oneDNN has no CPU f16 matmul */
+    fallback_panels();
+}
+
 /* More distinct problems than the primitive table holds (the rest run uncached), then the
  * table cleared and refilled: results stay right throughout. */
 static void test_gemm_cache(void **state) {
@@ -557,6 +593,7 @@ int main(void) {
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_reference_loops),
         cmocka_unit_test(test_gemm_cache),
+        cmocka_unit_test(test_gemm_fallback_panels),
         cmocka_unit_test(test_peak_gflops),
         cmocka_unit_test(test_serial_thread),
     };

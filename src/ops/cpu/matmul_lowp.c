@@ -207,34 +207,77 @@ static void run_native(const gemm_entry *e, const void *A, const void *B, float 
     if (ms) dnnl_memory_destroy(ms);
 }
 
+/* Floats per widened operand panel of the fallback: its two panels per thread are bounded
+ * (2 x 16 MiB, or one K-long row or column each when K is larger), whatever the GEMM. */
+#define DT_LP_PANEL ((size_t)1 << 22)
+
+/* The calling thread's widened panel `which` (0: A, 1: B) of at least `floats`, kept between
+ * calls (as the scratchpad above). */
+static float *panel(int which, size_t floats) {
+    static __thread float *buf[2];
+    static __thread size_t cap[2];
+    if (floats > cap[which]) {
+        free(buf[which]);
+        cap[which] = (floats + 1023) / 1024 * 1024;
+        buf[which] = aligned_alloc(64, cap[which] * sizeof(float));
+        DT_ASSERT(buf[which] != NULL); /* out of memory inside a GEMM: nothing to hand back */
+    }
+    return buf[which];
+}
+
 /* dst (rows, cols) dense fp32 = src (rows, cols of ld) widened. */
-static float *widen(dt_dtype dt, const uint16_t *src, long rows, long cols, long ld) {
-    float *dst = malloc((size_t)rows * (size_t)cols * sizeof(float) + 1);
-    DT_ASSERT(dst != NULL); /* out of memory inside a GEMM: nothing to hand back */
+static void widen(dt_dtype dt, float *dst, const uint16_t *src, long rows, long cols, long ld) {
     if (ld == cols) {
         dt_from_lowp(dt, dst, src, (size_t)rows * (size_t)cols);
-        return dst;
+        return;
     }
 #pragma omp parallel for schedule(static)
     for (long r = 0; r < rows; r++)
         dt_from_lowp(dt, dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
-    return dst;
 }
 
+/* op(X) rows [i0, i0 + m) (or columns, for the right operand: `right`) of a 16-bit operand
+ * widened into a dense panel; returns its leading dimension. */
+static long widen_block(dt_dtype dt, float *dst, const uint16_t *X, long ldx, char trans, int right, long i0,
+                        long m, long K) {
+    /* Left operand op(A) (M,K): 'N' rows i0.. of A; 'T' columns i0.. of A (K,M). Right
+     * operand op(B) (K,N): 'N' columns i0.. of B; 'T' rows i0.. of B (N,K). */
+    if ((trans == 'N') != (right != 0)) {
+        widen(dt, dst, X + (size_t)i0 * ldx, m, K, ldx);
+        return K;
+    }
+    widen(dt, dst, X + i0, K, m, ldx);
+    return m;
+}
+
+/* Widened in panels of at most DT_LP_PANEL floats per operand (one K-long row or column at
+ * least): blocks of C's rows and columns, each one sgemm over the whole K, so every element
+ * still sums over k in one call; the operands are never copied whole. */
 static void gemm_fallback(dt_dtype dt, char ta, char tb, long M, long N, long K,
                           const uint16_t *A, long lda, const uint16_t *B, long ldb, float beta,
                           float *C, long ldc, int ref) {
-    long ar = ta == 'N' ? M : K, ac = ta == 'N' ? K : M;
-    long br = tb == 'N' ? K : N, bc = tb == 'N' ? N : K;
-    float *a = widen(dt, A, ar, ac, lda), *b = widen(dt, B, br, bc, ldb);
-    if (ref) {
-        dt_sgemm(ta, tb, M, N, K, a, ac, b, bc, beta, C, ldc);
-    } else {
-        dnnl_status_t s = dnnl_sgemm(ta, tb, M, N, K, 1.0f, a, ac, b, bc, beta, C, ldc);
-        DT_ASSERT(s == dnnl_success);
+    long kk = K > 0 ? K : 1;
+    long mb = (long)(DT_LP_PANEL / (size_t)kk), nb = mb;
+    mb = mb < 1 ? 1 : mb > M ? M : mb;
+    nb = nb < 1 ? 1 : nb > N ? N : nb;
+    float *a = panel(0, (size_t)mb * (size_t)kk), *b = panel(1, (size_t)nb * (size_t)kk);
+    long la = 0, lb;
+    if (mb == M) la = widen_block(dt, a, A, lda, ta, 0, 0, M, K); /* A whole: once */
+    for (long j0 = 0; j0 < N; j0 += nb) {
+        long n = N - j0 < nb ? N - j0 : nb;
+        lb = widen_block(dt, b, B, ldb, tb, 1, j0, n, K);
+        for (long i0 = 0; i0 < M; i0 += mb) {
+            long m = M - i0 < mb ? M - i0 : mb;
+            if (mb < M) la = widen_block(dt, a, A, lda, ta, 0, i0, m, K);
+            float *c = C + (size_t)i0 * ldc + j0;
+            if (ref) {
+                dt_sgemm(ta, tb, m, n, K, a, la, b, lb, beta, c, ldc);
+            } else {
+                dnnl_status_t s = dnnl_sgemm(ta, tb, m, n, K, 1.0f, a, la, b, lb, beta, c, ldc);
+                DT_ASSERT(s == dnnl_success);
+            }
+        }
     }
-    free(a);
-    free(b);
 }
 
 /* C (M,N of ldc) = op(A) op(B) + beta C, beta 0 or 1; `allow_ref` 0 ignores
