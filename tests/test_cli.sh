@@ -31,6 +31,8 @@ expect_refused "bad number" "optimizer.lr" train --lr fast
 expect_refused "unknown precision" "training.precision" train --set training.precision=fp8
 expect_refused "bad checkpointing mode" "memory.activation_checkpointing" train --set memory.activation_checkpointing=some
 expect_refused "checkpointing interval 0" "memory.activation_checkpointing_every" train --set memory.activation_checkpointing_every=0
+expect_refused "negative fused-loss block" "memory.fused_loss_rows" train --set memory.fused_loss_rows=-1
+expect_refused "fused loss not a boolean" "memory.fused_loss" train --set memory.fused_loss=maybe
 expect_refused "negative loss scale" "training.loss_scale" train --set training.loss_scale=-2
 expect_refused "bad gradient dtype" "parallel.grad_dtype" train --set parallel.grad_dtype=fp16
 expect_refused "unknown flag" "--frobnicate" train --frobnicate
