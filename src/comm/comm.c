@@ -23,6 +23,11 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     return dt_fail(ctx, DT_ERR_CONFIG, "comm: launched under MPI, but this dtrain was built "
                                        "without MPI (cmake -DDTRAIN_MPI=OFF)");
 }
+
+int dt_comm_set_shm(dt_comm *c, int on) {
+    (void)c, (void)on;
+    return 0;
+}
 #endif
 
 static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {

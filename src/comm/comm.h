@@ -44,6 +44,12 @@ int dt_comm_rank(const dt_comm *c, dt_group g);
 int dt_comm_size(const dt_comm *c, dt_group g);
 int dt_comm_num_nodes(const dt_comm *c);
 const char *dt_comm_backend(const dt_comm *c);
+/* Node-local groups (the node group; the world on one node) run the ordered reduce-scatter,
+ * the ordered all-reduce and the all-gathers over a shared-memory segment (comm/shm.h) when
+ * on: the default under MPI with more than one rank on the node, unless DTRAIN_SHM=0. Returns
+ * whether they now do (0 when there is no segment: single process, one rank per node, or it
+ * could not be set up). The results are the same bits either way. */
+int dt_comm_set_shm(dt_comm *c, int on);
 
 /* In-place all-reduce of n elements. */
 dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,

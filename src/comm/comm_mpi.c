@@ -8,12 +8,16 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/shm.h"
+#include "core/log.h"
 #include "ops/ops.h"
 
 #define NAME_LEN 256
 
 typedef struct mpi_state {
     MPI_Comm comm[DT_GROUP_N];
+    dt_shm *shm; /* the node's shared-memory segment (NULL: none, MPI everywhere) */
+    int shm_on;  /* route node-local groups to it (dt_comm_set_shm) */
 } mpi_state;
 
 struct dt_comm_req {
@@ -21,6 +25,14 @@ struct dt_comm_req {
 };
 
 static MPI_Comm comm_of(dt_comm *c, dt_group g) { return ((mpi_state *)c->impl)->comm[g]; }
+
+/* The shared-memory segment for group g when all of g's ranks are on this node (the node
+ * group, or the world on one node: node ranks are in world order) and it is in use. */
+static dt_shm *shm_of(dt_comm *c, dt_group g) {
+    mpi_state *s = c->impl;
+    if (!s->shm || !s->shm_on || c->size[g] < 2) return NULL;
+    return g == DT_GROUP_NODE || (g == DT_GROUP_WORLD && c->nodes == 1) ? s->shm : NULL;
+}
 
 static dt_status mpi_err(dt_ctx *ctx, dt_comm *c, int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING] = "";
@@ -92,6 +104,14 @@ static dt_status m_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, c
         memmove(out, buf + displs[0], counts[0] * sizeof(float));
         return DT_OK;
     }
+    dt_shm *sh = shm_of(c, g);
+    if (sh) {
+        size_t total = 0;
+        for (int r = 0; r < p; r++) total += counts[r];
+        dt_shm_reduce_scatter_ordered(sh, buf, counts, displs, out);
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 4));
+        return DT_OK;
+    }
     int *ic = malloc(4 * (size_t)p * sizeof(int));
     if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;
@@ -120,6 +140,14 @@ static dt_status allgatherv_of(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, c
                                const size_t *displs, MPI_Datatype type, size_t esize) {
     int p = c->size[g];
     if (p == 1) return DT_OK;
+    dt_shm *sh = shm_of(c, g);
+    if (sh) {
+        size_t total = 0;
+        for (int r = 0; r < p; r++) total += counts[r];
+        dt_shm_allgatherv(sh, buf, counts, displs, esize);
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * esize));
+        return DT_OK;
+    }
     int *ic = malloc(2 * (size_t)p * sizeof(int));
     if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     dt_status st = DT_OK;
@@ -153,6 +181,12 @@ static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float 
                                      float *scratch) {
     int p = c->size[g], me = c->rank[g];
     if (p == 1) return DT_OK;
+    dt_shm *sh = shm_of(c, g);
+    if (sh) {
+        dt_shm_allreduce_ordered(sh, buf, n);
+        c->bytes += (uint64_t)(2.0 * (p - 1) / p * (double)(n * 4));
+        return DT_OK;
+    }
     size_t *cnt = malloc(2 * (size_t)p * sizeof(size_t));
     if (!cnt) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     dt_comm_split(n, p, cnt, cnt + p);
@@ -296,6 +330,7 @@ static dt_status m_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
 static void m_free(dt_comm *c) {
     mpi_state *s = c->impl;
     if (s) {
+        dt_shm_free(s->shm);
         for (int g = 0; g < DT_GROUP_N; g++)
             if (s->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&s->comm[g]);
         free(s);
@@ -308,6 +343,47 @@ static void m_free(dt_comm *c) {
 static void m_abort(dt_comm *c, int code) {
     (void)c;
     MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* The node's shared-memory segment (shm.h), unless DTRAIN_SHM=0 or the node has one rank:
+ * local rank 0 creates it and broadcasts its name, the others attach, everyone reports, and
+ * once all have mapped it rank 0 unlinks the name. Any failure (no /dev/shm, too small) leaves
+ * every rank of the node on MPI, with one warning. */
+static dt_status shm_setup(dt_ctx *ctx, dt_comm *c, mpi_state *s) {
+    const char *env = getenv("DTRAIN_SHM");
+    int P = c->size[DT_GROUP_NODE], me = c->rank[DT_GROUP_NODE];
+    if (P < 2 || (env && !strcmp(env, "0"))) return DT_OK;
+    char name[64] = "";
+    dt_ctx tmp;
+    dt_ctx_init(&tmp);
+    int ok = 1;
+    if (me == 0 && dt_shm_create(&tmp, &s->shm, P, name) != DT_OK) ok = 0, name[0] = 0;
+    MPI_TRY(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, s->comm[DT_GROUP_NODE]), "MPI_Bcast (shm name)");
+    if (me != 0 && (!name[0] || dt_shm_attach(&tmp, &s->shm, me, P, name) != DT_OK)) ok = 0;
+    int all = 0;
+    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->comm[DT_GROUP_NODE]), "MPI_Allreduce (shm)");
+    if (me == 0 && name[0]) dt_shm_unlink(name); /* everyone mapped it (or gave up) */
+    MPI_TRY(MPI_Barrier(s->comm[DT_GROUP_NODE]), "MPI_Barrier (shm)"); /* the name is gone for all */
+    if (!all) {
+        dt_shm_free(s->shm);
+        s->shm = NULL;
+        if (!ok) {
+            dt_ctx lc = *ctx;
+            lc.rank = c->rank[DT_GROUP_WORLD];
+            dt_log_warn(&lc, "node-local shared-memory collectives unavailable (%s); using MPI",
+                        tmp.err[0] ? tmp.err : "another rank failed");
+        }
+        return DT_OK;
+    }
+    s->shm_on = 1;
+    return DT_OK;
+}
+
+int dt_comm_set_shm(dt_comm *c, int on) {
+    if (strcmp(c->ops->name, "mpi")) return 0;
+    mpi_state *s = c->impl;
+    s->shm_on = on && s->shm;
+    return s->shm_on;
 }
 
 static const dt_comm_ops mpi_ops = {
@@ -368,5 +444,5 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     MPI_Comm_rank(s->comm[DT_GROUP_CROSS], &c->rank[DT_GROUP_CROSS]);
     MPI_Comm_size(s->comm[DT_GROUP_CROSS], &c->size[DT_GROUP_CROSS]);
     for (int g = DT_GROUP_NODE; g < DT_GROUP_N; g++) MPI_Comm_set_errhandler(s->comm[g], MPI_ERRORS_RETURN);
-    return DT_OK;
+    return shm_setup(ctx, c, s);
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The node's shared-memory segment (src/comm/shm.h) leaves nothing in /dev/shm:
+#  - a stale name from a dead creator (a rank killed between creating and unlinking it) is
+#    removed by the next job's set-up;
+#  - kill -9 of a rank in the middle of a 2-rank DDP run (which uses the segment for its
+#    gradient all-reduce): the kill is asserted to have happened (the pid is gone, the job
+#    failed), and no name of this job's segment is left;
+#  - DDP over the segment trains the same bits as DDP over MPI (DTRAIN_SHM=0).
+# Usage: tests/test_shm_cleanup.sh DTRAIN_BIN
+set -uo pipefail
+bin=$(readlink -f "$1")
+src=$(cd "$(dirname "$0")/.." && pwd)
+. "$src/tests/lib.sh"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpiexec --oversubscribe --bind-to none)
+common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 500
+        --model.context 32 --seq 32 --batch 2 --lr 3e-3 --warmup 2 --seed 5 --set logging.every=1)
+
+# 1. A stale name: a pid that has exited (a child we reaped), a segment-sized file.
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+stale=/dev/shm/dtrain-shm-$dead-0
+head -c 4096 /dev/zero >"$stale"
+timeout 120 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 4 >"$dir/stale.log" 2>&1 ||
+  fail "2-rank job after the stale name: $(tail -2 "$dir/stale.log")"
+if [ -e "$stale" ]; then fail "stale $stale (creator pid $dead gone) was not removed"; rm -f "$stale"
+else pass "a stale segment name of a dead creator (pid $dead) removed by the next job's set-up"; fi
+
+# 2. kill -9 of a rank mid-run.
+mark="$dir/kill"
+"${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 100000 --set logging.metrics="$mark.jsonl" >"$dir/kill.log" 2>&1 &
+lp=$!
+if v=$(kill_rank_at "$bin" "$mark" "$mark.jsonl" 2 3 50 $lp " "); then
+  read -r pid rank step <<<"$v"
+  wait $lp
+  rc=$?
+  # A name carries its creator's pid (node-local rank 0): one whose creator is gone is a
+  # leak (names of other jobs running now have live creators).
+  leaked=""
+  for f in /dev/shm/dtrain-shm-*; do
+    [ -e "$f" ] || continue
+    p=${f#/dev/shm/dtrain-shm-}
+    kill -0 "${p%%-*}" 2>/dev/null || leaked="$leaked ${f#/dev/shm/}"
+  done
+  if kill -0 "$pid" 2>/dev/null; then fail "rank $rank (pid $pid) still alive after kill -9"
+  elif [ $rc -eq 0 ]; then fail "the job exited 0 after rank $rank was killed"
+  elif [ -n "$leaked" ]; then fail "segment names of dead creators left in /dev/shm:$leaked"
+  else pass "kill -9 of rank $rank (pid $pid) at step $step: the job failed (rc $rc), no segment name left"; fi
+else
+  fail "no rank killed: $v"
+  kill $lp 2>/dev/null
+  wait $lp 2>/dev/null
+fi
+
+# 3. DDP over shared memory == DDP over MPI, bitwise (gradient all-reduce, parameter checks).
+timeout 120 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 6 --save-weights "$dir/shm.st" >"$dir/shm.log" 2>&1 ||
+  fail "shm run: $(tail -2 "$dir/shm.log")"
+timeout 120 "${mpi[@]}" -x DTRAIN_SHM=0 -n 2 "$bin" train "${common[@]}" --steps 6 --save-weights "$dir/mpi.st" \
+  >"$dir/mpi.log" 2>&1 || fail "MPI run: $(tail -2 "$dir/mpi.log")"
+if cmp -s "$dir/shm.st" "$dir/mpi.st"; then pass "DDP 2 ranks: shared-memory all-reduce == MPI's, weights bitwise"
+else fail "DDP weights differ between shared memory and MPI"; fi
+
+echo "test_shm_cleanup: $fails failure(s)$(skipped)"
+[ $fails -eq 0 ]
