@@ -6,7 +6,8 @@
  * and sizes of several slot rounds, give bitwise the results of the same call over MPI
  * (dt_comm_set_shm off), which are themselves the rank-order sums computed here. The
  * segment exists (a node with 2+ ranks that fell back to MPI fails the test) and its name is
- * gone from /dev/shm once the communicator is up. Any rank's failure fails all. */
+ * gone from /dev/shm once the communicator is up. On several nodes the world's ordered
+ * all-reduce runs hierarchically, bitwise the flat one. Any rank's failure fails all. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,33 @@ static void compare(dt_group g, size_t n) {
     }
 }
 
+/* Several nodes: the world's ordered all-reduce, hierarchical (node-local shared memory, a
+ * chain of the nodes, the total broadcast back) against flat (MPI), bitwise, and both the
+ * world-rank-order sum. */
+static void compare_hier(size_t n) {
+    int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
+    float *a = malloc(n * sizeof(float) + 4), *b = malloc(n * sizeof(float) + 4);
+    float *scratch = malloc((n / (size_t)W + 1) * (size_t)W * sizeof(float) + 64);
+    fill(a, n, me);
+    fill(b, n, me);
+    int on = dt_comm_set_hierarchical(C, 1);
+    CHECK(on == 1, "hierarchical all-reduce unavailable on %d ranks, %d nodes", W, dt_comm_num_nodes(C));
+    CHECK(dt_comm_allreduce_ordered(&X, C, DT_GROUP_WORLD, a, n, scratch) == DT_OK, "hierarchical: %s", X.err);
+    CHECK(dt_comm_set_hierarchical(C, 0) == 0, "hierarchical stays on");
+    CHECK(dt_comm_allreduce_ordered(&X, C, DT_GROUP_WORLD, b, n, scratch) == DT_OK, "flat: %s", X.err);
+    dt_comm_set_hierarchical(C, 1);
+    CHECK(!memcmp(a, b, n * sizeof(float)), "n %zu: hierarchical all-reduce differs from flat", n);
+    for (size_t i = 0; i < n; i++) {
+        float want = val(0, i);
+        for (int r = 1; r < W; r++) want += val(r, i);
+        if (a[i] != want) {
+            CHECK(0, "n %zu: hierarchical [%zu] is not the world-rank-order sum", n, i);
+            break;
+        }
+    }
+    free(a), free(b), free(scratch);
+}
+
 /* Names in /dev/shm of segments this process created ("dtrain-shm-<my pid>-..."): other jobs
  * (a parallel ctest) may be in their own set-up. */
 static int my_shm_names(void) {
@@ -140,6 +168,7 @@ int main(void) {
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         if (local > 1) compare(DT_GROUP_NODE, sizes[k]);
         if (nodes == 1) compare(DT_GROUP_WORLD, sizes[k]);
+        else compare_hier(sizes[k]);
     }
     if (me == 0)
         printf("test_comm_shm: %d ranks, %d node(s), %d on this node: shared-memory collectives %s MPI's bitwise\n",

@@ -28,6 +28,11 @@ int dt_comm_set_shm(dt_comm *c, int on) {
     (void)c, (void)on;
     return 0;
 }
+
+int dt_comm_set_hierarchical(dt_comm *c, int on) {
+    (void)c, (void)on;
+    return 0;
+}
 #endif
 
 static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {

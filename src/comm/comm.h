@@ -50,6 +50,13 @@ const char *dt_comm_backend(const dt_comm *c);
  * whether they now do (0 when there is no segment: single process, one rank per node, or it
  * could not be set up). The results are the same bits either way. */
 int dt_comm_set_shm(dt_comm *c, int on);
+/* With several nodes the world's ordered all-reduce runs hierarchically when on: node-local
+ * exchange over shared memory, then each part down a chain of the nodes (each adds its ranks
+ * in order) and the total broadcast back, so only one copy of each part crosses between
+ * nodes each way, and the sums stay in world-rank order (the same bits as flat). On by
+ * default where possible: more than one node, the same number (> 1) of ranks on each, each
+ * node's world ranks consecutive, shared memory on. Returns whether it now is. */
+int dt_comm_set_hierarchical(dt_comm *c, int on);
 
 /* In-place all-reduce of n elements. */
 dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,

@@ -18,6 +18,8 @@ typedef struct mpi_state {
     MPI_Comm comm[DT_GROUP_N];
     dt_shm *shm; /* the node's shared-memory segment (NULL: none, MPI everywhere) */
     int shm_on;  /* route node-local groups to it (dt_comm_set_shm) */
+    int hier_ok; /* several nodes, equal sizes > 1, each node's world ranks consecutive */
+    int hier_want; /* dt_comm_set_hierarchical (default on): hierarchical where hier_ok and shm_on */
 } mpi_state;
 
 struct dt_comm_req {
@@ -176,6 +178,32 @@ static dt_status m_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t
     return allgatherv_of(ctx, c, g, buf, counts, displs, MPI_UINT16_T, sizeof(uint16_t));
 }
 
+/* The hierarchical chain (shm.h dt_shm_allreduce_ordered_chain) over the cross group: node k's
+ * owner of a part receives the running sum from node k - 1, passes its own on to node k + 1,
+ * and the last node broadcasts the total. */
+typedef struct chain_ud {
+    dt_comm *c;
+    int rc; /* the first MPI error */
+} chain_ud;
+
+static int chain_prefix(void *ud, float *acc, size_t n) {
+    chain_ud *u = ud;
+    int k = u->c->rank[DT_GROUP_CROSS];
+    if (k == 0) return 0;
+    int rc = MPI_Recv(acc, (int)n, MPI_FLOAT, k - 1, 0, comm_of(u->c, DT_GROUP_CROSS), MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS && u->rc == MPI_SUCCESS) u->rc = rc;
+    return 1;
+}
+
+static void chain_finish(void *ud, float *acc, size_t n) {
+    chain_ud *u = ud;
+    int k = u->c->rank[DT_GROUP_CROSS], N = u->c->size[DT_GROUP_CROSS], rc = MPI_SUCCESS;
+    MPI_Comm cc = comm_of(u->c, DT_GROUP_CROSS);
+    if (k + 1 < N) rc = MPI_Send(acc, (int)n, MPI_FLOAT, k + 1, 0, cc);
+    if (rc == MPI_SUCCESS) rc = MPI_Bcast(acc, (int)n, MPI_FLOAT, N - 1, cc);
+    if (rc != MPI_SUCCESS && u->rc == MPI_SUCCESS) u->rc = rc;
+}
+
 /* Ordered all-reduce = ordered reduce-scatter over an even split + all-gather. */
 static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                      float *scratch) {
@@ -185,6 +213,18 @@ static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float 
     if (sh) {
         dt_shm_allreduce_ordered(sh, buf, n);
         c->bytes += (uint64_t)(2.0 * (p - 1) / p * (double)(n * 4));
+        return DT_OK;
+    }
+    mpi_state *ms = c->impl;
+    if (g == DT_GROUP_WORLD && ms->hier_want && ms->hier_ok && ms->shm_on) {
+        chain_ud u = {c, MPI_SUCCESS};
+        dt_shm_chain ch = {&u, chain_prefix, chain_finish};
+        dt_shm_allreduce_ordered_chain(ms->shm, buf, n, &ch);
+        if (u.rc != MPI_SUCCESS) return mpi_err(ctx, c, u.rc, "hierarchical all-reduce");
+        /* this rank's bytes: the node-local exchange, then its part once down the chain and
+         * once back (broadcast) */
+        int L = c->size[DT_GROUP_NODE];
+        c->bytes += (uint64_t)((double)(L - 1) / L * (double)(n * 4) * 2.0 + 2.0 * (double)(n * 4) / L);
         return DT_OK;
     }
     size_t *cnt = malloc(2 * (size_t)p * sizeof(size_t));
@@ -379,11 +419,32 @@ static dt_status shm_setup(dt_ctx *ctx, dt_comm *c, mpi_state *s) {
     return DT_OK;
 }
 
+/* Every rank (a collective over the world): the hierarchical all-reduce needs shared memory
+ * on every node, the same number L > 1 of ranks on each, and every node's world ranks
+ * consecutive (node k = ranks k L .. k L + L - 1), so the chain of nodes adds in world-rank
+ * order. */
+static dt_status hier_setup(dt_ctx *ctx, dt_comm *c, mpi_state *s) {
+    int L = c->size[DT_GROUP_NODE];
+    int v[3] = {L, -L, s->shm_on && c->rank[DT_GROUP_WORLD] == c->rank[DT_GROUP_CROSS] * L + c->rank[DT_GROUP_NODE]};
+    int lo[3];
+    MPI_TRY(MPI_Allreduce(v, lo, 3, MPI_INT, MPI_MIN, s->comm[DT_GROUP_WORLD]), "MPI_Allreduce (node layout)");
+    s->hier_ok = c->nodes > 1 && lo[0] == -lo[1] && lo[0] > 1 && lo[2] == 1;
+    s->hier_want = 1;
+    return DT_OK;
+}
+
 int dt_comm_set_shm(dt_comm *c, int on) {
     if (strcmp(c->ops->name, "mpi")) return 0;
     mpi_state *s = c->impl;
     s->shm_on = on && s->shm;
     return s->shm_on;
+}
+
+int dt_comm_set_hierarchical(dt_comm *c, int on) {
+    if (strcmp(c->ops->name, "mpi")) return 0;
+    mpi_state *s = c->impl;
+    s->hier_want = on;
+    return on && s->hier_ok && s->shm_on;
 }
 
 static const dt_comm_ops mpi_ops = {
@@ -444,5 +505,6 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     MPI_Comm_rank(s->comm[DT_GROUP_CROSS], &c->rank[DT_GROUP_CROSS]);
     MPI_Comm_size(s->comm[DT_GROUP_CROSS], &c->size[DT_GROUP_CROSS]);
     for (int g = DT_GROUP_NODE; g < DT_GROUP_N; g++) MPI_Comm_set_errhandler(s->comm[g], MPI_ERRORS_RETURN);
-    return shm_setup(ctx, c, s);
+    DT_CHECK(shm_setup(ctx, c, s));
+    return hier_setup(ctx, c, s);
 }

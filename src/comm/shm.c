@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #define LINE 64 /* one arrival counter per cache line */
+#define ROUND_BYTES ((size_t)256 << 10) /* data per slot per round (below) */
 
 struct dt_shm {
     int me, P;
@@ -26,6 +27,7 @@ struct dt_shm {
     char *slot[64];            /* one DT_SHM_SLOT_BYTES slot per rank */
     uint32_t gen;              /* barriers passed so far */
     int spin;                  /* pause iterations before sleeping on the futex */
+    float *prefix;             /* the chain's incoming running sum (half a round) */
 };
 
 static size_t header_bytes(int ranks) { return ((size_t)ranks * LINE + 4095) / 4096 * 4096; }
@@ -40,7 +42,9 @@ static dt_status map(dt_ctx *ctx, dt_shm **out, int fd, int me, int ranks, const
     if (p == MAP_FAILED)
         return dt_fail(ctx, DT_ERR_IO, "shared memory /dev/shm/%s: mmap of %zu bytes: %s", name, bytes, strerror(err));
     dt_shm *s = calloc(1, sizeof *s);
-    if (!s) {
+    if (s) s->prefix = malloc(ROUND_BYTES / 2 + sizeof(float));
+    if (!s || !s->prefix) {
+        if (s) free(s);
         munmap(p, bytes);
         return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     }
@@ -100,6 +104,7 @@ void dt_shm_unlink(const char *name) {
 void dt_shm_free(dt_shm *s) {
     if (!s) return;
     munmap(s->base, s->bytes);
+    free(s->prefix);
     free(s);
 }
 
@@ -158,13 +163,12 @@ static void barrier(dt_shm *s) {
         if (r != s->me) wait_for(s->ctr[r], gen, s->spin);
 }
 
-/* ---- collectives. Data moves in rounds of at most DT_SHM_ROUND_BYTES per slot, so what one
+/* ---- collectives. Data moves in rounds of at most ROUND_BYTES per slot, so what one
  * rank writes is still in the shared cache when the others read it; rounds alternate between
  * the two halves of every slot (the parity counts rounds over the segment's life), so a round
  * needs two barriers: a rank writes a half only after every rank finished the round before
  * the previous one, which it did before arriving at the previous round's barriers. */
 
-#define ROUND_BYTES ((size_t)256 << 10)
 #define BLK 1024 /* floats summed per pass (a stack block in L1) */
 
 static void split(size_t n, int parts, int r, size_t *off, size_t *cnt) {
@@ -192,10 +196,13 @@ static void sum_ordered(float *dst, float *pub, const float *const *src, size_t 
     }
 }
 
-void dt_shm_allreduce_ordered(dt_shm *s, float *buf, size_t n) {
+void dt_shm_allreduce_ordered(dt_shm *s, float *buf, size_t n) { dt_shm_allreduce_ordered_chain(s, buf, n, NULL); }
+
+void dt_shm_allreduce_ordered_chain(dt_shm *s, float *buf, size_t n, const dt_shm_chain *ch) {
     const size_t cap = ROUND_BYTES / sizeof(float);
     const int P = s->P, me = s->me;
-    const float *src[64];
+    const float *src[65];
+    float *prefix = s->prefix; /* my part of a round: at most half of it (P >= 2) */
     for (size_t i0 = 0; i0 < n; i0 += cap) {
         size_t m = n - i0 < cap ? n - i0 : cap, off, cnt, h = round_half(s);
         float *slot[64] = {0};
@@ -210,8 +217,16 @@ void dt_shm_allreduce_ordered(dt_shm *s, float *buf, size_t n) {
         /* my part: my own contribution from my buffer, the others' from their slots; the sum
          * into my buffer and my slot (only I read my part of any slot before this barrier) */
         split(m, P, me, &off, &cnt);
-        for (int r = 0; r < P; r++) src[r] = r == me ? buf + i0 + off : slot[r] + off;
-        sum_ordered(buf + i0 + off, slot[me] + off, src, cnt, P);
+        int k = 0;
+        if (ch && ch->prefix(ch->ud, prefix, cnt)) src[k++] = prefix; /* the nodes before mine */
+        for (int r = 0; r < P; r++) src[k++] = r == me ? buf + i0 + off : slot[r] + off;
+        if (ch) {
+            sum_ordered(buf + i0 + off, NULL, src, cnt, k);
+            ch->finish(ch->ud, buf + i0 + off, cnt); /* now the total over every node */
+            memcpy(slot[me] + off, buf + i0 + off, cnt * sizeof(float));
+        } else {
+            sum_ordered(buf + i0 + off, slot[me] + off, src, cnt, k);
+        }
         barrier(s);
         for (int r = 0; r < P; r++) {
             if (r == me) continue;

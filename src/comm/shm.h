@@ -46,6 +46,18 @@ int dt_shm_sweep_stale(void);
 
 /* In-place ordered all-reduce (sum, f32) of n elements over the node's ranks. */
 void dt_shm_allreduce_ordered(dt_shm *s, float *buf, size_t n);
+/* The hierarchical ordered all-reduce: the nodes form a chain in world-rank order (ranks of a
+ * node consecutive). For each part it owns, a rank takes the running sum of the nodes before
+ * its own (prefix: returns 0 on the first node), adds its node's contributions in rank order,
+ * and hands that on (finish: passes it to the next node and replaces it with the total from
+ * the last), so every element is still summed in world-rank order. Callbacks talk to the
+ * ranks with the same node-local index on the other nodes. */
+typedef struct dt_shm_chain {
+    void *ud;
+    int (*prefix)(void *ud, float *acc, size_t n);
+    void (*finish)(void *ud, float *acc, size_t n);
+} dt_shm_chain;
+void dt_shm_allreduce_ordered_chain(dt_shm *s, float *buf, size_t n, const dt_shm_chain *ch);
 /* Ordered reduce-scatter (sum, f32), any owner map: out = the rank-order sum of every rank's
  * buf[displs[me] : displs[me] + counts[me]]. out may alias that range of buf. */
 void dt_shm_reduce_scatter_ordered(dt_shm *s, const float *buf, const size_t *counts, const size_t *displs,

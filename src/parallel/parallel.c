@@ -293,6 +293,15 @@ static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
 
 dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_model *m,
                            dt_alloc *alloc, const dt_parallel_cfg *cfg, uint64_t seed) {
+    /* How the communicator moves data: node-local shared memory, the hierarchical all-reduce
+     * across nodes (the same bits either way: comm.h). */
+    dt_comm_set_shm(comm, cfg->shm);
+    int hier = dt_comm_set_hierarchical(comm, cfg->allreduce != DT_AR_FLAT);
+    if (cfg->allreduce == DT_AR_HIER && !hier && dt_comm_size(comm, DT_GROUP_WORLD) > 1)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "parallel.allreduce=hierarchical needs several nodes with the same number (> 1) of consecutive "
+                       "ranks each and parallel.shared_memory on (here: %d ranks on %d node(s), %d on this one)",
+                       dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_num_nodes(comm), dt_comm_size(comm, DT_GROUP_NODE));
     dt_parallel *p = calloc(1, sizeof *p);
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     p->cfg = *cfg;

@@ -62,7 +62,10 @@ typedef struct dt_parallel_cfg {
     dt_dtype compute;    /* the model's training.precision (set by the trainer; dt_parallel_init
                             takes the model's): under DT_BF16/DT_F16 ZeRO-3 gathers the
                             `matmul` tensors in 16 bits (below) */
+    int shm;             /* node-local collectives over shared memory (comm.h dt_comm_set_shm) */
+    int allreduce;       /* DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER (comm.h dt_comm_set_hierarchical) */
 } dt_parallel_cfg;
+enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
 
 typedef struct dt_parallel dt_parallel;
 

@@ -98,6 +98,8 @@ static const key_def keys[] = {
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
     NUM("parallel.bucket_mb", K_FLOAT, bucket_mb, "gradient bucket size in MiB"),
     NUM("parallel.overlap", K_BOOL, overlap, "all-reduce buckets during backward (else after it)"),
+    NUM("parallel.shared_memory", K_BOOL, shm, "ranks of one node reduce and gather through a shared-memory segment instead of MPI (the same bits; env DTRAIN_SHM=0 keeps the segment from being made at all)"),
+    ENUM("parallel.allreduce", allreduce, "auto|flat|hierarchical", "the world's gradient all-reduce with several nodes: hierarchical = shared memory inside each node, one copy of each part down a chain of the nodes and back (the same bits as flat); auto = hierarchical where the layout allows (equal nodes of 2+ consecutive ranks)"),
     ENUM("parallel.grad_dtype", grad_dtype, "fp32|bf16", "what gradient reductions send: bf16 halves the bytes (each rank's contribution rounded to bf16, summed in fp32 in rank order by its owner, the sum rounded to bf16: every strategy gives the same bits; accumulation, optimizer and weights stay fp32; one rank sends and rounds nothing)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
@@ -147,6 +149,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->bucket_mb = 4.0f;
     c->overlap = 1;
     strcpy(c->grad_dtype, "fp32");
+    strcpy(c->allreduce, "auto");
+    c->shm = 1;
     c->ckpt_keep = 3;
     c->ckpt_async = 1;
     c->ckpt_max_failures = 3;
@@ -349,6 +353,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     t->parallel.overlap = c->overlap;
     t->parallel.grad_dtype = !strcmp(c->grad_dtype, "bf16") ? DT_BF16 : DT_F32;
+    t->parallel.shm = c->shm;
+    t->parallel.allreduce = !strcmp(c->allreduce, "flat") ? DT_AR_FLAT : !strcmp(c->allreduce, "hierarchical") ? DT_AR_HIER : DT_AR_AUTO;
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (!(c->loss_scale == -1.0f || c->loss_scale > 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale must be auto or > 0 (got %g)", (double)c->loss_scale);

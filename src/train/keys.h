@@ -62,6 +62,8 @@ typedef struct dt_run_cfg {
     float bucket_mb;
     int overlap;
     char grad_dtype[8];        /* parallel.grad_dtype: fp32 | bf16 (what gradients travel as) */
+    char allreduce[16];        /* parallel.allreduce: auto | flat | hierarchical */
+    int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
     /* runtime */
