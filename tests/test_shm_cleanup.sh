@@ -5,7 +5,9 @@
 #  - kill -9 of a rank in the middle of a 2-rank DDP run (which uses the segment for its
 #    gradient all-reduce): the kill is asserted to have happened (the pid is gone, the job
 #    failed), and no name of this job's segment is left;
-#  - DDP over the segment trains the same bits as DDP over MPI (DTRAIN_SHM=0).
+#  - DDP over the segment trains the same bits as DDP over MPI (DTRAIN_SHM=0);
+#  - DDP on 2 simulated nodes x 2: the hierarchical all-reduce == flat, bitwise; forcing it on
+#    one node is refused naming parallel.allreduce.
 # Usage: tests/test_shm_cleanup.sh DTRAIN_BIN
 set -uo pipefail
 bin=$(readlink -f "$1")
@@ -62,6 +64,22 @@ timeout 120 "${mpi[@]}" -x DTRAIN_SHM=0 -n 2 "$bin" train "${common[@]}" --steps
   >"$dir/mpi.log" 2>&1 || fail "MPI run: $(tail -2 "$dir/mpi.log")"
 if cmp -s "$dir/shm.st" "$dir/mpi.st"; then pass "DDP 2 ranks: shared-memory all-reduce == MPI's, weights bitwise"
 else fail "DDP weights differ between shared memory and MPI"; fi
+
+# 4. DDP on 2 simulated nodes x 2 ranks: the hierarchical all-reduce (the default there) trains
+#    the bits of the flat one; forcing it where it cannot run is refused naming the key.
+node2=(bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"')
+for a in hierarchical flat; do
+  timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" train "${common[@]}" --steps 6 --set parallel.allreduce=$a \
+    --save-weights "$dir/$a.st" >"$dir/$a.log" 2>&1 || fail "2 x 2 $a: $(tail -2 "$dir/$a.log")"
+done
+if cmp -s "$dir/hierarchical.st" "$dir/flat.st" && grep -q "4 rank(s) on 2 node(s)" "$dir/hierarchical.log"; then
+  pass "DDP 2 nodes x 2 ranks: hierarchical all-reduce == flat, weights bitwise"
+else fail "DDP 2 x 2: hierarchical and flat weights differ (or not 2 nodes)"; fi
+timeout 60 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 4 --set parallel.allreduce=hierarchical >"$dir/h1.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "parallel.allreduce=hierarchical needs several nodes" "$dir/h1.log"; then
+  pass "parallel.allreduce=hierarchical on one node refused (rc $rc): $(grep -o 'parallel.allreduce=hierarchical needs[^(]*' "$dir/h1.log" | head -1)"
+else fail "hierarchical on one node (rc $rc): $(tail -2 "$dir/h1.log")"; fi
 
 echo "test_shm_cleanup: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]
