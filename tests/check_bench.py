@@ -22,7 +22,8 @@ def documented(formats, group):
     for line in sec.splitlines():
         if line.startswith("### "):
             h = line.lower()
-            cur = "comm" if "comm" in h else "sweep" if "sweep" in h else "cost" if "cost" in h else "train"
+            cur = ("commfit" if "commfit" in h else "comm" if "comm" in h else "sweep" if "sweep" in h
+                   else "cost" if "cost" in h else "train")
         cells = line.split("|")
         if len(cells) > 2 and cur and cells[1].strip().startswith("`"):
             for path in re.findall(r"`([^`]+)`", cells[1]):
@@ -65,6 +66,10 @@ def cmd_keys(f, formats, group="train"):
         if "sweep" in d:
             doc |= documented(formats, "sweep")
         assert len(d["config"]) > 20 and "model.n_layer" in d["config"], "config holds every key"
+        if "comm_predicted_s" not in d.get("summary", {}):  # only with parallel.comm_model
+            doc.discard("summary.comm_predicted_s")
+    elif group == "commfit":
+        pass
     else:  # "environment: as for train"
         doc |= {k for k in documented(formats, "train") if k.startswith("environment.")}
     missing, extra = sorted(doc - got), sorted(got - doc)

@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "bench/prices.h"
 #include "bench/sweep.h"
+#include "comm/comm_fit.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "testutil.h"
@@ -152,6 +154,70 @@ static void test_sweep_points(void **state) {
     assert_int_equal(dt_sweep_add_axis(&ctx, &sw, "model.n_layer=2,4"), DT_OK);
 }
 
+/* The alpha-beta fit: rows made from known lines (two size ranges) come back exactly, the
+ * prediction error is zero on them, a noisy row shows in max_rel_err, a negative intercept is
+ * refitted through the origin, the file round-trips, a bad file is refused naming the key, and
+ * the bucket rule is 9 alpha / beta within [1, 64] MiB. */
+static cJSON *row(const char *op, double bytes, double us) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "op", op);
+    cJSON_AddNumberToObject(r, "bytes", bytes);
+    cJSON_AddNumberToObject(r, "time_us", us);
+    return r;
+}
+
+static void test_comm_fit(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    cJSON *rows = cJSON_CreateArray();
+    /* allreduce_ordered: small sizes 5 us + 1 us/KiB, large 40 us + 0.25 us/KiB */
+    for (double b = 1024; b <= 8 * 1048576.0; b *= 2) {
+        double us = b < DT_COMM_FIT_SPLIT ? 5 + b / 1024 : 40 + 0.25 * b / 1024;
+        cJSON_AddItemToArray(rows, row("allreduce_ordered", b, us));
+        cJSON_AddItemToArray(rows, row("allgather", b, 3 + 0.5 * b / 1024 * (b == 65536 ? 1.1 : 1.0)));
+        cJSON_AddItemToArray(rows, row("broadcast", b, b / 1024.0 - (b >= 2048 ? 0.4 : 0.0))); /* negative intercept */
+    }
+    dt_comm_fit f;
+    assert_int_equal(dt_comm_fit_rows(&ctx, rows, 2, 1, &f), DT_OK);
+    assert_int_equal(f.n, 6);
+    const dt_comm_fit_line *s = dt_comm_fit_find(&f, "allreduce_ordered", 4096), *l = dt_comm_fit_find(&f, "allreduce_ordered", 4e6);
+    assert_non_null(s);
+    assert_non_null(l);
+    assert_true(fabs(s->alpha_us - 5) < 1e-6 && fabs(s->beta_us_per_b - 1.0 / 1024) < 1e-12 && s->max_rel_err < 1e-9);
+    assert_true(fabs(l->alpha_us - 40) < 1e-6 && fabs(l->beta_us_per_b - 0.25 / 1024) < 1e-12 && l->max_rel_err < 1e-9);
+    assert_true(fabs(dt_comm_fit_predict_us(l, 4194304) - (40 + 1024)) < 1e-6);
+    const dt_comm_fit_line *g = dt_comm_fit_find(&f, "allgather", 65536);
+    assert_true(g->max_rel_err > 0.01 && g->max_rel_err < 0.2); /* the 10% outlier shows */
+    const dt_comm_fit_line *bc = dt_comm_fit_find(&f, "broadcast", 4096);
+    assert_true(bc->alpha_us >= 0 && bc->beta_us_per_b > 0);
+    assert_null(dt_comm_fit_find(&f, "nope", 1));
+    /* bucket: 9 x 40 us / (0.25 us/KiB) = 1440 KiB */
+    assert_int_equal(dt_comm_fit_bucket_bytes(&f), (size_t)(9 * 40 / (0.25 / 1024)));
+    char path[] = "/tmp/dtrain-commfit-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(dt_comm_fit_save(&ctx, path, &f), DT_OK);
+    dt_comm_fit back;
+    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_OK);
+    assert_int_equal(back.n, f.n);
+    for (int k = 0; k < f.n; k++) {
+        assert_string_equal(back.line[k].op, f.line[k].op);
+        /* cJSON prints 15 significant digits where they read back within its epsilon */
+        assert_true(fabs(back.line[k].alpha_us - f.line[k].alpha_us) <= 1e-12 * (1 + f.line[k].alpha_us));
+        assert_true(fabs(back.line[k].beta_us_per_b - f.line[k].beta_us_per_b) <= 1e-12 * f.line[k].beta_us_per_b);
+    }
+    FILE *w = fopen(path, "w");
+    fputs("{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"min_bytes\": 1, \"max_bytes\": 2, \"alpha_us\": -1, "
+          "\"beta_us_per_byte\": 1}]}", w);
+    fclose(w);
+    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "lines[0].alpha_us"));
+    unlink(path);
+    cJSON_Delete(rows);
+}
+
 static void test_trace_recorder(void **state) {
     (void)state;
     dt_trace_reset();
@@ -195,6 +261,7 @@ int main(void) {
         cmocka_unit_test(test_stats_known_vectors), cmocka_unit_test(test_flops_and_mfu_by_hand),
         cmocka_unit_test(test_loss_hash),           cmocka_unit_test(test_prices),
         cmocka_unit_test(test_sweep_points),        cmocka_unit_test(test_trace_recorder),
+        cmocka_unit_test(test_comm_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,6 +155,42 @@ else
   fail "bench comm --json: $(tail -3 comm.log)"
 fi
 
+# The cost model: bench comm --fit writes an alpha-beta file (keys = documented); a 2-rank
+# bench with parallel.comm_model and parallel.bucket_mb=auto takes its bucket size from it and
+# prints the predicted collective time beside the measured one (JSON summary.comm_predicted_s).
+timeout 60 "${mpi[@]}" -n 2 "$bin" bench comm --min-bytes 1K --max-bytes 1M --iters 3 --fit fit.json >fit.log 2>&1
+auto=$(sed -n 's/^# parallel.bucket_mb: auto with this file: \([0-9.]*\) MiB.*/\1/p' fit.log)
+if [ -s fit.json ] && [ -n "$auto" ] && grep -q "^  allreduce_ordered " fit.log \
+   && out=$(python3 "$check" keys fit.json "$src/docs/FORMATS.md" commfit 2>&1); then
+  pass "bench comm --fit: lines written, keys = documented ($out), bucket auto $auto MiB"
+else
+  fail "bench comm --fit: $(tail -3 fit.log)"
+fi
+timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 1 --set parallel.comm_model=fit.json \
+  --set parallel.bucket_mb=auto --json pred.json >pred.log 2>&1
+if grep -q "^# cost model (parallel.comm_model): [0-9.]* ms predicted" pred.log \
+   && python3 -c "import json,sys; s=json.load(open('pred.json'))['summary']; assert s['comm_predicted_s'] > 0" \
+   && out=$(python3 "$check" keys pred.json "$src/docs/FORMATS.md" 2>&1); then
+  pass "bench with the cost model: $(grep '^# cost model' pred.log | sed 's/^# //'); keys = documented"
+else
+  fail "bench with parallel.comm_model: $(tail -3 pred.log)"
+fi
+"$bin" bench "${tiny[@]}" "${fast[@]}" --set parallel.bucket_mb=auto >noauto.log 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "parallel.bucket_mb=auto needs parallel.comm_model" noauto.log; then
+  pass "parallel.bucket_mb=auto without a cost model refused (rc $rc)"
+else
+  fail "bucket auto without a model (rc $rc): $(tail -2 noauto.log)"
+fi
+echo '{"schema": "dtrain-commfit/1", "lines": []}' >badfit.json
+"$bin" bench "${tiny[@]}" "${fast[@]}" --set parallel.comm_model=badfit.json >badfit.log 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "badfit.json: key 'lines'" badfit.log; then
+  pass "a bad cost model file refused naming the file and key (rc $rc)"
+else
+  fail "bad cost model (rc $rc): $(tail -2 badfit.log)"
+fi
+
 # Usage errors: one line, exit 2.
 printf 'instances:\n  x1: {on_demand: 1.0}\n  x2: {on_demand: cheap}\n' >bad.yaml
 expect_usage() { # name, expected text, command...

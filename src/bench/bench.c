@@ -78,6 +78,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     r->world = dt_comm_size(tr.comm, DT_GROUP_WORLD);
     double ex0 = 0, tot0 = 0;
     uint64_t bytes0 = 0;
+    double pred0 = 0;
     dt_status st = DT_OK;
     r->warmup = warmup;
     r->steps = steps;
@@ -87,6 +88,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         if (s == warmup) {
             dt_parallel_comm_time(tr.par, &ex0, &tot0);
             bytes0 = dt_comm_bytes(tr.comm);
+            pred0 = dt_comm_predicted_us(tr.comm);
             if (trace) { /* time 0 of the trace: just after a barrier, on every rank */
                 DT_CHECK_GOTO(dt_comm_barrier(ctx, tr.comm, DT_GROUP_WORLD));
                 dt_trace_enable(dt_now());
@@ -112,6 +114,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     r->comm_exposed_s = (ex1 - ex0) / steps;
     r->comm_total_s = (tot1 - tot0) / steps;
     r->comm_bytes_step = (double)(dt_comm_bytes(tr.comm) - bytes0) / steps;
+    r->comm_predicted_s = c.parallel.comm_model[0] ? (dt_comm_predicted_us(tr.comm) - pred0) / 1e6 / steps : -1.0;
     r->prof = tr.model.prof;
     memcpy(r->mem_peak, tr.alloc.peak, sizeof r->mem_peak);
     dt_stats sd;
@@ -191,6 +194,7 @@ static void reduce(dt_bench_suite *s, const dt_train_cfg *cfg) {
         s->comm_total_s += r->comm_total_s / o->repeats;
         s->comm_exposed_s += r->comm_exposed_s / o->repeats;
         s->comm_bytes_step += r->comm_bytes_step / o->repeats;
+        s->comm_predicted_s = r->comm_predicted_s < 0 ? -1.0 : s->comm_predicted_s + r->comm_predicted_s / o->repeats;
         if (r->loss_hash != s->runs[0].loss_hash) s->hash_mismatch++;
     }
     dt_stats *dst[5] = {&s->step_s, &s->samples_per_s, &s->tokens_per_s, &s->tokens_per_s_rank, &s->tflops_rank};

@@ -72,6 +72,8 @@ typedef struct dt_bench_result {
     double tokens_per_s_rank;   /* per rank */
     double comm_exposed_s, comm_total_s; /* per timed step (mean): waited for / spent in collectives */
     double comm_bytes_step;     /* bytes this rank sent into collectives per step */
+    double comm_predicted_s;    /* per step: the cost model's prediction of comm_total_s (-1: no
+                                   parallel.comm_model) */
 } dt_bench_result;
 
 /* Runs warmup + steps optimizer steps of cfg on the ranks of comm (NULL: one process) and
@@ -108,6 +110,7 @@ typedef struct dt_bench_suite {
     dt_stats step_s, samples_per_s, tokens_per_s, tokens_per_s_rank, tflops_rank, mfu;
     dt_stats run_mean_s;        /* the repeats' mean step times */
     double comm_total_s, comm_exposed_s, comm_bytes_step; /* per step, mean over repeats */
+    double comm_predicted_s;    /* per step, mean over repeats (-1: no cost model) */
     /* per step, mean over all timed steps; adds up to step_s.mean */
     double bd_forward, bd_backward, bd_optimizer, bd_comm, bd_data, bd_idle;
     double loss_avg, loss_final;

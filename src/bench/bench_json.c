@@ -1,4 +1,5 @@
 #include "bench/bench_json.h"
+#include "core/jsonfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -211,6 +212,7 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(su, "comm_exposed_s", s->comm_exposed_s);
     cJSON_AddNumberToObject(su, "comm_overhead", s->step_s.mean > 0 ? s->comm_exposed_s / s->step_s.mean : 0);
     cJSON_AddNumberToObject(su, "comm_bytes_step", s->comm_bytes_step);
+    if (s->comm_predicted_s >= 0) cJSON_AddNumberToObject(su, "comm_predicted_s", s->comm_predicted_s);
     cJSON *bd = cJSON_AddObjectToObject(su, "breakdown_s");
     cJSON_AddNumberToObject(bd, "forward", s->bd_forward);
     cJSON_AddNumberToObject(bd, "backward", s->bd_backward);
@@ -242,56 +244,9 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     return o;
 }
 
-dt_status dt_bench_json_write(dt_ctx *ctx, const char *path, const cJSON *obj) {
-    char tmp[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: path too long", path);
-    char *text = cJSON_Print(obj);
-    if (!text) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory printing JSON", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        free(text);
-        return dt_fail(ctx, DT_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    }
-    int bad = fputs(text, f) < 0 || fputc('\n', f) == EOF;
-    bad |= fclose(f) != 0;
-    free(text);
-    if (bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        return dt_fail(ctx, DT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return DT_OK;
-}
+dt_status dt_bench_json_write(dt_ctx *ctx, const char *path, const cJSON *obj) { return dt_json_write(ctx, path, obj); }
 
-dt_status dt_bench_json_read(dt_ctx *ctx, const char *path, cJSON **out) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0, got;
-    char chunk[65536];
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + got + 1 > cap) {
-            cap = 2 * (len + got + 1);
-            char *t = realloc(text, cap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
-            }
-            text = t;
-        }
-        memcpy(text + len, chunk, got);
-        len += got;
-    }
-    fclose(f);
-    if (!text) return dt_fail(ctx, DT_ERR_FORMAT, "%s: empty file", path);
-    text[len] = 0;
-    *out = cJSON_Parse(text);
-    free(text);
-    if (!*out) return dt_fail(ctx, DT_ERR_FORMAT, "%s: not valid JSON", path);
-    return DT_OK;
-}
+dt_status dt_bench_json_read(dt_ctx *ctx, const char *path, cJSON **out) { return dt_json_read(ctx, path, out); }
 
 /* ---- CSV */
 

@@ -117,6 +117,10 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
                "%.3f MB sent by rank 0\n",
             s->comm_total_s * 1e3, s->comm_exposed_s * 1e3, 100 * s->comm_exposed_s / total,
             s->comm_bytes_step / 1e6);
+    if (s->comm_predicted_s >= 0)
+        fprintf(f, "# cost model (parallel.comm_model): %.2f ms predicted in collectives per step, measured %.2f (%+.0f%%)\n",
+                s->comm_predicted_s * 1e3, s->comm_total_s * 1e3,
+                s->comm_total_s > 0 ? 100 * (s->comm_predicted_s - s->comm_total_s) / s->comm_total_s : 0.0);
 
     fprintf(f, "# memory per rank (MiB): allocator high-water by kind, the memory plan (equal to the total), "
                "and the process's VmHWM\n");

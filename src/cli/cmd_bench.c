@@ -14,6 +14,7 @@
 #include "bench/bench.h"
 #include "bench/bench_json.h"
 #include "bench/comm_bench.h"
+#include "comm/comm_fit.h"
 #include "bench/prices.h"
 #include "bench/sweep.h"
 #include "cli/cli.h"
@@ -175,16 +176,18 @@ static int cmd_peak(dt_ctx *ctx, int argc, char **argv) {
 
 static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
     dt_comm_bench_opts o = {1024, 16u << 20, 3, 10, NULL};
-    const char *json = NULL;
+    const char *json = NULL, *fit = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: [mpirun -n N] dtrain bench comm [--min-bytes 1K] [--max-bytes 16M] [--iters 10] [--warmup 3]\n"
-                   "                                     [--json FILE]\n"
+                   "                                     [--json FILE] [--fit FILE]\n"
                    "All-reduce (MPI's and dtrain's rank-ordered), reduce-scatter, all-gather and broadcast of\n"
                    "float32 buffers doubling from --min-bytes to --max-bytes per rank; time, algbw and busbw as\n"
                    "nccl-tests define them; every row's data is checked (#wrong). --json writes the rows\n"
-                   "(docs/FORMATS.md, kind \"comm\").\n");
+                   "(docs/FORMATS.md, kind \"comm\"). --fit fits time = alpha + beta x bytes per collective and\n"
+                   "size range (below / from 256 KiB) and writes it (kind \"commfit\"): parallel.comm_model for\n"
+                   "parallel.bucket_mb: auto.\n");
             return DT_EXIT_OK;
         }
         if (i + 1 >= argc) {
@@ -198,6 +201,7 @@ static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
         else if (!strcmp(a, "--iters")) bad = (o.iters = atoi(v)) < 1;
         else if (!strcmp(a, "--warmup")) bad = (o.warmup = atoi(v)) < 0;
         else if (!strcmp(a, "--json")) json = v;
+        else if (!strcmp(a, "--fit")) fit = v;
         else {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain bench comm: unknown flag '%s' (see dtrain bench comm --help)", a);
             return DT_EXIT_USAGE;
@@ -213,10 +217,27 @@ static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
     int rank = dt_comm_rank(comm, DT_GROUP_WORLD), n = dt_comm_size(comm, DT_GROUP_WORLD);
     int nodes = dt_comm_num_nodes(comm);
     if (rank != 0) ctx->log_level = 0;
-    if (json && rank == 0) o.rows = cJSON_CreateArray();
+    if ((json || fit) && rank == 0) o.rows = cJSON_CreateArray();
     st = dt_bench_comm(ctx, comm, &o, stdout);
     dt_cli_finish_ranks(ctx, comm, st);
-    if (st == DT_OK && o.rows) {
+    if (st == DT_OK && fit && o.rows) {
+        dt_comm_fit f;
+        st = dt_comm_fit_rows(ctx, o.rows, n, nodes, &f);
+        if (st == DT_OK) {
+            printf("# cost model: time = alpha + bytes / bandwidth per collective and size range (weighted least squares)\n");
+            printf("# %-26s %12s %12s %10s %14s %12s\n", "collective", "min_bytes", "max_bytes", "alpha_us", "bandwidth_GB/s",
+                   "max_rel_err");
+            for (int k = 0; k < f.n; k++)
+                printf("  %-26s %12.0f %12.0f %10.2f %14.3f %12.3f\n", f.line[k].op, f.line[k].lo, f.line[k].hi,
+                       f.line[k].alpha_us, f.line[k].beta_us_per_b > 0 ? 1e-3 / f.line[k].beta_us_per_b : 0.0,
+                       f.line[k].max_rel_err);
+            printf("# parallel.bucket_mb: auto with this file: %.2f MiB (latency <= 10%% of a bucket's all-reduce)\n",
+                   (double)dt_comm_fit_bucket_bytes(&f) / 1048576.0);
+            st = dt_comm_fit_save(ctx, fit, &f);
+        }
+        if (st != DT_OK) dt_log_error(ctx, "%s", ctx->err);
+    }
+    if (st == DT_OK && json && o.rows) {
         cJSON *obj = cJSON_CreateObject();
         char date[64];
         dt_bench_iso_date(date, sizeof date);

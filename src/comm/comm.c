@@ -59,6 +59,7 @@ dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, 
 void dt_comm_free(dt_comm *c) {
     if (!c) return;
     dt_wd_free(c);
+    free(c->model);
     if (c->ops->free) c->ops->free(c);
     free(c);
 }
@@ -73,6 +74,36 @@ int dt_comm_num_nodes(const dt_comm *c) { return c->nodes; }
 const char *dt_comm_backend(const dt_comm *c) { return c->ops->name; }
 uint64_t dt_comm_bytes(const dt_comm *c) { return c->bytes; }
 
+/* The cost model's name of a collective (the bench comm row it was fitted on); NULL: none. */
+static const char *model_op(const char *op) {
+    static const char *const map[][2] = {
+        {"allreduce", "allreduce"},          {"allreduce_ordered", "allreduce_ordered"},
+        {"allreduce_ordered_bf16", "allreduce_ordered"}, {"reduce_scatter_ordered", "reduce_scatter_ordered"},
+        {"reduce_scatter_ordered_bf16", "reduce_scatter_ordered"}, {"allgatherv", "allgather"},
+        {"allgatherv_bf16", "allgather"},     {"reduce_scatter", "reduce_scatter"},
+        {"allgather", "allgather"},          {"broadcast", "broadcast"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(map[i][0], op)) return map[i][1];
+    return NULL;
+}
+
+/* Every collective: its prediction under the cost model (if set), then the watchdog record. */
+static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
+    const char *mop = c->model && c->size[g] > 1 ? model_op(op) : NULL;
+    const dt_comm_fit_line *l = mop ? dt_comm_fit_find(c->model, mop, (double)bytes) : NULL;
+    if (l) c->predicted_us += dt_comm_fit_predict_us(l, (double)bytes);
+    return dt_wd_begin(c, op, g, bytes);
+}
+
+void dt_comm_set_model(dt_comm *c, const dt_comm_fit *f) {
+    free(c->model);
+    c->model = NULL;
+    if (f && (c->model = malloc(sizeof *f))) *c->model = *f;
+}
+
+double dt_comm_predicted_us(const dt_comm *c) { return c->predicted_us; }
+
 static size_t sum_counts(const dt_comm *c, dt_group g, const size_t *counts) {
     size_t n = 0;
     for (int i = 0; i < c->size[g]; i++) n += counts[i];
@@ -81,7 +112,7 @@ static size_t sum_counts(const dt_comm *c, dt_group g, const size_t *counts) {
 
 dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,
                             dt_dtype t, dt_redop op) {
-    int slot = dt_wd_begin(c, "allreduce", g, n * (t == DT_F32 ? 4 : 8));
+    int slot = begin(c, "allreduce", g, n * (t == DT_F32 ? 4 : 8));
     dt_status st = c->ops->allreduce(ctx, c, g, buf, n, t, op);
     dt_wd_end(c, slot);
     return st;
@@ -96,7 +127,7 @@ dt_status dt_comm_allgather_words(dt_ctx *ctx, dt_comm *c, dt_group g, const voi
 }
 dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                     float *scratch) {
-    int slot = dt_wd_begin(c, "allreduce_ordered", g, n * 4);
+    int slot = begin(c, "allreduce_ordered", g, n * 4);
     dt_status st = c->ops->allreduce_ordered(ctx, c, g, buf, n, scratch);
     dt_wd_end(c, slot);
     return st;
@@ -104,21 +135,21 @@ dt_status dt_comm_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float *
 dt_status dt_comm_reduce_scatter_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                          const size_t *counts, const size_t *displs, float *out,
                                          float *scratch) {
-    int slot = dt_wd_begin(c, "reduce_scatter_ordered", g, sum_counts(c, g, counts) * 4);
+    int slot = begin(c, "reduce_scatter_ordered", g, sum_counts(c, g, counts) * 4);
     dt_status st = c->ops->reduce_scatter_ordered(ctx, c, g, buf, counts, displs, out, scratch);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
                              const size_t *displs) {
-    int slot = dt_wd_begin(c, "allgatherv", g, sum_counts(c, g, counts) * 4);
+    int slot = begin(c, "allgatherv", g, sum_counts(c, g, counts) * 4);
     dt_status st = c->ops->allgatherv(ctx, c, g, buf, counts, displs);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                          uint16_t *scratch) {
-    int slot = dt_wd_begin(c, "allreduce_ordered_bf16", g, n * 2);
+    int slot = begin(c, "allreduce_ordered_bf16", g, n * 2);
     dt_status st = c->ops->allreduce_ordered_bf16(ctx, c, g, buf, n, scratch);
     dt_wd_end(c, slot);
     return st;
@@ -126,39 +157,39 @@ dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, fl
 dt_status dt_comm_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                               const size_t *counts, const size_t *displs, uint16_t *out,
                                               uint16_t *scratch) {
-    int slot = dt_wd_begin(c, "reduce_scatter_ordered_bf16", g, sum_counts(c, g, counts) * 2);
+    int slot = begin(c, "reduce_scatter_ordered_bf16", g, sum_counts(c, g, counts) * 2);
     dt_status st = c->ops->reduce_scatter_ordered_bf16(ctx, c, g, buf, counts, displs, out, scratch);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
                                   const size_t *displs) {
-    int slot = dt_wd_begin(c, "allgatherv_bf16", g, sum_counts(c, g, counts) * 2);
+    int slot = begin(c, "allgatherv_bf16", g, sum_counts(c, g, counts) * 2);
     dt_status st = c->ops->allgatherv_bf16(ctx, c, g, buf, counts, displs);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_reduce_scatter(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send,
                                  float *recv, const size_t *counts) {
-    int slot = dt_wd_begin(c, "reduce_scatter", g, sum_counts(c, g, counts) * 4);
+    int slot = begin(c, "reduce_scatter", g, sum_counts(c, g, counts) * 4);
     dt_status st = c->ops->reduce_scatter(ctx, c, g, send, recv, counts);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_allgather(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts) {
-    int slot = dt_wd_begin(c, "allgather", g, sum_counts(c, g, counts) * 4);
+    int slot = begin(c, "allgather", g, sum_counts(c, g, counts) * 4);
     dt_status st = c->ops->allgather(ctx, c, g, buf, counts);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_broadcast(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int root) {
-    int slot = dt_wd_begin(c, "broadcast", g, bytes);
+    int slot = begin(c, "broadcast", g, bytes);
     dt_status st = c->ops->broadcast(ctx, c, g, buf, bytes, root);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) {
-    int slot = dt_wd_begin(c, "barrier", g, 0);
+    int slot = begin(c, "barrier", g, 0);
     dt_status st = c->ops->barrier(ctx, c, g);
     dt_wd_end(c, slot);
     return st;
@@ -168,7 +199,7 @@ dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, si
     return c->ops->iallreduce(ctx, c, g, buf, n, req);
 }
 dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
-    int slot = dt_wd_begin(c, "wait", DT_GROUP_WORLD, 0);
+    int slot = begin(c, "wait", DT_GROUP_WORLD, 0);
     dt_status st = c->ops->wait(ctx, c, req);
     dt_wd_end(c, slot);
     return st;

@@ -125,6 +125,12 @@ dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, si
                              dt_comm_req **req);
 dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
 
+/* The cost model (comm_fit.h; NULL: none): from now on every collective of a group of 2+ ranks
+ * adds its predicted time, by the fit of its kind (the bf16 variants by their f32 kind at
+ * their own bytes), to dt_comm_predicted_us. The model is copied. */
+typedef struct dt_comm_fit dt_comm_fit;
+void dt_comm_set_model(dt_comm *c, const dt_comm_fit *f);
+double dt_comm_predicted_us(const dt_comm *c);
 /* Bytes this rank has sent into collectives since init (for the benchmark's traffic
  * column: ring-algorithm accounting, 2(n-1)/n per all-reduce byte). */
 uint64_t dt_comm_bytes(const dt_comm *c);

@@ -4,6 +4,7 @@
 #define DT_COMM_IMPL_H
 
 #include "comm/comm.h"
+#include "comm/comm_fit.h"
 
 typedef struct dt_comm_ops {
     const char *name;
@@ -38,6 +39,8 @@ struct dt_comm {
     uint64_t bytes;
     void *impl; /* backend state */
     struct dt_watchdog *wd; /* collective records and the watchdog thread */
+    dt_comm_fit *model;     /* (optional) the cost model: predicted_us sums its predictions */
+    double predicted_us;
 };
 
 /* Records a collective's start (returns its ring slot) and end; comm.c wraps every op. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "comm/comm_fit.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "ops/ops.h"
@@ -302,6 +303,11 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
                        "parallel.allreduce=hierarchical needs several nodes with the same number (> 1) of consecutive "
                        "ranks each and parallel.shared_memory on (here: %d ranks on %d node(s), %d on this one)",
                        dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_num_nodes(comm), dt_comm_size(comm, DT_GROUP_NODE));
+    if (cfg->comm_model[0]) {
+        dt_comm_fit fit;
+        DT_CHECK(dt_comm_fit_load(ctx, cfg->comm_model, &fit));
+        dt_comm_set_model(comm, &fit);
+    }
     dt_parallel *p = calloc(1, sizeof *p);
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     p->cfg = *cfg;

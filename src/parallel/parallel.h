@@ -64,6 +64,8 @@ typedef struct dt_parallel_cfg {
                             `matmul` tensors in 16 bits (below) */
     int shm;             /* node-local collectives over shared memory (comm.h dt_comm_set_shm) */
     int allreduce;       /* DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER (comm.h dt_comm_set_hierarchical) */
+    char comm_model[1024]; /* parallel.comm_model: a `bench comm --fit` file whose predictions the
+                              communicator sums (comm.h dt_comm_set_model); "" = none */
 } dt_parallel_cfg;
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
 

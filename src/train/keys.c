@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_fit.h"
+
 /* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. */
 typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED } key_type;
 
@@ -96,7 +98,8 @@ static const key_def keys[] = {
     NUM("fault.preempt_grace", K_FLOAT, preempt_grace, "seconds between SIGTERM/SIGUSR1 and the clean exit, checkpoint included (warned about if exceeded)"),
     STR("parallel.strategy", strategy, "ddp|zero1|zero2|zero3, or FSDP's no_shard|shard_grad_op|full_shard|hybrid_shard"),
     NUM("parallel.hybrid", K_BOOL, hybrid, "ZeRO: shard inside each node, replicate across nodes"),
-    NUM("parallel.bucket_mb", K_FLOAT, bucket_mb, "gradient bucket size in MiB"),
+    NUM("parallel.bucket_mb", K_FLOAT_AUTO, bucket_mb, "gradient bucket size in MiB; auto: from parallel.comm_model, the smallest bucket whose all-reduce latency is <= 10% of its time, within [1, 64] MiB"),
+    STR("parallel.comm_model", comm_model, "a cost model from `dtrain bench comm --fit FILE` (alpha-beta per collective), for parallel.bucket_mb: auto"),
     NUM("parallel.overlap", K_BOOL, overlap, "all-reduce buckets during backward (else after it)"),
     NUM("parallel.shared_memory", K_BOOL, shm, "ranks of one node reduce and gather through a shared-memory segment instead of MPI (the same bits; env DTRAIN_SHM=0 keeps the segment from being made at all)"),
     ENUM("parallel.allreduce", allreduce, "auto|flat|hierarchical", "the world's gradient all-reduce with several nodes: hierarchical = shared memory inside each node, one copy of each part down a chain of the nodes and back (the same bits as flat); auto = hierarchical where the layout allows (equal nodes of 2+ consecutive ranks)"),
@@ -348,9 +351,22 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.hybrid = hybrid_alias || c->hybrid;
     if (t->parallel.hybrid && t->parallel.strategy == DT_STRAT_DDP)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.hybrid needs a ZeRO strategy (zero1, zero2, zero3)");
-    if (!(c->bucket_mb >= 0.004f && c->bucket_mb <= 4096.0f))
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb must be in [0.004, 4096] (got %g)", (double)c->bucket_mb);
-    t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
+    if (strlen(c->comm_model) >= sizeof t->parallel.comm_model)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.comm_model: path longer than %zu bytes", sizeof t->parallel.comm_model - 1);
+    snprintf(t->parallel.comm_model, sizeof t->parallel.comm_model, "%s", c->comm_model);
+    if (c->bucket_mb == -1.0f) {
+        if (!c->comm_model[0])
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb=auto needs parallel.comm_model (a file written by "
+                                               "dtrain bench comm --fit FILE)");
+        dt_comm_fit fit;
+        DT_CHECK(dt_comm_fit_load(ctx, c->comm_model, &fit));
+        t->parallel.bucket_bytes = dt_comm_fit_bucket_bytes(&fit);
+    } else {
+        if (!(c->bucket_mb >= 0.004f && c->bucket_mb <= 4096.0f))
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.bucket_mb must be auto or in [0.004, 4096] (got %g)",
+                           (double)c->bucket_mb);
+        t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
+    }
     t->parallel.overlap = c->overlap;
     t->parallel.grad_dtype = !strcmp(c->grad_dtype, "bf16") ? DT_BF16 : DT_F32;
     t->parallel.shm = c->shm;

@@ -59,7 +59,8 @@ typedef struct dt_run_cfg {
     float preempt_grace;       /* seconds from a preemption signal to the exit */
     /* parallel */
     char strategy[16];
-    float bucket_mb;
+    float bucket_mb;           /* parallel.bucket_mb (-1 = auto: from comm_model) */
+    char comm_model[DT_PATH_MAX]; /* parallel.comm_model */
     int overlap;
     char grad_dtype[8];        /* parallel.grad_dtype: fp32 | bf16 (what gradients travel as) */
     char allreduce[16];        /* parallel.allreduce: auto | flat | hierarchical */
