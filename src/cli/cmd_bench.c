@@ -186,7 +186,7 @@ static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
                    "float32 buffers doubling from --min-bytes to --max-bytes per rank; time, algbw and busbw as\n"
                    "nccl-tests define them; every row's data is checked (#wrong). --json writes the rows\n"
                    "(docs/FORMATS.md, kind \"comm\"). --fit fits time = alpha + beta x bytes per collective and\n"
-                   "size range (below / from 256 KiB) and writes it (kind \"commfit\"): parallel.comm_model for\n"
+                   "size range (< 256 KiB, < 8 MiB, beyond) and writes it (kind \"commfit\"): parallel.comm_model for\n"
                    "parallel.bucket_mb: auto.\n");
             return DT_EXIT_OK;
         }

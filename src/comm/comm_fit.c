@@ -36,8 +36,10 @@ dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes,
         int seen = 0;
         for (int k = 0; k < out->n && !seen; k++) seen = !strcmp(out->line[k].op, op->valuestring);
         if (seen) continue;
-        /* every row of this op, split at DT_COMM_FIT_SPLIT */
-        for (int range = 0; range < 2; range++) {
+        /* every row of this op, by size range: latency-bound, cache-resident, memory- or
+         * network-bound */
+        static const double edge[] = {0, DT_COMM_FIT_SPLIT, DT_COMM_FIT_SPLIT2, INFINITY};
+        for (int range = 0; range < 3; range++) {
             int n = 0;
             for (int k = i; k < nrows && n < 256; k++) {
                 const cJSON *rk = cJSON_GetArrayItem(rows, k);
@@ -47,7 +49,7 @@ dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes,
                 double us = cJSON_GetNumberValue(cJSON_GetObjectItem(rk, "time_us"));
                 if (!(b > 0) || !(us > 0))
                     return dt_fail(ctx, DT_ERR_FORMAT, "comm fit: row %d (%s) needs bytes and time_us > 0", k, ok->valuestring);
-                if ((b >= DT_COMM_FIT_SPLIT) != range) continue;
+                if (b < edge[range] || b >= edge[range + 1]) continue;
                 x[n] = b, t[n] = us, n++;
             }
             if (n == 0) continue;

@@ -5,8 +5,8 @@
  *
  * The fit minimises the squared relative error (weights 1 / t^2), so microsecond rows count as
  * much as millisecond ones; alpha is kept >= 0 (a negative intercept is refitted through the
- * origin). Ranges: below and from DT_COMM_FIT_SPLIT bytes, each fitted on its own when it has
- * two sizes or more (latency-bound and bandwidth-bound collectives differ). `bytes` is the
+ * origin). Ranges: below DT_COMM_FIT_SPLIT (latency-bound), up to DT_COMM_FIT_SPLIT2 (the
+ * buffers fit the caches), and beyond, each fitted on its own (one size: through the origin). `bytes` is the
  * row's nccl-tests size: the per-rank buffer of an all-reduce or broadcast, the whole of a
  * reduce-scatter or all-gather.
  *
@@ -22,7 +22,8 @@
 #include "core/status.h"
 
 #define DT_COMM_FIT_SCHEMA "dtrain-commfit/1"
-#define DT_COMM_FIT_SPLIT (256.0 * 1024.0)
+#define DT_COMM_FIT_SPLIT (256.0 * 1024.0)   /* below: latency-bound */
+#define DT_COMM_FIT_SPLIT2 (8.0 * 1048576.0) /* from here: past the caches */
 #define DT_COMM_FIT_MAX 32
 
 typedef struct dt_comm_fit_line {
