@@ -2,7 +2,8 @@
  * (tests/CMakeLists.txt: 2, 3 and 4 ranks on one node, 4 ranks on 2 simulated nodes): for
  * every node-local group (the node; the world on one node) the ordered all-reduce, the
  * ordered reduce-scatter with the even split and with an uneven owner map (empty parts
- * included), and the f32 and 16-bit all-gathers, on sizes below the rank count, odd sizes
+ * included), the bf16 ordered all-reduce (its reduce-scatter and 16-bit all-gather), and the
+ * f32 and 16-bit all-gathers, on sizes below the rank count, odd sizes
  * and sizes of several slot rounds, give bitwise the results of the same call over MPI
  * (dt_comm_set_shm off), which are themselves the rank-order sums computed here. The
  * segment exists (a node with 2+ ranks that fell back to MPI fails the test) and its name is
@@ -38,7 +39,8 @@ static void fill(float *b, size_t n, int r) {
 }
 
 /* One run of each collective on group g with the current routing, into out arrays. */
-static void run_all(dt_group g, size_t n, float *ar, float *rs_even, float *rs_map, float *ag, uint16_t *ag16) {
+static void run_all(dt_group g, size_t n, float *ar, float *rs_even, float *rs_map, float *ag, uint16_t *ag16,
+                    float *bf) {
     int P = dt_comm_size(C, g), me = dt_comm_rank(C, g);
     float *scratch = malloc((n / (size_t)P + 1) * (size_t)P * sizeof(float) + 64);
     size_t cnt[64], dis[64];
@@ -62,6 +64,11 @@ static void run_all(dt_group g, size_t n, float *ar, float *rs_even, float *rs_m
     for (size_t i = 0; i < n; i++) ag[i] = -1.0f, ag16[i] = 0xffff;
     for (size_t i = 0; i < cnt[me]; i++) ag[dis[me] + i] = val(me, dis[me] + i), ag16[dis[me] + i] = (uint16_t)(me * 1000 + i);
     CHECK(dt_comm_allgatherv(&X, C, g, ag, cnt, dis) == DT_OK, "allgatherv: %s", X.err);
+    /* bf16: the ordered all-reduce (its reduce-scatter, then a 16-bit all-gather) */
+    uint16_t *scr16 = malloc((n + (n / (size_t)P + 1) * (size_t)P) * sizeof(uint16_t) + 64);
+    fill(bf, n, me);
+    CHECK(dt_comm_allreduce_ordered_bf16(&X, C, g, bf, n, scr16) == DT_OK, "allreduce_ordered_bf16: %s", X.err);
+    free(scr16);
     CHECK(dt_comm_allgatherv_bf16(&X, C, g, ag16, cnt, dis) == DT_OK, "allgatherv16: %s", X.err);
     free(scratch);
     free(send);
@@ -69,16 +76,16 @@ static void run_all(dt_group g, size_t n, float *ar, float *rs_even, float *rs_m
 
 static void compare(dt_group g, size_t n) {
     int P = dt_comm_size(C, g), me = dt_comm_rank(C, g);
-    float *a[2][4];
+    float *a[2][5];
     uint16_t *h[2];
     for (int k = 0; k < 2; k++) {
-        for (int j = 0; j < 4; j++) a[k][j] = calloc(n + 1, sizeof(float));
+        for (int j = 0; j < 5; j++) a[k][j] = calloc(n + 1, sizeof(float));
         h[k] = calloc(n + 1, sizeof(uint16_t));
     }
     for (int k = 0; k < 2; k++) { /* k 0: MPI, 1: shared memory */
         int on = dt_comm_set_shm(C, k);
         CHECK(on == k, "dt_comm_set_shm(%d) gave %d: no segment on a node of %d ranks", k, on, P);
-        run_all(g, n, a[k][0], a[k][1], a[k][2], a[k][3], h[k]);
+        run_all(g, n, a[k][0], a[k][1], a[k][2], a[k][3], h[k], a[k][4]);
     }
     /* the MPI results are the rank-order sums */
     for (size_t i = 0; i < n; i++) {
@@ -91,21 +98,21 @@ static void compare(dt_group g, size_t n) {
     }
     size_t cnt[64], dis[64];
     dt_comm_split(n, P, cnt, dis);
-    const char *what[4] = {"allreduce_ordered", "reduce_scatter_ordered (even)", "reduce_scatter_ordered (map)",
-                           "allgatherv"};
-    size_t len[4] = {n, cnt[me], 0, n};
+    const char *what[5] = {"allreduce_ordered", "reduce_scatter_ordered (even)", "reduce_scatter_ordered (map)",
+                           "allgatherv", "allreduce_ordered_bf16"};
+    size_t len[5] = {n, cnt[me], 0, n, n};
     size_t used = 0;
     for (int r = P - 1; r >= 0; r--) {
         size_t c = r == 0 && P > 1 ? 0 : (n - used) / (size_t)(r + 1);
         if (r == me) len[2] = c;
         used += c;
     }
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 5; j++)
         CHECK(!memcmp(a[0][j], a[1][j], len[j] * sizeof(float)), "group %d n %zu: %s differs from MPI's", (int)g, n,
               what[j]);
     CHECK(!memcmp(h[0], h[1], n * sizeof(uint16_t)), "group %d n %zu: 16-bit allgatherv differs", (int)g, n);
     for (int k = 0; k < 2; k++) {
-        for (int j = 0; j < 4; j++) free(a[k][j]);
+        for (int j = 0; j < 5; j++) free(a[k][j]);
         free(h[k]);
     }
 }

@@ -249,6 +249,13 @@ static dt_status m_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group
         dt_f32_to_bf16(out, buf + displs[0], counts[0]);
         return DT_OK;
     }
+    dt_shm *sh = shm_of(c, g);
+    if (sh) {
+        for (int r = 0; r < p; r++) total += counts[r];
+        dt_shm_reduce_scatter_ordered_bf16(sh, buf, counts, displs, out);
+        c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 2));
+        return DT_OK;
+    }
     int *ic = malloc(4 * (size_t)p * sizeof(int));
     if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     int *scount = ic, *sdispl = ic + p, *rcount = ic + 2 * p, *rdispl = ic + 3 * p;

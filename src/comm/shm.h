@@ -62,6 +62,10 @@ void dt_shm_allreduce_ordered_chain(dt_shm *s, float *buf, size_t n, const dt_sh
  * buf[displs[me] : displs[me] + counts[me]]. out may alias that range of buf. */
 void dt_shm_reduce_scatter_ordered(dt_shm *s, const float *buf, const size_t *counts, const size_t *displs,
                                    float *out);
+/* The bf16 reduce-scatter (comm.h dt_comm_reduce_scatter_ordered_bf16): out (counts[me] bf16)
+ * = bf16 of the f32 rank-order sum of every rank's contribution rounded to bf16. */
+void dt_shm_reduce_scatter_ordered_bf16(dt_shm *s, const float *buf, const size_t *counts, const size_t *displs,
+                                        uint16_t *out);
 /* In-place all-gather of esize-byte elements (4: f32, 2: 16-bit), any layout. */
 void dt_shm_allgatherv(dt_shm *s, void *buf, const size_t *counts, const size_t *displs, size_t esize);
 
