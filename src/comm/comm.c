@@ -33,6 +33,8 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
     (void)c, (void)on;
     return 0;
 }
+
+const char *dt_comm_routing(const dt_comm *c) { return c->size[DT_GROUP_WORLD] > 1 ? "MPI" : "no communication"; }
 #endif
 
 static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {

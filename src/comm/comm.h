@@ -57,6 +57,9 @@ int dt_comm_set_shm(dt_comm *c, int on);
  * default where possible: more than one node, the same number (> 1) of ranks on each, each
  * node's world ranks consecutive, shared memory on. Returns whether it now is. */
 int dt_comm_set_hierarchical(dt_comm *c, int on);
+/* Where data moves now: "MPI", "shared memory inside the node", or "shared memory inside
+ * nodes, hierarchical all-reduce across them" (for the banner). */
+const char *dt_comm_routing(const dt_comm *c);
 
 /* In-place all-reduce of n elements. */
 dt_status dt_comm_allreduce(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t n,

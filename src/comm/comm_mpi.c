@@ -447,6 +447,14 @@ int dt_comm_set_shm(dt_comm *c, int on) {
     return s->shm_on;
 }
 
+const char *dt_comm_routing(const dt_comm *c) {
+    if (strcmp(c->ops->name, "mpi")) return c->size[DT_GROUP_WORLD] > 1 ? "MPI" : "no communication";
+    const mpi_state *s = c->impl;
+    if (!s->shm_on) return "MPI";
+    if (s->hier_want && s->hier_ok) return "shared memory inside nodes, hierarchical all-reduce across them";
+    return c->nodes > 1 ? "shared memory inside nodes, MPI across them" : "shared memory inside the node";
+}
+
 int dt_comm_set_hierarchical(dt_comm *c, int on) {
     if (strcmp(c->ops->name, "mpi")) return 0;
     mpi_state *s = c->impl;

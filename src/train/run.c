@@ -608,9 +608,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                                               : "16-bit operands widened to fp32 (the speed-up is not available on this CPU)",
                     r.tr.scaler.dynamic ? "; dynamic loss scaling from 65536" : "");
     DT_CHECK_GOTO(dt_replicas_log_isa(ctx, comm));
-    dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s, bucket %.1f MiB, overlap %s, gradients sent in %s",
+    dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s (%s), bucket %.1f MiB, overlap %s, gradients sent in %s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
-                (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
+                dt_comm_routing(comm), (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
                 dt_dtype_name(t->parallel.grad_dtype));
     dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
