@@ -284,6 +284,30 @@ static void train(dt_train_cfg c, float *losses, float **params, size_t *n) {
     dt_trainer_free(&tr);
 }
 
+/* train() with the memory plan checked against the allocator and no step skipped; returns the
+ * planned activation bytes; *loss_scale (if non-NULL) gets the last step's loss scale. */
+static size_t train_planned(dt_train_cfg c, float *losses, float **params, size_t *n, float *loss_scale) {
+    size_t plan[DT_MEM_NKINDS];
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
+    dt_trainer tr;
+    assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
+    for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
+    for (long s = 0; s < c.steps; s++) {
+        dt_step_stats st;
+        assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
+        assert_int_equal(st.skipped, 0);
+        losses[s] = st.loss;
+        if (loss_scale) *loss_scale = st.loss_scale;
+    }
+    *n = tr.model.ps.n_params;
+    *params = tu_malloc(*n * sizeof(float));
+    memcpy(*params, tr.model.ps.params, *n * sizeof(float));
+    dt_trainer_free(&tr);
+    return plan[DT_MEM_ACTS];
+}
+
 static void test_two_runs_are_bitwise_identical(void **state) {
     printf("  family %s\n", (const char *)*state);
     float l1[20], l2[20], *p1, *p2;
@@ -408,6 +432,7 @@ static float *fused_grads(const dt_model_opts *o, int train_fwd, size_t *n) {
     if (train_fwd) assert_int_equal(dt_model_forward_train(&ctx, &m, in, tg, 0.5f, &loss), DT_OK);
     else assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss), DT_OK);
     assert_int_equal(m.head_grads, train_fwd && o->fused_loss);
+    assert_true((dt_model_logits(&m) == NULL) == (o->fused_loss != 0)); /* never all stored when fused */
     dt_model_backward(&m, 0.5f);
     *n = m.ps.n_params;
     float *g = tu_malloc(*n * sizeof(float));
@@ -422,12 +447,11 @@ static float *fused_grads(const dt_model_opts *o, int train_fwd, size_t *n) {
 static void test_fused_loss_is_bitwise_the_stored_one(void **state) {
     const char *fam = *state;
     printf("  family %s\n", fam);
-    /* The fused loss (the head and cross-entropy 5 token rows at a time of 128, a ragged last
-     * block, gradients formed in the forward) trains to the bits of the stored logits with the
-     * same blocks, in fp32 and bf16 (whose fused path reads a 16-bit copy of the whole head),
-     * with accumulation; it stores 5 rows of logits instead of 128, and the plan equals the
-     * allocator. With one block (the default 256 rows) too. Block size changes the order of the
-     * head's weight-gradient sums, so different blocks are not compared bitwise. */
+    /* The fused loss (5 token rows at a time of 128, a ragged last block, gradients formed in
+     * the forward) trains to the bits of the stored logits with the same blocks, in fp32 and
+     * bf16 (a 16-bit copy of the whole head), with accumulation, storing 5 rows of logits
+     * instead of 128 (plan == allocator); one block (the default 256 rows) too. Block size
+     * changes the head's weight-gradient sum order: different blocks are not compared. */
     static const dt_dtype precs[] = {DT_F32, DT_BF16};
     for (int pi = 0; pi < 2; pi++)
         for (int rows = 5; rows >= 0; rows -= 5) {
@@ -440,24 +464,7 @@ static void test_fused_loss_is_bitwise_the_stored_one(void **state) {
                 c.sched.total = 6;
                 c.accum = 2;
                 c.model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, precs[pi], fused, rows};
-                size_t plan[DT_MEM_NKINDS];
-                dt_ctx ctx;
-                dt_ctx_init(&ctx);
-                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
-                acts[fused] = plan[DT_MEM_ACTS];
-                dt_trainer tr;
-                assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
-                for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
-                assert_true(dt_model_logits(&tr.model) == NULL || !fused || !strcmp(fam, "vit"));
-                for (int s = 0; s < 6; s++) {
-                    dt_step_stats st;
-                    assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
-                    l[fused][s] = st.loss;
-                }
-                n[fused] = tr.model.ps.n_params;
-                p[fused] = tu_malloc(n[fused] * sizeof(float));
-                memcpy(p[fused], tr.model.ps.params, n[fused] * sizeof(float));
-                dt_trainer_free(&tr);
+                acts[fused] = train_planned(c, l[fused], &p[fused], &n[fused], NULL);
             }
             printf("  %s rows %d: activations %zu (stored) vs %zu (fused) bytes, loss %.6f\n",
                    dt_dtype_name(precs[pi]), rows, acts[0], acts[1], (double)l[1][5]);
@@ -513,33 +520,20 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
             c.micro_batch = 2;
             c.accum = 2;
             c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, precs[pi], 1, 0};
-            size_t plan[DT_MEM_NKINDS];
-            dt_ctx ctx;
-            dt_ctx_init(&ctx);
-            assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
-            acts[k] = plan[DT_MEM_ACTS];
-            dt_trainer tr;
-            assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
-            for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
-            float l[6];
-            for (int s = 0; s < 6; s++) {
-                dt_step_stats st;
-                assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
-                l[s] = st.loss;
-            }
+            float l[6], *p;
+            size_t n;
+            acts[k] = train_planned(c, l, &p, &n, NULL);
             printf("  %s %-9s every %d: activations %zu bytes, loss %.6f\n", dt_dtype_name(precs[pi]),
                    dt_recompute_name(modes[k].r), modes[k].every, acts[k], (double)l[5]);
             if (k == 0) {
                 memcpy(base_l, l, sizeof l);
-                base_n = tr.model.ps.n_params;
-                base_p = tu_malloc(base_n * sizeof(float));
-                memcpy(base_p, tr.model.ps.params, base_n * sizeof(float));
-            } else {
-                assert_memory_equal(l, base_l, sizeof l);
-                assert_int_equal(tr.model.ps.n_params, base_n);
-                assert_memory_equal(tr.model.ps.params, base_p, base_n * sizeof(float));
+                base_n = n, base_p = p;
+                continue;
             }
-            dt_trainer_free(&tr);
+            assert_memory_equal(l, base_l, sizeof l);
+            assert_int_equal(n, base_n);
+            assert_memory_equal(p, base_p, base_n * sizeof(float));
+            free(p);
         }
         /* none > selective > full at every layer; every 2nd layer saves less than every layer. */
         assert_true(acts[1] < acts[0] && acts[3] < acts[1]);
@@ -571,25 +565,9 @@ static void test_mixed_precision_tracks_fp32(void **state) {
         c.steps = 8;
         c.sched.total = 8;
         c.model_opts.compute = precs[pi];
-        size_t plan[DT_MEM_NKINDS];
-        dt_ctx ctx;
-        dt_ctx_init(&ctx);
-        assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
-        acts[pi] = plan[DT_MEM_ACTS];
-        dt_trainer tr;
-        assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_OK);
-        for (int j = 0; j < DT_MEM_NKINDS; j++) assert_int_equal(tr.alloc.peak[j], plan[j]);
-        for (int s = 0; s < 8; s++) {
-            dt_step_stats st;
-            assert_int_equal(dt_trainer_step(&ctx, &tr, &st), DT_OK);
-            assert_int_equal(st.skipped, 0);
-            assert_true(st.loss_scale == (precs[pi] == DT_F16 ? 65536.0f : 1.0f));
-            l[pi][s] = st.loss;
-        }
-        n = tr.model.ps.n_params;
-        p[pi] = tu_malloc(n * sizeof(float));
-        memcpy(p[pi], tr.model.ps.params, n * sizeof(float));
-        dt_trainer_free(&tr);
+        float scale;
+        acts[pi] = train_planned(c, l[pi], &p[pi], &n, &scale);
+        assert_true(scale == (precs[pi] == DT_F16 ? 65536.0f : 1.0f)); /* fp16: no overflow backed it off */
     }
     double *ref = tu_malloc(n * sizeof(double));
     tu_to_double(ref, p[0], n);

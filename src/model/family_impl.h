@@ -125,6 +125,16 @@ void dt_vocab_head_forward(dt_model *m, int id, float *logits, dt_mmin x, int N,
  * embedding's backward does). The same kernel calls as the stored path, so the same bits. */
 void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *losses, float *lse,
                         float *buf, float *dx, float dloss, int with_dw, int vocab);
+/* A language model's head and loss, fused or stored (model.h dt_model_opts.fused_loss), over
+ * its B T rows: the forward leaves losses and lse (with targets), logits (stored; all rows
+ * without targets), and under a training forward with the fused loss also dx and the head's
+ * dW. The backward gives dx (N,C) = d(loss scale)/dx, ends an untied head's units (dW formed)
+ * and returns the dlogits a tied head's dt_vocab_embed_backward still needs (NULL: none).
+ * `next`: the unit read after the head in the backward. */
+void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits, float *losses,
+                         float *lse, float *dx);
+const float *dt_vocab_lm_backward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits,
+                                  float *losses, float *lse, float *dx, float scale, int next);
 /* Begins and ends tensor id's chunk units, descending: its gradients were formed in place. */
 void dt_vocab_head_grads_done(dt_model *m, int id);
 /* Mixed precision: narrows dlogits (N, Vp) in place, each fp32 row's first half becoming its

@@ -104,6 +104,40 @@ void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, 
     }
 }
 
+void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits, float *losses,
+                         float *lse, float *dx) {
+    int N = m->B * m->T, V = m->cfg.vocab, Vp = (int)m->ps.tensors[id].rows;
+    if (m->opts.fused_loss) {
+        DT_ASSERT(targets != NULL); /* the fused loss never holds all logits */
+        /* a training forward forms the head's dx now and its dW in place */
+        dt_vocab_head_loss(m, id, x, targets, losses, lse, logits, m->train_fwd ? dx : NULL,
+                           m->train_scale / (float)N, 1, V);
+        m->head_grads = m->train_fwd;
+        return;
+    }
+    dt_vocab_head_forward(m, id, logits, x, N, -1);
+    if (targets) DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses, lse, logits, targets, N, V, Vp));
+}
+
+const float *dt_vocab_lm_backward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits,
+                                  float *losses, float *lse, float *dx, float scale, int next) {
+    int N = m->B * m->T, V = m->cfg.vocab, Vp = (int)m->ps.tensors[id].rows;
+    if (m->opts.fused_loss) {
+        if (m->head_grads)
+            DT_ASSERT(scale == m->train_scale); /* the forward formed the head's gradients with it */
+        else /* after a plain forward: form them now (dW in place) */
+            dt_vocab_head_loss(m, id, x, targets, losses, lse, logits, dx, scale / (float)N, 1, V);
+        if (m->cfg.untied) dt_vocab_head_grads_done(m, id); /* the highest units end here */
+        return NULL;
+    }
+    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(logits, logits, lse, targets, scale / (float)N, N, V, Vp));
+    /* An untied head's chunks end here (the highest units); a tied head's weight gradient is
+     * formed with the embedding's, at the end, from these dlogits. */
+    dt_vocab_pack_dlogits(m, logits, N, Vp);
+    dt_vocab_head_backward(m, id, dx, logits, x, N, m->cfg.untied, next);
+    return m->cfg.untied ? NULL : logits;
+}
+
 void dt_vocab_pack_dlogits(dt_model *m, float *dlogits, int N, int Vp) {
     if (!dt_lowp(m)) return;
     enum { BLK = 256 };

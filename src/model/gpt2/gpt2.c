@@ -273,7 +273,7 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
                           float *loss) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
-    int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
+    int V = c->vocab, BT = B * T;
     size_t btc = (size_t)BT * C;
     dt_gpt2_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
@@ -294,17 +294,8 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
     dt_fam_narrow(m, a->lnfh, lnf, btc);
-    if (m->opts.fused_loss) {
-        DT_ASSERT(targets != NULL); /* the fused loss never holds all logits */
-        /* a training forward forms the tied head's dx now and its dW in place */
-        dt_vocab_head_loss(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, targets, a->losses, a->ce_lse, a->logits,
-                           m->train_fwd ? a->dbtc : NULL, m->train_scale / (float)BT, 1, V);
-        m->head_grads = m->train_fwd;
-    } else {
-        dt_vocab_head_forward(m, DT_GPT2_P_WTE, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, -1);
-        if (!targets) return DT_OK;
-        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
-    }
+    dt_vocab_lm_forward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
+    if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
     if (loss) *loss = m->last_loss;
     return DT_OK;
@@ -313,23 +304,14 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
 static void gpt2_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
-    int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
+    int BT = B * T;
     size_t btc = (size_t)BT * C;
     dt_gpt2_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
-    const int fused = m->opts.fused_loss;
-    if (fused && m->head_grads) {
-        DT_ASSERT(scale == m->train_scale); /* the forward formed the head's gradients with it */
-    } else if (fused) { /* after a plain forward: form them now (dW in place) */
-        dt_vocab_head_loss(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->losses, a->ce_lse, a->logits,
-                           a->dbtc, scale / (float)BT, 1, V);
-    } else {
-        DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
-        /* The tied head: dx now, its weight gradient with the embedding's (at the end). */
-        dt_vocab_pack_dlogits(m, a->logits, BT, Vp);
-        dt_vocab_head_backward(m, DT_GPT2_P_WTE, a->dbtc, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, 0, UNIT(LNFW));
-    }
+    /* the tied head: dx now, its weight gradient with the embedding's (at the end) */
+    const float *dlogits = dt_vocab_lm_backward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
+                                                a->losses, a->ce_lse, a->dbtc, scale, UNIT(LNFW));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
@@ -360,8 +342,7 @@ static void gpt2_backward(dt_model *m, float scale) {
     dt_unit_grads_begin(m, UNIT(WPE));
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
     dt_unit_grads_end(m, UNIT(WPE));
-    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, fused ? NULL : a->logits,
-                            (dt_mmin){a->lnf, a->lnfh});
+    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */

@@ -296,7 +296,7 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
                                const int32_t *targets, float *loss) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
-    int V = c->vocab, Vp = c->vocab_padded, BT = B * T;
+    int V = c->vocab, BT = B * T;
     const float eps = c->norm_eps;
     size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
@@ -316,16 +316,8 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
     dt_fam_narrow(m, a->lnfh, lnf, btc);
-    if (m->opts.fused_loss) {
-        DT_ASSERT(targets != NULL); /* the fused loss never holds all logits */
-        dt_vocab_head_loss(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, targets, a->losses, a->ce_lse, a->logits,
-                           m->train_fwd ? a->dbtc : NULL, m->train_scale / (float)BT, 1, V);
-        m->head_grads = m->train_fwd;
-    } else {
-        dt_vocab_head_forward(m, HEAD_ID, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, -1);
-        if (!targets) return DT_OK;
-        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, targets, BT, V, Vp));
-    }
+    dt_vocab_lm_forward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
+    if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, BT); /* NaN/Inf: training.nonfinite decides */
     if (loss) *loss = m->last_loss;
     return DT_OK;
@@ -334,28 +326,15 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
 static void llama_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head, L = c->n_layer;
-    int V = c->vocab, Vp = c->vocab_padded, BT = B * T, F = c->d_ff, hs = C / NH;
+    int BT = B * T, F = c->d_ff, hs = C / NH;
     int QW = (int)qkv_width(c);
     const float theta = c->rope_theta;
     size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
-    const int fused = m->opts.fused_loss;
-    if (fused) {
-        if (m->head_grads)
-            DT_ASSERT(scale == m->train_scale); /* the forward formed the head's gradients with it */
-        else /* after a plain forward: form them now (dW in place) */
-            dt_vocab_head_loss(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->losses, a->ce_lse, a->logits,
-                               a->dbtc, scale / (float)BT, 1, V);
-        if (m->cfg.untied) dt_vocab_head_grads_done(m, HEAD_ID); /* the highest units end here */
-    } else {
-        DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->targets, scale / (float)BT, BT, V, Vp));
-        /* An untied head's chunks end here (the highest units); a tied head's weight gradient
-         * is formed with the embedding's, at the end. */
-        dt_vocab_pack_dlogits(m, a->logits, BT, Vp);
-        dt_vocab_head_backward(m, HEAD_ID, a->dbtc, a->logits, (dt_mmin){a->lnf, a->lnfh}, BT, m->cfg.untied, UNIT(NORM));
-    }
+    const float *dlogits = dt_vocab_lm_backward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
+                                                a->losses, a->ce_lse, a->dbtc, scale, UNIT(NORM));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(NORM), LAYER(L - 1));
@@ -383,7 +362,7 @@ static void llama_backward(dt_model *m, float scale) {
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, LAYER(l));
     }
-    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, m->cfg.untied || fused ? NULL : a->logits,
+    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, dlogits,
                             (dt_mmin){a->lnf, a->lnfh});
 }
 
