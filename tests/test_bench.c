@@ -218,6 +218,86 @@ static void test_comm_fit(void **state) {
     cJSON_Delete(rows);
 }
 
+/* Link levels fitted apart: rows of the node and cross groups give their own lines (found by
+ * group, the world's line unchanged), a file keeps the group and refuses an unknown one, and
+ * the hierarchical-or-flat choice follows the two world lines at the bucket size, only on the
+ * layout the file was fitted on. */
+static cJSON *grow(const char *group, const char *op, double bytes, double us) {
+    cJSON *r = row(op, bytes, us);
+    cJSON_AddStringToObject(r, "group", group);
+    return r;
+}
+
+static void test_comm_fit_groups(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    cJSON *rows = cJSON_CreateArray();
+    for (double b = 1 << 20; b <= 32 * 1048576.0; b *= 2) {
+        cJSON_AddItemToArray(rows, row("allreduce_ordered", b, 100 + b / 1024));        /* hierarchical: 1 us/KiB */
+        cJSON_AddItemToArray(rows, row("allreduce_ordered_flat", b, 10 + 3 * b / 1024)); /* flat: 3 us/KiB */
+        cJSON_AddItemToArray(rows, grow("node", "allreduce_ordered", b, 2 + 0.1 * b / 1024));
+        cJSON_AddItemToArray(rows, grow("cross", "allreduce_ordered", b, 50 + 2 * b / 1024));
+    }
+    dt_comm_fit f;
+    assert_int_equal(dt_comm_fit_rows(&ctx, rows, 4, 2, &f), DT_OK);
+    assert_int_equal(f.n, 4 * 2); /* 4 (group, op) x the 2 ranges the sizes span */
+    const dt_comm_fit_line *w = dt_comm_fit_find(&f, "allreduce_ordered", 4e6);
+    const dt_comm_fit_line *nd = dt_comm_fit_find_in(&f, "node", "allreduce_ordered", 4e6);
+    const dt_comm_fit_line *cr = dt_comm_fit_find_in(&f, "cross", "allreduce_ordered", 4e6);
+    assert_non_null(w), assert_non_null(nd), assert_non_null(cr);
+    assert_string_equal(w->group, "world");
+    assert_true(fabs(w->beta_us_per_b - 1.0 / 1024) < 1e-12);
+    assert_true(fabs(nd->alpha_us - 2) < 1e-6 && fabs(nd->beta_us_per_b - 0.1 / 1024) < 1e-12);
+    assert_true(fabs(cr->alpha_us - 50) < 1e-6 && fabs(cr->beta_us_per_b - 2.0 / 1024) < 1e-12);
+    assert_null(dt_comm_fit_find_in(&f, "cross", "allgather", 4e6));
+    /* 4 MiB bucket: hierarchical 100 + 4096 us, flat 10 + 12288 us */
+    double h, fl;
+    assert_int_equal(dt_comm_fit_prefers_hier(&f, 4, 2, 4194304, &h, &fl), 1);
+    assert_true(fabs(h - 4196) < 1e-6 && fabs(fl - 12298) < 1e-6);
+    /* 16 bytes: below every fitted size, the nearest lines: still 1 us vs 3 us per KiB */
+    assert_int_equal(dt_comm_fit_prefers_hier(&f, 4, 2, 1048576, &h, &fl), 1);
+    assert_int_equal(dt_comm_fit_prefers_hier(&f, 8, 2, 4194304, &h, &fl), -1); /* another layout */
+    assert_int_equal(dt_comm_fit_prefers_hier(&f, 4, 1, 4194304, &h, &fl), -1);
+    cJSON_Delete(rows);
+    rows = cJSON_CreateArray(); /* a slow hierarchical chain (latency-bound), a fast flat one */
+    for (double b = 1 << 20; b <= 4 * 1048576.0; b *= 2) {
+        cJSON_AddItemToArray(rows, row("allreduce_ordered", b, 9000 + b / 1024));
+        cJSON_AddItemToArray(rows, row("allreduce_ordered_flat", b, 10 + 2 * b / 1024));
+    }
+    dt_comm_fit g;
+    assert_int_equal(dt_comm_fit_rows(&ctx, rows, 4, 2, &g), DT_OK);
+    assert_int_equal(dt_comm_fit_prefers_hier(&g, 4, 2, 4194304, &h, &fl), 0);
+    dt_comm_fit noflat = g;
+    noflat.n = 0;
+    for (int k = 0; k < g.n; k++)
+        if (strcmp(g.line[k].op, "allreduce_ordered_flat")) noflat.line[noflat.n++] = g.line[k];
+    assert_int_equal(dt_comm_fit_prefers_hier(&noflat, 4, 2, 4194304, &h, &fl), -1);
+    cJSON_Delete(rows);
+    rows = cJSON_CreateArray();
+    cJSON_AddItemToArray(rows, grow("rack", "allreduce", 1024, 5));
+    assert_int_equal(dt_comm_fit_rows(&ctx, rows, 4, 2, &g), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "group 'rack'"));
+    cJSON_Delete(rows);
+    /* the file keeps the groups; an unknown group is refused naming the key */
+    char path[] = "/tmp/dtrain-commfit-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(dt_comm_fit_save(&ctx, path, &f), DT_OK);
+    dt_comm_fit back;
+    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_OK);
+    assert_int_equal(back.n, f.n);
+    for (int k = 0; k < f.n; k++) assert_string_equal(back.line[k].group, f.line[k].group);
+    FILE *fw = fopen(path, "w");
+    fputs("{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"group\": \"rack\", \"min_bytes\": 1, "
+          "\"max_bytes\": 2, \"alpha_us\": 1, \"beta_us_per_byte\": 1}]}", fw);
+    fclose(fw);
+    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "lines[0].group"));
+    unlink(path);
+}
+
 static void test_trace_recorder(void **state) {
     (void)state;
     dt_trace_reset();
@@ -262,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_loss_hash),           cmocka_unit_test(test_prices),
         cmocka_unit_test(test_sweep_points),        cmocka_unit_test(test_trace_recorder),
         cmocka_unit_test(test_comm_fit),
+        cmocka_unit_test(test_comm_fit_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

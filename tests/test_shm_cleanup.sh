@@ -7,7 +7,9 @@
 #    failed), and no name of this job's segment is left;
 #  - DDP over the segment trains the same bits as DDP over MPI (DTRAIN_SHM=0);
 #  - DDP on 2 simulated nodes x 2: the hierarchical all-reduce == flat, bitwise; forcing it on
-#    one node is refused naming parallel.allreduce.
+#    one node is refused naming parallel.allreduce;
+#  - the cost model on 2 x 2 fits the link levels apart and parallel.allreduce=auto picks what it
+#    predicts faster.
 # Usage: tests/test_shm_cleanup.sh DTRAIN_BIN
 set -uo pipefail
 bin=$(readlink -f "$1")
@@ -75,6 +77,42 @@ done
 if cmp -s "$dir/hierarchical.st" "$dir/flat.st" && grep -q "4 rank(s) on 2 node(s)" "$dir/hierarchical.log"; then
   pass "DDP 2 nodes x 2 ranks: hierarchical all-reduce == flat, weights bitwise"
 else fail "DDP 2 x 2: hierarchical and flat weights differ (or not 2 nodes)"; fi
+# 5. The cost model on 2 x 2: bench comm --fit measures the flat all-reduce beside the
+#    hierarchical one and each link level on its own (node and cross groups), fitted apart;
+#    parallel.allreduce=auto with it picks what the file predicts faster (a copy whose
+#    hierarchical line is made slow picks flat), with the same bits either way.
+timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" bench comm --min-bytes 64K --max-bytes 1M --iters 2 --warmup 1 \
+  --fit "$dir/fit22.json" >"$dir/fit22.log" 2>&1 || fail "bench comm --fit on 2 x 2: $(tail -2 "$dir/fit22.log")"
+if python3 - "$dir/fit22.json" <<'PY'
+import json, sys
+f = json.load(open(sys.argv[1]))
+have = {(l["group"], l["op"]) for l in f["lines"]}
+need = {("world", "allreduce_ordered"), ("world", "allreduce_ordered_flat"), ("node", "allreduce_ordered"),
+        ("node", "reduce_scatter_ordered"), ("node", "allgather"), ("cross", "allreduce"), ("cross", "allreduce_ordered"),
+        ("cross", "allgather")}
+assert f["ranks"] == 4 and f["nodes"] == 2, (f["ranks"], f["nodes"])
+assert need <= have, sorted(need - have)
+slow = json.loads(json.dumps(f))
+for l in slow["lines"]:
+    if l["group"] == "world" and l["op"] == "allreduce_ordered": l["alpha_us"] = 1e7
+json.dump(slow, open(sys.argv[1] + ".slowhier", "w"))
+PY
+then pass "bench comm --fit on 2 x 2: world flat + hierarchical, node and cross groups fitted apart"
+else fail "bench comm --fit on 2 x 2: lines missing"; fi
+timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" train "${common[@]}" --steps 6 --set parallel.comm_model="$dir/fit22.json.slowhier" \
+  --save-weights "$dir/autoflat.st" >"$dir/autoflat.log" 2>&1 || fail "2 x 2 auto (slow hierarchical): $(tail -2 "$dir/autoflat.log")"
+if grep -q "parallel.allreduce=auto: flat (" "$dir/autoflat.log" && grep -q "MPI across them" "$dir/autoflat.log" \
+   && cmp -s "$dir/autoflat.st" "$dir/hierarchical.st"; then
+  pass "auto with a model that predicts flat faster: $(grep -o 'parallel.allreduce=auto: flat ([^)]*)' "$dir/autoflat.log" | head -1), same bits"
+else fail "auto with a slow hierarchical line did not pick flat: $(grep -m1 'allreduce=auto\|routing\|across' "$dir/autoflat.log")"; fi
+python3 -c 'import json,sys; f=json.load(open(sys.argv[1])); f["ranks"]=8; json.dump(f,open(sys.argv[1]+".other","w"))' "$dir/fit22.json.slowhier"
+timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" train "${common[@]}" --steps 4 --set parallel.comm_model="$dir/fit22.json.slowhier.other" \
+  >"$dir/autoother.log" 2>&1 || fail "2 x 2 run with an 8-rank model: $(tail -2 "$dir/autoother.log")"
+if grep -q "parallel.allreduce=auto: hierarchical (.*fitted on 8 ranks x 2 nodes" "$dir/autoother.log" \
+   && grep -q "hierarchical all-reduce across them" "$dir/autoother.log"; then
+  pass "a model fitted on another layout (8 ranks x 2 nodes) chooses nothing: the default, hierarchical"
+else fail "a model of another layout was used to choose: $(grep -m1 'allreduce=auto' "$dir/autoother.log")"; fi
+
 timeout 60 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 4 --set parallel.allreduce=hierarchical >"$dir/h1.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && grep -q "parallel.allreduce=hierarchical needs several nodes" "$dir/h1.log"; then

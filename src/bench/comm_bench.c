@@ -18,26 +18,30 @@ static float sum_val(int n, size_t i) { return (float)(n * (n + 1) / 2 * ((int)(
 
 /* dtrain's own collectives (ordered all-reduce and reduce-scatter, all-gather) run over the
  * node's shared memory when the world is one node (comm.h dt_comm_set_shm); their *_mpi rows
- * are the same calls with it off, measured in the same run. */
-enum { OP_AR, OP_ARO, OP_ARO_MPI, OP_RS, OP_RSO, OP_RSO_MPI, OP_AG, OP_AG_MPI, OP_BC, OP_N };
+ * are the same calls with it off, measured in the same run. With several nodes the world's
+ * ordered all-reduce is the hierarchical one where the layout allows (comm.h
+ * dt_comm_set_hierarchical); allreduce_ordered_flat is the same call with it off. */
+enum { OP_AR, OP_ARO, OP_ARO_MPI, OP_ARO_FLAT, OP_RS, OP_RSO, OP_RSO_MPI, OP_AG, OP_AG_MPI, OP_BC, OP_N };
 static const char *const op_names[OP_N] = {"allreduce",      "allreduce_ordered",      "allreduce_ordered_mpi",
-                                           "reduce_scatter", "reduce_scatter_ordered", "reduce_scatter_ordered_mpi",
-                                           "allgather",      "allgather_mpi",          "broadcast"};
+                                           "allreduce_ordered_flat", "reduce_scatter", "reduce_scatter_ordered",
+                                           "reduce_scatter_ordered_mpi", "allgather", "allgather_mpi", "broadcast"};
 static int op_forces_mpi(int op) { return op == OP_ARO_MPI || op == OP_RSO_MPI || op == OP_AG_MPI; }
+static const char *const group_names[DT_GROUP_N] = {"world", "node", "cross"};
 
-/* One collective on `count` elements per rank; returns the number of wrong elements. */
-static dt_status run_op(dt_ctx *ctx, dt_comm *c, int op, size_t count, float *buf, float *aux,
+/* One collective over group g on `count` elements per rank; counts the wrong elements. */
+static dt_status run_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, size_t count, float *buf, float *aux,
                         size_t *cnt, size_t *off, int check, long *wrong) {
-    int n = dt_comm_size(c, DT_GROUP_WORLD), me = dt_comm_rank(c, DT_GROUP_WORLD);
+    int n = dt_comm_size(c, g), me = dt_comm_rank(c, g);
     *wrong = 0;
     switch (op) {
     case OP_AR:
     case OP_ARO:
     case OP_ARO_MPI:
+    case OP_ARO_FLAT:
         if (check) /* inputs are written for the checked run only: the timed runs time the collective */
             for (size_t i = 0; i < count; i++) buf[i] = val(me, i);
-        if (op == OP_AR) DT_CHECK(dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, buf, count, DT_F32, DT_SUM));
-        else DT_CHECK(dt_comm_allreduce_ordered(ctx, c, DT_GROUP_WORLD, buf, count, aux));
+        if (op == OP_AR) DT_CHECK(dt_comm_allreduce(ctx, c, g, buf, count, DT_F32, DT_SUM));
+        else DT_CHECK(dt_comm_allreduce_ordered(ctx, c, g, buf, count, aux));
         if (check)
             for (size_t i = 0; i < count; i++) *wrong += buf[i] != sum_val(n, i);
         break;
@@ -45,7 +49,7 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, int op, size_t count, float *bu
         for (int r = 0; r < n; r++) cnt[r] = count;
         if (check)
             for (size_t i = 0; i < count * (size_t)n; i++) buf[i] = val(me, i);
-        DT_CHECK(dt_comm_reduce_scatter(ctx, c, DT_GROUP_WORLD, buf, aux, cnt));
+        DT_CHECK(dt_comm_reduce_scatter(ctx, c, g, buf, aux, cnt));
         if (check)
             for (size_t i = 0; i < count; i++) *wrong += aux[i] != sum_val(n, (size_t)me * count + i);
         break;
@@ -55,7 +59,7 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, int op, size_t count, float *bu
         if (check)
             for (size_t i = 0; i < count * (size_t)n; i++) buf[i] = val(me, i);
         /* scratch: n x count after the output */
-        DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, c, DT_GROUP_WORLD, buf, cnt, off, aux, aux + count));
+        DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, c, g, buf, cnt, off, aux, aux + count));
         if (check)
             for (size_t i = 0; i < count; i++) *wrong += aux[i] != sum_val(n, (size_t)me * count + i);
         break;
@@ -64,7 +68,7 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, int op, size_t count, float *bu
         for (int r = 0; r < n; r++) cnt[r] = count;
         if (check)
             for (size_t i = 0; i < count; i++) buf[(size_t)me * count + i] = val(me, i);
-        DT_CHECK(dt_comm_allgather(ctx, c, DT_GROUP_WORLD, buf, cnt));
+        DT_CHECK(dt_comm_allgather(ctx, c, g, buf, cnt));
         if (check)
             for (int r = 0; r < n; r++)
                 for (size_t i = 0; i < count; i++) *wrong += buf[(size_t)r * count + i] != val(r, i);
@@ -72,12 +76,61 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, int op, size_t count, float *bu
     case OP_BC:
         if (check)
             for (size_t i = 0; i < count; i++) buf[i] = me == 0 ? val(0, i) : -1.0f;
-        DT_CHECK(dt_comm_broadcast(ctx, c, DT_GROUP_WORLD, buf, count * sizeof(float), 0));
+        DT_CHECK(dt_comm_broadcast(ctx, c, g, buf, count * sizeof(float), 0));
         if (check)
             for (size_t i = 0; i < count; i++) *wrong += buf[i] != val(0, i);
         break;
     }
     return DT_OK;
+}
+
+/* The rows of one collective over group g at every size (every rank of the world calls it;
+ * with g a node or cross group, the groups run side by side, as in the hierarchical phases). */
+static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_comm_bench_opts *o, float *buf,
+                          float *aux, size_t *cnt, FILE *out, long *total_wrong) {
+    const int n = dt_comm_size(c, g), wn = dt_comm_size(c, DT_GROUP_WORLD), me = dt_comm_rank(c, DT_GROUP_WORLD);
+    dt_status st = DT_OK;
+    for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && st == DT_OK; bytes *= 2) {
+        size_t count = bytes / 4;
+        long wrong = 0;
+        for (int w = 0; w < o->warmup && st == DT_OK; w++)
+            st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 0, &wrong);
+        if (st == DT_OK) st = dt_comm_barrier(ctx, c, DT_GROUP_WORLD);
+        double t0 = dt_now();
+        for (int it = 0; it < o->iters && st == DT_OK; it++)
+            st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 0, &wrong);
+        double t = (dt_now() - t0) / o->iters;
+        if (st == DT_OK) st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 1, &wrong); /* checked */
+        double tw[2] = {t, (double)wrong};
+        if (st == DT_OK) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, tw, 2, DT_F64, DT_MAX);
+        if (st != DT_OK) break;
+        /* nccl-tests' "size": the per-rank buffer for all-reduce / broadcast, the whole
+         * (n x part) for reduce-scatter and all-gather. */
+        const int whole = op == OP_RS || op == OP_RSO || op == OP_RSO_MPI || op == OP_AG || op == OP_AG_MPI;
+        double size = whole ? (double)bytes * n : (double)bytes;
+        double algbw = size / tw[0] / 1e9;
+        *total_wrong += (long)tw[1];
+        char name[48];
+        snprintf(name, sizeof name, "%s%s%s", g == DT_GROUP_WORLD ? "" : group_names[g], g == DT_GROUP_WORLD ? "" : ":",
+                 op_names[op]);
+        if (me == 0 && o->rows) {
+            cJSON *row = cJSON_CreateObject();
+            cJSON_AddStringToObject(row, "op", op_names[op]);
+            cJSON_AddStringToObject(row, "group", group_names[g]);
+            cJSON_AddNumberToObject(row, "ranks", n);
+            cJSON_AddNumberToObject(row, "bytes", size);
+            cJSON_AddNumberToObject(row, "count", (double)(whole ? count * (size_t)n : count));
+            cJSON_AddNumberToObject(row, "time_us", tw[0] * 1e6);
+            cJSON_AddNumberToObject(row, "algbw_gbs", algbw);
+            cJSON_AddNumberToObject(row, "busbw_gbs", algbw * dt_comm_busbw_factor(op_names[op], n));
+            cJSON_AddNumberToObject(row, "wrong", tw[1]);
+            cJSON_AddItemToArray(o->rows, row);
+        }
+        if (me == 0 && out)
+            fprintf(out, "  %-32s %12.0f %12zu %10.1f %10.3f %10.3f %7ld\n", name, size, whole ? count * (size_t)n : count,
+                    tw[0] * 1e6, algbw, algbw * dt_comm_busbw_factor(op_names[op], n), (long)tw[1]);
+    }
+    return st;
 }
 
 dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FILE *out) {
@@ -104,48 +157,34 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
         fprintf(out, "# allreduce, reduce_scatter, broadcast: the MPI library's; allreduce_ordered, reduce_scatter_ordered, "
                      "allgather: dtrain's, %s\n",
                 shm ? "over the node's shared memory (*_mpi rows: the same calls over MPI)" : "over MPI");
-        fprintf(out, "# %-26s %12s %12s %10s %10s %10s %7s\n", "collective", "size(B)", "count", "time(us)",
+        fprintf(out, "# %-32s %12s %12s %10s %10s %10s %7s\n", "collective", "size(B)", "count", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");
     }
+    /* With several nodes the world's ordered all-reduce is hierarchical where the layout allows;
+     * the flat one is measured beside it (the cost model chooses between them). */
+    const int hier = dt_comm_set_hierarchical(c, 1);
     for (int op = 0; op < OP_N && st == DT_OK; op++) {
         if (op_forces_mpi(op) && !shm) continue; /* the plain rows already are MPI */
+        if (op == OP_ARO_FLAT && !hier) continue; /* allreduce_ordered already is flat */
         dt_comm_set_shm(c, !op_forces_mpi(op));
-        for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && st == DT_OK; bytes *= 2) {
-            size_t count = bytes / 4;
-            long wrong = 0;
-            for (int w = 0; w < o->warmup && st == DT_OK; w++)
-                st = run_op(ctx, c, op, count, buf, aux, cnt, cnt + n, 0, &wrong);
-            if (st == DT_OK) st = dt_comm_barrier(ctx, c, DT_GROUP_WORLD);
-            double t0 = dt_now();
-            for (int it = 0; it < o->iters && st == DT_OK; it++)
-                st = run_op(ctx, c, op, count, buf, aux, cnt, cnt + n, 0, &wrong);
-            double t = (dt_now() - t0) / o->iters;
-            if (st == DT_OK) st = run_op(ctx, c, op, count, buf, aux, cnt, cnt + n, 1, &wrong); /* checked */
-            double tw[2] = {t, (double)wrong};
-            if (st == DT_OK) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, tw, 2, DT_F64, DT_MAX);
-            if (st != DT_OK) break;
-            /* nccl-tests' "size": the per-rank buffer for all-reduce / broadcast, the whole
-             * (n x part) for reduce-scatter and all-gather. */
-            const int whole = op == OP_RS || op == OP_RSO || op == OP_RSO_MPI || op == OP_AG || op == OP_AG_MPI;
-            double size = whole ? (double)bytes * n : (double)bytes;
-            double algbw = size / tw[0] / 1e9;
-            total_wrong += (long)tw[1];
-            if (me == 0 && o->rows) {
-                cJSON *row = cJSON_CreateObject();
-                cJSON_AddStringToObject(row, "op", op_names[op]);
-                cJSON_AddNumberToObject(row, "bytes", size);
-                cJSON_AddNumberToObject(row, "count", (double)(whole ? count * (size_t)n : count));
-                cJSON_AddNumberToObject(row, "time_us", tw[0] * 1e6);
-                cJSON_AddNumberToObject(row, "algbw_gbs", algbw);
-                cJSON_AddNumberToObject(row, "busbw_gbs", algbw * dt_comm_busbw_factor(op_names[op], n));
-                cJSON_AddNumberToObject(row, "wrong", tw[1]);
-                cJSON_AddItemToArray(o->rows, row);
-            }
-            if (me == 0 && out)
-                fprintf(out, "  %-26s %12.0f %12zu %10.1f %10.3f %10.3f %7ld\n", op_names[op], size,
-                        whole ? count * (size_t)n : count, tw[0] * 1e6, algbw,
-                        algbw * dt_comm_busbw_factor(op_names[op], n), (long)tw[1]);
-        }
+        dt_comm_set_hierarchical(c, op != OP_ARO_FLAT);
+        st = bench_op(ctx, c, DT_GROUP_WORLD, op, o, buf, aux, cnt, out, &total_wrong);
+    }
+    dt_comm_set_shm(c, shm);
+    dt_comm_set_hierarchical(c, 1);
+    /* Several nodes: the two link levels on their own, every node's group at once (its shared
+     * memory, as inside the hierarchical all-reduce), then the groups across the nodes (one rank
+     * of each node per group, all groups at once: the network as the hierarchical phase uses it).
+     * Only where every node has the same number of ranks, so every group is alike (and every
+     * rank runs the same rows). */
+    int64_t L[2] = {dt_comm_size(c, DT_GROUP_NODE), -dt_comm_size(c, DT_GROUP_NODE)};
+    if (st == DT_OK && dt_comm_num_nodes(c) > 1) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, L, 2, DT_I64, DT_MIN);
+    if (st == DT_OK && dt_comm_num_nodes(c) > 1 && L[0] == -L[1]) {
+        static const int node_ops[] = {OP_ARO, OP_RSO, OP_AG}, cross_ops[] = {OP_AR, OP_ARO, OP_AG};
+        for (int k = 0; k < 3 && st == DT_OK && L[0] > 1; k++)
+            st = bench_op(ctx, c, DT_GROUP_NODE, node_ops[k], o, buf, aux, cnt, out, &total_wrong);
+        for (int k = 0; k < 3 && st == DT_OK; k++)
+            st = bench_op(ctx, c, DT_GROUP_CROSS, cross_ops[k], o, buf, aux, cnt, out, &total_wrong);
     }
     dt_comm_set_shm(c, shm);
     free(buf);

@@ -187,7 +187,9 @@ static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
                    "nccl-tests define them; every row's data is checked (#wrong). --json writes the rows\n"
                    "(docs/FORMATS.md, kind \"comm\"). --fit fits time = alpha + beta x bytes per collective and\n"
                    "size range (< 256 KiB, < 8 MiB, beyond) and writes it (kind \"commfit\"): parallel.comm_model for\n"
-                   "parallel.bucket_mb: auto.\n");
+                   "parallel.bucket_mb: auto and parallel.allreduce: auto. On several nodes it also measures the\n"
+                   "flat all-reduce beside the hierarchical one, and each link level on its own: the node groups\n"
+                   "(rows node:...) and the groups across the nodes (rows cross:...), fitted apart.\n");
             return DT_EXIT_OK;
         }
         if (i + 1 >= argc) {
@@ -225,14 +227,19 @@ static int cmd_comm(dt_ctx *ctx, int argc, char **argv) {
         st = dt_comm_fit_rows(ctx, o.rows, n, nodes, &f);
         if (st == DT_OK) {
             printf("# cost model: time = alpha + bytes / bandwidth per collective and size range (weighted least squares)\n");
-            printf("# %-26s %12s %12s %10s %14s %12s\n", "collective", "min_bytes", "max_bytes", "alpha_us", "bandwidth_GB/s",
-                   "max_rel_err");
+            printf("# %-26s %-6s %12s %12s %10s %14s %12s\n", "collective", "group", "min_bytes", "max_bytes", "alpha_us",
+                   "bandwidth_GB/s", "max_rel_err");
             for (int k = 0; k < f.n; k++)
-                printf("  %-26s %12.0f %12.0f %10.2f %14.3f %12.3f\n", f.line[k].op, f.line[k].lo, f.line[k].hi,
+                printf("  %-26s %-6s %12.0f %12.0f %10.2f %14.3f %12.3f\n", f.line[k].op, f.line[k].group, f.line[k].lo, f.line[k].hi,
                        f.line[k].alpha_us, f.line[k].beta_us_per_b > 0 ? 1e-3 / f.line[k].beta_us_per_b : 0.0,
                        f.line[k].max_rel_err);
+            const size_t bucket = dt_comm_fit_bucket_bytes(&f);
             printf("# parallel.bucket_mb: auto with this file: %.2f MiB (latency <= 10%% of a bucket's all-reduce)\n",
-                   (double)dt_comm_fit_bucket_bytes(&f) / 1048576.0);
+                   (double)bucket / 1048576.0);
+            double h_us, f_us;
+            if (dt_comm_fit_prefers_hier(&f, n, nodes, (double)bucket, &h_us, &f_us) >= 0)
+                printf("# parallel.allreduce: auto with this file: %s (%.0f us hierarchical vs %.0f us flat per bucket)\n",
+                       h_us <= f_us ? "hierarchical" : "flat", h_us, f_us);
             st = dt_comm_fit_save(ctx, fit, &f);
         }
         if (st != DT_OK) dt_log_error(ctx, "%s", ctx->err);

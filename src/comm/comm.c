@@ -91,9 +91,17 @@ static const char *model_op(const char *op) {
 }
 
 /* Every collective: its prediction under the cost model (if set), then the watchdog record. */
+/* The line of the group's own link level where the model has it (bench comm on several
+ * nodes fits the node and cross groups apart), else the world's; the world's ordered all-reduce
+ * takes the flat line while the hierarchical one is off. */
 static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
+    static const char *const gname[DT_GROUP_N] = {"world", "node", "cross"};
     const char *mop = c->model && c->size[g] > 1 ? model_op(op) : NULL;
-    const dt_comm_fit_line *l = mop ? dt_comm_fit_find(c->model, mop, (double)bytes) : NULL;
+    const dt_comm_fit_line *l = NULL;
+    if (mop && g == DT_GROUP_WORLD && !c->hier_on && c->nodes > 1 && !strcmp(mop, "allreduce_ordered"))
+        l = dt_comm_fit_find(c->model, "allreduce_ordered_flat", (double)bytes);
+    if (mop && !l && g != DT_GROUP_WORLD) l = dt_comm_fit_find_in(c->model, gname[g], mop, (double)bytes);
+    if (mop && !l) l = dt_comm_fit_find(c->model, mop, (double)bytes);
     if (l) c->predicted_us += dt_comm_fit_predict_us(l, (double)bytes);
     return dt_wd_begin(c, op, g, bytes);
 }

@@ -24,6 +24,12 @@ static void fit_line(const double *x, const double *t, int n, double *a, double 
     if (*b < 0) *b = 0;
 }
 
+/* A row's group: "world" when absent. */
+static const char *row_group(const cJSON *r) {
+    const cJSON *g = cJSON_GetObjectItem(r, "group");
+    return cJSON_IsString(g) ? g->valuestring : "world";
+}
+
 dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes, dt_comm_fit *out) {
     memset(out, 0, sizeof *out);
     out->ranks = ranks, out->nodes = nodes;
@@ -33,18 +39,22 @@ dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes,
         const cJSON *r = cJSON_GetArrayItem(rows, i);
         const cJSON *op = cJSON_GetObjectItem(r, "op");
         if (!cJSON_IsString(op)) return dt_fail(ctx, DT_ERR_FORMAT, "comm fit: row %d has no op", i);
+        const char *grp = row_group(r);
+        if (strcmp(grp, "world") && strcmp(grp, "node") && strcmp(grp, "cross"))
+            return dt_fail(ctx, DT_ERR_FORMAT, "comm fit: row %d: group '%s' is not world, node or cross", i, grp);
         int seen = 0;
-        for (int k = 0; k < out->n && !seen; k++) seen = !strcmp(out->line[k].op, op->valuestring);
+        for (int k = 0; k < out->n && !seen; k++)
+            seen = !strcmp(out->line[k].op, op->valuestring) && !strcmp(out->line[k].group, grp);
         if (seen) continue;
-        /* every row of this op, by size range: latency-bound, cache-resident, memory- or
-         * network-bound */
+        /* every row of this (group, op), by size range: latency-bound, cache-resident, memory-
+         * or network-bound */
         static const double edge[] = {0, DT_COMM_FIT_SPLIT, DT_COMM_FIT_SPLIT2, INFINITY};
         for (int range = 0; range < 3; range++) {
             int n = 0;
             for (int k = i; k < nrows && n < 256; k++) {
                 const cJSON *rk = cJSON_GetArrayItem(rows, k);
                 const cJSON *ok = cJSON_GetObjectItem(rk, "op");
-                if (!cJSON_IsString(ok) || strcmp(ok->valuestring, op->valuestring)) continue;
+                if (!cJSON_IsString(ok) || strcmp(ok->valuestring, op->valuestring) || strcmp(row_group(rk), grp)) continue;
                 double b = cJSON_GetNumberValue(cJSON_GetObjectItem(rk, "bytes"));
                 double us = cJSON_GetNumberValue(cJSON_GetObjectItem(rk, "time_us"));
                 if (!(b > 0) || !(us > 0))
@@ -56,6 +66,7 @@ dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes,
             if (out->n >= DT_COMM_FIT_MAX) return dt_fail(ctx, DT_ERR_FORMAT, "comm fit: more than %d lines", DT_COMM_FIT_MAX);
             dt_comm_fit_line *l = &out->line[out->n++];
             snprintf(l->op, sizeof l->op, "%s", op->valuestring);
+            snprintf(l->group, sizeof l->group, "%s", grp);
             l->n = n;
             l->lo = l->hi = x[0];
             for (int k = 0; k < n; k++) l->lo = fmin(l->lo, x[k]), l->hi = fmax(l->hi, x[k]);
@@ -69,18 +80,21 @@ dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes,
     return DT_OK;
 }
 
-const dt_comm_fit_line *dt_comm_fit_find(const dt_comm_fit *f, const char *op, double bytes) {
+const dt_comm_fit_line *dt_comm_fit_find_in(const dt_comm_fit *f, const char *group, const char *op, double bytes) {
     const dt_comm_fit_line *best = NULL;
     double dist = INFINITY;
     for (int k = 0; k < f->n; k++) {
         const dt_comm_fit_line *l = &f->line[k];
-        if (strcmp(l->op, op)) continue;
+        if (strcmp(l->op, op) || strcmp(l->group, group)) continue;
         double d = bytes < l->lo ? l->lo - bytes : bytes > l->hi ? bytes - l->hi : 0.0;
         if (d < dist) dist = d, best = l;
     }
     return best;
 }
 
+const dt_comm_fit_line *dt_comm_fit_find(const dt_comm_fit *f, const char *op, double bytes) {
+    return dt_comm_fit_find_in(f, "world", op, bytes);
+}
 double dt_comm_fit_predict_us(const dt_comm_fit_line *l, double bytes) { return l->alpha_us + l->beta_us_per_b * bytes; }
 
 dt_status dt_comm_fit_save(dt_ctx *ctx, const char *path, const dt_comm_fit *f) {
@@ -93,6 +107,7 @@ dt_status dt_comm_fit_save(dt_ctx *ctx, const char *path, const dt_comm_fit *f) 
         const dt_comm_fit_line *l = &f->line[k];
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "op", l->op);
+        cJSON_AddStringToObject(r, "group", l->group);
         cJSON_AddNumberToObject(r, "min_bytes", l->lo);
         cJSON_AddNumberToObject(r, "max_bytes", l->hi);
         cJSON_AddNumberToObject(r, "alpha_us", l->alpha_us);
@@ -133,7 +148,14 @@ dt_status dt_comm_fit_load(dt_ctx *ctx, const char *path, dt_comm_fit *f) {
         }
         if (st == DT_OK && !cJSON_IsString(op)) st = dt_fail(ctx, DT_ERR_FORMAT, "%s: lines[%d].op is missing", path, k);
         if (st != DT_OK) break;
+        const cJSON *grp = cJSON_GetObjectItem(r, "group");
+        if (grp && (!cJSON_IsString(grp) || (strcmp(grp->valuestring, "world") && strcmp(grp->valuestring, "node") &&
+                                             strcmp(grp->valuestring, "cross")))) {
+            st = dt_fail(ctx, DT_ERR_FORMAT, "%s: lines[%d].group must be world, node or cross", path, k);
+            break;
+        }
         snprintf(l->op, sizeof l->op, "%s", op->valuestring);
+        snprintf(l->group, sizeof l->group, "%s", grp ? grp->valuestring : "world");
         l->lo = v[0], l->hi = v[1], l->alpha_us = v[2], l->beta_us_per_b = v[3];
         l->max_rel_err = cJSON_GetNumberValue(cJSON_GetObjectItem(r, "max_rel_err"));
         l->n = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(r, "rows"));
@@ -148,4 +170,14 @@ size_t dt_comm_fit_bucket_bytes(const dt_comm_fit *f) {
     if (!l || !(l->beta_us_per_b > 0)) return (size_t)(4.0 * 1048576.0);
     double b = 9.0 * l->alpha_us / l->beta_us_per_b;
     return (size_t)llround(fmin(hi, fmax(lo, b)));
+}
+
+int dt_comm_fit_prefers_hier(const dt_comm_fit *f, int ranks, int nodes, double bytes, double *hier_us, double *flat_us) {
+    if (f->ranks != ranks || f->nodes != nodes) return -1;
+    const dt_comm_fit_line *h = dt_comm_fit_find(f, "allreduce_ordered", bytes);
+    const dt_comm_fit_line *fl = dt_comm_fit_find(f, "allreduce_ordered_flat", bytes);
+    if (!h || !fl) return -1;
+    *hier_us = dt_comm_fit_predict_us(h, bytes);
+    *flat_us = dt_comm_fit_predict_us(fl, bytes);
+    return *hier_us <= *flat_us;
 }

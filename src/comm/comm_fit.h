@@ -24,10 +24,12 @@
 #define DT_COMM_FIT_SCHEMA "dtrain-commfit/1"
 #define DT_COMM_FIT_SPLIT (256.0 * 1024.0)   /* below: latency-bound */
 #define DT_COMM_FIT_SPLIT2 (8.0 * 1048576.0) /* from here: past the caches */
-#define DT_COMM_FIT_MAX 32
+#define DT_COMM_FIT_MAX 64
 
 typedef struct dt_comm_fit_line {
     char op[32];
+    char group[8];        /* the group it ran on: "world", "node" (inside one node) or "cross"
+                             (one rank of each node): the link levels, fitted apart */
     double lo, hi;        /* the byte range [lo, hi] it was fitted on (the rows' sizes) */
     double alpha_us;      /* latency, microseconds */
     double beta_us_per_b; /* microseconds per byte */
@@ -41,10 +43,13 @@ typedef struct dt_comm_fit {
     dt_comm_fit_line line[DT_COMM_FIT_MAX];
 } dt_comm_fit;
 
-/* Fits every op of a bench comm rows array (objects with op, bytes, time_us). */
+/* Fits every (group, op) of a bench comm rows array (objects with op, bytes, time_us and an
+ * optional group, "world" when absent). */
 dt_status dt_comm_fit_rows(dt_ctx *ctx, const cJSON *rows, int ranks, int nodes, dt_comm_fit *out);
-/* The line of op whose range holds `bytes` (the nearest range otherwise); NULL if op is absent. */
+/* The world line of op whose range holds `bytes` (the nearest range otherwise); NULL if op is
+ * absent. dt_comm_fit_find_in: the same in a group ("world", "node", "cross"). */
 const dt_comm_fit_line *dt_comm_fit_find(const dt_comm_fit *f, const char *op, double bytes);
+const dt_comm_fit_line *dt_comm_fit_find_in(const dt_comm_fit *f, const char *group, const char *op, double bytes);
 double dt_comm_fit_predict_us(const dt_comm_fit_line *l, double bytes);
 /* Writes / reads the JSON file, refusing a bad one naming the file and key. */
 dt_status dt_comm_fit_save(dt_ctx *ctx, const char *path, const dt_comm_fit *f);
@@ -52,5 +57,10 @@ dt_status dt_comm_fit_load(dt_ctx *ctx, const char *path, dt_comm_fit *f);
 /* Gradient bucket bytes from the ordered all-reduce's fit: the smallest bucket whose latency
  * is at most 10% of its time (9 alpha / beta), within [1, 64] MiB. */
 size_t dt_comm_fit_bucket_bytes(const dt_comm_fit *f);
+/* parallel.allreduce: auto with a cost model: whether the hierarchical all-reduce is predicted
+ * faster than the flat one for buckets of `bytes` (1), slower (0), or the model cannot tell
+ * (-1: it lacks the allreduce_ordered_flat line, or it was fitted on another layout than
+ * ranks x nodes). *hier_us and *flat_us get the predictions when it can. */
+int dt_comm_fit_prefers_hier(const dt_comm_fit *f, int ranks, int nodes, double bytes, double *hier_us, double *flat_us);
 
 #endif

@@ -39,6 +39,7 @@ struct dt_comm {
     uint64_t bytes;
     void *impl; /* backend state */
     struct dt_watchdog *wd; /* collective records and the watchdog thread */
+    int hier_on;            /* the world's ordered all-reduce runs hierarchically now (comm_mpi.c) */
     dt_comm_fit *model;     /* (optional) the cost model: predicted_us sums its predictions */
     double predicted_us;
 };

@@ -444,6 +444,7 @@ int dt_comm_set_shm(dt_comm *c, int on) {
     if (strcmp(c->ops->name, "mpi")) return 0;
     mpi_state *s = c->impl;
     s->shm_on = on && s->shm;
+    c->hier_on = s->hier_want && s->hier_ok && s->shm_on;
     return s->shm_on;
 }
 
@@ -459,7 +460,8 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
     if (strcmp(c->ops->name, "mpi")) return 0;
     mpi_state *s = c->impl;
     s->hier_want = on;
-    return on && s->hier_ok && s->shm_on;
+    c->hier_on = on && s->hier_ok && s->shm_on;
+    return c->hier_on;
 }
 
 static const dt_comm_ops mpi_ops = {

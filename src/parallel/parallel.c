@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "comm/comm_fit.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "ops/ops.h"
@@ -307,6 +308,20 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
         dt_comm_fit fit;
         DT_CHECK(dt_comm_fit_load(ctx, cfg->comm_model, &fit));
         dt_comm_set_model(comm, &fit);
+        /* auto + a cost model fitted on this layout: the algorithm predicted faster for a bucket */
+        double h_us = 0, f_us = 0;
+        int pref = hier && cfg->allreduce == DT_AR_AUTO
+                       ? dt_comm_fit_prefers_hier(&fit, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_num_nodes(comm),
+                                                  (double)cfg->bucket_bytes, &h_us, &f_us)
+                       : -2;
+        if (pref == 0) hier = dt_comm_set_hierarchical(comm, 0);
+        if (pref >= 0)
+            dt_log_info(ctx, "parallel.allreduce=auto: %s (%s predicts %.0f us hierarchical vs %.0f us flat per %.2f MiB bucket)",
+                        pref ? "hierarchical" : "flat", cfg->comm_model, h_us, f_us, (double)cfg->bucket_bytes / 1048576.0);
+        else if (pref == -1)
+            dt_log_info(ctx, "parallel.allreduce=auto: hierarchical (%s was fitted on %d ranks x %d nodes, or without "
+                             "allreduce_ordered_flat: no prediction for this layout)",
+                        cfg->comm_model, fit.ranks, fit.nodes);
     }
     dt_parallel *p = calloc(1, sizeof *p);
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
