@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "core/rng.h"
 #include "core/status.h"
@@ -163,6 +166,7 @@ static void roundtrip(size_t n, uint64_t seed) {
     for (size_t b = 0; b < dt_nf4_blocks(n); b++) {
         const double a = amax[b], step = t.step[b / DT_NF4_GROUP];
         const double a2 = (double)t.qabsmax[b] * step + *t.offset; /* dequantized absmax */
+        assert_true(t.qabsmax[b] >= -127);
         /* double quantization: at most half a step off */
         worst_dq = tu_worse(worst_dq, fabs(a2 - a) / (0.5 * step * (1.0 + 1e-9) + 1e-12 * a + 1e-300));
         for (size_t i = b * 64; i < n && i < (b + 1) * 64; i++) {
@@ -184,6 +188,18 @@ static void roundtrip(size_t n, uint64_t seed) {
         }
     }
     if (n % 2) assert_int_equal(t.codes[n / 2] & 15u, 0);
+#ifdef _OPENMP
+    /* The same bytes on one thread (a base re-quantized at load must match) */
+    int nthr = omp_get_max_threads();
+    dt_nf4 t1 = nf4_new(n);
+    omp_set_num_threads(1);
+    nf4_quantize_ok(&t1, w, n);
+    dt_nf4_dequantize((float *)ref, &t1, 0, n); /* fp32 into ref's storage */
+    omp_set_num_threads(nthr);
+    assert_memory_equal(t1.offset, t.offset, dt_nf4_bytes(n));
+    assert_memory_equal((float *)ref, deq, n * 4);
+    free(t1.offset);
+#endif
     printf("  n=%-7zu blocks %-4zu groups %-2zu  rel rms err %.4f  worst/bound: index %.3f, "
            "absmax %.3f, element %.3f, vs ref %.3f; %zu decision-point ties\n",
            n, dt_nf4_blocks(n), dt_nf4_groups(n), sqrt(se / (sw + 1e-300)), worst_q, worst_dq,
@@ -384,7 +400,8 @@ static void matmul_shape(const mm_shape *s) {
     dt_nf4 t = nf4_new(nw);
     nf4_quantize_ok(&t, w, nw);
     dt_nf4_dequantize(wq, &t, 0, nw); /* the reference's weight (the test's full copy) */
-    printf("  N=%d C=%d OC=%d\n", N, C, OC);
+    printf("  N=%d C=%d OC=%d (bf16 GEMM %s)\n", N, C, OC,
+           dt_lowp_gemm_native(DT_BF16) ? "native" : "fp32 fallback");
 
     for (int d = 0; d < 3; d++) {
         dt_dtype dt = d == 0 ? DT_F32 : d == 1 ? DT_BF16 : DT_F16;
