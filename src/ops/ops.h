@@ -236,8 +236,8 @@ typedef struct dt_nf4 {
 const float *dt_nf4_codebook(void);
 /* The derivation in double: 8 quantiles of N(0,1) at linspace(delta, 1/2, 9)[:-1] for the
  * positive half, 7 at linspace(delta, 1/2, 8)[:-1] (negated) for the negative half, and 0,
- * sorted and divided by the largest; delta = 0.9677083 (bitsandbytes' value of
- * (1 - 1/(2 15) + 1 - 1/(2 16)) / 2). */
+ * sorted and divided by the largest; delta = 0.9677083, bitsandbytes' value (which is
+ * (1 - 1/(2 15) + 1 - 1/(2 16)) / 2 to 7 digits). */
 void dt_nf4_codebook_derive(double code[16]);
 /* Blocks, groups and bytes of an n-element NF4 tensor (the size formula above). */
 size_t dt_nf4_blocks(size_t n);
@@ -261,8 +261,8 @@ double dt_nf4_half_gap(void);
 /* Linear layers with a frozen NF4 weight w (OC,C) (a Linear weight as the parameter store
  * holds it, quantized flat). The weight is dequantized on the fly in bounded panels (at
  * most DT_NF4_PANEL floats, or one K-long row or column when K is larger) into a buffer of
- * the calling thread, and the panels go to the existing GEMMs; a full fp32 copy of the
- * weight is never made. Every output element is one GEMM's sum over the whole K.
+ * the calling thread, and the panels go to the existing GEMMs: a weight larger than one
+ * panel is never held whole in fp32. Every output element is one GEMM's sum over the whole K.
  * out (N,OC) = inp (N,C) @ deq(w)^T + bias (OC; may be NULL). */
 #define DT_NF4_PANEL ((size_t)1 << 20)
 void dt_matmul_forward_nf4(float *out, const float *inp, const dt_nf4 *w, const float *bias,

@@ -14,8 +14,8 @@
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 
-/* bitsandbytes' offset: the outermost quantile's probability, the mean of 1 - 1/(2 15) and
- * 1 - 1/(2 16) written to 7 digits (the published code book was made with it). */
+/* bitsandbytes' offset, the outermost quantile's probability (the published code book was
+ * made with it; it is the mean of 1 - 1/(2 15) and 1 - 1/(2 16) to 7 digits). */
 #define NF4_DELTA 0.9677083
 
 /* ------------------------------------------------------------------ the code book */
