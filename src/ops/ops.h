@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "core/status.h"
 
 /* Token embedding over a chunk of the vocabulary: for every position n < N whose token lies
  * in [row0, row0 + rows), out (N,C) row n = wte[token - row0]; other rows are untouched.
@@ -198,5 +199,88 @@ double dt_matmul_peak_gflops_lp(dt_dtype dt, int n, int reps, double *best);
 /* Frees the cached oneDNN primitives (tests, leak checkers); later calls recreate them.
  * Not concurrently with a low-precision matmul. */
 void dt_matmul_lowp_cache_clear(void);
+
+/* ---------------------------------------------------------------- NF4 (QLoRA's frozen base)
+ * 4-bit NormalFloat weights (Dettmers et al. 2023): a tensor of n fp32 values, read flat in
+ * row-major order, is cut into blocks of 64; each element stores the 4-bit index of the code
+ * value (dt_nf4_codebook) nearest to w / absmax(block), two to a byte, element 2i in the
+ * HIGH nibble of byte i and 2i+1 in the low one (bitsandbytes' order; a final odd element
+ * leaves the low nibble 0). The block absmaxes are quantized again ("double quantization"):
+ * minus their mean (one fp32 `offset` per tensor), as int8 with one fp32 step per group of
+ * 256 blocks: q = round((absmax - offset) / step), step = max |absmax - offset| / 127 over the
+ * group. A block's scale is then fmaf(q, step, offset) and element i dequantizes to
+ * code[index] * scale, both in fp32: the same bits on every ISA path.
+ *
+ *   dt_nf4 t; void *buf = malloc(dt_nf4_bytes(OC * C));
+ *   dt_nf4_bind(&t, buf, OC * C);
+ *   if (dt_nf4_quantize(ctx, "q_proj", &t, w, OC * C) != DT_OK) fail;
+ *   dt_matmul_forward_nf4(out, x, &t, NULL, N, C, OC);            // out = x W^T
+ *
+ * Size: dt_nf4_bytes(n) = 4 + 4 ceil(nb / 256) + nb + ceil(n / 2), nb = ceil(n / 64): for n a
+ * multiple of 16384, 4 + 8/64 + 32/(64 256) = 4.126953125 bits per parameter, plus 32 bits
+ * per tensor. */
+#define DT_NF4_BLOCK 64  /* elements per absmax block */
+#define DT_NF4_GROUP 256 /* blocks per double-quantization group */
+
+/* Views into one buffer of dt_nf4_bytes(n) (dt_nf4_bind); the caller owns the buffer. */
+typedef struct dt_nf4 {
+    size_t n;          /* elements */
+    float *offset;     /* (1) mean of the block absmaxes */
+    float *step;       /* (ngroups) int8 step of each group of 256 blocks */
+    int8_t *qabsmax;   /* (nblocks) the block absmaxes, double-quantized */
+    uint8_t *codes;    /* (ceil(n/2)) 4-bit code indices, high nibble first */
+} dt_nf4;
+
+/* The 16 code values, ascending: code[7] = 0, code[0] = -1, code[15] = 1. Derived (once, in
+ * double) from the normal quantile function as the paper describes, rounded to fp32. */
+const float *dt_nf4_codebook(void);
+/* The derivation in double: 8 quantiles of N(0,1) at linspace(delta, 1/2, 9)[:-1] for the
+ * positive half, 7 at linspace(delta, 1/2, 8)[:-1] (negated) for the negative half, and 0,
+ * sorted and divided by the largest; delta = 0.9677083, bitsandbytes' value (which is
+ * (1 - 1/(2 15) + 1 - 1/(2 16)) / 2 to 7 digits). */
+void dt_nf4_codebook_derive(double code[16]);
+/* Blocks, groups and bytes of an n-element NF4 tensor (the size formula above). */
+size_t dt_nf4_blocks(size_t n);
+size_t dt_nf4_groups(size_t n);
+size_t dt_nf4_bytes(size_t n);
+/* Lays the views of an n-element tensor out in buf (dt_nf4_bytes(n), 4-byte aligned):
+ * offset, steps, qabsmax, codes. */
+void dt_nf4_bind(dt_nf4 *t, void *buf, size_t n);
+/* Quantizes w (n = t->n) into t: each element to the nearest code value of w / absmax, with
+ * the block's exact fp32 absmax (ties between two code values go to the lower one; an
+ * all-zero block gives index 7). Fails (DT_ERR_NUMERIC, naming `name`) on NaN or Inf in w.
+ * Deterministic; OpenMP over groups. */
+dt_status dt_nf4_quantize(dt_ctx *ctx, const char *name, dt_nf4 *t, const float *w, size_t n);
+/* dst (n) = elements [i0, i0 + n) of t dequantized (fp32; any i0, n within t). The same bits
+ * on every ISA path and thread count. */
+void dt_nf4_dequantize(float *dst, const dt_nf4 *t, size_t i0, size_t n);
+/* Half the largest gap between adjacent code values: the quantization error bound per
+ * element is that times the block absmax (before double quantization). */
+double dt_nf4_half_gap(void);
+
+/* Linear layers with a frozen NF4 weight w (OC,C) (a Linear weight as the parameter store
+ * holds it, quantized flat). The weight is dequantized on the fly in bounded panels (at
+ * most DT_NF4_PANEL floats, or one K-long row or column when K is larger) into a buffer of
+ * the calling thread, and the panels go to the existing GEMMs: a weight larger than one
+ * panel is never held whole in fp32. Every output element is one GEMM's sum over the whole K.
+ * out (N,OC) = inp (N,C) @ deq(w)^T + bias (OC; may be NULL). */
+#define DT_NF4_PANEL ((size_t)1 << 20)
+void dt_matmul_forward_nf4(float *out, const float *inp, const dt_nf4 *w, const float *bias,
+                           int N, int C, int OC);
+/* dinp (N,C) = dout (N,OC) @ deq(w), or += with `accumulate` (the LoRA branch adds its
+ * part). No weight gradient: the base is frozen. */
+void dt_matmul_backward_nf4(float *dinp, int accumulate, const float *dout, const dt_nf4 *w,
+                            int N, int C, int OC);
+/* The same with 16-bit operands (dt DT_BF16 or DT_F16, as dt_matmul_forward_lp): each
+ * panel is dequantized, then rounded to dt, so the GEMM multiplies the rounded weight;
+ * inp and dout_lp are 16-bit, out and dinp fp32. */
+void dt_matmul_forward_nf4_lp(dt_dtype dt, float *out, const uint16_t *inp, const dt_nf4 *w,
+                              const float *bias, int N, int C, int OC);
+void dt_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate,
+                               const uint16_t *dout_lp, const dt_nf4 *w, int N, int C, int OC);
+/* Bytes of the calling thread's NF4 panel buffers (grow-only, kept between calls, outside
+ * the allocator like oneDNN's scratchpads): at most DT_NF4_PANEL floats plus their 16-bit
+ * copy unless a K-long row or column is larger. */
+size_t dt_nf4_panel_bytes(void);
 
 #endif

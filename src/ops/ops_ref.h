@@ -8,7 +8,10 @@
 #ifndef DT_OPS_REF_H
 #define DT_OPS_REF_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "ops/ops.h"
 
 void dt_ref_encoder_forward(double *out, const int32_t *tokens, const double *wte,
                             const double *wpe, int B, int T, int C);
@@ -53,5 +56,14 @@ void dt_ref_crossentropy_forward(double *losses, double *lse, const double *logi
                                  const int32_t *targets, int N, int V, int Vp);
 void dt_ref_crossentropy_backward(double *dlogits, const double *logits, const double *lse,
                                   const int32_t *targets, double dloss, int N, int V, int Vp);
+
+/* NF4 (ops.h), read from the definitions in double: idx (n) = for each element the index of
+ * the code value (dt_nf4_codebook_derive, in double) nearest to w / absmax of its block of 64
+ * (by distance, ties to the lower index; 7 in an all-zero block), absmax (nblocks) = the exact
+ * block absmaxes. */
+void dt_ref_nf4_quantize(uint8_t *idx, double *absmax, const float *w, size_t n);
+/* out (n) = t dequantized: element i of block b = code[index] * (qabsmax[b] step[b / 256] +
+ * offset), the index read from byte i / 2 (even i: high nibble), code in double. */
+void dt_ref_nf4_dequantize(double *out, const dt_nf4 *t);
 
 #endif

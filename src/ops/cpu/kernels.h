@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "ops/cpu/isa.h"
 
 /* Scalars of one AdamW step, computed once by the caller (optim/adamw.c). */
@@ -67,6 +68,11 @@ typedef struct dt_cpu_kernels {
     void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n);
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n);
     size_t (*count_nonfinite)(const float *x, size_t n);
+    /* dst (n) = NF4 elements [i0, i0 + n): code[index] * fmaf(qabsmax[b], step[b / 256],
+     * offset) for element i of block b = i / 64 (serial; the same bits on every path). */
+    void (*nf4_dequant)(float *dst, const uint8_t *codes, const int8_t *qabsmax,
+                        const float *step, float offset, const float *code, size_t i0,
+                        size_t n);
 } dt_cpu_kernels;
 
 extern const dt_cpu_kernels dt_cpu_kernels_scalar;
@@ -91,6 +97,11 @@ const dt_cpu_kernels *dt_cpu_kernels_get(void);
  * sgemm, or the fixed-order loops under DTRAIN_MATMUL=ref. Shared with matmul_lowp.c. */
 void dt_sgemm(char ta, char tb, long M, long N, long K, const float *A, long lda,
               const float *B, long ldb, float beta, float *C, long ldc);
+
+/* matmul_lowp.c's 16-bit GEMM (native oneDNN, the widened fallback, or the reference loops
+ * under DTRAIN_MATMUL=ref): C (f32) = op(A) op(B) + beta C, beta 0 or 1 (nf4.c's panels). */
+void dt_gemm_lowp(dt_dtype dt, char ta, char tb, long M, long N, long K, const uint16_t *A,
+                  long lda, const uint16_t *B, long ldb, float beta, float *C, long ldc);
 
 /* Inside src/ops/cpu/kern: names of this path's functions. */
 #define DT_KPASTE2(a, b) a##_##b

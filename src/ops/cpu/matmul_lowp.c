@@ -302,6 +302,11 @@ static void gemm_lp(dt_dtype dt, char ta, char tb, long M, long N, long K, const
     gemm_fallback(dt, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, ref);
 }
 
+void dt_gemm_lowp(dt_dtype dt, char ta, char tb, long M, long N, long K, const uint16_t *A,
+                  long lda, const uint16_t *B, long ldb, float beta, float *C, long ldc) {
+    gemm_lp(dt, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, 1);
+}
+
 int dt_lowp_gemm_native(dt_dtype dt) {
     if (dt != DT_BF16 && dt != DT_F16) return 0;
     if (dt_isa_matmul_ref() || !native_allowed()) return 0;

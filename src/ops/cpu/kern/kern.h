@@ -50,6 +50,9 @@ void DT_K(bf16_to_f32)(float *dst, const uint16_t *src, size_t n);
 void DT_K(f32_to_f16)(uint16_t *dst, const float *src, size_t n);
 void DT_K(f16_to_f32)(float *dst, const uint16_t *src, size_t n);
 size_t DT_K(count_nonfinite)(const float *x, size_t n);
+void DT_K(nf4_dequant)(float *dst, const uint8_t *codes, const int8_t *qabsmax,
+                       const float *step, float offset, const float *code, size_t i0,
+                       size_t n);
 
 /* Columns [c0, c1) of C owned by this OpenMP thread (deterministic reductions: a thread
  * owns a channel range and walks rows in order). */

@@ -46,4 +46,5 @@ const dt_cpu_kernels DT_KPASTE(dt_cpu_kernels, DT_ISA_SFX) = {
     .f32_to_f16 = DT_K(f32_to_f16),
     .f16_to_f32 = DT_K(f16_to_f32),
     .count_nonfinite = DT_K(count_nonfinite),
+    .nf4_dequant = DT_K(nf4_dequant),
 };
