@@ -71,7 +71,7 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
         st = dt_val_loader_init(ctx, &vl, ds, cfg.train.seq_len, 1, 0, cfg.train.micro_batch,
                                 (uint64_t)cfg.eval_batches);
     double acc = NAN;
-    if (st == DT_OK) st = dt_eval_loss(ctx, &m, vl, &loss, &tokens, &acc);
+    if (st == DT_OK) st = dt_eval_loss(ctx, &m, vl, &loss, &tokens, &acc, NULL);
     if (st == DT_OK && !isnan(acc)) {
         printf("# %-40s %-10s %-12s %-12s\n", "checkpoint", "images", "val_loss", "accuracy_%");
         printf("  %-40s %-10.0f %-12.6f %-12.2f\n", path, tokens / mc.context, loss, 100.0 * acc);

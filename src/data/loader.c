@@ -196,6 +196,10 @@ dt_status dt_loader_seek(dt_ctx *ctx, dt_loader *l, uint64_t cursor) {
     return DT_OK;
 }
 
+uint64_t dt_loader_step_targets(const dt_loader *l) {
+    return dt_sampler_count_targets(l->s, dt_loader_cursor(l), l->world, l->B, l->accum);
+}
+
 uint64_t dt_loader_cursor(const dt_loader *l) {
     uint64_t per_step = (uint64_t)l->world * (uint64_t)l->B * (uint64_t)l->accum;
     return l->cursor0 + (l->taken / (uint64_t)l->accum) * per_step;

@@ -52,6 +52,10 @@ dt_status dt_loader_seek(dt_ctx *ctx, dt_loader *l, uint64_t cursor);
  * of a step, the start of the next step. */
 uint64_t dt_loader_cursor(const dt_loader *l);
 
+/* At a step boundary: the targets of that step that count, over all ranks
+ * (dt_sampler_count_targets; every target without a loss mask). */
+uint64_t dt_loader_step_targets(const dt_loader *l);
+
 /* Stops and joins the thread, frees the buffers; NULL is a no-op. */
 void dt_loader_free(dt_loader *l);
 

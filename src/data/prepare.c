@@ -62,6 +62,19 @@ static dt_status read_input(dt_ctx *ctx, const char *path, buf *all) {
     return st;
 }
 
+dt_status dt_read_text(dt_ctx *ctx, const char *path, char **text, size_t *len) {
+    buf b = {0};
+    dt_status st = read_input(ctx, path, &b);
+    if (st == DT_OK && !b.p && buf_add(&b, "", 0)) st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    if (st != DT_OK) {
+        free(b.p);
+        return st;
+    }
+    *text = b.p;
+    *len = b.len;
+    return DT_OK;
+}
+
 /* Splits text into documents at lines equal to sep (the separator lines are dropped);
  * empty documents are skipped. Appends to *docs. */
 static dt_status split_docs(dt_ctx *ctx, const char *text, size_t len, const char *sep, doc **docs,

@@ -33,6 +33,10 @@ typedef struct dt_prepare_stats {
 
 dt_status dt_prepare(dt_ctx *ctx, const dt_prepare_cfg *p, dt_prepare_stats *out);
 
+/* Reads a whole file ("-": standard input) into *text (malloc'ed, NUL-terminated after *len
+ * bytes), naming the file on failure. */
+dt_status dt_read_text(dt_ctx *ctx, const char *path, char **text, size_t *len);
+
 /* Writes one llm.c shard (tmp file, fsync, rename). */
 dt_status dt_shard_write(dt_ctx *ctx, const char *path, const int32_t *tokens, uint64_t n, int vocab);
 

@@ -66,6 +66,8 @@ static uint64_t layout_hash(const dt_dataset *ds) {
      * they always had, so their checkpoints still resume. */
     int L = dt_dataset_record_len(ds);
     if (L > 0) h = mix64(h ^ (0x1d3e5a7c00000000ULL + (uint64_t)L));
+    /* A loss mask changes what a step trains on: resuming across it is refused. */
+    if (dt_dataset_has_loss_mask(ds)) h = mix64(h ^ 0x6d61736b00000001ULL);
     return h;
 }
 
@@ -150,9 +152,37 @@ void dt_sampler_fill(const dt_sampler *s, uint64_t cursor, int world, int rank, 
             int32_t label = dt_dataset_token(s->ds, shard, start + T), *tg = targets + (size_t)b * T;
             for (size_t t = 0; t < T; t++) tg[t] = label;
         } else {
-            dt_dataset_read(s->ds, shard, start + 1, T, targets + (size_t)b * T);
+            int32_t *tg = targets + (size_t)b * T;
+            dt_dataset_read(s->ds, shard, start + 1, T, tg);
+            if (dt_dataset_has_loss_mask(s->ds)) { /* uncounted targets become -1 */
+                uint8_t mk[1024];
+                for (size_t t0 = 0; t0 < T; t0 += sizeof mk) {
+                    size_t c = T - t0 < sizeof mk ? T - t0 : sizeof mk;
+                    dt_dataset_read_mask(s->ds, shard, start + 1 + t0, c, mk);
+                    for (size_t t = 0; t < c; t++)
+                        if (!mk[t]) tg[t0 + t] = -1;
+                }
+            }
         }
     }
+}
+
+uint64_t dt_sampler_count_targets(const dt_sampler *s, uint64_t cursor, int world, int B, int accum) {
+    uint64_t total = (uint64_t)world * (uint64_t)B * (uint64_t)accum, T = (uint64_t)s->T;
+    if (s->rec_len || !dt_dataset_has_loss_mask(s->ds)) return total * T;
+    uint64_t counted = 0;
+    uint8_t mk[1024];
+    for (uint64_t p = cursor; p < cursor + total; p++) { /* every rank's rows of the step */
+        int shard;
+        uint64_t start;
+        dt_sampler_locate(s, dt_sampler_sample_id(s, p), &shard, &start);
+        for (uint64_t t0 = 0; t0 < T; t0 += sizeof mk) {
+            size_t c = T - t0 < sizeof mk ? (size_t)(T - t0) : sizeof mk;
+            dt_dataset_read_mask(s->ds, shard, start + 1 + t0, c, mk);
+            for (size_t t = 0; t < c; t++) counted += mk[t];
+        }
+    }
+    return counted;
 }
 
 dt_sampler_state dt_sampler_state_get(const dt_sampler *s, uint64_t cursor) {

@@ -69,10 +69,16 @@ uint64_t dt_sampler_sample_id(const dt_sampler *s, uint64_t p);
 void dt_sampler_locate(const dt_sampler *s, uint64_t id, int *shard, uint64_t *start);
 
 /* Writes micro-step k's B rows for `rank`: inputs (B,T) and targets (B,T), targets being the
- * inputs shifted by one token (records: the pixels, and the label in all T target slots).
+ * inputs shifted by one token (records: the pixels, and the label in all T target slots);
+ * with a loss mask, a target whose mask byte is 0 is -1 (not counted by the loss).
  * Pure: the same arguments give the same bits, from any thread. */
 void dt_sampler_fill(const dt_sampler *s, uint64_t cursor, int world, int rank, int B, int accum,
                      int k, int32_t *inputs, int32_t *targets);
+
+/* Targets that count in the step starting at `cursor`, over every rank's rows and
+ * micro-steps (world x B x accum rows): with a loss mask (shard.h) the tokens whose mask is 1,
+ * else all of them. The same on every rank, without communication. */
+uint64_t dt_sampler_count_targets(const dt_sampler *s, uint64_t cursor, int world, int B, int accum);
 
 /* The sampler's state with `cursor`, for a checkpoint. */
 dt_sampler_state dt_sampler_state_get(const dt_sampler *s, uint64_t cursor);

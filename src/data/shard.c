@@ -355,6 +355,32 @@ static dt_status scan_records(dt_ctx *ctx, const dt_dataset *ds) {
     return DT_OK;
 }
 
+/* ---- loss masks (shard.h) ---- */
+
+/* Maps PATH.mask when it exists and checks it against the shard: 0 = no mask file. */
+static dt_status mask_open(dt_ctx *ctx, dt_shard *sh, int *found) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s.mask", sh->path);
+    *found = access(path, F_OK) == 0;
+    if (!*found) return DT_OK;
+    DT_CHECK(dt_shard_file_map(ctx, path, path, &sh->maskb));
+    const unsigned char *p = sh->maskb.p;
+    int32_t hdr[3] = {0, 0, 0};
+    if (sh->maskb.n >= DT_LLMC_HEADER_BYTES) memcpy(hdr, p, sizeof hdr);
+    if (sh->maskb.n < DT_LLMC_HEADER_BYTES || hdr[0] != DT_MASK_MAGIC)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a loss mask (bad magic or shorter than its %d-byte header)", path,
+                       DT_LLMC_HEADER_BYTES);
+    if (hdr[1] != 1) return dt_fail(ctx, DT_ERR_FORMAT, "%s: loss mask version %d is not supported (1)", path, hdr[1]);
+    if ((uint64_t)(uint32_t)hdr[2] != sh->n || sh->maskb.n != DT_LLMC_HEADER_BYTES + sh->n)
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: holds %llu mask bytes (header says %d) for the %llu tokens of %s", path,
+                       (ull)(sh->maskb.n - DT_LLMC_HEADER_BYTES), hdr[2], (ull)sh->n, sh->path);
+    sh->mask = p + DT_LLMC_HEADER_BYTES;
+    for (uint64_t i = 0; i < sh->n; i++)
+        if (sh->mask[i] > 1)
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: byte %llu is %u, not 0 or 1", path, (ull)i, sh->mask[i]);
+    return DT_OK;
+}
+
 /* ---- the dataset ---- */
 
 dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const char *format,
@@ -416,6 +442,17 @@ dt_status dt_dataset_open(dt_ctx *ctx, dt_dataset **out, const char *spec, const
     ds->rec_len = ds->shards[0].rec_len;
     ds->h = ds->shards[0].h;
     ds->w = ds->shards[0].w;
+    for (int i = 0; i < ds->n_shards && !ds->rec_len; i++) {
+        int found;
+        DT_CHECK_GOTO(mask_open(ctx, &ds->shards[i], &found));
+        if (i > 0 && found != ds->has_mask) {
+            const dt_shard *with = &ds->shards[found ? i : 0], *without = &ds->shards[found ? 0 : i];
+            st = dt_fail(ctx, DT_ERR_FORMAT, "%s has no loss mask (%s.mask) but %s has one: give every shard its mask or none",
+                         without->path, without->path, with->path);
+            goto fail;
+        }
+        ds->has_mask = found;
+    }
     DT_CHECK_GOTO(ds->rec_len ? scan_records(ctx, ds) : scan_tokens(ctx, ds));
     path_list_free(&pl);
     *out = ds;
@@ -432,6 +469,7 @@ void dt_dataset_close(dt_dataset *ds) {
         if (ds->shards[i].map) munmap(ds->shards[i].map, ds->shards[i].map_bytes);
         dt_shard_blob_free(&ds->shards[i].img);
         dt_shard_blob_free(&ds->shards[i].lab);
+        dt_shard_blob_free(&ds->shards[i].maskb);
         free(ds->shards[i].labels_path);
         free(ds->shards[i].path);
     }
@@ -541,4 +579,13 @@ void dt_dataset_read(const dt_dataset *ds, int shard, uint64_t start, size_t n, 
         const uint32_t *t = (const uint32_t *)(const void *)sh->tok + start;
         for (size_t i = 0; i < n; i++) dst[i] = (int32_t)t[i];
     }
+}
+
+int dt_dataset_has_loss_mask(const dt_dataset *ds) { return ds->has_mask; }
+
+void dt_dataset_read_mask(const dt_dataset *ds, int shard, uint64_t start, size_t n, uint8_t *dst) {
+    const dt_shard *sh = shard_at(ds, shard);
+    DT_ASSERT(start <= sh->n && n <= sh->n - start);
+    if (sh->mask) memcpy(dst, sh->mask + start, n);
+    else memset(dst, 1, n);
 }

@@ -76,6 +76,18 @@ void dt_dataset_close(dt_dataset *ds);
  * naming training.seq_len and the image size). */
 dt_status dt_dataset_check_seq_len(dt_ctx *ctx, const dt_dataset *ds, int T);
 
+/* Loss masks. A token shard PATH may have a mask file PATH.mask beside it (written by
+ * `dtrain prepare --instruct`): a 1024-byte header of 256 little-endian int32 (magic
+ * DT_MASK_MAGIC, version 1, token count), then one byte per token of the shard, 1 when the
+ * token counts as a target of the loss (a response token), 0 when it does not (a prompt).
+ * Opening finds the mask of every token shard; either every shard has one (the count must
+ * equal the shard's, every byte 0 or 1) or none, else the shard without one is named.
+ * The sampler turns the targets of uncounted tokens into -1 (sampler.h). */
+#define DT_MASK_MAGIC 20261126
+int dt_dataset_has_loss_mask(const dt_dataset *ds);
+/* dst[i] = mask of token start + i of the shard (1 without a mask). */
+void dt_dataset_read_mask(const dt_dataset *ds, int shard, uint64_t start, size_t n, uint8_t *dst);
+
 /* Tokens per record: H*W + 1 for an image dataset, 0 for token streams. */
 int dt_dataset_record_len(const dt_dataset *ds);
 

@@ -32,6 +32,9 @@ typedef struct dt_shard {
     char *labels_path;
     blob img, lab;
     const unsigned char *pix, *labels;
+    /* A loss mask beside a token shard (PATH.mask): one byte per token, 1 = counted. */
+    blob maskb;
+    const unsigned char *mask; /* NULL: no mask file */
 } dt_shard;
 
 struct dt_dataset {
@@ -43,6 +46,7 @@ struct dt_dataset {
     int rec_len; /* h*w + 1 for an image dataset, 0 for token streams */
     int h, w;
     uint64_t n_rec;
+    int has_mask; /* every shard has its loss mask */
 };
 
 /* Maps `path` read-only into *b. Messages start with `who` (the path, or "images: labels

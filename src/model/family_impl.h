@@ -155,8 +155,9 @@ void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);
-/* Mean of n per-position losses in a fixed order (deterministic); may be NaN/Inf. */
-float dt_model_mean_loss(const float *losses, int n);
+/* Mean of the per-position losses whose target is counted (>= 0; every one if targets is
+ * NULL), in a fixed order (deterministic); 0 when none is; may be NaN/Inf. */
+float dt_model_mean_loss(const float *losses, const int32_t *targets, int n);
 
 /* Refuses the vision keys (image_size, patch_size, channels, n_classes) for a language
  * family, naming the key. */

@@ -352,15 +352,25 @@ dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_
         if (inputs[i] < 0 || inputs[i] >= V)
             return dt_fail(ctx, DT_ERR_FORMAT, "input token %d at position %d is outside [0, %d)",
                            inputs[i], i, V);
-        if (targets && (targets[i] < 0 || targets[i] >= V))
-            return dt_fail(ctx, DT_ERR_FORMAT, "target token %d at position %d is outside [0, %d)",
+        if (targets && (targets[i] < -1 || targets[i] >= V))
+            return dt_fail(ctx, DT_ERR_FORMAT, "target token %d at position %d is outside [0, %d) (or -1: not counted)",
                            targets[i], i, V);
     }
     return DT_OK;
 }
 
-float dt_model_mean_loss(const float *losses, int n) {
+float dt_model_mean_loss(const float *losses, const int32_t *targets, int n) {
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += losses[i];
-    return (float)(sum / n);
+    int counted = 0;
+    for (int i = 0; i < n; i++) {
+        sum += losses[i]; /* a row that is not counted holds 0 */
+        counted += !targets || targets[i] >= 0;
+    }
+    return counted ? (float)(sum / counted) : 0.0f;
+}
+
+int dt_count_targets(const int32_t *targets, int n) {
+    int c = 0;
+    for (int i = 0; i < n; i++) c += targets[i] >= 0;
+    return c;
 }

@@ -294,5 +294,7 @@ const float *dt_model_logits(const dt_model *m);
 /* Classifiers (cfg.n_classes > 0): samples of the last forward with targets whose top-1
  * prediction is right; -1 for language models. */
 int dt_model_correct(const dt_model *m);
+/* Targets that count (>= 0; a negative target is masked out of the loss). */
+int dt_count_targets(const int32_t *targets, int n);
 
 #endif

@@ -114,7 +114,8 @@ void dt_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
 void dt_residual_forward(float *out, const float *a, const float *b, int N);
 
 /* Fused softmax + cross-entropy over the first V of Vp columns (the rest is vocabulary
- * padding, excluded). logits (N,Vp), targets (N) in [0,V).
+ * padding, excluded). logits (N,Vp), targets (N) in [0,V), or negative: a row that is not
+ * counted (loss mask), whose loss is 0 and whose dlogits row is 0.
  * losses (N) = logsumexp(row) - row[target]; lse (N) saved. */
 void dt_crossentropy_forward(float *losses, float *lse, const float *logits,
                              const int32_t *targets, int N, int V, int Vp);

@@ -26,25 +26,33 @@
 #include "train/trace_file.h"
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
-                       double *accuracy) {
+                       double *accuracy, double *counted_out) {
     dt_val_loader_reset(vl);
     int32_t *in, *tg;
-    double sum = 0.0;
+    double sum = 0.0, wsum = 0.0, counted = 0.0;
     long n = 0, right = 0;
     while (dt_val_loader_next(vl, &in, &tg)) {
         float l;
         DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
+        int c = m->cfg.n_classes > 0 ? m->B : dt_count_targets(tg, m->B * m->T);
         sum += l;
+        wsum += (double)l * c; /* a loss mask: each batch weighs its counted targets */
+        counted += c;
         n++;
         right += dt_model_correct(m);
     }
     *accuracy = m->cfg.n_classes > 0 && n > 0 ? (double)right / ((double)n * m->B) : NAN;
     if (n == 0) return dt_fail(ctx, DT_ERR_CONFIG, "data.val: no complete validation batch");
-    *loss = sum / (double)n;
-    if (!isfinite(*loss)) return dt_fail(ctx, DT_ERR_NUMERIC, "validation loss is %g: the model diverged", *loss);
     *tokens = (double)n * m->B * m->T;
+    /* the mean over the counted targets (with nothing masked: the mean of the batch means) */
+    *loss = counted < *tokens && m->cfg.n_classes == 0 ? (counted > 0 ? wsum / counted : 0.0) : sum / (double)n;
+    if (counted_out) *counted_out = counted;
+    if (!isfinite(*loss)) return dt_fail(ctx, DT_ERR_NUMERIC, "validation loss is %g: the model diverged", *loss);
     return DT_OK;
 }
+
+/* With a loss mask: the counted targets of the step about to start, over all ranks. */
+static uint64_t loader_step_targets(void *ud) { return dt_loader_step_targets((const dt_loader *)ud); }
 
 /* The trainer's batch source: the prefetching loader. */
 static dt_status loader_batch(dt_ctx *ctx, void *ud, int k, int32_t **inputs, int32_t **targets) {
@@ -141,11 +149,15 @@ static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int
 }
 
 static dt_status evaluate(dt_ctx *ctx, run_state *r, dt_comm *comm, long step) {
-    double loss, tokens, acc;
-    DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens, &acc));
+    double loss, tokens, acc, counted;
+    DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens, &acc, &counted));
     /* Ranks finish their rows at different times: that wait is not the network's. */
     dt_comm_watchdog_relax(comm, 1);
+    const int masked = dt_dataset_has_loss_mask(r->val_ds);
+    if (masked) loss *= counted; /* ranks count different targets: weigh each rank's mean */
     dt_status st = dt_parallel_mean(ctx, r->tr.par, &loss); /* every rank evaluated its own rows */
+    if (st == DT_OK && masked) st = dt_parallel_mean(ctx, r->tr.par, &counted);
+    if (masked) loss = counted > 0 ? loss / counted : 0.0;
     if (st == DT_OK && !isnan(acc)) st = dt_parallel_mean(ctx, r->tr.par, &acc); /* same count per rank */
     dt_comm_watchdog_relax(comm, 0);
     DT_CHECK(st);
@@ -552,6 +564,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (r.loader) {
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
+        if (dt_dataset_has_loss_mask(r.train_ds)) r.tr.step_targets = loader_step_targets;
     }
     dt_comm_set_watchdog(comm, cfg->coll_timeout);
     const dt_alloc *al = &r.tr.alloc;

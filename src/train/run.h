@@ -24,8 +24,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
 dt_status dt_data_check_model(dt_ctx *ctx, const dt_dataset *ds, const dt_model_config *m, const char *key);
 
 /* Mean loss over the validation batches, the tokens (samples x T) they held, and for
- * classifiers the top-1 accuracy (NaN for language models). */
+ * classifiers the top-1 accuracy (NaN for language models). With a loss mask the mean is over
+ * the counted targets, whose number goes to *counted (optional; images: one per image). */
 dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
-                       double *accuracy);
+                       double *accuracy, double *counted);
 
 #endif

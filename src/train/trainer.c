@@ -274,6 +274,18 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     size_t bt = (size_t)m->B * m->T;
     double loss_sum = 0.0;
     int W = dt_comm_size(tr->comm, DT_GROUP_WORLD);
+    /* A loss mask (targets < 0 are not counted): the loss is the mean over the counted targets
+     * of the global batch, so every counted token weighs 1 / counted whatever rank and
+     * micro-step holds it (N ranks = 1 rank x N micro-steps). Explicit batches with masked
+     * targets are counted here (one process only: the other ranks' count is unknown). */
+    int masked = tr->next_batch && tr->step_targets && !inputs;
+    uint64_t counted = masked ? tr->step_targets(tr->batch_ud) : 0;
+    if (inputs) {
+        for (int k = 0; k < tr->cfg.accum; k++) counted += (uint64_t)dt_count_targets(targets + k * bt, (int)bt);
+        masked = counted != (uint64_t)tr->cfg.accum * bt;
+        if (masked && W > 1)
+            return dt_fail(ctx, DT_ERR_CONFIG, "masked targets in explicit batches need one process (world is %d)", W);
+    }
     /* Phase times for the benchmark's breakdown: wall time minus the exposed communication
      * waits (dt_parallel_comm_time) that fell inside the phase. */
     double ex0, ex, tot, tp = t0, td;
@@ -306,7 +318,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         if (tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             usleep((useconds_t)tr->slow_ms * 1000);
         /* Mean over the global batch, times the loss scale (1 unless fp16). */
-        float bscale = tr->scaler.scale / ((float)tr->cfg.accum * (float)W);
+        float bscale = masked ? (counted ? (float)((double)tr->scaler.scale * (double)bt / (double)counted) : 0.0f)
+                              : tr->scaler.scale / ((float)tr->cfg.accum * (float)W);
         if (tr->overflow_step == tr->step + 1 && k == 0 && tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
         /* The fused loss forms the head's gradients in the forward: the micro-step's gradient
@@ -329,10 +342,11 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         dt_parallel_end_micro(tr->par);
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);
-        loss_sum += loss;
+        loss_sum += masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
     }
     out->opt_seconds = 0;
-    double mean_loss = loss_sum / tr->cfg.accum;
+    /* masked: this rank's share of the global mean, so the mean over ranks is that mean */
+    double mean_loss = masked ? (counted ? loss_sum * W / (double)counted : 0.0) : loss_sum / tr->cfg.accum;
     DT_CHECK(finish_step(ctx, tr, &mean_loss, out));
     add_phase(tr, &tp, &ex, &out->opt_seconds);
     out->comm_seconds = ex - ex0;

@@ -44,6 +44,9 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c);
 /* Supplies micro-batch k (0..accum-1) of the current step; buffers stay valid until the
  * next call. */
 typedef dt_status (*dt_batch_fn)(dt_ctx *ctx, void *ud, int k, int32_t **inputs, int32_t **targets);
+/* A data source with a loss mask: the targets of the step about to start that count, over
+ * every rank and micro-step (the same number on every rank, without a collective). */
+typedef uint64_t (*dt_count_fn)(void *ud);
 
 typedef struct dt_trainer {
     dt_train_cfg cfg;
@@ -54,6 +57,8 @@ typedef struct dt_trainer {
     dt_parallel *par;   /* gradient reduction and (sharded) optimizer state */
     dt_batch_fn next_batch;    /* NULL: synthetic tokens (dt_synthetic_batch) */
     void *batch_ud;
+    dt_count_fn step_targets;  /* (with next_batch) set when the data has a loss mask: the loss
+                                  is then the mean over the step's counted targets */
     int32_t *inputs, *targets; /* (B,T) staging for synthetic micro-batches */
     long step;                 /* optimizer steps done (skipped ones included) */
     long skipped;              /* steps skipped for a non-finite loss or gradient norm */

@@ -363,7 +363,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     DT_PROF(m, fwd, DT_OP_LMHEAD, dt_fam_mm_forward(m, a->logits, (dt_mmin){a->lnf, a->lnfh}, ID(HEADW), 0, P(HEADB, 0), B, C, NC));
     if (!targets) return DT_OK;
     DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(a->losses, a->ce_lse, a->logits, a->labels, B, NC, NC));
-    m->last_loss = dt_model_mean_loss(a->losses, B); /* NaN/Inf: training.nonfinite decides */
+    m->last_loss = dt_model_mean_loss(a->losses, NULL, B); /* NaN/Inf: training.nonfinite decides */
     if (loss) *loss = m->last_loss;
     return DT_OK;
 }

@@ -120,7 +120,7 @@ void dt_ref_crossentropy_forward(double *losses, double *lse, const double *logi
         for (int v = 1; v < V; v++) mx = x[v] > mx ? x[v] : mx;
         for (int v = 0; v < V; v++) s += exp(x[v] - mx);
         lse[n] = mx + log(s);
-        losses[n] = lse[n] - x[targets[n]];
+        losses[n] = targets[n] >= 0 ? lse[n] - x[targets[n]] : 0.0;
     }
 }
 
@@ -130,7 +130,7 @@ void dt_ref_crossentropy_backward(double *dlogits, const double *logits, const d
         for (int v = 0; v < Vp; v++) {
             double p = v < V ? exp(logits[(size_t)n * Vp + v] - lse[n]) : 0.0;
             double y = v == targets[n] ? 1.0 : 0.0;
-            dlogits[(size_t)n * Vp + v] = v < V ? (p - y) * dloss : 0.0;
+            dlogits[(size_t)n * Vp + v] = v < V && targets[n] >= 0 ? (p - y) * dloss : 0.0;
         }
 }
 

@@ -2,7 +2,8 @@
  *
  * Only the log-sum-exp of each row is saved; the backward recomputes softmax from it in
  * place over the logits buffer, so the (N, Vp) probabilities are never stored separately.
- * Padding columns [V, Vp) are ignored in the forward and get zero gradient. */
+ * Padding columns [V, Vp) are ignored in the forward and get zero gradient. A row whose
+ * target is negative is not counted (a loss mask): loss 0, gradient 0. */
 #include <math.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ void DT_K(crossentropy_forward)(float *losses, float *lse, const float *logits,
         float sum = vk_exp_sum(NULL, x, mx, V);
         float l = mx + logf(sum);
         lse[n] = l;
-        losses[n] = l - x[targets[n]];
+        losses[n] = targets[n] >= 0 ? l - x[targets[n]] : 0.0f; /* < 0: not counted (loss mask) */
     }
 }
 
@@ -31,6 +32,10 @@ void DT_K(crossentropy_backward)(float *dlogits, const float *logits, const floa
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * Vp;
         float *d = dlogits + (size_t)n * Vp;
+        if (targets[n] < 0) { /* not counted: no gradient */
+            memset(d, 0, (size_t)Vp * sizeof(float));
+            continue;
+        }
         vk_exp_sum(d, x, lse[n], V); /* d = softmax(x) */
         vk_scale(d, dloss, V);
         d[targets[n]] -= dloss;
