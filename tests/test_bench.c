@@ -166,6 +166,33 @@ static cJSON *row(const char *op, double bytes, double us) {
     return r;
 }
 
+/* f saved and loaded back keeps every line (op, group, alpha and beta within cJSON's 15
+ * digits); a file holding bad_json is refused naming bad_key. */
+static void fit_file_roundtrip(const dt_comm_fit *f, const char *bad_json, const char *bad_key) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    char path[] = "/tmp/dtrain-commfit-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(dt_comm_fit_save(&ctx, path, f), DT_OK);
+    dt_comm_fit back;
+    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_OK);
+    assert_int_equal(back.n, f->n);
+    for (int k = 0; k < f->n; k++) {
+        assert_string_equal(back.line[k].op, f->line[k].op);
+        assert_string_equal(back.line[k].group, f->line[k].group);
+        assert_true(fabs(back.line[k].alpha_us - f->line[k].alpha_us) <= 1e-12 * (1 + f->line[k].alpha_us));
+        assert_true(fabs(back.line[k].beta_us_per_b - f->line[k].beta_us_per_b) <= 1e-12 * f->line[k].beta_us_per_b);
+    }
+    FILE *w = fopen(path, "w");
+    fputs(bad_json, w);
+    fclose(w);
+    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, bad_key));
+    unlink(path);
+}
+
 static void test_comm_fit(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -194,27 +221,9 @@ static void test_comm_fit(void **state) {
     assert_null(dt_comm_fit_find(&f, "nope", 1));
     /* bucket: 9 x 40 us / (0.25 us/KiB) = 1440 KiB */
     assert_int_equal(dt_comm_fit_bucket_bytes(&f), (size_t)(9 * 40 / (0.25 / 1024)));
-    char path[] = "/tmp/dtrain-commfit-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    assert_int_equal(dt_comm_fit_save(&ctx, path, &f), DT_OK);
-    dt_comm_fit back;
-    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_OK);
-    assert_int_equal(back.n, f.n);
-    for (int k = 0; k < f.n; k++) {
-        assert_string_equal(back.line[k].op, f.line[k].op);
-        /* cJSON prints 15 significant digits where they read back within its epsilon */
-        assert_true(fabs(back.line[k].alpha_us - f.line[k].alpha_us) <= 1e-12 * (1 + f.line[k].alpha_us));
-        assert_true(fabs(back.line[k].beta_us_per_b - f.line[k].beta_us_per_b) <= 1e-12 * f.line[k].beta_us_per_b);
-    }
-    FILE *w = fopen(path, "w");
-    fputs("{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"min_bytes\": 1, \"max_bytes\": 2, \"alpha_us\": -1, "
-          "\"beta_us_per_byte\": 1}]}", w);
-    fclose(w);
-    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_ERR_FORMAT);
-    assert_non_null(strstr(ctx.err, "lines[0].alpha_us"));
-    unlink(path);
+    fit_file_roundtrip(&f, "{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"min_bytes\": 1, "
+                           "\"max_bytes\": 2, \"alpha_us\": -1, \"beta_us_per_byte\": 1}]}",
+                       "lines[0].alpha_us");
     cJSON_Delete(rows);
 }
 
@@ -280,22 +289,9 @@ static void test_comm_fit_groups(void **state) {
     assert_non_null(strstr(ctx.err, "group 'rack'"));
     cJSON_Delete(rows);
     /* the file keeps the groups; an unknown group is refused naming the key */
-    char path[] = "/tmp/dtrain-commfit-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
-    assert_int_equal(dt_comm_fit_save(&ctx, path, &f), DT_OK);
-    dt_comm_fit back;
-    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_OK);
-    assert_int_equal(back.n, f.n);
-    for (int k = 0; k < f.n; k++) assert_string_equal(back.line[k].group, f.line[k].group);
-    FILE *fw = fopen(path, "w");
-    fputs("{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"group\": \"rack\", \"min_bytes\": 1, "
-          "\"max_bytes\": 2, \"alpha_us\": 1, \"beta_us_per_byte\": 1}]}", fw);
-    fclose(fw);
-    assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_ERR_FORMAT);
-    assert_non_null(strstr(ctx.err, "lines[0].group"));
-    unlink(path);
+    fit_file_roundtrip(&f, "{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"group\": \"rack\", "
+                           "\"min_bytes\": 1, \"max_bytes\": 2, \"alpha_us\": 1, \"beta_us_per_byte\": 1}]}",
+                       "lines[0].group");
 }
 
 static void test_trace_recorder(void **state) {

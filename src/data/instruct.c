@@ -1,12 +1,10 @@
 /* Instruction data: JSONL examples -> token shards + loss masks (instruct.h). */
 #include "data/instruct.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -120,21 +118,9 @@ dt_status dt_instruct_encode(dt_ctx *ctx, const dt_tokenizer *tok, dt_chat_templ
 }
 
 dt_status dt_mask_write(dt_ctx *ctx, const char *path, const uint8_t *mask, uint64_t n) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (n > INT32_MAX) return dt_fail(ctx, DT_ERR_CONFIG, "%s: %llu tokens exceed a shard's limit", path, (unsigned long long)n);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     int32_t hdr[DT_LLMC_HEADER_INTS] = {DT_MASK_MAGIC, 1, (int32_t)n};
-    int bad = fwrite(hdr, sizeof hdr, 1, f) != 1 || fwrite(mask, 1, n, f) != n;
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        dt_status st = dt_fail(ctx, DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        unlink(tmp);
-        return st;
-    }
-    return DT_OK;
+    return dt_file_write_atomic(ctx, path, hdr, sizeof hdr, mask, n);
 }
 
 /* A split's stream cut into shards, each with its mask beside it. */

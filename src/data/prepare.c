@@ -113,25 +113,13 @@ static dt_status split_docs(dt_ctx *ctx, const char *text, size_t len, const cha
     return DT_OK;
 }
 
-dt_status dt_shard_write(dt_ctx *ctx, const char *path, const int32_t *tokens, uint64_t n, int vocab) {
+dt_status dt_file_write_atomic(dt_ctx *ctx, const char *path, const void *head, size_t head_bytes, const void *body,
+                               size_t body_bytes) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (n > INT32_MAX) return dt_fail(ctx, DT_ERR_CONFIG, "%s: %llu tokens exceed a shard's limit", path,
-                                      (unsigned long long)n);
     FILE *f = fopen(tmp, "wb");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    int32_t hdr[DT_LLMC_HEADER_INTS] = {DT_LLMC_MAGIC, vocab <= 65536 ? 1 : 7, (int32_t)n};
-    int bad = fwrite(hdr, sizeof hdr, 1, f) != 1;
-    if (hdr[1] == 1) {
-        uint16_t chunk[4096];
-        for (uint64_t i = 0; i < n && !bad; i += 4096) {
-            size_t m = n - i < 4096 ? (size_t)(n - i) : 4096;
-            for (size_t j = 0; j < m; j++) chunk[j] = (uint16_t)tokens[i + j];
-            bad = fwrite(chunk, 2, m, f) != m;
-        }
-    } else {
-        bad = fwrite(tokens, 4, n, f) != n;
-    }
+    int bad = fwrite(head, 1, head_bytes, f) != head_bytes || (body_bytes && fwrite(body, 1, body_bytes, f) != body_bytes);
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
@@ -140,6 +128,19 @@ dt_status dt_shard_write(dt_ctx *ctx, const char *path, const int32_t *tokens, u
         return st;
     }
     return DT_OK;
+}
+
+dt_status dt_shard_write(dt_ctx *ctx, const char *path, const int32_t *tokens, uint64_t n, int vocab) {
+    if (n > INT32_MAX) return dt_fail(ctx, DT_ERR_CONFIG, "%s: %llu tokens exceed a shard's limit", path,
+                                      (unsigned long long)n);
+    int32_t hdr[DT_LLMC_HEADER_INTS] = {DT_LLMC_MAGIC, vocab <= 65536 ? 1 : 7, (int32_t)n};
+    if (hdr[1] == 7) return dt_file_write_atomic(ctx, path, hdr, sizeof hdr, tokens, n * 4);
+    uint16_t *t16 = malloc(n * 2 + 1);
+    if (!t16) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
+    for (uint64_t i = 0; i < n; i++) t16[i] = (uint16_t)tokens[i];
+    dt_status st = dt_file_write_atomic(ctx, path, hdr, sizeof hdr, t16, n * 2);
+    free(t16);
+    return st;
 }
 
 static dt_status write_split(dt_ctx *ctx, const dt_prepare_cfg *p, const char *split,

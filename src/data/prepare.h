@@ -37,6 +37,10 @@ dt_status dt_prepare(dt_ctx *ctx, const dt_prepare_cfg *p, dt_prepare_stats *out
  * bytes), naming the file on failure. */
 dt_status dt_read_text(dt_ctx *ctx, const char *path, char **text, size_t *len);
 
+/* Writes head then body to PATH.tmp, fsyncs it and renames it to PATH (removed on failure). */
+dt_status dt_file_write_atomic(dt_ctx *ctx, const char *path, const void *head, size_t head_bytes, const void *body,
+                               size_t body_bytes);
+
 /* Writes one llm.c shard (tmp file, fsync, rename). */
 dt_status dt_shard_write(dt_ctx *ctx, const char *path, const int32_t *tokens, uint64_t n, int vocab);
 
