@@ -266,7 +266,7 @@ static void block_forward(dt_model *m, int l, int recompute) {
     const float eps = c->norm_eps, theta = c->rope_theta;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* res2, gate|up not kept */
+    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* res2, gate|up to compute (not kept) */
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
