@@ -19,7 +19,7 @@
 #    sharding bitwise equal to one rank with accumulation, as for GPT-2; the ViT family
 #    likewise under DDP and ZeRO-1/2/3;
 #  - mixed precision: bf16 DDP == 1 rank, bf16 ZeRO-3 with activation checkpointing == DDP
-#    (GPT-2, ViT), fp16 hybrid ZeRO-3 (2 simulated nodes x 2) == DDP x 4, bitwise, ZeRO-3
+#    (GPT-2, ViT, LLaMA), fp16 hybrid ZeRO-3 (2 simulated nodes x 2) == DDP x 4, bitwise, ZeRO-3
 #    gathering the matmul weights in 16 bits; fp16 ZeRO-2 == 1 rank bitwise with an overflow
 #    injected on one rank, which every rank skips (asserted from the log and the metrics);
 #    bench bytes sent per step by bf16 ZeRO-3 below fp32's by exactly the 16-bit gathers'
@@ -400,6 +400,10 @@ llama=(--set model.family=llama --set model.n_kv_head=2 --set model.d_ff=80 --se
 runN bf16_llama_ddp3 3 "${llama[@]}" --set training.precision=bf16
 runN bf16_llama_zero3_3 3 "${llama[@]}" --set training.precision=bf16 --set parallel.strategy=zero3
 check "llama bf16: ZeRO-3 vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_3 bf16_llama_ddp3 0
+# llama's selective recompute re-runs its q|k|v projection in the backward (decision 37).
+runN bf16_llama_zero3_sel 3 "${llama[@]}" --set training.precision=bf16 --set parallel.strategy=zero3 \
+  --set memory.activation_checkpointing=selective
+check "llama bf16: ZeRO-3 with selective checkpointing vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_sel bf16_llama_ddp3 0
 # Bytes on the wire: per step ZeRO-3 gathers every layer twice (forward, backward) and the
 # head's K vocabulary chunks K times in the forward and K - 2 more in the backward (the last
 # two are still in the windows); the embedding lookup's gathers stay fp32. Under bf16 each

@@ -62,9 +62,13 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
 /* ---- activation checkpointing (model.h dt_model_opts). A layer's saved activations are of
  * three classes:
  *   DT_ACT_OUT   its output, the next layer's input: kept for every layer;
- *   DT_ACT_MM    its matmul outputs: kept unless the layer is fully recomputed;
- *   DT_ACT_RECOMP the rest (norm outputs and statistics, attention output and log-sum-exp,
- *                MLP activation): kept only by layers that are not recomputed.
+ *   DT_ACT_MM    the matmul outputs selective keeps (the MLP's input projection, and q|k|v in
+ *                gpt2 and vit, the attention block's output in llama): kept unless the layer
+ *                is fully recomputed;
+ *   DT_ACT_RECOMP the rest (norm outputs and statistics, the attention output and
+ *                log-sum-exp, the MLP activation, and the other attention matmul output:
+ *                gpt2's and vit's attention block output, llama's q|k|v): kept only by
+ *                layers that are not recomputed.
  * Each buffer of a class has one slot per layer that keeps it, in layer order, plus one
  * working slot shared by the layers that recompute it. */
 enum { DT_ACT_OUT, DT_ACT_MM, DT_ACT_RECOMP };

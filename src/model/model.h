@@ -89,10 +89,13 @@ typedef struct dt_model_hooks {
 
 /* Activation checkpointing (memory.activation_checkpointing): which saved activations of a
  * layer are dropped after its forward and recomputed in its backward, from the layer's input
- * (kept: the previous layer's output) and, for selective, its matmul outputs.
+ * (kept: the previous layer's output) and, for selective, the matmul outputs it keeps.
  *   none       keep everything;
- *   selective  keep the matmul outputs (and the layer output); recompute the norms, the
- *              attention and the MLP activation (Megatron's selective recompute);
+ *   selective  keep the MLP's input projection output and one of the attention's two
+ *              matmul outputs (gpt2, vit: q|k|v; llama: the attention block's output), and
+ *              the layer output; recompute the norms, the attention, the other attention
+ *              matmul and the MLP activation (Megatron's selective recompute, plus one
+ *              d_model-input matmul: ARCHITECTURE decision 37);
  *   full       keep only the layer output; recompute the whole layer but its last matmul.
  * Recomputed layers are those with l % recompute_every == 0. The recompute runs the same
  * kernels on the same inputs, so gradients are bitwise those of `none`. */

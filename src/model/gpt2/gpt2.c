@@ -122,13 +122,13 @@ typedef struct dt_gpt2_acts {
     float *ln1, *ln1_mean, *ln1_rstd;     /* (B,T,C), (B,T), (B,T) */
     float *atty;                          /* (B,T,C) */
     float *att_lse;                       /* (B,NH,T) */
+    float *res2;                          /* (B,T,C) the residual after the attention block */
     float *ln2, *ln2_mean, *ln2_rstd;     /* (B,T,C), (B,T), (B,T) */
     float *fch_gelu;                      /* (B,T,4C) */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
                                              (then ln1, ln2, fch_gelu hold nothing) */
-    /* matmul outputs */
+    /* the matmul outputs selective keeps */
     float *qkv;                           /* (B,T,3C) */
-    float *res2;                          /* (B,T,C) */
     float *fch;                           /* (B,T,4C) */
     /* layer outputs */
     float *res3;                          /* (L,B,T,C) */
@@ -162,7 +162,7 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(qkv, M * BT * 3 * C);
     TAKE(atty, R * BT * C);
     TAKE(att_lse, R * BT * NH);
-    TAKE(res2, M * BT * C);
+    TAKE(res2, R * BT * C);
     TAKE(ln2, F * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
@@ -232,7 +232,7 @@ static layer_views views(const dt_model *m, int l) {
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
     v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + r * btc;
-    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
+    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + r * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
     v.fch = a->fch + k * btc * 4, v.fchg = a->fch_gelu + r * btc * 4, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
@@ -242,23 +242,21 @@ static layer_views views(const dt_model *m, int l) {
 }
 
 /* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
- * working slots; the matmul outputs are kept under selective, the layer output always. */
+ * working slots; selective keeps qkv and fch (family_impl.h), every mode the layer output. */
 static void block_forward(dt_model *m, int l, int recompute) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
+    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* qkv, fch to compute (not kept) */
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
     if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 1, m->opts.compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
-    if (mm) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
-        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
-    }
+    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
+    DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
     if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, 4 * C));

@@ -133,14 +133,14 @@ typedef struct dt_llama_acts {
     /* Per layer (slots: family_impl.h): recomputed class */
     float *ln1, *rstd1;              /* (B,T,C), (B,T) */
     float *atty;                     /* (B,T,C) */
+    float *qkv;                      /* (B,T,QW) after rotary, QW = (NH + 2 NKV) hs */
     float *att_lse;                  /* (B,NH,T) */
     float *ln2, *rstd2;              /* (B,T,C), (B,T) */
     float *hmid;                     /* (B,T,F) silu(gate) up */
     uint16_t *ln1h, *attyh, *ln2h, *hmidh; /* mixed precision: 16-bit ln1, atty, ln2, hmid
                                              (then ln1, ln2, hmid hold nothing) */
-    /* matmul outputs */
-    float *qkv;                      /* (B,T,QW) after rotary, QW = (NH + 2 NKV) hs */
-    float *res2;                     /* (B,T,C) */
+    /* the matmul outputs selective keeps */
+    float *res2;                     /* (B,T,C) the residual after the attention block */
     float *gu;                       /* (B,T,2F) gate | up */
     /* layer outputs */
     float *res3;                     /* (L,B,T,C) */
@@ -174,7 +174,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(encoded, BT * C);
     TAKE(ln1, F32 * R * BT * C);
     TAKE(rstd1, R * BT);
-    TAKE(qkv, M * BT * QW);
+    TAKE(qkv, R * BT * QW);
     TAKE(atty, R * BT * C);
     TAKE(att_lse, R * BT * NH);
     TAKE(res2, M * BT * C);
@@ -247,7 +247,7 @@ static layer_views views(const dt_model *m, int l) {
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.rstd1 = a->rstd1 + r * BT;
-    v.qkv = a->qkv + k * BT * qkv_width(c), v.atty = a->atty + r * btc;
+    v.qkv = a->qkv + r * BT * qkv_width(c), v.atty = a->atty + r * btc;
     v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
     v.ln2 = a->ln2 + r * btc, v.rstd2 = a->rstd2 + r * BT;
     v.gu = a->gu + k * BT * 2 * F, v.hmid = a->hmid + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
@@ -258,7 +258,7 @@ static layer_views views(const dt_model *m, int l) {
 }
 
 /* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
- * working slots; the matmul outputs are kept under selective, the layer output always. */
+ * working slots; selective keeps res2 and gate|up (family_impl.h), every mode the layer output. */
 static void block_forward(dt_model *m, int l, int recompute) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head;
@@ -266,15 +266,13 @@ static void block_forward(dt_model *m, int l, int recompute) {
     const float eps = c->norm_eps, theta = c->rope_theta;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL;
+    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* res2, gate|up to compute (not kept) */
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (mm) {
-        /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(WQ), l, NULL, BT, C, QW));
-        DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
-    }
+    /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
+    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(WQ), l, NULL, BT, C, QW));
+    DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1, m->opts.compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
     if (mm) {
