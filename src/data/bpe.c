@@ -388,7 +388,9 @@ static void push_pair(const dt_bpe_state *st, uint64_t *heap, size_t *nh, int32_
  * (rank, position) does the same in O(n log n): one round pops every entry of the lowest
  * rank in text order, and the pairs that round creates enter the heap only after it, as in
  * the reference's next pass. Entries made stale by earlier merges are recognised because a
- * rank names exactly one pair. */
+ * rank names exactly one pair. With v->strict (Hugging Face's order, for tokenizer.json) a
+ * round is one merge: the pairs it creates compete at once, which differs when a merge
+ * creates a pair ranked before the current one (SentencePiece-converted merge lists do). */
 int dt_bpe_merge(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out) {
     int32_t *sym = dt_bpe_syms(st, n);
     if (!sym) return -1;
@@ -413,7 +415,7 @@ int dt_bpe_merge_syms(dt_bpe_state *st, size_t n, dt_ids *out) {
     while (nh > 0) {
         uint32_t r = (uint32_t)(heap[0] >> 32), r2;
         size_t nm = 0;
-        while (nh > 0 && (uint32_t)(heap[0] >> 32) == r) {
+        while (nh > 0 && (uint32_t)(heap[0] >> 32) == r && !(st->v->strict && nm)) {
             int32_t i = (int32_t)(uint32_t)heap_pop(heap, &nh), j, res;
             if (sym[i] < 0 || (j = nxt[i]) < 0) continue;
             if (!dt_bpe_merge_find(st->v, sym[i], sym[j], &r2, &res) || r2 != r) continue;

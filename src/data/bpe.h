@@ -77,6 +77,8 @@ struct dt_bpe {
     uint32_t *mrank;    /* rank = order in vocab.bpe */
     int32_t *mres;      /* id of the merged token */
     size_t mmask;
+    int strict;         /* merge order: 0 GPT-2's rounds (all pairs of one rank, then the next),
+                         * 1 one merge at a time by (rank, position), as Hugging Face does */
 };
 
 /* Length (1..4) of the strictly valid UTF-8 sequence at s[0..n), n >= 1, code point in *cp;

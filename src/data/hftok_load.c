@@ -489,6 +489,7 @@ dt_status dt_hftok_load(dt_ctx *ctx, const char *path, dt_hftok **out) {
         st = bad(&L, "%s", "model.dropout", "BPE dropout is not supported (must be null)");
         goto fail;
     }
+    h->bpe->strict = 1;
     DT_CHECK_GOTO(read_kind(&L, root));
     DT_CHECK_GOTO(count_ids(&L, &h->bpe->n));
     DT_CHECK_GOTO(fill_tokens(&L));
