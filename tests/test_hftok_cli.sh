@@ -99,6 +99,16 @@ for m in "llama3 7 128000 128001 128256" "llama2 1 1 2 32000"; do
   fi
 done
 expect_refused "sample of an hf model without its tokenizer.json" "--hf-tokenizer" -- sample "$dir/llama2.ckpt" --prompt hi
+# A Hugging Face directory (config.json records dtrain_tokenizer "hf") with its own
+# tokenizer.json: sample uses that file without the flag, the same text as with it.
+"$bin" ckpt export --hf "$dir/llama2.ckpt" "$dir/llama2.hf" >/dev/null 2>&1 || fail "ckpt export --hf"
+grep -q '"dtrain_tokenizer": "hf"' "$dir/llama2.hf/config.json" && pass "export records dtrain_tokenizer hf" \
+  || fail "export: $(cat "$dir/llama2.hf/config.json")"
+expect_refused "sample of an hf directory without tokenizer.json" "--hf-tokenizer" -- sample "$dir/llama2.hf" --prompt hi
+cp "$par/llama2.json" "$dir/llama2.hf/tokenizer.json"
+"$bin" sample "$dir/llama2.hf" --prompt "Hello there" --max-tokens 8 --seed 2 >"$dir/hfdir.sample" 2>/dev/null \
+  && cmp -s "$dir/hfdir.sample" "$dir/llama2.sample" && pass "sample of an hf directory uses its tokenizer.json" \
+  || fail "sample of an hf directory: $(cat "$dir/hfdir.sample")"
 expect_refused "sample with a bad tokenizer.json" "$bad/nomerges.json" "model.merges" -- \
   sample "$dir/llama2.ckpt" --hf-tokenizer "$bad/nomerges.json" --prompt hi
 expect_refused "sample with a tokenizer larger than the model" "does not fit" -- \
