@@ -103,11 +103,12 @@ static unsigned byte_symbol(unsigned b) {
 }
 
 /* Byte-level, Llama 3's pre-tokenizer: byte b is id b, then ab 256, abc 257, and the added
- * <|begin_of_text|> 258, <|end_of_text|> 259; one merge ["a", "b"]. */
+ * <|begin_of_text|> 258, <|end_of_text|> 259, <|end 260; one merge ["a", "b"]. */
 static const char *bytelevel_json(const char *name, int ignore_merges) {
     sb s = {0};
     sb_add(&s, "{\"added_tokens\": [{\"id\": 258, \"content\": \"<|begin_of_text|>\", \"special\": true}, "
-           "{\"id\": 259, \"content\": \"<|end_of_text|>\", \"special\": true}], \"normalizer\": null, "
+           "{\"id\": 259, \"content\": \"<|end_of_text|>\", \"special\": true}, {\"id\": 260, \"content\": "
+           "\"<|end\"}], \"normalizer\": null, "
            "\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
            "{\"Regex\": ");
     const char *pat = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
@@ -231,12 +232,13 @@ static void test_sentencepiece_parallel(void **state) {
 static void test_bytelevel(void **state) {
     (void)state;
     dt_tokenizer *t = open_hf(bytelevel_json("bl.json", 1));
-    assert_int_equal(dt_tokenizer_vocab(t), 260);
+    assert_int_equal(dt_tokenizer_vocab(t), 261);
     assert_int_equal(dt_tokenizer_bos(t), 258);
     assert_int_equal(dt_tokenizer_eot(t), 259);
     EXPECT(t, "abc", 257);              /* ignore_merges: a piece that is a token */
     EXPECT(t, "abd", 256, 'd');
-    EXPECT(t, "x<|end_of_text|>ab", 'x', 259, 256);
+    EXPECT(t, "x<|end_of_text|>ab", 'x', 259, 256); /* the longest added token at a place */
+    EXPECT(t, "<|endx<|end_", 260, 'x', 260, '_');
     EXPECT(t, "\xFF", 0xEF, 0xBF, 0xBD); /* U+FFFD's bytes */
     const int32_t d[] = {258, 257, ' ', 0xC3, 0xA9};
     expect_decode(t, 0, d, 5, "<|begin_of_text|>abc \xC3\xA9");

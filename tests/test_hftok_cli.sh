@@ -109,6 +109,10 @@ cp "$par/llama2.json" "$dir/llama2.hf/tokenizer.json"
 "$bin" sample "$dir/llama2.hf" --prompt "Hello there" --max-tokens 8 --seed 2 >"$dir/hfdir.sample" 2>/dev/null \
   && cmp -s "$dir/hfdir.sample" "$dir/llama2.sample" && pass "sample of an hf directory uses its tokenizer.json" \
   || fail "sample of an hf directory: $(cat "$dir/hfdir.sample")"
+sed -i 's/"dtrain_tokenizer": "hf"/"dtrain_note": "none"/' "$dir/llama2.hf/config.json" # as the hub's files
+"$bin" sample "$dir/llama2.hf" --prompt "Hello there" --max-tokens 8 --seed 2 >"$dir/hfdir2.sample" 2>/dev/null \
+  && cmp -s "$dir/hfdir2.sample" "$dir/llama2.sample" && pass "sample of an hf directory without dtrain_tokenizer too" \
+  || fail "sample of an hf directory without dtrain_tokenizer: $(cat "$dir/hfdir2.sample")"
 expect_refused "sample with a bad tokenizer.json" "$bad/nomerges.json" "model.merges" -- \
   sample "$dir/llama2.ckpt" --hf-tokenizer "$bad/nomerges.json" --prompt hi
 expect_refused "sample with a tokenizer larger than the model" "does not fit" -- \
