@@ -394,6 +394,7 @@ static void test_refused(void **state) {
     expect_refused("hole.json", MODEL("{\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2}, \"merges\": []}"),
                    "no token has id 1");
     expect_refused("badid.json", MODEL("{\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}"), "model.vocab");
+    expect_refused("hugeid.json", MODEL("{\"type\": \"BPE\", \"vocab\": {\"a\": 1e300}, \"merges\": []}"), "model.vocab");
     expect_refused("nobyte.json", MODEL("{\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}"),
                    "no token for byte 0x00");
     expect_refused("pre.json", "{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\", "

@@ -153,13 +153,19 @@ static dt_status read_kind(loader *L, const cJSON *root) {
     return DT_OK;
 }
 
+/* 1 for an integer id in [0, 2^24) (ids past that are refused as unsupported). */
+static int good_id(const cJSON *x) {
+    return cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < (double)(1 << 24) &&
+           x->valuedouble == (double)(int)x->valuedouble;
+}
+
 /* Counts the ids (max + 1) of model.vocab and added_tokens. */
 static dt_status count_ids(loader *L, int *n) {
     long top = -1;
     const cJSON *e;
     cJSON_ArrayForEach(e, L->vocab) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble || e->valuedouble < 0)
-            return bad(L, "the id of \"%.60s\" is not a non-negative integer", "model.vocab", e->string);
+        if (!good_id(e))
+            return bad(L, "the id of \"%.60s\" is not an integer in [0, 2^24)", "model.vocab", e->string);
         if (e->valuedouble > top) top = (long)e->valuedouble;
     }
     int i = 0;
@@ -168,15 +174,13 @@ static dt_status count_ids(loader *L, int *n) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "content");
         char key[64];
         snprintf(key, sizeof key, "added_tokens[%d]", i++);
-        if (!cJSON_IsNumber(id) || id->valuedouble != (double)(int)id->valuedouble || id->valuedouble < 0)
-            return bad(L, "%s", key, "\"id\" is not a non-negative integer");
+        if (!good_id(id)) return bad(L, "%s", key, "\"id\" is not an integer in [0, 2^24)");
         if (!cJSON_IsString(c) || !c->valuestring[0]) return bad(L, "%s", key, "\"content\" is not a non-empty string");
         if (is_true(e, "lstrip") || is_true(e, "rstrip") || is_true(e, "single_word"))
             return bad(L, "%s", key, "lstrip, rstrip and single_word must be false (not supported)");
         if (id->valuedouble > top) top = (long)id->valuedouble;
     }
     if (top < 0) return bad(L, "%s", "model.vocab", "no tokens");
-    if (top >= (1L << 24)) return bad(L, "%s", "model.vocab", "ids past 2^24 are not supported");
     *n = (int)top + 1;
     return DT_OK;
 }
