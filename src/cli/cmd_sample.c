@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/hf_import.h"
 #include "ckpt/model_file.h"
@@ -11,11 +12,14 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dtrain sample CHECKPOINT [--prompt TEXT] [--max-tokens N] [--temperature F]\n"
-               "                    [--top-k K] [--seed S] [--gpt2-encoder FILE --gpt2-merges FILE]\n\n"
+               "                    [--top-k K] [--seed S] [--gpt2-encoder FILE --gpt2-merges FILE]\n"
+               "                    [--hf-tokenizer FILE]\n\n"
                "Generates from a model.safetensors file, a step directory or a checkpoint directory\n"
-               "(its latest step), with the tokenizer recorded in the model file. Temperature 0 is\n"
-               "greedy; top-k 0 samples from the whole vocabulary. Defaults: prompt \"\\n\",\n"
-               "200 tokens, temperature 0.8, top-k 40, seed 1.\n");
+               "(its latest step), with the tokenizer recorded in the model file. --hf-tokenizer\n"
+               "(a tokenizer.json) is needed for models prepared with one, and used for a Hugging\n"
+               "Face directory's own tokenizer.json without it; the prompt then starts with the\n"
+               "beginning-of-text token. Temperature 0 is greedy; top-k 0 samples from the whole\n"
+               "vocabulary. Defaults: prompt \"\\n\", 200 tokens, temperature 0.8, top-k 40, seed 1.\n");
 }
 
 typedef struct stream_state {
@@ -28,7 +32,7 @@ static dt_status stream_token(dt_ctx *ctx, void *ud, int32_t token) {
     if (token == ss->stop) return DT_OK; /* the end-of-text token is not printed */
     char *text = NULL;
     size_t n = 0;
-    DT_CHECK(dt_tokenizer_decode(ctx, ss->tok, &token, 1, &text, &n));
+    DT_CHECK(dt_tokenizer_decode_more(ctx, ss->tok, &token, 1, &text, &n)); /* after the prompt */
     fwrite(text, 1, n, stdout);
     fflush(stdout);
     free(text);
@@ -40,7 +44,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
         usage(argc < 1 ? stderr : stdout);
         return argc < 1 || (strcmp(argv[0], "--help") && strcmp(argv[0], "-h")) ? DT_EXIT_USAGE : DT_EXIT_OK;
     }
-    const char *prompt = "\n", *enc = NULL, *merges = NULL;
+    const char *prompt = "\n", *enc = NULL, *merges = NULL, *hfjson = NULL;
     dt_gen_cfg g = {.max_new = 200, .temperature = 0.8f, .top_k = 40, .seed = 1, .stop = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -57,6 +61,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
         if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--gpt2-encoder")) enc = v;
         else if (!strcmp(a, "--gpt2-merges")) merges = v;
+        else if (!strcmp(a, "--hf-tokenizer")) hfjson = v;
         else if (!strcmp(a, "--max-tokens")) g.max_new = (int)strtol(v, &end, 10);
         else if (!strcmp(a, "--temperature")) g.temperature = strtof(v, &end);
         else if (!strcmp(a, "--top-k")) g.top_k = (int)strtol(v, &end, 10);
@@ -93,7 +98,16 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
         return DT_EXIT_USAGE;
     }
     dt_tokenizer *tok = NULL;
-    if (!strcmp(tokname, "gpt2")) {
+    char own[4300];
+    snprintf(own, sizeof own, "%s/tokenizer.json", path);
+    if (!hfjson && hf && (!tokname[0] || !strcmp(tokname, "hf")) && access(own, R_OK) == 0)
+        hfjson = own; /* a Hugging Face directory's own tokenizer */
+    if (hfjson) {
+        st = dt_tokenizer_open_hf(ctx, hfjson, &tok);
+    } else if (!strcmp(tokname, "hf")) {
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s uses a tokenizer.json (hf) tokenizer: give --hf-tokenizer FILE", path);
+        return DT_EXIT_USAGE;
+    } else if (!strcmp(tokname, "gpt2")) {
         if (!enc || !merges) {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: %s uses the gpt2 tokenizer: give --gpt2-encoder and --gpt2-merges", path);
             return DT_EXIT_USAGE;
@@ -102,7 +116,8 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     } else {
         st = dt_tokenizer_open_byte(ctx, &tok);
     }
-    if (st != DT_OK) return dt_cli_exit_code(st);
+    /* The tokenizer's files are given on the command line: refusing one is a usage error. */
+    if (st != DT_OK) return st == DT_ERR_NOMEM ? DT_EXIT_FAIL : DT_EXIT_USAGE;
     if (dt_tokenizer_vocab(tok) > mc.vocab) {
         dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: tokenizer %s (%d ids) does not fit the model's vocabulary %d",
                 dt_tokenizer_name(tok), dt_tokenizer_vocab(tok), mc.vocab);
@@ -118,6 +133,18 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     dt_model m;
     st = out ? dt_tokenizer_encode(ctx, tok, prompt, strlen(prompt), &ids, &nids)
              : dt_fail(ctx, DT_ERR_NOMEM, "sample: out of memory");
+    int bos = dt_tokenizer_bos(tok); /* documents were prepared as [bos] text eot */
+    if (st == DT_OK && bos >= 0) {
+        int32_t *w = realloc(ids, (nids + 1) * sizeof *w);
+        if (!w) {
+            st = dt_fail(ctx, DT_ERR_NOMEM, "sample: out of memory");
+        } else {
+            memmove(w + 1, w, nids * sizeof *w);
+            w[0] = bos;
+            ids = w;
+            nids++;
+        }
+    }
     int window = (int)nids + g.max_new < mc.context ? (int)nids + g.max_new : mc.context;
     if (st == DT_OK) st = dt_model_init(ctx, &m, &mc, &alloc, 1, window, DT_SLAB_PARAMS);
     have_model = st == DT_OK;

@@ -156,6 +156,59 @@ size_t dt_bpe_next_split(const uint8_t *s, size_t len, size_t from) {
     return len;
 }
 
+/* End of the piece starting at s[i] (i < end) for Llama 3's pattern, with the JS semantics
+ * of the reference llama3-tokenizer-js (which spells the case-insensitive contractions as
+ * ASCII classes):
+ *   '(?:[sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+ *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * The text must be valid UTF-8 (the caller replaces invalid bytes by U+FFFD first). */
+static size_t next_piece_llama3(const uint8_t *s, size_t i, size_t end) {
+    size_t p, q;
+    if (s[i] == '\'' && i + 1 < end) {
+        uint8_t d = s[i + 1] | 0x20, e = i + 2 < end ? (s[i + 2] | 0x20) : 0;
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if (((d == 'r' || d == 'v') && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+    }
+    int k = class_at(s, i, end, &p);
+    int crlf = s[i] == '\r' || s[i] == '\n';
+    if (k == CL_L) return run_end(s, p, end, CL_L);
+    if (k != CL_N && !crlf && p < end && class_at(s, p, end, &q) == CL_L) /* one prefix char */
+        return run_end(s, q, end, CL_L);
+    if (k == CL_N) {
+        for (int n = 1; n < 3 && p < end && class_at(s, p, end, &q) == CL_N; n++) p = q;
+        return p;
+    }
+    if (k == CL_P || (s[i] == ' ' && p < end && class_at(s, p, end, &q) == CL_P)) {
+        size_t e = run_end(s, p, end, CL_P); /* " ?" then punctuation, then any CR/LF */
+        while (e < end && (s[e] == '\r' || s[e] == '\n')) e++;
+        return e;
+    }
+    /* Whitespace: \s*[\r\n]+ ends after the run's last CR/LF; else \s+(?!\S) backs off one
+     * code point before non-space unless the run is one code point (then \s+ takes it). */
+    size_t last = i, nl = 0;
+    int has_nl = 0;
+    for (p = i; p < end && class_at(s, p, end, &q) == CL_S; p = q) {
+        if (s[p] == '\r' || s[p] == '\n') nl = q, has_nl = 1;
+        last = p;
+    }
+    if (has_nl) return nl;
+    return (p == end || last == i) ? p : last;
+}
+
+size_t dt_bpe_piece_end_llama3(const uint8_t *text, size_t i, size_t len) {
+    return next_piece_llama3(text, i, len);
+}
+
+/* No match of the Llama 3 pattern contains a CR or LF followed by non-space (the letter
+ * prefix excludes CR/LF, the other runs stop at non-space), and none looks behind, so a
+ * piece always starts right after such a CR/LF whatever the text around it. */
+size_t dt_bpe_next_split_llama3(const uint8_t *s, size_t len, size_t from) {
+    size_t q;
+    for (size_t p = from < 1 ? 1 : from; p < len; p++)
+        if ((s[p - 1] == '\n' || s[p - 1] == '\r') && class_at(s, p, len, &q) != CL_S) return p;
+    return len;
+}
+
 /* ------------------------------------------------------------------ vocabulary */
 
 /* struct dt_bpe is in bpe.h; bpe_load.c fills it. */
@@ -330,19 +383,31 @@ static void push_pair(const dt_bpe_state *st, uint64_t *heap, size_t *nh, int32_
         heap_push(heap, nh, (uint64_t)rank << 32 | (uint32_t)left);
 }
 
-/* BPE of one piece, appended to out. The reference repeatedly takes the lowest-ranked
+/* BPE of one piece, appended to out (dt_bpe_merge_syms: of the symbols in st->sym). The reference repeatedly takes the lowest-ranked
  * adjacent pair and merges all its occurrences left to right in one pass; a heap keyed by
  * (rank, position) does the same in O(n log n): one round pops every entry of the lowest
  * rank in text order, and the pairs that round creates enter the heap only after it, as in
  * the reference's next pass. Entries made stale by earlier merges are recognised because a
- * rank names exactly one pair. */
+ * rank names exactly one pair. With v->strict (Hugging Face's order, for tokenizer.json) a
+ * round is one merge: the pairs it creates compete at once, which differs when a merge
+ * creates a pair ranked before the current one (SentencePiece-converted merge lists do). */
 int dt_bpe_merge(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out) {
-    if (scratch_reserve(st, n)) return -1;
+    int32_t *sym = dt_bpe_syms(st, n);
+    if (!sym) return -1;
+    for (size_t i = 0; i < n; i++) sym[i] = st->v->byte_id[b[i]];
+    return dt_bpe_merge_syms(st, n, out);
+}
+
+int32_t *dt_bpe_syms(dt_bpe_state *st, size_t n) {
+    return scratch_reserve(st, n ? n : 1) ? NULL : st->sym;
+}
+
+int dt_bpe_merge_syms(dt_bpe_state *st, size_t n, dt_ids *out) {
+    if (n == 0) return 0;
     int32_t *sym = st->sym, *nxt = st->nxt, *prv = st->prv;
     uint64_t *heap = st->heap;
     size_t nh = 0;
     for (size_t i = 0; i < n; i++) {
-        sym[i] = st->v->byte_id[b[i]];
         nxt[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         prv[i] = (int32_t)i - 1;
     }
@@ -350,7 +415,7 @@ int dt_bpe_merge(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out) {
     while (nh > 0) {
         uint32_t r = (uint32_t)(heap[0] >> 32), r2;
         size_t nm = 0;
-        while (nh > 0 && (uint32_t)(heap[0] >> 32) == r) {
+        while (nh > 0 && (uint32_t)(heap[0] >> 32) == r && !(st->v->strict && nm)) {
             int32_t i = (int32_t)(uint32_t)heap_pop(heap, &nh), j, res;
             if (sym[i] < 0 || (j = nxt[i]) < 0) continue;
             if (!dt_bpe_merge_find(st->v, sym[i], sym[j], &r2, &res) || r2 != r) continue;
@@ -421,7 +486,7 @@ static void cache_put(dt_bpe_state *st, const uint8_t *b, size_t n, uint64_t h,
     st->nused++;
 }
 
-static int encode_piece(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out) {
+int dt_bpe_encode_piece(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out) {
     const dt_bpe *v = st->v;
     if (n == 1) return ids_push(out, v->byte_id[b[0]]);
     uint64_t h = dt_bpe_hash_bytes(b, n);
@@ -447,7 +512,7 @@ int dt_bpe_encode(dt_bpe_state *st, const uint8_t *text, size_t len, dt_ids *out
         return -1;
     for (size_t i = 0; i < len;) {
         size_t j = next_piece(text, i, len);
-        if (encode_piece(st, text + i, j - i, out)) return -1;
+        if (dt_bpe_encode_piece(st, text + i, j - i, out)) return -1;
         i = j;
     }
     return 0;

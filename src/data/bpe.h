@@ -55,7 +55,12 @@ size_t dt_bpe_piece_end(const uint8_t *text, size_t i, size_t len);
  * when there is none. */
 size_t dt_bpe_next_split(const uint8_t *text, size_t len, size_t from);
 
-/* ---------------------------------------- shared by bpe_load.c and bpe.c, no one else */
+/* Llama 3's pre-tokenizer (the pattern of Hugging Face's Llama 3 tokenizer.json) and its
+ * safe split points, as dt_bpe_piece_end and dt_bpe_next_split for GPT-2's. Valid UTF-8. */
+size_t dt_bpe_piece_end_llama3(const uint8_t *text, size_t i, size_t len);
+size_t dt_bpe_next_split_llama3(const uint8_t *text, size_t len, size_t from);
+
+/* ------------------- shared by bpe_load.c, bpe.c and hftok*.c (tokenizer.json), no one else */
 
 #define DT_BPE_MERGE_EMPTY UINT64_MAX
 
@@ -72,6 +77,8 @@ struct dt_bpe {
     uint32_t *mrank;    /* rank = order in vocab.bpe */
     int32_t *mres;      /* id of the merged token */
     size_t mmask;
+    int strict;         /* merge order: 0 GPT-2's rounds (all pairs of one rank, then the next),
+                         * 1 one merge at a time by (rank, position), as Hugging Face does */
 };
 
 /* Length (1..4) of the strictly valid UTF-8 sequence at s[0..n), n >= 1, code point in *cp;
@@ -91,5 +98,28 @@ int dt_bpe_merge_find(const dt_bpe *v, int32_t a, int32_t b, uint32_t *rank, int
 int dt_bpe_grow(void **p, size_t *cap, size_t need, size_t elem);
 /* Appends the BPE of the single piece b[0..n), n >= 1, to out; 0, or -1 when out of memory. */
 int dt_bpe_merge(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out);
+/* The same for a piece given as n initial symbols (token ids): fill dt_bpe_syms(st, n)
+ * (NULL when out of memory), then dt_bpe_merge_syms appends the merged ids to out. */
+int32_t *dt_bpe_syms(dt_bpe_state *st, size_t n);
+int dt_bpe_merge_syms(dt_bpe_state *st, size_t n, dt_ids *out);
+/* One piece through the per-thread cache: the token itself when the piece is a token marked
+ * in v->self, else its BPE (cached). */
+int dt_bpe_encode_piece(dt_bpe_state *st, const uint8_t *b, size_t n, dt_ids *out);
+
+/* GPT-2's byte alphabet (bytes_to_unicode): the byte a code point stands for, or -1. */
+int dt_bpe_cp_to_byte(uint32_t cp);
+/* Reads a whole file (NUL-terminated after *n bytes; free it); the message names the path. */
+dt_status dt_bpe_read_file(dt_ctx *ctx, const char *path, uint8_t **buf, size_t *n);
+/* Allocates the token hash for v->n tokens (v->off/len filled) and inserts the ids for which
+ * skip is NULL or skip[id] == 0; returns the first id whose bytes repeat an earlier one's in
+ * *dup (with that one in *first), or -1 there. -1 when out of memory, else 0. */
+int dt_bpe_index_tokens(dt_bpe *v, const uint8_t *skip, int *dup, int *first);
+/* Allocates the merge table for up to n merges. 0, or -1 when out of memory. */
+int dt_bpe_merges_alloc(dt_bpe *v, size_t n);
+/* Adds merge (a, b) -> res with the given rank; 1 if (a, b) is already a merge (*old_rank). */
+int dt_bpe_merge_add(dt_bpe *v, int32_t a, int32_t b, int32_t res, uint32_t rank,
+                     uint32_t *old_rank);
+/* v->self for every token of two or more bytes (see bpe_load.c). */
+dt_status dt_bpe_mark_self(dt_ctx *ctx, dt_bpe *v);
 
 #endif

@@ -20,7 +20,7 @@ static uint32_t byte_to_cp(unsigned b) {
 }
 
 /* Inverse of byte_to_cp; -1 for a code point outside the 256-symbol alphabet. */
-static int cp_to_byte(uint32_t cp) {
+int dt_bpe_cp_to_byte(uint32_t cp) {
     if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
         return (int)cp;
     if (cp >= 0x100 && cp <= 0x120) return (int)(cp - 0x100);
@@ -31,7 +31,7 @@ static int cp_to_byte(uint32_t cp) {
 
 /* ------------------------------------------------------------------ loading */
 
-static dt_status read_file(dt_ctx *ctx, const char *path, uint8_t **buf, size_t *n) {
+dt_status dt_bpe_read_file(dt_ctx *ctx, const char *path, uint8_t **buf, size_t *n) {
     dt_status st = DT_OK;
     *buf = NULL;
     FILE *f = fopen(path, "rb");
@@ -171,7 +171,7 @@ static dt_status jstring(jparse *p, uint8_t *dst, size_t *dlen, uint32_t *bad) {
             if (!m) return jfail(p, "invalid UTF-8");
             p->i += m;
         }
-        int b = cp_to_byte(cp);
+        int b = dt_bpe_cp_to_byte(cp);
         if (b < 0) {
             if (*bad == NO_CP) *bad = cp;
         } else {
@@ -406,7 +406,7 @@ static int merge_part(const dt_bpe *v, const uint8_t *s, size_t n, uint8_t *byte
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t m = dt_bpe_utf8_decode(s + i, n - i, &cp);
-        int b = m ? cp_to_byte(cp) : -1;
+        int b = m ? dt_bpe_cp_to_byte(cp) : -1;
         if (b < 0) return -1;
         bytes[k++] = (uint8_t)b;
         i += m;
@@ -423,17 +423,12 @@ static dt_status parse_merges(dt_ctx *ctx, const char *path, const char *enc_pat
     char t1[64], t2[64];
     size_t nlines = 1;
     for (size_t i = 0; i < n; i++) nlines += s[i] == '\n';
-    v->mmask = dt_bpe_pow2_at_least(2 * nlines) - 1;
-    v->mkey = malloc((v->mmask + 1) * sizeof *v->mkey);
-    v->mrank = malloc((v->mmask + 1) * sizeof *v->mrank);
-    v->mres = malloc((v->mmask + 1) * sizeof *v->mres);
     uint8_t *buf = malloc(2 * n + 2); /* two parts' bytes, then the pair's bytes */
     dt_status st = DT_OK;
-    if (!v->mkey || !v->mrank || !v->mres || !buf) {
+    if (dt_bpe_merges_alloc(v, nlines) || !buf) {
         st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    memset(v->mkey, 0xff, (v->mmask + 1) * sizeof *v->mkey);
     if (n == 0 || s[0] != '#') {
         st = dt_fail(ctx, DT_ERR_FORMAT, "%s: line 1 is not the \"#version\" header", path);
         goto done;
@@ -485,21 +480,60 @@ static dt_status parse_merges(dt_ctx *ctx, const char *path, const char *enc_pat
                          show(t2, sizeof t2, buf + na, nb), rank + 2);
             goto done;
         }
-        uint64_t key = (uint64_t)(uint32_t)ida << 32 | (uint32_t)idb;
-        size_t h = dt_bpe_mix64(key) & v->mmask;
-        while (v->mkey[h] != DT_BPE_MERGE_EMPTY) h = (h + 1) & v->mmask;
-        v->mkey[h] = key;
-        v->mrank[h] = (uint32_t)(line - 2);
-        v->mres[h] = idr;
+        dt_bpe_merge_add(v, ida, idb, idr, (uint32_t)(line - 2), &rank);
     }
 done:
     free(buf);
     return st;
 }
 
+int dt_bpe_merges_alloc(dt_bpe *v, size_t n) {
+    v->mmask = dt_bpe_pow2_at_least(2 * n) - 1;
+    v->mkey = malloc((v->mmask + 1) * sizeof *v->mkey);
+    v->mrank = malloc((v->mmask + 1) * sizeof *v->mrank);
+    v->mres = malloc((v->mmask + 1) * sizeof *v->mres);
+    if (!v->mkey || !v->mrank || !v->mres) return -1;
+    memset(v->mkey, 0xff, (v->mmask + 1) * sizeof *v->mkey);
+    return 0;
+}
+
+int dt_bpe_merge_add(dt_bpe *v, int32_t a, int32_t b, int32_t res, uint32_t rank,
+                     uint32_t *old_rank) {
+    int32_t old_res;
+    if (dt_bpe_merge_find(v, a, b, old_rank, &old_res)) return 1;
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    size_t h = dt_bpe_mix64(key) & v->mmask;
+    while (v->mkey[h] != DT_BPE_MERGE_EMPTY) h = (h + 1) & v->mmask;
+    v->mkey[h] = key;
+    v->mrank[h] = rank;
+    v->mres[h] = res;
+    return 0;
+}
+
+int dt_bpe_index_tokens(dt_bpe *v, const uint8_t *skip, int *dup, int *first) {
+    *dup = *first = -1;
+    v->tmask = dt_bpe_pow2_at_least(2 * (size_t)v->n) - 1;
+    if (!(v->tslot = malloc((v->tmask + 1) * sizeof *v->tslot))) return -1;
+    memset(v->tslot, 0xff, (v->tmask + 1) * sizeof *v->tslot);
+    for (int id = 0; id < v->n; id++) {
+        if (skip && skip[id]) continue;
+        const uint8_t *b = v->blob + v->off[id];
+        uint64_t h = dt_bpe_hash_bytes(b, v->len[id]);
+        int old = dt_bpe_token_find(v, b, v->len[id], h);
+        if (old >= 0) {
+            *dup = id, *first = old;
+            return 0;
+        }
+        size_t i = h & v->tmask;
+        while (v->tslot[i] >= 0) i = (i + 1) & v->tmask;
+        v->tslot[i] = id;
+    }
+    return 0;
+}
+
 /* self[id]: does merging the token's own bytes give back just the token? Then a piece equal
  * to a token is that token without running BPE (not always so: "<|endoftext|>" is not). */
-static dt_status mark_self_tokens(dt_ctx *ctx, dt_bpe *v) {
+dt_status dt_bpe_mark_self(dt_ctx *ctx, dt_bpe *v) {
     dt_bpe_state *st = dt_bpe_state_new(v);
     dt_ids ids = {0};
     dt_status s = DT_OK;
@@ -528,13 +562,13 @@ dt_status dt_bpe_load(dt_ctx *ctx, const char *encoder_json, const char *vocab_b
     *out = NULL;
     dt_bpe *v = calloc(1, sizeof *v);
     if (!v) return dt_fail(ctx, DT_ERR_NOMEM, "tokenizer: out of memory");
-    DT_CHECK_GOTO(read_file(ctx, encoder_json, &ej, &nej));
+    DT_CHECK_GOTO(dt_bpe_read_file(ctx, encoder_json, &ej, &nej));
     jparse p = {ctx, encoder_json, ej, nej, 0};
     DT_CHECK_GOTO(parse_encoder(&p, v, &e, &ne));
     DT_CHECK_GOTO(index_tokens(ctx, encoder_json, ej, v, e, ne));
-    DT_CHECK_GOTO(read_file(ctx, vocab_bpe, &vb, &nvb));
+    DT_CHECK_GOTO(dt_bpe_read_file(ctx, vocab_bpe, &vb, &nvb));
     DT_CHECK_GOTO(parse_merges(ctx, vocab_bpe, encoder_json, vb, nvb, v));
-    DT_CHECK_GOTO(mark_self_tokens(ctx, v));
+    DT_CHECK_GOTO(dt_bpe_mark_self(ctx, v));
     *out = v;
     v = NULL;
 fail:

@@ -77,6 +77,8 @@ dt_status dt_instruct_encode(dt_ctx *ctx, const dt_tokenizer *tok, dt_chat_templ
     const int eot = dt_tokenizer_eot(tok);
     const int32_t sep = eot >= 0 ? eot : '\n';
     if (!cJSON_IsObject(ex)) return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a JSON object", where);
+    const int32_t bos = dt_tokenizer_bos(tok); /* a released model's examples start with it */
+    if (bos >= 0) DT_CHECK(append(ctx, &bos, 1, 0, ids, mask, n, cap));
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(ex, "messages");
     if (msgs) {
         if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)

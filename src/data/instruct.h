@@ -13,7 +13,8 @@
  *           and an assistant turn), then the separator
  * The separator is the tokenizer's end-of-text token, or "\n" (byte tokenizer). Counted
  * (mask 1): the assistant's content and what closes it ("<|im_end|>\n" in chatml, the
- * separator in plain); everything else is 0. Examples are packed back to back into one
+ * separator in plain); everything else is 0 (a tokenizer with a beginning-of-text token, hf,
+ * starts each example with it, not counted). Examples are packed back to back into one
  * stream (a T+1 window may hold the end of one example and the start of the next, as in
  * packed fine-tuning); every round(1 / val_fraction)-th example goes to validation.
  *

@@ -211,14 +211,16 @@ dt_status dt_prepare(dt_ctx *ctx, const dt_prepare_cfg *p, dt_prepare_stats *out
         st = DT_ERR_FORMAT;
         goto fail;
     }
-    /* Concatenate: documents separated by the end-of-text token, or by "\n" (byte). */
-    int eot = dt_tokenizer_eot(p->tok);
+    /* Concatenate: each document ends with the end-of-text token, or "\n" (byte), and starts
+     * with the beginning-of-text token when the tokenizer has one (hf). */
+    int eot = dt_tokenizer_eot(p->tok), bos = dt_tokenizer_bos(p->tok);
     int32_t sep = eot >= 0 ? eot : '\n';
+    uint64_t extra = 1 + (bos >= 0);
     size_t every = p->val_fraction > 0 ? (size_t)llround(1.0 / p->val_fraction) : 0;
     uint64_t ntrain = 0, nval = 0;
     for (size_t d = 0; d < ndocs; d++) {
         int is_val = every > 0 && d % every == every - 1;
-        *(is_val ? &nval : &ntrain) += nids[d] + 1;
+        *(is_val ? &nval : &ntrain) += nids[d] + extra;
     }
     train = malloc((ntrain + 1) * sizeof *train);
     val = malloc((nval + 1) * sizeof *val);
@@ -231,6 +233,7 @@ dt_status dt_prepare(dt_ctx *ctx, const dt_prepare_cfg *p, dt_prepare_stats *out
         int is_val = every > 0 && d % every == every - 1;
         int32_t *dst = is_val ? val : train;
         uint64_t *n = is_val ? &nval : &ntrain;
+        if (bos >= 0) dst[(*n)++] = bos;
         memcpy(dst + *n, ids[d], nids[d] * sizeof *dst);
         *n += nids[d];
         dst[(*n)++] = sep;

@@ -1,6 +1,7 @@
 /* prepare.h - text to token shards (`dtrain prepare`): read text files or stdin, split into
  * documents, tokenize on all cores, send every k-th document to a validation set, write
- * llm.c shards (version 1 = uint16 tokens when the vocabulary fits, else 7 = uint32).
+ * llm.c shards (version 1 = uint16 tokens when the vocabulary fits, else 7 = uint32). Each
+ * document is [bos] ids eot: bos when the tokenizer has one, eot its end-of-text id or '\n'.
  *
  *   dt_prepare_cfg p = {.tok = tok, .inputs = files, .n_inputs = n, .doc_sep = "%",
  *                       .val_fraction = 0.05, .shard_tokens = 100000000, .out_prefix = "data/x"};

@@ -1,5 +1,5 @@
-/* tokenizer.c - the dt_tokenizer handle: the byte tokenizer, and the GPT-2 BPE of bpe.c with
- * its parallel driver. */
+/* tokenizer.c - the dt_tokenizer handle: the byte tokenizer, the GPT-2 BPE of bpe.c and the
+ * tokenizer.json models of hftok.c, with their parallel driver. */
 #include "data/tokenizer.h"
 
 #include <omp.h>
@@ -7,10 +7,12 @@
 #include <string.h>
 
 #include "data/bpe.h"
+#include "data/hftok.h"
 
 struct dt_tokenizer {
     const char *name;
-    dt_bpe *bpe; /* NULL: the byte tokenizer */
+    dt_bpe *bpe;  /* the vocabulary (GPT-2's, or hf's tables); NULL: the byte tokenizer */
+    dt_hftok *hf; /* a tokenizer.json model, or NULL */
 };
 
 /* Fewer bytes than this per thread do not pay for starting it. */
@@ -41,15 +43,52 @@ dt_status dt_tokenizer_open_gpt2(dt_ctx *ctx, const char *encoder_json, const ch
     return DT_OK;
 }
 
+dt_status dt_tokenizer_open_hf(dt_ctx *ctx, const char *tokenizer_json, dt_tokenizer **out) {
+    dt_hftok *h;
+    *out = NULL;
+    DT_CHECK(dt_hftok_load(ctx, tokenizer_json, &h));
+    dt_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        dt_hftok_free(h);
+        return dt_fail(ctx, DT_ERR_NOMEM, "tokenizer: out of memory");
+    }
+    t->name = "hf";
+    t->hf = h;
+    t->bpe = h->bpe;
+    *out = t;
+    return DT_OK;
+}
+
 void dt_tokenizer_free(dt_tokenizer *t) {
     if (!t) return;
-    dt_bpe_free(t->bpe);
+    if (t->hf) dt_hftok_free(t->hf);
+    else dt_bpe_free(t->bpe);
     free(t);
 }
 
 const char *dt_tokenizer_name(const dt_tokenizer *t) { return t->name; }
 int dt_tokenizer_vocab(const dt_tokenizer *t) { return t->bpe ? dt_bpe_vocab(t->bpe) : 256; }
 int dt_tokenizer_eot(const dt_tokenizer *t) { return t->bpe ? dt_bpe_eot(t->bpe) : -1; }
+int dt_tokenizer_bos(const dt_tokenizer *t) { return t->hf ? t->hf->bos : -1; }
+
+const char *dt_tokenizer_kind(const dt_tokenizer *t) {
+    if (!t->hf) return t->name;
+    return t->hf->kind == DT_HF_SENTENCEPIECE ? "sentencepiece BPE"
+         : t->hf->pre == DT_HF_PRE_LLAMA3      ? "byte-level BPE, Llama 3 pattern"
+                                               : "byte-level BPE, GPT-2 pattern";
+}
+
+/* Encodes one chunk of the text (at_start: it starts the text). 0, or -1 when out of memory. */
+static int encode_chunk(const dt_tokenizer *t, dt_bpe_state *st, const char *s, size_t n, int at_start,
+                        dt_ids *out) {
+    return t->hf ? dt_hftok_encode(t->hf, st, s, n, at_start, out)
+                 : dt_bpe_encode(st, (const uint8_t *)s, n, out);
+}
+
+static size_t next_split(const dt_tokenizer *t, const char *s, size_t n, size_t from) {
+    return t->hf ? dt_hftok_next_split(t->hf, s, n, from)
+                 : dt_bpe_next_split((const uint8_t *)s, n, from);
+}
 
 static dt_status encode_bytes(dt_ctx *ctx, const char *text, size_t len, int32_t **ids,
                               size_t *n) {
@@ -75,7 +114,7 @@ dt_status dt_tokenizer_encode(dt_ctx *ctx, const dt_tokenizer *t, const char *te
     if (!t->bpe) return encode_bytes(ctx, text, len, ids, n);
     dt_bpe_state *st = dt_bpe_state_new(t->bpe);
     dt_ids d = {0};
-    if (!st || dt_bpe_encode(st, (const uint8_t *)text, len, &d) != 0) {
+    if (!st || encode_chunk(t, st, text, len, 1, &d) != 0) {
         dt_bpe_state_free(st);
         free(d.v);
         return dt_fail(ctx, DT_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
@@ -87,7 +126,6 @@ dt_status dt_tokenizer_encode(dt_ctx *ctx, const dt_tokenizer *t, const char *te
 
 dt_status dt_tokenizer_encode_parallel(dt_ctx *ctx, const dt_tokenizer *t, const char *text,
                                        size_t len, int nthreads, int32_t **ids, size_t *n) {
-    const uint8_t *s = (const uint8_t *)text;
     if (nthreads <= 0) nthreads = omp_get_max_threads();
     size_t want = len / DT_TOK_MIN_CHUNK;
     if (want > (size_t)nthreads * DT_TOK_CHUNKS_PER_THREAD)
@@ -111,7 +149,7 @@ dt_status dt_tokenizer_encode_parallel(dt_ctx *ctx, const dt_tokenizer *t, const
     cut[0] = 0;
     for (size_t k = 1; k < want; k++) {
         size_t target = k * (len / want);
-        size_t p = dt_bpe_next_split(s, len, target > cut[nc] ? target : cut[nc] + 1);
+        size_t p = next_split(t, text, len, target > cut[nc] ? target : cut[nc] + 1);
         if (p >= len) break;
         cut[++nc] = p;
     }
@@ -120,13 +158,15 @@ dt_status dt_tokenizer_encode_parallel(dt_ctx *ctx, const dt_tokenizer *t, const
         st = dt_tokenizer_encode(ctx, t, text, len, ids, n);
         goto done;
     }
-    for (size_t k = 0; k < nc; k++) part[k] = (dt_ids){v + cut[k], 0, cut[k + 1] - cut[k]};
+    /* hf: a chunk may give more ids than bytes ("▁" before a one-byte text), so its ids grow
+     * in their own arrays. */
+    for (size_t k = 0; k < nc && !t->hf; k++) part[k] = (dt_ids){v + cut[k], 0, cut[k + 1] - cut[k]};
 #pragma omp parallel num_threads(nthreads)
     {
         dt_bpe_state *bs = dt_bpe_state_new(t->bpe); /* its own cache: no locking */
 #pragma omp for schedule(dynamic, 1)
         for (long k = 0; k < (long)nc; k++)
-            bad[k] = !bs || dt_bpe_encode(bs, s + cut[k], cut[k + 1] - cut[k], &part[k]) != 0;
+            bad[k] = !bs || encode_chunk(t, bs, text + cut[k], cut[k + 1] - cut[k], k == 0, &part[k]) != 0;
         dt_bpe_state_free(bs);
     }
     /* Close the gaps, in order: chunk k's destination ends before chunk k+1's ids start. */
@@ -136,6 +176,18 @@ dt_status dt_tokenizer_encode_parallel(dt_ctx *ctx, const dt_tokenizer *t, const
             st = dt_fail(ctx, DT_ERR_NOMEM, "tokenizer: out of memory encoding %zu bytes", len);
             goto done;
         }
+        total += part[k].n;
+    }
+    if (t->hf && total > len) {
+        int32_t *w = realloc(v, total * sizeof *v);
+        if (!w) {
+            st = dt_fail(ctx, DT_ERR_NOMEM, "tokenizer: out of memory for %zu ids", total);
+            goto done;
+        }
+        v = w;
+    }
+    total = 0;
+    for (size_t k = 0; k < nc; k++) {
         memmove(v + total, part[k].v, part[k].n * sizeof *v);
         total += part[k].n;
     }
@@ -144,14 +196,15 @@ dt_status dt_tokenizer_encode_parallel(dt_ctx *ctx, const dt_tokenizer *t, const
     v = NULL;
 done:
     free(v);
+    for (size_t k = 0; t->hf && part && k < want; k++) free(part[k].v);
     free(part);
     free(bad);
     free(cut);
     return st;
 }
 
-dt_status dt_tokenizer_decode(dt_ctx *ctx, const dt_tokenizer *t, const int32_t *ids, size_t n,
-                              char **text, size_t *len) {
+static dt_status decode(dt_ctx *ctx, const dt_tokenizer *t, const int32_t *ids, size_t n, int at_start,
+                        char **text, size_t *len) {
     int vocab = dt_tokenizer_vocab(t);
     size_t total = 0, tl;
     *text = NULL;
@@ -165,6 +218,13 @@ dt_status dt_tokenizer_decode(dt_ctx *ctx, const dt_tokenizer *t, const int32_t 
     }
     char *out = malloc(total + 1);
     if (!out) return dt_fail(ctx, DT_ERR_NOMEM, "tokenizer: out of memory for %zu bytes", total);
+    if (t->hf) {
+        total = dt_hftok_decode(t->hf, ids, n, at_start, out);
+        out[total] = 0;
+        *text = out;
+        *len = total;
+        return DT_OK;
+    }
     char *w = out;
     for (size_t i = 0; i < n; i++) {
         if (!t->bpe) {
@@ -179,4 +239,14 @@ dt_status dt_tokenizer_decode(dt_ctx *ctx, const dt_tokenizer *t, const int32_t 
     *text = out;
     *len = total;
     return DT_OK;
+}
+
+dt_status dt_tokenizer_decode(dt_ctx *ctx, const dt_tokenizer *t, const int32_t *ids, size_t n,
+                              char **text, size_t *len) {
+    return decode(ctx, t, ids, n, 1, text, len);
+}
+
+dt_status dt_tokenizer_decode_more(dt_ctx *ctx, const dt_tokenizer *t, const int32_t *ids, size_t n,
+                                   char **text, size_t *len) {
+    return decode(ctx, t, ids, n, 0, text, len);
 }

@@ -48,7 +48,7 @@ static const key_def keys[] = {
     STR("data.val", data_val, "validation tokens: shard file, glob or comma list ('' = none)"),
     ENUM("data.format", data_format, "auto|llmc|raw16|idx", "shard format (auto: llm.c header if present; idx: IDX images + labels)"),
     NUM("data.shuffle", K_BOOL, data_shuffle, "shuffle samples each epoch (seeded)"),
-    ENUM("data.tokenizer", tokenizer, "byte|gpt2", "tokenizer the data was prepared with (recorded in checkpoints)"),
+    ENUM("data.tokenizer", tokenizer, "byte|gpt2|hf", "tokenizer the data was prepared with (recorded in checkpoints)"),
     NUM("training.micro_batch", K_INT, train.micro_batch, "sequences per micro-step (per rank)"),
     NUM("training.seq_len", K_INT, train.seq_len, "tokens per sequence (<= model.context)"),
     NUM("training.grad_accum", K_INT, train.accum, "micro-steps per optimizer step"),

@@ -22,7 +22,7 @@ typedef struct dt_run_cfg {
     char data_train[DT_PATH_MAX], data_val[DT_PATH_MAX];
     char data_format[16]; /* auto | llmc | raw16 */
     int data_shuffle;
-    char tokenizer[16];   /* byte | gpt2: recorded in checkpoints so `sample` decodes right */
+    char tokenizer[16];   /* byte | gpt2 | hf: recorded in checkpoints so `sample` decodes right */
     char ledger[DT_PATH_MAX]; /* test aid: per-rank ledger of consumed sample ids */
     char init_from[DT_PATH_MAX]; /* initial weights (model file, checkpoint, llm.c .bin) */
     /* training */
