@@ -33,6 +33,13 @@
  * locally, and ZeRO-3 stays bitwise equal to DDP. The embedding lookup reads its chunks in
  * fp32 (DT_NEED_F32): those gathers stay fp32. Full-parameter paths (checkpoints, export,
  * set_params) are fp32.
+ * Top-K compression (parallel.compression: topk; topk.h) replaces each bucket's ordered
+ * all-reduce by an all-gather of every rank's largest ratio x n (index, value) pairs, values in
+ * grad_dtype (bf16: the same rounding rule as above), summed by every rank in rank order, with
+ * error feedback: a per-rank residual of Psi floats (what was not sent) is added to the next
+ * step's gradient, and goes into checkpoints (dt_parallel_residual). DDP and ZeRO-1 only (they
+ * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. One rank sends nothing and
+ * keeps no residual.
  *
  *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
  *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
@@ -66,8 +73,11 @@ typedef struct dt_parallel_cfg {
     int allreduce;       /* DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER (comm.h dt_comm_set_hierarchical) */
     char comm_model[1024]; /* parallel.comm_model: a `bench comm --fit` file whose predictions the
                               communicator sums (comm.h dt_comm_set_model); "" = none */
+    int compression;     /* DT_COMPRESS_NONE, or DT_COMPRESS_TOPK (DDP and ZeRO-1 only; below) */
+    double topk_ratio;   /* parallel.compression_ratio: the part of each block sent, (0, 1] */
 } dt_parallel_cfg;
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
+enum { DT_COMPRESS_NONE, DT_COMPRESS_TOPK };
 
 typedef struct dt_parallel dt_parallel;
 
@@ -138,6 +148,15 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
  * slabs are not included (see dt_trainer_mem_plan). docs/ARCHITECTURE.md gives the formula. */
 void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
                       size_t bytes[DT_MEM_NKINDS]);
+
+/* Top-K's residual on this rank (*n floats; *res NULL and *n 0 when there is none: no
+ * compression, or one rank). Checkpoints save and restore it (the buffer is written in place). */
+void dt_parallel_residual(dt_parallel *p, float **res, size_t *n);
+/* After a step's reduction: factor 0 clears the residual (a skipped, non-finite step: its
+ * gradients are dropped, and an Inf must not be carried on); any other factor multiplies it
+ * (the loss scale changed by that factor: the residual is in the scaled units of the gradients
+ * it is added to). No-op without a residual or for factor 1. */
+void dt_parallel_residual_adjust(dt_parallel *p, float factor);
 
 /* Number of parameters whose optimizer state this rank holds. */
 void dt_parallel_shard(const dt_parallel *p, size_t *count);

@@ -64,6 +64,8 @@ typedef struct dt_run_cfg {
     int overlap;
     char grad_dtype[8];        /* parallel.grad_dtype: fp32 | bf16 (what gradients travel as) */
     char allreduce[16];        /* parallel.allreduce: auto | flat | hierarchical */
+    char compression[8];       /* parallel.compression: none | topk */
+    float compression_ratio;   /* parallel.compression_ratio: part of each block Top-K sends */
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
