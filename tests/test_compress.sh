@@ -88,6 +88,11 @@ ok = f(t1) < t1[0]["loss"] - 0.5 and f(z1) < z1[0]["loss"] - 0.5 and abs(f(t10) 
 sys.exit(0 if ok else 1)
 PY
 ); then pass "Top-K trains: $out"; else fail "Top-K training: $out"; fi
+# The memory plan counts the residual and the message buffers: it equals the allocator.
+for r in ref refz1; do
+  grep -Eq "memory high-water: allocator=([0-9]+) plan=\1 " $r.log && pass "$r: plan == allocator ($(grep -o 'allocator=[0-9]* plan=[0-9]*' $r.log | head -1))" \
+    || fail "$r: plan != allocator: $(grep -o 'memory high-water.*' $r.log | head -1)"
+done
 # The residual is in every rank's optimizer file, and is not nothing.
 if out=$(/usr/bin/python3 - ref/ck/step-00000050 <<'PY'
 import glob, json, struct, sys, numpy as np
