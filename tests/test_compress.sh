@@ -5,6 +5,7 @@
 #    give bitwise the losses and weights of uncompressed DDP (fp32 values);
 #  - Top-K 1% compresses (weights differ from DDP's), is deterministic (two runs bitwise), and
 #    learns (DDP and ZeRO-1: the loss falls by > 0.5 in 50 steps); 10% ends within 5% of DDP;
+#  - parallel.compression_warmup=20: the first 20 steps are DDP's bit for bit, then Top-K;
 #  - resume: stop at step 25 + resume, and rank 0 killed (-9) mid-save + restart by the
 #    supervisor, both bitwise the uninterrupted Top-K run (losses, weights, every optimizer
 #    file, which holds each rank's residual, non-zero); resuming on 3 ranks warns that the
@@ -88,6 +89,19 @@ ok = f(t1) < t1[0]["loss"] - 0.5 and f(z1) < z1[0]["loss"] - 0.5 and abs(f(t10) 
 sys.exit(0 if ok else 1)
 PY
 ); then pass "Top-K trains: $out"; else fail "Top-K training: $out"; fi
+# parallel.compression_warmup=20: steps 1-20 are reduced uncompressed, so the losses of steps
+# 1-21 (21's is computed before its reduction) are DDP's, bit for bit; from step 22 on they differ.
+run wu 2 -- train "${common[@]}" "${topk[@]}" --set parallel.compression_warmup=20 || fail "warm-up: $(tail -3 wu.log)"
+if out=$(/usr/bin/python3 - wu/m.jsonl ddp2/m.jsonl <<'PY'
+import json, sys
+L = lambda p: {r["step"]: r["loss"] for r in (json.loads(l) for l in open(p)) if "loss" in r and r.get("type") != "eval"}
+a, b = L(sys.argv[1]), L(sys.argv[2])
+same = [s for s in sorted(a) if a[s] == b[s]]
+print("steps with DDP's loss bit for bit: %s..%s (%d), final loss %.4f (DDP %.4f)" % (same[0], same[-1], len(same), a[50], b[50]))
+sys.exit(0 if same == list(range(1, 22)) else 1)
+PY
+); then pass "compression warm-up: $out"; else fail "compression warm-up: $out"; fi
+grep -Eq "memory high-water: allocator=([0-9]+) plan=\1 " wu.log || fail "warm-up: plan != allocator: $(grep -o 'memory high-water.*' wu.log)"
 # The memory plan counts the residual and the message buffers: it equals the allocator.
 for r in ref refz1; do
   grep -Eq "memory high-water: allocator=([0-9]+) plan=\1 " $r.log && pass "$r: plan == allocator ($(grep -o 'allocator=[0-9]* plan=[0-9]*' $r.log | head -1))" \

@@ -39,7 +39,7 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     if (p->world == 1) return DT_OK;
     double t0 = dt_now();
     int bf16 = p->cfg.grad_dtype == DT_BF16;
-    if (p->res) {
+    if (p->res && p->topk_on) {
         /* Top-K (topk.h): my message of this bucket, every rank's gathered, summed in rank
          * order by every rank into the whole bucket (ZeRO-1 then reads its part of it). */
         int W = p->world;
@@ -158,7 +158,7 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     launch_ready(p, 0); /* everything the hooks did not launch (all of it without overlap) */
     dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
     p->next = 0;
-    if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1 && !p->res) {
+    if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1 && !(p->res && p->topk_on)) {
         /* Hybrid ZeRO-1: the replicas of my node-shard each reduced a sub-chunk of it. The
          * bf16 sums are gathered as bf16 (re-rounding my widened sub-chunk is exact). */
         for (int u = 0; u < p->U; u++) {

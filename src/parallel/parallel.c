@@ -143,14 +143,17 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
     if (cfg->compression == DT_COMPRESS_TOPK && cfg->strategy <= DT_STRAT_ZERO1) {
         /* Top-K (topk.h) replaces the ordered reductions of DDP/ZeRO-1: a residual over the
          * slab and room for every rank's message of the largest bucket (the message grows
-         * with the bucket), nothing else. */
-        z->esize = sizeof(float);
-        z->bk = 0;
+         * with the bucket); without dense warm-up steps nothing else. */
         if (world > 1) {
             z->res = ps->n_params;
             z->msg = W * dt_topk_words(z->bucket, cfg->topk_ratio, cfg->grad_dtype == DT_BF16 ? DT_BF16 : DT_F32);
         }
-        return;
+        if (cfg->topk_warmup == 0) {
+            z->esize = sizeof(float);
+            z->bk = 0;
+            return;
+        }
+        /* the dense warm-up steps: the buffers of the ordered reductions too */
     }
     if (cfg->grad_dtype != DT_BF16) {
         z->red = red;
@@ -211,7 +214,7 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
     dt_status st = dt_par_run_task(&c, p, t);
     if (t->kind == DT_TASK_BUCKET)
         dt_trace_end(tt, "comm", "bucket %d %s", t->a,
-                     p->res                             ? "top-k all-gather"
+                     p->res && p->topk_on               ? "top-k all-gather"
                      : p->cfg.strategy == DT_STRAT_DDP ? "all-reduce"
                                                         : "reduce-scatter");
     else
@@ -568,6 +571,11 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
     }
     dt_par_params_stale(p);
     return DT_OK;
+}
+
+void dt_parallel_set_compression(dt_parallel *p, int on) {
+    dt_par_wait(p, p->queued - 1);
+    p->topk_on = on;
 }
 
 void dt_parallel_residual(dt_parallel *p, float **res, size_t *n) {

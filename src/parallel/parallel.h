@@ -75,6 +75,8 @@ typedef struct dt_parallel_cfg {
                               communicator sums (comm.h dt_comm_set_model); "" = none */
     int compression;     /* DT_COMPRESS_NONE, or DT_COMPRESS_TOPK (DDP and ZeRO-1 only; below) */
     double topk_ratio;   /* parallel.compression_ratio: the part of each block sent, (0, 1] */
+    long topk_warmup;    /* parallel.compression_warmup: steps reduced densely first (the trainer
+                            switches Top-K on after them: dt_parallel_set_compression) */
 } dt_parallel_cfg;
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
 enum { DT_COMPRESS_NONE, DT_COMPRESS_TOPK };
@@ -149,6 +151,9 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
 void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
                       size_t bytes[DT_MEM_NKINDS]);
 
+/* Top-K on (1) or off (0: the dense ordered reductions, bitwise Top-K at ratio 1; the residual
+ * is kept) from the next step on; call between steps. Off until called. */
+void dt_parallel_set_compression(dt_parallel *p, int on);
 /* Top-K's residual on this rank (*n floats; *res NULL and *n 0 when there is none: no
  * compression, or one rank). Checkpoints save and restore it (the buffer is written in place). */
 void dt_parallel_residual(dt_parallel *p, float **res, size_t *n);

@@ -85,6 +85,7 @@ struct dt_parallel {
     /* bf16 gradients (cfg.grad_dtype): the same roles in bf16 (z.esize = 2), and the staging
      * of the bf16 collectives (z.lp values) in place of red_scratch / rs_scratch */
     uint16_t *lp, *bk16, *rs16, *ns16;
+    int topk_on;            /* Top-K this step (dt_parallel_set_compression) */
     float *res;             /* Top-K: this rank's residual over the gradient slab (z.res floats) */
     uint16_t *msg;          /* Top-K: the all-gathered messages of one bucket (z.msg words) */
     size_t *part_cnt;       /* [2 x world] counts and offsets of one collective's parts

@@ -106,6 +106,7 @@ static const key_def keys[] = {
     ENUM("parallel.grad_dtype", grad_dtype, "fp32|bf16", "what gradient reductions send: bf16 halves the bytes (each rank's contribution rounded to bf16, summed in fp32 in rank order by its owner, the sum rounded to bf16: every strategy gives the same bits; accumulation, optimizer and weights stay fp32; one rank sends and rounds nothing)"),
     ENUM("parallel.compression", compression, "none|topk", "topk: each bucket sends only its largest parallel.compression_ratio of elements (per block of 65536) as (index, value) pairs, values in parallel.grad_dtype, all-gathered and summed in rank order; what was not sent is kept per rank (error feedback, saved in checkpoints) and added to the next step's gradients; ddp and zero1 only"),
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
+    NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
@@ -376,6 +377,9 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.shm = c->shm;
     t->parallel.compression = !strcmp(c->compression, "topk") ? DT_COMPRESS_TOPK : DT_COMPRESS_NONE;
     t->parallel.topk_ratio = c->compression_ratio;
+    t->parallel.topk_warmup = c->compression_warmup;
+    if (c->compression_warmup < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_warmup must be >= 0 (got %ld)", c->compression_warmup);
     if (!(c->compression_ratio > 0 && c->compression_ratio <= 1))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_ratio must be in (0, 1] (got %g)",
                        (double)c->compression_ratio);
