@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Gradient compression in training (parallel.compression: topk, parallel/topk.h), 2-3 ranks
 # under mpiexec / dtrain launch, tiny model:
-#  - compression_ratio 1 sends every element: DDP at 2 ranks and ZeRO-1 at 3 (uneven shards)
-#    give bitwise the losses and weights of uncompressed DDP (fp32 values);
+#  - compression_ratio 1 sends every element: DDP at 2 ranks, ZeRO-1 at 3 (uneven shards) and
+#    hybrid ZeRO-1 on 2 simulated nodes x 2 give bitwise the losses and weights of uncompressed
+#    DDP (fp32 values);
 #  - Top-K 1% compresses (weights differ from DDP's), is deterministic (two runs bitwise), and
 #    learns (DDP and ZeRO-1: the loss falls by > 0.5 in 50 steps); 10% ends within 5% of DDP;
 #  - parallel.compression_warmup=20: the first 20 steps are DDP's bit for bit, then Top-K;
@@ -66,6 +67,14 @@ check "compression_ratio=1: DDP 2 ranks == uncompressed DDP (bitwise)" all2 ddp2
 run all3z1 3 -- train "${common[@]}" --set parallel.strategy=zero1 --set parallel.compression=topk \
   --set parallel.compression_ratio=1 || fail "topk ratio 1 zero1: $(tail -3 all3z1.log)"
 check "compression_ratio=1: ZeRO-1 3 ranks == uncompressed DDP x3 (bitwise)" all3z1 ddp3 0
+# Hybrid ZeRO-1 on 2 simulated nodes x 2 (small buckets): every rank sums whole buckets, so the
+# cross-node gather of the shards is skipped; still DDP x4's bits.
+run ddp4 4 -- train "${common[@]}" --set training.batch=16 || fail "DDP x4: $(tail -3 ddp4.log)"
+run all4h 4 --simulate-nodes 2 -- train "${common[@]}" --set training.batch=16 --set parallel.strategy=zero1 --set parallel.hybrid=true \
+  --set parallel.bucket_mb=0.05 --set parallel.compression=topk --set parallel.compression_ratio=1 \
+  || fail "topk ratio 1 hybrid zero1: $(tail -3 all4h.log)"
+grep -q "4 rank(s) on 2 node(s)" all4h.log || fail "hybrid run not on 2 nodes: $(grep 'rank(s) on' all4h.log)"
+check "compression_ratio=1: hybrid ZeRO-1 2 nodes x 2 == uncompressed DDP x4 (bitwise)" all4h ddp4 0
 
 run ref 2 -- train "${common[@]}" "${topk[@]}" || fail "topk 1%: $(tail -3 ref.log)"
 run ref_again 2 -- train "${common[@]}" "${topk[@]}" || fail "topk 1% again: $(tail -3 ref_again.log)"
