@@ -13,8 +13,10 @@
 #    residual starts empty and trains on;
 #  - a step skipped for a NaN loss (training.nonfinite=skip) clears the residual (the
 #    checkpoint of that step holds none; later ones do again), and the run goes on finite;
-#  - bytes on the wire (dtrain bench, summary.comm_bytes_step, 2 ranks): Top-K 1% sends >= 50x
-#    fewer bytes than uncompressed fp32 DDP, with fp32 values and with bf16 values.
+#  - parallel.grad_dtype=fp16 (casting): DDP == ZeRO-1/2/3 bitwise, losses within 1e-4 of fp32's,
+#    weights neither fp32's nor bf16's;
+#  - bytes on the wire (dtrain bench, summary.comm_bytes_step, 2 ranks): fp16 half of fp32's;
+#    Top-K 1% >= 50x fewer than uncompressed fp32 DDP, with fp32, bf16 and fp16 values.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -75,6 +77,21 @@ run all4h 4 --simulate-nodes 2 -- train "${common[@]}" --set training.batch=16 -
   || fail "topk ratio 1 hybrid zero1: $(tail -3 all4h.log)"
 grep -q "4 rank(s) on 2 node(s)" all4h.log || fail "hybrid run not on 2 nodes: $(grep 'rank(s) on' all4h.log)"
 check "compression_ratio=1: hybrid ZeRO-1 2 nodes x 2 == uncompressed DDP x4 (bitwise)" all4h ddp4 0
+
+# Casting (parallel.grad_dtype: fp16, the 16-bit rule of comm.h in IEEE half): every strategy
+# the same bits (without accumulation: ZeRO-2/3 round every micro-step's reduction), losses
+# near fp32's, not bf16's.
+for s in ddp zero1 zero2 zero3; do
+  run h_$s 2 -- train "${common[@]}" --steps 20 --set training.batch=4 --set parallel.strategy=$s --set parallel.grad_dtype=fp16 \
+    || fail "fp16 $s: $(tail -3 h_$s.log)"
+  [ $s != ddp ] && check "grad_dtype=fp16: $s == DDP (bitwise)" h_$s h_ddp 0
+done
+run h_bf16 2 -- train "${common[@]}" --steps 20 --set training.batch=4 --set parallel.grad_dtype=bf16 || fail "bf16: $(tail -3 h_bf16.log)"
+run h_fp32 2 -- train "${common[@]}" --steps 20 --set training.batch=4 || fail "fp32 20 steps: $(tail -3 h_fp32.log)"
+check "grad_dtype=fp16 vs fp32 (losses)" h_ddp h_fp32 1e-4 losses-only
+grep -q "gradients sent in fp16" h_ddp.log || fail "banner: $(grep 'gradients sent' h_ddp.log)"
+cmp -s h_ddp/w.safetensors h_bf16/w.safetensors && fail "grad_dtype=fp16 gave bf16's weights"
+cmp -s h_ddp/w.safetensors h_fp32/w.safetensors && fail "grad_dtype=fp16 gave fp32's weights: nothing was rounded"
 
 run ref 2 -- train "${common[@]}" "${topk[@]}" || fail "topk 1%: $(tail -3 ref.log)"
 run ref_again 2 -- train "${common[@]}" "${topk[@]}" || fail "topk 1% again: $(tail -3 ref_again.log)"
@@ -180,17 +197,19 @@ PY
 else fail "non-finite step with Top-K: $out; residual non-zero after step 3: '$nz3' (want 0 0), step 6: '$nz6'"; fi
 
 # Bytes on the wire, as dtrain bench counts them.
-for x in none topk topk_bf16; do
-  args=(); [ $x != none ] && args=("${topk[@]}"); [ $x = topk_bf16 ] && args+=(--set parallel.grad_dtype=bf16)
+for x in none fp16 topk topk_bf16 topk_fp16; do
+  args=(); [[ $x == topk* ]] && args=("${topk[@]}")
+  case $x in *bf16) args+=(--set parallel.grad_dtype=bf16) ;; *fp16) args+=(--set parallel.grad_dtype=fp16) ;; esac
   timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${common[@]}" "${args[@]}" --set checkpoint.every=0 --warmup-steps 1 \
     --bench-steps 2 --peak 100 --json "bench_$x.json" >"bench_$x.log" 2>&1 || fail "bench $x: $(tail -2 "bench_$x.log")"
 done
 if out=$(/usr/bin/python3 - <<'PY'
 import json, sys
-b = {x: json.load(open("bench_%s.json" % x))["summary"]["comm_bytes_step"] for x in ("none", "topk", "topk_bf16")}
-print("bytes per step, rank 0: fp32 DDP %d, Top-K 1%% %d (%.1fx), with bf16 values %d (%.1fx)"
-      % (b["none"], b["topk"], b["none"] / b["topk"], b["topk_bf16"], b["none"] / b["topk_bf16"]))
-sys.exit(0 if b["none"] >= 50 * b["topk"] and b["none"] >= 50 * b["topk_bf16"] else 1)
+b = {x: json.load(open("bench_%s.json" % x))["summary"]["comm_bytes_step"] for x in ("none", "fp16", "topk", "topk_bf16", "topk_fp16")}
+print("bytes per step, rank 0: fp32 DDP %d, fp16 %d (%.4f), Top-K 1%% %d (%.1fx), with bf16 values %d (%.1fx), fp16 values %d (%.1fx)"
+      % (b["none"], b["fp16"], b["fp16"] / b["none"], b["topk"], b["none"] / b["topk"], b["topk_bf16"], b["none"] / b["topk_bf16"],
+         b["topk_fp16"], b["none"] / b["topk_fp16"]))
+sys.exit(0 if all(b["none"] >= 50 * b[x] for x in ("topk", "topk_bf16", "topk_fp16")) and abs(b["fp16"] / b["none"] - 0.5) <= 0.005 else 1)
 PY
 ); then pass "Top-K 1% cuts the bytes >= 50x: $out"; else fail "Top-K bytes: $out"; fi
 

@@ -1,5 +1,6 @@
-/* Top-K sparsification with error feedback (parallel/topk.h), as one process and under
- * mpiexec (test_topk_mpi: 3 ranks):
+/* Gradient compression: Top-K sparsification with error feedback (parallel/topk.h) and the
+ * 16-bit casting reductions in fp16 and bf16 (comm.h dt_comm_*_lp), as one process and under
+ * mpiexec (test_topk_mpi: 3 ranks, over shared memory and over MPI):
  *  - block k: ceil(ratio x length), at least 1, at most the length; pairs of odd sizes;
  *  - the chosen positions against a sort by (|x| descending, index ascending), with many tied
  *    magnitudes, signed zeros, blocks of 1 .. 65536 elements; the tie-break spelled out;
@@ -10,7 +11,9 @@
  *    dense ordered all-reduce (fp32) and the dense bf16 one (comm.h's rule);
  *  - ratio < 1 across ranks: bitwise the rank-order sum of each rank's reference choice; sizes
  *    smaller than the rank count; the bytes counted are the all-gather's, (W-1)/W of all
- *    messages, and at 1% they are >= 50x below the dense fp32 all-reduce's at 2+ ranks' rule. */
+ *    messages, and at 1% they are >= 50x below the dense fp32 all-reduce's at 2 ranks;
+ *  - fp16 and bf16 all-reduce and reduce-scatter (uneven owners, an owner of nothing) bitwise
+ *    comm.h's rule, with fp16 subnormal magnitudes; fp16's results are not bf16's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,13 +229,16 @@ static void test_ratio1_is_dense(void **state) {
         assert_int_equal(dt_comm_allreduce_ordered(&X, C, DT_GROUP_WORLD, d, n, scratch), DT_OK);
         if (W > 1)
             for (size_t i = 0; i < n; i++) assert_true(bits(g[i]) == bits(d[i]));
-        /* bf16, nothing owed before: the dense bf16 rule exactly */
-        contrib(g, n, me, 1);
-        memcpy(d, g, n * 4);
-        dt_topk_residual_clear(res, n);
-        topk_reduce(g, res, n, 1.0, DT_BF16);
-        assert_int_equal(dt_comm_allreduce_ordered_bf16(&X, C, DT_GROUP_WORLD, d, n, s16), DT_OK);
-        for (size_t i = 0; i < n; i++) assert_true(bits(g[i]) == bits(d[i]));
+        /* bf16 and fp16, nothing owed before: the dense 16-bit rule exactly */
+        for (int lt = 0; lt < 2; lt++) {
+            dt_dtype t = lt ? DT_F16 : DT_BF16;
+            contrib(g, n, me, 1);
+            memcpy(d, g, n * 4);
+            dt_topk_residual_clear(res, n);
+            topk_reduce(g, res, n, 1.0, t);
+            assert_int_equal(dt_comm_allreduce_ordered_lp(&X, C, DT_GROUP_WORLD, t, d, n, s16), DT_OK);
+            for (size_t i = 0; i < n; i++) assert_true(bits(g[i]) == bits(d[i]));
+        }
         free(g), free(d), free(res), free(scratch), free(s16);
     }
 }
@@ -267,6 +273,56 @@ static void test_sparse_across_ranks(void **state) {
     }
 }
 
+/* The 16-bit reductions with t = DT_F16 (parallel.grad_dtype: fp16) and DT_BF16, against comm.h's
+ * rule computed here: t(sum in rank order of w(t(x_r))); an uneven owner map for the
+ * reduce-scatter (rank r owns r + 2 elements, some owning none when W > 3); magnitudes that fp16
+ * rounds differently from bf16, and below fp16's normal range. */
+static void test_lp_reductions(void **state) {
+    (void)state;
+    int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
+    const size_t n = 3001;
+    for (int lt = 0; lt < 2; lt++) {
+        dt_dtype t = lt ? DT_F16 : DT_BF16;
+        float *x = tu_malloc(n * 4), *want = tu_malloc(n * 4), *y = tu_malloc(n * 4), *w = tu_malloc(n * 4);
+        uint16_t *h = tu_malloc(n * 2), *s16 = tu_malloc((DT_COMM_AR_BF16_SCRATCH(n, W) + n * (size_t)W) * 2);
+        for (size_t i = 0; i < n; i++) want[i] = -0.0f;
+        for (int r = 0; r < W; r++) {
+            contrib(y, n, r, 11);
+            for (size_t i = 0; i < n; i++) y[i] *= i % 3 == 0 ? 1e-6f : 3.0f; /* fp16 subnormals too */
+            dt_to_lowp(t, h, y, n);
+            dt_from_lowp(t, w, h, n);
+            for (size_t i = 0; i < n; i++) want[i] += w[i];
+            if (r == me) memcpy(x, y, n * 4);
+        }
+        dt_to_lowp(t, h, want, n);
+        dt_from_lowp(t, want, h, n);
+        float *ar = tu_malloc(n * 4);
+        memcpy(ar, x, n * 4);
+        assert_int_equal(dt_comm_allreduce_ordered_lp(&X, C, DT_GROUP_WORLD, t, ar, n, s16), DT_OK);
+        for (size_t i = 0; i < n; i++) assert_true(bits(ar[i]) == bits(want[i]));
+        size_t cnt[16], dis[16], off = 0;
+        for (int r = 0; r < W; r++) {
+            cnt[r] = r == 3 ? 0 : (size_t)r + 2;
+            dis[r] = off;
+            off += cnt[r];
+        }
+        uint16_t *out = tu_malloc((cnt[me] + 1) * 2);
+        assert_int_equal(dt_comm_reduce_scatter_ordered_lp(&X, C, DT_GROUP_WORLD, t, x, cnt, dis, out, s16), DT_OK);
+        dt_from_lowp(t, w, out, cnt[me]);
+        for (size_t i = 0; i < cnt[me]; i++) assert_true(bits(w[i]) == bits(want[dis[me] + i]));
+        if (t == DT_F16 && W > 1) { /* fp16 is not bf16: its 3 more mantissa bits show */
+            float *b = tu_malloc(n * 4);
+            memcpy(b, x, n * 4);
+            assert_int_equal(dt_comm_allreduce_ordered_lp(&X, C, DT_GROUP_WORLD, DT_BF16, b, n, s16), DT_OK);
+            size_t differ = 0;
+            for (size_t i = 0; i < n; i++) differ += bits(b[i]) != bits(ar[i]);
+            assert_true(differ > n / 2);
+            free(b);
+        }
+        free(x), free(want), free(y), free(w), free(h), free(s16), free(ar), free(out);
+    }
+}
+
 /* The wire at 1%: dense fp32 all-reduce counts 2(W-1)/W x 4 bytes an element (comm.h), Top-K
  * (W-1) messages of 6 (fp32) or 4 (bf16) bytes a pair: at 2 ranks >= 50x fewer bytes. */
 static void test_bytes_at_one_percent(void **state) {
@@ -297,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_ratio1_sends_everything),
         cmocka_unit_test(test_ratio1_is_dense),
         cmocka_unit_test(test_sparse_across_ranks),
+        cmocka_unit_test(test_lp_reductions),
         cmocka_unit_test(test_bytes_at_one_percent),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,19 +38,19 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     }
     if (p->world == 1) return DT_OK;
     double t0 = dt_now();
-    int bf16 = p->cfg.grad_dtype == DT_BF16;
+    const dt_dtype lt = p->cfg.grad_dtype; /* DT_F32, or the 16-bit type gradients travel in */
     if (p->res && p->topk_on) {
         /* Top-K (topk.h): my message of this bucket, every rank's gathered, summed in rank
          * order by every rank into the whole bucket (ZeRO-1 then reads its part of it). */
         int W = p->world;
-        dt_dtype vt = bf16 ? DT_BF16 : DT_F32;
+        dt_dtype vt = lt;
         size_t words = dt_topk_words(n, p->cfg.topk_ratio, vt), *cnt = p->part_cnt, *dis = p->part_cnt + W;
         for (int w = 0; w < W; w++) cnt[w] = words, dis[w] = (size_t)w * words;
         dt_topk_encode(g, p->res + p->b[i].lo, n, p->cfg.topk_ratio, vt, p->msg + dis[p->rank]);
         DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_WORLD, p->msg, cnt, dis));
         dt_topk_sum(g, n, p->cfg.topk_ratio, vt, p->msg, W);
     } else if (p->cfg.strategy == DT_STRAT_DDP) {
-        if (bf16) DT_CHECK(dt_comm_allreduce_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, g, n, p->lp));
+        if (lt != DT_F32) DT_CHECK(dt_comm_allreduce_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, g, n, p->lp));
         else DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
     } else {
         /* ZeRO-1: each rank needs only its own part summed (reduce-scatter, not all-reduce):
@@ -65,9 +65,9 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
             cnt[w] = a < z ? z - a : 0;
             dis[w] = a < z ? a - blo : 0;
         }
-        if (bf16) {
-            DT_CHECK(dt_comm_reduce_scatter_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk16, p->lp));
-            dt_bf16_to_f32(g + dis[p->rank], p->bk16, cnt[p->rank]);
+        if (lt != DT_F32) {
+            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, g, cnt, dis, p->bk16, p->lp));
+            dt_from_lowp(lt, g + dis[p->rank], p->bk16, cnt[p->rank]);
         } else {
             DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk_out,
                                                     p->red_scratch));
@@ -164,10 +164,10 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
         for (int u = 0; u < p->U; u++) {
             float *ns = p->acc + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
             const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
-            if (p->cfg.grad_dtype == DT_BF16) {
-                dt_f32_to_bf16(p->lp + so[p->k], ns + so[p->k], sc[p->k]);
+            if (p->cfg.grad_dtype != DT_F32) {
+                dt_to_lowp(p->cfg.grad_dtype, p->lp + so[p->k], ns + so[p->k], sc[p->k]);
                 DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->lp, sc, so));
-                dt_bf16_to_f32(ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
+                dt_from_lowp(p->cfg.grad_dtype, ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
             } else {
                 DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, sc, so));
             }

@@ -146,7 +146,7 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
          * with the bucket); without dense warm-up steps nothing else. */
         if (world > 1) {
             z->res = ps->n_params;
-            z->msg = W * dt_topk_words(z->bucket, cfg->topk_ratio, cfg->grad_dtype == DT_BF16 ? DT_BF16 : DT_F32);
+            z->msg = W * dt_topk_words(z->bucket, cfg->topk_ratio, cfg->grad_dtype);
         }
         if (cfg->topk_warmup == 0) {
             z->esize = sizeof(float);
@@ -155,7 +155,7 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
         }
         /* the dense warm-up steps: the buffers of the ordered reductions too */
     }
-    if (cfg->grad_dtype != DT_BF16) {
+    if (cfg->grad_dtype == DT_F32) {
         z->red = red;
         z->rs_scr = W * z->rs_round;
         z->esize = sizeof(float);
