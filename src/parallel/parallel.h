@@ -13,7 +13,8 @@
  *   hybrid (HYBRID_SHARD)         any ZeRO stage sharded inside a node, replicated across.
  * Every reduction sums in rank order: all strategies give bitwise the same result as DDP,
  * and as one rank with world x accum micro-steps, when accum = 1 (see docs/ARCHITECTURE.md).
- * grad_dtype DT_BF16 (parallel.grad_dtype: bf16) halves the gradient bytes: every gradient
+ * grad_dtype DT_BF16 (parallel.grad_dtype: bf16; DT_F16, fp16, alike with IEEE half's rounding)
+ * halves the gradient bytes: every gradient
  * collective follows comm.h's bf16 rule (each rank's contribution rounded to bf16, the owner
  * sums in f32 in rank order and rounds the sum once; DDP's all-gather of the reduced parts
  * carries those bf16 sums), so every element of the averaged gradient is
