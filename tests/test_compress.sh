@@ -14,7 +14,7 @@
 #  - a step skipped for a NaN loss (training.nonfinite=skip) clears the residual (the
 #    checkpoint of that step holds none; later ones do again), and the run goes on finite;
 #  - parallel.grad_dtype=fp16 (casting): DDP == ZeRO-1/2/3 bitwise, losses within 1e-4 of fp32's,
-#    weights neither fp32's nor bf16's;
+#    weights neither fp32's nor bf16's; an fp16 overflow (loss scale 2^24) skips the step;
 #  - bytes on the wire (dtrain bench, summary.comm_bytes_step, 2 ranks): fp16 half of fp32's;
 #    Top-K 1% >= 50x fewer than uncompressed fp32 DDP, with fp32, bf16 and fp16 values.
 set -uo pipefail
@@ -92,6 +92,15 @@ check "grad_dtype=fp16 vs fp32 (losses)" h_ddp h_fp32 1e-4 losses-only
 grep -q "gradients sent in fp16" h_ddp.log || fail "banner: $(grep 'gradients sent' h_ddp.log)"
 cmp -s h_ddp/w.safetensors h_bf16/w.safetensors && fail "grad_dtype=fp16 gave bf16's weights"
 cmp -s h_ddp/w.safetensors h_fp32/w.safetensors && fail "grad_dtype=fp16 gave fp32's weights: nothing was rounded"
+# fp16 overflows above 65504: with a static loss scale of 2^24 the fp32 reduction is fine, the
+# fp16 one gives Inf and every step is skipped as an overflow.
+for gd in fp32 fp16; do
+  run ov_$gd 2 -- train "${common[@]}" --steps 4 --set training.loss_scale=16777216 --set parallel.grad_dtype=$gd \
+    || fail "loss scale 2^24, $gd: $(tail -3 ov_$gd.log)"
+done
+n32=$(grep -c '"overflow":true' ov_fp32/m.jsonl) n16=$(grep -c '"overflow":true' ov_fp16/m.jsonl)
+[ "$n32" = 0 ] && [ "$n16" = 4 ] && pass "fp16 gradients overflow at a 2^24 loss scale: 4 of 4 steps skipped (fp32: $n32)" \
+  || fail "fp16 overflow: overflow steps fp32 $n32 (want 0), fp16 $n16 (want 4)"
 
 run ref 2 -- train "${common[@]}" "${topk[@]}" || fail "topk 1%: $(tail -3 ref.log)"
 run ref_again 2 -- train "${common[@]}" "${topk[@]}" || fail "topk 1% again: $(tail -3 ref_again.log)"
