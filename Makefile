@@ -41,6 +41,7 @@ fuzz: deps
 test-long: test
 	@bash tests/long/kill_storm.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/storm
 	@bash tests/long/convergence.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/convergence
+	@bash tests/long/compression.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/compression
 	@bash tests/test_memory.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/memory-long gpt2 llama-100m vit-b16
 
 demo: build

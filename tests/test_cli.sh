@@ -34,7 +34,13 @@ expect_refused "checkpointing interval 0" "memory.activation_checkpointing_every
 expect_refused "negative fused-loss block" "memory.fused_loss_rows" train --set memory.fused_loss_rows=-1
 expect_refused "fused loss not a boolean" "memory.fused_loss" train --set memory.fused_loss=maybe
 expect_refused "negative loss scale" "training.loss_scale" train --set training.loss_scale=-2
-expect_refused "bad gradient dtype" "parallel.grad_dtype" train --set parallel.grad_dtype=fp16
+expect_refused "bad gradient dtype" "parallel.grad_dtype" train --set parallel.grad_dtype=fp8
+expect_refused "unknown compression" "parallel.compression" train --set parallel.compression=zstd
+expect_refused "compression ratio 0" "parallel.compression_ratio must be in (0, 1]" train --set parallel.compression=topk --set parallel.compression_ratio=0
+expect_refused "compression ratio above 1" "parallel.compression_ratio must be in (0, 1]" train --set parallel.compression_ratio=1.5
+expect_refused "negative compression warm-up" "parallel.compression_warmup must be >= 0" train --set parallel.compression_warmup=-1
+expect_refused "Top-K with ZeRO-2" "parallel.compression=topk works with parallel.strategy ddp or zero1 only" train --set parallel.compression=topk --set parallel.strategy=zero2
+expect_refused "Top-K with FULL_SHARD" "parallel.compression=topk works with parallel.strategy ddp or zero1 only (full_shard" train --set parallel.compression=topk --set parallel.strategy=full_shard
 expect_refused "unknown flag" "--frobnicate" train --frobnicate
 expect_refused "unknown preset" "model.preset" train --model gpt5
 expect_refused "warmup beyond decay" "schedule.decay_steps" train --steps 5 --warmup 5

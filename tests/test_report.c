@@ -377,8 +377,8 @@ static void evil_host(cJSON *root) {
                               cJSON_CreateString("<script>alert(1)</script>&\"x\""));
 }
 
-/* The DDP 2-rank run was run in bf16 with selective checkpointing every 2nd layer and bf16
- * gradients. */
+/* The DDP 2-rank run was run in bf16 with selective checkpointing every 2nd layer, bf16
+ * gradients and Top-K 5%. */
 static void e_precision(cJSON *r) {
     cJSON *c = cJSON_GetObjectItem(r, "config");
     cJSON_DeleteItemFromObject(c, "training.precision");
@@ -389,6 +389,10 @@ static void e_precision(cJSON *r) {
     cJSON_AddNumberToObject(c, "memory.activation_checkpointing_every", 2);
     cJSON_DeleteItemFromObject(c, "parallel.grad_dtype");
     cJSON_AddStringToObject(c, "parallel.grad_dtype", "bf16");
+    cJSON_DeleteItemFromObject(c, "parallel.compression");
+    cJSON_AddStringToObject(c, "parallel.compression", "topk");
+    cJSON_DeleteItemFromObject(c, "parallel.compression_ratio");
+    cJSON_AddNumberToObject(c, "parallel.compression_ratio", 0.05);
 }
 
 static void test_precision_column(void **state) {
@@ -396,7 +400,7 @@ static void test_precision_column(void **state) {
     /* A run's precision, checkpointing and gradient dtype come from its config; files without
      * those keys (earlier versions) read as fp32. */
     dt_report *r = load_full("ddp-w2.json", e_precision);
-    assert_string_equal(by_file(r, "ddp-w2.json")->precision, "bf16, ckpt selective/2, grads bf16");
+    assert_string_equal(by_file(r, "ddp-w2.json")->precision, "bf16, ckpt selective/2, grads bf16, top-k 5%");
     assert_string_equal(by_file(r, "ddp-w1.json")->precision, "fp32");
     char *html;
     size_t len;

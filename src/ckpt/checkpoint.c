@@ -418,3 +418,30 @@ dt_status dt_ckpt_load_moments(dt_ctx *ctx, const char *step_dir, size_t n_param
     dt_manifest_free(&m);
     return st;
 }
+
+dt_status dt_ckpt_load_residual(dt_ctx *ctx, const char *step_dir, int rank, int world, float *res, size_t n,
+                                int *found) {
+    *found = 0;
+    dt_manifest m;
+    DT_CHECK(dt_manifest_read(ctx, step_dir, &m));
+    char name[96];
+    snprintf(name, sizeof name, "optim-rank%d-of-%d.safetensors", rank, world);
+    int listed = m.world == world && dt_manifest_find(&m, name) != NULL;
+    dt_manifest_free(&m);
+    if (!listed) return DT_OK;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", step_dir, name);
+    dt_st_file *f;
+    DT_CHECK(dt_st_open(ctx, path, &f));
+    const dt_st_tensor *t = dt_st_find(f, "compression_residual");
+    dt_status st = DT_OK;
+    if (t && (t->dtype != DT_ST_F32 || t->ndim != 1 || (size_t)t->shape[0] != n))
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor compression_residual is malformed (expected %zu fp32 values)",
+                     path, n);
+    else if (t) {
+        memcpy(res, t->data, n * sizeof(float));
+        *found = 1;
+    }
+    dt_st_close(f);
+    return st;
+}

@@ -61,6 +61,9 @@ typedef struct dt_ckpt_saver_cfg {
     int keep_last;          /* committed checkpoints to keep (0 = all) */
     int async;              /* write on a background thread */
     int max_failures;       /* consecutive failed saves before training stops */
+    const float *residual;  /* (optional) Top-K's residual of this rank (dt_parallel_residual),
+                               staged with every save into this rank's optimizer file */
+    size_t residual_n;      /* its floats (0: none) */
 } dt_ckpt_saver_cfg;
 
 typedef struct dt_ckpt_saver dt_ckpt_saver;
@@ -116,5 +119,11 @@ dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_model 
  * be covered exactly once. */
 dt_status dt_ckpt_load_moments(dt_ctx *ctx, const char *step_dir, size_t n_params,
                                const dt_shard_piece *pieces, int npieces, float *mom, float *var);
+/* Top-K's residual of world rank `rank` (tensor compression_residual of its optimizer file
+ * optim-rank<rank>-of-<world>.safetensors, n floats) into res. *found = 0 (res untouched) when
+ * the step was written by another world size or holds no residual; a residual of another
+ * length or dtype is DT_ERR_FORMAT. */
+dt_status dt_ckpt_load_residual(dt_ctx *ctx, const char *step_dir, int rank, int world, float *res, size_t n,
+                                int *found);
 
 #endif

@@ -26,6 +26,7 @@ struct dt_ckpt_saver {
     int owner;                    /* writes an optimizer file */
     dt_model view;                 /* the model's shape, reading the staged parameters */
     float *st_params, *st_mom, *st_var;
+    float *st_res;                /* Top-K's residual (cfg.residual_n floats) */
     dt_ckpt_trainer tj;
     char step_dir[4200];
     /* the write job */
@@ -100,7 +101,7 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
         }
         s->save_n += cfg->pieces[i].n;
     }
-    s->owner = s->save_n > 0;
+    s->owner = s->save_n > 0 || cfg->residual_n > 0; /* a residual is this rank's alone */
     s->view = *cfg->model;
     s->jctx = *ctx;
     pthread_once(&atfork_once, register_atfork);
@@ -109,8 +110,10 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
         s->st_mom = staging_alloc(s->save_n);
         s->st_var = staging_alloc(s->save_n);
     }
-    if ((cfg->rank == 0 && !s->st_params) || (s->owner && (!s->st_mom || !s->st_var))) {
-        size_t mib = ((cfg->rank == 0 ? s->view.ps.n_params : 0) + 2 * s->save_n) * sizeof(float) >> 20;
+    if (cfg->residual_n) s->st_res = staging_alloc(cfg->residual_n);
+    if ((cfg->rank == 0 && !s->st_params) || (s->owner && (!s->st_mom || !s->st_var)) ||
+        (cfg->residual_n && !s->st_res)) {
+        size_t mib = ((cfg->rank == 0 ? s->view.ps.n_params : 0) + 2 * s->save_n + cfg->residual_n) * sizeof(float) >> 20;
         dt_ckpt_saver_free(s);
         return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffers (%zu MiB)", mib);
     }
@@ -135,6 +138,7 @@ void dt_ckpt_saver_free(dt_ckpt_saver *s) {
     free(s->st_params);
     free(s->st_mom);
     free(s->st_var);
+    free(s->st_res);
     free(s->pieces);
     free(s->dir);
     free(s->tokenizer);
@@ -166,9 +170,10 @@ static dt_status write_optim(dt_ctx *ctx, dt_ckpt_saver *s) {
     const char *meta[] = {"format", "dtrain-optim", "optimizer", "adamw", "step", v[0], "rank", v[1],
                           "world", v[2], "n_params", v[3], "shard", v[4], "strategy", s->strategy,
                           "pieces", pieces, NULL};
-    dt_st_entry e[2] = {{"exp_avg", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_mom},
-                        {"exp_avg_sq", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_var}};
-    dt_status st = dt_st_write_info(ctx, path, e, 2, meta, &s->optim_info);
+    dt_st_entry e[3] = {{"exp_avg", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_mom},
+                        {"exp_avg_sq", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_var},
+                        {"compression_residual", DT_ST_F32, 1, {(int64_t)s->cfg.residual_n}, s->st_res}};
+    dt_status st = dt_st_write_info(ctx, path, e, s->cfg.residual_n ? 3 : 2, meta, &s->optim_info);
     free(pieces);
     return st;
 }
@@ -230,6 +235,7 @@ dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, 
             par_copy(s->st_var + off, var + s->pieces[i].local, s->pieces[i].n);
             off += s->pieces[i].n;
         }
+        if (s->cfg.residual_n) par_copy(s->st_res, s->cfg.residual, s->cfg.residual_n);
     }
     s->stage_s += dt_now() - t0;
     s->done = 0;

@@ -82,6 +82,7 @@ static const char *model_op(const char *op) {
         {"allreduce", "allreduce"},          {"allreduce_ordered", "allreduce_ordered"},
         {"allreduce_ordered_bf16", "allreduce_ordered"}, {"reduce_scatter_ordered", "reduce_scatter_ordered"},
         {"reduce_scatter_ordered_bf16", "reduce_scatter_ordered"}, {"allgatherv", "allgather"},
+        {"allreduce_ordered_f16", "allreduce_ordered"}, {"reduce_scatter_ordered_f16", "reduce_scatter_ordered"},
         {"allgatherv_bf16", "allgather"},     {"reduce_scatter", "reduce_scatter"},
         {"allgather", "allgather"},          {"broadcast", "broadcast"},
     };
@@ -157,20 +158,32 @@ dt_status dt_comm_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, co
     dt_wd_end(c, slot);
     return st;
 }
+dt_status dt_comm_allreduce_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, float *buf, size_t n,
+                                       uint16_t *scratch) {
+    DT_ASSERT(t == DT_BF16 || t == DT_F16);
+    int slot = begin(c, t == DT_BF16 ? "allreduce_ordered_bf16" : "allreduce_ordered_f16", g, n * 2);
+    dt_status st = c->ops->allreduce_ordered_lp(ctx, c, g, t, buf, n, scratch);
+    dt_wd_end(c, slot);
+    return st;
+}
 dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                                          uint16_t *scratch) {
-    int slot = begin(c, "allreduce_ordered_bf16", g, n * 2);
-    dt_status st = c->ops->allreduce_ordered_bf16(ctx, c, g, buf, n, scratch);
+    return dt_comm_allreduce_ordered_lp(ctx, c, g, DT_BF16, buf, n, scratch);
+}
+dt_status dt_comm_reduce_scatter_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, const float *buf,
+                                            const size_t *counts, const size_t *displs, uint16_t *out,
+                                            uint16_t *scratch) {
+    DT_ASSERT(t == DT_BF16 || t == DT_F16);
+    int slot = begin(c, t == DT_BF16 ? "reduce_scatter_ordered_bf16" : "reduce_scatter_ordered_f16", g,
+                     sum_counts(c, g, counts) * 2);
+    dt_status st = c->ops->reduce_scatter_ordered_lp(ctx, c, g, t, buf, counts, displs, out, scratch);
     dt_wd_end(c, slot);
     return st;
 }
 dt_status dt_comm_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                               const size_t *counts, const size_t *displs, uint16_t *out,
                                               uint16_t *scratch) {
-    int slot = begin(c, "reduce_scatter_ordered_bf16", g, sum_counts(c, g, counts) * 2);
-    dt_status st = c->ops->reduce_scatter_ordered_bf16(ctx, c, g, buf, counts, displs, out, scratch);
-    dt_wd_end(c, slot);
-    return st;
+    return dt_comm_reduce_scatter_ordered_lp(ctx, c, g, DT_BF16, buf, counts, displs, out, scratch);
 }
 dt_status dt_comm_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
                                   const size_t *displs) {
@@ -215,25 +228,17 @@ dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return st;
 }
 
-/* Widening bf16 is exact: its bits are the top half of the f32's (as dt_bf16_to_f32). */
-static float bf16_widen(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-void dt_comm_sum_bf16(uint16_t *out, const uint16_t *in, size_t n, int parts) {
+void dt_comm_sum_lp(dt_dtype t, uint16_t *out, const uint16_t *in, size_t n, int parts) {
     enum { BLOCK = 512 };
-    float acc[BLOCK];
+    float acc[BLOCK], x[BLOCK];
     for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
         size_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
-        for (size_t i = 0; i < m; i++) acc[i] = bf16_widen(in[i0 + i]);
+        dt_from_lowp(t, acc, in + i0, m); /* widening is exact */
         for (int r = 1; r < parts; r++) {
-            const uint16_t *x = in + (size_t)r * n + i0;
-            for (size_t i = 0; i < m; i++) acc[i] += bf16_widen(x[i]);
+            dt_from_lowp(t, x, in + (size_t)r * n + i0, m);
+            for (size_t i = 0; i < m; i++) acc[i] += x[i];
         }
-        dt_f32_to_bf16(out + i0, acc, m);
+        dt_to_lowp(t, out + i0, acc, m);
     }
 }
 
@@ -270,19 +275,19 @@ static dt_status self_allgatherv(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf
     (void)ctx, (void)c, (void)g, (void)buf, (void)counts, (void)displs;
     return DT_OK;
 }
-/* bf16 with one rank: the rule of comm.h, bf16(x0), though nothing travels. */
-static dt_status self_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
-                                             uint16_t *scratch) {
+/* 16 bits with one rank: the rule of comm.h, t(x0), though nothing travels. */
+static dt_status self_allreduce_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, float *buf, size_t n,
+                                           uint16_t *scratch) {
     (void)ctx, (void)c, (void)g;
-    dt_f32_to_bf16(scratch, buf, n);
-    dt_bf16_to_f32(buf, scratch, n);
+    dt_to_lowp(t, scratch, buf, n);
+    dt_from_lowp(t, buf, scratch, n);
     return DT_OK;
 }
-static dt_status self_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
-                                                  const size_t *counts, const size_t *displs, uint16_t *out,
-                                                  uint16_t *scratch) {
+static dt_status self_reduce_scatter_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, const float *buf,
+                                                const size_t *counts, const size_t *displs, uint16_t *out,
+                                                uint16_t *scratch) {
     (void)ctx, (void)c, (void)g, (void)scratch;
-    dt_f32_to_bf16(out, buf + displs[0], counts[0]);
+    dt_to_lowp(t, out, buf + displs[0], counts[0]);
     return DT_OK;
 }
 static dt_status self_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
@@ -321,7 +326,7 @@ static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
 
 static const dt_comm_ops self_ops = {
     "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter_ordered,
-    self_allgatherv, self_allreduce_ordered_bf16, self_reduce_scatter_ordered_bf16, self_allgatherv_bf16,
+    self_allgatherv, self_allreduce_ordered_lp, self_reduce_scatter_ordered_lp, self_allgatherv_bf16,
     self_reduce_scatter, self_allgather, self_broadcast, self_barrier, self_iallreduce, self_wait,
 };
 

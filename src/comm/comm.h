@@ -103,6 +103,15 @@ dt_status dt_comm_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, fl
 dt_status dt_comm_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
                                               const size_t *counts, const size_t *displs, uint16_t *out,
                                               uint16_t *scratch);
+/* The same reductions with t = DT_BF16 or DT_F16 (IEEE half, parallel.grad_dtype: fp16): the
+ * rule above with t's rounding (ops.h dt_to_lowp: to nearest even; |x| >= 65520 gives Inf, so
+ * an fp16 overflow makes the step non-finite, as under loss scaling). The _bf16 functions are
+ * these with DT_BF16. */
+dt_status dt_comm_allreduce_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, float *buf, size_t n,
+                                       uint16_t *scratch);
+dt_status dt_comm_reduce_scatter_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, const float *buf,
+                                            const size_t *counts, const size_t *displs, uint16_t *out,
+                                            uint16_t *scratch);
 /* In-place all-gather of bf16 values with any layout (as dt_comm_allgatherv). The values
  * travel as raw 16-bit patterns, so any 16-bit type works (ZeRO-3 gathers fp16 weights). */
 dt_status dt_comm_allgatherv_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,

@@ -16,11 +16,12 @@ typedef struct dt_comm_ops {
                                         const size_t *counts, const size_t *displs, float *out, float *scratch);
     dt_status (*allgatherv)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, const size_t *counts,
                             const size_t *displs);
-    dt_status (*allreduce_ordered_bf16)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
-                                        uint16_t *scratch);
-    dt_status (*reduce_scatter_ordered_bf16)(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
-                                             const size_t *counts, const size_t *displs, uint16_t *out,
-                                             uint16_t *scratch);
+    /* the 16-bit reductions (comm.h), t = DT_BF16 or DT_F16 */
+    dt_status (*allreduce_ordered_lp)(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, float *buf, size_t n,
+                                      uint16_t *scratch);
+    dt_status (*reduce_scatter_ordered_lp)(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, const float *buf,
+                                           const size_t *counts, const size_t *displs, uint16_t *out,
+                                           uint16_t *scratch);
     dt_status (*allgatherv_bf16)(dt_ctx *ctx, dt_comm *c, dt_group g, uint16_t *buf, const size_t *counts,
                                  const size_t *displs);
     dt_status (*reduce_scatter)(dt_ctx *ctx, dt_comm *c, dt_group g, const float *send, float *recv,
@@ -49,9 +50,9 @@ int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes);
 void dt_wd_end(dt_comm *c, int slot);
 void dt_wd_free(dt_comm *c);
 
-/* The owner's step of the bf16 reductions (comm.h): out[i] = bf16 of the f32 sum, in rank
- * order, of the widened contributions stacked at in[r * n + i], r < parts. */
-void dt_comm_sum_bf16(uint16_t *out, const uint16_t *in, size_t n, int parts);
+/* The owner's step of the 16-bit reductions (comm.h; t = DT_BF16 or DT_F16): out[i] = t of
+ * the f32 sum, in rank order, of the widened contributions stacked at in[r * n + i], r < parts. */
+void dt_comm_sum_lp(dt_dtype t, uint16_t *out, const uint16_t *in, size_t n, int parts);
 
 /* Backend constructors. */
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c);

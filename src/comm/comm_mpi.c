@@ -236,23 +236,23 @@ static dt_status m_allreduce_ordered(dt_ctx *ctx, dt_comm *c, dt_group g, float 
     return st;
 }
 
-/* The bf16 reduce-scatter (comm.h): my contributions to every rank's part, rounded, packed in
+/* The 16-bit reduce-scatter (comm.h; t = DT_BF16 or DT_F16): my contributions to every rank's part, rounded, packed in
  * rank order at the start of scratch (sum(counts)); every rank's copy of my part lands after
- * them, stacked in rank order (size x counts[me]); dt_comm_sum_bf16 sums those into out.
+ * them, stacked in rank order (size x counts[me]); dt_comm_sum_lp sums those into out.
  * Internally out may be the packed place of my own part: it is written after the exchange. */
-static dt_status m_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, const float *buf,
-                                               const size_t *counts, const size_t *displs, uint16_t *out,
-                                               uint16_t *scratch) {
+static dt_status m_reduce_scatter_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, const float *buf,
+                                             const size_t *counts, const size_t *displs, uint16_t *out,
+                                             uint16_t *scratch) {
     int p = c->size[g], me = c->rank[g];
     size_t mine = counts[me], total = 0;
     if (p == 1) {
-        dt_f32_to_bf16(out, buf + displs[0], counts[0]);
+        dt_to_lowp(t, out, buf + displs[0], counts[0]);
         return DT_OK;
     }
     dt_shm *sh = shm_of(c, g);
     if (sh) {
         for (int r = 0; r < p; r++) total += counts[r];
-        dt_shm_reduce_scatter_ordered_bf16(sh, buf, counts, displs, out);
+        dt_shm_reduce_scatter_ordered_lp(sh, t, buf, counts, displs, out);
         c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 2));
         return DT_OK;
     }
@@ -263,37 +263,37 @@ static dt_status m_reduce_scatter_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group
     for (int r = 0; r < p; r++) total += counts[r];
     uint16_t *recv = scratch + total;
     if (st == DT_OK) {
-        for (int r = 0; r < p; r++) dt_f32_to_bf16(scratch + sdispl[r], buf + displs[r], counts[r]);
+        for (int r = 0; r < p; r++) dt_to_lowp(t, scratch + sdispl[r], buf + displs[r], counts[r]);
         int rc = MPI_Alltoallv(scratch, scount, sdispl, MPI_UINT16_T, recv, rcount, rdispl, MPI_UINT16_T,
                                comm_of(c, g));
         if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
     }
     if (st == DT_OK) {
-        dt_comm_sum_bf16(out, recv, mine, p);
+        dt_comm_sum_lp(t, out, recv, mine, p);
         c->bytes += (uint64_t)((double)(p - 1) / p * (double)(total * 2));
     }
     free(ic);
     return st;
 }
 
-/* bf16 ordered all-reduce: the bf16 reduce-scatter over an even split, its results written
- * where my part was packed (so the buffer that was sent becomes the one gathered), a bf16
+/* 16-bit ordered all-reduce: the 16-bit reduce-scatter over an even split, its results written
+ * where my part was packed (so the buffer that was sent becomes the one gathered), a 16-bit
  * all-gather in place, and every element widened back into buf. */
-static dt_status m_allreduce_ordered_bf16(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
-                                          uint16_t *scratch) {
+static dt_status m_allreduce_ordered_lp(dt_ctx *ctx, dt_comm *c, dt_group g, dt_dtype t, float *buf, size_t n,
+                                        uint16_t *scratch) {
     int p = c->size[g], me = c->rank[g];
     dt_status st = DT_OK;
     if (p > 1) {
         size_t *cnt = malloc(2 * (size_t)p * sizeof(size_t));
         if (!cnt) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
         dt_comm_split(n, p, cnt, cnt + p);
-        st = m_reduce_scatter_ordered_bf16(ctx, c, g, buf, cnt, cnt + p, scratch + cnt[p + me], scratch);
+        st = m_reduce_scatter_ordered_lp(ctx, c, g, t, buf, cnt, cnt + p, scratch + cnt[p + me], scratch);
         if (st == DT_OK) st = m_allgatherv_bf16(ctx, c, g, scratch, cnt, cnt + p);
         free(cnt);
     } else {
-        dt_f32_to_bf16(scratch, buf, n); /* one rank: bf16(x0), nothing travels */
+        dt_to_lowp(t, scratch, buf, n); /* one rank: t(x0), nothing travels */
     }
-    if (st == DT_OK) dt_bf16_to_f32(buf, scratch, n);
+    if (st == DT_OK) dt_from_lowp(t, buf, scratch, n);
     return st;
 }
 
@@ -466,7 +466,7 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
 
 static const dt_comm_ops mpi_ops = {
     "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter_ordered,
-    m_allgatherv, m_allreduce_ordered_bf16, m_reduce_scatter_ordered_bf16, m_allgatherv_bf16,
+    m_allgatherv, m_allreduce_ordered_lp, m_reduce_scatter_ordered_lp, m_allgatherv_bf16,
     m_reduce_scatter, m_allgather, m_broadcast, m_barrier, m_iallreduce, m_wait,
 };
 

@@ -260,41 +260,32 @@ void dt_shm_reduce_scatter_ordered(dt_shm *s, const float *buf, const size_t *co
     }
 }
 
-/* bf16 widening is exact: the value's bits are the top half of the f32's. */
-static float widen_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-void dt_shm_reduce_scatter_ordered_bf16(dt_shm *s, const float *buf, const size_t *counts, const size_t *displs,
-                                        uint16_t *out) {
+void dt_shm_reduce_scatter_ordered_lp(dt_shm *s, dt_dtype t, const float *buf, const size_t *counts,
+                                      const size_t *displs, uint16_t *out) {
     const int P = s->P, me = s->me;
     const size_t per = ROUND_BYTES / sizeof(uint16_t) / (size_t)P; /* values per owner per round */
     size_t most = 0;
     for (int r = 0; r < P; r++) most = counts[r] > most ? counts[r] : most;
-    float acc[BLK];
+    float acc[BLK], x[BLK];
     uint16_t own[BLK];
     for (size_t t0 = 0; t0 < most; t0 += per) {
         const size_t h = round_half(s);
         for (int r = 0; r < P; r++) { /* every owner's piece rounded into my slot (mine too: read back below) */
             size_t len = counts[r] > t0 ? (counts[r] - t0 < per ? counts[r] - t0 : per) : 0;
-            if (r != me) dt_f32_to_bf16((uint16_t *)(s->slot[me] + h) + (size_t)r * per, buf + displs[r] + t0, len);
+            if (r != me) dt_to_lowp(t, (uint16_t *)(s->slot[me] + h) + (size_t)r * per, buf + displs[r] + t0, len);
         }
         barrier(s);
         size_t len = counts[me] > t0 ? (counts[me] - t0 < per ? counts[me] - t0 : per) : 0;
         for (size_t b = 0; b < len; b += BLK) {
             size_t k = len - b < BLK ? len - b : BLK;
-            dt_f32_to_bf16(own, buf + displs[me] + t0 + b, k);
-            for (int r = 0; r < P; r++) {
-                const uint16_t *x = r == me ? own : (const uint16_t *)(s->slot[r] + h) + (size_t)me * per + b;
-                if (r == 0)
-                    for (size_t i = 0; i < k; i++) acc[i] = widen_bf16(x[i]);
-                else
-                    for (size_t i = 0; i < k; i++) acc[i] += widen_bf16(x[i]);
+            dt_to_lowp(t, own, buf + displs[me] + t0 + b, k);
+            for (int r = 0; r < P; r++) { /* widened (exactly) and summed in rank order */
+                const uint16_t *v = r == me ? own : (const uint16_t *)(s->slot[r] + h) + (size_t)me * per + b;
+                dt_from_lowp(t, r == 0 ? acc : x, v, k);
+                if (r > 0)
+                    for (size_t i = 0; i < k; i++) acc[i] += x[i];
             }
-            dt_f32_to_bf16(out + t0 + b, acc, k);
+            dt_to_lowp(t, out + t0 + b, acc, k);
         }
         barrier(s);
     }

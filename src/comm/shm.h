@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 #define DT_SHM_SLOT_BYTES ((size_t)4 << 20)
@@ -62,9 +63,10 @@ void dt_shm_allreduce_ordered_chain(dt_shm *s, float *buf, size_t n, const dt_sh
  * buf[displs[me] : displs[me] + counts[me]]. out may alias that range of buf. */
 void dt_shm_reduce_scatter_ordered(dt_shm *s, const float *buf, const size_t *counts, const size_t *displs,
                                    float *out);
-/* The bf16 reduce-scatter (comm.h dt_comm_reduce_scatter_ordered_bf16): out (counts[me] bf16)
- * = bf16 of the f32 rank-order sum of every rank's contribution rounded to bf16. */
-void dt_shm_reduce_scatter_ordered_bf16(dt_shm *s, const float *buf, const size_t *counts, const size_t *displs,
+/* The 16-bit reduce-scatter (comm.h dt_comm_reduce_scatter_ordered_lp; t = DT_BF16 or DT_F16):
+ * out (counts[me] values of t) = t of the f32 rank-order sum of every rank's contribution
+ * rounded to t. */
+void dt_shm_reduce_scatter_ordered_lp(dt_shm *s, dt_dtype t, const float *buf, const size_t *counts, const size_t *displs,
                                         uint16_t *out);
 /* In-place all-gather of esize-byte elements (4: f32, 2: 16-bit), any layout. */
 void dt_shm_allgatherv(dt_shm *s, void *buf, const size_t *counts, const size_t *displs, size_t esize);

@@ -7,6 +7,9 @@
  * the head's chunks and final norm, layers L-1 .. 0, then the embedding's chunks). A bucket
  * is ready once the lowest unit it touches has ended; embeddings come last.
  *
+ * With Top-K compression (topk.h) a bucket is sparsified against this rank's residual, and
+ * every rank's pairs are all-gathered and summed: every rank ends with the whole bucket.
+ *
  * Invariants:
  *   1. A bucket is submitted only after its gradients are final for the step, and nothing
  *      writes it again before the next step's zeroing.
@@ -18,6 +21,7 @@
 #include "core/timer.h"
 #include "ops/ops.h"
 #include "parallel/parallel_impl.h"
+#include "parallel/topk.h"
 
 /* Finishes bucket i: adds the last micro-step's gradient (k >= 1) into the step's, then
  * sums over ranks in rank order. The backward already scaled by 1/(accum x world), so the
@@ -34,9 +38,19 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
     }
     if (p->world == 1) return DT_OK;
     double t0 = dt_now();
-    int bf16 = p->cfg.grad_dtype == DT_BF16;
-    if (p->cfg.strategy == DT_STRAT_DDP) {
-        if (bf16) DT_CHECK(dt_comm_allreduce_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, g, n, p->lp));
+    const dt_dtype lt = p->cfg.grad_dtype; /* DT_F32, or the 16-bit type gradients travel in */
+    if (p->res && p->topk_on) {
+        /* Top-K (topk.h): my message of this bucket, every rank's gathered, summed in rank
+         * order by every rank into the whole bucket (ZeRO-1 then reads its part of it). */
+        int W = p->world;
+        dt_dtype vt = lt;
+        size_t words = dt_topk_words(n, p->cfg.topk_ratio, vt), *cnt = p->part_cnt, *dis = p->part_cnt + W;
+        for (int w = 0; w < W; w++) cnt[w] = words, dis[w] = (size_t)w * words;
+        dt_topk_encode(g, p->res + p->b[i].lo, n, p->cfg.topk_ratio, vt, p->msg + dis[p->rank]);
+        DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_WORLD, p->msg, cnt, dis));
+        dt_topk_sum(g, n, p->cfg.topk_ratio, vt, p->msg, W);
+    } else if (p->cfg.strategy == DT_STRAT_DDP) {
+        if (lt != DT_F32) DT_CHECK(dt_comm_allreduce_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, g, n, p->lp));
         else DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
     } else {
         /* ZeRO-1: each rank needs only its own part summed (reduce-scatter, not all-reduce):
@@ -51,9 +65,9 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
             cnt[w] = a < z ? z - a : 0;
             dis[w] = a < z ? a - blo : 0;
         }
-        if (bf16) {
-            DT_CHECK(dt_comm_reduce_scatter_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk16, p->lp));
-            dt_bf16_to_f32(g + dis[p->rank], p->bk16, cnt[p->rank]);
+        if (lt != DT_F32) {
+            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, g, cnt, dis, p->bk16, p->lp));
+            dt_from_lowp(lt, g + dis[p->rank], p->bk16, cnt[p->rank]);
         } else {
             DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk_out,
                                                     p->red_scratch));
@@ -106,7 +120,12 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
         if (p->z.red)
             DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.red * sizeof(float), (void **)&p->red_scratch));
         if (p->z.lp) DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.lp * sizeof(uint16_t), (void **)&p->lp));
-        if (p->cfg.strategy != DT_STRAT_DDP)
+        if (p->z.res) { /* Top-K: nothing owed at the start */
+            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_GRADS, p->z.res * sizeof(float), (void **)&p->res));
+            DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.msg * sizeof(uint16_t), (void **)&p->msg));
+            dt_topk_residual_clear(p->res, p->z.res);
+        }
+        if (p->cfg.strategy != DT_STRAT_DDP && p->z.bk)
             DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.bk * p->z.esize,
                                   p->z.esize == sizeof(float) ? (void **)&p->bk_out : (void **)&p->bk16));
     }
@@ -127,6 +146,8 @@ void dt_par_buckets_free(dt_parallel *p) {
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk_out, p->z.bk * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->bk16, p->z.bk * sizeof(uint16_t));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->lp, p->z.lp * sizeof(uint16_t));
+    dt_alloc_put(p->alloc, DT_MEM_GRADS, p->res, p->z.res * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->msg, p->z.msg * sizeof(uint16_t));
     free(p->b);
 }
 
@@ -137,16 +158,16 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     launch_ready(p, 0); /* everything the hooks did not launch (all of it without overlap) */
     dt_par_wait(p, p->queued - 1); /* waiting (or inline work) counts as exposed */
     p->next = 0;
-    if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1) {
+    if (p->err == DT_OK && p->cfg.strategy != DT_STRAT_DDP && p->n_rep > 1 && !(p->res && p->topk_on)) {
         /* Hybrid ZeRO-1: the replicas of my node-shard each reduced a sub-chunk of it. The
          * bf16 sums are gathered as bf16 (re-rounding my widened sub-chunk is exact). */
         for (int u = 0; u < p->U; u++) {
             float *ns = p->acc + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
             const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
-            if (p->cfg.grad_dtype == DT_BF16) {
-                dt_f32_to_bf16(p->lp + so[p->k], ns + so[p->k], sc[p->k]);
+            if (p->cfg.grad_dtype != DT_F32) {
+                dt_to_lowp(p->cfg.grad_dtype, p->lp + so[p->k], ns + so[p->k], sc[p->k]);
                 DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->lp, sc, so));
-                dt_bf16_to_f32(ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
+                dt_from_lowp(p->cfg.grad_dtype, ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
             } else {
                 DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, sc, so));
             }

@@ -13,6 +13,7 @@
 #include "core/trace.h"
 #include "ops/ops.h"
 #include "parallel/parallel_impl.h"
+#include "parallel/topk.h"
 
 dt_status dt_strategy_parse(dt_ctx *ctx, const char *s, dt_strategy *out, int *hybrid) {
     *hybrid = 0;
@@ -140,7 +141,22 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
     /* ZeRO-2/3 reduce-scatter rounds: one bucket over all ranks, never more than a part. */
     z->rs_round = per / W < 1024 ? 1024 : per / W;
     if (z->rs_round > z->max_sub) z->rs_round = z->max_sub;
-    if (cfg->grad_dtype != DT_BF16) {
+    if (cfg->compression == DT_COMPRESS_TOPK && cfg->strategy <= DT_STRAT_ZERO1) {
+        /* Top-K (topk.h) replaces the ordered reductions of DDP/ZeRO-1: a residual over the
+         * slab and room for every rank's message of the largest bucket (the message grows
+         * with the bucket); without dense warm-up steps nothing else. */
+        if (world > 1) {
+            z->res = ps->n_params;
+            z->msg = W * dt_topk_words(z->bucket, cfg->topk_ratio, cfg->grad_dtype);
+        }
+        if (cfg->topk_warmup == 0) {
+            z->esize = sizeof(float);
+            z->bk = 0;
+            return;
+        }
+        /* the dense warm-up steps: the buffers of the ordered reductions too */
+    }
+    if (cfg->grad_dtype == DT_F32) {
         z->red = red;
         z->rs_scr = W * z->rs_round;
         z->esize = sizeof(float);
@@ -176,7 +192,8 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
     }
     if (cfg->accum > 1) bytes[DT_MEM_GRADS] += ps->n_params * F; /* as dt_par_buckets_init */
     if (world > 1)
-        bytes[DT_MEM_COMM] += z.red * F + (cfg->strategy == DT_STRAT_ZERO1 ? z.bk : 0) * z.esize + z.lp * H;
+        bytes[DT_MEM_COMM] += z.red * F + (cfg->strategy == DT_STRAT_ZERO1 ? z.bk : 0) * z.esize + z.lp * H + z.msg * H;
+    bytes[DT_MEM_GRADS] += z.res * F; /* Top-K's residual */
 }
 
 /* ---- the task runner */
@@ -198,7 +215,9 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
     dt_status st = dt_par_run_task(&c, p, t);
     if (t->kind == DT_TASK_BUCKET)
         dt_trace_end(tt, "comm", "bucket %d %s", t->a,
-                     p->cfg.strategy == DT_STRAT_DDP ? "all-reduce" : "reduce-scatter");
+                     p->res && p->topk_on               ? "top-k all-gather"
+                     : p->cfg.strategy == DT_STRAT_DDP ? "all-reduce"
+                                                        : "reduce-scatter");
     else
         dt_trace_end(tt, "comm", "unit %d %s", t->a,
                      t->kind == DT_TASK_GATHER      ? "all-gather"
@@ -304,6 +323,13 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
                        "parallel.allreduce=hierarchical needs several nodes with the same number (> 1) of consecutive "
                        "ranks each and parallel.shared_memory on (here: %d ranks on %d node(s), %d on this one)",
                        dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_num_nodes(comm), dt_comm_size(comm, DT_GROUP_NODE));
+    if (cfg->compression == DT_COMPRESS_TOPK && cfg->strategy >= DT_STRAT_ZERO2)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "parallel.compression=topk works with parallel.strategy ddp or zero1 only (%s reduce-scatters "
+                       "each layer's gradient as it is formed and keeps no full gradient to carry a residual for)",
+                       dt_strategy_name(cfg->strategy));
+    if (cfg->compression == DT_COMPRESS_TOPK && !(cfg->topk_ratio > 0 && cfg->topk_ratio <= 1))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_ratio must be in (0, 1] (got %g)", cfg->topk_ratio);
     if (cfg->comm_model[0]) {
         dt_comm_fit fit;
         DT_CHECK(dt_comm_fit_load(ctx, cfg->comm_model, &fit));
@@ -560,6 +586,28 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
     }
     dt_par_params_stale(p);
     return DT_OK;
+}
+
+void dt_parallel_set_compression(dt_parallel *p, int on) {
+    dt_par_wait(p, p->queued - 1);
+    p->topk_on = on;
+}
+
+void dt_parallel_residual(dt_parallel *p, float **res, size_t *n) {
+    *res = p->res;
+    *n = p->res ? p->z.res : 0;
+}
+
+void dt_parallel_residual_adjust(dt_parallel *p, float factor) {
+    if (!p->res || factor == 1.0f) return;
+    dt_par_wait(p, p->queued - 1);
+    if (factor == 0.0f) {
+        dt_topk_residual_clear(p->res, p->z.res);
+        return;
+    }
+    float *r = p->res;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < p->z.res; i++) r[i] *= factor;
 }
 
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {

@@ -13,7 +13,8 @@
  *   hybrid (HYBRID_SHARD)         any ZeRO stage sharded inside a node, replicated across.
  * Every reduction sums in rank order: all strategies give bitwise the same result as DDP,
  * and as one rank with world x accum micro-steps, when accum = 1 (see docs/ARCHITECTURE.md).
- * grad_dtype DT_BF16 (parallel.grad_dtype: bf16) halves the gradient bytes: every gradient
+ * grad_dtype DT_BF16 (parallel.grad_dtype: bf16; DT_F16, fp16, alike with IEEE half's rounding)
+ * halves the gradient bytes: every gradient
  * collective follows comm.h's bf16 rule (each rank's contribution rounded to bf16, the owner
  * sums in f32 in rank order and rounds the sum once; DDP's all-gather of the reduced parts
  * carries those bf16 sums), so every element of the averaged gradient is
@@ -33,6 +34,13 @@
  * locally, and ZeRO-3 stays bitwise equal to DDP. The embedding lookup reads its chunks in
  * fp32 (DT_NEED_F32): those gathers stay fp32. Full-parameter paths (checkpoints, export,
  * set_params) are fp32.
+ * Top-K compression (parallel.compression: topk; topk.h) replaces each bucket's ordered
+ * all-reduce by an all-gather of every rank's largest ratio x n (index, value) pairs, values in
+ * grad_dtype (bf16: the same rounding rule as above), summed by every rank in rank order, with
+ * error feedback: a per-rank residual of Psi floats (what was not sent) is added to the next
+ * step's gradient, and goes into checkpoints (dt_parallel_residual). DDP and ZeRO-1 only (they
+ * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. One rank sends nothing and
+ * keeps no residual.
  *
  *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
  *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
@@ -66,8 +74,13 @@ typedef struct dt_parallel_cfg {
     int allreduce;       /* DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER (comm.h dt_comm_set_hierarchical) */
     char comm_model[1024]; /* parallel.comm_model: a `bench comm --fit` file whose predictions the
                               communicator sums (comm.h dt_comm_set_model); "" = none */
+    int compression;     /* DT_COMPRESS_NONE, or DT_COMPRESS_TOPK (DDP and ZeRO-1 only; below) */
+    double topk_ratio;   /* parallel.compression_ratio: the part of each block sent, (0, 1] */
+    long topk_warmup;    /* parallel.compression_warmup: steps reduced densely first (the trainer
+                            switches Top-K on after them: dt_parallel_set_compression) */
 } dt_parallel_cfg;
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
+enum { DT_COMPRESS_NONE, DT_COMPRESS_TOPK };
 
 typedef struct dt_parallel dt_parallel;
 
@@ -138,6 +151,18 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
  * slabs are not included (see dt_trainer_mem_plan). docs/ARCHITECTURE.md gives the formula. */
 void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int node_ranks, int rank,
                       size_t bytes[DT_MEM_NKINDS]);
+
+/* Top-K on (1) or off (0: the dense ordered reductions, bitwise Top-K at ratio 1; the residual
+ * is kept) from the next step on; call between steps. Off until called. */
+void dt_parallel_set_compression(dt_parallel *p, int on);
+/* Top-K's residual on this rank (*n floats; *res NULL and *n 0 when there is none: no
+ * compression, or one rank). Checkpoints save and restore it (the buffer is written in place). */
+void dt_parallel_residual(dt_parallel *p, float **res, size_t *n);
+/* After a step's reduction: factor 0 clears the residual (a skipped, non-finite step: its
+ * gradients are dropped, and an Inf must not be carried on); any other factor multiplies it
+ * (the loss scale changed by that factor: the residual is in the scaled units of the gradients
+ * it is added to). No-op without a residual or for factor 1. */
+void dt_parallel_residual_adjust(dt_parallel *p, float factor);
 
 /* Number of parameters whose optimizer state this rank holds. */
 void dt_parallel_shard(const dt_parallel *p, size_t *count);

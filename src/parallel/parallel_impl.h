@@ -40,6 +40,8 @@ typedef struct dt_par_sizes {
     size_t rs_scr;   /* ZeRO-2/3, f32 gradients: reduce-scatter scratch, W x rs_round; 0 with bf16 */
     size_t lp;       /* bf16 gradients: staging of the bf16 collectives (bf16 values); 0 with f32 */
     size_t esize;    /* bytes of a reduced element in bk_out / rs_out / ns_buf: 4, or 2 with bf16 */
+    size_t res;      /* Top-K (world > 1): the residual, n_params floats; 0 otherwise */
+    size_t msg;      /* Top-K: every rank's message of the largest bucket (uint16 words, topk.h) */
     size_t lpwin;    /* ZeRO-3 under mixed precision: a 16-bit parameter window (values; the
                         largest unit, as pwin); 0 otherwise */
 } dt_par_sizes;
@@ -83,6 +85,9 @@ struct dt_parallel {
     /* bf16 gradients (cfg.grad_dtype): the same roles in bf16 (z.esize = 2), and the staging
      * of the bf16 collectives (z.lp values) in place of red_scratch / rs_scratch */
     uint16_t *lp, *bk16, *rs16, *ns16;
+    int topk_on;            /* Top-K this step (dt_parallel_set_compression) */
+    float *res;             /* Top-K: this rank's residual over the gradient slab (z.res floats) */
+    uint16_t *msg;          /* Top-K: the all-gathered messages of one bucket (z.msg words) */
     size_t *part_cnt;       /* [2 x world] counts and offsets of one collective's parts
                                (a ZeRO-1 bucket, a ZeRO-2/3 reduce-scatter round) */
     dt_bucket *b;

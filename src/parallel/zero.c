@@ -34,17 +34,17 @@ static void accumulate(float *dst, const float *src, size_t n, int first) {
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* As accumulate, from bf16 sums (widening is exact: the top half of the f32's bits). */
-static void accumulate_bf16(float *dst, const uint16_t *src, size_t n, int first) {
+/* As accumulate, from 16-bit sums of type t (widening is exact). */
+static void accumulate_lp(dt_dtype t, float *dst, const uint16_t *src, size_t n, int first) {
     if (first) {
-        dt_bf16_to_f32(dst, src, n);
+        dt_from_lowp(t, dst, src, n);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        float x;
-        memcpy(&x, &u, sizeof x);
-        dst[i] += x;
+    float x[512];
+    for (size_t i0 = 0; i0 < n; i0 += 512) {
+        size_t m = n - i0 < 512 ? n - i0 : 512;
+        dt_from_lowp(t, x, src + i0, m);
+        for (size_t i = 0; i < m; i++) dst[i0 + i] += x[i];
     }
 }
 
@@ -68,7 +68,8 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     for (int w = 0; w < W; w++) most = cnt[w] > most ? cnt[w] : most;
     /* Hybrid: the replicas of my node-shard each reduce a sub-chunk of it, into ns_buf. */
     const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
-    int bf16 = p->cfg.grad_dtype == DT_BF16;
+    const dt_dtype lt = p->cfg.grad_dtype;
+    int bf16 = lt != DT_F32; /* 16-bit gradients (bf16 or fp16) */
     float *mine = p->n_rep > 1 && !bf16 ? p->ns_buf + so[p->k] : NULL;
     uint16_t *mine16 = p->n_rep > 1 && bf16 ? p->ns16 + so[p->k] : NULL;
     size_t *rc = p->part_cnt, *rd = p->part_cnt + W;
@@ -80,8 +81,8 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
         }
         if (bf16) {
             uint16_t *out = mine16 ? mine16 + done : p->rs16;
-            DT_CHECK(dt_comm_reduce_scatter_ordered_bf16(ctx, p->comm, DT_GROUP_WORLD, win, rc, rd, out, p->lp));
-            if (!mine16) accumulate_bf16(dst + done, p->rs16, rc[p->rank], p->micro == 0);
+            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, win, rc, rd, out, p->lp));
+            if (!mine16) accumulate_lp(lt, dst + done, p->rs16, rc[p->rank], p->micro == 0);
             continue;
         }
         DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, win, rc, rd, p->rs_out, p->rs_scratch));
@@ -94,7 +95,7 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     }
     if (mine16) {
         DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->ns16, sc, so));
-        accumulate_bf16(dst, p->ns16, n, p->micro == 0);
+        accumulate_lp(lt, dst, p->ns16, n, p->micro == 0);
     }
     p->t_total += dt_now() - t0;
     return DT_OK;
@@ -142,7 +143,7 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->S, &p->gshard));
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->z.max_unit, &p->gwin[0]));
     DT_CHECK(get(ctx, p, DT_MEM_GRADS, p->z.max_unit, &p->gwin[1]));
-    if (p->world > 1 && p->cfg.grad_dtype == DT_BF16) { /* sizes: dt_par_sizes_of */
+    if (p->world > 1 && p->cfg.grad_dtype != DT_F32) { /* sizes: dt_par_sizes_of */
         DT_CHECK(get16(ctx, p, p->z.lp, &p->lp));
         DT_CHECK(get16(ctx, p, p->z.rs_round, &p->rs16));
         if (p->n_rep > 1) DT_CHECK(get16(ctx, p, p->z.max_ns, &p->ns16));

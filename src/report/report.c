@@ -129,7 +129,7 @@ static const char *cfg_str(const cJSON *o, const char *key, const char *def) {
     return cJSON_IsString(it) ? it->valuestring : def;
 }
 
-/* "fp32"; "bf16, ckpt selective"; "fp16, ckpt full/2, grads bf16" (dt_rep_train.precision). */
+/* "fp32"; "bf16, ckpt selective"; "fp16, ckpt full/2, grads bf16, top-k 1%" (dt_rep_train.precision). */
 static void precision_label(const cJSON *config, char *buf, size_t n) {
     const char *ck = cfg_str(config, "memory.activation_checkpointing", "none");
     const char *gd = cfg_str(config, "parallel.grad_dtype", "fp32");
@@ -138,7 +138,10 @@ static void precision_label(const cJSON *config, char *buf, size_t n) {
     if (strcmp(ck, "none") && len < n)
         len += (size_t)snprintf(buf + len, n - len, ", ckpt %s%s", ck, every > 1 ? "/" : "");
     if (strcmp(ck, "none") && every > 1 && len < n) len += (size_t)snprintf(buf + len, n - len, "%d", every);
-    if (strcmp(gd, "fp32") && len < n) snprintf(buf + len, n - len, ", grads %s", gd);
+    if (strcmp(gd, "fp32") && len < n) len += (size_t)snprintf(buf + len, n - len, ", grads %s", gd);
+    const cJSON *ratio = cJSON_GetObjectItemCaseSensitive(config, "parallel.compression_ratio");
+    if (!strcmp(cfg_str(config, "parallel.compression", "none"), "topk") && len < n)
+        snprintf(buf + len, n - len, ", top-k %g%%", cJSON_IsNumber(ratio) ? 100.0 * ratio->valuedouble : 1.0);
 }
 
 /* An array of numbers into a fresh double array. */

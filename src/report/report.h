@@ -70,7 +70,7 @@ typedef struct dt_rep_train {
     const char *strategy;
     /* From config (files of earlier versions lack the keys: "fp32"): "bf16", "bf16, ckpt
      * full/2, grads bf16" - training.precision, memory.activation_checkpointing(_every),
-     * parallel.grad_dtype where not the default. */
+     * parallel.grad_dtype where not the default, parallel.compression_ratio under Top-K. */
     char precision[64];
     double bucket_bytes;
     double peak_gflops, flops_per_token; /* NaN when null */

@@ -103,7 +103,10 @@ static const key_def keys[] = {
     NUM("parallel.overlap", K_BOOL, overlap, "all-reduce buckets during backward (else after it)"),
     NUM("parallel.shared_memory", K_BOOL, shm, "ranks of one node reduce and gather through a shared-memory segment instead of MPI (the same bits; env DTRAIN_SHM=0 keeps the segment from being made at all)"),
     ENUM("parallel.allreduce", allreduce, "auto|flat|hierarchical", "the world's gradient all-reduce with several nodes: hierarchical = shared memory inside each node, one copy of each part down a chain of the nodes and back (the same bits as flat); auto = hierarchical where the layout allows (equal nodes of 2+ consecutive ranks), or flat if parallel.comm_model was fitted on this ranks x nodes layout and predicts flat faster for a bucket"),
-    ENUM("parallel.grad_dtype", grad_dtype, "fp32|bf16", "what gradient reductions send: bf16 halves the bytes (each rank's contribution rounded to bf16, summed in fp32 in rank order by its owner, the sum rounded to bf16: every strategy gives the same bits; accumulation, optimizer and weights stay fp32; one rank sends and rounds nothing)"),
+    ENUM("parallel.grad_dtype", grad_dtype, "fp32|bf16|fp16", "what gradient reductions send (the casting compression; with parallel.compression=topk, its values): bf16 or fp16 halve the bytes (each rank's contribution rounded to 16 bits, summed in fp32 in rank order by its owner, the sum rounded to 16 bits: every strategy gives the same bits; accumulation, optimizer and weights stay fp32; one rank sends and rounds nothing); fp16 keeps 3 more mantissa bits but overflows above 65504 (such a step is non-finite: skipped under loss scaling, else stopped)"),
+    ENUM("parallel.compression", compression, "none|topk", "topk: each bucket sends only its largest parallel.compression_ratio of elements (per block of 65536) as (index, value) pairs, values in parallel.grad_dtype, all-gathered and summed in rank order; what was not sent is kept per rank (error feedback, saved in checkpoints) and added to the next step's gradients; ddp and zero1 only"),
+    NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
+    NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
@@ -153,6 +156,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->overlap = 1;
     strcpy(c->grad_dtype, "fp32");
     strcpy(c->allreduce, "auto");
+    strcpy(c->compression, "none");
+    c->compression_ratio = 0.01f;
     c->shm = 1;
     c->ckpt_keep = 3;
     c->ckpt_async = 1;
@@ -368,8 +373,20 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         t->parallel.bucket_bytes = (size_t)((double)c->bucket_mb * 1048576.0);
     }
     t->parallel.overlap = c->overlap;
-    t->parallel.grad_dtype = !strcmp(c->grad_dtype, "bf16") ? DT_BF16 : DT_F32;
+    t->parallel.grad_dtype = !strcmp(c->grad_dtype, "bf16") ? DT_BF16 : !strcmp(c->grad_dtype, "fp16") ? DT_F16 : DT_F32;
     t->parallel.shm = c->shm;
+    t->parallel.compression = !strcmp(c->compression, "topk") ? DT_COMPRESS_TOPK : DT_COMPRESS_NONE;
+    t->parallel.topk_ratio = c->compression_ratio;
+    t->parallel.topk_warmup = c->compression_warmup;
+    if (c->compression_warmup < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_warmup must be >= 0 (got %ld)", c->compression_warmup);
+    if (!(c->compression_ratio > 0 && c->compression_ratio <= 1))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_ratio must be in (0, 1] (got %g)",
+                       (double)c->compression_ratio);
+    if (t->parallel.compression == DT_COMPRESS_TOPK && t->parallel.strategy >= DT_STRAT_ZERO2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression=topk works with parallel.strategy ddp or zero1 only "
+                       "(%s reduce-scatters each layer's gradient as it is formed: no full gradient to keep a "
+                       "residual for)", c->strategy);
     t->parallel.allreduce = !strcmp(c->allreduce, "flat") ? DT_AR_FLAT : !strcmp(c->allreduce, "hierarchical") ? DT_AR_HIER : DT_AR_AUTO;
     t->nonfinite_skip = !strcmp(c->nonfinite, "skip");
     if (!(c->loss_scale == -1.0f || c->loss_scale > 0))

@@ -62,8 +62,11 @@ typedef struct dt_run_cfg {
     float bucket_mb;           /* parallel.bucket_mb (-1 = auto: from comm_model) */
     char comm_model[DT_PATH_MAX]; /* parallel.comm_model */
     int overlap;
-    char grad_dtype[8];        /* parallel.grad_dtype: fp32 | bf16 (what gradients travel as) */
+    char grad_dtype[8];        /* parallel.grad_dtype: fp32 | bf16 | fp16 (what gradients travel as) */
     char allreduce[16];        /* parallel.allreduce: auto | flat | hierarchical */
+    char compression[8];       /* parallel.compression: none | topk */
+    float compression_ratio;   /* parallel.compression_ratio: part of each block Top-K sends */
+    long compression_warmup;   /* parallel.compression_warmup: dense steps before Top-K */
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */

@@ -274,7 +274,10 @@ static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, in
     }
     dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world, pieces, np, shard,
                             dt_strategy_name(t->parallel.strategy), cfg->ckpt_keep, cfg->ckpt_async,
-                            cfg->ckpt_max_failures};
+                            cfg->ckpt_max_failures, NULL, 0};
+    float *res;
+    dt_parallel_residual(r->tr.par, &res, &sc.residual_n); /* Top-K's, per rank */
+    sc.residual = res;
     dt_status st = dt_ckpt_saver_init(ctx, &r->saver, &sc);
     free(pieces);
     free(yaml);
@@ -415,6 +418,20 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     st = dt_ckpt_load_moments(ctx, dir, r->tr.model.ps.n_params, pieces, np, mom, var);
     free(pieces);
     DT_CHECK(st);
+    /* Top-K's residual belongs to one rank's data: it comes back only onto the same world size
+     * (bit-exact resume); otherwise it starts empty, as the warning says. */
+    float *res;
+    size_t nres;
+    dt_parallel_residual(r->tr.par, &res, &nres);
+    if (nres) {
+        int found;
+        DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, &found));
+        if (!found && ctx->rank == 0)
+            dt_log_warn(ctx, "%s: %s, so parallel.compression=topk starts with an empty residual (the gradients "
+                        "not yet sent before the checkpoint are dropped)", dir,
+                        tj.world != world ? "written by another number of ranks (the residual is per rank)"
+                                          : "holds no Top-K residual");
+    }
     if (r->sampler) {
         uint64_t cursor;
         DT_CHECK(dt_sampler_state_set(ctx, r->sampler, &tj.sampler, &cursor));
@@ -621,10 +638,14 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                                               : "16-bit operands widened to fp32 (the speed-up is not available on this CPU)",
                     r.tr.scaler.dynamic ? "; dynamic loss scaling from 65536" : "");
     DT_CHECK_GOTO(dt_replicas_log_isa(ctx, comm));
-    dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s (%s), bucket %.1f MiB, overlap %s, gradients sent in %s",
+    char topk[96] = "";
+    if (t->parallel.compression == DT_COMPRESS_TOPK)
+        snprintf(topk, sizeof topk, ", Top-K %g%% with error feedback%s", 100.0 * t->parallel.topk_ratio,
+                 world > 1 ? "" : " (one rank: nothing sent, nothing compressed)");
+    dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s (%s), bucket %.1f MiB, overlap %s, gradients sent in %s%s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
                 dt_comm_routing(comm), (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
-                dt_dtype_name(t->parallel.grad_dtype));
+                dt_dtype_name(t->parallel.grad_dtype), topk);
     dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
                 cfg->data_train[0] ? cfg->data_train : "synthetic",

@@ -22,7 +22,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, ""};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0};
     c->seed = 1337;
     c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0};
     c->loss_scale_window = 2000;
@@ -249,6 +249,10 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
         float coef = dt_clip_coef(norm, tr->cfg.clip) / S;
         DT_CHECK(dt_parallel_update(ctx, tr->par, &tr->cfg.adamw, lr, tr->step + 1, coef));
     }
+    /* Top-K's residual (parallel.h): dropped with a skipped step's gradients, and kept in the
+     * units of the loss scale the next gradients will have. */
+    if (out->skipped) dt_parallel_residual_adjust(tr->par, 0.0f);
+    else if (tr->scaler.scale != S) dt_parallel_residual_adjust(tr->par, tr->scaler.scale / S);
     tr->step++;
     out->grad_norm = (float)norm;
     out->lr = lr;
@@ -272,6 +276,9 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     double t0 = dt_now(), trs = dt_trace_begin();
     dt_model *m = &tr->model;
     size_t bt = (size_t)m->B * m->T;
+    /* Top-K after parallel.compression_warmup dense steps (step numbers are 1-based). */
+    if (tr->cfg.parallel.compression == DT_COMPRESS_TOPK)
+        dt_parallel_set_compression(tr->par, tr->step >= tr->cfg.parallel.topk_warmup);
     double loss_sum = 0.0;
     int W = dt_comm_size(tr->comm, DT_GROUP_WORLD);
     /* A loss mask (targets < 0 are not counted): the loss is the mean over the counted targets
