@@ -51,5 +51,6 @@ int dt_cmd_ckpt_verify(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_ckpt_info(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_report(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_ckpt(dt_ctx *ctx, int argc, char **argv);
+int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv);
 
 #endif
