@@ -38,16 +38,16 @@ static void cost_cell(FILE *f, double v) {
 
 void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int limit) {
     (void)job;
-    fprintf(f, "# %-30s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "layout", "params",
+    fprintf(f, "# %-34s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "layout", "params",
             "grads", "optim", "acts", "comm", "total", "fit", "step_s", "compute", "recomp", "bubble", "comm_s",
             "tokens/s", "TFLOP/s", "MFU", "eff1n", "$/1Btok");
-    fprintf(f, "# %-30s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "", "GiB", "GiB",
+    fprintf(f, "# %-34s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "", "GiB", "GiB",
             "GiB", "GiB", "GiB", "GiB/dev", "", "s", "s", "s", "s", "exposed", "", "/GPU", "", "", "");
     for (int i = 0; i < n && (limit <= 0 || i < limit); i++) {
         const dt_plan_result *x = &r[i];
         char name[64];
         dt_plan_layout_name(&x->lay, name, sizeof name);
-        fprintf(f, "  %-30s %7.2f %7.2f %7.2f %7.2f %6.2f %8.2f %4s %9.4g %8.4g %8.4g %8.4g %8.4g %10.4g %8.4g %5.3f",
+        fprintf(f, "  %-34s %7.2f %7.2f %7.2f %7.2f %6.2f %8.2f %4s %9.4g %8.4g %8.4g %8.4g %8.4g %10.4g %8.4g %5.3f",
                 name, x->mem[DT_MEM_PARAMS] / GIB, x->mem[DT_MEM_GRADS] / GIB, x->mem[DT_MEM_OPTIM] / GIB,
                 x->mem[DT_MEM_ACTS] / GIB, x->mem[DT_MEM_COMM] / GIB, x->mem_total / GIB, x->fits ? "yes" : "NO",
                 x->step_s, x->compute_s, x->recompute_s, x->bubble_s, x->comm_s, x->tokens_s, x->tflops_gpu, x->mfu);

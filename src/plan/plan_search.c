@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "plan/plan_impl.h"
 
 void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n) {
     snprintf(buf, n, "%s%s dp%d tp%d pp%d cp%d ep%d", l->hybrid ? "hybrid-" : "", dt_strategy_name(l->zero), l->dp,
@@ -39,6 +40,7 @@ dt_status dt_plan_search(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_fix 
                         if (fix->hybrid >= 0 ? h != fix->hybrid : h && (z == DT_STRAT_DDP || nodes < 2)) continue;
                         if (dp == 1 && z != DT_STRAT_DDP && fix->zero < 0) continue; /* the same as DDP */
                         dt_plan_layout l = {dp, tp, pp, cp, ep, (dt_strategy)z, h};
+                        if (h && fix->hybrid < 0 && dt_plan_shard_ranks(job, &l) == dp) continue; /* = not hybrid */
                         if (cnt == cap) {
                             dt_plan_result *nr = realloc(r, (size_t)(cap *= 2) * sizeof *r);
                             if (!nr) {

@@ -263,7 +263,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
     }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json)
-        fprintf(out, "# %-22s %-16s %-14s %5s %-22s %7s %8s %8s %7s %8s %8s %7s %7s %7s  %s\n", "id", "model", "gpu", "gpus",
+        fprintf(out, "# %-22s %-16s %-14s %5s %-30s %7s %8s %8s %7s %8s %8s %7s %7s %7s  %s\n", "id", "model", "gpu", "gpus",
                 "layout", "eff", "TFLOP/s", "publ.", "err", "step_s", "publ.", "err", "GiB", "publ.", "flags");
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -298,7 +298,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
             fprintf(out, "  %-22s %-16s %-14s skipped (line %d): %s\n", w->id, w->model, w->gpu, w->line, w->why);
             continue;
         }
-        fprintf(out, "  %-22.22s %-16.16s %-14.14s %5d %-22.22s %7.3f %8.4g", w->id, w->model, w->gpu, w->job.gpus, name,
+        fprintf(out, "  %-22.22s %-16.16s %-14.14s %5d %-30.30s %7.3f %8.4g", w->id, w->model, w->gpu, w->job.gpus, name,
                 w->job.gemm_eff, w->pred_tflops);
         double e1 = rel(w->pred_tflops, w->rep_tflops), e2 = rel(w->r.step_s, w->rep_step);
         if (isfinite(w->rep_tflops)) fprintf(out, " %8.4g %+6.1f%%", w->rep_tflops, 100 * e1);
