@@ -209,16 +209,16 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
             const int need[] = {C_ID, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_SEQ, C_GPU, C_VOCAB};
             for (size_t i = 0; i < sizeof need / sizeof need[0] && st == DT_OK; i++)
                 if (idx[need[i]] < 0)
-                    st = dt_fail(ctx, DT_ERR_FORMAT, "%s:%d: header lacks the column '%s'", path, lineno, col_names[need[i]]);
+                    st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: header lacks the column '%s'", path, lineno, col_names[need[i]]);
             if (st) break;
             continue;
         }
         if (nf != ncols) {
-            st = dt_fail(ctx, DT_ERR_FORMAT, "%s:%d: %d fields, the header has %d", path, lineno, nf, ncols);
+            st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: %d fields, the header has %d", path, lineno, nf, ncols);
             break;
         }
         if (*nrows == MAX_ROWS) {
-            st = dt_fail(ctx, DT_ERR_FORMAT, "%s:%d: more than %d rows", path, lineno, MAX_ROWS);
+            st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: more than %d rows", path, lineno, MAX_ROWS);
             break;
         }
         row *w = &rows[(*nrows)++];
@@ -227,7 +227,7 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
         build(cat, f, idx, w);
     }
     fclose(fp);
-    if (st == DT_OK && !ncols) st = dt_fail(ctx, DT_ERR_FORMAT, "%s: empty (no header line)", path);
+    if (st == DT_OK && !ncols) st = dt_fail(ctx, DT_ERR_CONFIG, "%s: empty (no header line)", path);
     return st;
 }
 
