@@ -210,7 +210,12 @@ static void test_zero_memory_by_hand(void **state) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
-    near(r.mem[DT_MEM_PARAMS], 6 * P, 1e-12, "bf16 params: fp32 master + 16-bit copy");
+    near(r.mem[DT_MEM_PARAMS], 2 * P, 1e-12, "bf16: 16-bit weights");
+    near(r.mem[DT_MEM_OPTIM], 12 * P, 1e-12, "bf16: fp32 master + m + v (ZeRO's K = 12)");
+    near(r.mem_total - r.mem[DT_MEM_ACTS] - r.mem[DT_MEM_COMM], 18 * P, 1e-12, "bf16: 18 bytes per parameter");
+    l.zero = DT_STRAT_ZERO1;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    near(r.mem[DT_MEM_OPTIM], 12 * P / 4, 1e-12, "bf16 ZeRO-1: the master weights are sharded too");
     dt_hw_free(&cat);
 }
 
@@ -239,6 +244,14 @@ static void test_pipeline_and_tensor_memory(void **state) {
     /* bubble: (p-1) x one micro-batch's compute */
     near(r.bubble_s, 3 * r.compute_s / 8, 1e-12, "bubble = (p-1) t_micro");
     near(r.bubble_s / (r.compute_s + r.bubble_s), dt_plan_bubble_fraction(4, 8), 1e-12, "bubble fraction");
+    /* an uneven split: 8 layers on 3 stages -> the slowest stage has 3, paced at 3 x 3 / 8 of the even time */
+    dt_plan_job j3 = j;
+    j3.gpus = 6;
+    dt_plan_layout l3 = {1, 2, 3, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r3;
+    assert_int_equal(dt_plan_predict(&ctx, &j3, &l3, &r3), DT_OK);
+    near(r3.compute_s, r3.flops_step / 6 / (100e12 * 0.5) * 9.0 / 8, 1e-12, "uneven stages: ceil(L/p) p / L");
+    near(r3.mem[DT_MEM_PARAMS], 4 * (3 * layer + 32000.0 * 512 + 1024.0 * 512) / 2, 1e-12, "stage 0 holds 3 layers");
     dt_hw_free(&cat);
 }
 
@@ -299,8 +312,10 @@ static void test_layout_checks(void **state) {
     assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_tp), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "--tp 8 must divide the attention heads"));
     dt_plan_layout bad_pp = {1, 1, 8, 1, 1, DT_STRAT_DDP, 0};
+    j.model.n_layer = 4;
     assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_pp), DT_ERR_CONFIG);
-    assert_non_null(strstr(ctx.err, "--pp 8 must divide the layers"));
+    assert_non_null(strstr(ctx.err, "--pp 8: more stages than layers"));
+    j.model.n_layer = 12;
     j.global_batch = 12;
     dt_plan_layout bad_batch = {8, 1, 1, 1, 1, DT_STRAT_DDP, 0};
     assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_batch), DT_ERR_CONFIG);

@@ -4,6 +4,8 @@
 
 #include "plan/plan.h"
 
+/* Layers of the fullest pipeline stage: ceil(L / pp). */
+double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l);
 /* Parameters held by one device of pipeline stage `stage` (tensor and expert split applied). */
 double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int stage);
 /* Parameters of the largest unit ZeRO-2/3 hold whole (a layer or the vocabulary matrix) per device. */

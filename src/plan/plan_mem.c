@@ -69,11 +69,15 @@ double dt_plan_layer_act_bytes(const dt_plan_model *m, dt_recompute r, double b,
     return bytes / t;
 }
 
+double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l) {
+    return (double)((m->n_layer + l->pp - 1) / l->pp);
+}
+
 double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int stage) {
     double dense, mlp;
     layer_parts(m, &dense, &mlp);
     double experts = mlp * (m->experts > 0 ? m->experts : 1) / (m->experts > 0 ? l->ep : 1);
-    double p = (double)m->n_layer / l->pp * (dense + experts) / l->tp;
+    double p = dt_plan_stage_layers(m, l) * (dense + experts) / l->tp;
     if (stage == 0) p += embed(m) / l->tp;
     if (stage == l->pp - 1) {
         p += final_norm(m);
@@ -132,14 +136,17 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
     dt_recompute rc = job->train.model_opts.recompute;
     for (int st = 0; st < l->pp; st += l->pp > 1 ? l->pp - 1 : 1) {
         double P = dt_plan_stage_params(m, l, st), x[DT_MEM_NKINDS] = {0};
-        if (l->zero == DT_STRAT_ZERO3) x[DT_MEM_PARAMS] = 4 * P / shard + 2 * U * (4 + (lowp ? 2 : 0));
-        else x[DT_MEM_PARAMS] = 4 * P + (lowp ? 2 * P : 0);
+        /* weights in the compute dtype (w bytes); fp32 gradients; the optimizer holds m, v and,
+         * under 16-bit compute, the fp32 master weights (K = 8 or 12 bytes): ZeRO-1 shards
+         * the optimizer, ZeRO-2 the gradients too, ZeRO-3 the weights too (two units whole) */
+        double w = e, K = lowp ? 12 : 8;
+        x[DT_MEM_PARAMS] = l->zero == DT_STRAT_ZERO3 ? w * P / shard + 2 * U * w : w * P;
         x[DT_MEM_GRADS] = l->zero >= DT_STRAT_ZERO2 ? 4 * P / shard + 2 * U * 4 : 4 * P;
-        x[DT_MEM_OPTIM] = l->zero >= DT_STRAT_ZERO1 ? 8 * P / shard : 8 * P;
+        x[DT_MEM_OPTIM] = l->zero >= DT_STRAT_ZERO1 ? K * P / shard : K * P;
         double bucket = (double)job->train.parallel.bucket_bytes;
         if (l->dp > 1 && l->zero != DT_STRAT_ZERO3) x[DT_MEM_COMM] += 2 * fmin(bucket, 4 * P);
         if (l->tp > 1) x[DT_MEM_COMM] += 2.0 * e * b * s * m->d_model; /* sequence-parallel gather buffers */
-        double layers = (double)m->n_layer / l->pp;
+        double layers = dt_plan_stage_layers(m, l);
         int inflight = st == 0 ? (l->pp < mstep ? l->pp : mstep) : 1; /* 1F1B: stage 0 holds p micro-batches */
         x[DT_MEM_ACTS] = layers * inflight * dt_plan_layer_act_bytes(m, rc, b, s, l->tp, e);
         if (st == 0) x[DT_MEM_ACTS] += inflight * e * b * s * m->d_model / l->tp; /* embedding output */

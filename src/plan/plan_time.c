@@ -59,16 +59,17 @@ static void term(dt_plan_result *r, const char *what, double bytes, double count
     r->comm_s += exposed;
 }
 
-/* One collective repeated `count` times per step, of which each can hide behind `window`
- * seconds of compute: exposed = count x max(time / pieces, time - window) (the last piece
- * always waits), or everything when not overlapped (window < 0). */
+/* A collective cut into `pieces` (buckets, units, layers) of `bytes` each, issued in `rounds`
+ * per step (micro-steps). In a round the pieces can hide behind `window` seconds of compute,
+ * except the last piece, which is always waited for: exposed = max(t, pieces t - window) per
+ * round; window < 0: not overlapped (everything exposed). */
 static void coll(dt_plan_result *r, const char *what, dt_plan_coll op, double bytes, int n, int stride, int d,
-                 const dt_plan_net *net, double count, double window, double pieces) {
+                 const dt_plan_net *net, double pieces, double rounds, double window) {
     int k, nn;
     dt_plan_group_span(n, stride, d, &k, &nn);
     double ti, te, t = dt_plan_coll_time(op, bytes, k, nn, net, &ti, &te);
-    double ex = window < 0 ? t : fmax(t / fmax(pieces, 1.0), t - window);
-    term(r, what, bytes, count, ti, te, count * fmax(ex, 0.0));
+    double ex = window < 0 ? pieces * t : fmax(t, pieces * t - window);
+    term(r, what, bytes, pieces * rounds, ti, te, rounds * ex);
 }
 
 void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
@@ -81,8 +82,10 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     double tokens = (double)job->global_batch * T;
     r->flops_token = m->is_dtrain ? dt_model_flops_per_token(&m->mc, T) : dt_plan_flops_per_token(m, T);
     r->flops_step = r->flops_token * tokens;
-    r->compute_s = r->flops_step / job->gpus / rate;
-    r->recompute_s = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens / job->gpus / rate;
+    /* an uneven split (L % pp != 0): the stage with ceil(L / pp) layers sets the pace */
+    double uneven = dt_plan_stage_layers(m, l) * l->pp / m->n_layer;
+    r->compute_s = r->flops_step / job->gpus / rate * uneven;
+    r->recompute_s = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens / job->gpus / rate * uneven;
     double t_micro = (r->compute_s + r->recompute_s) / mstep; /* one micro-batch on one stage */
     double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 + r->recompute_s / mstep;
     r->bubble_s = (l->pp - 1) * t_micro;
@@ -92,40 +95,36 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
                        job->inter->latency_us * 1e-6};
     r->n_comm = 0, r->comm_s = 0;
     double P = fmax(dt_plan_stage_params(m, l, 0), dt_plan_stage_params(m, l, l->pp - 1));
-    double layers = (double)m->n_layer / l->pp, gb = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4;
+    double layers = dt_plan_stage_layers(m, l), gb = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4;
     int dp_stride = l->tp * l->cp, shard = dt_plan_shard_ranks(job, l);
-    double bucket = fmax((double)tc->parallel.bucket_bytes, 1.0);
+    double buckets = ceil(P * gb / fmax((double)tc->parallel.bucket_bytes, 1.0));
     double win = tc->parallel.overlap ? bwd_micro : -1;
     if (l->dp > 1) {
-        if (l->zero <= DT_STRAT_ZERO1)
-            coll(r, "dp all-reduce grads", DT_COLL_ALLREDUCE, P * gb, l->dp, dp_stride, d, &net, 1, win,
-                 ceil(P * gb / bucket));
-        else if (l->zero == DT_STRAT_ZERO2)
-            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb, l->dp, dp_stride, d, &net, mstep, win,
-                 layers);
-        if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2)
-            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * 4, shard, dp_stride, d, &net, 1, -1, 1);
-        if (l->zero == DT_STRAT_ZERO3) {
-            /* per micro-step: gather for the forward and again for the backward (16-bit matmul
-             * weights under mixed precision), reduce-scatter the gradients */
-            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e, shard, dp_stride, d, &net, 2 * mstep,
-                 t_micro / 2, layers);
-            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb, l->dp, dp_stride, d, &net, mstep,
-                 tc->parallel.overlap ? bwd_micro : -1, layers);
-        }
+        if (l->zero <= DT_STRAT_ZERO1) /* buckets all-reduced during the last micro-step's backward */
+            coll(r, "dp all-reduce grads", DT_COLL_ALLREDUCE, P * gb / buckets, l->dp, dp_stride, d, &net, buckets, 1, win);
+        else /* ZeRO-2/3: each unit reduce-scattered as its backward ends, every micro-step */
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / layers, l->dp, dp_stride, d, &net, layers,
+                 mstep, win);
+        if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step, fp32 */
+            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * 4 / layers, shard, dp_stride, d, &net, layers, 1, -1);
+        if (l->zero == DT_STRAT_ZERO3) /* each unit gathered for the forward and again for the backward
+                                          (16-bit matmul weights under mixed precision), prefetched */
+            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / layers, shard, dp_stride, d, &net, layers,
+                 2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
     if (l->tp > 1) /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way */
         coll(r, "tp all-reduce acts", DT_COLL_ALLREDUCE, act, l->tp, 1, d, &net,
-             layers * mstep * (tc->model_opts.recompute == DT_RECOMPUTE_FULL ? 6 : 4), -1, 1);
-    if (l->cp > 1) { /* ring attention: K and V gathered (forward, backward), dK dV reduce-scattered */
+             layers * (tc->model_opts.recompute == DT_RECOMPUTE_FULL ? 6 : 4), mstep, -1);
+    if (l->cp > 1) { /* ring attention: K and V gathered (forward, backward), dK dV reduce-scattered,
+                        each behind its layer's attention */
         double kv = 2.0 * e * b * T * m->n_kv_head * (double)(m->d_model / m->n_head) / l->tp;
-        double attn = 12.0 * m->n_layer * (double)T * m->d_model * tokens / job->gpus / rate / (layers * mstep);
-        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &net, 3 * layers * mstep, attn / 3, 1);
+        double attn = 12.0 * (double)T * m->d_model * b * T / (l->tp * l->cp) / rate; /* one layer, one micro-batch */
+        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &net, 3, layers * mstep, attn);
     }
     if (l->ep > 1 && m->experts > 0) /* dispatch and combine, forward and backward */
         coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &net,
-             4 * layers * mstep, -1, 1);
+             4 * layers, mstep, -1);
     if (l->pp > 1) { /* activations to the next stage; only the fill and drain are on the critical path */
         int k, nn;
         dt_plan_group_span(l->pp, dp_stride * l->dp, d, &k, &nn);
@@ -156,8 +155,8 @@ dt_status dt_plan_check_layout(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
     if (m->n_head % l->tp || m->n_kv_head % l->tp)
         return dt_fail(ctx, DT_ERR_CONFIG, "--tp %d must divide the attention heads (n_head %d, n_kv_head %d)", l->tp,
                        m->n_head, m->n_kv_head);
-    if (m->n_layer % l->pp)
-        return dt_fail(ctx, DT_ERR_CONFIG, "--pp %d must divide the layers (n_layer %d)", l->pp, m->n_layer);
+    if (l->pp > m->n_layer)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--pp %d: more stages than layers (n_layer %d)", l->pp, m->n_layer);
     if (job->train.seq_len % l->cp)
         return dt_fail(ctx, DT_ERR_CONFIG, "--cp %d must divide the sequence length %d", l->cp, job->train.seq_len);
     if (l->ep > 1 && (m->experts % l->ep || l->dp % l->ep))

@@ -62,7 +62,8 @@ typedef struct row {
     dt_plan_layout lay;
     double rep_tflops, rep_step, rep_mem;
     const char *rep_from; /* which column gave rep_tflops */
-    int hw_flops;         /* the publisher counts recompute FLOPs (notes say "hardware FLOPs" / HFU) */
+    int hw_flops;         /* the publisher counts the recomputed forward (see hw_phrases) */
+    char assumed[160];    /* what the planner assumed where the row says nothing */
     dt_plan_result r;
     double pred_tflops;
 } row;
@@ -74,6 +75,47 @@ static double val(char **f, const int *idx, int c, double dflt) {
     return end != f[idx[c]] && !*end ? v : NAN;
 }
 static const char *str(char **f, const int *idx, int c) { return idx[c] < 0 ? "" : f[idx[c]]; }
+static int has(char **f, const int *idx, int c) { return idx[c] >= 0 && *f[idx[c]]; }
+
+/* Notes that say the published TFLOP/s count the recomputed forward ("hardware" FLOPs): the
+ * comparison then adds the predicted recompute FLOPs (docs/planner-sources.md's table). */
+static const char *const hw_phrases[] = {"flops counted with recompute", "counts a recompute", "hardware tflop",
+                                         "counting the recompute", "hardware flop"};
+
+/* Published shapes for rows that give only a parameter count (the seed tables): GPT-3 (Brown
+ * et al. 2020, Table 2.1; GELU, 4d, vocab 50257), OPT-30B/66B (Zhang et al. 2022), LLaMA 1/2
+ * and Llama 3 405B (their papers' model tables; SwiGLU), Megatron's 462B (its README table). A
+ * name with "llama" takes a LLaMA shape; otherwise the nearest parameter count. */
+typedef struct ref_shape {
+    const char *name;
+    double params_b;
+    int llama, L, d, h, kv, ff, vocab;
+} ref_shape;
+static const ref_shape ref_shapes[] = {
+    {"GPT-3 1.3B", 1.3, 0, 24, 2048, 16, 16, 8192, 50257},      {"GPT-3 2.7B", 2.7, 0, 32, 2560, 32, 32, 10240, 50257},
+    {"GPT-3 6.7B", 6.7, 0, 32, 4096, 32, 32, 16384, 50257},     {"GPT-3 13B", 13, 0, 40, 5120, 40, 40, 20480, 50257},
+    {"OPT-30B", 30, 0, 48, 7168, 56, 56, 28672, 50272},          {"OPT-66B", 66, 0, 64, 9216, 72, 72, 36864, 50272},
+    {"GPT-3 175B", 175, 0, 96, 12288, 96, 96, 49152, 50257},     {"Megatron 462B", 462, 0, 112, 18432, 144, 144, 73728, 131072},
+    {"LLaMA 7B", 6.7, 1, 32, 4096, 32, 32, 11008, 32000},        {"LLaMA 13B", 13, 1, 40, 5120, 40, 40, 13824, 32000},
+    {"LLaMA 33B", 32.5, 1, 60, 6656, 52, 52, 17920, 32000},      {"Llama 2 70B", 69, 1, 80, 8192, 64, 8, 28672, 32000},
+    {"Llama 3 405B", 405, 1, 126, 16384, 128, 8, 53248, 128256},
+};
+
+static const ref_shape *ref_for(const char *model, double params_b) {
+    int llama = strcasestr(model, "llama") != NULL;
+    const ref_shape *best = NULL;
+    for (size_t i = 0; i < sizeof ref_shapes / sizeof ref_shapes[0]; i++) {
+        const ref_shape *r = &ref_shapes[i];
+        if (llama && !r->llama) continue;
+        if (!best || fabs(log(r->params_b / params_b)) < fabs(log(best->params_b / params_b))) best = r;
+    }
+    return best;
+}
+
+static void assume(row *w, const char *fmt, const char *what, long v) {
+    size_t k = strlen(w->assumed);
+    snprintf(w->assumed + k, sizeof w->assumed - k, fmt, k ? ", " : "", what, v);
+}
 
 /* One CSV row -> a job and layout; ok = 0 with the reason when something is missing. */
 static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
@@ -91,18 +133,31 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     memset(j, 0, sizeof *j);
     dt_plan_model *m = &j->model;
     snprintf(m->name, sizeof m->name, "%s", w->model);
-    m->n_layer = (int)val(f, idx, C_LAYERS, 0), m->d_model = (int)val(f, idx, C_DMODEL, 0);
-    m->n_head = (int)val(f, idx, C_HEADS, 0);
-    m->n_kv_head = (int)val(f, idx, C_KV, m->n_head);
-    m->swiglu = !strcasecmp(str(f, idx, C_FFN), "swiglu");
-    m->d_ff = (int)val(f, idx, C_DFF, m->swiglu ? (8 * m->d_model / 3 + 255) / 256 * 256 : 4 * m->d_model);
-    m->vocab = (int)val(f, idx, C_VOCAB, 0);
-    int T = (int)val(f, idx, C_SEQ, 0);
+    if (strcasestr(w->model, "lora")) {
+        snprintf(w->why, sizeof w->why, "LoRA/QLoRA fine-tuning (frozen, quantized base) is not modelled");
+        return;
+    }
+    double pb = val(f, idx, C_PARAMS, NAN);
+    if (!has(f, idx, C_LAYERS) && !has(f, idx, C_DMODEL) && pb > 0) { /* only a parameter count */
+        const ref_shape *r = ref_for(w->model, pb);
+        m->n_layer = r->L, m->d_model = r->d, m->n_head = r->h, m->n_kv_head = r->kv, m->d_ff = r->ff;
+        m->vocab = r->vocab, m->swiglu = r->llama;
+        snprintf(w->assumed, sizeof w->assumed, "shape of %s", r->name);
+    } else {
+        m->n_layer = (int)val(f, idx, C_LAYERS, 0), m->d_model = (int)val(f, idx, C_DMODEL, 0);
+        m->n_head = (int)val(f, idx, C_HEADS, 0);
+        m->n_kv_head = (int)val(f, idx, C_KV, m->n_head);
+        m->swiglu = !strcasecmp(str(f, idx, C_FFN), "swiglu");
+        m->d_ff = (int)val(f, idx, C_DFF, m->swiglu ? (8 * m->d_model / 3 + 255) / 256 * 256 : 4 * m->d_model);
+        m->vocab = (int)val(f, idx, C_VOCAB, 0);
+    }
+    int T = (int)val(f, idx, C_SEQ, has(f, idx, C_LAYERS) ? 0 : 2048);
+    if (!has(f, idx, C_SEQ) && T > 0) assume(w, "%s%s %ld", "seq_len", T);
     m->context = T, m->tied = !m->swiglu, m->bias = !m->swiglu;
     m->experts = (int)val(f, idx, C_EXPERTS, 0), m->topk = (int)val(f, idx, C_TOPK, m->experts ? 2 : 0);
     if (m->n_layer < 1 || m->d_model < 1 || m->n_head < 1 || m->n_kv_head < 1 || m->vocab < 1 || T < 1 ||
         m->d_ff < 1 || m->d_model % m->n_head) {
-        snprintf(w->why, sizeof w->why, "model shape incomplete (n_layers, d_model, n_heads, vocab, seq_len needed)");
+        snprintf(w->why, sizeof w->why, "model shape incomplete (n_layers, d_model, n_heads, vocab, seq_len, or params_b)");
         return;
     }
     dt_train_cfg_defaults(&j->train);
@@ -132,6 +187,61 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
         snprintf(w->why, sizeof w->why, "layout incomplete (n_gpus or dp, micro_batch)");
         return;
     }
+    /* Megatron's gradient buckets: max(40M, 1M x dp) fp32 elements (its --ddp-bucket-size default) */
+    j->train.parallel.bucket_bytes = (size_t)(fmax(4e7, 1e6 * l->dp) * 4);
+    /* what the row leaves out: a global batch of 4 pp micro-batches per pipeline (m >> p, as
+     * Narayanan et al. advise), the nearest multiple of micro x dp, the fastest layout that
+     * fits, the smallest ZeRO stage, then the lightest checkpointing that fits */
+    if (!has(f, idx, C_MB)) assume(w, "%s%s %ld", "micro_batch", 1);
+    if (!has(f, idx, C_GB)) {
+        j->global_batch = (long)j->train.micro_batch * l->dp * (l->pp > 1 ? 4 * l->pp : 1);
+        assume(w, "%s%s %ld", "global_batch", j->global_batch);
+    }
+    long per = (long)j->train.micro_batch * l->dp, gb = (j->global_batch + per / 2) / per * per;
+    if (gb != j->global_batch && !(!has(f, idx, C_TP) && !has(f, idx, C_PP) && !has(f, idx, C_DP))) {
+        j->global_batch = gb > 0 ? gb : per;
+        assume(w, "%s%s %ld (a multiple of micro x dp)", "global_batch", j->global_batch);
+    }
+    int zero_known = has(f, idx, C_ZERO), rc_known = has(f, idx, C_RECOMP);
+    if (!has(f, idx, C_TP) && !has(f, idx, C_PP) && !has(f, idx, C_DP)) {
+        dt_plan_fix fix = {0, 0, l->cp, l->ep, zero_known ? (int)l->zero : -1, -1};
+        dt_plan_result *res;
+        int nres, fast, cheap;
+        if (dt_plan_search(&ctx, j, &fix, &res, &nres) != DT_OK) {
+            snprintf(w->why, sizeof w->why, "layout not stated, and none found: %.900s", ctx.err);
+            return;
+        }
+        dt_plan_recommend(res, nres, &fast, &cheap);
+        *l = res[fast >= 0 ? fast : 0].lay;
+        free(res);
+        char name[64];
+        dt_plan_layout_name(l, name, sizeof name);
+        size_t k = strlen(w->assumed);
+        snprintf(w->assumed + k, sizeof w->assumed - k, "%slayout %s (searched)", k ? ", " : "", name);
+        zero_known = 1;
+    }
+    if (dt_plan_predict(&ctx, j, l, &w->r) != DT_OK) {
+        snprintf(w->why, sizeof w->why, "%s", ctx.err);
+        return;
+    }
+    for (int rc_try = 0; !w->r.fits && rc_try < 3 && (!rc_known || rc_try == 0); rc_try++) {
+        if (!rc_known) j->train.model_opts.recompute = (dt_recompute)rc_try;
+        for (int zs = zero_known ? (int)l->zero : 0; zs <= (zero_known ? (int)l->zero : 3) && !w->r.fits; zs++) {
+            l->zero = (dt_strategy)zs;
+            if (dt_plan_predict(&ctx, j, l, &w->r) != DT_OK) break;
+        }
+    }
+    if (w->r.fits && !zero_known && l->zero != DT_STRAT_DDP) assume(w, "%s%s %ld", "zero", (long)l->zero);
+    if (w->r.fits && !rc_known && j->train.model_opts.recompute != DT_RECOMPUTE_NONE) {
+        size_t k = strlen(w->assumed);
+        snprintf(w->assumed + k, sizeof w->assumed - k, "%srecompute %s", k ? ", " : "",
+                 dt_recompute_name(j->train.model_opts.recompute));
+    }
+    if (!w->r.fits) { /* nothing fits: report the row as stated */
+        if (!zero_known) l->zero = DT_STRAT_DDP;
+        if (!rc_known) j->train.model_opts.recompute = DT_RECOMPUTE_NONE;
+        dt_plan_predict(&ctx, j, l, &w->r);
+    }
     w->rep_step = val(f, idx, C_STEP, NAN), w->rep_mem = val(f, idx, C_MEM, NAN);
     double tf = val(f, idx, C_TFLOPS, NAN), mfu = val(f, idx, C_MFU, NAN), tok = val(f, idx, C_TOKS, NAN);
     double peak = dt_hw_peak(hw, j->train.model_opts.compute);
@@ -142,11 +252,7 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     else if (isfinite(tok)) w->rep_tflops = tok * F / n / 1e12, w->rep_from = "tokens/s";
     else if (isfinite(w->rep_step)) w->rep_tflops = tokens * F / w->rep_step / n / 1e12, w->rep_from = "step_s";
     const char *notes = str(f, idx, C_NOTES);
-    w->hw_flops = strcasestr(notes, "hardware flop") || strcasestr(notes, "hfu");
-    if (dt_plan_predict(&ctx, j, l, &w->r) != DT_OK) {
-        snprintf(w->why, sizeof w->why, "%s", ctx.err);
-        return;
-    }
+    for (size_t i = 0; i < sizeof hw_phrases / sizeof hw_phrases[0]; i++) w->hw_flops |= strcasestr(notes, hw_phrases[i]) != NULL;
     w->ok = 1;
 }
 
@@ -157,6 +263,7 @@ static void predict(row *w, double eff) {
     if (dt_plan_predict(&ctx, &w->job, &w->lay, &w->r) != DT_OK) return;
     double hw = (w->r.compute_s + w->r.recompute_s) / w->r.compute_s;
     w->pred_tflops = w->r.tflops_gpu * (w->hw_flops ? hw : 1.0);
+    if (getenv("DT_PLAN_DEBUG")) dt_plan_print_detail(stderr, &w->job, &w->r, w->id);
 }
 
 static double rel(double pred, double rep) { return isfinite(rep) && rep > 0 ? (pred - rep) / rep : NAN; }
@@ -290,6 +397,8 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
                 cJSON_AddNumberToObject(o, "pred_step_s", w->r.step_s);
                 cJSON_AddNumberToObject(o, "pred_mem_gib", w->r.mem_total / GIB);
                 cJSON_AddStringToObject(o, "flags", fl);
+                cJSON_AddStringToObject(o, "assumed", w->assumed);
+                cJSON_AddBoolToObject(o, "hardware_flops", w->hw_flops);
             } else cJSON_AddStringToObject(o, "skipped", w->why);
             cJSON_AddItemToArray(arr, o);
             continue;
@@ -309,7 +418,8 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         fprintf(out, " %7.1f", w->r.mem_total / GIB);
         if (isfinite(w->rep_mem)) fprintf(out, " %7.1f", w->rep_mem);
         else fprintf(out, " %7s", "-");
-        fprintf(out, "  %s%s\n", w->hw_flops ? "[hardware FLOPs] " : "", fl);
+        fprintf(out, "  %s%s%s%s%s\n", w->hw_flops ? "[hardware FLOPs] " : "", w->assumed[0] ? "assumed: " : "",
+                w->assumed, w->assumed[0] && fl[0] ? "; " : "", fl);
     }
     /* the errors over the rows compared (impossible claims left out) */
     double med = dt_median_abs(err, k);
