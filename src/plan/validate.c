@@ -63,7 +63,9 @@ typedef struct row {
     double rep_tflops, rep_step, rep_mem;
     const char *rep_from; /* which column gave rep_tflops */
     int hw_flops;         /* the publisher counts the recomputed forward (see hw_phrases) */
-    char assumed[160];    /* what the planner assumed where the row says nothing */
+    char assumed[200];    /* what the planner assumed where the row says nothing */
+    int acc;              /* the catalog accelerator (index) */
+    dt_hw_accel hw;       /* its copy (fp8 rows: the fp8 peak stands in for the 16-bit one) */
     dt_plan_result r;
     double pred_tflops;
 } row;
@@ -176,7 +178,17 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     int z = (int)val(f, idx, C_ZERO, 0);
     l->zero = z >= 1 && z <= 3 ? (dt_strategy)z : DT_STRAT_DDP;
     j->gpus = n;
-    j->hw = hw;
+    w->acc = (int)(hw - cat->acc), w->hw = *hw;
+    if (!strcasecmp(pr, "fp8")) { /* fp8 linears (the rest in bf16): the fp8 peak, stated */
+        if (hw->peak_tflops[DT_HW_FP8] <= 0) {
+            snprintf(w->why, sizeof w->why, "precision fp8: %s has no fp8 peak", hw->key);
+            return;
+        }
+        w->hw.peak_tflops[DT_HW_BF16] = hw->peak_tflops[DT_HW_FP8];
+        snprintf(w->assumed + strlen(w->assumed), sizeof w->assumed - strlen(w->assumed), "%sfp8 peak for every GEMM",
+                 w->assumed[0] ? ", " : "");
+    }
+    j->hw = &w->hw;
     j->intra = dt_hw_link_find(cat, hw->intra), j->inter = dt_hw_link_find(cat, hw->inter);
     j->gemm_eff = hw->gemm_eff, j->intra_eff = j->intra->eff, j->inter_eff = j->inter->eff;
     int gpn = (int)val(f, idx, C_GPN, hw->devices_per_node);
@@ -196,6 +208,11 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     if (!has(f, idx, C_GB)) {
         j->global_batch = (long)j->train.micro_batch * l->dp * (l->pp > 1 ? 4 * l->pp : 1);
         assume(w, "%s%s %ld", "global_batch", j->global_batch);
+    }
+    /* a pipeline needs micro-batches: a "local batch" with fewer than pp of them is split into pp */
+    if (l->pp > 1 && j->global_batch / ((long)j->train.micro_batch * l->dp) < l->pp && j->train.micro_batch % l->pp == 0) {
+        j->train.micro_batch /= l->pp;
+        assume(w, "%s%s %ld (the local batch split into pp micro-batches)", "micro_batch", j->train.micro_batch);
     }
     long per = (long)j->train.micro_batch * l->dp, gb = (j->global_batch + per / 2) / per * per;
     if (gb != j->global_batch && !(!has(f, idx, C_TP) && !has(f, idx, C_PP) && !has(f, idx, C_DP))) {
@@ -354,12 +371,13 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         eff[a] = cat->acc[a].gemm_eff;
         if (!fit) continue;
         double best = INFINITY;
-        for (double e = 0.10; e <= 1.0 + 1e-9; e += 0.0025) {
+        for (int step = 40; step <= 400; step++) { /* 0.1 to 1 in steps of 0.0025 */
+            double e = step / 400.0;
             int k = 0;
             char fl[512];
             for (int i = 0; i < n; i++) {
                 row *w = &rows[i];
-                if (!w->ok || w->job.hw != &cat->acc[a] || !isfinite(w->rep_tflops) || (flags(w, fl, sizeof fl) & 1)) continue;
+                if (!w->ok || w->acc != a || !isfinite(w->rep_tflops) || (flags(w, fl, sizeof fl) & 1)) continue;
                 predict(w, e);
                 err[k++] = rel(w->pred_tflops, w->rep_tflops);
             }
@@ -377,7 +395,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         row *w = &rows[i];
         char fl[512] = "", name[64] = "-";
         if (w->ok) {
-            int a = (int)(w->job.hw - cat->acc);
+            int a = w->acc;
             predict(w, eff[a]);
             int bad = flags(w, fl, sizeof fl);
             double e = rel(w->pred_tflops, w->rep_tflops);
@@ -437,7 +455,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         fprintf(out, "# GEMM efficiency per GPU type (%s):", fit ? "fitted: minimum median |error| of TFLOP/s per GPU" : "catalog");
         for (int a = 0; a < cat->n_acc && a < 256; a++) {
             int used = 0;
-            for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].job.hw == &cat->acc[a];
+            for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a;
             if (used) fprintf(out, " %s %.4g", cat->acc[a].key, eff[a]);
         }
         fprintf(out, "\n# median |error| of TFLOP/s per GPU over %d rows (impossible claims excluded): %.1f%%\n", k, 100 * med);
