@@ -252,6 +252,19 @@ static void test_pipeline_and_tensor_memory(void **state) {
     assert_int_equal(dt_plan_predict(&ctx, &j3, &l3, &r3), DT_OK);
     near(r3.compute_s, r3.flops_step / 6 / (100e12 * 0.5) * 9.0 / 8, 1e-12, "uneven stages: ceil(L/p) p / L");
     near(r3.mem[DT_MEM_PARAMS], 4 * (3 * layer + 32000.0 * 512 + 1024.0 * 512) / 2, 1e-12, "stage 0 holds 3 layers");
+    /* tensor-parallel communication is exposed, unless tp_overlap lets it hide behind the GEMMs */
+    int t = -1;
+    for (int i = 0; i < r.n_comm; i++)
+        if (!strcmp(r.comm[i].what, "tp all-reduce acts")) t = i;
+    assert_true(t >= 0);
+    near(r.comm[t].exposed, r.comm[t].t_intra + r.comm[t].t_inter, 1e-12, "tp: all exposed");
+    j.tp_overlap = 1;
+    dt_plan_result ro;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &ro), DT_OK);
+    double T = ro.comm[t].t_intra + ro.comm[t].t_inter, t1 = T / ro.comm[t].count;
+    double tm = (ro.compute_s + ro.recompute_s) / ro.micro_steps;
+    near(ro.comm[t].exposed, 8 * fmax(t1, T / 8 - tm), 1e-12, "tp overlapped: max(t, pieces t - t_micro) a micro-step");
+    assert_true(ro.step_s < r.step_s);
     dt_hw_free(&cat);
 }
 

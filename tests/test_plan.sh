@@ -16,7 +16,7 @@ gpt2=(--model gpt2 --seq 1024 --micro-batch 8 --precision bf16)
 "$bin" plan "${gpt2[@]}" --gpus 16 --hardware gpu-a "${cat[@]}" --prices "$src/configs/prices.yaml" \
   --instance p4d.24xlarge --train-tokens 1e10 --all >all.txt 2>err.txt
 rc=$?
-if [ $rc -eq 0 ] && [ ! -s err.txt ] && grep -q "^# efficiency factors: gemm 0.5 of peak, intra-node link 1, inter-node link 0.5" all.txt \
+if [ $rc -eq 0 ] && [ ! -s err.txt ] && grep -q "^# efficiency factors: gemm 0.5 of peak, intra-node link 1, inter-node link 0.5; tp overlap 0" all.txt \
    && grep -q "^# model FLOPs/token = 6 N_active + 12 L T d" all.txt && grep -q "^fastest layout that fits: " all.txt \
    && grep -q "dtrain's own plan, dt_trainer_mem_plan" all.txt && grep -q "whole run (1e+10 tokens)" all.txt \
    && grep -q "^  hybrid-zero3 dp16 tp1 pp1" all.txt && grep -q "^  ddp dp4 tp2 pp2" all.txt; then
@@ -32,7 +32,7 @@ if out=$(python3 - plan.json <<'EOF' 2>&1
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 job, lays = d["job"], d["layouts"]
-assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5}, job
+assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5, "tp_overlap": 0}, job
 peak = job["peak_tflops"] * 1e12
 fits = [l for l in lays if l["fits"]]
 assert fits and len(lays) >= 10

@@ -17,7 +17,7 @@ typedef struct plan_flags {
     dt_plan_fix fix;
     int dp;
     long global_batch;
-    double train_tokens, gemm_eff, intra_eff, inter_eff;
+    double train_tokens, gemm_eff, intra_eff, inter_eff, tp_overlap;
     const char *hardware, *catalog, *prices, *instance, *validate, *cal_out;
     int sweep[64], n_sweep;
 } plan_flags;
@@ -82,6 +82,7 @@ static int plan_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
     if (!strcmp(a, "--gemm-eff")) return number(ctx, argc, argv, i, 0.01, 1, &f->gemm_eff);
     if (!strcmp(a, "--intra-eff")) return number(ctx, argc, argv, i, 0.01, 1, &f->intra_eff);
     if (!strcmp(a, "--inter-eff")) return number(ctx, argc, argv, i, 0.01, 1, &f->inter_eff);
+    if (!strcmp(a, "--tp-overlap")) return number(ctx, argc, argv, i, 0, 1, &f->tp_overlap);
     if (!strcmp(a, "--hardware")) return text(ctx, argc, argv, i, &f->hardware);
     if (!strcmp(a, "--catalog")) return text(ctx, argc, argv, i, &f->catalog);
     if (!strcmp(a, "--prices")) return text(ctx, argc, argv, i, &f->prices);
@@ -150,6 +151,7 @@ static void usage(void) {
            "  --prices FILE --instance NAME   cost from a price table (configs/prices.yaml), per node\n"
            "  --train-tokens N      whole-run cost (default training.tokens or steps x tokens/step)\n"
            "  --gemm-eff X --intra-eff X --inter-eff X   override the catalog's efficiency factors\n"
+           "  --tp-overlap F        fraction of tensor-parallel communication hidden behind GEMMs (0)\n"
            "  --sweep gpus=8,16,32  scaling table: the recommended layout at each size\n"
            "  --all                 print every layout (default: the best 12)\n"
            "  --json                JSON on stdout instead of tables\n"
@@ -174,6 +176,7 @@ static dt_status setup_job(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *r
     job->gemm_eff = f->gemm_eff > 0 ? f->gemm_eff : job->hw->gemm_eff;
     job->intra_eff = f->intra_eff > 0 ? f->intra_eff : job->intra->eff;
     job->inter_eff = f->inter_eff > 0 ? f->inter_eff : job->inter->eff;
+    job->tp_overlap = f->tp_overlap;
     if (dt_hw_peak(job->hw, job->train.model_opts.compute) <= 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s has no peak_tflops for training.precision %s in %s",
                        job->hw->key, rc->precision, cat->path);

@@ -58,6 +58,8 @@ typedef struct dt_plan_job {
     const dt_hw_accel *hw;
     const dt_hw_link *intra, *inter;
     double gemm_eff, intra_eff, inter_eff; /* achievable fractions of peak */
+    double tp_overlap;       /* fraction of tensor-parallel communication that may hide behind the
+                                micro-step's GEMMs (Megatron --tp-comm-overlap, AsyncTP: 1; default 0) */
     double price_hour, spot_hour;          /* per node ($/h); < 0: no price */
 } dt_plan_job;
 

@@ -25,8 +25,8 @@ void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
     fprintf(f, "# links: intra-node %s %.4g GB/s %.3g us, inter-node %s %.4g GB/s x %d NICs %.3g us\n", job->intra->key,
             job->intra->bw_gbs, job->intra->latency_us, job->inter->key, job->inter->bw_gbs, job->hw->nics_per_node,
             job->inter->latency_us);
-    fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g\n", job->gemm_eff,
-            job->intra_eff, job->inter_eff);
+    fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g\n",
+            job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap);
     fprintf(f, "# model FLOPs/token = 6 N_active + 12 L T d = %.4g (docs/planner.md)\n",
             m->is_dtrain ? dt_model_flops_per_token(&m->mc, t->seq_len) : dt_plan_flops_per_token(m, t->seq_len));
 }
@@ -149,6 +149,7 @@ cJSON *dt_plan_job_json(const dt_plan_job *job) {
     num(o, "memory_bytes", job->hw->memory_bytes);
     cJSON *e = cJSON_AddObjectToObject(o, "efficiency");
     num(e, "gemm", job->gemm_eff), num(e, "intra_link", job->intra_eff), num(e, "inter_link", job->inter_eff);
+    num(e, "tp_overlap", job->tp_overlap);
     num(o, "train_tokens", job->train_tokens);
     return o;
 }

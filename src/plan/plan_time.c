@@ -113,9 +113,16 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
                  2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
-    if (l->tp > 1) /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way */
-        coll(r, "tp all-reduce acts", DT_COLL_ALLREDUCE, act, l->tp, 1, d, &net,
-             layers * (tc->model_opts.recompute == DT_RECOMPUTE_FULL ? 6 : 4), mstep, -1);
+    if (l->tp > 1) { /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way;
+                        exposed unless overlapped with the GEMMs (a fraction tp_overlap of it) */
+        double pieces = layers * (tc->model_opts.recompute == DT_RECOMPUTE_FULL ? 6 : 4);
+        coll(r, "tp all-reduce acts", DT_COLL_ALLREDUCE, act, l->tp, 1, d, &net, pieces, mstep, -1);
+        dt_plan_comm_term *c = &r->comm[r->n_comm - 1];
+        double all = c->exposed, t1 = all / (pieces * mstep);
+        double hidden = mstep * fmax(t1, pieces * t1 - t_micro);
+        c->exposed = (1 - job->tp_overlap) * all + job->tp_overlap * hidden;
+        r->comm_s += c->exposed - all;
+    }
     if (l->cp > 1) { /* ring attention: K and V gathered (forward, backward), dK dV reduce-scattered,
                         each behind its layer's attention */
         double kv = 2.0 * e * b * T * m->n_kv_head * (double)(m->d_model / m->n_head) / l->tp;

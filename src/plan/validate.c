@@ -189,6 +189,9 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
                  w->assumed[0] ? ", " : "");
     }
     j->hw = &w->hw;
+    /* a run that says it overlaps tensor-parallel communication with its GEMMs */
+    const char *nt = str(f, idx, C_NOTES);
+    j->tp_overlap = strcasestr(nt, "tp-comm-overlap") || strcasestr(nt, "asynctp") ? 1.0 : 0.0;
     j->intra = dt_hw_link_find(cat, hw->intra), j->inter = dt_hw_link_find(cat, hw->inter);
     j->gemm_eff = hw->gemm_eff, j->intra_eff = j->intra->eff, j->inter_eff = j->inter->eff;
     int gpn = (int)val(f, idx, C_GPN, hw->devices_per_node);
