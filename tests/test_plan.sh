@@ -82,7 +82,7 @@ fi
 # Validation against published rows (the fixture CSV).
 "$bin" plan --validate "$src/tests/data/plan/runs.csv" "${cat[@]}" >val.txt 2>err.txt
 rc=$?
-if [ $rc -eq 0 ] && grep -q "^  impossible .*IMPOSSIBLE: 450 TFLOP/s per GPU (from tflops) > peak 400 (MFU 1.12)" val.txt \
+if [ $rc -eq 0 ] && grep -q "^  impossible .*IMPOSSIBLE: 450 TFLOP/s per GPU (from tflops) > peak 400 (1.12 of peak)" val.txt \
    && grep -q "^  too-big .*CANNOT FIT: params .* GiB > 1 GiB" val.txt \
    && grep -q "^  unknown-gpu .*skipped (line 6): gpu 'tpu-v9' is not in the catalog" val.txt \
    && grep -q "^  plain-b .* 160 " val.txt && grep -q "^# median |error| of TFLOP/s per GPU over 3 rows" val.txt; then

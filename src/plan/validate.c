@@ -293,12 +293,19 @@ static int flags(const row *w, char *buf, size_t n) {
     double peak = dt_hw_peak(w->job.hw, w->job.train.model_opts.compute), mem = w->job.hw->memory_bytes;
     int bad = 0;
     buf[0] = 0;
-    if (isfinite(w->rep_tflops) && w->rep_tflops > peak) {
-        snprintf(buf, n, "IMPOSSIBLE: %.4g TFLOP/s per GPU (from %s) > peak %.4g (MFU %.2f)", w->rep_tflops, w->rep_from,
-                 peak, w->rep_tflops / peak);
+    /* what the GPUs must have executed: the claimed model FLOP/s plus the recompute the run's
+     * checkpointing implies (unless the publisher counted it already) */
+    double x = w->hw_flops || !(w->r.compute_s > 0) ? 1.0 : (w->r.compute_s + w->r.recompute_s) / w->r.compute_s;
+    double hwt = w->rep_tflops * x;
+    char how[96] = "";
+    if (x > 1) snprintf(how, sizeof how, " x %.3g for %s recompute = %.4g", x, dt_recompute_name(w->job.train.model_opts.recompute), hwt);
+    if (isfinite(hwt) && hwt > peak) {
+        snprintf(buf, n, "IMPOSSIBLE: %.4g TFLOP/s per GPU (from %s)%s > peak %.4g (%.2f of peak)", w->rep_tflops,
+                 w->rep_from, how, peak, hwt / peak);
         bad = 1;
-    } else if (isfinite(w->rep_tflops) && w->rep_tflops > 0.8 * peak)
-        snprintf(buf, n, "implausible: MFU %.2f (%.4g of %.4g TFLOP/s) above 0.8", w->rep_tflops / peak, w->rep_tflops, peak);
+    } else if (isfinite(hwt) && hwt > 0.8 * peak)
+        snprintf(buf, n, "implausible: %.4g TFLOP/s per GPU (from %s)%s = %.2f of peak %.4g (above 0.8)", w->rep_tflops,
+                 w->rep_from, how, hwt / peak, peak);
     size_t k = strlen(buf);
     if (w->r.mem_total > mem) {
         snprintf(buf + k, n - k, "%sCANNOT FIT: params %.1f + grads %.1f + optimizer %.1f + acts %.1f + comm %.1f = %.1f GiB > %.0f GiB",
