@@ -102,6 +102,17 @@ else
   fail "--fit (rc $rc, $before -> $after): $(cat err.txt) $(tail -3 fit.txt)"
 fi
 
+# docs/planner.md quotes the result on the repository's CSV: it must be the tool's.
+"$bin" plan --validate "$src/bench/planner/published_runs.csv" --catalog "$src/configs/hardware.yaml" --fit >pub.txt 2>err.txt
+got=$(sed -n 's/^# median |error| of TFLOP\/s per GPU over \([0-9]*\) rows (impossible claims excluded): \([0-9.]*%\)/\2 over \1 rows/p' pub.txt)
+eff=$(sed -n 's/^# GEMM efficiency per GPU type (fitted[^)]*): //p' pub.txt)
+if [ -n "$got" ] && grep -qF "median |error| of TFLOP/s per GPU $got" "$src/docs/planner.md" \
+   && grep -qF "Fitted GEMM efficiencies: $(sed 's/ \([a-z0-9-]*\) /, \1 /g' <<<"$eff")" <(tr '\n' ' ' <"$src/docs/planner.md" | tr -s ' '); then
+  pass "docs/planner.md quotes the fit on published_runs.csv ($got; $eff)"
+else
+  fail "docs/planner.md vs --validate --fit: tool says '$got' and '$eff'"
+fi
+
 # Bad input: one line on stderr, exit 2.
 bad() { # WHAT PATTERN ARGS...
   local what=$1 pat=$2
