@@ -13,6 +13,7 @@
 #include "testutil.h"
 #include "plan/plan.h"
 #include "plan/plan_impl.h"
+#include "plan/calibrate.h"
 #include "plan/validate.h"
 
 #ifndef DT_SOURCE_DIR
@@ -475,6 +476,41 @@ static void test_csv_and_median(void **state) {
     near(dt_median_abs(y, 3), 2, 0, "median of |x|, odd n");
 }
 
+/* The calibrated catalog entry: the link from the all-reduce fit gives back the fit's times. */
+static void test_calibrate_roundtrip(void **state) {
+    (void)state;
+    char dir[256];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancal"), 0);
+    dt_comm_fit fit;
+    memset(&fit, 0, sizeof fit);
+    fit.ranks = 2, fit.nodes = 1, fit.n = 1;
+    snprintf(fit.line[0].op, sizeof fit.line[0].op, "allreduce_ordered");
+    fit.line[0].lo = 1 << 20, fit.line[0].hi = 64 << 20, fit.line[0].alpha_us = 100, fit.line[0].beta_us_per_b = 1e-4;
+    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test"};
+    char path[300];
+    snprintf(path, sizeof path, "%s/cal.yaml", dir);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(dt_hw_peak(a, DT_F32), 0.2, 1e-12, "peak from bench");
+    near(a->gemm_eff, 0.6, 1e-3, "gemm efficiency = achieved / peak");
+    const dt_hw_link *l = dt_hw_link_find(&cat, a->intra);
+    near(l->bw_gbs, 10, 1e-5, "B = 2(n-1)/n / beta");
+    near(l->latency_us, 50, 1e-5, "a = alpha / 2(n-1)");
+    dt_plan_net net = {l->bw_gbs * 1e9 * l->eff, l->latency_us * 1e-6, 0, 0};
+    double S = 8e6;
+    near(dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 2, 1, &net, NULL, NULL), (100 + 1e-4 * S) * 1e-6, 1e-5,
+         "the planner's all-reduce = the fit");
+    dt_hw_free(&cat);
+    fit.line[0].beta_us_per_b = 0;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_FORMAT);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce),
@@ -493,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_did_you_mean),
         cmocka_unit_test(test_catalog_refusals),
         cmocka_unit_test(test_csv_and_median),
+        cmocka_unit_test(test_calibrate_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@ typedef struct plan_flags {
     long global_batch;
     double train_tokens, gemm_eff, intra_eff, inter_eff, tp_overlap;
     const char *hardware, *catalog, *prices, *instance, *validate, *cal_out;
+    int ranks;
     int sweep[64], n_sweep;
 } plan_flags;
 
@@ -88,6 +89,8 @@ static int plan_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
     if (!strcmp(a, "--prices")) return text(ctx, argc, argv, i, &f->prices);
     if (!strcmp(a, "--instance")) return text(ctx, argc, argv, i, &f->instance);
     if (!strcmp(a, "--validate")) return text(ctx, argc, argv, i, &f->validate);
+    if (!strcmp(a, "--calibrate")) return text(ctx, argc, argv, i, &f->cal_out);
+    if (!strcmp(a, "--ranks")) return whole(ctx, argc, argv, i, 2, &f->ranks);
     if (!strcmp(a, "--strategy")) {
         const char *s;
         if ((r = text(ctx, argc, argv, i, &s)) < 0) return r;
@@ -157,6 +160,9 @@ static void usage(void) {
            "  --json                JSON on stdout instead of tables\n"
            "  --validate FILE       predict each published run of FILE (bench/planner/published_runs.csv)\n"
            "  --fit                 with --validate: fit one GEMM efficiency per GPU type\n"
+           "  --calibrate FILE      measure this machine (dtrain bench on the configuration given, and\n"
+           "                        dtrain launch -n R -- bench comm --fit) and write a catalog entry\n"
+           "                        cpu-calibrated to FILE; --ranks R (default 2)\n"
            "\n"
            "Exit 2 with one line for an unknown accelerator, a layout whose product is not --gpus,\n"
            "tp not dividing the heads, or a model that fits in no layout.\n");
@@ -356,6 +362,21 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
         return DT_EXIT_OK;
     }
     if (st != DT_OK) return dt_cli_exit_code(st);
+    if (f.cal_out) { /* the configuration flags go to dtrain bench */
+        char **pass = malloc((size_t)(argc + 1) * sizeof *pass);
+        int np = 0;
+        if (!pass) return DT_EXIT_FAIL;
+        for (int i = 0; i < argc; i++) {
+            if (!strcmp(argv[i], "--calibrate") || !strcmp(argv[i], "--ranks")) {
+                i++;
+                continue;
+            }
+            pass[np++] = argv[i];
+        }
+        st = dt_plan_calibrate(ctx, f.cal_out, f.ranks ? f.ranks : 2, np, pass);
+        free(pass);
+        return dt_cli_exit_code(st);
+    }
     dt_hw_catalog cat;
     const char *catalog = f.catalog ? f.catalog : "configs/hardware.yaml";
     if ((st = dt_hw_load(ctx, catalog, &cat)) != DT_OK) return dt_cli_exit_code(st);
