@@ -346,6 +346,25 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
     plan_flags f;
     memset(&f, 0, sizeof f);
     f.fix.zero = -1, f.fix.hybrid = -1;
+    for (int i = 0; i + 1 < argc; i++) /* --calibrate: every other flag is dtrain bench's (it checks them) */
+        if (!strcmp(argv[i], "--calibrate")) f.cal_out = argv[i + 1];
+    if (f.cal_out) {
+        char **pass = malloc((size_t)(argc + 1) * sizeof *pass);
+        int np = 0;
+        if (!pass) return DT_EXIT_FAIL;
+        for (int i = 0; i < argc; i++) {
+            if (!strcmp(argv[i], "--calibrate") || !strcmp(argv[i], "--ranks")) {
+                if (argv[i][2] == 'r' && i + 1 < argc) f.ranks = atoi(argv[i + 1]);
+                i++;
+                continue;
+            }
+            pass[np++] = argv[i];
+        }
+        dt_status st = f.ranks >= 2 || !f.ranks ? dt_plan_calibrate(ctx, f.cal_out, f.ranks ? f.ranks : 2, np, pass)
+                                                 : dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --ranks must be >= 2");
+        free(pass);
+        return dt_cli_exit_code(st);
+    }
     char **av = malloc((size_t)(argc + 1) * sizeof *av);
     if (!av) return DT_EXIT_FAIL;
     for (int i = 0; i < argc; i++) {
@@ -362,21 +381,6 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
         return DT_EXIT_OK;
     }
     if (st != DT_OK) return dt_cli_exit_code(st);
-    if (f.cal_out) { /* the configuration flags go to dtrain bench */
-        char **pass = malloc((size_t)(argc + 1) * sizeof *pass);
-        int np = 0;
-        if (!pass) return DT_EXIT_FAIL;
-        for (int i = 0; i < argc; i++) {
-            if (!strcmp(argv[i], "--calibrate") || !strcmp(argv[i], "--ranks")) {
-                i++;
-                continue;
-            }
-            pass[np++] = argv[i];
-        }
-        st = dt_plan_calibrate(ctx, f.cal_out, f.ranks ? f.ranks : 2, np, pass);
-        free(pass);
-        return dt_cli_exit_code(st);
-    }
     dt_hw_catalog cat;
     const char *catalog = f.catalog ? f.catalog : "configs/hardware.yaml";
     if ((st = dt_hw_load(ctx, catalog, &cat)) != DT_OK) return dt_cli_exit_code(st);

@@ -10,7 +10,9 @@ dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, double bytes, doub
         return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the comm fit needs 2+ ranks and a positive beta");
     double n = c->ranks;
     *bw_gbs = 2 * (n - 1) / n / (l->beta_us_per_b * 1e-6) / 1e9;
-    *lat_us = l->alpha_us / (2 * (n - 1));
+    /* the latency from the smallest messages' line (large ones fit through the origin) */
+    const dt_comm_fit_line *small = dt_comm_fit_find(c->fit, "allreduce_ordered", 1024);
+    *lat_us = small->alpha_us / (2 * (n - 1));
     return DT_OK;
 }
 
@@ -39,7 +41,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c)
             "    nics_per_node: %d\n"
             "links:\n"
             "  shm-fit: {name: \"ordered all-reduce, fitted\", bw_gbs: %.6g, latency_us: %.6g}   # dtrain bench comm "
-            "--fit, %d ranks: B = 2(n-1)/n / beta, a = alpha / 2(n-1) at 64 MiB\n"
+            "--fit, %d ranks: B = 2(n-1)/n / beta at 64 MiB, a = alpha / 2(n-1) at 1 KiB\n"
             "efficiency:\n"
             "  gemm: {cpu-calibrated: %.4g}   # achieved %.6g / peak %.6g GFLOP/s per rank in dtrain bench\n"
             "  link: {shm-fit: 1.0}           # the fit is measured: nothing to discount\n",

@@ -7,7 +7,7 @@
  *
  * The link: the fit says t = alpha + beta x S for an all-reduce of S bytes per rank over n
  * ranks of one node; the planner's ring model says t = 2 (n-1)/n S / B + 2 (n-1) a, so
- * B = 2 (n-1)/n / beta and a = alpha / (2 (n-1)). */
+ * B = 2 (n-1)/n / beta (the line at 64 MiB) and a = alpha / (2 (n-1)) (the line at 1 KiB). */
 #ifndef DT_PLAN_CALIBRATE_H
 #define DT_PLAN_CALIBRATE_H
 
@@ -23,7 +23,7 @@ typedef struct dt_plan_cal {
     const char *source;     /* what was run, for the file's comments */
 } dt_plan_cal;
 
-/* The link bandwidth (GB/s) and latency (us) the fit implies at `bytes` per rank. */
+/* The link bandwidth (GB/s) the fit implies at `bytes` per rank, and its latency (us). */
 dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, double bytes, double *bw_gbs, double *lat_us);
 /* Writes the catalog file. */
 dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c);
