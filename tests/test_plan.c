@@ -311,6 +311,32 @@ static void test_dtrain_layouts_use_dtrain_plan(void **state) {
             }
 }
 
+/* Mixture of experts: all experts held (split over ep), top-k computed, tokens all-to-all'd. */
+static void test_moe(void **state) {
+    (void)state;
+    dt_plan_model m = dense(4, 256, 4, 1000);
+    m.bias = 0, m.tied = 0, m.swiglu = 1, m.d_ff = 512, m.experts = 8, m.topk = 2;
+    double attn = 256.0 * 3 * 256 + 256.0 * 256 + 2 * 256 + 256.0 * 8, mlp = 3.0 * 256 * 512;
+    near(dt_plan_params(&m), 2 * 1000.0 * 256 + 4 * (attn + 8 * mlp) + 256, 1e-12, "MoE parameters: every expert");
+    near(dt_plan_active_params(&m), 4 * (attn + 2 * mlp) + 256 + 1000.0 * 256, 1e-12, "active: top-2 experts");
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    dt_plan_layout l = {8, 1, 1, 1, 4, DT_STRAT_DDP, 0};
+    dt_plan_result r;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    near(r.mem[DT_MEM_PARAMS], 4 * (4 * (attn + 8 * mlp / 4) + 2 * 1000.0 * 256 + 256), 1e-12, "experts split over ep");
+    int t = -1;
+    for (int i = 0; i < r.n_comm; i++)
+        if (!strcmp(r.comm[i].what, "ep all-to-all tokens")) t = i;
+    assert_true(t >= 0);
+    near(r.comm[t].bytes, 4.0 * 2 * 1024 * 256 * 2, 1e-12, "e b s d x topk");
+    near(r.comm[t].count, 4 * 4, 1e-12, "4 per layer and micro-step");
+    dt_hw_free(&cat);
+}
+
 static void test_layout_checks(void **state) {
     (void)state;
     dt_plan_model m = dense(12, 768, 12, 50257);
@@ -330,6 +356,9 @@ static void test_layout_checks(void **state) {
     assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_pp), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "--pp 8: more stages than layers"));
     j.model.n_layer = 12;
+    dt_plan_layout bad_ep = {4, 2, 1, 1, 2, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_ep), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "--ep 2 must divide the experts (0: a dense model)"));
     j.global_batch = 12;
     dt_plan_layout bad_batch = {8, 1, 1, 1, 1, DT_STRAT_DDP, 0};
     assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_batch), DT_ERR_CONFIG);
@@ -523,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_zero_memory_by_hand),
         cmocka_unit_test(test_pipeline_and_tensor_memory),
         cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
+        cmocka_unit_test(test_moe),
         cmocka_unit_test(test_layout_checks),
         cmocka_unit_test(test_search_ranks_and_recommends),
         cmocka_unit_test(test_catalog_fixture),

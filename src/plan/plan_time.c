@@ -166,8 +166,9 @@ dt_status dt_plan_check_layout(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
         return dt_fail(ctx, DT_ERR_CONFIG, "--pp %d: more stages than layers (n_layer %d)", l->pp, m->n_layer);
     if (job->train.seq_len % l->cp)
         return dt_fail(ctx, DT_ERR_CONFIG, "--cp %d must divide the sequence length %d", l->cp, job->train.seq_len);
-    if (l->ep > 1 && (m->experts % l->ep || l->dp % l->ep))
-        return dt_fail(ctx, DT_ERR_CONFIG, "--ep %d must divide the experts (%d) and dp (%d)", l->ep, m->experts, l->dp);
+    if (l->ep > 1 && (!m->experts || m->experts % l->ep || l->dp % l->ep))
+        return dt_fail(ctx, DT_ERR_CONFIG, "--ep %d must divide the experts (%d%s) and dp (%d)", l->ep, m->experts,
+                       m->experts ? "" : ": a dense model", l->dp);
     long per = (long)job->train.micro_batch * l->dp;
     if (job->global_batch % per)
         return dt_fail(ctx, DT_ERR_CONFIG, "--global-batch %ld must be a multiple of micro-batch x dp = %d x %d",
