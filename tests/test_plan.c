@@ -337,6 +337,41 @@ static void test_moe(void **state) {
     dt_hw_free(&cat);
 }
 
+static const dt_plan_comm_term *term_of(const dt_plan_result *r, const char *what) {
+    for (int i = 0; i < r->n_comm; i++)
+        if (!strcmp(r->comm[i].what, what)) return &r->comm[i];
+    return NULL;
+}
+
+/* ZeRO-1 communicates as dtrain does on dtrain's layouts (all-reduce, fp32 gather), and as
+ * ZeRO / Megatron's distributed optimizer elsewhere (reduce-scatter, gather in bf16). */
+static void test_zero1_algorithms(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    assert_int_equal(dt_model_preset(&ctx, "gpt2", &mc), DT_OK);
+    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
+    dt_plan_model m;
+    dt_plan_model_from_dtrain(&mc, "gpt2", &m);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    j.train.model_opts.compute = DT_BF16;
+    dt_plan_layout l = {8, 1, 1, 1, 1, DT_STRAT_ZERO1, 0};
+    dt_plan_result r;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    double P = dt_plan_stage_params(&m, &l, 0);
+    assert_non_null(term_of(&r, "dp all-reduce grads"));
+    near(term_of(&r, "dp all-gather params")->bytes * 12, 4 * P, 1e-12, "dtrain: fp32 gather, a layer a piece");
+    j.model.is_dtrain = 0;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    assert_null(term_of(&r, "dp all-reduce grads"));
+    assert_non_null(term_of(&r, "dp reduce-scatter grads"));
+    near(term_of(&r, "dp all-gather params")->bytes * 12, 2 * P, 1e-12, "ZeRO: bf16 gather");
+    dt_hw_free(&cat);
+}
+
 static void test_layout_checks(void **state) {
     (void)state;
     dt_plan_model m = dense(12, 768, 12, 50257);
@@ -553,6 +588,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_and_tensor_memory),
         cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
         cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_zero1_algorithms),
         cmocka_unit_test(test_layout_checks),
         cmocka_unit_test(test_search_ranks_and_recommends),
         cmocka_unit_test(test_catalog_fixture),

@@ -61,9 +61,9 @@ EOF
 rc=$?
 if [ $rc -eq 0 ] && [ "$(grep -c '^  zero1 dp2 tp2 pp2' fixed.txt)" = 1 ] && grep -q "analytic formulas" fixed.txt \
    && grep -q "tp all-reduce acts" fixed.txt && grep -q "pp send/recv acts" fixed.txt \
-   && grep -q "dp all-reduce grads" fixed.txt && grep -q "(p-1)/(m+p-1) = 0.200" fixed.txt \
+   && grep -q "dp reduce-scatter grads" fixed.txt && grep -q "(p-1)/(m+p-1) = 0.200" fixed.txt \
    && grep -Eq "recompute (0\.0*)?[1-9]" fixed.txt; then
-  pass "fixed layout: one row, per-collective terms, bubble (p-1)/(m+p-1) = 1/5 (m = 64 / (8 x dp 2) = 4), recompute cost"
+  pass "fixed layout: one row, per-collective terms (ZeRO-1 outside dtrain: reduce-scatter), bubble (p-1)/(m+p-1) = 1/5 (m = 64 / (8 x dp 2) = 4), recompute cost"
 else
   fail "fixed layout (rc $rc): $(cat err.txt) $(tail -8 fixed.txt)"
 fi

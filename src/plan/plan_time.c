@@ -99,14 +99,23 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     int dp_stride = l->tp * l->cp, shard = dt_plan_shard_ranks(job, l);
     double buckets = ceil(P * gb / fmax((double)tc->parallel.bucket_bytes, 1.0));
     double win = tc->parallel.overlap ? bwd_micro : -1;
+    /* dtrain's own layouts communicate as dtrain does (ZeRO-1: DDP's all-reduce, then an fp32
+     * gather); other layouts as ZeRO's paper, DeepSpeed and Megatron's distributed optimizer
+     * (ZeRO-1/2: reduce-scatter the gradients, gather the weights in the compute dtype) */
+    int dtrain_algo = m->is_dtrain && l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1;
     if (l->dp > 1) {
-        if (l->zero <= DT_STRAT_ZERO1) /* buckets all-reduced during the last micro-step's backward */
+        if (l->zero == DT_STRAT_DDP || (l->zero == DT_STRAT_ZERO1 && dtrain_algo))
+            /* buckets all-reduced during the last micro-step's backward */
             coll(r, "dp all-reduce grads", DT_COLL_ALLREDUCE, P * gb / buckets, l->dp, dp_stride, d, &net, buckets, 1, win);
+        else if (l->zero == DT_STRAT_ZERO1) /* buckets reduce-scattered during the last backward */
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / buckets, l->dp, dp_stride, d, &net,
+                 buckets, 1, win);
         else /* ZeRO-2/3: each unit reduce-scattered as its backward ends, every micro-step */
             coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / layers, l->dp, dp_stride, d, &net, layers,
                  mstep, win);
-        if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step, fp32 */
-            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * 4 / layers, shard, dp_stride, d, &net, layers, 1, -1);
+        if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step */
+            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / layers, shard, dp_stride, d,
+                 &net, layers, 1, -1);
         if (l->zero == DT_STRAT_ZERO3) /* each unit gathered for the forward and again for the backward
                                           (16-bit matmul weights under mixed precision), prefetched */
             coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / layers, shard, dp_stride, d, &net, layers,
