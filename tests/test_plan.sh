@@ -125,6 +125,7 @@ bad() { # WHAT PATTERN ARGS...
 bad "unknown hardware, did-you-mean" "--hardware gpu-b: not in .*hardware.yaml \(did you mean gpu-a\?" \
   "${gpt2[@]}" --gpus 8 --hardware gpu-b "${cat[@]}"
 bad "layout product != gpus" "tp x pp x cp x dp = 12 != --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 2 --pp 2 --dp 3
+bad "tp x pp not dividing gpus" "--tp 3 --pp 1 --cp 1: tp x pp x cp = 3 does not divide --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 3
 bad "tp not dividing heads" "--tp 8 must divide the attention heads \(n_head 12" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 8
 bad "model fits nowhere" "gpt2-xl fits in no layout of 4 x gpu-small: the smallest .* needs .* GiB per device, gpu-small has 0.93 GiB" \
   --model gpt2-xl --seq 1024 --micro-batch 8 --precision bf16 --gpus 4 --hardware gpu-small "${cat[@]}"

@@ -251,6 +251,9 @@ static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, dt_plan_job *job) {
     }
     if (fix.tp || fix.pp || fix.cp) { /* an explicit product must divide the devices */
         int mp = (fix.tp ? fix.tp : 1) * (fix.pp ? fix.pp : 1) * (fix.cp ? fix.cp : 1);
+        if (job->gpus % mp)
+            return dt_fail(ctx, DT_ERR_CONFIG, "--tp %d --pp %d --cp %d: tp x pp x cp = %d does not divide --gpus %d",
+                           fix.tp ? fix.tp : 1, fix.pp ? fix.pp : 1, fix.cp ? fix.cp : 1, mp, job->gpus);
         dt_plan_layout l = {job->gpus / mp, fix.tp ? fix.tp : 1, fix.pp ? fix.pp : 1, fix.cp ? fix.cp : 1,
                             fix.ep ? fix.ep : 1, fix.zero >= 0 ? (dt_strategy)fix.zero : DT_STRAT_DDP, 0};
         DT_CHECK(dt_plan_check_layout(ctx, job, &l));
