@@ -1,7 +1,7 @@
 /* dtrain plan --calibrate FILE: measures this machine with dtrain's own benchmarks and writes a
- * catalog entry for it (src/plan/calibrate.h): `dtrain bench --json` (the matmul peak and the
- * model FLOP/s of a training step, on the configuration given) and `dtrain launch -n R --
- * bench comm --fit` (the node-local link). */
+ * catalog entry for it (src/plan/calibrate.h): `dtrain launch -n R -- bench --json` (the
+ * matmul peak and the model FLOP/s of a training step per rank, on the configuration given)
+ * and `dtrain launch -n R -- bench comm --fit` (the node-local link). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -52,10 +52,11 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, c
     char **a = calloc((size_t)argc + 16, sizeof *a);
     if (!a) return dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
     int n = 0;
-    a[n++] = self, a[n++] = "bench";
+    /* under R ranks, as the comm fit: peak_gflops and tflops_rank are then one rank's */
+    a[n++] = self, a[n++] = "launch", a[n++] = "-n", a[n++] = nr, a[n++] = "--", a[n++] = "bench";
     for (int i = 0; i < argc; i++) a[n++] = argv[i];
     a[n++] = "--json", a[n++] = bench_json, a[n] = NULL;
-    printf("# plan --calibrate: 1/2 dtrain bench (the matmul peak and a training step's FLOP/s)\n");
+    printf("# plan --calibrate: 1/2 dtrain launch -n %d -- bench (the matmul peak and a step's FLOP/s per rank)\n", ranks);
     dt_status st = run_child(ctx, a);
     if (st == DT_OK) {
         char *c[] = {self, "launch", "-n", nr, "--", "bench", "comm", "--max-bytes", "64M", "--fit", comm_json, NULL};
@@ -73,9 +74,9 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, c
                          (double)pages * (double)psz, ranks, &fit, "dtrain bench + dtrain bench comm --fit"};
         st = dt_plan_cal_write(ctx, out, &c);
         if (st == DT_OK)
-            printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, GEMM efficiency %.3g; "
-                   "dtrain plan --catalog %s --hardware cpu-calibrated --gpus N ...\n",
-                   out, c.peak_gflops, c.achieved_gflops / c.peak_gflops, out);
+            printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g (GEMM efficiency "
+                   "%.3g, at most 1); dtrain plan --catalog %s --hardware cpu-calibrated --gpus N ...\n",
+                   out, c.peak_gflops, c.achieved_gflops, c.achieved_gflops / c.peak_gflops, out);
     }
     cJSON_Delete(bj);
     remove(bench_json), remove(comm_json), rmdir(dir);
