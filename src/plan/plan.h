@@ -116,7 +116,7 @@ typedef struct dt_plan_result {
 dt_status dt_plan_check_layout(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *lay);
 /* Memory of the layout's fullest device (plan_mem.c). */
 dt_status dt_plan_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *lay, dt_plan_result *r);
-/* Time terms, rates and cost (plan_time.c); needs r->mem filled in for nothing, r->lay set. */
+/* Time terms, rates and cost (plan_time.c) of layout l; r->micro_steps must be set. */
 void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *lay, dt_plan_result *r);
 /* Checks, memory, time, scaling efficiency vs one node and cost of one layout. */
 dt_status dt_plan_predict(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *lay, dt_plan_result *r);
@@ -128,7 +128,8 @@ typedef struct dt_plan_fix {
     int zero;   /* -1: every strategy, else a dt_strategy */
     int hybrid; /* -1: both, 0, 1 */
 } dt_plan_fix;
-/* Every valid layout (checks pass) ranked: fitting ones first, by step time. *out is malloc'd. */
+/* Every layout that passes the checks, ranked: fitting ones first, by step time (*out is
+ * malloc'd; free it). */
 dt_status dt_plan_search(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_fix *fix, dt_plan_result **out, int *n);
 /* Index of the fastest fitting result and the cheapest ($/1B tokens, else fastest); -1 none. */
 void dt_plan_recommend(const dt_plan_result *r, int n, int *fastest, int *cheapest);
