@@ -269,46 +269,51 @@ static void test_pipeline_and_tensor_memory(void **state) {
     dt_hw_free(&cat);
 }
 
-/* For the layouts dtrain runs, the plan is dtrain's plan: every strategy, 1-4 ranks. */
+/* For the layouts dtrain runs, the plan is dtrain's plan: every strategy, 1-4 ranks, fp32 and
+ * bf16 with selective checkpointing, and hybrid sharding on 2 nodes of 2. */
 static void test_dtrain_layouts_use_dtrain_plan(void **state) {
     (void)state;
     const char *presets[] = {"gpt2-tiny", "llama-tiny", "bench-small"};
     for (size_t p = 0; p < 3; p++)
         for (int N = 1; N <= 4; N++)
-            for (int z = 0; z < 4; z++) {
-                dt_ctx ctx;
-                dt_ctx_init(&ctx);
-                dt_model_config mc;
-                assert_int_equal(dt_model_preset(&ctx, presets[p], &mc), DT_OK);
-                assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
-                dt_plan_model m;
-                dt_plan_model_from_dtrain(&mc, presets[p], &m);
-                dt_hw_catalog cat;
-                dt_plan_job j;
-                job_of(&cat, &j, &m, N);
-                j.train.seq_len = 64, j.train.micro_batch = 2, j.global_batch = 4L * N; /* 2 micro-steps */
-                dt_plan_layout l = {N, 1, 1, 1, 1, (dt_strategy)z, 0};
-                dt_plan_result r;
-                assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
-                assert_int_equal(r.dtrain_sizing, 1);
-                dt_train_cfg c = j.train;
-                c.model = mc, c.parallel.strategy = (dt_strategy)z, c.accum = 2;
-                double worst = -1;
-                size_t wb[DT_MEM_NKINDS];
-                for (int rank = 0; rank < N; rank++) {
-                    size_t b[DT_MEM_NKINDS];
-                    assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, rank, b), DT_OK);
-                    double t = 0;
-                    for (int k = 0; k < DT_MEM_NKINDS; k++) t += (double)b[k];
-                    if (t > worst) worst = t, memcpy(wb, b, sizeof wb);
+            for (int z = 0; z < 4; z++)
+                for (int v = 0; v < 3; v++) { /* fp32; bf16 + selective; hybrid (N = 4, ZeRO) */
+                    if (v == 2 && (N != 4 || z == 0)) continue;
+                    dt_ctx ctx;
+                    dt_ctx_init(&ctx);
+                    dt_model_config mc;
+                    assert_int_equal(dt_model_preset(&ctx, presets[p], &mc), DT_OK);
+                    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
+                    dt_plan_model m;
+                    dt_plan_model_from_dtrain(&mc, presets[p], &m);
+                    dt_hw_catalog cat;
+                    dt_plan_job j;
+                    job_of(&cat, &j, &m, N);
+                    j.train.seq_len = 64, j.train.micro_batch = 2, j.global_batch = 4L * N; /* 2 micro-steps */
+                    if (v == 1) j.train.model_opts.compute = DT_BF16, j.train.model_opts.recompute = DT_RECOMPUTE_SELECTIVE;
+                    if (v == 2) j.dpn = 2;
+                    dt_plan_layout l = {N, 1, 1, 1, 1, (dt_strategy)z, v == 2};
+                    dt_plan_result r;
+                    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+                    assert_int_equal(r.dtrain_sizing, 1);
+                    dt_train_cfg c = j.train;
+                    c.model = mc, c.parallel.strategy = (dt_strategy)z, c.parallel.hybrid = v == 2, c.accum = 2;
+                    double worst = -1;
+                    size_t wb[DT_MEM_NKINDS];
+                    for (int rank = 0; rank < N; rank++) {
+                        size_t b[DT_MEM_NKINDS];
+                        assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, j.dpn, rank, b), DT_OK);
+                        double t = 0;
+                        for (int k = 0; k < DT_MEM_NKINDS; k++) t += (double)b[k];
+                        if (t > worst) worst = t, memcpy(wb, b, sizeof wb);
+                    }
+                    for (int k = 0; k < DT_MEM_NKINDS; k++)
+                        if (r.mem[k] != (double)wb[k])
+                            fail_msg("%s %s N=%d variant %d %s: plan %.0f bytes, dtrain's fullest rank %.0f", presets[p],
+                                     dt_strategy_name((dt_strategy)z), N, v, dt_mem_kind_name((dt_mem_kind)k), r.mem[k],
+                                     (double)wb[k]);
+                    dt_hw_free(&cat);
                 }
-                for (int k = 0; k < DT_MEM_NKINDS; k++)
-                    if (r.mem[k] != (double)wb[k])
-                        fail_msg("%s %s N=%d %s: plan %.0f bytes, dtrain's fullest rank %.0f", presets[p],
-                                 dt_strategy_name((dt_strategy)z), N, dt_mem_kind_name((dt_mem_kind)k), r.mem[k],
-                                 (double)wb[k]);
-                dt_hw_free(&cat);
-            }
 }
 
 /* Mixture of experts: all experts held (split over ep), top-k computed, tokens all-to-all'd. */
