@@ -86,6 +86,7 @@ if [ $rc -eq 0 ] && grep -q "^  impossible .*IMPOSSIBLE: 450 TFLOP/s per GPU (fr
    && grep -q "^  too-big .*CANNOT FIT: params .* GiB > 1 GiB" val.txt \
    && grep -q "^  recomputed .*IMPOSSIBLE: 330 TFLOP/s per GPU (from tflops) x 1.3 for full recompute = 429.1 > peak 400" val.txt \
    && grep -q "^  unknown-gpu .*skipped (line 6): gpu 'tpu-v9' is not in the catalog" val.txt \
+   && grep -q "^  garbage .*skipped (line 8): column n_layers: 'abc' is not a number in \[0, 1e+09)" val.txt \
    && grep -q "^  plain-b .* 160 " val.txt && grep -q "^# median |error| of TFLOP/s per GPU over 3 rows" val.txt; then
   pass "--validate: predicted vs published, MFU 0.4 x peak read as 160, impossible (also through the recompute factor) and cannot-fit rows flagged"
 else

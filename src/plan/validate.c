@@ -126,6 +126,18 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     snprintf(w->id, sizeof w->id, "%s", str(f, idx, C_ID));
     snprintf(w->model, sizeof w->model, "%s", str(f, idx, C_MODEL));
     snprintf(w->gpu, sizeof w->gpu, "%s", str(f, idx, C_GPU));
+    /* every numeric column is a number in a sane range, or empty */
+    static const int numeric[] = {C_LAYERS, C_DMODEL, C_HEADS, C_KV, C_DFF, C_VOCAB, C_SEQ, C_PARAMS, C_EXPERTS, C_TOPK,
+                                  C_NGPUS, C_GPN, C_TP, C_PP, C_DP, C_CP, C_EP, C_ZERO, C_MB, C_GB, C_TFLOPS, C_MFU,
+                                  C_STEP, C_TOKS, C_MEM};
+    for (size_t i = 0; i < sizeof numeric / sizeof numeric[0]; i++) {
+        int c = numeric[i];
+        double v = val(f, idx, c, 0), hi = c == C_TOKS || c == C_GB ? 1e12 : 1e9;
+        if (!(v >= 0 && v < hi)) {
+            snprintf(w->why, sizeof w->why, "column %s: '%s' is not a number in [0, %g)", col_names[c], str(f, idx, c), hi);
+            return;
+        }
+    }
     const dt_hw_accel *hw;
     if (dt_hw_find(&ctx, cat, w->gpu, &hw) != DT_OK) {
         snprintf(w->why, sizeof w->why, "gpu '%s' is not in the catalog", w->gpu);
