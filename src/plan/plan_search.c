@@ -31,7 +31,8 @@ dt_status dt_plan_search(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_fix 
             int cp = fix->cp ? fix->cp : 1;
             if ((G / tp / pp) % cp) continue;
             int dp = G / tp / pp / cp;
-            for (int ep = 1; ep <= dp; ep++) {
+            int ep_max = fix->ep || job->model.experts ? dp : 1;
+            for (int ep = 1; ep <= ep_max; ep++) {
                 if (fix->ep ? ep != fix->ep : (ep > 1 && (!job->model.experts || dp % ep || job->model.experts % ep)))
                     continue;
                 for (int z = DT_STRAT_DDP; z <= DT_STRAT_ZERO3; z++)
