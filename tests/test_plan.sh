@@ -103,6 +103,19 @@ else
   fail "--fit (rc $rc, $before -> $after): $(cat err.txt) $(tail -3 fit.txt)"
 fi
 
+"$bin" plan --validate "$src/tests/data/plan/runs.csv" "${cat[@]}" --fit --json >val.json 2>err.txt
+if out=$(python3 - val.json <<'EOF' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["id"]: r for r in d["rows"]}
+assert "IMPOSSIBLE" in rows["impossible"]["flags"] and "skipped" in rows["unknown-gpu"], rows
+assert d["rows_compared"] == 3 and 0 < d["gemm_eff"]["gpu-a"] <= 1, d
+r = rows["plain-b"]
+assert abs(r["reported_tflops_per_gpu"] - 160) < 1e-9 and r["gemm_eff"] == d["gemm_eff"]["gpu-a"], r
+print(f"{len(rows)} rows, gpu-a {d['gemm_eff']['gpu-a']}")
+EOF
+); then pass "--validate --fit --json: rows, flags, fitted efficiencies ($out)"; else fail "--validate --json: $out"; fi
+
 # docs/planner.md quotes the result on the repository's CSV: it must be the tool's.
 "$bin" plan --validate "$src/bench/planner/published_runs.csv" --catalog "$src/configs/hardware.yaml" --fit >pub.txt 2>err.txt
 got=$(sed -n 's/^# median |error| of TFLOP\/s per GPU over \([0-9]*\) rows (impossible claims excluded): \([0-9.]*%\)/\2 over \1 rows/p' pub.txt)

@@ -409,12 +409,13 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         }
     }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
-    if (!json)
+    if (!json) {
         fprintf(out, "# %s against %s; link efficiencies from the catalog (default %.3g); tp overlap 1 where the notes "
                      "say tp-comm-overlap or AsyncTP, else 0; eff = the GEMM efficiency used\n", csv, cat->path,
                 cat->link_default);
         fprintf(out, "# %-22s %-16s %-14s %5s %-30s %7s %8s %8s %7s %8s %8s %7s %7s %7s  %s\n", "id", "model", "gpu", "gpus",
                 "layout", "eff", "TFLOP/s", "publ.", "err", "step_s", "publ.", "err", "GiB", "publ.", "flags");
+    }
     int k = 0;
     for (int i = 0; i < n; i++) {
         row *w = &rows[i];
