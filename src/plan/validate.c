@@ -295,7 +295,6 @@ static void predict(row *w, double eff) {
     if (dt_plan_predict(&ctx, &w->job, &w->lay, &w->r) != DT_OK) return;
     double hw = (w->r.compute_s + w->r.recompute_s) / w->r.compute_s;
     w->pred_tflops = w->r.tflops_gpu * (w->hw_flops ? hw : 1.0);
-    if (getenv("DT_PLAN_DEBUG")) dt_plan_print_detail(stderr, &w->job, &w->r, w->id);
 }
 
 static double rel(double pred, double rep) { return isfinite(rep) && rep > 0 ? (pred - rep) / rep : NAN; }
