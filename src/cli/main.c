@@ -22,6 +22,7 @@ static void usage(FILE *f) {
             "  config   show the resolved configuration (config show), list keys (config keys)\n"
             "  launch   run a command on N ranks under mpirun (dtrain launch -n 4 -- train cfg.yaml)\n"
             "  report   benchmark results (bench --json) -> one HTML page: charts, tables, advice\n"
+            "  plan     predict memory, step time, MFU, scaling and cost on other hardware\n"
             "  ckpt     model files: export --hf (Hugging Face), import-llmc (llm.c .bin)\n"
             "\n"
             "  dtrain <command> --help   flags of a command\n"
@@ -68,6 +69,8 @@ int main(int argc, char **argv) {
         rc = dt_cmd_launch(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "report") == 0)
         rc = dt_cmd_report(&ctx, argc - 2, argv + 2);
+    else if (strcmp(cmd, "plan") == 0)
+        rc = dt_cmd_plan(&ctx, argc - 2, argv + 2);
     else if (strcmp(cmd, "ckpt") == 0)
         rc = dt_cmd_ckpt(&ctx, argc - 2, argv + 2);
     else {

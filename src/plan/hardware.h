@@ -1,0 +1,60 @@
+/* hardware.h - the hardware catalog of `dtrain plan` (configs/hardware.yaml): accelerators
+ * (peak FLOP/s per dtype, memory, devices and NICs per node, the links they use), links
+ * (bandwidth per device and direction, latency) and efficiency factors (achievable fraction
+ * of peak for GEMMs and for each link: defaults, overridable per key).
+ *
+ *   dt_hw_catalog c; DT_CHECK(dt_hw_load(ctx, "configs/hardware.yaml", &c));
+ *   const dt_hw_accel *a; DT_CHECK(dt_hw_find(ctx, &c, "h100-sxm", &a));
+ *   dt_hw_free(&c);
+ *
+ * Every bad value or unknown key is refused naming file:line and the key; an unknown
+ * accelerator name is refused with the closest known one (edit distance). */
+#ifndef DT_HARDWARE_H
+#define DT_HARDWARE_H
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+enum { DT_HW_FP32, DT_HW_TF32, DT_HW_BF16, DT_HW_FP16, DT_HW_FP8, DT_HW_NPREC };
+extern const char *const dt_hw_prec_names[DT_HW_NPREC];
+
+typedef struct dt_hw_link {
+    char key[48], name[96];
+    double bw_gbs;     /* GB/s (1e9 bytes) per device (NVLink, PCIe) or per NIC, per direction */
+    double latency_us;
+    double eff;        /* efficiency.link.<key>, else efficiency.link.default */
+} dt_hw_link;
+
+typedef struct dt_hw_accel {
+    char key[48], name[96], kind[8];
+    double peak_tflops[DT_HW_NPREC]; /* dense; 0 = not given */
+    double memory_bytes, memory_bw_gbs;
+    int devices_per_node, nics_per_node;
+    char intra[48], inter[48];       /* keys into links */
+    double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
+} dt_hw_accel;
+
+typedef struct dt_hw_catalog {
+    char path[256];
+    dt_hw_accel *acc;
+    int n_acc;
+    dt_hw_link *link;
+    int n_link;
+    double gemm_default, link_default;
+} dt_hw_catalog;
+
+dt_status dt_hw_load(dt_ctx *ctx, const char *path, dt_hw_catalog *c);
+void dt_hw_free(dt_hw_catalog *c);
+/* Accelerator by key (case-insensitive); unknown: "--hardware X: not in FILE (did you mean Y?
+ * known: ...)". */
+dt_status dt_hw_find(dt_ctx *ctx, const dt_hw_catalog *c, const char *key, const dt_hw_accel **out);
+/* Link by key; NULL if absent. */
+const dt_hw_link *dt_hw_link_find(const dt_hw_catalog *c, const char *key);
+/* Peak TFLOP/s for a compute dtype (DT_F32, DT_BF16, DT_F16); 0 when the catalog lacks it. */
+double dt_hw_peak(const dt_hw_accel *a, dt_dtype compute);
+/* Levenshtein distance (case-insensitive), for did-you-mean. */
+int dt_hw_edit_distance(const char *a, const char *b);
+/* The candidate closest to s (NULL if none is within max(2, len/3) edits). */
+const char *dt_hw_closest(const char *s, const char *const *cands, int n);
+
+#endif

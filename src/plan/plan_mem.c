@@ -1,0 +1,172 @@
+/* The planner's model arithmetic (parameters, FLOPs per token, activations) and the memory
+ * per device of a layout (plan.h). Formulas: docs/planner.md, "Memory". */
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "plan/plan_impl.h"
+
+void dt_plan_model_from_dtrain(const dt_model_config *mc, const char *preset, dt_plan_model *out) {
+    memset(out, 0, sizeof *out);
+    int gpt2 = !mc->family[0] || !strcmp(mc->family, "gpt2");
+    snprintf(out->name, sizeof out->name, "%s", preset && *preset ? preset : gpt2 ? "gpt2 (custom)" : "llama (custom)");
+    out->n_layer = mc->n_layer, out->d_model = mc->d_model, out->n_head = mc->n_head;
+    out->n_kv_head = mc->n_kv_head ? mc->n_kv_head : mc->n_head;
+    out->d_ff = mc->d_ff ? mc->d_ff : 4 * mc->d_model;
+    out->vocab = mc->vocab, out->context = mc->context;
+    out->swiglu = !gpt2, out->bias = gpt2, out->tied = gpt2 || !mc->untied;
+    out->is_dtrain = 1;
+    out->mc = *mc;
+}
+
+/* Matrices and vectors of one layer: attention (+ norms, biases, router) and one expert's MLP. */
+static void layer_parts(const dt_plan_model *m, double *dense, double *mlp) {
+    double C = m->d_model, hs = (double)(m->d_model / m->n_head);
+    double q = m->n_head * hs, kv = m->n_kv_head * hs, F = m->d_ff;
+    *dense = C * (q + 2 * kv) + q * C;
+    *mlp = (m->swiglu ? 3 : 2) * C * F;
+    if (m->bias) *dense += (q + 2 * kv) + C + 4 * C, *mlp += F + C; /* biases, two LayerNorms (w, b) */
+    else *dense += 2 * C;                                              /* two RMSNorm weights */
+    if (m->experts > 0) *dense += C * m->experts;                      /* router */
+}
+
+static double final_norm(const dt_plan_model *m) { return (m->bias ? 2.0 : 1.0) * m->d_model; }
+static double embed(const dt_plan_model *m) {
+    return (double)m->vocab * m->d_model + (m->bias ? (double)m->context * m->d_model : 0.0);
+}
+
+double dt_plan_params(const dt_plan_model *m) {
+    double dense, mlp;
+    layer_parts(m, &dense, &mlp);
+    double head = m->tied ? 0.0 : (double)m->vocab * m->d_model;
+    return embed(m) + head + m->n_layer * (dense + mlp * (m->experts > 0 ? m->experts : 1)) + final_norm(m);
+}
+
+/* Matmul parameters a token passes through: the layers with topk experts, the final norm and
+ * the lm_head (tied or not); the embedding lookup does no matmul. */
+double dt_plan_active_params(const dt_plan_model *m) {
+    double dense, mlp;
+    layer_parts(m, &dense, &mlp);
+    return m->n_layer * (dense + mlp * (m->experts > 0 ? m->topk : 1)) + final_norm(m) +
+           (double)m->vocab * m->d_model;
+}
+
+double dt_plan_flops_per_token(const dt_plan_model *m, int T) {
+    return 6.0 * dt_plan_active_params(m) + 12.0 * m->n_layer * (double)T * m->d_model;
+}
+
+double dt_plan_layer_act_bytes(const dt_plan_model *m, dt_recompute r, double b, double s, int t, int e) {
+    double C = m->d_model, hs = (double)(m->d_model / m->n_head);
+    double q = m->n_head * hs, kv = m->n_kv_head * hs, F = m->d_ff;
+    double k = m->experts > 0 ? m->topk : 1; /* a token's MLP activations, once per routed expert */
+    double up = (m->swiglu ? 2 : 1) * F * k, act = F * k;
+    double per_token; /* elements */
+    if (r == DT_RECOMPUTE_FULL) per_token = C;                         /* the layer input */
+    else if (r == DT_RECOMPUTE_SELECTIVE) per_token = C + (q + 2 * kv) + C + up; /* input, matmul outputs */
+    else per_token = C + C + (q + 2 * kv) + q + C + C + up + act;     /* x, ln1, qkv, att, r, ln2, up, act */
+    double bytes = per_token * e * b * s;
+    if (r != DT_RECOMPUTE_FULL) bytes += 4.0 * m->n_head * b * s; /* attention's log-sum-exp (fp32) */
+    return bytes / t;
+}
+
+double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l) {
+    return (double)((m->n_layer + l->pp - 1) / l->pp);
+}
+
+double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int stage) {
+    double dense, mlp;
+    layer_parts(m, &dense, &mlp);
+    double experts = mlp * (m->experts > 0 ? m->experts : 1) / (m->experts > 0 ? l->ep : 1);
+    double p = dt_plan_stage_layers(m, l) * (dense + experts) / l->tp;
+    if (stage == 0) p += embed(m) / l->tp;
+    if (stage == l->pp - 1) {
+        p += final_norm(m);
+        /* untied head, or the tied embedding's copy on the last stage (Megatron keeps one) */
+        if (!m->tied || l->pp > 1) p += (double)m->vocab * m->d_model / l->tp;
+    }
+    return p;
+}
+
+double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
+    double dense, mlp;
+    layer_parts(m, &dense, &mlp);
+    double layer = (dense + mlp * (m->experts > 0 ? m->experts : 1) / (m->experts > 0 ? l->ep : 1)) / l->tp;
+    double vocab = (double)m->vocab * m->d_model / l->tp;
+    return layer > vocab ? layer : vocab;
+}
+
+int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {
+    if (!l->hybrid) return l->dp;
+    int in_node = job->dpn / (l->tp * l->cp);
+    if (in_node < 1) in_node = 1;
+    return in_node < l->dp ? in_node : l->dp;
+}
+
+/* dtrain's own plan: the fullest of its ranks (rank 0 and the last differ by a shard's rounding). */
+static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
+    dt_train_cfg c = job->train;
+    c.model = job->model.mc;
+    c.parallel.strategy = l->zero;
+    c.parallel.hybrid = l->hybrid;
+    c.accum = r->micro_steps;
+    int node = l->dp < job->dpn ? l->dp : job->dpn;
+    double best = -1;
+    for (int rank = 0; rank < l->dp; rank += l->dp > 1 ? l->dp - 1 : 1) {
+        size_t b[DT_MEM_NKINDS];
+        DT_CHECK(dt_trainer_mem_plan(ctx, &c, l->dp, node, rank, b));
+        double tot = 0;
+        for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
+        if (tot > best) {
+            best = tot;
+            for (int k = 0; k < DT_MEM_NKINDS; k++) r->mem[k] = (double)b[k];
+        }
+    }
+    r->dtrain_sizing = 1;
+    return DT_OK;
+}
+
+/* The analytic model: per pipeline stage, the fullest one. */
+static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
+    const dt_plan_model *m = &job->model;
+    dt_dtype cd = job->train.model_opts.compute;
+    int lowp = cd == DT_BF16 || cd == DT_F16, e = lowp ? 2 : 4;
+    double b = job->train.micro_batch, s = (double)job->train.seq_len / l->cp;
+    int shard = dt_plan_shard_ranks(job, l), mstep = r->micro_steps;
+    double U = dt_plan_unit_params(m, l), best = -1;
+    dt_recompute rc = job->train.model_opts.recompute;
+    for (int st = 0; st < l->pp; st += l->pp > 1 ? l->pp - 1 : 1) {
+        double P = dt_plan_stage_params(m, l, st), x[DT_MEM_NKINDS] = {0};
+        /* weights in the compute dtype (w bytes); fp32 gradients; the optimizer holds m, v and,
+         * under 16-bit compute, the fp32 master weights (K = 8 or 12 bytes): ZeRO-1 shards
+         * the optimizer, ZeRO-2 the gradients too, ZeRO-3 the weights too (two units whole) */
+        double w = e, K = lowp ? 12 : 8;
+        x[DT_MEM_PARAMS] = l->zero == DT_STRAT_ZERO3 ? w * P / shard + 2 * U * w : w * P;
+        x[DT_MEM_GRADS] = l->zero >= DT_STRAT_ZERO2 ? 4 * P / shard + 2 * U * 4 : 4 * P;
+        x[DT_MEM_OPTIM] = l->zero >= DT_STRAT_ZERO1 ? K * P / shard : K * P;
+        double bucket = (double)job->train.parallel.bucket_bytes;
+        if (l->dp > 1 && l->zero != DT_STRAT_ZERO3) x[DT_MEM_COMM] += 2 * fmin(bucket, 4 * P);
+        if (l->tp > 1) x[DT_MEM_COMM] += 2.0 * e * b * s * m->d_model; /* sequence-parallel gather buffers */
+        double layers = dt_plan_stage_layers(m, l);
+        int inflight = st == 0 ? (l->pp < mstep ? l->pp : mstep) : 1; /* 1F1B: stage 0 holds p micro-batches */
+        x[DT_MEM_ACTS] = layers * inflight * dt_plan_layer_act_bytes(m, rc, b, s, l->tp, e);
+        if (st == 0) x[DT_MEM_ACTS] += inflight * e * b * s * m->d_model / l->tp; /* embedding output */
+        if (st == l->pp - 1) x[DT_MEM_ACTS] += 4.0 * b * s * m->vocab / l->tp;   /* fp32 logits */
+        double tot = 0;
+        for (int k = 0; k < DT_MEM_NKINDS; k++) tot += x[k];
+        if (tot > best) {
+            best = tot;
+            memcpy(r->mem, x, sizeof x);
+        }
+    }
+    r->dtrain_sizing = 0;
+}
+
+dt_status dt_plan_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
+    int dtrain = job->model.is_dtrain && l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1;
+    if (dtrain) DT_CHECK(dtrain_memory(ctx, job, l, r));
+    else analytic_memory(job, l, r);
+    r->mem_total = 0;
+    for (int k = 0; k < DT_MEM_NKINDS; k++) r->mem_total += r->mem[k];
+    r->fits = r->mem_total <= job->hw->memory_bytes;
+    return DT_OK;
+}

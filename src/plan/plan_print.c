@@ -1,0 +1,155 @@
+/* The planner's output: fixed-width tables (header lines start with '#') and JSON (plan.h). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan.h"
+
+#define GIB 1073741824.0
+
+static const char *prec_name(dt_dtype d) { return d == DT_BF16 ? "bf16" : d == DT_F16 ? "fp16" : "fp32"; }
+
+void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
+    const dt_plan_model *m = &job->model;
+    const dt_train_cfg *t = &job->train;
+    fprintf(f, "# model %s: %d layers, d_model %d, %d heads (%d kv), d_ff %d (%s), vocab %d%s; %.4g B parameters\n",
+            m->name, m->n_layer, m->d_model, m->n_head, m->n_kv_head, m->d_ff, m->swiglu ? "swiglu" : "gelu", m->vocab,
+            m->tied ? ", tied head" : "", dt_plan_params(m) / 1e9);
+    if (m->experts) fprintf(f, "# experts %d, top-%d per token\n", m->experts, m->topk);
+    fprintf(f, "# batch: micro %d x seq %d, global %ld sequences (%.4g tokens/step); precision %s; checkpointing %s\n",
+            t->micro_batch, t->seq_len, job->global_batch, (double)job->global_batch * t->seq_len,
+            prec_name(t->model_opts.compute), dt_recompute_name(t->model_opts.recompute));
+    fprintf(f, "# hardware %s (%s): %d devices, %d per node, %.4g GiB each, peak %.4g TFLOP/s %s\n", job->hw->key,
+            job->hw->name, job->gpus, job->dpn, job->hw->memory_bytes / GIB, dt_hw_peak(job->hw, t->model_opts.compute),
+            prec_name(t->model_opts.compute));
+    fprintf(f, "# links: intra-node %s %.4g GB/s %.3g us, inter-node %s %.4g GB/s x %d NICs %.3g us\n", job->intra->key,
+            job->intra->bw_gbs, job->intra->latency_us, job->inter->key, job->inter->bw_gbs, job->hw->nics_per_node,
+            job->inter->latency_us);
+    fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g\n",
+            job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap);
+    fprintf(f, "# model FLOPs/token = 6 N_active + 12 L T d = %.4g (docs/planner.md)\n",
+            m->is_dtrain ? dt_model_flops_per_token(&m->mc, t->seq_len) : dt_plan_flops_per_token(m, t->seq_len));
+}
+
+static void cost_cell(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, " %10.4g", v);
+    else fprintf(f, " %10s", "-");
+}
+
+void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int limit) {
+    (void)job;
+    fprintf(f, "# %-34s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "layout", "params",
+            "grads", "optim", "acts", "comm", "total", "fit", "step_s", "compute", "recomp", "bubble", "comm_s",
+            "tokens/s", "TFLOP/s", "MFU", "eff1n", "$/1Btok");
+    fprintf(f, "# %-34s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "", "GiB", "GiB",
+            "GiB", "GiB", "GiB", "GiB/dev", "", "s", "s", "s", "s", "exposed", "", "/GPU", "", "", "");
+    for (int i = 0; i < n && (limit <= 0 || i < limit); i++) {
+        const dt_plan_result *x = &r[i];
+        char name[64];
+        dt_plan_layout_name(&x->lay, name, sizeof name);
+        fprintf(f, "  %-34s %7.2f %7.2f %7.2f %7.2f %6.2f %8.2f %4s %9.4g %8.4g %8.4g %8.4g %8.4g %10.4g %8.4g %5.3f",
+                name, x->mem[DT_MEM_PARAMS] / GIB, x->mem[DT_MEM_GRADS] / GIB, x->mem[DT_MEM_OPTIM] / GIB,
+                x->mem[DT_MEM_ACTS] / GIB, x->mem[DT_MEM_COMM] / GIB, x->mem_total / GIB, x->fits ? "yes" : "NO",
+                x->step_s, x->compute_s, x->recompute_s, x->bubble_s, x->comm_s, x->tokens_s, x->tflops_gpu, x->mfu);
+        if (isfinite(x->scaling_eff)) fprintf(f, " %6.3f", x->scaling_eff);
+        else fprintf(f, " %6s", "-");
+        cost_cell(f, x->usd_1b_tokens);
+        fputc('\n', f);
+    }
+    if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
+}
+
+void dt_plan_print_detail(FILE *f, const dt_plan_job *job, const dt_plan_result *r, const char *title) {
+    char name[64];
+    dt_plan_layout_name(&r->lay, name, sizeof name);
+    fprintf(f, "\n%s: %s\n", title, name);
+    fprintf(f, "  memory per device (%s): params %.3f GiB, grads %.3f, optimizer %.3f, activations %.3f (%s), comm "
+               "buffers %.3f, other %.3f = %.3f GiB of %.4g (%s)\n",
+            r->dtrain_sizing ? "dtrain's own plan, dt_trainer_mem_plan" : "analytic formulas",
+            r->mem[DT_MEM_PARAMS] / GIB, r->mem[DT_MEM_GRADS] / GIB, r->mem[DT_MEM_OPTIM] / GIB,
+            r->mem[DT_MEM_ACTS] / GIB, dt_recompute_name(job->train.model_opts.recompute), r->mem[DT_MEM_COMM] / GIB,
+            r->mem[DT_MEM_OTHER] / GIB, r->mem_total / GIB, job->hw->memory_bytes / GIB, r->fits ? "fits" : "DOES NOT FIT");
+    fprintf(f, "  FLOPs per step %.4g (%.4g per token x %ld x %d tokens); micro-steps m = %d\n", r->flops_step,
+            r->flops_token, job->global_batch, job->train.seq_len, r->micro_steps);
+    fprintf(f, "  step %.4g s = compute %.4g + recompute %.4g + bubble %.4g (pp %d: (p-1)/(m+p-1) = %.3f) + exposed "
+               "comm %.4g\n",
+            r->step_s, r->compute_s, r->recompute_s, r->bubble_s, r->lay.pp, dt_plan_bubble_fraction(r->lay.pp, r->micro_steps),
+            r->comm_s);
+    for (int i = 0; i < r->n_comm; i++) {
+        const dt_plan_comm_term *c = &r->comm[i];
+        fprintf(f, "    %-26s %10.4g bytes x %-6.4g intra-node %9.4g s, inter-node %9.4g s, exposed %9.4g s\n", c->what,
+                c->bytes, c->count, c->t_intra, c->t_inter, c->exposed);
+    }
+    fprintf(f, "  %.4g tokens/s, %.4g samples/s, %.4g TFLOP/s per device, MFU %.3f", r->tokens_s, r->samples_s,
+            r->tflops_gpu, r->mfu);
+    if (isfinite(r->scaling_eff)) fprintf(f, ", scaling efficiency vs 1 node %.3f", r->scaling_eff);
+    fputc('\n', f);
+    if (isfinite(r->usd_1b_tokens)) {
+        fprintf(f, "  cost: $%.4g per 1K samples, $%.4g per 1B tokens", r->usd_1k_samples, r->usd_1b_tokens);
+        if (isfinite(r->usd_run)) {
+            fprintf(f, "; whole run (%.4g tokens) %.4g h, $%.4g on demand", job->train_tokens, r->run_hours, r->usd_run);
+            if (isfinite(r->spot_usd_run)) fprintf(f, ", $%.4g spot", r->spot_usd_run);
+        }
+        fputc('\n', f);
+    }
+}
+
+static void num(cJSON *o, const char *k, double v) {
+    if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
+    else cJSON_AddNullToObject(o, k);
+}
+
+cJSON *dt_plan_result_json(const dt_plan_job *job, const dt_plan_result *r) {
+    (void)job;
+    cJSON *o = cJSON_CreateObject();
+    char name[64];
+    dt_plan_layout_name(&r->lay, name, sizeof name);
+    cJSON_AddStringToObject(o, "layout", name);
+    cJSON_AddStringToObject(o, "strategy", dt_strategy_name(r->lay.zero));
+    cJSON_AddBoolToObject(o, "hybrid", r->lay.hybrid);
+    num(o, "dp", r->lay.dp), num(o, "tp", r->lay.tp), num(o, "pp", r->lay.pp), num(o, "cp", r->lay.cp);
+    num(o, "ep", r->lay.ep), num(o, "micro_steps", r->micro_steps);
+    cJSON_AddStringToObject(o, "memory_source", r->dtrain_sizing ? "dtrain" : "analytic");
+    cJSON *mem = cJSON_AddObjectToObject(o, "memory_bytes");
+    for (int k = 0; k < DT_MEM_NKINDS; k++) num(mem, dt_mem_kind_name((dt_mem_kind)k), r->mem[k]);
+    num(mem, "total", r->mem_total);
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    num(o, "flops_per_token", r->flops_token), num(o, "flops_per_step", r->flops_step);
+    num(o, "step_s", r->step_s), num(o, "compute_s", r->compute_s), num(o, "recompute_s", r->recompute_s);
+    num(o, "bubble_s", r->bubble_s), num(o, "comm_exposed_s", r->comm_s);
+    cJSON *cm = cJSON_AddArrayToObject(o, "comm");
+    for (int i = 0; i < r->n_comm; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "what", r->comm[i].what);
+        num(c, "bytes", r->comm[i].bytes), num(c, "count", r->comm[i].count);
+        num(c, "intra_s", r->comm[i].t_intra), num(c, "inter_s", r->comm[i].t_inter);
+        num(c, "exposed_s", r->comm[i].exposed);
+        cJSON_AddItemToArray(cm, c);
+    }
+    num(o, "tokens_per_s", r->tokens_s), num(o, "samples_per_s", r->samples_s);
+    num(o, "tflops_per_gpu", r->tflops_gpu), num(o, "mfu", r->mfu), num(o, "scaling_efficiency", r->scaling_eff);
+    num(o, "usd_per_1k_samples", r->usd_1k_samples), num(o, "usd_per_1b_tokens", r->usd_1b_tokens);
+    num(o, "run_hours", r->run_hours), num(o, "usd_run", r->usd_run), num(o, "spot_usd_run", r->spot_usd_run);
+    return o;
+}
+
+cJSON *dt_plan_job_json(const dt_plan_job *job) {
+    const dt_plan_model *m = &job->model;
+    cJSON *o = cJSON_CreateObject(), *mo = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddStringToObject(mo, "name", m->name);
+    num(mo, "n_layer", m->n_layer), num(mo, "d_model", m->d_model), num(mo, "n_head", m->n_head);
+    num(mo, "n_kv_head", m->n_kv_head), num(mo, "d_ff", m->d_ff), num(mo, "vocab", m->vocab);
+    num(mo, "experts", m->experts), num(mo, "topk", m->topk), num(mo, "params", dt_plan_params(m));
+    num(o, "micro_batch", job->train.micro_batch), num(o, "seq_len", job->train.seq_len);
+    num(o, "global_batch", (double)job->global_batch), num(o, "gpus", job->gpus), num(o, "devices_per_node", job->dpn);
+    cJSON_AddStringToObject(o, "precision", prec_name(job->train.model_opts.compute));
+    cJSON_AddStringToObject(o, "checkpointing", dt_recompute_name(job->train.model_opts.recompute));
+    cJSON_AddStringToObject(o, "hardware", job->hw->key);
+    num(o, "peak_tflops", dt_hw_peak(job->hw, job->train.model_opts.compute));
+    num(o, "memory_bytes", job->hw->memory_bytes);
+    cJSON *e = cJSON_AddObjectToObject(o, "efficiency");
+    num(e, "gemm", job->gemm_eff), num(e, "intra_link", job->intra_eff), num(e, "inter_link", job->inter_eff);
+    num(e, "tp_overlap", job->tp_overlap);
+    num(o, "train_tokens", job->train_tokens);
+    return o;
+}

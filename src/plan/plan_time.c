@@ -1,0 +1,211 @@
+/* The planner's time model (plan.h): collectives (alpha-beta, ring, per link level), compute
+ * at an efficiency of peak, the 1F1B bubble, recomputation, then rates and cost. Formulas:
+ * docs/planner.md, "Time". */
+#include <math.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "plan/plan_impl.h"
+
+void dt_plan_group_span(int n, int stride, int d, int *k, int *nn) {
+    /* consecutive members are `stride` ranks apart; a node holds d consecutive ranks */
+    int per = stride >= d ? 1 : d / stride;
+    *k = per < n ? per : n;
+    *nn = (n + *k - 1) / *k;
+}
+
+double dt_plan_coll_time(dt_plan_coll op, double bytes, int k, int nn, const dt_plan_net *net, double *t_intra,
+                         double *t_inter) {
+    double ti = 0, te = 0, n = (double)k * nn;
+    switch (op) {
+    case DT_COLL_ALLREDUCE: /* reduce-scatter + all-gather inside the node, all-reduce of 1/k across */
+        if (k > 1) ti = 2.0 * (k - 1) / k * bytes / net->bw_intra + 2.0 * (k - 1) * net->a_intra;
+        if (nn > 1) te = 2.0 * (nn - 1) / nn * (bytes / k) / net->bw_inter + 2.0 * (nn - 1) * net->a_inter;
+        break;
+    case DT_COLL_REDUCE_SCATTER:
+    case DT_COLL_ALLGATHER:
+        if (k > 1) ti = (double)(k - 1) / k * bytes / net->bw_intra + (k - 1) * net->a_intra;
+        if (nn > 1) te = (double)(nn - 1) / nn * (bytes / k) / net->bw_inter + (nn - 1) * net->a_inter;
+        break;
+    case DT_COLL_ALLTOALL: /* each rank keeps 1/n, sends (k-1)/n inside and (n-k)/n outside its node */
+        if (k > 1) ti = (k - 1) / n * bytes / net->bw_intra + (k - 1) * net->a_intra;
+        if (nn > 1) te = (n - k) / n * bytes / net->bw_inter + (nn - 1) * net->a_inter;
+        break;
+    case DT_COLL_P2P:
+        if (nn > 1) te = bytes / net->bw_inter + net->a_inter;
+        else ti = bytes / net->bw_intra + net->a_intra;
+        break;
+    }
+    if (t_intra) *t_intra = ti;
+    if (t_inter) *t_inter = te;
+    return ti + te;
+}
+
+double dt_plan_bubble_fraction(int p, int m) { return p <= 1 ? 0.0 : (double)(p - 1) / (m + p - 1); }
+
+double dt_plan_recompute_flops(const dt_plan_model *m, dt_recompute r, int T) {
+    double attn_fwd = 4.0 * m->n_layer * (double)T * m->d_model; /* QK^T and PV of every layer */
+    if (r == DT_RECOMPUTE_SELECTIVE) return attn_fwd;
+    if (r == DT_RECOMPUTE_FULL) /* the layers' forward: 2 x their matmul parameters + attention */
+        return 2.0 * (dt_plan_active_params(m) - (double)m->vocab * m->d_model) + attn_fwd;
+    return 0.0;
+}
+
+static void term(dt_plan_result *r, const char *what, double bytes, double count, double ti, double te, double exposed) {
+    if (r->n_comm == DT_PLAN_MAX_COMM) return;
+    dt_plan_comm_term *c = &r->comm[r->n_comm++];
+    snprintf(c->what, sizeof c->what, "%s", what);
+    c->bytes = bytes, c->count = count, c->t_intra = ti * count, c->t_inter = te * count, c->exposed = exposed;
+    r->comm_s += exposed;
+}
+
+/* A collective cut into `pieces` (buckets, units, layers) of `bytes` each, issued in `rounds`
+ * per step (micro-steps). In a round the pieces can hide behind `window` seconds of compute,
+ * except the last piece, which is always waited for: exposed = max(t, pieces t - window) per
+ * round; window < 0: not overlapped (everything exposed). */
+static void coll(dt_plan_result *r, const char *what, dt_plan_coll op, double bytes, int n, int stride, int d,
+                 const dt_plan_net *net, double pieces, double rounds, double window) {
+    int k, nn;
+    dt_plan_group_span(n, stride, d, &k, &nn);
+    double ti, te, t = dt_plan_coll_time(op, bytes, k, nn, net, &ti, &te);
+    double ex = window < 0 ? pieces * t : fmax(t, pieces * t - window);
+    term(r, what, bytes, pieces * rounds, ti, te, rounds * ex);
+}
+
+void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
+    const dt_plan_model *m = &job->model;
+    const dt_train_cfg *tc = &job->train;
+    dt_dtype cd = tc->model_opts.compute;
+    int e = (cd == DT_BF16 || cd == DT_F16) ? 2 : 4, T = tc->seq_len, d = job->dpn;
+    double b = tc->micro_batch, mstep = r->micro_steps;
+    double peak = dt_hw_peak(job->hw, cd) * 1e12, rate = peak * job->gemm_eff;
+    double tokens = (double)job->global_batch * T;
+    r->flops_token = m->is_dtrain ? dt_model_flops_per_token(&m->mc, T) : dt_plan_flops_per_token(m, T);
+    r->flops_step = r->flops_token * tokens;
+    /* an uneven split (L % pp != 0): the stage with ceil(L / pp) layers sets the pace */
+    double uneven = dt_plan_stage_layers(m, l) * l->pp / m->n_layer;
+    r->compute_s = r->flops_step / job->gpus / rate * uneven;
+    r->recompute_s = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens / job->gpus / rate * uneven;
+    double t_micro = (r->compute_s + r->recompute_s) / mstep; /* one micro-batch on one stage */
+    double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 + r->recompute_s / mstep;
+    r->bubble_s = (l->pp - 1) * t_micro;
+
+    dt_plan_net net = {job->intra->bw_gbs * 1e9 * job->intra_eff, job->intra->latency_us * 1e-6,
+                       job->inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->inter_eff,
+                       job->inter->latency_us * 1e-6};
+    r->n_comm = 0, r->comm_s = 0;
+    double P = fmax(dt_plan_stage_params(m, l, 0), dt_plan_stage_params(m, l, l->pp - 1));
+    double layers = dt_plan_stage_layers(m, l), gb = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4;
+    int dp_stride = l->tp * l->cp, shard = dt_plan_shard_ranks(job, l);
+    double buckets = ceil(P * gb / fmax((double)tc->parallel.bucket_bytes, 1.0));
+    double win = tc->parallel.overlap ? bwd_micro : -1;
+    /* dtrain's own layouts communicate as dtrain does (ZeRO-1: DDP's all-reduce, then an fp32
+     * gather); other layouts as ZeRO's paper, DeepSpeed and Megatron's distributed optimizer
+     * (ZeRO-1/2: reduce-scatter the gradients, gather the weights in the compute dtype) */
+    int dtrain_algo = m->is_dtrain && l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1;
+    if (l->dp > 1) {
+        if (l->zero == DT_STRAT_DDP || (l->zero == DT_STRAT_ZERO1 && dtrain_algo))
+            /* buckets all-reduced during the last micro-step's backward */
+            coll(r, "dp all-reduce grads", DT_COLL_ALLREDUCE, P * gb / buckets, l->dp, dp_stride, d, &net, buckets, 1, win);
+        else if (l->zero == DT_STRAT_ZERO1) /* buckets reduce-scattered during the last backward */
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / buckets, l->dp, dp_stride, d, &net,
+                 buckets, 1, win);
+        else /* ZeRO-2/3: each unit reduce-scattered as its backward ends, every micro-step */
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / layers, l->dp, dp_stride, d, &net, layers,
+                 mstep, win);
+        if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step */
+            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / layers, shard, dp_stride, d,
+                 &net, layers, 1, -1);
+        if (l->zero == DT_STRAT_ZERO3) /* each unit gathered for the forward and again for the backward
+                                          (16-bit matmul weights under mixed precision), prefetched */
+            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / layers, shard, dp_stride, d, &net, layers,
+                 2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
+    }
+    double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
+    if (l->tp > 1) { /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way;
+                        exposed unless overlapped with the GEMMs (a fraction tp_overlap of it) */
+        double pieces = layers * (tc->model_opts.recompute == DT_RECOMPUTE_FULL ? 6 : 4);
+        coll(r, "tp all-reduce acts", DT_COLL_ALLREDUCE, act, l->tp, 1, d, &net, pieces, mstep, -1);
+        dt_plan_comm_term *c = &r->comm[r->n_comm - 1];
+        double all = c->exposed, t1 = all / (pieces * mstep);
+        double hidden = mstep * fmax(t1, pieces * t1 - t_micro);
+        c->exposed = (1 - job->tp_overlap) * all + job->tp_overlap * hidden;
+        r->comm_s += c->exposed - all;
+    }
+    if (l->cp > 1) { /* ring attention: K and V gathered (forward, backward), dK dV reduce-scattered,
+                        each behind its layer's attention */
+        double kv = 2.0 * e * b * T * m->n_kv_head * (double)(m->d_model / m->n_head) / l->tp;
+        double attn = 12.0 * (double)T * m->d_model * b * T / (l->tp * l->cp) / rate; /* one layer, one micro-batch */
+        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &net, 3, layers * mstep, attn);
+    }
+    if (l->ep > 1 && m->experts > 0) /* dispatch and combine, forward and backward */
+        coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &net,
+             4 * layers, mstep, -1);
+    if (l->pp > 1) { /* activations to the next stage; only the fill and drain are on the critical path */
+        int k, nn;
+        dt_plan_group_span(l->pp, dp_stride * l->dp, d, &k, &nn);
+        double ti, te, t = dt_plan_coll_time(DT_COLL_P2P, act / l->tp, k, nn, &net, &ti, &te);
+        term(r, "pp send/recv acts", act / l->tp, 2 * mstep, ti, te, 2.0 * (l->pp - 1) * t);
+    }
+    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s;
+    r->samples_s = job->global_batch / r->step_s;
+    r->tokens_s = tokens / r->step_s;
+    r->tflops_gpu = r->flops_step / job->gpus / r->step_s / 1e12;
+    r->mfu = r->tflops_gpu * 1e12 / peak;
+    int nodes = (job->gpus + d - 1) / d;
+    double usd_s = job->price_hour >= 0 ? job->price_hour * nodes / 3600 : NAN;
+    double spot_s = job->spot_hour >= 0 ? job->spot_hour * nodes / 3600 : NAN;
+    r->usd_1k_samples = usd_s * 1000 / r->samples_s;
+    r->usd_1b_tokens = usd_s * 1e9 / r->tokens_s;
+    r->run_hours = job->train_tokens > 0 ? job->train_tokens / r->tokens_s / 3600 : NAN;
+    r->usd_run = r->run_hours * 3600 * usd_s;
+    r->spot_usd_run = r->run_hours * 3600 * spot_s;
+}
+
+dt_status dt_plan_check_layout(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *l) {
+    const dt_plan_model *m = &job->model;
+    int mp = l->tp * l->pp * l->cp;
+    if (l->tp < 1 || l->pp < 1 || l->cp < 1 || l->ep < 1 || l->dp < 1 || (long)l->dp * mp != job->gpus)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--tp %d --pp %d --cp %d --dp %d: tp x pp x cp x dp = %ld != --gpus %d", l->tp,
+                       l->pp, l->cp, l->dp, (long)l->dp * mp, job->gpus);
+    if (m->n_head % l->tp || m->n_kv_head % l->tp)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--tp %d must divide the attention heads (n_head %d, n_kv_head %d)", l->tp,
+                       m->n_head, m->n_kv_head);
+    if (l->pp > m->n_layer)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--pp %d: more stages than layers (n_layer %d)", l->pp, m->n_layer);
+    if (job->train.seq_len % l->cp)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--cp %d must divide the sequence length %d", l->cp, job->train.seq_len);
+    if (l->ep > 1 && (!m->experts || m->experts % l->ep || l->dp % l->ep))
+        return dt_fail(ctx, DT_ERR_CONFIG, "--ep %d must divide the experts (%d%s) and dp (%d)", l->ep, m->experts,
+                       m->experts ? "" : ": a dense model", l->dp);
+    long per = (long)job->train.micro_batch * l->dp;
+    if (job->global_batch % per)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--global-batch %ld must be a multiple of micro-batch x dp = %d x %d",
+                       job->global_batch, job->train.micro_batch, l->dp);
+    if (l->hybrid && l->zero == DT_STRAT_DDP)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--strategy hybrid needs ZeRO sharding (it shards inside a node)");
+    return DT_OK;
+}
+
+dt_status dt_plan_predict(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
+    memset(r, 0, sizeof *r);
+    DT_CHECK(dt_plan_check_layout(ctx, job, l));
+    r->lay = *l;
+    r->micro_steps = (int)(job->global_batch / ((long)job->train.micro_batch * l->dp));
+    DT_CHECK(dt_plan_memory(ctx, job, l, r));
+    dt_plan_time(job, l, r);
+    /* weak scaling vs one node: the same layout with dp / nodes, the same per-GPU batch */
+    int nodes = (job->gpus + job->dpn - 1) / job->dpn;
+    r->scaling_eff = NAN;
+    if (nodes <= 1) r->scaling_eff = 1.0;
+    else if (l->dp % nodes == 0 && (l->hybrid ? l->dp / nodes >= 1 : 1)) {
+        dt_plan_job one = *job;
+        dt_plan_layout l1 = *l;
+        one.gpus = job->gpus / nodes, l1.dp = l->dp / nodes, one.global_batch = job->global_batch / nodes;
+        dt_plan_result r1 = {0};
+        r1.lay = l1, r1.micro_steps = r->micro_steps;
+        dt_plan_time(&one, &l1, &r1);
+        r->scaling_eff = (r->tokens_s / job->gpus) / (r1.tokens_s / one.gpus);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,606 @@
+/* The planner (src/plan): each term of the time model against a hand computation (ring
+ * all-reduce, reduce-scatter / all-gather, all-to-all, group spans, the 1F1B bubble, the
+ * recompute cost), the memory formulas (ZeRO stages by hand, Korthikanti's activation count,
+ * the 1F1B in-flight micro-batches), dtrain's own plan reused exactly for the layouts dtrain
+ * runs (1-4 ranks, every strategy, plan == dt_trainer_mem_plan), the model arithmetic against
+ * dtrain's families, the hardware catalog (fixture values, every refusal naming file:line and
+ * key, did-you-mean), and the CSV reader of --validate. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "plan/plan.h"
+#include "plan/plan_impl.h"
+#include "plan/calibrate.h"
+#include "plan/validate.h"
+
+#ifndef DT_SOURCE_DIR
+#define DT_SOURCE_DIR "."
+#endif
+#define FIXTURE DT_SOURCE_DIR "/tests/data/plan/hardware.yaml"
+
+static void near(double got, double want, double tol, const char *what) {
+    double e = fabs(got - want) / fmax(fabs(want), 1e-300);
+    if (!(e <= tol)) fail_msg("%s: got %.10g, want %.10g (rel err %.3g)", what, got, want, e);
+}
+
+/* ---- collectives */
+
+static const dt_plan_net NET = {100e9, 2e-6, 10e9, 10e-6};
+
+static void test_ring_allreduce(void **state) {
+    (void)state;
+    double S = 1e9, ti, te;
+    /* one node of 8: 2 (n-1)/n S / B + 2 (n-1) alpha */
+    double t = dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 8, 1, &NET, &ti, &te);
+    near(t, 2.0 * 7 / 8 * S / 100e9 + 14 * 2e-6, 1e-12, "all-reduce, 8 ranks in a node");
+    assert_true(te == 0);
+    /* 4 nodes of one rank: the same ring over the network */
+    t = dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 1, 4, &NET, &ti, &te);
+    near(t, 2.0 * 3 / 4 * S / 10e9 + 6 * 10e-6, 1e-12, "all-reduce, 4 nodes x 1");
+    assert_true(ti == 0);
+    /* 4 nodes x 8: reduce-scatter + all-gather inside, all-reduce of S/8 across */
+    t = dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 8, 4, &NET, &ti, &te);
+    near(ti, 2.0 * 7 / 8 * S / 100e9 + 14 * 2e-6, 1e-12, "hierarchical all-reduce, node part");
+    near(te, 2.0 * 3 / 4 * (S / 8) / 10e9 + 6 * 10e-6, 1e-12, "hierarchical all-reduce, network part");
+    near(t, ti + te, 1e-15, "parts add up");
+    /* one rank: nothing */
+    assert_true(dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 1, 1, &NET, NULL, NULL) == 0);
+}
+
+static void test_reduce_scatter_allgather_alltoall(void **state) {
+    (void)state;
+    double S = 4e8, ti, te;
+    for (int op = DT_COLL_REDUCE_SCATTER; op <= DT_COLL_ALLGATHER; op++) {
+        near(dt_plan_coll_time((dt_plan_coll)op, S, 4, 1, &NET, NULL, NULL), 3.0 / 4 * S / 100e9 + 3 * 2e-6, 1e-12,
+             "(n-1)/n in a node");
+        dt_plan_coll_time((dt_plan_coll)op, S, 8, 2, &NET, &ti, &te);
+        near(ti, 7.0 / 8 * S / 100e9 + 7 * 2e-6, 1e-12, "(k-1)/k inside");
+        near(te, 1.0 / 2 * (S / 8) / 10e9 + 1 * 10e-6, 1e-12, "(nn-1)/nn of S/k across");
+    }
+    /* all-to-all over 2 nodes x 4: 3/8 of S inside, 4/8 across */
+    dt_plan_coll_time(DT_COLL_ALLTOALL, S, 4, 2, &NET, &ti, &te);
+    near(ti, 3.0 / 8 * S / 100e9 + 3 * 2e-6, 1e-12, "all-to-all inside");
+    near(te, 4.0 / 8 * S / 10e9 + 1 * 10e-6, 1e-12, "all-to-all across");
+    near(dt_plan_coll_time(DT_COLL_P2P, S, 1, 2, &NET, NULL, NULL), S / 10e9 + 10e-6, 1e-12, "p2p across");
+    near(dt_plan_coll_time(DT_COLL_P2P, S, 2, 1, &NET, NULL, NULL), S / 100e9 + 2e-6, 1e-12, "p2p inside");
+}
+
+static void test_group_span(void **state) {
+    (void)state;
+    int k, nn;
+    dt_plan_group_span(8, 1, 8, &k, &nn); /* tp 8 */
+    assert_true(k == 8 && nn == 1);
+    dt_plan_group_span(16, 1, 8, &k, &nn); /* dp 16 of consecutive ranks */
+    assert_true(k == 8 && nn == 2);
+    dt_plan_group_span(4, 2, 8, &k, &nn); /* dp 4 at stride tp 2 */
+    assert_true(k == 4 && nn == 1);
+    dt_plan_group_span(8, 4, 8, &k, &nn); /* dp 8 at stride 4: 2 per node */
+    assert_true(k == 2 && nn == 4);
+    dt_plan_group_span(4, 8, 8, &k, &nn); /* pp 4 at stride 8: one per node */
+    assert_true(k == 1 && nn == 4);
+}
+
+static void test_bubble(void **state) {
+    (void)state;
+    near(dt_plan_bubble_fraction(4, 8), 3.0 / 11, 1e-15, "(p-1)/(m+p-1), p 4 m 8");
+    near(dt_plan_bubble_fraction(8, 1), 7.0 / 8, 1e-15, "p 8 m 1");
+    assert_true(dt_plan_bubble_fraction(1, 16) == 0);
+}
+
+/* ---- models */
+
+static dt_plan_model dense(int L, int d, int h, int V) {
+    dt_plan_model m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "test");
+    m.n_layer = L, m.d_model = d, m.n_head = h, m.n_kv_head = h, m.d_ff = 4 * d, m.vocab = V, m.context = 1024;
+    m.tied = 1, m.bias = 1;
+    return m;
+}
+
+static void test_recompute_flops(void **state) {
+    (void)state;
+    dt_plan_model m = dense(12, 768, 12, 50257);
+    double L = 12, d = 768, T = 1024;
+    assert_true(dt_plan_recompute_flops(&m, DT_RECOMPUTE_NONE, 1024) == 0);
+    near(dt_plan_recompute_flops(&m, DT_RECOMPUTE_SELECTIVE, 1024), 4 * L * T * d, 1e-12, "selective: attention forward");
+    /* full: the layers' forward again = 2 x (12 d^2 + 13 d per layer + 2 d final norm) + attention */
+    near(dt_plan_recompute_flops(&m, DT_RECOMPUTE_FULL, 1024), 2 * (L * (12 * d * d + 13 * d) + 2 * d) + 4 * L * T * d,
+         1e-12, "full: forward of the layers");
+    /* as a factor of the model FLOPs: where the layers dominate, full recompute costs about a
+     * third more (8N vs 6N; less the lm_head, which is not recomputed) */
+    dt_plan_model big = dense(32, 4096, 32, 32000);
+    double q = dt_plan_recompute_flops(&big, DT_RECOMPUTE_FULL, 1024) / dt_plan_flops_per_token(&big, 1024);
+    if (!(q > 0.32 && q < 1.0 / 3)) fail_msg("full recompute / model FLOPs = %.4f, want just under 1/3", q);
+}
+
+static void test_params_and_flops_match_dtrain(void **state) {
+    (void)state;
+    int n = 0;
+    for (int f = 0; dt_model_families[f]; f++) {
+        if (dt_model_families[f]->images) continue;
+        for (const char *const *p = dt_model_families[f]->presets; *p; p++) {
+            dt_ctx ctx;
+            dt_ctx_init(&ctx);
+            dt_model_config mc;
+            assert_int_equal(dt_model_preset(&ctx, *p, &mc), DT_OK);
+            assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
+            dt_plan_model m;
+            dt_plan_model_from_dtrain(&mc, *p, &m);
+            near(dt_plan_params(&m), (double)dt_model_num_params(&mc), 1e-12, *p);
+            near(dt_plan_flops_per_token(&m, 256), dt_model_flops_per_token(&mc, 256), 1e-12, *p);
+            n++;
+        }
+    }
+    assert_true(n >= 8);
+}
+
+static void test_activation_formula(void **state) {
+    (void)state;
+    /* Korthikanti et al.: 34 s b h bytes per layer in 16 bits without the s^2 term, of which 2
+     * s b h are dropout masks (none here): 32 s b h; with flash attention no score matrix,
+     * but its log-sum-exp (4 bytes per head and token). */
+    dt_plan_model m = dense(24, 1024, 16, 50304);
+    double s = 2048, b = 4, h = 1024, a = 16;
+    near(dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 1, 2), 32 * s * b * h + 4 * a * s * b, 1e-12, "none");
+    near(dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 4, 2), (32 * s * b * h + 4 * a * s * b) / 4, 1e-12,
+         "tensor + sequence parallel: / t");
+    /* selective keeps the layer input, qkv, the attention residual and the MLP up-projection: 9 h */
+    near(dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_SELECTIVE, b, s, 1, 2), 2 * 9 * s * b * h + 4 * a * s * b, 1e-12,
+         "selective");
+    near(dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_FULL, b, s, 2, 4), 4 * s * b * h / 2, 1e-12, "full: the input only");
+    /* SwiGLU with grouped kv: x ln1 q k v att r ln2 + gate up act */
+    m.swiglu = 1, m.n_kv_head = 4, m.d_ff = 2816;
+    double kv = 4 * 64.0, F = 2816;
+    near(dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 1, 2),
+         2 * s * b * (6 * h + 2 * kv + 3 * F) + 4 * a * s * b, 1e-12, "swiglu, gqa");
+}
+
+/* A job on the fixture's gpu-a with the analytic model. */
+static void job_of(dt_hw_catalog *cat, dt_plan_job *j, const dt_plan_model *m, int gpus) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_hw_load(&ctx, FIXTURE, cat), DT_OK);
+    memset(j, 0, sizeof *j);
+    j->model = *m;
+    dt_train_cfg_defaults(&j->train);
+    j->train.micro_batch = 2, j->train.seq_len = 1024;
+    j->gpus = gpus, j->dpn = gpus < 8 ? gpus : 8, j->global_batch = 2L * gpus;
+    assert_int_equal(dt_hw_find(&ctx, cat, "gpu-a", &j->hw), DT_OK);
+    j->intra = dt_hw_link_find(cat, "fast"), j->inter = dt_hw_link_find(cat, "net");
+    j->gemm_eff = 0.5, j->intra_eff = 1, j->inter_eff = 0.5, j->price_hour = j->spot_hour = -1;
+}
+
+static void test_zero_memory_by_hand(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    m.is_dtrain = 0; /* the analytic formulas */
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 4);
+    double P = dt_plan_params(&m), U = 32000.0 * 512; /* the vocabulary matrix is the largest unit */
+    const double want[4][3] = {{4 * P, 4 * P, 8 * P},
+                               {4 * P, 4 * P, 8 * P / 4},
+                               {4 * P, 4 * P / 4 + 8 * U, 8 * P / 4},
+                               {4 * P / 4 + 8 * U, 4 * P / 4 + 8 * U, 8 * P / 4}};
+    for (int z = 0; z < 4; z++) {
+        dt_plan_layout l = {4, 1, 1, 1, 1, (dt_strategy)z, 0};
+        dt_plan_result r;
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+        assert_int_equal(r.dtrain_sizing, 0);
+        near(r.mem[DT_MEM_PARAMS], want[z][0], 1e-12, "params");
+        near(r.mem[DT_MEM_GRADS], want[z][1], 1e-12, "grads");
+        near(r.mem[DT_MEM_OPTIM], want[z][2], 1e-12, "optimizer");
+        /* activations: L layers + the embedding output + fp32 logits, fp32 elements */
+        double b = 2, s = 1024;
+        near(r.mem[DT_MEM_ACTS], 8 * dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 1, 4) + 4 * b * s * 512 +
+                                     4 * b * s * 32000, 1e-12, "activations");
+        /* the step adds up and the rates follow from it */
+        near(r.step_s, r.compute_s + r.recompute_s + r.bubble_s + r.comm_s, 1e-12, "step = sum of terms");
+        near(r.mfu, r.flops_step / 4 / r.step_s / 100e12, 1e-12, "MFU = model FLOP/s / peak (fp32 100)");
+    }
+    /* 16-bit compute adds a 2-byte working copy of the weights */
+    j.train.model_opts.compute = DT_BF16;
+    dt_plan_layout l = {4, 1, 1, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    near(r.mem[DT_MEM_PARAMS], 2 * P, 1e-12, "bf16: 16-bit weights");
+    near(r.mem[DT_MEM_OPTIM], 12 * P, 1e-12, "bf16: fp32 master + m + v (ZeRO's K = 12)");
+    near(r.mem_total - r.mem[DT_MEM_ACTS] - r.mem[DT_MEM_COMM], 18 * P, 1e-12, "bf16: 18 bytes per parameter");
+    l.zero = DT_STRAT_ZERO1;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    near(r.mem[DT_MEM_OPTIM], 12 * P / 4, 1e-12, "bf16 ZeRO-1: the master weights are sharded too");
+    dt_hw_free(&cat);
+}
+
+static void test_pipeline_and_tensor_memory(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    j.global_batch = 16; /* micro 2 x dp 1 -> m = 8 micro-batches */
+    dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    assert_int_equal(r.micro_steps, 8);
+    /* stage 0 holds p = 4 micro-batches of its L/p = 2 layers: L layers' worth, and the embedding */
+    double b = 2, s = 1024, la = dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 2, 4);
+    double st0 = 2 * 4 * la + 4 * 4 * b * s * 512 / 2, last = 2 * la + 4 * b * s * 32000 / 2;
+    assert_true(st0 > last);
+    near(r.mem[DT_MEM_ACTS], st0, 1e-12, "1F1B stage 0 activations");
+    /* params of stage 0: 2 layers / tp + embedding / tp */
+    near(r.mem[DT_MEM_PARAMS], 4 * dt_plan_stage_params(&m, &l, 0), 1e-12, "stage params");
+    double layer = 12.0 * 512 * 512 + 13 * 512;
+    near(dt_plan_stage_params(&m, &l, 0), (2 * layer + 32000.0 * 512 + 1024.0 * 512) / 2, 1e-12, "stage 0 by hand");
+    /* bubble: (p-1) x one micro-batch's compute */
+    near(r.bubble_s, 3 * r.compute_s / 8, 1e-12, "bubble = (p-1) t_micro");
+    near(r.bubble_s / (r.compute_s + r.bubble_s), dt_plan_bubble_fraction(4, 8), 1e-12, "bubble fraction");
+    /* an uneven split: 8 layers on 3 stages -> the slowest stage has 3, paced at 3 x 3 / 8 of the even time */
+    dt_plan_job j3 = j;
+    j3.gpus = 6;
+    dt_plan_layout l3 = {1, 2, 3, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r3;
+    assert_int_equal(dt_plan_predict(&ctx, &j3, &l3, &r3), DT_OK);
+    near(r3.compute_s, r3.flops_step / 6 / (100e12 * 0.5) * 9.0 / 8, 1e-12, "uneven stages: ceil(L/p) p / L");
+    near(r3.mem[DT_MEM_PARAMS], 4 * (3 * layer + 32000.0 * 512 + 1024.0 * 512) / 2, 1e-12, "stage 0 holds 3 layers");
+    /* tensor-parallel communication is exposed, unless tp_overlap lets it hide behind the GEMMs */
+    int t = -1;
+    for (int i = 0; i < r.n_comm; i++)
+        if (!strcmp(r.comm[i].what, "tp all-reduce acts")) t = i;
+    assert_true(t >= 0);
+    near(r.comm[t].exposed, r.comm[t].t_intra + r.comm[t].t_inter, 1e-12, "tp: all exposed");
+    j.tp_overlap = 1;
+    dt_plan_result ro;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &ro), DT_OK);
+    double T = ro.comm[t].t_intra + ro.comm[t].t_inter, t1 = T / ro.comm[t].count;
+    double tm = (ro.compute_s + ro.recompute_s) / ro.micro_steps;
+    near(ro.comm[t].exposed, 8 * fmax(t1, T / 8 - tm), 1e-12, "tp overlapped: max(t, pieces t - t_micro) a micro-step");
+    assert_true(ro.step_s < r.step_s);
+    dt_hw_free(&cat);
+}
+
+/* For the layouts dtrain runs, the plan is dtrain's plan: every strategy, 1-4 ranks, fp32 and
+ * bf16 with selective checkpointing, and hybrid sharding on 2 nodes of 2. */
+static void test_dtrain_layouts_use_dtrain_plan(void **state) {
+    (void)state;
+    const char *presets[] = {"gpt2-tiny", "llama-tiny", "bench-small"};
+    for (size_t p = 0; p < 3; p++)
+        for (int N = 1; N <= 4; N++)
+            for (int z = 0; z < 4; z++)
+                for (int v = 0; v < 3; v++) { /* fp32; bf16 + selective; hybrid (N = 4, ZeRO) */
+                    if (v == 2 && (N != 4 || z == 0)) continue;
+                    dt_ctx ctx;
+                    dt_ctx_init(&ctx);
+                    dt_model_config mc;
+                    assert_int_equal(dt_model_preset(&ctx, presets[p], &mc), DT_OK);
+                    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
+                    dt_plan_model m;
+                    dt_plan_model_from_dtrain(&mc, presets[p], &m);
+                    dt_hw_catalog cat;
+                    dt_plan_job j;
+                    job_of(&cat, &j, &m, N);
+                    j.train.seq_len = 64, j.train.micro_batch = 2, j.global_batch = 4L * N; /* 2 micro-steps */
+                    if (v == 1) j.train.model_opts.compute = DT_BF16, j.train.model_opts.recompute = DT_RECOMPUTE_SELECTIVE;
+                    if (v == 2) j.dpn = 2;
+                    dt_plan_layout l = {N, 1, 1, 1, 1, (dt_strategy)z, v == 2};
+                    dt_plan_result r;
+                    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+                    assert_int_equal(r.dtrain_sizing, 1);
+                    dt_train_cfg c = j.train;
+                    c.model = mc, c.parallel.strategy = (dt_strategy)z, c.parallel.hybrid = v == 2, c.accum = 2;
+                    double worst = -1;
+                    size_t wb[DT_MEM_NKINDS];
+                    for (int rank = 0; rank < N; rank++) {
+                        size_t b[DT_MEM_NKINDS];
+                        assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, j.dpn, rank, b), DT_OK);
+                        double t = 0;
+                        for (int k = 0; k < DT_MEM_NKINDS; k++) t += (double)b[k];
+                        if (t > worst) worst = t, memcpy(wb, b, sizeof wb);
+                    }
+                    for (int k = 0; k < DT_MEM_NKINDS; k++)
+                        if (r.mem[k] != (double)wb[k])
+                            fail_msg("%s %s N=%d variant %d %s: plan %.0f bytes, dtrain's fullest rank %.0f", presets[p],
+                                     dt_strategy_name((dt_strategy)z), N, v, dt_mem_kind_name((dt_mem_kind)k), r.mem[k],
+                                     (double)wb[k]);
+                    dt_hw_free(&cat);
+                }
+}
+
+/* Mixture of experts: all experts held (split over ep), top-k computed, tokens all-to-all'd. */
+static void test_moe(void **state) {
+    (void)state;
+    dt_plan_model m = dense(4, 256, 4, 1000);
+    m.bias = 0, m.tied = 0, m.swiglu = 1, m.d_ff = 512, m.experts = 8, m.topk = 2;
+    double attn = 256.0 * 3 * 256 + 256.0 * 256 + 2 * 256 + 256.0 * 8, mlp = 3.0 * 256 * 512;
+    near(dt_plan_params(&m), 2 * 1000.0 * 256 + 4 * (attn + 8 * mlp) + 256, 1e-12, "MoE parameters: every expert");
+    near(dt_plan_active_params(&m), 4 * (attn + 2 * mlp) + 256 + 1000.0 * 256, 1e-12, "active: top-2 experts");
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    dt_plan_layout l = {8, 1, 1, 1, 4, DT_STRAT_DDP, 0};
+    dt_plan_result r;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    near(r.mem[DT_MEM_PARAMS], 4 * (4 * (attn + 8 * mlp / 4) + 2 * 1000.0 * 256 + 256), 1e-12, "experts split over ep");
+    int t = -1;
+    for (int i = 0; i < r.n_comm; i++)
+        if (!strcmp(r.comm[i].what, "ep all-to-all tokens")) t = i;
+    assert_true(t >= 0);
+    near(r.comm[t].bytes, 4.0 * 2 * 1024 * 256 * 2, 1e-12, "e b s d x topk");
+    near(r.comm[t].count, 4 * 4, 1e-12, "4 per layer and micro-step");
+    dt_hw_free(&cat);
+}
+
+static const dt_plan_comm_term *term_of(const dt_plan_result *r, const char *what) {
+    for (int i = 0; i < r->n_comm; i++)
+        if (!strcmp(r->comm[i].what, what)) return &r->comm[i];
+    return NULL;
+}
+
+/* ZeRO-1 communicates as dtrain does on dtrain's layouts (all-reduce, fp32 gather), and as
+ * ZeRO / Megatron's distributed optimizer elsewhere (reduce-scatter, gather in bf16). */
+static void test_zero1_algorithms(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    assert_int_equal(dt_model_preset(&ctx, "gpt2", &mc), DT_OK);
+    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
+    dt_plan_model m;
+    dt_plan_model_from_dtrain(&mc, "gpt2", &m);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    j.train.model_opts.compute = DT_BF16;
+    dt_plan_layout l = {8, 1, 1, 1, 1, DT_STRAT_ZERO1, 0};
+    dt_plan_result r;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    double P = dt_plan_stage_params(&m, &l, 0);
+    assert_non_null(term_of(&r, "dp all-reduce grads"));
+    near(term_of(&r, "dp all-gather params")->bytes * 12, 4 * P, 1e-12, "dtrain: fp32 gather, a layer a piece");
+    j.model.is_dtrain = 0;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    assert_null(term_of(&r, "dp all-reduce grads"));
+    assert_non_null(term_of(&r, "dp reduce-scatter grads"));
+    near(term_of(&r, "dp all-gather params")->bytes * 12, 2 * P, 1e-12, "ZeRO: bf16 gather");
+    dt_hw_free(&cat);
+}
+
+static void test_layout_checks(void **state) {
+    (void)state;
+    dt_plan_model m = dense(12, 768, 12, 50257);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_plan_layout bad_product = {3, 2, 1, 1, 1, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_product), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "tp x pp x cp x dp = 6 != --gpus 8"));
+    dt_plan_layout bad_tp = {1, 8, 1, 1, 1, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_tp), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "--tp 8 must divide the attention heads"));
+    dt_plan_layout bad_pp = {1, 1, 8, 1, 1, DT_STRAT_DDP, 0};
+    j.model.n_layer = 4;
+    assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_pp), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "--pp 8: more stages than layers"));
+    j.model.n_layer = 12;
+    dt_plan_layout bad_ep = {4, 2, 1, 1, 2, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_ep), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "--ep 2 must divide the experts (0: a dense model)"));
+    j.global_batch = 12;
+    dt_plan_layout bad_batch = {8, 1, 1, 1, 1, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_check_layout(&ctx, &j, &bad_batch), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "--global-batch 12 must be a multiple"));
+    dt_hw_free(&cat);
+}
+
+static void test_search_ranks_and_recommends(void **state) {
+    (void)state;
+    dt_plan_model m = dense(12, 768, 12, 50257);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 16);
+    j.global_batch = 64;
+    j.price_hour = 8, j.spot_hour = 2;
+    dt_plan_fix fix = {0, 0, 0, 0, -1, -1};
+    dt_plan_result *r;
+    int n, fast, cheap;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_search(&ctx, &j, &fix, &r, &n), DT_OK);
+    assert_true(n > 8);
+    for (int i = 1; i < n; i++) assert_true(!r[i].fits || (r[i - 1].fits && r[i - 1].step_s <= r[i].step_s));
+    dt_plan_recommend(r, n, &fast, &cheap);
+    assert_int_equal(fast, 0);
+    assert_true(cheap >= 0 && r[cheap].usd_1b_tokens <= r[fast].usd_1b_tokens);
+    /* cost by hand: 2 nodes x $8/h */
+    near(r[0].usd_1b_tokens, 16.0 / 3600 * 1e9 / r[0].tokens_s, 1e-12, "$ per 1B tokens");
+    near(r[0].usd_1k_samples, 16.0 / 3600 * 1000 / r[0].samples_s, 1e-12, "$ per 1K samples");
+    /* two nodes: the network slows the step, so per-device throughput is below one node's */
+    assert_true(r[0].scaling_eff > 0 && r[0].scaling_eff <= 1.0);
+    free(r);
+    dt_hw_free(&cat);
+}
+
+/* ---- catalog */
+
+static void test_catalog_fixture(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_hw_catalog c;
+    assert_int_equal(dt_hw_load(&ctx, FIXTURE, &c), DT_OK);
+    assert_int_equal(c.n_acc, 3);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &c, "GPU-A", &a), DT_OK);
+    near(a->memory_bytes, 80.0 * 1073741824.0, 1e-15, "memory_gib");
+    near(dt_hw_peak(a, DT_BF16), 400, 0, "bf16 peak");
+    near(dt_hw_peak(a, DT_F32), 100, 0, "fp32 peak");
+    near(a->gemm_eff, 0.5, 0, "gemm default");
+    assert_int_equal(dt_hw_find(&ctx, &c, "gpu-small", &a), DT_OK);
+    near(a->memory_bytes, 1e9, 1e-15, "memory_gb is decimal");
+    assert_int_equal(a->nics_per_node, 1);
+    assert_int_equal(dt_hw_find(&ctx, &c, "cpu-node", &a), DT_OK);
+    near(a->gemm_eff, 0.8, 0, "per-accelerator gemm efficiency");
+    near(dt_hw_link_find(&c, "net")->eff, 0.5, 0, "per-link efficiency");
+    near(dt_hw_link_find(&c, "fast")->eff, 1.0, 0, "link default");
+    assert_int_equal(dt_hw_find(&ctx, &c, "gpu-b", &a), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "--hardware gpu-b: not in"));
+    assert_non_null(strstr(ctx.err, "did you mean gpu-a?"));
+    assert_int_equal(dt_hw_find(&ctx, &c, "quantum-annealer", &a), DT_ERR_CONFIG);
+    assert_null(strstr(ctx.err, "did you mean"));
+    dt_hw_free(&c);
+    /* the real catalog loads too */
+    assert_int_equal(dt_hw_load(&ctx, DT_SOURCE_DIR "/configs/hardware.yaml", &c), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &c, "h100-sxm", &a), DT_OK);
+    dt_hw_free(&c);
+}
+
+static void test_did_you_mean(void **state) {
+    (void)state;
+    assert_int_equal(dt_hw_edit_distance("h100-sxn", "h100-sxm"), 1);
+    assert_int_equal(dt_hw_edit_distance("", "abc"), 3);
+    assert_int_equal(dt_hw_edit_distance("A100", "a100-80gb"), 5);
+    assert_int_equal(dt_hw_edit_distance("kitten", "sitting"), 3);
+    const char *c[] = {"a100-40gb", "a100-80gb", "h100-sxm", "h200"};
+    assert_string_equal(dt_hw_closest("h100-smx", c, 4), "h100-sxm");
+    assert_string_equal(dt_hw_closest("a100-80g", c, 4), "a100-80gb");
+    assert_null(dt_hw_closest("tpu-v5p", c, 4));
+}
+
+static void test_catalog_refusals(void **state) {
+    (void)state;
+    char dir[256];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plan"), 0);
+    static const struct {
+        const char *yaml, *want;
+    } cases[] = {
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l, colour: red}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         ":2: accelerators.g.colour: unknown key"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: -1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         ":2: accelerators.g.peak_tflops.bf16 must be a number"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf17: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         "accelerators.g.peak_tflops.bf17: unknown dtype"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, devices_per_node: 1, intra_node: l, inter_node: l}\n"
+         "links:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         "accelerators.g.memory_gib is missing"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: ib}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         "accelerators.g: link 'ib' is not under links"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1.5, intra_node: l, "
+         "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         "accelerators.g.devices_per_node must be a whole number"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l}\nlinks:\n  l: {latency_us: 1}\n",
+         "links.l.bw_gbs is missing"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\nefficiency:\n  gemm: {default: 1.5}\n",
+         ":6: efficiency.gemm.default must be a number in [0.01, 1]"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\nefficiency:\n  link: {nvlink9: 0.5}\n",
+         "efficiency.link.nvlink9: no such link"},
+        {"accelerators: {}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\nprices: 3\n", ":4: prices: unknown key"},
+        {"links:\n  l: {bw_gbs: 1, latency_us: 1}\n", "accelerators is missing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = tu_write_file(dir, "hw.yaml", cases[i].yaml);
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        dt_hw_catalog c;
+        assert_int_equal(dt_hw_load(&ctx, path, &c), DT_ERR_CONFIG);
+        if (!strstr(ctx.err, cases[i].want) || !strstr(ctx.err, "hw.yaml"))
+            fail_msg("case %zu: got '%s', want '%s' and the file name", i, ctx.err, cases[i].want);
+    }
+    tu_rmtree(dir);
+}
+
+static void test_csv_and_median(void **state) {
+    (void)state;
+    char line[] = "a,\"b, with comma\",,\"say \"\"hi\"\"\",e";
+    char *f[8];
+    assert_int_equal(dt_csv_split(line, f, 8), 5);
+    assert_string_equal(f[0], "a");
+    assert_string_equal(f[1], "b, with comma");
+    assert_string_equal(f[2], "");
+    assert_string_equal(f[3], "say \"hi\"");
+    assert_string_equal(f[4], "e");
+    double x[] = {-0.3, 0.1, 0.2, -0.05};
+    near(dt_median_abs(x, 4), 0.15, 1e-15, "median of |x|, even n");
+    double y[] = {5, -1, 2};
+    near(dt_median_abs(y, 3), 2, 0, "median of |x|, odd n");
+}
+
+/* The calibrated catalog entry: the link from the all-reduce fit gives back the fit's times. */
+static void test_calibrate_roundtrip(void **state) {
+    (void)state;
+    char dir[256];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancal"), 0);
+    dt_comm_fit fit;
+    memset(&fit, 0, sizeof fit);
+    fit.ranks = 2, fit.nodes = 1, fit.n = 1;
+    snprintf(fit.line[0].op, sizeof fit.line[0].op, "allreduce_ordered");
+    fit.line[0].lo = 1 << 20, fit.line[0].hi = 64 << 20, fit.line[0].alpha_us = 100, fit.line[0].beta_us_per_b = 1e-4;
+    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test"};
+    char path[300];
+    snprintf(path, sizeof path, "%s/cal.yaml", dir);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(dt_hw_peak(a, DT_F32), 0.2, 1e-12, "peak from bench");
+    near(a->gemm_eff, 0.6, 1e-3, "gemm efficiency = achieved / peak");
+    const dt_hw_link *l = dt_hw_link_find(&cat, a->intra);
+    near(l->bw_gbs, 10, 1e-5, "B = 2(n-1)/n / beta");
+    near(l->latency_us, 50, 1e-5, "a = alpha / 2(n-1)");
+    dt_plan_net net = {l->bw_gbs * 1e9 * l->eff, l->latency_us * 1e-6, 0, 0};
+    double S = 8e6;
+    near(dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 2, 1, &net, NULL, NULL), (100 + 1e-4 * S) * 1e-6, 1e-5,
+         "the planner's all-reduce = the fit");
+    dt_hw_free(&cat);
+    fit.line[0].beta_us_per_b = 0;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_FORMAT);
+    tu_rmtree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_allreduce),
+        cmocka_unit_test(test_reduce_scatter_allgather_alltoall),
+        cmocka_unit_test(test_group_span),
+        cmocka_unit_test(test_bubble),
+        cmocka_unit_test(test_recompute_flops),
+        cmocka_unit_test(test_params_and_flops_match_dtrain),
+        cmocka_unit_test(test_activation_formula),
+        cmocka_unit_test(test_zero_memory_by_hand),
+        cmocka_unit_test(test_pipeline_and_tensor_memory),
+        cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_zero1_algorithms),
+        cmocka_unit_test(test_layout_checks),
+        cmocka_unit_test(test_search_ranks_and_recommends),
+        cmocka_unit_test(test_catalog_fixture),
+        cmocka_unit_test(test_did_you_mean),
+        cmocka_unit_test(test_catalog_refusals),
+        cmocka_unit_test(test_csv_and_median),
+        cmocka_unit_test(test_calibrate_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,157 @@
+#!/bin/bash
+# dtrain plan end to end on the fixture catalog (tests/data/plan/hardware.yaml): the tables,
+# the JSON (every layout's step = its terms, MFU and cost recomputed, the recommendation is
+# the fastest fitting layout), a layout fixed by flags, the sweep, --validate and --fit on
+# tests/data/plan/runs.csv (the impossible and the cannot-fit rows flagged with their
+# arithmetic), and every bad input: one line on stderr, exit 2.
+set -u
+bin=$1 src=$2
+. "$src/tests/lib.sh"
+dir=$(mktemp -d /tmp/dt_plan_XXXXXX) && cd "$dir" || exit 1
+trap 'rm -rf "$dir"' EXIT
+cat=(--catalog "$src/tests/data/plan/hardware.yaml")
+gpt2=(--model gpt2 --seq 1024 --micro-batch 8 --precision bf16)
+
+# Every layout of 16 devices (2 nodes of gpu-a), with prices.
+"$bin" plan "${gpt2[@]}" --gpus 16 --hardware gpu-a "${cat[@]}" --prices "$src/configs/prices.yaml" \
+  --instance p4d.24xlarge --train-tokens 1e10 --all >all.txt 2>err.txt
+rc=$?
+if [ $rc -eq 0 ] && [ ! -s err.txt ] && grep -q "^# efficiency factors: gemm 0.5 of peak, intra-node link 1, inter-node link 0.5; tp overlap 0" all.txt \
+   && grep -q "^# model FLOPs/token = 6 N_active + 12 L T d" all.txt && grep -q "^fastest layout that fits: " all.txt \
+   && grep -q "dtrain's own plan, dt_trainer_mem_plan" all.txt && grep -q "whole run (1e+10 tokens)" all.txt \
+   && grep -q "^  hybrid-zero3 dp16 tp1 pp1" all.txt && grep -q "^  ddp dp4 tp2 pp2" all.txt; then
+  pass "plan: header with efficiency factors, every layout (hybrid, tp x pp), the recommendation, cost"
+else
+  fail "plan (rc $rc): $(head -3 err.txt) $(tail -5 all.txt)"
+fi
+
+# The same as JSON: recompute each layout's numbers from its parts.
+"$bin" plan "${gpt2[@]}" --gpus 16 --hardware gpu-a "${cat[@]}" --prices "$src/configs/prices.yaml" \
+  --instance p4d.24xlarge --json >plan.json 2>err.txt
+if out=$(python3 - plan.json <<'EOF' 2>&1
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+job, lays = d["job"], d["layouts"]
+assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5, "tp_overlap": 0}, job
+peak = job["peak_tflops"] * 1e12
+fits = [l for l in lays if l["fits"]]
+assert fits and len(lays) >= 10
+for l in lays:
+    parts = l["compute_s"] + l["recompute_s"] + l["bubble_s"] + l["comm_exposed_s"]
+    assert abs(parts - l["step_s"]) <= 1e-9 * l["step_s"], l["layout"]
+    assert abs(sum(c["exposed_s"] for c in l["comm"]) - l["comm_exposed_s"]) <= 1e-9 * l["step_s"] + 1e-15, l["layout"]
+    assert abs(l["mfu"] - l["flops_per_step"] / 16 / l["step_s"] / peak) < 1e-9, l["layout"]
+    assert l["dp"] * l["tp"] * l["pp"] * l["cp"] == 16, l["layout"]
+    m = l["memory_bytes"]
+    assert abs(sum(v for k, v in m.items() if k != "total") - m["total"]) < 1, l["layout"]
+    assert l["fits"] == (m["total"] <= job["memory_bytes"]), l["layout"]
+    assert (l["memory_source"] == "dtrain") == (l["tp"] == l["pp"] == l["cp"] == l["ep"] == 1), l["layout"]
+    # 2 nodes of p4d.24xlarge at $32.77/h
+    assert abs(l["usd_per_1b_tokens"] - 2 * 32.77 / 3600 * 1e9 / l["tokens_per_s"]) < 1e-6 * l["usd_per_1b_tokens"]
+best = min(fits, key=lambda l: l["step_s"])
+assert d["fastest"]["layout"] == best["layout"], (d["fastest"]["layout"], best["layout"])
+assert d["cheapest"]["usd_per_1b_tokens"] <= best["usd_per_1b_tokens"] + 1e-12
+print(f"{len(lays)} layouts, fastest {best['layout']}")
+EOF
+); then pass "JSON: step = compute + recompute + bubble + exposed comm, MFU, memory, cost, recommendation ($out)"; else fail "JSON: $out"; fi
+
+# A fixed layout: tp 2 pp 2 on 8 devices, full recompute; the detail block names each collective.
+"$bin" plan "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 2 --pp 2 --strategy zero1 \
+  --checkpointing full --global-batch 64 >fixed.txt 2>err.txt
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '^  zero1 dp2 tp2 pp2' fixed.txt)" = 1 ] && grep -q "analytic formulas" fixed.txt \
+   && grep -q "tp all-reduce acts" fixed.txt && grep -q "pp send/recv acts" fixed.txt \
+   && grep -q "dp reduce-scatter grads" fixed.txt && grep -q "(p-1)/(m+p-1) = 0.200" fixed.txt \
+   && grep -Eq "recompute (0\.0*)?[1-9]" fixed.txt; then
+  pass "fixed layout: one row, per-collective terms (ZeRO-1 outside dtrain: reduce-scatter), bubble (p-1)/(m+p-1) = 1/5 (m = 64 / (8 x dp 2) = 4), recompute cost"
+else
+  fail "fixed layout (rc $rc): $(cat err.txt) $(tail -8 fixed.txt)"
+fi
+
+# The scaling sweep: one row per size, efficiency 1 at the first.
+"$bin" plan "${gpt2[@]}" --hardware gpu-a "${cat[@]}" --sweep gpus=8,16,32 >sweep.txt 2>err.txt
+rc=$?
+rows=$(grep -cE "^ +(8|16|32) +[0-9]+ " sweep.txt)
+first=$(awk '/^ +8 +1 / {print $14}' sweep.txt)
+if [ $rc -eq 0 ] && [ "$rows" = 3 ] && [ "$first" = "1.000" ] && grep -q "^# scaling" sweep.txt; then
+  pass "sweep: 3 rows, efficiency 1.000 at the first size"
+else
+  fail "sweep (rc $rc, rows $rows, first eff '$first'): $(cat err.txt) $(cat sweep.txt)"
+fi
+
+# Validation against published rows (the fixture CSV).
+"$bin" plan --validate "$src/tests/data/plan/runs.csv" "${cat[@]}" >val.txt 2>err.txt
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^  impossible .*IMPOSSIBLE: 450 TFLOP/s per GPU (from tflops) > peak 400 (1.12 of peak)" val.txt \
+   && grep -q "^  too-big .*CANNOT FIT: params .* GiB > 1 GiB" val.txt \
+   && grep -q "^  recomputed .*IMPOSSIBLE: 330 TFLOP/s per GPU (from tflops) x 1.3 for full recompute = 429.1 > peak 400" val.txt \
+   && grep -q "^  unknown-gpu .*skipped (line 6): gpu 'tpu-v9' is not in the catalog" val.txt \
+   && grep -q "^  garbage .*skipped (line 8): column n_layers: 'abc' is not a number in \[0, 1e+09)" val.txt \
+   && grep -q "^  plain-b .* 160 " val.txt && grep -q "^# median |error| of TFLOP/s per GPU over 3 rows" val.txt; then
+  pass "--validate: predicted vs published, MFU 0.4 x peak read as 160, impossible (also through the recompute factor) and cannot-fit rows flagged"
+else
+  fail "--validate (rc $rc): $(cat err.txt) $(cat val.txt)"
+fi
+"$bin" plan --validate "$src/tests/data/plan/runs.csv" "${cat[@]}" --fit >fit.txt 2>err.txt
+rc=$?
+before=$(sed -n 's/^# median .*excluded): \([0-9.]*\)%/\1/p' val.txt)
+after=$(sed -n 's/^# median .*excluded): \([0-9.]*\)%/\1/p' fit.txt)
+if [ $rc -eq 0 ] && grep -q "^# GEMM efficiency per GPU type (fitted" fit.txt && [ -n "$after" ] \
+   && awk -v a="$after" -v b="$before" 'BEGIN { exit !(a <= b) }'; then
+  pass "--fit: one efficiency per GPU type, median error $before% -> $after%"
+else
+  fail "--fit (rc $rc, $before -> $after): $(cat err.txt) $(tail -3 fit.txt)"
+fi
+
+"$bin" plan --validate "$src/tests/data/plan/runs.csv" "${cat[@]}" --fit --json >val.json 2>err.txt
+if out=$(python3 - val.json <<'EOF' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {r["id"]: r for r in d["rows"]}
+assert "IMPOSSIBLE" in rows["impossible"]["flags"] and "skipped" in rows["unknown-gpu"], rows
+assert d["rows_compared"] == 3 and 0 < d["gemm_eff"]["gpu-a"] <= 1, d
+r = rows["plain-b"]
+assert abs(r["reported_tflops_per_gpu"] - 160) < 1e-9 and r["gemm_eff"] == d["gemm_eff"]["gpu-a"], r
+print(f"{len(rows)} rows, gpu-a {d['gemm_eff']['gpu-a']}")
+EOF
+); then pass "--validate --fit --json: rows, flags, fitted efficiencies ($out)"; else fail "--validate --json: $out"; fi
+
+# docs/planner.md quotes the result on the repository's CSV: it must be the tool's.
+"$bin" plan --validate "$src/bench/planner/published_runs.csv" --catalog "$src/configs/hardware.yaml" --fit >pub.txt 2>err.txt
+got=$(sed -n 's/^# median |error| of TFLOP\/s per GPU over \([0-9]*\) rows (impossible claims excluded): \([0-9.]*%\)/\2 over \1 rows/p' pub.txt)
+eff=$(sed -n 's/^# GEMM efficiency per GPU type (fitted[^)]*): //p' pub.txt)
+if [ -n "$got" ] && grep -qF "median |error| of TFLOP/s per GPU $got" "$src/docs/planner.md" \
+   && grep -qF "Fitted GEMM efficiencies: $(sed 's/ \([a-z0-9-]*\) /, \1 /g' <<<"$eff")" <(tr '\n' ' ' <"$src/docs/planner.md" | tr -s ' '); then
+  pass "docs/planner.md quotes the fit on published_runs.csv ($got; $eff)"
+else
+  fail "docs/planner.md vs --validate --fit: tool says '$got' and '$eff'"
+fi
+
+# Bad input: one line on stderr, exit 2.
+bad() { # WHAT PATTERN ARGS...
+  local what=$1 pat=$2
+  shift 2
+  "$bin" plan "$@" >out.txt 2>err.txt
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" = 1 ] && grep -qE -- "$pat" err.txt; then pass "bad input: $what"
+  else fail "bad input: $what (rc $rc): $(cat err.txt)"; fi
+}
+bad "unknown hardware, did-you-mean" "--hardware gpu-b: not in .*hardware.yaml \(did you mean gpu-a\?" \
+  "${gpt2[@]}" --gpus 8 --hardware gpu-b "${cat[@]}"
+bad "layout product != gpus" "tp x pp x cp x dp = 12 != --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 2 --pp 2 --dp 3
+bad "tp x pp not dividing gpus" "--tp 3 --pp 1 --cp 1: tp x pp x cp = 3 does not divide --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 3
+bad "tp not dividing heads" "--tp 8 must divide the attention heads \(n_head 12" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 8
+bad "model fits nowhere" "gpt2-xl fits in no layout of 4 x gpu-small: the smallest .* needs .* GiB per device, gpu-small has 0.93 GiB" \
+  --model gpt2-xl --seq 1024 --micro-batch 8 --precision bf16 --gpus 4 --hardware gpu-small "${cat[@]}"
+bad "missing --hardware" "--hardware NAME is required" "${gpt2[@]}" --gpus 8 "${cat[@]}"
+bad "whole nodes" "--gpus 12 is not a whole number of gpu-a nodes" "${gpt2[@]}" --gpus 12 --hardware gpu-a "${cat[@]}"
+bad "global batch" "--global-batch 20 must be a multiple of micro-batch x dp = 8 x 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 1 --pp 1 --global-batch 20
+bad "unknown strategy" "--strategy zero4: unknown" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --strategy zero4
+bad "bad catalog" "nope.yaml" "${gpt2[@]}" --gpus 8 --hardware gpu-a --catalog nope.yaml
+bad "prices without instance" "--prices FILE and --instance NAME go together" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --prices "$src/configs/prices.yaml"
+bad "calibrate with one rank" "--ranks must be >= 2" --calibrate cal.yaml --ranks 1
+printf 'id,model\n' >bad.csv
+bad "CSV without the needed columns" "bad.csv:1: header lacks the column 'n_layers'" --validate bad.csv "${cat[@]}"
+
+echo "test_plan: $fails failure(s)$(skipped)"
+[ $fails -eq 0 ]
