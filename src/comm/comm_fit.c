@@ -85,7 +85,7 @@ const dt_comm_fit_line *dt_comm_fit_find_in(const dt_comm_fit *f, const char *gr
     double dist = INFINITY;
     for (int k = 0; k < f->n; k++) {
         const dt_comm_fit_line *l = &f->line[k];
-        if (strcmp(l->op, op) || strcmp(l->group, group)) continue;
+        if (strcmp(l->op, op) || strcmp(l->group[0] ? l->group : "world", group)) continue; /* unset: the world */
         double d = bytes < l->lo ? l->lo - bytes : bytes > l->hi ? bytes - l->hi : 0.0;
         if (d < dist) dist = d, best = l;
     }
