@@ -163,10 +163,23 @@ else
   fail "bf16 on avx2: $(tail -3 "$dir/bf16_avx2")"
 fi
 if grep -q -w avx512_bf16 /proc/cpuinfo; then
-  "$bin" train --steps 2 --set training.precision=bf16 --set logging.metrics= >"$dir/bf16_native" 2>&1
-  grep -q "precision bf16: matmuls on native 16-bit instructions" "$dir/bf16_native" &&
-    pass "bf16 on an AVX512_BF16 CPU: native GEMMs" || fail "bf16 native: $(grep precision "$dir/bf16_native")"
+  # the 16-bit engine rule (isa.h): native, except on Intel cores without AMX-BF16, where
+  # oneDNN's bf16 matmul runs at half the fp32 rate; DTRAIN_LOWP_GEMM=native forces it
+  want=native
+  grep -q -m1 'vendor_id.*GenuineIntel' /proc/cpuinfo && ! grep -q -w amx_bf16 /proc/cpuinfo && want=widened
+  "$bin" train --steps 2 --set training.precision=bf16 --set logging.metrics= >"$dir/bf16_rule" 2>&1
+  DTRAIN_LOWP_GEMM=native "$bin" train --steps 2 --set training.precision=bf16 --set logging.metrics= >"$dir/bf16_native" 2>&1
+  if { [ $want = native ] && grep -q "precision bf16: matmuls on native 16-bit instructions" "$dir/bf16_rule"; } ||
+     { [ $want = widened ] && grep -q "precision bf16: matmuls on 16-bit operands widened to fp32" "$dir/bf16_rule"; }; then
+    pass "bf16 on an AVX512_BF16 CPU: the rule's engine ($want)"
+  else fail "bf16 engine by rule (want $want): $(grep precision "$dir/bf16_rule")"; fi
+  grep -q "precision bf16: matmuls on native 16-bit instructions" "$dir/bf16_native" && grep -q "step 2/2" "$dir/bf16_native" &&
+    pass "bf16 with DTRAIN_LOWP_GEMM=native: native GEMMs" || fail "bf16 native forced: $(grep precision "$dir/bf16_native")"
 fi
+DTRAIN_LOWP_GEMM=fast "$bin" train --steps 2 >"$dir/lowp_bad" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "DTRAIN_LOWP_GEMM=fast: unknown 16-bit matmul engine" "$dir/lowp_bad" &&
+  pass "DTRAIN_LOWP_GEMM=fast refused (rc $rc)" || fail "bad DTRAIN_LOWP_GEMM (rc $rc): $(tail -1 "$dir/lowp_bad")"
 
 echo "test_cli: $fails failure(s)"
 [ $fails -eq 0 ]

@@ -406,7 +406,9 @@ static void gemm_shape(dt_dtype dt, int si) {
 
 static void gemm_cases(void) {
     /* A forced lower path must take the fallback; on the best path a CPU with AVX512_BF16
-     * must get oneDNN's native bf16 GEMM (else the speed-up is silently lost). */
+     * gets oneDNN's native bf16 GEMM exactly when its rule prefers it (isa.h: not on Intel
+     * cores without AMX, unless DTRAIN_LOWP_GEMM=native), else the speed-up (or the
+     * slow-down) goes unnoticed. */
     if (dt_isa_active() != dt_isa_best()) {
         assert_false(dt_lowp_gemm_native(DT_BF16));
         assert_false(dt_lowp_gemm_native(DT_F16));
@@ -414,7 +416,7 @@ static void gemm_cases(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (dt_isa_active() == dt_isa_best() && __builtin_cpu_supports("avx512bf16"))
-        assert_true(dt_lowp_gemm_native(DT_BF16));
+        assert_int_equal(dt_lowp_gemm_native(DT_BF16), dt_isa_lowp_native_preferred());
 #endif
     for (int d = 0; d < 2; d++)
         for (size_t s = 0; s < NSHAPES; s++) gemm_shape(d ? DT_F16 : DT_BF16, (int)s);
@@ -422,7 +424,19 @@ static void gemm_cases(void) {
 
 static void test_gemm(void **state) {
     (void)state;
-    tu_each_isa(gemm_cases);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    /* by the CPU's rule, then native forced (so the native engine is checked on every CPU that
+     * has one, whatever the rule picks), each engine within the bound of the first */
+    for (int forced = 0; forced < 2; forced++) {
+        if (forced) setenv("DTRAIN_LOWP_GEMM", "native", 1);
+        else unsetenv("DTRAIN_LOWP_GEMM");
+        assert_int_equal(dt_isa_init(&ctx), DT_OK);
+        printf("  DTRAIN_LOWP_GEMM=%s: native preferred %d\n", forced ? "native" : "(auto)", dt_isa_lowp_native_preferred());
+        tu_each_isa(gemm_cases);
+    }
+    unsetenv("DTRAIN_LOWP_GEMM");
+    assert_int_equal(dt_isa_init(&ctx), DT_OK);
     for (int d = 0; d < 2; d++)
         for (size_t s = 0; s < NSHAPES; s++) {
             free(g_first_out[d][s]);
@@ -456,6 +470,45 @@ static void ref_cases(void) {
         printf("    reference loops: forward, dinp, dw bitwise equal to the first path\n");
     }
     free(x); free(w); free(dlp); free(xd); free(wd); free(ref); free(mag); free(all); free(dout);
+}
+
+/* The 16-bit engine rule, derived here from /proc/cpuinfo on its own: an Intel x86-64 core
+ * without amx_bf16 widens (its AVX512_BF16 matmul measured at half the fp32 rate), any other
+ * CPU takes the native engine; DTRAIN_LOWP_GEMM overrides and a bad value is refused. */
+static void test_lowp_rule(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    unsetenv("DTRAIN_LOWP_GEMM");
+    assert_int_equal(dt_isa_init(&ctx), DT_OK);
+#if defined(__x86_64__)
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    assert_non_null(f);
+    char line[8192];
+    int intel = 0, amx = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "vendor_id", 9) && strstr(line, "GenuineIntel")) intel = 1;
+        if (!strncmp(line, "flags", 5) && strstr(line, " amx_bf16")) amx = 1;
+    }
+    fclose(f);
+    printf("  cpu: %s%s -> native 16-bit matmul preferred: %d\n", intel ? "Intel" : "not Intel",
+           intel ? (amx ? " with AMX-BF16" : " without AMX-BF16") : "", dt_isa_lowp_native_preferred());
+    assert_int_equal(dt_isa_lowp_native_preferred(), !intel || amx);
+#else
+    assert_int_equal(dt_isa_lowp_native_preferred(), 1);
+#endif
+    setenv("DTRAIN_LOWP_GEMM", "widened", 1);
+    assert_int_equal(dt_isa_init(&ctx), DT_OK);
+    assert_int_equal(dt_isa_lowp_native_preferred(), 0);
+    assert_false(dt_lowp_gemm_native(DT_BF16));
+    setenv("DTRAIN_LOWP_GEMM", "native", 1);
+    assert_int_equal(dt_isa_init(&ctx), DT_OK);
+    assert_int_equal(dt_isa_lowp_native_preferred(), 1);
+    setenv("DTRAIN_LOWP_GEMM", "fast", 1);
+    assert_int_equal(dt_isa_init(&ctx), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "DTRAIN_LOWP_GEMM=fast"));
+    unsetenv("DTRAIN_LOWP_GEMM");
+    assert_int_equal(dt_isa_init(&ctx), DT_OK);
 }
 
 static void test_gemm_reference_loops(void **state) {
@@ -591,6 +644,7 @@ int main(void) {
         cmocka_unit_test(test_narrow_edges),
         cmocka_unit_test(test_narrow_random),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_lowp_rule),
         cmocka_unit_test(test_gemm_reference_loops),
         cmocka_unit_test(test_gemm_cache),
         cmocka_unit_test(test_gemm_fallback_panels),

@@ -4,6 +4,9 @@
 #include "ops/cpu/isa.h"
 
 #include <oneapi/dnnl/dnnl.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +140,19 @@ dt_status dt_isa_use(dt_ctx *ctx, dt_isa isa) {
 }
 
 static int g_matmul_ref;
+static int g_lowp_rule = -1; /* DTRAIN_LOWP_GEMM: -1 = by CPU, 0 = widened, 1 = native */
+
+int dt_isa_lowp_native_preferred(void) {
+    if (g_lowp_rule >= 0) return g_lowp_rule;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_is("intel")) return 1;
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1); /* AMX-BF16 */
+#else
+    return 1;
+#endif
+}
 
 int dt_isa_matmul_ref(void) { return g_matmul_ref; }
 
@@ -145,6 +161,10 @@ dt_status dt_isa_init(dt_ctx *ctx) {
     if (mm && *mm && strcmp(mm, "onednn") != 0 && strcmp(mm, "ref") != 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_MATMUL=%s: unknown matmul (onednn, ref)", mm);
     g_matmul_ref = mm && !strcmp(mm, "ref");
+    const char *lg = getenv("DTRAIN_LOWP_GEMM");
+    if (lg && *lg && strcmp(lg, "auto") && strcmp(lg, "native") && strcmp(lg, "widened"))
+        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_LOWP_GEMM=%s: unknown 16-bit matmul engine (auto, native, widened)", lg);
+    g_lowp_rule = lg && !strcmp(lg, "native") ? 1 : lg && !strcmp(lg, "widened") ? 0 : -1;
     const char *env = getenv("DTRAIN_ISA");
     dt_isa isa = dt_isa_best();
     if (env && *env && strcmp(env, "auto") != 0) {

@@ -59,6 +59,13 @@ const char *dt_isa_matmul_name(void);
  * index order (slow; the same bits on every x86-64 CPU with the portable build, for the
  * stored reference hashes of tests/test_golden.sh). */
 int dt_isa_matmul_ref(void);
+/* 1 when this CPU's 16-bit dot-product matmul is expected to beat its fp32 GEMM, so mixed
+ * precision should use it (matmul_lowp.c's native engine); 0: widen to fp32 instead. A fixed
+ * rule per CPU, never a timing, because the engine decides the bits: DTRAIN_LOWP_GEMM=native
+ * or widened, else x86-64: not on Intel cores without AMX-BF16 (measured: oneDNN's
+ * AVX512_BF16 matmul at half the fp32 sgemm rate on an Intel Xeon, family 6 model 207;
+ * 1.9x on AMD Zen 4), yes elsewhere. */
+int dt_isa_lowp_native_preferred(void);
 /* One line for banners: "kernels avx2 forced by DTRAIN_ISA (cpu: avx2 fma ...), matmul
  * oneDNN capped at avx2". */
 void dt_isa_describe(char *buf, size_t n);

@@ -166,8 +166,9 @@ static int max_threads(void) {
 }
 
 /* Native GEMMs are allowed on the best path only: DTRAIN_ISA=avx2 (and tests that switch
- * paths) must run as a CPU without 16-bit dot products would. */
-static int native_allowed(void) { return dt_isa_active() == dt_isa_best(); }
+ * paths) must run as a CPU without 16-bit dot products would; and only on CPUs whose 16-bit
+ * dot products beat their fp32 GEMM (isa.h dt_isa_lowp_native_preferred). */
+static int native_allowed(void) { return dt_isa_active() == dt_isa_best() && dt_isa_lowp_native_preferred(); }
 
 /* The calling thread's scratchpad of at least `bytes`, kept between calls: a fresh buffer per
  * GEMM would page-fault its way through megabytes every call. Grows, never shrinks; a cache
