@@ -1,0 +1,51 @@
+/* Validation loss and the dataset-model check (run.h), shared by `dtrain train` (run.c) and
+ * `dtrain eval` (cmd_eval.c). */
+#include <math.h>
+
+#include "model/model.h"
+#include "train/run.h"
+
+dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
+                       double *accuracy, double *counted_out) {
+    dt_val_loader_reset(vl);
+    int32_t *in, *tg;
+    double sum = 0.0, wsum = 0.0, counted = 0.0;
+    long n = 0, right = 0;
+    while (dt_val_loader_next(vl, &in, &tg)) {
+        float l;
+        DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
+        int c = m->cfg.n_classes > 0 ? m->B : dt_count_targets(tg, m->B * m->T);
+        sum += l;
+        wsum += (double)l * c; /* a loss mask: each batch weighs its counted targets */
+        counted += c;
+        n++;
+        right += dt_model_correct(m);
+    }
+    *accuracy = m->cfg.n_classes > 0 && n > 0 ? (double)right / ((double)n * m->B) : NAN;
+    if (n == 0) return dt_fail(ctx, DT_ERR_CONFIG, "data.val: no complete validation batch");
+    *tokens = (double)n * m->B * m->T;
+    /* the mean over the counted targets (with nothing masked: the mean of the batch means) */
+    *loss = counted < *tokens && m->cfg.n_classes == 0 ? (counted > 0 ? wsum / counted : 0.0) : sum / (double)n;
+    if (counted_out) *counted_out = counted;
+    if (!isfinite(*loss)) return dt_fail(ctx, DT_ERR_NUMERIC, "validation loss is %g: the model diverged", *loss);
+    return DT_OK;
+}
+
+dt_status dt_data_check_model(dt_ctx *ctx, const dt_dataset *ds, const dt_model_config *m, const char *key) {
+    int h, w;
+    const int images = dt_dataset_image_hw(ds, &h, &w);
+    if (m->n_classes > 0) {
+        if (!images)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' holds tokens; model.family %s trains on images (IDX files)",
+                           key, dt_dataset_spec(ds), m->family);
+        if (h != m->image_size || w != m->image_size || m->channels != 1)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' holds %dx%d grey images; the model takes %dx%d x %d channel(s) "
+                           "(model.image_size, model.channels)", key, dt_dataset_spec(ds), h, w, m->image_size,
+                           m->image_size, m->channels);
+        return dt_dataset_check_labels(ctx, ds, m->n_classes);
+    }
+    if (images)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' holds images; model.family %s is a language model", key,
+                       dt_dataset_spec(ds), m->family);
+    return DT_OK;
+}
