@@ -46,6 +46,17 @@ static void plan(const char *preset, dt_strategy s, int N, size_t bytes[DT_MEM_N
     plan_dtype(preset, s, N, DT_F32, bytes, total);
 }
 
+/* The parameter layout (units, no slabs) of a validated copy of *mc into *ps. */
+static void layout_of(dt_model_config *mc, dt_alloc *a, dt_params *ps) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_model_config_validate(&ctx, mc), DT_OK);
+    dt_tensor_info t[DT_MODEL_MAX_TENSORS];
+    int n = dt_model_tensors(mc, t);
+    dt_alloc_init(a);
+    assert_int_equal(dt_params_init(&ctx, ps, t, n, mc->n_layer, a, 0), DT_OK);
+}
+
 static void test_every_preset_orders_and_bounds(void **state) {
     (void)state;
     int checked = 0, strict = 0;
@@ -55,13 +66,9 @@ static void test_every_preset_orders_and_bounds(void **state) {
             dt_ctx_init(&ctx);
             dt_model_config mc;
             assert_int_equal(dt_model_preset(&ctx, *pp, &mc), DT_OK);
-            assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
-            dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-            int n = dt_model_tensors(&mc, t);
             dt_alloc a;
-            dt_alloc_init(&a);
             dt_params ps;
-            assert_int_equal(dt_params_init(&ctx, &ps, t, n, mc.n_layer, &a, 0), DT_OK);
+            layout_of(&mc, &a, &ps);
             size_t U = 0;
             for (int u = 0; u < ps.n_units; u++) {
                 assert_true(ps.unit_len[u] <= ps.layer_floats);
@@ -163,13 +170,9 @@ static void test_topk_plan(void **state) {
                 c.parallel.topk_ratio = 0.01;
                 assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, t), DT_OK);
                 dt_model_config mc = c.model;
-                assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
-                dt_tensor_info ti[DT_MODEL_MAX_TENSORS];
-                int n = dt_model_tensors(&mc, ti);
                 dt_alloc a;
-                dt_alloc_init(&a);
                 dt_params ps;
-                assert_int_equal(dt_params_init(&ctx, &ps, ti, n, mc.n_layer, &a, 0), DT_OK);
+                layout_of(&mc, &a, &ps);
                 size_t psi = ps.n_params;
                 dt_params_free(&ps);
                 for (int k = 0; k < DT_MEM_NKINDS; k++) {
