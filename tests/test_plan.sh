@@ -153,5 +153,29 @@ bad "calibrate with one rank" "--ranks must be >= 2" --calibrate cal.yaml --rank
 printf 'id,model\n' >bad.csv
 bad "CSV without the needed columns" "bad.csv:1: header lacks the column 'n_layers'" --validate bad.csv "${cat[@]}"
 
+# Plans beside measured runs: a measured 2-rank ZeRO-2 run of gpt2-tiny and the plan of the same
+# job go through dtrain report; the page pairs them, and dtrain's own sizing makes the memory
+# columns equal (the plan is the allocator: decision 36).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+job=(--set model.preset=gpt2-tiny --set training.micro_batch=2 --set training.seq_len=64 --set parallel.strategy=zero2)
+"$bin" launch -n 2 -- bench --model gpt2-tiny --seq 64 --batch 2 --bench-steps 2 --warmup-steps 1 --repeats 1 --peak 100 \
+  --set parallel.strategy=zero2 --json run.json >run.log 2>&1 || fail "bench for the report: $(tail -2 run.log)"
+(cd "$src" && "$bin" plan "${job[@]}" --gpus 2 --nodes 1 --hardware cpu-core --strategy zero2 --tp 1 --pp 1 --json) \
+  >p.json 2>err.txt || fail "plan --json for the report: $(head -2 err.txt)"
+if grep -q '"schema":[[:space:]]*"dtrain-plan/1"' p.json && "$bin" report run.json p.json -o rep.html >rep.txt 2>&1 &&
+   grep -q "1 plan(s)" rep.txt && python3 - rep.html <<'EOF'
+import re, sys
+h = open(sys.argv[1]).read()
+t = h[h.index('<table id="plan-vs-measured">'):]
+t = t[:t.index('</table>')]
+rows = re.findall(r'<tr><td class="l">(R\d[^<]*)</td>', t)
+assert len(rows) == 1 and "zero2 x2" in rows[0], rows
+cells = re.findall(r'<td>([^<]*)</td>', t)
+assert cells[-1] == "+0.0%" and cells[-2] == cells[-3], cells  # memory error, measured == planned
+assert 'id="chart-plans"' in h and '<table id="plan-1">' in h
+EOF
+then pass "report: plan --json beside the measured run (memory planned == measured)"
+else fail "report with a plan: $(head -3 rep.txt)"; fi
+
 echo "test_plan: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

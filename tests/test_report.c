@@ -492,6 +492,148 @@ static void test_html(void **state) {
     dt_report_free(r);
 }
 
+/* ---- plans beside measured runs ------------------------------------------------------ */
+
+/* A plan layout object as dtrain plan --json writes it. */
+static cJSON *plan_layout(const char *name, const char *strategy, int dp, int tp, double step_s, double mem_total) {
+    cJSON *l = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(l, "layout", name);
+    cJSON_AddStringToObject(l, "strategy", strategy);
+    cJSON_AddBoolToObject(l, "hybrid", 0);
+    cJSON_AddNumberToObject(l, "dp", dp);
+    cJSON_AddNumberToObject(l, "tp", tp);
+    cJSON_AddNumberToObject(l, "pp", 1);
+    cJSON_AddNumberToObject(l, "micro_steps", 1);
+    static const char *const kinds[] = {"params", "grads", "optimizer", "activations", "comm", "other"};
+    for (int k = 0; k < 6; k++) cJSON_AddNumberToObject(m, kinds[k], k == 0 ? mem_total : 0);
+    cJSON_AddNumberToObject(m, "total", mem_total);
+    cJSON_AddItemToObject(l, "memory_bytes", m);
+    cJSON_AddBoolToObject(l, "fits", 1);
+    cJSON_AddNumberToObject(l, "step_s", step_s);
+    cJSON_AddNumberToObject(l, "compute_s", 0.75 * step_s);
+    cJSON_AddNumberToObject(l, "recompute_s", 0);
+    cJSON_AddNumberToObject(l, "bubble_s", 0);
+    cJSON_AddNumberToObject(l, "comm_exposed_s", 0.25 * step_s);
+    cJSON_AddNumberToObject(l, "tokens_per_s", 4096 / step_s);
+    cJSON_AddNumberToObject(l, "tflops_per_gpu", 0.1);
+    cJSON_AddNumberToObject(l, "mfu", 0.5);
+    cJSON_AddNullToObject(l, "scaling_efficiency");
+    cJSON_AddNullToObject(l, "usd_per_1k_samples");
+    return l;
+}
+
+/* A plan of bench-small on 2 devices (the fixtures' shape: micro-batch 8 x 256, fp32): DDP
+ * at 1.1x the measured ddp-w2 step and 0.9x its memory, ZeRO-3 at 0.8x zero3-w2's step, and
+ * a tensor-parallel layout no run matches. */
+static char *plan_text(const char *drop) {
+    cJSON *o = cJSON_CreateObject(), *job = cJSON_CreateObject(), *m = cJSON_CreateObject(),
+          *e = cJSON_CreateObject(), *lays = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "schema", "dtrain-plan/1");
+    cJSON_AddStringToObject(o, "kind", "plan");
+    cJSON_AddStringToObject(m, "name", "bench-small");
+    cJSON_AddNumberToObject(m, "n_layer", 6);
+    cJSON_AddNumberToObject(m, "d_model", 384);
+    cJSON_AddNumberToObject(m, "n_head", 6);
+    cJSON_AddNumberToObject(m, "params", 29940480);
+    cJSON_AddItemToObject(job, "model", m);
+    cJSON_AddNumberToObject(job, "micro_batch", 8);
+    cJSON_AddNumberToObject(job, "seq_len", 256);
+    cJSON_AddNumberToObject(job, "gpus", 2);
+    cJSON_AddStringToObject(job, "precision", "fp32");
+    cJSON_AddStringToObject(job, "checkpointing", "none");
+    cJSON_AddStringToObject(job, "hardware", "cpu-calibrated");
+    cJSON_AddNumberToObject(job, "peak_tflops", 0.21);
+    cJSON_AddNumberToObject(e, "gemm", 0.6);
+    cJSON_AddNumberToObject(e, "intra_link", 0.8);
+    cJSON_AddNumberToObject(e, "inter_link", 0.8);
+    cJSON_AddItemToObject(job, "efficiency", e);
+    cJSON_AddItemToObject(o, "job", job);
+    cJSON_AddItemToArray(lays, plan_layout("ddp dp2 tp1 pp1 cp1 ep1", "ddp", 2, 1, 1.1 * 0.35675003978912795,
+                                           0.9 * 694005760.0));
+    cJSON_AddItemToArray(lays, plan_layout("zero3 dp2 tp1 pp1 cp1 ep1", "zero3", 2, 1, 0.8 * 0.4009376902897936,
+                                           462870528.0));
+    cJSON_AddItemToArray(lays, plan_layout("ddp dp1 tp2 pp1 cp1 ep1", "ddp", 1, 2, 0.3, 4e8));
+    cJSON_AddItemToObject(o, "layouts", lays);
+    cJSON_AddItemToObject(o, "fastest", plan_layout("zero3 dp2 tp1 pp1 cp1 ep1", "zero3", 2, 1, 0.3, 4e8));
+    cJSON_AddNullToObject(o, "cheapest");
+    if (drop) cJSON_DeleteItemFromObject(cJSON_GetArrayItem(lays, 0), drop);
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+static void test_plans(void **state) {
+    (void)state;
+    dt_report *r = load_full(NULL, NULL);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    char *t = plan_text(NULL);
+    if (dt_report_add_text(&ctx, r, "plan.json", t) != DT_OK) fail_msg("%s", ctx.err);
+    free(t);
+    assert_int_equal(r->nplan, 1);
+    assert_int_equal(r->plan[0].nlay, 3);
+    assert_true(r->plan[0].lay[1].fastest && !r->plan[0].lay[0].fastest && !r->plan[0].lay[0].cheapest);
+    assert_true(isnan(r->plan[0].lay[0].scaling_eff));
+    dt_report_analyze(r, 0);
+    /* the 2-rank DDP and ZeRO-3 runs match their layouts; the bucket / micro-batch variants of
+     * ddp-w2 match the DDP layout only where their shape is the plan's */
+    dt_rep_plan_match mt[16];
+    int n = dt_report_match_plans(r, mt, 16), ddp = -1, z3 = -1;
+    for (int i = 0; i < n; i++) {
+        const dt_rep_train *x = &r->train[mt[i].train];
+        assert_int_equal(x->world, 2);
+        assert_int_equal(x->micro_batch, 8);
+        assert_string_equal(x->strategy, r->plan[0].lay[mt[i].layout].strategy);
+        assert_int_not_equal(mt[i].layout, 2);
+        if (!strcmp(x->file, "ddp-w2.json")) ddp = i;
+        if (!strcmp(x->file, "zero3-w2.json")) z3 = i;
+    }
+    assert_true(ddp >= 0 && z3 >= 0);
+    assert_true(fabs(mt[ddp].step_err - 0.1) < 1e-9);
+    assert_true(fabs(mt[ddp].mem_err - (0.9 * 694005760.0 / dt_report_peak_bytes(&r->train[mt[ddp].train], 0) - 1)) < 1e-9);
+    assert_true(fabs(mt[z3].step_err + 0.2) < 1e-9);
+    char *html;
+    size_t len;
+    FILE *f = open_memstream(&html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+    assert_non_null(strstr(html, ", 1 plan(s)"));
+    const char *tab = strstr(html, "<table id=\"plan-vs-measured\">");
+    assert_non_null(tab);
+    assert_non_null(strstr(tab, "<td>+10.0%</td>"));
+    assert_non_null(strstr(tab, "<td>-20.0%</td>"));
+    assert_non_null(strstr(html, "<table id=\"plan-1\">"));
+    assert_non_null(strstr(html, "fastest measured"));
+    /* the chart: 2 segments (compute, exposed comm) + 1 measured marker per matched run */
+    const char *fig = strstr(html, "id=\"chart-plans\""), *end = fig ? strstr(fig, "</figure>") : NULL;
+    assert_true(fig && end);
+    const char *svg = strstr(fig, "data-marks=\"");
+    assert_true(svg && svg < end);
+    int declared = atoi(svg + 12), counted = 0;
+    for (const char *s = fig; (s = strstr(s, "class=\"mark")) && s < end; s++) counted++;
+    assert_int_equal(declared, 3 * n);
+    assert_int_equal(counted, declared);
+    free(html);
+    dt_report_free(r);
+    /* bad plan files: one line naming the file and the key */
+    static const struct {
+        const char *drop, *text;
+    } bad[] = {{"step_s", "plan.json: key 'layouts[0].step_s' is missing"},
+               {"memory_bytes", "plan.json: key 'layouts[0].memory_bytes' is missing"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dt_report *q = dt_report_new();
+        t = plan_text(bad[i].drop);
+        assert_true(dt_report_add_text(&ctx, q, "plan.json", t) != DT_OK);
+        if (!strstr(ctx.err, bad[i].text)) fail_msg("'%s' not in '%s'", bad[i].text, ctx.err);
+        free(t);
+        dt_report_free(q);
+    }
+    dt_report *q = dt_report_new();
+    assert_true(dt_report_add_text(&ctx, q, "p.json", "{\"schema\":\"dtrain-plan/1\",\"kind\":\"train\"}") != DT_OK);
+    assert_non_null(strstr(ctx.err, "p.json: key 'kind' is 'train', expected 'plan'"));
+    dt_report_free(q);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fmt_num),         cmocka_unit_test(test_ticks_linear),
@@ -499,7 +641,7 @@ int main(void) {
         cmocka_unit_test(test_recommend_no_budget), cmocka_unit_test(test_recommend_budget),
         cmocka_unit_test(test_loss_mismatch),   cmocka_unit_test(test_partial_data),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html), cmocka_unit_test(test_memory_plan_column),
-        cmocka_unit_test(test_precision_column),
+        cmocka_unit_test(test_precision_column), cmocka_unit_test(test_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
 #    `dtrain plan --catalog ... --gpus W --strategy S --tp 1 --pp 1` (predicted), same batch;
 # 3. a table of predicted vs measured step time and memory (rank 0's allocator high-water vs
 #    the plan's fullest rank) and the median / worst errors; exit 1 if the median step-time
-#    error exceeds 10% or any memory error exceeds 2%.
+#    error exceeds 10% or any memory error exceeds 2%; OUT_DIR/report.html shows the same pairs.
 # Environment: MODELS (default "gpt2-tiny bench-small gpt2"), WORLDS ("1 2"), STRATS ("ddp
 # zero1 zero2 zero3"), BATCH (4), SEQ (256), STEPS (20), RANKS (2: calibration ranks).
 set -u
@@ -32,6 +32,8 @@ for m in $models; do
     done
   done
 done
+"$bin" report "$out"/*.bench.json "$out"/*.plan.json -o "$out/report.html" >"$out/report.log" 2>&1 ||
+  echo "report failed: $out/report.log" # plans beside the measured runs
 python3 - "$out" <<'EOF'
 import glob, json, os, statistics, sys
 out = sys.argv[1]

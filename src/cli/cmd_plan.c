@@ -241,6 +241,14 @@ static dt_status fits_somewhere(dt_ctx *ctx, const dt_plan_job *job, const dt_pl
                    job->hw->memory_bytes / 1073741824.0);
 }
 
+/* The top of a --json answer: the schema dtrain report reads (docs/FORMATS.md). */
+static cJSON *plan_json_root(void) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schema", "dtrain-plan/1");
+    cJSON_AddStringToObject(o, "kind", "plan");
+    return o;
+}
+
 static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, dt_plan_job *job) {
     dt_plan_fix fix = f->fix;
     if (f->dp) { /* --dp with the others: the product check names every degree */
@@ -263,7 +271,7 @@ static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, dt_plan_job *job) {
     DT_CHECK(dt_plan_search(ctx, job, &fix, &r, &n));
     dt_plan_recommend(r, n, &fast, &cheap);
     if (f->json) {
-        cJSON *o = cJSON_CreateObject(), *arr;
+        cJSON *o = plan_json_root(), *arr;
         cJSON_AddItemToObject(o, "job", dt_plan_job_json(job));
         cJSON_AddItemToObject(o, "layouts", arr = cJSON_CreateArray());
         for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, dt_plan_result_json(job, &r[i]));
@@ -333,7 +341,7 @@ static dt_status run_sweep(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *r
     }
     if (arr) {
         if (st == DT_OK) {
-            cJSON *o = cJSON_CreateObject();
+            cJSON *o = plan_json_root();
             cJSON_AddItemToObject(o, "job", dt_plan_job_json(job));
             cJSON_AddItemToObject(o, "sweep", arr);
             char *s = cJSON_Print(o);

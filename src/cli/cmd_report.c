@@ -13,9 +13,11 @@ static void usage(FILE *f) {
             "usage: dtrain report RESULT.json... [-o report.html] [--mem-budget SIZE]\n"
             "\n"
             "Reads benchmark results (one JSON object per file, schema dtrain-bench/1, written by\n"
-            "dtrain bench --json and dtrain bench comm --json) and writes one self-contained HTML\n"
+            "dtrain bench --json and dtrain bench comm --json; schema dtrain-plan/1, written by\n"
+            "dtrain plan --json) and writes one self-contained HTML\n"
             "page: throughput and scaling efficiency vs world size, step-time breakdown, memory per\n"
-            "rank by kind, loss curves, busbw vs message size, a table per run, cost and\n"
+            "rank by kind, loss curves, busbw vs message size, a table per run, plans beside the\n"
+            "measured runs they describe (step time and memory, planned vs measured), cost and\n"
             "environment, and recommendations (DDP vs ZeRO stage, bucket size, micro-batch vs\n"
             "accumulation, loss-hash cross-check) with the numbers behind each.\n"
             "  -o, --output FILE   the page to write (default report.html)\n"
@@ -104,7 +106,8 @@ int dt_cmd_report(dt_ctx *ctx, int argc, char **argv) {
         rc = DT_EXIT_FAIL;
         goto done;
     }
-    printf("dtrain report: wrote %s (%d training run(s), %d collective benchmark(s))\n", out, r->ntrain, r->ncomm);
+    printf("dtrain report: wrote %s (%d training run(s), %d collective benchmark(s), %d plan(s))\n", out, r->ntrain,
+           r->ncomm, r->nplan);
     static const char *const lv[] = {"recommend", "info", "warning", "no data"};
     for (int i = 0; i < r->nrec; i++) printf("  [%s] %s\n", lv[r->rec[i].level], r->rec[i].text);
 done:

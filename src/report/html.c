@@ -430,6 +430,135 @@ static void table_cost(FILE *f, const dt_report *r) {
     fputs("</table></div>\n", f);
 }
 
+/* ---- plans beside measured runs ------------------------------------------------------ */
+
+static void plan_matches_chart(FILE *f, const dt_report *r, const dt_rep_plan_match *mt, int n) {
+    static const char *const segs[] = {"compute", "recompute", "exposed communication", "pipeline bubble"};
+    const char **rows = calloc((size_t)n + 1, sizeof *rows);
+    char (*labels)[160] = calloc((size_t)n + 1, sizeof *labels);
+    double *v = calloc((size_t)n * 4 + 1, sizeof *v), *meas = calloc((size_t)n + 1, sizeof *meas);
+    int marks = 0;
+    figure_open(f, "plans", "Predicted step time (bars) and measured (diamond)");
+    if (rows && labels && v && meas) {
+        for (int i = 0; i < n; i++) {
+            const dt_rep_plan_layout *l = &r->plan[mt[i].plan].lay[mt[i].layout];
+            snprintf(labels[i], sizeof labels[i], "%s: %s", r->train[mt[i].train].label, l->layout);
+            rows[i] = labels[i];
+            const double c[4] = {l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s};
+            for (int k = 0; k < 4; k++) v[i * 4 + k] = isfinite(c[k]) ? c[k] : 0;
+            meas[i] = r->train[mt[i].train].step_s.mean;
+        }
+        dt_svg_axis a = {.label = "ms per step", .from_zero = 1};
+        dt_svg_bars b = {n, 4, rows, segs, v, meas, "measured step time", &a, 1000};
+        marks = dt_svg_stacked_bars(f, &b);
+    }
+    figure_close(f, marks, "no measured run matches a plan layout.");
+    free(rows);
+    free(labels);
+    free(v);
+    free(meas);
+}
+
+static void td_err(FILE *f, double e) {
+    if (isfinite(e))
+        fprintf(f, "<td>%+.1f%%</td>", 100 * e);
+    else
+        fputs("<td>n/a</td>", f);
+}
+
+static void plan_matches_table(FILE *f, const dt_report *r, const dt_rep_plan_match *mt, int n) {
+    fputs("<div class=\"tbl\"><table id=\"plan-vs-measured\"><tr><th class=\"l\">run</th><th class=\"l\">plan</th>"
+          "<th class=\"l\">layout</th><th>step ms planned</th><th>step ms measured</th><th>step error</th>"
+          "<th>tokens/s planned</th><th>tokens/s measured</th><th>memory planned</th><th>memory measured</th>"
+          "<th>memory error</th></tr>\n", f);
+    for (int i = 0; i < n; i++) {
+        const dt_rep_train *t = &r->train[mt[i].train];
+        const dt_rep_plan_layout *l = &r->plan[mt[i].plan].lay[mt[i].layout];
+        fputs("<tr>", f);
+        td_str(f, t->label);
+        td_str(f, r->plan[mt[i].plan].file);
+        td_str(f, l->layout);
+        td_num(f, 1e3 * l->step_s);
+        td_num(f, 1e3 * t->step_s.mean);
+        td_err(f, mt[i].step_err);
+        td_num(f, l->tokens_per_s);
+        td_num(f, t->tokens_per_s.mean);
+        td_bytes(f, l->mem_total);
+        td_bytes(f, dt_report_peak_bytes(t, 0));
+        td_err(f, mt[i].mem_err);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table></div>\n", f);
+}
+
+/* One plan file's layouts: the first 12, and any a measured run matches. */
+static void plan_table(FILE *f, const dt_report *r, int p, const dt_rep_plan_match *mt, int n) {
+    const dt_rep_plan *pl = &r->plan[p];
+    char params[32], peak[32];
+    dt_report_fmt_num(params, sizeof params, pl->params);
+    dt_report_fmt_num(peak, sizeof peak, pl->peak_tflops);
+    fputs("<p class=\"sub\">", f);
+    esc(f, pl->file);
+    fputs(": ", f);
+    esc(f, pl->model);
+    fprintf(f, " (%s parameters), micro-batch %d &#215; %d tokens, %d device(s) of ", params, pl->micro_batch,
+            pl->seq_len, pl->gpus);
+    esc(f, pl->hardware);
+    fprintf(f, " (peak %s TFLOP/s), ", peak);
+    esc(f, pl->precision);
+    fputs(", checkpointing ", f);
+    esc(f, pl->checkpointing);
+    fprintf(f, "; efficiency factors: GEMM %.3g, intra-node link %.3g, inter-node link %.3g.</p>\n", pl->eff_gemm,
+            pl->eff_intra, pl->eff_inter);
+    fprintf(f, "<div class=\"tbl\"><table id=\"plan-%d\"><tr><th class=\"l\">layout</th><th>devices</th>"
+               "<th>fits</th><th>memory/device</th><th>step ms</th><th>compute ms</th><th>recompute ms</th>"
+               "<th>exposed comm ms</th><th>bubble ms</th><th>tokens/s</th><th>TFLOP/s/device</th><th>MFU</th>"
+               "<th>scaling eff</th><th>$ per 1K samples</th><th class=\"l\">note</th></tr>\n", p + 1);
+    for (int k = 0; k < pl->nlay; k++) {
+        const dt_rep_plan_layout *l = &pl->lay[k];
+        int matched = 0;
+        for (int i = 0; i < n; i++) matched |= mt[i].plan == p && mt[i].layout == k;
+        if (k >= 12 && !matched && !l->fastest && !l->cheapest) continue;
+        fputs("<tr>", f);
+        td_str(f, l->layout);
+        fprintf(f, "<td>%d</td><td>%s</td>", l->gpus, l->fits ? "yes" : "no");
+        td_bytes(f, l->mem_total);
+        const double ms[] = {l->step_s, l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s};
+        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) td_num(f, 1e3 * ms[i]);
+        td_num(f, l->tokens_per_s);
+        td_num(f, l->tflops_per_gpu);
+        td_pct(f, l->mfu);
+        td_pct(f, l->scaling_eff);
+        if (isfinite(l->usd_per_1k_samples)) td_num(f, l->usd_per_1k_samples);
+        else fputs("<td>-</td>", f);
+        char note[96] = "";
+        snprintf(note, sizeof note, "%s%s%s", l->fastest ? "fastest " : "", l->cheapest ? "cheapest " : "",
+                 matched ? "measured" : "");
+        td_str(f, note);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table></div>\n", f);
+}
+
+static void plans(FILE *f, const dt_report *r) {
+    if (!r->nplan) return;
+    int cap = r->ntrain > 0 ? r->ntrain : 1;
+    dt_rep_plan_match *mt = calloc((size_t)cap, sizeof *mt);
+    int n = mt ? dt_report_match_plans(r, mt, cap) : 0;
+    fputs("<h2 id=\"plans\">Plans beside measured runs</h2>\n", f);
+    fprintf(f, "<p class=\"sub\">%d plan file(s) (dtrain plan --json); %d measured run(s) match a planned layout "
+               "(same model, sequence, micro-batch, accumulation, ranks, strategy and precision).</p>\n",
+            r->nplan, n);
+    if (n) {
+        fputs("<div class=\"charts\">\n", f);
+        plan_matches_chart(f, r, mt, n);
+        fputs("</div>\n", f);
+        plan_matches_table(f, r, mt, n);
+    }
+    for (int p = 0; p < r->nplan; p++) plan_table(f, r, p, mt, n);
+    free(mt);
+}
+
 static void env_row(FILE *f, const char *file, const char *date, const char *ver, const dt_rep_env *e) {
     fputs("<tr>", f);
     td_str(f, file);
@@ -486,6 +615,7 @@ void dt_report_html(FILE *f, const dt_report *r) {
                "<title>dtrain benchmark report</title><style>%s</style></head>\n<body><main>\n", css);
     fprintf(f, "<h1>dtrain benchmark report</h1><p class=\"sub\">%d training run(s), %d collective benchmark(s)",
             r->ntrain, r->ncomm);
+    if (r->nplan) fprintf(f, ", %d plan(s)", r->nplan);
     if (r->ntrain) {
         fputs("; model ", f);
         esc(f, r->train[0].preset);
@@ -504,6 +634,7 @@ void dt_report_html(FILE *f, const dt_report *r) {
     fputs("</div>\n", f);
     if (r->ntrain) table_runs(f, r);
     stragglers(f, r);
+    plans(f, r);
     table_cost(f, r);
     table_env(f, r);
     fputs("</main></body></html>\n", f);

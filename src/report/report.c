@@ -420,6 +420,113 @@ static dt_status read_comm(jpath *j, const cJSON *root, dt_rep_comm *c) {
     return DT_OK;
 }
 
+/* ---- plan files (dtrain plan --json) ------------------------------------------------ */
+
+static dt_status read_plan_layout(jpath *j, const cJSON *e, const char *p, int gpus, dt_rep_plan_layout *l) {
+    const cJSON *mem;
+    if (!cJSON_IsObject(e)) return dt_fail(j->ctx, DT_ERR_FORMAT, "%s: key '%s' must be an object", j->file, p);
+    JCHECK(need_str(j, e, p, "layout", &l->layout));
+    JCHECK(need_str(j, e, p, "strategy", &l->strategy));
+    JCHECK(need_bool(j, e, p, "hybrid", &l->hybrid));
+    JCHECK(need_int(j, e, p, "dp", &l->dp));
+    JCHECK(need_int(j, e, p, "tp", &l->tp));
+    JCHECK(need_int(j, e, p, "pp", &l->pp));
+    JCHECK(need_int(j, e, p, "micro_steps", &l->micro_steps));
+    JCHECK(need_bool(j, e, p, "fits", &l->fits));
+    l->gpus = gpus;
+    if (cJSON_GetObjectItemCaseSensitive(e, "gpus")) JCHECK(need_int(j, e, p, "gpus", &l->gpus)); /* --sweep */
+    char mp[64];
+    snprintf(mp, sizeof mp, "%s.memory_bytes", p);
+    JCHECK(need_obj(j, e, p, "memory_bytes", &mem));
+    for (int k = 0; k < DT_REP_MEM_N; k++) JCHECK(need_num(j, mem, mp, dt_rep_mem_keys[k], &l->mem[k]));
+    JCHECK(need_num(j, mem, mp, "total", &l->mem_total));
+    static const char *const keys[] = {"step_s", "compute_s", "recompute_s", "bubble_s", "comm_exposed_s",
+                                       "tokens_per_s", "tflops_per_gpu", "mfu", "scaling_efficiency",
+                                       "usd_per_1k_samples"};
+    double *dst[] = {&l->step_s,       &l->compute_s,      &l->recompute_s, &l->bubble_s,    &l->comm_exposed_s,
+                     &l->tokens_per_s, &l->tflops_per_gpu, &l->mfu,         &l->scaling_eff, &l->usd_per_1k_samples};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) JCHECK(need_num_n(j, e, p, keys[k], 1, dst[k]));
+    return DT_OK;
+}
+
+/* 1 when the recommendation `rec` (an object or null) names layout l. */
+static int plan_is(const cJSON *rec, const dt_rep_plan_layout *l) {
+    const char *name = opt_str(rec, "layout");
+    return name && !strcmp(name, l->layout);
+}
+
+static dt_status read_plan(jpath *j, const cJSON *root, dt_rep_plan *pl) {
+    const cJSON *job, *m, *eff, *lays;
+    pl->file = j->file;
+    JCHECK(need_obj(j, root, "", "job", &job));
+    JCHECK(need_obj(j, job, "job", "model", &m));
+    JCHECK(need_str(j, m, "job.model", "name", &pl->model));
+    JCHECK(need_int(j, m, "job.model", "n_layer", &pl->n_layer));
+    JCHECK(need_int(j, m, "job.model", "d_model", &pl->d_model));
+    JCHECK(need_int(j, m, "job.model", "n_head", &pl->n_head));
+    JCHECK(need_num(j, m, "job.model", "params", &pl->params));
+    JCHECK(need_int(j, job, "job", "micro_batch", &pl->micro_batch));
+    JCHECK(need_int(j, job, "job", "seq_len", &pl->seq_len));
+    JCHECK(need_int(j, job, "job", "gpus", &pl->gpus));
+    JCHECK(need_str(j, job, "job", "precision", &pl->precision));
+    JCHECK(need_str(j, job, "job", "checkpointing", &pl->checkpointing));
+    JCHECK(need_str(j, job, "job", "hardware", &pl->hardware));
+    JCHECK(need_num(j, job, "job", "peak_tflops", &pl->peak_tflops));
+    JCHECK(need_obj(j, job, "job", "efficiency", &eff));
+    JCHECK(need_num(j, eff, "job.efficiency", "gemm", &pl->eff_gemm));
+    JCHECK(need_num(j, eff, "job.efficiency", "intra_link", &pl->eff_intra));
+    JCHECK(need_num(j, eff, "job.efficiency", "inter_link", &pl->eff_inter));
+    const char *key = cJSON_GetObjectItemCaseSensitive(root, "sweep") ? "sweep" : "layouts";
+    JCHECK(need_arr(j, root, "", key, &lays));
+    pl->nlay = cJSON_GetArraySize(lays);
+    if (pl->nlay < 1) return missing(j, "", key, "has no layouts");
+    pl->lay = calloc((size_t)pl->nlay, sizeof *pl->lay);
+    if (!pl->lay) return dt_fail(j->ctx, DT_ERR_NOMEM, "%s: out of memory", j->file);
+    const cJSON *e, *fast = cJSON_GetObjectItemCaseSensitive(root, "fastest"),
+                   *cheap = cJSON_GetObjectItemCaseSensitive(root, "cheapest");
+    int i = 0;
+    cJSON_ArrayForEach(e, lays) {
+        char p[40];
+        snprintf(p, sizeof p, "%s[%d]", key, i);
+        dt_rep_plan_layout *l = &pl->lay[i++];
+        JCHECK(read_plan_layout(j, e, p, pl->gpus, l));
+        l->fastest = plan_is(fast, l);
+        l->cheapest = plan_is(cheap, l);
+    }
+    return DT_OK;
+}
+
+/* The first word of a run's precision label ("bf16, ckpt full" -> "bf16"). */
+static int same_precision(const char *run, const char *plan) {
+    size_t n = strcspn(run, ",");
+    return strlen(plan) == n && !strncmp(run, plan, n);
+}
+
+int dt_report_match_plans(const dt_report *r, dt_rep_plan_match *out, int max) {
+    int n = 0;
+    for (int t = 0; t < r->ntrain && n < max; t++) {
+        const dt_rep_train *x = &r->train[t];
+        int found = 0;
+        for (int p = 0; p < r->nplan && !found; p++) {
+            const dt_rep_plan *pl = &r->plan[p];
+            if (pl->n_layer != x->n_layer || pl->d_model != x->d_model || pl->n_head != x->n_head ||
+                pl->seq_len != x->seq_len || pl->micro_batch != x->micro_batch || !same_precision(x->precision, pl->precision))
+                continue;
+            for (int k = 0; k < pl->nlay && !found; k++) {
+                const dt_rep_plan_layout *l = &pl->lay[k];
+                if (l->gpus != x->world || l->tp != 1 || l->pp != 1 || l->dp != x->world || l->micro_steps != x->accum ||
+                    strcmp(l->strategy, x->strategy) || l->hybrid != x->hybrid)
+                    continue;
+                double meas_mem = dt_report_peak_bytes(x, 0);
+                out[n++] = (dt_rep_plan_match){t, p, k, l->step_s / x->step_s.mean - 1,
+                                               meas_mem > 0 ? l->mem_total / meas_mem - 1 : NAN};
+                found = 1;
+            }
+        }
+    }
+    return n;
+}
+
 dt_report *dt_report_new(void) { return calloc(1, sizeof(dt_report)); }
 
 static void free_train(dt_rep_train *t) {
@@ -437,6 +544,8 @@ void dt_report_free(dt_report *r) {
     if (!r) return;
     for (int i = 0; i < r->ntrain; i++) free_train(&r->train[i]);
     for (int i = 0; i < r->ncomm; i++) free(r->comm[i].rows);
+    for (int i = 0; i < r->nplan; i++) free(r->plan[i].lay);
+    free(r->plan);
     for (int i = 0; i < r->nroots; i++) {
         cJSON_Delete(r->roots[i]);
         free(r->names[i]);
@@ -468,9 +577,20 @@ dt_status dt_report_add_text(dt_ctx *ctx, dt_report *r, const char *name, const 
     if (!cJSON_IsObject(root)) return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a JSON object", name);
     const char *schema, *kind;
     DT_CHECK(need_str(&j, root, "", "schema", &schema));
-    if (strcmp(schema, "dtrain-bench/1"))
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: key 'schema' is '%s', expected 'dtrain-bench/1'", name, schema);
     DT_CHECK(need_str(&j, root, "", "kind", &kind));
+    if (!strcmp(schema, "dtrain-plan/1")) {
+        if (strcmp(kind, "plan"))
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: key 'kind' is '%s', expected 'plan' (schema dtrain-plan/1)", name, kind);
+        dt_rep_plan *pl = realloc(r->plan, (size_t)(r->nplan + 1) * sizeof *pl);
+        if (!pl) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", name);
+        r->plan = pl;
+        pl = &r->plan[r->nplan++];
+        memset(pl, 0, sizeof *pl);
+        return read_plan(&j, root, pl);
+    }
+    if (strcmp(schema, "dtrain-bench/1"))
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: key 'schema' is '%s', expected 'dtrain-bench/1' or 'dtrain-plan/1'",
+                       name, schema);
     if (!strcmp(kind, "train")) {
         dt_rep_train *t = realloc(r->train, (size_t)(r->ntrain + 1) * sizeof *t);
         if (!t) return dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory", name);

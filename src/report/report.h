@@ -113,6 +113,34 @@ typedef struct dt_rep_comm {
     dt_rep_comm_row *rows;
 } dt_rep_comm;
 
+/* One layout of a plan file (dtrain plan --json, schema dtrain-plan/1; docs/FORMATS.md). */
+typedef struct dt_rep_plan_layout {
+    const char *layout, *strategy; /* "ddp dp2 tp1 pp1 cp1 ep1", "ddp" */
+    int gpus, hybrid, dp, tp, pp, micro_steps, fits;
+    double mem[DT_REP_MEM_N], mem_total; /* bytes per device, the fullest one */
+    double step_s, compute_s, recompute_s, bubble_s, comm_exposed_s, tokens_per_s, tflops_per_gpu, mfu,
+        scaling_eff, usd_per_1k_samples; /* NaN where the file has null */
+    int fastest, cheapest;                /* the plan's recommendations */
+} dt_rep_plan_layout;
+
+/* One kind=plan file: the job and its layouts (a --sweep file: one layout per size). */
+typedef struct dt_rep_plan {
+    const char *file, *model, *hardware, *precision, *checkpointing;
+    int n_layer, d_model, n_head, micro_batch, seq_len, gpus;
+    double params, peak_tflops, eff_gemm, eff_intra, eff_inter;
+    int nlay;
+    dt_rep_plan_layout *lay;
+} dt_rep_plan;
+
+/* A measured run and the plan layout that describes it (same model shape, world, strategy,
+ * micro-batch, accumulation, sequence length and precision): dt_report_match_plans. */
+typedef struct dt_rep_plan_match {
+    int train;               /* index into r->train */
+    int plan, layout;        /* indices into r->plan and its lay */
+    double step_err, mem_err; /* predicted / measured - 1 (memory: the fullest rank's plan
+                                 against the largest rank's allocator peak) */
+} dt_rep_plan_match;
+
 typedef enum dt_rep_level {
     DT_REP_RECOMMEND, /* a recommendation backed by measured numbers */
     DT_REP_INFO,      /* a fact worth knowing, no action */
@@ -135,9 +163,10 @@ typedef struct dt_rep_rec {
 } dt_rep_rec;
 
 typedef struct dt_report {
-    int ntrain, ncomm;
+    int ntrain, ncomm, nplan;
     dt_rep_train *train;
     dt_rep_comm *comm;
+    dt_rep_plan *plan;
     int nrec, caprec;
     dt_rep_rec *rec;
     cJSON **roots; /* one parsed tree per file; strings above point into them */
@@ -145,7 +174,7 @@ typedef struct dt_report {
     int nroots;
 } dt_report;
 
-/* Reads and validates the files (kind train or comm). A missing file, invalid JSON, another
+/* Reads and validates the files (kind train or comm; or schema dtrain-plan/1, kind plan). A missing file, invalid JSON, another
  * schema or a missing/mistyped key fails with a one-line message naming the file and the key
  * path (DT_ERR_IO for an unreadable file, DT_ERR_FORMAT otherwise). */
 dt_status dt_report_load(dt_ctx *ctx, const char *const *paths, int n, dt_report **out);
@@ -165,6 +194,12 @@ double dt_report_peak_bytes(const dt_rep_train *t, int model_only);
 double dt_report_peak_rss(const dt_rep_train *t);
 /* The largest per-rank memory plan (-1: the files have none). */
 double dt_report_peak_plan(const dt_rep_train *t);
+
+/* The measured runs a plan layout describes (at most max, in run order; returns the count):
+ * for each run the first layout, over the plan files in order, of the same model (n_layer,
+ * d_model, n_head), sequence length, micro-batch, accumulation (micro_steps), world (gpus
+ * with tp = pp = 1), strategy and hybrid flag, and precision (the first word of the run's). */
+int dt_report_match_plans(const dt_report *r, dt_rep_plan_match *out, int max);
 
 /* Writes the page to `path` (atomically: a temporary file renamed into place). */
 dt_status dt_report_write_html(dt_ctx *ctx, const dt_report *r, const char *path);
