@@ -555,7 +555,7 @@ static void test_calibrate_roundtrip(void **state) {
     fit.ranks = 2, fit.nodes = 1, fit.n = 1;
     snprintf(fit.line[0].op, sizeof fit.line[0].op, "allreduce_ordered");
     fit.line[0].lo = 1 << 20, fit.line[0].hi = 64 << 20, fit.line[0].alpha_us = 100, fit.line[0].beta_us_per_b = 1e-4;
-    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test"};
+    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test", 0};
     char path[300];
     snprintf(path, sizeof path, "%s/cal.yaml", dir);
     dt_ctx ctx;
@@ -575,6 +575,17 @@ static void test_calibrate_roundtrip(void **state) {
     near(dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 2, 1, &net, NULL, NULL), (100 + 1e-4 * S) * 1e-6, 1e-5,
          "the planner's all-reduce = the fit");
     dt_hw_free(&cat);
+    /* one rank: one device per node, the link still from the 2-rank fit */
+    c.ranks = 1, c.comm_ranks = 2;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    assert_int_equal(a->devices_per_node, 1);
+    near(dt_hw_link_find(&cat, a->intra)->bw_gbs, 10, 1e-5, "1 rank: the 2-rank fit's link");
+    dt_hw_free(&cat);
+    c.comm_ranks = 1;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_FORMAT);
+    c.ranks = 2, c.comm_ranks = 0;
     fit.line[0].beta_us_per_b = 0;
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_FORMAT);
     tu_rmtree(dir);

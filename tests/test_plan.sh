@@ -149,7 +149,8 @@ bad "global batch" "--global-batch 20 must be a multiple of micro-batch x dp = 8
 bad "unknown strategy" "--strategy zero4: unknown" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --strategy zero4
 bad "bad catalog" "nope.yaml" "${gpt2[@]}" --gpus 8 --hardware gpu-a --catalog nope.yaml
 bad "prices without instance" "--prices FILE and --instance NAME go together" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --prices "$src/configs/prices.yaml"
-bad "calibrate with one rank" "--ranks must be >= 2" --calibrate cal.yaml --ranks 1
+bad "calibrate with zero ranks" "--ranks expects a whole number of ranks >= 1" --calibrate cal.yaml --ranks 0
+bad "calibrate with ranks not a number" "--ranks expects a whole number of ranks >= 1" --calibrate cal.yaml --ranks two
 printf 'id,model\n' >bad.csv
 bad "CSV without the needed columns" "bad.csv:1: header lacks the column 'n_layers'" --validate bad.csv "${cat[@]}"
 

@@ -2,22 +2,30 @@
 # The calibrated planner against dtrain's own measured runs on this machine (issue 15: step
 # time within 10%, memory within 2%). Run it on a QUIET machine (it times runs):
 #   bash bench/planner/calibrate_check.sh build/dtrain [OUT_DIR]
-# 1. dtrain plan --calibrate: this machine's entry (cpu-calibrated, one device per rank);
+# 1. dtrain plan --calibrate per world size W: this machine's entry with W ranks (cpu-calibrated,
+#    one device per rank);
 # 2. for each model x world x strategy: `dtrain launch -n W -- bench` (measured) and
 #    `dtrain plan --catalog ... --gpus W --strategy S --tp 1 --pp 1` (predicted), same batch;
 # 3. a table of predicted vs measured step time and memory (rank 0's allocator high-water vs
 #    the plan's fullest rank) and the median / worst errors; exit 1 if the median step-time
 #    error exceeds 10% or any memory error exceeds 2%; OUT_DIR/report.html shows the same pairs.
 # Environment: MODELS (default "gpt2-tiny bench-small gpt2"), WORLDS ("1 2"), STRATS ("ddp
-# zero1 zero2 zero3"), BATCH (4), SEQ (256), STEPS (20), RANKS (2: calibration ranks).
+# zero1 zero2 zero3"), BATCH (4), SEQ (256), STEPS (20), CAL_MODEL (bench-small: the model the
+# calibration runs, once per world size).
 set -u
 bin=$(readlink -f "$1") out=${2:-$(mktemp -d /tmp/dt_calcheck_XXXXXX)}
 mkdir -p "$out" || exit 1
 models=${MODELS:-gpt2-tiny bench-small gpt2} worlds=${WORLDS:-1 2} strats=${STRATS:-ddp zero1 zero2 zero3}
-batch=${BATCH:-4} seq=${SEQ:-256} steps=${STEPS:-20} ranks=${RANKS:-2}
-first=${models%% *}
-"$bin" plan --calibrate "$out/cpu.yaml" --ranks "$ranks" --model "$first" --batch "$batch" --seq "$seq" \
-  --bench-steps "$steps" --repeats 1 >"$out/calibrate.log" 2>&1 || { echo "calibration failed: $out/calibrate.log"; exit 1; }
+batch=${BATCH:-4} seq=${SEQ:-256} steps=${STEPS:-20}
+cal_model=${CAL_MODEL:-bench-small}
+# One calibration per world size: a "device" is one rank with its share of the cores, so its
+# peak depends on how many ranks share the machine. The calibration runs DDP on CAL_MODEL; every
+# other model and strategy is predicted from it.
+for w in $worlds; do
+  "$bin" plan --calibrate "$out/cpu-w$w.yaml" --ranks "$w" --model "$cal_model" --batch "$batch" --seq "$seq" \
+    --bench-steps "$steps" --repeats 1 >"$out/calibrate-w$w.log" 2>&1 ||
+    { echo "calibration failed: $out/calibrate-w$w.log"; exit 1; }
+done
 for m in $models; do
   s=$seq
   [ "$m" = gpt2-tiny ] && s=64 # its context
@@ -27,7 +35,7 @@ for m in $models; do
       id=$m-w$w-$st
       "$bin" launch -n "$w" -- bench --model "$m" --batch "$batch" --seq "$s" --set parallel.strategy="$st" \
         --bench-steps "$steps" --repeats 1 --json "$out/$id.bench.json" >"$out/$id.bench.log" 2>&1 || echo "bench failed: $id"
-      "$bin" plan --catalog "$out/cpu.yaml" --hardware cpu-calibrated --gpus "$w" --nodes 1 --model "$m" --batch "$batch" \
+      "$bin" plan --catalog "$out/cpu-w$w.yaml" --hardware cpu-calibrated --gpus "$w" --nodes 1 --model "$m" --batch "$batch" \
         --seq "$s" --strategy "$st" --tp 1 --pp 1 --json >"$out/$id.plan.json" 2>"$out/$id.plan.log" || echo "plan failed: $id"
     done
   done

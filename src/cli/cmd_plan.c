@@ -162,7 +162,8 @@ static void usage(void) {
            "  --fit                 with --validate: fit one GEMM efficiency per GPU type\n"
            "  --calibrate FILE      measure this machine (dtrain bench on the configuration given, and\n"
            "                        dtrain launch -n R -- bench comm --fit) and write a catalog entry\n"
-           "                        cpu-calibrated to FILE; --ranks R (default 2)\n"
+           "                        cpu-calibrated to FILE; --ranks R (default 2; with 1\n"
+           "                        the link is fitted on 2 ranks)\n"
            "\n"
            "Exit 2 with one line for an unknown accelerator, a layout whose product is not --gpus,\n"
            "tp not dividing the heads, or a model that fits in no layout.\n");
@@ -365,14 +366,18 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
         if (!pass) return DT_EXIT_FAIL;
         for (int i = 0; i < argc; i++) {
             if (!strcmp(argv[i], "--calibrate") || !strcmp(argv[i], "--ranks")) {
-                if (argv[i][2] == 'r' && i + 1 < argc) f.ranks = atoi(argv[i + 1]);
+                if (argv[i][2] == 'r' && i + 1 < argc) {
+                    char *end;
+                    long v = strtol(argv[i + 1], &end, 10);
+                    f.ranks = *argv[i + 1] && !*end && v >= 1 && v <= 4096 ? (int)v : -1;
+                }
                 i++;
                 continue;
             }
             pass[np++] = argv[i];
         }
-        dt_status st = f.ranks >= 2 || !f.ranks ? dt_plan_calibrate(ctx, f.cal_out, f.ranks ? f.ranks : 2, np, pass)
-                                                 : dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --ranks must be >= 2");
+        dt_status st = f.ranks >= 0 ? dt_plan_calibrate(ctx, f.cal_out, f.ranks ? f.ranks : 2, np, pass)
+                                    : dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --ranks expects a whole number of ranks >= 1");
         free(pass);
         return dt_cli_exit_code(st);
     }

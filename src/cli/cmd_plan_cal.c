@@ -40,7 +40,8 @@ static double at(const cJSON *o, const char *a, const char *b, const char *c) {
 }
 
 dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, char **argv) {
-    char self[4096], dir[4200], bench_json[4300], comm_json[4300], nr[16];
+    char self[4096], dir[4200], bench_json[4300], comm_json[4300], nr[16], ncr[16];
+    int comm_ranks = ranks < 2 ? 2 : ranks; /* a link needs two ends */
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl <= 0) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot find this executable (/proc/self/exe)");
     self[sl] = 0;
@@ -49,6 +50,7 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, c
     snprintf(bench_json, sizeof bench_json, "%s/bench.json", dir);
     snprintf(comm_json, sizeof comm_json, "%s/commfit.json", dir);
     snprintf(nr, sizeof nr, "%d", ranks);
+    snprintf(ncr, sizeof ncr, "%d", comm_ranks);
     char **a = calloc((size_t)argc + 16, sizeof *a);
     if (!a) return dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
     int n = 0;
@@ -59,8 +61,8 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, c
     printf("# plan --calibrate: 1/2 dtrain launch -n %d -- bench (the matmul peak and a step's FLOP/s per rank)\n", ranks);
     dt_status st = run_child(ctx, a);
     if (st == DT_OK) {
-        char *c[] = {self, "launch", "-n", nr, "--", "bench", "comm", "--max-bytes", "64M", "--fit", comm_json, NULL};
-        printf("# plan --calibrate: 2/2 dtrain launch -n %d -- bench comm --fit (the node's link)\n", ranks);
+        char *c[] = {self, "launch", "-n", ncr, "--", "bench", "comm", "--max-bytes", "64M", "--fit", comm_json, NULL};
+        printf("# plan --calibrate: 2/2 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
         st = run_child(ctx, c);
     }
     free(a);
@@ -71,7 +73,8 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, c
     if (st == DT_OK) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         dt_plan_cal c = {at(bj, "peak_gflops", NULL, NULL), 1e3 * at(bj, "summary", "tflops_rank", "mean"),
-                         (double)pages * (double)psz, ranks, &fit, "dtrain bench + dtrain bench comm --fit"};
+                         (double)pages * (double)psz, ranks, &fit, "dtrain bench + dtrain bench comm --fit",
+                         comm_ranks};
         st = dt_plan_cal_write(ctx, out, &c);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g (GEMM efficiency "

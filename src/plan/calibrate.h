@@ -18,9 +18,11 @@ typedef struct dt_plan_cal {
     double peak_gflops;     /* dtrain's fp32 matmul peak of one rank (bench: peak_gflops) */
     double achieved_gflops; /* model FLOP/s one rank reached in training (bench: tflops_rank x 1e3) */
     double memory_bytes;    /* the node's memory */
-    int ranks;              /* ranks of the comm fit (one node) */
-    const dt_comm_fit *fit; /* its ordered all-reduce lines */
+    int ranks;              /* ranks that ran the benchmark: the devices of the node */
+    const dt_comm_fit *fit; /* the ordered all-reduce lines of the comm fit (one node) */
     const char *source;     /* what was run, for the file's comments */
+    int comm_ranks;         /* ranks of the comm fit (0: = ranks; a 1-rank calibration fits the
+                               link on 2, which its 1-device plans never use) */
 } dt_plan_cal;
 
 /* The link bandwidth (GB/s) the fit implies at `bytes` per rank, and its latency (us). */
