@@ -96,8 +96,8 @@ static void test_every_preset_orders_and_bounds(void **state) {
                 }
                 double state3 = (double)(b[3][DT_MEM_PARAMS] + b[3][DT_MEM_GRADS] + b[3][DT_MEM_OPTIM]);
                 double bound = 16.0 * psi / N + 4.0 * 4.0 * (double)U;
-                printf("  %-15s N=%d  MiB per rank: ddp %10.2f  zero1 %10.2f  zero2 %10.2f  zero3 %10.2f"
-                       "  (zero3 state %.2f, bound %.2f)\n", *pp, N, tot[0] / 1048576, tot[1] / 1048576,
+                printf("  %-15s N=%d  MiB per rank: ddp %10.3f  zero1 %10.3f  zero2 %10.3f  zero3 %10.3f"
+                       "  (zero3 state %.3f, bound %.3f)\n", *pp, N, tot[0] / 1048576, tot[1] / 1048576,
                        tot[2] / 1048576, tot[3] / 1048576, state3 / 1048576, bound / 1048576);
                 assert_true(state3 <= 1.1 * bound);
                 assert_true(tot[0] > tot[1] && tot[1] > tot[2] && tot[2] > tot[3]);

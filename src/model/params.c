@@ -49,16 +49,22 @@ static int starts_unit(const dt_params *ps, int i) {
  * each tensor that starts a unit). */
 static void count_layer_units(dt_params *ps) {
     size_t run = 0, mx = 0;
-    int k = 0;
     for (int i = 0; i < ps->n_tensors; i++) {
         const dt_tensor_info *t = &ps->tensors[i];
         if (t->group != DT_PG_LAYER) continue;
-        if (starts_unit(ps, i)) k++, run = 0;
+        if (starts_unit(ps, i)) run = 0;
         run += t->rows * t->cols;
         if (run > mx) mx = run;
     }
-    ps->layer_units = k > 0 ? k : 1; /* no layer tensors: one empty unit per layer */
+    ps->layer_units = dt_params_table_layer_units(ps->tensors, ps->n_tensors); /* none: 1 empty */
     ps->layer_unit_max = mx;
+}
+
+int dt_params_table_layer_units(const dt_tensor_info *table, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (table[i].group == DT_PG_LAYER) k += k == 0 || table[i].unit_start;
+    return k > 0 ? k : 1;
 }
 
 /* Rows per chunk of a vocabulary tensor: the fewest chunks of at most the largest layer unit,

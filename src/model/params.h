@@ -94,6 +94,10 @@ typedef struct dt_params {
 #define DT_SLAB_PARAMS 1
 #define DT_SLAB_GRADS 2
 
+/* Units per layer that table (n rows) gives: its first LAYER row and each later one marked
+ * unit_start start one (1 without LAYER rows). */
+int dt_params_table_layer_units(const dt_tensor_info *table, int n);
+
 /* Copies the table (n rows, offsets computed here), lays out the units and allocates the
  * slabs named in `slabs`. */
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
