@@ -188,31 +188,60 @@ static void test_vocabulary_chunks_are_units(void **state) {
     dt_ctx_init(&ctx);
     dt_alloc a;
     dt_alloc_init(&a);
-    /* gpt2: wte 2048 x 48 = 98304 floats, a layer 12*48*48 + 13*48 = 28272: 4 chunks of 512 rows. */
+    /* gpt2: a layer 12*48*48 + 13*48 = 28272 floats in three units: [ln_1, attention]
+     * 2*48 + 4*48*48 + 4*48 = 9504, [ln_2, fc] 2*48 + 4*48*48 + 4*48 = 9504, [fc_proj]
+     * 4*48*48 + 48 = 9264; wte 2048 x 48 = 98304 floats: 11 chunks of at most 9504 floats,
+     * 187 rows each, the last 178. */
     dt_model_config c = {.n_layer = 2, .d_model = 48, .n_head = 4, .vocab = 2000, .context = 32};
     dt_model m;
     assert_int_equal(dt_model_init(&ctx, &m, &c, &a, 1, 8, DT_SLAB_PARAMS), DT_OK);
     const dt_params *ps = &m.ps;
     assert_int_equal(ps->layer_floats, 28272);
-    assert_int_equal(dt_params_chunks(ps, DT_GPT2_P_WTE), 4);
-    assert_int_equal(ps->n_units, 4 + 1 + 2 + 1); /* wte chunks, wpe, layers, ln_f */
-    assert_int_equal(ps->n_pre_units, 5);
-    assert_int_equal(ps->tensors[DT_GPT2_P_WPE].unit, 4);
+    assert_int_equal(ps->layer_units, 3);
+    assert_int_equal(ps->layer_unit_max, 9504);
+    assert_int_equal(dt_params_chunks(ps, DT_GPT2_P_WTE), 11);
+    assert_int_equal(ps->n_units, 11 + 1 + 2 * 3 + 1); /* wte chunks, wpe, layer units, ln_f */
+    assert_int_equal(ps->n_pre_units, 12);
+    assert_int_equal(ps->tensors[DT_GPT2_P_WPE].unit, 11);
     assert_int_equal(ps->tensors[DT_GPT2_P_LNFW].unit, DT_UNIT_POST0(ps));
-    for (int k = 0; k < 4; k++) {
+    assert_int_equal(DT_UNIT_POST0(ps), 18);
+    for (int k = 0; k < 11; k++) {
         int u;
         size_t r0, rows;
         dt_params_chunk(ps, DT_GPT2_P_WTE, k, &u, &r0, &rows);
         assert_int_equal(u, k);
-        assert_int_equal(r0, (size_t)k * 512);
-        assert_int_equal(rows, 512);
+        assert_int_equal(r0, (size_t)k * 187);
+        assert_int_equal(rows, k < 10 ? 187 : 178);
         assert_int_equal(ps->unit_lo[u], r0 * 48);
-        assert_int_equal(ps->unit_len[u], 512 * 48);
+        assert_int_equal(ps->unit_len[u], rows * 48);
+    }
+    /* layer 1's units, each tensor in the unit the marks give, at its offset there */
+    static const size_t sub_len[3] = {9504, 9504, 9264};
+    static const struct { int id, k; size_t off; } in[] = {
+        {DT_GPT2_P_LN1W, 0, 0}, {DT_GPT2_P_QKVW, 0, 96}, {DT_GPT2_P_ATTPROJB, 0, 9456},
+        {DT_GPT2_P_LN2W, 1, 0}, {DT_GPT2_P_FCW, 1, 96}, {DT_GPT2_P_FCB, 1, 9312},
+        {DT_GPT2_P_FCPROJW, 2, 0}, {DT_GPT2_P_FCPROJB, 2, 9216}};
+    for (int k = 0; k < 3; k++) {
+        int u = DT_UNIT_SUB(ps, 1, k);
+        assert_int_equal(u, 12 + 3 + k);
+        assert_int_equal(ps->unit_len[u], sub_len[k]);
+        /* one matmul run per unit: qkv and attn proj are not adjacent (the qkv bias between) */
+        size_t off[DT_MODEL_MAX_TENSORS], len[DT_MODEL_MAX_TENSORS];
+        int nr = dt_params_matmul_runs(ps, u, off, len, DT_MODEL_MAX_TENSORS);
+        assert_int_equal(nr, k == 0 ? 2 : 1);
+        assert_int_equal(off[0], k == 2 ? 0 : 96);
+    }
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        size_t off;
+        assert_int_equal(dt_params_unit_of(ps, in[i].id, 1, &off), DT_UNIT_SUB(ps, 1, in[i].k));
+        assert_int_equal(off, in[i].off);
+        assert_true(dt_params_unit_tensor(ps, ps->unit_params, in[i].id, 1) ==
+                    dt_params_tensor(ps, ps->params, in[i].id, 1));
     }
     size_t at = 0;
     for (int u = 0; u < ps->n_units; u++) {
         assert_int_equal(ps->unit_lo[u], at);
-        assert_true(ps->unit_len[u] > 0 && ps->unit_len[u] <= ps->layer_floats);
+        assert_true(ps->unit_len[u] > 0 && ps->unit_len[u] <= ps->layer_unit_max);
         at += ps->unit_len[u];
     }
     assert_int_equal(at, ps->n_params);
@@ -222,19 +251,23 @@ static void test_vocabulary_chunks_are_units(void **state) {
     dt_model_config l = {.family = "llama", .n_layer = 1, .d_model = 32, .n_head = 4, .n_kv_head = 2,
                          .d_ff = 64, .vocab = 3000, .context = 16, .untied = 1};
     assert_int_equal(dt_model_init(&ctx, &m, &l, &a, 1, 8, DT_SLAB_PARAMS), DT_OK);
-    /* layer: norms 2*32, q 32x32, k and v 16x32 each, o 32x32, gate/up 2x64x32, down 32x64 = 9280 */
+    /* layer: norms 2*32, q 32x32, k and v 16x32 each, o 32x32, gate/up 2x64x32, down 32x64 =
+     * 9280, in units [norm, q|k|v, o] 3104, [norm, gate|up] 4128, [down] 2048 */
     assert_int_equal(m.ps.layer_floats, 9280);
+    assert_int_equal(m.ps.layer_units, 3);
+    static const size_t llama_len[3] = {3104, 4128, 2048};
+    for (int k = 0; k < 3; k++) assert_int_equal(m.ps.unit_len[DT_UNIT_SUB(&m.ps, 0, k)], llama_len[k]);
     int K = dt_params_chunks(&m.ps, DT_LLAMA_P_EMBED);
-    assert_int_equal(K, 11); /* 98304 / 9280 -> 11 chunks of 280 rows, the last 272 */
+    assert_int_equal(K, 24); /* 98304 / 4128 -> 24 chunks of 128 rows */
     int u;
     size_t r0, rows;
     dt_params_chunk(&m.ps, DT_LLAMA_P_LM_HEAD, K - 1, &u, &r0, &rows);
     assert_int_equal(u, m.ps.n_units - 1);
-    assert_int_equal(r0, 2800);
-    assert_int_equal(rows, 272);
+    assert_int_equal(r0, 2944);
+    assert_int_equal(rows, 128);
     assert_int_equal(m.ps.tensors[DT_LLAMA_P_NORM].unit, DT_UNIT_POST0(&m.ps));
     assert_int_equal(m.ps.tensors[DT_LLAMA_P_LM_HEAD].unit, DT_UNIT_POST0(&m.ps) + 1);
-    assert_int_equal(m.ps.n_units, 11 + 1 + 1 + 11);
+    assert_int_equal(m.ps.n_units, 24 + 3 + 1 + 24);
     dt_model_free(&m);
     assert_int_equal(a.total_cur, 0);
 }

@@ -154,9 +154,9 @@ cmp -s "$dir/z3ckpt/step-00000020/model.safetensors" "$dir/data_zero3.st" \
 # Model-state bytes per rank against the ZeRO formulas (fp32): DDP params 4P, grads 4P,
 # AdamW 8P; ZeRO-1 AdamW 8S (S = this rank's shard, ~P/N); ZeRO-2 grads 4S + windows;
 # ZeRO-3 params 4S + windows. Windows (stated overhead): two units (double buffering), and no
-# unit is larger than a layer (the embeddings are units of their own, cut into vocabulary
-# chunks when larger: nothing is kept full for the step). 8 layers so that the sharded part
-# dominates. Rank 0 (the largest shard) reports.
+# unit is larger than the largest sub-layer unit (a layer is 3 units; the embeddings are units
+# of their own, cut into vocabulary chunks when larger: nothing is kept full for the step).
+# 8 layers so that the sharded part dominates. Rank 0 (the largest shard) reports.
 mem=(--set model.preset= --model.n_layer 8 --model.d_model 64 --model.n_head 4 --model.vocab_size 256
      --model.context 32 --seq 32 --batch 2 --steps 1 --set logging.progress=lines --set logging.peak_gflops=100
      --set logging.metrics=)
@@ -170,6 +170,7 @@ L, C, V, T = 8, 64, 256, 32
 pre = V * C + T * C                 # wte (vocab 256 needs no padding) + wpe
 post = 2 * C                        # ln_f
 layer = 12 * C * C + 13 * C
+unit = 4 * C * C + 6 * C            # the largest layer unit: [ln_1, attention] and [ln_2, fc]
 def read(s):
     line = [l for l in open("%s/mem_%s.log" % (d, s)) if "memory bytes" in l][0]
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
@@ -177,11 +178,11 @@ out, ok = [], True
 m = {s: read(s) for s in ("ddp", "zero1", "zero2", "zero3")}
 P = m["ddp"]["psi"]
 ok &= P == pre + post + L * layer
-win = 2 * layer                     # wte (16384 floats) is below a layer (49984)
+win = 2 * unit                      # wte (16384 floats) is below a layer unit (16768)
 want = {"ddp": (4 * P, 4 * P, 8 * P)}
 for s in ("zero1", "zero2", "zero3"):
     S = m[s]["shard"]
-    ok &= abs(S - P / 4) <= (L + 3)     # near-even split of every unit: wte, wpe, layers, ln_f
+    ok &= abs(S - P / 4) <= (3 * L + 3) # near-even split of every unit: wte, wpe, 3 per layer, ln_f
     want[s] = {"zero1": (4 * P, 4 * P, 8 * S), "zero2": (4 * P, 4 * (S + win), 8 * S),
                "zero3": (4 * (S + win), 4 * (S + win), 8 * S)}[s]
 for s in ("ddp", "zero1", "zero2", "zero3"):
@@ -404,9 +405,9 @@ check "llama bf16: ZeRO-3 vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_3 bf16_lla
 runN bf16_llama_zero3_sel 3 "${llama[@]}" --set training.precision=bf16 --set parallel.strategy=zero3 \
   --set memory.activation_checkpointing=selective
 check "llama bf16: ZeRO-3 with selective checkpointing vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_sel bf16_llama_ddp3 0
-# Bytes on the wire: per step ZeRO-3 gathers every layer twice (forward, backward) and the
-# head's K vocabulary chunks K times in the forward and K - 2 more in the backward (the last
-# two are still in the windows); the embedding lookup's gathers stay fp32. Under bf16 each
+# Bytes on the wire: per step ZeRO-3 gathers every layer's units twice (forward, backward) and
+# the head's K vocabulary chunks K times in the forward and K - 2 more in the backward (the
+# last two are still in the windows); the embedding lookup's gathers stay fp32. Under bf16 each
 # matmul element of those gathers costs 2 bytes instead of 4, counted x (W-1)/W, and nothing
 # else changes (gradients stay fp32): the difference is exact.
 for x in fp32 bf16; do
@@ -418,14 +419,16 @@ if out=$(/usr/bin/python3 - "$dir" <<'PY'
 import json, math, sys
 b = {x: json.load(open("%s/z3_bench_%s.json" % (sys.argv[1], x)))["summary"]["comm_bytes_step"] for x in ("fp32", "bf16")}
 W, L, C, Vp = 2, 2, 48, 2048                 # the GPT-2 shape of `common` (vocabulary 2000 padded)
-layer = 12 * C * C + 13 * C                  # 4 matmul weights (12 C^2) + norms and biases (13 C)
-mm_layer = 12 * C * C
-K = math.ceil(Vp * C / layer)                # wte chunks: each no larger than a layer
-mm_chunk = Vp * C // K                       # a chunk is all matmul (the tied head)
-saved = (W - 1) / W * 2 * (2 * L * mm_layer + (K + max(K - 2, 0)) * mm_chunk)
+unit = 4 * C * C + 6 * C                     # the largest layer unit (a layer: 12 C^2 + 13 C in 3)
+mm_layer = 12 * C * C                        # 4 matmul weights; norms and biases stay fp32
+K = math.ceil(Vp * C / unit)                 # wte chunks: each no larger than a layer unit
+rows = math.ceil(Vp / K)                     # a chunk is all matmul (the tied head)
+chunk = [min(rows, Vp - k * rows) * C for k in range(K)]
+saved = (W - 1) / W * 2 * (2 * L * mm_layer + sum(chunk) + sum(chunk[:max(K - 2, 0)]))
 d = b["fp32"] - b["bf16"]
 print("ZeRO-3 bytes sent per step by rank 0: fp32 %d, bf16 %d (ratio %.4f; saved %d, expected %d: "
-      "%d layers x 2 + %d head chunks in 16 bits)" % (b["fp32"], b["bf16"], b["bf16"] / b["fp32"], d, saved, L, K + max(K - 2, 0)))
+      "%d layers x 2 + %d head chunks in 16 bits)" % (b["fp32"], b["bf16"], b["bf16"] / b["fp32"], d, saved, L,
+                                                     K + max(K - 2, 0)))
 sys.exit(0 if d == saved else 1)
 PY
 ); then pass "bf16 ZeRO-3 gathers the matmul weights in 16 bits: $out"; else fail "bf16 ZeRO-3 gather bytes: $out"; fi

@@ -110,6 +110,22 @@ static inline void dt_unit_grads_end(dt_model *m, int u) {
     if (m->hooks.grads_end) m->hooks.grads_end(m->hooks.ud, u);
 }
 
+/* ---- sub-layer units (params.h): a layer is layer_units units in table order. A family
+ * announces each before the part of the layer that reads it: in the forward (and a
+ * recompute) ascending, in the backward descending, each between its grads_begin/end. */
+
+/* The unit of tensor id in layer l. */
+static inline int dt_fam_unit(const dt_model *m, int id, int l) {
+    size_t off;
+    return dt_params_unit_of(&m->ps, id, l, &off);
+}
+/* The unit layer l's backward reads first (the `next` of the unit read before it): its first
+ * unit `lo` when it recomputes its forward there (model.h), else its last unit `hi`. */
+static inline int dt_fam_bwd_first(const dt_model *m, int l, int lo, int hi) {
+    int L = m->cfg.n_layer;
+    return dt_model_recomputes(&m->opts, l) && l != dt_act_top_recomputed(&m->opts, L) ? lo : hi;
+}
+
 /* ---- vocabulary tensors, chunk by chunk (vocab.c). A vocabulary tensor (V, C) is stored
  * as row chunks, one unit each (params.h); these run the embedding and the lm_head one
  * chunk at a time, calling the unit hooks, with the same kernel calls in every strategy

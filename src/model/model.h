@@ -62,7 +62,8 @@ double dt_model_cfg_get(const dt_model_config *c, const dt_cfg_field *f);
 void dt_model_cfg_set(dt_model_config *c, const dt_cfg_field *f, double v);
 
 /* Per-unit callbacks for the parallel strategies (units: params.h); any member may be NULL.
- * A family announces every unit it reads or writes:
+ * A family announces every unit it reads or writes (a layer is several units, params.h:
+ * announced in increasing order in the forward and a recompute, decreasing in the backward):
  *   need_params(u, next, flags)
  *                         before reading unit u's parameters (forward or backward); `next` is
  *                         the unit whose parameters it reads after u (-1: none or unknown),

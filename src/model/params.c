@@ -38,9 +38,39 @@ static void layout(dt_params *ps) {
     ps->n_params = off;
 }
 
-/* Rows per chunk of a vocabulary tensor: the fewest chunks of at most one layer block. */
+/* A LAYER tensor that starts a unit: the layer's first tensor, and those the family marks. */
+static int starts_unit(const dt_params *ps, int i) {
+    for (int k = 0; k < i; k++)
+        if (ps->tensors[k].group == DT_PG_LAYER) return ps->tensors[i].unit_start;
+    return 1;
+}
+
+/* Units per layer and the largest one's elements (the layer tensors in table order, cut at
+ * each tensor that starts a unit). */
+static void count_layer_units(dt_params *ps) {
+    size_t run = 0, mx = 0;
+    for (int i = 0; i < ps->n_tensors; i++) {
+        const dt_tensor_info *t = &ps->tensors[i];
+        if (t->group != DT_PG_LAYER) continue;
+        if (starts_unit(ps, i)) run = 0;
+        run += t->rows * t->cols;
+        if (run > mx) mx = run;
+    }
+    ps->layer_units = dt_params_table_layer_units(ps->tensors, ps->n_tensors); /* none: 1 empty */
+    ps->layer_unit_max = mx;
+}
+
+int dt_params_table_layer_units(const dt_tensor_info *table, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (table[i].group == DT_PG_LAYER) k += k == 0 || table[i].unit_start;
+    return k > 0 ? k : 1;
+}
+
+/* Rows per chunk of a vocabulary tensor: the fewest chunks of at most the largest layer unit,
+ * so the embeddings never set the size of a ZeRO window. */
 static size_t chunk_rows(const dt_params *ps, const dt_tensor_info *t) {
-    size_t cap = ps->layer_floats > 0 ? ps->layer_floats : 1, len = t->rows * t->cols;
+    size_t cap = ps->layer_unit_max > 0 ? ps->layer_unit_max : 1, len = t->rows * t->cols;
     if (!t->vocab || t->group == DT_PG_LAYER || len <= cap) return t->rows;
     size_t k = (len + cap - 1) / cap;
     return (t->rows + k - 1) / k;
@@ -55,16 +85,26 @@ static int make_units(dt_params *ps, size_t *lo) {
     for (int g = DT_PG_PRE; g <= DT_PG_POST; g++) {
         if (g == DT_PG_LAYER) {
             ps->n_pre_units = n;
-            for (int l = 0; l < ps->n_layer; l++) START(ps->layers_offset + (size_t)l * ps->layer_floats);
+            for (int l = 0; l < ps->n_layer; l++) {
+                size_t base = (size_t)l * ps->layer_floats;
+                int k = 0;
+                for (int i = 0; i < ps->n_tensors; i++) {
+                    dt_tensor_info *t = &ps->tensors[i];
+                    if (t->group != DT_PG_LAYER) continue;
+                    if (starts_unit(ps, i)) START(t->offset + base), k++;
+                    t->unit = ps->n_pre_units + k - 1; /* layer 0's unit */
+                    t->chunk_rows = t->rows;
+                }
+                if (k == 0) START(ps->layers_offset + base);
+            }
             open = 0;
+            continue;
         }
         for (int i = 0; i < ps->n_tensors; i++) {
             dt_tensor_info *t = &ps->tensors[i];
             if ((int)t->group != g) continue;
             t->chunk_rows = chunk_rows(ps, t);
-            if (g == DT_PG_LAYER) {
-                t->unit = ps->n_pre_units;
-            } else if (t->vocab) {
+            if (t->vocab) {
                 t->unit = n;
                 for (size_t r = 0; r < t->rows; r += t->chunk_rows) START(t->offset + r * t->cols);
                 open = 0;
@@ -93,8 +133,12 @@ int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, 
             if (u < t->unit || u >= t->unit + dt_params_chunks(ps, id)) continue;
             l = ps->unit_len[u];
         } else {
-            int layer = t->group == DT_PG_LAYER ? u - t->unit : 0;
-            if (layer < 0 || layer >= dt_params_copies(ps, id)) continue;
+            int layer = 0;
+            if (t->group == DT_PG_LAYER) { /* units of layer l: t->unit + l x layer_units */
+                if (u < t->unit || (u - t->unit) % ps->layer_units) continue;
+                layer = (u - t->unit) / ps->layer_units;
+            }
+            if (layer >= dt_params_copies(ps, id)) continue;
             if (dt_params_unit_of(ps, id, layer, &o) != u) continue;
             l = t->rows * t->cols;
         }
@@ -145,6 +189,7 @@ dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table
     for (int i = 0; i < n; i++)
         if (!ps->tensors[i].file_rows) ps->tensors[i].file_rows = ps->tensors[i].rows;
     layout(ps);
+    count_layer_units(ps);
     ps->n_units = make_units(ps, NULL);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, unit_bytes(ps), (void **)&ps->unit_lo));
     ps->unit_len = ps->unit_lo + ps->n_units;
@@ -197,7 +242,7 @@ float *dt_params_tensor(const dt_params *ps, float *base, int id, int layer) {
 
 int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit) {
     const dt_tensor_info *t = &ps->tensors[id];
-    int u = t->unit + (t->group == DT_PG_LAYER ? layer : 0);
+    int u = t->unit + (t->group == DT_PG_LAYER ? layer * ps->layer_units : 0);
     *offset_in_unit = dt_params_flat(ps, id, layer) - ps->unit_lo[u];
     return u;
 }

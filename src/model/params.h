@@ -4,8 +4,12 @@
  * dtype, group, init, weight decay, external name); the store lays them out in one flat
  * index space: the PRE tensors (embeddings), then n_layer contiguous layer blocks (every
  * LAYER tensor once per layer, in table order), then the POST tensors (final norm, head).
- * A unit is one of those regions: unit 0 = PRE, unit 1 + l = layer l, unit n_layer + 1 =
- * POST. DDP buckets, ZeRO shards and gathers, the optimizer's segments, checkpoints and
+ * Units cut that space into contiguous regions, in order: the PRE units (a run of small
+ * tensors, or one row chunk of a vocabulary tensor each), then layer_units units per layer,
+ * then the POST units. A layer's units are sub-layer units, as FSDP wraps modules: the
+ * family marks the LAYER tensors that start a new one (unit_start; gpt2: [ln_1, attention]
+ * [ln_2, fc] [fc_proj]), so the windows of ZeRO-2/3 hold a part of a layer, not a whole
+ * one. DDP buckets, ZeRO shards and gathers, the optimizer's segments, checkpoints and
  * import/export all derive from the table and the units, never from a family's struct.
  *
  * Storage: `params` and `grads` are slabs over the whole index space (either may be NULL
@@ -55,21 +59,25 @@ typedef struct dt_tensor_info {
     int vocab;            /* rows are the vocabulary: cut into row-chunk units (PRE/POST) */
     int unit;             /* (store) the unit holding the tensor (layer tensors: layer 0's;
                              vocabulary tensors: the first chunk's, chunks are consecutive) */
-    size_t chunk_rows;    /* (store) rows per unit of a vocabulary tensor (the last may hold
-                             fewer); = rows otherwise */
+    size_t chunk_rows;    /* (store) rows per unit of a vocabulary tensor (at most
+                             layer_unit_max elements; the last may hold fewer); = rows otherwise */
     int matmul;           /* a matmul weight: mixed precision feeds the GEMMs its 16-bit copy
                              (model.h); the other tensors are always read in fp32 */
+    int unit_start;       /* (family) a LAYER tensor that starts a new unit of its layer (the
+                             layer's first tensor always starts one); ignored elsewhere */
 } dt_tensor_info;
 
 typedef struct dt_params {
     int n_tensors;
     dt_tensor_info *tensors;    /* the table with offsets (owned) */
     int n_layer;
+    int layer_units;            /* units per layer (>= 1: the layer tensors' unit_start marks) */
     size_t n_params;            /* elements in the index space (incl. vocabulary padding) */
     size_t layer_floats;        /* elements in one layer block */
+    size_t layer_unit_max;      /* elements in the largest layer unit (no unit is larger) */
     size_t layers_offset;       /* start of layer 0's block */
     float *params, *grads;      /* slabs (NULL when a strategy owns the storage) */
-    int n_units;                /* n_pre_units + n_layer + POST units */
+    int n_units;                /* n_pre_units + n_layer x layer_units + POST units */
     int n_pre_units;            /* units before layer 0 */
     size_t *unit_lo, *unit_len; /* each unit's range in the index space */
     float **unit_params, **unit_grads;
@@ -77,13 +85,18 @@ typedef struct dt_params {
     dt_alloc *alloc;
 } dt_params;
 
-/* The unit of layer l; the first POST unit. */
-#define DT_UNIT_LAYER(ps, l) ((ps)->n_pre_units + (l))
-#define DT_UNIT_POST0(ps) ((ps)->n_pre_units + (ps)->n_layer)
+/* The first unit of layer l; unit k of layer l; the first POST unit. */
+#define DT_UNIT_LAYER(ps, l) ((ps)->n_pre_units + (l) * (ps)->layer_units)
+#define DT_UNIT_SUB(ps, l, k) (DT_UNIT_LAYER(ps, l) + (k))
+#define DT_UNIT_POST0(ps) ((ps)->n_pre_units + (ps)->n_layer * (ps)->layer_units)
 
 /* Which slabs dt_params_init allocates. */
 #define DT_SLAB_PARAMS 1
 #define DT_SLAB_GRADS 2
+
+/* Units per layer that table (n rows) gives: its first LAYER row and each later one marked
+ * unit_start start one (1 without LAYER rows). */
+int dt_params_table_layer_units(const dt_tensor_info *table, int n);
 
 /* Copies the table (n rows, offsets computed here), lays out the units and allocates the
  * slabs named in `slabs`. */

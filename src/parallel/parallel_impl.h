@@ -1,7 +1,8 @@
 /* parallel_impl.h - the state behind dt_parallel (internal to src/parallel).
  *
- * Sharding is per unit (params.h: each layer, each vocabulary chunk, each run of other
- * embedding/head tensors; none larger than a layer), like FSDP's flat parameters: each
+ * Sharding is per unit (params.h: each sub-layer unit, each vocabulary chunk, each run of
+ * other embedding/head tensors; none larger than the largest sub-layer unit), like FSDP's
+ * flat parameters: each
  * unit is split into G near-equal "node-shards" over the shard group (the world, or the
  * node when sharding is hybrid), and rank j of that group owns node-shard j of every unit.
  * DDP is the G = 1 case. A rank's shard vector concatenates its node-shards in unit order

@@ -9,7 +9,8 @@
  *                         reduction still reading that window has finished, zeroed.
  *   grads_end(u)          reduce-scatter the window (rank order) into the gradient shard,
  *                         += over micro-steps.
- * No unit is larger than a layer, so the windows hold two layers' worth, and the embeddings
+ * No unit is larger than the largest sub-layer unit (params.h), so the windows hold two of
+ * those (a third to a half of a layer each), and the embeddings
  * are never whole on a rank (the tied wte is gathered chunk by chunk at both ends of the
  * network, and its gradient is formed chunk by chunk at the end of the backward).
  * Gathers and reductions are tasks on the communication thread (parallel.overlap) or run

@@ -72,6 +72,13 @@ static void coll(dt_plan_result *r, const char *what, dt_plan_coll op, double by
     term(r, what, bytes, pieces * rounds, ti, te, rounds * ex);
 }
 
+/* Units per layer: dtrain's layers are several (params.h), other frameworks' one. */
+static double layer_units(const dt_plan_model *m, int dtrain_algo) {
+    if (!dtrain_algo) return 1;
+    dt_tensor_info t[DT_MODEL_MAX_TENSORS];
+    return dt_params_table_layer_units(t, dt_model_tensors(&m->mc, t));
+}
+
 void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
     const dt_plan_model *m = &job->model;
     const dt_train_cfg *tc = &job->train;
@@ -103,6 +110,7 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
      * gather); other layouts as ZeRO's paper, DeepSpeed and Megatron's distributed optimizer
      * (ZeRO-1/2: reduce-scatter the gradients, gather the weights in the compute dtype) */
     int dtrain_algo = m->is_dtrain && l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1;
+    const double units = layers * layer_units(m, dtrain_algo); /* ZeRO's pieces */
     if (l->dp > 1) {
         if (l->zero == DT_STRAT_DDP || (l->zero == DT_STRAT_ZERO1 && dtrain_algo))
             /* buckets all-reduced during the last micro-step's backward */
@@ -111,14 +119,14 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
             coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / buckets, l->dp, dp_stride, d, &net,
                  buckets, 1, win);
         else /* ZeRO-2/3: each unit reduce-scattered as its backward ends, every micro-step */
-            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / layers, l->dp, dp_stride, d, &net, layers,
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / units, l->dp, dp_stride, d, &net, units,
                  mstep, win);
         if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step */
-            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / layers, shard, dp_stride, d,
-                 &net, layers, 1, -1);
+            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / units, shard, dp_stride, d,
+                 &net, units, 1, -1);
         if (l->zero == DT_STRAT_ZERO3) /* each unit gathered for the forward and again for the backward
                                           (16-bit matmul weights under mixed precision), prefetched */
-            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / layers, shard, dp_stride, d, &net, layers,
+            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / units, shard, dp_stride, d, &net, units,
                  2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */

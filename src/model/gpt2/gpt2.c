@@ -93,13 +93,15 @@ static int gpt2_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name, hf, tr)                                 \
     out[n++] = (dt_tensor_info){name, hf, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),              \
-                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0, 0};
+                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0, 0, 0};
     DT_GPT2_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     out[DT_GPT2_P_WTE].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
     out[DT_GPT2_P_WTE].vocab = 1;
     static const int mm[] = {DT_GPT2_P_WTE, DT_GPT2_P_QKVW, DT_GPT2_P_ATTPROJW, DT_GPT2_P_FCW, DT_GPT2_P_FCPROJW};
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
+    /* sub-layer units (params.h): [ln_1, attention] [ln_2, fc] [fc_proj] */
+    out[DT_GPT2_P_LN2W].unit_start = out[DT_GPT2_P_FCPROJW].unit_start = 1;
     return n;
 }
 
@@ -212,6 +214,10 @@ static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts
 #define UNIT(id) (m->ps.tensors[DT_GPT2_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 #define ID(id) DT_GPT2_P_##id
+/* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
+#define SUB(id, l) dt_fam_unit(m, DT_GPT2_P_##id, l)
+/* The unit layer l's backward reads first. */
+#define BWD_FIRST(l) dt_fam_bwd_first(m, l, SUB(LN1W, l), SUB(FCPROJW, l))
 /* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
 #define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
@@ -241,15 +247,17 @@ static layer_views views(const dt_model *m, int l) {
     return v;
 }
 
-/* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
- * working slots; selective keeps qkv and fch (family_impl.h), every mode the layer output. */
-static void block_forward(dt_model *m, int l, int recompute) {
+/* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
+ * `recompute` (in the backward): only what the layer dropped, into its working slots;
+ * selective keeps qkv and fch (family_impl.h), every mode the layer output. */
+static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
     int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* qkv, fch to compute (not kept) */
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
     if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
@@ -257,12 +265,14 @@ static void block_forward(dt_model *m, int l, int recompute) {
     dt_fam_narrow(m, v.attyh, v.atty, btc);
     DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
     DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    dt_unit_need(m, SUB(LN2W, l), SUB(FCPROJW, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
     if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, 4 * C));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)(btc * 4)));
     dt_fam_narrow(m, v.fchgh, v.fchg, btc * 4);
     if (recompute) return;
+    dt_unit_need(m, SUB(FCPROJW, l), next);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, 4 * C, C));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
@@ -282,9 +292,8 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     dt_unit_need(m, UNIT(WPE), LAYER(0));
     DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
     for (int l = 0; l < L; l++) {
-        dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         double tl = dt_trace_begin();
-        block_forward(m, l, 0);
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
@@ -312,29 +321,36 @@ static void gpt2_backward(dt_model *m, float scale) {
                                                 a->losses, a->ce_lse, a->dbtc, scale, UNIT(LNFW));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
+    dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, UNIT(LNFW));
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc, last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C));
     dt_unit_grads_end(m, UNIT(LNFW));
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
-        dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
         double tl = dt_trace_begin();
-        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
+        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1, -1);
         layer_views v = views(m, l);
-        dt_unit_grads_begin(m, LAYER(l));
+        const int u2 = SUB(FCPROJW, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
+        dt_unit_need(m, u2, u1);
+        dt_unit_grads_begin(m, u2);
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->dres, MMIN(fchg), BT, 4 * C, C));
+        dt_unit_grads_end(m, u2);
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)(btc * 4)));
+        dt_unit_need(m, u1, u0);
+        dt_unit_grads_begin(m, u1);
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, MMIN(ln2), BT, C, 4 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
+        dt_unit_grads_end(m, u1);
+        dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
+        dt_unit_grads_begin(m, u0);
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 1, m->opts.compute));
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        dt_unit_grads_end(m, LAYER(l));
+        dt_unit_grads_end(m, u0);
     }
     /* Units end in decreasing order: wpe's, then wte's chunks from the last. */
     dt_unit_grads_begin(m, UNIT(WPE));

@@ -91,7 +91,7 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
 #define DT_X_ROW(id, group, rows, cols, decay, name)                                           \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
                                 (size_t)(cols), 0, (rows) == 1 ? DT_INIT_ONES : DT_INIT_NORMAL, \
-                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0};
+                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0};
     DT_LLAMA_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)q, (void)kv;
@@ -103,6 +103,8 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
     static const int mm[] = {DT_LLAMA_P_EMBED, DT_LLAMA_P_LM_HEAD, DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV,
                              DT_LLAMA_P_WO, DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP, DT_LLAMA_P_WDOWN};
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
+    /* sub-layer units (params.h): [input norm, attention] [post-attention norm, gate|up] [down] */
+    out[DT_LLAMA_P_LN2].unit_start = out[DT_LLAMA_P_WDOWN].unit_start = 1;
     return c->untied ? n : n - 1; /* LM_HEAD is the last row */
 }
 
@@ -228,6 +230,10 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 #define UNIT(id) (m->ps.tensors[DT_LLAMA_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 #define ID(id) DT_LLAMA_P_##id
+/* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
+#define SUB(id, l) dt_fam_unit(m, DT_LLAMA_P_##id, l)
+/* The unit layer l's backward reads first. */
+#define BWD_FIRST(l) dt_fam_bwd_first(m, l, SUB(LN1, l), SUB(WDOWN, l))
 /* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
 #define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
@@ -257,9 +263,10 @@ static layer_views views(const dt_model *m, int l) {
     return v;
 }
 
-/* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
- * working slots; selective keeps res2 and gate|up (family_impl.h), every mode the layer output. */
-static void block_forward(dt_model *m, int l, int recompute) {
+/* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
+ * `recompute` (in the backward): only what the layer dropped, into its working slots;
+ * selective keeps res2 and gate|up (family_impl.h), every mode the layer output. */
+static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head;
     int BT = B * T, F = c->d_ff, hs = C / NH, QW = (int)qkv_width(c);
@@ -268,6 +275,7 @@ static void block_forward(dt_model *m, int l, int recompute) {
     layer_views v = views(m, l);
     int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* res2, gate|up to compute (not kept) */
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    dt_unit_need(m, SUB(LN1, l), SUB(LN2, l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
     /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
@@ -279,6 +287,7 @@ static void block_forward(dt_model *m, int l, int recompute) {
         DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, C, C));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
+    dt_unit_need(m, SUB(LN2, l), SUB(WDOWN, l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
     /* gate_proj, up_proj: one (2F x C) projection. */
@@ -286,6 +295,7 @@ static void block_forward(dt_model *m, int l, int recompute) {
     DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
     dt_fam_narrow(m, v.hmidh, v.hmid, (size_t)BT * F);
     if (recompute) return;
+    dt_unit_need(m, SUB(WDOWN, l), next);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, F, C));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
@@ -304,9 +314,8 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     m->has_targets = targets != NULL;
     dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
     for (int l = 0; l < L; l++) {
-        dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(NORM));
         double tl = dt_trace_begin();
-        block_forward(m, l, 0);
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(NORM));
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
@@ -335,22 +344,29 @@ static void llama_backward(dt_model *m, float scale) {
                                                 a->losses, a->ce_lse, a->dbtc, scale, UNIT(NORM));
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, UNIT(NORM), LAYER(L - 1));
+    dt_unit_need(m, UNIT(NORM), BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, UNIT(NORM));
     DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(NORM, 0), a->dbtc, last, P(NORM, 0), a->rstdf, BT, C));
     dt_unit_grads_end(m, UNIT(NORM));
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
-        dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
         double tl = dt_trace_begin();
-        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
+        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1, -1);
         layer_views v = views(m, l);
-        dt_unit_grads_begin(m, LAYER(l));
+        const int u2 = SUB(WDOWN, l), u1 = SUB(LN2, l), u0 = SUB(LN1, l);
+        dt_unit_need(m, u2, u1);
+        dt_unit_grads_begin(m, u2);
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, F, C));
+        dt_unit_grads_end(m, u2);
         DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig, v.gu, a->dmid, BT, F));
+        dt_unit_need(m, u1, u0);
+        dt_unit_grads_begin(m, u1);
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WGATE), l, NULL, a->dbig, MMIN(ln2), BT, C, 2 * F));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
+        dt_unit_grads_end(m, u1);
+        dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
+        dt_unit_grads_begin(m, u0);
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1, m->opts.compute));
@@ -358,7 +374,7 @@ static void llama_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WQ), l, NULL, a->dbig, MMIN(ln1), BT, C, QW));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        dt_unit_grads_end(m, LAYER(l));
+        dt_unit_grads_end(m, u0);
     }
     dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, dlogits,
                             (dt_mmin){a->lnf, a->lnfh});

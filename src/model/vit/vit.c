@@ -90,12 +90,14 @@ static int vit_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name)                                     \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
-                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0, 0};
+                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0};
     DT_VIT_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)K, (void)T;
     static const int mm[] = {DT_VIT_P_PATCHW, DT_VIT_P_QKVW, DT_VIT_P_PROJW, DT_VIT_P_FC1W, DT_VIT_P_FC2W, DT_VIT_P_HEADW};
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
+    /* sub-layer units (params.h): [norm1, attention] [norm2, fc1] [fc2] */
+    out[DT_VIT_P_LN2W].unit_start = out[DT_VIT_P_FC2W].unit_start = 1;
     return n;
 }
 
@@ -243,6 +245,10 @@ static int vit_correct(const dt_model *m) {
 #define UNIT(id) (m->ps.tensors[DT_VIT_P_##id].unit)
 #define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
 #define ID(id) DT_VIT_P_##id
+/* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
+#define SUB(id, l) dt_fam_unit(m, DT_VIT_P_##id, l)
+/* The unit layer l's backward reads first. */
+#define BWD_FIRST(l) dt_fam_bwd_first(m, l, SUB(LN1W, l), SUB(FC2W, l))
 /* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
 #define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
@@ -272,15 +278,17 @@ static layer_views views(const dt_model *m, int l) {
     return v;
 }
 
-/* Layer l's forward. `recompute` (in the backward): only what the layer dropped, into its
- * working slots; selective keeps qkv and fch (family_impl.h), every mode the layer output. */
-static void block_forward(dt_model *m, int l, int recompute) {
+/* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
+ * `recompute` (in the backward): only what the layer dropped, into its working slots;
+ * selective keeps qkv and fch (family_impl.h), every mode the layer output. */
+static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     const int B = m->B, C = c->d_model, NH = c->n_head, F = c->d_ff, T = n_patches(c) + 1, BT = B * T;
     const size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
     int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* qkv, fch to compute (not kept) */
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
     if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
@@ -288,12 +296,14 @@ static void block_forward(dt_model *m, int l, int recompute) {
     dt_fam_narrow(m, v.attyh, v.atty, btc);
     DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, C, C));
     DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    dt_unit_need(m, SUB(LN2W, l), SUB(FC2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
     if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, F));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * F));
     dt_fam_narrow(m, v.fchgh, v.fchg, (size_t)BT * F);
     if (recompute) return;
+    dt_unit_need(m, SUB(FC2W, l), next);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(fchg), ID(FC2W), l, P(FC2B, l), BT, F, C));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
@@ -347,9 +357,8 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
         for (int i = 0; i < C; i++) dst[i] = src[i] + pos[(size_t)t * C + i];
     }
     for (int l = 0; l < L; l++) {
-        dt_unit_need(m, LAYER(l), l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         double tl = dt_trace_begin();
-        block_forward(m, l, 0);
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     dt_unit_need(m, UNIT(LNFW), -1);
@@ -377,7 +386,7 @@ static void vit_backward(dt_model *m, float scale) {
     m->has_targets = 0;
     float *dlnf = a->dcls, *dclsx = a->dcls + (size_t)B * C;
     DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->labels, scale / (float)B, B, NC, NC));
-    dt_unit_need(m, UNIT(LNFW), LAYER(L - 1));
+    dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, UNIT(LNFW));
     DT_PROF(m, bwd, DT_OP_LMHEAD, dt_fam_mm_backward(m, dlnf, ID(HEADW), 0, G(HEADB, 0), a->logits, (dt_mmin){a->lnf, a->lnfh}, B, C, NC));
     memset(dclsx, 0, (size_t)B * C * sizeof(float));
@@ -388,21 +397,28 @@ static void vit_backward(dt_model *m, float scale) {
     dt_unit_grads_end(m, UNIT(LNFW));
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
-        dt_unit_need(m, LAYER(l), l > 0 ? LAYER(l - 1) : -1);
         double tl = dt_trace_begin();
-        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1);
+        if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1, -1);
         layer_views v = views(m, l);
-        dt_unit_grads_begin(m, LAYER(l));
+        const int u2 = SUB(FC2W, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
+        dt_unit_need(m, u2, u1);
+        dt_unit_grads_begin(m, u2);
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbig, ID(FC2W), l, G(FC2B, l), a->dres, MMIN(fchg), BT, F, C));
+        dt_unit_grads_end(m, u2);
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, BT * F));
+        dt_unit_need(m, u1, u0);
+        dt_unit_grads_begin(m, u1);
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(FC1W), l, G(FC1B, l), a->dbig, MMIN(ln2), BT, C, F));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
+        dt_unit_grads_end(m, u1);
+        dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
+        dt_unit_grads_begin(m, u0);
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(PROJW), l, G(PROJB, l), a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 0, m->opts.compute));
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * C));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        dt_unit_grads_end(m, LAYER(l));
+        dt_unit_grads_end(m, u0);
     }
     dt_unit_grads_begin(m, UNIT(PATCHW));
     /* dres = d(encoded): position and class-token gradients sum over the batch in order;
