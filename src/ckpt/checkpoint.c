@@ -48,6 +48,7 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
     fprintf(f, "  \"loss\": %.9g,\n  \"train_seconds\": %.6f,\n", t->loss, t->train_seconds);
     fprintf(f, "  \"precision\": \"%s\",\n  \"loss_scale\": {\"scale\": %.9g, \"good_steps\": %ld, \"overflows\": %ld},\n",
             t->precision[0] ? t->precision : "fp32", t->loss_scale, t->loss_scale_good, t->overflows);
+    if (t->lora) fprintf(f, "  \"lora_base\": \"xxh3:%016" PRIx64 "\",\n", t->lora_base);
     if (t->has_sampler)
         fprintf(f,
                 "  \"data\": {\"cursor\": \"%" PRIu64 "\", \"seed\": \"%" PRIu64 "\", \"shuffle\": %d, \"seq_len\": %d, "
@@ -110,7 +111,7 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
     const cJSON *strat = cJSON_GetObjectItemCaseSensitive(r, "strategy");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(r, "data");
-    double step, tok, world, mb, acc, T, hyb, loss = 0, secs = 0, v;
+    double step = 0, tok = 0, world = 0, mb = 0, acc = 0, T = 0, hyb = 0, loss = 0, secs = 0, v;
     const char *bad = NULL;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "dtrain-trainer")) bad = "format";
     else if (!j_int(r, "version", 1, 1, &v)) bad = "version";
@@ -137,6 +138,16 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
             out->sampler.shuffle = (int32_t)sh;
             out->sampler.T = (int32_t)dT;
         }
+    }
+    /* LoRA runs: the reference to their frozen base */
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r, "lora_base");
+    unsigned long long lh;
+    char tail;
+    if (cJSON_IsString(lb) && strlen(lb->valuestring) == 21 && sscanf(lb->valuestring, "xxh3:%16llx%c", &lh, &tail) == 1) {
+        out->lora = 1;
+        out->lora_base = (uint64_t)lh;
+    } else if (lb && !bad) {
+        bad = "lora_base";
     }
     if (bad) {
         st = dt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' missing or invalid", path, bad);

@@ -244,6 +244,7 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
             size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
             if (a >= z) continue;
             uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
+            const uint64_t sd = seed ^ ps->seed_salt;
             const float std = t->std;
             const dt_init_kind kind = t->init;
 #pragma omp parallel for schedule(static)
@@ -251,7 +252,7 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
                 size_t i = e - base;
                 float v = 0.0f;
                 switch (kind) {
-                case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(seed, stream, i) : 0.0f; break;
+                case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(sd, stream, i) : 0.0f; break;
                 case DT_INIT_ONES: v = 1.0f; break;
                 case DT_INIT_ZEROS: v = 0.0f; break;
                 }

@@ -74,6 +74,7 @@ typedef struct dt_params {
     size_t *unit_lo, *unit_len; /* each unit's range in the index space */
     float **unit_params, **unit_grads;
     uint16_t **unit_params_lp;  /* 16-bit matmul tensors of unit u, or NULL (model.h) */
+    uint64_t seed_salt;         /* XORed into the init seed (0; LoRA adapters: their own streams) */
     dt_alloc *alloc;
 } dt_params;
 

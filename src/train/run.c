@@ -11,6 +11,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
+#include "model/lora.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "core/log.h"
@@ -69,6 +70,7 @@ typedef struct run_state {
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
+    uint64_t base_hash; /* LoRA: XXH3-64 of the frozen base (checkpoints refer to it) */
 } run_state;
 
 static void run_free(run_state *r) {
@@ -263,6 +265,8 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_r
     tj.loss_scale = r->tr.scaler.scale;
     tj.loss_scale_good = r->tr.scaler.good;
     tj.overflows = r->tr.scaler.overflows;
+    tj.lora = r->tr.model.lora;
+    tj.lora_base = r->base_hash;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
     dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */
@@ -353,6 +357,14 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (tj.has_sampler != (r->sampler != NULL))
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s data.train, this run %s", dir,
                        tj.has_sampler ? "trained on" : "trained without", r->sampler ? "has one" : "has none");
+    if (tj.lora != r->tr.model.lora)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written by a %s run, this run is %s", dir,
+                       tj.lora ? "LoRA (adapters only)" : "full-training", r->tr.model.lora ? "LoRA (lora.rank > 0)" : "not");
+    if (tj.lora && tj.lora_base != r->base_hash)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
+                       "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "
+                       "training.seed of that run", dir, (unsigned long long)tj.lora_base,
+                       (unsigned long long)r->base_hash);
     long gb_old = (long)tj.world * tj.micro_batch * tj.accum, gb = (long)world * t->micro_batch * t->accum;
     if (gb_old != gb)
         dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "
@@ -482,6 +494,30 @@ static dt_status rollback(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_c
     return DT_OK;
 }
 
+/* LoRA: model.init_from is the frozen base, whole on every rank (NF4: quantized from it). */
+static dt_status init_base(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
+    dt_model *m = &r->tr.model;
+    float *full = calloc(dt_lora_full_floats(m), sizeof(float));
+    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
+    dt_model view = *m; /* the family's layout, reading the full copy */
+    view.lora = 0;
+    dt_alloc a;
+    dt_alloc_init(&a);
+    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
+    int n = dt_model_tensors(&m->cfg, table);
+    dt_status st = dt_params_init(ctx, &view.ps, table, n, m->cfg.n_layer, &a, 0);
+    if (st == DT_OK) {
+        view.ps.params = full;
+        st = dt_model_import(ctx, &view, cfg->init_from);
+        view.ps.params = NULL;
+        dt_params_free(&view.ps);
+    }
+    if (st == DT_OK) st = dt_lora_set_base(ctx, m, full);
+    free(full);
+    if (st == DT_OK) dt_log_info(ctx, "frozen base from %s", cfg->init_from);
+    return st;
+}
+
 /* model.init_from: every rank reads the weights and keeps what it holds. */
 static dt_status init_weights(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
     float *full = calloc(r->tr.model.ps.n_params, sizeof(float));
@@ -560,8 +596,20 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     int resumed = 0;
     if (dt_restart_attempt() == 0 && !cfg->ckpt_dir[0])
         dt_log_warn(ctx, "supervised run without checkpoint.dir: a restart after a failure trains again from step 0");
+    if (r.tr.model.lora) { /* the base first: a resume checks its adapters were trained on it */
+        if (save_weights && save_weights[0])
+            DT_CHECK_GOTO(dt_fail(ctx, DT_ERR_CONFIG, "--save-weights: a LoRA run (lora.rank > 0) trains only "
+                                  "adapters; its checkpoints hold them"));
+        if (cfg->init_from[0]) DT_CHECK_GOTO(init_base(ctx, &r, cfg));
+        r.base_hash = dt_lora_base_hash(&r.tr.model);
+        dt_log_info(ctx, "LoRA rank %d, alpha %g, targets %s: %zu trainable parameters; frozen base %s, XXH3 %016llx",
+                    t->model_opts.lora.rank, (double)(t->model_opts.lora.alpha > 0 ? t->model_opts.lora.alpha
+                                                                                   : (float)t->model_opts.lora.rank),
+                    cfg->lora_targets, r.tr.model.ps.n_params, t->model_opts.lora.nf4 ? "nf4" : "fp32",
+                    (unsigned long long)r.base_hash);
+    }
     if (cfg->resume[0]) DT_CHECK_GOTO(resume(ctx, &r, cfg, comm, world, &start, &resumed));
-    if (cfg->init_from[0] && !resumed) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
+    if (cfg->init_from[0] && !resumed && !r.tr.model.lora) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
     DT_CHECK_GOTO(saver_open(ctx, &r, cfg, world, rank));
     DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, rank));
     dt_progress mode;
