@@ -267,6 +267,8 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_r
     tj.overflows = r->tr.scaler.overflows;
     tj.lora = r->tr.model.lora;
     tj.lora_base = r->base_hash;
+    tj.lora_rank = t->model_opts.lora.rank;
+    tj.lora_targets = t->model_opts.lora.targets;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
     dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */
@@ -360,6 +362,13 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (tj.lora != r->tr.model.lora)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: written by a %s run, this run is %s", dir,
                        tj.lora ? "LoRA (adapters only)" : "full-training", r->tr.model.lora ? "LoRA (lora.rank > 0)" : "not");
+    if (tj.lora && (tj.lora_rank != t->model_opts.lora.rank || tj.lora_targets != t->model_opts.lora.targets)) {
+        char a[64], b[64];
+        dt_lora_targets_str(tj.lora_targets, a, sizeof a);
+        dt_lora_targets_str(t->model_opts.lora.targets, b, sizeof b);
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d and lora.targets %s, this run has %d and %s",
+                       dir, tj.lora_rank, a, t->model_opts.lora.rank, b);
+    }
     if (tj.lora && tj.lora_base != r->base_hash)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
                        "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "
