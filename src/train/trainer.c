@@ -86,7 +86,8 @@ static dt_model_opts model_opts(const dt_train_cfg *cfg) {
 }
 
 /* Before anything is allocated: a lower bound of what a rank needs (activations of one
- * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks) against
+ * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks; LoRA:
+ * per adapter parameter, plus the frozen base every rank holds whole) against
  * what this host has free for its ranks. A run that cannot fit fails here in milliseconds,
  * naming the numbers and the keys to change, instead of swapping or being OOM-killed. A
  * lower bound never refuses a run that would fit; the exact plan is `dtrain bench
@@ -99,7 +100,15 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     double psi = (double)dt_model_num_params(&cfg->model);
     dt_model_opts mo = model_opts(cfg);
     double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &mo, cfg->micro_batch, cfg->seq_len);
-    double state = 16.0 * psi / world, need = acts + state, have = avail / local;
+    double state = 16.0 * psi / world;
+    if (mo.lora.rank > 0) { /* LoRA: the adapters' state sharded, plus the whole frozen base */
+        dt_model_config mc = cfg->model;
+        DT_CHECK(dt_model_config_validate(ctx, &mc));
+        size_t b[DT_MEM_NKINDS] = {0};
+        dt_lora_plan(&mc, &mo.lora, b);
+        state = 16.0 * (double)dt_lora_num_params(&mc, &mo.lora) / world + (double)b[DT_MEM_PARAMS];
+    }
+    double need = acts + state, have = avail / local;
     if (need <= have) return DT_OK;
     const double g = 1024.0 * 1024.0 * 1024.0;
     return dt_fail(ctx, DT_ERR_NOMEM,
