@@ -4,7 +4,8 @@
 #    without LoRA, a target the family lacks;
 #  - N ranks vs 1 rank bitwise (losses and the final checkpoint's adapters): DDP 2 and 3
 #    ranks, ZeRO-1, ZeRO-2 and ZeRO-3 on 2 and 3 ranks (uneven shards), bf16 DDP and ZeRO-3,
-#    GPT-2 DDP;
+#    GPT-2 DDP; activation checkpointing (selective, full) bitwise equal to none; eval of a
+#    LoRA checkpoint refused (it holds only adapters);
 #  - bytes on the wire: 2-rank DDP sends exactly 4 bytes per trainable (adapter) parameter
 #    per step plus the 8-byte loss (dtrain bench summary.comm_bytes_step), the count of
 #    trainable parameters being the formula's;
@@ -82,6 +83,17 @@ run gpt2_one2 1 --accum 2 --set model.family=gpt2 --set model.n_kv_head=0 --set 
   --set lora.targets=q,k,v,o,up,down
 run gpt2_ddp2 2 --set model.family=gpt2 --set model.n_kv_head=0 --set model.d_ff=0 --set lora.targets=q,k,v,o,up,down
 check "LoRA GPT-2: 2 ranks DDP vs 1 rank x 2 (bitwise)" gpt2_ddp2 gpt2_one2 0
+for r in selective full; do
+  run ac_$r 1 --accum 2 --set memory.activation_checkpointing=$r
+  check "LoRA: activation checkpointing $r vs none (bitwise)" ac_$r one2 0
+done
+# a LoRA checkpoint is no whole model: eval refuses it in one line
+out=$("$bin" eval "$dir/ck_one2" --data.val x 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q 'a LoRA checkpoint (lora.rank 4) holds only adapters' <<<"$out"; then
+  pass "eval of a LoRA checkpoint refused: $(grep error <<<"$out")"
+else
+  fail "eval of a LoRA checkpoint (rc $rc): $out"
+fi
 # the checkpoint holds the adapters only
 if out=$(/usr/bin/python3 - "$dir/ddp2.st" <<'PY'
 import json, struct, sys
