@@ -5,7 +5,9 @@
 #  - N ranks vs 1 rank bitwise (losses and the final checkpoint's adapters): DDP 2 and 3
 #    ranks, ZeRO-1, ZeRO-2 and ZeRO-3 on 2 and 3 ranks (uneven shards), bf16 DDP and ZeRO-3,
 #    GPT-2 DDP; activation checkpointing (selective, full) bitwise equal to none; eval of a
-#    LoRA checkpoint refused (it holds only adapters);
+#    LoRA checkpoint refused (it holds only adapters); `dtrain ckpt export --peft`: every
+#    adapter under PEFT's name bitwise, adapter_config.json (r, lora_alpha, target_modules);
+#    GPT-2's refused;
 #  - bytes on the wire: 2-rank DDP sends exactly 4 bytes per trainable (adapter) parameter
 #    per step plus the 8-byte loss (dtrain bench summary.comm_bytes_step), the count of
 #    trainable parameters being the formula's;
@@ -104,6 +106,33 @@ assert names and all(".lora_A." in k or ".lora_B." in k for k in names), names
 print("%d tensors, every one lora_A or lora_B" % len(names))
 PY
 ); then pass "LoRA checkpoint: $out"; else fail "LoRA checkpoint: $out"; fi
+
+# PEFT export: every adapter under PEFT's name, bitwise, and adapter_config.json
+"$bin" ckpt export --peft "$dir/ck_one2" "$dir/peft" >"$dir/peft.log" 2>&1 || fail "export --peft: $(tail -2 "$dir/peft.log")"
+if out=$(/usr/bin/python3 - "$dir/ck_one2/$(cat "$dir/ck_one2/latest")/model.safetensors" "$dir/peft" <<'PY'
+import json, os, struct, sys
+import numpy as np
+def st(p):
+    raw = open(p, "rb").read()
+    n, = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["shape"], np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32))
+            for k, v in h.items()}
+ck, pe = st(sys.argv[1]), st(os.path.join(sys.argv[2], "adapter_model.safetensors"))
+assert set(pe) == {"base_model.model." + k for k in ck}, sorted(set(pe) ^ {"base_model.model." + k for k in ck})
+for k, (shape, v) in ck.items():
+    s2, v2 = pe["base_model.model." + k]
+    assert s2 == shape and len(s2) == 2 and np.array_equal(v, v2), k
+    assert (s2[0] == 4) == (".lora_A." in k), (k, s2)
+c = json.load(open(os.path.join(sys.argv[2], "adapter_config.json")))
+assert c["peft_type"] == "LORA" and c["r"] == 4 and c["lora_alpha"] == 8 and c["lora_dropout"] == 0, c
+assert c["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], c
+print("%d tensors under PEFT names, bitwise; r %d, lora_alpha %g, %d target modules" % (len(pe), c["r"], c["lora_alpha"], len(c["target_modules"])))
+PY
+); then pass "export --peft: $out"; else fail "export --peft: $out"; fi
+out=$("$bin" ckpt export --peft "$dir/ck_gpt2_one2" "$dir/peft_gpt2" 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q 'gpt2 adapters have no PEFT layout' <<<"$out" && pass "export --peft of GPT-2 adapters refused: $(grep error <<<"$out")" \
+  || fail "export --peft gpt2 (rc $rc): $out"
 
 # ---- bytes on the wire: 4 bytes per adapter parameter (+ the 8-byte loss)
 P=$(grep -o '[0-9]* trainable parameters' "$dir/one2.log" | cut -d' ' -f1)

@@ -52,8 +52,8 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
     if (t->lora) {
         char tg[64];
         dt_lora_targets_str(t->lora_targets, tg, sizeof tg);
-        fprintf(f, "  \"lora_base\": \"xxh3:%016" PRIx64 "\",\n  \"lora_rank\": %d,\n  \"lora_targets\": \"%s\",\n",
-                t->lora_base, t->lora_rank, tg);
+        fprintf(f, "  \"lora_base\": \"xxh3:%016" PRIx64 "\",\n  \"lora_rank\": %d,\n  \"lora_alpha\": %.9g,\n"
+                "  \"lora_targets\": \"%s\",\n", t->lora_base, t->lora_rank, t->lora_alpha, tg);
     }
     if (t->has_sampler)
         fprintf(f,
@@ -161,6 +161,7 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
         dt_ctx quiet;
         dt_ctx_init(&quiet);
         if (!j_int(r, "lora_rank", 1, 1024, &rk)) bad = "lora_rank";
+        else if (!j_num(r, "lora_alpha", 0, 1e6, &out->lora_alpha)) bad = "lora_alpha";
         else if (!cJSON_IsString(tg) || dt_lora_parse_targets(&quiet, tg->valuestring, &out->lora_targets) != DT_OK)
             bad = "lora_targets";
         else out->lora_rank = (int)rk;

@@ -268,6 +268,7 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_r
     tj.lora = r->tr.model.lora;
     tj.lora_base = r->base_hash;
     tj.lora_rank = t->model_opts.lora.rank;
+    tj.lora_alpha = t->model_opts.lora.alpha > 0.0f ? t->model_opts.lora.alpha : (float)t->model_opts.lora.rank;
     tj.lora_targets = t->model_opts.lora.targets;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
@@ -362,12 +363,14 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (tj.lora != r->tr.model.lora)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: written by a %s run, this run is %s", dir,
                        tj.lora ? "LoRA (adapters only)" : "full-training", r->tr.model.lora ? "LoRA (lora.rank > 0)" : "not");
-    if (tj.lora && (tj.lora_rank != t->model_opts.lora.rank || tj.lora_targets != t->model_opts.lora.targets)) {
+    const double alpha = t->model_opts.lora.alpha > 0.0f ? t->model_opts.lora.alpha : (float)t->model_opts.lora.rank;
+    if (tj.lora && (tj.lora_rank != t->model_opts.lora.rank || tj.lora_targets != t->model_opts.lora.targets ||
+                    (float)tj.lora_alpha != (float)alpha)) {
         char a[64], b[64];
         dt_lora_targets_str(tj.lora_targets, a, sizeof a);
         dt_lora_targets_str(t->model_opts.lora.targets, b, sizeof b);
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d and lora.targets %s, this run has %d and %s",
-                       dir, tj.lora_rank, a, t->model_opts.lora.rank, b);
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d, lora.alpha %g and lora.targets %s, this run "
+                       "has %d, %g and %s", dir, tj.lora_rank, tj.lora_alpha, a, t->model_opts.lora.rank, alpha, b);
     }
     if (tj.lora && tj.lora_base != r->base_hash)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
