@@ -4,8 +4,8 @@
 #    without LoRA, a target the family lacks;
 #  - N ranks vs 1 rank bitwise (losses and the final checkpoint's adapters): DDP 2 and 3
 #    ranks, ZeRO-1, ZeRO-2 and ZeRO-3 on 2 and 3 ranks (uneven shards), bf16 DDP and ZeRO-3,
-#    GPT-2 DDP; activation checkpointing (selective, full) bitwise equal to none; eval of a
-#    LoRA checkpoint refused (it holds only adapters); `dtrain ckpt export --peft`: every
+#    GPT-2 DDP; activation checkpointing (selective, full) bitwise equal to none; eval,
+#    sample, export --hf and model.init_from of a LoRA checkpoint refused (adapters only); `dtrain ckpt export --peft`: every
 #    adapter under PEFT's name bitwise, adapter_config.json (r, lora_alpha, target_modules);
 #    GPT-2's refused;
 #  - bytes on the wire: 2-rank DDP sends exactly 4 bytes per trainable (adapter) parameter
@@ -89,13 +89,16 @@ for r in selective full; do
   run ac_$r 1 --accum 2 --set memory.activation_checkpointing=$r
   check "LoRA: activation checkpointing $r vs none (bitwise)" ac_$r one2 0
 done
-# a LoRA checkpoint is no whole model: eval refuses it in one line
-out=$("$bin" eval "$dir/ck_one2" --data.val x 2>&1); rc=$?
-if [ $rc -ne 0 ] && grep -q 'a LoRA checkpoint (lora.rank 4) holds only adapters' <<<"$out"; then
-  pass "eval of a LoRA checkpoint refused: $(grep error <<<"$out")"
-else
-  fail "eval of a LoRA checkpoint (rc $rc): $out"
-fi
+# a LoRA checkpoint is no whole model: eval, sample, export --hf and model.init_from refuse it
+for cmd in "eval $dir/ck_one2 --data.val x" "sample $dir/ck_one2 --prompt a --max-tokens 2" \
+           "ckpt export --hf $dir/ck_one2 $dir/hfx" "train ${common[*]} --set model.init_from=$dir/ck_one2 --steps 3"; do
+  out=$("$bin" $cmd 2>&1); rc=$?
+  if [ $rc -ne 0 ] && [ "$(grep -c error <<<"$out")" -eq 1 ] && grep -q 'a LoRA checkpoint (lora.rank 4) holds only adapters' <<<"$out"; then
+    pass "${cmd%% *} of a LoRA checkpoint refused: $(grep error <<<"$out" | cut -c1-160)"
+  else
+    fail "${cmd%% *} of a LoRA checkpoint (rc $rc): $out"
+  fi
+done
 # the checkpoint holds the adapters only
 if out=$(/usr/bin/python3 - "$dir/ddp2.st" <<'PY'
 import json, struct, sys
