@@ -1,4 +1,5 @@
 /* LoRA (model/lora.h; ARCHITECTURE decision 49), unit level:
+ *  - the adapter arithmetic bitwise equal on 1 and 3 threads;
  *  - the adapted linear layer (the families' matmul helper) of a fused call (LLaMA's
  *    q|k|v, GPT-2's c_attn with its bias) against a naive double reference written from the
  *    paper, y = x W0^T + s (x A^T) B^T: output, dinp, dA, dB, in fp32 and bf16 (the base GEMM
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "model/family_impl.h"
 #include "model/gpt2/gpt2.h"
@@ -163,6 +165,48 @@ static void test_adapter_branch(void **state) {
         check_branch(lc, DT_LLAMA_P_WDOWN, 48, 0, lowp);
         check_branch(gc, DT_GPT2_P_QKVW, 3 * 48, 1, lowp);  /* thirds of one tensor, with bias */
         check_branch(gc, DT_GPT2_P_FCPROJW, 48, 1, lowp);
+    }
+}
+
+/* The adapter arithmetic gives the same bits on 1 and 3 threads (each output element is one
+ * sum in a fixed order), fp32 and bf16 inputs. */
+static void test_thread_bits(void **state) {
+    (void)state;
+    for (int lowp = 0; lowp <= 1; lowp++) {
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        dt_alloc al;
+        dt_alloc_init(&al);
+        dt_model_config mc = llama_cfg();
+        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {20, 6.0f, 0.0f, ALL, 0}};
+        dt_model m;
+        const int B = 3, T = 16, N = B * T, C = 48, OC = 96;
+        assert_int_equal(dt_model_init_opts(&ctx, &m, &mc, &o, &al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+        tu_fill_uniform(m.ps.params, m.ps.n_params, 0.3f, 5);
+        float *x = tu_malloc((size_t)N * C * sizeof(float)), *dout = tu_malloc((size_t)N * OC * sizeof(float));
+        uint16_t *xh = tu_malloc((size_t)N * C * sizeof(uint16_t));
+        tu_fill_uniform(x, (size_t)N * C, 1.0f, 7);
+        tu_fill_uniform(dout, (size_t)N * OC, 1.0f, 8);
+        dt_to_lowp(DT_BF16, xh, x, (size_t)N * C);
+        float *res[2];
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t ? 3 : 1);
+            float *out = tu_malloc((size_t)N * OC * sizeof(float)), *dinp = tu_malloc((size_t)N * C * sizeof(float));
+            dt_params_zero_grad(&m.ps);
+            dt_lora_mm_forward(&m, out, lowp ? NULL : x, lowp ? xh : NULL, DT_LLAMA_P_WQ, 1, N, C, OC);
+            dt_lora_mm_backward(&m, dinp, dout, lowp ? NULL : x, lowp ? xh : NULL, DT_LLAMA_P_WQ, 1, N, C, OC);
+            res[t] = tu_malloc(((size_t)N * (OC + C) + m.ps.n_params) * sizeof(float));
+            memcpy(res[t], out, (size_t)N * OC * sizeof(float));
+            memcpy(res[t] + (size_t)N * OC, dinp, (size_t)N * C * sizeof(float));
+            memcpy(res[t] + (size_t)N * (OC + C), m.ps.grads, m.ps.n_params * sizeof(float));
+            free(out), free(dinp);
+        }
+        omp_set_num_threads(2);
+        assert_memory_equal(res[0], res[1], ((size_t)N * (OC + C) + m.ps.n_params) * sizeof(float));
+        printf("  adapters (rank 20, q|k|v) %s: out, dinp, dA, dB bitwise equal on 1 and 3 threads\n",
+               lowp ? "bf16" : "fp32");
+        free(res[0]), free(res[1]), free(x), free(dout), free(xh);
+        dt_model_free(&m);
     }
 }
 
@@ -338,7 +382,7 @@ static void test_nf4_equals_dequantized(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_adapter_branch), cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_adapter_branch), cmocka_unit_test(test_thread_bits), cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_frozen_base),    cmocka_unit_test(test_plan_equals_allocator),
         cmocka_unit_test(test_nf4_equals_dequantized),
     };

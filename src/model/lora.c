@@ -368,7 +368,10 @@ int dt_lora_unit(const dt_model *m, int u, int *first) {
 
 /* ------------------------------------------------------------------ adapter arithmetic */
 
-enum { XB = 64 }; /* columns of x widened at a time (mixed precision) */
+/* Blocking of the adapter loops: columns of x widened at a time (mixed precision), ranks and
+ * output rows per accumulator block. Each output element is still one sum in ascending order
+ * of its index (c, j, n or k), whatever the blocks and threads. */
+enum { XB = 64, KB = 16, JB = 8 };
 
 /* x[n, c0 .. c0 + len) in fp32: a pointer into xf, or widened from xh into tmp. */
 static inline const float *xseg(const dt_model *m, const float *xf, const uint16_t *xh, int n, int C, int c0,
@@ -454,53 +457,74 @@ void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const floa
         const int rows = (int)m->sites[i].rows;
         float *u = m->lora_u, *du = m->lora_du;
         x_at(m, u, xf, xh, A, N, C, r); /* recomputed: not kept from the forward */
-        /* dB[j, k] += s sum_n g[n, j] u[n, k] */
+        /* dB[j, k] += s sum_n g[n, j] u[n, k]: JB output rows at a time (dout read by rows) */
+        int nj = (rows + JB - 1) / JB;
 #pragma omp parallel for schedule(static)
-        for (int j = 0; j < rows; j++) {
-            for (int k = 0; k < r; k++) {
-                float acc = 0.0f;
-                for (int n = 0; n < N; n++) acc += dout[(size_t)n * OC + col + j] * u[(size_t)n * r + k];
-                dB[(size_t)j * r + k] += s * acc;
+        for (int jb = 0; jb < nj; jb++) {
+            int j0 = jb * JB, nr = rows - j0 < JB ? rows - j0 : JB;
+            for (int k0 = 0; k0 < r; k0 += KB) {
+                int nk = r - k0 < KB ? r - k0 : KB;
+                float acc[JB * KB] = {0};
+                for (int n = 0; n < N; n++) {
+                    const float *g = dout + (size_t)n * OC + col + j0, *un = u + (size_t)n * r + k0;
+                    for (int j = 0; j < nr; j++)
+                        for (int k = 0; k < nk; k++) acc[j * KB + k] += g[j] * un[k];
+                }
+                for (int j = 0; j < nr; j++)
+                    for (int k = 0; k < nk; k++) dB[(size_t)(j0 + j) * r + k0 + k] += s * acc[j * KB + k];
             }
         }
         /* du[n, k] = s sum_j g[n, j] B[j, k] */
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
             const float *g = dout + (size_t)n * OC + col;
-            for (int k = 0; k < r; k++) {
-                float acc = 0.0f;
-                for (int j = 0; j < rows; j++) acc += g[j] * Bm[(size_t)j * r + k];
-                du[(size_t)n * r + k] = s * acc;
+            float *dn = du + (size_t)n * r;
+            for (int k = 0; k < r; k++) dn[k] = 0.0f;
+            for (int j = 0; j < rows; j++) {
+                const float gj = g[j], *b = Bm + (size_t)j * r;
+                for (int k = 0; k < r; k++) dn[k] += gj * b[k];
             }
+            for (int k = 0; k < r; k++) dn[k] *= s;
         }
-        /* dA[k, c] += sum_n du[n, k] x[n, c], by blocks of XB columns */
+        /* dA[k, c] += sum_n du[n, k] x[n, c]: blocks of XB columns x KB ranks, x widened once
+         * per row and block */
         int nblk = (C + XB - 1) / XB;
 #pragma omp parallel for schedule(static)
         for (int bi = 0; bi < nblk; bi++) {
             int c0 = bi * XB, len = C - c0 < XB ? C - c0 : XB;
             float tmp[XB];
-            for (int k = 0; k < r; k++) {
-                float acc[XB];
-                for (int c = 0; c < len; c++) acc[c] = 0.0f;
+            for (int k0 = 0; k0 < r; k0 += KB) {
+                int nk = r - k0 < KB ? r - k0 : KB;
+                float acc[KB * XB] = {0};
                 for (int n = 0; n < N; n++) {
                     const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp);
-                    const float d = du[(size_t)n * r + k];
-                    for (int c = 0; c < len; c++) acc[c] += d * xs[c];
+                    const float *dn = du + (size_t)n * r + k0;
+                    for (int k = 0; k < nk; k++) {
+                        const float d = dn[k];
+                        float *a = acc + k * XB;
+                        for (int c = 0; c < len; c++) a[c] += d * xs[c];
+                    }
                 }
-                float *da = dA + (size_t)k * C + c0;
-                for (int c = 0; c < len; c++) da[c] += acc[c];
+                for (int k = 0; k < nk; k++) {
+                    float *da = dA + (size_t)(k0 + k) * C + c0;
+                    for (int c = 0; c < len; c++) da[c] += acc[k * XB + c];
+                }
             }
         }
         if (!dinp) continue;
-        /* dinp[n, c] += sum_k du[n, k] A[k, c] */
+        /* dinp[n, c] += sum_k du[n, k] A[k, c]: the sum formed apart, then added */
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
             float *d = dinp + (size_t)n * C;
             const float *dn = du + (size_t)n * r;
-            for (int c = 0; c < C; c++) {
-                float acc = 0.0f;
-                for (int k = 0; k < r; k++) acc += dn[k] * A[(size_t)k * C + c];
-                d[c] += acc;
+            for (int c0 = 0; c0 < C; c0 += XB) {
+                int len = C - c0 < XB ? C - c0 : XB;
+                float acc[XB] = {0};
+                for (int k = 0; k < r; k++) {
+                    const float dk = dn[k], *a = A + (size_t)k * C + c0;
+                    for (int c = 0; c < len; c++) acc[c] += dk * a[c];
+                }
+                for (int c = 0; c < len; c++) d[c0 + c] += acc[c];
             }
         }
     }
