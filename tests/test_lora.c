@@ -58,7 +58,7 @@ static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int 
     dt_ctx_init(&ctx);
     dt_alloc al;
     dt_alloc_init(&al);
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {3, 6.0f, 0.0f, ALL, 0}};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {3, 6.0f, 0.0f, ALL, 0, 0}};
     if (!strcmp(mc.family, "gpt2")) o.lora.targets &= ~(1u << DT_LORA_GATE);
     dt_model m;
     const int B = 2, T = 5, N = B * T, l = 1;
@@ -178,7 +178,7 @@ static void test_thread_bits(void **state) {
         dt_alloc al;
         dt_alloc_init(&al);
         dt_model_config mc = llama_cfg();
-        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {20, 6.0f, 0.0f, ALL, 0}};
+        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {20, 6.0f, 0.0f, ALL, 0, 0}};
         dt_model m;
         const int B = 3, T = 16, N = B * T, C = 48, OC = 96;
         assert_int_equal(dt_model_init_opts(&ctx, &m, &mc, &o, &al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
@@ -230,7 +230,7 @@ static void test_bad_config(void **state) {
     assert_non_null(strstr(ctx.err, "lora.targets")), assert_non_null(strstr(ctx.err, "'qk'"));
     assert_int_not_equal(dt_lora_parse_targets(&ctx, "", &t), DT_OK);
     assert_non_null(strstr(ctx.err, "lora.targets"));
-    const dt_lora_cfg ok = {4, 8.0f, 0.0f, 1u << DT_LORA_Q, 0};
+    const dt_lora_cfg ok = {4, 8.0f, 0.0f, 1u << DT_LORA_Q, 0, 0};
     dt_lora_cfg b = ok;
     b.rank = -1;
     expect_refused(llama_cfg(), b, "lora.rank");
@@ -265,7 +265,7 @@ static dt_train_cfg lora_train(dt_model_config mc, int nf4, dt_dtype prec, dt_st
     c.steps = 4;
     c.sched.lr = 1e-2f;
     c.model_opts.compute = prec;
-    c.model_opts.lora = (dt_lora_cfg){4, 8.0f, 0.0f, (1u << DT_LORA_Q) | (1u << DT_LORA_V) | (1u << DT_LORA_DOWN), nf4};
+    c.model_opts.lora = (dt_lora_cfg){4, 8.0f, 0.0f, (1u << DT_LORA_Q) | (1u << DT_LORA_V) | (1u << DT_LORA_DOWN), nf4, 0};
     c.parallel.strategy = strat;
     return c;
 }
@@ -283,6 +283,20 @@ static void test_frozen_base(void **state) {
         /* per layer: q (4x48 + 48x4), v (4x48 + 24x4), down (4x72 + 48x4) */
         assert_int_equal(m->ps.n_params, 2 * (384 + 288 + 480));
         assert_true(m->ps.n_units == 2 && m->ps.n_pre_units == 0);
+        /* initial adapters: lora_B zeros, lora_A of standard deviation 1/sqrt(in) */
+        for (int id = 0; id < m->ps.n_tensors; id++) {
+            const dt_tensor_info *t = &m->ps.tensors[id];
+            double ss = 0;
+            size_t n = t->rows * t->cols;
+            for (int l = 0; l < 2; l++)
+                for (size_t i = 0; i < n; i++) {
+                    double v = dt_params_tensor(&m->ps, m->ps.params, id, l)[i];
+                    ss += v * v;
+                }
+            double sd = sqrt(ss / (2.0 * (double)n));
+            if (id % 2) assert_true(ss == 0.0);
+            else assert_true(fabs(sd * sqrt((double)t->cols) - 1.0) < 0.1);
+        }
         float *before = tu_malloc(m->base.n_params * sizeof(float));
         memcpy(before, m->base.params, m->base.n_params * sizeof(float));
         uint64_t h0 = dt_lora_base_hash(m);
@@ -347,7 +361,7 @@ static void test_nf4_equals_dequantized(void **state) {
     dt_model q, f;
     dt_alloc aq, af;
     dt_alloc_init(&aq), dt_alloc_init(&af);
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 8.0f, 0.0f, ALL, 1}};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 8.0f, 0.0f, ALL, 1, 0}};
     assert_int_equal(dt_model_init_opts(&ctx, &q, &mc, &o, &aq, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
     o.lora.nf4 = 0;
     assert_int_equal(dt_model_init_opts(&ctx, &f, &mc, &o, &af, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);

@@ -15,6 +15,7 @@
 #    resume bit-exact (LoRA and QLoRA: stop at step 10, resume to 20, equal to the
 #    uninterrupted run); resuming on another base is refused naming the checkpoint's
 #    trainer.json;
+#  - every run's memory plan equals its allocator high-water (rank 0);
 #  - QLoRA on real text (the fortunes corpus, byte tokens): a small LLaMA pre-trained 60 steps,
 #    then fine-tuned 150 steps with LoRA rank 8 on q,k,v,o,gate,up,down over an fp32 base and
 #    over its NF4 quantization: QLoRA's loss decreases (mean of the last 10 steps below the
@@ -214,6 +215,21 @@ sys.exit(0 if q1 <= 0.97 * q0 and rel <= 0.03 else 1)
 PY
   ); then pass "QLoRA on fortunes: $out"; else fail "QLoRA on fortunes: $out"; fi
 fi
+
+# every run above logged rank 0's allocator high-water beside the memory plan: equal
+if out=$(/usr/bin/python3 - "$dir" <<'PY'
+import glob, re, sys
+n, bad = 0, []
+for f in sorted(glob.glob(sys.argv[1] + "/*.log")):
+    for m in re.finditer(r"memory high-water: allocator=(\d+) plan=(\d+)", open(f, errors="replace").read()):
+        n += 1
+        if m.group(1) != m.group(2):
+            bad.append("%s: %s != %s" % (f, m.group(1), m.group(2)))
+print("%d LoRA/QLoRA runs (1-3 ranks, DDP, ZeRO-1/2/3, bf16, nf4, checkpointing): plan == allocator%s"
+      % (n, "; " + "; ".join(bad) if bad else ""))
+sys.exit(0 if n >= 20 and not bad else 1)
+PY
+); then pass "memory: $out"; else fail "memory: $out"; fi
 
 echo "test_lora: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

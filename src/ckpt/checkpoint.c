@@ -255,7 +255,7 @@ static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file 
     for (int i = 0; i < dt_st_count(f); i++) have += dt_st_at(f, i)->nbytes / 4;
     size_t want = dt_model_num_params(&c);
     if (tj->lora) { /* a LoRA run's file holds its adapters */
-        dt_lora_cfg lora = {tj->lora_rank, 0.0f, 0.0f, tj->lora_targets, 0};
+        dt_lora_cfg lora = {tj->lora_rank, 0.0f, 0.0f, tj->lora_targets, 0, 0};
         st = dt_model_config_validate(ctx, &c);
         if (st == DT_OK) st = dt_lora_validate(ctx, &c, &lora);
         if (st != DT_OK) {

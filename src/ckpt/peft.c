@@ -48,7 +48,7 @@ dt_status dt_peft_export(dt_ctx *ctx, const char *src, const char *out_dir) {
     char tok[32];
     DT_CHECK(dt_model_file_config(ctx, path, &c, tok, sizeof tok));
     DT_CHECK(dt_model_config_validate(ctx, &c));
-    dt_lora_cfg lora = {tj.lora_rank, (float)tj.lora_alpha, 0.0f, tj.lora_targets, 0};
+    dt_lora_cfg lora = {tj.lora_rank, (float)tj.lora_alpha, 0.0f, tj.lora_targets, 0, 0};
     DT_CHECK(dt_lora_validate(ctx, &c, &lora));
     if (!peft_module(c.family, 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s adapters have no PEFT layout (gpt2's q, k, v adapt row blocks of "

@@ -3,8 +3,8 @@
  * A LoRA model (dt_model_opts.lora.rank > 0) has two parameter stores: `base`, the family's
  * own table, frozen (a params slab only: no gradients, no optimizer state, never sharded or
  * communicated), and `ps`, the adapters: per layer and targeted sub-projection W (rows
- * [row0, row0 + rows) of a base matmul weight, out x in) a pair lora_A (rank x in, drawn from
- * N(0, 1/in)) and lora_B (rows x rank, zeros). Every strategy, the optimizer and checkpoints
+ * [row0, row0 + rows) of a base matmul weight, out x in) a pair lora_A (rank x in, normal with
+ * standard deviation 1/sqrt(in)) and lora_B (rows x rank, zeros). Every strategy, the optimizer and checkpoints
  * see only `ps`. The adapted linear layer computes
  *     y = x W^T + s (x A^T) B^T,   s = alpha / rank,
  * and its backward dx = dy W + s (dy B) A, dB += s dy^T (x A^T), dA += (s dy B)^T x; x A^T is

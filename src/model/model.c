@@ -240,7 +240,7 @@ void dt_model_init_weights(dt_model *m, uint64_t seed) {
 }
 
 void dt_model_init_base(dt_model *m, uint64_t seed) {
-    if (!m->lora) return;
+    if (!m->lora || m->opts.lora.base_external) return; /* a file's base comes later (lora.h) */
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     /* drawn values are finite: quantizing them cannot fail */

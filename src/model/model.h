@@ -124,6 +124,7 @@ typedef struct dt_lora_cfg {
     float dropout;    /* only 0 (refused otherwise) */
     unsigned targets; /* 1 << dt_lora_target */
     int nf4;          /* QLoRA: the base's layer matmul weights stored as NF4 */
+    int base_external; /* the base is loaded after init (model.init_from): not drawn from the seed */
 } dt_lora_cfg;
 typedef struct dt_model_opts {
     dt_recompute recompute;

@@ -406,6 +406,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
                                                                    : DT_RECOMPUTE_NONE;
     DT_CHECK(dt_lora_parse_targets(ctx, c->lora_targets, &t->model_opts.lora.targets));
     t->model_opts.lora.nf4 = !strcmp(c->lora_base, "nf4");
+    t->model_opts.lora.base_external = c->init_from[0] != 0; /* run.c loads it: not drawn first */
     if (c->prometheus_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
     if (c->spike_rollback < 0 || c->spike_rollback > 1000)
