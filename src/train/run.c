@@ -11,6 +11,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
+#include "ckpt/lora_base.h"
 #include "model/lora.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -509,6 +510,13 @@ static dt_status rollback(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_c
 /* LoRA: model.init_from is the frozen base, whole on every rank (NF4: quantized from it). */
 static dt_status init_base(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
     dt_model *m = &r->tr.model;
+    int done; /* a dtrain model file: tensor by tensor (no full fp32 copy) */
+    DT_CHECK(dt_lora_base_stream(ctx, m, cfg->init_from, &done));
+    if (done) {
+        dt_log_info(ctx, "frozen base from %s (read tensor by tensor)", cfg->init_from);
+        return DT_OK;
+    }
+    /* other formats (Hugging Face, llm.c): the whole model imported once, then set */
     float *full = calloc(dt_lora_full_floats(m), sizeof(float));
     if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
     dt_model view = *m; /* the family's layout, reading the full copy */
