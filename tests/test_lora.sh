@@ -13,7 +13,7 @@
 #    trainable parameters being the formula's;
 #  - fine-tuning a saved model (model.init_from): the frozen base's checksum is in trainer.json;
 #    resume bit-exact (LoRA and QLoRA: stop at step 10, resume to 20, equal to the
-#    uninterrupted run); resuming on another base is refused naming the checkpoint's
+#    uninterrupted run); the same base from a Hugging Face directory gives the same bits; resuming on another base is refused naming the checkpoint's
 #    trainer.json;
 #  - every run's memory plan equals its allocator high-water (rank 0);
 #  - QLoRA on real text (the fortunes corpus, byte tokens): a small LLaMA pre-trained 60 steps,
@@ -174,6 +174,18 @@ for b in fp32 nf4; do
     || fail "$b base: no lora_base in trainer.json"
   check "LoRA ($b base from model.init_from): stopped at 10, resumed to 20 vs uninterrupted (bitwise)" res_$b full_$b 0
 done
+# the same base as a Hugging Face directory (imported whole, then set): the same run, bitwise
+"$bin" ckpt export --hf "$dir/base1.st" "$dir/base1_hf" >"$dir/hfexp.log" 2>&1 || fail "export --hf: $(tail -2 "$dir/hfexp.log")"
+for b in fp32 nf4; do
+  "$bin" train "${ft[@]}" --set model.init_from="$dir/base1_hf" --set lora.base_dtype=$b --steps 20 \
+    --set logging.metrics="$dir/hf_$b.jsonl" --set checkpoint.dir="$dir/ckh_$b" >"$dir/hf_$b.log" 2>&1 \
+    || fail "fine-tune from HF $b: $(tail -2 "$dir/hf_$b.log")"
+  cp "$dir/ckh_$b/step-00000020/model.safetensors" "$dir/hf_$b.st"
+  check "LoRA ($b base): the base from a Hugging Face directory vs the dtrain file (bitwise)" hf_$b full_$b 0
+done
+grep -q "read tensor by tensor" "$dir/full_nf4.log" && ! grep -q "read tensor by tensor" "$dir/hf_nf4.log" \
+  && pass "the dtrain file's base is read tensor by tensor, the HF directory's imported whole" \
+  || fail "base load paths: $(grep 'frozen base' "$dir/full_nf4.log" "$dir/hf_nf4.log")"
 out=$("$bin" train "${ft[@]}" --set model.init_from="$dir/base2.st" --steps 20 --set checkpoint.dir="$dir/ckr_fp32" \
   --resume "$dir/ckr_fp32/step-00000010" 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -q 'ckr_fp32/step-00000010/trainer.json: its adapters were trained on another base' <<<"$out"; then
