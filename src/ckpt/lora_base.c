@@ -2,14 +2,17 @@
 #include "ckpt/lora_base.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/hf_import.h"
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
 #include "ckpt/safetensors.h"
+#include "core/log.h"
 #include "model/lora.h"
 #include "ops/ops.h"
 
@@ -81,4 +84,56 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
     dt_st_close(f);
     if (st == DT_OK) *done = 1;
     return st;
+}
+
+dt_status dt_lora_base_load(dt_ctx *ctx, dt_model *m, const char *path) {
+    int done;
+    DT_CHECK(dt_lora_base_stream(ctx, m, path, &done));
+    if (done) {
+        dt_log_info(ctx, "frozen base from %s (read tensor by tensor)", path);
+        return DT_OK;
+    }
+    /* other formats (Hugging Face, llm.c): the whole model imported once, then set */
+    float *full = calloc(dt_lora_full_floats(m), sizeof(float));
+    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
+    dt_model view = *m; /* the family's layout, reading the full copy */
+    view.lora = 0;
+    dt_alloc a;
+    dt_alloc_init(&a);
+    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
+    int n = dt_model_tensors(&m->cfg, table);
+    dt_status st = dt_params_init(ctx, &view.ps, table, n, m->cfg.n_layer, &a, 0);
+    if (st == DT_OK) {
+        view.ps.params = full;
+        st = dt_model_import(ctx, &view, path);
+        view.ps.params = NULL;
+        dt_params_free(&view.ps);
+    }
+    if (st == DT_OK) st = dt_lora_set_base(ctx, m, full);
+    free(full);
+    if (st == DT_OK) dt_log_info(ctx, "frozen base from %s", path);
+    return st;
+}
+
+dt_status dt_lora_check_resume(dt_ctx *ctx, const char *dir, const dt_ckpt_trainer *tj, const dt_model *m,
+                               uint64_t base_hash) {
+    const dt_lora_cfg *lo = &m->opts.lora;
+    if (tj->lora != m->lora)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written by a %s run, this run is %s", dir,
+                       tj->lora ? "LoRA (adapters only)" : "full-training", m->lora ? "LoRA (lora.rank > 0)" : "not");
+    if (!m->lora) return DT_OK;
+    const double alpha = lo->alpha > 0.0f ? lo->alpha : (float)lo->rank;
+    if (tj->lora_rank != lo->rank || tj->lora_targets != lo->targets || (float)tj->lora_alpha != (float)alpha) {
+        char a[64], b[64];
+        dt_lora_targets_str(tj->lora_targets, a, sizeof a);
+        dt_lora_targets_str(lo->targets, b, sizeof b);
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d, lora.alpha %g and lora.targets %s, this run "
+                       "has %d, %g and %s", dir, tj->lora_rank, tj->lora_alpha, a, lo->rank, alpha, b);
+    }
+    if (tj->lora_base != base_hash)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
+                       "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "
+                       "training.seed of that run", dir, (unsigned long long)tj->lora_base,
+                       (unsigned long long)base_hash);
+    return DT_OK;
 }

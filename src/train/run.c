@@ -361,23 +361,7 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (tj.has_sampler != (r->sampler != NULL))
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s data.train, this run %s", dir,
                        tj.has_sampler ? "trained on" : "trained without", r->sampler ? "has one" : "has none");
-    if (tj.lora != r->tr.model.lora)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written by a %s run, this run is %s", dir,
-                       tj.lora ? "LoRA (adapters only)" : "full-training", r->tr.model.lora ? "LoRA (lora.rank > 0)" : "not");
-    const double alpha = t->model_opts.lora.alpha > 0.0f ? t->model_opts.lora.alpha : (float)t->model_opts.lora.rank;
-    if (tj.lora && (tj.lora_rank != t->model_opts.lora.rank || tj.lora_targets != t->model_opts.lora.targets ||
-                    (float)tj.lora_alpha != (float)alpha)) {
-        char a[64], b[64];
-        dt_lora_targets_str(tj.lora_targets, a, sizeof a);
-        dt_lora_targets_str(t->model_opts.lora.targets, b, sizeof b);
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d, lora.alpha %g and lora.targets %s, this run "
-                       "has %d, %g and %s", dir, tj.lora_rank, tj.lora_alpha, a, t->model_opts.lora.rank, alpha, b);
-    }
-    if (tj.lora && tj.lora_base != r->base_hash)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
-                       "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "
-                       "training.seed of that run", dir, (unsigned long long)tj.lora_base,
-                       (unsigned long long)r->base_hash);
+    DT_CHECK(dt_lora_check_resume(ctx, dir, &tj, &r->tr.model, r->base_hash)); /* LoRA: the same base, rank, targets */
     long gb_old = (long)tj.world * tj.micro_batch * tj.accum, gb = (long)world * t->micro_batch * t->accum;
     if (gb_old != gb)
         dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "
@@ -507,37 +491,6 @@ static dt_status rollback(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_c
     return DT_OK;
 }
 
-/* LoRA: model.init_from is the frozen base, whole on every rank (NF4: quantized from it). */
-static dt_status init_base(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
-    dt_model *m = &r->tr.model;
-    int done; /* a dtrain model file: tensor by tensor (no full fp32 copy) */
-    DT_CHECK(dt_lora_base_stream(ctx, m, cfg->init_from, &done));
-    if (done) {
-        dt_log_info(ctx, "frozen base from %s (read tensor by tensor)", cfg->init_from);
-        return DT_OK;
-    }
-    /* other formats (Hugging Face, llm.c): the whole model imported once, then set */
-    float *full = calloc(dt_lora_full_floats(m), sizeof(float));
-    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
-    dt_model view = *m; /* the family's layout, reading the full copy */
-    view.lora = 0;
-    dt_alloc a;
-    dt_alloc_init(&a);
-    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
-    int n = dt_model_tensors(&m->cfg, table);
-    dt_status st = dt_params_init(ctx, &view.ps, table, n, m->cfg.n_layer, &a, 0);
-    if (st == DT_OK) {
-        view.ps.params = full;
-        st = dt_model_import(ctx, &view, cfg->init_from);
-        view.ps.params = NULL;
-        dt_params_free(&view.ps);
-    }
-    if (st == DT_OK) st = dt_lora_set_base(ctx, m, full);
-    free(full);
-    if (st == DT_OK) dt_log_info(ctx, "frozen base from %s", cfg->init_from);
-    return st;
-}
-
 /* model.init_from: every rank reads the weights and keeps what it holds. */
 static dt_status init_weights(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
     float *full = calloc(r->tr.model.ps.n_params, sizeof(float));
@@ -620,7 +573,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         if (save_weights && save_weights[0])
             DT_CHECK_GOTO(dt_fail(ctx, DT_ERR_CONFIG, "--save-weights: a LoRA run (lora.rank > 0) trains only "
                                   "adapters; its checkpoints hold them"));
-        if (cfg->init_from[0]) DT_CHECK_GOTO(init_base(ctx, &r, cfg));
+        if (cfg->init_from[0]) DT_CHECK_GOTO(dt_lora_base_load(ctx, &r.tr.model, cfg->init_from));
         r.base_hash = dt_lora_base_hash(&r.tr.model);
         dt_log_info(ctx, "LoRA rank %d, alpha %g, targets %s: %zu trainable parameters; frozen base %s, XXH3 %016llx",
                     t->model_opts.lora.rank, (double)(t->model_opts.lora.alpha > 0 ? t->model_opts.lora.alpha
