@@ -245,6 +245,19 @@ static void test_bad_config(void **state) {
     dt_model_config vit;
     assert_int_equal(dt_model_preset(&ctx, "vit-tiny", &vit), DT_OK);
     expect_refused(vit, ok, "lora.rank");
+    /* FLOPs per token: 4 N for the frozen base (forward and dinp), 6 per adapter parameter,
+     * the attention's 12 L T C as before (llama_flops_per_token's N) */
+    {
+        dt_model_config lc = llama_cfg();
+        assert_int_equal(dt_model_config_validate(&ctx, &lc), DT_OK);
+        const double C = 48, L = 2, T = 16, F = 72, q = 48, kv = 24, V = 300;
+        double n = L * (C * (q + 2 * kv) + q * C + 3 * C * F + 2 * C) + C + V * C;
+        double want = 4 * n + 12 * L * T * C + 6.0 * (double)dt_lora_num_params(&lc, &ok);
+        assert_true(fabs(dt_lora_flops_per_token(&lc, &ok, 16) - want) <= 1e-9 * want);
+        dt_lora_cfg off = ok;
+        off.rank = 0;
+        assert_true(dt_lora_flops_per_token(&lc, &off, 16) == dt_model_flops_per_token(&lc, 16));
+    }
     /* the trainer refuses the same before allocating */
     dt_train_cfg c;
     dt_train_cfg_defaults(&c);

@@ -148,6 +148,13 @@ size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora) {
     return s * (size_t)c->n_layer;
 }
 
+double dt_lora_flops_per_token(const dt_model_config *c, const dt_lora_cfg *lora, int T) {
+    double f = dt_model_flops_per_token(c, T);
+    if (!lora || lora->rank <= 0) return f;
+    /* flops at T = 0 are the 6 N part (the attention term grows with T) */
+    return f - dt_model_flops_per_token(c, 0) / 3.0 + 6.0 * (double)dt_lora_num_params(c, lora);
+}
+
 /* The adapters' activations at base (NULL: only count); returns their floats. */
 static size_t lora_acts(const dt_model_config *c, const dt_lora_cfg *lora, int B, int T, float *base, float **u,
                         float **du, float **mm) {

@@ -37,6 +37,10 @@ dt_status dt_lora_adapters_init(dt_ctx *ctx, dt_params *ps, const dt_model_confi
                                 dt_alloc *alloc, int slabs);
 /* Trainable adapter parameters of c (what ps holds). */
 size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora);
+/* Training FLOPs per token of a LoRA run (6 N + attention without LoRA, model.h): the frozen
+ * base's matmuls run forward and dinp only (4 N instead of 6 N: no weight gradients), the
+ * adapters 6 per trainable parameter, the attention as before. Without LoRA: the model's. */
+double dt_lora_flops_per_token(const dt_model_config *c, const dt_lora_cfg *lora, int T);
 /* Activation floats the adapters add for micro-batch B x T (0 without LoRA). */
 size_t dt_lora_act_floats(const dt_model_config *c, const dt_lora_cfg *lora, int B, int T);
 /* Bytes a LoRA model allocates besides its two stores' layouts and the adapters' slabs, by

@@ -639,7 +639,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_trace_enable(dt_now());
     }
     double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world;
-    double fpt = dt_model_flops_per_token(mc, t->seq_len);
+    double fpt = dt_lora_flops_per_token(mc, &t->model_opts.lora, t->seq_len); /* LoRA: no base dW */
     int preempted = 0;
     for (long s = start + 1; s <= t->steps; s++) {
         dt_step_stats ss;
