@@ -310,6 +310,14 @@ static void test_frozen_base(void **state) {
             if (id % 2) assert_true(ss == 0.0);
             else assert_true(fabs(sd * sqrt((double)t->cols) - 1.0) < 0.1);
         }
+        /* AdamW: every adapter value decays (optimizer.weight_decay; both are matrices) */
+        dt_param_segment *seg;
+        int nseg;
+        assert_int_equal(dt_params_segments(&ctx, &m->ps, &seg, &nseg), DT_OK);
+        size_t covered = 0;
+        for (int i = 0; i < nseg; i++) assert_true(seg[i].decay == 1), covered += seg[i].len;
+        assert_int_equal(covered, m->ps.n_params);
+        free(seg);
         float *before = tu_malloc(m->base.n_params * sizeof(float));
         memcpy(before, m->base.params, m->base.n_params * sizeof(float));
         uint64_t h0 = dt_lora_base_hash(m);
