@@ -397,6 +397,10 @@ static void test_nf4_equals_dequantized(void **state) {
     /* NF4 memory: the quantized tensors (every layer matmul) take no fp32 room */
     assert_int_equal(nq, 2 * (48 * 96 + 48 * 48 + 3 * 48 * 72));
     assert_int_equal(q.base.n_params, f.base.n_params - nq);
+    /* the NF4 base keeps the fp32 base's vocabulary chunks (not ones of its tiny layer blocks) */
+    for (int id = 0; id < f.base.n_tensors; id++)
+        if (!dt_lora_nf4(&q, id, 0)) assert_int_equal(dt_params_chunks(&q.base, id), dt_params_chunks(&f.base, id));
+    assert_true(dt_params_chunks(&f.base, DT_LLAMA_P_EMBED) > 1);
     tu_fill_uniform(q.ps.params, q.ps.n_params, 0.2f, 9);
     memcpy(f.ps.params, q.ps.params, q.ps.n_params * sizeof(float));
     int32_t in[16], tg[16];

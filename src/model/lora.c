@@ -135,9 +135,12 @@ dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config 
                             dt_alloc *alloc, int slabs) {
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
     int n = dt_model_tensors(c, t);
+    size_t layer = 0; /* the full layout's layer block: the vocabulary chunks stay its */
+    for (int i = 0; i < n; i++)
+        if (t[i].group == DT_PG_LAYER) layer += t[i].rows * t[i].cols;
     for (int i = 0; i < n; i++)
         if (quantized(&t[i], lora)) t[i].rows = t[i].file_rows = 0; /* held as NF4 outside the slab */
-    return dt_params_init(ctx, base, t, n, c->n_layer, alloc, slabs);
+    return dt_params_init_cap(ctx, base, t, n, c->n_layer, alloc, slabs, layer);
 }
 
 size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora) {

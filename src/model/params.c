@@ -40,7 +40,7 @@ static void layout(dt_params *ps) {
 
 /* Rows per chunk of a vocabulary tensor: the fewest chunks of at most one layer block. */
 static size_t chunk_rows(const dt_params *ps, const dt_tensor_info *t) {
-    size_t cap = ps->layer_floats > 0 ? ps->layer_floats : 1, len = t->rows * t->cols;
+    size_t cap = ps->chunk_cap ? ps->chunk_cap : ps->layer_floats > 0 ? ps->layer_floats : 1, len = t->rows * t->cols;
     if (!t->vocab || t->group == DT_PG_LAYER || len <= cap) return t->rows;
     size_t k = (len + cap - 1) / cap;
     return (t->rows + k - 1) / k;
@@ -134,7 +134,13 @@ static size_t unit_bytes(const dt_params *ps) {
 
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
                          int n_layer, dt_alloc *alloc, int slabs) {
+    return dt_params_init_cap(ctx, ps, table, n, n_layer, alloc, slabs, 0);
+}
+
+dt_status dt_params_init_cap(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
+                             int n_layer, dt_alloc *alloc, int slabs, size_t chunk_cap) {
     memset(ps, 0, sizeof *ps);
+    ps->chunk_cap = chunk_cap;
     ps->alloc = alloc;
     ps->n_layer = n_layer;
     ps->n_tensors = n;

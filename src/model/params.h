@@ -75,6 +75,7 @@ typedef struct dt_params {
     float **unit_params, **unit_grads;
     uint16_t **unit_params_lp;  /* 16-bit matmul tensors of unit u, or NULL (model.h) */
     uint64_t seed_salt;         /* XORed into the init seed (0; LoRA adapters: their own streams) */
+    size_t chunk_cap;           /* elements per vocabulary chunk at most (0: one layer block) */
     dt_alloc *alloc;
 } dt_params;
 
@@ -90,6 +91,10 @@ typedef struct dt_params {
  * slabs named in `slabs`. */
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
                          int n_layer, dt_alloc *alloc, int slabs);
+/* The same with vocabulary chunks of at most chunk_cap elements (0: one layer block; a
+ * frozen LoRA base whose layer matmuls live elsewhere keeps the full layout's chunks). */
+dt_status dt_params_init_cap(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
+                             int n_layer, dt_alloc *alloc, int slabs, size_t chunk_cap);
 void dt_params_free(dt_params *ps);
 /* Points every unit at its region of the params/grads slabs (after replacing a slab). */
 void dt_params_point_units(dt_params *ps);
