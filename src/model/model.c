@@ -13,6 +13,9 @@
 #include "ops/ops.h"
 
 static size_t max_unit(const dt_params *ps);
+static size_t window_len(const dt_params *ps, const dt_model_opts *o, int N);
+static int head_tensor(const dt_params *ps);
+static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o, int N);
 static int head_tensor(const dt_params *ps);
 static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o, int N);
 
@@ -205,7 +208,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
      * LoRA base's head has none) */
     DT_ASSERT(!m->opts.fused_loss || (slabs & DT_SLAB_GRADS) || m->head_id < 0 || m->lora);
     if (m->opts.compute != DT_F32 && ((slabs & DT_SLAB_PARAMS) || m->lora)) {
-        size_t win = max_unit(ws) * sizeof(uint16_t);
+        size_t win = window_len(ws, &m->opts, B * T) * sizeof(uint16_t);
         for (int w = 0; w < 2; w++)
             DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, win, (void **)&m->lp_win[w]));
         m->lp_head_len = lp_head_values(ws, m->head_id, &m->opts, B * T);
@@ -223,7 +226,7 @@ fail:
 
 void dt_model_free(dt_model *m) {
     if (!m->alloc) return;
-    size_t win = max_unit(dt_model_weights(m)) * sizeof(uint16_t);
+    size_t win = window_len(dt_model_weights(m), &m->opts, m->B * m->T) * sizeof(uint16_t);
     for (int w = 0; w < 2; w++)
         if (m->lp_win[w]) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_win[w], win);
     if (m->lp_head) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_head, m->lp_head_len * sizeof(uint16_t));
@@ -283,6 +286,32 @@ static size_t max_unit(const dt_params *ps) {
     return mx;
 }
 
+/* Values of a 16-bit weight window: the largest unit; under LoRA the largest extent of the
+ * matmul tensors a unit has narrowed (a QLoRA base's layer units hold only norms; the
+ * embedding's chunks are read in fp32 unless it is the head, and the head's come from the
+ * whole-head copy when there is one). */
+static size_t window_len(const dt_params *ps, const dt_model_opts *o, int N) {
+    if (!o || o->lora.rank <= 0) return max_unit(ps);
+    const int head = head_tensor(ps);
+    const int head_copy = lp_head_values(ps, head, o, N) > 0;
+    size_t mx = 0;
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        if (!t->matmul) continue;
+        if (t->vocab) {
+            if (id != head || head_copy) continue;
+            mx = t->chunk_rows * t->cols > mx ? t->chunk_rows * t->cols : mx; /* chunks are whole units */
+            continue;
+        }
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            size_t off;
+            dt_params_unit_of(ps, id, l, &off);
+            if (off + t->rows * t->cols > mx) mx = off + t->rows * t->cols;
+        }
+    }
+    return mx;
+}
+
 /* The lm_head: the last vocabulary tensor read by a matmul (-1: none). */
 static int head_tensor(const dt_params *ps) {
     int id = -1;
@@ -300,7 +329,7 @@ static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o
 void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, int B, int T,
                         size_t bytes[DT_MEM_NKINDS]) {
     if (!o || o->compute == DT_F32 || !(slabs & DT_SLAB_PARAMS)) return;
-    bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
+    bytes[DT_MEM_PARAMS] += 2 * window_len(ps, o, B * T) * sizeof(uint16_t);
     bytes[DT_MEM_PARAMS] += lp_head_values(ps, head_tensor(ps), o, B * T) * sizeof(uint16_t);
 }
 
