@@ -1,5 +1,7 @@
 #include "bench/bench.h"
 
+#include "model/lora.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +129,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     double tokens = (double)c.micro_batch * c.seq_len * c.accum;
     r->tokens_per_s_rank = tokens / r->median_s;
     r->tokens_per_s = r->tokens_per_s_rank * r->world;
-    r->flops_per_token = dt_model_flops_per_token(&tr.model.cfg, c.seq_len);
+    r->flops_per_token = dt_lora_flops_per_token(&tr.model.cfg, &c.model_opts.lora, c.seq_len); /* LoRA: no base dW */
     r->achieved_gflops = r->flops_per_token * r->tokens_per_s_rank / 1e9; /* per rank */
     r->n_params = dt_model_num_params(&tr.model.cfg);
 fail:

@@ -15,6 +15,7 @@
 #include "ckpt/ckpt_io.h"
 #include "ckpt/model_file.h"
 #include "core/log.h"
+#include "model/lora.h"
 #include "ops/cpu/isa.h"
 
 /* ---- trainer.json */
@@ -48,6 +49,12 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
     fprintf(f, "  \"loss\": %.9g,\n  \"train_seconds\": %.6f,\n", t->loss, t->train_seconds);
     fprintf(f, "  \"precision\": \"%s\",\n  \"loss_scale\": {\"scale\": %.9g, \"good_steps\": %ld, \"overflows\": %ld},\n",
             t->precision[0] ? t->precision : "fp32", t->loss_scale, t->loss_scale_good, t->overflows);
+    if (t->lora) {
+        char tg[64];
+        dt_lora_targets_str(t->lora_targets, tg, sizeof tg);
+        fprintf(f, "  \"lora_base\": \"xxh3:%016" PRIx64 "\",\n  \"lora_rank\": %d,\n  \"lora_alpha\": %.9g,\n"
+                "  \"lora_targets\": \"%s\",\n", t->lora_base, t->lora_rank, t->lora_alpha, tg);
+    }
     if (t->has_sampler)
         fprintf(f,
                 "  \"data\": {\"cursor\": \"%" PRIu64 "\", \"seed\": \"%" PRIu64 "\", \"shuffle\": %d, \"seq_len\": %d, "
@@ -110,7 +117,7 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(r, "format");
     const cJSON *strat = cJSON_GetObjectItemCaseSensitive(r, "strategy");
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(r, "data");
-    double step, tok, world, mb, acc, T, hyb, loss = 0, secs = 0, v;
+    double step = 0, tok = 0, world = 0, mb = 0, acc = 0, T = 0, hyb = 0, loss = 0, secs = 0, v;
     const char *bad = NULL;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "dtrain-trainer")) bad = "format";
     else if (!j_int(r, "version", 1, 1, &v)) bad = "version";
@@ -137,6 +144,27 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
             out->sampler.shuffle = (int32_t)sh;
             out->sampler.T = (int32_t)dT;
         }
+    }
+    /* LoRA runs: the reference to their frozen base */
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(r, "lora_base");
+    unsigned long long lh;
+    char tail;
+    if (cJSON_IsString(lb) && strlen(lb->valuestring) == 21 && sscanf(lb->valuestring, "xxh3:%16llx%c", &lh, &tail) == 1) {
+        out->lora = 1;
+        out->lora_base = (uint64_t)lh;
+    } else if (lb && !bad) {
+        bad = "lora_base";
+    }
+    if (out->lora && !bad) {
+        const cJSON *tg = cJSON_GetObjectItemCaseSensitive(r, "lora_targets");
+        double rk;
+        dt_ctx quiet;
+        dt_ctx_init(&quiet);
+        if (!j_int(r, "lora_rank", 1, 1024, &rk)) bad = "lora_rank";
+        else if (!j_num(r, "lora_alpha", 0, 1e6, &out->lora_alpha)) bad = "lora_alpha";
+        else if (!cJSON_IsString(tg) || dt_lora_parse_targets(&quiet, tg->valuestring, &out->lora_targets) != DT_OK)
+            bad = "lora_targets";
+        else out->lora_rank = (int)rk;
     }
     if (bad) {
         st = dt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' missing or invalid", path, bad);
@@ -215,7 +243,7 @@ int dt_ckpt_list_steps(const char *root, long **out) {
 /* The model file holds every tensor of the model its metadata describes: checksums only
  * prove the bytes are the ones written, not that the writer wrote everything. The element
  * count is checked here; names and shapes when the file is loaded. */
-static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file *f) {
+static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file *f, const dt_ckpt_trainer *tj) {
     dt_model_config c;
     char tok[32];
     dt_status st = dt_model_file_config(ctx, path, &c, tok, sizeof tok);
@@ -226,6 +254,16 @@ static dt_status check_model_complete(dt_ctx *ctx, const char *path, dt_st_file 
     size_t have = 0;
     for (int i = 0; i < dt_st_count(f); i++) have += dt_st_at(f, i)->nbytes / 4;
     size_t want = dt_model_num_params(&c);
+    if (tj->lora) { /* a LoRA run's file holds its adapters */
+        dt_lora_cfg lora = {tj->lora_rank, 0.0f, 0.0f, tj->lora_targets, 0, 0};
+        st = dt_model_config_validate(ctx, &c);
+        if (st == DT_OK) st = dt_lora_validate(ctx, &c, &lora);
+        if (st != DT_OK) {
+            dt_st_close(f);
+            return st;
+        }
+        want = dt_lora_num_params(&c, &lora);
+    }
     if (have != want) {
         int count = dt_st_count(f);
         dt_st_close(f);
@@ -242,8 +280,9 @@ dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out) {
     if (st == DT_OK && (!dt_manifest_find(&m, MODEL_FILE) || !dt_manifest_find(&m, TRAINER_JSON)))
         st = dt_fail(ctx, DT_ERR_FORMAT, "%s/" DT_MANIFEST_NAME ": does not list " MODEL_FILE " and " TRAINER_JSON,
                      step_dir);
+    dt_ckpt_trainer tj;
+    memset(&tj, 0, sizeof tj);
     if (st == DT_OK) {
-        dt_ckpt_trainer tj;
         st = dt_ckpt_read_trainer(ctx, step_dir, &tj);
         if (st == DT_OK && tj.step != m.step)
             st = dt_fail(ctx, DT_ERR_FORMAT, "%s/" TRAINER_JSON ": step %ld, the manifest says %ld", step_dir,
@@ -256,7 +295,7 @@ dt_status dt_ckpt_verify(dt_ctx *ctx, const char *step_dir, dt_manifest *out) {
         snprintf(p, sizeof p, "%s/%s", step_dir, m.files[i].name);
         dt_st_file *f;
         st = dt_st_open(ctx, p, &f);
-        if (st == DT_OK && !strcmp(m.files[i].name, MODEL_FILE)) st = check_model_complete(ctx, p, f);
+        if (st == DT_OK && !strcmp(m.files[i].name, MODEL_FILE)) st = check_model_complete(ctx, p, f, &tj);
         if (st == DT_OK) dt_st_close(f);
     }
     if (st == DT_OK && out) *out = m;

@@ -45,6 +45,11 @@ typedef struct dt_ckpt_trainer {
     char precision[8];     /* training.precision ("" in checkpoints older than it: fp32) */
     double loss_scale;     /* the loss scaler (1 = off) */
     long loss_scale_good, overflows;
+    int lora;              /* a LoRA run: the model file holds only the adapters */
+    uint64_t lora_base;    /* its frozen base's XXH3-64 (model/lora.h dt_lora_base_hash) */
+    int lora_rank;         /* the adapters' rank, alpha and targets (model.h dt_lora_cfg) */
+    double lora_alpha;
+    unsigned lora_targets;
 } dt_ckpt_trainer;
 
 typedef struct dt_ckpt_saver_cfg {

@@ -195,6 +195,11 @@ dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_s
      * is read, the same one --resume would load, and the command says which. */
     char step_dir[4200];
     DT_CHECK(dt_ckpt_find(ctx, path, step_dir, sizeof step_dir));
+    dt_ckpt_trainer tj;
+    DT_CHECK(dt_ckpt_read_trainer(ctx, step_dir, &tj));
+    if (tj.lora)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: a LoRA checkpoint (lora.rank %d) holds only adapters, not a whole "
+                       "model (folding them into the base is not built yet)", step_dir, tj.lora_rank);
     dt_log_note(ctx, "loading %s (checksums verified)", step_dir);
     snprintf(out, out_size, "%s/model.safetensors", step_dir);
     return DT_OK;

@@ -5,6 +5,7 @@
 
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
+#include "ckpt/peft.h"
 #include "cli/cli.h"
 
 typedef struct ckpt_cmd {
@@ -22,8 +23,15 @@ static int usage_error(dt_ctx *ctx, const char *msg) {
 }
 
 static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[0], "--peft")) {
+        dt_status st = dt_peft_export(ctx, argv[1], argv[2]);
+        if (st == DT_OK)
+            printf("exported %s -> %s/adapter_model.safetensors, %s/adapter_config.json (PEFT LoRA layout)\n",
+                   argv[1], argv[2], argv[2]);
+        return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
+    }
     if (argc != 3 || strcmp(argv[0], "--hf"))
-        return usage_error(ctx, "export: expected --hf SRC OUT_DIR");
+        return usage_error(ctx, "export: expected --hf SRC OUT_DIR or --peft SRC OUT_DIR");
     dt_status st = dt_hf_export(ctx, argv[1], argv[2]);
     if (st == DT_OK)
         printf("exported %s -> %s/model.safetensors, %s/config.json (Hugging Face layout)\n",
@@ -57,8 +65,9 @@ static const ckpt_cmd ckpt_cmds[] = {
      "check every file, size and XXH3 checksum of a step directory, or of every step of a checkpoint directory",
      dt_cmd_ckpt_verify},
     {"info", "DIR", "what a checkpoint holds: step, data cursor, model shape, writer, files", dt_cmd_ckpt_info},
-    {"export", "--hf SRC OUT_DIR",
-     "write OUT_DIR/model.safetensors + config.json in Hugging Face layout (GPT2LMHeadModel, LlamaForCausalLM)",
+    {"export", "--hf SRC OUT_DIR | --peft SRC OUT_DIR",
+     "write OUT_DIR/model.safetensors + config.json in Hugging Face layout (GPT2LMHeadModel, LlamaForCausalLM); "
+     "--peft: a LoRA checkpoint's adapters as adapter_model.safetensors + adapter_config.json (PEFT, LLaMA)",
      cmd_export},
     {"import-llmc", "FILE.bin OUT.safetensors",
      "convert an llm.c model file (fp32 or bf16) to a dtrain model file", cmd_import_llmc},

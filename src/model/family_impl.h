@@ -4,6 +4,7 @@
 #define DT_FAMILY_IMPL_H
 
 #include "core/timer.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 /* Times `stmt` into m->prof.fwd/bwd[kind] when profiling is on. */
@@ -99,14 +100,34 @@ static inline int dt_act_top_recomputed(const dt_model_opts *o, int L) {
 }
 
 /* The unit hooks (model.h), skipped when unset. */
+/* The families announce units of the store they read (dt_model_weights); under LoRA these
+ * map to the adapter units (lora.h dt_lora_unit: a base layer's units to the layer's adapter
+ * unit, PRE/POST to none), begun at the layer's first begin and ended with its lowest unit. */
 static inline void dt_unit_need_flags(dt_model *m, int u, int next, int flags) {
+    if (m->lora) {
+        u = dt_lora_unit(m, u, NULL);
+        next = dt_lora_unit(m, next, NULL);
+        flags = 0; /* adapters are read in fp32 */
+        if (u < 0) return;
+    }
     if (m->hooks.need_params) m->hooks.need_params(m->hooks.ud, u, next, flags);
 }
 static inline void dt_unit_need(dt_model *m, int u, int next) { dt_unit_need_flags(m, u, next, 0); }
 static inline void dt_unit_grads_begin(dt_model *m, int u) {
+    if (m->lora) {
+        u = dt_lora_unit(m, u, NULL);
+        if (u < 0 || u == m->lora_open) return;
+        m->lora_open = u;
+    }
     if (m->hooks.grads_begin) m->hooks.grads_begin(m->hooks.ud, u);
 }
 static inline void dt_unit_grads_end(dt_model *m, int u) {
+    if (m->lora) {
+        int first;
+        u = dt_lora_unit(m, u, &first);
+        if (u < 0 || !first) return;
+        m->lora_open = -1;
+    }
     if (m->hooks.grads_end) m->hooks.grads_end(m->hooks.ud, u);
 }
 
@@ -117,13 +138,25 @@ static inline void dt_unit_grads_end(dt_model *m, int u) {
 /* The unit of tensor id in layer l. */
 static inline int dt_fam_unit(const dt_model *m, int id, int l) {
     size_t off;
-    return dt_params_unit_of(&m->ps, id, l, &off);
+    return dt_params_unit_of(dt_model_weights(m), id, l, &off);
 }
 /* The unit layer l's backward reads first (the `next` of the unit read before it): its first
  * unit `lo` when it recomputes its forward there (model.h), else its last unit `hi`. */
 static inline int dt_fam_bwd_first(const dt_model *m, int l, int lo, int hi) {
     int L = m->cfg.n_layer;
     return dt_model_recomputes(&m->opts, l) && l != dt_act_top_recomputed(&m->opts, L) ? lo : hi;
+}
+
+/* Weights of tensor id of layer l (the store dt_model_weights), and where its gradient goes:
+ * under LoRA the base is frozen and a non-matmul tensor's gradient (norms, biases) goes to a
+ * discarded sink. */
+static inline float *dt_fam_param(const dt_model *m, int id, int l) {
+    const dt_params *w = dt_model_weights(m);
+    return dt_params_unit_tensor(w, w->unit_params, id, l);
+}
+static inline float *dt_fam_grad(const dt_model *m, int id, int l) {
+    if (m->lora) return m->lora_sink + m->lora_sink_off[id];
+    return dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, l);
 }
 
 /* ---- vocabulary tensors, chunk by chunk (vocab.c). A vocabulary tensor (V, C) is stored

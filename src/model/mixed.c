@@ -1,23 +1,88 @@
 /* The families' linear layers in either precision (family_impl.h, model.h): fp32 operands,
- * or 16-bit operands with fp32 results under mixed precision. */
+ * or 16-bit operands with fp32 results under mixed precision; under LoRA a frozen base
+ * weight (fp32 or NF4) plus the adapters (model/lora.h). */
 #include "model/family_impl.h"
+#include "model/lora.h"
 #include "ops/ops.h"
+
+#include <string.h>
 
 void dt_fam_narrow(dt_model *m, uint16_t *h, const float *f, size_t n) {
     if (dt_lowp(m)) dt_to_lowp(m->opts.compute, h, f, n);
 }
 
+/* QLoRA: the matmul over base tensors id, id + 1, ... (adjacent rows, each its own NF4
+ * tensor), one GEMM each into a column block of out through the scratch. */
+static void nf4_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int C,
+                        int OC) {
+    int col = 0;
+    for (int t = id; col < OC; t++) {
+        const dt_nf4 *q = dt_lora_nf4(m, t, l);
+        DT_ASSERT(q != NULL);
+        int rows = (int)(q->n / (size_t)C);
+        float *dst = rows == OC ? out : m->lora_mm;
+        if (dt_lowp(m))
+            dt_matmul_forward_nf4_lp(m->opts.compute, dst, x.h, q, bias ? bias + col : NULL, N, C, rows);
+        else
+            dt_matmul_forward_nf4(dst, x.f, q, bias ? bias + col : NULL, N, C, rows);
+        if (dst != out)
+            for (int n = 0; n < N; n++)
+                memcpy(out + (size_t)n * OC + col, dst + (size_t)n * rows, (size_t)rows * sizeof(float));
+        col += rows;
+    }
+}
+
+static void nf4_backward(dt_model *m, float *dinp, int id, int l, const float *dout, int N, int C, int OC) {
+    int col = 0;
+    for (int t = id; col < OC; t++) {
+        const dt_nf4 *q = dt_lora_nf4(m, t, l);
+        int rows = (int)(q->n / (size_t)C);
+        const float *g = dout;
+        if (rows != OC) {
+            for (int n = 0; n < N; n++)
+                memcpy(m->lora_mm + (size_t)n * rows, dout + (size_t)n * OC + col, (size_t)rows * sizeof(float));
+            g = m->lora_mm;
+        }
+        if (dt_lowp(m)) {
+            dt_to_lowp(m->opts.compute, m->lp_scratch, g, (size_t)N * rows);
+            dt_matmul_backward_nf4_lp(m->opts.compute, dinp, col > 0, m->lp_scratch, q, N, C, rows);
+        } else {
+            dt_matmul_backward_nf4(dinp, col > 0, g, q, N, C, rows);
+        }
+        col += rows;
+    }
+}
+
 void dt_fam_mm_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int C,
                        int OC) {
-    if (!dt_lowp(m)) {
-        dt_matmul_forward(out, x.f, dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, l), bias, N, C, OC);
-        return;
-    }
-    dt_matmul_forward_lp(m->opts.compute, out, x.h, dt_model_lp_tensor(m, id, l), bias, N, C, OC);
+    dt_params *w = dt_model_weights(m);
+    if (m->lora && dt_lora_nf4(m, id, l))
+        nf4_forward(m, out, x, id, l, bias, N, C, OC);
+    else if (!dt_lowp(m))
+        dt_matmul_forward(out, x.f, dt_params_unit_tensor(w, w->unit_params, id, l), bias, N, C, OC);
+    else
+        dt_matmul_forward_lp(m->opts.compute, out, x.h, dt_model_lp_tensor(m, id, l), bias, N, C, OC);
+    if (m->lora) dt_lora_mm_forward(m, out, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
 }
 
 void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                         int N, int C, int OC) {
+    if (m->lora) { /* a frozen base: dinp only (no dW, no dbias), then the adapters */
+        dt_params *w = dt_model_weights(m);
+        if (!dinp) {
+        } else if (dt_lora_nf4(m, id, l)) {
+            nf4_backward(m, dinp, id, l, dout, N, C, OC);
+        } else if (!dt_lowp(m)) {
+            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, NULL, dt_params_unit_tensor(w, w->unit_params, id, l), N,
+                                  C, OC);
+        } else {
+            dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
+            dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, NULL, dt_model_lp_tensor(m, id, l),
+                                     N, C, OC);
+        }
+        dt_lora_mm_backward(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
+        return;
+    }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, l);
     if (!dt_lowp(m)) {

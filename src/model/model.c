@@ -13,6 +13,9 @@
 #include "ops/ops.h"
 
 static size_t max_unit(const dt_params *ps);
+static size_t window_len(const dt_params *ps, const dt_model_opts *o, int N);
+static int head_tensor(const dt_params *ps);
+static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o, int N);
 static int head_tensor(const dt_params *ps);
 static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o, int N);
 
@@ -125,8 +128,9 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0};
-    return dt_model_family_of(c)->act_floats(c, o ? o : &none, B, T);
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}};
+    const dt_model_opts *oo = o ? o : &none;
+    return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, &oo->lora, B, T);
 }
 
 const char *dt_recompute_name(dt_recompute r) {
@@ -166,7 +170,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
@@ -187,26 +191,33 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     m->alloc = alloc;
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int n = dt_model_tensors(&m->cfg, table);
-    dt_status st = dt_params_init(ctx, &m->ps, table, n, m->cfg.n_layer, alloc, slabs);
-    if (st != DT_OK) return st;
-    m->n_acts = m->fam->act_floats(&m->cfg, &m->opts, B, T);
+    dt_status st = DT_OK;
+    if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
+        DT_CHECK_GOTO(dt_lora_model_init(ctx, m, alloc, slabs));
+    else
+        DT_CHECK_GOTO(dt_params_init(ctx, &m->ps, table, n, m->cfg.n_layer, alloc, slabs));
+    const size_t fam_acts = m->fam->act_floats(&m->cfg, &m->opts, B, T);
+    m->n_acts = dt_model_act_floats_opts(&m->cfg, &m->opts, B, T);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
     m->lp_unit[0] = m->lp_unit[1] = -1;
     m->lp_head_epoch = -1;
-    m->head_id = head_tensor(&m->ps);
-    /* the fused loss forms the head's gradients outside the strategy's gradient windows */
-    DT_ASSERT(!m->opts.fused_loss || (slabs & DT_SLAB_GRADS) || m->head_id < 0);
-    if (m->opts.compute != DT_F32 && (slabs & DT_SLAB_PARAMS)) {
-        size_t win = max_unit(&m->ps) * sizeof(uint16_t);
+    const dt_params *ws = dt_model_weights(m);
+    m->head_id = head_tensor(ws);
+    /* the fused loss forms the head's gradients outside the strategy's gradient windows (a
+     * LoRA base's head has none) */
+    DT_ASSERT(!m->opts.fused_loss || (slabs & DT_SLAB_GRADS) || m->head_id < 0 || m->lora);
+    if (m->opts.compute != DT_F32 && ((slabs & DT_SLAB_PARAMS) || m->lora)) {
+        size_t win = window_len(ws, &m->opts, B * T) * sizeof(uint16_t);
         for (int w = 0; w < 2; w++)
             DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, win, (void **)&m->lp_win[w]));
-        m->lp_head_len = lp_head_values(&m->ps, m->head_id, &m->opts, B * T);
+        m->lp_head_len = lp_head_values(ws, m->head_id, &m->opts, B * T);
         if (m->lp_head_len)
             DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, m->lp_head_len * sizeof(uint16_t),
                                        (void **)&m->lp_head));
     }
     m->fam->bind(m);
+    if (m->lora) dt_lora_bind(m, m->acts + fam_acts);
     return DT_OK;
 fail:
     dt_model_free(m);
@@ -215,10 +226,11 @@ fail:
 
 void dt_model_free(dt_model *m) {
     if (!m->alloc) return;
-    size_t win = max_unit(&m->ps) * sizeof(uint16_t);
+    size_t win = window_len(dt_model_weights(m), &m->opts, m->B * m->T) * sizeof(uint16_t);
     for (int w = 0; w < 2; w++)
         if (m->lp_win[w]) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_win[w], win);
     if (m->lp_head) dt_alloc_put(m->alloc, DT_MEM_PARAMS, m->lp_head, m->lp_head_len * sizeof(uint16_t));
+    dt_lora_model_free(m);
     dt_params_free(&m->ps);
     dt_alloc_put(m->alloc, DT_MEM_ACTS, m->acts, m->n_acts * sizeof(float));
     if (m->impl) dt_alloc_put(m->alloc, DT_MEM_OTHER, m->impl, m->fam->impl_bytes);
@@ -226,7 +238,18 @@ void dt_model_free(dt_model *m) {
 }
 
 void dt_model_init_weights(dt_model *m, uint64_t seed) {
+    dt_model_init_base(m, seed);
     dt_params_init_range(&m->ps, seed, m->ps.params, 0, m->ps.n_params);
+}
+
+void dt_model_init_base(dt_model *m, uint64_t seed) {
+    if (!m->lora || m->opts.lora.base_external) return; /* a file's base comes later (lora.h) */
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    /* drawn values are finite: quantizing them cannot fail */
+    dt_status st = dt_lora_init_base(&ctx, m, seed);
+    DT_ASSERT(st == DT_OK);
+    (void)st;
 }
 
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
@@ -263,6 +286,32 @@ static size_t max_unit(const dt_params *ps) {
     return mx;
 }
 
+/* Values of a 16-bit weight window: the largest unit; under LoRA the largest extent of the
+ * matmul tensors a unit has narrowed (a QLoRA base's layer units hold only norms; the
+ * embedding's chunks are read in fp32 unless it is the head, and the head's come from the
+ * whole-head copy when there is one). */
+static size_t window_len(const dt_params *ps, const dt_model_opts *o, int N) {
+    if (!o || o->lora.rank <= 0) return max_unit(ps);
+    const int head = head_tensor(ps);
+    const int head_copy = lp_head_values(ps, head, o, N) > 0;
+    size_t mx = 0;
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        if (!t->matmul) continue;
+        if (t->vocab) {
+            if (id != head || head_copy) continue;
+            mx = t->chunk_rows * t->cols > mx ? t->chunk_rows * t->cols : mx; /* chunks are whole units */
+            continue;
+        }
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            size_t off;
+            dt_params_unit_of(ps, id, l, &off);
+            if (off + t->rows * t->cols > mx) mx = off + t->rows * t->cols;
+        }
+    }
+    return mx;
+}
+
 /* The lm_head: the last vocabulary tensor read by a matmul (-1: none). */
 static int head_tensor(const dt_params *ps) {
     int id = -1;
@@ -280,13 +329,13 @@ static size_t lp_head_values(const dt_params *ps, int id, const dt_model_opts *o
 void dt_model_lowp_plan(const dt_params *ps, const dt_model_opts *o, int slabs, int B, int T,
                         size_t bytes[DT_MEM_NKINDS]) {
     if (!o || o->compute == DT_F32 || !(slabs & DT_SLAB_PARAMS)) return;
-    bytes[DT_MEM_PARAMS] += 2 * max_unit(ps) * sizeof(uint16_t);
+    bytes[DT_MEM_PARAMS] += 2 * window_len(ps, o, B * T) * sizeof(uint16_t);
     bytes[DT_MEM_PARAMS] += lp_head_values(ps, head_tensor(ps), o, B * T) * sizeof(uint16_t);
 }
 
 /* Narrows the matmul tensors of unit u from its master weights into dst (same offsets). */
 static void narrow_unit(dt_model *m, int u, uint16_t *dst) {
-    const dt_params *ps = &m->ps;
+    const dt_params *ps = dt_model_weights(m);
     const float *src = ps->unit_params[u];
     size_t off[DT_MODEL_MAX_TENSORS], len[DT_MODEL_MAX_TENSORS];
     int n = dt_params_matmul_runs(ps, u, off, len, DT_MODEL_MAX_TENSORS);
@@ -297,18 +346,19 @@ const uint16_t *dt_model_lp_unit(dt_model *m, int u) {
     DT_ASSERT(m->opts.compute != DT_F32);
     /* Gathered in 16 bits by the strategy: valid until its next need_params of another unit,
      * and cleared when its window is reused, so this is never a stale copy. */
-    if (m->ps.unit_params_lp[u]) return m->ps.unit_params_lp[u];
+    const dt_params *ps = dt_model_weights(m);
+    if (ps->unit_params_lp[u]) return ps->unit_params_lp[u];
     DT_ASSERT(m->lp_win[0] != NULL); /* no windows: the strategy provides every unit */
     if (m->lp_head) { /* the fused loss reads every chunk of the head per row block */
-        const dt_tensor_info *t = &m->ps.tensors[m->head_id];
-        int K = dt_params_chunks(&m->ps, m->head_id);
+        const dt_tensor_info *t = &ps->tensors[m->head_id];
+        int K = dt_params_chunks(ps, m->head_id);
         if (u >= t->unit && u < t->unit + K) {
             if (m->lp_head_epoch != m->epoch) {
                 for (int c = 0; c < K; c++)
-                    narrow_unit(m, t->unit + c, m->lp_head + (m->ps.unit_params[t->unit + c] - m->ps.unit_params[t->unit]));
+                    narrow_unit(m, t->unit + c, m->lp_head + (ps->unit_params[t->unit + c] - ps->unit_params[t->unit]));
                 m->lp_head_epoch = m->epoch;
             }
-            return m->lp_head + (m->ps.unit_params[u] - m->ps.unit_params[t->unit]);
+            return m->lp_head + (ps->unit_params[u] - ps->unit_params[t->unit]);
         }
     }
     for (int w = 0; w < 2; w++)
@@ -326,8 +376,9 @@ const uint16_t *dt_model_lp_unit(dt_model *m, int u) {
 
 const uint16_t *dt_model_lp_tensor(dt_model *m, int id, int layer) {
     size_t off;
-    int u = dt_params_unit_of(&m->ps, id, layer, &off);
-    DT_ASSERT(m->ps.tensors[id].matmul);
+    const dt_params *ps = dt_model_weights(m);
+    int u = dt_params_unit_of(ps, id, layer, &off);
+    DT_ASSERT(ps->tensors[id].matmul);
     return dt_model_lp_unit(m, u) + off;
 }
 

@@ -117,12 +117,23 @@ typedef enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE, DT_RECOMP
  * ZeRO-1). Both paths run the same kernel calls per (row block, vocabulary chunk), so the
  * fused and the stored loss give the same bits, and so do ZeRO-2/3, which store the logits. */
 #define DT_HEAD_ROWS 256
+/* LoRA (lora.* keys; model/lora.h; ARCHITECTURE decision 49): rank 0 = off. Targets are bits
+ * of dt_lora_target (q, k, v, o, gate, up, down). */
+typedef struct dt_lora_cfg {
+    int rank;         /* 0: off */
+    float alpha;      /* scale s = alpha / rank (0 reads as rank: s = 1) */
+    float dropout;    /* only 0 (refused otherwise) */
+    unsigned targets; /* 1 << dt_lora_target */
+    int nf4;          /* QLoRA: the base's layer matmul weights stored as NF4 */
+    int base_external; /* the base is loaded after init (model.init_from): not drawn from the seed */
+} dt_lora_cfg;
 typedef struct dt_model_opts {
     dt_recompute recompute;
     int recompute_every; /* >= 1 (0 reads as 1) */
     dt_dtype compute;    /* DT_F32, DT_BF16, DT_F16 */
     int fused_loss;      /* 1: the fused loss above */
     int head_rows;       /* rows per block of the head and loss (0: DT_HEAD_ROWS) */
+    dt_lora_cfg lora;    /* LoRA adapters (rank 0: none) */
 } dt_model_opts;
 /* Rows per block of the lm_head and loss for N token rows under o (NULL: defaults). */
 int dt_model_head_rows(const dt_model_opts *o, int N);
@@ -146,6 +157,20 @@ typedef struct dt_model_prof {
 
 typedef struct dt_model dt_model;
 typedef struct dt_hf_json dt_hf_json; /* model/hf_json.h */
+
+/* LoRA targets (lora.targets names, in this order) and a family's adaptable sub-projections:
+ * rows [row0, row0 + rows) of base tensor `id` (a LAYER matmul weight, out x in). */
+typedef enum dt_lora_target {
+    DT_LORA_Q, DT_LORA_K, DT_LORA_V, DT_LORA_O, DT_LORA_GATE, DT_LORA_UP, DT_LORA_DOWN, DT_LORA_NTARGETS
+} dt_lora_target;
+#define DT_LORA_MAX_SITES DT_LORA_NTARGETS
+typedef struct dt_lora_site {
+    dt_lora_target target;
+    int id;                     /* base tensor */
+    size_t row0, rows;          /* its output rows the adapter writes */
+    const char *name_a, *name_b; /* adapter tensor names ("%d" = layer) */
+    const char *ext_a, *ext_b;   /* PEFT names, NULL: none */
+} dt_lora_site;
 
 /* What a family provides. */
 typedef struct dt_model_family {
@@ -190,6 +215,9 @@ typedef struct dt_model_family {
     /* Samples are images: model.context (pixels per image) and the pixel range are derived,
      * not taken from the language defaults. */
     int images;
+    /* (optional) LoRA: the family's adaptable sub-projections for c, one per target it has
+     * (room for DT_LORA_MAX_SITES); returns the number. NULL: LoRA is refused. */
+    int (*lora_sites)(const dt_model_config *c, dt_lora_site *out);
 } dt_model_family;
 
 #define DT_MODEL_MAX_TENSORS 64
@@ -224,7 +252,28 @@ struct dt_model {
     int train_fwd;     /* in dt_model_forward_train */
     float train_scale; /* its scale */
     int head_grads;    /* the last forward formed the head's gradients (fused loss) */
+    /* LoRA (model/lora.h): `base` is the family's frozen parameter store (params slab only,
+     * never sharded or communicated) and `ps` holds only the adapters. */
+    int lora;             /* opts.lora.rank > 0 */
+    dt_params base;
+    float lora_scale;     /* alpha / rank */
+    int n_sites;
+    dt_lora_site sites[DT_LORA_MAX_SITES];
+    int site_a[DT_LORA_MAX_SITES]; /* adapter tensor of the site's A (B: the next one) */
+    float *lora_sink;     /* gradients of the base's non-matmul tensors, discarded */
+    size_t lora_sink_len;
+    size_t lora_sink_off[DT_MODEL_MAX_TENSORS];
+    float *lora_u, *lora_du; /* (B T, rank) x A^T and its gradient (activations) */
+    float *lora_mm;       /* QLoRA: (B T, largest NF4 tensor's rows) one GEMM's block (activations) */
+    int lora_open;        /* adapter unit whose gradients are begun (-1: none) */
+    struct dt_lora_nf4 *lora_q; /* QLoRA: the base's NF4 tensors (NULL: fp32 base) */
 };
+
+/* The store the family's forward and backward read weights from: the frozen base under
+ * LoRA, else ps. */
+static inline dt_params *dt_model_weights(const dt_model *m) {
+    return (dt_params *)(m->lora ? &m->base : &m->ps);
+}
 
 /* ---- families and configs */
 
@@ -281,6 +330,9 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
 void dt_model_free(dt_model *m);
 /* The family's initialisation, from the counter RNG (whole params slab). */
 void dt_model_init_weights(dt_model *m, uint64_t seed);
+/* LoRA: the frozen base's initial weights from seed (also quantized under NF4); the adapters
+ * are ps (dt_model_init_weights does both). Nothing without LoRA. */
+void dt_model_init_base(dt_model *m, uint64_t seed);
 /* Forward of a (m->B, m->T) batch; token ids are checked against the vocabulary. With
  * targets, *loss = mean loss and the state for backward is kept; without, logits only. */
 dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,

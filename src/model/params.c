@@ -39,25 +39,29 @@ static void layout(dt_params *ps) {
 }
 
 /* A LAYER tensor that starts a unit: the layer's first tensor, and those the family marks. */
-static int starts_unit(const dt_params *ps, int i) {
+static int table_starts_unit(const dt_tensor_info *table, int i) {
     for (int k = 0; k < i; k++)
-        if (ps->tensors[k].group == DT_PG_LAYER) return ps->tensors[i].unit_start;
+        if (table[k].group == DT_PG_LAYER) return table[i].unit_start;
     return 1;
+}
+static int starts_unit(const dt_params *ps, int i) { return table_starts_unit(ps->tensors, i); }
+
+size_t dt_params_table_unit_max(const dt_tensor_info *table, int n) {
+    size_t run = 0, mx = 0;
+    for (int i = 0; i < n; i++) {
+        if (table[i].group != DT_PG_LAYER) continue;
+        if (table_starts_unit(table, i)) run = 0;
+        run += table[i].rows * table[i].cols;
+        if (run > mx) mx = run;
+    }
+    return mx;
 }
 
 /* Units per layer and the largest one's elements (the layer tensors in table order, cut at
  * each tensor that starts a unit). */
 static void count_layer_units(dt_params *ps) {
-    size_t run = 0, mx = 0;
-    for (int i = 0; i < ps->n_tensors; i++) {
-        const dt_tensor_info *t = &ps->tensors[i];
-        if (t->group != DT_PG_LAYER) continue;
-        if (starts_unit(ps, i)) run = 0;
-        run += t->rows * t->cols;
-        if (run > mx) mx = run;
-    }
     ps->layer_units = dt_params_table_layer_units(ps->tensors, ps->n_tensors); /* none: 1 empty */
-    ps->layer_unit_max = mx;
+    ps->layer_unit_max = dt_params_table_unit_max(ps->tensors, ps->n_tensors);
 }
 
 int dt_params_table_layer_units(const dt_tensor_info *table, int n) {
@@ -70,7 +74,8 @@ int dt_params_table_layer_units(const dt_tensor_info *table, int n) {
 /* Rows per chunk of a vocabulary tensor: the fewest chunks of at most the largest layer unit,
  * so the embeddings never set the size of a ZeRO window. */
 static size_t chunk_rows(const dt_params *ps, const dt_tensor_info *t) {
-    size_t cap = ps->layer_unit_max > 0 ? ps->layer_unit_max : 1, len = t->rows * t->cols;
+    size_t cap = ps->chunk_cap ? ps->chunk_cap : ps->layer_unit_max > 0 ? ps->layer_unit_max : 1,
+           len = t->rows * t->cols;
     if (!t->vocab || t->group == DT_PG_LAYER || len <= cap) return t->rows;
     size_t k = (len + cap - 1) / cap;
     return (t->rows + k - 1) / k;
@@ -178,7 +183,13 @@ static size_t unit_bytes(const dt_params *ps) {
 
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
                          int n_layer, dt_alloc *alloc, int slabs) {
+    return dt_params_init_cap(ctx, ps, table, n, n_layer, alloc, slabs, 0);
+}
+
+dt_status dt_params_init_cap(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
+                             int n_layer, dt_alloc *alloc, int slabs, size_t chunk_cap) {
     memset(ps, 0, sizeof *ps);
+    ps->chunk_cap = chunk_cap;
     ps->alloc = alloc;
     ps->n_layer = n_layer;
     ps->n_tensors = n;
@@ -289,6 +300,7 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
             size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
             if (a >= z) continue;
             uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
+            const uint64_t sd = seed ^ ps->seed_salt;
             const float std = t->std;
             const dt_init_kind kind = t->init;
 #pragma omp parallel for schedule(static)
@@ -296,7 +308,7 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
                 size_t i = e - base;
                 float v = 0.0f;
                 switch (kind) {
-                case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(seed, stream, i) : 0.0f; break;
+                case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(sd, stream, i) : 0.0f; break;
                 case DT_INIT_ONES: v = 1.0f; break;
                 case DT_INIT_ZEROS: v = 0.0f; break;
                 }

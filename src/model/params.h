@@ -82,6 +82,8 @@ typedef struct dt_params {
     size_t *unit_lo, *unit_len; /* each unit's range in the index space */
     float **unit_params, **unit_grads;
     uint16_t **unit_params_lp;  /* 16-bit matmul tensors of unit u, or NULL (model.h) */
+    uint64_t seed_salt;         /* XORed into the init seed (0; LoRA adapters: their own streams) */
+    size_t chunk_cap;           /* elements per vocabulary chunk at most (0: the largest layer unit) */
     dt_alloc *alloc;
 } dt_params;
 
@@ -97,11 +99,17 @@ typedef struct dt_params {
 /* Units per layer that table (n rows) gives: its first LAYER row and each later one marked
  * unit_start start one (1 without LAYER rows). */
 int dt_params_table_layer_units(const dt_tensor_info *table, int n);
+/* Elements of the largest layer unit of a table (the vocabulary chunks' cap). */
+size_t dt_params_table_unit_max(const dt_tensor_info *table, int n);
 
 /* Copies the table (n rows, offsets computed here), lays out the units and allocates the
  * slabs named in `slabs`. */
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
                          int n_layer, dt_alloc *alloc, int slabs);
+/* The same with vocabulary chunks of at most chunk_cap elements (0: the largest layer unit;
+ * a frozen LoRA base whose layer matmuls live elsewhere keeps the full layout's chunks). */
+dt_status dt_params_init_cap(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,
+                             int n_layer, dt_alloc *alloc, int slabs, size_t chunk_cap);
 void dt_params_free(dt_params *ps);
 /* Points every unit at its region of the params/grads slabs (after replacing a slab). */
 void dt_params_point_units(dt_params *ps);

@@ -9,7 +9,7 @@
 #include "ops/ops.h"
 
 void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next) {
-    const dt_params *ps = &m->ps;
+    const dt_params *ps = dt_model_weights(m);
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols;
     for (int c = 0; c < K; c++) {
         int u;
@@ -40,7 +40,7 @@ static void head_gemm_fwd(const head_call *h, float *logits_b, int b0, int R, in
                                                               dt_model_lp_unit(m, u), R, C, (int)rows));
     else
         DT_PROF(m, fwd, DT_OP_LMHEAD, dt_matmul_forward_ld(logits_b + r0, h->V, h->x.f + (size_t)b0 * C,
-                                                           m->ps.unit_params[u], R, C, (int)rows));
+                                                           dt_model_weights(m)->unit_params[u], R, C, (int)rows));
 }
 
 /* dx_b (R, C) (+)= dlogits_b[:, chunk] @ W_c, and dW_c += dlogits_b[:, chunk]^T x_b (dw NULL:
@@ -49,7 +49,7 @@ static void head_gemm_bwd(const head_call *h, double *prof, float *dx_b, int acc
                           int b0, int R, int u, size_t r0, size_t rows) {
     dt_model *m = h->m;
     const int C = h->C;
-    const float *w = dx_b ? m->ps.unit_params[u] : NULL;
+    const float *w = dx_b ? dt_model_weights(m)->unit_params[u] : NULL;
     if (dt_lowp(m))
         DT_PROF_TO(m, prof, DT_OP_LMHEAD,
                    dt_matmul_backward_ld_lp(m->opts.compute, dx_b, acc, dw, (const uint16_t *)dlogits_b + r0, 2 * h->V,
@@ -62,7 +62,7 @@ static void head_gemm_bwd(const head_call *h, double *prof, float *dx_b, int acc
 }
 
 void dt_vocab_head_forward(dt_model *m, int id, float *logits, dt_mmin x, int N, int next) {
-    const dt_params *ps = &m->ps;
+    const dt_params *ps = dt_model_weights(m);
     head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
     int K = dt_params_chunks(ps, id), R = dt_model_head_rows(&m->opts, N);
     for (int c = 0; c < K; c++) {
@@ -77,7 +77,7 @@ void dt_vocab_head_forward(dt_model *m, int id, float *logits, dt_mmin x, int N,
 
 void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *losses, float *lse,
                         float *buf, float *dx, float dloss, int with_dw, int vocab) {
-    const dt_params *ps = &m->ps;
+    const dt_params *ps = dt_model_weights(m);
     head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
     int K = dt_params_chunks(ps, id), N = m->B * m->T, R = dt_model_head_rows(&m->opts, N);
     double *prof = dx && !m->train_fwd ? m->prof.bwd : m->prof.fwd;
@@ -106,7 +106,7 @@ void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, 
 
 void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits, float *losses,
                          float *lse, float *dx) {
-    int N = m->B * m->T, V = m->cfg.vocab, Vp = (int)m->ps.tensors[id].rows;
+    int N = m->B * m->T, V = m->cfg.vocab, Vp = (int)dt_model_weights(m)->tensors[id].rows;
     if (m->opts.fused_loss) {
         DT_ASSERT(targets != NULL); /* the fused loss never holds all logits */
         /* a training forward forms the head's dx now and its dW in place */
@@ -121,7 +121,7 @@ void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets,
 
 const float *dt_vocab_lm_backward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits,
                                   float *losses, float *lse, float *dx, float scale, int next) {
-    int N = m->B * m->T, V = m->cfg.vocab, Vp = (int)m->ps.tensors[id].rows;
+    int N = m->B * m->T, V = m->cfg.vocab, Vp = (int)dt_model_weights(m)->tensors[id].rows;
     if (m->opts.fused_loss) {
         if (m->head_grads)
             DT_ASSERT(scale == m->train_scale); /* the forward formed the head's gradients with it */
@@ -160,7 +160,7 @@ void dt_vocab_pack_dlogits(dt_model *m, float *dlogits, int N, int Vp) {
 
 void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits, dt_mmin x, int N,
                             int with_dw, int next) {
-    const dt_params *ps = &m->ps;
+    const dt_params *ps = dt_model_weights(m);
     head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
     int K = dt_params_chunks(ps, id), R = dt_model_head_rows(&m->opts, N);
     for (int c = K - 1; c >= 0; c--) {
@@ -177,7 +177,7 @@ void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits
 }
 
 void dt_vocab_head_grads_done(dt_model *m, int id) {
-    const dt_params *ps = &m->ps;
+    const dt_params *ps = dt_model_weights(m);
     for (int c = dt_params_chunks(ps, id) - 1; c >= 0; c--) {
         int u;
         size_t r0, rows;
@@ -189,7 +189,8 @@ void dt_vocab_head_grads_done(dt_model *m, int id) {
 
 void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32_t *tokens, int N,
                              const float *dlogits, dt_mmin x) {
-    const dt_params *ps = &m->ps;
+    if (m->lora) return; /* a frozen base: no embedding (or tied head) gradient */
+    const dt_params *ps = dt_model_weights(m);
     head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
     int K = dt_params_chunks(ps, id), C = h.C, R = dt_model_head_rows(&m->opts, N);
     for (int c = K - 1; c >= 0; c--) {

@@ -386,6 +386,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
         if (p->sharded_grads) {
             st = dt_par_zero_init(ctx, p, seed);
             if (st == DT_OK && !p->sharded_params) dt_model_init_weights(m, seed);
+            else if (st == DT_OK) dt_model_init_base(m, seed); /* LoRA: the frozen base is whole */
         } else {
             st = dt_par_buckets_init(ctx, p);
             if (st == DT_OK) dt_model_init_weights(m, seed);

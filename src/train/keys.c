@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm_fit.h"
+#include "model/lora.h"
 
 /* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. */
 typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED } key_type;
@@ -68,6 +69,11 @@ static const key_def keys[] = {
     NUM("memory.activation_checkpointing_every", K_INT, train.model_opts.recompute_every, "recompute only layers l with l % k == 0 (1 = every layer)"),
     NUM("memory.fused_loss", K_BOOL, train.model_opts.fused_loss, "run the lm_head and the loss 256 token rows at a time, forming their gradients in the forward, so the micro-batch's logits are never stored (DDP and ZeRO-1; ZeRO-2/3 store them); the same bits either way"),
     NUM("memory.fused_loss_rows", K_INT, train.model_opts.head_rows, "token rows per block of the lm_head and loss (0 = 256): the fused loss's logits memory, and the blocks every strategy uses, so all compute the same bits"),
+    NUM("lora.rank", K_INT, train.model_opts.lora.rank, "LoRA: rank of the adapters on a frozen base (0 = off: full training); only the adapters train, communicate and are checkpointed"),
+    NUM("lora.alpha", K_FLOAT, train.model_opts.lora.alpha, "LoRA: the adapters' output is scaled by alpha / rank (0 = rank: scale 1)"),
+    NUM("lora.dropout", K_FLOAT, train.model_opts.lora.dropout, "LoRA: dropout on the adapters' input (only 0 is supported)"),
+    STR("lora.targets", lora_targets, "LoRA: projections to adapt, comma list of q,k,v,o,gate,up,down (llama: each its own projection; gpt2: q,k,v are the thirds of attn.c_attn, o attn.c_proj, up mlp.c_fc, down mlp.c_proj, no gate)"),
+    ENUM("lora.base_dtype", lora_base, "fp32|nf4", "LoRA: the frozen base's layer matmul weights in fp32, or 4-bit NormalFloat with double-quantized scales (QLoRA; embeddings, norms and lm_head stay fp32)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
     NUM("optimizer.beta1", K_FLOAT, train.adamw.beta1, "AdamW beta1"),
     NUM("optimizer.beta2", K_FLOAT, train.adamw.beta2, "AdamW beta2"),
@@ -143,6 +149,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->nonfinite, "stop");
     strcpy(c->recompute, "none");
     strcpy(c->precision, "fp32");
+    strcpy(c->lora_targets, "q,v");
+    strcpy(c->lora_base, "fp32");
     c->eval_batches = 20;
     c->log_every = 1;
     c->prometheus_every = 10;
@@ -396,6 +404,9 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->model_opts.recompute = !strcmp(c->recompute, "full")        ? DT_RECOMPUTE_FULL
                               : !strcmp(c->recompute, "selective") ? DT_RECOMPUTE_SELECTIVE
                                                                    : DT_RECOMPUTE_NONE;
+    DT_CHECK(dt_lora_parse_targets(ctx, c->lora_targets, &t->model_opts.lora.targets));
+    t->model_opts.lora.nf4 = !strcmp(c->lora_base, "nf4");
+    t->model_opts.lora.base_external = c->init_from[0] != 0; /* run.c loads it: not drawn first */
     if (c->prometheus_every < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "logging.prometheus_every must be >= 1 (got %d)", c->prometheus_every);
     if (c->spike_rollback < 0 || c->spike_rollback > 1000)

@@ -33,6 +33,8 @@ typedef struct dt_run_cfg {
     char nonfinite[8];    /* stop | skip */
     char precision[8];    /* training.precision: fp32 | bf16 | fp16 */
     char recompute[16];   /* memory.activation_checkpointing: none | selective | full */
+    char lora_targets[64]; /* lora.targets: comma list of q,k,v,o,gate,up,down */
+    char lora_base[8];    /* lora.base_dtype: fp32 | nf4 */
     float spike_factor;   /* loss above this x the median of the last 20: a spike (0 = off) */
     int spike_rollback;        /* rollbacks allowed on a loss spike (0 = off) */
     /* logging */

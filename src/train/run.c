@@ -11,6 +11,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/interop.h"
 #include "ckpt/model_file.h"
+#include "ckpt/lora_base.h"
+#include "model/lora.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "core/log.h"
@@ -69,6 +71,7 @@ typedef struct run_state {
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
+    uint64_t base_hash; /* LoRA: XXH3-64 of the frozen base (checkpoints refer to it) */
 } run_state;
 
 static void run_free(run_state *r) {
@@ -263,6 +266,11 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_r
     tj.loss_scale = r->tr.scaler.scale;
     tj.loss_scale_good = r->tr.scaler.good;
     tj.overflows = r->tr.scaler.overflows;
+    tj.lora = r->tr.model.lora;
+    tj.lora_base = r->base_hash;
+    tj.lora_rank = t->model_opts.lora.rank;
+    tj.lora_alpha = t->model_opts.lora.alpha > 0.0f ? t->model_opts.lora.alpha : (float)t->model_opts.lora.rank;
+    tj.lora_targets = t->model_opts.lora.targets;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
     dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */
@@ -353,6 +361,7 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (tj.has_sampler != (r->sampler != NULL))
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s data.train, this run %s", dir,
                        tj.has_sampler ? "trained on" : "trained without", r->sampler ? "has one" : "has none");
+    DT_CHECK(dt_lora_check_resume(ctx, dir, &tj, &r->tr.model, r->base_hash)); /* LoRA: the same base, rank, targets */
     long gb_old = (long)tj.world * tj.micro_batch * tj.accum, gb = (long)world * t->micro_batch * t->accum;
     if (gb_old != gb)
         dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "
@@ -560,8 +569,20 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     int resumed = 0;
     if (dt_restart_attempt() == 0 && !cfg->ckpt_dir[0])
         dt_log_warn(ctx, "supervised run without checkpoint.dir: a restart after a failure trains again from step 0");
+    if (r.tr.model.lora) { /* the base first: a resume checks its adapters were trained on it */
+        if (save_weights && save_weights[0])
+            DT_CHECK_GOTO(dt_fail(ctx, DT_ERR_CONFIG, "--save-weights: a LoRA run (lora.rank > 0) trains only "
+                                  "adapters; its checkpoints hold them"));
+        if (cfg->init_from[0]) DT_CHECK_GOTO(dt_lora_base_load(ctx, &r.tr.model, cfg->init_from));
+        r.base_hash = dt_lora_base_hash(&r.tr.model);
+        dt_log_info(ctx, "LoRA rank %d, alpha %g, targets %s: %zu trainable parameters; frozen base %s, XXH3 %016llx",
+                    t->model_opts.lora.rank, (double)(t->model_opts.lora.alpha > 0 ? t->model_opts.lora.alpha
+                                                                                   : (float)t->model_opts.lora.rank),
+                    cfg->lora_targets, r.tr.model.ps.n_params, t->model_opts.lora.nf4 ? "nf4" : "fp32",
+                    (unsigned long long)r.base_hash);
+    }
     if (cfg->resume[0]) DT_CHECK_GOTO(resume(ctx, &r, cfg, comm, world, &start, &resumed));
-    if (cfg->init_from[0] && !resumed) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
+    if (cfg->init_from[0] && !resumed && !r.tr.model.lora) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
     DT_CHECK_GOTO(saver_open(ctx, &r, cfg, world, rank));
     DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, rank));
     dt_progress mode;
@@ -618,7 +639,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_trace_enable(dt_now());
     }
     double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world;
-    double fpt = dt_model_flops_per_token(mc, t->seq_len);
+    double fpt = dt_lora_flops_per_token(mc, &t->model_opts.lora, t->seq_len); /* LoRA: no base dW */
     int preempted = 0;
     for (long s = start + 1; s <= t->steps; s++) {
         dt_step_stats ss;

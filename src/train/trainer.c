@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include "model/lora.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}};
     c->loss_scale_window = 2000;
 }
 
@@ -67,6 +69,11 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
                        (double)c->adamw.weight_decay);
     if (!(c->clip >= 0.0f))
         return dt_fail(ctx, DT_ERR_CONFIG, "optimizer.grad_clip must be >= 0 (got %g)", (double)c->clip);
+    if (c->model_opts.lora.rank != 0 || c->model_opts.lora.nf4) {
+        dt_model_config mc = c->model;
+        DT_CHECK(dt_model_config_validate(ctx, &mc));
+        DT_CHECK(dt_lora_validate(ctx, &mc, &c->model_opts.lora));
+    }
     return DT_OK;
 }
 
@@ -79,7 +86,8 @@ static dt_model_opts model_opts(const dt_train_cfg *cfg) {
 }
 
 /* Before anything is allocated: a lower bound of what a rank needs (activations of one
- * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks) against
+ * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks; LoRA:
+ * per adapter parameter, plus the frozen base every rank holds whole) against
  * what this host has free for its ranks. A run that cannot fit fails here in milliseconds,
  * naming the numbers and the keys to change, instead of swapping or being OOM-killed. A
  * lower bound never refuses a run that would fit; the exact plan is `dtrain bench
@@ -92,7 +100,15 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     double psi = (double)dt_model_num_params(&cfg->model);
     dt_model_opts mo = model_opts(cfg);
     double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &mo, cfg->micro_batch, cfg->seq_len);
-    double state = 16.0 * psi / world, need = acts + state, have = avail / local;
+    double state = 16.0 * psi / world;
+    if (mo.lora.rank > 0) { /* LoRA: the adapters' state sharded, plus the whole frozen base */
+        dt_model_config mc = cfg->model;
+        DT_CHECK(dt_model_config_validate(ctx, &mc));
+        size_t b[DT_MEM_NKINDS] = {0};
+        dt_lora_plan(&mc, &mo.lora, b);
+        state = 16.0 * (double)dt_lora_num_params(&mc, &mo.lora) / world + (double)b[DT_MEM_PARAMS];
+    }
+    double need = acts + state, have = avail / local;
     if (need <= have) return DT_OK;
     const double g = 1024.0 * 1024.0 * 1024.0;
     return dt_fail(ctx, DT_ERR_NOMEM,
@@ -120,8 +136,15 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     int n = dt_model_tensors(&mc, table);
     dt_alloc a; /* the store's table and unit arrays: what dt_model_init allocates besides slabs */
     dt_alloc_init(&a);
-    dt_params ps;
-    DT_CHECK(dt_params_init(ctx, &ps, table, n, mc.n_layer, &a, 0));
+    dt_params ps, base;
+    const dt_lora_cfg *lora = &cfg->model_opts.lora;
+    if (lora->rank > 0) { /* ps: the adapters; the frozen base besides (dt_lora_plan) */
+        DT_CHECK(dt_lora_validate(ctx, &mc, lora));
+        DT_CHECK(dt_lora_adapters_init(ctx, &ps, &mc, lora, &a, 0));
+        DT_CHECK(dt_lora_base_init(ctx, &base, &mc, lora, &a, 0));
+    } else {
+        DT_CHECK(dt_params_init(ctx, &ps, table, n, mc.n_layer, &a, 0));
+    }
     for (int k = 0; k < DT_MEM_NKINDS; k++) bytes[k] += a.cur[k];
     const size_t F = sizeof(float);
     dt_strategy strat = cfg->parallel.strategy;
@@ -131,7 +154,14 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
-    dt_model_lowp_plan(&ps, &mo, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len, bytes);
+    if (lora->rank > 0) { /* the windows narrow the base, which every strategy holds whole */
+        dt_model_lowp_plan(&base, &mo, DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len, bytes);
+        dt_lora_plan(&mc, lora, bytes);
+        dt_params_free(&base);
+    } else {
+        dt_model_lowp_plan(&ps, &mo, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len,
+                           bytes);
+    }
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
     pc.compute = cfg->model_opts.compute;

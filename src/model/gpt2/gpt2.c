@@ -209,10 +209,10 @@ static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts
 
 /* ------------------------------------------------------------------ forward / backward */
 
-#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_GPT2_P_##id, l)
-#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_GPT2_P_##id, l)
-#define UNIT(id) (m->ps.tensors[DT_GPT2_P_##id].unit)
-#define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
+#define P(id, l) dt_fam_param(m, DT_GPT2_P_##id, l)
+#define G(id, l) dt_fam_grad(m, DT_GPT2_P_##id, l)
+#define UNIT(id) (dt_model_weights(m)->tensors[DT_GPT2_P_##id].unit)
+#define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), l)
 #define ID(id) DT_GPT2_P_##id
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_GPT2_P_##id, l)
@@ -391,6 +391,23 @@ static int gpt2_hf_config(const dt_model_config *c, char *buf, size_t n) {
                     c->vocab, c->context, c->context, c->d_model, c->n_layer, c->n_head);
 }
 
+/* LoRA sites: q, k, v are row blocks of the fused c_attn; o = attn.c_proj, up = mlp.c_fc,
+ * down = mlp.c_proj (no gate). PEFT adapts c_attn whole, so these have no PEFT names. */
+static int gpt2_lora_sites(const dt_model_config *c, dt_lora_site *out) {
+#define SITE(t, id, row0, rows, mod)                                                            \
+    (dt_lora_site){t, DT_GPT2_P_##id, (size_t)(row0), (size_t)(rows), "h.%d." mod ".lora_A.weight", \
+                   "h.%d." mod ".lora_B.weight", NULL, NULL}
+    const size_t C = (size_t)c->d_model;
+    out[0] = SITE(DT_LORA_Q, QKVW, 0, C, "attn.c_attn.q");
+    out[1] = SITE(DT_LORA_K, QKVW, C, C, "attn.c_attn.k");
+    out[2] = SITE(DT_LORA_V, QKVW, 2 * C, C, "attn.c_attn.v");
+    out[3] = SITE(DT_LORA_O, ATTPROJW, 0, C, "attn.c_proj");
+    out[4] = SITE(DT_LORA_UP, FCW, 0, 4 * C, "mlp.c_fc");
+    out[5] = SITE(DT_LORA_DOWN, FCPROJW, 0, C, "mlp.c_proj");
+#undef SITE
+    return 6;
+}
+
 static const char *const hf_types[] = {"gpt2", NULL};
 static const char *const file_fields[] = {"n_layer", "d_model", "n_head", "vocab", "context", NULL};
 
@@ -415,4 +432,5 @@ const dt_model_family dt_family_gpt2 = {
     .hf_config = gpt2_hf_config,
     .hf_model_types = hf_types,
     .hf_read_config = gpt2_hf_read,
+    .lora_sites = gpt2_lora_sites,
 };

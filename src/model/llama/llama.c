@@ -223,12 +223,12 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 
 /* ------------------------------------------------------------------ forward / backward */
 
-#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_P_##id, l)
-#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_LLAMA_P_##id, l)
+#define P(id, l) dt_fam_param(m, DT_LLAMA_P_##id, l)
+#define G(id, l) dt_fam_grad(m, DT_LLAMA_P_##id, l)
 /* The lm_head: its own weights, or the token embedding's. */
 #define HEAD_ID (m->cfg.untied ? DT_LLAMA_P_LM_HEAD : DT_LLAMA_P_EMBED)
-#define UNIT(id) (m->ps.tensors[DT_LLAMA_P_##id].unit)
-#define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
+#define UNIT(id) (dt_model_weights(m)->tensors[DT_LLAMA_P_##id].unit)
+#define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), l)
 #define ID(id) DT_LLAMA_P_##id
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_LLAMA_P_##id, l)
@@ -319,7 +319,7 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, UNIT(NORM), m->ps.tensors[HEAD_ID].unit);
+    dt_unit_need(m, UNIT(NORM), dt_model_weights(m)->tensors[HEAD_ID].unit);
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
     dt_fam_narrow(m, a->lnfh, lnf, btc);
@@ -438,6 +438,26 @@ static int llama_hf_config(const dt_model_config *c, char *buf, size_t n) {
                     c->untied ? "false" : "true");
 }
 
+/* LoRA sites: every projection is its own tensor (q|k|v and gate|up are read fused; the
+ * adapters write their column blocks). Names are PEFT's. */
+static int llama_lora_sites(const dt_model_config *c, dt_lora_site *out) {
+#define SITE(t, id, rows, mod)                                                                  \
+    (dt_lora_site){t, DT_LLAMA_P_##id, 0, (size_t)(rows), "model.layers.%d." mod ".lora_A.weight",  \
+                   "model.layers.%d." mod ".lora_B.weight",                                     \
+                   "base_model.model.model.layers.%d." mod ".lora_A.weight",                    \
+                   "base_model.model.model.layers.%d." mod ".lora_B.weight"}
+    const int hs = c->d_model / c->n_head, q = c->n_head * hs, kv = c->n_kv_head * hs;
+    out[0] = SITE(DT_LORA_Q, WQ, q, "self_attn.q_proj");
+    out[1] = SITE(DT_LORA_K, WK, kv, "self_attn.k_proj");
+    out[2] = SITE(DT_LORA_V, WV, kv, "self_attn.v_proj");
+    out[3] = SITE(DT_LORA_O, WO, c->d_model, "self_attn.o_proj");
+    out[4] = SITE(DT_LORA_GATE, WGATE, c->d_ff, "mlp.gate_proj");
+    out[5] = SITE(DT_LORA_UP, WUP, c->d_ff, "mlp.up_proj");
+    out[6] = SITE(DT_LORA_DOWN, WDOWN, c->d_model, "mlp.down_proj");
+#undef SITE
+    return 7;
+}
+
 static const char *const hf_types[] = {"llama", "mistral", NULL};
 static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "n_kv_head",
                                           "d_ff",    "vocab",    "context",    "untied",
@@ -464,4 +484,5 @@ const dt_model_family dt_family_llama = {
     .hf_config = llama_hf_config,
     .hf_model_types = hf_types,
     .hf_read_config = llama_hf_read,
+    .lora_sites = llama_lora_sites,
 };

@@ -1,0 +1,79 @@
+/* lora.h - LoRA adapters on a frozen base (Hu et al. 2021; ARCHITECTURE decision 49).
+ *
+ * A LoRA model (dt_model_opts.lora.rank > 0) has two parameter stores: `base`, the family's
+ * own table, frozen (a params slab only: no gradients, no optimizer state, never sharded or
+ * communicated), and `ps`, the adapters: per layer and targeted sub-projection W (rows
+ * [row0, row0 + rows) of a base matmul weight, out x in) a pair lora_A (rank x in, normal with
+ * standard deviation 1/sqrt(in)) and lora_B (rows x rank, zeros). Every strategy, the optimizer and checkpoints
+ * see only `ps`. The adapted linear layer computes
+ *     y = x W^T + s (x A^T) B^T,   s = alpha / rank,
+ * and its backward dx = dy W + s (dy B) A, dB += s dy^T (x A^T), dA += (s dy B)^T x; x A^T is
+ * recomputed in the backward (one (B T, rank) scratch and its gradient, in the activations).
+ * The adapter arithmetic is fp32 in every precision (16-bit inputs are widened exactly).
+ *
+ *   unsigned t; DT_CHECK(dt_lora_parse_targets(ctx, "q,v", &t));
+ *   opts.lora = (dt_lora_cfg){.rank = 8, .alpha = 16, .targets = t};
+ *   DT_CHECK(dt_model_init_opts(ctx, &m, &cfg, &opts, &alloc, B, T, slabs)); // m.base + m.ps
+ */
+#ifndef DT_LORA_H
+#define DT_LORA_H
+
+#include "model/model.h"
+
+/* "q", "k", "v", "o", "gate", "up", "down" (NULL beyond). */
+const char *dt_lora_target_name(int t);
+/* A comma list of target names into bits; an unknown or empty one is refused naming
+ * lora.targets. */
+dt_status dt_lora_parse_targets(dt_ctx *ctx, const char *list, unsigned *out);
+/* "q,k,v" of the bits. */
+void dt_lora_targets_str(unsigned bits, char *buf, size_t n);
+/* Checks lora against the family of c, naming the lora.* key of a bad value. */
+dt_status dt_lora_validate(dt_ctx *ctx, const dt_model_config *c, const dt_lora_cfg *lora);
+/* The base store's layout (table from the family; under NF4 the quantized tensors take no
+ * room in it) and the adapter store, both with `slabs` (dt_params_init). */
+dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config *c, const dt_lora_cfg *lora,
+                            dt_alloc *alloc, int slabs);
+dt_status dt_lora_adapters_init(dt_ctx *ctx, dt_params *ps, const dt_model_config *c, const dt_lora_cfg *lora,
+                                dt_alloc *alloc, int slabs);
+/* Trainable adapter parameters of c (what ps holds). */
+size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora);
+/* Training FLOPs per token of a LoRA run (6 N + attention without LoRA, model.h): the frozen
+ * base's matmuls run forward and dinp only (4 N instead of 6 N: no weight gradients), the
+ * adapters 6 per trainable parameter, the attention as before. Without LoRA: the model's. */
+double dt_lora_flops_per_token(const dt_model_config *c, const dt_lora_cfg *lora, int T);
+/* Activation floats the adapters add for micro-batch B x T (0 without LoRA). */
+size_t dt_lora_act_floats(const dt_model_config *c, const dt_lora_cfg *lora, int B, int T);
+/* Bytes a LoRA model allocates besides its two stores' layouts and the adapters' slabs, by
+ * kind: the base's weights (fp32 slab, and NF4 tensors) under params, the gradient sink of
+ * the base's non-matmul tensors under other. */
+void dt_lora_plan(const dt_model_config *c, const dt_lora_cfg *lora, size_t bytes[DT_MEM_NKINDS]);
+
+/* Model plumbing (model.c): builds m->base and m->ps and the rest (table: the family's). */
+dt_status dt_lora_model_init(dt_ctx *ctx, dt_model *m, dt_alloc *alloc, int slabs);
+void dt_lora_model_free(dt_model *m);
+/* Points the adapters' scratch into the activations at base (dt_lora_act_floats of them). */
+void dt_lora_bind(dt_model *m, float *base);
+/* Base weights from seed (the family's initialisation; NF4 tensors quantized from it). */
+dt_status dt_lora_init_base(dt_ctx *ctx, dt_model *m, uint64_t seed);
+/* Quantizes the base's NF4 tensors from full, a flat fp32 copy in the family table's layout
+ * (an import); copies the rest into the base slab. */
+dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *full);
+/* Floats of the family table's flat layout (what dt_lora_set_base reads). */
+size_t dt_lora_full_floats(const dt_model *m);
+/* XXH3-64 of the base: its fp32 slab, then every NF4 tensor's bytes. */
+uint64_t dt_lora_base_hash(const dt_model *m);
+
+/* The adapter unit of base unit u (-1: none, PRE/POST); *first (may be NULL): u is the
+ * lowest base unit of its layer (the last one a backward ends). */
+int dt_lora_unit(const dt_model *m, int u, int *first);
+/* out (N, OC) += the adapters of the base matmul (id, layer l, OC rows from id's first);
+ * x: the layer's input (fp32, or 16-bit under mixed precision). */
+void dt_lora_mm_forward(dt_model *m, float *out, const float *xf, const uint16_t *xh, int id, int l, int N,
+                        int C, int OC);
+/* dinp (N,C) += the adapters' part (NULL: skipped), their dA, dB += (gradient units). */
+void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const float *xf, const uint16_t *xh,
+                         int id, int l, int N, int C, int OC);
+/* QLoRA: the NF4 copy of base tensor id of layer l (NULL: the tensor is fp32). */
+const struct dt_nf4 *dt_lora_nf4(const dt_model *m, int id, int l);
+
+#endif
