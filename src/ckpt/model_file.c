@@ -199,7 +199,7 @@ dt_status dt_ckpt_resolve(dt_ctx *ctx, const char *path, char *out, size_t out_s
     DT_CHECK(dt_ckpt_read_trainer(ctx, step_dir, &tj));
     if (tj.lora)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: a LoRA checkpoint (lora.rank %d) holds only adapters, not a whole "
-                       "model (folding them into the base is not built yet)", step_dir, tj.lora_rank);
+                       "model (dtrain ckpt merge folds them into their base)", step_dir, tj.lora_rank);
     dt_log_note(ctx, "loading %s (checksums verified)", step_dir);
     snprintf(out, out_size, "%s/model.safetensors", step_dir);
     return DT_OK;

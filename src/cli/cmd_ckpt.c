@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ckpt/interop.h"
+#include "ckpt/lora_merge.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
 #include "cli/cli.h"
@@ -39,6 +40,21 @@ static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
     return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
 }
 
+static int cmd_merge(dt_ctx *ctx, int argc, char **argv) {
+    const char *base = NULL;
+    if (argc == 4 && !strcmp(argv[2], "--base")) base = argv[3];
+    else if (argc != 2) return usage_error(ctx, "merge: expected SRC OUT_DIR [--base PATH]");
+    dt_lora_merge_info info;
+    dt_status st = dt_lora_merge(ctx, argv[0], argv[1], base, &info);
+    if (st == DT_OK)
+        printf("merged %s (%d adapted projections) into %s (%s, XXH3 %016llx): %zu parameters -> %s/model.safetensors, "
+               "%s/config.json (Hugging Face layout)\n",
+               info.step_dir, info.sites, info.base[0] ? info.base : "the base drawn from training.seed",
+               info.nf4 ? "NF4, dequantized" : "fp32", (unsigned long long)info.base_hash, info.params, argv[1],
+               argv[1]);
+    return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
+}
+
 static int cmd_import_llmc(dt_ctx *ctx, int argc, char **argv) {
     if (argc != 2) return usage_error(ctx, "import-llmc: expected FILE.bin OUT.safetensors");
     dt_model_config c;
@@ -69,6 +85,11 @@ static const ckpt_cmd ckpt_cmds[] = {
      "write OUT_DIR/model.safetensors + config.json in Hugging Face layout (GPT2LMHeadModel, LlamaForCausalLM); "
      "--peft: a LoRA checkpoint's adapters as adapter_model.safetensors + adapter_config.json (PEFT, LLaMA)",
      cmd_export},
+    {"merge", "SRC OUT_DIR [--base PATH]",
+     "fold a LoRA checkpoint's adapters into its base (W + alpha/rank B A; an NF4 base dequantized) and write the "
+     "whole model as OUT_DIR/model.safetensors + config.json (Hugging Face layout); the base is the run's "
+     "model.init_from (or PATH, or drawn from training.seed) and must match trainer.json's lora_base",
+     cmd_merge},
     {"import-llmc", "FILE.bin OUT.safetensors",
      "convert an llm.c model file (fp32 or bf16) to a dtrain model file", cmd_import_llmc},
 };

@@ -32,12 +32,11 @@ dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yam
     return st;
 }
 
-dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
-    yaml_document_t doc;
+/* Applies every key of doc (read from path, which errors name) to c; deletes doc. */
+static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_document_t doc) {
     dt_status st = DT_OK;
     char seen[64][96]; /* keys already set by this file, to refuse duplicates */
     int nseen = 0;
-    DT_CHECK(dt_yaml_load_file(ctx, path, "config", &doc));
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root) goto done; /* an empty file sets nothing */
     if (root->type != YAML_MAPPING_NODE) {
@@ -99,4 +98,23 @@ dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
 done:
     yaml_document_delete(&doc);
     return st;
+}
+
+dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
+    yaml_document_t doc;
+    DT_CHECK(dt_yaml_load_file(ctx, path, "config", &doc));
+    return apply_doc(ctx, c, path, doc);
+}
+
+dt_status dt_cfg_load_yaml_text(dt_ctx *ctx, dt_run_cfg *c, const char *name, const char *text) {
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) return dt_fail(ctx, DT_ERR_NOMEM, "%s: cannot initialise the YAML parser", name);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+    dt_status st = DT_OK;
+    if (!yaml_parser_load(&parser, &doc))
+        st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: YAML syntax error: %s", name,
+                     (unsigned long)parser.problem_mark.line + 1, parser.problem ? parser.problem : "unknown");
+    yaml_parser_delete(&parser);
+    return st == DT_OK ? apply_doc(ctx, c, name, doc) : st;
 }

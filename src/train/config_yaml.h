@@ -24,5 +24,7 @@ dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yam
 
 /* Applies every key of the file to c (later --set flags may override them). */
 dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path);
+/* Same from YAML text in memory (a checkpoint's stored configuration); errors name `name`. */
+dt_status dt_cfg_load_yaml_text(dt_ctx *ctx, dt_run_cfg *c, const char *name, const char *text);
 
 #endif

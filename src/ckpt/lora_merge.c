@@ -1,0 +1,152 @@
+/* A LoRA checkpoint folded into its base, out as a Hugging Face model (lora_merge.h). */
+#include "ckpt/lora_merge.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_io.h"
+#include "ckpt/interop.h"
+#include "ckpt/lora_base.h"
+#include "ckpt/model_file.h"
+#include "model/lora.h"
+#include "ops/ops.h"
+#include "train/config_yaml.h"
+
+/* The run's model.init_from and lora.base_dtype, from the configuration trainer.json stores. */
+static dt_status run_base(dt_ctx *ctx, const char *step_dir, char *init_from, size_t n, int *nf4) {
+    char path[4400], name[4500];
+    snprintf(path, sizeof path, "%s/trainer.json", step_dir);
+    char *buf;
+    size_t len;
+    DT_CHECK(dt_io_read_small(ctx, path, 16u << 20, &buf, &len));
+    cJSON *r = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *cf = r ? cJSON_GetObjectItemCaseSensitive(r, "config") : NULL;
+    if (!cJSON_IsString(cf) || !cf->valuestring[0]) {
+        cJSON_Delete(r);
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: no stored configuration ('config'): give the base with --base PATH",
+                       path);
+    }
+    dt_run_cfg c;
+    dt_run_cfg_defaults(&c);
+    snprintf(name, sizeof name, "%s (config)", path);
+    dt_status st = dt_cfg_load_yaml_text(ctx, &c, name, cf->valuestring);
+    cJSON_Delete(r);
+    DT_CHECK(st);
+    snprintf(init_from, n, "%s", c.init_from);
+    *nf4 = !strcmp(c.lora_base, "nf4");
+    return DT_OK;
+}
+
+/* full (the family's layout) = m's base, NF4 tensors dequantized. */
+static void copy_base(const dt_model *m, dt_params *full) {
+    for (int id = 0; id < full->n_tensors; id++) {
+        size_t e = full->tensors[id].rows * full->tensors[id].cols;
+        for (int l = 0; l < dt_params_copies(full, id); l++) {
+            float *dst = dt_params_tensor(full, full->params, id, l);
+            const dt_nf4 *q = dt_lora_nf4(m, id, l);
+            if (q) dt_nf4_dequantize(dst, q, 0, e);
+            else memcpy(dst, dt_params_tensor(&m->base, m->base.params, id, l), e * sizeof(float));
+        }
+    }
+}
+
+/* W[row0 + j, c] += s sum_k B[j, k] A[k, c] for every site and layer (double sums). */
+static int fold(const dt_model *m, dt_params *full) {
+    const int r = m->opts.lora.rank;
+    const double s = m->lora_scale;
+    int n = 0;
+    for (int i = 0; i < m->n_sites; i++) {
+        const dt_lora_site *site = &m->sites[i];
+        const size_t C = full->tensors[site->id].cols;
+        for (int l = 0; l < dt_params_copies(full, site->id); l++, n++) {
+            float *W = dt_params_tensor(full, full->params, site->id, l) + site->row0 * C;
+            const float *A = dt_params_tensor(&m->ps, m->ps.params, m->site_a[i], l);     /* r x C */
+            const float *B = dt_params_tensor(&m->ps, m->ps.params, m->site_a[i] + 1, l); /* rows x r */
+#pragma omp parallel for schedule(static)
+            for (size_t j = 0; j < site->rows; j++)
+                for (size_t c = 0; c < C; c++) {
+                    double acc = 0.0;
+                    for (int k = 0; k < r; k++) acc += (double)B[j * (size_t)r + k] * (double)A[(size_t)k * C + c];
+                    W[j * C + c] = (float)((double)W[j * C + c] + s * acc);
+                }
+        }
+    }
+    return n;
+}
+
+dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const char *base,
+                        dt_lora_merge_info *info) {
+    memset(info, 0, sizeof *info);
+    char step_dir[4200], path[4400], tmp[4400], tok[32];
+    DT_CHECK(dt_ckpt_find(ctx, src, step_dir, sizeof step_dir));
+    snprintf(info->step_dir, sizeof info->step_dir, "%s", step_dir);
+    dt_ckpt_trainer tj;
+    DT_CHECK(dt_ckpt_read_trainer(ctx, step_dir, &tj));
+    if (!tj.lora)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: not a LoRA checkpoint (no lora_base): merge folds LoRA "
+                       "adapters into their base; a whole model goes out with export --hf", step_dir);
+    int nf4 = 0;
+    DT_CHECK(run_base(ctx, step_dir, info->base, sizeof info->base, &nf4));
+    if (base) snprintf(info->base, sizeof info->base, "%s", base);
+    info->nf4 = nf4;
+    snprintf(path, sizeof path, "%s/model.safetensors", step_dir);
+    dt_model_config c;
+    DT_CHECK(dt_model_file_config(ctx, path, &c, tok, sizeof tok));
+    DT_CHECK(dt_model_config_validate(ctx, &c));
+    if (!dt_model_family_of(&c)->hf_architecture)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: a %s model has no Hugging Face export", path, c.family);
+
+    dt_model_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.compute = DT_F32;
+    opts.lora = (dt_lora_cfg){tj.lora_rank, (float)tj.lora_alpha, 0.0f, tj.lora_targets, nf4, info->base[0] != 0};
+    dt_alloc alloc;
+    dt_alloc_init(&alloc);
+    dt_model m, full;
+    int have_m = 0, have_full = 0;
+    dt_status st = dt_lora_validate(ctx, &c, &opts.lora);
+    if (st == DT_OK) st = dt_model_init_opts(ctx, &m, &c, &opts, &alloc, 1, 1, DT_SLAB_PARAMS);
+    have_m = st == DT_OK;
+    if (st == DT_OK) {
+        if (info->base[0]) st = dt_lora_base_load(ctx, &m, info->base);
+        else dt_model_init_base(&m, tj.seed);
+    }
+    if (st == DT_OK) {
+        info->base_hash = dt_lora_base_hash(&m);
+        if (info->base_hash != tj.lora_base) {
+            char what[4400];
+            if (info->base[0]) snprintf(what, sizeof what, "%s (lora.base_dtype %s)", info->base, nf4 ? "nf4" : "fp32");
+            else snprintf(what, sizeof what, "the base drawn from training.seed %llu", (unsigned long long)tj.seed);
+            st = dt_fail(ctx, DT_ERR_CONFIG, "%s: not the base these adapters were trained on (XXH3 %016llx, %s/"
+                         "trainer.json's lora_base %016llx)", what, (unsigned long long)info->base_hash, step_dir,
+                         (unsigned long long)tj.lora_base);
+        }
+    }
+    if (st == DT_OK) st = dt_ckpt_load_params(ctx, step_dir, &m, m.ps.params);
+    if (st == DT_OK && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot create directory: %s", out_dir, strerror(errno));
+    if (st == DT_OK && access(out_dir, W_OK) != 0)
+        st = dt_fail(ctx, DT_ERR_IO, "%s: cannot write there: %s", out_dir, strerror(errno));
+    if (st == DT_OK) st = dt_model_init(ctx, &full, &c, &alloc, 1, 1, DT_SLAB_PARAMS);
+    have_full = have_m && st == DT_OK;
+    if (st == DT_OK) {
+        copy_base(&m, &full.ps);
+        info->sites = fold(&m, &full.ps);
+        info->params = dt_model_num_params(&c);
+        /* a dtrain model file first (next to the output), then its Hugging Face export */
+        snprintf(tmp, sizeof tmp, "%s/.merge-%ld.safetensors", out_dir, (long)getpid());
+        st = dt_model_file_save(ctx, &full, tmp, tok, tj.step);
+        if (st == DT_OK) st = dt_hf_export(ctx, tmp, out_dir);
+        unlink(tmp);
+    }
+    if (have_full) dt_model_free(&full);
+    if (have_m) dt_model_free(&m);
+    return st;
+}
