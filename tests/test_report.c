@@ -449,6 +449,59 @@ static void test_memory_plan_column(void **state) {
     dt_report_free(r);
 }
 
+/* A LoRA bench file: 24576 trainable (adapter) parameters of the model's, rank 16, NF4 base. */
+static void e_lora(cJSON *r) {
+    cJSON *m = cJSON_GetObjectItem(r, "model");
+    cJSON_AddNumberToObject(m, "trainable_params", 24576);
+    cJSON *l = cJSON_AddObjectToObject(m, "lora");
+    cJSON_AddNumberToObject(l, "rank", 16);
+    cJSON_AddNumberToObject(l, "alpha", 32);
+    cJSON_AddStringToObject(l, "targets", "q,k,v,o,gate,up,down");
+    cJSON_AddStringToObject(l, "base_dtype", "nf4");
+}
+
+static void e_bad_trainable(cJSON *r) { cJSON_AddStringToObject(cJSON_GetObjectItem(r, "model"), "trainable_params", "x"); }
+
+static void test_trainable_column(void **state) {
+    (void)state;
+    /* The runs table shows the trainable parameters: a LoRA run's adapters with its rank and
+     * base dtype; files without model.trainable_params (full training, earlier versions)
+     * train every parameter. */
+    dt_report *r = load_full("ddp-w2.json", e_lora);
+    const dt_rep_train *lo = by_file(r, "ddp-w2.json"), *full = by_file(r, "ddp-w1.json");
+    assert_true(lo->trainable == 24576.0);
+    assert_string_equal(lo->lora, "LoRA r16, nf4");
+    assert_true(full->trainable == full->params);
+    assert_string_equal(full->lora, "");
+    char *html;
+    size_t len;
+    FILE *f = open_memstream(&html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+    char want[96], n[32];
+    dt_report_fmt_num(n, sizeof n, 24576.0);
+    snprintf(want, sizeof want, "<td>%s (LoRA r16, nf4)</td>", n);
+    assert_non_null(strstr(html, "<th>params</th><th>trainable params</th>"));
+    assert_non_null(strstr(html, want));
+    free(html);
+    dt_report_free(r);
+    /* a malformed value is refused naming the file and key */
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_report *b = dt_report_new();
+    char *text = slurp(fixture("full", "ddp-w1.json"));
+    cJSON *root = cJSON_Parse(text);
+    e_bad_trainable(root);
+    char *bad = cJSON_PrintUnformatted(root);
+    assert_int_not_equal(dt_report_add_text(&ctx, b, "results/x.json", bad), DT_OK);
+    assert_non_null(strstr(ctx.err, "results/x.json"));
+    assert_non_null(strstr(ctx.err, "'model.trainable_params' must be a number"));
+    free(bad);
+    free(text);
+    cJSON_Delete(root);
+    dt_report_free(b);
+}
+
 static void test_html(void **state) {
     (void)state;
     dt_report *r = load_full("ddp-w1.json", evil_host);
@@ -641,7 +694,7 @@ int main(void) {
         cmocka_unit_test(test_recommend_no_budget), cmocka_unit_test(test_recommend_budget),
         cmocka_unit_test(test_loss_mismatch),   cmocka_unit_test(test_partial_data),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html), cmocka_unit_test(test_memory_plan_column),
-        cmocka_unit_test(test_precision_column), cmocka_unit_test(test_plans),
+        cmocka_unit_test(test_precision_column), cmocka_unit_test(test_plans), cmocka_unit_test(test_trainable_column),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

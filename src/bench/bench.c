@@ -132,6 +132,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
     r->flops_per_token = dt_lora_flops_per_token(&tr.model.cfg, &c.model_opts.lora, c.seq_len); /* LoRA: no base dW */
     r->achieved_gflops = r->flops_per_token * r->tokens_per_s_rank / 1e9; /* per rank */
     r->n_params = dt_model_num_params(&tr.model.cfg);
+    r->n_trainable = tr.model.lora ? dt_lora_num_params(&tr.model.cfg, &c.model_opts.lora) : r->n_params;
 fail:
     if (trace) dt_trace_disable();
     dt_trainer_free(&tr);
@@ -237,6 +238,7 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
     s->tokens_step = s->samples_step * cfg->seq_len;
     s->flops_per_token = s->runs[0].flops_per_token;
     s->n_params = s->runs[0].n_params;
+    s->n_trainable = s->runs[0].n_trainable;
     reduce(s, cfg);
     return gather_memory(ctx, cfg, comm, s);
 }

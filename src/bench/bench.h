@@ -67,6 +67,7 @@ typedef struct dt_bench_result {
     double fwd_s, bwd_s, opt_s, data_s, exposed_s;
     size_t mem_peak[DT_MEM_NKINDS];
     size_t n_params;            /* without padding */
+    size_t n_trainable;         /* parameters the optimizer updates: n_params, or the LoRA adapters' */
     unsigned long long loss_hash; /* dt_bench_loss_hash of the timed losses: a verification column */
     int world;                  /* ranks */
     double tokens_per_s_rank;   /* per rank */
@@ -107,6 +108,7 @@ typedef struct dt_bench_suite {
     long tokens_step, samples_step; /* global, per optimizer step */
     double flops_per_token;     /* 6 N + 12 L T d */
     size_t n_params;
+    size_t n_trainable;         /* n_params, or the LoRA adapters' (lora.rank > 0) */
     dt_stats step_s, samples_per_s, tokens_per_s, tokens_per_s_rank, tflops_rank, mfu;
     dt_stats run_mean_s;        /* the repeats' mean step times */
     double comm_total_s, comm_exposed_s, comm_bytes_step; /* per step, mean over repeats */

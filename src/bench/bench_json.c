@@ -1,5 +1,6 @@
 #include "bench/bench_json.h"
 #include "core/jsonfile.h"
+#include "model/lora.h"
 
 #include <errno.h>
 #include <math.h>
@@ -161,6 +162,18 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(m, "vocab", c->model.vocab);
     cJSON_AddNumberToObject(m, "seq_len", c->seq_len);
     cJSON_AddNumberToObject(m, "params", (double)s->n_params);
+    /* what the optimizer updates and the gradients carry: the adapters under LoRA */
+    cJSON_AddNumberToObject(m, "trainable_params", (double)s->n_trainable);
+    if (c->model_opts.lora.rank > 0) {
+        char tg[64];
+        dt_lora_targets_str(c->model_opts.lora.targets, tg, sizeof tg);
+        cJSON *l = cJSON_AddObjectToObject(m, "lora");
+        cJSON_AddNumberToObject(l, "rank", c->model_opts.lora.rank);
+        cJSON_AddNumberToObject(l, "alpha", c->model_opts.lora.alpha > 0.0f ? c->model_opts.lora.alpha
+                                                                            : (float)c->model_opts.lora.rank);
+        cJSON_AddStringToObject(l, "targets", tg);
+        cJSON_AddStringToObject(l, "base_dtype", c->model_opts.lora.nf4 ? "nf4" : "fp32");
+    }
 
     cJSON *p = cJSON_AddObjectToObject(o, "parallel");
     cJSON_AddNumberToObject(p, "world", s->world);

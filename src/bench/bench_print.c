@@ -20,9 +20,13 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     int n = o->repeats * o->steps;
     char desc[320];
     dt_model_describe(m, desc, sizeof desc);
-    fprintf(f, "# dtrain bench: %s (%s, %.2fM params), batch %d x %d x %d "
+    char trainable[96] = ""; /* LoRA: what the optimizer updates and the gradients carry */
+    if (s->n_trainable != s->n_params)
+        snprintf(trainable, sizeof trainable, ", %.4fM trainable (LoRA rank %d%s)", (double)s->n_trainable / 1e6,
+                 c->model_opts.lora.rank, c->model_opts.lora.nf4 ? ", NF4 base" : "");
+    fprintf(f, "# dtrain bench: %s (%s, %.2fM params%s), batch %d x %d x %d "
                "accum per rank, fp32, %d rank(s) x %d threads on %d node(s), %s%s\n",
-            c->preset[0] ? c->preset : "custom", desc, (double)s->n_params / 1e6, c->micro_batch,
+            c->preset[0] ? c->preset : "custom", desc, (double)s->n_params / 1e6, trainable, c->micro_batch,
             c->seq_len, c->accum, s->world, threads, s->nodes, dt_strategy_name(c->parallel.strategy),
             c->parallel.overlap ? "" : " (no overlap)");
     if (m->n_classes > 0)

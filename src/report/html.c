@@ -315,7 +315,7 @@ static void td_str(FILE *f, const char *s) {
 
 static void table_runs(FILE *f, const dt_report *r) {
     fputs("<h2>Runs</h2><div class=\"tbl\"><table id=\"runs\"><tr><th class=\"l\">run</th><th class=\"l\">file</th>"
-          "<th class=\"l\">model</th><th>params</th><th>ranks</th><th class=\"l\">strategy</th>"
+          "<th class=\"l\">model</th><th>params</th><th>trainable params</th><th>ranks</th><th class=\"l\">strategy</th>"
           "<th class=\"l\">precision</th>"
           "<th>micro &#215; accum (global)</th><th>bucket</th><th>overlap</th><th>step ms mean &#177; std</th>"
           "<th>tokens/s</th><th>tokens/s/rank</th><th>samples/s (images)</th><th>TFLOP/s/rank</th><th>MFU</th><th>comm overhead</th>"
@@ -335,6 +335,8 @@ static void table_runs(FILE *f, const dt_report *r) {
         snprintf(b, sizeof b, "%s L%d d%d h%d T%d", t->preset, t->n_layer, t->d_model, t->n_head, t->seq_len);
         td_str(f, b);
         td_num(f, t->params);
+        dt_report_fmt_num(b, sizeof b, t->trainable);
+        fprintf(f, "<td>%s%s%s%s</td>", b, t->lora[0] ? " (" : "", t->lora, t->lora[0] ? ")" : "");
         fprintf(f, "<td>%d%s</td>", t->world, t->hybrid ? " hybrid" : "");
         td_str(f, t->strategy);
         td_str(f, t->precision);

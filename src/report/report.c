@@ -207,6 +207,16 @@ static dt_status read_model_parallel(jpath *j, const cJSON *root, dt_rep_train *
     JCHECK(need_int(j, m, "model", "vocab", &t->vocab));
     JCHECK(need_int(j, m, "model", "seq_len", &t->seq_len));
     JCHECK(need_num(j, m, "model", "params", &t->params));
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(m, "trainable_params");
+    if (tp && !cJSON_IsNumber(tp)) return missing(j, "model", "trainable_params", "must be a number");
+    t->trainable = tp ? tp->valuedouble : t->params;
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(m, "lora");
+    if (lo) {
+        const char *bd = opt_str(lo, "base_dtype");
+        int rank = opt_int(lo, "rank");
+        if (rank < 1) return missing(j, "model.lora", "rank", "must be an integer >= 1");
+        snprintf(t->lora, sizeof t->lora, "LoRA r%d, %s", rank, bd ? bd : "fp32");
+    }
     /* Optional (files of earlier versions lack it): an image model's samples are images. */
     t->n_classes = opt_int(cJSON_GetObjectItemCaseSensitive(root, "config"), "model.n_classes");
     precision_label(cJSON_GetObjectItemCaseSensitive(root, "config"), t->precision, sizeof t->precision);

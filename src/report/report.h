@@ -66,6 +66,10 @@ typedef struct dt_rep_train {
     int n_layer, d_model, n_head, vocab, seq_len;
     int n_classes; /* config's model.n_classes: > 0 for image classifiers (a sample = an image) */
     double params;
+    /* model.trainable_params (files of earlier versions lack it: params); a LoRA run's
+     * "LoRA r16, nf4" from model.lora, else "" */
+    double trainable;
+    char lora[48];
     int world, hybrid, overlap, micro_batch, accum, global_batch;
     const char *strategy;
     /* From config (files of earlier versions lack the keys: "fp32"): "bf16", "bf16, ckpt
