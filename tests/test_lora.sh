@@ -10,7 +10,7 @@
 #    GPT-2's refused;
 #  - bytes on the wire: 2-rank DDP sends exactly 4 bytes per trainable (adapter) parameter
 #    per step plus the 8-byte loss (dtrain bench summary.comm_bytes_step), the count of
-#    trainable parameters being the formula's;
+#    trainable parameters being the formula's and the bench JSON's model.trainable_params;
 #  - fine-tuning a saved model (model.init_from): the frozen base's checksum is in trainer.json;
 #    resume bit-exact (LoRA and QLoRA: stop at step 10, resume to 20, equal to the
 #    uninterrupted run); the same base from a Hugging Face directory gives the same bits; resuming on another base is refused naming the checkpoint's
@@ -147,10 +147,13 @@ timeout 300 "${mpi[@]}" -n 2 "$bin" bench "${common[@]}" --warmup-steps 1 --benc
   --json "$dir/bench.json" >"$dir/bench.log" 2>&1 || fail "bench: $(tail -3 "$dir/bench.log")"
 if out=$(/usr/bin/python3 - "$dir/bench.json" "$P" <<'PY'
 import json, sys
-b = json.load(open(sys.argv[1]))["summary"]["comm_bytes_step"]
+j = json.load(open(sys.argv[1]))
+b, m = j["summary"]["comm_bytes_step"], j["model"]
 P = int(sys.argv[2])
-print("2-rank DDP sends %d bytes per step; 4 x %d adapter parameters + 8 (loss) = %d" % (b, P, 4 * P + 8))
-sys.exit(0 if b == 4 * P + 8 else 1)
+print("2-rank DDP sends %d bytes per step; 4 x %d adapter parameters + 8 (loss) = %d; bench JSON model.trainable_params %d "
+      "of %d, lora %s" % (b, P, 4 * P + 8, m["trainable_params"], m["params"], m.get("lora")))
+ok = m["trainable_params"] == P < m["params"] and m.get("lora", {}).get("rank") == 4 and m["lora"]["base_dtype"] == "fp32"
+sys.exit(0 if b == 4 * P + 8 and ok else 1)
 PY
 ); then pass "adapter-only gradients on the wire: $out"; else fail "bytes on the wire: $out"; fi
 
