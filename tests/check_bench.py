@@ -68,6 +68,8 @@ def cmd_keys(f, formats, group="train"):
         assert len(d["config"]) > 20 and "model.n_layer" in d["config"], "config holds every key"
         if "comm_predicted_s" not in d.get("summary", {}):  # only with parallel.comm_model
             doc.discard("summary.comm_predicted_s")
+        if "lora" not in d["model"]:  # only under LoRA (lora.rank > 0)
+            doc -= {k for k in doc if k.startswith("model.lora")}
     elif group == "commfit":
         pass
     else:  # "environment: as for train"
