@@ -7,7 +7,9 @@
 #    a dtrain model file (model.init_from), and on its NF4 quantization (QLoRA: merged onto
 #    the dequantized base);
 #  - GPT-2 (q, k, v row blocks of c_attn, o, up, down) on a base drawn from training.seed;
-#  - the test can fail: the base alone evaluates differently (by more than 100x the tolerance);
+#  - the test can fail: the base alone evaluates differently (by more than 10x the tolerance),
+#    the adapted projections moved and every other tensor is the base's bitwise;
+#  - --base PATH (the base's Hugging Face export) merges to the same bytes as model.init_from;
 #  - refused in one line each: a checkpoint that is not LoRA (naming its trainer.json), a base
 #    of another XXH3 (naming the base file), an OUT_DIR that cannot be created (naming it).
 set -uo pipefail
@@ -112,6 +114,14 @@ print("%d tensors, none an adapter; the 14 adapted projections moved (max |W' - 
       % (len(m), max(np.abs(m[k] - b[k]).max() for k in moved), len(m) - 14))
 PY
 ); then pass "merged output: $out"; else fail "merged output: $out"; fi
+
+# --base: the same base as a Hugging Face directory (imported whole, then quantized) merges to
+# the same bytes as the run's own model.init_from (a dtrain file, read tensor by tensor)
+"$bin" ckpt merge "$dir/ck_llama_nf4" "$dir/m_nf4_hf" --base "$dir/base_hf" >"$dir/merge_hf.log" 2>&1 \
+  || fail "merge --base HF dir: $(tail -2 "$dir/merge_hf.log")"
+cmp -s "$dir/m_nf4_hf/model.safetensors" "$dir/m_llama_nf4/model.safetensors" \
+  && pass "merge --base (the base's HF export) = merge from model.init_from, bytewise (NF4)" \
+  || fail "merge --base HF dir differs from the merge from model.init_from"
 
 # refusals: one line naming the file, non-zero exit
 refused() { # LABEL PATTERN ARGS...
