@@ -229,10 +229,12 @@ static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, in
     }
     dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world, pieces, np, shard,
                             dt_strategy_name(t->parallel.strategy), cfg->ckpt_keep, cfg->ckpt_async,
-                            cfg->ckpt_max_failures, NULL, 0};
-    float *res;
+                            cfg->ckpt_max_failures, NULL, 0, NULL, 0};
+    float *res, *age;
     dt_parallel_residual(r->tr.par, &res, &sc.residual_n); /* Top-K's, per rank */
     sc.residual = res;
+    dt_parallel_ages(r->tr.par, &age, &sc.age_n); /* and its element ages (compression_adam: age) */
+    sc.age = age;
     dt_status st = dt_ckpt_saver_init(ctx, &r->saver, &sc);
     free(pieces);
     free(yaml);
@@ -375,12 +377,13 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     DT_CHECK(st);
     /* Top-K's residual belongs to one rank's data: it comes back only onto the same world size
      * (bit-exact resume); otherwise it starts empty, as the warning says. */
-    float *res;
-    size_t nres;
+    float *res, *age;
+    size_t nres, nage;
     dt_parallel_residual(r->tr.par, &res, &nres);
+    dt_parallel_ages(r->tr.par, &age, &nage); /* all 1 unless the checkpoint has this rank's */
     if (nres) {
         int found;
-        DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, &found));
+        DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, age, nage, &found));
         if (!found && ctx->rank == 0)
             dt_log_warn(ctx, "%s: %s, so parallel.compression=topk starts with an empty residual (the gradients "
                         "not yet sent before the checkpoint are dropped)", dir,
