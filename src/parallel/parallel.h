@@ -40,7 +40,9 @@
  * error feedback: a per-rank residual of Psi floats (what was not sent) is added to the next
  * step's gradient, and goes into checkpoints (dt_parallel_residual). DDP and ZeRO-1 only (they
  * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. One rank sends nothing and
- * keeps no residual.
+ * keeps no residual. With ratio < 1 and topk_age, the update of a Top-K step is AdamW by age
+ * (optim.h dt_adamw_update_aged): per element of the optimizer shard, the steps since its
+ * reduced gradient was last non-zero (dt_parallel_ages; checkpointed with the residual).
  *
  *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
  *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
