@@ -114,6 +114,8 @@ run r10 2 -- train "${common[@]}" --set parallel.compression=topk --set parallel
 cmp -s ref/w.safetensors ddp2/w.safetensors && fail "Top-K 1% gave DDP's weights bit for bit: nothing was compressed"
 run plain 2 -- train "${common[@]}" "${topk[@]}" --set parallel.compression_adam=plain || fail "topk plain: $(tail -3 plain.log)"
 cmp -s ref/w.safetensors plain/w.safetensors && fail "compression_adam=plain gave age's weights bit for bit"
+grep -q "Top-K 1% with error feedback, AdamW by age" ref.log && ! grep -q "AdamW by age" plain.log all2.log \
+  && pass "banner names AdamW by age (not for plain or ratio 1)" || fail "banner: $(grep -h 'Top-K' ref.log plain.log | head -2)"
 # 50 steps of a 230k-parameter model is where sparsification costs most (the target,
 # 1% within 2% after 1000 steps of the demo corpus, is tests/long/compression.sh): here 1%
 # must learn (ZeRO-1 too: its buckets end at units, so its blocks and choices differ from

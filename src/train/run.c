@@ -599,7 +599,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     char topk[96] = "";
     if (t->parallel.compression == DT_COMPRESS_TOPK)
         snprintf(topk, sizeof topk, ", Top-K %g%% with error feedback%s", 100.0 * t->parallel.topk_ratio,
-                 world > 1 ? "" : " (one rank: nothing sent, nothing compressed)");
+                 world == 1                                          ? " (one rank: nothing sent, nothing compressed)"
+                 : t->parallel.topk_age && t->parallel.topk_ratio < 1 ? ", AdamW by age"
+                                                                      : "");
     dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s (%s), bucket %.1f MiB, overlap %s, gradients sent in %s%s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
                 dt_comm_routing(comm), (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
