@@ -12,7 +12,8 @@
 #    file, which holds each rank's residual, non-zero, and its element ages); resuming on 3
 #    ranks warns that the residual starts empty and trains on;
 #  - parallel.compression_adam: age (the default) keeps each rank's element ages (tensor
-#    compression_age: its shard's length, whole numbers >= 1, some > 1) in its optimizer file;
+#    compression_age: its shard's length, whole numbers >= 1, some > 1; under DDP the same bits
+#    on both ranks) in its optimizer file;
 #    plain keeps none, learns too, and gives other weights;
 #  - a step skipped for a NaN loss (training.nonfinite=skip) clears the residual (the
 #    checkpoint of that step holds none; later ones do again), and the run goes on finite;
@@ -176,7 +177,7 @@ def tensors(p):
     return meta, get
 ok = True
 for d, share in zip(sys.argv[1:3], (1, 2)): # DDP: every element on each rank; ZeRO-1: half each
-    sizes = []
+    sizes, ages = [], []
     for p in sorted(glob.glob(d + "/optim-rank*-of-2.safetensors")):
         meta, get = tensors(p)
         n = int(meta["__metadata__"]["n_params"])
@@ -184,9 +185,14 @@ for d, share in zip(sys.argv[1:3], (1, 2)): # DDP: every element on each rank; Z
         ok &= a is not None and a.size > 0 and bool(np.all(a >= 1)) and bool(np.all(a == np.round(a))) \
             and int((a > 1).sum()) > 0
         sizes.append(0 if a is None else a.size)
+        ages.append(a)
         print("%s %s: %s" % (d.split("/")[0], p.split("/")[-1], "missing" if a is None else
               "%d ages, max %d, %d > 1" % (a.size, a.max(), (a > 1).sum())), end="; ")
     ok &= len(sizes) == 2 and sum(sizes) == 2 * n // share
+    if share == 1: # DDP: the ages come from the summed gradient, so both ranks hold the same bits
+        same = ages[0] is not None and ages[1] is not None and ages[0].tobytes() == ages[1].tobytes()
+        ok &= same
+        print("DDP ranks' ages %s" % ("bitwise equal" if same else "DIFFER"), end="; ")
 pl = [p for p in glob.glob(sys.argv[3] + "/optim-rank*-of-2.safetensors") if "compression_age" in tensors(p)[0]]
 print("plain: %d files with ages" % len(pl))
 sys.exit(0 if ok and not pl else 1)
