@@ -14,7 +14,8 @@
 #  - parallel.compression_adam: age (the default) keeps each rank's element ages (tensor
 #    compression_age: its shard's length, whole numbers >= 1, some > 1; under DDP the same bits
 #    on both ranks) in its optimizer file;
-#    plain keeps none, learns too, and gives other weights;
+#    plain keeps none, learns too, and gives other weights; a plain checkpoint resumed with age
+#    starts every age at 1;
 #  - a step skipped for a NaN loss (training.nonfinite=skip) clears the residual (the
 #    checkpoint of that step holds none; later ones do again), and the run goes on finite;
 #  - parallel.grad_dtype=fp16 (casting): DDP == ZeRO-1/2/3 bitwise, losses within 1e-4 of fp32's,
@@ -213,6 +214,23 @@ grep -q "killed by signal 9" kill.log && grep -q "job finished after 1 restart" 
   || fail "crash mid-save not reported/restarted: $(grep 'dtrain launch' kill.log | tail -3)"
 out=$(cmp_runs kill/m.jsonl kill/w.safetensors ref/m.jsonl ref/w.safetensors 0) && out="$out; $(same_optim kill ref)" \
   && pass "Top-K: kill -9 mid-save + restart == uninterrupted ($out)" || fail "Top-K kill/resume: $out"
+# A checkpoint written with compression_adam=plain (no ages) resumed with age: the residual
+# comes back, the ages start at 1 (so after 25 more steps none exceeds 26), and it trains on.
+mkdir -p pa && cp -r plain/ck pa/ck && rm -rf pa/ck/step-000000[3-5]* && echo step-00000025 >pa/ck/latest
+if "$bin" launch -n 2 -- train "${common[@]}" "${topk[@]}" --resume --set checkpoint.dir=pa/ck \
+     --set logging.metrics=pa/m.jsonl >pa.log 2>&1 && grep -q "resumed from .*step-00000025" pa.log \
+   && out=$(/usr/bin/python3 - pa/ck/step-00000050 <<'PY'
+import glob, json, struct, sys, numpy as np
+m = []
+for p in sorted(glob.glob(sys.argv[1] + "/optim-rank*-of-2.safetensors")):
+    b = open(p, "rb").read()
+    h = struct.unpack("<Q", b[:8])[0]
+    t = json.loads(b[8:8 + h])["compression_age"]
+    m.append(int(np.frombuffer(b[8 + h + t["data_offsets"][0]:8 + h + t["data_offsets"][1]], dtype=np.float32).max()))
+print("oldest age at step 50 per rank: %s" % m)
+sys.exit(0 if len(m) == 2 and max(m) == 26 else 1)
+PY
+); then pass "plain checkpoint resumed with age: $out"; else fail "plain -> age resume: $out $(grep -E 'error' pa.log | tail -2)"; fi
 # Another world size: the residual (per rank) starts empty, with a warning.
 mkdir -p w3 && cp -r stop/ck w3/ck && rm -rf w3/ck/step-000000[3-5]* && echo step-00000025 >w3/ck/latest
 "$bin" launch -n 3 -- train "${common[@]}" "${topk[@]}" --resume --set checkpoint.dir=w3/ck \
