@@ -52,7 +52,7 @@ static void fx_init(fixture *f, dt_ctx *ctx, const char *sub, int async, int max
     int ns = dt_parallel_save_pieces(f->tr.par, save);
     dt_parallel_pieces(f->tr.par, f->pieces);
     dt_ckpt_saver_cfg sc = {f->root, &f->tr.model, "byte", "model:\n  preset: \"gpt2-tiny\"\n", 0, 1,
-                            save, ns, shard, "ddp", 0, async, max_failures, NULL, 0};
+                            save, ns, shard, "ddp", 0, async, max_failures, NULL, 0, NULL, 0};
     assert_int_equal(dt_ckpt_saver_init(ctx, &f->sv, &sc), DT_OK);
 }
 

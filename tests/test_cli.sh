@@ -39,6 +39,7 @@ expect_refused "unknown compression" "parallel.compression" train --set parallel
 expect_refused "compression ratio 0" "parallel.compression_ratio must be in (0, 1]" train --set parallel.compression=topk --set parallel.compression_ratio=0
 expect_refused "compression ratio above 1" "parallel.compression_ratio must be in (0, 1]" train --set parallel.compression_ratio=1.5
 expect_refused "negative compression warm-up" "parallel.compression_warmup must be >= 0" train --set parallel.compression_warmup=-1
+expect_refused "unknown compression_adam" "parallel.compression_adam" train --set parallel.compression_adam=lazy
 expect_refused "Top-K with ZeRO-2" "parallel.compression=topk works with parallel.strategy ddp or zero1 only" train --set parallel.compression=topk --set parallel.strategy=zero2
 expect_refused "Top-K with FULL_SHARD" "parallel.compression=topk works with parallel.strategy ddp or zero1 only (full_shard" train --set parallel.compression=topk --set parallel.strategy=full_shard
 expect_refused "unknown flag" "--frobnicate" train --frobnicate

@@ -148,7 +148,10 @@ static void test_checkpointing_savings(void **state) {
 /* Top-K compression (parallel.compression: topk, DDP and ZeRO-1): the residual adds exactly
  * Psi floats of gradient state per rank; the ordered-reduction scratch is replaced by every
  * rank's message of one bucket (at 1%: 6 bytes a pair, far below the fp32 scratch); the rest
- * of the plan is unchanged. One rank keeps no residual and sends nothing. */
+ * of the plan is unchanged, but for AdamW by age (parallel.compression_adam: age, the
+ * default, ratio < 1): one age per element of the optimizer shard, half as much again as the
+ * two moments; plain, or ratio 1, keeps none. One rank keeps no residual, no ages, and sends
+ * nothing. */
 static void test_topk_plan(void **state) {
     (void)state;
     const char *const presets[] = {"gpt2-tiny", "gpt2", "llama-tiny"};
@@ -163,11 +166,18 @@ static void test_topk_plan(void **state) {
                 c.micro_batch = 1;
                 c.seq_len = c.model.context < 64 ? c.model.context : 64;
                 c.parallel.strategy = (dt_strategy)s;
-                size_t d[DT_MEM_NKINDS] = {0}, t[DT_MEM_NKINDS] = {0};
+                size_t d[DT_MEM_NKINDS] = {0}, t[DT_MEM_NKINDS] = {0}, pl[DT_MEM_NKINDS] = {0},
+                       r1[DT_MEM_NKINDS] = {0};
                 assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, d), DT_OK);
                 c.parallel.compression = DT_COMPRESS_TOPK;
                 c.parallel.topk_ratio = 0.01;
                 assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, t), DT_OK);
+                c.parallel.topk_age = 0;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, pl), DT_OK);
+                c.parallel.topk_age = 1;
+                c.parallel.topk_ratio = 1.0;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, r1), DT_OK);
+                assert_true(pl[DT_MEM_OPTIM] == d[DT_MEM_OPTIM] && r1[DT_MEM_OPTIM] == d[DT_MEM_OPTIM]);
                 dt_model_config mc = c.model;
                 dt_alloc a;
                 dt_params ps;
@@ -177,6 +187,7 @@ static void test_topk_plan(void **state) {
                 for (int k = 0; k < DT_MEM_NKINDS; k++) {
                     if (k == DT_MEM_GRADS) assert_true(t[k] == d[k] + (N > 1 ? psi * sizeof(float) : 0));
                     else if (k == DT_MEM_COMM) assert_true(N == 1 ? t[k] == d[k] : t[k] < d[k]);
+                    else if (k == DT_MEM_OPTIM) assert_true(2 * t[k] == (N > 1 ? 3 : 2) * d[k]);
                     else assert_true(t[k] == d[k]);
                 }
             }

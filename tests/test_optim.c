@@ -43,6 +43,70 @@ static void test_adamw_matches_definition(void **state) {
     tu_each_isa(adamw_cases);
 }
 
+/* AdamW by age (Top-K's sparse sums, parallel.compression_adam: age) against the rule in
+ * double: over 12 steps element i receives a gradient only every (i % 4) + 1 steps (zeros in
+ * between, as Top-K leaves them), so ages 1..4 and the catch-up of a steps are exercised; the
+ * ages are exact counts. Then every element receiving every step: dt_adamw_update's result. */
+static void test_adamw_aged_matches_definition(void **state) {
+    (void)state;
+    enum { N = 41 };
+    float p[N], g[N], m[N], v[N], age[N], p2[N], m2[N], v2[N];
+    double pd[N], md[N], vd[N], ad[N];
+    tu_fill_uniform(p, N, 1.0f, 3);
+    tu_fill_uniform(m, N, 0.01f, 4);
+    tu_fill_uniform(v, N, 0.01f, 5);
+    for (int i = 0; i < N; i++) v[i] = v[i] * v[i], age[i] = 1.0f;
+    tu_to_double(pd, p, N);
+    tu_to_double(md, m, N);
+    tu_to_double(vd, v, N);
+    tu_to_double(ad, age, N);
+    dt_adamw opt = {0.9f, 0.95f, 1e-8f, 0.1f};
+    dt_param_segment segs[2] = {{0, 25, 1}, {25, 16, 0}};
+    for (int t = 51; t <= 62; t++) {
+        tu_fill_uniform(g, N, 0.5f, (uint64_t)(100 + t));
+        for (int i = 0; i < N; i++)
+            if (t % (i % 4 + 1)) g[i] = i % 2 ? -0.0f : 0.0f; /* nothing arrived */
+        float lr = 2e-3f, gs = t % 3 == 0 ? 0.5f : 1.0f;
+        dt_adamw_update_aged(&opt, p, g, m, v, age, segs, 2, lr, t, gs);
+        for (int i = 0; i < N; i++) {
+            double x = (double)g[i] * gs, shrink = 1.0 - (double)lr * (i < 25 ? 0.1 : 0.0);
+            pd[i] *= shrink;
+            if (x == 0.0) {
+                ad[i] += 1;
+                continue;
+            }
+            double a = ad[i], d1 = pow(0.9, a), d2 = pow(0.95, a);
+            md[i] = d1 * md[i] + (1 - d1) * x / a;
+            vd[i] = d2 * vd[i] + (1 - d2) * x * x / a;
+            double mh = md[i] / (1 - pow(0.9, t)), vh = sqrt(vd[i]) / sqrt(1 - pow(0.95, t));
+            pd[i] -= a * (double)lr * mh / (vh + 1e-8);
+            ad[i] = 1;
+        }
+        for (int i = 0; i < N; i++) assert_true(age[i] == (float)ad[i]);
+    }
+    double e = tu_rel_err(p, pd, N);
+    printf("adamw by age, 12 sparse steps: rel err %.3e (params), %.3e (m), %.3e (v)\n", e, tu_rel_err(m, md, N),
+           tu_rel_err(v, vd, N));
+    assert_true(e < 1e-6 && tu_rel_err(m, md, N) < 1e-5 && tu_rel_err(v, vd, N) < 1e-5);
+    /* every element receives: ages stay 1 and the result is the dense rule's */
+    memcpy(p2, p, sizeof p);
+    memcpy(m2, m, sizeof m);
+    memcpy(v2, v, sizeof v);
+    for (int i = 0; i < N; i++) age[i] = 1.0f;
+    tu_fill_uniform(g, N, 0.5f, 999);
+    for (int i = 0; i < N; i++) g[i] += g[i] >= 0 ? 0.01f : -0.01f; /* no zero */
+    dt_adamw_update_aged(&opt, p, g, m, v, age, segs, 2, 1e-3f, 70, 0.8f);
+    dt_adamw_update(&opt, p2, g, m2, v2, segs, 2, 1e-3f, 70, 0.8f);
+    for (int i = 0; i < N; i++) assert_true(age[i] == 1.0f);
+    double pe = 0, me = 0;
+    for (int i = 0; i < N; i++) {
+        pe = fmax(pe, fabs((double)p[i] - p2[i]) / (fabs((double)p2[i]) + 1e-6));
+        me = fmax(me, fabs((double)m[i] - m2[i]) / (fabs((double)m2[i]) + 1e-12));
+    }
+    printf("adamw by age with every age 1 vs dt_adamw_update: rel err %.3e (params), %.3e (m)\n", pe, me);
+    assert_true(pe < 1e-6 && me < 1e-6);
+}
+
 /* AdamW and the sum of squares give the same bits on every kernel path: DDP ranks on CPUs
  * with different paths keep identical weights (the clip coefficient comes from the sum). */
 #define XP_N 100003
@@ -156,6 +220,7 @@ static void test_loss_scaler(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_definition),
+        cmocka_unit_test(test_adamw_aged_matches_definition),
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_sumsq_and_clip),
         cmocka_unit_test(test_loss_scaler),

@@ -459,7 +459,7 @@ dt_status dt_ckpt_load_moments(dt_ctx *ctx, const char *step_dir, size_t n_param
 }
 
 dt_status dt_ckpt_load_residual(dt_ctx *ctx, const char *step_dir, int rank, int world, float *res, size_t n,
-                                int *found) {
+                                float *age, size_t age_n, int *found) {
     *found = 0;
     dt_manifest m;
     DT_CHECK(dt_manifest_read(ctx, step_dir, &m));
@@ -473,12 +473,17 @@ dt_status dt_ckpt_load_residual(dt_ctx *ctx, const char *step_dir, int rank, int
     dt_st_file *f;
     DT_CHECK(dt_st_open(ctx, path, &f));
     const dt_st_tensor *t = dt_st_find(f, "compression_residual");
+    const dt_st_tensor *a = t && age_n ? dt_st_find(f, "compression_age") : NULL;
     dt_status st = DT_OK;
     if (t && (t->dtype != DT_ST_F32 || t->ndim != 1 || (size_t)t->shape[0] != n))
         st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor compression_residual is malformed (expected %zu fp32 values)",
                      path, n);
+    else if (a && (a->dtype != DT_ST_F32 || a->ndim != 1 || (size_t)a->shape[0] != age_n))
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor compression_age is malformed (expected %zu fp32 values)", path,
+                     age_n);
     else if (t) {
         memcpy(res, t->data, n * sizeof(float));
+        if (a) memcpy(age, a->data, age_n * sizeof(float));
         *found = 1;
     }
     dt_st_close(f);

@@ -69,6 +69,9 @@ typedef struct dt_ckpt_saver_cfg {
     const float *residual;  /* (optional) Top-K's residual of this rank (dt_parallel_residual),
                                staged with every save into this rank's optimizer file */
     size_t residual_n;      /* its floats (0: none) */
+    const float *age;       /* (optional, with a residual) Top-K's element ages of this rank's
+                               shard (dt_parallel_ages), saved beside the residual */
+    size_t age_n;           /* its floats (0: none) */
 } dt_ckpt_saver_cfg;
 
 typedef struct dt_ckpt_saver dt_ckpt_saver;
@@ -125,10 +128,12 @@ dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_model 
 dt_status dt_ckpt_load_moments(dt_ctx *ctx, const char *step_dir, size_t n_params,
                                const dt_shard_piece *pieces, int npieces, float *mom, float *var);
 /* Top-K's residual of world rank `rank` (tensor compression_residual of its optimizer file
- * optim-rank<rank>-of-<world>.safetensors, n floats) into res. *found = 0 (res untouched) when
- * the step was written by another world size or holds no residual; a residual of another
- * length or dtype is DT_ERR_FORMAT. */
+ * optim-rank<rank>-of-<world>.safetensors, n floats) into res, and with age_n > 0 its element
+ * ages (tensor compression_age, age_n floats) into age. *found = 0 (res and age untouched)
+ * when the step was written by another world size or holds no residual; ages are read only
+ * with the residual, and left untouched where the file has none (written with
+ * parallel.compression_adam: plain). A tensor of another length or dtype is DT_ERR_FORMAT. */
 dt_status dt_ckpt_load_residual(dt_ctx *ctx, const char *step_dir, int rank, int world, float *res, size_t n,
-                                int *found);
+                                float *age, size_t age_n, int *found);
 
 #endif

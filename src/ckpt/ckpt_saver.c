@@ -27,6 +27,7 @@ struct dt_ckpt_saver {
     dt_model view;                 /* the model's shape, reading the staged parameters */
     float *st_params, *st_mom, *st_var;
     float *st_res;                /* Top-K's residual (cfg.residual_n floats) */
+    float *st_age;                /* Top-K's element ages (cfg.age_n floats) */
     dt_ckpt_trainer tj;
     char step_dir[4200];
     /* the write job */
@@ -111,9 +112,11 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
         s->st_var = staging_alloc(s->save_n);
     }
     if (cfg->residual_n) s->st_res = staging_alloc(cfg->residual_n);
+    if (cfg->residual_n && cfg->age_n) s->st_age = staging_alloc(cfg->age_n);
     if ((cfg->rank == 0 && !s->st_params) || (s->owner && (!s->st_mom || !s->st_var)) ||
-        (cfg->residual_n && !s->st_res)) {
-        size_t mib = ((cfg->rank == 0 ? s->view.ps.n_params : 0) + 2 * s->save_n + cfg->residual_n) * sizeof(float) >> 20;
+        (cfg->residual_n && !s->st_res) || (cfg->residual_n && cfg->age_n && !s->st_age)) {
+        size_t mib = ((cfg->rank == 0 ? s->view.ps.n_params : 0) + 2 * s->save_n + cfg->residual_n + cfg->age_n) *
+                         sizeof(float) >> 20;
         dt_ckpt_saver_free(s);
         return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the staging buffers (%zu MiB)", mib);
     }
@@ -139,6 +142,7 @@ void dt_ckpt_saver_free(dt_ckpt_saver *s) {
     free(s->st_mom);
     free(s->st_var);
     free(s->st_res);
+    free(s->st_age);
     free(s->pieces);
     free(s->dir);
     free(s->tokenizer);
@@ -170,10 +174,12 @@ static dt_status write_optim(dt_ctx *ctx, dt_ckpt_saver *s) {
     const char *meta[] = {"format", "dtrain-optim", "optimizer", "adamw", "step", v[0], "rank", v[1],
                           "world", v[2], "n_params", v[3], "shard", v[4], "strategy", s->strategy,
                           "pieces", pieces, NULL};
-    dt_st_entry e[3] = {{"exp_avg", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_mom},
+    dt_st_entry e[4] = {{"exp_avg", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_mom},
                         {"exp_avg_sq", DT_ST_F32, 1, {(int64_t)s->save_n}, s->st_var},
-                        {"compression_residual", DT_ST_F32, 1, {(int64_t)s->cfg.residual_n}, s->st_res}};
-    dt_status st = dt_st_write_info(ctx, path, e, s->cfg.residual_n ? 3 : 2, meta, &s->optim_info);
+                        {"compression_residual", DT_ST_F32, 1, {(int64_t)s->cfg.residual_n}, s->st_res},
+                        {"compression_age", DT_ST_F32, 1, {(int64_t)s->cfg.age_n}, s->st_age}};
+    int ne = !s->cfg.residual_n ? 2 : s->st_age ? 4 : 3;
+    dt_status st = dt_st_write_info(ctx, path, e, ne, meta, &s->optim_info);
     free(pieces);
     return st;
 }
@@ -236,6 +242,7 @@ dt_status dt_ckpt_saver_stage(dt_ctx *ctx, dt_ckpt_saver *s, const float *full, 
             off += s->pieces[i].n;
         }
         if (s->cfg.residual_n) par_copy(s->st_res, s->cfg.residual, s->cfg.residual_n);
+        if (s->st_age) par_copy(s->st_age, s->cfg.age, s->cfg.age_n);
     }
     s->stage_s += dt_now() - t0;
     s->done = 0;

@@ -30,6 +30,18 @@ typedef struct dt_param_segment {
 void dt_adamw_update(const dt_adamw *opt, float *params, const float *grads, float *m, float *v,
                      const dt_param_segment *segs, int nsegs, float lr, long t, float gscale);
 
+/* AdamW for sparse, delayed gradients (Top-K with error feedback; parallel.compression_adam:
+ * age). age[i] >= 1 counts the steps since element i last received a gradient, this one
+ * included. An element whose gradient is 0 (nothing arrived) keeps m, v, and moves only by
+ * weight decay; age[i] += 1. An element whose gradient g (= grads * gscale) arrived after
+ * a = age[i] steps is taken as a steps of the mean gradient g / a, the noise estimated from
+ * the sum, g^2 / a: m = b1^a m + (1-b1^a) g/a; v = b2^a v + (1-b2^a) g^2/a;
+ * p -= a lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps), the a steps of movement at once;
+ * age[i] = 1. With every age 1 and no zero gradient this is dt_adamw_update's rule (the same
+ * formula in scalar code, not guaranteed the same bits). Elementwise: any split, same bits. */
+void dt_adamw_update_aged(const dt_adamw *opt, float *params, const float *grads, float *m, float *v,
+                          float *age, const dt_param_segment *segs, int nsegs, float lr, long t, float gscale);
+
 /* Dynamic loss scaling for fp16 (PyTorch GradScaler's rule): the loss is multiplied by
  * `scale` before the backward so small gradients survive the 16-bit GEMMs; the optimizer
  * divides it out. A step whose gradients overflow (Inf/NaN norm) is skipped and the scale

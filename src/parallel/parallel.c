@@ -148,6 +148,7 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
         if (world > 1) {
             z->res = ps->n_params;
             z->msg = W * dt_topk_words(z->bucket, cfg->topk_ratio, cfg->grad_dtype);
+            if (cfg->topk_age && cfg->topk_ratio < 1) z->age = z->S; /* ratio 1 sends all: no ages */
         }
         if (cfg->topk_warmup == 0) {
             z->esize = sizeof(float);
@@ -182,7 +183,7 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
     dt_par_sizes z;
     dt_par_sizes_of(ps, cfg, world, G, j, n_rep, &z);
     const size_t F = sizeof(float), H = sizeof(uint16_t);
-    bytes[DT_MEM_OPTIM] += 2 * z.S * F;
+    bytes[DT_MEM_OPTIM] += (2 * z.S + z.age) * F;
     if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init, dt_par_params_init */
         bytes[DT_MEM_GRADS] += (z.S + 2 * z.max_unit) * F;
         if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F + 2 * z.lpwin * H;
@@ -382,6 +383,10 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
     }
     if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->mom);
     if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->var);
+    if (st == DT_OK && p->z.age) {
+        st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->z.age * sizeof(float), (void **)&p->age);
+        if (st == DT_OK) dt_parallel_ages_reset(p);
+    }
     if (st == DT_OK) {
         if (p->sharded_grads) {
             st = dt_par_zero_init(ctx, p, seed);
@@ -408,6 +413,7 @@ void dt_parallel_free(dt_parallel *p) {
     if (p->m->hooks.ud == p) memset(&p->m->hooks, 0, sizeof p->m->hooks);
     dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->mom, p->S * sizeof(float));
     dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->var, p->S * sizeof(float));
+    dt_alloc_put(p->alloc, DT_MEM_OPTIM, p->age, p->z.age * sizeof(float));
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->split_cnt);
@@ -493,9 +499,14 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
         float *g = grad_piece(p, u);
         int s0 = s;
         while (s < p->nsegs && p->seg_unit[s] == u) s++;
-        dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
-                        s - s0, lr, t, clip_coef);
+        if (p->age && p->topk_on) /* Top-K's sparse, delayed sums: AdamW by age (optim.h) */
+            dt_adamw_update_aged(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->age + p->sb[u],
+                                 p->segs + s0, s - s0, lr, t, clip_coef);
+        else
+            dt_adamw_update(opt, param_piece(p, u), g, p->mom + p->sb[u], p->var + p->sb[u], p->segs + s0,
+                            s - s0, lr, t, clip_coef);
     }
+    if (p->age && !p->topk_on) dt_parallel_ages_reset(p); /* a dense step reaches every element */
     if (p->sharded_params) {
         dt_par_params_stale(p); /* units are gathered when next used */
         return DT_OK;
@@ -597,6 +608,15 @@ void dt_parallel_set_compression(dt_parallel *p, int on) {
 void dt_parallel_residual(dt_parallel *p, float **res, size_t *n) {
     *res = p->res;
     *n = p->res ? p->z.res : 0;
+}
+
+void dt_parallel_ages(dt_parallel *p, float **age, size_t *n) {
+    *age = p->age;
+    *n = p->age ? p->z.age : 0;
+}
+
+void dt_parallel_ages_reset(dt_parallel *p) {
+    for (size_t i = 0; i < p->z.age; i++) p->age[i] = 1.0f;
 }
 
 void dt_parallel_residual_adjust(dt_parallel *p, float factor) {

@@ -40,7 +40,9 @@
  * error feedback: a per-rank residual of Psi floats (what was not sent) is added to the next
  * step's gradient, and goes into checkpoints (dt_parallel_residual). DDP and ZeRO-1 only (they
  * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. One rank sends nothing and
- * keeps no residual.
+ * keeps no residual. With ratio < 1 and topk_age, the update of a Top-K step is AdamW by age
+ * (optim.h dt_adamw_update_aged): per element of the optimizer shard, the steps since its
+ * reduced gradient was last non-zero (dt_parallel_ages; checkpointed with the residual).
  *
  *   dt_parallel *p; DT_CHECK(dt_parallel_init(ctx, &p, comm, &model, &alloc, &cfg));
  *   per step:  dt_parallel_begin_micro(p, k, last)  before micro-step k's backward
@@ -78,6 +80,8 @@ typedef struct dt_parallel_cfg {
     double topk_ratio;   /* parallel.compression_ratio: the part of each block sent, (0, 1] */
     long topk_warmup;    /* parallel.compression_warmup: steps reduced densely first (the trainer
                             switches Top-K on after them: dt_parallel_set_compression) */
+    int topk_age;        /* parallel.compression_adam: age (1; ratio < 1, world > 1: AdamW by
+                            age, optim.h dt_adamw_update_aged) or plain (0) */
 } dt_parallel_cfg;
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
 enum { DT_COMPRESS_NONE, DT_COMPRESS_TOPK };
@@ -163,6 +167,12 @@ void dt_parallel_residual(dt_parallel *p, float **res, size_t *n);
  * (the loss scale changed by that factor: the residual is in the scaled units of the gradients
  * it is added to). No-op without a residual or for factor 1. */
 void dt_parallel_residual_adjust(dt_parallel *p, float factor);
+/* Top-K by age (parallel.compression_adam: age, ratio < 1, world > 1): the ages of my shard's
+ * elements (optim.h dt_adamw_update_aged; *n floats, aligned with dt_parallel_moments; *age
+ * NULL and *n 0 when there are none). Checkpoints save and restore them with the residual. */
+void dt_parallel_ages(dt_parallel *p, float **age, size_t *n);
+/* Every age 1: nothing owed (a fresh start, or a residual that starts empty). */
+void dt_parallel_ages_reset(dt_parallel *p);
 
 /* Number of parameters whose optimizer state this rank holds. */
 void dt_parallel_shard(const dt_parallel *p, size_t *count);

@@ -43,6 +43,7 @@ typedef struct dt_par_sizes {
     size_t esize;    /* bytes of a reduced element in bk_out / rs_out / ns_buf: 4, or 2 with bf16 */
     size_t res;      /* Top-K (world > 1): the residual, n_params floats; 0 otherwise */
     size_t msg;      /* Top-K: every rank's message of the largest bucket (uint16 words, topk.h) */
+    size_t age;      /* Top-K by age (ratio < 1, world > 1): S floats of element ages; 0 otherwise */
     size_t lpwin;    /* ZeRO-3 under mixed precision: a 16-bit parameter window (values; the
                         largest unit, as pwin); 0 otherwise */
 } dt_par_sizes;
@@ -89,6 +90,8 @@ struct dt_parallel {
     int topk_on;            /* Top-K this step (dt_parallel_set_compression) */
     float *res;             /* Top-K: this rank's residual over the gradient slab (z.res floats) */
     uint16_t *msg;          /* Top-K: the all-gathered messages of one bucket (z.msg words) */
+    float *age;             /* Top-K by age: steps since each element of my shard last received a
+                               gradient (z.age floats, optimizer state; optim.h) */
     size_t *part_cnt;       /* [2 x world] counts and offsets of one collective's parts
                                (a ZeRO-1 bucket, a ZeRO-2/3 reduce-scatter round) */
     dt_bucket *b;

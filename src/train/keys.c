@@ -112,6 +112,7 @@ static const key_def keys[] = {
     ENUM("parallel.grad_dtype", grad_dtype, "fp32|bf16|fp16", "what gradient reductions send (the casting compression; with parallel.compression=topk, its values): bf16 or fp16 halve the bytes (each rank's contribution rounded to 16 bits, summed in fp32 in rank order by its owner, the sum rounded to 16 bits: every strategy gives the same bits; accumulation, optimizer and weights stay fp32; one rank sends and rounds nothing); fp16 keeps 3 more mantissa bits but overflows above 65504 (such a step is non-finite: skipped under loss scaling, else stopped)"),
     ENUM("parallel.compression", compression, "none|topk", "topk: each bucket sends only its largest parallel.compression_ratio of elements (per block of 65536) as (index, value) pairs, values in parallel.grad_dtype, all-gathered and summed in rank order; what was not sent is kept per rank (error feedback, saved in checkpoints) and added to the next step's gradients; ddp and zero1 only"),
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
+    ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
@@ -165,6 +166,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->grad_dtype, "fp32");
     strcpy(c->allreduce, "auto");
     strcpy(c->compression, "none");
+    strcpy(c->compression_adam, "age");
     c->compression_ratio = 0.01f;
     c->shm = 1;
     c->ckpt_keep = 3;
@@ -386,6 +388,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.compression = !strcmp(c->compression, "topk") ? DT_COMPRESS_TOPK : DT_COMPRESS_NONE;
     t->parallel.topk_ratio = c->compression_ratio;
     t->parallel.topk_warmup = c->compression_warmup;
+    t->parallel.topk_age = !strcmp(c->compression_adam, "age");
     if (c->compression_warmup < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_warmup must be >= 0 (got %ld)", c->compression_warmup);
     if (!(c->compression_ratio > 0 && c->compression_ratio <= 1))

@@ -69,6 +69,7 @@ typedef struct dt_run_cfg {
     char compression[8];       /* parallel.compression: none | topk */
     float compression_ratio;   /* parallel.compression_ratio: part of each block Top-K sends */
     long compression_warmup;   /* parallel.compression_warmup: dense steps before Top-K */
+    char compression_adam[8];  /* parallel.compression_adam: age | plain */
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */

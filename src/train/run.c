@@ -232,10 +232,12 @@ static dt_status saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, in
     }
     dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world, pieces, np, shard,
                             dt_strategy_name(t->parallel.strategy), cfg->ckpt_keep, cfg->ckpt_async,
-                            cfg->ckpt_max_failures, NULL, 0};
-    float *res;
+                            cfg->ckpt_max_failures, NULL, 0, NULL, 0};
+    float *res, *age;
     dt_parallel_residual(r->tr.par, &res, &sc.residual_n); /* Top-K's, per rank */
     sc.residual = res;
+    dt_parallel_ages(r->tr.par, &age, &sc.age_n); /* and its element ages (compression_adam: age) */
+    sc.age = age;
     dt_status st = dt_ckpt_saver_init(ctx, &r->saver, &sc);
     free(pieces);
     free(yaml);
@@ -384,12 +386,13 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     DT_CHECK(st);
     /* Top-K's residual belongs to one rank's data: it comes back only onto the same world size
      * (bit-exact resume); otherwise it starts empty, as the warning says. */
-    float *res;
-    size_t nres;
+    float *res, *age;
+    size_t nres, nage;
     dt_parallel_residual(r->tr.par, &res, &nres);
+    dt_parallel_ages(r->tr.par, &age, &nage); /* all 1 unless the checkpoint has this rank's */
     if (nres) {
         int found;
-        DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, &found));
+        DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, age, nage, &found));
         if (!found && ctx->rank == 0)
             dt_log_warn(ctx, "%s: %s, so parallel.compression=topk starts with an empty residual (the gradients "
                         "not yet sent before the checkpoint are dropped)", dir,
@@ -617,7 +620,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     char topk[96] = "";
     if (t->parallel.compression == DT_COMPRESS_TOPK)
         snprintf(topk, sizeof topk, ", Top-K %g%% with error feedback%s", 100.0 * t->parallel.topk_ratio,
-                 world > 1 ? "" : " (one rank: nothing sent, nothing compressed)");
+                 world == 1                                          ? " (one rank: nothing sent, nothing compressed)"
+                 : t->parallel.topk_age && t->parallel.topk_ratio < 1 ? ", AdamW by age"
+                                                                      : "");
     dt_log_info(ctx, "%d rank(s) on %d node(s), %s over %s (%s), bucket %.1f MiB, overlap %s, gradients sent in %s%s",
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
                 dt_comm_routing(comm), (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
