@@ -115,7 +115,8 @@ check "LoRA dropout 0.1: activation checkpointing full vs none (bitwise)" d_ac d
 run d_res 1 --accum 2 --steps 6 "${dr[@]}"
 run d_res 1 --accum 2 --resume latest "${dr[@]}"
 check "LoRA dropout 0.1: stopped at 6, resumed to 12 vs uninterrupted (bitwise)" d_res d_one2 0
-# the dropout acts (the last loss differs from p = 0's: step 1's cannot, B being zero), trainer.json records it, and a resume may change it
+# the dropout acts (the last loss differs from p = 0's: step 1's cannot, B being zero),
+# trainer.json records it, and a resume may change it
 if out=$(/usr/bin/python3 - "$dir/one2.jsonl" "$dir/d_one2.jsonl" "$dir/ck_d_one2" <<'PY'
 import json, sys
 def losses(p):
