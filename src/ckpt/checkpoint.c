@@ -165,7 +165,8 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
         else if (!j_num(r, "lora_alpha", 0, 1e6, &out->lora_alpha)) bad = "lora_alpha";
         else if (!cJSON_IsString(tg) || dt_lora_parse_targets(&quiet, tg->valuestring, &out->lora_targets) != DT_OK)
             bad = "lora_targets";
-        else if (cJSON_GetObjectItemCaseSensitive(r, "lora_dropout") && !j_num(r, "lora_dropout", 0, 0.999999999, &out->lora_dropout))
+        else if (cJSON_GetObjectItemCaseSensitive(r, "lora_dropout") && /* absent before dropout: 0 */
+                 !j_num(r, "lora_dropout", 0, 0.999999999, &out->lora_dropout))
             bad = "lora_dropout";
         else out->lora_rank = (int)rk;
     }
