@@ -4,9 +4,13 @@
  *    q|k|v, GPT-2's c_attn with its bias) against a naive double reference written from the
  *    paper, y = x W0^T + s (x A^T) B^T: output, dinp, dA, dB, in fp32 and bf16 (the base GEMM
  *    on bf16 operands; the reference rounds x and W0 alike), and the adapters of other
- *    projections untouched;
+ *    projections untouched; the same with lora.dropout 0.3 in a training forward, the
+ *    reference's drop(x) = x mask / (1 - p) built from the public mask (dt_lora_drop_keep);
+ *  - dropout masks: kept fraction within 0.005 of 1 - p (p = 0.1, 0.5); an evaluation
+ *    forward has no dropout (bitwise the p = 0 model's loss), a training forward has, and
+ *    repeats bitwise from the same counters;
  *  - bad configs refused naming the key: rank < 0, unknown or empty target, a target the
- *    family lacks (gpt2's gate), nf4 without LoRA, dropout, vit;
+ *    family lacks (gpt2's gate), nf4 without LoRA, dropout < 0, >= 1 or NaN, vit;
  *  - training: the frozen base is bitwise unchanged after steps (fp32 and NF4 base), the
  *    adapters moved, the trainable store is exactly the adapters (count by formula);
  *  - the memory plan equals the allocator's high-water, kind by kind (fp32/bf16, fp32/NF4
@@ -53,13 +57,14 @@ static double bf(double v, int lowp) {
     return w;
 }
 
-/* One fused call (id, OC) of layer l with every adapter random. */
-static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int lowp) {
+/* One fused call (id, OC) of layer l with every adapter random; p > 0: a training forward
+ * and its backward with lora.dropout p. */
+static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int lowp, float p) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_alloc al;
     dt_alloc_init(&al);
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {3, 6.0f, 0.0f, ALL, 0, 0}};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {3, 6.0f, p, ALL, 0, 0}};
     if (!strcmp(mc.family, "gpt2")) o.lora.targets &= ~(1u << DT_LORA_GATE);
     dt_model m;
     const int B = 2, T = 5, N = B * T, l = 1;
@@ -79,6 +84,8 @@ static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int 
     const float *bias = with_bias ? dt_fam_param(&m, id + 1, l) : NULL;
     dt_mmin xin = {lowp ? NULL : x, lowp ? xh : NULL};
     dt_unit_need(&m, DT_UNIT_LAYER(&m.base, l), -1);
+    const uint64_t seed = 77, seq0 = 1000003;
+    m.lora_drop_on = p > 0.0f, m.lora_drop_seed = seed, m.lora_drop_seq0 = seq0;
     dt_fam_mm_forward(&m, out, xin, id, l, bias, N, C, OC);
     dt_fam_mm_backward(&m, dinp, id, l, NULL, dout, xin, N, C, OC);
     /* the reference */
@@ -114,10 +121,19 @@ static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int 
             continue;
         }
         used++;
+        /* drop(x) of this site (x itself at p = 0) and the mask's factor mask / (1 - p) */
+        double *xd = calloc((size_t)N * C, sizeof(double)), *fm = calloc((size_t)N * C, sizeof(double));
+        for (int n = 0; n < N; n++) {
+            uint64_t key = dt_lora_drop_key(seed, seq0 + (uint64_t)(n / T), n % T, l, i);
+            for (int c = 0; c < C; c++) {
+                fm[n * C + c] = p > 0.0f ? dt_lora_drop_keep(key, c, p) / (1.0 - p) : 1.0;
+                xd[n * C + c] = bf(x[n * C + c], lowp) * fm[n * C + c];
+            }
+        }
         double *u = calloc((size_t)N * r, sizeof(double)), *du = calloc((size_t)N * r, sizeof(double));
         for (int n = 0; n < N; n++)
             for (int k = 0; k < r; k++)
-                for (int c = 0; c < C; c++) u[n * r + k] += bf(x[n * C + c], lowp) * A[k * C + c];
+                for (int c = 0; c < C; c++) u[n * r + k] += xd[n * C + c] * A[k * C + c];
         for (int n = 0; n < N; n++)
             for (int j = 0; j < rows; j++) {
                 double acc = 0;
@@ -132,25 +148,26 @@ static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int 
         double *rA = calloc((size_t)r * C, sizeof(double)), *rB = calloc((size_t)rows * r, sizeof(double));
         for (int k = 0; k < r; k++)
             for (int c = 0; c < C; c++)
-                for (int n = 0; n < N; n++) rA[k * C + c] += du[n * r + k] * bf(x[n * C + c], lowp);
+                for (int n = 0; n < N; n++) rA[k * C + c] += du[n * r + k] * xd[n * C + c];
         for (int j = 0; j < rows; j++)
             for (int k = 0; k < r; k++) {
                 for (int n = 0; n < N; n++) rB[j * r + k] += s * dout[n * OC + col + j] * u[n * r + k];
             }
         for (int n = 0; n < N; n++)
             for (int c = 0; c < C; c++)
-                for (int k = 0; k < r; k++) rd[n * C + c] += du[n * r + k] * A[k * C + c];
+                for (int k = 0; k < r; k++) rd[n * C + c] += fm[n * C + c] * du[n * r + k] * A[k * C + c];
         worst_ab = tu_worse(worst_ab, tu_rel_err(dA, rA, (size_t)r * C));
         worst_ab = tu_worse(worst_ab, tu_rel_err(dB, rB, (size_t)rows * r));
-        free(u), free(du), free(rA), free(rB);
+        free(u), free(du), free(rA), free(rB), free(xd), free(fm);
     }
     assert_true(used >= 1);
-    char what[96];
-    snprintf(what, sizeof what, "%s call %d (%d adapters) %s: out", mc.family, id, used, lowp ? "bf16" : "fp32");
+    char what[128];
+    const char *prec = lowp ? "bf16" : "fp32";
+    snprintf(what, sizeof what, "%s call %d (%d adapters) %s dropout %g: out", mc.family, id, used, prec, (double)p);
     tu_report(what, tu_rel_err(out, ro, (size_t)N * OC), lowp ? 1e-4 : 1e-5);
-    snprintf(what, sizeof what, "%s call %d %s: dinp", mc.family, id, lowp ? "bf16" : "fp32");
+    snprintf(what, sizeof what, "%s call %d %s dropout %g: dinp", mc.family, id, prec, (double)p);
     tu_report(what, tu_rel_err(dinp, rd, (size_t)N * C), lowp ? 1e-4 : 1e-5);
-    snprintf(what, sizeof what, "%s call %d %s: dA, dB", mc.family, id, lowp ? "bf16" : "fp32");
+    snprintf(what, sizeof what, "%s call %d %s dropout %g: dA, dB", mc.family, id, prec, (double)p);
     tu_report(what, worst_ab, 1e-5);
     free(ro), free(rd), free(x), free(out), free(dout), free(dinp), free(xh);
     dt_model_free(&m);
@@ -160,13 +177,15 @@ static void test_adapter_branch(void **state) {
     (void)state;
     dt_model_config lc = llama_cfg(), gc = gpt2_cfg();
     const int QW = (4 + 2 * 2) * 12;
-    for (int lowp = 0; lowp <= 1; lowp++) {
-        check_branch(lc, DT_LLAMA_P_WQ, QW, 0, lowp);        /* q|k|v fused: three adapters */
-        check_branch(lc, DT_LLAMA_P_WGATE, 2 * 72, 0, lowp); /* gate|up */
-        check_branch(lc, DT_LLAMA_P_WDOWN, 48, 0, lowp);
-        check_branch(gc, DT_GPT2_P_QKVW, 3 * 48, 1, lowp);  /* thirds of one tensor, with bias */
-        check_branch(gc, DT_GPT2_P_FCPROJW, 48, 1, lowp);
-    }
+    for (int lowp = 0; lowp <= 1; lowp++)
+        for (int d = 0; d <= 1; d++) {
+            const float p = d ? 0.3f : 0.0f;
+            check_branch(lc, DT_LLAMA_P_WQ, QW, 0, lowp, p);        /* q|k|v fused: three adapters */
+            check_branch(lc, DT_LLAMA_P_WGATE, 2 * 72, 0, lowp, p); /* gate|up */
+            check_branch(lc, DT_LLAMA_P_WDOWN, 48, 0, lowp, p);
+            check_branch(gc, DT_GPT2_P_QKVW, 3 * 48, 1, lowp, p); /* thirds of one tensor, with bias */
+            check_branch(gc, DT_GPT2_P_FCPROJW, 48, 1, lowp, p);
+        }
 }
 
 /* The adapter arithmetic gives the same bits on 1 and 3 threads (each output element is one
@@ -235,8 +254,18 @@ static void test_bad_config(void **state) {
     dt_lora_cfg b = ok;
     b.rank = -1;
     expect_refused(llama_cfg(), b, "lora.rank");
-    b = ok, b.dropout = 0.1f;
+    b = ok, b.dropout = -0.1f;
     expect_refused(llama_cfg(), b, "lora.dropout");
+    b = ok, b.dropout = 1.0f;
+    expect_refused(llama_cfg(), b, "lora.dropout");
+    b = ok, b.dropout = NAN;
+    expect_refused(llama_cfg(), b, "lora.dropout");
+    b = ok, b.dropout = 0.5f;
+    {
+        dt_model_config lc = llama_cfg();
+        assert_int_equal(dt_model_config_validate(&ctx, &lc), DT_OK);
+        assert_int_equal(dt_lora_validate(&ctx, &lc, &b), DT_OK);
+    }
     b = ok, b.alpha = -1.0f;
     expect_refused(llama_cfg(), b, "lora.alpha");
     b = ok, b.targets = 1u << DT_LORA_GATE;
@@ -429,11 +458,78 @@ static void test_nf4_equals_dequantized(void **state) {
     nf4_vs_dequantized(DT_BF16, 1);
 }
 
+/* The masks keep 1 - p of the elements (over sequences, positions, layers, sites, features)
+ * and differ between sites and between neighbouring sequences. */
+static void test_dropout_masks(void **state) {
+    (void)state;
+    const float ps[2] = {0.1f, 0.5f};
+    for (int i = 0; i < 2; i++) {
+        long kept = 0, n = 0, same_site = 0, same_seq = 0;
+        for (uint64_t seq = 0; seq < 20; seq++)
+            for (int t = 0; t < 10; t++)
+                for (int l = 0; l < 2; l++)
+                    for (int site = 0; site < 5; site++) {
+                        uint64_t k = dt_lora_drop_key(3, seq, t, l, site), k2 = dt_lora_drop_key(3, seq, t, l, site + 1);
+                        uint64_t k3 = dt_lora_drop_key(3, seq + 1, t, l, site);
+                        for (int c = 0; c < 100; c++, n++) {
+                            int a = dt_lora_drop_keep(k, c, ps[i]);
+                            kept += a;
+                            same_site += a == dt_lora_drop_keep(k2, c, ps[i]);
+                            same_seq += a == dt_lora_drop_keep(k3, c, ps[i]);
+                        }
+                    }
+        double f = (double)kept / n, q = ps[i], agree = q * q + (1 - q) * (1 - q);
+        printf("  dropout %g: kept %.4f of %ld (want %.4f); agreement with the next site %.4f, the next sequence "
+               "%.4f (independent: %.4f)\n", q, f, n, 1 - q, (double)same_site / n, (double)same_seq / n, agree);
+        assert_true(fabs(f - (1 - q)) < 0.005);
+        assert_true(fabs((double)same_site / n - agree) < 0.01);
+        assert_true(fabs((double)same_seq / n - agree) < 0.01);
+    }
+}
+
+/* An evaluation forward (dt_model_forward) has no dropout: the loss of a p = 0.5 model is
+ * bitwise the p = 0 model's; a training forward's differs and repeats from the same counters. */
+static void test_dropout_eval(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc = llama_cfg();
+    const int B = 2, T = 8, N = B * T;
+    int32_t in[16], tg[16];
+    for (int i = 0; i < N; i++) in[i] = (i * 37 + 5) % 300, tg[i] = (i * 53 + 11) % 300;
+    float loss[2][3];
+    for (int d = 0; d < 2; d++) {
+        dt_alloc al;
+        dt_alloc_init(&al);
+        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 8.0f, d ? 0.5f : 0.0f, ALL, 0, 0}};
+        dt_model m;
+        assert_int_equal(dt_model_init_opts(&ctx, &m, &mc, &o, &al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+        dt_model_init_weights(&m, 11);
+        tu_fill_uniform(m.ps.params, m.ps.n_params, 0.3f, 5); /* B non-zero: the adapters act */
+        m.lora_drop_seed = 9, m.lora_drop_seq0 = 40;
+        assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss[d][0]), DT_OK);
+        assert_int_equal(m.lora_drop_on, 0);
+        dt_params_zero_grad(&m.ps);
+        assert_int_equal(dt_model_forward_train(&ctx, &m, in, tg, 1.0f, &loss[d][1]), DT_OK);
+        assert_int_equal(m.lora_drop_on, d);
+        dt_model_backward(&m, 1.0f);
+        assert_int_equal(dt_model_forward_train(&ctx, &m, in, tg, 1.0f, &loss[d][2]), DT_OK);
+        dt_model_free(&m);
+    }
+    printf("  eval loss %.7f (p 0.5) == %.7f (p 0); training forward %.7f (p 0.5, twice: %.7f) vs %.7f (p 0)\n",
+           (double)loss[1][0], (double)loss[0][0], (double)loss[1][1], (double)loss[1][2], (double)loss[0][1]);
+    assert_memory_equal(&loss[1][0], &loss[0][0], sizeof(float));
+    assert_memory_equal(&loss[0][1], &loss[0][0], sizeof(float));
+    assert_memory_equal(&loss[1][2], &loss[1][1], sizeof(float));
+    assert_true(fabsf(loss[1][1] - loss[0][1]) > 1e-4f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adapter_branch), cmocka_unit_test(test_thread_bits), cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_frozen_base),    cmocka_unit_test(test_plan_equals_allocator),
-        cmocka_unit_test(test_nf4_equals_dequantized),
+        cmocka_unit_test(test_nf4_equals_dequantized), cmocka_unit_test(test_dropout_masks),
+        cmocka_unit_test(test_dropout_eval),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,11 @@
 #    without LoRA, a target the family lacks;
 #  - N ranks vs 1 rank bitwise (losses and the final checkpoint's adapters): DDP 2 and 3
 #    ranks, ZeRO-1, ZeRO-2 and ZeRO-3 on 2 and 3 ranks (uneven shards), bf16 DDP and ZeRO-3,
-#    GPT-2 DDP; activation checkpointing (selective, full) bitwise equal to none; eval,
+#    GPT-2 DDP; activation checkpointing (selective, full) bitwise equal to none;
+#  - lora.dropout 0.1: DDP and ZeRO-2 on 2 and 3 ranks and bf16 DDP bitwise equal to 1 rank,
+#    activation checkpointing and stop + resume bitwise equal to the plain run, the losses
+#    differ from p = 0's, trainer.json and PEFT's adapter_config.json record it, a resume
+#    may change it; bad values (negative, 1, not a number) refused naming lora.dropout; eval,
 #    sample, export --hf and model.init_from of a LoRA checkpoint refused (adapters only); `dtrain ckpt export --peft`: every
 #    adapter under PEFT's name bitwise, adapter_config.json (r, lora_alpha, target_modules);
 #    GPT-2's refused;
@@ -46,7 +50,9 @@ bad lora.rank --set lora.rank=-1
 bad lora.targets --set lora.rank=4 --set lora.targets=q,query
 bad lora.base_dtype --set lora.base_dtype=nf4
 bad lora.targets --set model.preset=gpt2-tiny --set lora.rank=4 --set lora.targets=gate
-bad lora.dropout --set lora.rank=4 --set lora.dropout=0.1
+bad lora.dropout --set lora.rank=4 --set lora.dropout=-0.1
+bad lora.dropout --set lora.rank=4 --set lora.dropout=1
+bad lora.dropout --set lora.rank=4 --set lora.dropout=abc
 
 # ---- N ranks vs 1 rank, bitwise
 common=(--set model.preset= --set model.family=llama --model.n_layer 2 --model.d_model 48 --model.n_head 4
@@ -90,6 +96,43 @@ for r in selective full; do
   run ac_$r 1 --accum 2 --set memory.activation_checkpointing=$r
   check "LoRA: activation checkpointing $r vs none (bitwise)" ac_$r one2 0
 done
+# ---- lora.dropout 0.1: the masks are keyed by each sequence's global index and the step, so
+# the ranks, activation checkpointing and a resume keep the bits
+dr=(--set lora.dropout=0.1 --set schedule.decay_steps=12)
+run d_one2 1 --accum 2 "${dr[@]}"
+run d_one3 1 --accum 3 "${dr[@]}"
+for s in ddp zero2; do
+  run d_${s}_2 2 --set parallel.strategy=$s "${dr[@]}"
+  check "LoRA dropout 0.1: $s 2 ranks vs 1 rank x 2 (bitwise)" d_${s}_2 d_one2 0
+  run d_${s}_3 3 --set parallel.strategy=$s "${dr[@]}"
+  check "LoRA dropout 0.1: $s 3 ranks vs 1 rank x 3 (bitwise)" d_${s}_3 d_one3 0
+done
+run d_bf16_one2 1 --accum 2 --set training.precision=bf16 "${dr[@]}"
+run d_bf16_ddp2 2 --set training.precision=bf16 "${dr[@]}"
+check "LoRA dropout 0.1 bf16: 2 ranks DDP vs 1 rank x 2 (bitwise)" d_bf16_ddp2 d_bf16_one2 0
+run d_ac 1 --accum 2 --set memory.activation_checkpointing=full "${dr[@]}"
+check "LoRA dropout 0.1: activation checkpointing full vs none (bitwise)" d_ac d_one2 0
+run d_res 1 --accum 2 --steps 6 "${dr[@]}"
+run d_res 1 --accum 2 --resume latest "${dr[@]}"
+check "LoRA dropout 0.1: stopped at 6, resumed to 12 vs uninterrupted (bitwise)" d_res d_one2 0
+# the dropout acts (the last loss differs from p = 0's: step 1's cannot, B being zero),
+# trainer.json records it, and a resume may change it
+if out=$(/usr/bin/python3 - "$dir/one2.jsonl" "$dir/d_one2.jsonl" "$dir/ck_d_one2" <<'PY'
+import json, sys
+def losses(p):
+    return [r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "step"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+tj = json.load(open(sys.argv[3] + "/" + open(sys.argv[3] + "/latest").read().strip() + "/trainer.json"))
+print("step 12 loss %.6f (p 0) vs %.6f (p 0.1); trainer.json lora_dropout %s" % (a[-1], b[-1], tj.get("lora_dropout")))
+sys.exit(0 if len(a) == len(b) == 12 and a[-1] != b[-1] and abs(tj.get("lora_dropout", 0) - 0.1) < 1e-7 else 1)
+PY
+); then pass "LoRA dropout: $out"; else fail "LoRA dropout: $out"; fi
+"$bin" train "${common[@]}" --accum 2 --steps 7 --set lora.dropout=0.2 --set checkpoint.dir="$dir/ck_d_res" \
+  --resume "$dir/ck_d_res/step-00000006" >"$dir/d_res2.log" 2>&1 \
+  && pass "resume with another lora.dropout (0.1 -> 0.2) allowed" || fail "resume with another dropout: $(tail -2 "$dir/d_res2.log")"
+"$bin" ckpt export --peft "$dir/ck_d_one2" "$dir/peft_d" >"$dir/peft_d.log" 2>&1 || fail "export --peft (dropout): $(tail -2 "$dir/peft_d.log")"
+grep -q '"lora_dropout": 0.1,' "$dir/peft_d/adapter_config.json" && pass "export --peft: adapter_config.json lora_dropout 0.1" \
+  || fail "export --peft: lora_dropout: $(grep dropout "$dir/peft_d/adapter_config.json")"
 # a LoRA checkpoint is no whole model: eval, sample, export --hf and model.init_from refuse it
 for cmd in "eval $dir/ck_one2 --data.val x" "sample $dir/ck_one2 --prompt a --max-tokens 2" \
            "ckpt export --hf $dir/ck_one2 $dir/hfx" "train ${common[*]} --set model.init_from=$dir/ck_one2 --steps 3"; do

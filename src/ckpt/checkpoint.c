@@ -53,7 +53,8 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
         char tg[64];
         dt_lora_targets_str(t->lora_targets, tg, sizeof tg);
         fprintf(f, "  \"lora_base\": \"xxh3:%016" PRIx64 "\",\n  \"lora_rank\": %d,\n  \"lora_alpha\": %.9g,\n"
-                "  \"lora_targets\": \"%s\",\n", t->lora_base, t->lora_rank, t->lora_alpha, tg);
+                "  \"lora_targets\": \"%s\",\n  \"lora_dropout\": %.9g,\n", t->lora_base, t->lora_rank, t->lora_alpha, tg,
+                t->lora_dropout);
     }
     if (t->has_sampler)
         fprintf(f,
@@ -164,6 +165,9 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
         else if (!j_num(r, "lora_alpha", 0, 1e6, &out->lora_alpha)) bad = "lora_alpha";
         else if (!cJSON_IsString(tg) || dt_lora_parse_targets(&quiet, tg->valuestring, &out->lora_targets) != DT_OK)
             bad = "lora_targets";
+        else if (cJSON_GetObjectItemCaseSensitive(r, "lora_dropout") && /* absent before dropout: 0 */
+                 !j_num(r, "lora_dropout", 0, 0.999999999, &out->lora_dropout))
+            bad = "lora_dropout";
         else out->lora_rank = (int)rk;
     }
     if (bad) {

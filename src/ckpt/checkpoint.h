@@ -50,6 +50,7 @@ typedef struct dt_ckpt_trainer {
     int lora_rank;         /* the adapters' rank, alpha and targets (model.h dt_lora_cfg) */
     double lora_alpha;
     unsigned lora_targets;
+    double lora_dropout;   /* lora.dropout of the run (absent in older checkpoints: 0) */
 } dt_ckpt_trainer;
 
 typedef struct dt_ckpt_saver_cfg {

@@ -23,8 +23,8 @@ static dt_status write_config(dt_ctx *ctx, const char *path, const dt_model_conf
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "%s: %s", path, strerror(errno));
     fprintf(f, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": null,\n");
-    fprintf(f, "  \"r\": %d,\n  \"lora_alpha\": %.9g,\n  \"lora_dropout\": 0.0,\n  \"bias\": \"none\",\n", tj->lora_rank,
-            tj->lora_alpha);
+    fprintf(f, "  \"r\": %d,\n  \"lora_alpha\": %.9g,\n  \"lora_dropout\": %.7g,\n  \"bias\": \"none\",\n", tj->lora_rank,
+            tj->lora_alpha, tj->lora_dropout);
     fprintf(f, "  \"fan_in_fan_out\": false,\n  \"inference_mode\": true,\n  \"use_rslora\": false,\n"
                "  \"modules_to_save\": null,\n  \"target_modules\": [");
     int n = 0;

@@ -7,12 +7,15 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/rng.h"
 #include "model/family_impl.h"
 #include "ops/ops.h"
 
 static const char *const target_names[DT_LORA_NTARGETS] = {"q", "k", "v", "o", "gate", "up", "down"};
 /* Salt of the adapters' init seed: their streams differ from the base's for any seed. */
 #define LORA_SEED_SALT 0x4c6f52412d414441ULL
+/* Salt of the dropout masks' streams. */
+#define LORA_DROP_SALT 0x4c6f524144726f70ULL
 
 /* QLoRA's NF4 tensors: one per (LAYER matmul tensor, layer), in one buffer. */
 struct dt_lora_nf4 {
@@ -84,9 +87,8 @@ dt_status dt_lora_validate(dt_ctx *ctx, const dt_model_config *c, const dt_lora_
     }
     if (!(lora->alpha >= 0.0f && lora->alpha <= 1e6f))
         return dt_fail(ctx, DT_ERR_CONFIG, "lora.alpha must be in [0, 1e6] (0 = rank; got %g)", (double)lora->alpha);
-    if (lora->dropout != 0.0f)
-        return dt_fail(ctx, DT_ERR_CONFIG, "lora.dropout: only 0 is supported (got %g; dropout on the adapters' input "
-                       "is not implemented)", (double)lora->dropout);
+    if (!(lora->dropout >= 0.0f && lora->dropout < 1.0f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "lora.dropout must be in [0, 1) (got %g)", (double)lora->dropout);
     const dt_model_family *f = dt_model_family_of(c);
     if (!f || !f->lora_sites)
         return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: the %s family has no LoRA support (gpt2 and llama have)",
@@ -381,25 +383,66 @@ int dt_lora_unit(const dt_model *m, int u, int *first) {
  * of its index (c, j, n or k), whatever the blocks and threads. */
 enum { XB = 64, KB = 16, JB = 8 };
 
-/* x[n, c0 .. c0 + len) in fp32: a pointer into xf, or widened from xh into tmp. */
+uint64_t dt_lora_drop_key(uint64_t seed, uint64_t seq, int t, int l, int site) {
+    uint64_t row = dt_rng_u64(seq, (uint64_t)(uint32_t)t, LORA_DROP_SALT);
+    return dt_rng_u64(seed, LORA_DROP_SALT + (uint64_t)l * DT_LORA_MAX_SITES + (uint64_t)site, row);
+}
+
+/* Kept when the high 32 bits reach p 2^32: probability 1 - p (to 2^-32). */
+static inline uint64_t drop_thresh(float p) { return (uint64_t)((double)p * 4294967296.0); }
+
+static inline int kept(uint64_t key, int c, uint64_t thresh) {
+    return (dt_rng_u64(key, (uint64_t)c, 0) >> 32) >= thresh;
+}
+
+int dt_lora_drop_keep(uint64_t key, int c, float p) { return kept(key, c, drop_thresh(p)); }
+
+/* The dropout of one site's adapters in this forward or backward (on = 0: none). */
+typedef struct drop_ctx {
+    int on, T, l, site;
+    float inv; /* 1 / (1 - p) */
+    uint64_t thresh, seed, seq0;
+} drop_ctx;
+
+static drop_ctx drop_of(const dt_model *m, int l, int site) {
+    drop_ctx d = {0};
+    if (!m->lora_drop_on) return d;
+    const float p = m->opts.lora.dropout;
+    d = (drop_ctx){1, m->T, l, site, 1.0f / (1.0f - p), drop_thresh(p), m->lora_drop_seed, m->lora_drop_seq0};
+    return d;
+}
+
+/* Row n's mask key (rows are sequences of T positions). */
+static inline uint64_t drop_row(const drop_ctx *d, int n) {
+    return d->on ? dt_lora_drop_key(d->seed, d->seq0 + (uint64_t)(n / d->T), n % d->T, d->l, d->site) : 0;
+}
+
+/* x[n, c0 .. c0 + len) in fp32: a pointer into xf, or widened from xh into tmp; under
+ * dropout drop(x) in tmp (key: drop_row of n). */
 static inline const float *xseg(const dt_model *m, const float *xf, const uint16_t *xh, int n, int C, int c0,
-                                int len, float *tmp) {
-    if (!xh) return xf + (size_t)n * C + c0;
-    dt_from_lowp(m->opts.compute, tmp, xh + (size_t)n * C + c0, (size_t)len);
+                                int len, float *tmp, const drop_ctx *d, uint64_t key) {
+    const float *x = xf + (size_t)n * C + c0;
+    if (xh) {
+        dt_from_lowp(m->opts.compute, tmp, xh + (size_t)n * C + c0, (size_t)len);
+        x = tmp;
+    }
+    if (!d->on) return x;
+    for (int c = 0; c < len; c++) tmp[c] = kept(key, c0 + c, d->thresh) ? x[c] * d->inv : 0.0f;
     return tmp;
 }
 
-/* u (N, r) = x A^T: each element one sum over c ascending. */
+/* u (N, r) = drop(x) A^T: each element one sum over c ascending. */
 static void x_at(const dt_model *m, float *u, const float *xf, const uint16_t *xh, const float *A, int N, int C,
-                 int r) {
+                 int r, const drop_ctx *d) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float tmp[XB];
         float *un = u + (size_t)n * r;
+        const uint64_t key = drop_row(d, n);
         for (int k = 0; k < r; k++) un[k] = 0.0f;
         for (int c0 = 0; c0 < C; c0 += XB) {
             int len = C - c0 < XB ? C - c0 : XB;
-            const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp);
+            const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp, d, key);
             for (int k = 0; k < r; k++) {
                 const float *a = A + (size_t)k * C + c0;
                 float acc = un[k];
@@ -436,7 +479,8 @@ void dt_lora_mm_forward(dt_model *m, float *out, const float *xf, const uint16_t
         const float *Bm = dt_params_unit_tensor(&m->ps, m->ps.unit_params, m->site_a[i] + 1, l);
         const int rows = (int)m->sites[i].rows;
         float *u = m->lora_u;
-        x_at(m, u, xf, xh, A, N, C, r);
+        const drop_ctx d = drop_of(m, l, i);
+        x_at(m, u, xf, xh, A, N, C, r, &d);
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
             const float *un = u + (size_t)n * r;
@@ -464,7 +508,8 @@ void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const floa
         float *dB = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, m->site_a[i] + 1, l);
         const int rows = (int)m->sites[i].rows;
         float *u = m->lora_u, *du = m->lora_du;
-        x_at(m, u, xf, xh, A, N, C, r); /* recomputed: not kept from the forward */
+        const drop_ctx dr = drop_of(m, l, i); /* the forward's masks, regenerated */
+        x_at(m, u, xf, xh, A, N, C, r, &dr); /* recomputed: not kept from the forward */
         /* dB[j, k] += s sum_n g[n, j] u[n, k]: JB output rows at a time (dout read by rows) */
         int nj = (rows + JB - 1) / JB;
 #pragma omp parallel for schedule(static)
@@ -494,7 +539,7 @@ void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const floa
             }
             for (int k = 0; k < r; k++) dn[k] *= s;
         }
-        /* dA[k, c] += sum_n du[n, k] x[n, c]: blocks of XB columns x KB ranks, x widened once
+        /* dA[k, c] += sum_n du[n, k] drop(x)[n, c]: blocks of XB columns x KB ranks, x widened once
          * per row and block */
         int nblk = (C + XB - 1) / XB;
 #pragma omp parallel for schedule(static)
@@ -505,7 +550,7 @@ void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const floa
                 int nk = r - k0 < KB ? r - k0 : KB;
                 float acc[KB * XB] = {0};
                 for (int n = 0; n < N; n++) {
-                    const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp);
+                    const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp, &dr, drop_row(&dr, n));
                     const float *dn = du + (size_t)n * r + k0;
                     for (int k = 0; k < nk; k++) {
                         const float d = dn[k];
@@ -520,10 +565,12 @@ void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const floa
             }
         }
         if (!dinp) continue;
-        /* dinp[n, c] += sum_k du[n, k] A[k, c]: the sum formed apart, then added */
+        /* dinp[n, c] += sum_k du[n, k] A[k, c] (times mask / (1 - p) under dropout): the sum
+         * formed apart, then added */
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
-            float *d = dinp + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            const uint64_t key = drop_row(&dr, n);
             const float *dn = du + (size_t)n * r;
             for (int c0 = 0; c0 < C; c0 += XB) {
                 int len = C - c0 < XB ? C - c0 : XB;
@@ -532,7 +579,11 @@ void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const floa
                     const float dk = dn[k], *a = A + (size_t)k * C + c0;
                     for (int c = 0; c < len; c++) acc[c] += dk * a[c];
                 }
-                for (int c = 0; c < len; c++) d[c0 + c] += acc[c];
+                if (!dr.on)
+                    for (int c = 0; c < len; c++) dx[c0 + c] += acc[c];
+                else
+                    for (int c = 0; c < len; c++)
+                        if (kept(key, c0 + c, dr.thresh)) dx[c0 + c] += acc[c] * dr.inv;
             }
         }
     }

@@ -10,6 +10,11 @@
  * and its backward dx = dy W + s (dy B) A, dB += s dy^T (x A^T), dA += (s dy B)^T x; x A^T is
  * recomputed in the backward (one (B T, rank) scratch and its gradient, in the activations).
  * The adapter arithmetic is fp32 in every precision (16-bit inputs are widened exactly).
+ * With lora.dropout p > 0 a training forward's adapters see drop(x) = x * mask / (1 - p)
+ * instead of x (as PEFT; the base matmul sees x): the mask bit of an element is a pure
+ * function (dt_lora_drop_keep) of the seed, the global sequence index of its row, its
+ * position, layer, site and feature, so the backward (dA += (s dy B)^T drop(x), dx += mask /
+ * (1 - p) * s (dy B) A) and any recomputation regenerate it, whatever the ranks or threads.
  *
  *   unsigned t; DT_CHECK(dt_lora_parse_targets(ctx, "q,v", &t));
  *   opts.lora = (dt_lora_cfg){.rank = 8, .alpha = 16, .targets = t};
@@ -73,6 +78,11 @@ void dt_lora_mm_forward(dt_model *m, float *out, const float *xf, const uint16_t
 /* dinp (N,C) += the adapters' part (NULL: skipped), their dA, dB += (gradient units). */
 void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const float *xf, const uint16_t *xh,
                          int id, int l, int N, int C, int OC);
+/* Dropout: the key of one row's mask (seed, global sequence index seq, position t, layer l,
+ * site i of m->sites) and whether feature c of that row is kept under probability p (drop
+ * with probability p, counter-based: no state). */
+uint64_t dt_lora_drop_key(uint64_t seed, uint64_t seq, int t, int l, int site);
+int dt_lora_drop_keep(uint64_t key, int c, float p);
 /* QLoRA: the NF4 copy of base tensor id of layer l (NULL: the tensor is fp32). */
 const struct dt_nf4 *dt_lora_nf4(const dt_model *m, int id, int l);
 

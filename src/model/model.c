@@ -256,6 +256,7 @@ dt_status dt_model_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, cons
                            float *loss) {
     m->epoch++; /* the master weights may have changed since the last forward */
     m->head_grads = 0;
+    m->lora_drop_on = m->train_fwd && m->lora && m->opts.lora.dropout > 0.0f; /* eval, sample: never */
     return m->fam->forward(ctx, m, inputs, targets, loss);
 }
 

@@ -122,7 +122,7 @@ typedef enum dt_recompute { DT_RECOMPUTE_NONE, DT_RECOMPUTE_SELECTIVE, DT_RECOMP
 typedef struct dt_lora_cfg {
     int rank;         /* 0: off */
     float alpha;      /* scale s = alpha / rank (0 reads as rank: s = 1) */
-    float dropout;    /* only 0 (refused otherwise) */
+    float dropout;    /* p in [0, 1): dropout on the adapters' input in training forwards (lora.h) */
     unsigned targets; /* 1 << dt_lora_target */
     int nf4;          /* QLoRA: the base's layer matmul weights stored as NF4 */
     int base_external; /* the base is loaded after init (model.init_from): not drawn from the seed */
@@ -267,6 +267,12 @@ struct dt_model {
     float *lora_mm;       /* QLoRA: (B T, largest NF4 tensor's rows) one GEMM's block (activations) */
     int lora_open;        /* adapter unit whose gradients are begun (-1: none) */
     struct dt_lora_nf4 *lora_q; /* QLoRA: the base's NF4 tensors (NULL: fp32 base) */
+    /* LoRA dropout (lora.h dt_lora_drop_key): set by the trainer before each training forward;
+     * lora_drop_on is set by every forward (dt_model_forward_train with lora.dropout > 0) and
+     * holds for its backward (recomputation included). */
+    int lora_drop_on;
+    uint64_t lora_drop_seed;  /* the run's seed */
+    uint64_t lora_drop_seq0;  /* global index of the micro-batch's first sequence */
 };
 
 /* The store the family's forward and backward read weights from: the frozen base under

@@ -71,7 +71,7 @@ static const key_def keys[] = {
     NUM("memory.fused_loss_rows", K_INT, train.model_opts.head_rows, "token rows per block of the lm_head and loss (0 = 256): the fused loss's logits memory, and the blocks every strategy uses, so all compute the same bits"),
     NUM("lora.rank", K_INT, train.model_opts.lora.rank, "LoRA: rank of the adapters on a frozen base (0 = off: full training); only the adapters train, communicate and are checkpointed"),
     NUM("lora.alpha", K_FLOAT, train.model_opts.lora.alpha, "LoRA: the adapters' output is scaled by alpha / rank (0 = rank: scale 1)"),
-    NUM("lora.dropout", K_FLOAT, train.model_opts.lora.dropout, "LoRA: dropout on the adapters' input (only 0 is supported)"),
+    NUM("lora.dropout", K_FLOAT, train.model_opts.lora.dropout, "LoRA: dropout probability on the adapters' input, [0, 1)"),
     STR("lora.targets", lora_targets, "LoRA: projections to adapt, comma list of q,k,v,o,gate,up,down (llama: each its own projection; gpt2: q,k,v are the thirds of attn.c_attn, o attn.c_proj, up mlp.c_fc, down mlp.c_proj, no gate)"),
     ENUM("lora.base_dtype", lora_base, "fp32|nf4", "LoRA: the frozen base's layer matmul weights in fp32, or 4-bit NormalFloat with double-quantized scales (QLoRA; embeddings, norms and lm_head stay fp32)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),

@@ -273,6 +273,7 @@ static dt_status save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_r
     tj.lora_rank = t->model_opts.lora.rank;
     tj.lora_alpha = t->model_opts.lora.alpha > 0.0f ? t->model_opts.lora.alpha : (float)t->model_opts.lora.rank;
     tj.lora_targets = t->model_opts.lora.targets;
+    tj.lora_dropout = t->model_opts.lora.dropout;
     double t0 = dt_now(), tt = dt_trace_begin();
     float *full, *mom, *var;
     dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */

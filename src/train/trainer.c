@@ -364,6 +364,12 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
          * after the forward, which overlaps the previous micro-step's reduce-scatters. */
         const int early = m->opts.fused_loss;
         if (early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
+        /* LoRA dropout's masks: keyed by the global index of each sequence (micro-batch
+         * k W + r of the step in 1 rank's order, B sequences each), so N ranks draw what 1
+         * rank accumulating N x does, and a resumed step what the uninterrupted one did. */
+        m->lora_drop_seed = tr->cfg.seed;
+        m->lora_drop_seq0 = (((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W +
+                             (uint64_t)dt_comm_rank(tr->comm, DT_GROUP_WORLD)) * (uint64_t)m->B;
         DT_CHECK(dt_model_forward_train(ctx, m, in, tg, bscale, &loss));
         dt_trace_end(td, "fwd", "forward %d", k);
         add_phase(tr, &tp, &ex, &out->fwd_seconds);

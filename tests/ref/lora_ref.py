@@ -12,7 +12,8 @@ applied to the projection's output rows. LLaMA's q_proj, k_proj, v_proj, o_proj,
 up_proj, down_proj are separate nn.Linear modules, so each target adapts one whole module. GPT-2's
 c_attn computes q | k | v as one (3C x C) matrix; the targets q, k, v adapt its row blocks
 [0, C), [C, 2C), [2C, 3C) (an adapter per block, added to that block of c_attn's output); o is
-attn.c_proj, up mlp.c_fc, down mlp.c_proj. Dropout: none (dtrain supports lora.dropout 0 only).
+attn.c_proj, up mlp.c_fc, down mlp.c_proj. Dropout: none (the oracle runs
+lora.dropout 0; the dropout path is checked against a float64 reference in tests/test_lora.c).
 
 Checked in float64 against dtrain's float32: the loss to 1e-5 relative, and every adapter
 gradient (lora_A and lora_B of every layer and target) to 1e-4 relative error (max |diff| /
