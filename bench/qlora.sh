@@ -37,7 +37,7 @@ bench=(--warmup-steps "${WARMUP:-5}" --bench-steps "${STEPS:-30}" --repeats "${R
 [ -n "${PEAK:-}" ] && bench+=(--peak "$PEAK")
 
 echo "# host: $(grep -o -w 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $OMP_NUM_THREADS thread(s) per rank; files in $out"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc --all) cores, $OMP_NUM_THREADS thread(s) per rank; files in $out"
 "$bin" train "${model[@]}" --steps "${BASE_STEPS:-50}" --lr 3e-3 --seed 1 --save-weights "$out/base.st" \
   >"$out/base.log" 2>&1 || { echo "base pre-training FAILED: $(tail -3 "$out/base.log")"; exit 1; }
 
