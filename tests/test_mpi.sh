@@ -23,7 +23,8 @@
 #    gathering the matmul weights in 16 bits; fp16 ZeRO-2 == 1 rank bitwise with an overflow
 #    injected on one rank, which every rank skips (asserted from the log and the metrics);
 #    bench bytes sent per step by bf16 ZeRO-3 below fp32's by exactly the 16-bit gathers'
-#    saving (2 bytes x (W-1)/W per matmul element gathered);
+#    saving (2 bytes x (W-1)/W per matmul element gathered); ZeRO-3's embedding lookup gathers
+#    only the rows the tokens name (once per forward; the table's chunks only for the head);
 #  - parallel.grad_dtype=bf16 (gradients on the wire in bf16: each rank's contribution
 #    rounded, summed in fp32 in rank order by the owner, the sum rounded once): DDP == ZeRO-1/2/3
 #    at 2 ranks, == ZeRO-3 at 3 (uneven shards), == hybrid ZeRO-3 and ZeRO-1 at 4 ranks on 2
@@ -407,7 +408,7 @@ runN bf16_llama_zero3_sel 3 "${llama[@]}" --set training.precision=bf16 --set pa
 check "llama bf16: ZeRO-3 with selective checkpointing vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_sel bf16_llama_ddp3 0
 # Bytes on the wire: per step ZeRO-3 gathers every layer's units twice (forward, backward) and
 # the head's K vocabulary chunks K times in the forward and K - 2 more in the backward (the
-# last two are still in the windows); the embedding lookup's gathers stay fp32. Under bf16 each
+# last two are still in the windows); the embedding lookup's rows travel in fp32. Under bf16 each
 # matmul element of those gathers costs 2 bytes instead of 4, counted x (W-1)/W, and nothing
 # else changes (gradients stay fp32): the difference is exact.
 for x in fp32 bf16; do
@@ -432,6 +433,29 @@ print("ZeRO-3 bytes sent per step by rank 0: fp32 %d, bf16 %d (ratio %.4f; saved
 sys.exit(0 if d == saved else 1)
 PY
 ); then pass "bf16 ZeRO-3 gathers the matmul weights in 16 bits: $out"; else fail "bf16 ZeRO-3 gather bytes: $out"; fi
+# ZeRO-3's embedding lookup moves only the rows the ranks' tokens name (zero_lookup.c: 2 ranks
+# x 64 tokens < 2048 rows): once per forward a "vocabulary rows" task, and the tied table's
+# first chunk (unit 0) is gathered only for the head, twice a step (forward, and backward: of
+# the K = 11 chunks only the last two are still in the windows), not a third time for the lookup.
+# The values are those of the chunk gathers: the bitwise ZeRO-3 == DDP checks above run it.
+timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${common[@]}" --set parallel.strategy=zero3 --warmup-steps 1 \
+  --bench-steps 2 --peak 100 --trace "$dir/z3_lookup.trace.json" >"$dir/z3_lookup.log" 2>&1 ||
+  fail "bench zero3 lookup: $(tail -2 "$dir/z3_lookup.log")"
+if out=$(/usr/bin/python3 - "$dir/z3_lookup.trace.json" <<'PY'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+out, ok = [], True
+for r in (0, 1):
+    steps = sum(1 for e in ev if e["pid"] == r and e["name"].startswith("step "))  # the traced (timed) steps
+    ok &= steps == 2
+    look = sum(1 for e in ev if e["pid"] == r and e["name"] == "unit 0 vocabulary rows")
+    u0 = sum(1 for e in ev if e["pid"] == r and e["name"] == "unit 0 all-gather")
+    ok &= look == steps and u0 == 2 * steps
+    out.append("rank %d: %d lookups, %d gathers of unit 0 in %d steps" % (r, look, u0, steps))
+print("; ".join(out))
+sys.exit(0 if ok else 1)
+PY
+); then pass "ZeRO-3 looks up only the named vocabulary rows: $out"; else fail "ZeRO-3 vocabulary lookup: $out"; fi
 DTRAIN_TEST_OVERFLOW=5:0 run1 fp16_one_acc2 2 --set training.precision=fp16
 DTRAIN_TEST_OVERFLOW=5:1 timeout 300 "${mpi[@]}" -x DTRAIN_TEST_OVERFLOW -n 2 "$bin" train "${common[@]}" \
   --set training.precision=fp16 --set parallel.strategy=zero2 --set logging.metrics="$dir/fp16_zero2.jsonl" \

@@ -111,7 +111,7 @@ static float run(const dt_model_config *cfg, const dt_model_opts *o, rec *r, flo
         r->cur = r->expect = r->open = r->last_layer_need = -1;
         r->last_end = m.ps.n_units;
         for (int u = 0; u < m.ps.n_units; u++) m.ps.unit_params[u] = r->poison, m.ps.unit_grads[u] = r->sink;
-        m.hooks = (dt_model_hooks){r, r_need, r_begin, r_end};
+        m.hooks = (dt_model_hooks){r, r_need, r_begin, r_end, NULL};
     }
     float loss;
     assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss), DT_OK);

@@ -78,7 +78,13 @@ void dt_model_cfg_set(dt_model_config *c, const dt_cfg_field *f, double v);
  *                         zeroed window), and grads_end(u) once they are final for the
  *                         micro-step. Begin/end pairs do not nest, and a backward ends the
  *                         units in strictly decreasing order (every family's order), so DDP
- *                         launches a bucket once the lowest unit it touches has ended. */
+ *                         launches a bucket once the lowest unit it touches has ended.
+ *   lookup(id, tokens, N, next, out)
+ *                         an embedding lookup of vocabulary tensor id by tokens[0..N): the
+ *                         strategy may do it itself, writing row i of out (N x cols) = the
+ *                         tensor's row tokens[i] (untouched when outside the tensor), and
+ *                         start gathering `next` meanwhile; it returns 1 then, 0 to let the
+ *                         family ask for the chunks with need_params. */
 #define DT_NEED_F32 1
 #define DT_NEED_NEXT_F32 2
 typedef struct dt_model_hooks {
@@ -86,6 +92,7 @@ typedef struct dt_model_hooks {
     void (*need_params)(void *ud, int unit, int next, int flags);
     void (*grads_begin)(void *ud, int unit);
     void (*grads_end)(void *ud, int unit);
+    int (*lookup)(void *ud, int id, const int32_t *tokens, int N, int next, float *out);
 } dt_model_hooks;
 
 /* Activation checkpointing (memory.activation_checkpointing): which saved activations of a

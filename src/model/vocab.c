@@ -11,6 +11,8 @@
 void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next) {
     const dt_params *ps = dt_model_weights(m);
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols;
+    /* ZeRO-3: only the rows the tokens name travel (the same values, zero_lookup.c) */
+    if (m->hooks.lookup && !m->lora && m->hooks.lookup(m->hooks.ud, id, tokens, N, next, out)) return;
     for (int c = 0; c < K; c++) {
         int u;
         size_t r0, rows;

@@ -131,6 +131,7 @@ void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world,
     }
     /* ZeRO-3 under mixed precision: 16-bit windows replace the model's (dt_model_lowp_plan) */
     if (cfg->strategy == DT_STRAT_ZERO3 && cfg->compute != DT_F32) z->lpwin = z->max_unit;
+    dt_par_lookup_sizes(ps, cfg, G, z);
     size_t W = (size_t)world, per = cfg->bucket_bytes / sizeof(float);
     z->bucket = per < 1024 ? 1024 : per;
     if (z->bucket > ps->n_params) z->bucket = ps->n_params;
@@ -189,6 +190,7 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
         if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F + 2 * z.lpwin * H;
         if (world > 1)
             bytes[DT_MEM_COMM] += z.rs_scr * F + (z.rs_round + (n_rep > 1 ? z.max_ns : 0)) * z.esize + z.lp * H;
+        bytes[DT_MEM_COMM] += z.lk_bytes; /* ZeRO-3's vocabulary row lookup */
         return;
     }
     if (cfg->accum > 1) bytes[DT_MEM_GRADS] += ps->n_params * F; /* as dt_par_buckets_init */
@@ -205,6 +207,7 @@ dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t) {
     case DT_TASK_GATHER: return dt_par_gather_unit(ctx, p, t->a, p->pwin[t->b]);
     case DT_TASK_GATHER_LP: return dt_par_gather_unit_lp(ctx, p, t->a, t->b);
     case DT_TASK_REDUCE: return dt_par_reduce_unit(ctx, p, t->a, t->b);
+    case DT_TASK_LOOKUP: return dt_par_lookup(ctx, p);
     }
     return DT_OK;
 }
@@ -223,6 +226,7 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
         dt_trace_end(tt, "comm", "unit %d %s", t->a,
                      t->kind == DT_TASK_GATHER      ? "all-gather"
                      : t->kind == DT_TASK_GATHER_LP ? "all-gather 16-bit"
+                     : t->kind == DT_TASK_LOOKUP    ? "vocabulary rows"
                                                     : "reduce-scatter");
     if (st != DT_OK && p->err == DT_OK) {
         p->err_ctx = c;
@@ -354,6 +358,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
     if (!p) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     p->cfg = *cfg;
     p->cfg.compute = m->opts.compute; /* the model's precision decides (the plan is told it) */
+    p->cfg.tokens = m->B * m->T;     /* the lookup's capacity, likewise */
     p->comm = comm;
     p->m = m;
     p->alloc = alloc;

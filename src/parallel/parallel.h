@@ -82,6 +82,9 @@ typedef struct dt_parallel_cfg {
                             switches Top-K on after them: dt_parallel_set_compression) */
     int topk_age;        /* parallel.compression_adam: age (1; ratio < 1, world > 1: AdamW by
                             age, optim.h dt_adamw_update_aged) or plain (0) */
+    int tokens;          /* token positions per micro-batch, B x T (set by the trainer;
+                            dt_parallel_init takes the model's): sizes ZeRO-3's vocabulary
+                            row lookup (zero_lookup.c) */
 } dt_parallel_cfg;
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
 enum { DT_COMPRESS_NONE, DT_COMPRESS_TOPK };

@@ -17,10 +17,11 @@
 
 #include "parallel/parallel.h"
 
-typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_GATHER_LP, DT_TASK_REDUCE } dt_task_kind;
+typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_GATHER_LP, DT_TASK_REDUCE, DT_TASK_LOOKUP } dt_task_kind;
 
 /* A communication task: reduce bucket a; gather unit a into parameter window b (in fp32, or
- * _LP: its matmul tensors in 16 bits, zero_params.c); reduce unit a from gradient window b. */
+ * _LP: its matmul tensors in 16 bits, zero_params.c); reduce unit a from gradient window b;
+ * gather the rows of vocabulary tensor a that the micro-batch's tokens name (zero_lookup.c). */
 typedef struct dt_par_task {
     dt_task_kind kind;
     int a, b;
@@ -46,6 +47,11 @@ typedef struct dt_par_sizes {
     size_t age;      /* Top-K by age (ratio < 1, world > 1): S floats of element ages; 0 otherwise */
     size_t lpwin;    /* ZeRO-3 under mixed precision: a 16-bit parameter window (values; the
                         largest unit, as pwin); 0 otherwise */
+    size_t lk_rows;  /* ZeRO-3, G > 1, a vocabulary tensor: rows of the lookup table, at most
+                        min(vocabulary rows, G x tokens); 0 otherwise (zero_lookup.c) */
+    size_t lk_cols;  /* the widest vocabulary tensor's columns */
+    size_t lk_words; /* 8-byte words of one rank's token-id record: (tokens + 2) / 2 */
+    size_t lk_bytes; /* the lookup's buffers, bytes (communication memory) */
 } dt_par_sizes;
 
 /* Sizes for shard group size G (my index j in it) and n_rep replicas of each node-shard. */
@@ -129,6 +135,15 @@ struct dt_parallel {
     size_t *run_off, *run_len; /* runs in unit offsets (params.h dt_params_matmul_runs) */
     size_t *mm_cnt, *mm_off; /* [U x G] matmul elements of each node-shard, and of those before */
     size_t *nm_cnt, *nm_off; /* [U x G] the same for the other elements */
+    /* ZeRO-3's vocabulary row lookup (zero_lookup.c): one block of z.lk_bytes */
+    void *lk_block;
+    float *lk_recv;               /* what arrived: every rank's pieces of the rows (z.lk_rows x cols) */
+    int64_t *lk_mine, *lk_all;    /* my token-id record; every shard rank's */
+    size_t *lk_pos;               /* [z.lk_rows x G] where row k's piece from rank j arrived */
+    int32_t *lk_ids;              /* the sorted union of the ids (z.lk_rows) */
+    const int32_t *lk_tokens;     /* the task: tokens, count, tensor, output (N x cols) */
+    int lk_n, lk_id;
+    float *lk_out;
 };
 
 /* parallel.c: the task runner */
@@ -160,5 +175,10 @@ dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
 dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w);
 /* The master shard changed: no window holds a current unit. */
 void dt_par_params_stale(dt_parallel *p);
+/* zero_lookup.c: p->lk_out's rows = the rows of vocabulary tensor p->lk_id that p->lk_tokens
+ * name (the task) */
+dt_status dt_par_lookup(dt_ctx *ctx, dt_parallel *p);
+/* Fills the lookup's sizes in z (called by dt_par_sizes_of). */
+void dt_par_lookup_sizes(const dt_params *ps, const dt_parallel_cfg *cfg, int G, dt_par_sizes *z);
 
 #endif

@@ -131,6 +131,24 @@ static void z_need(void *ud, int u, int next, int flags) {
     }
 }
 
+/* The model's lookup hook (model.h): out's rows from vocabulary tensor id's rows that tokens
+ * name, gathered by the lookup task (zero_lookup.c), while `next` is gathered after it. */
+static int z_lookup(void *ud, int id, const int32_t *tokens, int N, int next, float *out) {
+    dt_parallel *p = ud;
+    if (!p->lk_block || N > p->cfg.tokens || p->m->ps.tensors[id].cols > p->z.lk_cols) return 0;
+    p->lk_tokens = tokens;
+    p->lk_n = N;
+    p->lk_id = id;
+    p->lk_out = out;
+    long seq = dt_par_submit(p, DT_TASK_LOOKUP, p->m->ps.tensors[id].unit, N); /* traced by its first unit */
+    if (next >= 0) { /* into the window the model reads next (as z_need would) */
+        int lp = wants_lp(p, next, 0), w = holds(p, 0, next, lp) ? 0 : holds(p, 1, next, lp) ? 1 : 1 - p->pw_cur;
+        if (!holds(p, w, next, lp)) fill(p, w, next, lp);
+    }
+    dt_par_wait(p, seq);
+    return 1; /* after a failure the task was skipped: the job is ending (dt_parallel reports it) */
+}
+
 void dt_par_params_stale(dt_parallel *p) {
     p->pwin_unit[0] = p->pwin_unit[1] = -1; /* units are gathered when next used */
     for (int u = 0; u < p->U; u++) p->m->ps.unit_params_lp[u] = NULL;
@@ -179,6 +197,15 @@ dt_status dt_par_params_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     p->lp_gather = p->z.lpwin > 0;
     if (p->lp_gather) DT_CHECK(plan_lp(ctx, p));
     p->pw_cur = 1;
+    if (p->z.lk_bytes) { /* the vocabulary row lookup (zero_lookup.c), carved from one block */
+        DT_CHECK(dt_alloc_get(ctx, p->alloc, DT_MEM_COMM, p->z.lk_bytes, &p->lk_block));
+        p->lk_recv = p->lk_block;
+        p->lk_mine = (int64_t *)(p->lk_recv + p->z.lk_rows * p->z.lk_cols);
+        p->lk_all = p->lk_mine + p->z.lk_words;
+        p->lk_pos = (size_t *)(p->lk_all + (size_t)p->G * p->z.lk_words);
+        p->lk_ids = (int32_t *)(p->lk_pos + p->z.lk_rows * (size_t)p->G);
+        m->hooks.lookup = z_lookup;
+    }
     /* Each rank draws only its own shard (the counter RNG makes any range drawable). */
     for (int u = 0; u < p->U; u++)
         dt_params_init_range(&m->ps, seed, p->pshard + p->sb[u], m->ps.unit_lo[u] + G_off(p, u), G_cnt(p, u));
@@ -195,6 +222,7 @@ void dt_par_params_free(dt_parallel *p) {
         dt_alloc_put(p->alloc, DT_MEM_PARAMS, p->pwin[w], p->z.max_unit * sizeof(float));
         dt_alloc_put(p->alloc, DT_MEM_PARAMS, p->lpwin[w], p->z.lpwin * sizeof(uint16_t));
     }
+    dt_alloc_put(p->alloc, DT_MEM_COMM, p->lk_block, p->z.lk_bytes);
     free(p->run0);
     free(p->run_off);
     free(p->mm_cnt);
