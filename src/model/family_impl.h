@@ -67,9 +67,9 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
  *                the MLP's input projection output and one attention matmul output (q|k|v in
  *                gpt2 and vit, the attention block's output in llama); under bf16/fp16, where
  *                the norm outputs and the MLP activation are already 16-bit (so dropping them
- *                saves less), gpt2 and vit keep q|k|v, the attention output and log-sum-exp
- *                and the attention block's output, and recompute the MLP's input projection
- *                instead of the attention; llama keeps gate|up alone;
+ *                saves less), the attention output, its log-sum-exp and the attention
+ *                block's output, with q|k|v (gpt2) or the MLP's input projection output
+ *                (vit), so that the attention is not recomputed; llama gate|up alone;
  *   DT_ACT_RECOMP the rest (norm outputs and statistics, the MLP activation, whatever
  *                selective does not keep): kept only by layers that are not recomputed.
  * Each buffer of a class has one slot per layer that keeps it, in layer order, plus one

@@ -138,8 +138,8 @@ typedef struct dt_vit_acts {
     float *fch_gelu;                 /* (B,T,F) */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
                                              (then ln1, ln2, fch_gelu hold nothing) */
-    /* what selective keeps: qkv in every precision; fch in fp32; atty, att_lse, res2 under
-       mixed precision (each otherwise of the recomputed class; att_class) */
+    /* what selective keeps: fch in every precision; qkv in fp32; atty, att_lse, res2 under
+       mixed precision (each otherwise of the recomputed class: qkv_class, att_class) */
     float *qkv;                      /* (B,T,3C) */
     float *atty;                     /* (B,T,C) */
     float *att_lse;                  /* (B,NH,T) */
@@ -160,11 +160,14 @@ typedef struct dt_vit_acts {
     int32_t *labels;                 /* (B) the targets of the last forward */
 } dt_vit_acts;
 
-/* Classes (family_impl.h) of the attention's outputs (atty, att_lse, res2) and of fch: as
- * gpt2's (gpt2.c att_class): under mixed precision selective keeps the attention's outputs
- * and recomputes the fc1 matmul, in fp32 it keeps fch (ARCHITECTURE 37, 52). */
+/* Classes (family_impl.h) of qkv and of the attention's outputs (atty, att_lse, res2). Under
+ * mixed precision ln1, ln2 and fch_gelu are 16-bit, so dropping them saves less than in fp32
+ * and selective must drop more to save 40%: it drops qkv (3C) and keeps the attention's
+ * outputs (2C + NH), recomputing the q|k|v matmul (3 C^2 per token) instead of the attention
+ * and the output projection (C^2 + the attention); in fp32 it keeps qkv. gpt2 recomputes its
+ * fc matmul instead (gpt2.c: its logits block leaves it short of 40% this way). */
+static int qkv_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
 static int att_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_SEL : DT_ACT_RECOMP; }
-static int fch_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
 
 static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B) {
@@ -172,7 +175,7 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t big = 3 * C > F ? 3 * C : F;
     size_t R = dt_act_slot(o, (int)L, DT_ACT_RECOMP, (int)L), M = dt_act_slot(o, (int)L, DT_ACT_SEL, (int)L);
-    size_t RA = dt_act_slot(o, (int)L, att_class(o), (int)L), RF = dt_act_slot(o, (int)L, fch_class(o), (int)L);
+    size_t RA = dt_act_slot(o, (int)L, att_class(o), (int)L), RQ = dt_act_slot(o, (int)L, qkv_class(o), (int)L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
     size_t NC = (size_t)c->n_classes, dlp = BT * big > (size_t)B * NC ? BT * big : (size_t)B * NC;
     size_t off = 0;
@@ -185,14 +188,14 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(ln1, F32 * R * BT * C);
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
-    TAKE(qkv, M * BT * 3 * C);
+    TAKE(qkv, RQ * BT * 3 * C);
     TAKE(atty, RA * BT * C);
     TAKE(att_lse, RA * BT * NH);
     TAKE(res2, RA * BT * C);
     TAKE(ln2, F32 * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
-    TAKE(fch, RF * BT * F);
+    TAKE(fch, M * BT * F);
     TAKE(fch_gelu, F32 * R * BT * F);
     TAKE16(ln1h, H * R * BT * C);
     TAKE16(attyh, H * R * BT * C);
@@ -274,14 +277,14 @@ static layer_views views(const dt_model *m, int l) {
     size_t BT = (size_t)m->B * (n_patches(c) + 1), btc = BT * c->d_model, F = c->d_ff;
     const dt_model_opts *o = &m->opts;
     size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
-    size_t ra = dt_act_slot(o, L, att_class(o), l), rf = dt_act_slot(o, L, fch_class(o), l);
+    size_t ra = dt_act_slot(o, L, att_class(o), l), rq = dt_act_slot(o, L, qkv_class(o), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
-    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + ra * btc;
+    v.qkv = a->qkv + rq * btc * 3, v.atty = a->atty + ra * btc;
     v.lse = a->att_lse + ra * BT * c->n_head, v.res2 = a->res2 + ra * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
-    v.fch = a->fch + rf * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
+    v.fch = a->fch + k * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
     v.fchgh = a->fchgh + r * BT * F;
     if (dt_lowp(m)) v.ln1 = v.ln2 = v.fchg = a->dbig; /* fp32 outputs go through the scratch */
@@ -297,8 +300,8 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     const int B = m->B, C = c->d_model, NH = c->n_head, F = c->d_ff, T = n_patches(c) + 1, BT = B * T;
     const size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    const int qkv = dt_act_forms(o, l, recompute, DT_ACT_SEL), att = dt_act_forms(o, l, recompute, att_class(o));
-    const int fch = dt_act_forms(o, l, recompute, fch_class(o));
+    const int qkv = dt_act_forms(o, l, recompute, qkv_class(o)), att = dt_act_forms(o, l, recompute, att_class(o));
+    const int fch = dt_act_forms(o, l, recompute, DT_ACT_SEL);
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
