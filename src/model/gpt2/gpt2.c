@@ -127,7 +127,7 @@ typedef struct dt_gpt2_acts {
     uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
                                              (then ln1, ln2, fch_gelu hold nothing) */
     /* what selective keeps: qkv in every precision; fch in fp32; atty, att_lse, res2 under
-       mixed precision (each otherwise of the recomputed class; att_class) */
+       mixed precision (otherwise of the recomputed class: att_class, fch_class) */
     float *qkv;                           /* (B,T,3C) */
     float *atty;                          /* (B,T,C) */
     float *att_lse;                       /* (B,NH,T) */
