@@ -368,6 +368,9 @@ check "vit: 3 ranks ZeRO-3 (uneven shards) vs 1 rank x 3" vit_zero3_3 vit_one_ac
 runN vit_zero3_bf16 2 --set parallel.strategy=zero3 --set training.precision=bf16 --set memory.activation_checkpointing=full
 runN vit_ddp_bf16 2 --set training.precision=bf16
 check "vit bf16: ZeRO-3 with full checkpointing vs DDP (bitwise)" vit_zero3_bf16 vit_ddp_bf16 0
+# vit's 16-bit selective recompute re-runs its q|k|v projection in the backward (decision 52).
+runN vit_zero3_bf16_sel 2 --set parallel.strategy=zero3 --set training.precision=bf16 --set memory.activation_checkpointing=selective
+check "vit bf16: ZeRO-3 with selective checkpointing vs DDP (bitwise)" vit_zero3_bf16_sel vit_ddp_bf16 0
 
 # Mixed precision (GPT-2 shape of the first part): 16-bit matmuls read the same master weights
 # in every strategy, so N ranks == 1 rank and ZeRO == DDP stay bitwise; fp16's loss scale is a
@@ -379,6 +382,7 @@ common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 
 run1 bf16_one_acc2 2 --set training.precision=bf16
 runN bf16_ddp2 2 --set training.precision=bf16
 check "bf16: 2 ranks DDP vs 1 rank x 2 accumulation (bitwise)" bf16_ddp2 bf16_one_acc2 0
+# gpt2's 16-bit selective recompute re-runs its fc projection in the backward (decision 52).
 runN bf16_zero3 2 --set training.precision=bf16 --set parallel.strategy=zero3 --set memory.activation_checkpointing=selective
 check "bf16: ZeRO-3 with selective checkpointing vs DDP (bitwise)" bf16_zero3 bf16_ddp2 0
 # ZeRO-3 gathers the matmul weights in 16 bits (each rank narrows its piece of the fp32 master
@@ -402,7 +406,8 @@ llama=(--set model.family=llama --set model.n_kv_head=2 --set model.d_ff=80 --se
 runN bf16_llama_ddp3 3 "${llama[@]}" --set training.precision=bf16
 runN bf16_llama_zero3_3 3 "${llama[@]}" --set training.precision=bf16 --set parallel.strategy=zero3
 check "llama bf16: ZeRO-3 vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_3 bf16_llama_ddp3 0
-# llama's selective recompute re-runs its q|k|v projection in the backward (decision 37).
+# llama's selective recompute re-runs its q|k|v projection in the backward (decision 37), and
+# in 16 bits its output projection too (decision 52).
 runN bf16_llama_zero3_sel 3 "${llama[@]}" --set training.precision=bf16 --set parallel.strategy=zero3 \
   --set memory.activation_checkpointing=selective
 check "llama bf16: ZeRO-3 with selective checkpointing vs DDP, 3 ranks (bitwise)" bf16_llama_zero3_sel bf16_llama_ddp3 0

@@ -63,20 +63,27 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
 /* ---- activation checkpointing (model.h dt_model_opts). A layer's saved activations are of
  * three classes:
  *   DT_ACT_OUT   its output, the next layer's input: kept for every layer;
- *   DT_ACT_MM    the matmul outputs selective keeps (the MLP's input projection, and q|k|v in
- *                gpt2 and vit, the attention block's output in llama): kept unless the layer
- *                is fully recomputed;
- *   DT_ACT_RECOMP the rest (norm outputs and statistics, the attention output and
- *                log-sum-exp, the MLP activation, and the other attention matmul output:
- *                gpt2's and vit's attention block output, llama's q|k|v): kept only by
- *                layers that are not recomputed.
+ *   DT_ACT_SEL   what selective keeps: kept unless the layer is fully recomputed. In fp32
+ *                the MLP's input projection output and one attention matmul output (q|k|v in
+ *                gpt2 and vit, the attention block's output in llama); under bf16/fp16, where
+ *                the norm outputs and the MLP activation are already 16-bit (so dropping them
+ *                saves less), the attention output, its log-sum-exp and the attention
+ *                block's output, with q|k|v (gpt2) or the MLP's input projection output
+ *                (vit), so that the attention is not recomputed; llama gate|up alone;
+ *   DT_ACT_RECOMP the rest (norm outputs and statistics, the MLP activation, whatever
+ *                selective does not keep): kept only by layers that are not recomputed.
  * Each buffer of a class has one slot per layer that keeps it, in layer order, plus one
  * working slot shared by the layers that recompute it. */
-enum { DT_ACT_OUT, DT_ACT_MM, DT_ACT_RECOMP };
+enum { DT_ACT_OUT, DT_ACT_SEL, DT_ACT_RECOMP };
 
 static inline int dt_act_keeps(const dt_model_opts *o, int l, int cls) {
     if (cls == DT_ACT_OUT || !dt_model_recomputes(o, l)) return 1;
-    return cls == DT_ACT_MM && o->recompute == DT_RECOMPUTE_SELECTIVE;
+    return cls == DT_ACT_SEL && o->recompute == DT_RECOMPUTE_SELECTIVE;
+}
+/* Whether layer l's forward forms its buffers of class cls: always in the forward, and in the
+ * backward's re-run (`recompute`) those the layer did not keep. */
+static inline int dt_act_forms(const dt_model_opts *o, int l, int recompute, int cls) {
+    return !recompute || !dt_act_keeps(o, l, cls);
 }
 /* Slot of layer l (of L) for class cls; l = L gives the number of slots. */
 static inline size_t dt_act_slot(const dt_model_opts *o, int L, int cls, int l) {

@@ -97,13 +97,19 @@ typedef struct dt_model_hooks {
 
 /* Activation checkpointing (memory.activation_checkpointing): which saved activations of a
  * layer are dropped after its forward and recomputed in its backward, from the layer's input
- * (kept: the previous layer's output) and, for selective, the matmul outputs it keeps.
+ * (kept: the previous layer's output) and, for selective, what it keeps.
  *   none       keep everything;
- *   selective  keep the MLP's input projection output and one of the attention's two
- *              matmul outputs (gpt2, vit: q|k|v; llama: the attention block's output), and
- *              the layer output; recompute the norms, the attention, the other attention
- *              matmul and the MLP activation (Megatron's selective recompute, plus one
- *              d_model-input matmul: ARCHITECTURE decision 37);
+ *   selective  in fp32, keep the MLP's input projection output and one of the attention's
+ *              two matmul outputs (gpt2, vit: q|k|v; llama: the attention block's output),
+ *              and the layer output; recompute the norms, the attention, the other
+ *              attention matmul and the MLP activation (Megatron's selective recompute, plus
+ *              one d_model-input matmul: ARCHITECTURE decision 37). Under bf16/fp16 (decision
+ *              52) gpt2 and vit keep the attention output, its log-sum-exp and the attention
+ *              block's output, and gpt2 q|k|v (recomputing the norms, the MLP's input
+ *              projection and activation), vit the MLP's input projection output
+ *              (recomputing the norms, q|k|v and the MLP activation): no attention is
+ *              recomputed; llama keeps gate|up alone and recomputes the rest but the down
+ *              projection;
  *   full       keep only the layer output; recompute the whole layer but its last matmul.
  * Recomputed layers are those with l % recompute_every == 0. The recompute runs the same
  * kernels on the same inputs, so gradients are bitwise those of `none`. */

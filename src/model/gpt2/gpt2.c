@@ -122,15 +122,16 @@ typedef struct dt_gpt2_acts {
     float *encoded;                       /* (B,T,C) */
     /* Per layer (slots: family_impl.h): recomputed class */
     float *ln1, *ln1_mean, *ln1_rstd;     /* (B,T,C), (B,T), (B,T) */
-    float *atty;                          /* (B,T,C) */
-    float *att_lse;                       /* (B,NH,T) */
-    float *res2;                          /* (B,T,C) the residual after the attention block */
     float *ln2, *ln2_mean, *ln2_rstd;     /* (B,T,C), (B,T), (B,T) */
     float *fch_gelu;                      /* (B,T,4C) */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
                                              (then ln1, ln2, fch_gelu hold nothing) */
-    /* the matmul outputs selective keeps */
+    /* what selective keeps: qkv in every precision; fch in fp32; atty, att_lse, res2 under
+       mixed precision (otherwise of the recomputed class: att_class, fch_class) */
     float *qkv;                           /* (B,T,3C) */
+    float *atty;                          /* (B,T,C) */
+    float *att_lse;                       /* (B,NH,T) */
+    float *res2;                          /* (B,T,C) the residual after the attention block */
     float *fch;                           /* (B,T,4C) */
     /* layer outputs */
     float *res3;                          /* (L,B,T,C) */
@@ -147,12 +148,21 @@ typedef struct dt_gpt2_acts {
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
 } dt_gpt2_acts;
 
+/* Classes (family_impl.h) of the attention's outputs (atty, att_lse, res2) and of fch. Under
+ * mixed precision ln1, ln2 and fch_gelu are 16-bit, so dropping them saves less than in fp32
+ * and selective must drop more to save 40%: it drops fch (4C fp32) and keeps the attention's
+ * outputs (2C + NH), recomputing the fc matmul (4 C^2 per token) instead of the attention and
+ * the output projection (C^2 + the attention); in fp32 it keeps fch (ARCHITECTURE 37, 52). */
+static int att_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_SEL : DT_ACT_RECOMP; }
+static int fch_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
+
 /* Lays the activation views over `base` (NULL: just count). Returns floats used. */
 static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B, int T) {
     size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T;
     int L = c->n_layer;
-    size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_MM, L);
+    size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
+    size_t RA = dt_act_slot(o, L, att_class(o), L), RF = dt_act_slot(o, L, fch_class(o), L);
     size_t H = o->compute != DT_F32, F = !H; /* 16-bit copies, fp32-only buffers */
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
@@ -162,13 +172,13 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
     TAKE(qkv, M * BT * 3 * C);
-    TAKE(atty, R * BT * C);
-    TAKE(att_lse, R * BT * NH);
-    TAKE(res2, R * BT * C);
+    TAKE(atty, RA * BT * C);
+    TAKE(att_lse, RA * BT * NH);
+    TAKE(res2, RA * BT * C);
     TAKE(ln2, F * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
-    TAKE(fch, M * BT * 4 * C);
+    TAKE(fch, RF * BT * 4 * C);
     TAKE(fch_gelu, F * R * BT * 4 * C);
     TAKE16(ln1h, H * R * BT * C);
     TAKE16(attyh, H * R * BT * C);
@@ -233,14 +243,16 @@ static layer_views views(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
     size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model;
-    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_MM, l);
+    const dt_model_opts *o = &m->opts;
+    size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
+    size_t ra = dt_act_slot(o, L, att_class(o), l), rf = dt_act_slot(o, L, fch_class(o), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
-    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + r * btc;
-    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + r * btc;
+    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + ra * btc;
+    v.lse = a->att_lse + ra * BT * c->n_head, v.res2 = a->res2 + ra * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
-    v.fch = a->fch + k * btc * 4, v.fchg = a->fch_gelu + r * btc * 4, v.res3 = a->res3 + (size_t)l * btc;
+    v.fch = a->fch + rf * btc * 4, v.fchg = a->fch_gelu + r * btc * 4, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
     v.fchgh = a->fchgh + r * btc * 4;
     if (dt_lowp(m)) v.ln1 = v.ln2 = v.fchg = a->dbig; /* fp32 outputs go through the scratch */
@@ -248,27 +260,31 @@ static layer_views views(const dt_model *m, int l) {
 }
 
 /* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
- * `recompute` (in the backward): only what the layer dropped, into its working slots;
- * selective keeps qkv and fch (family_impl.h), every mode the layer output. */
+ * `recompute` (in the backward): only what the layer dropped, into its working slots (the
+ * classes above); every mode keeps the layer output. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
+    const dt_model_opts *o = &m->opts;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* qkv, fch to compute (not kept) */
+    const int qkv = dt_act_forms(o, l, recompute, DT_ACT_SEL), att = dt_act_forms(o, l, recompute, att_class(o));
+    const int fch = dt_act_forms(o, l, recompute, fch_class(o));
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
-    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 1, m->opts.compute));
+    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
+    if (att) DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 1, o->compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
-    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
-    DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    if (att) {
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    }
     dt_unit_need(m, SUB(LN2W, l), SUB(FCPROJW, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, 4 * C));
+    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, 4 * C));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)(btc * 4)));
     dt_fam_narrow(m, v.fchgh, v.fchg, btc * 4);
     if (recompute) return;

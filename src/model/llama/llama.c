@@ -141,7 +141,8 @@ typedef struct dt_llama_acts {
     float *hmid;                     /* (B,T,F) silu(gate) up */
     uint16_t *ln1h, *attyh, *ln2h, *hmidh; /* mixed precision: 16-bit ln1, atty, ln2, hmid
                                              (then ln1, ln2, hmid hold nothing) */
-    /* the matmul outputs selective keeps */
+    /* what selective keeps: gate|up in every precision; res2 in fp32 (under mixed
+       precision of the recomputed class: res2_class) */
     float *res2;                     /* (B,T,C) the residual after the attention block */
     float *gu;                       /* (B,T,2F) gate | up */
     /* layer outputs */
@@ -163,12 +164,19 @@ static size_t qkv_width(const dt_model_config *c) {
     return (size_t)(c->n_head + 2 * c->n_kv_head) * (size_t)(c->d_model / c->n_head);
 }
 
+/* Class (family_impl.h) of res2, the attention block's output. Under mixed precision the norm
+ * outputs and hmid are 16-bit, so dropping them saves less than in fp32 and selective must
+ * drop more to save 40%: it drops res2 too and recomputes the output projection (C^2 per
+ * token) besides q|k|v; in fp32 it keeps res2 (ARCHITECTURE 37, 52). */
+static int res2_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
+
 static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B, int T) {
     size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T, F = c->d_ff;
     size_t QW = qkv_width(c), big = QW > 2 * F ? QW : 2 * F;
     int L = c->n_layer;
-    size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_MM, L);
+    size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
+    size_t R2 = dt_act_slot(o, L, res2_class(o), L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
@@ -179,7 +187,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(qkv, R * BT * QW);
     TAKE(atty, R * BT * C);
     TAKE(att_lse, R * BT * NH);
-    TAKE(res2, M * BT * C);
+    TAKE(res2, R2 * BT * C);
     TAKE(ln2, F32 * R * BT * C);
     TAKE(rstd2, R * BT);
     TAKE(gu, M * BT * 2 * F);
@@ -249,12 +257,13 @@ static layer_views views(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
     size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model, F = c->d_ff;
-    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_MM, l);
+    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_SEL, l);
+    size_t r2 = dt_act_slot(&m->opts, L, res2_class(&m->opts), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.rstd1 = a->rstd1 + r * BT;
     v.qkv = a->qkv + r * BT * qkv_width(c), v.atty = a->atty + r * btc;
-    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + k * btc;
+    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + r2 * btc;
     v.ln2 = a->ln2 + r * btc, v.rstd2 = a->rstd2 + r * BT;
     v.gu = a->gu + k * BT * 2 * F, v.hmid = a->hmid + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
@@ -264,8 +273,8 @@ static layer_views views(const dt_model *m, int l) {
 }
 
 /* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
- * `recompute` (in the backward): only what the layer dropped, into its working slots;
- * selective keeps res2 and gate|up (family_impl.h), every mode the layer output. */
+ * `recompute` (in the backward): only what the layer dropped, into its working slots (the
+ * classes above); every mode keeps the layer output. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head;
@@ -273,7 +282,8 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     const float eps = c->norm_eps, theta = c->rope_theta;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* res2, gate|up to compute (not kept) */
+    const int res2 = dt_act_forms(&m->opts, l, recompute, res2_class(&m->opts));
+    const int gu = dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL);
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     dt_unit_need(m, SUB(LN1, l), SUB(LN2, l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
@@ -283,7 +293,7 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1, m->opts.compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
-    if (mm) {
+    if (res2) {
         DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, C, C));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
@@ -291,7 +301,7 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
     /* gate_proj, up_proj: one (2F x C) projection. */
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.gu, MMIN(ln2), ID(WGATE), l, NULL, BT, C, 2 * F));
+    if (gu) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.gu, MMIN(ln2), ID(WGATE), l, NULL, BT, C, 2 * F));
     DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
     dt_fam_narrow(m, v.hmidh, v.hmid, (size_t)BT * F);
     if (recompute) return;

@@ -134,15 +134,16 @@ typedef struct dt_vit_acts {
     float *encoded;                  /* (B,T,C) [cls | patches] + pos */
     /* Per layer (slots: family_impl.h): recomputed class */
     float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T) x 2 */
-    float *atty;                     /* (B,T,C) */
-    float *att_lse;                  /* (B,NH,T) */
-    float *res2;                     /* (B,T,C) the residual after the attention block */
     float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T) x 2 */
     float *fch_gelu;                 /* (B,T,F) */
     uint16_t *ln1h, *attyh, *ln2h, *fchgh; /* mixed precision: 16-bit ln1, atty, ln2, fch_gelu
                                              (then ln1, ln2, fch_gelu hold nothing) */
-    /* the matmul outputs selective keeps */
+    /* what selective keeps: fch in every precision; qkv in fp32; atty, att_lse, res2 under
+       mixed precision (each otherwise of the recomputed class: qkv_class, att_class) */
     float *qkv;                      /* (B,T,3C) */
+    float *atty;                     /* (B,T,C) */
+    float *att_lse;                  /* (B,NH,T) */
+    float *res2;                     /* (B,T,C) the residual after the attention block */
     float *fch;                      /* (B,T,F) */
     /* layer outputs */
     float *res3;                     /* (L,B,T,C) */
@@ -159,12 +160,22 @@ typedef struct dt_vit_acts {
     int32_t *labels;                 /* (B) the targets of the last forward */
 } dt_vit_acts;
 
+/* Classes (family_impl.h) of qkv and of the attention's outputs (atty, att_lse, res2). Under
+ * mixed precision ln1, ln2 and fch_gelu are 16-bit, so dropping them saves less than in fp32
+ * and selective must drop more to save 40%: it drops qkv (3C) and keeps the attention's
+ * outputs (2C + NH), recomputing the q|k|v matmul (3 C^2 per token) instead of the attention
+ * and the output projection (C^2 + the attention); in fp32 it keeps qkv. gpt2 recomputes its
+ * fc matmul instead (gpt2.c: its logits block leaves it short of 40% this way). */
+static int qkv_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
+static int att_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_SEL : DT_ACT_RECOMP; }
+
 static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B) {
     size_t L = c->n_layer, C = c->d_model, NH = c->n_head, F = c->d_ff, Np = n_patches(c);
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t big = 3 * C > F ? 3 * C : F;
-    size_t R = dt_act_slot(o, (int)L, DT_ACT_RECOMP, (int)L), M = dt_act_slot(o, (int)L, DT_ACT_MM, (int)L);
+    size_t R = dt_act_slot(o, (int)L, DT_ACT_RECOMP, (int)L), M = dt_act_slot(o, (int)L, DT_ACT_SEL, (int)L);
+    size_t RA = dt_act_slot(o, (int)L, att_class(o), (int)L), RQ = dt_act_slot(o, (int)L, qkv_class(o), (int)L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
     size_t NC = (size_t)c->n_classes, dlp = BT * big > (size_t)B * NC ? BT * big : (size_t)B * NC;
     size_t off = 0;
@@ -177,10 +188,10 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(ln1, F32 * R * BT * C);
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
-    TAKE(qkv, M * BT * 3 * C);
-    TAKE(atty, R * BT * C);
-    TAKE(att_lse, R * BT * NH);
-    TAKE(res2, R * BT * C);
+    TAKE(qkv, RQ * BT * 3 * C);
+    TAKE(atty, RA * BT * C);
+    TAKE(att_lse, RA * BT * NH);
+    TAKE(res2, RA * BT * C);
     TAKE(ln2, F32 * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
@@ -264,12 +275,14 @@ static layer_views views(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
     size_t BT = (size_t)m->B * (n_patches(c) + 1), btc = BT * c->d_model, F = c->d_ff;
-    size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_MM, l);
+    const dt_model_opts *o = &m->opts;
+    size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
+    size_t ra = dt_act_slot(o, L, att_class(o), l), rq = dt_act_slot(o, L, qkv_class(o), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
-    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + r * btc;
-    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + r * btc;
+    v.qkv = a->qkv + rq * btc * 3, v.atty = a->atty + ra * btc;
+    v.lse = a->att_lse + ra * BT * c->n_head, v.res2 = a->res2 + ra * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
     v.fch = a->fch + k * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
@@ -279,27 +292,31 @@ static layer_views views(const dt_model *m, int l) {
 }
 
 /* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
- * `recompute` (in the backward): only what the layer dropped, into its working slots;
- * selective keeps qkv and fch (family_impl.h), every mode the layer output. */
+ * `recompute` (in the backward): only what the layer dropped, into its working slots (the
+ * classes above); every mode keeps the layer output. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
+    const dt_model_opts *o = &m->opts;
     const int B = m->B, C = c->d_model, NH = c->n_head, F = c->d_ff, T = n_patches(c) + 1, BT = B * T;
     const size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
-    int mm = !recompute || m->opts.recompute == DT_RECOMPUTE_FULL; /* qkv, fch to compute (not kept) */
+    const int qkv = dt_act_forms(o, l, recompute, qkv_class(o)), att = dt_act_forms(o, l, recompute, att_class(o));
+    const int fch = dt_act_forms(o, l, recompute, DT_ACT_SEL);
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
-    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 0, m->opts.compute));
+    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
+    if (att) DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 0, o->compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
-    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, C, C));
-    DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    if (att) {
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+    }
     dt_unit_need(m, SUB(LN2W, l), SUB(FC2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (mm) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, F));
+    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, F));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * F));
     dt_fam_narrow(m, v.fchgh, v.fchg, (size_t)BT * F);
     if (recompute) return;
