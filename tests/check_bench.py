@@ -134,6 +134,11 @@ def cmd_run(f, world, repeats, steps):
     if world > 1:
         assert s["comm_total_s"] > 0 and s["comm_bytes_step"] > 0
     assert close(s["comm_overhead"], s["comm_exposed_s"] / st["mean"])
+    # Every rank's exposed communication; the least of them is the collectives' own cost, and
+    # rank 0's is the summary's.
+    ex = [r["exposed_ms"] for r in d["ranks"]]
+    assert [r["rank"] for r in d["ranks"]] == list(range(world)) and all(x >= 0 for x in ex)
+    assert close(s["comm_exposed_min_s"], min(ex) / 1e3, 1e-12) and close(ex[0] / 1e3, s["comm_exposed_s"], 1e-12)
     print(f"{repeats}x{steps} steps, hash {s['loss_hash']}, breakdown sums to the step")
 
 

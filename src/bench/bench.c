@@ -169,6 +169,15 @@ static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *co
     double c = 0;
     for (int i = 0; i < s->opts.repeats; i++) c += s->runs[i].fwd_s + s->runs[i].bwd_s + s->runs[i].opt_s;
     s->compute_ms[me] = 1e3 * c / ((double)s->opts.repeats * s->opts.steps);
+    /* Exposed communication per rank: the rank that waits least (the last to arrive) waits
+     * only for the collectives themselves. */
+    s->exposed_ms = calloc((size_t)W, sizeof *s->exposed_ms);
+    if (!s->exposed_ms) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    for (int i = 0; i < s->opts.repeats; i++) s->exposed_ms[me] += 1e3 * s->runs[i].comm_exposed_s / s->opts.repeats;
+    if (W > 1) DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->exposed_ms, (size_t)W, DT_F64, DT_SUM));
+    s->comm_exposed_min_s = s->exposed_ms[0] / 1e3;
+    for (int r = 1; r < W; r++)
+        if (s->exposed_ms[r] / 1e3 < s->comm_exposed_min_s) s->comm_exposed_min_s = s->exposed_ms[r] / 1e3;
     if (W == 1) return DT_OK;
     DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->compute_ms, (size_t)W, DT_F64, DT_SUM));
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->mem, (size_t)W * DT_BENCH_MEM_N, DT_I64, DT_SUM);
@@ -247,5 +256,6 @@ void dt_bench_suite_free(dt_bench_suite *s) {
     free(s->runs);
     free(s->mem);
     free(s->compute_ms);
+    free(s->exposed_ms);
     memset(s, 0, sizeof *s);
 }

@@ -120,6 +120,9 @@ typedef struct dt_bench_suite {
     int hash_mismatch;            /* repeats whose hash differs from the first's */
     int64_t *mem;                 /* [world x DT_BENCH_MEM_N], every rank's (rank 0 has all) */
     double *compute_ms;           /* [world] mean forward + backward + optimizer per timed step */
+    double *exposed_ms;           /* [world] mean exposed communication (waits) per timed step */
+    double comm_exposed_min_s;    /* the least-waiting rank's exposed communication per step: the
+                                     collectives' own cost; the others' extra waits are imbalance */
 } dt_bench_suite;
 
 /* Runs the suite on every rank of comm; rank 0 ends up with every rank's memory columns. */

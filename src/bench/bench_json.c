@@ -224,6 +224,7 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(su, "comm_total_s", s->comm_total_s);
     cJSON_AddNumberToObject(su, "comm_exposed_s", s->comm_exposed_s);
     cJSON_AddNumberToObject(su, "comm_overhead", s->step_s.mean > 0 ? s->comm_exposed_s / s->step_s.mean : 0);
+    cJSON_AddNumberToObject(su, "comm_exposed_min_s", s->comm_exposed_min_s);
     cJSON_AddNumberToObject(su, "comm_bytes_step", s->comm_bytes_step);
     if (s->comm_predicted_s >= 0) cJSON_AddNumberToObject(su, "comm_predicted_s", s->comm_predicted_s);
     cJSON *bd = cJSON_AddObjectToObject(su, "breakdown_s");
@@ -251,6 +252,7 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
         cJSON *ro = cJSON_CreateObject();
         cJSON_AddNumberToObject(ro, "rank", r);
         cJSON_AddNumberToObject(ro, "compute_ms", s->compute_ms[r]);
+        if (s->exposed_ms) cJSON_AddNumberToObject(ro, "exposed_ms", s->exposed_ms[r]);
         cJSON_AddItemToArray(rk, ro);
     }
     cJSON_AddArrayToObject(o, "cost");

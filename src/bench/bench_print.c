@@ -121,6 +121,13 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
                "%.3f MB sent by rank 0\n",
             s->comm_total_s * 1e3, s->comm_exposed_s * 1e3, 100 * s->comm_exposed_s / total,
             s->comm_bytes_step / 1e6);
+    if (s->exposed_ms && s->world > 1) {
+        fprintf(f, "# exposed communication per rank (ms per timed step):");
+        for (int r = 0; r < s->world; r++) fprintf(f, " %d: %.2f", r, s->exposed_ms[r]);
+        fprintf(f, "; least %.2f ms (%.2f%% of the step): the collectives' own cost, the rest of the others' waits "
+                   "is load imbalance\n",
+                s->comm_exposed_min_s * 1e3, 100 * s->comm_exposed_min_s / total);
+    }
     if (s->comm_predicted_s >= 0)
         fprintf(f, "# cost model (parallel.comm_model): %.2f ms predicted in collectives per step, measured %.2f (%+.0f%%)\n",
                 s->comm_predicted_s * 1e3, s->comm_total_s * 1e3,
