@@ -167,9 +167,17 @@ json.dump({"schema": "dtrain-commfit/1", "kind": "commfit", "ranks": 2, "nodes":
            "lines": [line("world", 1024, 64 << 20, 90, 9e-3), line("cross", 1024, 131072, 30, 3e-3),
                      line("cross", 262144, 4 << 20, 0, 1.5e-3), line("cross", 8 << 20, 64 << 20, 0, 1e-3)]},
           open("fit2.json", "w"))
+# 4 ranks on 2 nodes with the node group's lines but no cross group's
+json.dump({"schema": "dtrain-commfit/1", "kind": "commfit", "ranks": 4, "nodes": 2,
+           "lines": [line("world", 1024, 64 << 20, 90, 9e-3), line("node", 1024, 64 << 20, 5, 1e-4)]},
+          open("fit4nocross.json", "w"))
 EOF
 bad "calibrate: a 1-node comm fit for 2 nodes" "--comm-fit fit1.json: the comm fit ran on 2 ranks of 1 node\(s\), not 2 of 2" \
   --calibrate cal.yaml --ranks 2 --nodes 2 --comm-fit fit1.json
+bad "calibrate: a comm fit without the cross group" "--comm-fit fit4nocross.json: the comm fit has no cross group allreduce_ordered line" \
+  --calibrate cal.yaml --ranks 4 --nodes 2 --comm-fit fit4nocross.json
+bad "calibrate: --hosts and --comm-fit" "--hosts runs a comm fit, --comm-fit fit2.json reuses one: not both" \
+  --calibrate cal.yaml --ranks 2 --nodes 2 --hosts h1,h2 --comm-fit fit2.json
 bad "calibrate: a 2-node comm fit without --nodes" "--comm-fit fit2.json ran on 2 nodes: give --nodes 2" \
   --calibrate cal.yaml --ranks 2 --comm-fit fit2.json
 printf 'id,model\n' >bad.csv
