@@ -20,10 +20,12 @@
 #    OUT_DIR/report.html shows the same pairs.
 # Environment: MODELS (default "gpt2-tiny bench-small gpt2"), WORLDS ("1 2 3 4"), NODES ("1";
 # "1 2" adds the 2-host runs of every even W), STRATS ("ddp zero1 zero2 zero3"), BATCH (2),
-# SEQ (128; gpt2-tiny: 64, its context), STEPS (6 timed steps a run), STEPS_GPT2 (3: gpt2's
-# steps are the longest), WARMUP (2), CAL_MODEL (bench-small: the model the calibrations run).
-# The defaults with NODES="1 2" take about 20 minutes on a quiet 2-core machine (63 runs and 6
-# calibrations; the time of each phase is printed).
+# SEQ (128; gpt2-tiny: 64, its context), STEPS (5 timed steps a run), WARMUP (2), CAL_MODEL
+# (bench-small: the model the calibrations run); gpt2, whose steps are the longest, runs
+# STEPS_GPT2 (3) steps and only where W <= GPT2_MAX_WORLD (2). W ranks share the machine's
+# cores, so a run takes about W times one rank's step: the defaults with NODES="1 2" (6
+# calibrations, 51 runs) take about 20 minutes on a quiet 2-core machine; each phase's start
+# is printed in seconds.
 set -u
 bin=$(readlink -f "$1") out=${2:-$(mktemp -d /tmp/dt_calcheck_XXXXXX)}
 mkdir -p "$out" && out=$(readlink -f "$out") || exit 1
@@ -31,10 +33,11 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 mn=$src/scripts/mnhosts.sh
 models=${MODELS:-gpt2-tiny bench-small gpt2} worlds=${WORLDS:-1 2 3 4} nodes=${NODES:-1}
 strats=${STRATS:-ddp zero1 zero2 zero3}
-batch=${BATCH:-2} seq=${SEQ:-128} steps=${STEPS:-6} steps_gpt2=${STEPS_GPT2:-3} warmup=${WARMUP:-2}
+batch=${BATCH:-2} seq=${SEQ:-128} steps=${STEPS:-5} steps_gpt2=${STEPS_GPT2:-3} warmup=${WARMUP:-2}
+gpt2_max=${GPT2_MAX_WORLD:-2}
 cal_model=${CAL_MODEL:-bench-small}
-for v in "$batch" "$seq" "$steps" "$steps_gpt2" "$warmup"; do
-  [[ $v =~ ^[0-9]+$ ]] || { echo "calibrate_check: BATCH, SEQ, STEPS, STEPS_GPT2 and WARMUP must be whole numbers (got '$v')"; exit 2; }
+for v in "$batch" "$seq" "$steps" "$steps_gpt2" "$warmup" "$gpt2_max"; do
+  [[ $v =~ ^[0-9]+$ ]] || { echo "calibrate_check: BATCH, SEQ, STEPS, STEPS_GPT2, WARMUP and GPT2_MAX_WORLD must be whole numbers (got '$v')"; exit 2; }
 done
 for w in $worlds; do
   [[ $w =~ ^[1-9][0-9]*$ ]] || { echo "calibrate_check: WORLDS must be rank counts >= 1 (got '$w')"; exit 2; }
@@ -46,14 +49,6 @@ cores=$(nproc)
 t0=$(date +%s)
 phase() { echo "# $(($(date +%s) - t0)) s: $*"; }
 
-# The 2-host runs: namespaces of our own prefix, removed on exit.
-if [[ " $nodes " == *" 2 "* ]]; then
-  [ "$(id -u)" = 0 ] || { echo "calibrate_check: NODES=2 needs root (network namespaces, scripts/mnhosts.sh)"; exit 2; }
-  export MN_PREFIX=dtmnc- MN_STATE=$out/mn
-  trap '"$mn" down >/dev/null 2>&1' EXIT
-  "$mn" down >/dev/null 2>&1 # what a killed earlier run may have left
-  "$mn" up 2 >"$out/mnhosts.log" 2>&1 || { echo "calibrate_check: mnhosts.sh up 2 failed: $out/mnhosts.log"; exit 1; }
-fi
 # The layouts to run: "W N" pairs (2 nodes: even W, W/2 ranks a host).
 pairs=()
 for n in $nodes; do
@@ -63,8 +58,16 @@ for n in $nodes; do
   done
 done
 [ ${#pairs[@]} -gt 0 ] || { echo "calibrate_check: no layout to run (NODES=2 needs an even world in WORLDS)"; exit 2; }
+# The 2-host runs: namespaces of our own prefix, removed on exit.
+if [[ " $nodes " == *" 2 "* ]]; then
+  [ "$(id -u)" = 0 ] || { echo "calibrate_check: NODES=2 needs root (network namespaces, scripts/mnhosts.sh)"; exit 2; }
+  export MN_PREFIX=dtmnc- MN_STATE=$out/mn
+  trap '"$mn" down >/dev/null 2>&1' EXIT
+  "$mn" down >/dev/null 2>&1 # what a killed earlier run may have left
+  "$mn" up 2 >"$out/mnhosts.log" 2>&1 || { echo "calibrate_check: mnhosts.sh up 2 failed: $out/mnhosts.log"; exit 1; }
+fi
 on_hosts() { # W CMD...: CMD on h1 with OMP threads as a W-rank run on one node gets
-  local w=$1 th=$((cores / $1))
+  local th=$((cores / $1))
   shift
   [ $th -ge 1 ] || th=1
   "$mn" exec h1 env OMP_NUM_THREADS=$th "$@"
@@ -88,6 +91,7 @@ for m in $models; do
   [ "$m" = gpt2 ] && st_n=$steps_gpt2
   for p in "${pairs[@]}"; do
     read -r w n <<<"$p"
+    [ "$m" = gpt2 ] && [ "$w" -gt "$gpt2_max" ] && continue
     phase "$m, $w rank(s) on $n node(s)"
     for st in $strats; do
       [ "$w" = 1 ] && [ "$st" != ddp ] && continue
