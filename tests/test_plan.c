@@ -557,7 +557,7 @@ static void test_calibrate_roundtrip(void **state) {
     fit.ranks = 2, fit.nodes = 1, fit.n = 1;
     snprintf(fit.line[0].op, sizeof fit.line[0].op, "allreduce_ordered");
     fit.line[0].lo = 1 << 20, fit.line[0].hi = 64 << 20, fit.line[0].alpha_us = 100, fit.line[0].beta_us_per_b = 1e-4;
-    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test", 0};
+    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test", 0, 1, 0};
     char path[300];
     snprintf(path, sizeof path, "%s/cal.yaml", dir);
     dt_ctx ctx;
@@ -593,6 +593,78 @@ static void test_calibrate_roundtrip(void **state) {
     tu_rmtree(dir);
 }
 
+static void cal_line(dt_comm_fit *f, const char *group, double lo, double hi, double alpha, double beta) {
+    dt_comm_fit_line *l = &f->line[f->n++];
+    snprintf(l->op, sizeof l->op, "allreduce_ordered");
+    snprintf(l->group, sizeof l->group, "%s", group);
+    l->lo = lo, l->hi = hi, l->alpha_us = alpha, l->beta_us_per_b = beta;
+}
+
+/* Several nodes: the node group's lines give the intra-node link, the cross group's the
+ * inter-node one (n = nodes), and the planner's collectives over them give back the fits. */
+static void test_calibrate_nodes(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancaln"), 0);
+    snprintf(path, sizeof path, "%s/cal.yaml", dir);
+    dt_comm_fit fit;
+    memset(&fit, 0, sizeof fit);
+    fit.ranks = 4, fit.nodes = 2;
+    cal_line(&fit, "world", 1024, 64 << 20, 30, 5e-4); /* not used for the links */
+    cal_line(&fit, "node", 1024, 128 << 10, 8, 1e-3);
+    cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
+    cal_line(&fit, "cross", 1024, 128 << 10, 40, 2e-3);
+    cal_line(&fit, "cross", 8 << 20, 64 << 20, 0, 4e-4);
+    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 4, &fit, "test", 0, 2, 0};
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    assert_int_equal(a->devices_per_node, 2);
+    assert_int_equal(a->nics_per_node, 2);
+    assert_string_equal(a->intra, "shm-fit");
+    assert_string_equal(a->inter, "net-fit");
+    const dt_hw_link *li = dt_hw_link_find(&cat, a->intra), *le = dt_hw_link_find(&cat, a->inter);
+    near(li->bw_gbs, 2.0 * 1 / 2 / (1e-4 * 1e-6) / 1e9, 1e-5, "intra: the node group, n = 2 ranks per node");
+    near(li->latency_us, 8 / 2.0, 1e-6, "intra latency: alpha / 2(k-1) at 1 KiB");
+    near(le->bw_gbs, 2.0 * 1 / 2 / (4e-4 * 1e-6) / 1e9, 1e-5, "inter: the cross group, n = 2 nodes");
+    near(le->latency_us, 40 / 2.0, 1e-6, "inter latency: alpha / 2(nodes-1) at 1 KiB");
+    /* the planner's per-device share of the network (bw x nics / devices per node) is the
+     * cross group's bandwidth: its network part of a world all-reduce of S bytes is the cross
+     * fit at S / k, its node part the node fit at S */
+    dt_plan_net net = {li->bw_gbs * 1e9 * li->eff, li->latency_us * 1e-6,
+                       le->bw_gbs * 1e9 * a->nics_per_node / a->devices_per_node * le->eff, le->latency_us * 1e-6};
+    double S = 32e6, ti, te;
+    dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 2, 2, &net, &ti, &te);
+    /* (the latency from the small messages' line, the bandwidth from the large ones') */
+    near(ti, (8 + 1e-4 * S) * 1e-6, 1e-9, "node part = the node group's fit");
+    near(te, (40 + 4e-4 * (S / 2)) * 1e-6, 1e-9, "network part = the cross group's fit at S / k");
+    dt_hw_free(&cat);
+    /* one rank per node: no intra-node link is measured; both levels name net-fit */
+    fit.ranks = 2, c.ranks = 2;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    assert_int_equal(a->devices_per_node, 1);
+    assert_string_equal(a->intra, "net-fit");
+    assert_string_equal(a->inter, "net-fit");
+    assert_null(dt_hw_link_find(&cat, "shm-fit"));
+    dt_hw_free(&cat);
+    /* a fit of another layout, a missing cross group, an uneven split: refused */
+    fit.ranks = 4;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "ran on 4 ranks of 2 node(s), not 2 of 2"));
+    c.ranks = 4, fit.n = 3;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "no cross group allreduce_ordered line"));
+    c.ranks = 3;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_ERR_CONFIG);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce),
@@ -614,6 +686,7 @@ int main(void) {
         cmocka_unit_test(test_catalog_refusals),
         cmocka_unit_test(test_csv_and_median),
         cmocka_unit_test(test_calibrate_roundtrip),
+        cmocka_unit_test(test_calibrate_nodes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

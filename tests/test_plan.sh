@@ -151,6 +151,35 @@ bad "bad catalog" "nope.yaml" "${gpt2[@]}" --gpus 8 --hardware gpu-a --catalog n
 bad "prices without instance" "--prices FILE and --instance NAME go together" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --prices "$src/configs/prices.yaml"
 bad "calibrate with zero ranks" "--ranks expects a whole number of ranks >= 1" --calibrate cal.yaml --ranks 0
 bad "calibrate with ranks not a number" "--ranks expects a whole number of ranks >= 1" --calibrate cal.yaml --ranks two
+bad "calibrate: ranks not split by nodes" "--ranks 4 do not split evenly over --nodes 3" --calibrate cal.yaml --ranks 4 --nodes 3
+bad "calibrate: zero nodes" "--nodes expects a whole number of nodes >= 1" --calibrate cal.yaml --nodes 0
+bad "calibrate: hosts without nodes" "--hosts h1,h2 goes with --nodes M >= 2" --calibrate cal.yaml --hosts h1,h2
+bad "calibrate: comm-max-bytes" "--comm-max-bytes expects a size like 64M, from 4K to 1G \(got '3'\)" --calibrate cal.yaml --comm-max-bytes 3
+# A comm fit of 2 ranks on 1 node cannot give a 2-node entry's network.
+python3 - <<'EOF'
+import json
+line = lambda g, lo, hi, a, b: {"op": "allreduce_ordered", "group": g, "min_bytes": lo, "max_bytes": hi,
+                                "alpha_us": a, "beta_us_per_byte": b}
+json.dump({"schema": "dtrain-commfit/1", "kind": "commfit", "ranks": 2, "nodes": 1,
+           "lines": [line("world", 1024, 131072, 6, 1e-3), line("world", 8 << 20, 64 << 20, 0, 2e-4)]}, open("fit1.json", "w"))
+# 2 ranks on 2 nodes (one each): the world and cross lines (no node group with one rank a node)
+json.dump({"schema": "dtrain-commfit/1", "kind": "commfit", "ranks": 2, "nodes": 2,
+           "lines": [line("world", 1024, 64 << 20, 90, 9e-3), line("cross", 1024, 131072, 30, 3e-3),
+                     line("cross", 262144, 4 << 20, 0, 1.5e-3), line("cross", 8 << 20, 64 << 20, 0, 1e-3)]},
+          open("fit2.json", "w"))
+# 4 ranks on 2 nodes with the node group's lines but no cross group's
+json.dump({"schema": "dtrain-commfit/1", "kind": "commfit", "ranks": 4, "nodes": 2,
+           "lines": [line("world", 1024, 64 << 20, 90, 9e-3), line("node", 1024, 64 << 20, 5, 1e-4)]},
+          open("fit4nocross.json", "w"))
+EOF
+bad "calibrate: a 1-node comm fit for 2 nodes" "--comm-fit fit1.json: the comm fit ran on 2 ranks of 1 node\(s\), not 2 of 2" \
+  --calibrate cal.yaml --ranks 2 --nodes 2 --comm-fit fit1.json
+bad "calibrate: a comm fit without the cross group" "--comm-fit fit4nocross.json: the comm fit has no cross group allreduce_ordered line" \
+  --calibrate cal.yaml --ranks 4 --nodes 2 --comm-fit fit4nocross.json
+bad "calibrate: --hosts and --comm-fit" "--hosts runs a comm fit, --comm-fit fit2.json reuses one: not both" \
+  --calibrate cal.yaml --ranks 2 --nodes 2 --hosts h1,h2 --comm-fit fit2.json
+bad "calibrate: a 2-node comm fit without --nodes" "--comm-fit fit2.json ran on 2 nodes: give --nodes 2" \
+  --calibrate cal.yaml --ranks 2 --comm-fit fit2.json
 printf 'id,model\n' >bad.csv
 bad "CSV without the needed columns" "bad.csv:1: header lacks the column 'n_layers'" --validate bad.csv "${cat[@]}"
 
@@ -177,6 +206,48 @@ assert 'id="chart-plans"' in h and '<table id="plan-1">' in h
 EOF
 then pass "report: plan --json beside the measured run (memory planned == measured)"
 else fail "report with a plan: $(head -3 rep.txt)"; fi
+
+# Calibration across nodes (not timed: the entry's fields, not its speed). With --comm-fit the
+# inter-node link is exactly the fit's cross group (B = 2(n-1)/n / beta at 64 MiB, a = alpha /
+# 2(n-1) at 1 KiB), and a plan with --nodes 2 puts a DDP all-reduce's network part on it.
+cal=(--model gpt2-tiny --seq 16 --batch 1 --bench-steps 1 --warmup-steps 1 --repeats 1 --peak 100)
+"$bin" plan --calibrate c2.yaml --ranks 2 --nodes 2 --comm-fit fit2.json "${cal[@]}" >c2.log 2>&1 ||
+  fail "calibrate --nodes 2 --comm-fit: $(tail -2 c2.log)"
+"$bin" plan --catalog c2.yaml --hardware cpu-calibrated --gpus 2 --nodes 2 --model gpt2-tiny --seq 16 --micro-batch 1 \
+  --strategy ddp --tp 1 --pp 1 --json >c2.plan.json 2>err.txt || fail "plan on the 2-node entry: $(head -2 err.txt)"
+if out=$(python3 - c2.yaml c2.plan.json <<'EOF' 2>&1
+import json, re, sys
+y = open(sys.argv[1]).read()
+field = lambda k: re.search(r"^    %s: (\S+)" % k, y, re.M).group(1)
+assert field("devices_per_node") == "1" and field("nics_per_node") == "1", y
+assert field("intra_node") == "net-fit" and field("inter_node") == "net-fit" and "shm-fit" not in y, y
+m = re.search(r"net-fit: \{.*bw_gbs: ([0-9.e+-]+), latency_us: ([0-9.e+-]+)\}", y)
+bw, lat = float(m.group(1)), float(m.group(2))
+assert abs(bw - 1 / (1e-3 * 1e-6) / 1e9) < 1e-5 * bw, bw   # 2(n-1)/n / beta of the 64 MiB cross line, n = 2
+assert abs(lat - 30 / 2) < 1e-9, lat                        # alpha / 2(n-1) of the 1 KiB cross line
+p = json.load(open(sys.argv[2]))
+assert p["job"]["devices_per_node"] == 1 and p["job"]["efficiency"]["inter_link"] == 1, p["job"]
+(t,) = [c for c in p["layouts"][0]["comm"] if c["what"] == "dp all-reduce grads"]
+want = 2 * 0.5 * t["bytes"] / (bw * 1e9) + 2 * lat * 1e-6    # the ring over 2 nodes, one rank each
+assert t["intra_s"] == 0 and abs(t["inter_s"] / t["count"] - want) < 1e-6 * want, (t, want)
+EOF
+); then pass "calibrate --nodes 2 --comm-fit: net-fit from the cross group; plan --nodes 2 uses it"
+else fail "calibrated 2-node entry: $out"; fi
+
+# The same measured: the comm fit runs 4 ranks on 2 simulated nodes (--simulate-nodes, small
+# messages): shm-fit from the node group, net-fit from the cross group, 2 ranks a node.
+"$bin" plan --calibrate c4.yaml --ranks 4 --nodes 2 --comm-max-bytes 1M "${cal[@]}" >c4.log 2>&1 ||
+  fail "calibrate --ranks 4 --nodes 2: $(tail -2 c4.log)"
+if grep -q "2/2 dtrain launch -n 4 --simulate-nodes 2 -- bench comm --fit" c4.log &&
+   grep -q "^    devices_per_node: 2 " c4.yaml && grep -q "^    nics_per_node: 2 " c4.yaml &&
+   grep -q "^    intra_node: shm-fit$" c4.yaml && grep -q "^    inter_node: net-fit$" c4.yaml &&
+   grep -q "^  shm-fit: .*node group of 2 ranks: B = 2(n-1)/n / beta at 1 MiB" c4.yaml &&
+   grep -q "^  net-fit: .*bw_gbs: [0-9].* 4 ranks of 2 nodes, cross group (one rank per node, 2 groups at once) of 2 ranks" c4.yaml &&
+   "$bin" plan --catalog c4.yaml --hardware cpu-calibrated --gpus 4 --nodes 2 --model gpt2-tiny --seq 16 \
+     --micro-batch 1 --strategy ddp --tp 1 --pp 1 >c4.plan.txt 2>err.txt &&
+   grep -q "^# links: intra-node shm-fit .* inter-node net-fit .* x 2 NICs" c4.plan.txt; then
+  pass "calibrate --ranks 4 --nodes 2 (simulated nodes): shm-fit from the node group, net-fit from the cross group"
+else fail "calibrate --ranks 4 --nodes 2: $(tail -2 c4.log) $(cat c4.yaml err.txt 2>/dev/null | head -20)"; fi
 
 echo "test_plan: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -52,8 +52,9 @@ int dt_cmd_ckpt_info(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_report(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_ckpt(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv);
-/* dtrain plan --calibrate OUT: runs dtrain bench (argv: its configuration flags) and dtrain
- * launch -n ranks -- bench comm --fit, and writes the catalog entry (cmd_plan_cal.c). */
-dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, char **argv);
+/* dtrain plan --calibrate FILE [--ranks R] [--nodes M [--hosts LIST]] [--comm-fit F]
+ * [--comm-max-bytes B]: runs dtrain bench (every other flag of argv is its) and dtrain bench
+ * comm --fit, and writes the catalog entry cpu-calibrated (cmd_plan_cal.c). */
+dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv);
 
 #endif

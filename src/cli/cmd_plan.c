@@ -13,13 +13,12 @@
 #include "plan/validate.h"
 
 typedef struct plan_flags {
-    int help, json, all, gpus, nodes, fit, calibrate;
+    int help, json, all, gpus, nodes, fit;
     dt_plan_fix fix;
     int dp;
     long global_batch;
     double train_tokens, gemm_eff, intra_eff, inter_eff, tp_overlap;
-    const char *hardware, *catalog, *prices, *instance, *validate, *cal_out;
-    int ranks;
+    const char *hardware, *catalog, *prices, *instance, *validate;
     int sweep[64], n_sweep;
 } plan_flags;
 
@@ -89,8 +88,6 @@ static int plan_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
     if (!strcmp(a, "--prices")) return text(ctx, argc, argv, i, &f->prices);
     if (!strcmp(a, "--instance")) return text(ctx, argc, argv, i, &f->instance);
     if (!strcmp(a, "--validate")) return text(ctx, argc, argv, i, &f->validate);
-    if (!strcmp(a, "--calibrate")) return text(ctx, argc, argv, i, &f->cal_out);
-    if (!strcmp(a, "--ranks")) return whole(ctx, argc, argv, i, 2, &f->ranks);
     if (!strcmp(a, "--strategy")) {
         const char *s;
         if ((r = text(ctx, argc, argv, i, &s)) < 0) return r;
@@ -136,6 +133,7 @@ static const char *const renamed[][2] = {
 static void usage(void) {
     printf("usage: dtrain plan [CONFIG] [--set KEY=VALUE ...] --gpus N --hardware NAME [flags]\n"
            "       dtrain plan --validate FILE.csv [--fit] [--catalog FILE]\n"
+           "       dtrain plan --calibrate FILE [--ranks R] [--nodes M [--hosts LIST]] [--comm-fit F] [bench flags]\n"
            "\n"
            "Predicts memory per device, step time (compute, recompute, exposed communication per\n"
            "collective and link level, pipeline bubble), tokens/s, MFU, scaling efficiency vs one\n"
@@ -164,6 +162,11 @@ static void usage(void) {
            "                        dtrain launch -n R -- bench comm --fit) and write a catalog entry\n"
            "                        cpu-calibrated to FILE; --ranks R (default 2; with 1\n"
            "                        the link is fitted on 2 ranks)\n"
+           "    --nodes M           the comm fit runs the R ranks on M nodes (M divides R; simulated\n"
+           "                        with --simulate-nodes, or the hosts of --hosts LIST, e.g.\n"
+           "                        h1:2,h2:2): inter-node link net-fit from its cross group\n"
+           "    --comm-fit F        use the fit F of dtrain bench comm --fit (R ranks on M nodes)\n"
+           "    --comm-max-bytes B  the comm fit's largest message, where bandwidths are read (64M)\n"
            "\n"
            "Exit 2 with one line for an unknown accelerator, a layout whose product is not --gpus,\n"
            "tp not dividing the heads, or a model that fits in no layout.\n");
@@ -358,29 +361,8 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
     plan_flags f;
     memset(&f, 0, sizeof f);
     f.fix.zero = -1, f.fix.hybrid = -1;
-    for (int i = 0; i + 1 < argc; i++) /* --calibrate: every other flag is dtrain bench's (it checks them) */
-        if (!strcmp(argv[i], "--calibrate")) f.cal_out = argv[i + 1];
-    if (f.cal_out) {
-        char **pass = malloc((size_t)(argc + 1) * sizeof *pass);
-        int np = 0;
-        if (!pass) return DT_EXIT_FAIL;
-        for (int i = 0; i < argc; i++) {
-            if (!strcmp(argv[i], "--calibrate") || !strcmp(argv[i], "--ranks")) {
-                if (argv[i][2] == 'r' && i + 1 < argc) {
-                    char *end;
-                    long v = strtol(argv[i + 1], &end, 10);
-                    f.ranks = *argv[i + 1] && !*end && v >= 1 && v <= 4096 ? (int)v : -1;
-                }
-                i++;
-                continue;
-            }
-            pass[np++] = argv[i];
-        }
-        dt_status st = f.ranks >= 0 ? dt_plan_calibrate(ctx, f.cal_out, f.ranks ? f.ranks : 2, np, pass)
-                                    : dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --ranks expects a whole number of ranks >= 1");
-        free(pass);
-        return dt_cli_exit_code(st);
-    }
+    for (int i = 0; i < argc; i++) /* --calibrate: every other flag is dtrain bench's (it checks them) */
+        if (!strcmp(argv[i], "--calibrate")) return dt_cli_exit_code(dt_plan_calibrate(ctx, argc, argv));
     char **av = malloc((size_t)(argc + 1) * sizeof *av);
     if (!av) return DT_EXIT_FAIL;
     for (int i = 0; i < argc; i++) {

@@ -1,7 +1,9 @@
 /* dtrain plan --calibrate FILE: measures this machine with dtrain's own benchmarks and writes a
  * catalog entry for it (src/plan/calibrate.h): `dtrain launch -n R -- bench --json` (the
  * matmul peak and the model FLOP/s of a training step per rank, on the configuration given)
- * and `dtrain launch -n R -- bench comm --fit` (the node-local link). */
+ * and `dtrain launch -n R -- bench comm --fit` (the node-local link); with --nodes M the comm
+ * fit runs across M nodes (simulated with DTRAIN_NODE_ID, or the hosts of --hosts) and also
+ * gives the inter-node link. --comm-fit FILE takes a fit made before instead. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -39,47 +41,155 @@ static double at(const cJSON *o, const char *a, const char *b, const char *c) {
     return cJSON_IsNumber(x) ? x->valuedouble : 0.0;
 }
 
-dt_status dt_plan_calibrate(dt_ctx *ctx, const char *out, int ranks, int argc, char **argv) {
-    char self[4096], dir[4200], bench_json[4300], comm_json[4300], nr[16], ncr[16];
-    int comm_ranks = ranks < 2 ? 2 : ranks; /* a link needs two ends */
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot find this executable (/proc/self/exe)");
+/* The calibration's own flags; everything else goes to dtrain bench. */
+typedef struct cal_flags {
+    const char *out, *hosts, *comm_fit, *max_bytes;
+    int ranks, nodes;
+    double link_bytes;
+} cal_flags;
+
+static dt_status whole_flag(dt_ctx *ctx, const char *flag, const char *v, const char *what, int *out) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < 1 || x > 4096)
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s expects a whole number of %s >= 1", flag, what);
+    *out = (int)x;
+    return DT_OK;
+}
+
+static dt_status size_flag(dt_ctx *ctx, const char *v, double *out) {
+    char *end;
+    double x = v ? strtod(v, &end) : 0, mul = 1;
+    if (v && (*end == 'K' || *end == 'k')) mul = 1024, end++;
+    else if (v && (*end == 'M' || *end == 'm')) mul = 1048576, end++;
+    else if (v && (*end == 'G' || *end == 'g')) mul = 1073741824.0, end++;
+    if (!v || end == v || *end || !(x * mul >= 4096 && x * mul <= 1073741824.0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --comm-max-bytes expects a size like 64M, from 4K to 1G (got '%s')",
+                       v ? v : "");
+    *out = x * mul;
+    return DT_OK;
+}
+
+/* Takes the calibration's flags out of argv (pass: the rest, for dtrain bench) and checks them. */
+static dt_status cal_parse(dt_ctx *ctx, int argc, char **argv, cal_flags *f, char **pass, int *np) {
+    memset(f, 0, sizeof *f);
+    f->ranks = 2, f->nodes = 1, f->max_bytes = "64M", f->link_bytes = 64.0 * 1048576;
+    *np = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        dt_status st = DT_OK;
+        if (!strcmp(a, "--calibrate")) f->out = v;
+        else if (!strcmp(a, "--ranks")) st = whole_flag(ctx, a, v, "ranks", &f->ranks);
+        else if (!strcmp(a, "--nodes")) st = whole_flag(ctx, a, v, "nodes", &f->nodes);
+        else if (!strcmp(a, "--hosts")) f->hosts = v;
+        else if (!strcmp(a, "--comm-fit")) f->comm_fit = v;
+        else if (!strcmp(a, "--comm-max-bytes")) st = size_flag(ctx, v, &f->link_bytes), f->max_bytes = v;
+        else {
+            pass[(*np)++] = argv[i];
+            continue;
+        }
+        DT_CHECK(st);
+        if (!v || !strncmp(v, "--", 2)) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s needs a value", a);
+        i++;
+    }
+    if (f->ranks % f->nodes)
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --ranks %d do not split evenly over --nodes %d (each node the "
+                       "same ranks)", f->ranks, f->nodes);
+    if (f->hosts && f->nodes < 2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --hosts %s goes with --nodes M >= 2 (the comm fit across them)",
+                       f->hosts);
+    if (f->hosts && f->comm_fit)
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --hosts runs a comm fit, --comm-fit %s reuses one: not both",
+                       f->comm_fit);
+    return DT_OK;
+}
+
+dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
+    char self[4096], dir[4200], bench_json[4300], comm_json[4300], nr[16], ncr[16], nn[16];
+    char **pass = calloc((size_t)argc + 16, sizeof *pass);
+    if (!pass) return dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
+    cal_flags f;
+    int np = 0;
+    dt_status st = cal_parse(ctx, argc, argv, &f, pass, &np);
+    const int multi = f.nodes > 1;
+    int comm_ranks = multi ? f.ranks : f.ranks < 2 ? 2 : f.ranks; /* a link needs two ends */
+    dt_comm_fit fit;
+    dt_plan_cal c = {0, 0, 0, f.ranks, &fit, "dtrain bench + dtrain bench comm --fit", comm_ranks, f.nodes, f.link_bytes};
+    if (st == DT_OK && f.comm_fit) { /* a fit made before: checked before anything runs */
+        if ((st = dt_comm_fit_load(ctx, f.comm_fit, &fit)) == DT_OK && !multi && fit.nodes > 1)
+            st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --comm-fit %s ran on %d nodes: give --nodes %d", f.comm_fit,
+                         fit.nodes, fit.nodes);
+        c.comm_ranks = multi ? f.ranks : fit.ranks;
+        c.source = "dtrain bench + the comm fit of --comm-fit";
+        double bw, lat;
+        const char *name;
+        for (int lv = 0; lv < 2 && st == DT_OK; lv++)
+            if ((st = dt_plan_cal_link(ctx, &c, lv, &bw, &lat, &name)) != DT_OK) {
+                char why[DT_ERRMSG_MAX];
+                const char *p = strncmp(ctx->err, "plan --calibrate: ", 18) ? ctx->err : ctx->err + 18;
+                snprintf(why, sizeof why, "%s", p);
+                st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --comm-fit %s: %s", f.comm_fit, why);
+            }
+    }
+    ssize_t sl = st == DT_OK ? readlink("/proc/self/exe", self, sizeof self - 1) : 1;
+    if (sl <= 0) st = dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot find this executable (/proc/self/exe)");
+    if (st != DT_OK) {
+        free(pass);
+        return st;
+    }
     self[sl] = 0;
     snprintf(dir, sizeof dir, "%s/dtrain-calibrate-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot create %s: %s", dir, strerror(errno));
+    if (!mkdtemp(dir)) {
+        free(pass);
+        return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot create %s: %s", dir, strerror(errno));
+    }
     snprintf(bench_json, sizeof bench_json, "%s/bench.json", dir);
     snprintf(comm_json, sizeof comm_json, "%s/commfit.json", dir);
-    snprintf(nr, sizeof nr, "%d", ranks);
+    snprintf(nr, sizeof nr, "%d", f.ranks);
     snprintf(ncr, sizeof ncr, "%d", comm_ranks);
-    char **a = calloc((size_t)argc + 16, sizeof *a);
-    if (!a) return dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
-    int n = 0;
-    /* under R ranks, as the comm fit: peak_gflops and tflops_rank are then one rank's */
-    a[n++] = self, a[n++] = "launch", a[n++] = "-n", a[n++] = nr, a[n++] = "--", a[n++] = "bench";
-    for (int i = 0; i < argc; i++) a[n++] = argv[i];
-    a[n++] = "--json", a[n++] = bench_json, a[n] = NULL;
-    printf("# plan --calibrate: 1/2 dtrain launch -n %d -- bench (the matmul peak and a step's FLOP/s per rank)\n", ranks);
-    dt_status st = run_child(ctx, a);
+    snprintf(nn, sizeof nn, "%d", f.nodes);
+    char **a = calloc((size_t)np + 16, sizeof *a);
+    if (!a) st = dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
+    int n = 0, steps = f.comm_fit ? 1 : 2;
     if (st == DT_OK) {
-        char *c[] = {self, "launch", "-n", ncr, "--", "bench", "comm", "--max-bytes", "64M", "--fit", comm_json, NULL};
-        printf("# plan --calibrate: 2/2 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
-        st = run_child(ctx, c);
+        /* R ranks on this machine, as the comm fit: peak_gflops and tflops_rank are then one
+         * rank's with R sharing the cores (simulated nodes share them too) */
+        a[n++] = self, a[n++] = "launch", a[n++] = "-n", a[n++] = nr, a[n++] = "--", a[n++] = "bench";
+        for (int i = 0; i < np; i++) a[n++] = pass[i];
+        a[n++] = "--json", a[n++] = bench_json, a[n] = NULL;
+        printf("# plan --calibrate: 1/%d dtrain launch -n %d -- bench (the matmul peak and a step's FLOP/s per rank)\n",
+               steps, f.ranks);
+        st = run_child(ctx, a);
+    }
+    if (st == DT_OK && !f.comm_fit) {
+        char *cm[20];
+        int k = 0;
+        cm[k++] = self, cm[k++] = "launch", cm[k++] = "-n", cm[k++] = ncr;
+        if (f.hosts) cm[k++] = "--hosts", cm[k++] = (char *)f.hosts;
+        else if (multi) cm[k++] = "--simulate-nodes", cm[k++] = nn;
+        cm[k++] = "--", cm[k++] = "bench", cm[k++] = "comm", cm[k++] = "--max-bytes", cm[k++] = (char *)f.max_bytes;
+        cm[k++] = "--fit", cm[k++] = comm_json, cm[k] = NULL;
+        if (!multi) printf("# plan --calibrate: 2/2 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
+        else
+            printf("# plan --calibrate: 2/2 dtrain launch -n %d %s %s -- bench comm --fit (the links inside and across "
+                   "%d nodes)\n", comm_ranks, f.hosts ? "--hosts" : "--simulate-nodes", f.hosts ? f.hosts : nn, f.nodes);
+        st = run_child(ctx, cm);
+        if (st == DT_OK) st = dt_comm_fit_load(ctx, comm_json, &fit);
     }
     free(a);
+    free(pass);
     cJSON *bj = NULL;
-    dt_comm_fit fit;
     if (st == DT_OK) st = dt_json_read(ctx, bench_json, &bj);
-    if (st == DT_OK) st = dt_comm_fit_load(ctx, comm_json, &fit);
     if (st == DT_OK) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        dt_plan_cal c = {at(bj, "peak_gflops", NULL, NULL), 1e3 * at(bj, "summary", "tflops_rank", "mean"),
-                         (double)pages * (double)psz, ranks, &fit, "dtrain bench + dtrain bench comm --fit",
-                         comm_ranks};
-        st = dt_plan_cal_write(ctx, out, &c);
+        c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = 1e3 * at(bj, "summary", "tflops_rank", "mean");
+        c.memory_bytes = (double)pages * (double)psz;
+        st = dt_plan_cal_write(ctx, f.out, &c);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g (GEMM efficiency "
-                   "%.3g, at most 1); dtrain plan --catalog %s --hardware cpu-calibrated --gpus N ...\n",
-                   out, c.peak_gflops, c.achieved_gflops, c.achieved_gflops / c.peak_gflops, out);
+                   "%.3g, at most 1); dtrain plan --catalog %s --hardware cpu-calibrated --gpus N%s ...\n",
+                   f.out, c.peak_gflops, c.achieved_gflops, c.achieved_gflops / c.peak_gflops, f.out,
+                   multi ? " --nodes M" : "");
     }
     cJSON_Delete(bj);
     remove(bench_json), remove(comm_json), rmdir(dir);

@@ -1,13 +1,20 @@
 /* calibrate.h - a hardware catalog entry for the machine dtrain runs on, from its own
  * measurements (`dtrain plan --calibrate FILE`): the matmul peak and the GEMM efficiency a
- * training step reached (`dtrain bench --json`), and the node-local link from the alpha-beta
- * fit of the ordered all-reduce (`dtrain bench comm --fit`, decision 42). The file is a whole
- * catalog (accelerators, links, efficiency) that `dtrain plan --catalog FILE --hardware
+ * training step reached (`dtrain bench --json`), and the links from the alpha-beta fit of the
+ * ordered all-reduce (`dtrain bench comm --fit`, decision 42). The file is a whole catalog
+ * (accelerators, links, efficiency) that `dtrain plan --catalog FILE --hardware
  * cpu-calibrated` reads.
  *
- * The link: the fit says t = alpha + beta x S for an all-reduce of S bytes per rank over n
- * ranks of one node; the planner's ring model says t = 2 (n-1)/n S / B + 2 (n-1) a, so
- * B = 2 (n-1)/n / beta (the line at 64 MiB) and a = alpha / (2 (n-1)) (the line at 1 KiB). */
+ * A link: the fit says t = alpha + beta x S for an all-reduce of S bytes per rank over n
+ * ranks; the planner's ring model says t = 2 (n-1)/n S / B + 2 (n-1) a, so B = 2 (n-1)/n /
+ * beta (the line at the fit's largest size, 64 MiB by default) and a = alpha / (2 (n-1)) (the
+ * line at 1 KiB). One node (nodes <= 1): the world's lines give one link, `shm-fit`, for both
+ * levels. Several nodes (decision 53): the fit ran across them (`bench comm` then also times
+ * the node group and the cross group, one rank of each node, every group at once): the node
+ * group's lines give the intra-node link `shm-fit` (n = ranks per node; absent with one rank
+ * per node, which never uses it) and the cross group's the inter-node link `net-fit` (n =
+ * nodes), a per-rank bandwidth: nics_per_node = ranks per node, so that the planner's share
+ * of a node's NICs per device (B x nics / devices) is B. */
 #ifndef DT_PLAN_CALIBRATE_H
 #define DT_PLAN_CALIBRATE_H
 
@@ -18,15 +25,20 @@ typedef struct dt_plan_cal {
     double peak_gflops;     /* dtrain's fp32 matmul peak of one rank (bench: peak_gflops) */
     double achieved_gflops; /* model FLOP/s one rank reached in training (bench: tflops_rank x 1e3) */
     double memory_bytes;    /* the node's memory */
-    int ranks;              /* ranks that ran the benchmark: the devices of the node */
-    const dt_comm_fit *fit; /* the ordered all-reduce lines of the comm fit (one node) */
+    int ranks;              /* ranks that ran the benchmark: the devices of the job */
+    const dt_comm_fit *fit; /* the ordered all-reduce lines of the comm fit */
     const char *source;     /* what was run, for the file's comments */
-    int comm_ranks;         /* ranks of the comm fit (0: = ranks; a 1-rank calibration fits the
-                               link on 2, which its 1-device plans never use) */
+    int comm_ranks;         /* one node: ranks of the comm fit (0: = ranks; a 1-rank calibration
+                               fits the link on 2, which its 1-device plans never use) */
+    int nodes;              /* nodes the ranks are spread over (0 or 1: one node); several: the
+                               fit ran on `ranks` ranks of `nodes` nodes */
+    double link_bytes;      /* the message size (per rank) the bandwidths are read at (0: 64 MiB) */
 } dt_plan_cal;
 
-/* The link bandwidth (GB/s) the fit implies at `bytes` per rank, and its latency (us). */
-dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, double bytes, double *bw_gbs, double *lat_us);
+/* The link of level 0 (inside a node) or 1 (across nodes): bandwidth (GB/s) at c->link_bytes
+ * per rank and latency (us); *name gets its catalog key ("shm-fit", "net-fit"). */
+dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double *bw_gbs, double *lat_us,
+                           const char **name);
 /* Writes the catalog file. */
 dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c);
 
