@@ -1,4 +1,6 @@
-# Shared by the shell tests: result lines and the failure count. Source it, then end with
+# Shared by the shell tests: result lines and the failure count, the common set-up (the
+# repository root, work directories, MPI's environment, run comparison, token files). Source
+# it, then end with
 #   echo "NAME: $fails failure(s)$(skipped)"; [ $fails -eq 0 ]
 fails=0
 skips=()
@@ -40,6 +42,35 @@ out_has() {
   local pat=$1 out; shift
   out=$("$@") || return 1
   grep -qE -- "$pat" <<<"$out"
+}
+
+# ---- set-up
+
+# The repository's root (this file is tests/lib.sh); a script that set src before keeps it.
+src=${src:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# fresh_dir DIR: DIR emptied (made if missing) and made the working directory.
+fresh_dir() { rm -rf "$1" && mkdir -p "$1" && cd "$1" || { echo "FAIL cannot make and enter $1"; exit 1; }; }
+# tmp_dir [MKTEMP_ARGS...]: dir = a new temporary directory, removed when the script exits.
+tmp_dir() {
+  dir=$(mktemp -d "$@") || { echo "FAIL mktemp -d $*"; exit 1; }
+  trap 'rm -rf "$dir"' EXIT
+}
+# mpi_env: MPI jobs allowed as root (containers), one OpenMP thread per rank; mpi = mpiexec
+# oversubscribed and unbound (more ranks than cores), passing OMP_NUM_THREADS to the ranks.
+mpi_env() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  mpi=(mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS)
+}
+# cmp_runs METRICS_A WEIGHTS_A METRICS_B WEIGHTS_B TOL [losses-only]: two runs' losses and
+# final weights compared (tests/ref/compare_runs.py; TOL 0: bitwise); status 1 if they differ.
+cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
+# raw16_tokens FILE: 400 x 32 + 1 random tokens below 256 (numpy seed 7) as raw uint16, for
+# data.format=raw16 runs of 32-token sequences.
+raw16_tokens() {
+  /usr/bin/python3 -c "
+import sys
+import numpy as np
+np.random.default_rng(7).integers(0, 256, 400 * 32 + 1, dtype=np.uint16).tofile(sys.argv[1])" "$1"
 }
 
 # ---- kill tests (test_resume.sh, long/kill_storm.sh)

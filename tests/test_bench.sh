@@ -6,9 +6,9 @@
 set -u
 bin=$1 dir=$2 src=$3
 . "$src/tests/lib.sh"
-rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(mpiexec --oversubscribe --bind-to none)
+fresh_dir "$dir"
+mpi_env
+export OMPI_MCA_rmaps_base_oversubscribe=1
 tiny=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.vocab_size=64
       --set model.context=16 --set training.seq_len=16 --set training.micro_batch=2)
 fast=(--warmup-steps 1 --bench-steps 3 --peak 10)

@@ -25,17 +25,11 @@
 set -uo pipefail
 bin=$1
 dir=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-cd "$dir"
-. "$src/tests/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpi=(mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS)
-cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$dir"
+mpi_env
 
-/usr/bin/python3 -c "
-import numpy as np
-np.random.default_rng(7).integers(0, 256, 400 * 32 + 1, dtype=np.uint16).tofile('tok.bin')"
+raw16_tokens tok.bin
 common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 2048
         --model.context 32 --seq 32 --batch 2 --set training.batch=12 --steps 50
         --set schedule.decay_steps=50 --set optimizer.lr=3e-3 --data tok.bin --set data.format=raw16

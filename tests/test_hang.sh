@@ -12,12 +12,9 @@
 set -uo pipefail
 bin=$1
 dir=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-cd "$dir"
-. "$src/tests/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$dir"
+mpi_env
 now_ms() { date +%s%3N; }
 host=$(hostname)
 

@@ -9,13 +9,10 @@
 # Usage: tests/test_instruct.sh DTRAIN_BIN
 set -uo pipefail
 bin=$(readlink -f "$1")
-src=$(cd "$(dirname "$0")/.." && pwd)
-. "$src/tests/lib.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/lib.sh"
+tmp_dir
 cd "$dir"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpi=(mpiexec --oversubscribe --bind-to none)
+mpi_env
 
 /usr/bin/python3 - <<'PY'
 import json, random

@@ -28,13 +28,9 @@
 set -uo pipefail
 bin=$1
 dir=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-cd "$dir"
-. "$src/tests/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpi=(mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS)
-cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$dir"
+mpi_env
 
 # ---- bad input: one line naming the key, non-zero exit
 bad() { # KEY ARGS...

@@ -15,10 +15,8 @@
 set -uo pipefail
 bin=$1
 dir=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-cd "$dir"
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$dir"
 export OMP_NUM_THREADS=1
 
 # a byte-token corpus: the repository's docs, one document per paragraph

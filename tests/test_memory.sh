@@ -26,8 +26,8 @@ shift 2
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(gpt2-tiny llama-tiny vit-tiny bench-small vit-fashion)
 rm -rf "$dir" && mkdir -p "$dir"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 . "$(dirname "$0")/lib.sh"
+mpi_env
 command -v mpiexec >/dev/null || skip "mpiexec not found (apt-get install openmpi-bin)"
 
 for p in "${presets[@]}"; do
@@ -35,7 +35,7 @@ for p in "${presets[@]}"; do
   case $p in vit*) seq=() ;; esac
   for n in 2 3 4; do
     for s in ddp zero1 zero2 zero3; do
-      timeout 300 mpiexec --oversubscribe --bind-to none -n $n -x OMP_NUM_THREADS "$bin" train --model "$p" \
+      timeout 300 "${mpi[@]}" -n $n "$bin" train --model "$p" \
         "${seq[@]}" --batch 1 --steps 2 --set parallel.strategy=$s --set logging.metrics= \
         --set logging.progress=lines >"$dir/$p.$n.$s.log" 2>&1 || fail "$p N=$n $s: $(tail -2 "$dir/$p.$n.$s.log")"
     done
@@ -74,7 +74,7 @@ for p in gpt2-tiny llama-tiny; do
     for x in fp32 bf16 fp16; do
       for r in none selective full; do
         [ $x = fp32 ] && [ $r = none ] && continue # the N=2 run above
-        timeout 300 mpiexec --oversubscribe --bind-to none -n 2 -x OMP_NUM_THREADS "$bin" train --model "$p" \
+        timeout 300 "${mpi[@]}" -n 2 "$bin" train --model "$p" \
           --seq 64 --batch 1 --steps 1 --set parallel.strategy=$s --set memory.activation_checkpointing=$r \
           --set training.precision=$x --set logging.metrics= --set logging.progress=lines \
           >"$dir/$p.2.$s.$x.$r.log" 2>&1 || fail "$p N=2 $s $x $r: $(tail -2 "$dir/$p.2.$s.$x.$r.log")"
@@ -110,7 +110,7 @@ case " ${presets[*]} " in
 *" gpt2-tiny "*)
   p=gpt2-tiny
   for s in ddp zero1 zero2 zero3; do
-    timeout 300 mpiexec --oversubscribe --bind-to none -n 2 -x OMP_NUM_THREADS "$bin" train --model $p --seq 64 \
+    timeout 300 "${mpi[@]}" -n 2 "$bin" train --model $p --seq 64 \
       --batch 1 --steps 2 --set parallel.strategy=$s --set parallel.grad_dtype=bf16 --set logging.metrics= \
       --set logging.progress=lines >"$dir/$p.2.$s.gradbf16.log" 2>&1 || fail "$p N=2 $s grad bf16: $(tail -2 "$dir/$p.2.$s.gradbf16.log")"
   done

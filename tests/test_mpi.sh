@@ -33,12 +33,10 @@
 set -uo pipefail
 bin=$1
 dir=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpi=(mpiexec --oversubscribe --bind-to none -x OMP_NUM_THREADS -x DTRAIN_NODE_ID)
 . "$(dirname "$0")/lib.sh"
-cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
+rm -rf "$dir" && mkdir -p "$dir"
+mpi_env
+mpi+=(-x DTRAIN_NODE_ID)
 
 # Vocabulary 2000 (padded 2048): wte is 4 vocabulary-chunk units (params.h), so ZeRO-2/3 form,
 # reduce and gather the tied embedding chunk by chunk, and the bitwise checks cover that.

@@ -7,8 +7,8 @@
 set -u
 bin=$1 src=$2
 . "$src/tests/lib.sh"
-dir=$(mktemp -d /tmp/dt_plan_XXXXXX) && cd "$dir" || exit 1
-trap 'rm -rf "$dir"' EXIT
+tmp_dir /tmp/dt_plan_XXXXXX
+cd "$dir" || exit 1
 cat=(--catalog "$src/tests/data/plan/hardware.yaml")
 gpt2=(--model gpt2 --seq 1024 --micro-batch 8 --precision bf16)
 

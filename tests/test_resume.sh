@@ -23,18 +23,13 @@
 set -uo pipefail
 bin=$1
 dir=$2
-src=$(cd "$(dirname "$0")/.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-cd "$dir"
-. "$src/tests/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-cmp_runs() { /usr/bin/python3 "$src/tests/ref/compare_runs.py" "$@"; }
+. "$(dirname "$0")/lib.sh"
+fresh_dir "$dir"
+mpi_env
 ledger() { /usr/bin/python3 "$src/tests/ref/ledger_check.py" "$@"; }
 
 # 400 samples of T=32 (+1 token): one epoch is 50 steps of a global batch of 8.
-/usr/bin/python3 -c "
-import numpy as np
-np.random.default_rng(7).integers(0, 256, 400 * 32 + 1, dtype=np.uint16).tofile('tok.bin')"
+raw16_tokens tok.bin
 # Vocabulary 2048 (tokens stay below 256): wte is 3 vocabulary-chunk units, so ZeRO-2/3
 # resume and reshard with the embedding sharded chunk by chunk.
 common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 2048

@@ -13,10 +13,8 @@
 # Usage: tests/test_shm_cleanup.sh DTRAIN_BIN
 set -uo pipefail
 bin=$(readlink -f "$1")
-src=$(cd "$(dirname "$0")/.." && pwd)
-. "$src/tests/lib.sh"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/lib.sh"
+tmp_dir
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpiexec --oversubscribe --bind-to none)
 common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 500

@@ -297,28 +297,63 @@ static dt_status full_layout(dt_ctx *ctx, const dt_model *m, dt_alloc *a, dt_par
     return dt_params_init(ctx, full, t, n, m->cfg.n_layer, a, 0);
 }
 
-dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *src) {
+/* One copy (id, l) of a base tensor of e floats: q its NF4 tensor, or NULL and dst its place
+ * in the fp32 slab; full is the family table's flat layout (offsets, names). */
+typedef dt_status (*base_copy_fn)(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, float *dst,
+                                  size_t e, const void *ud);
+
+/* Calls fill on every copy of every base tensor in the table's order; stops at the first error. */
+static dt_status walk_base(dt_ctx *ctx, dt_model *m, base_copy_fn fill, const void *ud) {
     dt_alloc a;
     dt_params full;
     DT_CHECK(full_layout(ctx, m, &a, &full));
     dt_status st = DT_OK;
     for (int id = 0; id < full.n_tensors && st == DT_OK; id++) {
-        const dt_tensor_info *t = &full.tensors[id];
-        size_t e = t->rows * t->cols;
+        size_t e = full.tensors[id].rows * full.tensors[id].cols;
         for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++) {
-            const float *from = dt_params_tensor(&full, (float *)src, id, l);
-            const dt_nf4 *q = dt_lora_nf4(m, id, l);
-            if (q) {
-                char name[160];
-                dt_params_name(&full, id, l, name, sizeof name);
-                st = dt_nf4_quantize(ctx, name, (dt_nf4 *)q, from, e);
-            } else {
-                memcpy(dt_params_tensor(&m->base, m->base.params, id, l), from, e * sizeof(float));
-            }
+            dt_nf4 *q = (dt_nf4 *)dt_lora_nf4(m, id, l);
+            float *dst = q ? NULL : dt_params_tensor(&m->base, m->base.params, id, l);
+            st = fill(ctx, &full, id, l, q, dst, e, ud);
         }
     }
     dt_params_free(&full);
     return st;
+}
+
+/* Quantizes one copy from its fp32 values; errors name the tensor. */
+static dt_status quantize_copy(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, const float *w,
+                               size_t e) {
+    char name[160];
+    dt_params_name(full, id, l, name, sizeof name);
+    return dt_nf4_quantize(ctx, name, q, w, e);
+}
+
+/* dt_lora_set_base's copy: ud is the flat fp32 source. */
+static dt_status copy_from_full(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, float *dst,
+                                size_t e, const void *ud) {
+    const float *from = dt_params_tensor(full, (float *)ud, id, l);
+    if (q) return quantize_copy(ctx, full, id, l, q, from, e);
+    memcpy(dst, from, e * sizeof(float));
+    return DT_OK;
+}
+
+/* dt_lora_init_base's copy under NF4: ud is the seed. A quantized tensor is drawn alone (its
+ * fp32 values never all at once), the rest into the slab: the values of the fp32 base of the
+ * same seed. */
+static dt_status draw_from_seed(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, float *dst,
+                                size_t e, const void *ud) {
+    uint64_t seed = *(const uint64_t *)ud;
+    if (q && !(dst = malloc(e * sizeof(float))))
+        return dt_fail(ctx, DT_ERR_NOMEM, "lora: out of memory quantizing the base");
+    dt_params_init_range(full, seed, dst, dt_params_flat(full, id, l), e);
+    if (!q) return DT_OK;
+    dt_status st = quantize_copy(ctx, full, id, l, q, dst, e);
+    free(dst);
+    return st;
+}
+
+dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *src) {
+    return walk_base(ctx, m, copy_from_full, src);
 }
 
 dt_status dt_lora_init_base(dt_ctx *ctx, dt_model *m, uint64_t seed) {
@@ -326,33 +361,7 @@ dt_status dt_lora_init_base(dt_ctx *ctx, dt_model *m, uint64_t seed) {
         dt_params_init_range(&m->base, seed, m->base.params, 0, m->base.n_params);
         return DT_OK;
     }
-    /* NF4: each quantized tensor drawn alone (its fp32 values never all at once), the rest
-     * into the slab: the values of the fp32 base of the same seed. */
-    dt_alloc a;
-    dt_params full;
-    DT_CHECK(full_layout(ctx, m, &a, &full));
-    dt_status st = DT_OK;
-    for (int id = 0; id < full.n_tensors && st == DT_OK; id++) {
-        const dt_tensor_info *t = &full.tensors[id];
-        size_t e = t->rows * t->cols;
-        for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++) {
-            const dt_nf4 *q = dt_lora_nf4(m, id, l);
-            float *dst = q ? malloc(e * sizeof(float)) : dt_params_tensor(&m->base, m->base.params, id, l);
-            if (!dst) {
-                st = dt_fail(ctx, DT_ERR_NOMEM, "lora: out of memory quantizing the base");
-                break;
-            }
-            dt_params_init_range(&full, seed, dst, dt_params_flat(&full, id, l), e);
-            if (q) {
-                char name[160];
-                dt_params_name(&full, id, l, name, sizeof name);
-                st = dt_nf4_quantize(ctx, name, (dt_nf4 *)q, dst, e);
-                free(dst);
-            }
-        }
-    }
-    dt_params_free(&full);
-    return st;
+    return walk_base(ctx, m, draw_from_seed, &seed);
 }
 
 uint64_t dt_lora_base_hash(const dt_model *m) {

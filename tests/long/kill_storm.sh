@@ -16,16 +16,12 @@ kills=${KILLS:-22}
 steps=${STEPS:-600}
 strats=${STRATS:-ddp zero3}
 delay=${DELAY_MS:-60}
-src=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf "$dir" && mkdir -p "$dir"
-cd "$dir"
-. "$src/tests/lib.sh"
+. "$(dirname "$0")/../lib.sh"
+fresh_dir "$dir"
 start=$(date +%s)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+mpi_env
 # 400 samples: one epoch is 50 steps of a global batch of 8, so STEPS must be a multiple of 50.
-/usr/bin/python3 -c "
-import numpy as np
-np.random.default_rng(7).integers(0, 256, 400 * 32 + 1, dtype=np.uint16).tofile('tok.bin')"
+raw16_tokens tok.bin
 common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 256
         --model.context 32 --seq 32 --batch 4 --set training.batch=8 --steps $steps
         --set schedule.decay_steps=$steps --set optimizer.lr=3e-3 --data tok.bin --set data.format=raw16
