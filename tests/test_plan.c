@@ -548,15 +548,21 @@ static void test_csv_and_median(void **state) {
 }
 
 /* The calibrated catalog entry: the link from the all-reduce fit gives back the fit's times. */
+static void cal_line(dt_comm_fit *f, const char *group, double lo, double hi, double alpha, double beta) {
+    dt_comm_fit_line *l = &f->line[f->n++];
+    snprintf(l->op, sizeof l->op, "allreduce_ordered");
+    snprintf(l->group, sizeof l->group, "%s", group);
+    l->lo = lo, l->hi = hi, l->alpha_us = alpha, l->beta_us_per_b = beta;
+}
+
 static void test_calibrate_roundtrip(void **state) {
     (void)state;
     char dir[256];
     assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancal"), 0);
     dt_comm_fit fit;
     memset(&fit, 0, sizeof fit);
-    fit.ranks = 2, fit.nodes = 1, fit.n = 1;
-    snprintf(fit.line[0].op, sizeof fit.line[0].op, "allreduce_ordered");
-    fit.line[0].lo = 1 << 20, fit.line[0].hi = 64 << 20, fit.line[0].alpha_us = 100, fit.line[0].beta_us_per_b = 1e-4;
+    fit.ranks = 2, fit.nodes = 1;
+    cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4);
     dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test", 0, 1, 0};
     char path[300];
     snprintf(path, sizeof path, "%s/cal.yaml", dir);
@@ -593,12 +599,6 @@ static void test_calibrate_roundtrip(void **state) {
     tu_rmtree(dir);
 }
 
-static void cal_line(dt_comm_fit *f, const char *group, double lo, double hi, double alpha, double beta) {
-    dt_comm_fit_line *l = &f->line[f->n++];
-    snprintf(l->op, sizeof l->op, "allreduce_ordered");
-    snprintf(l->group, sizeof l->group, "%s", group);
-    l->lo = lo, l->hi = hi, l->alpha_us = alpha, l->beta_us_per_b = beta;
-}
 
 /* Several nodes: the node group's lines give the intra-node link, the cross group's the
  * inter-node one (n = nodes), and the planner's collectives over them give back the fits. */

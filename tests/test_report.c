@@ -42,6 +42,14 @@ static const char *fixture(const char *set, const char *name) {
 }
 
 /* The full fixture set, with an optional edit applied to the file named `edit_name`. */
+/* The report's HTML page, in memory: *html (free it). */
+static void page(const dt_report *r, char **html) {
+    size_t len;
+    FILE *f = open_memstream(html, &len);
+    dt_report_html(f, r);
+    fclose(f);
+}
+
 static dt_report *load_full(const char *edit_name, void (*edit)(cJSON *)) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
@@ -277,10 +285,7 @@ static void test_partial_data(void **state) {
     assert_true(isnan(r->train[0].mfu.mean));
     /* the page: only the throughput chart draws; the others carry a note */
     char *html;
-    size_t len;
-    FILE *f = open_memstream(&html, &len);
-    dt_report_html(f, r);
-    fclose(f);
+    page(r, &html);
     int figs = 0, notes = 0, svgs = 0;
     for (const char *s = html; (s = strstr(s, "<figure")); s++) figs++;
     for (const char *s = html; (s = strstr(s, "class=\"note\">No data:")); s++) notes++;
@@ -403,10 +408,7 @@ static void test_precision_column(void **state) {
     assert_string_equal(by_file(r, "ddp-w2.json")->precision, "bf16, ckpt selective/2, grads bf16, top-k 5%");
     assert_string_equal(by_file(r, "ddp-w1.json")->precision, "fp32");
     char *html;
-    size_t len;
-    FILE *f = open_memstream(&html, &len);
-    dt_report_html(f, r);
-    fclose(f);
+    page(r, &html);
     assert_non_null(strstr(html, "<th class=\"l\">precision</th>"));
     assert_non_null(strstr(html, "bf16, ckpt selective/2, grads bf16"));
     free(html);
@@ -435,10 +437,7 @@ static void test_memory_plan_column(void **state) {
     assert_true(dt_report_peak_plan(t) == dt_report_peak_bytes(t, 0) + 524288.0);
     assert_true(dt_report_peak_plan(by_file(r, "ddp-w2.json")) == -1);
     char *html;
-    size_t len;
-    FILE *f = open_memstream(&html, &len);
-    dt_report_html(f, r);
-    fclose(f);
+    page(r, &html);
     char want[64], got[32];
     dt_report_fmt_bytes(got, sizeof got, dt_report_peak_plan(t));
     snprintf(want, sizeof want, "<td>%s</td>", got);
@@ -474,10 +473,7 @@ static void test_trainable_column(void **state) {
     assert_true(full->trainable == full->params);
     assert_string_equal(full->lora, "");
     char *html;
-    size_t len;
-    FILE *f = open_memstream(&html, &len);
-    dt_report_html(f, r);
-    fclose(f);
+    page(r, &html);
     char want[96], n[32];
     dt_report_fmt_num(n, sizeof n, 24576.0);
     snprintf(want, sizeof want, "<td>%s (LoRA r16, nf4)</td>", n);
@@ -507,10 +503,7 @@ static void test_html(void **state) {
     dt_report *r = load_full("ddp-w1.json", evil_host);
     dt_report_analyze(r, 0);
     char *html;
-    size_t len;
-    FILE *f = open_memstream(&html, &len);
-    dt_report_html(f, r);
-    fclose(f);
+    page(r, &html);
     /* every chart drew, and each declares as many marks as it has elements of class mark */
     static const char *const charts[] = {"throughput", "efficiency", "breakdown", "memory", "loss", "busbw"};
     for (size_t i = 0; i < sizeof charts / sizeof *charts; i++) {
@@ -646,10 +639,7 @@ static void test_plans(void **state) {
     assert_true(fabs(mt[ddp].mem_err - (0.9 * 694005760.0 / dt_report_peak_bytes(&r->train[mt[ddp].train], 0) - 1)) < 1e-9);
     assert_true(fabs(mt[z3].step_err + 0.2) < 1e-9);
     char *html;
-    size_t len;
-    FILE *f = open_memstream(&html, &len);
-    dt_report_html(f, r);
-    fclose(f);
+    page(r, &html);
     assert_non_null(strstr(html, ", 1 plan(s)"));
     const char *tab = strstr(html, "<table id=\"plan-vs-measured\">");
     assert_non_null(tab);

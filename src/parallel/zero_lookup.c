@@ -78,7 +78,6 @@ dt_status dt_par_lookup(dt_ctx *ctx, dt_parallel *p) {
     int d = 0;
     for (int i = 0; i < n; i++)
         if (d == 0 || mine[1 + i] != mine[d]) mine[1 + d++] = mine[1 + i];
-    for (int i = d; i < n; i++) mine[1 + i] = 0;
     mine[0] = d;
     double t0 = dt_now();
     DT_CHECK(dt_comm_allgather_words(ctx, p->comm, p->g_shard, p->lk_mine, W, p->lk_all));

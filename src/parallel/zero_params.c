@@ -115,6 +115,13 @@ static void fill(dt_parallel *p, int w, int u, int lp) {
 
 static int holds(const dt_parallel *p, int w, int u, int lp) { return p->pwin_unit[w] == u && p->pwin_lp[w] == lp; }
 
+/* Starts gathering unit u (f32: in fp32) into the window the model is not reading, unless a
+ * window holds it already. */
+static void prefetch(dt_parallel *p, int u, int f32) {
+    int lp = wants_lp(p, u, f32);
+    if (!holds(p, 0, u, lp) && !holds(p, 1, u, lp)) fill(p, 1 - p->pw_cur, u, lp);
+}
+
 static void z_need(void *ud, int u, int next, int flags) {
     dt_parallel *p = ud;
     int lp = wants_lp(p, u, flags & DT_NEED_F32);
@@ -124,27 +131,20 @@ static void z_need(void *ud, int u, int next, int flags) {
     p->m->ps.unit_params[u] = p->pwin[w];
     p->m->ps.unit_params_lp[u] = lp ? p->lpwin[w] : NULL;
     p->pw_cur = w;
-    int w2 = 1 - w;
-    if (next >= 0 && next != u) {
-        int lp2 = wants_lp(p, next, flags & DT_NEED_NEXT_F32);
-        if (!holds(p, w2, next, lp2)) fill(p, w2, next, lp2);
-    }
+    if (next >= 0 && next != u) prefetch(p, next, flags & DT_NEED_NEXT_F32);
 }
 
 /* The model's lookup hook (model.h): out's rows from vocabulary tensor id's rows that tokens
  * name, gathered by the lookup task (zero_lookup.c), while `next` is gathered after it. */
 static int z_lookup(void *ud, int id, const int32_t *tokens, int N, int next, float *out) {
     dt_parallel *p = ud;
-    if (!p->lk_block || N > p->cfg.tokens || p->m->ps.tensors[id].cols > p->z.lk_cols) return 0;
+    if (N > p->cfg.tokens) return 0; /* more tokens than the buffers were sized for */
     p->lk_tokens = tokens;
     p->lk_n = N;
     p->lk_id = id;
     p->lk_out = out;
     long seq = dt_par_submit(p, DT_TASK_LOOKUP, p->m->ps.tensors[id].unit, N); /* traced by its first unit */
-    if (next >= 0) { /* into the window the model reads next (as z_need would) */
-        int lp = wants_lp(p, next, 0), w = holds(p, 0, next, lp) ? 0 : holds(p, 1, next, lp) ? 1 : 1 - p->pw_cur;
-        if (!holds(p, w, next, lp)) fill(p, w, next, lp);
-    }
+    if (next >= 0) prefetch(p, next, 0);
     dt_par_wait(p, seq);
     return 1; /* after a failure the task was skipped: the job is ending (dt_parallel reports it) */
 }
