@@ -201,7 +201,7 @@ static void test_zero_memory_by_hand(void **state) {
         near(r.mem[DT_MEM_ACTS], 8 * dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 1, 4) + 4 * b * s * 512 +
                                      4 * b * s * 32000, 1e-12, "activations");
         /* the step adds up and the rates follow from it */
-        near(r.step_s, r.compute_s + r.recompute_s + r.bubble_s + r.comm_s, 1e-12, "step = sum of terms");
+        near(r.step_s, r.compute_s + r.recompute_s + r.bubble_s + r.comm_s + r.overhead_s, 1e-12, "step = sum of terms");
         near(r.mfu, r.flops_step / 4 / r.step_s / 100e12, 1e-12, "MFU = model FLOP/s / peak (fp32 100)");
     }
     /* 16-bit compute adds a 2-byte working copy of the weights */
@@ -517,6 +517,9 @@ static void test_catalog_refusals(void **state) {
          "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\nefficiency:\n  link: {nvlink9: 0.5}\n",
          "efficiency.link.nvlink9: no such link"},
         {"accelerators: {}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\nprices: 3\n", ":4: prices: unknown key"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l, step_overhead_us: -5}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         ":2: accelerators.g.step_overhead_us must be a number in [0, 1e+07]"},
         {"links:\n  l: {bw_gbs: 1, latency_us: 1}\n", "accelerators is missing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -563,7 +566,8 @@ static void test_calibrate_roundtrip(void **state) {
     memset(&fit, 0, sizeof fit);
     fit.ranks = 2, fit.nodes = 1;
     cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4);
-    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 2, &fit, "test", 0, 1, 0};
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2,
+                     .fit = &fit, .source = "test", .nodes = 1};
     char path[300];
     snprintf(path, sizeof path, "%s/cal.yaml", dir);
     dt_ctx ctx;
@@ -615,7 +619,8 @@ static void test_calibrate_nodes(void **state) {
     cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
     cal_line(&fit, "cross", 1024, 128 << 10, 40, 2e-3);
     cal_line(&fit, "cross", 8 << 20, 64 << 20, 0, 4e-4);
-    dt_plan_cal c = {200, 120, 16.0 * 1073741824.0, 4, &fit, "test", 0, 2, 0};
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 4,
+                     .fit = &fit, .source = "test", .nodes = 2};
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
@@ -665,6 +670,91 @@ static void test_calibrate_nodes(void **state) {
     tu_rmtree(dir);
 }
 
+/* The fixed cost per micro-batch (decision 55): a calibration run and a probe made of a known
+ * time per FLOP x, fixed cost o and the planner's all-reduce are solved back to x and o, and the
+ * written entry carries them. */
+static void test_calibrate_overhead(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancalo"), 0);
+    snprintf(path, sizeof path, "%s/cal.yaml", dir);
+    dt_comm_fit fit;
+    memset(&fit, 0, sizeof fit);
+    fit.ranks = 2, fit.nodes = 1;
+    cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4); /* all-reduce of S bytes: (100 + 1e-4 S) us */
+    const double peak = 200, x = 1 / (0.5 * peak * 1e9), o = 1.5e-3;
+    /* run: 10 buckets of 4 MB, all but the last hidden behind the backward; probe: one bucket */
+    dt_plan_cal c = {.peak_gflops = peak, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2, .fit = &fit,
+                     .source = "test", .nodes = 1,
+                     .run = {.flops = 50e9, .grad_bytes = 40e6, .bucket_bytes = 4194304, .overlap = 1},
+                     .probe = {.flops = 0.1e9, .grad_bytes = 0.5e6, .bucket_bytes = 4194304, .overlap = 1}};
+    c.run.step_s = c.run.flops * x + o + (100 + 1e-4 * 4e6) * 1e-6;
+    c.probe.step_s = c.probe.flops * x + o + (100 + 1e-4 * 0.5e6) * 1e-6;
+    c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    double eff, o_us, ct;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
+    assert_int_equal(dt_plan_cal_probed(&c), 1);
+    near(eff, 0.5, 1e-9, "gemm efficiency = 1 / (x peak)");
+    near(o_us, 1500, 1e-6, "fixed cost o");
+    near(ct, 150e-6, 1e-12, "the probe's all-reduce, one bucket");
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(a->gemm_eff, 0.5, 1e-6, "the entry's gemm efficiency");
+    near(a->step_overhead_us, 1500, 1e-6, "the entry's step_overhead_us");
+    dt_hw_free(&cat);
+    /* not overlapped: every bucket is waited for */
+    c.run.overlap = 0, c.run.step_s = c.run.flops * x + o + 10 * (100 + 1e-4 * 4e6) * 1e-6;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
+    near(eff, 0.5, 1e-9, "no overlap: efficiency");
+    near(o_us, 1500, 1e-6, "no overlap: fixed cost");
+    /* the probe faster than its FLOPs allow: no fixed cost, x from the run alone (comm out) */
+    c.probe.step_s = 0.1e-3;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
+    near(o_us, 0, 0, "no fixed cost shown");
+    near(eff, 1 / ((c.run.step_s - 10 * 500e-6) / c.run.flops * peak * 1e9), 1e-9, "x = the run's (t - c) / F");
+    /* a probe as large as the run: one equation */
+    c.probe.step_s = 1, c.probe.flops = c.run.flops;
+    assert_int_equal(dt_plan_cal_probed(&c), 0);
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
+    near(o_us, 0, 0, "probe not smaller: no fixed cost");
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(a->step_overhead_us, 0, 0, "written as 0");
+    dt_hw_free(&cat);
+    tu_rmtree(dir);
+}
+
+/* The plan charges the fixed cost once per micro-batch, and the step is the sum of its terms. */
+static void test_step_overhead_term(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    m.is_dtrain = 0;
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 4);
+    j.global_batch = 3 * 2 * 4; /* 3 micro-steps */
+    dt_plan_layout l = {4, 1, 1, 1, 1, DT_STRAT_ZERO2, 0};
+    dt_plan_result r0, r1;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r0), DT_OK);
+    near(r0.overhead_s, 0, 0, "no step_overhead_us: no term");
+    for (int i = 0; i < cat.n_acc; i++) cat.acc[i].step_overhead_us = 250;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r1), DT_OK);
+    assert_int_equal(r1.micro_steps, 3);
+    near(r1.overhead_s, 3 * 250e-6, 1e-15, "overhead = step_overhead_us x m");
+    near(r1.step_s, r1.compute_s + r1.recompute_s + r1.bubble_s + r1.comm_s + r1.overhead_s, 1e-12, "step = sum");
+    near(r1.step_s - r0.step_s, 3 * 250e-6, 1e-12, "the other terms unchanged");
+    near(r1.tokens_s, (double)j.global_batch * j.train.seq_len / r1.step_s, 1e-12, "rates from the step");
+    dt_hw_free(&cat);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_allreduce),
@@ -687,6 +777,8 @@ int main(void) {
         cmocka_unit_test(test_csv_and_median),
         cmocka_unit_test(test_calibrate_roundtrip),
         cmocka_unit_test(test_calibrate_nodes),
+        cmocka_unit_test(test_calibrate_overhead),
+        cmocka_unit_test(test_step_overhead_term),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -556,10 +556,11 @@ static cJSON *plan_layout(const char *name, const char *strategy, int dp, int tp
     cJSON_AddItemToObject(l, "memory_bytes", m);
     cJSON_AddBoolToObject(l, "fits", 1);
     cJSON_AddNumberToObject(l, "step_s", step_s);
-    cJSON_AddNumberToObject(l, "compute_s", 0.75 * step_s);
+    cJSON_AddNumberToObject(l, "compute_s", 0.65 * step_s);
     cJSON_AddNumberToObject(l, "recompute_s", 0);
     cJSON_AddNumberToObject(l, "bubble_s", 0);
     cJSON_AddNumberToObject(l, "comm_exposed_s", 0.25 * step_s);
+    cJSON_AddNumberToObject(l, "overhead_s", 0.1 * step_s); /* the calibrated fixed cost (decision 55) */
     cJSON_AddNumberToObject(l, "tokens_per_s", 4096 / step_s);
     cJSON_AddNumberToObject(l, "tflops_per_gpu", 0.1);
     cJSON_AddNumberToObject(l, "mfu", 0.5);
@@ -620,6 +621,7 @@ static void test_plans(void **state) {
     assert_int_equal(r->plan[0].nlay, 3);
     assert_true(r->plan[0].lay[1].fastest && !r->plan[0].lay[0].fastest && !r->plan[0].lay[0].cheapest);
     assert_true(isnan(r->plan[0].lay[0].scaling_eff));
+    assert_true(fabs(r->plan[0].lay[0].overhead_s - 0.11 * 0.35675003978912795) < 1e-15);
     dt_report_analyze(r, 0);
     /* the 2-rank DDP and ZeRO-3 runs match their layouts; the bucket / micro-batch variants of
      * ddp-w2 match the DDP layout only where their shape is the plan's */
@@ -647,14 +649,15 @@ static void test_plans(void **state) {
     assert_non_null(strstr(tab, "<td>-20.0%</td>"));
     assert_non_null(strstr(html, "<table id=\"plan-1\">"));
     assert_non_null(strstr(html, "fastest measured"));
-    /* the chart: 2 segments (compute, exposed comm) + 1 measured marker per matched run */
+    assert_non_null(strstr(html, "<th>overhead ms</th>"));
+    /* the chart: 3 segments (compute, exposed comm, overhead) + 1 measured marker per matched run */
     const char *fig = strstr(html, "id=\"chart-plans\""), *end = fig ? strstr(fig, "</figure>") : NULL;
     assert_true(fig && end);
     const char *svg = strstr(fig, "data-marks=\"");
     assert_true(svg && svg < end);
     int declared = atoi(svg + 12), counted = 0;
     for (const char *s = fig; (s = strstr(s, "class=\"mark")) && s < end; s++) counted++;
-    assert_int_equal(declared, 3 * n);
+    assert_int_equal(declared, 4 * n);
     assert_int_equal(counted, declared);
     free(html);
     dt_report_free(r);
@@ -671,7 +674,14 @@ static void test_plans(void **state) {
         free(t);
         dt_report_free(q);
     }
+    /* a plan written before the fixed cost: no overhead_s, read as 0 */
     dt_report *q = dt_report_new();
+    t = plan_text("overhead_s");
+    if (dt_report_add_text(&ctx, q, "plan.json", t) != DT_OK) fail_msg("%s", ctx.err);
+    assert_true(q->plan[0].lay[0].overhead_s == 0 && q->plan[0].lay[1].overhead_s > 0);
+    free(t);
+    dt_report_free(q);
+    q = dt_report_new();
     assert_true(dt_report_add_text(&ctx, q, "p.json", "{\"schema\":\"dtrain-plan/1\",\"kind\":\"train\"}") != DT_OK);
     assert_non_null(strstr(ctx.err, "p.json: key 'kind' is 'train', expected 'plan'"));
     dt_report_free(q);

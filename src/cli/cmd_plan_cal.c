@@ -3,7 +3,9 @@
  * matmul peak and the model FLOP/s of a training step per rank, on the configuration given)
  * and `dtrain launch -n R -- bench comm --fit` (the node-local link); with --nodes M the comm
  * fit runs across M nodes (simulated with DTRAIN_NODE_ID, or the hosts of --hosts) and also
- * gives the inter-node link. --comm-fit FILE takes a fit made before instead. */
+ * gives the inter-node link. --comm-fit FILE takes a fit made before instead. A probe,
+ * `dtrain launch -n R -- bench` of gpt2-tiny, gives with the first run the fixed cost of a
+ * micro-batch (step_overhead_us) and the time per FLOP (decision 55). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +41,26 @@ static double at(const cJSON *o, const char *a, const char *b, const char *c) {
     if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
     if (c) x = cJSON_GetObjectItemCaseSensitive(x, c);
     return cJSON_IsNumber(x) ? x->valuedouble : 0.0;
+}
+
+static const char *str_at(const cJSON *o, const char *a, const char *b) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, a), b);
+    return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+/* One DDP run's measurements from its bench --json (the all-reduce only under ddp). */
+static dt_status cal_run(dt_ctx *ctx, const cJSON *j, const char *what, dt_plan_cal_run *r) {
+    memset(r, 0, sizeof *r);
+    r->step_s = at(j, "summary", "step_s", "mean");
+    r->flops = at(j, "flops_per_token", NULL, NULL) * at(j, "parallel", "micro_batch", NULL) *
+               at(j, "model", "seq_len", NULL) * at(j, "parallel", "accum", NULL);
+    if (!(r->step_s > 0) || !(r->flops > 0))
+        return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: %s: the bench JSON has no step time or FLOPs", what);
+    if (!strcmp(str_at(j, "parallel", "strategy"), "ddp")) r->grad_bytes = 4.0 * at(j, "model", "trainable_params", NULL);
+    r->bucket_bytes = at(j, "parallel", "bucket_bytes", NULL);
+    const cJSON *ov = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "parallel"), "overlap");
+    r->overlap = cJSON_IsTrue(ov);
+    return DT_OK;
 }
 
 /* The calibration's own flags; everything else goes to dtrain bench. */
@@ -105,7 +127,7 @@ static dt_status cal_parse(dt_ctx *ctx, int argc, char **argv, cal_flags *f, cha
 }
 
 dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
-    char self[4096], dir[4200], bench_json[4300], comm_json[4300], nr[16], ncr[16], nn[16];
+    char self[4096], dir[4200], bench_json[4300], comm_json[4300], probe_json[4300], nr[16], ncr[16], nn[16];
     char **pass = calloc((size_t)argc + 16, sizeof *pass);
     if (!pass) return dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
     cal_flags f;
@@ -114,7 +136,8 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
     const int multi = f.nodes > 1;
     int comm_ranks = multi ? f.ranks : f.ranks < 2 ? 2 : f.ranks; /* a link needs two ends */
     dt_comm_fit fit;
-    dt_plan_cal c = {0, 0, 0, f.ranks, &fit, "dtrain bench + dtrain bench comm --fit", comm_ranks, f.nodes, f.link_bytes};
+    dt_plan_cal c = {.ranks = f.ranks, .fit = &fit, .source = "dtrain bench + dtrain bench comm --fit",
+                     .comm_ranks = comm_ranks, .nodes = f.nodes, .link_bytes = f.link_bytes};
     if (st == DT_OK && f.comm_fit) { /* a fit made before: checked before anything runs */
         if ((st = dt_comm_fit_load(ctx, f.comm_fit, &fit)) == DT_OK && !multi && fit.nodes > 1)
             st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --comm-fit %s ran on %d nodes: give --nodes %d", f.comm_fit,
@@ -145,12 +168,13 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
     }
     snprintf(bench_json, sizeof bench_json, "%s/bench.json", dir);
     snprintf(comm_json, sizeof comm_json, "%s/commfit.json", dir);
+    snprintf(probe_json, sizeof probe_json, "%s/probe.json", dir);
     snprintf(nr, sizeof nr, "%d", f.ranks);
     snprintf(ncr, sizeof ncr, "%d", comm_ranks);
     snprintf(nn, sizeof nn, "%d", f.nodes);
     char **a = calloc((size_t)np + 16, sizeof *a);
     if (!a) st = dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
-    int n = 0, steps = f.comm_fit ? 1 : 2;
+    int n = 0, steps = f.comm_fit ? 2 : 3;
     if (st == DT_OK) {
         /* R ranks on this machine, as the comm fit: peak_gflops and tflops_rank are then one
          * rank's with R sharing the cores (simulated nodes share them too) */
@@ -161,6 +185,14 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
                steps, f.ranks);
         st = run_child(ctx, a);
     }
+    if (st == DT_OK) { /* the probe: a tiny model's step is mostly fixed cost (decision 55) */
+        char *pr[] = {self, "launch", "-n", nr, "--", "bench", "--model", "gpt2-tiny", "--seq", "64", "--batch", "2",
+                      "--bench-steps", "20", "--warmup-steps", "3", "--repeats", "1", "--peak", "100",
+                      "--set", "parallel.strategy=ddp", "--json", probe_json, NULL};
+        printf("# plan --calibrate: 2/%d dtrain launch -n %d -- bench --model gpt2-tiny (the fixed cost of a step)\n",
+               steps, f.ranks);
+        st = run_child(ctx, pr);
+    }
     if (st == DT_OK && !f.comm_fit) {
         char *cm[20];
         int k = 0;
@@ -169,29 +201,38 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         else if (multi) cm[k++] = "--simulate-nodes", cm[k++] = nn;
         cm[k++] = "--", cm[k++] = "bench", cm[k++] = "comm", cm[k++] = "--max-bytes", cm[k++] = (char *)f.max_bytes;
         cm[k++] = "--fit", cm[k++] = comm_json, cm[k] = NULL;
-        if (!multi) printf("# plan --calibrate: 2/2 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
+        if (!multi) printf("# plan --calibrate: 3/3 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
         else
-            printf("# plan --calibrate: 2/2 dtrain launch -n %d %s %s -- bench comm --fit (the links inside and across "
+            printf("# plan --calibrate: 3/3 dtrain launch -n %d %s %s -- bench comm --fit (the links inside and across "
                    "%d nodes)\n", comm_ranks, f.hosts ? "--hosts" : "--simulate-nodes", f.hosts ? f.hosts : nn, f.nodes);
         st = run_child(ctx, cm);
         if (st == DT_OK) st = dt_comm_fit_load(ctx, comm_json, &fit);
     }
     free(a);
     free(pass);
-    cJSON *bj = NULL;
+    cJSON *bj = NULL, *pj = NULL;
     if (st == DT_OK) st = dt_json_read(ctx, bench_json, &bj);
+    if (st == DT_OK) st = dt_json_read(ctx, probe_json, &pj);
+    if (st == DT_OK) st = cal_run(ctx, bj, "the calibration run", &c.run);
+    if (st == DT_OK) st = cal_run(ctx, pj, "the gpt2-tiny probe", &c.probe);
     if (st == DT_OK) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = 1e3 * at(bj, "summary", "tflops_rank", "mean");
+        c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
         c.memory_bytes = (double)pages * (double)psz;
+        double eff = 0, o_us = 0, ct;
         st = dt_plan_cal_write(ctx, f.out, &c);
+        if (st == DT_OK) st = dt_plan_cal_solve(ctx, &c, &eff, &o_us, &ct);
         if (st == DT_OK)
-            printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g (GEMM efficiency "
-                   "%.3g, at most 1); dtrain plan --catalog %s --hardware cpu-calibrated --gpus N%s ...\n",
-                   f.out, c.peak_gflops, c.achieved_gflops, c.achieved_gflops / c.peak_gflops, f.out,
-                   multi ? " --nodes M" : "");
+            printf("# measured: the calibration's step %.6g ms (%.6g GFLOP per rank), the probe's %.6g ms (%.6g GFLOP)\n",
+                   c.run.step_s * 1e3, c.run.flops / 1e9, c.probe.step_s * 1e3, c.probe.flops / 1e9);
+        if (st == DT_OK)
+            printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g; GEMM efficiency %.3g "
+                   "of peak and a fixed %.4g us per micro-batch; dtrain plan --catalog %s --hardware cpu-calibrated "
+                   "--gpus N%s ...\n",
+                   f.out, c.peak_gflops, c.achieved_gflops, eff, o_us, f.out, multi ? " --nodes M" : "");
     }
     cJSON_Delete(bj);
-    remove(bench_json), remove(comm_json), rmdir(dir);
+    cJSON_Delete(pj);
+    remove(bench_json), remove(probe_json), remove(comm_json), rmdir(dir);
     return st;
 }

@@ -1,8 +1,11 @@
 /* The calibrated CPU-node catalog entry (calibrate.h). */
 #include "plan/calibrate.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "plan/plan.h"
 
 /* B and a of the ring formula from the ordered all-reduce lines of `group` over n ranks. */
 static dt_status ring_link(dt_ctx *ctx, const dt_comm_fit *fit, const char *group, int n, double bytes, double *bw_gbs,
@@ -44,17 +47,74 @@ dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double 
     return ring_link(ctx, c->fit, "cross", c->nodes, bytes, bw_gbs, lat_us);
 }
 
+/* The exposed time of a DDP run's all-reduce as the planner predicts it (plan_time.c): its
+ * buckets over the ranks on the level-0 link, all but the last hidden behind the backward
+ * (2/3 of the compute F x) when overlapped. */
+static double run_comm(const dt_plan_cal_run *r, int ranks, const dt_plan_net *net, double x) {
+    if (ranks < 2 || !(r->grad_bytes > 0)) return 0;
+    double buckets = ceil(r->grad_bytes / fmax(r->bucket_bytes, 1.0));
+    double t = dt_plan_coll_time(DT_COLL_ALLREDUCE, r->grad_bytes / buckets, ranks, 1, net, NULL, NULL);
+    return r->overlap ? fmax(t, buckets * t - r->flops * x * 2.0 / 3.0) : buckets * t;
+}
+
+dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, double *eff, double *overhead_us, double *ct) {
+    const dt_plan_cal_run *b = &c->run, *p = &c->probe;
+    *overhead_us = 0, *ct = 0;
+    if (!(b->step_s > 0) || !(b->flops > 0)) {
+        *eff = c->achieved_gflops / c->peak_gflops; /* no run to solve with: its achieved rate */
+    } else {
+        double bw, lat;
+        const char *name;
+        DT_CHECK(dt_plan_cal_link(ctx, c, 0, &bw, &lat, &name));
+        const dt_plan_net net = {bw * 1e9, lat * 1e-6, 0, 0};
+        int two = dt_plan_cal_probed(c);
+        double x = b->step_s / b->flops, o = 0;
+        for (int it = 0; it < 8; it++) { /* c(x) hardly depends on x: a few rounds settle it */
+            double yb = b->step_s - run_comm(b, c->ranks, &net, x), yt = p->step_s - run_comm(p, c->ranks, &net, x);
+            if (two) x = (yb - yt) / (b->flops - p->flops), o = yt - p->flops * x;
+            if (!two || !(o > 0) || !(x > 0)) /* one equation, or the runs show no fixed cost: none */
+                two = 0, x = yb / b->flops, o = 0;
+        }
+        *eff = 1.0 / (x * c->peak_gflops * 1e9), *overhead_us = o * 1e6;
+        if (o > 0) *ct = run_comm(p, c->ranks, &net, x);
+    }
+    if (!(*eff > 0.01)) *eff = 0.01; /* (also NaN) */
+    if (*eff > 1) *eff = 1;
+    return DT_OK;
+}
+
+int dt_plan_cal_probed(const dt_plan_cal *c) {
+    return c->run.step_s > 0 && c->probe.step_s > 0 && c->probe.flops > 0 && c->run.flops > c->probe.flops;
+}
+
 dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c) {
     double bw[2], lat[2];
     const char *name[2];
     for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name[lv]));
     if (!(c->peak_gflops > 0) || !(c->achieved_gflops > 0))
         return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the benchmark gave no peak or throughput");
-    double eff = c->achieved_gflops / c->peak_gflops;
-    if (eff > 1) eff = 1;
-    if (eff < 0.01) eff = 0.01;
+    double eff, o_us, ct;
+    DT_CHECK(dt_plan_cal_solve(ctx, c, &eff, &o_us, &ct));
     const int multi = c->nodes > 1, k = per_node(c);
     const double mib = (c->link_bytes > 0 ? c->link_bytes : 64.0 * 1048576) / 1048576;
+    char over[320], gemm[320];
+    if (o_us > 0)
+        snprintf(over, sizeof over,
+                 "fixed cost per micro-batch: the probe's step %.6g ms = %.6g GFLOP / rate + this + comm %.4g ms, "
+                 "with the calibration's %.6g ms = %.6g GFLOP / rate + this + comm",
+                 c->probe.step_s * 1e3, c->probe.flops / 1e9, ct * 1e3, c->run.step_s * 1e3, c->run.flops / 1e9);
+    else
+        snprintf(over, sizeof over, "not measured: %s",
+                 !(c->probe.step_s > 0)   ? "no probe run"
+                 : !dt_plan_cal_probed(c) ? "the calibration's step has no more FLOPs than the probe's"
+                                          : "the two runs show no fixed cost");
+    if (c->run.step_s > 0)
+        snprintf(gemm, sizeof gemm, "rate / peak %.6g GFLOP/s per rank, the time per FLOP of %s with the predicted "
+                 "all-reduce taken out (the calibration's step reached %.6g GFLOP/s)", c->peak_gflops,
+                 o_us > 0 ? "the two runs" : "the calibration run", c->achieved_gflops);
+    else
+        snprintf(gemm, sizeof gemm, "achieved %.6g / peak %.6g GFLOP/s per rank in dtrain bench", c->achieved_gflops,
+                 c->peak_gflops);
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     fprintf(f,
@@ -70,12 +130,14 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c)
             "    intra_node: %s\n"
             "    inter_node: %s%s\n"
             "    nics_per_node: %d           # %s\n"
+            "    step_overhead_us: %.6g       # %s\n"
             "links:\n",
             c->source ? c->source : "dtrain bench, dtrain bench comm --fit", c->ranks, multi ? c->nodes : 1, path,
             multi ? " --nodes M" : "", c->peak_gflops / 1e3, c->memory_bytes / 1073741824.0, k, name[0], name[1],
             multi ? "" : "         # simulated nodes share the machine: the same link", k,
             multi ? "net-fit is per rank with every rank of a node sending: a device's share is its bw"
-                  : "the ranks of the benchmark");
+                  : "the ranks of the benchmark",
+            o_us, over);
     if (!multi || k > 1)
         fprintf(f,
                 "  shm-fit: {name: \"ordered all-reduce inside a node, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "
@@ -90,9 +152,9 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c)
                 bw[1], lat[1], c->ranks, c->nodes, k, c->nodes, mib);
     fprintf(f,
             "efficiency:\n"
-            "  gemm: {cpu-calibrated: %.4g}   # achieved %.6g / peak %.6g GFLOP/s per rank in dtrain bench\n"
+            "  gemm: {cpu-calibrated: %.6g}   # %s\n"
             "  link: {%s: 1.0%s}           # the fits are measured: nothing to discount\n",
-            eff, c->achieved_gflops, c->peak_gflops, !multi || k > 1 ? "shm-fit" : "net-fit",
+            eff, gemm, !multi || k > 1 ? "shm-fit" : "net-fit",
             multi && k > 1 ? ", net-fit: 1.0" : "");
     if (fclose(f) != 0) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     return DT_OK;

@@ -14,12 +14,33 @@
  * group's lines give the intra-node link `shm-fit` (n = ranks per node; absent with one rank
  * per node, which never uses it) and the cross group's the inter-node link `net-fit` (n =
  * nodes), a per-rank bandwidth: nics_per_node = ranks per node, so that the planner's share
- * of a node's NICs per device (B x nics / devices) is B. */
+ * of a node's NICs per device (B x nics / devices) is B.
+ *
+ * Fixed cost per micro-batch (decision 55): a step's time is not only FLOPs and bytes; kernel
+ * calls, thread hand-offs and the optimizer's per-tensor loop cost about the same whatever the
+ * model's width, which is most of a small model's step. Two DDP runs of R ranks on this
+ * machine, the calibration's own (run) and a probe of a tiny model (probe: gpt2-tiny), give
+ * two equations, t = F x + o + c(x) (F: one rank's model FLOPs per step, c: the all-reduce
+ * the planner predicts for it on the entry's node link, exposed behind 2/3 of F x), solved
+ * for the time per FLOP x and the fixed cost o: gemm efficiency = 1 / (x peak),
+ * step_overhead_us = o. The planner then gives back both runs' step times. Without a probe
+ * (probe.step_s = 0), with a calibration step of no more FLOPs than the probe's, or where the
+ * two runs show no fixed cost (o <= 0): o = 0 and x from the calibration run alone, its
+ * all-reduce taken out (the planner gives back its step). */
 #ifndef DT_PLAN_CALIBRATE_H
 #define DT_PLAN_CALIBRATE_H
 
 #include "comm/comm_fit.h"
 #include "core/status.h"
+
+/* One DDP run of the calibration (dtrain bench --json). */
+typedef struct dt_plan_cal_run {
+    double step_s;       /* mean step time */
+    double flops;        /* model FLOPs of one rank's step (flops_per_token x micro-batch x seq x accum) */
+    double grad_bytes;   /* bytes the step all-reduces: fp32 gradients of every parameter (0: not DDP) */
+    double bucket_bytes; /* DDP's bucket size */
+    int overlap;         /* buckets overlapped with the backward */
+} dt_plan_cal_run;
 
 typedef struct dt_plan_cal {
     double peak_gflops;     /* dtrain's fp32 matmul peak of one rank (bench: peak_gflops) */
@@ -33,7 +54,15 @@ typedef struct dt_plan_cal {
     int nodes;              /* nodes the ranks are spread over (0 or 1: one node); several: the
                                fit ran on `ranks` ranks of `nodes` nodes */
     double link_bytes;      /* the message size (per rank) the bandwidths are read at (0: 64 MiB) */
+    dt_plan_cal_run run;    /* the calibration's bench (step_s 0: only achieved_gflops is known) */
+    dt_plan_cal_run probe;  /* the tiny model's (step_s 0: not run; no fixed cost) */
 } dt_plan_cal;
+
+/* Time per FLOP and fixed cost from run and probe (above): *eff (of peak_gflops, in [0.01,
+ * 1]) and *overhead_us (>= 0); also fills *ct, the probe's predicted comm (s). */
+dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, double *eff, double *overhead_us, double *ct);
+/* 1 when run and probe can be solved for a fixed cost (both measured, the run the larger). */
+int dt_plan_cal_probed(const dt_plan_cal *c);
 
 /* The link of level 0 (inside a node) or 1 (across nodes): bandwidth (GB/s) at c->link_bytes
  * per rank and latency (us); *name gets its catalog key ("shm-fit", "net-fit"). */

@@ -32,6 +32,9 @@ typedef struct dt_hw_accel {
     int devices_per_node, nics_per_node;
     char intra[48], inter[48];       /* keys into links */
     double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
+    double step_overhead_us;         /* fixed time per micro-batch no FLOP or byte term carries (kernel
+                                        calls, thread hand-offs, the optimizer's per-tensor loop): measured
+                                        by `plan --calibrate` (decision 55); 0 when not given */
 } dt_hw_accel;
 
 typedef struct dt_hw_catalog {

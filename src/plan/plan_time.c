@@ -1,5 +1,6 @@
 /* The planner's time model (plan.h): collectives (alpha-beta, ring, per link level), compute
- * at an efficiency of peak, the 1F1B bubble, recomputation, then rates and cost. Formulas:
+ * at an efficiency of peak, the 1F1B bubble, recomputation, a calibrated fixed cost per
+ * micro-batch, then rates and cost. Formulas:
  * docs/planner.md, "Time". */
 #include <math.h>
 #include <string.h>
@@ -155,7 +156,9 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
         double ti, te, t = dt_plan_coll_time(DT_COLL_P2P, act / l->tp, k, nn, &net, &ti, &te);
         term(r, "pp send/recv acts", act / l->tp, 2 * mstep, ti, te, 2.0 * (l->pp - 1) * t);
     }
-    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s;
+    /* the fixed cost of each micro-batch that no FLOP or byte term carries (calibrated, decision 55) */
+    r->overhead_s = job->hw->step_overhead_us * 1e-6 * mstep;
+    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s + r->overhead_s;
     r->samples_s = job->global_batch / r->step_s;
     r->tokens_s = tokens / r->step_s;
     r->tflops_gpu = r->flops_step / job->gpus / r->step_s / 1e12;

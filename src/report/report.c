@@ -456,6 +456,8 @@ static dt_status read_plan_layout(jpath *j, const cJSON *e, const char *p, int g
     double *dst[] = {&l->step_s,       &l->compute_s,      &l->recompute_s, &l->bubble_s,    &l->comm_exposed_s,
                      &l->tokens_per_s, &l->tflops_per_gpu, &l->mfu,         &l->scaling_eff, &l->usd_per_1k_samples};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) JCHECK(need_num_n(j, e, p, keys[k], 1, dst[k]));
+    l->overhead_s = 0; /* plans written before decision 55 have no overhead term */
+    if (cJSON_GetObjectItemCaseSensitive(e, "overhead_s")) JCHECK(need_num_n(j, e, p, "overhead_s", 1, &l->overhead_s));
     return DT_OK;
 }
 

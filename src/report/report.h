@@ -124,6 +124,7 @@ typedef struct dt_rep_plan_layout {
     double mem[DT_REP_MEM_N], mem_total; /* bytes per device, the fullest one */
     double step_s, compute_s, recompute_s, bubble_s, comm_exposed_s, tokens_per_s, tflops_per_gpu, mfu,
         scaling_eff, usd_per_1k_samples; /* NaN where the file has null */
+    double overhead_s;                    /* the calibrated fixed cost (0: a plan file without it) */
     int fastest, cheapest;                /* the plan's recommendations */
 } dt_rep_plan_layout;
 
