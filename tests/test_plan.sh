@@ -247,7 +247,7 @@ y, log = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 cal_ms, probe_ms = map(float, re.search(r"the calibration's step (\S+) ms .* the probe's (\S+) ms", log).groups())
 o = float(re.search(r"^    step_overhead_us: (\S+) ", y, re.M).group(1))
 plan_cal, plan_probe = float(sys.argv[3]) * 1e3, float(sys.argv[4]) * 1e3
-assert "2/2 dtrain launch -n 2 -- bench --model gpt2-tiny" in log, log
+assert "2/2 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny" in log, log
 assert abs(plan_cal / cal_ms - 1) < 1e-4, ("the calibration's step", plan_cal, cal_ms)
 if o > 0:
     assert "fixed cost per micro-batch: the probe's step" in y, y

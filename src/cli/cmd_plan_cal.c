@@ -1,11 +1,11 @@
 /* dtrain plan --calibrate FILE: measures this machine with dtrain's own benchmarks and writes a
  * catalog entry for it (src/plan/calibrate.h): `dtrain launch -n R -- bench --json` (the
- * matmul peak and the model FLOP/s of a training step per rank, on the configuration given)
- * and `dtrain launch -n R -- bench comm --fit` (the node-local link); with --nodes M the comm
- * fit runs across M nodes (simulated with DTRAIN_NODE_ID, or the hosts of --hosts) and also
- * gives the inter-node link. --comm-fit FILE takes a fit made before instead. A probe,
- * `dtrain launch -n R -- bench` of gpt2-tiny, gives with the first run the fixed cost of a
- * micro-batch (step_overhead_us) and the time per FLOP (decision 55). */
+ * matmul peak and the model FLOP/s of a training step per rank, on the configuration given),
+ * a probe, the same of gpt2-tiny (with the first run: the fixed cost of a micro-batch,
+ * step_overhead_us, and the time per FLOP; decision 55), and `dtrain launch -n R -- bench
+ * comm --fit` (the node-local link). With --nodes M all three run across M nodes (simulated
+ * with DTRAIN_NODE_ID, or the hosts of --hosts) and the fit also gives the inter-node link.
+ * --comm-fit FILE takes a fit made before instead. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -51,7 +51,7 @@ static const char *str_at(const cJSON *o, const char *a, const char *b) {
 /* One DDP run's measurements from its bench --json (the all-reduce only under ddp). */
 static dt_status cal_run(dt_ctx *ctx, const cJSON *j, const char *what, dt_plan_cal_run *r) {
     memset(r, 0, sizeof *r);
-    r->step_s = at(j, "summary", "step_s", "mean");
+    r->step_s = at(j, "summary", "step_s", "median"); /* robust to the odd step another process delays */
     r->flops = at(j, "flops_per_token", NULL, NULL) * at(j, "parallel", "micro_batch", NULL) *
                at(j, "model", "seq_len", NULL) * at(j, "parallel", "accum", NULL);
     if (!(r->step_s > 0) || !(r->flops > 0))
@@ -69,6 +69,16 @@ typedef struct cal_flags {
     int ranks, nodes;
     double link_bytes;
 } cal_flags;
+
+/* `dtrain launch -n R [--hosts LIST | --simulate-nodes M] -- bench` into a; returns the count. */
+static int launch_argv(char **a, char *self, char *nr, const cal_flags *f, char *nn) {
+    int n = 0;
+    a[n++] = self, a[n++] = "launch", a[n++] = "-n", a[n++] = nr;
+    if (f->hosts) a[n++] = "--hosts", a[n++] = (char *)f->hosts;
+    else if (f->nodes > 1) a[n++] = "--simulate-nodes", a[n++] = nn;
+    a[n++] = "--", a[n++] = "bench";
+    return n;
+}
 
 static dt_status whole_flag(dt_ctx *ctx, const char *flag, const char *v, const char *what, int *out) {
     char *end;
@@ -175,36 +185,40 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
     char **a = calloc((size_t)np + 16, sizeof *a);
     if (!a) st = dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
     int n = 0, steps = f.comm_fit ? 2 : 3;
+    /* both runs are laid out as the entry's devices: R ranks, on the M nodes of the comm fit
+     * (--hosts, else simulated on this machine, sharing its cores) */
+    char where[4200];
+    snprintf(where, sizeof where, "%s%s", f.hosts ? " --hosts " : multi ? " --simulate-nodes " : "",
+             f.hosts ? f.hosts : multi ? nn : "");
     if (st == DT_OK) {
-        /* R ranks on this machine, as the comm fit: peak_gflops and tflops_rank are then one
-         * rank's with R sharing the cores (simulated nodes share them too) */
-        a[n++] = self, a[n++] = "launch", a[n++] = "-n", a[n++] = nr, a[n++] = "--", a[n++] = "bench";
+        n = launch_argv(a, self, nr, &f, nn);
         for (int i = 0; i < np; i++) a[n++] = pass[i];
         a[n++] = "--json", a[n++] = bench_json, a[n] = NULL;
-        printf("# plan --calibrate: 1/%d dtrain launch -n %d -- bench (the matmul peak and a step's FLOP/s per rank)\n",
-               steps, f.ranks);
+        printf("# plan --calibrate: 1/%d dtrain launch -n %d%s -- bench (the matmul peak and a step's FLOP/s per rank)\n",
+               steps, f.ranks, where);
         st = run_child(ctx, a);
     }
     if (st == DT_OK) { /* the probe: a tiny model's step is mostly fixed cost (decision 55) */
-        char *pr[] = {self, "launch", "-n", nr, "--", "bench", "--model", "gpt2-tiny", "--seq", "64", "--batch", "2",
-                      "--bench-steps", "20", "--warmup-steps", "3", "--repeats", "1", "--peak", "100",
-                      "--set", "parallel.strategy=ddp", "--json", probe_json, NULL};
-        printf("# plan --calibrate: 2/%d dtrain launch -n %d -- bench --model gpt2-tiny (the fixed cost of a step)\n",
-               steps, f.ranks);
+        static char *const probe[] = {"--model", "gpt2-tiny", "--seq", "64", "--batch", "2", "--bench-steps", "50",
+                                      "--warmup-steps", "5", "--repeats", "1", "--peak", "100",
+                                      "--set", "parallel.strategy=ddp", "--json"};
+        char *pr[48];
+        int k = launch_argv(pr, self, nr, &f, nn);
+        for (size_t i = 0; i < sizeof probe / sizeof *probe; i++) pr[k++] = probe[i];
+        pr[k++] = probe_json, pr[k] = NULL;
+        printf("# plan --calibrate: 2/%d dtrain launch -n %d%s -- bench --model gpt2-tiny (the fixed cost of a step)\n",
+               steps, f.ranks, where);
         st = run_child(ctx, pr);
     }
     if (st == DT_OK && !f.comm_fit) {
         char *cm[20];
-        int k = 0;
-        cm[k++] = self, cm[k++] = "launch", cm[k++] = "-n", cm[k++] = ncr;
-        if (f.hosts) cm[k++] = "--hosts", cm[k++] = (char *)f.hosts;
-        else if (multi) cm[k++] = "--simulate-nodes", cm[k++] = nn;
-        cm[k++] = "--", cm[k++] = "bench", cm[k++] = "comm", cm[k++] = "--max-bytes", cm[k++] = (char *)f.max_bytes;
+        int k = launch_argv(cm, self, ncr, &f, nn);
+        cm[k++] = "comm", cm[k++] = "--max-bytes", cm[k++] = (char *)f.max_bytes;
         cm[k++] = "--fit", cm[k++] = comm_json, cm[k] = NULL;
         if (!multi) printf("# plan --calibrate: 3/3 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
         else
-            printf("# plan --calibrate: 3/3 dtrain launch -n %d %s %s -- bench comm --fit (the links inside and across "
-                   "%d nodes)\n", comm_ranks, f.hosts ? "--hosts" : "--simulate-nodes", f.hosts ? f.hosts : nn, f.nodes);
+            printf("# plan --calibrate: 3/3 dtrain launch -n %d%s -- bench comm --fit (the links inside and across %d "
+                   "nodes)\n", comm_ranks, where, f.nodes);
         st = run_child(ctx, cm);
         if (st == DT_OK) st = dt_comm_fit_load(ctx, comm_json, &fit);
     }

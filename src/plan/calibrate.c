@@ -48,12 +48,12 @@ dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double 
 }
 
 /* The exposed time of a DDP run's all-reduce as the planner predicts it (plan_time.c): its
- * buckets over the ranks on the level-0 link, all but the last hidden behind the backward
- * (2/3 of the compute F x) when overlapped. */
-static double run_comm(const dt_plan_cal_run *r, int ranks, const dt_plan_net *net, double x) {
-    if (ranks < 2 || !(r->grad_bytes > 0)) return 0;
+ * buckets over k ranks a node on nn nodes, all but the last hidden behind the backward (2/3
+ * of the compute F x) when overlapped. */
+static double run_comm(const dt_plan_cal_run *r, int k, int nn, const dt_plan_net *net, double x) {
+    if (k * nn < 2 || !(r->grad_bytes > 0)) return 0;
     double buckets = ceil(r->grad_bytes / fmax(r->bucket_bytes, 1.0));
-    double t = dt_plan_coll_time(DT_COLL_ALLREDUCE, r->grad_bytes / buckets, ranks, 1, net, NULL, NULL);
+    double t = dt_plan_coll_time(DT_COLL_ALLREDUCE, r->grad_bytes / buckets, k, nn, net, NULL, NULL);
     return r->overlap ? fmax(t, buckets * t - r->flops * x * 2.0 / 3.0) : buckets * t;
 }
 
@@ -63,20 +63,22 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, double *eff, doub
     if (!(b->step_s > 0) || !(b->flops > 0)) {
         *eff = c->achieved_gflops / c->peak_gflops; /* no run to solve with: its achieved rate */
     } else {
-        double bw, lat;
+        double bw[2], lat[2];
         const char *name;
-        DT_CHECK(dt_plan_cal_link(ctx, c, 0, &bw, &lat, &name));
-        const dt_plan_net net = {bw * 1e9, lat * 1e-6, 0, 0};
+        for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name));
+        /* both runs ran on the entry's layout: k ranks a node (nics_per_node = k = devices) */
+        const int k = per_node(c), nn = c->nodes > 1 ? c->nodes : 1;
+        const dt_plan_net net = {bw[0] * 1e9, lat[0] * 1e-6, bw[1] * 1e9, lat[1] * 1e-6};
         int two = dt_plan_cal_probed(c);
         double x = b->step_s / b->flops, o = 0;
         for (int it = 0; it < 8; it++) { /* c(x) hardly depends on x: a few rounds settle it */
-            double yb = b->step_s - run_comm(b, c->ranks, &net, x), yt = p->step_s - run_comm(p, c->ranks, &net, x);
+            double yb = b->step_s - run_comm(b, k, nn, &net, x), yt = p->step_s - run_comm(p, k, nn, &net, x);
             if (two) x = (yb - yt) / (b->flops - p->flops), o = yt - p->flops * x;
             if (!two || !(o > 0) || !(x > 0)) /* one equation, or the runs show no fixed cost: none */
                 two = 0, x = yb / b->flops, o = 0;
         }
         *eff = 1.0 / (x * c->peak_gflops * 1e9), *overhead_us = o * 1e6;
-        if (o > 0) *ct = run_comm(p, c->ranks, &net, x);
+        if (o > 0) *ct = run_comm(p, k, nn, &net, x);
     }
     if (!(*eff > 0.01)) *eff = 0.01; /* (also NaN) */
     if (*eff > 1) *eff = 1;

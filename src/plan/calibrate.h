@@ -18,10 +18,11 @@
  *
  * Fixed cost per micro-batch (decision 55): a step's time is not only FLOPs and bytes; kernel
  * calls, thread hand-offs and the optimizer's per-tensor loop cost about the same whatever the
- * model's width, which is most of a small model's step. Two DDP runs of R ranks on this
- * machine, the calibration's own (run) and a probe of a tiny model (probe: gpt2-tiny), give
- * two equations, t = F x + o + c(x) (F: one rank's model FLOPs per step, c: the all-reduce
- * the planner predicts for it on the entry's node link, exposed behind 2/3 of F x), solved
+ * model's width, which is most of a small model's step. Two DDP runs of R ranks on the
+ * entry's layout (M nodes: those of the comm fit), the calibration's own (run) and a probe of
+ * a tiny model (probe: gpt2-tiny), give two equations, t = F x + o + c(x) (F: one rank's
+ * model FLOPs per step, c: the all-reduce the planner predicts for it on the entry's links, k
+ * ranks a node on M nodes, exposed behind 2/3 of F x), solved
  * for the time per FLOP x and the fixed cost o: gemm efficiency = 1 / (x peak),
  * step_overhead_us = o. The planner then gives back both runs' step times. Without a probe
  * (probe.step_s = 0), with a calibration step of no more FLOPs than the probe's, or where the
@@ -35,7 +36,7 @@
 
 /* One DDP run of the calibration (dtrain bench --json). */
 typedef struct dt_plan_cal_run {
-    double step_s;       /* mean step time */
+    double step_s;       /* median step time */
     double flops;        /* model FLOPs of one rank's step (flops_per_token x micro-batch x seq x accum) */
     double grad_bytes;   /* bytes the step all-reduces: fp32 gradients of every parameter (0: not DDP) */
     double bucket_bytes; /* DDP's bucket size */
