@@ -670,9 +670,9 @@ static void test_calibrate_nodes(void **state) {
     tu_rmtree(dir);
 }
 
-/* The fixed cost per micro-batch (decision 55): a calibration run and a probe made of a known
- * time per FLOP x, fixed cost o and the planner's all-reduce are solved back to x and o, and the
- * written entry carries them. */
+/* The fixed costs (decision 55): a calibration run, a DDP probe and a ZeRO-3 probe made of a
+ * known time per FLOP x, fixed costs o (per micro-batch) and d (per collective call) and the
+ * planner's collectives are solved back to x, o and d, and the written entry carries them. */
 static void test_calibrate_overhead(void **state) {
     (void)state;
     char dir[256], path[300];
@@ -682,55 +682,79 @@ static void test_calibrate_overhead(void **state) {
     memset(&fit, 0, sizeof fit);
     fit.ranks = 2, fit.nodes = 1;
     cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4); /* all-reduce of S bytes: (100 + 1e-4 S) us */
-    const double peak = 200, x = 1 / (0.5 * peak * 1e9), o = 1.5e-3;
-    /* run: 10 buckets of 4 MB, all but the last hidden behind the backward; probe: one bucket */
+    const double peak = 200, x = 1 / (0.5 * peak * 1e9), o = 1.5e-3, d = 80e-6;
+    /* run: 10 buckets of 4 MB, all but the last hidden behind the backward; probe: one bucket;
+       each bucket's call costs d */
     dt_plan_cal c = {.peak_gflops = peak, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2, .fit = &fit,
                      .source = "test", .nodes = 1,
                      .run = {.flops = 50e9, .grad_bytes = 40e6, .bucket_bytes = 4194304, .overlap = 1},
                      .probe = {.flops = 0.1e9, .grad_bytes = 0.5e6, .bucket_bytes = 4194304, .overlap = 1}};
-    c.run.step_s = c.run.flops * x + o + (100 + 1e-4 * 4e6) * 1e-6;
-    c.probe.step_s = c.probe.flops * x + o + (100 + 1e-4 * 0.5e6) * 1e-6;
+    c.run.step_s = c.run.flops * x + o + (100 + 1e-4 * 4e6) * 1e-6 + 10 * d;
+    c.probe.step_s = c.probe.flops * x + o + (100 + 1e-4 * 0.5e6) * 1e-6 + d;
     c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    double eff, o_us, ct;
-    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
+    /* the ZeRO-3 probe: the planner's step of its job with the true values */
+    double zstep, zcalls;
+    assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, o * 1e6, d * 1e6, &zstep, &zcalls), DT_OK);
+    assert_true(zcalls >= 6); /* gpt2-tiny: every unit gathered twice and reduce-scattered */
+    c.zprobe.step_s = zstep;
+    dt_plan_cal_fit f;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
     assert_int_equal(dt_plan_cal_probed(&c), 1);
-    near(eff, 0.5, 1e-9, "gemm efficiency = 1 / (x peak)");
-    near(o_us, 1500, 1e-6, "fixed cost o");
-    near(ct, 150e-6, 1e-12, "the probe's all-reduce, one bucket");
+    near(f.eff, 0.5, 1e-7, "gemm efficiency = 1 / (x peak)");
+    near(f.overhead_us, 1500, 1e-3, "fixed cost per micro-batch o");
+    near(f.call_us, 80, 1e-4, "fixed cost per collective call");
+    near(f.ct, 150e-6 + d, 1e-9, "the probe's all-reduce, one bucket and its call");
+    near(f.zcalls, zcalls, 0, "the ZeRO-3 probe's calls");
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
     dt_hw_catalog cat;
     assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
     const dt_hw_accel *a;
     assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
     near(a->gemm_eff, 0.5, 1e-6, "the entry's gemm efficiency");
-    near(a->step_overhead_us, 1500, 1e-6, "the entry's step_overhead_us");
+    near(a->step_overhead_us, 1500, 1e-2, "the entry's step_overhead_us");
+    near(a->collective_call_us, 80, 1e-3, "the entry's collective_call_us");
     dt_hw_free(&cat);
+    /* without the ZeRO-3 probe: no call cost, the DDP runs' calls land in x and o */
+    c.zprobe.step_s = 0;
+    c.run.step_s -= 10 * d, c.probe.step_s -= d;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.call_us, 0, 0, "no ZeRO-3 probe: no call cost");
+    near(f.eff, 0.5, 1e-9, "efficiency");
+    near(f.overhead_us, 1500, 1e-6, "fixed cost");
+    near(f.ct, 150e-6, 1e-12, "the probe's all-reduce, one bucket");
+    /* a ZeRO-3 probe faster than its plan: no call cost */
+    c.zprobe.step_s = 1e-6;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.call_us, 0, 0, "ZeRO-3 probe under its plan: 0");
+    c.zprobe.step_s = 0;
     /* not overlapped: every bucket is waited for */
     c.run.overlap = 0, c.run.step_s = c.run.flops * x + o + 10 * (100 + 1e-4 * 4e6) * 1e-6;
-    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
-    near(eff, 0.5, 1e-9, "no overlap: efficiency");
-    near(o_us, 1500, 1e-6, "no overlap: fixed cost");
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.eff, 0.5, 1e-9, "no overlap: efficiency");
+    near(f.overhead_us, 1500, 1e-6, "no overlap: fixed cost");
     /* the probe faster than its FLOPs allow: no fixed cost, x from the run alone (comm out) */
     c.probe.step_s = 0.1e-3;
-    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
-    near(o_us, 0, 0, "no fixed cost shown");
-    near(eff, 1 / ((c.run.step_s - 10 * 500e-6) / c.run.flops * peak * 1e9), 1e-9, "x = the run's (t - c) / F");
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.overhead_us, 0, 0, "no fixed cost shown");
+    near(f.eff, 1 / ((c.run.step_s - 10 * 500e-6) / c.run.flops * peak * 1e9), 1e-9, "x = the run's (t - c) / F");
     /* a probe as large as the run: one equation */
     c.probe.step_s = 1, c.probe.flops = c.run.flops;
     assert_int_equal(dt_plan_cal_probed(&c), 0);
-    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &eff, &o_us, &ct), DT_OK);
-    near(o_us, 0, 0, "probe not smaller: no fixed cost");
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.overhead_us, 0, 0, "probe not smaller: no fixed cost");
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
     assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
     assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
     near(a->step_overhead_us, 0, 0, "written as 0");
+    near(a->collective_call_us, 0, 0, "written as 0");
     dt_hw_free(&cat);
     tu_rmtree(dir);
 }
 
-/* The plan charges the fixed cost once per micro-batch, and the step is the sum of its terms. */
+/* The plan charges the fixed costs once per micro-batch and once per collective call, and the
+ * step is the sum of its terms. */
 static void test_step_overhead_term(void **state) {
     (void)state;
     dt_plan_model m = dense(8, 512, 8, 32000);
@@ -745,12 +769,16 @@ static void test_step_overhead_term(void **state) {
     dt_ctx_init(&ctx);
     assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r0), DT_OK);
     near(r0.overhead_s, 0, 0, "no step_overhead_us: no term");
-    for (int i = 0; i < cat.n_acc; i++) cat.acc[i].step_overhead_us = 250;
+    for (int i = 0; i < cat.n_acc; i++) cat.acc[i].step_overhead_us = 250, cat.acc[i].collective_call_us = 7;
     assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r1), DT_OK);
     assert_int_equal(r1.micro_steps, 3);
-    near(r1.overhead_s, 3 * 250e-6, 1e-15, "overhead = step_overhead_us x m");
+    double calls = 0;
+    for (int i = 0; i < r1.n_comm; i++) calls += r1.comm[i].count;
+    assert_true(calls > 3);
+    near(r1.calls, calls, 0, "calls = the comm terms' counts");
+    near(r1.overhead_s, 3 * 250e-6 + 7e-6 * calls, 1e-15, "overhead = step_overhead_us x m + collective_call_us x calls");
     near(r1.step_s, r1.compute_s + r1.recompute_s + r1.bubble_s + r1.comm_s + r1.overhead_s, 1e-12, "step = sum");
-    near(r1.step_s - r0.step_s, 3 * 250e-6, 1e-12, "the other terms unchanged");
+    near(r1.step_s - r0.step_s, 3 * 250e-6 + 7e-6 * calls, 1e-12, "the other terms unchanged");
     near(r1.tokens_s, (double)j.global_batch * j.train.seq_len / r1.step_s, 1e-12, "rates from the step");
     dt_hw_free(&cat);
 }

@@ -32,7 +32,7 @@ if out=$(python3 - plan.json <<'EOF' 2>&1
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 job, lays = d["job"], d["layouts"]
-assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5, "tp_overlap": 0, "step_overhead_us": 0}, job
+assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5, "tp_overlap": 0, "step_overhead_us": 0, "collective_call_us": 0}, job
 peak = job["peak_tflops"] * 1e12
 fits = [l for l in lays if l["fits"]]
 assert fits and len(lays) >= 10
@@ -234,36 +234,45 @@ EOF
 ); then pass "calibrate --nodes 2 --comm-fit: net-fit from the cross group; plan --nodes 2 uses it"
 else fail "calibrated 2-node entry: $out"; fi
 
-# The fixed cost per micro-batch (decision 55): the entry gives back the calibration's measured
-# step (its own job, as planned), and where it found a fixed cost also the gpt2-tiny probe's.
-plan_step() { # SEQ MICRO_BATCH: the plan's step on the 2-node entry, DDP
+# The fixed costs (decision 55): the entry gives back the calibration's measured step (its own
+# job, as planned), where it found them the gpt2-tiny probe's (per micro-batch) and the ZeRO-3
+# probe's (per collective call).
+plan_step() { # SEQ MICRO_BATCH STRATEGY: the plan's step on the 2-node entry
   "$bin" plan --catalog c2.yaml --hardware cpu-calibrated --gpus 2 --nodes 2 --model gpt2-tiny --seq "$1" \
-    --micro-batch "$2" --strategy ddp --tp 1 --pp 1 --json 2>>err.txt |
+    --micro-batch "$2" --strategy "$3" --tp 1 --pp 1 --json 2>>err.txt |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["layouts"][0]["step_s"])'
 }
-if out=$(python3 - c2.yaml c2.log "$(plan_step 64 8)" "$(plan_step 64 2)" <<'EOF' 2>&1
+if out=$(python3 - c2.yaml c2.log "$(plan_step 64 8 ddp)" "$(plan_step 64 2 ddp)" "$(plan_step 64 2 zero3)" <<'EOF' 2>&1
 import re, sys
 y, log = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-cal_ms, probe_ms = map(float, re.search(r"the calibration's step (\S+) ms .* the probe's (\S+) ms", log).groups())
+cal_ms, probe_ms, z_ms = map(float, re.search(
+    r"the calibration's step (\S+) ms .* the probe's (\S+) ms .* the ZeRO-3 probe's (\S+) ms", log).groups())
 o = float(re.search(r"^    step_overhead_us: (\S+) ", y, re.M).group(1))
-plan_cal, plan_probe = float(sys.argv[3]) * 1e3, float(sys.argv[4]) * 1e3
-assert "2/2 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny" in log, log
+d = float(re.search(r"^    collective_call_us: (\S+) ", y, re.M).group(1))
+plan_cal, plan_probe, plan_z = (float(v) * 1e3 for v in sys.argv[3:6])
+assert "2/3 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny --set parallel.strategy=ddp" in log, log
+assert "3/3 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny --set parallel.strategy=zero3" in log, log
 assert abs(plan_cal / cal_ms - 1) < 1e-4, ("the calibration's step", plan_cal, cal_ms)
 if o > 0:
     assert "fixed cost per micro-batch: the probe's step" in y, y
     assert abs(plan_probe / probe_ms - 1) < 1e-4, ("the probe's step", plan_probe, probe_ms)
 else:
     assert "step_overhead_us: 0 " in y and "not measured: " in y, y
-print(f"o = {o} us")
+if d > 0:
+    assert "fixed cost per collective call: the ZeRO-3 probe's step" in y, y
+    assert abs(plan_z / z_ms - 1) < 1e-4, ("the ZeRO-3 probe's step", plan_z, z_ms)
+else:
+    assert "collective_call_us: 0 " in y, y
+print(f"o = {o} us, d = {d} us")
 EOF
 ); then pass "calibrate: the entry gives back the measured steps ($out)"
-else fail "calibrate, fixed cost: $out $(head -2 err.txt)"; fi
+else fail "calibrate, fixed costs: $out $(head -2 err.txt)"; fi
 
 # The same measured: the comm fit runs 4 ranks on 2 simulated nodes (--simulate-nodes, small
 # messages): shm-fit from the node group, net-fit from the cross group, 2 ranks a node.
 "$bin" plan --calibrate c4.yaml --ranks 4 --nodes 2 --comm-max-bytes 1M "${cal[@]}" >c4.log 2>&1 ||
   fail "calibrate --ranks 4 --nodes 2: $(tail -2 c4.log)"
-if grep -q "3/3 dtrain launch -n 4 --simulate-nodes 2 -- bench comm --fit" c4.log &&
+if grep -q "4/4 dtrain launch -n 4 --simulate-nodes 2 -- bench comm --fit" c4.log &&
    grep -q "^    devices_per_node: 2 " c4.yaml && grep -q "^    nics_per_node: 2 " c4.yaml &&
    grep -q "^    intra_node: shm-fit$" c4.yaml && grep -q "^    inter_node: net-fit$" c4.yaml &&
    grep -q "^  shm-fit: .*node group of 2 ranks: B = 2(n-1)/n / beta at 1 MiB" c4.yaml &&

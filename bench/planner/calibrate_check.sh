@@ -23,7 +23,8 @@
 # SEQ (128; gpt2-tiny: 64, its context), STEPS (5 timed steps a run), WARMUP (2), CAL_MODEL
 # (bench-small: the model the calibrations run); gpt2, whose steps are the longest, runs
 # STEPS_GPT2 (3) steps and only where W <= GPT2_MAX_WORLD (2); gpt2-tiny, the fastest,
-# STEPS_TINY (40). W ranks share the machine's
+# STEPS_TINY (40); each calibration runs CAL_REPEATS (3) repeats of STEPS (a slow spell of
+# the machine during one short calibration run skews every plan made from it). W ranks share the machine's
 # cores, so a run takes about W times one rank's step: the defaults with NODES="1 2" (6
 # calibrations, 51 runs) take about 20 minutes on a quiet 2-core machine; each phase's start
 # is printed in seconds.
@@ -35,11 +36,11 @@ mn=$src/scripts/mnhosts.sh
 models=${MODELS:-gpt2-tiny bench-small gpt2} worlds=${WORLDS:-1 2 3 4} nodes=${NODES:-1}
 strats=${STRATS:-ddp zero1 zero2 zero3}
 batch=${BATCH:-2} seq=${SEQ:-128} steps=${STEPS:-5} steps_gpt2=${STEPS_GPT2:-3} warmup=${WARMUP:-2}
-steps_tiny=${STEPS_TINY:-40}
+steps_tiny=${STEPS_TINY:-40} cal_repeats=${CAL_REPEATS:-3}
 gpt2_max=${GPT2_MAX_WORLD:-2}
 cal_model=${CAL_MODEL:-bench-small}
-for v in "$batch" "$seq" "$steps" "$steps_gpt2" "$steps_tiny" "$warmup" "$gpt2_max"; do
-  [[ $v =~ ^[0-9]+$ ]] || { echo "calibrate_check: BATCH, SEQ, STEPS, STEPS_GPT2, STEPS_TINY, WARMUP and GPT2_MAX_WORLD must be whole numbers (got '$v')"; exit 2; }
+for v in "$batch" "$seq" "$steps" "$steps_gpt2" "$steps_tiny" "$cal_repeats" "$warmup" "$gpt2_max"; do
+  [[ $v =~ ^[0-9]+$ ]] || { echo "calibrate_check: BATCH, SEQ, STEPS, STEPS_GPT2, STEPS_TINY, CAL_REPEATS, WARMUP and GPT2_MAX_WORLD must be whole numbers (got '$v')"; exit 2; }
 done
 for w in $worlds; do
   [[ $w =~ ^[1-9][0-9]*$ ]] || { echo "calibrate_check: WORLDS must be rank counts >= 1 (got '$w')"; exit 2; }
@@ -81,7 +82,7 @@ on_hosts() { # W CMD...: CMD on h1 with OMP threads as a W-rank run on one node 
 for p in "${pairs[@]}"; do
   read -r w n <<<"$p"
   cal=(plan --calibrate "$out/cpu-w$w-n$n.yaml" --ranks "$w" --model "$cal_model" --batch "$batch" --seq "$seq"
-       --bench-steps "$steps" --warmup-steps "$warmup" --repeats 1)
+       --bench-steps "$steps" --warmup-steps "$warmup" --repeats "$cal_repeats")
   phase "calibrating $w rank(s) on $n node(s)"
   if [ "$n" = 1 ]; then "$bin" "${cal[@]}"
   else on_hosts "$w" "$bin" "${cal[@]}" --nodes 2 --hosts "h1:$((w / 2)),h2:$((w / 2))"

@@ -137,7 +137,7 @@ static dt_status cal_parse(dt_ctx *ctx, int argc, char **argv, cal_flags *f, cha
 }
 
 dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
-    char self[4096], dir[4200], bench_json[4300], comm_json[4300], probe_json[4300], nr[16], ncr[16], nn[16];
+    char self[4096], dir[4200], bench_json[4300], comm_json[4300], probe_json[2][4300], nr[16], ncr[16], nn[16];
     char **pass = calloc((size_t)argc + 16, sizeof *pass);
     if (!pass) return dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
     cal_flags f;
@@ -178,13 +178,15 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
     }
     snprintf(bench_json, sizeof bench_json, "%s/bench.json", dir);
     snprintf(comm_json, sizeof comm_json, "%s/commfit.json", dir);
-    snprintf(probe_json, sizeof probe_json, "%s/probe.json", dir);
+    snprintf(probe_json[0], sizeof probe_json[0], "%s/probe.json", dir);
+    snprintf(probe_json[1], sizeof probe_json[1], "%s/probe-zero3.json", dir);
     snprintf(nr, sizeof nr, "%d", f.ranks);
     snprintf(ncr, sizeof ncr, "%d", comm_ranks);
     snprintf(nn, sizeof nn, "%d", f.nodes);
     char **a = calloc((size_t)np + 16, sizeof *a);
     if (!a) st = dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
-    int n = 0, steps = f.comm_fit ? 2 : 3;
+    const int probes = f.ranks > 1 ? 2 : 1; /* ZeRO-3 needs 2+ ranks */
+    int n = 0, steps = 1 + probes + !f.comm_fit, step = 1;
     /* both runs are laid out as the entry's devices: R ranks, on the M nodes of the comm fit
      * (--hosts, else simulated on this machine, sharing its cores) */
     char where[4200];
@@ -194,20 +196,22 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         n = launch_argv(a, self, nr, &f, nn);
         for (int i = 0; i < np; i++) a[n++] = pass[i];
         a[n++] = "--json", a[n++] = bench_json, a[n] = NULL;
-        printf("# plan --calibrate: 1/%d dtrain launch -n %d%s -- bench (the matmul peak and a step's FLOP/s per rank)\n",
-               steps, f.ranks, where);
+        printf("# plan --calibrate: %d/%d dtrain launch -n %d%s -- bench (the matmul peak and a step's FLOP/s per rank)\n",
+               step++, steps, f.ranks, where);
         st = run_child(ctx, a);
     }
-    if (st == DT_OK) { /* the probe: a tiny model's step is mostly fixed cost (decision 55) */
-        static char *const probe[] = {"--model", "gpt2-tiny", "--seq", "64", "--batch", "2", "--bench-steps", "50",
-                                      "--warmup-steps", "5", "--repeats", "1", "--peak", "100",
-                                      "--set", "parallel.strategy=ddp", "--json"};
+    for (int z = 0; z < probes && st == DT_OK; z++) { /* the probes: a tiny model's step is mostly fixed
+                                                         cost, per step and per collective call (decision 55) */
+        static char *const probe[] = {"--model", DT_PLAN_CAL_PROBE_MODEL, "--seq", "64", "--batch", "2",
+                                      "--bench-steps", "30", "--warmup-steps", "5", "--repeats", "3", "--peak", "100",
+                                      "--set"};
         char *pr[48];
         int k = launch_argv(pr, self, nr, &f, nn);
         for (size_t i = 0; i < sizeof probe / sizeof *probe; i++) pr[k++] = probe[i];
-        pr[k++] = probe_json, pr[k] = NULL;
-        printf("# plan --calibrate: 2/%d dtrain launch -n %d%s -- bench --model gpt2-tiny (the fixed cost of a step)\n",
-               steps, f.ranks, where);
+        pr[k++] = z ? "parallel.strategy=zero3" : "parallel.strategy=ddp";
+        pr[k++] = "--json", pr[k++] = probe_json[z], pr[k] = NULL;
+        printf("# plan --calibrate: %d/%d dtrain launch -n %d%s -- bench --model gpt2-tiny --set %s (the fixed cost of "
+               "%s)\n", step++, steps, f.ranks, where, pr[k - 3], z ? "a collective call" : "a step");
         st = run_child(ctx, pr);
     }
     if (st == DT_OK && !f.comm_fit) {
@@ -215,38 +219,45 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         int k = launch_argv(cm, self, ncr, &f, nn);
         cm[k++] = "comm", cm[k++] = "--max-bytes", cm[k++] = (char *)f.max_bytes;
         cm[k++] = "--fit", cm[k++] = comm_json, cm[k] = NULL;
-        if (!multi) printf("# plan --calibrate: 3/3 dtrain launch -n %d -- bench comm --fit (the node's link)\n", comm_ranks);
+        if (!multi)
+            printf("# plan --calibrate: %d/%d dtrain launch -n %d -- bench comm --fit (the node's link)\n", step, steps,
+                   comm_ranks);
         else
-            printf("# plan --calibrate: 3/3 dtrain launch -n %d%s -- bench comm --fit (the links inside and across %d "
-                   "nodes)\n", comm_ranks, where, f.nodes);
+            printf("# plan --calibrate: %d/%d dtrain launch -n %d%s -- bench comm --fit (the links inside and across %d "
+                   "nodes)\n", step, steps, comm_ranks, where, f.nodes);
         st = run_child(ctx, cm);
         if (st == DT_OK) st = dt_comm_fit_load(ctx, comm_json, &fit);
     }
     free(a);
     free(pass);
-    cJSON *bj = NULL, *pj = NULL;
+    cJSON *bj = NULL, *pj = NULL, *zj = NULL;
     if (st == DT_OK) st = dt_json_read(ctx, bench_json, &bj);
-    if (st == DT_OK) st = dt_json_read(ctx, probe_json, &pj);
+    if (st == DT_OK) st = dt_json_read(ctx, probe_json[0], &pj);
+    if (st == DT_OK && probes > 1) st = dt_json_read(ctx, probe_json[1], &zj);
     if (st == DT_OK) st = cal_run(ctx, bj, "the calibration run", &c.run);
     if (st == DT_OK) st = cal_run(ctx, pj, "the gpt2-tiny probe", &c.probe);
+    if (st == DT_OK && zj) st = cal_run(ctx, zj, "the gpt2-tiny ZeRO-3 probe", &c.zprobe);
     if (st == DT_OK) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
         c.memory_bytes = (double)pages * (double)psz;
-        double eff = 0, o_us = 0, ct;
+        dt_plan_cal_fit fit_out;
         st = dt_plan_cal_write(ctx, f.out, &c);
-        if (st == DT_OK) st = dt_plan_cal_solve(ctx, &c, &eff, &o_us, &ct);
+        if (st == DT_OK) st = dt_plan_cal_solve(ctx, &c, &fit_out);
         if (st == DT_OK)
-            printf("# measured: the calibration's step %.6g ms (%.6g GFLOP per rank), the probe's %.6g ms (%.6g GFLOP)\n",
-                   c.run.step_s * 1e3, c.run.flops / 1e9, c.probe.step_s * 1e3, c.probe.flops / 1e9);
+            printf("# measured: the calibration's step %.6g ms (%.6g GFLOP per rank), the probe's %.6g ms (%.6g GFLOP), "
+                   "the ZeRO-3 probe's %.6g ms\n", c.run.step_s * 1e3, c.run.flops / 1e9, c.probe.step_s * 1e3,
+                   c.probe.flops / 1e9, c.zprobe.step_s * 1e3);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g; GEMM efficiency %.3g "
-                   "of peak and a fixed %.4g us per micro-batch; dtrain plan --catalog %s --hardware cpu-calibrated "
-                   "--gpus N%s ...\n",
-                   f.out, c.peak_gflops, c.achieved_gflops, eff, o_us, f.out, multi ? " --nodes M" : "");
+                   "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call; dtrain plan --catalog "
+                   "%s --hardware cpu-calibrated --gpus N%s ...\n",
+                   f.out, c.peak_gflops, c.achieved_gflops, fit_out.eff, fit_out.overhead_us, fit_out.call_us, f.out,
+                   multi ? " --nodes M" : "");
     }
     cJSON_Delete(bj);
     cJSON_Delete(pj);
-    remove(bench_json), remove(probe_json), remove(comm_json), rmdir(dir);
+    cJSON_Delete(zj);
+    remove(bench_json), remove(probe_json[0]), remove(probe_json[1]), remove(comm_json), rmdir(dir);
     return st;
 }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan.h"
@@ -49,39 +50,83 @@ dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double 
 
 /* The exposed time of a DDP run's all-reduce as the planner predicts it (plan_time.c): its
  * buckets over k ranks a node on nn nodes, all but the last hidden behind the backward (2/3
- * of the compute F x) when overlapped. */
-static double run_comm(const dt_plan_cal_run *r, int k, int nn, const dt_plan_net *net, double x) {
+ * of the compute F x) when overlapped, and call_s for each bucket's call. */
+static double run_comm(const dt_plan_cal_run *r, int k, int nn, const dt_plan_net *net, double x, double call_s) {
     if (k * nn < 2 || !(r->grad_bytes > 0)) return 0;
     double buckets = ceil(r->grad_bytes / fmax(r->bucket_bytes, 1.0));
     double t = dt_plan_coll_time(DT_COLL_ALLREDUCE, r->grad_bytes / buckets, k, nn, net, NULL, NULL);
-    return r->overlap ? fmax(t, buckets * t - r->flops * x * 2.0 / 3.0) : buckets * t;
+    return (r->overlap ? fmax(t, buckets * t - r->flops * x * 2.0 / 3.0) : buckets * t) + buckets * call_s;
 }
 
-dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, double *eff, double *overhead_us, double *ct) {
+dt_status dt_plan_cal_zero3_probe(dt_ctx *ctx, const dt_plan_cal *c, double eff, double overhead_us, double call_us,
+                                  double *step_s, double *calls) {
+    double bw[2], lat[2];
+    const char *name;
+    for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name));
+    const int k = per_node(c);
+    dt_hw_accel hw = {.kind = "cpu", .memory_bytes = c->memory_bytes > 0 ? c->memory_bytes : 1e12,
+                      .devices_per_node = k, .nics_per_node = k, .gemm_eff = eff,
+                      .step_overhead_us = overhead_us, .collective_call_us = call_us};
+    hw.peak_tflops[DT_HW_FP32] = c->peak_gflops / 1e3;
+    const dt_hw_link intra = {.bw_gbs = bw[0], .latency_us = lat[0], .eff = 1},
+                     inter = {.bw_gbs = bw[1], .latency_us = lat[1], .eff = 1};
+    dt_model_config mc;
+    DT_CHECK(dt_model_preset(ctx, DT_PLAN_CAL_PROBE_MODEL, &mc));
+    DT_CHECK(dt_model_config_validate(ctx, &mc));
+    dt_plan_job *job = calloc(1, sizeof *job);
+    dt_plan_result *r = calloc(1, sizeof *r);
+    dt_status st = job && r ? DT_OK : dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
+    if (st == DT_OK) {
+        dt_plan_model_from_dtrain(&mc, DT_PLAN_CAL_PROBE_MODEL, &job->model);
+        dt_train_cfg_defaults(&job->train);
+        job->train.micro_batch = DT_PLAN_CAL_PROBE_BATCH, job->train.seq_len = DT_PLAN_CAL_PROBE_SEQ;
+        job->gpus = c->ranks, job->dpn = k, job->global_batch = (long)DT_PLAN_CAL_PROBE_BATCH * c->ranks;
+        job->hw = &hw, job->intra = &intra, job->inter = &inter;
+        job->gemm_eff = eff, job->intra_eff = job->inter_eff = 1, job->price_hour = job->spot_hour = -1;
+        dt_plan_layout l = {c->ranks, 1, 1, 1, 1, DT_STRAT_ZERO3, 0};
+        st = dt_plan_predict(ctx, job, &l, r);
+        *step_s = r->step_s, *calls = r->calls;
+    }
+    free(job);
+    free(r);
+    return st;
+}
+
+dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *f) {
     const dt_plan_cal_run *b = &c->run, *p = &c->probe;
-    *overhead_us = 0, *ct = 0;
+    memset(f, 0, sizeof *f);
     if (!(b->step_s > 0) || !(b->flops > 0)) {
-        *eff = c->achieved_gflops / c->peak_gflops; /* no run to solve with: its achieved rate */
+        f->eff = c->achieved_gflops / c->peak_gflops; /* no run to solve with: its achieved rate */
     } else {
         double bw[2], lat[2];
         const char *name;
         for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name));
-        /* both runs ran on the entry's layout: k ranks a node (nics_per_node = k = devices) */
+        /* every run ran on the entry's layout: k ranks a node (nics_per_node = k = devices) */
         const int k = per_node(c), nn = c->nodes > 1 ? c->nodes : 1;
         const dt_plan_net net = {bw[0] * 1e9, lat[0] * 1e-6, bw[1] * 1e9, lat[1] * 1e-6};
-        int two = dt_plan_cal_probed(c);
-        double x = b->step_s / b->flops, o = 0;
-        for (int it = 0; it < 8; it++) { /* c(x) hardly depends on x: a few rounds settle it */
-            double yb = b->step_s - run_comm(b, k, nn, &net, x), yt = p->step_s - run_comm(p, k, nn, &net, x);
-            if (two) x = (yb - yt) / (b->flops - p->flops), o = yt - p->flops * x;
-            if (!two || !(o > 0) || !(x > 0)) /* one equation, or the runs show no fixed cost: none */
-                two = 0, x = yb / b->flops, o = 0;
+        const int zero3 = c->zprobe.step_s > 0 && k * nn > 1;
+        double x = b->step_s / b->flops, o = 0, d = 0;
+        for (int round = 0; round < (zero3 ? 30 : 1); round++) { /* the DDP runs hold few calls: fast */
+            int two = dt_plan_cal_probed(c);
+            for (int it = 0; it < 8; it++) { /* c(x) hardly depends on x: a few rounds settle it */
+                double yb = b->step_s - run_comm(b, k, nn, &net, x, d), yt = p->step_s - run_comm(p, k, nn, &net, x, d);
+                if (two) x = (yb - yt) / (b->flops - p->flops), o = yt - p->flops * x;
+                if (!two || !(o > 0) || !(x > 0)) /* one equation, or the runs show no fixed cost: none */
+                    two = 0, x = yb / b->flops, o = 0;
+            }
+            if (zero3) { /* the ZeRO-3 probe's step beyond its plan without call costs, per call */
+                DT_CHECK(dt_plan_cal_zero3_probe(ctx, c, 1.0 / (x * c->peak_gflops * 1e9), o * 1e6, 0, &f->zplan_s,
+                                                 &f->zcalls));
+                double d1 = f->zcalls > 0 ? fmax(0.0, (c->zprobe.step_s - f->zplan_s) / f->zcalls) : 0;
+                if (fabs(d1 - d) <= 1e-9 * fmax(d1, 1e-9) && round > 0) break;
+                d = d1;
+            }
         }
-        *eff = 1.0 / (x * c->peak_gflops * 1e9), *overhead_us = o * 1e6;
-        if (o > 0) *ct = run_comm(p, k, nn, &net, x);
+        f->eff = 1.0 / (x * c->peak_gflops * 1e9), f->overhead_us = o * 1e6, f->call_us = d * 1e6;
+        if (o > 0) f->ct = run_comm(p, k, nn, &net, x, d);
     }
-    if (!(*eff > 0.01)) *eff = 0.01; /* (also NaN) */
-    if (*eff > 1) *eff = 1;
+    if (!(f->eff > 0.01)) f->eff = 0.01; /* (also NaN) */
+    if (f->eff > 1) f->eff = 1;
     return DT_OK;
 }
 
@@ -95,11 +140,19 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c)
     for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name[lv]));
     if (!(c->peak_gflops > 0) || !(c->achieved_gflops > 0))
         return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the benchmark gave no peak or throughput");
-    double eff, o_us, ct;
-    DT_CHECK(dt_plan_cal_solve(ctx, c, &eff, &o_us, &ct));
+    dt_plan_cal_fit fit;
+    DT_CHECK(dt_plan_cal_solve(ctx, c, &fit));
+    const double eff = fit.eff, o_us = fit.overhead_us, ct = fit.ct;
     const int multi = c->nodes > 1, k = per_node(c);
     const double mib = (c->link_bytes > 0 ? c->link_bytes : 64.0 * 1048576) / 1048576;
-    char over[320], gemm[320];
+    char over[320], gemm[320], call[320];
+    if (fit.call_us > 0)
+        snprintf(call, sizeof call, "fixed cost per collective call: the ZeRO-3 probe's step %.6g ms = its plan %.6g ms "
+                 "without it + this x %.4g calls", c->zprobe.step_s * 1e3, fit.zplan_s * 1e3, fit.zcalls);
+    else
+        snprintf(call, sizeof call, "not measured: %s",
+                 !(c->zprobe.step_s > 0) ? "no ZeRO-3 probe (it needs 2+ ranks)"
+                                         : "the ZeRO-3 probe was no slower than its plan");
     if (o_us > 0)
         snprintf(over, sizeof over,
                  "fixed cost per micro-batch: the probe's step %.6g ms = %.6g GFLOP / rate + this + comm %.4g ms, "
@@ -133,13 +186,14 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c)
             "    inter_node: %s%s\n"
             "    nics_per_node: %d           # %s\n"
             "    step_overhead_us: %.6g       # %s\n"
+            "    collective_call_us: %.6g     # %s\n"
             "links:\n",
             c->source ? c->source : "dtrain bench, dtrain bench comm --fit", c->ranks, multi ? c->nodes : 1, path,
             multi ? " --nodes M" : "", c->peak_gflops / 1e3, c->memory_bytes / 1073741824.0, k, name[0], name[1],
             multi ? "" : "         # simulated nodes share the machine: the same link", k,
             multi ? "net-fit is per rank with every rank of a node sending: a device's share is its bw"
                   : "the ranks of the benchmark",
-            o_us, over);
+            o_us, over, fit.call_us, call);
     if (!multi || k > 1)
         fprintf(f,
                 "  shm-fit: {name: \"ordered all-reduce inside a node, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "

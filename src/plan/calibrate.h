@@ -57,11 +57,30 @@ typedef struct dt_plan_cal {
     double link_bytes;      /* the message size (per rank) the bandwidths are read at (0: 64 MiB) */
     dt_plan_cal_run run;    /* the calibration's bench (step_s 0: only achieved_gflops is known) */
     dt_plan_cal_run probe;  /* the tiny model's (step_s 0: not run; no fixed cost) */
+    dt_plan_cal_run zprobe; /* the tiny model under ZeRO-3 (only step_s is read; 0: not run) */
 } dt_plan_cal;
 
-/* Time per FLOP and fixed cost from run and probe (above): *eff (of peak_gflops, in [0.01,
- * 1]) and *overhead_us (>= 0); also fills *ct, the probe's predicted comm (s). */
-dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, double *eff, double *overhead_us, double *ct);
+/* The probes' job: gpt2-tiny, micro-batch 2 x 64 tokens, one micro-batch a step. */
+#define DT_PLAN_CAL_PROBE_MODEL "gpt2-tiny"
+#define DT_PLAN_CAL_PROBE_BATCH 2
+#define DT_PLAN_CAL_PROBE_SEQ 64
+
+/* What the runs give (dt_plan_cal_solve). */
+typedef struct dt_plan_cal_fit {
+    double eff;         /* GEMM efficiency: 1 / (x peak), in [0.01, 1] */
+    double overhead_us; /* fixed cost per micro-batch, >= 0 */
+    double call_us;     /* fixed cost per collective call, >= 0 */
+    double ct;          /* the DDP probe's predicted communication (s) */
+    double zplan_s;     /* the ZeRO-3 probe's plan without call costs (s; 0: no ZeRO-3 probe) */
+    double zcalls;      /* its collective calls per step */
+} dt_plan_cal_fit;
+
+/* Time per FLOP, fixed costs per micro-batch and per collective call from the runs (above). */
+dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *f);
+/* The planner's step (and collective calls) of the ZeRO-3 probe's job, R ranks on the
+ * entry's nodes, for the given efficiency and fixed costs. */
+dt_status dt_plan_cal_zero3_probe(dt_ctx *ctx, const dt_plan_cal *c, double eff, double overhead_us, double call_us,
+                                  double *step_s, double *calls);
 /* 1 when run and probe can be solved for a fixed cost (both measured, the run the larger). */
 int dt_plan_cal_probed(const dt_plan_cal *c);
 

@@ -35,6 +35,9 @@ typedef struct dt_hw_accel {
     double step_overhead_us;         /* fixed time per micro-batch no FLOP or byte term carries (kernel
                                         calls, thread hand-offs, the optimizer's per-tensor loop): measured
                                         by `plan --calibrate` (decision 55); 0 when not given */
+    double collective_call_us;       /* fixed time of each collective call on the training thread
+                                        beyond the link's (hand-offs to the communication thread
+                                        and back): measured by `plan --calibrate`; 0 when not given */
 } dt_hw_accel;
 
 typedef struct dt_hw_catalog {

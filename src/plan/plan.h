@@ -105,7 +105,8 @@ typedef struct dt_plan_result {
     int fits;                        /* mem_total <= device memory */
     double flops_token, flops_step;  /* model FLOPs (no recompute) */
     double compute_s, recompute_s, bubble_s, comm_s, step_s; /* comm_s: exposed */
-    double overhead_s;               /* the accelerator's step_overhead_us x m (decision 55) */
+    double overhead_s;               /* step_overhead_us x m + collective_call_us x calls (decision 55) */
+    double calls;                    /* collective calls per step (the comm terms' counts) */
     int n_comm;
     dt_plan_comm_term comm[DT_PLAN_MAX_COMM];
     double tokens_s, samples_s, tflops_gpu, mfu, scaling_eff; /* scaling_eff NaN: not defined */

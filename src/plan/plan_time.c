@@ -156,8 +156,11 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
         double ti, te, t = dt_plan_coll_time(DT_COLL_P2P, act / l->tp, k, nn, &net, &ti, &te);
         term(r, "pp send/recv acts", act / l->tp, 2 * mstep, ti, te, 2.0 * (l->pp - 1) * t);
     }
-    /* the fixed cost of each micro-batch that no FLOP or byte term carries (calibrated, decision 55) */
-    r->overhead_s = job->hw->step_overhead_us * 1e-6 * mstep;
+    /* the fixed costs no FLOP or byte term carries, of each micro-batch and of each collective
+       call (calibrated, decision 55) */
+    r->calls = 0;
+    for (int i = 0; i < r->n_comm; i++) r->calls += r->comm[i].count;
+    r->overhead_s = (job->hw->step_overhead_us * mstep + job->hw->collective_call_us * r->calls) * 1e-6;
     r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s + r->overhead_s;
     r->samples_s = job->global_batch / r->step_s;
     r->tokens_s = tokens / r->step_s;
