@@ -697,7 +697,7 @@ static void test_calibrate_overhead(void **state) {
     /* the ZeRO-3 probe: the planner's step of its job with the true values */
     double zstep, zcalls;
     assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, o * 1e6, d * 1e6, &zstep, &zcalls), DT_OK);
-    assert_true(zcalls >= 6); /* gpt2-tiny: every unit gathered twice and reduce-scattered */
+    near(zcalls, 18, 0, "gpt2-tiny ZeRO-3: 6 units, each gathered twice and reduce-scattered");
     c.zprobe.step_s = zstep;
     dt_plan_cal_fit f;
     assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);

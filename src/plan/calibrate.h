@@ -16,15 +16,18 @@
  * nodes), a per-rank bandwidth: nics_per_node = ranks per node, so that the planner's share
  * of a node's NICs per device (B x nics / devices) is B.
  *
- * Fixed cost per micro-batch (decision 55): a step's time is not only FLOPs and bytes; kernel
- * calls, thread hand-offs and the optimizer's per-tensor loop cost about the same whatever the
- * model's width, which is most of a small model's step. Two DDP runs of R ranks on the
- * entry's layout (M nodes: those of the comm fit), the calibration's own (run) and a probe of
- * a tiny model (probe: gpt2-tiny), give two equations, t = F x + o + c(x) (F: one rank's
- * model FLOPs per step, c: the all-reduce the planner predicts for it on the entry's links, k
- * ranks a node on M nodes, exposed behind 2/3 of F x), solved
- * for the time per FLOP x and the fixed cost o: gemm efficiency = 1 / (x peak),
- * step_overhead_us = o. The planner then gives back both runs' step times. Without a probe
+ * Fixed costs (decision 55): a step's time is not only FLOPs and bytes; kernel calls, thread
+ * hand-offs and the optimizer's per-tensor loop cost about the same whatever the model's
+ * width, which is most of a small model's step. Two DDP runs of R ranks on the entry's layout
+ * (M nodes: those of the comm fit), the calibration's own (run) and a probe of a tiny model
+ * (probe: gpt2-tiny), give two equations, t = F x + o + c(x) (F: one rank's model FLOPs per
+ * step, c: the all-reduce the planner predicts for it on the entry's links, k ranks a node on
+ * M nodes, exposed behind 2/3 of F x), solved for the time per FLOP x and the fixed cost per
+ * micro-batch o: gemm efficiency = 1 / (x peak), step_overhead_us = o. With R >= 2 a third
+ * run, the probe under ZeRO-3 (zprobe; 18 collective calls a step), gives the fixed cost per
+ * collective call d: its step beyond the planner's plan of the same job with d = 0, per call
+ * (d also enters the DDP runs' c, once per bucket: x, o and d are solved together);
+ * collective_call_us = d. The planner then gives back the runs' step times. Without a probe
  * (probe.step_s = 0), with a calibration step of no more FLOPs than the probe's, or where the
  * two runs show no fixed cost (o <= 0): o = 0 and x from the calibration run alone, its
  * all-reduce taken out (the planner gives back its step). */
