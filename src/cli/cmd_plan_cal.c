@@ -1,10 +1,11 @@
 /* dtrain plan --calibrate FILE: measures this machine with dtrain's own benchmarks and writes a
  * catalog entry for it (src/plan/calibrate.h): `dtrain launch -n R -- bench --json` (the
  * matmul peak and the model FLOP/s of a training step per rank, on the configuration given),
- * a probe, the same of gpt2-tiny (with the first run: the fixed cost of a micro-batch,
- * step_overhead_us, and the time per FLOP; decision 55), and `dtrain launch -n R -- bench
- * comm --fit` (the node-local link). With --nodes M all three run across M nodes (simulated
- * with DTRAIN_NODE_ID, or the hosts of --hosts) and the fit also gives the inter-node link.
+ * two probes, the same of gpt2-tiny under DDP and (R >= 2) ZeRO-3 (with the first run: the
+ * time per FLOP and the fixed costs of a micro-batch and of a collective call; decision 55),
+ * and `dtrain launch -n R -- bench comm --fit` (the node-local link). With --nodes M they all
+ * run across M nodes (simulated with DTRAIN_NODE_ID, or the hosts of --hosts) and the fit
+ * also gives the inter-node link.
  * --comm-fit FILE takes a fit made before instead. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -17,6 +18,9 @@
 #include "cli/cli.h"
 #include "core/jsonfile.h"
 #include "plan/calibrate.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x) /* a macro's value as a string literal */
 
 /* Runs argv (argv[0] = this executable) and waits; its output goes to ours. */
 static dt_status run_child(dt_ctx *ctx, char **argv) {
@@ -187,7 +191,7 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
     if (!a) st = dt_fail(ctx, DT_ERR_NOMEM, "plan --calibrate: out of memory");
     const int probes = f.ranks > 1 ? 2 : 1; /* ZeRO-3 needs 2+ ranks */
     int n = 0, steps = 1 + probes + !f.comm_fit, step = 1;
-    /* both runs are laid out as the entry's devices: R ranks, on the M nodes of the comm fit
+    /* the runs are laid out as the entry's devices: R ranks, on the M nodes of the comm fit
      * (--hosts, else simulated on this machine, sharing its cores) */
     char where[4200];
     snprintf(where, sizeof where, "%s%s", f.hosts ? " --hosts " : multi ? " --simulate-nodes " : "",
@@ -202,7 +206,8 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
     }
     for (int z = 0; z < probes && st == DT_OK; z++) { /* the probes: a tiny model's step is mostly fixed
                                                          cost, per step and per collective call (decision 55) */
-        static char *const probe[] = {"--model", DT_PLAN_CAL_PROBE_MODEL, "--seq", "64", "--batch", "2",
+        static char *const probe[] = {"--model", DT_PLAN_CAL_PROBE_MODEL, "--seq", STR(DT_PLAN_CAL_PROBE_SEQ),
+                                      "--batch", STR(DT_PLAN_CAL_PROBE_BATCH),
                                       "--bench-steps", "30", "--warmup-steps", "5", "--repeats", "3", "--peak", "100",
                                       "--set"};
         char *pr[48];
