@@ -558,18 +558,22 @@ static void cal_line(dt_comm_fit *f, const char *group, double lo, double hi, do
     l->lo = lo, l->hi = hi, l->alpha_us = alpha, l->beta_us_per_b = beta;
 }
 
+/* A scratch directory with dir/cal.yaml as path, and an empty fit of ranks x nodes. */
+static void cal_fixture(const char *name, char *dir, char *path, dt_comm_fit *fit, int ranks, int nodes) {
+    assert_int_equal(tu_mkdtemp(dir, 256, name), 0);
+    snprintf(path, 300, "%s/cal.yaml", dir);
+    memset(fit, 0, sizeof *fit);
+    fit->ranks = ranks, fit->nodes = nodes;
+}
+
 static void test_calibrate_roundtrip(void **state) {
     (void)state;
-    char dir[256];
-    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancal"), 0);
+    char dir[256], path[300];
     dt_comm_fit fit;
-    memset(&fit, 0, sizeof fit);
-    fit.ranks = 2, fit.nodes = 1;
+    cal_fixture("plancal", dir, path, &fit, 2, 1);
     cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4);
     dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2,
                      .fit = &fit, .source = "test", .nodes = 1};
-    char path[300];
-    snprintf(path, sizeof path, "%s/cal.yaml", dir);
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c), DT_OK);
@@ -609,11 +613,8 @@ static void test_calibrate_roundtrip(void **state) {
 static void test_calibrate_nodes(void **state) {
     (void)state;
     char dir[256], path[300];
-    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancaln"), 0);
-    snprintf(path, sizeof path, "%s/cal.yaml", dir);
     dt_comm_fit fit;
-    memset(&fit, 0, sizeof fit);
-    fit.ranks = 4, fit.nodes = 2;
+    cal_fixture("plancaln", dir, path, &fit, 4, 2);
     cal_line(&fit, "world", 1024, 64 << 20, 30, 5e-4); /* not used for the links */
     cal_line(&fit, "node", 1024, 128 << 10, 8, 1e-3);
     cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
@@ -676,11 +677,8 @@ static void test_calibrate_nodes(void **state) {
 static void test_calibrate_overhead(void **state) {
     (void)state;
     char dir[256], path[300];
-    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "plancalo"), 0);
-    snprintf(path, sizeof path, "%s/cal.yaml", dir);
     dt_comm_fit fit;
-    memset(&fit, 0, sizeof fit);
-    fit.ranks = 2, fit.nodes = 1;
+    cal_fixture("plancalo", dir, path, &fit, 2, 1);
     cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4); /* all-reduce of S bytes: (100 + 1e-4 S) us */
     const double peak = 200, x = 1 / (0.5 * peak * 1e9), o = 1.5e-3, d = 80e-6;
     /* run: 10 buckets of 4 MB, all but the last hidden behind the backward; probe: one bucket;
