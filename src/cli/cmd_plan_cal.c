@@ -247,8 +247,7 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
         c.memory_bytes = (double)pages * (double)psz;
         dt_plan_cal_fit fit_out;
-        st = dt_plan_cal_write(ctx, f.out, &c);
-        if (st == DT_OK) st = dt_plan_cal_solve(ctx, &c, &fit_out);
+        st = dt_plan_cal_write(ctx, f.out, &c, &fit_out);
         if (st == DT_OK)
             printf("# measured: the calibration's step %.6g ms (%.6g GFLOP per rank), the probe's %.6g ms (%.6g GFLOP), "
                    "the ZeRO-3 probe's %.6g ms\n", c.run.step_s * 1e3, c.run.flops / 1e9, c.probe.step_s * 1e3,

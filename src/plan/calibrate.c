@@ -134,7 +134,7 @@ int dt_plan_cal_probed(const dt_plan_cal *c) {
     return c->run.step_s > 0 && c->probe.step_s > 0 && c->probe.flops > 0 && c->run.flops > c->probe.flops;
 }
 
-dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c) {
+dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c, dt_plan_cal_fit *fit_out) {
     double bw[2], lat[2];
     const char *name[2];
     for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name[lv]));
@@ -142,6 +142,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c)
         return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the benchmark gave no peak or throughput");
     dt_plan_cal_fit fit;
     DT_CHECK(dt_plan_cal_solve(ctx, c, &fit));
+    if (fit_out) *fit_out = fit;
     const double eff = fit.eff, o_us = fit.overhead_us, ct = fit.ct;
     const int multi = c->nodes > 1, k = per_node(c);
     const double mib = (c->link_bytes > 0 ? c->link_bytes : 64.0 * 1048576) / 1048576;

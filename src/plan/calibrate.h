@@ -91,7 +91,7 @@ int dt_plan_cal_probed(const dt_plan_cal *c);
  * per rank and latency (us); *name gets its catalog key ("shm-fit", "net-fit"). */
 dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double *bw_gbs, double *lat_us,
                            const char **name);
-/* Writes the catalog file. */
-dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c);
+/* Writes the catalog file; *fit_out (may be NULL) gets what dt_plan_cal_solve gave it. */
+dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c, dt_plan_cal_fit *fit_out);
 
 #endif

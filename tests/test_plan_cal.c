@@ -1,0 +1,229 @@
+/* The calibrated catalog entry (src/plan/calibrate.c, decisions 45, 53, 55): the links from
+ * the comm fit's all-reduce lines give back the fit's times (one node; several nodes: the node
+ * and cross groups), and the time per FLOP and the fixed costs per micro-batch and per
+ * collective call are solved back from runs made of known values, with every fallback. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "plan/calibrate.h"
+#include "plan/plan.h"
+
+static void near(double got, double want, double tol, const char *what) {
+    double e = fabs(got - want) / fmax(fabs(want), 1e-300);
+    if (!(e <= tol)) fail_msg("%s: got %.10g, want %.10g (rel err %.3g)", what, got, want, e);
+}
+
+/* The calibrated catalog entry: the link from the all-reduce fit gives back the fit's times. */
+static void cal_line(dt_comm_fit *f, const char *group, double lo, double hi, double alpha, double beta) {
+    dt_comm_fit_line *l = &f->line[f->n++];
+    snprintf(l->op, sizeof l->op, "allreduce_ordered");
+    snprintf(l->group, sizeof l->group, "%s", group);
+    l->lo = lo, l->hi = hi, l->alpha_us = alpha, l->beta_us_per_b = beta;
+}
+
+/* A scratch directory with dir/cal.yaml as path, and an empty fit of ranks x nodes. */
+static void cal_fixture(const char *name, char *dir, char *path, dt_comm_fit *fit, int ranks, int nodes) {
+    assert_int_equal(tu_mkdtemp(dir, 256, name), 0);
+    snprintf(path, 300, "%s/cal.yaml", dir);
+    memset(fit, 0, sizeof *fit);
+    fit->ranks = ranks, fit->nodes = nodes;
+}
+
+static void test_calibrate_roundtrip(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancal", dir, path, &fit, 2, 1);
+    cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4);
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2,
+                     .fit = &fit, .source = "test", .nodes = 1};
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(dt_hw_peak(a, DT_F32), 0.2, 1e-12, "peak from bench");
+    near(a->gemm_eff, 0.6, 1e-3, "gemm efficiency = achieved / peak");
+    const dt_hw_link *l = dt_hw_link_find(&cat, a->intra);
+    near(l->bw_gbs, 10, 1e-5, "B = 2(n-1)/n / beta");
+    near(l->latency_us, 50, 1e-5, "a = alpha / 2(n-1)");
+    dt_plan_net net = {l->bw_gbs * 1e9 * l->eff, l->latency_us * 1e-6, 0, 0};
+    double S = 8e6;
+    near(dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 2, 1, &net, NULL, NULL), (100 + 1e-4 * S) * 1e-6, 1e-5,
+         "the planner's all-reduce = the fit");
+    dt_hw_free(&cat);
+    /* one rank: one device per node, the link still from the 2-rank fit */
+    c.ranks = 1, c.comm_ranks = 2;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    assert_int_equal(a->devices_per_node, 1);
+    near(dt_hw_link_find(&cat, a->intra)->bw_gbs, 10, 1e-5, "1 rank: the 2-rank fit's link");
+    dt_hw_free(&cat);
+    c.comm_ranks = 1;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
+    c.ranks = 2, c.comm_ranks = 0;
+    fit.line[0].beta_us_per_b = 0;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
+    tu_rmtree(dir);
+}
+
+
+/* Several nodes: the node group's lines give the intra-node link, the cross group's the
+ * inter-node one (n = nodes), and the planner's collectives over them give back the fits. */
+static void test_calibrate_nodes(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancaln", dir, path, &fit, 4, 2);
+    cal_line(&fit, "world", 1024, 64 << 20, 30, 5e-4); /* not used for the links */
+    cal_line(&fit, "node", 1024, 128 << 10, 8, 1e-3);
+    cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
+    cal_line(&fit, "cross", 1024, 128 << 10, 40, 2e-3);
+    cal_line(&fit, "cross", 8 << 20, 64 << 20, 0, 4e-4);
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 4,
+                     .fit = &fit, .source = "test", .nodes = 2};
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    assert_int_equal(a->devices_per_node, 2);
+    assert_int_equal(a->nics_per_node, 2);
+    assert_string_equal(a->intra, "shm-fit");
+    assert_string_equal(a->inter, "net-fit");
+    const dt_hw_link *li = dt_hw_link_find(&cat, a->intra), *le = dt_hw_link_find(&cat, a->inter);
+    near(li->bw_gbs, 2.0 * 1 / 2 / (1e-4 * 1e-6) / 1e9, 1e-5, "intra: the node group, n = 2 ranks per node");
+    near(li->latency_us, 8 / 2.0, 1e-6, "intra latency: alpha / 2(k-1) at 1 KiB");
+    near(le->bw_gbs, 2.0 * 1 / 2 / (4e-4 * 1e-6) / 1e9, 1e-5, "inter: the cross group, n = 2 nodes");
+    near(le->latency_us, 40 / 2.0, 1e-6, "inter latency: alpha / 2(nodes-1) at 1 KiB");
+    /* the planner's per-device share of the network (bw x nics / devices per node) is the
+     * cross group's bandwidth: its network part of a world all-reduce of S bytes is the cross
+     * fit at S / k, its node part the node fit at S */
+    dt_plan_net net = {li->bw_gbs * 1e9 * li->eff, li->latency_us * 1e-6,
+                       le->bw_gbs * 1e9 * a->nics_per_node / a->devices_per_node * le->eff, le->latency_us * 1e-6};
+    double S = 32e6, ti, te;
+    dt_plan_coll_time(DT_COLL_ALLREDUCE, S, 2, 2, &net, &ti, &te);
+    /* (the latency from the small messages' line, the bandwidth from the large ones') */
+    near(ti, (8 + 1e-4 * S) * 1e-6, 1e-9, "node part = the node group's fit");
+    near(te, (40 + 4e-4 * (S / 2)) * 1e-6, 1e-9, "network part = the cross group's fit at S / k");
+    dt_hw_free(&cat);
+    /* one rank per node: no intra-node link is measured; both levels name net-fit */
+    fit.ranks = 2, c.ranks = 2;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    assert_int_equal(a->devices_per_node, 1);
+    assert_string_equal(a->intra, "net-fit");
+    assert_string_equal(a->inter, "net-fit");
+    assert_null(dt_hw_link_find(&cat, "shm-fit"));
+    dt_hw_free(&cat);
+    /* a fit of another layout, a missing cross group, an uneven split: refused */
+    fit.ranks = 4;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "ran on 4 ranks of 2 node(s), not 2 of 2"));
+    c.ranks = 4, fit.n = 3;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "no cross group allreduce_ordered line"));
+    c.ranks = 3;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_CONFIG);
+    tu_rmtree(dir);
+}
+
+/* The fixed costs (decision 55): a calibration run, a DDP probe and a ZeRO-3 probe made of a
+ * known time per FLOP x, fixed costs o (per micro-batch) and d (per collective call) and the
+ * planner's collectives are solved back to x, o and d, and the written entry carries them. */
+static void test_calibrate_overhead(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancalo", dir, path, &fit, 2, 1);
+    cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4); /* all-reduce of S bytes: (100 + 1e-4 S) us */
+    const double peak = 200, x = 1 / (0.5 * peak * 1e9), o = 1.5e-3, d = 80e-6;
+    /* run: 10 buckets of 4 MB, all but the last hidden behind the backward; probe: one bucket;
+       each bucket's call costs d */
+    dt_plan_cal c = {.peak_gflops = peak, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2, .fit = &fit,
+                     .source = "test", .nodes = 1,
+                     .run = {.flops = 50e9, .grad_bytes = 40e6, .bucket_bytes = 4194304, .overlap = 1},
+                     .probe = {.flops = 0.1e9, .grad_bytes = 0.5e6, .bucket_bytes = 4194304, .overlap = 1}};
+    c.run.step_s = c.run.flops * x + o + (100 + 1e-4 * 4e6) * 1e-6 + 10 * d;
+    c.probe.step_s = c.probe.flops * x + o + (100 + 1e-4 * 0.5e6) * 1e-6 + d;
+    c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    /* the ZeRO-3 probe: the planner's step of its job with the true values */
+    double zstep, zcalls;
+    assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, o * 1e6, d * 1e6, &zstep, &zcalls), DT_OK);
+    near(zcalls, 18, 0, "gpt2-tiny ZeRO-3: 6 units, each gathered twice and reduce-scattered");
+    c.zprobe.step_s = zstep;
+    dt_plan_cal_fit f;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    assert_int_equal(dt_plan_cal_probed(&c), 1);
+    near(f.eff, 0.5, 1e-7, "gemm efficiency = 1 / (x peak)");
+    near(f.overhead_us, 1500, 1e-3, "fixed cost per micro-batch o");
+    near(f.call_us, 80, 1e-4, "fixed cost per collective call");
+    near(f.ct, 150e-6 + d, 1e-9, "the probe's all-reduce, one bucket and its call");
+    near(f.zcalls, zcalls, 0, "the ZeRO-3 probe's calls");
+    dt_plan_cal_fit written;
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, &written), DT_OK);
+    assert_true(written.eff == f.eff && written.overhead_us == f.overhead_us && written.call_us == f.call_us);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *a;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(a->gemm_eff, 0.5, 1e-6, "the entry's gemm efficiency");
+    near(a->step_overhead_us, 1500, 1e-2, "the entry's step_overhead_us");
+    near(a->collective_call_us, 80, 1e-3, "the entry's collective_call_us");
+    dt_hw_free(&cat);
+    /* without the ZeRO-3 probe: no call cost, the DDP runs' calls land in x and o */
+    c.zprobe.step_s = 0;
+    c.run.step_s -= 10 * d, c.probe.step_s -= d;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.call_us, 0, 0, "no ZeRO-3 probe: no call cost");
+    near(f.eff, 0.5, 1e-9, "efficiency");
+    near(f.overhead_us, 1500, 1e-6, "fixed cost");
+    near(f.ct, 150e-6, 1e-12, "the probe's all-reduce, one bucket");
+    /* a ZeRO-3 probe faster than its plan: no call cost */
+    c.zprobe.step_s = 1e-6;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.call_us, 0, 0, "ZeRO-3 probe under its plan: 0");
+    c.zprobe.step_s = 0;
+    /* not overlapped: every bucket is waited for */
+    c.run.overlap = 0, c.run.step_s = c.run.flops * x + o + 10 * (100 + 1e-4 * 4e6) * 1e-6;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.eff, 0.5, 1e-9, "no overlap: efficiency");
+    near(f.overhead_us, 1500, 1e-6, "no overlap: fixed cost");
+    /* the probe faster than its FLOPs allow: no fixed cost, x from the run alone (comm out) */
+    c.probe.step_s = 0.1e-3;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.overhead_us, 0, 0, "no fixed cost shown");
+    near(f.eff, 1 / ((c.run.step_s - 10 * 500e-6) / c.run.flops * peak * 1e9), 1e-9, "x = the run's (t - c) / F");
+    /* a probe as large as the run: one equation */
+    c.probe.step_s = 1, c.probe.flops = c.run.flops;
+    assert_int_equal(dt_plan_cal_probed(&c), 0);
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.overhead_us, 0, 0, "probe not smaller: no fixed cost");
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    near(a->step_overhead_us, 0, 0, "written as 0");
+    near(a->collective_call_us, 0, 0, "written as 0");
+    dt_hw_free(&cat);
+    tu_rmtree(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calibrate_roundtrip),
+        cmocka_unit_test(test_calibrate_nodes),
+        cmocka_unit_test(test_calibrate_overhead),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
