@@ -200,7 +200,8 @@ static void test_zero_memory_by_hand(void **state) {
         near(r.mem[DT_MEM_ACTS], 8 * dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 1, 4) + 4 * b * s * 512 +
                                      4 * b * s * 32000, 1e-12, "activations");
         /* the step adds up and the rates follow from it */
-        near(r.step_s, r.compute_s + r.recompute_s + r.bubble_s + r.comm_s + r.overhead_s, 1e-12, "step = sum of terms");
+        near(r.step_s, r.compute_s + r.recompute_s + r.bubble_s + r.comm_s + r.overhead_s + r.optimizer_s, 1e-12,
+             "step = sum of terms");
         near(r.mfu, r.flops_step / 4 / r.step_s / 100e12, 1e-12, "MFU = model FLOP/s / peak (fp32 100)");
     }
     /* 16-bit compute adds a 2-byte working copy of the weights */
@@ -573,14 +574,48 @@ static void test_step_overhead_term(void **state) {
     assert_true(calls > 3);
     near(r1.calls, calls, 0, "calls = the comm terms' counts");
     near(r1.overhead_s, 3 * 250e-6 + 7e-6 * calls, 1e-15, "overhead = step_overhead_us x m + collective_call_us x calls");
-    near(r1.step_s, r1.compute_s + r1.recompute_s + r1.bubble_s + r1.comm_s + r1.overhead_s, 1e-12, "step = sum");
+    near(r1.step_s, r1.compute_s + r1.recompute_s + r1.bubble_s + r1.comm_s + r1.overhead_s + r1.optimizer_s, 1e-12,
+         "step = sum");
     near(r1.step_s - r0.step_s, 3 * 250e-6 + 7e-6 * calls, 1e-12, "the other terms unchanged");
     near(r1.tokens_s, (double)j.global_batch * j.train.seq_len / r1.step_s, 1e-12, "rates from the step");
     dt_hw_free(&cat);
 }
 
+/* The optimizer step (decision 56): the parameters a device updates (all under DDP, a shard
+ * under ZeRO, hybrid: the node's shard) x its bytes per parameter / optimizer_bw_gbs, none
+ * without the key; the step is the sum of its terms. */
+static void test_optimizer_term(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    m.is_dtrain = 0;
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_plan_layout ddp = {8, 1, 1, 1, 1, DT_STRAT_DDP, 0}, z1 = {8, 1, 1, 1, 1, DT_STRAT_ZERO1, 0};
+    dt_plan_result r0, r1, r2;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &ddp, &r0), DT_OK);
+    near(r0.optimizer_s, 0, 0, "no optimizer_bw_gbs: no term");
+    for (int i = 0; i < cat.n_acc; i++) cat.acc[i].optimizer_bw_gbs = 50;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &ddp, &r1), DT_OK);
+    const double P = dt_plan_stage_params(&m, &ddp, 0);
+    near(r1.opt_params, P, 0, "DDP: every parameter");
+    near(r1.opt_bytes, 28, 0, "fp32 AdamW: 28 bytes a parameter");
+    near(r1.optimizer_s, P * 28 / 50e9, 1e-12, "optimizer = P x 28 / bw");
+    near(r1.step_s - r0.step_s, r1.optimizer_s, 1e-9, "the other terms unchanged");
+    near(r1.step_s, r1.compute_s + r1.recompute_s + r1.bubble_s + r1.comm_s + r1.overhead_s + r1.optimizer_s, 1e-12,
+         "step = sum");
+    assert_int_equal(dt_plan_predict(&ctx, &j, &z1, &r2), DT_OK);
+    near(r2.optimizer_s, P / 8 * 28 / 50e9, 1e-12, "ZeRO-1: the shard P / dp");
+    j.train.model_opts.compute = DT_BF16, j.train.parallel.grad_dtype = DT_BF16;
+    near(dt_plan_opt_bytes(&j.train), 12 + 2 + 12 + 2, 0, "bf16: 16-bit gradient read, 16-bit weight copy written");
+    dt_hw_free(&cat);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_optimizer_term),
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_reduce_scatter_allgather_alltoall),
         cmocka_unit_test(test_group_span),

@@ -32,12 +32,12 @@ if out=$(python3 - plan.json <<'EOF' 2>&1
 import json, math, sys
 d = json.load(open(sys.argv[1]))
 job, lays = d["job"], d["layouts"]
-assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5, "tp_overlap": 0, "step_overhead_us": 0, "collective_call_us": 0}, job
+assert job["gpus"] == 16 and job["efficiency"] == {"gemm": 0.5, "intra_link": 1.0, "inter_link": 0.5, "tp_overlap": 0, "step_overhead_us": 0, "collective_call_us": 0, "optimizer_bw_gbs": 0}, job
 peak = job["peak_tflops"] * 1e12
 fits = [l for l in lays if l["fits"]]
 assert fits and len(lays) >= 10
 for l in lays:
-    parts = l["compute_s"] + l["recompute_s"] + l["bubble_s"] + l["comm_exposed_s"] + l["overhead_s"]
+    parts = l["compute_s"] + l["recompute_s"] + l["bubble_s"] + l["comm_exposed_s"] + l["overhead_s"] + l["optimizer_s"]
     assert abs(parts - l["step_s"]) <= 1e-9 * l["step_s"], l["layout"]
     assert abs(sum(c["exposed_s"] for c in l["comm"]) - l["comm_exposed_s"]) <= 1e-9 * l["step_s"] + 1e-15, l["layout"]
     assert abs(l["mfu"] - l["flops_per_step"] / 16 / l["step_s"] / peak) < 1e-9, l["layout"]
@@ -234,9 +234,9 @@ EOF
 ); then pass "calibrate --nodes 2 --comm-fit: net-fit from the cross group; plan --nodes 2 uses it"
 else fail "calibrated 2-node entry: $out"; fi
 
-# The fixed costs (decision 55): the entry gives back the calibration's measured step (its own
-# job, as planned), where it found them the gpt2-tiny probe's (per micro-batch) and the ZeRO-3
-# probe's (per collective call).
+# The fixed costs (decision 55) and the optimizer (decision 56): the entry gives back the
+# calibration's measured step (its own job, as planned), where it found them the gpt2-tiny
+# probe's (per micro-batch) and the ZeRO-3 probe's (per collective call).
 plan_step() { # SEQ MICRO_BATCH STRATEGY: the plan's step on the 2-node entry
   "$bin" plan --catalog c2.yaml --hardware cpu-calibrated --gpus 2 --nodes 2 --model gpt2-tiny --seq "$1" \
     --micro-batch "$2" --strategy "$3" --tp 1 --pp 1 --json 2>>err.txt |
@@ -263,7 +263,9 @@ if d > 0:
     assert abs(plan_z / z_ms - 1) < 1e-4, ("the ZeRO-3 probe's step", plan_z, z_ms)
 else:
     assert "collective_call_us: 0 " in y, y
-print(f"o = {o} us, d = {d} us")
+q = re.search(r"^    optimizer_bw_gbs: (\S+) +# the optimizer step: 28 bytes \(fp32 AdamW\) per parameter", y, re.M)
+assert q and float(q.group(1)) > 0, y   # the runs' breakdowns time the optimizer (decision 56)
+print(f"o = {o} us, d = {d} us, optimizer {q.group(1)} GB/s")
 EOF
 ); then pass "calibrate: the entry gives back the measured steps ($out)"
 else fail "calibrate, fixed costs: $out $(head -2 err.txt)"; fi

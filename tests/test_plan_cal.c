@@ -1,7 +1,8 @@
-/* The calibrated catalog entry (src/plan/calibrate.c, decisions 45, 53, 55): the links from
+/* The calibrated catalog entry (src/plan/calibrate.c, decisions 45, 53, 55, 56): the links from
  * the comm fit's all-reduce lines give back the fit's times (one node; several nodes: the node
  * and cross groups), and the time per FLOP and the fixed costs per micro-batch and per
- * collective call are solved back from runs made of known values, with every fallback. */
+ * collective call are solved back from runs made of known values, with every fallback, and
+ * the optimizer's time per parameter from the runs' breakdowns. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,7 @@ static void test_calibrate_overhead(void **state) {
     dt_ctx_init(&ctx);
     /* the ZeRO-3 probe: the planner's step of its job with the true values */
     double zstep, zcalls;
-    assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, o * 1e6, d * 1e6, &zstep, &zcalls), DT_OK);
+    assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, o * 1e6, d * 1e6, 0, &zstep, &zcalls), DT_OK);
     near(zcalls, 18, 0, "gpt2-tiny ZeRO-3: 6 units, each gathered twice and reduce-scattered");
     c.zprobe.step_s = zstep;
     dt_plan_cal_fit f;
@@ -219,11 +220,71 @@ static void test_calibrate_overhead(void **state) {
     tu_rmtree(dir);
 }
 
+/* The optimizer step (decision 56): runs whose optimizer takes a + P q (a fixed part, q per
+ * parameter) and whose steps hold P q beside x F, o and the calls give back q (written as
+ * optimizer_bw_gbs = 28 / q), x, o + a and d; the planner's ZeRO-3 probe charges P / R q. */
+static void test_calibrate_optimizer(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancalq", dir, path, &fit, 2, 1);
+    cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4);
+    const double peak = 200, x = 1 / (0.5 * peak * 1e9), o = 1.5e-3, d = 80e-6, q = 2e-9, a = 0.1e-3;
+    const double Pr = 30e6, Pp = 120576; /* gpt2-tiny's parameters: the ZeRO-3 probe's plan */
+    dt_plan_cal c = {.peak_gflops = peak, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2, .fit = &fit,
+                     .source = "test", .nodes = 1,
+                     .run = {.flops = 50e9, .grad_bytes = 4 * Pr, .bucket_bytes = 4194304, .overlap = 1, .params = Pr,
+                             .opt_s = a + Pr * q},
+                     .probe = {.flops = 0.1e9, .grad_bytes = 4 * Pp, .bucket_bytes = 4194304, .overlap = 1,
+                               .params = Pp, .opt_s = a + Pp * q}};
+    const double nb = ceil(4 * Pr / 4194304.0), tb = (100 + 1e-4 * 4 * Pr / nb) * 1e-6; /* the run's buckets */
+    c.run.step_s = c.run.flops * x + o + a + tb + nb * d + Pr * q;
+    c.probe.step_s = c.probe.flops * x + o + a + (100 + 1e-4 * 4 * Pp) * 1e-6 + d + Pp * q;
+    c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    double zstep, zcalls, zstep0;
+    assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, (o + a) * 1e6, d * 1e6, 28 / q / 1e9, &zstep, &zcalls),
+                     DT_OK);
+    assert_int_equal(dt_plan_cal_zero3_probe(&ctx, &c, 0.5, (o + a) * 1e6, d * 1e6, 0, &zstep0, &zcalls), DT_OK);
+    near(zstep - zstep0, Pp / 2 * q, 1e-6, "the ZeRO-3 probe's plan: the optimizer over its half of the parameters");
+    c.zprobe.step_s = zstep;
+    dt_plan_cal_fit f;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.opt_s_param, q, 1e-9, "time per parameter: (opt_run - opt_probe) / (P_run - P_probe)");
+    near(f.opt_bw_gbs, 14, 1e-9, "optimizer_bw_gbs = 28 / q");
+    near(f.eff, 0.5, 1e-7, "gemm efficiency with the optimizer taken out");
+    near(f.overhead_us, (o + a) * 1e6, 1e-5, "the optimizer's fixed part stays in o");
+    near(f.call_us, 80, 1e-4, "fixed cost per collective call");
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    dt_hw_catalog cat;
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    const dt_hw_accel *e;
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &e), DT_OK);
+    near(e->optimizer_bw_gbs, 14, 1e-6, "the entry's optimizer_bw_gbs");
+    dt_hw_free(&cat);
+    /* one run's breakdown only: q = its optimizer / its parameters */
+    c.probe.opt_s = 0;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.opt_s_param, (a + Pr * q) / Pr, 1e-12, "one breakdown: opt_run / P_run");
+    /* no breakdown: no optimizer term, none written */
+    c.run.opt_s = 0;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
+    near(f.opt_bw_gbs, 0, 0, "no breakdown: no optimizer bandwidth");
+    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
+    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
+    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &e), DT_OK);
+    near(e->optimizer_bw_gbs, 0, 0, "not written: 0");
+    dt_hw_free(&cat);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calibrate_roundtrip),
         cmocka_unit_test(test_calibrate_nodes),
         cmocka_unit_test(test_calibrate_overhead),
+        cmocka_unit_test(test_calibrate_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

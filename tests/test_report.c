@@ -556,11 +556,12 @@ static cJSON *plan_layout(const char *name, const char *strategy, int dp, int tp
     cJSON_AddItemToObject(l, "memory_bytes", m);
     cJSON_AddBoolToObject(l, "fits", 1);
     cJSON_AddNumberToObject(l, "step_s", step_s);
-    cJSON_AddNumberToObject(l, "compute_s", 0.65 * step_s);
+    cJSON_AddNumberToObject(l, "compute_s", 0.6 * step_s);
     cJSON_AddNumberToObject(l, "recompute_s", 0);
     cJSON_AddNumberToObject(l, "bubble_s", 0);
     cJSON_AddNumberToObject(l, "comm_exposed_s", 0.25 * step_s);
     cJSON_AddNumberToObject(l, "overhead_s", 0.1 * step_s); /* the calibrated fixed cost (decision 55) */
+    cJSON_AddNumberToObject(l, "optimizer_s", 0.05 * step_s); /* the optimizer step (decision 56) */
     cJSON_AddNumberToObject(l, "tokens_per_s", 4096 / step_s);
     cJSON_AddNumberToObject(l, "tflops_per_gpu", 0.1);
     cJSON_AddNumberToObject(l, "mfu", 0.5);
@@ -650,14 +651,16 @@ static void test_plans(void **state) {
     assert_non_null(strstr(html, "<table id=\"plan-1\">"));
     assert_non_null(strstr(html, "fastest measured"));
     assert_non_null(strstr(html, "<th>overhead ms</th>"));
-    /* the chart: 3 segments (compute, exposed comm, overhead) + 1 measured marker per matched run */
+    assert_non_null(strstr(html, "<th>optimizer ms</th>"));
+    /* the chart: 4 segments (compute, exposed comm, overhead, optimizer) + 1 measured marker per
+       matched run */
     const char *fig = strstr(html, "id=\"chart-plans\""), *end = fig ? strstr(fig, "</figure>") : NULL;
     assert_true(fig && end);
     const char *svg = strstr(fig, "data-marks=\"");
     assert_true(svg && svg < end);
     int declared = atoi(svg + 12), counted = 0;
     for (const char *s = fig; (s = strstr(s, "class=\"mark")) && s < end; s++) counted++;
-    assert_int_equal(declared, 4 * n);
+    assert_int_equal(declared, 5 * n);
     assert_int_equal(counted, declared);
     free(html);
     dt_report_free(r);
@@ -679,6 +682,15 @@ static void test_plans(void **state) {
     t = plan_text("overhead_s");
     if (dt_report_add_text(&ctx, q, "plan.json", t) != DT_OK) fail_msg("%s", ctx.err);
     assert_true(q->plan[0].lay[0].overhead_s == 0 && q->plan[0].lay[1].overhead_s > 0);
+    free(t);
+    dt_report_free(q);
+    /* nor the optimizer step: read as 0 */
+    q = dt_report_new();
+    t = plan_text("optimizer_s");
+    if (dt_report_add_text(&ctx, q, "plan.json", t) != DT_OK) fail_msg("%s", ctx.err);
+    assert_true(q->plan[0].lay[0].optimizer_s == 0 && q->plan[0].lay[1].optimizer_s > 0);
+    assert_true(fabs(q->plan[0].lay[1].compute_s + q->plan[0].lay[1].comm_exposed_s + q->plan[0].lay[1].overhead_s +
+                     q->plan[0].lay[1].optimizer_s - q->plan[0].lay[1].step_s) < 1e-12);
     free(t);
     dt_report_free(q);
     q = dt_report_new();

@@ -64,6 +64,8 @@ static dt_status cal_run(dt_ctx *ctx, const cJSON *j, const char *what, dt_plan_
     r->bucket_bytes = at(j, "parallel", "bucket_bytes", NULL);
     const cJSON *ov = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "parallel"), "overlap");
     r->overlap = cJSON_IsTrue(ov);
+    r->params = at(j, "model", "trainable_params", NULL);
+    r->opt_s = at(j, "summary", "breakdown_s", "optimizer"); /* the mean over steps; 0 when absent */
     return DT_OK;
 }
 
@@ -254,9 +256,10 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
                    c.probe.flops / 1e9, c.zprobe.step_s * 1e3);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g; GEMM efficiency %.3g "
-                   "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call; dtrain plan --catalog "
-                   "%s --hardware cpu-calibrated --gpus N%s ...\n",
-                   f.out, c.peak_gflops, c.achieved_gflops, fit_out.eff, fit_out.overhead_us, fit_out.call_us, f.out,
+                   "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call, optimizer %.4g GB/s; "
+                   "dtrain plan --catalog %s --hardware cpu-calibrated --gpus N%s ...\n",
+                   f.out, c.peak_gflops, c.achieved_gflops, fit_out.eff, fit_out.overhead_us, fit_out.call_us,
+                   fit_out.opt_bw_gbs, f.out,
                    multi ? " --nodes M" : "");
     }
     cJSON_Delete(bj);

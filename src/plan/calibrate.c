@@ -59,14 +59,14 @@ static double run_comm(const dt_plan_cal_run *r, int k, int nn, const dt_plan_ne
 }
 
 dt_status dt_plan_cal_zero3_probe(dt_ctx *ctx, const dt_plan_cal *c, double eff, double overhead_us, double call_us,
-                                  double *step_s, double *calls) {
+                                  double opt_bw_gbs, double *step_s, double *calls) {
     double bw[2], lat[2];
     const char *name;
     for (int lv = 0; lv < 2; lv++) DT_CHECK(dt_plan_cal_link(ctx, c, lv, &bw[lv], &lat[lv], &name));
     const int k = per_node(c);
     dt_hw_accel hw = {.kind = "cpu", .memory_bytes = c->memory_bytes > 0 ? c->memory_bytes : 1e12,
                       .devices_per_node = k, .nics_per_node = k, .gemm_eff = eff,
-                      .step_overhead_us = overhead_us, .collective_call_us = call_us};
+                      .step_overhead_us = overhead_us, .collective_call_us = call_us, .optimizer_bw_gbs = opt_bw_gbs};
     hw.peak_tflops[DT_HW_FP32] = c->peak_gflops / 1e3;
     const dt_hw_link intra = {.bw_gbs = bw[0], .latency_us = lat[0], .eff = 1},
                      inter = {.bw_gbs = bw[1], .latency_us = lat[1], .eff = 1};
@@ -105,18 +105,27 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *
         const int k = per_node(c), nn = c->nodes > 1 ? c->nodes : 1;
         const dt_plan_net net = {bw[0] * 1e9, lat[0] * 1e-6, bw[1] * 1e9, lat[1] * 1e-6};
         const int zero3 = c->zprobe.step_s > 0 && k * nn > 1;
+        /* the optimizer's time per parameter, from the breakdowns (two runs: its fixed part apart) */
+        double q = 0;
+        if (b->opt_s > 0 && b->params > 0) {
+            q = b->opt_s / b->params;
+            if (p->opt_s > 0 && p->params > 0 && b->params > p->params && b->opt_s > p->opt_s)
+                q = (b->opt_s - p->opt_s) / (b->params - p->params);
+        }
+        f->opt_s_param = q, f->opt_bw_gbs = q > 0 ? DT_PLAN_CAL_OPT_BYTES / q / 1e9 : 0;
         double x = b->step_s / b->flops, o = 0, d = 0;
         for (int round = 0; round < (zero3 ? 30 : 1); round++) { /* the DDP runs hold few calls: fast */
             int two = dt_plan_cal_probed(c);
             for (int it = 0; it < 8; it++) { /* c(x) hardly depends on x: a few rounds settle it */
-                double yb = b->step_s - run_comm(b, k, nn, &net, x, d), yt = p->step_s - run_comm(p, k, nn, &net, x, d);
+                double yb = b->step_s - run_comm(b, k, nn, &net, x, d) - b->params * q,
+                       yt = p->step_s - run_comm(p, k, nn, &net, x, d) - p->params * q;
                 if (two) x = (yb - yt) / (b->flops - p->flops), o = yt - p->flops * x;
                 if (!two || !(o > 0) || !(x > 0)) /* one equation, or the runs show no fixed cost: none */
                     two = 0, x = yb / b->flops, o = 0;
             }
             if (zero3) { /* the ZeRO-3 probe's step beyond its plan without call costs, per call */
-                DT_CHECK(dt_plan_cal_zero3_probe(ctx, c, 1.0 / (x * c->peak_gflops * 1e9), o * 1e6, 0, &f->zplan_s,
-                                                 &f->zcalls));
+                DT_CHECK(dt_plan_cal_zero3_probe(ctx, c, 1.0 / (x * c->peak_gflops * 1e9), o * 1e6, 0, f->opt_bw_gbs,
+                                                 &f->zplan_s, &f->zcalls));
                 double d1 = f->zcalls > 0 ? fmax(0.0, (c->zprobe.step_s - f->zplan_s) / f->zcalls) : 0;
                 if (fabs(d1 - d) <= 1e-9 * fmax(d1, 1e-9) && round > 0) break;
                 d = d1;
@@ -146,7 +155,14 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     const double eff = fit.eff, o_us = fit.overhead_us, ct = fit.ct;
     const int multi = c->nodes > 1, k = per_node(c);
     const double mib = (c->link_bytes > 0 ? c->link_bytes : 64.0 * 1048576) / 1048576;
-    char over[320], gemm[320], call[320];
+    char over[320], gemm[320], call[320], optim[400] = "";
+    if (fit.opt_bw_gbs > 0)
+        snprintf(optim, sizeof optim,
+                 "    optimizer_bw_gbs: %.6g       # the optimizer step: %g bytes (fp32 AdamW) per parameter in %.4g ns, "
+                 "from the calibration's %.6g ms over %.6g parameters%s\n",
+                 fit.opt_bw_gbs, DT_PLAN_CAL_OPT_BYTES, fit.opt_s_param * 1e9, c->run.opt_s * 1e3, c->run.params,
+                 c->probe.opt_s > 0 && c->run.opt_s > c->probe.opt_s && c->run.params > c->probe.params
+                     ? " less the probe's (its fixed part, in step_overhead_us)" : "");
     if (fit.call_us > 0)
         snprintf(call, sizeof call, "fixed cost per collective call: the ZeRO-3 probe's step %.6g ms = its plan %.6g ms "
                  "without it + this x %.4g calls", c->zprobe.step_s * 1e3, fit.zplan_s * 1e3, fit.zcalls);
@@ -188,13 +204,14 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
             "    nics_per_node: %d           # %s\n"
             "    step_overhead_us: %.6g       # %s\n"
             "    collective_call_us: %.6g     # %s\n"
+            "%s"
             "links:\n",
             c->source ? c->source : "dtrain bench, dtrain bench comm --fit", c->ranks, multi ? c->nodes : 1, path,
             multi ? " --nodes M" : "", c->peak_gflops / 1e3, c->memory_bytes / 1073741824.0, k, name[0], name[1],
             multi ? "" : "         # simulated nodes share the machine: the same link", k,
             multi ? "net-fit is per rank with every rank of a node sending: a device's share is its bw"
                   : "the ranks of the benchmark",
-            o_us, over, fit.call_us, call);
+            o_us, over, fit.call_us, call, optim);
     if (!multi || k > 1)
         fprintf(f,
                 "  shm-fit: {name: \"ordered all-reduce inside a node, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "

@@ -27,7 +27,12 @@
  * run, the probe under ZeRO-3 (zprobe; 18 collective calls a step), gives the fixed cost per
  * collective call d: its step beyond the planner's plan of the same job with d = 0, per call
  * (d also enters the DDP runs' c, once per bucket: x, o and d are solved together);
- * collective_call_us = d. The planner then gives back the runs' step times. Without a probe
+ * collective_call_us = d. The optimizer step (decision 56) is measured apart, in the runs'
+ * breakdowns: its time per parameter q = (opt_run - opt_probe) / (P_run - P_probe) (the
+ * probe's few parameters carry the loop's fixed part, which stays in o), taken out of each
+ * run's step as P q before the solve, and written as optimizer_bw_gbs = 28 / q (fp32 AdamW's
+ * bytes per parameter: the planner charges ZeRO's shard P / R of it). The planner then gives
+ * back the runs' step times. Without a probe
  * (probe.step_s = 0), with a calibration step of no more FLOPs than the probe's, or where the
  * two runs show no fixed cost (o <= 0): o = 0 and x from the calibration run alone, its
  * all-reduce taken out (the planner gives back its step). */
@@ -44,6 +49,8 @@ typedef struct dt_plan_cal_run {
     double grad_bytes;   /* bytes the step all-reduces: fp32 gradients of every parameter (0: not DDP) */
     double bucket_bytes; /* DDP's bucket size */
     int overlap;         /* buckets overlapped with the backward */
+    double params;       /* parameters the optimizer updates (trainable; DDP: all of them) */
+    double opt_s;        /* the optimizer's time in a step (bench: breakdown_s.optimizer; 0: not known) */
 } dt_plan_cal_run;
 
 typedef struct dt_plan_cal {
@@ -63,6 +70,10 @@ typedef struct dt_plan_cal {
     dt_plan_cal_run zprobe; /* the tiny model under ZeRO-3 (only step_s is read; 0: not run) */
 } dt_plan_cal;
 
+/* Bytes fp32 AdamW moves per parameter (dt_plan_opt_bytes of an fp32 job): the calibration
+ * expresses its measured time per parameter as optimizer_bw_gbs with it. */
+#define DT_PLAN_CAL_OPT_BYTES 28.0
+
 /* The probes' job: gpt2-tiny, micro-batch 2 x 64 tokens, one micro-batch a step. */
 #define DT_PLAN_CAL_PROBE_MODEL "gpt2-tiny"
 #define DT_PLAN_CAL_PROBE_BATCH 2
@@ -74,6 +85,8 @@ typedef struct dt_plan_cal_fit {
     double overhead_us; /* fixed cost per micro-batch, >= 0 */
     double call_us;     /* fixed cost per collective call, >= 0 */
     double ct;          /* the DDP probe's predicted communication (s) */
+    double opt_s_param; /* the optimizer's time per parameter (s; 0: not measured) */
+    double opt_bw_gbs;  /* = DT_PLAN_CAL_OPT_BYTES / opt_s_param / 1e9: the entry's optimizer_bw_gbs */
     double zplan_s;     /* the ZeRO-3 probe's plan without call costs (s; 0: no ZeRO-3 probe) */
     double zcalls;      /* its collective calls per step */
 } dt_plan_cal_fit;
@@ -83,7 +96,7 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *
 /* The planner's step (and collective calls) of the ZeRO-3 probe's job, R ranks on the
  * entry's nodes, for the given efficiency and fixed costs. */
 dt_status dt_plan_cal_zero3_probe(dt_ctx *ctx, const dt_plan_cal *c, double eff, double overhead_us, double call_us,
-                                  double *step_s, double *calls);
+                                  double opt_bw_gbs, double *step_s, double *calls);
 /* 1 when run and probe can be solved for a fixed cost (both measured, the run the larger). */
 int dt_plan_cal_probed(const dt_plan_cal *c);
 

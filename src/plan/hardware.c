@@ -93,6 +93,7 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
         } else if (!strcmp(f, "memory_bw_gbs")) DT_CHECK(num(L, v, key, 1e-3, 1e7, &a->memory_bw_gbs));
         else if (!strcmp(f, "step_overhead_us")) DT_CHECK(num(L, v, key, 0, 1e7, &a->step_overhead_us));
         else if (!strcmp(f, "collective_call_us")) DT_CHECK(num(L, v, key, 0, 1e7, &a->collective_call_us));
+        else if (!strcmp(f, "optimizer_bw_gbs")) DT_CHECK(num(L, v, key, 0, 1e7, &a->optimizer_bw_gbs));
         else if (!strcmp(f, "devices_per_node") || !strcmp(f, "nics_per_node")) {
             double d;
             DT_CHECK(num(L, v, key, f[0] == 'd' ? 1 : 0, 4096, &d));
@@ -104,7 +105,8 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
         else
             return dt_fail(L->ctx, DT_ERR_CONFIG,
                            "%s:%lu: %s: unknown key (name, kind, peak_tflops, memory_gib|memory_gb, memory_bw_gbs, "
-                           "devices_per_node, intra_node, inter_node, nics_per_node, step_overhead_us, collective_call_us)",
+                           "devices_per_node, intra_node, inter_node, nics_per_node, step_overhead_us, collective_call_us, "
+                           "optimizer_bw_gbs)",
                            L->path, line_of(k), key);
     }
     const char *miss = !a->name[0] ? "name" : !have_mem ? "memory_gib" : !a->devices_per_node ? "devices_per_node"

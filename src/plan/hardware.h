@@ -38,6 +38,10 @@ typedef struct dt_hw_accel {
     double collective_call_us;       /* fixed time of each collective call on the training thread
                                         beyond the link's (hand-offs to the communication thread
                                         and back): measured by `plan --calibrate`; 0 when not given */
+    double optimizer_bw_gbs;         /* GB/s at which the optimizer step streams the state it updates
+                                        (decision 56): measured by `plan --calibrate`; 0 when not given
+                                        (the step is then folded into the GEMM efficiency, as the fitted
+                                        GPU efficiencies carry it) */
 } dt_hw_accel;
 
 typedef struct dt_hw_catalog {

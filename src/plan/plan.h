@@ -79,6 +79,8 @@ double dt_plan_coll_time(dt_plan_coll op, double bytes, int k, int nn, const dt_
 void dt_plan_group_span(int n, int stride, int d, int *k, int *nn);
 /* The 1F1B pipeline bubble as a fraction of the step: (p - 1) / (m + p - 1). */
 double dt_plan_bubble_fraction(int p, int m);
+/* Bytes the optimizer (AdamW) moves per parameter it updates: 12 + g + 12 (+ 2 under 16-bit compute). */
+double dt_plan_opt_bytes(const dt_train_cfg *tc);
 /* Extra FLOPs per token that activation recomputation costs (docs/planner.md). */
 double dt_plan_recompute_flops(const dt_plan_model *m, dt_recompute r, int T);
 
@@ -106,6 +108,8 @@ typedef struct dt_plan_result {
     double flops_token, flops_step;  /* model FLOPs (no recompute) */
     double compute_s, recompute_s, bubble_s, comm_s, step_s; /* comm_s: exposed */
     double overhead_s;               /* step_overhead_us x m + collective_call_us x calls (decision 55) */
+    double optimizer_s;              /* the optimizer step: opt_params x opt_bytes / memory_bw (decision 56) */
+    double opt_params, opt_bytes;    /* parameters this device's optimizer updates; bytes moved per parameter */
     double calls;                    /* collective calls per step (the comm terms' counts) */
     int n_comm;
     dt_plan_comm_term comm[DT_PLAN_MAX_COMM];

@@ -26,9 +26,10 @@ void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
             job->intra->bw_gbs, job->intra->latency_us, job->inter->key, job->inter->bw_gbs, job->hw->nics_per_node,
             job->inter->latency_us);
     fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g; "
-               "fixed costs %.4g us per micro-batch, %.4g us per collective call\n",
+               "fixed costs %.4g us per micro-batch, %.4g us per collective call; optimizer %.4g GB/s%s\n",
             job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap, job->hw->step_overhead_us,
-            job->hw->collective_call_us);
+            job->hw->collective_call_us, job->hw->optimizer_bw_gbs,
+            job->hw->optimizer_bw_gbs > 0 ? "" : " (not given: in the GEMM efficiency)");
     fprintf(f, "# model FLOPs/token = 6 N_active + 12 L T d = %.4g (docs/planner.md)\n",
             m->is_dtrain ? dt_model_flops_per_token(&m->mc, t->seq_len) : dt_plan_flops_per_token(m, t->seq_len));
 }
@@ -74,9 +75,11 @@ void dt_plan_print_detail(FILE *f, const dt_plan_job *job, const dt_plan_result 
     fprintf(f, "  FLOPs per step %.4g (%.4g per token x %ld x %d tokens); micro-steps m = %d\n", r->flops_step,
             r->flops_token, job->global_batch, job->train.seq_len, r->micro_steps);
     fprintf(f, "  step %.4g s = compute %.4g + recompute %.4g + bubble %.4g (pp %d: (p-1)/(m+p-1) = %.3f) + exposed "
-               "comm %.4g + overhead %.4g (%.4g us x m + %.4g us x %.4g collective calls)\n",
+               "comm %.4g + overhead %.4g (%.4g us x m + %.4g us x %.4g collective calls) + optimizer %.4g (%.4g "
+               "parameters x %g bytes / %.4g GB/s)\n",
             r->step_s, r->compute_s, r->recompute_s, r->bubble_s, r->lay.pp, dt_plan_bubble_fraction(r->lay.pp, r->micro_steps),
-            r->comm_s, r->overhead_s, job->hw->step_overhead_us, job->hw->collective_call_us, r->calls);
+            r->comm_s, r->overhead_s, job->hw->step_overhead_us, job->hw->collective_call_us, r->calls, r->optimizer_s,
+            r->opt_params, r->opt_bytes, job->hw->optimizer_bw_gbs);
     for (int i = 0; i < r->n_comm; i++) {
         const dt_plan_comm_term *c = &r->comm[i];
         fprintf(f, "    %-26s %10.4g bytes x %-6.4g intra-node %9.4g s, inter-node %9.4g s, exposed %9.4g s\n", c->what,
@@ -119,7 +122,8 @@ cJSON *dt_plan_result_json(const dt_plan_job *job, const dt_plan_result *r) {
     num(o, "flops_per_token", r->flops_token), num(o, "flops_per_step", r->flops_step);
     num(o, "step_s", r->step_s), num(o, "compute_s", r->compute_s), num(o, "recompute_s", r->recompute_s);
     num(o, "bubble_s", r->bubble_s), num(o, "comm_exposed_s", r->comm_s), num(o, "overhead_s", r->overhead_s);
-    num(o, "collective_calls", r->calls);
+    num(o, "collective_calls", r->calls), num(o, "optimizer_s", r->optimizer_s);
+    num(o, "optimizer_params", r->opt_params), num(o, "optimizer_bytes_per_param", r->opt_bytes);
     cJSON *cm = cJSON_AddArrayToObject(o, "comm");
     for (int i = 0; i < r->n_comm; i++) {
         cJSON *c = cJSON_CreateObject();
@@ -153,6 +157,7 @@ cJSON *dt_plan_job_json(const dt_plan_job *job) {
     cJSON *e = cJSON_AddObjectToObject(o, "efficiency");
     num(e, "gemm", job->gemm_eff), num(e, "intra_link", job->intra_eff), num(e, "inter_link", job->inter_eff);
     num(e, "step_overhead_us", job->hw->step_overhead_us), num(e, "collective_call_us", job->hw->collective_call_us);
+    num(e, "optimizer_bw_gbs", job->hw->optimizer_bw_gbs);
     num(e, "tp_overlap", job->tp_overlap);
     num(o, "train_tokens", job->train_tokens);
     return o;

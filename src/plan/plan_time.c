@@ -1,6 +1,6 @@
 /* The planner's time model (plan.h): collectives (alpha-beta, ring, per link level), compute
- * at an efficiency of peak, the 1F1B bubble, recomputation, a calibrated fixed cost per
- * micro-batch, then rates and cost. Formulas:
+ * at an efficiency of peak, the 1F1B bubble, recomputation, the optimizer step at the memory's
+ * bandwidth, calibrated fixed costs per micro-batch and per collective call, then rates and cost. Formulas:
  * docs/planner.md, "Time". */
 #include <math.h>
 #include <string.h>
@@ -40,6 +40,14 @@ double dt_plan_coll_time(dt_plan_coll op, double bytes, int k, int nn, const dt_
     if (t_intra) *t_intra = ti;
     if (t_inter) *t_inter = te;
     return ti + te;
+}
+
+double dt_plan_opt_bytes(const dt_train_cfg *tc) {
+    /* AdamW reads the fp32 weight (the master copy under 16-bit compute), the gradient, m and v,
+     * and writes the weight, m and v back, and under 16-bit compute the weight's 16-bit copy */
+    dt_dtype cd = tc->model_opts.compute;
+    double g = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4, lowp = (cd == DT_BF16 || cd == DT_F16) ? 2 : 0;
+    return 12 + g + 12 + lowp;
 }
 
 double dt_plan_bubble_fraction(int p, int m) { return p <= 1 ? 0.0 : (double)(p - 1) / (m + p - 1); }
@@ -161,7 +169,13 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     r->calls = 0;
     for (int i = 0; i < r->n_comm; i++) r->calls += r->comm[i].count;
     r->overhead_s = (job->hw->step_overhead_us * mstep + job->hw->collective_call_us * r->calls) * 1e-6;
-    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s + r->overhead_s;
+    /* the optimizer step (decision 56): once a step, over the parameters this device updates (ZeRO
+       shards them), streaming their state; 0 where the catalog gives no optimizer bandwidth */
+    r->opt_params = l->zero >= DT_STRAT_ZERO1 && l->dp > 1 ? P / shard : P;
+    r->opt_bytes = dt_plan_opt_bytes(tc);
+    double obw = job->hw->optimizer_bw_gbs;
+    r->optimizer_s = obw > 0 ? r->opt_params * r->opt_bytes / (obw * 1e9) : 0;
+    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s + r->overhead_s + r->optimizer_s;
     r->samples_s = job->global_batch / r->step_s;
     r->tokens_s = tokens / r->step_s;
     r->tflops_gpu = r->flops_step / job->gpus / r->step_s / 1e12;

@@ -436,10 +436,10 @@ static void table_cost(FILE *f, const dt_report *r) {
 
 static void plan_matches_chart(FILE *f, const dt_report *r, const dt_rep_plan_match *mt, int n) {
     static const char *const segs[] = {"compute", "recompute", "exposed communication", "pipeline bubble",
-                                       "fixed overhead"};
+                                       "fixed overhead", "optimizer step"};
     const char **rows = calloc((size_t)n + 1, sizeof *rows);
     char (*labels)[160] = calloc((size_t)n + 1, sizeof *labels);
-    double *v = calloc((size_t)n * 5 + 1, sizeof *v), *meas = calloc((size_t)n + 1, sizeof *meas);
+    double *v = calloc((size_t)n * 6 + 1, sizeof *v), *meas = calloc((size_t)n + 1, sizeof *meas);
     int marks = 0;
     figure_open(f, "plans", "Predicted step time (bars) and measured (diamond)");
     if (rows && labels && v && meas) {
@@ -447,12 +447,13 @@ static void plan_matches_chart(FILE *f, const dt_report *r, const dt_rep_plan_ma
             const dt_rep_plan_layout *l = &r->plan[mt[i].plan].lay[mt[i].layout];
             snprintf(labels[i], sizeof labels[i], "%s: %s", r->train[mt[i].train].label, l->layout);
             rows[i] = labels[i];
-            const double c[5] = {l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s, l->overhead_s};
-            for (int k = 0; k < 5; k++) v[i * 5 + k] = isfinite(c[k]) ? c[k] : 0;
+            const double c[6] = {l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s, l->overhead_s,
+                                 l->optimizer_s};
+            for (int k = 0; k < 6; k++) v[i * 6 + k] = isfinite(c[k]) ? c[k] : 0;
             meas[i] = r->train[mt[i].train].step_s.mean;
         }
         dt_svg_axis a = {.label = "ms per step", .from_zero = 1};
-        dt_svg_bars b = {n, 5, rows, segs, v, meas, "measured step time", &a, 1000};
+        dt_svg_bars b = {n, 6, rows, segs, v, meas, "measured step time", &a, 1000};
         marks = dt_svg_stacked_bars(f, &b);
     }
     figure_close(f, marks, "no measured run matches a plan layout.");
@@ -515,7 +516,7 @@ static void plan_table(FILE *f, const dt_report *r, int p, const dt_rep_plan_mat
             pl->eff_intra, pl->eff_inter);
     fprintf(f, "<div class=\"tbl\"><table id=\"plan-%d\"><tr><th class=\"l\">layout</th><th>devices</th>"
                "<th>fits</th><th>memory/device</th><th>step ms</th><th>compute ms</th><th>recompute ms</th>"
-               "<th>exposed comm ms</th><th>bubble ms</th><th>overhead ms</th><th>tokens/s</th><th>TFLOP/s/device</th><th>MFU</th>"
+               "<th>exposed comm ms</th><th>bubble ms</th><th>overhead ms</th><th>optimizer ms</th><th>tokens/s</th><th>TFLOP/s/device</th><th>MFU</th>"
                "<th>scaling eff</th><th>$ per 1K samples</th><th class=\"l\">note</th></tr>\n", p + 1);
     for (int k = 0; k < pl->nlay; k++) {
         const dt_rep_plan_layout *l = &pl->lay[k];
@@ -526,7 +527,8 @@ static void plan_table(FILE *f, const dt_report *r, int p, const dt_rep_plan_mat
         td_str(f, l->layout);
         fprintf(f, "<td>%d</td><td>%s</td>", l->gpus, l->fits ? "yes" : "no");
         td_bytes(f, l->mem_total);
-        const double ms[] = {l->step_s, l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s, l->overhead_s};
+        const double ms[] = {l->step_s, l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s, l->overhead_s,
+                             l->optimizer_s};
         for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) td_num(f, 1e3 * ms[i]);
         td_num(f, l->tokens_per_s);
         td_num(f, l->tflops_per_gpu);

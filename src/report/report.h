@@ -125,6 +125,7 @@ typedef struct dt_rep_plan_layout {
     double step_s, compute_s, recompute_s, bubble_s, comm_exposed_s, tokens_per_s, tflops_per_gpu, mfu,
         scaling_eff, usd_per_1k_samples; /* NaN where the file has null */
     double overhead_s;                    /* the calibrated fixed cost (0: a plan file without it) */
+    double optimizer_s;                   /* the optimizer step (0: a plan file without it, decision 56) */
     int fastest, cheapest;                /* the plan's recommendations */
 } dt_rep_plan_layout;
 
