@@ -206,6 +206,9 @@ def report(args, result, column, sizes, rates, family=None):
     times, median = result["times"], result["median"]
     if args.json:
         out = {"peer": "pytorch", "torch_version": torch.__version__, "model": args.model_name}
+        caps = [l.split(":", 1)[1].strip() for l in torch.__config__.show().splitlines()
+                if "CPU capability usage" in l]
+        out["cpu_capability"] = caps[0] if caps else "unknown"  # the ATen kernels that ran (AVX2, AVX512)
         if family:
             out["family"] = family
         out.update(config=args.cfg, n_params=result["n_params"], batch=args.batch)

@@ -7,7 +7,9 @@
 #   3. ZeRO-1/2/3 step time relative to DDP (2 ranks, bench-small) and bytes each rank sends
 #      per step next to the theory (2(n-1)/n Psi for DDP/ZeRO-1/2, 3(n-1)/n Psi for ZeRO-3).
 #   bash bench/scaling.sh build/dtrain [sections...]   (sections: peer weak zero; default all)
-# Env: STEPS (timed steps, default 5), WARMUP (default 2).
+# Env: STEPS (timed steps, default 5), WARMUP (default 2). DTRAIN_ISA=avx2: dtrain runs its
+# AVX2 kernels (oneDNN capped at AVX2) and PyTorch is capped alike (ATen AVX2 kernels, OpenBLAS
+# Haswell, oneDNN AVX2), as bench/compare.sh does: an AVX2-only CPU emulated on this one.
 set -euo pipefail
 bin=${1:-build/dtrain}
 shift || true
@@ -18,6 +20,12 @@ warmup=${WARMUP:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun --oversubscribe --bind-to none -x OMP_NUM_THREADS=1)
+peer_env=()
+if [ "${DTRAIN_ISA:-}" = avx2 ]; then
+  mpi+=(-x DTRAIN_ISA)
+  peer_env=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell DNNL_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2)
+  echo "# DTRAIN_ISA=avx2: PyTorch runs with ${peer_env[*]}"
+fi
 
 # dtrain_bench RANKS MODEL BATCH [args...] -> "tokens/s median_ms exposed_ms total_ms MB_sent"
 dtrain_bench() {
@@ -26,6 +34,7 @@ dtrain_bench() {
   out=$(OMP_NUM_THREADS=1 "${mpi[@]}" -n "$n" "$bin" bench --model "$model" --batch "$b" --seq 256 \
         --lr 3e-4 --threads 1 --warmup-steps "$warmup" --bench-steps "$steps" --peak 105 "$@")
   local row comm
+  grep -m1 '^# kernels ' <<<"$out" | sed "s/^# /  [$model, $n rank(s)] /" >&2 # the kernel path that ran
   row=$(grep -A1 '^# median_ms' <<<"$out" | tail -1)
   comm=$(grep 'communication per step' <<<"$out" || true)
   local exp=0 tot=0 mb=0
@@ -38,9 +47,10 @@ dtrain_bench() {
 }
 
 torch_ddp() { # MODEL BATCH RANKS -> tokens/s
-  /usr/bin/python3 "$here/pytorch_gpt2.py" --model "$1" --batch "$2" --seq 256 --threads 1 \
+  env "${peer_env[@]}" /usr/bin/python3 "$here/pytorch_gpt2.py" --model "$1" --batch "$2" --seq 256 --threads 1 \
     --ddp "$3" --warmup "$warmup" --steps "$steps" --json \
-    | /usr/bin/python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["tokens_per_s"])'
+    | /usr/bin/python3 -c 'import json,sys; j = json.load(sys.stdin); print("%.1f" % j["tokens_per_s"])
+print("  [pytorch %s] ATen kernels: %s" % (j["model"], j.get("cpu_capability")), file=sys.stderr)'
 }
 
 for s in "${sections[@]}"; do

@@ -14,7 +14,9 @@
 #    (N = 2: `mnhosts.sh exec h1 dtrain launch -n W --hosts h1:W/2,h2:W/2 -- bench`, OMP threads
 #    cores / W as on one node), and the prediction, `dtrain plan --catalog ENTRY --gpus W
 #    --nodes N --strategy S --tp 1 --pp 1`, same model, batch and sequence;
-# 3. a table of predicted vs measured step time (a run's median step) and memory (the
+# 3. a table of predicted vs measured step time (the median over PASSES passes of a run's
+#    median step: every run is measured PASSES times, one pass over the list after another,
+#    minutes apart, so that a slow spell of the machine covering a whole run counts once) and memory (the
 #    allocator's high-water of the fullest rank vs the plan's), the median / worst errors overall and per node count; exit 1
 #    if the median step-time error over every run exceeds 10% or any memory error exceeds 2%;
 #    OUT_DIR/report.html shows the same pairs.
@@ -26,8 +28,8 @@
 # STEPS_TINY (40); each calibration runs CAL_REPEATS (3) repeats of STEPS (a slow spell of
 # the machine during one short calibration run skews every plan made from it). W ranks share the machine's
 # cores, so a run takes about W times one rank's step: the defaults with NODES="1 2" (6
-# calibrations, 51 runs) take about 20 minutes on a quiet 2-core machine; each phase's start
-# is printed in seconds.
+# calibrations, 51 runs, PASSES 3) take about 35 minutes on a quiet 2-core machine (PASSES=1:
+# about 16); each phase's start is printed in seconds.
 set -u
 bin=$(readlink -f "$1") out=${2:-$(mktemp -d /tmp/dt_calcheck_XXXXXX)}
 mkdir -p "$out" && out=$(readlink -f "$out") || exit 1
@@ -36,12 +38,13 @@ mn=$src/scripts/mnhosts.sh
 models=${MODELS:-gpt2-tiny bench-small gpt2} worlds=${WORLDS:-1 2 3 4} nodes=${NODES:-1}
 strats=${STRATS:-ddp zero1 zero2 zero3}
 batch=${BATCH:-2} seq=${SEQ:-128} steps=${STEPS:-5} steps_gpt2=${STEPS_GPT2:-3} warmup=${WARMUP:-2}
-steps_tiny=${STEPS_TINY:-40} cal_repeats=${CAL_REPEATS:-3}
+steps_tiny=${STEPS_TINY:-40} cal_repeats=${CAL_REPEATS:-3} passes=${PASSES:-3}
 gpt2_max=${GPT2_MAX_WORLD:-2}
 cal_model=${CAL_MODEL:-bench-small}
-for v in "$batch" "$seq" "$steps" "$steps_gpt2" "$steps_tiny" "$cal_repeats" "$warmup" "$gpt2_max"; do
-  [[ $v =~ ^[0-9]+$ ]] || { echo "calibrate_check: BATCH, SEQ, STEPS, STEPS_GPT2, STEPS_TINY, CAL_REPEATS, WARMUP and GPT2_MAX_WORLD must be whole numbers (got '$v')"; exit 2; }
+for v in "$batch" "$seq" "$steps" "$steps_gpt2" "$steps_tiny" "$cal_repeats" "$warmup" "$gpt2_max" "$passes"; do
+  [[ $v =~ ^[0-9]+$ ]] || { echo "calibrate_check: BATCH, SEQ, STEPS, STEPS_GPT2, STEPS_TINY, CAL_REPEATS, WARMUP, GPT2_MAX_WORLD and PASSES must be whole numbers (got '$v')"; exit 2; }
 done
+[ "$passes" -ge 1 ] || { echo "calibrate_check: PASSES must be >= 1"; exit 2; }
 for w in $worlds; do
   [[ $w =~ ^[1-9][0-9]*$ ]] || { echo "calibrate_check: WORLDS must be rank counts >= 1 (got '$w')"; exit 2; }
 done
@@ -88,25 +91,30 @@ for p in "${pairs[@]}"; do
   else on_hosts "$w" "$bin" "${cal[@]}" --nodes 2 --hosts "h1:$((w / 2)),h2:$((w / 2))"
   fi >"$out/calibrate-w$w-n$n.log" 2>&1 || { echo "calibration failed: $out/calibrate-w$w-n$n.log"; exit 1; }
 done
-for m in $models; do
-  s=$seq st_n=$steps
-  [ "$m" = gpt2-tiny ] && s=64 st_n=$steps_tiny # its context; its 1-15 ms steps are cheap to repeat
-  [ "$m" = gpt2 ] && st_n=$steps_gpt2
-  for p in "${pairs[@]}"; do
-    read -r w n <<<"$p"
-    [ "$m" = gpt2 ] && [ "$w" -gt "$gpt2_max" ] && continue
-    phase "$m, $w rank(s) on $n node(s)"
-    for st in $strats; do
-      [ "$w" = 1 ] && [ "$st" != ddp ] && continue
-      id=$m-w$w-n$n-$st
-      run=(bench --model "$m" --batch "$batch" --seq "$s" --set parallel.strategy="$st" --bench-steps "$st_n"
-           --warmup-steps "$warmup" --repeats 1 --json "$out/$id.bench.json")
-      if [ "$n" = 1 ]; then "$bin" launch -n "$w" -- "${run[@]}"
-      else on_hosts "$w" "$bin" launch -n "$w" --hosts "h1:$((w / 2)),h2:$((w / 2))" -- "${run[@]}"
-      fi >"$out/$id.bench.log" 2>&1 || echo "bench failed: $out/$id.bench.log"
-      "$bin" plan --catalog "$out/cpu-w$w-n$n.yaml" --hardware cpu-calibrated --gpus "$w" --nodes "$n" --model "$m" \
-        --batch "$batch" --seq "$s" --strategy "$st" --tp 1 --pp 1 --json >"$out/$id.plan.json" 2>"$out/$id.plan.log" ||
-        echo "plan failed: $out/$id.plan.log"
+for ((pass = 1; pass <= passes; pass++)); do # each pass measures every run again, minutes later
+  for m in $models; do
+    s=$seq st_n=$steps
+    [ "$m" = gpt2-tiny ] && s=64 st_n=$steps_tiny # its context; its 1-15 ms steps are cheap to repeat
+    [ "$m" = gpt2 ] && st_n=$steps_gpt2
+    for p in "${pairs[@]}"; do
+      read -r w n <<<"$p"
+      [ "$m" = gpt2 ] && [ "$w" -gt "$gpt2_max" ] && continue
+      phase "pass $pass/$passes: $m, $w rank(s) on $n node(s)"
+      for st in $strats; do
+        [ "$w" = 1 ] && [ "$st" != ddp ] && continue
+        id=$m-w$w-n$n-$st
+        res=$out/$id.bench # pass 1: ID.bench.json (the report reads it), pass k: ID.bench.passK.json
+        [ "$pass" -gt 1 ] && res=$out/$id.bench.pass$pass
+        run=(bench --model "$m" --batch "$batch" --seq "$s" --set parallel.strategy="$st" --bench-steps "$st_n"
+             --warmup-steps "$warmup" --repeats 1 --json "$res.json")
+        if [ "$n" = 1 ]; then "$bin" launch -n "$w" -- "${run[@]}"
+        else on_hosts "$w" "$bin" launch -n "$w" --hosts "h1:$((w / 2)),h2:$((w / 2))" -- "${run[@]}"
+        fi >"$res.log" 2>&1 || echo "bench failed: $res.log"
+        [ "$pass" = 1 ] || continue
+        "$bin" plan --catalog "$out/cpu-w$w-n$n.yaml" --hardware cpu-calibrated --gpus "$w" --nodes "$n" --model "$m" \
+          --batch "$batch" --seq "$s" --strategy "$st" --tp 1 --pp 1 --json >"$out/$id.plan.json" 2>"$out/$id.plan.log" ||
+          echo "plan failed: $out/$id.plan.log"
+      done
     done
   done
 done
@@ -116,13 +124,17 @@ phase "runs done"
 python3 - "$out" <<'EOF'
 import glob, json, os, re, statistics, sys
 out = sys.argv[1]
-rows, st_err, mem_err, by_nodes = [], [], [], {}
+rows, st_err, mem_err, by_nodes, n_pass = [], [], [], {}, []
 for p in sorted(glob.glob(os.path.join(out, "*.plan.json"))):
     b = p.replace(".plan.json", ".bench.json")
     if not os.path.exists(b): continue
     plan, bench = json.load(open(p)), json.load(open(b))
     lay = plan["layouts"][0]
-    meas_s = bench["summary"]["step_s"]["median"]  # as the calibration: robust to the odd delayed step
+    # each pass's median step (as the calibration: robust to the odd delayed step), then their
+    # median: robust to a slow spell of the machine that covers a whole run in one pass
+    passes = [bench] + [json.load(open(q)) for q in sorted(glob.glob(p.replace(".plan.json", ".bench.pass*.json")))]
+    meas_s = statistics.median(x["summary"]["step_s"]["median"] for x in passes)
+    n_pass.append(len(passes))
     meas_m = max(r["total"] for r in bench["memory"])
     e1, e2 = lay["step_s"] / meas_s - 1, lay["memory_bytes"]["total"] / meas_m - 1
     st_err.append(abs(e1)); mem_err.append(abs(e2))
@@ -136,7 +148,7 @@ if not rows: sys.exit("no runs compared")
 for n, e in sorted(by_nodes.items()):
     print(f"# {n} node(s): {len(e)} runs, step time median |error| {100*statistics.median(e):.1f}%, worst {100*max(e):.1f}%")
 print(f"# step time: median |error| {100*statistics.median(st_err):.1f}%, worst {100*max(st_err):.1f}%; "
-      f"memory: worst |error| {100*max(mem_err):.2f}%")
+      f"memory: worst |error| {100*max(mem_err):.2f}% ({min(n_pass)}-{max(n_pass)} pass(es) a run)")
 sys.exit(0 if statistics.median(st_err) <= 0.10 and max(mem_err) <= 0.02 else 1)
 EOF
 rc=$?
