@@ -108,7 +108,7 @@ typedef struct dt_plan_result {
     double flops_token, flops_step;  /* model FLOPs (no recompute) */
     double compute_s, recompute_s, bubble_s, comm_s, step_s; /* comm_s: exposed */
     double overhead_s;               /* step_overhead_us x m + collective_call_us x calls (decision 55) */
-    double optimizer_s;              /* the optimizer step: opt_params x opt_bytes / memory_bw (decision 56) */
+    double optimizer_s;              /* opt_params x opt_bytes / optimizer_bw_gbs (decision 56) */
     double opt_params, opt_bytes;    /* parameters this device's optimizer updates; bytes moved per parameter */
     double calls;                    /* collective calls per step (the comm terms' counts) */
     int n_comm;

@@ -1,7 +1,7 @@
 /* The planner's time model (plan.h): collectives (alpha-beta, ring, per link level), compute
- * at an efficiency of peak, the 1F1B bubble, recomputation, the optimizer step at the memory's
- * bandwidth, calibrated fixed costs per micro-batch and per collective call, then rates and cost. Formulas:
- * docs/planner.md, "Time". */
+ * at an efficiency of peak, the 1F1B bubble, recomputation, the optimizer step at its
+ * calibrated bandwidth, calibrated fixed costs per micro-batch and per collective call, then
+ * rates and cost. Formulas: docs/planner.md, "Time". */
 #include <math.h>
 #include <string.h>
 
