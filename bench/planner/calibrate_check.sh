@@ -19,7 +19,7 @@
 #    minutes apart, so that a slow spell of the machine covering a whole run counts once) and memory (the
 #    allocator's high-water of the fullest rank vs the plan's), the median / worst errors overall and per node count; exit 1
 #    if the median step-time error over every run exceeds 10% or any memory error exceeds 2%;
-#    OUT_DIR/report.html shows the same pairs.
+#    OUT_DIR/report.html shows the same pairs (with the first pass's measurement).
 # Environment: MODELS (default "gpt2-tiny bench-small gpt2"), WORLDS ("1 2 3 4"), NODES ("1";
 # "1 2" adds the 2-host runs of every even W), STRATS ("ddp zero1 zero2 zero3"), BATCH (2),
 # SEQ (128; gpt2-tiny: 64, its context), STEPS (5 timed steps a run), WARMUP (2), CAL_MODEL
@@ -28,7 +28,7 @@
 # STEPS_TINY (40); each calibration runs CAL_REPEATS (3) repeats of STEPS (a slow spell of
 # the machine during one short calibration run skews every plan made from it). W ranks share the machine's
 # cores, so a run takes about W times one rank's step: the defaults with NODES="1 2" (6
-# calibrations, 51 runs, PASSES 3) take about 35 minutes on a quiet 2-core machine (PASSES=1:
+# calibrations, 51 runs, PASSES 3) take about 30 minutes on a quiet 2-core machine (PASSES=1:
 # about 16); each phase's start is printed in seconds.
 set -u
 bin=$(readlink -f "$1") out=${2:-$(mktemp -d /tmp/dt_calcheck_XXXXXX)}
