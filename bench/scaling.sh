@@ -3,7 +3,8 @@
 #   1. dtrain DDP vs PyTorch DDP (gloo), 2 processes x 1 thread, bench-small (b=8/rank) and
 #      gpt2 (b=4/rank), context 256, fp32;
 #   2. weak scaling of bench-small (b=8/rank): 2 ranks x 1 thread vs 1 rank x 1 thread,
-#      overlap on and off, with exposed communication time;
+#      overlap on and off, with exposed communication time, and vs two independent 1-rank runs
+#      at once (the machine as loaded, nothing communicated: vs_loaded);
 #   3. ZeRO-1/2/3 step time relative to DDP (2 ranks, bench-small) and bytes each rank sends
 #      per step next to the theory (2(n-1)/n Psi for DDP/ZeRO-1/2, 3(n-1)/n Psi for ZeRO-3).
 #   bash bench/scaling.sh build/dtrain [sections...]   (sections: peer weak zero; default all)
@@ -65,14 +66,26 @@ for s in "${sections[@]}"; do
       printf '  %-12s %-6s %-14s %-14s %-8s\n' "$m" "$b" "$d" "$p" "$(awk -v a="$d" -v b="$p" 'BEGIN{printf "%.2f", a/b}')"
     done ;;
   weak)
+    # efficiency: vs 2 x one rank alone (the other core idle); vs_loaded: vs two independent
+    # 1-rank runs at once, the machine as busy as under the 2-rank run but nothing communicated
+    # (on one machine the ranks share its cache, memory bus and clock, which an idle core does not)
     echo "## weak scaling, bench-small, b=8 per rank, 1 thread per rank"
-    printf '# %-22s %-12s %-10s %-12s %-12s %-10s\n' config tokens/s step_ms exposed_ms comm_ms efficiency
+    printf '# %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' config tokens/s step_ms exposed_ms comm_ms efficiency vs_loaded
     read -r t1 s1 _ _ _ <<<"$(dtrain_bench 1 bench-small 8)"
-    printf '  %-22s %-12s %-10s %-12s %-12s %-10s\n' "1 rank" "$t1" "$s1" 0 0 1.000
+    printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "1 rank" "$t1" "$s1" 0 0 1.000 -
+    pair=$(mktemp -d)
+    dtrain_bench 1 bench-small 8 >"$pair/a" & dtrain_bench 1 bench-small 8 >"$pair/b"
+    wait
+    read -r ta sa _ _ _ <"$pair/a"
+    read -r tb _ _ _ _ <"$pair/b"
+    rm -rf "$pair"
+    tl=$(awk -v a="$ta" -v b="$tb" 'BEGIN{printf "%.1f", a + b}')
+    printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "2 x 1 rank at once (sum)" "$tl" "$sa" 0 0 \
+      "$(awk -v a="$tl" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')" 1.000
     for ov in true false; do
       read -r t2 s2 e2 c2 _ <<<"$(dtrain_bench 2 bench-small 8 --set parallel.overlap=$ov)"
-      printf '  %-22s %-12s %-10s %-12s %-12s %-10s\n' "2 ranks, overlap $ov" "$t2" "$s2" "$e2" "$c2" \
-        "$(awk -v a="$t2" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')"
+      printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "2 ranks, overlap $ov" "$t2" "$s2" "$e2" "$c2" \
+        "$(awk -v a="$t2" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')" "$(awk -v a="$t2" -v b="$tl" 'BEGIN{printf "%.3f", a/b}')"
     done ;;
   zero)
     echo "## ZeRO stages vs DDP, 2 ranks x 1 thread, bench-small b=8"
