@@ -74,8 +74,10 @@ for s in "${sections[@]}"; do
     read -r t1 s1 _ _ _ <<<"$(dtrain_bench 1 bench-small 8)"
     printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "1 rank" "$t1" "$s1" 0 0 1.000 -
     pair=$(mktemp -d)
-    dtrain_bench 1 bench-small 8 >"$pair/a" & dtrain_bench 1 bench-small 8 >"$pair/b"
-    wait
+    dtrain_bench 1 bench-small 8 >"$pair/a" &
+    first=$!
+    dtrain_bench 1 bench-small 8 >"$pair/b"
+    wait "$first" # (a failed run stops the script, as every other run does)
     read -r ta sa _ _ _ <"$pair/a"
     read -r tb _ _ _ _ <"$pair/b"
     rm -rf "$pair"

@@ -520,6 +520,9 @@ static void test_catalog_refusals(void **state) {
         {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
          "inter_node: l, step_overhead_us: -5}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
          ":2: accelerators.g.step_overhead_us must be a number in [0, 1e+07]"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l, optimizer_bw_gbs: fast}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         ":2: accelerators.g.optimizer_bw_gbs must be a number in [0, 1e+07]"},
         {"links:\n  l: {bw_gbs: 1, latency_us: 1}\n", "accelerators is missing"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -550,15 +553,20 @@ static void test_csv_and_median(void **state) {
     near(dt_median_abs(y, 3), 2, 0, "median of |x|, odd n");
 }
 
+/* A job of an 8-layer model outside dtrain (analytic sizing) on `gpus` of the fixture's gpu-a. */
+static void plain_job(dt_hw_catalog *cat, dt_plan_job *j, int gpus) {
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    m.is_dtrain = 0;
+    job_of(cat, j, &m, gpus);
+}
+
 /* The plan charges the fixed costs once per micro-batch and once per collective call, and the
  * step is the sum of its terms. */
 static void test_step_overhead_term(void **state) {
     (void)state;
-    dt_plan_model m = dense(8, 512, 8, 32000);
-    m.is_dtrain = 0;
     dt_hw_catalog cat;
     dt_plan_job j;
-    job_of(&cat, &j, &m, 4);
+    plain_job(&cat, &j, 4);
     j.global_batch = 3 * 2 * 4; /* 3 micro-steps */
     dt_plan_layout l = {4, 1, 1, 1, 1, DT_STRAT_ZERO2, 0};
     dt_plan_result r0, r1;
@@ -586,20 +594,19 @@ static void test_step_overhead_term(void **state) {
  * without the key; the step is the sum of its terms. */
 static void test_optimizer_term(void **state) {
     (void)state;
-    dt_plan_model m = dense(8, 512, 8, 32000);
-    m.is_dtrain = 0;
     dt_hw_catalog cat;
     dt_plan_job j;
-    job_of(&cat, &j, &m, 8);
+    plain_job(&cat, &j, 16); /* 2 nodes of 8 */
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    dt_plan_layout ddp = {8, 1, 1, 1, 1, DT_STRAT_DDP, 0}, z1 = {8, 1, 1, 1, 1, DT_STRAT_ZERO1, 0};
+    dt_plan_layout ddp = {16, 1, 1, 1, 1, DT_STRAT_DDP, 0}, z1 = {16, 1, 1, 1, 1, DT_STRAT_ZERO1, 0},
+                   hz1 = {16, 1, 1, 1, 1, DT_STRAT_ZERO1, 1};
     dt_plan_result r0, r1, r2;
     assert_int_equal(dt_plan_predict(&ctx, &j, &ddp, &r0), DT_OK);
     near(r0.optimizer_s, 0, 0, "no optimizer_bw_gbs: no term");
     for (int i = 0; i < cat.n_acc; i++) cat.acc[i].optimizer_bw_gbs = 50;
     assert_int_equal(dt_plan_predict(&ctx, &j, &ddp, &r1), DT_OK);
-    const double P = dt_plan_stage_params(&m, &ddp, 0);
+    const double P = dt_plan_stage_params(&j.model, &ddp, 0);
     near(r1.opt_params, P, 0, "DDP: every parameter");
     near(r1.opt_bytes, 28, 0, "fp32 AdamW: 28 bytes a parameter");
     near(r1.optimizer_s, P * 28 / 50e9, 1e-12, "optimizer = P x 28 / bw");
@@ -607,7 +614,9 @@ static void test_optimizer_term(void **state) {
     near(r1.step_s, r1.compute_s + r1.recompute_s + r1.bubble_s + r1.comm_s + r1.overhead_s + r1.optimizer_s, 1e-12,
          "step = sum");
     assert_int_equal(dt_plan_predict(&ctx, &j, &z1, &r2), DT_OK);
-    near(r2.optimizer_s, P / 8 * 28 / 50e9, 1e-12, "ZeRO-1: the shard P / dp");
+    near(r2.optimizer_s, P / 16 * 28 / 50e9, 1e-12, "ZeRO-1: the shard P / dp");
+    assert_int_equal(dt_plan_predict(&ctx, &j, &hz1, &r2), DT_OK);
+    near(r2.opt_params, P / 8, 1e-12, "hybrid ZeRO-1: sharded over the node's 8 ranks");
     j.train.model_opts.compute = DT_BF16, j.train.parallel.grad_dtype = DT_BF16;
     near(dt_plan_opt_bytes(&j.train), 12 + 2 + 12 + 2, 0, "bf16: 16-bit gradient read, 16-bit weight copy written");
     dt_hw_free(&cat);

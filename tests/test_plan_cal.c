@@ -33,6 +33,19 @@ static void cal_fixture(const char *name, char *dir, char *path, dt_comm_fit *fi
     fit->ranks = ranks, fit->nodes = nodes;
 }
 
+/* Writes the entry of c to path (fit_out: what was solved, may be NULL), reads the file back
+ * into cat and returns its cpu-calibrated accelerator (dt_hw_free(cat) after). */
+static const dt_hw_accel *written_entry(const char *path, const dt_plan_cal *c, dt_plan_cal_fit *fit_out,
+                                        dt_hw_catalog *cat) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    const dt_hw_accel *a = NULL;
+    if (dt_plan_cal_write(&ctx, path, c, fit_out) != DT_OK || dt_hw_load(&ctx, path, cat) != DT_OK)
+        fail_msg("%s", ctx.err);
+    if (dt_hw_find(&ctx, cat, "cpu-calibrated", &a) != DT_OK) fail_msg("%s", ctx.err);
+    return a;
+}
+
 static void test_calibrate_roundtrip(void **state) {
     (void)state;
     char dir[256], path[300];
@@ -43,11 +56,8 @@ static void test_calibrate_roundtrip(void **state) {
                      .fit = &fit, .source = "test", .nodes = 1};
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
     dt_hw_catalog cat;
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    const dt_hw_accel *a;
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    const dt_hw_accel *a = written_entry(path, &c, NULL, &cat);
     near(dt_hw_peak(a, DT_F32), 0.2, 1e-12, "peak from bench");
     near(a->gemm_eff, 0.6, 1e-3, "gemm efficiency = achieved / peak");
     const dt_hw_link *l = dt_hw_link_find(&cat, a->intra);
@@ -60,9 +70,7 @@ static void test_calibrate_roundtrip(void **state) {
     dt_hw_free(&cat);
     /* one rank: one device per node, the link still from the 2-rank fit */
     c.ranks = 1, c.comm_ranks = 2;
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    a = written_entry(path, &c, NULL, &cat);
     assert_int_equal(a->devices_per_node, 1);
     near(dt_hw_link_find(&cat, a->intra)->bw_gbs, 10, 1e-5, "1 rank: the 2-rank fit's link");
     dt_hw_free(&cat);
@@ -91,11 +99,8 @@ static void test_calibrate_nodes(void **state) {
                      .fit = &fit, .source = "test", .nodes = 2};
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
     dt_hw_catalog cat;
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    const dt_hw_accel *a;
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    const dt_hw_accel *a = written_entry(path, &c, NULL, &cat);
     assert_int_equal(a->devices_per_node, 2);
     assert_int_equal(a->nics_per_node, 2);
     assert_string_equal(a->intra, "shm-fit");
@@ -118,9 +123,7 @@ static void test_calibrate_nodes(void **state) {
     dt_hw_free(&cat);
     /* one rank per node: no intra-node link is measured; both levels name net-fit */
     fit.ranks = 2, c.ranks = 2;
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    a = written_entry(path, &c, NULL, &cat);
     assert_int_equal(a->devices_per_node, 1);
     assert_string_equal(a->intra, "net-fit");
     assert_string_equal(a->inter, "net-fit");
@@ -173,12 +176,9 @@ static void test_calibrate_overhead(void **state) {
     near(f.ct, 150e-6 + d, 1e-9, "the probe's all-reduce, one bucket and its call");
     near(f.zcalls, zcalls, 0, "the ZeRO-3 probe's calls");
     dt_plan_cal_fit written;
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, &written), DT_OK);
-    assert_true(written.eff == f.eff && written.overhead_us == f.overhead_us && written.call_us == f.call_us);
     dt_hw_catalog cat;
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    const dt_hw_accel *a;
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    const dt_hw_accel *a = written_entry(path, &c, &written, &cat);
+    assert_true(written.eff == f.eff && written.overhead_us == f.overhead_us && written.call_us == f.call_us);
     near(a->gemm_eff, 0.5, 1e-6, "the entry's gemm efficiency");
     near(a->step_overhead_us, 1500, 1e-2, "the entry's step_overhead_us");
     near(a->collective_call_us, 80, 1e-3, "the entry's collective_call_us");
@@ -211,9 +211,7 @@ static void test_calibrate_overhead(void **state) {
     assert_int_equal(dt_plan_cal_probed(&c), 0);
     assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
     near(f.overhead_us, 0, 0, "probe not smaller: no fixed cost");
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &a), DT_OK);
+    a = written_entry(path, &c, NULL, &cat);
     near(a->step_overhead_us, 0, 0, "written as 0");
     near(a->collective_call_us, 0, 0, "written as 0");
     dt_hw_free(&cat);
@@ -253,27 +251,25 @@ static void test_calibrate_optimizer(void **state) {
     assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
     near(f.opt_s_param, q, 1e-9, "time per parameter: (opt_run - opt_probe) / (P_run - P_probe)");
     near(f.opt_bw_gbs, 14, 1e-9, "optimizer_bw_gbs = 28 / q");
+    assert_int_equal(f.opt_runs, 2);
     near(f.eff, 0.5, 1e-7, "gemm efficiency with the optimizer taken out");
     near(f.overhead_us, (o + a) * 1e6, 1e-5, "the optimizer's fixed part stays in o");
     near(f.call_us, 80, 1e-4, "fixed cost per collective call");
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
     dt_hw_catalog cat;
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    const dt_hw_accel *e;
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &e), DT_OK);
+    const dt_hw_accel *e = written_entry(path, &c, NULL, &cat);
     near(e->optimizer_bw_gbs, 14, 1e-6, "the entry's optimizer_bw_gbs");
     dt_hw_free(&cat);
     /* one run's breakdown only: q = its optimizer / its parameters */
     c.probe.opt_s = 0;
     assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
     near(f.opt_s_param, (a + Pr * q) / Pr, 1e-12, "one breakdown: opt_run / P_run");
+    assert_int_equal(f.opt_runs, 1);
     /* no breakdown: no optimizer term, none written */
     c.run.opt_s = 0;
     assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_OK);
     near(f.opt_bw_gbs, 0, 0, "no breakdown: no optimizer bandwidth");
-    assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_OK);
-    assert_int_equal(dt_hw_load(&ctx, path, &cat), DT_OK);
-    assert_int_equal(dt_hw_find(&ctx, &cat, "cpu-calibrated", &e), DT_OK);
+    assert_int_equal(f.opt_runs, 0);
+    e = written_entry(path, &c, NULL, &cat);
     near(e->optimizer_bw_gbs, 0, 0, "not written: 0");
     dt_hw_free(&cat);
     tu_rmtree(dir);

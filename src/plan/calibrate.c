@@ -108,9 +108,9 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *
         /* the optimizer's time per parameter, from the breakdowns (two runs: its fixed part apart) */
         double q = 0;
         if (b->opt_s > 0 && b->params > 0) {
-            q = b->opt_s / b->params;
+            q = b->opt_s / b->params, f->opt_runs = 1;
             if (p->opt_s > 0 && p->params > 0 && b->params > p->params && b->opt_s > p->opt_s)
-                q = (b->opt_s - p->opt_s) / (b->params - p->params);
+                q = (b->opt_s - p->opt_s) / (b->params - p->params), f->opt_runs = 2;
         }
         f->opt_s_param = q, f->opt_bw_gbs = q > 0 ? DT_PLAN_CAL_OPT_BYTES / q / 1e9 : 0;
         double x = b->step_s / b->flops, o = 0, d = 0;
@@ -161,8 +161,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
                  "    optimizer_bw_gbs: %.6g       # the optimizer step: %g bytes (fp32 AdamW) per parameter in %.4g ns, "
                  "from the calibration's %.6g ms over %.6g parameters%s\n",
                  fit.opt_bw_gbs, DT_PLAN_CAL_OPT_BYTES, fit.opt_s_param * 1e9, c->run.opt_s * 1e3, c->run.params,
-                 c->probe.opt_s > 0 && c->run.opt_s > c->probe.opt_s && c->run.params > c->probe.params
-                     ? " less the probe's (its fixed part, in step_overhead_us)" : "");
+                 fit.opt_runs == 2 ? " less the probe's (its fixed part, in step_overhead_us)" : "");
     if (fit.call_us > 0)
         snprintf(call, sizeof call, "fixed cost per collective call: the ZeRO-3 probe's step %.6g ms = its plan %.6g ms "
                  "without it + this x %.4g calls", c->zprobe.step_s * 1e3, fit.zplan_s * 1e3, fit.zcalls);

@@ -87,6 +87,7 @@ typedef struct dt_plan_cal_fit {
     double ct;          /* the DDP probe's predicted communication (s) */
     double opt_s_param; /* the optimizer's time per parameter (s; 0: not measured) */
     double opt_bw_gbs;  /* = DT_PLAN_CAL_OPT_BYTES / opt_s_param / 1e9: the entry's optimizer_bw_gbs */
+    int opt_runs;       /* breakdowns q came from: 2 (run and probe: the fixed part apart), 1 (run), 0 */
     double zplan_s;     /* the ZeRO-3 probe's plan without call costs (s; 0: no ZeRO-3 probe) */
     double zcalls;      /* its collective calls per step */
 } dt_plan_cal_fit;
