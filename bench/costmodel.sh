@@ -5,7 +5,9 @@
 # per collective, link level - world, node, cross - and size range), then a second run on the
 # sizes halfway between (1.5 MIN, 3 MIN, ...), whose every row is predicted from the first
 # run's file and compared; prints per row predicted vs measured and the relative error, then
-# the median and the largest error per collective and group.
+# the median and the largest error per collective and group; then a third run at the fit's
+# sizes again, and how far each row moved between the two runs of the same size (the floor
+# below which no prediction can be checked on this host).
 #   bash bench/costmodel.sh build/dtrain [RATE...]     (default: 1gbit 10gbit; root)
 # Env: MIN (default 256K), MAX (default 16M), ITERS (default 5), OUT (keep the files there).
 set -euo pipefail
@@ -35,8 +37,9 @@ for rate in "${rates[@]}"; do
   }
   run fit "$min" "$max" --fit "$out/fit-$rate.json"
   run check $((min * 3 / 2)) $((max * 3 / 2))
+  run repeat "$min" "$max"
   echo "## link $rate: predicted from fit-$rate.json (sizes MIN..MAX) vs measured at the sizes between"
-  python3 - "$out/fit-$rate.json" "$out/comm-$rate-check.json" <<'PY'
+  python3 - "$out/fit-$rate.json" "$out/comm-$rate-check.json" "$out/comm-$rate-fit.json" "$out/comm-$rate-repeat.json" <<'PY'
 import json, statistics, sys
 fit, rows = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["rows"]
 def predict(group, op, b):  # comm_fit.c dt_comm_fit_find_in: the range holding b, else the nearest
@@ -60,5 +63,17 @@ for (g, op), e in sorted(errs.items()):
     print(f"  {g:6} {op:26} {statistics.median(e):12.1%} {max(e):10.1%}")
 allerr = [x for e in errs.values() for x in e]
 print(f"# all rows: median |error| {statistics.median(allerr):.1%}, within 20%: {sum(x <= 0.2 for x in allerr)} of {len(allerr)}")
+# The measurement's own repeatability: the fit run's sizes measured again, after the check run;
+# no model can predict a row closer than the row repeats.
+first = {(r.get("group", "world"), r["op"], r["bytes"]): r["time_us"] for r in json.load(open(sys.argv[3]))["rows"]}
+rep = {}
+for r in json.load(open(sys.argv[4]))["rows"]:
+    k = (r.get("group", "world"), r["op"], r["bytes"])
+    if k in first: rep.setdefault(k[:2], []).append(abs(first[k] - r["time_us"]) / r["time_us"])
+print(f"# the same sizes measured twice (fit run vs repeat run): {'group':6} {'collective':26} {'median |diff|':>13} {'max':>8}")
+for (g, op), e in sorted(rep.items()):
+    print(f"  {g:6} {op:26} {statistics.median(e):13.1%} {max(e):8.1%}")
+alld = [x for e in rep.values() for x in e]
+print(f"# repeat: median |diff| {statistics.median(alld):.1%}, within 20%: {sum(x <= 0.2 for x in alld)} of {len(alld)}")
 PY
 done

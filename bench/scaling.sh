@@ -8,7 +8,7 @@
 #   3. ZeRO-1/2/3 step time relative to DDP (2 ranks, bench-small) and bytes each rank sends
 #      per step next to the theory (2(n-1)/n Psi for DDP/ZeRO-1/2, 3(n-1)/n Psi for ZeRO-3).
 #   bash bench/scaling.sh build/dtrain [sections...]   (sections: peer weak zero; default all)
-# Env: STEPS (timed steps, default 5), WARMUP (default 2). DTRAIN_ISA=avx2: dtrain runs its
+# Env: STEPS (timed steps, default 5), WARMUP (default 2), ROUNDS (weak: default 3). DTRAIN_ISA=avx2: dtrain runs its
 # AVX2 kernels (oneDNN capped at AVX2) and PyTorch is capped alike (ATen AVX2 kernels, OpenBLAS
 # Haswell, oneDNN AVX2), as bench/compare.sh does: an AVX2-only CPU emulated on this one.
 set -euo pipefail
@@ -68,27 +68,42 @@ for s in "${sections[@]}"; do
   weak)
     # efficiency: vs 2 x one rank alone (the other core idle); vs_loaded: vs two independent
     # 1-rank runs at once, the machine as busy as under the 2-rank run but nothing communicated
-    # (on one machine the ranks share its cache, memory bus and clock, which an idle core does not)
-    echo "## weak scaling, bench-small, b=8 per rank, 1 thread per rank"
-    printf '# %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' config tokens/s step_ms exposed_ms comm_ms efficiency vs_loaded
-    read -r t1 s1 _ _ _ <<<"$(dtrain_bench 1 bench-small 8)"
-    printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "1 rank" "$t1" "$s1" 0 0 1.000 -
-    pair=$(mktemp -d)
-    dtrain_bench 1 bench-small 8 >"$pair/a" &
-    first=$!
-    dtrain_bench 1 bench-small 8 >"$pair/b"
-    wait "$first" # (a failed run stops the script, as every other run does)
-    read -r ta sa _ _ _ <"$pair/a"
-    read -r tb _ _ _ _ <"$pair/b"
-    rm -rf "$pair"
-    tl=$(awk -v a="$ta" -v b="$tb" 'BEGIN{printf "%.1f", a + b}')
-    printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "2 x 1 rank at once (sum)" "$tl" "$sa" 0 0 \
-      "$(awk -v a="$tl" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')" 1.000
-    for ov in true false; do
-      read -r t2 s2 e2 c2 _ <<<"$(dtrain_bench 2 bench-small 8 --set parallel.overlap=$ov)"
-      printf '  %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "2 ranks, overlap $ov" "$t2" "$s2" "$e2" "$c2" \
-        "$(awk -v a="$t2" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')" "$(awk -v a="$t2" -v b="$tl" 'BEGIN{printf "%.3f", a/b}')"
-    done ;;
+    # (on one machine the ranks share its cache, memory bus and clock, which an idle core does not).
+    # ROUNDS rounds (default 3), each every config once in turn: this host's speed drifts by up
+    # to 10% over minutes, so each round's ratios compare runs minutes apart, and the summary
+    # is the median of the rounds' ratios.
+    rounds=${ROUNDS:-3}
+    echo "## weak scaling, bench-small, b=8 per rank, 1 thread per rank, $rounds round(s)"
+    printf '# %-5s %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' round config tokens/s step_ms exposed_ms comm_ms efficiency vs_loaded
+    eff_on=() eff_off=() vl_on=() vl_off=() eff_pair=()
+    for ((r = 1; r <= rounds; r++)); do
+      read -r t1 s1 _ _ _ <<<"$(dtrain_bench 1 bench-small 8)"
+      printf '  %-5s %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "$r" "1 rank" "$t1" "$s1" 0 0 1.000 -
+      pair=$(mktemp -d)
+      dtrain_bench 1 bench-small 8 >"$pair/a" &
+      first=$!
+      dtrain_bench 1 bench-small 8 >"$pair/b"
+      wait "$first" # (a failed run stops the script, as every other run does)
+      read -r ta sa _ _ _ <"$pair/a"
+      read -r tb _ _ _ _ <"$pair/b"
+      rm -rf "$pair"
+      tl=$(awk -v a="$ta" -v b="$tb" 'BEGIN{printf "%.1f", a + b}')
+      e=$(awk -v a="$tl" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')
+      eff_pair+=("$e")
+      printf '  %-5s %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "$r" "2 x 1 rank at once (sum)" "$tl" "$sa" 0 0 "$e" 1.000
+      for ov in true false; do
+        read -r t2 s2 e2 c2 _ <<<"$(dtrain_bench 2 bench-small 8 --set parallel.overlap=$ov)"
+        e=$(awk -v a="$t2" -v b="$t1" 'BEGIN{printf "%.3f", a/(2*b)}')
+        v=$(awk -v a="$t2" -v b="$tl" 'BEGIN{printf "%.3f", a/b}')
+        if [ "$ov" = true ]; then eff_on+=("$e"); vl_on+=("$v"); else eff_off+=("$e"); vl_off+=("$v"); fi
+        printf '  %-5s %-26s %-12s %-10s %-12s %-12s %-10s %-10s\n' "$r" "2 ranks, overlap $ov" "$t2" "$s2" "$e2" "$c2" "$e" "$v"
+      done
+    done
+    med() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+    echo "# median over $rounds round(s): efficiency (vs_loaded)"
+    printf '  %-32s %s\n' "2 x 1 rank at once" "$(med "${eff_pair[@]}")"
+    printf '  %-32s %s (%s)\n' "2 ranks, overlap true" "$(med "${eff_on[@]}")" "$(med "${vl_on[@]}")"
+    printf '  %-32s %s (%s)\n' "2 ranks, overlap false" "$(med "${eff_off[@]}")" "$(med "${vl_off[@]}")" ;;
   zero)
     echo "## ZeRO stages vs DDP, 2 ranks x 1 thread, bench-small b=8"
     # Psi = floats communicated: the padded vocabulary (50304) x 384 + positions 1024 x 384 +

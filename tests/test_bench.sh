@@ -148,7 +148,7 @@ if [ $? -eq 0 ] && python3 -c "
 import json; d=json.load(open('comm.json')); assert d['schema']=='dtrain-bench/1' and d['kind']=='comm' and d['ranks']==2
 assert len(d['rows'])==27 and all(r['wrong']==0 for r in d['rows'])
 assert {r['op'] for r in d['rows']} == {'allreduce','allreduce_ordered','allreduce_ordered_mpi','reduce_scatter','reduce_scatter_ordered','reduce_scatter_ordered_mpi','allgather','allgather_mpi','broadcast'}
-assert set(d['rows'][0])>={'op','bytes','time_us','algbw_gbs','busbw_gbs','wrong'} and 'environment' in d" \
+assert set(d['rows'][0])>={'op','bytes','time_us','time_mean_us','algbw_gbs','busbw_gbs','wrong'} and 'environment' in d" \
    && out=$(python3 "$check" keys comm.json "$src/docs/FORMATS.md" comm 2>&1); then
   pass "bench comm --json: 27 rows (9 collectives, the shared-memory ones also over MPI), all data right, keys = documented ($out)"
 else

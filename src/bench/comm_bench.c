@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "core/timer.h"
 
 double dt_comm_busbw_factor(const char *op, int n) {
@@ -87,7 +88,7 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, size_t coun
 /* The rows of one collective over group g at every size (every rank of the world calls it;
  * with g a node or cross group, the groups run side by side, as in the hierarchical phases). */
 static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_comm_bench_opts *o, float *buf,
-                          float *aux, size_t *cnt, FILE *out, long *total_wrong) {
+                          float *aux, size_t *cnt, double *tw, FILE *out, long *total_wrong) {
     const int n = dt_comm_size(c, g), wn = dt_comm_size(c, DT_GROUP_WORLD), me = dt_comm_rank(c, DT_GROUP_WORLD);
     dt_status st = DT_OK;
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && st == DT_OK; bytes *= 2) {
@@ -96,20 +97,32 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
         for (int w = 0; w < o->warmup && st == DT_OK; w++)
             st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 0, &wrong);
         if (st == DT_OK) st = dt_comm_barrier(ctx, c, DT_GROUP_WORLD);
-        double t0 = dt_now();
-        for (int it = 0; it < o->iters && st == DT_OK; it++)
+        /* tw: each timed iteration's time, the loop's mean, the wrong count; the maximum over
+         * the ranks of each (an iteration takes as long as its slowest rank) */
+        double t0 = dt_now(), ti = t0;
+        for (int it = 0; it < o->iters && st == DT_OK; it++) {
             st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 0, &wrong);
-        double t = (dt_now() - t0) / o->iters;
+            double now = dt_now();
+            tw[it] = now - ti;
+            ti = now;
+        }
+        tw[o->iters] = (dt_now() - t0) / o->iters;
         if (st == DT_OK) st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 1, &wrong); /* checked */
-        double tw[2] = {t, (double)wrong};
-        if (st == DT_OK) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, tw, 2, DT_F64, DT_MAX);
+        tw[o->iters + 1] = (double)wrong;
+        if (st == DT_OK) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, tw, (size_t)o->iters + 2, DT_F64, DT_MAX);
         if (st != DT_OK) break;
+        /* the row's time: the median iteration (one iteration descheduled on a shared host
+         * does not move it); the loop's mean beside it, as nccl-tests reports */
+        const double mean = tw[o->iters];
+        wrong = (long)tw[o->iters + 1];
+        double t = dt_median(tw, o->iters);
+        if (!(t > 0)) t = mean; /* (no memory for the sorted copy) */
         /* nccl-tests' "size": the per-rank buffer for all-reduce / broadcast, the whole
          * (n x part) for reduce-scatter and all-gather. */
         const int whole = op == OP_RS || op == OP_RSO || op == OP_RSO_MPI || op == OP_AG || op == OP_AG_MPI;
         double size = whole ? (double)bytes * n : (double)bytes;
-        double algbw = size / tw[0] / 1e9;
-        *total_wrong += (long)tw[1];
+        double algbw = size / t / 1e9;
+        *total_wrong += wrong;
         char name[48];
         snprintf(name, sizeof name, "%s%s%s", g == DT_GROUP_WORLD ? "" : group_names[g], g == DT_GROUP_WORLD ? "" : ":",
                  op_names[op]);
@@ -120,15 +133,16 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
             cJSON_AddNumberToObject(row, "ranks", n);
             cJSON_AddNumberToObject(row, "bytes", size);
             cJSON_AddNumberToObject(row, "count", (double)(whole ? count * (size_t)n : count));
-            cJSON_AddNumberToObject(row, "time_us", tw[0] * 1e6);
+            cJSON_AddNumberToObject(row, "time_us", t * 1e6);
+            cJSON_AddNumberToObject(row, "time_mean_us", mean * 1e6);
             cJSON_AddNumberToObject(row, "algbw_gbs", algbw);
             cJSON_AddNumberToObject(row, "busbw_gbs", algbw * dt_comm_busbw_factor(op_names[op], n));
-            cJSON_AddNumberToObject(row, "wrong", tw[1]);
+            cJSON_AddNumberToObject(row, "wrong", (double)wrong);
             cJSON_AddItemToArray(o->rows, row);
         }
         if (me == 0 && out)
             fprintf(out, "  %-32s %12.0f %12zu %10.1f %10.3f %10.3f %7ld\n", name, size, whole ? count * (size_t)n : count,
-                    tw[0] * 1e6, algbw, algbw * dt_comm_busbw_factor(op_names[op], n), (long)tw[1]);
+                    t * 1e6, algbw, algbw * dt_comm_busbw_factor(op_names[op], n), wrong);
     }
     return st;
 }
@@ -141,10 +155,12 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
     /* zeros: the timed runs reduce whatever the buffers hold (no denormals, no NaN) */
     float *buf = calloc(maxc * (size_t)n, sizeof(float)), *aux = calloc(maxc * ((size_t)n + 1), sizeof(float));
     size_t *cnt = malloc(2 * (size_t)n * sizeof(size_t));
-    if (!buf || !aux || !cnt) {
+    double *tw = malloc(((size_t)o->iters + 2) * sizeof(double)); /* the iterations' times, the mean, #wrong */
+    if (!buf || !aux || !cnt || !tw) {
         free(buf);
         free(aux);
         free(cnt);
+        free(tw);
         return dt_fail(ctx, DT_ERR_NOMEM, "bench comm: cannot allocate %zu bytes per buffer", maxc * (size_t)n * 4);
     }
     dt_status st = DT_OK;
@@ -153,6 +169,7 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
     if (me == 0 && out) {
         fprintf(out, "# dtrain bench comm: %d ranks on %d node(s), %s backend, float32, sum; %d warm-up + %d timed iterations\n",
                 n, dt_comm_num_nodes(c), dt_comm_backend(c), o->warmup, o->iters);
+        fprintf(out, "# time: the median timed iteration, each as long as its slowest rank (JSON time_mean_us: the loop's mean)\n");
         fprintf(out, "# busbw = algbw x factor: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast 1 (nccl-tests)\n");
         fprintf(out, "# allreduce, reduce_scatter, broadcast: the MPI library's; allreduce_ordered, reduce_scatter_ordered, "
                      "allgather: dtrain's, %s\n",
@@ -168,7 +185,7 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
         if (op == OP_ARO_FLAT && !hier) continue; /* allreduce_ordered already is flat */
         dt_comm_set_shm(c, !op_forces_mpi(op));
         dt_comm_set_hierarchical(c, op != OP_ARO_FLAT);
-        st = bench_op(ctx, c, DT_GROUP_WORLD, op, o, buf, aux, cnt, out, &total_wrong);
+        st = bench_op(ctx, c, DT_GROUP_WORLD, op, o, buf, aux, cnt, tw, out, &total_wrong);
     }
     dt_comm_set_shm(c, shm);
     dt_comm_set_hierarchical(c, 1);
@@ -182,14 +199,15 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
     if (st == DT_OK && dt_comm_num_nodes(c) > 1 && L[0] == -L[1]) {
         static const int node_ops[] = {OP_ARO, OP_RSO, OP_AG}, cross_ops[] = {OP_AR, OP_ARO, OP_AG};
         for (int k = 0; k < 3 && st == DT_OK && L[0] > 1; k++)
-            st = bench_op(ctx, c, DT_GROUP_NODE, node_ops[k], o, buf, aux, cnt, out, &total_wrong);
+            st = bench_op(ctx, c, DT_GROUP_NODE, node_ops[k], o, buf, aux, cnt, tw, out, &total_wrong);
         for (int k = 0; k < 3 && st == DT_OK; k++)
-            st = bench_op(ctx, c, DT_GROUP_CROSS, cross_ops[k], o, buf, aux, cnt, out, &total_wrong);
+            st = bench_op(ctx, c, DT_GROUP_CROSS, cross_ops[k], o, buf, aux, cnt, tw, out, &total_wrong);
     }
     dt_comm_set_shm(c, shm);
     free(buf);
     free(aux);
     free(cnt);
+    free(tw);
     if (st == DT_OK && total_wrong > 0)
         st = dt_fail(ctx, DT_ERR_BACKEND, "bench comm: %ld elements arrived wrong (see #wrong)", total_wrong);
     return st;
