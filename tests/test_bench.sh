@@ -155,6 +155,22 @@ else
   fail "bench comm --json: $(tail -3 comm.log)"
 fi
 
+# A row's time is the median timed call, the loop's mean beside it: with rank 0 asleep 60 ms
+# in the first of 3 timed calls of every row (a call descheduled), every row's mean carries
+# the 20 ms and its median does not.
+DTRAIN_TEST_COMM_DELAY_MS=60 timeout 60 "${mpi[@]}" -x DTRAIN_TEST_COMM_DELAY_MS -n 2 "$bin" bench comm --min-bytes 1K \
+  --max-bytes 1K --iters 3 --json comm_delay.json >comm_delay.log 2>&1
+if [ $? -eq 0 ] && out=$(python3 -c "
+import json; rows=json.load(open('comm_delay.json'))['rows']; assert len(rows)==9, len(rows)
+slow=[r['op'] for r in rows if not (r['time_mean_us']>=19000 and r['time_us']<10000)]
+assert not slow, 'rows whose mean misses the delay or whose median carries it: %s' % slow
+print('means %.0f-%.0f us, medians %.0f-%.0f us' % (min(r['time_mean_us'] for r in rows), max(r['time_mean_us'] for r in rows),
+      min(r['time_us'] for r in rows), max(r['time_us'] for r in rows)))" 2>&1); then
+  pass "bench comm: one slow call of 3 moves every row's mean, not its median ($out)"
+else
+  fail "bench comm median: ${out:-$(tail -3 comm_delay.log)}"
+fi
+
 # The cost model: bench comm --fit writes an alpha-beta file (keys = documented); a 2-rank
 # bench with parallel.comm_model and parallel.bucket_mb=auto takes its bucket size from it and
 # prints the predicted collective time beside the measured one (JSON summary.comm_predicted_s).

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "core/timer.h"
@@ -85,6 +86,19 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, size_t coun
     return DT_OK;
 }
 
+/* Test aid: DTRAIN_TEST_COMM_DELAY_MS=N makes rank 0 sleep N ms inside the first timed call
+ * of every row (a call descheduled on a shared host), so a test can tell the median from the
+ * mean. */
+static int test_delay_ms(void) {
+    static int ms = -1;
+    if (ms < 0) {
+        const char *d = getenv("DTRAIN_TEST_COMM_DELAY_MS");
+        ms = d ? atoi(d) : 0;
+        if (ms < 0 || ms > 100000) ms = 0;
+    }
+    return ms;
+}
+
 /* The rows of one collective over group g at every size (every rank of the world calls it;
  * with g a node or cross group, the groups run side by side, as in the hierarchical phases). */
 static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_comm_bench_opts *o, float *buf,
@@ -99,8 +113,10 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
         if (st == DT_OK) st = dt_comm_barrier(ctx, c, DT_GROUP_WORLD);
         /* tw: each timed iteration's time, the loop's mean, the wrong count; the maximum over
          * the ranks of each (an iteration takes as long as its slowest rank) */
+        const int delay_ms = me == 0 ? test_delay_ms() : 0;
         double t0 = dt_now(), ti = t0;
         for (int it = 0; it < o->iters && st == DT_OK; it++) {
+            if (it == 0 && delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
             st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 0, &wrong);
             double now = dt_now();
             tw[it] = now - ti;
