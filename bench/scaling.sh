@@ -8,9 +8,10 @@
 #   3. ZeRO-1/2/3 step time relative to DDP (2 ranks, bench-small) and bytes each rank sends
 #      per step next to the theory (2(n-1)/n Psi for DDP/ZeRO-1/2, 3(n-1)/n Psi for ZeRO-3).
 #   bash bench/scaling.sh build/dtrain [sections...]   (sections: peer weak zero; default all)
-# Env: STEPS (timed steps, default 5), WARMUP (default 2), ROUNDS (weak: default 3). DTRAIN_ISA=avx2: dtrain runs its
-# AVX2 kernels (oneDNN capped at AVX2) and PyTorch is capped alike (ATen AVX2 kernels, OpenBLAS
-# Haswell, oneDNN AVX2), as bench/compare.sh does: an AVX2-only CPU emulated on this one.
+# Env: STEPS (timed steps, default 5), WARMUP (default 2), ROUNDS (weak: default 3).
+# DTRAIN_ISA=avx2: dtrain runs its AVX2 kernels (oneDNN capped at AVX2) and PyTorch is capped
+# alike (ATen AVX2 kernels, OpenBLAS Haswell, oneDNN AVX2), as bench/compare.sh does: an
+# AVX2-only CPU emulated on this one.
 set -euo pipefail
 bin=${1:-build/dtrain}
 shift || true
