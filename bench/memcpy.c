@@ -9,15 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "core/sortcmp.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench/bench.h"
+#include "core/timer.h"
 
 int main(int argc, char **argv) {
     long mib = 64, reps = 10;
@@ -43,16 +37,16 @@ int main(int argc, char **argv) {
     memcpy(dst, src, bytes); /* untimed: pages mapped, caches warm as they will be */
     for (long r = 0; r < reps; r++) {
         src[(size_t)r % bytes] = (char)r; /* each copy moves different data */
-        double t0 = now();
+        double t0 = dt_now();
         memcpy(dst, src, bytes);
-        t[r] = now() - t0;
+        t[r] = dt_now() - t0;
     }
     volatile char sink = dst[(size_t)(reps - 1) % bytes];
     (void)sink;
-    qsort(t, (size_t)reps, sizeof *t, dt_cmp_double);
-    double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-    printf("memcpy %ld MiB x %ld: best %.2f GB/s, median %.2f GB/s\n", mib, reps, (double)bytes / t[0] / 1e9,
-           (double)bytes / med / 1e9);
+    dt_stats s;
+    dt_stats_of(&s, t, (int)reps);
+    printf("memcpy %ld MiB x %ld: best %.2f GB/s, median %.2f GB/s\n", mib, reps, (double)bytes / s.min / 1e9,
+           (double)bytes / s.median / 1e9);
     free(src);
     free(dst);
     free(t);

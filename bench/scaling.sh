@@ -70,8 +70,8 @@ for s in "${sections[@]}"; do
     # efficiency: vs 2 x one rank alone (the other core idle); vs_loaded: vs two independent
     # 1-rank runs at once, the machine as busy as under the 2-rank run but nothing communicated
     # (on one machine the ranks share its cache, memory bus and clock, which an idle core does not).
-    # ROUNDS rounds (default 3), each every config once in turn: this host's speed drifts by up
-    # to 10% over minutes, so each round's ratios compare runs minutes apart, and the summary
+    # ROUNDS rounds (default 3), each every config once in turn: this host's speed drifts by 8-25%
+    # over minutes, so each round's ratios compare runs minutes apart, and the summary
     # is the median of the rounds' ratios.
     rounds=${ROUNDS:-3}
     echo "## weak scaling, bench-small, b=8 per rank, 1 thread per rank, $rounds round(s)"

@@ -2,9 +2,10 @@
 # dtrain bench end to end on a tiny model (few steps; no timing is checked): tables, JSON
 # whose keys are exactly those of docs/FORMATS.md "Bench results (JSON)", CSV, cost, a
 # Chrome trace that parses and nests per (pid, tid), 2 ranks under mpiexec, a sweep over
-# world and strategy, the batch finder, bench comm --json, one-line usage errors (exit 2).
+# world and strategy, the batch finder, bench comm --json (rows the median call), bench_memcpy
+# (bench/shm.sh's yardstick), one-line usage errors (exit 2).
 set -u
-bin=$1 dir=$2 src=$3
+bin=$1 dir=$2 src=$3 memcpy_bin=$4
 . "$src/tests/lib.sh"
 fresh_dir "$dir"
 mpi_env
@@ -169,6 +170,24 @@ print('means %.0f-%.0f us, medians %.0f-%.0f us' % (min(r['time_mean_us'] for r 
   pass "bench comm: one slow call of 3 moves every row's mean, not its median ($out)"
 else
   fail "bench comm median: ${out:-$(tail -3 comm_delay.log)}"
+fi
+
+# bench_memcpy, bench/shm.sh's yardstick: one line, best >= median > 0; a bad flag value: one
+# line naming the flag, exit 2.
+out=$("$memcpy_bin" --mib 4 --reps 3 2>&1)
+if python3 -c "
+import re, sys; m = re.fullmatch(r'memcpy 4 MiB x 3: best ([0-9.]+) GB/s, median ([0-9.]+) GB/s', sys.argv[1])
+assert m and float(m.group(1)) >= float(m.group(2)) > 0, sys.argv[1]" "$out"; then
+  pass "bench_memcpy: $out"
+else
+  fail "bench_memcpy: $out"
+fi
+out=$("$memcpy_bin" --mib 0 2>&1)
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q -- "'--mib'" <<<"$out"; then
+  pass "bench_memcpy --mib 0: exit 2, one line naming the flag"
+else
+  fail "bench_memcpy --mib 0: rc $rc: $out"
 fi
 
 # The cost model: bench comm --fit writes an alpha-beta file (keys = documented); a 2-rank

@@ -114,15 +114,15 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
         /* tw: each timed iteration's time, the loop's mean, the wrong count; the maximum over
          * the ranks of each (an iteration takes as long as its slowest rank) */
         const int delay_ms = me == 0 ? test_delay_ms() : 0;
-        double t0 = dt_now(), ti = t0;
+        double ti = dt_now(), sum = 0;
         for (int it = 0; it < o->iters && st == DT_OK; it++) {
             if (it == 0 && delay_ms > 0) usleep((useconds_t)delay_ms * 1000);
             st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 0, &wrong);
             double now = dt_now();
-            tw[it] = now - ti;
+            tw[it] = now - ti, sum += tw[it];
             ti = now;
         }
-        tw[o->iters] = (dt_now() - t0) / o->iters;
+        tw[o->iters] = sum / o->iters;
         if (st == DT_OK) st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 1, &wrong); /* checked */
         tw[o->iters + 1] = (double)wrong;
         if (st == DT_OK) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, tw, (size_t)o->iters + 2, DT_F64, DT_MAX);
