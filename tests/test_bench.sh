@@ -12,7 +12,8 @@ mpi_env
 export OMPI_MCA_rmaps_base_oversubscribe=1
 tiny=(--set model.n_layer=2 --set model.d_model=32 --set model.n_head=2 --set model.vocab_size=64
       --set model.context=16 --set training.seq_len=16 --set training.micro_batch=2)
-fast=(--warmup-steps 1 --bench-steps 3 --peak 10)
+# --peak far above any CPU: MFU is always computed (the unknown case has its own run below)
+fast=(--warmup-steps 1 --bench-steps 3 --peak 100000)
 check=$src/tests/check_bench.py
 
 # One rank, 2 repeats: tables, equal hashes, JSON keys, CSV, cost, trace.
@@ -35,6 +36,18 @@ else
   fail "CSV: $(cat one.csv)"
 fi
 if out=$(python3 "$check" trace one.trace.json 1 2>&1); then pass "trace (1 rank): $out"; else fail "trace (1 rank): $out"; fi
+
+# A peak below what the steps reach (--peak 0.001 GFLOP/s, as a start-up measurement on a busy
+# machine can be): MFU is unknown (null, said why), never above 100%.
+"$bin" bench "${tiny[@]}" --warmup-steps 1 --bench-steps 3 --repeats 1 --peak 0.001 --json low.json >low.log 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^# MFU unknown: a step ran at .* GFLOP/s per rank, above the peak 0.0 it is relative to" low.log \
+   && ! grep -q "^  MFU " low.log && out=$(python3 "$check" run low.json 1 1 3 2>&1) &&
+   python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["summary"]; assert s["mfu"] is None and "above the peak 0.001" in s["mfu_unknown"], s' low.json; then
+  pass "bench --peak below the steps' rate: MFU unknown, not above 100% ($out)"
+else
+  fail "bench low peak (rc $rc): $(grep -i mfu low.log | head -3) ${out:-}"
+fi
 
 # Two ranks, ZeRO-3: every rank's memory, a merged trace with the comm thread's tasks.
 timeout 120 "${mpi[@]}" -n 2 "$bin" bench "${tiny[@]}" "${fast[@]}" --repeats 2 --set parallel.strategy=zero3 \

@@ -38,6 +38,7 @@ need = {"step", "steps", "loss", "lr", "grad_norm", "step_ms", "tokens", "tokens
 assert steps and need <= set(steps[0]), "step keys: %s" % sorted(steps[0])
 assert [r["step"] for r in steps] == list(range(50, 301, 50)), [r["step"] for r in steps]
 assert [r["step"] for r in evals] == [0, 100, 200, 300], [r["step"] for r in evals]
+assert all(r["mfu"] is None or 0 < r["mfu"] <= 1 for r in steps), [r["mfu"] for r in steps]  # never above 100%
 for r in evals:
     assert abs(r["val_ppl"] - math.exp(r["val_loss"])) < 1e-3 * r["val_ppl"]
 first, last = evals[0]["val_loss"], evals[-1]["val_loss"]
@@ -47,6 +48,16 @@ print("%.9g" % last)
 PY
 if [ $? -eq 0 ]; then pass "metrics JSONL; $(head -1 "$dir/check") (threshold 2.85)"; else fail "metrics: $(cat "$dir/check")"; fi
 final=$(tail -1 "$dir/check")
+
+# A peak below what the steps reach (logging.peak_gflops=0.001, as a start-up measurement on a busy
+# machine can be): MFU is unknown (null, absent from the log line), said once, never above 100%.
+"$bin" train --set training.steps=3 --set logging.every=1 --set logging.metrics="$dir/lowpeak.jsonl" \
+  --set logging.peak_gflops=0.001 >"$dir/lowpeak" 2>&1
+if [ $? -eq 0 ] && [ "$(grep -c "above the matmul peak 0.001 GFLOP/s that MFU is relative to" "$dir/lowpeak")" -eq 1 ] \
+   && ! grep -q "MFU [0-9]" "$dir/lowpeak" \
+   && /usr/bin/python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert len(r) == 3 and all(x["mfu"] is None for x in r), r' "$dir/lowpeak.jsonl"; then
+  pass "a peak below the steps' rate: MFU unknown (null), one warning"
+else fail "low peak: $(grep -i mfu "$dir/lowpeak" | head -3)"; fi
 
 "$bin" eval "$dir/ckpt" --data.val "$dir/f_val_*.bin" --batch 16 --seq 64 >"$dir/eval" 2>"$dir/eval.err"
 grep -q "loading $dir/ckpt/step-00000300 (checksums verified)" "$dir/eval.err" \

@@ -210,7 +210,9 @@ else fail "report with a plan: $(head -3 rep.txt)"; fi
 # Calibration across nodes (not timed: the entry's fields, not its speed). With --comm-fit the
 # inter-node link is exactly the fit's cross group (B = 2(n-1)/n / beta at 64 MiB, a = alpha /
 # 2(n-1) at 1 KiB), and a plan with --nodes 2 puts a DDP all-reduce's network part on it.
-cal=(--model gpt2-tiny --seq 64 --batch 8 --bench-steps 2 --warmup-steps 1 --repeats 1 --peak 100)
+# --peak 1 GFLOP/s is below any host's rate: the entry's peak is raised to what the runs reached
+# (never a clamped efficiency) and everything below is derived from the runs themselves.
+cal=(--model gpt2-tiny --seq 64 --batch 8 --bench-steps 2 --warmup-steps 1 --repeats 1 --peak 1)
 "$bin" plan --calibrate c2.yaml --ranks 2 --nodes 2 --comm-fit fit2.json "${cal[@]}" >c2.log 2>&1 ||
   fail "calibrate --nodes 2 --comm-fit: $(tail -2 c2.log)"
 "$bin" plan --catalog c2.yaml --hardware cpu-calibrated --gpus 2 --nodes 2 --model gpt2-tiny --seq 16 --micro-batch 1 \
@@ -253,6 +255,13 @@ plan_cal, plan_probe, plan_z = (float(v) * 1e3 for v in sys.argv[3:6])
 assert "2/3 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny --set parallel.strategy=ddp" in log, log
 assert "3/3 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny --set parallel.strategy=zero3" in log, log
 assert abs(plan_cal / cal_ms - 1) < 1e-4, ("the calibration's step", plan_cal, cal_ms)
+peak = float(re.search(r"^    peak_tflops: \{fp32: (\S+)\}", y, re.M).group(1))
+gemm = float(re.search(r"^  gemm: \{cpu-calibrated: (\S+)\}", y, re.M).group(1))
+if "raised from dtrain bench's peak_gflops 1 of one rank" in y:   # the runs beat --peak 1
+    assert gemm == 1 and peak > 1e-3, (gemm, peak)
+    assert "(raised from the benchmark's: the runs were faster)" in log, log
+else:
+    assert peak == 1e-3 and 0.01 <= gemm <= 1, (gemm, peak)
 if o > 0:
     assert "fixed cost per micro-batch: the probe's step" in y, y
     assert abs(plan_probe / probe_ms - 1) < 1e-4, ("the probe's step", plan_probe, probe_ms)
@@ -265,7 +274,7 @@ else:
     assert "collective_call_us: 0 " in y, y
 q = re.search(r"^    optimizer_bw_gbs: (\S+) +# the optimizer step: 28 bytes \(fp32 AdamW\) per parameter", y, re.M)
 assert q and float(q.group(1)) > 0, y   # the runs' breakdowns time the optimizer (decision 56)
-print(f"o = {o} us, d = {d} us, optimizer {q.group(1)} GB/s")
+print(f"o = {o} us, d = {d} us, optimizer {q.group(1)} GB/s, peak {peak * 1e3:.4g} GFLOP/s, gemm {gemm}")
 EOF
 ); then pass "calibrate: the entry gives back the measured steps ($out)"
 else fail "calibrate, fixed costs: $out $(head -2 err.txt)"; fi

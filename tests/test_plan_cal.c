@@ -218,6 +218,53 @@ static void test_calibrate_overhead(void **state) {
     tu_rmtree(dir);
 }
 
+/* A peak below what the runs reach (a low --peak, a busy machine while bench measured it): the
+ * entry's peak is raised to the runs' rate 1 / x with efficiency 1, said so in its comment, and
+ * the planner gives the calibration's step back; a peak over 100x the runs' rate is refused. */
+static void test_calibrate_low_peak(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancalp", dir, path, &fit, 2, 1);
+    cal_line(&fit, "", 1 << 20, 64 << 20, 100, 1e-4);
+    const double rate = 113e9, x = 1 / rate, o = 1.5e-3;
+    dt_plan_cal c = {.peak_gflops = 100 * 0.25, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2, .fit = &fit,
+                     .source = "test", .nodes = 1,
+                     .run = {.flops = 50e9, .grad_bytes = 40e6, .bucket_bytes = 4194304, .overlap = 1},
+                     .probe = {.flops = 0.1e9, .grad_bytes = 0.5e6, .bucket_bytes = 4194304, .overlap = 1}};
+    c.run.step_s = c.run.flops * x + o + (100 + 1e-4 * 4e6) * 1e-6;
+    c.probe.step_s = c.probe.flops * x + o + (100 + 1e-4 * 0.5e6) * 1e-6;
+    c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
+    dt_plan_cal_fit f;
+    dt_hw_catalog cat;
+    const dt_hw_accel *a = written_entry(path, &c, &f, &cat);
+    assert_int_equal(f.peak_raised, 1);
+    near(f.eff, 1, 0, "efficiency 1 at the raised peak");
+    near(f.peak_gflops, rate / 1e9, 1e-7, "the peak raised to the runs' rate 1 / x");
+    near(f.overhead_us, 1500, 1e-3, "the fixed cost is still solved");
+    near(dt_hw_peak(a, DT_F32) * 1e3, rate / 1e9, 1e-5, "the entry's peak");
+    near(a->gemm_eff, 1, 0, "the entry's efficiency");
+    dt_hw_free(&cat);
+    char text[4096] = "";
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    size_t n = fread(text, 1, sizeof text - 1, fp);
+    text[n] = 0;
+    fclose(fp);
+    assert_non_null(strstr(text, "raised from dtrain bench's peak_gflops 25 of one rank to the rate the runs reached"));
+    /* a peak given far above the runs' rate: one line naming both, never a clamped efficiency */
+    c.peak_gflops = 1e6;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "under 1% of the peak 1e+06 GFLOP/s: the peak is wrong"));
+    /* a run that is all fixed cost: no time per FLOP */
+    c.peak_gflops = 100, c.probe.step_s = 0, c.run.step_s = (100 + 1e-4 * 4e6) * 1e-6 * 0.5;
+    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_ERR_FORMAT);
+    assert_non_null(strstr(ctx.err, "no positive time per FLOP"));
+    tu_rmtree(dir);
+}
+
 /* The optimizer step (decision 56): runs whose optimizer takes a + P q (a fixed part, q per
  * parameter) and whose steps hold P q beside x F, o and the calls give back q (written as
  * optimizer_bw_gbs = 28 / q), x, o + a and d; the planner's ZeRO-3 probe charges P / R q. */
@@ -280,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_calibrate_roundtrip),
         cmocka_unit_test(test_calibrate_nodes),
         cmocka_unit_test(test_calibrate_overhead),
+        cmocka_unit_test(test_calibrate_low_peak),
         cmocka_unit_test(test_calibrate_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

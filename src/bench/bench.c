@@ -212,7 +212,9 @@ static void reduce(dt_bench_suite *s, const dt_train_cfg *cfg) {
     dt_stats *dst[5] = {&s->step_s, &s->samples_per_s, &s->tokens_per_s, &s->tokens_per_s_rank, &s->tflops_rank};
     for (int k = 0; k < 5; k++)
         if (x[k]) dt_stats_of(dst[k], x[k], n);
-    if (x[4] && o->peak_gflops > 0) { /* tflops_rank x 1e12 = flops_per_token x tokens/s per rank */
+    if (x[4] && o->peak_gflops > 0 && s->tflops_rank.max * 1e3 > o->peak_gflops)
+        s->mfu_over_gflops = s->tflops_rank.max * 1e3; /* the peak was measured low (a busy machine) or given low */
+    else if (x[4] && o->peak_gflops > 0) { /* tflops_rank x 1e12 = flops_per_token x tokens/s per rank */
         for (int i = 0; i < n; i++) x[4][i] = dt_bench_mfu(s->flops_per_token, x[4][i] * 1e12 / s->flops_per_token, o->peak_gflops);
         dt_stats_of(&s->mfu, x[4], n);
     }

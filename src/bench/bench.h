@@ -110,6 +110,8 @@ typedef struct dt_bench_suite {
     size_t n_params;
     size_t n_trainable;         /* n_params, or the LoRA adapters' (lora.rank > 0) */
     dt_stats step_s, samples_per_s, tokens_per_s, tokens_per_s_rank, tflops_rank, mfu;
+    double mfu_over_gflops;     /* > 0: the fastest step ran at this rate per rank, above the peak: MFU
+                                   is unknown (null), never shown above 100% */
     dt_stats run_mean_s;        /* the repeats' mean step times */
     double comm_total_s, comm_exposed_s, comm_bytes_step; /* per step, mean over repeats */
     double comm_predicted_s;    /* per step, mean over repeats (-1: no cost model) */

@@ -219,8 +219,14 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddItemToObject(su, "tokens_per_s", stats_json(&s->tokens_per_s, 1));
     cJSON_AddItemToObject(su, "tokens_per_s_rank", stats_json(&s->tokens_per_s_rank, 1));
     cJSON_AddItemToObject(su, "tflops_rank", stats_json(&s->tflops_rank, 1));
-    if (op->peak_gflops > 0) cJSON_AddItemToObject(su, "mfu", stats_json(&s->mfu, 1));
+    if (op->peak_gflops > 0 && !(s->mfu_over_gflops > 0)) cJSON_AddItemToObject(su, "mfu", stats_json(&s->mfu, 1));
     else cJSON_AddNullToObject(su, "mfu");
+    if (s->mfu_over_gflops > 0) {
+        char why[200];
+        snprintf(why, sizeof why, "a step ran at %.6g GFLOP/s per rank, above the peak %.6g", s->mfu_over_gflops,
+                 op->peak_gflops);
+        cJSON_AddStringToObject(su, "mfu_unknown", why);
+    }
     cJSON_AddNumberToObject(su, "comm_total_s", s->comm_total_s);
     cJSON_AddNumberToObject(su, "comm_exposed_s", s->comm_exposed_s);
     cJSON_AddNumberToObject(su, "comm_overhead", s->step_s.mean > 0 ? s->comm_exposed_s / s->step_s.mean : 0);

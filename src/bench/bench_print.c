@@ -38,6 +38,10 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     dt_isa_describe(isa, sizeof isa);
     fprintf(f, "# %s\n", isa);
     if (o->peak_gflops > 0) fprintf(f, "# peak %.1f GFLOP/s per rank (%s)\n", o->peak_gflops, peak_source);
+    if (s->mfu_over_gflops > 0)
+        fprintf(f, "# MFU unknown: a step ran at %.1f GFLOP/s per rank, above the peak %.1f it is relative to (measured "
+                "while the machine was busy, or given too low): left out rather than shown above 100%%\n",
+                s->mfu_over_gflops, o->peak_gflops);
     if (m->n_classes > 0)
         fprintf(f, "# MFU = FLOP/image x images/s per rank / peak; FLOP/image = 6 x (patch embedding x patches "
                    "+ blocks x (patches + 1) + head) + 12 L T^2 d = %.4g\n",
@@ -69,12 +73,13 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     stats_row(f, "tokens/s", "global", &s->tokens_per_s, 1);
     stats_row(f, "tokens/s_per_rank", "rank", &s->tokens_per_s_rank, 1);
     stats_row(f, "TFLOP/s_per_rank", "rank", &s->tflops_rank, 1);
-    if (o->peak_gflops > 0) stats_row(f, "MFU", "%", &s->mfu, 100);
+    if (o->peak_gflops > 0 && !(s->mfu_over_gflops > 0)) stats_row(f, "MFU", "%", &s->mfu, 100);
     fprintf(f, "# %-12s %-12s %-12s %-12s %-10s %-10s %-8s %-16s\n", "median_ms", "mean_ms", "min_ms", "max_ms",
             "tokens/s", "GFLOP/s", "MFU_%", "loss_hash");
     fprintf(f, "  %-12.2f %-12.2f %-12.2f %-12.2f %-10.1f %-10.1f %-8.1f %016llx\n", s->step_s.median * 1e3,
             s->step_s.mean * 1e3, s->step_s.min * 1e3, s->step_s.max * 1e3, s->tokens_per_s.median,
-            s->tflops_rank.median * 1e3, 100 * s->mfu.median, s->loss_hash);
+            s->tflops_rank.median * 1e3,
+            o->peak_gflops > 0 && !(s->mfu_over_gflops > 0) ? 100 * s->mfu.median : NAN, s->loss_hash);
 
     /* Kernels: the profiler's per-op sums, over every timed step of every repeat. */
     double total = s->step_s.mean, sync = 0, optim = 0;

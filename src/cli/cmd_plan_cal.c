@@ -255,10 +255,11 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
                    "the ZeRO-3 probe's %.6g ms\n", c.run.step_s * 1e3, c.run.flops / 1e9, c.probe.step_s * 1e3,
                    c.probe.flops / 1e9, c.zprobe.step_s * 1e3);
         if (st == DT_OK)
-            printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank, a step reached %.4g; GEMM efficiency %.3g "
+            printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank%s, a step reached %.4g; GEMM efficiency %.3g "
                    "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call, optimizer %.4g GB/s; "
                    "dtrain plan --catalog %s --hardware cpu-calibrated --gpus N%s ...\n",
-                   f.out, c.peak_gflops, c.achieved_gflops, fit_out.eff, fit_out.overhead_us, fit_out.call_us,
+                   f.out, fit_out.peak_gflops, fit_out.peak_raised ? " (raised from the benchmark's: the runs were faster)" : "",
+                   c.achieved_gflops, fit_out.eff, fit_out.overhead_us, fit_out.call_us,
                    fit_out.opt_bw_gbs, f.out,
                    multi ? " --nodes M" : "");
     }

@@ -134,8 +134,18 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *
         f->eff = 1.0 / (x * c->peak_gflops * 1e9), f->overhead_us = o * 1e6, f->call_us = d * 1e6;
         if (o > 0) f->ct = run_comm(p, k, nn, &net, x, d);
     }
-    if (!(f->eff > 0.01)) f->eff = 0.01; /* (also NaN) */
-    if (f->eff > 1) f->eff = 1;
+    f->peak_gflops = c->peak_gflops;
+    if (!isfinite(f->eff) || !(f->eff > 0))
+        return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the runs give no positive time per FLOP (GEMM "
+                       "efficiency %g): the calibration's step is all fixed cost or communication", f->eff);
+    if (f->eff > 1) { /* the runs beat the benchmark's peak (a low --peak, a busy machine while it was measured):
+                         the peak is raised to the rate they reached, so the entry gives their step back */
+        f->peak_gflops = c->peak_gflops * f->eff, f->eff = 1, f->peak_raised = 1;
+    } else if (f->eff < 0.01) {
+        return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the runs reached %.4g GFLOP/s per rank, under 1%% of the "
+                       "peak %.4g GFLOP/s: the peak is wrong (a --peak or logging.peak_gflops too high?)",
+                       c->peak_gflops * f->eff, c->peak_gflops);
+    }
     return DT_OK;
 }
 
@@ -181,11 +191,17 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
                                           : "the two runs show no fixed cost");
     if (c->run.step_s > 0)
         snprintf(gemm, sizeof gemm, "rate / peak %.6g GFLOP/s per rank, the time per FLOP of %s with the predicted "
-                 "all-reduce taken out (the calibration's step reached %.6g GFLOP/s)", c->peak_gflops,
+                 "all-reduce taken out (the calibration's step reached %.6g GFLOP/s)", fit.peak_gflops,
                  o_us > 0 ? "the two runs" : "the calibration run", c->achieved_gflops);
     else
         snprintf(gemm, sizeof gemm, "achieved %.6g / peak %.6g GFLOP/s per rank in dtrain bench", c->achieved_gflops,
-                 c->peak_gflops);
+                 fit.peak_gflops);
+    char peak[320];
+    if (fit.peak_raised)
+        snprintf(peak, sizeof peak, "raised from dtrain bench's peak_gflops %.6g of one rank to the rate the runs "
+                 "reached (the time per FLOP below): a peak is at least what a run reaches", c->peak_gflops);
+    else
+        snprintf(peak, sizeof peak, "dtrain bench: peak_gflops of one rank (oneDNN sgemm)");
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     fprintf(f,
@@ -195,7 +211,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
             "  cpu-calibrated:\n"
             "    name: \"this machine, one dtrain rank per device\"\n"
             "    kind: cpu\n"
-            "    peak_tflops: {fp32: %.6g}   # dtrain bench: peak_gflops of one rank (oneDNN sgemm)\n"
+            "    peak_tflops: {fp32: %.6g}   # %s\n"
             "    memory_gib: %.6g            # the node's memory\n"
             "    devices_per_node: %d        # the ranks of a node\n"
             "    intra_node: %s\n"
@@ -206,7 +222,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
             "%s"
             "links:\n",
             c->source ? c->source : "dtrain bench, dtrain bench comm --fit", c->ranks, multi ? c->nodes : 1, path,
-            multi ? " --nodes M" : "", c->peak_gflops / 1e3, c->memory_bytes / 1073741824.0, k, name[0], name[1],
+            multi ? " --nodes M" : "", fit.peak_gflops / 1e3, peak, c->memory_bytes / 1073741824.0, k, name[0], name[1],
             multi ? "" : "         # simulated nodes share the machine: the same link", k,
             multi ? "net-fit is per rank with every rank of a node sending: a device's share is its bw"
                   : "the ranks of the benchmark",

@@ -82,6 +82,9 @@ typedef struct dt_plan_cal {
 /* What the runs give (dt_plan_cal_solve). */
 typedef struct dt_plan_cal_fit {
     double eff;         /* GEMM efficiency: 1 / (x peak), in [0.01, 1] */
+    double peak_gflops; /* the entry's peak per rank: the given one, or the rate 1 / x the runs reached where
+                           that is higher (a peak is at least what a run reaches; never a clamped efficiency) */
+    int peak_raised;    /* 1: peak_gflops is the runs' rate, above the benchmark's peak (eff = 1) */
     double overhead_us; /* fixed cost per micro-batch, >= 0 */
     double call_us;     /* fixed cost per collective call, >= 0 */
     double ct;          /* the DDP probe's predicted communication (s) */

@@ -85,10 +85,22 @@ static dt_status write_line(dt_ctx *ctx, dt_metrics *m, const char *line) {
     return DT_OK;
 }
 
+double dt_train_mfu(double flops_per_token, double tokens_per_s_rank, double peak_gflops) {
+    double mfu = peak_gflops > 0 ? flops_per_token * tokens_per_s_rank / (peak_gflops * 1e9) : NAN;
+    return mfu <= 1 ? mfu : NAN; /* (also NaN) */
+}
+
 dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     double elapsed = dt_now() - m->t_start;
     double tps = r->tokens / r->step_s;
-    double mfu = r->peak_gflops > 0 ? r->flops_per_token * tps / (r->peak_gflops * 1e9) : NAN;
+    double mfu = dt_train_mfu(r->flops_per_token, tps, r->peak_gflops);
+    if (isnan(mfu) && r->peak_gflops > 0 && !m->mfu_warned && r->step_s > 0) {
+        m->mfu_warned = 1;
+        dt_log_warn(ctx, "step %ld ran at %.4g GFLOP/s per rank, above the matmul peak %.4g GFLOP/s that MFU is "
+                    "relative to (measured at start while the machine was busy, or logging.peak_gflops too low): MFU "
+                    "is reported as unknown for such steps, never above 100%%", r->step,
+                    r->flops_per_token * tps / 1e9, r->peak_gflops);
+    }
     double eta = r->step > 0 ? elapsed / (double)r->step * (double)(m->total_steps - r->step) : NAN;
     char line[1100];
     char scale_j[48] = "", scale_t[48] = "";

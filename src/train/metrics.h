@@ -22,7 +22,13 @@ typedef struct dt_metrics {
     int bar_dirty;     /* the status line is showing and must be cleared before a log line */
     long total_steps;
     double t_start;
+    int mfu_warned;    /* a step ran faster than the peak: said once */
 } dt_metrics;
+
+/* Model FLOPs utilisation of a rank running flops_per_token x tokens_per_s_rank against a peak
+ * (GFLOP/s): NaN when unknown, i.e. without a peak or when the rate exceeds the peak (the peak
+ * was measured on a busy machine or given too low). Never above 1. */
+double dt_train_mfu(double flops_per_token, double tokens_per_s_rank, double peak_gflops);
 
 typedef struct dt_step_record {
     long step;          /* 1-based */
