@@ -59,6 +59,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
                "--resume continues from checkpoint.dir's newest intact checkpoint (latest, the default),\n"
                "from it or from scratch if there is none (auto), or from DIR (a checkpoint directory or\n"
                "one step-NNNNNNNN directory); the world size and strategy may differ from the saving run.\n"
+               "checkpoint.dir is locked while the run writes it (checkpoint.dir/.lock): a second run on it\n"
+               "exits with status 2 naming the first's pid and host.\n"
                "SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) checkpoints at the next step boundary and exits with\n"
                "status 0; a second SIGINT stops at once (status 130).\n\n"
                "Trains a model as configured (file first, then flags in order). Logs a line per\n"
