@@ -4,7 +4,9 @@
  * able to go on; every random bit flip in every file type is detected and the previous
  * checkpoint is used; truncated, missing and unlisted files are reported naming the file;
  * optimizer shards written by one world size load into another (resharding), refusing
- * missing or overlapping shards; the manifest parser refuses malformed manifests. */
+ * missing or overlapping shards; the manifest parser refuses malformed manifests; the lock on
+ * a checkpoint directory is refused while another process holds it (naming it), accepted by
+ * the holder's token (the supervisor's), taken over after its holder is killed. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/ckpt_io.h"
+#include "ckpt/lock.h"
 #include "ckpt/safetensors.h"
 #include "train/trainer.h"
 #include "testutil.h"
@@ -585,6 +588,96 @@ static void test_manifest_parse(void **state) {
     assert_int_equal(dt_manifest_parse(&ctx, "", 0, "M", &m), DT_ERR_FORMAT);
 }
 
+/* The lock file's fields. */
+static dt_ckpt_lock_info lock_file(const char *d) {
+    char p[256], text[4096] = "";
+    snprintf(p, sizeof p, "%s/" DT_CKPT_LOCK_NAME, d);
+    FILE *f = fopen(p, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    dt_ckpt_lock_info in;
+    dt_ckpt_lock_parse(text, n, &in);
+    return in;
+}
+
+static void test_lock(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_ckpt_lock_info in;
+    const char *t = "dtrain-lock 1\nhost: h1\npid: 77\nstarted: 2026-01-01T00:00:00+0000\ncommand: dtrain train\n"
+                    "token: 00000000000000ab\n";
+    assert_int_equal(dt_ckpt_lock_parse(t, strlen(t), &in), 1);
+    assert_string_equal(in.host, "h1");
+    assert_int_equal(in.pid, 77);
+    assert_string_equal(in.command, "dtrain train");
+    assert_string_equal(in.token, "00000000000000ab");
+    assert_int_equal(dt_ckpt_lock_parse("", 0, &in), 0);
+    assert_int_equal(dt_ckpt_lock_parse("host: h\n", 8, &in), 0); /* no pid */
+
+    char d[128], p[160];
+    snprintf(d, sizeof d, "%s/lockdir/sub", dir);
+    snprintf(p, sizeof p, "%s/" DT_CKPT_LOCK_NAME, d);
+    unsetenv(DT_CKPT_LOCK_ENV);
+    dt_ckpt_lock *a, *b;
+    assert_int_equal(dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "test", &a), DT_OK); /* creates d */
+    in = lock_file(d);
+    assert_int_equal(in.pid, (long)getpid());
+    assert_string_equal(in.host, ctx.host);
+    assert_string_equal(in.token, dt_ckpt_lock_token(a));
+    /* a second lock of this process would release the first when closed: refused */
+    assert_int_equal(dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "test", &b), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, "locked by this process already"));
+    dt_ckpt_lock_release(a);
+    assert_int_not_equal(access(p, F_OK), 0); /* a clean release leaves no file */
+
+    /* another process holds it */
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dt_ckpt_lock *c;
+        char ok = dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "dtrain train", &c) == DT_OK ? 'y' : 'n';
+        if (write(up[1], &ok, 1) != 1) _exit(1);
+        char x;
+        if (read(down[0], &x, 1) < 0) _exit(1); /* hold until the parent says so, or kills us */
+        _exit(0);
+    }
+    char ok = 0;
+    assert_int_equal(read(up[0], &ok, 1), 1);
+    assert_int_equal(ok, 'y');
+    char want[128];
+    snprintf(want, sizeof want, "is in use by dtrain train pid %ld on host %s (started ", (long)pid, ctx.host);
+    assert_int_equal(dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "test", &b), DT_ERR_CONFIG);
+    assert_non_null(strstr(ctx.err, want));
+    assert_non_null(strstr(ctx.err, "two runs must not share a checkpoint directory"));
+    /* its token in DTRAIN_CKPT_LOCK: accepted as the supervisor's, holding nothing */
+    in = lock_file(d);
+    setenv(DT_CKPT_LOCK_ENV, "0123456789abcdef", 1);
+    assert_int_equal(dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "test", &b), DT_ERR_CONFIG);
+    setenv(DT_CKPT_LOCK_ENV, in.token, 1);
+    assert_int_equal(dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "test", &b), DT_OK);
+    assert_int_equal(dt_ckpt_lock_inherited(b), 1);
+    assert_string_equal(dt_ckpt_lock_token(b), "");
+    dt_ckpt_lock_release(b);
+    unsetenv(DT_CKPT_LOCK_ENV);
+    assert_int_equal(lock_file(d).pid, (long)pid); /* still the holder's */
+    /* the holder killed: its file stays, its fcntl lock goes; taken over */
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(up[0]), close(up[1]), close(down[0]), close(down[1]);
+    assert_int_equal(lock_file(d).pid, (long)pid);
+    assert_int_equal(dt_ckpt_lock_acquire(&ctx, d, "checkpoint.dir ", "test", &a), DT_OK);
+    assert_int_equal(dt_ckpt_lock_inherited(a), 0);
+    in = lock_file(d);
+    assert_int_equal(in.pid, (long)getpid());
+    assert_string_equal(in.command, "test");
+    dt_ckpt_lock_release(a);
+    assert_int_not_equal(access(p, F_OK), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_manifest_parse),
@@ -594,6 +687,7 @@ int main(void) {
         cmocka_unit_test(test_bit_flips_and_damage),
         cmocka_unit_test(test_missing_tensor_is_damage),
         cmocka_unit_test(test_reshard_moments),
+        cmocka_unit_test(test_lock),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

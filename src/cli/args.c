@@ -127,8 +127,7 @@ void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg) {
 #endif
 }
 
-/* The ranks agree on the setup's outcome (st): one rank prints a failure, all return it. */
-static dt_status agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
+dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
     if (world == 1) return st;
     /* MIN of both: the lowest failing rank, and the most severe status (codes are < 0). */
@@ -149,7 +148,7 @@ dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup) {
     memcpy(err, ctx->err, sizeof err); /* the setup's message survives the communicator's start */
     DT_CHECK(dt_comm_init(ctx, comm));
     memcpy(ctx->err, err, sizeof err);
-    dt_status st = agree(ctx, *comm, setup);
+    dt_status st = dt_cli_agree(ctx, *comm, setup);
     if (st != DT_OK) {
         dt_comm_free(*comm);
         *comm = NULL;

@@ -31,6 +31,9 @@ void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg);
  * prints its message, all ranks wait for that and return the most severe status (the error
  * is printed once, not once per rank). On failure the communicator is freed. */
 dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup);
+/* The ranks agree on an outcome (st) of each: the lowest failing rank prints its message,
+ * every rank returns the most severe status (ctx->err cleared: it was printed once). */
+dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st);
 void dt_cli_finish_ranks(dt_ctx *ctx, dt_comm *comm, dt_status st);
 
 /* Maps a status to an exit code. */
@@ -40,6 +43,9 @@ int dt_cli_exit_code(dt_status s);
 void dt_cli_print_config_help(void);
 
 int dt_cmd_train(dt_ctx *ctx, int argc, char **argv);
+/* checkpoint.dir of `dtrain train ARGS` (argv[0] = the first argument after "train"), parsed
+ * as dt_cmd_train parses it; "" when none is set. An error for arguments train refuses. */
+dt_status dt_cli_train_ckpt_dir(dt_ctx *ctx, int argc, char **argv, char *out, size_t n);
 int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_config(dt_ctx *ctx, int argc, char **argv);
 int dt_cmd_prepare(dt_ctx *ctx, int argc, char **argv);

@@ -2,8 +2,10 @@
  * of the table below: name, usage line, summary, handler. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/interop.h"
+#include "ckpt/lock.h"
 #include "ckpt/lora_merge.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
@@ -23,7 +25,21 @@ static int usage_error(dt_ctx *ctx, const char *msg) {
     return DT_EXIT_USAGE;
 }
 
-static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
+/* A command that writes into an existing OUT_DIR locks it as a training run locks its
+ * checkpoint.dir (ckpt/lock.h): refused (status 2) while another run writes there. A missing
+ * OUT_DIR is no run's (every writer creates its directory when it locks it), and a refused
+ * command creates none. Reading SRC needs no lock. */
+static dt_status lock_out(dt_ctx *ctx, const char *sub, const char *out_dir, dt_ckpt_lock **lock) {
+    struct stat sb;
+    *lock = NULL;
+    if (stat(out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return DT_OK;
+    char label[64], cmd[64];
+    snprintf(label, sizeof label, "dtrain ckpt %s: ", sub);
+    snprintf(cmd, sizeof cmd, "dtrain ckpt %s", sub);
+    return dt_ckpt_lock_acquire(ctx, out_dir, label, cmd, lock);
+}
+
+static int export_locked(dt_ctx *ctx, int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[0], "--peft")) {
         dt_status st = dt_peft_export(ctx, argv[1], argv[2]);
         if (st == DT_OK)
@@ -40,12 +56,27 @@ static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
     return st == DT_OK ? DT_EXIT_OK : DT_EXIT_FAIL;
 }
 
+static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
+    dt_ckpt_lock *lock = NULL;
+    if (argc == 3 && (!strcmp(argv[0], "--peft") || !strcmp(argv[0], "--hf"))) {
+        dt_status lst = lock_out(ctx, "export", argv[2], &lock);
+        if (lst != DT_OK) return dt_cli_exit_code(lst);
+    }
+    int rc = export_locked(ctx, argc, argv);
+    dt_ckpt_lock_release(lock);
+    return rc;
+}
+
 static int cmd_merge(dt_ctx *ctx, int argc, char **argv) {
     const char *base = NULL;
     if (argc == 4 && !strcmp(argv[2], "--base")) base = argv[3];
     else if (argc != 2) return usage_error(ctx, "merge: expected SRC OUT_DIR [--base PATH]");
     dt_lora_merge_info info;
-    dt_status st = dt_lora_merge(ctx, argv[0], argv[1], base, &info);
+    dt_ckpt_lock *lock = NULL;
+    dt_status st = lock_out(ctx, "merge", argv[1], &lock);
+    if (st != DT_OK) return dt_cli_exit_code(st);
+    st = dt_lora_merge(ctx, argv[0], argv[1], base, &info);
+    dt_ckpt_lock_release(lock);
     if (st == DT_OK)
         printf("merged %s (%d adapted projections) into %s (%s, XXH3 %016llx): %zu parameters -> %s/model.safetensors, "
                "%s/config.json (Hugging Face layout)\n",

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/lock.h"
 #include "cli/cli.h"
 #include "launch/launch.h"
 
@@ -155,8 +156,23 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
         return DT_EXIT_USAGE;
     }
     if (sv.max_restarts >= 0 && !dry) {
+        /* The supervisor holds the lock on train's checkpoint.dir across its restarts; the
+         * ranks accept it by its token (ckpt/lock.h). Arguments train refuses are left to the
+         * first attempt to report (status 2: not restarted). */
+        dt_ckpt_lock *lock = NULL;
+        char ckdir[DT_PATH_MAX];
+        dt_ctx pctx;
+        dt_ctx_init(&pctx);
+        if (cfg.argc > 0 && !strcmp(cfg.argv[0], "train") &&
+            dt_cli_train_ckpt_dir(&pctx, cfg.argc - 1, cfg.argv + 1, ckdir, sizeof ckdir) == DT_OK && ckdir[0]) {
+            dt_status lst = dt_ckpt_lock_acquire(ctx, ckdir, "checkpoint.dir ", "dtrain launch (supervisor)", &lock);
+            if (lst != DT_OK) return dt_cli_exit_code(lst);
+            if (!dt_ckpt_lock_inherited(lock)) setenv(DT_CKPT_LOCK_ENV, dt_ckpt_lock_token(lock), 1);
+            fprintf(stderr, "dtrain launch: holding the lock on checkpoint.dir %s across restarts\n", ckdir);
+        }
         int code = 0;
         dt_status sst = dt_launch_supervise(ctx, &cfg, &sv, &code);
+        dt_ckpt_lock_release(lock);
         if (sst != DT_OK) return dt_cli_exit_code(sst);
         if (code != 0) dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: the job exited with status %d", code);
         return code;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/lock.h"
 #include "cli/cli.h"
 #include "model/model.h"
 #include "core/log.h"
@@ -58,6 +59,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
                "--resume continues from checkpoint.dir's newest intact checkpoint (latest, the default),\n"
                "from it or from scratch if there is none (auto), or from DIR (a checkpoint directory or\n"
                "one step-NNNNNNNN directory); the world size and strategy may differ from the saving run.\n"
+               "checkpoint.dir is locked while the run writes it (checkpoint.dir/.lock): a second run on it\n"
+               "exits with status 2 naming the first's pid and host.\n"
                "SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) checkpoints at the next step boundary and exits with\n"
                "status 0; a second SIGINT stops at once (status 130).\n\n"
                "Trains a model as configured (file first, then flags in order). Logs a line per\n"
@@ -82,19 +85,48 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         dt_cfg_print(stdout, &cfg);
         return DT_EXIT_OK;
     }
+    /* The writer of checkpoint.dir (rank 0: manifests, `latest`, pruning) locks it first of
+     * all, so a second run on it is refused at once, before any work or any write; the other
+     * ranks learn of a refusal through dt_cli_comm_init. */
+    dt_ckpt_lock *lock = NULL;
+    int env_rank = dt_comm_env_rank();
+    if (st == DT_OK && cfg.ckpt_dir[0] && env_rank == 0)
+        st = dt_ckpt_lock_acquire(ctx, cfg.ckpt_dir, "checkpoint.dir ", "dtrain train", &lock);
+    if (st != DT_OK && !under_mpi) return dt_cli_exit_code(st);
     /* Before MPI starts its threads: SIGTERM/SIGUSR1 go to one sigwait thread only. */
     if (st == DT_OK && dt_preempt_setup() != 0)
         dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
     st = dt_cli_comm_init(ctx, &comm, st);
-    if (st != DT_OK) return dt_cli_exit_code(st);
-    dt_cli_rank_setup(ctx, comm, &cfg);
-    st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
+    if (st == DT_OK && cfg.ckpt_dir[0] && env_rank < 0) { /* the rank is known only now */
+        dt_status lst = DT_OK;
+        if (dt_comm_rank(comm, DT_GROUP_WORLD) == 0)
+            lst = dt_ckpt_lock_acquire(ctx, cfg.ckpt_dir, "checkpoint.dir ", "dtrain train", &lock);
+        if ((st = dt_cli_agree(ctx, comm, lst)) != DT_OK) {
+            dt_ckpt_lock_release(lock);
+            dt_comm_free(comm);
+        }
+    }
     if (st != DT_OK) {
-        dt_cli_finish_ranks(ctx, comm, st);
+        dt_ckpt_lock_release(lock);
         return dt_cli_exit_code(st);
     }
-    st = dt_train_run(ctx, comm, &cfg, fl.save_weights);
+    dt_cli_rank_setup(ctx, comm, &cfg);
+    st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
+    if (st == DT_OK) st = dt_train_run(ctx, comm, &cfg, fl.save_weights);
+    /* Released before the ranks finish: a failure aborts the job (MPI_Abort) in there. */
+    dt_ckpt_lock_release(lock);
     dt_cli_finish_ranks(ctx, comm, st);
     return dt_cli_exit_code(st);
+}
+
+dt_status dt_cli_train_ckpt_dir(dt_ctx *ctx, int argc, char **argv, char *out, size_t n) {
+    dt_run_cfg cfg;
+    dt_run_cfg_defaults(&cfg);
+    train_flags fl = {0};
+    out[0] = 0;
+    DT_CHECK(dt_cli_parse_run(ctx, "train", argc, argv, &cfg, train_flag, &fl));
+    if (strlen(cfg.ckpt_dir) >= n) return dt_fail(ctx, DT_ERR_CONFIG, "checkpoint.dir: path too long");
+    snprintf(out, n, "%s", cfg.ckpt_dir);
+    return DT_OK;
 }

@@ -15,6 +15,19 @@ int dt_comm_launched_by_mpi(void) {
     return 0;
 }
 
+int dt_comm_env_rank(void) {
+    if (!dt_comm_launched_by_mpi()) return 0;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        if (!v || !*v) continue;
+        long r = strtol(v, &end, 10);
+        if (!*end && r >= 0 && r < 1000000000L) return (int)r;
+    }
+    return -1;
+}
+
 #ifndef DT_HAVE_MPI
 /* A build without MPI (cmake -DDTRAIN_MPI=OFF: single-process machines, the aarch64 test
  * build) refuses a multi-rank launch instead of running it as N unrelated processes. */

@@ -32,6 +32,10 @@ typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
 dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out);
 /* Whether dt_comm_init would start MPI (a launcher's environment, or DTRAIN_COMM=mpi). */
 int dt_comm_launched_by_mpi(void);
+/* This process's world rank as the launcher's environment says, before dt_comm_init
+ * (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK): 0 when not launched by MPI, -1 when launched
+ * by MPI but none of them is set (the rank is known only after dt_comm_init). */
+int dt_comm_env_rank(void);
 /* The single-process communicator (every group is {self}), whatever the environment. */
 dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out);
 /* Finalises the backend; NULL is a no-op. */
