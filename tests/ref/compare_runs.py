@@ -64,7 +64,8 @@ DTYPES = {"F32": lambda r: np.frombuffer(r, dtype="<f4"), "F64": lambda r: np.fr
 
 
 def tensors(path):
-    """name -> the tensor's values, flat (float32 unless the file says another dtype)."""
+    """name -> the tensor's values, flat: floats and integers by their dtype, any other dtype
+    (e.g. packed 4-bit codes) as raw bytes, which compare() compares bitwise."""
     with open(path, "rb") as f:
         raw = f.read()
     n = struct.unpack("<Q", raw[:8])[0]
@@ -75,10 +76,7 @@ def tensors(path):
         if k == "__metadata__":
             continue
         b, e = v["data_offsets"]
-        dt = v.get("dtype", "F32")
-        if dt not in DTYPES:
-            raise ValueError("%s: tensor %s has dtype %s, which this comparison does not read" % (path, k, dt))
-        out[k] = DTYPES[dt](data[b:e])
+        out[k] = DTYPES.get(v.get("dtype", "F32"), lambda r: np.frombuffer(r, dtype=np.uint8))(data[b:e])
     return out
 
 
@@ -131,7 +129,8 @@ def compare(ma, wa, mb, wb, tol, losses_only=False, atol=DEFAULT_ATOL, elementwi
         if a.size != b.size:
             why.append("%s: %d elements vs %d" % (k, a.size, b.size))
             continue
-        if tol == 0:
+        bitwise = tol == 0 or a.dtype.kind != "f" or b.dtype.kind != "f"
+        if bitwise:
             n = 0.0 if a.tobytes() == b.tobytes() and a.dtype == b.dtype else math.inf
             e, i = n, 0
         else:
@@ -141,8 +140,8 @@ def compare(ma, wa, mb, wb, tol, losses_only=False, atol=DEFAULT_ATOL, elementwi
         if not e <= worst_e:
             worst_e = e
             worst_en = "%s[%d] %.9g vs %.9g" % (k, i, float(a[i]), float(b[i])) if i < a.size else k
-        if judged and tol == 0 and n != 0:
-            why.append("%s differs (bitwise wanted)" % k)
+        if judged and bitwise and n != 0:
+            why.append("%s differs (bitwise wanted%s)" % (k, "" if tol == 0 else ": not floating point"))
         elif judged and tol > 0 and not nonfinite:
             if not n <= tol:
                 why.append("%s: normwise rel err %.3e > %g" % (k, n, tol))
