@@ -80,16 +80,23 @@ tu_cmp tu_compare(const float *a, const double *b, size_t n, double rtol, double
     return r;
 }
 
-int tu_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol) {
-    tu_cmp r = tu_compare(a, b, n, rtol, atol);
+static void close_line(const char *what, tu_cmp r, double rtol, double atol) {
     printf("  %-40s normwise %.3e (tol %.0e), elementwise %.3f of atol %.0e + rtol |ref| (worst [%zu] "
            "%.9g vs %.9g)%s\n", what, r.norm, rtol, r.elem, atol, r.worst, r.got, r.want, r.ok ? "" : " <- outside");
+}
+
+int tu_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol) {
+    tu_cmp r = tu_compare(a, b, n, rtol, atol);
+    close_line(what, r, rtol, atol);
     return r.ok;
 }
 
 void tu_assert_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol) {
-    if (!tu_close(what, a, b, n, rtol, atol))
-        fail_msg("%s: not within rtol %.0e, atol %.0e of the reference (see the line above)", what, rtol, atol);
+    tu_cmp r = tu_compare(a, b, n, rtol, atol);
+    close_line(what, r, rtol, atol);
+    if (!r.ok)
+        fail_msg("%s: normwise %.3e (tol %.0e), elementwise %.3g x (atol %.0e + rtol |ref|) at [%zu]: %.9g vs %.9g",
+                 what, r.norm, rtol, r.elem, atol, r.worst, r.got, r.want);
 }
 
 void tu_skip(const char *fmt, ...) {
