@@ -15,4 +15,5 @@ file "$build/tests/test_ops" | grep -q "ARM aarch64" || { echo "test-aarch64: no
 # DT_TEST_QUICK: test_model_train's bitwise checkpointing and fused-loss matrices in fp32 only
 # (the 16-bit kernels are checked by test_ops_lowp here; the full matrices run natively in make
 # test)
-cd "$build" && DT_TEST_QUICK=1 ctest --output-on-failure
+root=$(pwd)
+cd "$build" && DT_TEST_QUICK=1 bash "$root/tests/ctest.sh" --output-on-failure

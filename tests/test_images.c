@@ -431,8 +431,8 @@ static void test_fashion_mnist(void **state) {
     (void)state;
     const char *train = FM_DIR "/train-images-idx3-ubyte.gz", *test = FM_DIR "/t10k-images-idx3-ubyte.gz";
     if (access(train, R_OK) != 0 || access(test, R_OK) != 0) {
-        printf("skip: %s not installed (Debian package dataset-fashion-mnist)\n", FM_DIR);
-        skip();
+        tu_skip("%s not installed (Debian package dataset-fashion-mnist)", FM_DIR);
+        return;
     }
     dt_ctx ctx;
     dt_ctx_init(&ctx);

@@ -114,13 +114,14 @@ check "LoRA dropout 0.1: stopped at 6, resumed to 12 vs uninterrupted (bitwise)"
 # the dropout acts (the last loss differs from p = 0's: step 1's cannot, B being zero),
 # trainer.json records it, and a resume may change it
 if out=$(/usr/bin/python3 - "$dir/one2.jsonl" "$dir/d_one2.jsonl" "$dir/ck_d_one2" <<'PY'
-import json, sys
+import json, math, sys
 def losses(p):
     return [r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "step"]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 tj = json.load(open(sys.argv[3] + "/" + open(sys.argv[3] + "/latest").read().strip() + "/trainer.json"))
 print("step 12 loss %.6f (p 0) vs %.6f (p 0.1); trainer.json lora_dropout %s" % (a[-1], b[-1], tj.get("lora_dropout")))
-sys.exit(0 if len(a) == len(b) == 12 and a[-1] != b[-1] and abs(tj.get("lora_dropout", 0) - 0.1) < 1e-7 else 1)
+fin = all(isinstance(x, float) and math.isfinite(x) for x in a + b)  # NaN != anything: "differs" alone passes it
+sys.exit(0 if len(a) == len(b) == 12 and fin and a[-1] != b[-1] and abs(tj.get("lora_dropout", 0) - 0.1) < 1e-7 else 1)
 PY
 ); then pass "LoRA dropout: $out"; else fail "LoRA dropout: $out"; fi
 "$bin" train "${common[@]}" --accum 2 --steps 7 --set lora.dropout=0.2 --set checkpoint.dir="$dir/ck_d_res" \

@@ -121,10 +121,12 @@ ip -n "${MN_PREFIX}sw" link set sw-h2 up 2>/dev/null
 ms() { local t; t=$(grep -m1 "$1" "$dir/el.log" | sed -E 's/.*\[([0-9:.]+)\].*/\1/'); [ -n "$t" ] && echo $(( $(date -d "$(date +%F) $t" +%s%3N) - t_cut )); }
 det=$(ms "job failed after")
 rec=$(grep -o "first step after restart 1 logged [0-9.]* s after" "$dir/el.log" | awk '{print $7}')
-# Losses to 1e-5; weights to 1e-3: the key bias's gradient is mathematically zero, and Adam
-# turns its rounding noise (another summation order here) into lr-sized steps (measured 2.2e-4).
+# Losses to 1e-5; weights to 1e-3 normwise (--normwise: not element by element): the key bias's
+# gradient is mathematically zero, and Adam turns its rounding noise (another summation order
+# here) into lr-sized steps (measured 2.2e-4 of the tensor's largest): elements of that bias
+# near zero can differ by more than themselves.
 out=$(/usr/bin/python3 "$src/tests/ref/compare_runs.py" "$dir/el.jsonl" "$dir/el.st" "$dir/eref.jsonl" "$dir/eref.st" 1e-5 losses-only 2>&1) \
-  && out="$out; $(/usr/bin/python3 "$src/tests/ref/compare_runs.py" "$dir/el.jsonl" "$dir/el.st" "$dir/eref.jsonl" "$dir/eref.st" 1e-3 2>&1)"
+  && out="$out; $(/usr/bin/python3 "$src/tests/ref/compare_runs.py" "$dir/el.jsonl" "$dir/el.st" "$dir/eref.jsonl" "$dir/eref.st" 1e-3 --normwise 2>&1)"
 cmpok=$?
 if [ $rc -eq 0 ] && [ -n "$det" ] && [ "$det" -le 10000 ] && grep -q "host(s) h2 did not answer a probe" "$dir/el.log" \
    && grep -q "continuing on 2 rank(s) of h1:2" "$dir/el.log" && [ -n "$rec" ] && awk -v r="$rec" 'BEGIN{exit !(r <= 30)}' \

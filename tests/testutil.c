@@ -45,6 +45,72 @@ double tu_worse(double worst, double e) {
     return e > worst ? e : worst;
 }
 
+tu_cmp tu_compare_dd(const double *a, const double *b, size_t n, double rtol, double atol) {
+    tu_cmp r = {0};
+    double maxdiff = 0, maxref = 0;
+    int bad = 0; /* a non-finite value seen */
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) {
+            /* The first one is the element to show; nothing after it can pass. */
+            if (!bad) r.worst = i, r.got = a[i], r.want = b[i];
+            bad = 1;
+            continue;
+        }
+        double d = fabs(a[i] - b[i]), bound = atol + rtol * fabs(b[i]);
+        /* d == 0 passes even with a zero bound (atol 0 and b_i 0: exact zeros wanted). */
+        double q = d == 0 ? 0 : bound > 0 ? d / bound : INFINITY;
+        if (d > maxdiff) maxdiff = d;
+        if (fabs(b[i]) > maxref) maxref = fabs(b[i]);
+        if (!bad && (q > r.elem || i == 0)) r.elem = q, r.worst = i, r.got = a[i], r.want = b[i];
+    }
+    if (bad) {
+        r.norm = r.elem = INFINITY;
+        return r;
+    }
+    r.norm = maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
+    r.ok = r.norm <= rtol && r.elem <= 1.0;
+    return r;
+}
+
+tu_cmp tu_compare(const float *a, const double *b, size_t n, double rtol, double atol) {
+    double *ad = tu_malloc(n * sizeof(double));
+    tu_to_double(ad, a, n);
+    tu_cmp r = tu_compare_dd(ad, b, n, rtol, atol);
+    free(ad);
+    return r;
+}
+
+static void close_line(const char *what, tu_cmp r, double rtol, double atol) {
+    printf("  %-40s normwise %.3e (tol %.0e), elementwise %.3f of atol %.0e + rtol |ref| (worst [%zu] "
+           "%.9g vs %.9g)%s\n", what, r.norm, rtol, r.elem, atol, r.worst, r.got, r.want, r.ok ? "" : " <- outside");
+}
+
+int tu_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol) {
+    tu_cmp r = tu_compare(a, b, n, rtol, atol);
+    close_line(what, r, rtol, atol);
+    return r.ok;
+}
+
+void tu_assert_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol) {
+    tu_cmp r = tu_compare(a, b, n, rtol, atol);
+    close_line(what, r, rtol, atol);
+    if (!r.ok)
+        fail_msg("%s: normwise %.3e (tol %.0e), elementwise %.3g x (atol %.0e + rtol |ref|) at [%zu]: %.9g vs %.9g",
+                 what, r.norm, rtol, r.elem, atol, r.worst, r.got, r.want);
+}
+
+void tu_skip(const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    const char *ci = getenv("CI");
+    if (ci && strcmp(ci, "true") == 0) fail_msg("%s (CI=true: a skip is a failure)", why);
+    printf("skip: %s\n", why);
+    skip();
+}
+
 double tu_rel_err(const float *a, const double *b, size_t n) {
     double *ad = tu_malloc(n * sizeof(double));
     tu_to_double(ad, a, n);

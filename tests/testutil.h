@@ -24,6 +24,32 @@ double tu_rel_err_dd(const double *a, const double *b, size_t n);
  * `if (e > worst)` both drop a NaN). */
 double tu_worse(double worst, double e);
 
+/* A result checked two ways against a reference b:
+ *   normwise:    max_i |a_i - b_i| / max_i |b_i| <= rtol (tu_rel_err's measure), and
+ *   elementwise: |a_i - b_i| <= atol + rtol |b_i| for every i.
+ * The normwise measure alone lets a small element be wholly wrong: one 1e-4 of the tensor's
+ * largest can be off by 100% and pass rtol 1e-4; the elementwise one catches it, atol being
+ * the absolute error the arithmetic may leave on elements near zero. Any NaN or Inf in a or
+ * b fails both (and is the worst element). */
+typedef struct {
+    double norm;  /* the normwise error; INFINITY on a non-finite value */
+    double elem;  /* max_i |a_i - b_i| / (atol + rtol |b_i|): the check passes at <= 1 */
+    size_t worst; /* the element of elem (the first non-finite one, if any) */
+    double got, want; /* a and b there */
+    int ok;       /* norm <= rtol and elem <= 1, both finite */
+} tu_cmp;
+tu_cmp tu_compare_dd(const double *a, const double *b, size_t n, double rtol, double atol);
+tu_cmp tu_compare(const float *a, const double *b, size_t n, double rtol, double atol);
+/* tu_compare, printed as "what: normwise ..., elementwise ... (worst [i] got vs want)";
+ * returns 1 when it passes. tu_assert_close fails the test when it does not. */
+int tu_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol);
+void tu_assert_close(const char *what, const float *a, const double *b, size_t n, double rtol, double atol);
+
+/* A case that cannot run here (a data set or a file that is not installed): "skip: why" on
+ * stdout, then cmocka's skip(). Under CI=true a failure instead, as tests/lib.sh's skip():
+ * cmocka counts a skipped case as passed, so CI would go green on it. Does not return. */
+void tu_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Runs fn once on every kernel ISA path this CPU supports (dt_isa_use), printing each
  * path, and names the paths of this architecture it could not run; leaves the best path
  * active. */
