@@ -73,7 +73,8 @@ void dt_startup_end(dt_startup *su);
 /* mpirun's stderr, line by line (plain `dtrain launch`): start-up reports are taken out, and
  * once a rank has printed its own error line ("host:rank error: ..."), mpirun's banners that
  * follow (dash-framed blocks: "Primary job terminated normally ...", "mpirun detected that one
- * or more processes exited with non-zero status ...", "MPI_ABORT was invoked ...") are dropped:
+ * or more processes exited with non-zero status ...", "MPI_ABORT was invoked ...") and its
+ * one-line sequels ("1 more process has sent help message ...") are dropped:
  * the rank's line says what went wrong, and the exit status is passed on. During a watched
  * start-up every banner ("ORTE was unable to reliably start one or more daemons", ...) is held
  * back (`held`): when the start-up fails the launcher names the host instead, or prints them

@@ -400,6 +400,15 @@ static int is_rank_error(const char *l) {
     return 1;
 }
 
+/* mpirun's own one-liners that follow an abort: "[host:pid] 1 more process has sent help
+ * message ...", "[host:pid] Set MCA parameter "orte_base_help_aggregate" ...", and the
+ * ORTE_ERROR_LOG lines of its help aggregation racing two MPI_Aborts. */
+static int is_abort_noise(const char *l) {
+    const char *e = l[0] == '[' ? strchr(l, ']') : NULL;
+    if (!e || !memchr(l, ':', (size_t)(e - l))) return 0;
+    return strstr(e, "more process") || strstr(e, "orte_base_help_aggregate") || strstr(e, "ORTE_ERROR_LOG");
+}
+
 static int blk_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap * 2 : 4096;
@@ -450,6 +459,7 @@ static void handle_line(dt_errfilter *f, char *line, size_t len, int nl, dt_star
             return;
         f->in_block = 0;
     }
+    if (f->rank_error && is_abort_noise(line)) return;
     if (is_rank_error(line)) f->rank_error = 1;
     out_write(f->fd_out, line, len);
     if (nl) out_write(f->fd_out, "\n", 1);
