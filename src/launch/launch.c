@@ -2,7 +2,6 @@
 #include "launch/launch.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
@@ -744,7 +743,8 @@ static dt_status run_job(dt_ctx *ctx, const dt_launch_job *job, dt_startup *su, 
         st = dt_fail(ctx, DT_ERR_BACKEND, PFX "%s; mpirun exited with status %d", why, *exit_code);
     }
 out:
-    if (pid > 0) dt_proc_kill_tree(pid, 2.0, NULL, NULL); /* whatever is left: an ssh, a rank */
+    /* Whatever mpirun left (an ssh, a rank that hangs): the job is over, so a short grace. */
+    if (pid > 0) dt_proc_kill_tree(pid, 0.5, NULL, NULL);
     if (pe[0] >= 0) close(pe[0]);
     if (ef) dt_errfilter_finish(ef, 1); /* frees; a no-op after the one above */
     free(ef);

@@ -255,7 +255,8 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, dt_startup *
     }
     if (!stopped && dt_startup_pending(su) && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
         dt_startup_describe(su, job, 0, a->startup, sizeof a->startup); /* mpirun gave up first */
-    dt_proc_kill_tree(pid, 2.0, NULL, NULL); /* whatever mpirun left: an ssh, a rank */
+    /* Whatever mpirun left (an ssh, a hung rank) is ended by the caller once the failure has
+     * been reported: its state is part of the report, and the report should not wait. */
     close(po[0]);
     close(pe[0]);
     free(lo);
@@ -595,6 +596,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
                 SV_LOG("hang: collective #%ld (%s) timed out in rank(s) %s; every rank entered it", h.seq, h.op,
                        h.waiting);
         }
+        dt_proc_kill_tree(0, 0.5, NULL, NULL); /* what the failed attempt left behind */
         /* Exit status 2 is dtrain's usage/configuration error (a misspelt key or subcommand,
          * a YAML error, a bad flag): the same input fails again, so no restart. */
         if ((a.rank >= 0 && !a.sig ? a.code : code) == 2) {
@@ -642,6 +644,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
             break;
         }
     }
+    dt_proc_kill_tree(0, 0.5, NULL, NULL); /* nothing of the job outlives the supervisor */
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
     free(argv2);
     dt_startup_end(&su);
