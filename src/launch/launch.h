@@ -90,7 +90,7 @@ void dt_launch_print(const dt_launch_job *job, FILE *f);
  * have not all started within cfg->connect_timeout seconds is stopped, with one error naming
  * the host(s) that did not answer; a signal before the ranks have started stops it at once
  * (there is nothing to checkpoint). On every way out, whatever mpirun left behind (an ssh,
- * a rank) is ended: SIGTERM, SIGKILL 2 s later. mpirun's stderr passes through the launcher,
+ * a rank) is ended: SIGTERM, SIGKILL 2 s later (0.5 s once mpirun has exited). mpirun's stderr passes through the launcher,
  * which drops the start-up reports and, after a rank's own error line, mpirun's abort banners.
  * *exit_code = mpirun's exit status, 128 + signal if it was killed. Returns an error when the
  * plan is refused, mpirun could not be started, or the start-up failed (the message names
