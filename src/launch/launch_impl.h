@@ -63,6 +63,9 @@ int dt_startup_pending(const dt_startup *su);
 /* A line of mpirun's stderr: 1 if it was a start-up report (consumed: not to be printed).
  * Other lines during the start-up are searched for the hosts' names (ssh's errors). */
 int dt_startup_line(dt_startup *su, const char *line, int scan_names);
+/* Whether a line frames one of Open MPI's banners (74 dashes): they name hosts of their own
+ * ("target node: h1"), so names are looked for outside them only. */
+int dt_launch_is_frame(const char *line);
 /* One sentence naming the hosts that did not answer (or whose ranks did not start), "within
  * T s (--connect-timeout)" when the deadline passed; "" when it cannot name one. */
 void dt_startup_describe(const dt_startup *su, const dt_launch_job *job, int deadline_passed, char *buf,

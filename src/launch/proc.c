@@ -380,7 +380,7 @@ static void out_write(int fd, const char *s, size_t n) {
 }
 
 /* Open MPI's help messages are framed by lines of exactly 74 dashes. */
-static int is_frame(const char *l) {
+int dt_launch_is_frame(const char *l) {
     size_t n = strcspn(l, "\r");
     if (n != 74) return 0;
     for (size_t i = 0; i < n; i++)
@@ -439,9 +439,9 @@ static void close_block(dt_errfilter *f, dt_startup *su) {
 static void handle_line(dt_errfilter *f, char *line, size_t len, int nl, dt_startup *su) {
     /* Open MPI's banners name every host they like ("target node: h1"); ssh's errors, outside
      * them, name the host that failed. */
-    if (dt_startup_line(su, line, !f->in_block && !is_frame(line))) return;
+    if (dt_startup_line(su, line, !f->in_block && !dt_launch_is_frame(line))) return;
     if (f->in_block) {
-        int frame = is_frame(line);
+        int frame = dt_launch_is_frame(line);
         if (blk_add(&f->blk, &f->blen, &f->bcap, line, len) != 0 || (nl && blk_add(&f->blk, &f->blen, &f->bcap, "\n", 1))) {
             out_write(f->fd_out, f->blk, f->blen); /* no memory: pass it on as it is */
             f->blen = 0;
@@ -451,7 +451,7 @@ static void handle_line(dt_errfilter *f, char *line, size_t len, int nl, dt_star
         if (frame || f->blen > 65536) close_block(f, su);
         return;
     }
-    if (is_frame(line)) {
+    if (dt_launch_is_frame(line)) {
         f->in_block = 1;
         f->blk_t = dt_launch_now();
         f->blen = 0;

@@ -91,6 +91,7 @@ static void scan_line(const char *l, attempt_info *a, double t) {
 typedef struct line_buf {
     char b[8192];
     size_t n;
+    int in_banner; /* between the frames of an Open MPI banner */
 } line_buf;
 
 /* Forwards what is readable on fd to out, scanning complete lines; the ranks' start-up
@@ -111,7 +112,9 @@ static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a, dt_startup *su
     char *start = lb->b, *nl;
     while ((nl = memchr(start, '\n', lb->n - (size_t)(start - lb->b)))) {
         *nl = 0;
-        if (!dt_startup_line(su, start, 1)) {
+        int frame = dt_launch_is_frame(start);
+        if (frame) lb->in_banner = !lb->in_banner;
+        if (!dt_startup_line(su, start, !frame && !lb->in_banner)) {
             scan_line(start, a, now_s());
             fputs(start, out);
             fputc('\n', out);
