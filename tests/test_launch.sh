@@ -11,7 +11,11 @@ cpus=$(nproc)                 # affinity-aware, like the launcher (OMP_NUM_THREA
 per() { local t=$((cpus / $1)); echo $((t > 0 ? t : 1)); }   # cores per rank, at least 1
 root=""; [ "$(id -u)" = 0 ] && root="--allow-run-as-root "
 
-dry() { "$bin" launch --dry-run "$@" 2>&1; }
+# The ssh options of remote launches depend on the caller's Open MPI settings (rsh agent and
+# args, from the environment or parameter files): none here, so the lines are fixed.
+unset OMPI_MCA_plm_rsh_agent OMPI_MCA_orte_rsh_agent OMPI_MCA_pls_rsh_agent OMPI_MCA_plm_rsh_args
+dry() { OMPI_MCA_mca_base_param_files=/dev/null "$bin" launch --dry-run "$@" 2>&1; }
+rsh="--mca plm_rsh_args '-o ConnectTimeout=30 -o BatchMode=yes -o ServerAliveInterval=15'"
 expect_line() { # LABEL EXPECTED ARGS... : the dry-run line must equal EXPECTED
   local label=$1 want=$2 got; shift 2
   got=$(dry "$@")
@@ -49,18 +53,35 @@ got=$(DTRAIN_NODE_ID=zzz dry -n 2 --simulate-nodes 2 -- train)
 
 # Hosts: threads and binding from the busiest host; DTRAIN_* forwarded by name.
 got=$(DTRAIN_DEBUG=1 dry -n 4 --hosts h1:2,h2:2 -- train)
-want="$mpirun ${root}--host h1:2,h2:2 $(bind 2) -n 4 -x OMP_NUM_THREADS=$(per 2) -x DTRAIN_DEBUG $bin train"
+want="$mpirun ${root}--host h1:2,h2:2 $rsh $(bind 2) -n 4 -x OMP_NUM_THREADS=$(per 2) -x DTRAIN_DEBUG $bin train"
 [ "$got" = "$want" ] && pass "--hosts h1:2,h2:2 + DTRAIN_DEBUG: $got" || fail "--hosts: got $got, want $want"
 expect_line "--hosts h1,h2,h3 (one slot each)" \
-  "$mpirun ${root}--host h1:1,h2:1,h3:1 $(bind 1) -n 3 -x OMP_NUM_THREADS=$(per 1) $bin train" \
+  "$mpirun ${root}--host h1:1,h2:1,h3:1 $rsh $(bind 1) -n 3 -x OMP_NUM_THREADS=$(per 1) $bin train" \
   -n 3 --hosts h1,h2,h3 -- train
 expect_line "--hosts with --ranks-per-node 1" \
-  "$mpirun ${root}--host a:4,b:4 $(bind 1 ppr:1:node) -n 2 -x OMP_NUM_THREADS=$(per 1) $bin train" \
+  "$mpirun ${root}--host a:4,b:4 $rsh $(bind 1 ppr:1:node) -n 2 -x OMP_NUM_THREADS=$(per 1) $bin train" \
   -n 2 --hosts a:4,b:4 --ranks-per-node 1 -- train
 printf '# cluster\nnode-a slots=2   # first\n\nnode-b slots=2 max_slots=4\n' >"$dir/hostfile"
 expect_line "--hostfile" \
-  "$mpirun ${root}--hostfile $dir/hostfile $(bind 2) -n 3 -x OMP_NUM_THREADS=$(per 2) $bin train" \
+  "$mpirun ${root}--hostfile $dir/hostfile $rsh $(bind 2) -n 3 -x OMP_NUM_THREADS=$(per 2) $bin train" \
   -n 3 --hostfile "$dir/hostfile" -- train
+# ssh's options go after the user's own plm_rsh_args (ssh keeps an option's first value, so
+# the user's win); --connect-timeout sets ConnectTimeout (0: none); another agent gets none.
+expect_line "--connect-timeout 7" \
+  "$mpirun ${root}--host h1:1 --mca plm_rsh_args '-o ConnectTimeout=7 -o BatchMode=yes -o ServerAliveInterval=15' $(bind 1) -n 1 -x OMP_NUM_THREADS=$(per 1) $bin train" \
+  -n 1 --hosts h1 --connect-timeout 7 -- train
+got=$(OMPI_MCA_plm_rsh_args="-p 2222" dry -n 1 --hosts h1 --connect-timeout 7 -- train)
+[[ $got == *"--mca plm_rsh_args '-p 2222 -o ConnectTimeout=7 -o BatchMode=yes -o ServerAliveInterval=15' "* ]] \
+  && pass "OMPI_MCA_plm_rsh_args kept first: $got" || fail "user plm_rsh_args: $got"
+printf '# site\nplm_rsh_args = -l admin\n' >"$dir/mca.conf"
+got=$(OMPI_MCA_mca_base_param_files="$dir/mca.conf" "$bin" launch --dry-run -n 1 --hosts h1 --connect-timeout 0 -- train)
+[[ $got == *"--mca plm_rsh_args '-l admin -o BatchMode=yes -o ServerAliveInterval=15' "* ]] \
+  && pass "plm_rsh_args of an MCA parameter file kept first; --connect-timeout 0: no ConnectTimeout" \
+  || fail "param file plm_rsh_args / --connect-timeout 0: $got"
+got=$(OMPI_MCA_plm_rsh_agent="rsh" dry -n 1 --hosts h1 -- train)
+[[ $got != *plm_rsh_args* && $got == *"--host h1:1 "* ]] && pass "rsh agent: no ssh options" || fail "rsh agent: $got"
+got=$(dry -n 2 -- train)
+[[ $got != *plm_rsh_args* ]] && pass "local launch: no ssh options" || fail "local launch: $got"
 got=$(OMP_NUM_THREADS=3 dry -n 2 -- train)
 [[ $got == *"-x OMP_NUM_THREADS $bin"* ]] && pass "user's OMP_NUM_THREADS forwarded as is" || fail "user OMP_NUM_THREADS: $got"
 
@@ -171,6 +192,10 @@ err "--mpirun: 'no-such-mpirun' not found in PATH" -n 2 --mpirun no-such-mpirun 
 err "unknown flag '--nodes'" -n 2 --nodes 2 -- train
 err "--hosts needs a value" -n 2 --hosts
 err "other than launch" -n 2 -- launch -n 2 -- train
+err "--connect-timeout expects whole seconds" -n 2 --hosts h1:2 --connect-timeout -1 -- train
+err "--connect-timeout expects whole seconds" -n 2 --hosts h1:2 --connect-timeout 1.5 -- train
+err "--connect-timeout expects whole seconds" -n 2 --hosts h1:2 --connect-timeout=soon -- train
+err "--connect-timeout needs a value" -n 2 --connect-timeout
 out=$(PATH=/nonexistent "$bin" launch -n 2 -- train 2>&1); rc=$?
 [ $rc = 2 ] && [[ $out == *"mpirun: 'mpirun' not found in PATH"* ]] && pass "no mpirun in PATH (rc 2): $out" \
   || fail "missing mpirun: rc $rc $out"

@@ -11,7 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain launch -n N [--hostfile F | --hosts h1:2,h2:2] [--ranks-per-node K]\n"
-            "                     [--simulate-nodes M] [--mpirun PATH] [--dry-run]\n"
+            "                     [--simulate-nodes M] [--mpirun PATH] [--connect-timeout S] [--dry-run]\n"
             "                     [--max-restarts K [--backoff S] [--backoff-max S] [--grace S] [--run-dir D]\n"
             "                      [--min-ranks K]]\n"
             "                     -- <dtrain subcommand and its flags>\n"
@@ -25,6 +25,10 @@ static void usage(FILE *f) {
             "  --ranks-per-node K  K ranks on each node (mpirun --map-by ppr:K:node)\n"
             "  --simulate-nodes M  split the ranks of this machine into M nodes (DTRAIN_NODE_ID)\n"
             "  --mpirun PATH       the mpirun to use (default: mpirun from PATH)\n"
+            "  --connect-timeout S with --hosts/--hostfile: every rank must have started within S seconds\n"
+            "                      (default 30; 0 = no limit), else the job is stopped and the host that\n"
+            "                      did not answer is named; ssh gets ConnectTimeout=S, BatchMode=yes and\n"
+            "                      ServerAliveInterval=15 (after your own plm_rsh_args)\n"
             "  --dry-run           print the mpirun command line instead of running it\n"
             "  --max-restarts K    supervise: when a rank fails, is killed or hangs (collective watchdog),\n"
             "                      report which rank and how, and restart up to K times (train resumes\n"
@@ -33,13 +37,14 @@ static void usage(FILE *f) {
             "  --backoff S         seconds before a restart (default 1), doubled per failure within 60 s\n"
             "  --backoff-max S     cap of the backoff (default 30)\n"
             "  --grace S           seconds a preempted job gets before SIGTERM (default 30)\n"
-            "  --run-dir D         where ranks leave watchdog dumps (default ./.dtrain-run-PID, removed)\n"            "  --min-ranks K       elastic (with --hosts): before a restart, probe every host; continue on\n"
+            "  --run-dir D         where ranks leave watchdog dumps (default ./.dtrain-run-PID, removed)\n"
+            "  --min-ranks K       elastic (with --hosts): before a restart, probe every host; continue on\n"
             "                      the hosts that answer as long as they hold >= K ranks (train resumes\n"
             "                      resharded; set training.batch to keep the global batch)\n"
-
             "\n"
             "example: dtrain launch -n 4 --simulate-nodes 2 -- train cfg.yaml\n"
-            "exit code: mpirun's (128 + signal if it was killed); 2 for a usage error\n");
+            "exit code: mpirun's (128 + signal if it was killed); 2 for a usage error; 1 when a remote\n"
+            "start-up passed --connect-timeout\n");
 }
 
 /* Positive integer flag value, or 0 with ctx->err set. */
@@ -55,6 +60,7 @@ static int int_value(dt_ctx *ctx, const char *flag, const char *s) {
 
 int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     dt_launch_cfg cfg = {0};
+    cfg.connect_timeout = 30;
     dt_supervise_cfg sv = {-1, 1.0, 30.0, 30.0, NULL, 0};
     int dry = 0, have_n = 0, sep = -1;
     for (int i = 0; i < argc && sep < 0; i++) {
@@ -85,7 +91,7 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
                     !strcmp(flag, "--ranks-per-node") || !strcmp(flag, "--simulate-nodes") ||
                     !strcmp(flag, "--mpirun") || !strcmp(flag, "--max-restarts") ||
                     !strcmp(flag, "--backoff") || !strcmp(flag, "--backoff-max") || !strcmp(flag, "--grace") ||
-                    !strcmp(flag, "--run-dir") || !strcmp(flag, "--min-ranks");
+                    !strcmp(flag, "--run-dir") || !strcmp(flag, "--min-ranks") || !strcmp(flag, "--connect-timeout");
         if (!known) {
             dt_fail(ctx, DT_ERR_CONFIG, "dtrain launch: unknown flag '%s' (see dtrain launch --help)", a);
             return DT_EXIT_USAGE;
@@ -112,6 +118,18 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
             else if (!strcmp(flag, "--backoff")) sv.backoff = v;
             else if (!strcmp(flag, "--backoff-max")) sv.backoff_max = v;
             else sv.grace = v;
+            continue;
+        }
+        if (!strcmp(flag, "--connect-timeout")) {
+            char *end;
+            long v = strtol(val, &end, 10);
+            if (!*val || *end || *val == '-' || *val == '+' || v < 0 || v > 86400) {
+                dt_fail(ctx, DT_ERR_CONFIG,
+                        "dtrain launch: --connect-timeout expects whole seconds from 0 (no limit) to 86400, got '%s'",
+                        val);
+                return DT_EXIT_USAGE;
+            }
+            cfg.connect_timeout = (int)v;
             continue;
         }
         if (!strcmp(flag, "--run-dir")) {
@@ -177,19 +195,18 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
         if (code != 0) dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: the job exited with status %d", code);
         return code;
     }
-    dt_launch_job job;
-    dt_status st = dt_launch_init(ctx, &cfg, &job);
-    if (st != DT_OK) return dt_cli_exit_code(st);
     if (dry) {
+        dt_launch_job job;
+        dt_status st = dt_launch_init(ctx, &cfg, &job);
+        if (st != DT_OK) return dt_cli_exit_code(st);
         dt_launch_print(&job, stdout);
         dt_launch_free(&job);
         return DT_EXIT_OK;
     }
-    fflush(NULL); /* nothing buffered here may be written twice or after mpirun's output */
     int code = 0;
-    st = dt_launch_run(ctx, &job, &code);
-    dt_launch_free(&job);
-    if (st != DT_OK) return dt_cli_exit_code(st);
+    dt_status st = dt_launch_run(ctx, &cfg, &code);
+    /* A failed start-up sets the status (1, or 128 + the signal that stopped it). */
+    if (st != DT_OK) return code > 0 ? code : dt_cli_exit_code(st);
     if (code == 0 && dt_launch_preempted())
         fprintf(stderr, "dtrain launch: preempted by a signal: the ranks were asked to checkpoint and stop "
                         "(SIGUSR1), and the job ended cleanly\n");
@@ -197,7 +214,7 @@ int dt_cmd_launch(dt_ctx *ctx, int argc, char **argv) {
     if (code > 128 && code < 128 + 65)
         dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: mpirun exited with status %d (signal %d, %s)", code,
                 code - 128, strsignal(code - 128));
-    else if (code != 0)
+    else if (code != 0 && !dt_launch_rank_error()) /* else a rank has said what went wrong */
         dt_fail(ctx, DT_ERR_BACKEND, "dtrain launch: mpirun exited with status %d", code);
     return code;
 }

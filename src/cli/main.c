@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/log.h"
@@ -31,9 +32,24 @@ static void usage(FILE *f) {
             "exit codes: 0 success, 1 runtime failure, 2 usage or configuration error\n");
 }
 
+/* A rank started by `dtrain launch --hosts` (DTRAIN_LAUNCH_ID set, forwarded by mpirun) tells
+ * the launcher that its process runs: one line on stderr, which the launcher takes out of
+ * mpirun's output (src/launch/launch_impl.h). It is written before anything else, so even a
+ * subcommand that never starts MPI (or fails at once) counts as started. */
+static void report_started(void) {
+    const char *id = getenv("DTRAIN_LAUNCH_ID"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!id || !*id || !rank || !*rank) return;
+    char line[160];
+    int n = snprintf(line, sizeof line, "dtrain-launch-started %.60s %.12s\n", id, rank);
+    if (n > 0 && (size_t)n < sizeof line && write(STDERR_FILENO, line, (size_t)n) < 0) {
+        /* the launcher is gone; nothing to tell */
+    }
+}
+
 int main(int argc, char **argv) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
+    report_started();
     if (argc < 2) {
         usage(stderr);
         return DT_EXIT_USAGE;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -12,6 +13,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "launch/launch_impl.h"
 
 extern char **environ;
 
@@ -307,6 +310,115 @@ static void push_context(argv_buf *a, const dt_launch_cfg *cfg, const dt_launch_
     for (int i = 0; i < cfg->argc; i++) argv_push(a, "%s", cfg->argv[i]);
 }
 
+/* An Open MPI MCA parameter as mpirun will see it: OMPI_MCA_<name> in the environment, else
+ * the parameter files (OMPI_MCA_mca_base_param_files, else the user's
+ * ~/.openmpi/mca-params.conf, then the installation's and Debian's system file). Returns a
+ * malloc'ed value, or NULL when it is set nowhere. */
+static char *mca_param(const char *mpirun, const char *const *names) {
+    for (const char *const *n = names; *n; n++) {
+        char var[96];
+        snprintf(var, sizeof var, "OMPI_MCA_%s", *n);
+        const char *v = getenv(var);
+        if (v) return strdup(v);
+    }
+    char *files[4] = {0};
+    int nf = 0;
+    const char *list = getenv("OMPI_MCA_mca_base_param_files");
+    if (list) {
+        files[nf++] = strdup(list);
+    } else {
+        const char *home = getenv("HOME");
+        if (home && *home && asprintf(&files[nf], "%s/.openmpi/mca-params.conf", home) >= 0) nf++;
+        char real[PATH_MAX];
+        if (realpath(mpirun, real)) { /* PREFIX/bin/mpirun -> PREFIX/etc */
+            char *slash = strrchr(real, '/');
+            if (slash) *slash = 0;
+            if ((slash = strrchr(real, '/'))) *slash = 0;
+            if (asprintf(&files[nf], "%s/etc/openmpi-mca-params.conf", real) >= 0) nf++;
+        }
+        files[nf++] = strdup("/etc/openmpi/openmpi-mca-params.conf");
+    }
+    char *found = NULL, *line = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < nf && !found; i++) {
+        if (!files[i]) continue;
+        char *save = NULL;
+        /* The list variable holds several files (':'); the others are one each. */
+        for (char *path = strtok_r(files[i], ":", &save); path && !found; path = strtok_r(NULL, ":", &save)) {
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            while (!found && getline(&line, &cap, f) >= 0) {
+                line[strcspn(line, "#\r\n")] = 0;
+                char *eq = strchr(line, '=');
+                if (!eq) continue;
+                char *k = line, *ke = eq, *v = eq + 1, *ve = v + strlen(v);
+                while (*k == ' ' || *k == '\t') k++;
+                while (ke > k && (ke[-1] == ' ' || ke[-1] == '\t')) ke--;
+                while (*v == ' ' || *v == '\t') v++;
+                while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+                *ke = 0;
+                *ve = 0;
+                for (const char *const *n = names; *n && !found; n++)
+                    if (!strcmp(k, *n)) found = strdup(v);
+            }
+            fclose(f);
+        }
+    }
+    free(line);
+    for (int i = 0; i < nf; i++) free(files[i]);
+    return found;
+}
+
+/* The ssh options of a remote launch, after the user's own plm_rsh_args (launch.h); NULL when
+ * the rsh agent is not ssh. The LocalCommand that marks the hosts ssh reached comes last, when
+ * the launcher watches the start-up (launch_impl.h). */
+static char *ssh_args(const char *mpirun, const dt_launch_cfg *cfg) {
+    static const char *const agent_names[] = {"plm_rsh_agent", "orte_rsh_agent", "pls_rsh_agent", NULL};
+    static const char *const args_names[] = {"plm_rsh_args", NULL};
+    char *agent = mca_param(mpirun, agent_names);
+    /* "ssh : rsh" (Open MPI's default) tries ssh first; the first word of the first choice. */
+    const char *a = agent ? agent : "ssh";
+    a += strspn(a, " \t");
+    size_t len = strcspn(a, " \t:");
+    const char *base = a;
+    for (const char *p = a; p < a + len; p++)
+        if (*p == '/') base = p + 1;
+    int is_ssh = (size_t)(a + len - base) == 3 && !strncmp(base, "ssh", 3);
+    free(agent);
+    if (!is_ssh) return NULL;
+    char *user = mca_param(mpirun, args_names), *out = NULL;
+    char timeout[48] = "";
+    if (cfg->connect_timeout > 0) snprintf(timeout, sizeof timeout, "-o ConnectTimeout=%d ", cfg->connect_timeout);
+    char marks[320] = "";
+    if (cfg->startup_dir)
+        snprintf(marks, sizeof marks, " -o PermitLocalCommand=yes -o LocalCommand=%s/up-%%n", cfg->startup_dir);
+    if (asprintf(&out, "%s%s%s-o BatchMode=yes -o ServerAliveInterval=15%s", user && *user ? user : "",
+                 user && *user ? " " : "", timeout, marks) < 0)
+        out = NULL;
+    free(user);
+    return out;
+}
+
+/* How many ranks mpirun puts on each host: --map-by ppr:K:node places K per host in order;
+ * otherwise mpirun fills each host's slots in order (oversubscribed: then round robin). */
+static dt_status plan_hosts(dt_ctx *ctx, const dt_launch_cfg *cfg, const host_list *h, int ppr,
+                            dt_launch_job *j) {
+    if (h->n == 0) return DT_OK;
+    j->hosts = calloc((size_t)h->n + 1, sizeof *j->hosts);
+    j->host_ranks = calloc((size_t)h->n, sizeof *j->host_ranks);
+    if (!j->hosts || !j->host_ranks) return dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory");
+    j->nhosts = h->n;
+    int left = cfg->nranks;
+    for (int i = 0; i < h->n; i++) {
+        if (!(j->hosts[i] = strdup(h->v[i].name))) return dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory");
+        int cap = ppr ? ppr : h->v[i].slots;
+        j->host_ranks[i] = left < cap ? left : cap;
+        left -= j->host_ranks[i];
+    }
+    for (int i = 0; left > 0; i = (i + 1) % h->n, left--) j->host_ranks[i]++;
+    return DT_OK;
+}
+
 dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *job) {
     /* Open MPI gives local ranks a pseudo-terminal for stdout, so a rank cannot tell whether
      * its output ends in a terminal or a log file: the launcher can (DTRAIN_* reach the ranks). */
@@ -330,6 +442,8 @@ dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *j
         return dt_fail(ctx, DT_ERR_CONFIG,
                        PFX "--simulate-nodes splits the ranks of this machine; it cannot be combined with %s",
                        cfg->hosts ? "--hosts" : "--hostfile");
+    if (cfg->connect_timeout < 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, PFX "--connect-timeout must be 0 (no limit) or more seconds");
     if (cfg->argc < 1 || !cfg->argv || !cfg->argv[0] || !*cfg->argv[0])
         return dt_fail(ctx, DT_ERR_CONFIG,
                        PFX "nothing to run after '--' (e.g. dtrain launch -n 2 -- train cfg.yaml)");
@@ -372,6 +486,16 @@ dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *j
         argv_push(&a, "--hostfile");
         argv_push(&a, "%s", cfg->hostfile);
     }
+    if (cfg->hosts || cfg->hostfile) {
+        char *rsh = ssh_args(mpirun, cfg);
+        if (rsh) {
+            argv_push(&a, "--mca");
+            argv_push(&a, "plm_rsh_args");
+            argv_push(&a, "%s", rsh);
+            j.ssh_marks = cfg->startup_dir != NULL;
+            free(rsh);
+        }
+    }
     if (j.oversubscribed) {
         argv_push(&a, "--oversubscribe");
         argv_push(&a, "--bind-to");
@@ -397,11 +521,16 @@ dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *j
         push_context(&a, cfg, &j, program, cfg->nranks, -1);
     }
     if (a.bad) DT_CHECK_GOTO(dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory"));
+    DT_CHECK_GOTO(plan_hosts(ctx, cfg, &h, !j.oversubscribed && cfg->ranks_per_node ? cfg->ranks_per_node : 0, &j));
+    j.nranks = cfg->nranks;
+    j.connect_timeout = cfg->connect_timeout;
     j.argc = a.n;
     j.argv = a.v;
     a.v = NULL;
     *job = j;
+    memset(&j, 0, sizeof j);
 fail:
+    dt_launch_free(&j);
     argv_free(a.v);
     free(mpirun);
     hosts_free(&h);
@@ -410,6 +539,8 @@ fail:
 
 void dt_launch_free(dt_launch_job *job) {
     argv_free(job->argv);
+    argv_free(job->hosts);
+    free(job->host_ranks);
     memset(job, 0, sizeof *job);
 }
 
@@ -439,76 +570,202 @@ void dt_launch_print(const dt_launch_job *job, FILE *f) {
     fputc('\n', f);
 }
 
-/* The only mutable global of the module: a signal handler has no other way to learn whom
- * to forward to. Set while mpirun runs, 0 otherwise. */
-static volatile sig_atomic_t launch_child;
+/* Signals while mpirun runs: the handler only counts them, the loop of run_job acts. The
+ * only mutable globals of the module: a handler has no other way to reach the loop. */
+static volatile sig_atomic_t sig_ext, sig_ext_last; /* SIGINT/SIGTERM sent by a process */
+static volatile sig_atomic_t sig_tty, sig_tty_last; /* the same from the kernel: a terminal's ^C */
+static volatile sig_atomic_t sig_hup;
+static int launch_preempted; /* a signal was turned into a preemption request */
 
-static volatile sig_atomic_t launch_preempted; /* signals turned into a preemption request */
-
-static void forward_signal(int sig, siginfo_t *si, void *uc) {
+static void on_signal(int sig, siginfo_t *si, void *uc) {
     (void)uc;
-    pid_t pid = (pid_t)launch_child;
     /* si_code <= 0: sent by a process (kill, sigqueue, tgkill), e.g. a batch system or
-     * timeout(1). A terminal's ^C (SI_KERNEL) went to the whole foreground process group,
-     * mpirun included; a second copy would make mpirun skip its orderly abort. The first such
-     * signal becomes SIGUSR1, which mpirun passes to every rank: dtrain's ranks checkpoint at
-     * the next step boundary and exit 0, so the job ends cleanly (as under the supervisor);
-     * a second one is forwarded as it is, and mpirun aborts the job. */
-    if (pid > 0 && si && si->si_code <= 0) {
-        if (launch_preempted++ == 0) kill(pid, SIGUSR1);
-        else kill(pid, sig);
+     * timeout(1); a terminal's ^C comes from the kernel (SI_KERNEL). */
+    if (sig == SIGHUP) {
+        sig_hup++;
+    } else if (si && si->si_code <= 0) {
+        sig_ext_last = sig;
+        sig_ext++;
+    } else {
+        sig_tty_last = sig;
+        sig_tty++;
     }
 }
 
-int dt_launch_preempted(void) { return launch_preempted != 0; }
+static int launch_rank_error; /* a rank printed its own error line */
 
-dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code) {
-    static const int sigs[2] = {SIGINT, SIGTERM};
-    struct sigaction old[2], sa;
-    int installed[2] = {0, 0};
+int dt_launch_preempted(void) { return launch_preempted; }
+int dt_launch_rank_error(void) { return launch_rank_error; }
+
+/* Runs the planned job (dt_launch_run). */
+static dt_status run_job(dt_ctx *ctx, const dt_launch_job *job, dt_startup *su, int *exit_code) {
+    static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction old[3], sa;
+    int installed[3] = {0, 0, 0};
     sigset_t block, saved;
     sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    /* Blocked until the pid is known, so a signal in between is forwarded, not lost. */
+    for (int i = 0; i < 3; i++) sigaddset(&block, sigs[i]);
+    /* Blocked until mpirun runs, so a signal in between is acted on, not lost. */
     sigprocmask(SIG_BLOCK, &block, &saved);
+    sig_ext = sig_tty = sig_hup = 0;
+    launch_preempted = launch_rank_error = 0;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = forward_signal;
+    sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         sigaction(sigs[i], NULL, &old[i]);
         /* An ignored signal (nohup, a background job of a script) stays ignored. */
         if (old[i].sa_handler == SIG_IGN) continue;
         sigaction(sigs[i], &sa, NULL);
         installed[i] = 1;
     }
+    dt_proc_become_reaper();
 
+    dt_status st = DT_OK;
+    dt_errfilter *ef = calloc(1, sizeof *ef);
+    int pe[2] = {-1, -1};
+    pid_t pid = -1;
+    if (!ef) {
+        st = dt_fail(ctx, DT_ERR_NOMEM, PFX "out of memory");
+        goto out;
+    }
+    ef->fd_out = STDERR_FILENO;
+    if (pipe(pe) != 0) {
+        st = dt_fail(ctx, DT_ERR_BACKEND, PFX "pipe: %s", strerror(errno));
+        goto out;
+    }
+    /* mpirun in a process group of its own: a signal to ours (a terminal's ^C, timeout(1))
+     * reaches only the launcher, which passes it on as described in launch.h. stdout goes
+     * straight to ours (live progress lines); stderr through the launcher. */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&fa, pe[0]);
+    posix_spawn_file_actions_addclose(&fa, pe[1]);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     posix_spawnattr_setsigmask(&attr, &saved);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    pid_t pid;
-    int err = posix_spawn(&pid, job->argv[0], NULL, &attr, job->argv, environ);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+    int err = posix_spawn(&pid, job->argv[0], &fa, &attr, job->argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
-    dt_status st = DT_OK;
+    close(pe[1]);
+    pe[1] = -1;
     if (err) {
+        pid = -1;
         st = dt_fail(ctx, DT_ERR_BACKEND, PFX "cannot start %s: %s", job->argv[0], strerror(err));
-    } else {
-        launch_child = pid;
-        sigprocmask(SIG_SETMASK, &saved, NULL);
-        int status = 0;
-        pid_t r;
-        while ((r = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
-        }
-        if (r < 0) st = dt_fail(ctx, DT_ERR_BACKEND, PFX "waiting for mpirun: %s", strerror(errno));
-        else if (WIFSIGNALED(status)) *exit_code = 128 + WTERMSIG(status);
-        else *exit_code = WEXITSTATUS(status);
-        sigprocmask(SIG_BLOCK, &block, NULL);
-        launch_child = 0;
+        goto out;
     }
-    for (int i = 0; i < 2; i++)
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+
+    int open_e = 1, status = 0, reaped = 0, stop_sig = 0, deadline = 0;
+    int done_ext = 0, done_tty = 0, done_hup = 0;
+    double kill_at = 0;
+    for (;;) {
+        struct pollfd pf = {open_e ? pe[0] : -1, POLLIN, 0};
+        if (poll(&pf, 1, 100) > 0 && (pf.revents & (POLLIN | POLLHUP | POLLERR)))
+            open_e = dt_errfilter_pump(ef, pe[0], su);
+        dt_errfilter_tick(ef, su);
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            reaped = 1;
+            break;
+        }
+        dt_proc_reap_orphans(pid);
+        double t = dt_launch_now();
+        int pending = dt_startup_pending(su);
+        /* Before every rank runs there is nothing to checkpoint, and a stalled start-up may
+         * not react to a signal at all: any signal then ends the job at once. */
+        int ext = sig_ext, tty = sig_tty, hup = sig_hup;
+        if (pending && (ext != done_ext || tty != done_tty || hup != done_hup)) {
+            stop_sig = hup != done_hup ? SIGHUP : ext != done_ext ? (int)sig_ext_last : (int)sig_tty_last;
+            break;
+        }
+        for (; done_ext != ext; done_ext++) {
+            /* The first becomes SIGUSR1, which mpirun passes to every rank: dtrain's ranks
+             * checkpoint at the next step boundary and exit 0, so the job ends cleanly (as
+             * under the supervisor); a later one is passed on as it is: mpirun aborts. */
+            if (!launch_preempted) {
+                launch_preempted = 1;
+                kill(pid, SIGUSR1);
+            } else {
+                kill(pid, (int)sig_ext_last);
+                if (!kill_at) kill_at = t + 10.0;
+            }
+        }
+        if (done_tty != tty) { /* a terminal's ^C: mpirun's own orderly abort */
+            done_tty = tty;
+            kill(pid, (int)sig_tty_last);
+            if (!kill_at) kill_at = t + 10.0;
+        }
+        if (done_hup != hup) { /* the terminal went away */
+            done_hup = hup;
+            kill(pid, SIGTERM);
+            if (!kill_at) kill_at = t + 10.0;
+        }
+        if (pending && su->deadline > 0 && t > su->deadline) {
+            deadline = 1;
+            break;
+        }
+        if (kill_at > 0 && t > kill_at) { /* mpirun did not end its job: end everything */
+            kill_at = 0;
+            dt_proc_kill_tree(pid, 2.0, &status, &reaped);
+            if (reaped) break;
+        }
+    }
+    char why[900] = "";
+    if (!reaped) { /* the start-up failed or was interrupted: name the hosts, then stop */
+        if (deadline) dt_startup_describe(su, job, 1, why, sizeof why);
+        dt_proc_kill_tree(pid, 2.0, &status, &reaped);
+        while (!reaped && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+    }
+    /* Ranks that outlive mpirun may hold the pipe: read what is there, then stop. */
+    for (double until = dt_launch_now() + 2.0; open_e && dt_launch_now() < until;) {
+        struct pollfd pf = {pe[0], POLLIN, 0};
+        if (poll(&pf, 1, 50) <= 0) break;
+        open_e = dt_errfilter_pump(ef, pe[0], su);
+    }
+    *exit_code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    if (!deadline && !stop_sig && *exit_code != 0 && dt_startup_pending(su))
+        dt_startup_describe(su, job, 0, why, sizeof why); /* mpirun gave up first (ssh failed) */
+    launch_rank_error = ef->rank_error;
+    dt_errfilter_finish(ef, why[0] != 0);
+    if (deadline) {
+        *exit_code = 1; /* a runtime failure (dtrain's exit codes) */
+        st = dt_fail(ctx, DT_ERR_BACKEND, PFX "%s; stopped the job", why);
+    } else if (stop_sig) {
+        *exit_code = 128 + stop_sig;
+        st = dt_fail(ctx, DT_ERR_BACKEND, PFX "signal %d (%s) before all ranks had started (%d of %d): stopped the job",
+                     stop_sig, strsignal(stop_sig), su->nseen, su->nranks);
+    } else if (why[0]) {
+        st = dt_fail(ctx, DT_ERR_BACKEND, PFX "%s; mpirun exited with status %d", why, *exit_code);
+    }
+out:
+    /* Whatever mpirun left (an ssh, a rank that hangs): the job is over, so a short grace. */
+    if (pid > 0) dt_proc_kill_tree(pid, 0.5, NULL, NULL);
+    if (pe[0] >= 0) close(pe[0]);
+    if (ef) dt_errfilter_finish(ef, 1); /* frees; a no-op after the one above */
+    free(ef);
+    for (int i = 0; i < 3; i++)
         if (installed[i]) sigaction(sigs[i], &old[i], NULL);
     sigprocmask(SIG_SETMASK, &saved, NULL);
+    return st;
+}
+
+dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_cfg *cfg, int *exit_code) {
+    *exit_code = 0;
+    dt_startup su;
+    dt_launch_cfg c;
+    DT_CHECK(dt_startup_begin(ctx, &su, cfg, &c));
+    dt_launch_job job;
+    dt_status st = dt_launch_init(ctx, &c, &job);
+    if (st == DT_OK) {
+        fflush(NULL); /* nothing buffered here may be written twice or after mpirun's output */
+        if ((st = dt_startup_reset(ctx, &su, &job)) == DT_OK) st = run_job(ctx, &job, &su, exit_code);
+        dt_launch_free(&job);
+    }
+    dt_startup_end(&su);
     return st;
 }

@@ -4,11 +4,10 @@
  * know (root, oversubscription, binding, OpenMP threads per rank, simulated nodes).
  *
  *   dt_launch_cfg cfg = {.nranks = 4, .simulate_nodes = 2, .argc = n, .argv = args};
- *   dt_launch_job job;
- *   DT_CHECK(dt_launch_init(ctx, &cfg, &job));
  *   int code;
- *   dt_status st = dt_launch_run(ctx, &job, &code);     // or dt_launch_print(&job, stdout)
- *   dt_launch_free(&job);
+ *   dt_status st = dt_launch_run(ctx, &cfg, &code);     // plans, runs, waits
+ *   // or: dt_launch_job job; DT_CHECK(dt_launch_init(ctx, &cfg, &job));
+ *   //     dt_launch_print(&job, stdout); dt_launch_free(&job);
  *
  * Placement rules (docs/launch.md):
  *  - ranks per node: --ranks-per-node K when given; else on --hosts/--hostfile the most
@@ -26,6 +25,12 @@
  *    with -x DTRAIN_NODE_ID=node<i>.
  *  - every DTRAIN_* variable of the caller's environment is forwarded (-x NAME), so remote
  *    ranks see what local ones see.
+ *  - remote launches (--hosts/--hostfile) whose rsh agent is ssh: --mca plm_rsh_args with
+ *    "-o ConnectTimeout=T -o BatchMode=yes -o ServerAliveInterval=15" after the user's own
+ *    plm_rsh_args (environment or MCA parameter file), so ssh never waits for a password or
+ *    a host key answer, gives up on a host that does not answer, and notices a dead link. ssh
+ *    takes the first value of an option, so the user's own -o settings win. Another agent
+ *    (rsh, a site's wrapper) gets nothing added.
  */
 #ifndef DT_LAUNCH_H
 #define DT_LAUNCH_H
@@ -44,6 +49,10 @@ typedef struct dt_launch_cfg {
     const char *mpirun;     /* --mpirun path or name; NULL = "mpirun" from PATH */
     const char *program;    /* NULL = this executable (/proc/self/exe) */
     int cpus;               /* 0 = sched_getaffinity; tests set it to get fixed output */
+    int connect_timeout;    /* --connect-timeout: seconds a remote start-up may take (ssh's
+                               ConnectTimeout, the launcher's deadline); 0 = no limit */
+    const char *startup_dir; /* set by the launcher: ssh's LocalCommand marks hosts here
+                               (launch_impl.h); NULL = no marks (--dry-run) */
     int argc;               /* the dtrain subcommand and its arguments (after "--") */
     char **argv;
 } dt_launch_cfg;
@@ -57,6 +66,13 @@ typedef struct dt_launch_job {
     int oversubscribed; /* more ranks than cores on a machine: no binding */
     int argc;
     char **argv;        /* NULL-terminated; argv[0] is the resolved mpirun path */
+    /* For the start-up watch (launch_impl.h): */
+    int nranks;
+    int nhosts;         /* --hosts/--hostfile hosts in order (0: a local launch) */
+    char **hosts;
+    int *host_ranks;    /* ranks mpirun places on each host (by slot, or K per node) */
+    int connect_timeout;
+    int ssh_marks;      /* ssh's LocalCommand marks the hosts it reached (cfg->startup_dir) */
 } dt_launch_job;
 
 /* Validates cfg and builds the mpirun command line. Errors are DT_ERR_CONFIG with one line
@@ -66,17 +82,29 @@ dt_status dt_launch_init(dt_ctx *ctx, const dt_launch_cfg *cfg, dt_launch_job *j
 void dt_launch_free(dt_launch_job *job);
 /* Writes the command line as one shell-quoted line (with a newline) to f. */
 void dt_launch_print(const dt_launch_job *job, FILE *f);
-/* Runs mpirun and waits for it. The first SIGINT/SIGTERM sent to this process by another
- * process is passed to mpirun as SIGUSR1 (a preemption request: dtrain's ranks checkpoint
- * and exit 0), a second one as it is (mpirun aborts the job); terminal-generated ones
- * already reached mpirun through the process group. *exit_code = mpirun's exit status,
- * 128 + signal if it was killed. Returns an error only when mpirun could not be started. */
-dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_job *job, int *exit_code);
+/* Plans the job (dt_launch_init), runs mpirun in a process group of its own and waits for
+ * it. The first SIGINT/SIGTERM sent to this process by another process is passed to mpirun
+ * as SIGUSR1 (a preemption request: dtrain's ranks checkpoint and exit 0), a second one as it
+ * is (mpirun aborts the job; if it has not ended 10 s later, the launcher ends it); a
+ * terminal's ^C is passed on as it is; SIGHUP becomes SIGTERM. A remote launch whose ranks
+ * have not all started within cfg->connect_timeout seconds is stopped, with one error naming
+ * the host(s) that did not answer; a signal before the ranks have started stops it at once
+ * (there is nothing to checkpoint). On every way out, whatever mpirun left behind (an ssh,
+ * a rank) is ended: SIGTERM, SIGKILL 2 s later (0.5 s once mpirun has exited). mpirun's stderr passes through the launcher,
+ * which drops the start-up reports and, after a rank's own error line, mpirun's abort banners.
+ * *exit_code = mpirun's exit status, 128 + signal if it was killed. Returns an error when the
+ * plan is refused, mpirun could not be started, or the start-up failed (the message names
+ * the host). */
+dt_status dt_launch_run(dt_ctx *ctx, const dt_launch_cfg *cfg, int *exit_code);
 /* Whether dt_launch_run turned a signal into a preemption request (SIGUSR1 to mpirun). */
 int dt_launch_preempted(void);
+/* Whether a rank printed its own error line during dt_launch_run (mpirun's banners after it
+ * were dropped; the caller need not repeat mpirun's exit status either). */
+int dt_launch_rank_error(void);
 
 /* The supervisor (dtrain launch --max-restarts K): runs the job; when it fails (a rank
- * exits non-zero, is killed, or the collective watchdog fires) it logs which rank failed
+ * exits non-zero, is killed, the collective watchdog fires, or a remote start-up passes
+ * --connect-timeout: the host that did not answer is named) it logs which rank failed
  * and how, waits a backoff, and runs it again - for `train` with "--resume auto" appended,
  * so it continues from the newest intact checkpoint - up to K times. SIGTERM, SIGUSR1 or
  * SIGINT to the supervisor is a preemption: SIGUSR1 goes to every rank (checkpoint at the

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "comm/rankrec.h"
-#include "launch/launch.h"
+#include "launch/launch_impl.h"
 
 extern char **environ;
 
@@ -62,6 +62,7 @@ typedef struct attempt_info {
     int first_step_seen;   /* a "step N/M" progress line appeared */
     double first_step_t;
     double fail_t;         /* when mpirun's output first named a failed rank (0: not yet) */
+    char startup[640];     /* the start-up failed: which host(s) did not answer */
 } attempt_info;
 
 /* Scans one line of mpirun's output. */
@@ -90,10 +91,12 @@ static void scan_line(const char *l, attempt_info *a, double t) {
 typedef struct line_buf {
     char b[8192];
     size_t n;
+    int in_banner; /* between the frames of an Open MPI banner */
 } line_buf;
 
-/* Forwards what is readable on fd to out, scanning complete lines. Returns 0 at EOF. */
-static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a) {
+/* Forwards what is readable on fd to out, scanning complete lines; the ranks' start-up
+ * reports are taken out. Returns 0 at EOF. */
+static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a, dt_startup *su) {
     ssize_t n = read(fd, lb->b + lb->n, sizeof lb->b - 1 - lb->n);
     if (n < 0) return errno == EINTR || errno == EAGAIN;
     if (n == 0) {
@@ -109,9 +112,13 @@ static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a) {
     char *start = lb->b, *nl;
     while ((nl = memchr(start, '\n', lb->n - (size_t)(start - lb->b)))) {
         *nl = 0;
-        scan_line(start, a, now_s());
-        fputs(start, out);
-        fputc('\n', out);
+        int frame = dt_launch_is_frame(start);
+        if (frame) lb->in_banner = !lb->in_banner;
+        if (!dt_startup_line(su, start, !frame && !lb->in_banner)) {
+            scan_line(start, a, now_s());
+            fputs(start, out);
+            fputc('\n', out);
+        }
         start = nl + 1;
     }
     size_t rest = lb->n - (size_t)(start - lb->b);
@@ -127,8 +134,8 @@ static int pump(int fd, FILE *out, line_buf *lb, attempt_info *a) {
 }
 
 /* Runs one attempt: mpirun with stdout/stderr piped through us. */
-static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace, int *code, attempt_info *a,
-                             int *preempted, int attempt, double failed_at) {
+static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, dt_startup *su, double grace, int *code,
+                             attempt_info *a, int *preempted, int attempt, double failed_at) {
     int po[2], pe[2];
     line_buf *lo = calloc(1, sizeof *lo), *le = calloc(1, sizeof *le); /* before mpirun starts */
     if (!lo || !le) {
@@ -163,13 +170,13 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
     }
     int open_o = 1, open_e = 1, exited = 0, status = 0, forwarded = 0;
     double term_at = 0, kill_at = 0, fwd_t = 0;
-    int fwd_count = 0, told = 0, fail_told = 0;
+    int fwd_count = 0, told = 0, fail_told = 0, stopped = 0;
     while (open_o || open_e || !exited) {
         struct pollfd fds[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
         int pr = poll(fds, 2, 100);
         if (pr > 0) {
-            if (open_o && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a);
-            if (open_e && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a);
+            if (open_o && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a, su);
+            if (open_e && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a, su);
         }
         if (a->fail_t > 0 && !fail_told) {
             SV_LOG("failure detected: mpirun reports rank %d %s", a->rank, a->sig ? "killed by a signal" : "exited");
@@ -189,11 +196,37 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
                 while ((open_o || open_e) && now_s() < until) {
                     struct pollfd f2[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
                     if (poll(f2, 2, 50) <= 0) break;
-                    if (open_o && (f2[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a);
-                    if (open_e && (f2[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a);
+                    if (open_o && (f2[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a, su);
+                    if (open_e && (f2[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a, su);
                 }
                 break;
             }
+        }
+        dt_proc_reap_orphans(pid);
+        /* A start-up that does not finish in time, or a signal before every rank runs (nothing
+         * to checkpoint yet): the job ends now, with everything it started. */
+        int pending = dt_startup_pending(su);
+        if (pending && (sv_signal || now_s() > su->deadline)) {
+            if (sv_signal) {
+                SV_LOG("preemption (signal %d, %s) before all ranks had started (%d of %d): stopping the job",
+                       (int)sv_signal, strsignal(sv_signal), su->nseen, su->nranks);
+                *preempted = 1;
+            } else {
+                dt_startup_describe(su, job, 1, a->startup, sizeof a->startup);
+                if (!a->startup[0]) snprintf(a->startup, sizeof a->startup, "the start-up did not finish within %d s (--connect-timeout)", su->timeout);
+            }
+            int reaped = 0;
+            dt_proc_kill_tree(pid, 2.0, &status, &reaped);
+            while (!reaped && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
+            exited = stopped = 1;
+            for (double until = now_s() + 2.0; (open_o || open_e) && now_s() < until;) {
+                struct pollfd f2[2] = {{open_o ? po[0] : -1, POLLIN, 0}, {open_e ? pe[0] : -1, POLLIN, 0}};
+                if (poll(f2, 2, 50) <= 0) break;
+                if (open_o && (f2[0].revents & (POLLIN | POLLHUP | POLLERR))) open_o = pump(po[0], stdout, lo, a, su);
+                if (open_e && (f2[1].revents & (POLLIN | POLLHUP | POLLERR))) open_e = pump(pe[0], stderr, le, a, su);
+            }
+            break;
         }
         if (sv_signal && !forwarded) {
             SV_LOG("preemption (signal %d, %s): asking every rank to checkpoint and exit (grace %.0f s)", (int)sv_signal,
@@ -223,11 +256,16 @@ static dt_status run_attempt(dt_ctx *ctx, const dt_launch_job *job, double grace
             kill_at = 0;
         }
     }
+    if (!stopped && dt_startup_pending(su) && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        dt_startup_describe(su, job, 0, a->startup, sizeof a->startup); /* mpirun gave up first */
+    /* Whatever mpirun left (an ssh, a hung rank) is ended by the caller once the failure has
+     * been reported: its state is part of the report, and the report should not wait. */
     close(po[0]);
     close(pe[0]);
     free(lo);
     free(le);
     *code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    if (stopped && !*preempted && *code == 0) *code = 1;
     return DT_OK;
 }
 
@@ -373,7 +411,7 @@ static void probe_hosts(const dt_launch_cfg *cfg, const char *hosts, char *alive
         snprintf(one, sizeof one, "%.159s:1", names[i]);
         dt_launch_cfg pc = *cfg;
         pc.nranks = 1, pc.hosts = one, pc.hostfile = NULL, pc.simulate_nodes = 0, pc.ranks_per_node = 0;
-        pc.argc = 1, pc.argv = vargs;
+        pc.argc = 1, pc.argv = vargs, pc.startup_dir = NULL; /* ssh's ConnectTimeout is kept */
         dt_ctx pctx;
         dt_ctx_init(&pctx);
         dt_launch_job job;
@@ -412,6 +450,9 @@ static void probe_hosts(const dt_launch_cfg *cfg, const char *hosts, char *alive
             kill(-pid[i], SIGKILL);
             waitpid(pid[i], NULL, 0);
         }
+    /* ...and what it started outside its group (Open MPI's ssh has a group of its own): no job
+     * runs now, so every descendant of the supervisor is a probe's. */
+    dt_proc_kill_tree(0, 0.5, NULL, NULL);
     size_t la = 0, lg = 0;
     alive[0] = gone[0] = 0;
     *slots = 0;
@@ -483,7 +524,14 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
     dt_status st = DT_OK;
     int quick = 0;
     double failed_at = 0;
-    dt_launch_cfg cur = *cfg; /* the hosts and ranks of the next attempt (elastic: fewer) */
+    dt_proc_become_reaper(); /* an ssh that mpirun leaves behind stays ours to end */
+    dt_startup su;
+    dt_launch_cfg cur; /* the hosts and ranks of the next attempt (elastic: fewer) */
+    if ((st = dt_startup_begin(ctx, &su, cfg, &cur)) != DT_OK) {
+        for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+        free(argv2);
+        return st;
+    }
     static char alive_hosts[2][4096];
     char hang_hosts[64][64]; /* hosts of hang culprits, and how often each hung */
     int hang_count[64] = {0}, n_hang_hosts = 0;
@@ -502,11 +550,15 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         dt_launch_job job;
         st = dt_launch_init(ctx, &c, &job);
         if (st != DT_OK) break;
+        if ((st = dt_startup_reset(ctx, &su, &job)) != DT_OK) {
+            dt_launch_free(&job);
+            break;
+        }
         fflush(NULL);
-        attempt_info a = {-1, 0, 0, 0, 0, 0};
+        attempt_info a = {.rank = -1};
         int code = 0, preempted = 0;
         double t0 = now_s();
-        st = run_attempt(ctx, &job, sc->grace, &code, &a, &preempted, attempt, failed_at);
+        st = run_attempt(ctx, &job, &su, sc->grace, &code, &a, &preempted, attempt, failed_at);
         double t1 = now_s();
         dt_launch_free(&job);
         if (st != DT_OK) break;
@@ -519,8 +571,9 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
             SV_LOG("job ended after a preemption signal with status %d; not restarting", code);
             break;
         }
-        char what[256];
-        if (a.rank >= 0 && a.sig) snprintf(what, sizeof what, "rank %d killed by signal %d (%s)", a.rank, a.sig, strsignal(a.sig));
+        char what[700];
+        if (a.startup[0]) snprintf(what, sizeof what, "%s", a.startup);
+        else if (a.rank >= 0 && a.sig) snprintf(what, sizeof what, "rank %d killed by signal %d (%s)", a.rank, a.sig, strsignal(a.sig));
         else if (a.rank >= 0) snprintf(what, sizeof what, "rank %d exited with status %d%s", a.rank, a.code,
                                        a.code == 3 ? " (collective watchdog)" : "");
         else snprintf(what, sizeof what, "mpirun exited with status %d", code);
@@ -546,6 +599,7 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
                 SV_LOG("hang: collective #%ld (%s) timed out in rank(s) %s; every rank entered it", h.seq, h.op,
                        h.waiting);
         }
+        dt_proc_kill_tree(0, 0.5, NULL, NULL); /* what the failed attempt left behind */
         /* Exit status 2 is dtrain's usage/configuration error (a misspelt key or subcommand,
          * a YAML error, a bad flag): the same input fails again, so no restart. */
         if ((a.rank >= 0 && !a.sig ? a.code : code) == 2) {
@@ -593,8 +647,10 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
             break;
         }
     }
+    dt_proc_kill_tree(0, 0.5, NULL, NULL); /* nothing of the job outlives the supervisor */
     for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
     free(argv2);
+    dt_startup_end(&su);
     if (own_dir) {
         clear_dumps(run_dir);
         rmdir(run_dir);
