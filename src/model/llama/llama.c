@@ -428,9 +428,10 @@ static dt_status hf_read_rope_scaling(dt_ctx *ctx, const dt_hf_json *j, dt_model
     snprintf(key, sizeof key, "%s: rope_scaling.rope_type", j->path);
     int rule = DT_ROPE_NONE;
     if (strcmp(type, "default") != 0) { /* transformers' name of plain RoPE */
-        if (!strcmp(type, "none"))
-            return dt_fail(ctx, DT_ERR_CONFIG, "%s: 'none' is not one of default, linear, llama3, yarn", key);
-        DT_CHECK(dt_rope_scaling_parse(ctx, key, type, &rule));
+        if (strcmp(type, "dynamic") && (!strcmp(type, "none") || dt_rope_scaling_parse(ctx, key, type, &rule) != DT_OK))
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' is not supported (dtrain computes default, linear, llama3 "
+                           "and yarn)", key, type);
+        DT_CHECK(dt_rope_scaling_parse(ctx, key, type, &rule)); /* dynamic: its own line */
     }
     static const char *const known[][6] = {
         {NULL},
