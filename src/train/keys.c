@@ -536,7 +536,7 @@ void dt_cfg_print_keys(FILE *f) {
     for (size_t i = 0; i < NKEYS; i++) {
         char def[DT_PATH_MAX + 8];
         format_value(def, sizeof def, &keys[i], &d);
-        fprintf(f, "  %-24s %-22s %s%s%s\n", keys[i].key, def, keys[i].help,
+        fprintf(f, "  %-28s %-22s %s%s%s\n", keys[i].key, def, keys[i].help,
                 keys[i].enums ? "; one of " : "",
                 keys[i].enums ? (keys[i].enums[0] == '|' ? keys[i].enums + 1 : keys[i].enums) : "");
     }
