@@ -519,7 +519,7 @@ static void short_float(char *buf, size_t n, float v) {
 
 /* config.json's rope_scaling for c: null or the object transformers reads. */
 static void hf_rope_scaling(const dt_model_config *c, char *buf, size_t n) {
-    char f[32], a[32], b[32], d[32];
+    char f[32], a[32], b[32], d[64];
     short_float(f, sizeof f, c->rope_factor);
     switch ((dt_rope_scaling)c->rope_scaling) {
     case DT_ROPE_NONE:
