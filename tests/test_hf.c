@@ -92,8 +92,8 @@ static void test_export_import_round_trip(void **state) {
     s = l;
     s.rope_scaling = 3, s.rope_factor = 4.0f, s.rope_original_context = 64;
     round_trip(s, "llama yarn x4 (default betas, attention factor)");
-    s.rope_beta_fast = 24.0f, s.rope_beta_slow = 1.5f, s.rope_attention_factor = 1.13862944f;
-    round_trip(s, "llama yarn x4 (betas 24/1.5, attention factor 1.13862944: 9 digits)");
+    s.rope_beta_fast = 24.0f, s.rope_beta_slow = 1.5f, s.rope_attention_factor = 0.110000014f;
+    round_trip(s, "llama yarn x4 (betas 24/1.5, attention factor 0.110000014: 9 digits)");
 }
 
 /* config.json text for a tiny LLaMA with one extra member (a JSON fragment or ""). */
