@@ -1,5 +1,6 @@
 /* Hugging Face directories: export -> import round trip bitwise for GPT-2 (Conv1D
- * transposes) and LLaMA (tied and untied heads, multi-query), config.json refusals naming
+ * transposes) and LLaMA (tied and untied heads, multi-query, each RoPE scaling rule),
+ * config.json refusals naming
  * the key, sharded checkpoints through model.safetensors.index.json, a shard path that
  * leaves the directory, a missing tensor. (F16/BF16 files and the independent PyTorch
  * forward are in tests/test_interop.sh.) */
@@ -78,6 +79,21 @@ static void test_export_import_round_trip(void **state) {
     round_trip((dt_model_config){.family = "llama", .n_layer = 3, .d_model = 32, .n_head = 4, .n_kv_head = 1,
                                  .vocab = 260, .context = 16, .norm_eps = 1e-6f},
                "llama tied MQA");
+    /* RoPE scaling: the model file and config.json carry the rule and its parameters. */
+    const dt_model_config l = {.family = "llama", .n_layer = 1, .d_model = 32, .n_head = 4, .vocab = 100,
+                               .context = 256, .rope_theta = 500000.0f};
+    dt_model_config s = l;
+    s.rope_scaling = 1, s.rope_factor = 2.5f;
+    round_trip(s, "llama linear x2.5");
+    s = l;
+    s.rope_scaling = 2, s.rope_factor = 8.0f, s.rope_low_freq_factor = 1.0f, s.rope_high_freq_factor = 4.0f;
+    s.rope_original_context = 64;
+    round_trip(s, "llama llama3 (8, 1, 4, 64)");
+    s = l;
+    s.rope_scaling = 3, s.rope_factor = 4.0f, s.rope_original_context = 64;
+    round_trip(s, "llama yarn x4 (default betas, attention factor)");
+    s.rope_beta_fast = 24.0f, s.rope_beta_slow = 1.5f, s.rope_attention_factor = 0.110000014f;
+    round_trip(s, "llama yarn x4 (betas 24/1.5, attention factor 0.110000014: 9 digits)");
 }
 
 /* config.json text for a tiny LLaMA with one extra member (a JSON fragment or ""). */
@@ -117,7 +133,20 @@ static void test_config_json(void **state) {
     assert_int_equal(c.untied, 1); /* LlamaConfig: tie_word_embeddings defaults to false */
     assert_true(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
     assert_int_equal(c.context, 16); /* the sliding window bounds the sequence */
-    expect_refused(dir, "\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8.0}", "rope_scaling");
+    expect_refused(dir, "\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8.0}", "rope_scaling.low_freq_factor");
+    expect_refused(dir, "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}", "rope_scaling.rope_type");
+    expect_refused(dir, "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": \"2\"}", "rope_scaling.factor");
+    expect_refused(dir, "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0, \"beta_fast\": 8}",
+                   "rope_scaling.beta_fast");
+    tu_write_file(dir, "config.json",
+                  llama_json(buf, sizeof buf,
+                             "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+                             "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}"));
+    assert_int_equal(dt_hf_config(&ctx, dir, &c, NULL, 0), DT_OK);
+    assert_int_equal(c.rope_scaling, 2);
+    assert_true(c.rope_factor == 32.0f && c.rope_low_freq_factor == 1.0f && c.rope_high_freq_factor == 4.0f);
+    assert_int_equal(c.rope_original_context, 8);
+    assert_int_equal(c.context, 64);
     expect_refused(dir, "\"attention_bias\": true", "attention_bias");
     expect_refused(dir, "\"hidden_act\": \"gelu\"", "hidden_act");
     expect_refused(dir, "\"head_dim\": 16", "head_dim");

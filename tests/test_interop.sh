@@ -144,6 +144,11 @@ usage "import-llmc with one argument" import-llmc "$dir/llmc/good_fp32.bin"
 # of (i, i + hs/2)) must NOT pass the same comparison. The effect on a mean over T positions
 # can nearly cancel: over seeds 1-10 of these four cases the wrong models were 4e-5 to 2e-1
 # away (all but 3 of 70 above 1e-3); the seeds below put every one above 1e-2.
+# RoPE scaling: config.json with rope_scaling llama3 (Llama 3.1's rule, factor 8 from an
+# original 32 positions to max_position_embeddings 128) and yarn (the older key `type`), T 96
+# beyond the original context; the reference computes their frequencies in float64 from the
+# published formulas (tests/ref/rope_scaling_ref.py), and plain RoPE (the scaling ignored)
+# is one more wrong model (3e-3 and 9e-3 away at these seeds).
 hfl=$dir/hf_llama
 hf_tol=1e-5
 mkdir -p "$hfl"
@@ -164,9 +169,10 @@ hf_case() { # LABEL DTYPE SHARDS VARIANT T SEED: make, dtrain eval, compare, wro
   else
     fail "HF LLaMA $label: $hf_cmp"
   fi
-  for w in loss_kv_mod loss_rope_interleaved; do
+  for w in loss_kv_mod loss_rope_interleaved loss_no_scaling; do
     [ "$4" = mqa ] && [ $w = loss_kv_mod ] && continue   # one kv head: every map is the same
     wrong=$(awk -v w=$w '$1 == w {print $2}' <<<"$out")
+    [ -z "$wrong" ] && continue                            # no rope_scaling: no such model
     hf_cmp=$("$py" "$ref/hf_llama_check.py" compare "$wrong" "$d.eval" $hf_tol "$T")
     if [ $? -eq 1 ] && [[ $hf_cmp == *" > "* ]]; then
       pass "HF LLaMA $label: a wrong model ($w) fails the same check: $hf_cmp"
@@ -179,6 +185,8 @@ hf_case f32 F32 1 gqa 32 2
 hf_case f16 F16 1 gqa 17 3
 hf_case bf16-3shards BF16 3 gqa 64 5
 hf_case mqa-tied BF16 1 mqa 24 4
+hf_case llama3-scaling F32 1 llama3 96 6
+hf_case yarn-scaling BF16 1 yarn 96 7
 # model.init_from takes the same (sharded BF16) directory when the model keys match its
 # config.json: 2 steps on its own sample, the loss of step 1 (before the first update, 8
 # digits) is the reference's; a mismatched key is refused in one line naming both models.

@@ -307,6 +307,28 @@ static void test_llama_presets_and_published_parameter_counts(void **state) {
     c.norm_eps = 2.0f;
     expect_config_error(c, "model.norm_eps");
     c = ok;
+    c.d_model = 4096, c.n_head = 1, c.n_kv_head = 1; /* heads of 4096: beyond the frequency table */
+    expect_config_error(c, "model.n_head");
+    c = ok; /* RoPE scaling: model/rope.h (the frequencies: tests/test_rope.sh) */
+    c.rope_scaling = 2, c.rope_factor = 8.0f, c.rope_original_context = 32;
+    c.rope_low_freq_factor = 1.0f, c.rope_high_freq_factor = 1.0f;
+    expect_config_error(c, "model.rope_high_freq_factor");
+    c.rope_high_freq_factor = 4.0f;
+    c.rope_beta_fast = 32.0f;
+    expect_config_error(c, "model.rope_beta_fast");
+    c.rope_beta_fast = 0.0f;
+    assert_int_equal(dt_model_config_validate(&ctx, &c), DT_OK);
+    c = ok;
+    c.rope_scaling = 3, c.rope_factor = 4.0f, c.rope_original_context = 32;
+    assert_int_equal(dt_model_config_validate(&ctx, &c), DT_OK);
+    assert_true(c.rope_beta_fast == 32.0f && c.rope_beta_slow == 1.0f); /* the YaRN paper's */
+    assert_true(c.rope_attention_factor == 0.0f);                      /* derived, not stored */
+    c.rope_scaling = 4;
+    expect_config_error(c, "model.rope_scaling");
+    c = ok;
+    c.rope_original_context = 32;
+    expect_config_error(c, "model.rope_original_context");
+    c = ok;
     assert_int_equal(dt_model_config_validate(&ctx, &c), DT_OK);
     assert_int_equal(c.d_ff, 192); /* 8/3 * 64 rounded up to 64 */
     assert_true(c.rope_theta == 10000.0f && c.norm_eps == 1e-5f);
@@ -317,7 +339,11 @@ static void test_llama_presets_and_published_parameter_counts(void **state) {
     expect_config_error(g, "model.untied_embeddings");
     g.untied = 0, g.rope_theta = 500.0f;
     expect_config_error(g, "model.rope_theta");
-    g.rope_theta = 0.0f;
+    g.rope_theta = 0.0f, g.rope_scaling = 1, g.rope_factor = 2.0f;
+    expect_config_error(g, "model.rope_scaling");
+    g.rope_scaling = 0;
+    expect_config_error(g, "model.rope_factor");
+    g.rope_factor = 0.0f;
     memcpy(g.family, "bert", 5);
     expect_config_error(g, "model.family");
 }
@@ -398,6 +424,9 @@ static void test_vit_presets_layout_and_rules(void **state) {
     c = ok;
     c.rope_theta = 10000.0f;
     expect_config_error(c, "model.rope_theta");
+    c = ok;
+    c.rope_original_context = 64;
+    expect_config_error(c, "model.rope_original_context");
     dt_model_config g = {.n_layer = 2, .d_model = 64, .n_head = 4, .vocab = 256, .context = 64, .n_classes = 10};
     expect_config_error(g, "model.n_classes");
     /* Layout: every float owned once; the file count is the parameter count. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/rope.h"
 #include "ops/cpu/isa.h"
 #include "ops/ops.h"
 #include "ops/ops_ref.h"
@@ -148,6 +149,18 @@ typedef struct { int B, T, NH, NKV, hs; float theta; } rope_shape;
 #define ROPE_W(s) ((size_t)((s).NH + 2 * (s).NKV) * (s).hs)   /* floats of one qkv row */
 #define ROPE_N(s) ((size_t)(s).B * (s).T * ROPE_W(s))
 
+/* The plain frequencies of shape s: the kernel's (float32, HF's) and the reference's (double). */
+static float g_inv[1024];
+static double g_invd[1024];
+static const float *finv(rope_shape s) {
+    dt_rope_inv_freq(g_inv, s.hs, s.theta);
+    return g_inv;
+}
+static const double *dinv(rope_shape s) {
+    dt_ref_rope_inv_freq(g_invd, s.hs, (double)s.theta);
+    return g_invd;
+}
+
 /* hs/2 = 1, 6, 10, 17, 32, 40, 64: below, at and around every vector width, with tails;
  * GQA (NKV < NH) and MQA (NKV = 1); T = 1 (angle 0 only). */
 static const rope_shape k_rope_shapes[] = {
@@ -189,21 +202,21 @@ static void rope_check(rope_shape s, uint64_t seed) {
            (double)s.theta);
 
     memcpy(y, x, n * 4);
-    dt_rope_forward(y, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
+    dt_rope_forward(y, s.B, s.T, s.NH, s.NKV, s.hs, finv(s), 1.0f);
     tu_to_double(yd, x, n);
-    dt_ref_rope_forward(yd, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
+    dt_ref_rope_forward(yd, s.B, s.T, s.NH, s.NKV, s.hs, dinv(s), 1.0);
     tu_report("forward", tu_rel_err(y, yd, n), tol);
     assert_v_untouched(y, x, s, "rope forward");
 
     memcpy(dy, d, n * 4);
-    dt_rope_backward(dy, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
+    dt_rope_backward(dy, s.B, s.T, s.NH, s.NKV, s.hs, finv(s), 1.0f);
     tu_to_double(dd, d, n);
-    dt_ref_rope_backward(dd, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
+    dt_ref_rope_backward(dd, s.B, s.T, s.NH, s.NKV, s.hs, dinv(s), 1.0);
     tu_report("backward", tu_rel_err(dy, dd, n), tol);
     assert_v_untouched(dy, d, s, "rope backward");
 
     /* The backward undoes the forward up to fp32 rounding (same table, sin negated). */
-    dt_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
+    dt_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, finv(s), 1.0f);
     tu_to_double(yd, x, n);
     tu_report("backward(forward(x)) vs x", tu_rel_err(y, yd, n), 1e-6);
     free(x); free(y); free(d); free(dy); free(yd); free(dd);
@@ -246,7 +259,7 @@ static void rope_long_cases(void) {
                     r[i + h2] = hi * c + lo * sn;
                 }
             }
-        dt_rope_forward(x, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
+        dt_rope_forward(x, s.B, s.T, s.NH, s.NKV, s.hs, finv(s), 1.0f);
         tu_report("forward vs HF float32 angles", tu_rel_err(x, hf, n), 2e-6);
         free(x); free(inv); free(hf);
     }
@@ -263,7 +276,7 @@ static double rope_loss(void *ud) {
     rope_case *c = ud;
     const size_t n = ROPE_N(c->s);
     memcpy(c->work, c->x, n * 8);
-    dt_ref_rope_forward(c->work, c->s.B, c->s.T, c->s.NH, c->s.NKV, c->s.hs, (double)c->s.theta);
+    dt_ref_rope_forward(c->work, c->s.B, c->s.T, c->s.NH, c->s.NKV, c->s.hs, dinv(c->s), 1.0);
     return tu_dot(c->work, c->g, n);
 }
 
@@ -281,7 +294,7 @@ static void test_rope_reference(void **state) {
         tu_fill_uniform_d(c.x, n, 1.0, 101 + k);
         tu_fill_uniform_d(c.g, n, 1.0, 111 + k);
         memcpy(dx, c.g, n * 8);
-        dt_ref_rope_backward(dx, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
+        dt_ref_rope_backward(dx, s.B, s.T, s.NH, s.NKV, s.hs, dinv(s), 1.0);
         printf("rope reference B=%d T=%d NH=%d NKV=%d hs=%d\n", s.B, s.T, s.NH, s.NKV, s.hs);
         tu_report("ref backward vs finite differences", tu_fd_rel_err(c.x, n, rope_loss, &c, dx), FD_TOL);
         free(c.x); free(c.g); free(c.work); free(dx);
@@ -293,14 +306,67 @@ static void test_rope_reference(void **state) {
         double *x = tu_malloc(n * 8), *y = tu_malloc(n * 8);
         tu_fill_uniform_d(x, n, 1.0, 121 + k);
         memcpy(y, x, n * 8);
-        dt_ref_rope_forward(y, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
+        dt_ref_rope_forward(y, s.B, s.T, s.NH, s.NKV, s.hs, dinv(s), 1.0);
         double moved = tu_rel_err_dd(y, x, n); /* the forward did rotate */
-        dt_ref_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, (double)s.theta);
+        dt_ref_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, dinv(s), 1.0);
         printf("rope reference round trip T=%d hs=%d: forward moved x by %.2f\n", s.T, s.hs, moved);
         assert_true(moved > 0.1);
         tu_report("ref backward(forward(x)) vs x", tu_rel_err_dd(y, x, n), 1e-12);
         free(x); free(y);
     }
+}
+
+/* Scaled frequencies (model/rope.h's llama3 and yarn; yarn's cos/sin scale is not 1): the
+ * kernel with the table rounded to float against the reference with the double table, at
+ * the plain tolerance (scaled frequencies are smaller: so are the angles and their rounding);
+ * the backward is the transposed rotation, so backward(forward(x)) = scale^2 x. */
+static void rope_scaled_cases(void) {
+    const dt_model_config cfgs[2] = {
+        {.rope_theta = 10000.0f, .rope_scaling = DT_ROPE_LLAMA3, .rope_factor = 8.0f,
+         .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_original_context = 64},
+        {.rope_theta = 10000.0f, .rope_scaling = DT_ROPE_YARN, .rope_factor = 4.0f,
+         .rope_original_context = 64, .rope_beta_fast = 32.0f, .rope_beta_slow = 1.0f},
+    };
+    for (int k = 0; k < 2; k++) {
+        const rope_shape s = {2, 300, 4, 2, 40, 10000.0f};
+        const size_t n = ROPE_N(s);
+        double invd[20];
+        float inv[20], scale;
+        const double md = dt_rope_freqs(&cfgs[k], s.hs, invd);
+        dt_rope_kernel_freqs(&cfgs[k], s.hs, inv, &scale);
+        printf("rope %s T=%d hs=%d: scale %.6f\n", dt_rope_scaling_names[cfgs[k].rope_scaling], s.T, s.hs, md);
+        assert_true(k == 0 ? md == 1.0 : md > 1.13);
+        assert_true(scale == (float)md);
+        for (int i = 0; i < s.hs / 2; i++) assert_true(inv[i] == (float)invd[i]);
+        float *x = tu_malloc(n * 4), *y = tu_malloc(n * 4);
+        double *yd = tu_malloc(n * 8);
+        tu_fill_uniform(x, n, 1.0f, 140 + k);
+        memcpy(y, x, n * 4);
+        dt_rope_forward(y, s.B, s.T, s.NH, s.NKV, s.hs, inv, scale);
+        tu_to_double(yd, x, n);
+        dt_ref_rope_forward(yd, s.B, s.T, s.NH, s.NKV, s.hs, invd, md);
+        tu_report("scaled forward", tu_rel_err(y, yd, n), rope_tol(s.T));
+        assert_v_untouched(y, x, s, "scaled rope forward");
+        float *b = tu_malloc(n * 4);
+        tu_fill_uniform(b, n, 1.0f, 150 + k);
+        tu_to_double(yd, b, n);
+        dt_rope_backward(b, s.B, s.T, s.NH, s.NKV, s.hs, inv, scale);
+        dt_ref_rope_backward(yd, s.B, s.T, s.NH, s.NKV, s.hs, invd, md);
+        tu_report("scaled backward", tu_rel_err(b, yd, n), rope_tol(s.T));
+        /* backward(forward(x)) = scale^2 x on q and k, x on v */
+        dt_rope_backward(y, s.B, s.T, s.NH, s.NKV, s.hs, inv, scale);
+        tu_to_double(yd, x, n);
+        const size_t W = ROPE_W(s), nqk = (size_t)(s.NH + s.NKV) * s.hs;
+        for (size_t r = 0; r < (size_t)s.B * s.T; r++)
+            for (size_t j = 0; j < nqk; j++) yd[r * W + j] *= md * md;
+        tu_report("scaled backward(forward(x)) vs scale^2 x", tu_rel_err(y, yd, n), 1e-6);
+        free(x); free(y); free(yd); free(b);
+    }
+}
+
+static void test_rope_scaled(void **state) {
+    (void)state;
+    tu_each_isa(rope_scaled_cases);
 }
 
 /* ---------------------------------------------------------------- swiglu */
@@ -373,8 +439,8 @@ static size_t same_bits_run(float *res) {
         float *f = tu_malloc(n * 4), *b = tu_malloc(n * 4);
         tu_fill_uniform(f, n, 1.0f, 301 + k);
         tu_fill_uniform(b, n, 1.0f, 311 + k);
-        dt_rope_forward(f, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
-        dt_rope_backward(b, s.B, s.T, s.NH, s.NKV, s.hs, s.theta);
+        dt_rope_forward(f, s.B, s.T, s.NH, s.NKV, s.hs, finv(s), 1.0f);
+        dt_rope_backward(b, s.B, s.T, s.NH, s.NKV, s.hs, finv(s), 1.0f);
         if (res) memcpy(res + at, f, n * 4), memcpy(res + at + n, b, n * 4);
         at += 2 * n;
         free(f); free(b);
@@ -426,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_long_context),
         cmocka_unit_test(test_rope_reference),
+        cmocka_unit_test(test_rope_scaled),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_rope_swiglu_same_bits_on_every_path),
     };

@@ -18,7 +18,7 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
     const dt_model_config *m = &c->model;
     const dt_bench_opts *o = &s->opts;
     int n = o->repeats * o->steps;
-    char desc[320];
+    char desc[400];
     dt_model_describe(m, desc, sizeof desc);
     char trainable[96] = ""; /* LoRA: what the optimizer updates and the gradients carry */
     if (s->n_trainable != s->n_params)

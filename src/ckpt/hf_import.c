@@ -48,7 +48,7 @@ dt_status dt_hf_config(dt_ctx *ctx, const char *dir, dt_model_config *out, char 
         cJSON_Delete(root);
         return dt_fail(ctx, DT_ERR_FORMAT, "%s: not a JSON object", path);
     }
-    dt_hf_json j = {path, root};
+    dt_hf_json j = {path, root, NULL};
     memset(out, 0, sizeof *out);
     dt_status st;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");

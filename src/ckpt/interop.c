@@ -172,7 +172,7 @@ dt_status dt_llmc_model_load(dt_ctx *ctx, dt_model *m, const char *path) {
     llmc_file f;
     DT_CHECK(llmc_open(ctx, path, &f));
     if (!dt_model_config_equal(&f.cfg, &m->cfg)) {
-        char have[256], want[256];
+        char have[400], want[400];
         dt_model_describe(&f.cfg, have, sizeof have);
         dt_model_describe(&m->cfg, want, sizeof want);
         dt_status st = dt_fail(ctx, DT_ERR_CONFIG, "%s: model shape (%s) differs from the configured one (%s)",
@@ -241,7 +241,7 @@ dt_status dt_model_import(dt_ctx *ctx, dt_model *m, const char *path) {
         dt_model_config c;
         DT_CHECK(dt_hf_config(ctx, path, &c, NULL, 0));
         if (!dt_model_config_equal(&c, &m->cfg)) {
-            char have[256], want[256];
+            char have[400], want[400];
             dt_model_describe(&c, have, sizeof have);
             dt_model_describe(&m->cfg, want, sizeof want);
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: model (%s) differs from the configured one (%s)", path,

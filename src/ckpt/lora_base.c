@@ -35,7 +35,7 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
     char tok[32];
     DT_CHECK(dt_model_file_config(ctx, file, &c, tok, sizeof tok));
     if (!dt_model_config_equal(&c, &m->cfg)) {
-        char have[256], want[256];
+        char have[400], want[400];
         dt_model_describe(&c, have, sizeof have);
         dt_model_describe(&m->cfg, want, sizeof want);
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: model shape (%s) differs from the configured one (%s)", file, have,

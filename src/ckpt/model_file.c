@@ -71,8 +71,12 @@ dt_status dt_model_file_save_info(dt_ctx *ctx, const dt_model *m, const char *pa
     for (int i = 0; m->fam->file_fields[i] && nv < MAX_META - 1; i++)
         for (int j = 0; j < dt_model_cfg_nfields; j++) {
             const dt_cfg_field *f = &dt_model_cfg_fields[j];
-            if (strcmp(f->name, m->fam->file_fields[i])) continue;
-            snprintf(v[nv], 32, f->type == DT_CFG_INT ? "%.0f" : "%.9g", dt_model_cfg_get(&m->cfg, f));
+            const double x = dt_model_cfg_get(&m->cfg, f);
+            if (strcmp(f->name, m->fam->file_fields[i]) || (f->optional && x == 0.0)) continue;
+            if (f->names)
+                snprintf(v[nv], 32, "%s", f->names[(int)x]);
+            else
+                snprintf(v[nv], 32, f->type == DT_CFG_INT ? "%.0f" : "%.9g", x);
             meta[k++] = f->name;
             meta[k++] = v[nv++];
         }
@@ -91,6 +95,16 @@ dt_status dt_model_file_save_info(dt_ctx *ctx, const dt_model *m, const char *pa
 static dt_status meta_field(dt_ctx *ctx, const dt_st_file *f, const char *path, const dt_cfg_field *fd,
                             dt_model_config *c) {
     const char *v = dt_st_meta(f, fd->name);
+    if (!v && fd->optional) return DT_OK; /* written only when not 0 (model.h) */
+    if (v && fd->names) {
+        for (int i = 0; fd->names[i]; i++)
+            if (!strcmp(v, fd->names[i])) {
+                dt_model_cfg_set(c, fd, i);
+                return DT_OK;
+            }
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: metadata '%s' is '%.40s', not a name this dtrain knows", path,
+                       fd->name, v);
+    }
     char *end;
     double x = v ? strtod(v, &end) : 0;
     if (!v || *end || end == v || !(x >= 0 && x <= (double)(1L << 30)) ||
@@ -144,7 +158,7 @@ dt_status dt_model_file_load(dt_ctx *ctx, dt_model *m, const char *path) {
     dt_status st = read_config(ctx, f, path, &c);
     if (st != DT_OK) goto done;
     if (!dt_model_config_equal(&c, &m->cfg)) {
-        char have[256], want[256];
+        char have[400], want[400];
         dt_model_describe(&c, have, sizeof have);
         dt_model_describe(&m->cfg, want, sizeof want);
         st = dt_fail(ctx, DT_ERR_CONFIG, "%s: model shape (%s) differs from the configured one (%s)", path,

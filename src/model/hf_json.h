@@ -10,10 +10,12 @@
 
 #include "core/status.h"
 
-/* A parsed config.json (root: a cJSON object) and its path for messages. */
+/* A parsed config.json (root: a cJSON object) and its path for messages; prefix (NULL: none)
+ * goes before every key named in messages: "rope_scaling." for the keys of that object. */
 struct dt_hf_json {
     const char *path;
     const void *root;
+    const char *prefix;
 };
 typedef struct dt_hf_json dt_hf_json;
 
@@ -27,5 +29,14 @@ dt_status dt_hf_json_bool(dt_ctx *ctx, const dt_hf_json *j, const char *key, int
 dt_status dt_hf_json_want(dt_ctx *ctx, const dt_hf_json *j, const char *key, const char *const *allowed);
 /* 1 when the key is present and not null. */
 int dt_hf_json_has(const dt_hf_json *j, const char *key);
+/* When present, a string: *out = its text (valid while j is), else NULL. */
+dt_status dt_hf_json_string(dt_ctx *ctx, const dt_hf_json *j, const char *key, const char **out);
+/* The object under key as *sub, whose messages name "key.<its key>" (prefix: room for them,
+ * n bytes): refused (one line) when present, not null and not an object; *found = 0 when
+ * absent or null. */
+dt_status dt_hf_json_object(dt_ctx *ctx, const dt_hf_json *j, const char *key, dt_hf_json *sub, char *prefix,
+                            size_t n, int *found);
+/* The name of j's i-th key (NULL past the last). */
+const char *dt_hf_json_key(const dt_hf_json *j, int i);
 
 #endif

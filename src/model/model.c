@@ -9,6 +9,7 @@
 #include "model/family_impl.h"
 #include "model/gpt2/gpt2.h"
 #include "model/llama/llama.h"
+#include "model/rope.h"
 #include "model/vit/vit.h"
 #include "ops/ops.h"
 
@@ -25,7 +26,8 @@ const char *const dt_op_kind_names[DT_OP_NKINDS] = {
 
 const dt_model_family *const dt_model_families[] = {&dt_family_gpt2, &dt_family_llama, &dt_family_vit, NULL};
 
-#define F(name, key, type, help) {#name, key, type, offsetof(dt_model_config, name), help}
+#define F(name, key, type, help) {#name, key, type, offsetof(dt_model_config, name), help, NULL, 0}
+#define OPT(name, type, names, help) {#name, "model." #name, type, offsetof(dt_model_config, name), help, names, 1}
 const dt_cfg_field dt_model_cfg_fields[] = {
     F(n_layer, "model.n_layer", DT_CFG_INT, "transformer blocks"),
     F(d_model, "model.d_model", DT_CFG_INT, "embedding width"),
@@ -34,7 +36,7 @@ const dt_cfg_field dt_model_cfg_fields[] = {
       "key/value heads, dividing n_head (llama: grouped-query attention, 1 = MQA; 0 = n_head)"),
     F(d_ff, "model.d_ff", DT_CFG_INT, "MLP width (llama's SwiGLU intermediate size; gpt2: 4 d_model; 0 = the family's default)"),
     F(vocab, "model.vocab_size", DT_CFG_INT, "vocabulary size (padded to 128 internally)"),
-    F(context, "model.context", DT_CFG_INT, "maximum sequence length (<= the preset's)"),
+    F(context, "model.context", DT_CFG_INT, "maximum sequence length (learned positions: <= the preset's)"),
     F(untied, "model.untied_embeddings", DT_CFG_INT, "1: the lm_head has its own weights (llama); 0: tied to the token embedding"),
     F(rope_theta, "model.rope_theta", DT_CFG_FLOAT, "rotary embedding base (llama; 0 = 10000)"),
     F(norm_eps, "model.norm_eps", DT_CFG_FLOAT, "epsilon of the norms (0 = the family's default: gpt2 1e-5, llama 1e-5)"),
@@ -42,10 +44,19 @@ const dt_cfg_field dt_model_cfg_fields[] = {
     F(patch_size, "model.patch_size", DT_CFG_INT, "vit: patch side in pixels (divides image_size)"),
     F(channels, "model.channels", DT_CFG_INT, "vit: colour planes (0 = 1)"),
     F(n_classes, "model.n_classes", DT_CFG_INT, "vit: classes of the head"),
+    OPT(rope_scaling, DT_CFG_INT, dt_rope_scaling_names, "llama: RoPE scaling rule (none, linear, llama3, yarn)"),
+    OPT(rope_factor, DT_CFG_FLOAT, NULL, "llama: RoPE scaling factor (linear, llama3, yarn)"),
+    OPT(rope_low_freq_factor, DT_CFG_FLOAT, NULL, "llama: llama3 scaling's low_freq_factor"),
+    OPT(rope_high_freq_factor, DT_CFG_FLOAT, NULL, "llama: llama3 scaling's high_freq_factor"),
+    OPT(rope_original_context, DT_CFG_INT, NULL, "llama: the context before RoPE scaling (llama3, yarn)"),
+    OPT(rope_beta_fast, DT_CFG_FLOAT, NULL, "llama: yarn's beta_fast (0 = 32)"),
+    OPT(rope_beta_slow, DT_CFG_FLOAT, NULL, "llama: yarn's beta_slow (0 = 1)"),
+    OPT(rope_attention_factor, DT_CFG_FLOAT, NULL, "llama: yarn's cos/sin scale (0 = 0.1 ln(factor) + 1)"),
 };
 #undef F
+#undef OPT
 const int dt_model_cfg_nfields = (int)(sizeof dt_model_cfg_fields / sizeof dt_model_cfg_fields[0]);
-_Static_assert(sizeof dt_model_cfg_fields / sizeof dt_model_cfg_fields[0] <= 16, "dt_run_cfg.model_set has 16 slots");
+_Static_assert(sizeof dt_model_cfg_fields / sizeof dt_model_cfg_fields[0] <= 32, "dt_run_cfg.model_set has 32 slots");
 
 double dt_model_cfg_get(const dt_model_config *c, const dt_cfg_field *f) {
     const char *p = (const char *)c + f->offset;
@@ -154,11 +165,15 @@ void dt_model_describe(const dt_model_config *c, char *buf, size_t n) {
     const dt_model_family *f = dt_model_family_of(c);
     size_t len = (size_t)snprintf(buf, n, "%s:", f ? f->name : c->family);
     for (int i = 0; f && f->file_fields[i] && len < n; i++)
-        for (int k = 0; k < dt_model_cfg_nfields; k++)
-            if (!strcmp(dt_model_cfg_fields[k].name, f->file_fields[i]))
-                if (len < n - 1)
-                    len += (size_t)snprintf(buf + len, n - len, " %s %g", f->file_fields[i],
-                                            dt_model_cfg_get(c, &dt_model_cfg_fields[k]));
+        for (int k = 0; k < dt_model_cfg_nfields; k++) {
+            const dt_cfg_field *fd = &dt_model_cfg_fields[k];
+            const double v = dt_model_cfg_get(c, fd);
+            if (strcmp(fd->name, f->file_fields[i]) || (fd->optional && v == 0.0) || len >= n - 1) continue;
+            if (fd->names)
+                len += (size_t)snprintf(buf + len, n - len, " %s %s", fd->name, fd->names[(int)v]);
+            else
+                len += (size_t)snprintf(buf + len, n - len, " %s %g", fd->name, v);
+        }
 }
 
 dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt_alloc *alloc,

@@ -44,6 +44,16 @@ typedef struct dt_model_config {
     int patch_size;   /* vit: square patches (must divide image_size) */
     int channels;     /* vit: colour planes (1 = grey) */
     int n_classes;    /* vit: classification head width */
+    /* RoPE scaling (llama; model/rope.h): the rule (dt_rope_scaling) and its parameters, 0 =
+     * unset (what the rule does not use must stay 0). */
+    int rope_scaling;            /* DT_ROPE_NONE, _LINEAR, _LLAMA3, _YARN */
+    float rope_factor;           /* linear, llama3, yarn: the context extension factor */
+    float rope_low_freq_factor;  /* llama3 */
+    float rope_high_freq_factor; /* llama3 */
+    int rope_original_context;   /* llama3, yarn: the context before scaling */
+    float rope_beta_fast;        /* yarn (0 = 32) */
+    float rope_beta_slow;        /* yarn (0 = 1) */
+    float rope_attention_factor; /* yarn: cos/sin scale (0 = 0.1 ln(factor) + 1) */
 } dt_model_config;
 
 /* The config fields by name (model files, keys, shape checks): "n_layer", ... */
@@ -54,6 +64,12 @@ typedef struct dt_cfg_field {
     dt_cfg_type type;
     size_t offset;
     const char *help;
+    /* (optional) an int field named by these words (NULL-ended; value = index): model files
+     * hold the word */
+    const char *const *names;
+    /* model files hold it only when not 0, and a file without it reads 0 (fields added after
+     * files existed: older files stay loadable, plain models' files unchanged) */
+    int optional;
 } dt_cfg_field;
 extern const dt_cfg_field dt_model_cfg_fields[];
 extern const int dt_model_cfg_nfields;
@@ -228,6 +244,8 @@ typedef struct dt_model_family {
     /* Samples are images: model.context (pixels per image) and the pixel range are derived,
      * not taken from the language defaults. */
     int images;
+    /* Positions are rotary (no table of them): model.context may exceed the preset's. */
+    int rotary;
     /* (optional) LoRA: the family's adaptable sub-projections for c, one per target it has
      * (room for DT_LORA_MAX_SITES); returns the number. NULL: LoRA is refused. */
     int (*lora_sites)(const dt_model_config *c, dt_lora_site *out);

@@ -93,11 +93,18 @@ void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
 
 /* Rotary position embedding (Hugging Face's rotate-half convention), in place on the q and k
  * heads of a packed qkv buffer laid out as for attention: for each head x of position t,
- * x[i] <- x[i] cos(t f_i) - x[i + hs/2] sin(t f_i), x[i + hs/2] <- x[i + hs/2] cos + x[i] sin,
- * f_i = theta^(-2i/hs), i < hs/2. v heads are untouched. hs must be even. */
-void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, float theta);
-/* The backward: the inverse rotation of the q and k slices of dqkv, in place. */
-void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta);
+ * x[i] <- x[i] c - x[i + hs/2] s, x[i + hs/2] <- x[i + hs/2] c + x[i] s with
+ * c = scale cos(t f_i), s = scale sin(t f_i), i < hs/2, the frequencies f = inv_freq (hs/2
+ * floats: dt_rope_inv_freq's theta^(-2i/hs), or a scaled rule's, model/rope.h) and scale 1
+ * but for YaRN's attention factor. v heads are untouched. hs must be even. */
+void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
+                     float scale);
+/* The backward: the transposed rotation of the q and k slices of dqkv, in place. */
+void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
+                      float scale);
+/* inv[0..hs/2) = plain RoPE's frequencies as Hugging Face's LlamaRotaryEmbedding computes them
+ * in float32: fl(1 / fl(theta ^ fl(2i / hs))), the power evaluated in double. */
+void dt_rope_inv_freq(float *inv, int hs, float theta);
 
 /* SwiGLU: inp (N,2F) rows hold gate | up; out (N,F) = silu(gate) * up. */
 void dt_swiglu_forward(float *out, const float *inp, int N, int F);

@@ -40,9 +40,13 @@ void dt_ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const 
 void dt_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp,
                              const double *w, const double *rstd, int N, int C);
 
-/* In place, as dt_rope_*; the angles are t * theta^(-2i/hs) in double. */
-void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, double theta);
-void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, double theta);
+/* In place, as dt_rope_*; the angles are t * inv_freq[i] in double, cos and sin times scale. */
+void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
+                         double scale);
+void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
+                          double scale);
+/* inv[0..hs/2) = theta^(-2i/hs) in double. */
+void dt_ref_rope_inv_freq(double *inv, int hs, double theta);
 
 void dt_ref_swiglu_forward(double *out, const double *inp, int N, int F);
 void dt_ref_swiglu_backward(double *dinp, const double *inp, const double *dout, int N, int F);

@@ -8,9 +8,10 @@
 
 #include "comm/comm_fit.h"
 #include "model/lora.h"
+#include "model/rope.h"
 
 /* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. */
-typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED } key_type;
+typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED, K_ROPE } key_type;
 
 typedef struct key_def {
     const char *key;
@@ -35,10 +36,19 @@ static const key_def keys[] = {
     NUM("model.n_kv_head", K_INT, train.model.n_kv_head, "key/value heads dividing n_head (llama grouped-query attention, 1 = MQA; 0 = n_head)"),
     NUM("model.d_ff", K_INT, train.model.d_ff, "MLP width (llama SwiGLU intermediate size; gpt2: 4 d_model; 0 = family default)"),
     NUM("model.vocab_size", K_INT, train.model.vocab, "vocabulary size (padded to 128 internally)"),
-    NUM("model.context", K_INT, train.model.context, "maximum sequence length (<= the preset's)"),
+    NUM("model.context", K_INT, train.model.context, "maximum sequence length (gpt2, vit: <= the preset's; llama: any)"),
     NUM("model.untied_embeddings", K_BOOL, train.model.untied, "the lm_head has its own weights (llama); false: tied to the token embedding"),
     NUM("model.rope_theta", K_FLOAT, train.model.rope_theta, "rotary embedding base (llama; 0 = 10000)"),
     NUM("model.norm_eps", K_FLOAT, train.model.norm_eps, "epsilon of the norms (0 = family default 1e-5)"),
+    {"model.rope_scaling", K_ROPE, OFF(train.model.rope_scaling), 0, "none|linear|llama3|yarn",
+     "llama: RoPE frequency rule of Hugging Face's rope_scaling (dynamic is refused: an inference-time rule)"},
+    NUM("model.rope_factor", K_FLOAT, train.model.rope_factor, "llama: RoPE scaling factor, >= 1 (linear, llama3, yarn)"),
+    NUM("model.rope_low_freq_factor", K_FLOAT, train.model.rope_low_freq_factor, "llama: llama3 scaling's low_freq_factor (Llama 3.1: 1)"),
+    NUM("model.rope_high_freq_factor", K_FLOAT, train.model.rope_high_freq_factor, "llama: llama3 scaling's high_freq_factor, > low_freq_factor (Llama 3.1: 4)"),
+    NUM("model.rope_original_context", K_INT, train.model.rope_original_context, "llama: the context before RoPE scaling, original_max_position_embeddings (llama3, yarn)"),
+    NUM("model.rope_beta_fast", K_FLOAT, train.model.rope_beta_fast, "llama: yarn's beta_fast (0 = 32)"),
+    NUM("model.rope_beta_slow", K_FLOAT, train.model.rope_beta_slow, "llama: yarn's beta_slow, < beta_fast (0 = 1)"),
+    NUM("model.rope_attention_factor", K_FLOAT, train.model.rope_attention_factor, "llama: yarn's scale of cos and sin (0 = 0.1 ln(factor) + 1)"),
     NUM("model.image_size", K_INT, train.model.image_size, "vit: image side in pixels"),
     NUM("model.patch_size", K_INT, train.model.patch_size, "vit: patch side in pixels (divides image_size)"),
     NUM("model.channels", K_INT, train.model.channels, "vit: colour planes (0 = 1)"),
@@ -270,6 +280,9 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         break;
     case K_SCHED:
         return dt_lr_schedule_parse(ctx, value, (dt_sched_kind *)dst);
+    case K_ROPE:
+        DT_CHECK(dt_rope_scaling_parse(ctx, key, value, (int *)dst));
+        break;
     case K_ENUM:
         if (!in_enum(k->enums, value))
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' is not one of %s", key, value,
@@ -310,12 +323,25 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
         memset(&base, 0, sizeof base);
         snprintf(base.family, sizeof base.family, "%s", p.family);
         dt_model_family_of(&p)->preset(t->preset, &base);
+        /* A scaling rule given by the user replaces the preset's with its parameters: those it
+         * does not set are unset (0), not the preset's rule's. */
+        int rule_set = 0;
         for (int i = 0; i < dt_model_cfg_nfields; i++)
-            dt_model_cfg_set(&p, &dt_model_cfg_fields[i],
-                             dt_model_cfg_get(c->model_set[i] ? &user : &base, &dt_model_cfg_fields[i]));
-        if (p.context > preset_context)
-            return dt_fail(ctx, DT_ERR_CONFIG, "model.context (%d) exceeds the maximum %d of preset %s",
-                           p.context, preset_context, t->preset);
+            if (!strcmp(dt_model_cfg_fields[i].key, "model.rope_scaling")) rule_set = c->model_set[i];
+        dt_model_config none;
+        memset(&none, 0, sizeof none);
+        for (int i = 0; i < dt_model_cfg_nfields; i++) {
+            const dt_cfg_field *f = &dt_model_cfg_fields[i];
+            const dt_model_config *from = c->model_set[i] ? &user
+                                          : rule_set && !strncmp(f->key, "model.rope_", 11) &&
+                                                    strcmp(f->key, "model.rope_theta") ? &none : &base;
+            dt_model_cfg_set(&p, f, dt_model_cfg_get(from, f));
+        }
+        /* Learned positions have a row per position up to the preset's context; rotary ones
+         * extend to any length (model/rope.h's scaling rules keep them in range). */
+        if (p.context > preset_context && !dt_model_family_of(&p)->rotary)
+            return dt_fail(ctx, DT_ERR_CONFIG, "model.context (%d) exceeds the maximum %d of preset %s (%s has "
+                           "learned positions)", p.context, preset_context, t->preset, p.family);
         t->model = p;
     } else if (dt_model_family_find(t->model.family) && dt_model_family_find(t->model.family)->images) {
         /* A custom image model derives its sample length and pixel range: the language
@@ -486,6 +512,7 @@ static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg
     }
     case K_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
     case K_SCHED: snprintf(buf, n, "%s", dt_sched_kind_name(*(const dt_sched_kind *)p)); break;
+    case K_ROPE: snprintf(buf, n, "%s", dt_rope_scaling_names[*(const int *)p]); break;
     case K_ENUM:
     case K_STR: {
         /* Double-quoted YAML: escape backslash and quote. */
@@ -509,7 +536,7 @@ void dt_cfg_print_keys(FILE *f) {
     for (size_t i = 0; i < NKEYS; i++) {
         char def[DT_PATH_MAX + 8];
         format_value(def, sizeof def, &keys[i], &d);
-        fprintf(f, "  %-24s %-22s %s%s%s\n", keys[i].key, def, keys[i].help,
+        fprintf(f, "  %-28s %-22s %s%s%s\n", keys[i].key, def, keys[i].help,
                 keys[i].enums ? "; one of " : "",
                 keys[i].enums ? (keys[i].enums[0] == '|' ? keys[i].enums + 1 : keys[i].enums) : "");
     }

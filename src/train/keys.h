@@ -76,7 +76,7 @@ typedef struct dt_run_cfg {
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */
-    int model_set[16]; /* per dt_model_cfg_fields entry: set by the user */
+    int model_set[32]; /* per dt_model_cfg_fields entry: set by the user */
     int family_set;
     int decay_steps_set, steps_set, tokens_set, accum_set, seq_len_set;
 } dt_run_cfg;

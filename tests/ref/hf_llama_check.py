@@ -15,7 +15,13 @@ make: writes DIR as Hugging Face's LlamaForCausalLM save_pretrained would: confi
   tokens[1:T+1]). Variants:
     gqa   2 layers, hidden 48, 4 heads, 2 kv heads, intermediate 80, vocab 300, untied lm_head
     mqa   the same with 1 kv head and tie_word_embeddings true (no lm_head.weight)
-  both with max_position_embeddings 64, rope_theta 500, rms_norm_eps 1e-5.
+  both with max_position_embeddings 64, rope_theta 500, rms_norm_eps 1e-5;
+    llama3  gqa's shapes with max_position_embeddings 128 and rope_scaling {"rope_type": "llama3",
+          "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32} (head size 12, theta 500: one frequency kept,
+          one smoothed, four divided by 8), for T beyond 32
+    yarn    the same with rope_scaling {"type": "yarn", "factor": 4.0,
+          "original_max_position_embeddings": 32} (the older key; cos and sin x 1.139).
   The weights are drawn large enough (embeddings std 1 (0.5 when tied), attention matrices
   2/sqrt(fan_in), the others 1/sqrt(fan_in), lm_head 0.5/sqrt(fan_in), RMSNorm weights
   1 + N(0, 0.2)) that the loss depends on every part of the model, then rounded to DTYPE
@@ -26,7 +32,8 @@ make: writes DIR as Hugging Face's LlamaForCausalLM save_pretrained would: confi
     loss <reference>
     loss_kv_mod <the same with query head h reading kv head h % NKV instead of h // (NH/NKV)>
     loss_rope_interleaved <the same with RoPE pairs (2i, 2i+1) instead of (i, i + hs/2)>
-  The last two are deliberately wrong models: the shell test requires that they are NOT within
+  loss_no_scaling <with rope_scaling: the same with plain RoPE (the scaling ignored)>
+  The last ones are deliberately wrong models: the shell test requires that they are NOT within
   the tolerance of dtrain's loss (for the mqa variant, NKV = 1, the kv-head map cannot differ,
   so loss_kv_mod equals loss and is printed only for completeness).
 
@@ -57,6 +64,13 @@ VARIANTS = {
                 untied=True, rope_theta=500.0, norm_eps=1e-5),
     "mqa": dict(n_layer=2, d_model=48, n_head=4, n_kv_head=1, d_ff=80, vocab=300, context=64,
                 untied=False, rope_theta=500.0, norm_eps=1e-5),
+    "llama3": dict(n_layer=2, d_model=48, n_head=4, n_kv_head=2, d_ff=80, vocab=300, context=128,
+                   untied=True, rope_theta=500.0, norm_eps=1e-5,
+                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+    "yarn": dict(n_layer=2, d_model=48, n_head=4, n_kv_head=2, d_ff=80, vocab=300, context=128,
+                 untied=True, rope_theta=500.0, norm_eps=1e-5,
+                 rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
 }
 ST_DTYPES = ("F32", "F16", "BF16")
 TORCH_DTYPE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
@@ -177,7 +191,7 @@ def hf_config(hp, dtype):
         "eos_token_id": 2,
         "initializer_range": 0.02,
         "pretraining_tp": 1,
-        "rope_scaling": None,
+        "rope_scaling": hp.get("rope_scaling"),
         "use_cache": True,
         "torch_dtype": TORCH_DTYPE[dtype],
         "transformers_version": "4.40.0",
@@ -219,12 +233,14 @@ def write_dir(d, hp, W, dtype, shards):
 def ref_loss(hp, stored, tokens, wrong=None):
     """Mean cross-entropy in float64 of llama_torch.Llama on tokens[0:T] -> tokens[1:T+1].
     wrong: None, "kv_mod" (query head h reads kv head h % NKV) or "rope_interleaved" (pairs
-    (2i, 2i+1)), each swapped into llama_torch for this call only."""
+    (2i, 2i+1)), each swapped into llama_torch for this call only, or "no_scaling" (plain RoPE
+    although the config has rope_scaling)."""
     import torch
     import llama_torch
     model = llama_torch.Llama(hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
                               hp["d_ff"], hp["vocab"], hp["context"], hp["untied"],
-                              hp["rope_theta"], hp["norm_eps"]).double()
+                              hp["rope_theta"], hp["norm_eps"],
+                              None if wrong == "no_scaling" else hp.get("rope_scaling")).double()
     sd = {k: torch.from_numpy(v) for k, v in stored.items()}
     model.load_state_dict(sd, strict=True)
     saved = (llama_torch.repeat_kv, llama_torch.rope_cos_sin, llama_torch.rotate_half)
@@ -232,8 +248,8 @@ def ref_loss(hp, stored, tokens, wrong=None):
         # output head h = input head h % nkv (torch.repeat tiles the kv heads)
         llama_torch.repeat_kv = lambda x, n_rep: x.repeat(1, n_rep, 1, 1)
     elif wrong == "rope_interleaved":
-        def cos_sin(T, hs, theta, dtype, device=None):
-            c, s = saved[1](T, hs, theta, dtype, device)      # halves duplicated
+        def cos_sin(T, hs, theta, dtype, device=None, scaling=None):
+            c, s = saved[1](T, hs, theta, dtype, device, scaling)      # halves duplicated
             h = hs // 2
             return (c[:, :h].repeat_interleave(2, dim=-1), s[:, :h].repeat_interleave(2, dim=-1))
 
@@ -241,7 +257,7 @@ def ref_loss(hp, stored, tokens, wrong=None):
             p = x.reshape(*x.shape[:-1], -1, 2)
             return torch.stack((-p[..., 1], p[..., 0]), dim=-1).reshape(x.shape)
         llama_torch.rope_cos_sin, llama_torch.rotate_half = cos_sin, rot
-    elif wrong is not None:
+    elif wrong not in (None, "no_scaling"):
         die("unknown wrong model %r" % wrong)
     try:
         idx = torch.from_numpy(tokens[:-1].astype(np.int64))[None]
@@ -268,7 +284,7 @@ def cmd_make(args):
             rest.append(args[i])
             i += 1
     if len(rest) != 5:
-        die("usage: make DIR DTYPE SHARDS VALFILE T [--variant gqa|mqa] [--seed S]")
+        die("usage: make DIR DTYPE SHARDS VALFILE T [--variant gqa|mqa|llama3|yarn] [--seed S]")
     d, dtype, shards, valfile, T = rest[0], rest[1], int(rest[2]), rest[3], int(rest[4])
     if dtype not in ST_DTYPES:
         die("DTYPE must be one of %s" % ", ".join(ST_DTYPES))
@@ -285,6 +301,8 @@ def cmd_make(args):
     print("loss %.10f" % ref_loss(hp, stored, tokens))
     print("loss_kv_mod %.10f" % ref_loss(hp, stored, tokens, "kv_mod"))
     print("loss_rope_interleaved %.10f" % ref_loss(hp, stored, tokens, "rope_interleaved"))
+    if hp.get("rope_scaling"):
+        print("loss_no_scaling %.10f" % ref_loss(hp, stored, tokens, "no_scaling"))
 
 
 def dtrain_loss(path):
@@ -330,6 +348,19 @@ def cmd_keys(args):
                  ("untied_embeddings", "false" if cfg["tie_word_embeddings"] else "true"),
                  ("rope_theta", cfg["rope_theta"]), ("norm_eps", cfg["rms_norm_eps"])):
         print("--set\nmodel.%s=%s" % (k, v))
+    rs = cfg.get("rope_scaling")
+    if rs:
+        rule = rs.get("rope_type", rs.get("type"))
+        print("--set\nmodel.rope_scaling=%s" % rule)
+        for hf, key in (("factor", "rope_factor"), ("low_freq_factor", "rope_low_freq_factor"),
+                        ("high_freq_factor", "rope_high_freq_factor"),
+                        ("original_max_position_embeddings", "rope_original_context"),
+                        ("beta_fast", "rope_beta_fast"), ("beta_slow", "rope_beta_slow"),
+                        ("attention_factor", "rope_attention_factor")):
+            if rs.get(hf) is not None:
+                print("--set\nmodel.%s=%s" % (key, rs[hf]))
+        if rule == "yarn" and "original_max_position_embeddings" not in rs:
+            print("--set\nmodel.rope_original_context=%s" % cfg["max_position_embeddings"])
 
 
 def main():

@@ -31,7 +31,9 @@ RoPE, HF "rotate-half" convention: within each head, dimension i < hs/2 is paire
 (not 2i with 2i+1); inv_freq[i] = theta^(-2i/hs), angle(t, i) = t * inv_freq[i] for position
 t = 0..T-1, cos/sin = cat(cos(angle), cos(angle)) / cat(sin(angle), sin(angle)), and
 q' = q*cos + rotate_half(q)*sin with rotate_half(x) = cat(-x2, x1). The angles are computed in the
-model dtype (HF computes them in float32).
+model dtype (HF computes them in float32). With rope_scaling (HF's config.json dict: rope_type or
+type linear, llama3 or yarn, and its keys), inv_freq is tests/ref/rope_scaling_ref.py's float64 rule
+(the published formulas) and cos, sin are multiplied by its attention factor (yarn).
 Grouped-query attention: query head h uses kv head h // (NH/NKV) (HF repeat_kv, i.e.
 repeat_interleave of the kv heads); causal softmax(q k^T / sqrt(hs)) v. NKV == NH is plain
 multi-head attention, NKV == 1 multi-query attention.
@@ -54,6 +56,7 @@ import torch.nn.functional as F
 sys.dont_write_bytecode = True  # keep tests/ref free of __pycache__
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_torch  # noqa: E402  attention (mixed_ref swaps it)
+import rope_scaling_ref  # noqa: E402  the float64 rope_scaling rules
 from gpt2_torch import count_params, lr_at, param_groups  # noqa: E402,F401  dtrain's schedule (and rules) in one place
 
 DEFAULT_ROPE_THETA = 10000.0
@@ -70,15 +73,22 @@ class RMSNorm(nn.Module):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
-def rope_cos_sin(T, hs, theta, dtype, device=None):
-    """(T, hs) cos and sin tables: angle(t, i) = t * theta^(-2i/hs), duplicated over both halves."""
+def rope_cos_sin(T, hs, theta, dtype, device=None, scaling=None):
+    """(T, hs) cos and sin tables: angle(t, i) = t * theta^(-2i/hs), duplicated over both halves;
+    scaling: None, or an HF rope_scaling dict (its inv_freq and cos/sin factor)."""
     assert hs % 2 == 0, "head size must be even for RoPE"
-    i = torch.arange(0, hs, 2, dtype=dtype, device=device)          # 2i
-    inv_freq = 1.0 / (theta ** (i / hs))
+    scale = 1.0
+    if scaling is None:
+        i = torch.arange(0, hs, 2, dtype=dtype, device=device)          # 2i
+        inv_freq = 1.0 / (theta ** (i / hs))
+    else:
+        rule, kw = scaling
+        f, scale = rope_scaling_ref.inv_freq(rule, theta, hs, **kw)
+        inv_freq = torch.tensor(f, dtype=dtype, device=device)
     t = torch.arange(T, dtype=dtype, device=device)
     ang = torch.outer(t, inv_freq)                                    # (T, hs/2)
     ang = torch.cat((ang, ang), dim=-1)                               # (T, hs)
-    return ang.cos(), ang.sin()
+    return ang.cos() * scale, ang.sin() * scale
 
 
 def rotate_half(x):
@@ -100,7 +110,7 @@ def repeat_kv(x, n_rep):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, d_model, n_head, n_kv_head, rope_theta):
+    def __init__(self, d_model, n_head, n_kv_head, rope_theta, rope_scaling=None):
         super().__init__()
         assert d_model % n_head == 0, "d_model must be divisible by n_head"
         assert n_head % n_kv_head == 0, "n_head must be divisible by n_kv_head"
@@ -108,6 +118,7 @@ class LlamaAttention(nn.Module):
         self.hs = d_model // n_head
         assert self.hs % 2 == 0, "head size must be even for RoPE"
         self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling       # None or (rule, rope_scaling_ref.inv_freq keywords)
         self.q_proj = nn.Linear(d_model, n_head * self.hs, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_head * self.hs, bias=False)
         self.v_proj = nn.Linear(d_model, n_kv_head * self.hs, bias=False)
@@ -120,7 +131,10 @@ class LlamaAttention(nn.Module):
         q = self.q_proj(x).view(B, T, nh, hs).transpose(1, 2)
         k = self.k_proj(x).view(B, T, nkv, hs).transpose(1, 2)
         v = self.v_proj(x).view(B, T, nkv, hs).transpose(1, 2)
-        cos, sin = rope_cos_sin(T, hs, self.rope_theta, x.dtype, x.device)
+        if self.rope_scaling is None:
+            cos, sin = rope_cos_sin(T, hs, self.rope_theta, x.dtype, x.device)
+        else:
+            cos, sin = rope_cos_sin(T, hs, self.rope_theta, x.dtype, x.device, self.rope_scaling)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         k = repeat_kv(k, nh // nkv)
@@ -141,10 +155,10 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, d_model, n_head, n_kv_head, d_ff, rope_theta, norm_eps):
+    def __init__(self, d_model, n_head, n_kv_head, d_ff, rope_theta, norm_eps, rope_scaling=None):
         super().__init__()
         self.input_layernorm = RMSNorm(d_model, norm_eps)
-        self.self_attn = LlamaAttention(d_model, n_head, n_kv_head, rope_theta)
+        self.self_attn = LlamaAttention(d_model, n_head, n_kv_head, rope_theta, rope_scaling)
         self.post_attention_layernorm = RMSNorm(d_model, norm_eps)
         self.mlp = LlamaMLP(d_model, d_ff)
 
@@ -155,11 +169,12 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, rope_theta, norm_eps):
+    def __init__(self, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, rope_theta, norm_eps,
+                 rope_scaling=None):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, d_model)
         self.layers = nn.ModuleList([
-            LlamaDecoderLayer(d_model, n_head, n_kv_head, d_ff, rope_theta, norm_eps)
+            LlamaDecoderLayer(d_model, n_head, n_kv_head, d_ff, rope_theta, norm_eps, rope_scaling)
             for _ in range(n_layer)])
         self.norm = RMSNorm(d_model, norm_eps)
 
@@ -174,14 +189,22 @@ class Llama(nn.Module):
     """LlamaForCausalLM: parameters model.* and, when untied, lm_head.weight."""
 
     def __init__(self, n_layer, d_model, n_head, n_kv_head, d_ff, vocab, context, untied,
-                 rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS):
+                 rope_theta=DEFAULT_ROPE_THETA, norm_eps=DEFAULT_NORM_EPS, rope_scaling=None):
+        """rope_scaling: None or an HF config.json rope_scaling dict (with
+        max_position_embeddings = context for yarn's default original context)."""
         super().__init__()
         self.n_layer, self.d_model, self.n_head, self.n_kv_head = n_layer, d_model, n_head, \
             n_kv_head
         self.d_ff, self.vocab, self.context, self.untied = d_ff, vocab, context, bool(untied)
         self.rope_theta, self.norm_eps = float(rope_theta), float(norm_eps)
+        scaling = None
+        if rope_scaling is not None:
+            scaling = rope_scaling_ref.hf_rule({"rope_scaling": rope_scaling,
+                                                "max_position_embeddings": context})
+            if scaling[0] in ("none", "default"):
+                scaling = None
         self.model = LlamaModel(n_layer, d_model, n_head, n_kv_head, d_ff, vocab, rope_theta,
-                                norm_eps)
+                                norm_eps, scaling)
         if self.untied:
             self.lm_head = nn.Linear(d_model, vocab, bias=False)
 

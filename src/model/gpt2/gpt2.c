@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "model/family_impl.h"
 #include "model/hf_json.h"
+#include "model/rope.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------------ config */
@@ -75,6 +76,7 @@ static dt_status gpt2_validate(dt_ctx *ctx, dt_model_config *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "model.untied_embeddings: gpt2's lm_head is tied to wte");
     if (c->rope_theta != 0.0f)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.rope_theta: gpt2 has learned positions, not rotary");
+    DT_CHECK(dt_rope_refuse(ctx, c, "gpt2 has learned positions, not rotary"));
     if (c->norm_eps != 0.0f && c->norm_eps != 1e-5f)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.norm_eps: gpt2's LayerNorm uses 1e-5 (got %g)",
                        (double)c->norm_eps);

@@ -9,27 +9,31 @@
 #include "core/trace.h"
 #include "model/family_impl.h"
 #include "model/hf_json.h"
+#include "model/rope.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------------ config */
+
+/* Head sizes up to twice this: the RoPE frequencies live in the family's state. */
+#define DT_LLAMA_ROPE_PAIRS 1024
 
 typedef struct preset {
     const char *name;
     int n_layer, d_model, n_head, n_kv_head, d_ff, vocab, context, untied;
     float rope_theta, norm_eps;
+    int llama3; /* Llama 3.2's rope_scaling: llama3, factor 32, low 1, high 4, original 8192 */
 } preset;
 
 /* The last three are the published shapes (config.json of TinyLlama-1.1B, Llama-3.2-1B and
- * Mistral-7B-v0.1) for memory planning and the batch finder. dtrain implements neither
- * Llama 3's rope scaling (it changes positions beyond 8192) nor Mistral's sliding window:
- * mistral-7b's context is its 4096-token window (what the HF import derives too), and up to
- * those lengths the models compute what the originals do. */
+ * Mistral-7B-v0.1) for memory planning and the batch finder. dtrain does not implement
+ * Mistral's sliding window: mistral-7b's context is its 4096-token window (what the HF import
+ * derives too), and up to that length the model computes what the original does. */
 static const preset presets[] = {
-    {"llama-tiny", 2, 64, 4, 2, 176, 256, 64, 1, 10000.0f, 1e-5f},
-    {"llama-100m", 12, 768, 12, 4, 2048, 32000, 1024, 0, 10000.0f, 1e-5f},
-    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 1, 10000.0f, 1e-5f},
-    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 0, 500000.0f, 1e-5f},
-    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, 10000.0f, 1e-5f},
+    {"llama-tiny", 2, 64, 4, 2, 176, 256, 64, 1, 10000.0f, 1e-5f, 0},
+    {"llama-100m", 12, 768, 12, 4, 2048, 32000, 1024, 0, 10000.0f, 1e-5f, 0},
+    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 1, 10000.0f, 1e-5f, 0},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 0, 500000.0f, 1e-5f, 1},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, 10000.0f, 1e-5f, 0},
 };
 static const char *const preset_names[] = {"llama-tiny", "llama-100m", "tinyllama-1.1b",
                                            "llama-3.2-1b", "mistral-7b", NULL};
@@ -42,6 +46,11 @@ static void llama_preset(const char *name, dt_model_config *out) {
             out->n_kv_head = p->n_kv_head, out->d_ff = p->d_ff, out->vocab = p->vocab;
             out->context = p->context, out->untied = p->untied;
             out->rope_theta = p->rope_theta, out->norm_eps = p->norm_eps;
+            if (p->llama3) {
+                out->rope_scaling = DT_ROPE_LLAMA3, out->rope_factor = 32.0f;
+                out->rope_low_freq_factor = 1.0f, out->rope_high_freq_factor = 4.0f;
+                out->rope_original_context = 8192;
+            }
         }
 }
 
@@ -58,6 +67,9 @@ static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
         return dt_fail(ctx, DT_ERR_CONFIG,
                        "model.n_head (%d) must divide model.d_model (%d) into heads of even size "
                        "(rotary embeddings rotate pairs)", c->n_head, c->d_model);
+    if (c->d_model / c->n_head > 2 * DT_LLAMA_ROPE_PAIRS)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_head (%d): heads of %d exceed the largest head size %d",
+                       c->n_head, c->d_model / c->n_head, 2 * DT_LLAMA_ROPE_PAIRS);
     if (c->n_kv_head == 0) c->n_kv_head = c->n_head;
     if (c->n_kv_head < 1 || c->n_kv_head > c->n_head || c->n_head % c->n_kv_head != 0)
         return dt_fail(ctx, DT_ERR_CONFIG,
@@ -76,6 +88,7 @@ static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
     if (!(c->rope_theta > 1.0f && c->rope_theta < 1e12f))
         return dt_fail(ctx, DT_ERR_CONFIG, "model.rope_theta must be in (1, 1e12) (got %g)",
                        (double)c->rope_theta);
+    DT_CHECK(dt_rope_validate(ctx, c));
     if (c->norm_eps == 0.0f) c->norm_eps = 1e-5f;
     if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
         return dt_fail(ctx, DT_ERR_CONFIG, "model.norm_eps must be in (0, 1) (got %g)",
@@ -158,6 +171,8 @@ typedef struct dt_llama_acts {
     float *dmid;                     /* (B,T,F) scratch gradient */
     uint16_t *dlp;                   /* (B,T,max(QW,2F)) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
+    float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
+    float rope_scale;                /* and the cos/sin scale (model/rope.h) */
 } dt_llama_acts;
 
 static size_t qkv_width(const dt_model_config *c) {
@@ -224,6 +239,7 @@ static size_t llama_act_floats(const dt_model_config *c, const dt_model_opts *o,
 static void llama_bind(dt_model *m) {
     dt_llama_acts *a = m->impl;
     layout_acts(a, m->acts, &m->cfg, &m->opts, m->B, m->T);
+    dt_rope_kernel_freqs(&m->cfg, m->cfg.d_model / m->cfg.n_head, a->rope_inv, &a->rope_scale);
     m->lp_scratch = a->dlp;
 }
 
@@ -279,7 +295,8 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head;
     int BT = B * T, F = c->d_ff, hs = C / NH, QW = (int)qkv_width(c);
-    const float eps = c->norm_eps, theta = c->rope_theta;
+    const float eps = c->norm_eps;
+    const dt_llama_acts *a = m->impl;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
     const int res2 = dt_act_forms(&m->opts, l, recompute, res2_class(&m->opts));
@@ -290,7 +307,7 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
     /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
     DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(WQ), l, NULL, BT, C, QW));
-    DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, theta));
+    DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, a->rope_inv, a->rope_scale));
     DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1, m->opts.compute));
     dt_fam_narrow(m, v.attyh, v.atty, btc);
     if (res2) {
@@ -345,7 +362,6 @@ static void llama_backward(dt_model *m, float scale) {
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head, L = c->n_layer;
     int BT = B * T, F = c->d_ff, hs = C / NH;
     int QW = (int)qkv_width(c);
-    const float theta = c->rope_theta;
     size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
@@ -380,7 +396,7 @@ static void llama_backward(dt_model *m, float scale) {
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, C, C));
         DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1, m->opts.compute));
-        DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(a->dbig, B, T, NH, NKV, hs, theta));
+        DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(a->dbig, B, T, NH, NKV, hs, a->rope_inv, a->rope_scale));
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WQ), l, NULL, a->dbig, MMIN(ln1), BT, C, QW));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
@@ -388,6 +404,78 @@ static void llama_backward(dt_model *m, float scale) {
     }
     dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, dlogits,
                             (dt_mmin){a->lnf, a->lnfh});
+}
+
+/* config.json's rope_scaling (null, absent, or an object with rope_type, or the older key
+ * type) -> the model.rope_* fields; c->context must hold max_position_embeddings (yarn's
+ * original context when the object names none). Keys the rule does not read are refused. */
+static dt_status hf_read_rope_scaling(dt_ctx *ctx, const dt_hf_json *j, dt_model_config *c) {
+    dt_hf_json r;
+    char pre[32];
+    int found;
+    DT_CHECK(dt_hf_json_object(ctx, j, "rope_scaling", &r, pre, sizeof pre, &found));
+    if (!found) return DT_OK;
+    const char *type, *old;
+    DT_CHECK(dt_hf_json_string(ctx, &r, "rope_type", &type));
+    DT_CHECK(dt_hf_json_string(ctx, &r, "type", &old));
+    if (type && old && strcmp(type, old))
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling.rope_type '%s' and rope_scaling.type '%s' differ",
+                       j->path, type, old);
+    if (!type) type = old;
+    if (!type)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling names no rope_type (nor type)", j->path);
+    char key[4200];
+    snprintf(key, sizeof key, "%s: rope_scaling.rope_type", j->path);
+    int rule = DT_ROPE_NONE;
+    if (strcmp(type, "default") != 0) { /* transformers' name of plain RoPE */
+        if (strcmp(type, "dynamic") && (!strcmp(type, "none") || dt_rope_scaling_parse(ctx, key, type, &rule) != DT_OK))
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: '%s' is not supported (dtrain computes default, linear, llama3 "
+                           "and yarn)", key, type);
+        DT_CHECK(dt_rope_scaling_parse(ctx, key, type, &rule)); /* dynamic: its own line */
+    }
+    static const char *const known[][6] = {
+        {NULL},
+        {"factor", NULL},
+        {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings", NULL},
+        {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"},
+    };
+    for (int i = 0; dt_hf_json_key(&r, i); i++) {
+        const char *k = dt_hf_json_key(&r, i);
+        int ok = !strcmp(k, "rope_type") || !strcmp(k, "type");
+        for (int n = 0; n < 6 && known[rule][n]; n++) ok |= !strcmp(k, known[rule][n]);
+        if (!ok)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling.%s is not supported with rope_type %s (dtrain "
+                           "does not compute it)", j->path, k, type);
+    }
+    c->rope_scaling = rule;
+    if (rule == DT_ROPE_NONE) return DT_OK;
+    static const char *const required[][4] = {
+        {NULL},
+        {"factor", NULL},
+        {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
+        {"factor", NULL},
+    };
+    for (int n = 0; n < 4 && required[rule][n]; n++)
+        if (!dt_hf_json_has(&r, required[rule][n]))
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling.%s is missing (rope_type %s needs it)", j->path,
+                           required[rule][n], type);
+    DT_CHECK(dt_hf_json_float(ctx, &r, "factor", 0.0, &c->rope_factor));
+    if (rule == DT_ROPE_LINEAR) return DT_OK;
+    DT_CHECK(dt_hf_json_int(ctx, &r, "original_max_position_embeddings", c->context, &c->rope_original_context));
+    if (rule == DT_ROPE_LLAMA3) {
+        DT_CHECK(dt_hf_json_float(ctx, &r, "low_freq_factor", 0.0, &c->rope_low_freq_factor));
+        DT_CHECK(dt_hf_json_float(ctx, &r, "high_freq_factor", 0.0, &c->rope_high_freq_factor));
+        return DT_OK;
+    }
+    int truncate;
+    DT_CHECK(dt_hf_json_bool(ctx, &r, "truncate", 1, &truncate));
+    if (!truncate)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling.truncate false is not supported (dtrain rounds YaRN's "
+                       "correction range to whole dimensions)", j->path);
+    DT_CHECK(dt_hf_json_float(ctx, &r, "beta_fast", 0.0, &c->rope_beta_fast));
+    DT_CHECK(dt_hf_json_float(ctx, &r, "beta_slow", 0.0, &c->rope_beta_slow));
+    DT_CHECK(dt_hf_json_float(ctx, &r, "attention_factor", 0.0, &c->rope_attention_factor));
+    return DT_OK;
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */
@@ -411,9 +499,7 @@ static dt_status llama_hf_read(dt_ctx *ctx, const dt_hf_json *j, dt_model_config
                        j->path, bias ? "attention_bias" : "mlp_bias");
     static const char *const silu[] = {"silu", NULL};
     DT_CHECK(dt_hf_json_want(ctx, j, "hidden_act", silu));
-    if (dt_hf_json_has(j, "rope_scaling"))
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: rope_scaling is not supported (dtrain implements plain "
-                       "rotary embeddings; remove the key only if the model was trained without it)", j->path);
+    DT_CHECK(hf_read_rope_scaling(ctx, j, c));
     DT_CHECK(dt_hf_json_int(ctx, j, "head_dim", c->n_head ? (long)(c->d_model / c->n_head) : 0, &head_dim));
     if (c->n_head < 1 || head_dim * c->n_head != c->d_model)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: head_dim %d x num_attention_heads %d differs from hidden_size %d "
@@ -431,20 +517,59 @@ static void short_float(char *buf, size_t n, float v) {
     }
 }
 
+/* config.json's rope_scaling for c: null or the object transformers reads. */
+static void hf_rope_scaling(const dt_model_config *c, char *buf, size_t n) {
+    char f[32], a[32], b[32], d[64];
+    short_float(f, sizeof f, c->rope_factor);
+    switch ((dt_rope_scaling)c->rope_scaling) {
+    case DT_ROPE_NONE:
+        snprintf(buf, n, "null");
+        return;
+    case DT_ROPE_LINEAR:
+        snprintf(buf, n, "{\"rope_type\": \"linear\", \"factor\": %s}", f);
+        return;
+    case DT_ROPE_LLAMA3:
+        short_float(a, sizeof a, c->rope_low_freq_factor);
+        short_float(b, sizeof b, c->rope_high_freq_factor);
+        snprintf(buf, n,
+                 "{\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, "
+                 "\"high_freq_factor\": %s, \"original_max_position_embeddings\": %d}",
+                 f, a, b, c->rope_original_context);
+        return;
+    case DT_ROPE_YARN:
+        short_float(a, sizeof a, c->rope_beta_fast);
+        short_float(b, sizeof b, c->rope_beta_slow);
+        if (c->rope_attention_factor != 0.0f) {
+            d[0] = ',', d[1] = ' ';
+            snprintf(d + 2, sizeof d - 2, "\"attention_factor\": ");
+            short_float(d + strlen(d), sizeof d - strlen(d), c->rope_attention_factor);
+        } else {
+            d[0] = 0;
+        }
+        snprintf(buf, n,
+                 "{\"rope_type\": \"yarn\", \"factor\": %s, \"original_max_position_embeddings\": %d, "
+                 "\"beta_fast\": %s, \"beta_slow\": %s%s}",
+                 f, c->rope_original_context, a, b, d);
+        return;
+    }
+    snprintf(buf, n, "null");
+}
+
 static int llama_hf_config(const dt_model_config *c, char *buf, size_t n) {
-    char eps[32], theta[32];
+    char eps[32], theta[32], scaling[512];
     short_float(eps, sizeof eps, c->norm_eps);
     short_float(theta, sizeof theta, c->rope_theta);
+    hf_rope_scaling(c, scaling, sizeof scaling);
     return snprintf(buf, n,
                     "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                     "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
                     "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
                     "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
-                    "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n"
+                    "  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
                     "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
                     "  \"tie_word_embeddings\": %s",
                     c->vocab, c->d_model, c->d_ff, c->n_layer, c->n_head, c->n_kv_head,
-                    c->d_model / c->n_head, c->context, eps, theta,
+                    c->d_model / c->n_head, c->context, eps, theta, scaling,
                     c->untied ? "false" : "true");
 }
 
@@ -471,7 +596,10 @@ static int llama_lora_sites(const dt_model_config *c, dt_lora_site *out) {
 static const char *const hf_types[] = {"llama", "mistral", NULL};
 static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "n_kv_head",
                                           "d_ff",    "vocab",    "context",    "untied",
-                                          "rope_theta", "norm_eps", NULL};
+                                          "rope_theta", "norm_eps", "rope_scaling", "rope_factor",
+                                          "rope_low_freq_factor", "rope_high_freq_factor",
+                                          "rope_original_context", "rope_beta_fast", "rope_beta_slow",
+                                          "rope_attention_factor", NULL};
 
 const dt_model_family dt_family_llama = {
     .name = "llama",
@@ -495,4 +623,5 @@ const dt_model_family dt_family_llama = {
     .hf_model_types = hf_types,
     .hf_read_config = llama_hf_read,
     .lora_sites = llama_lora_sites,
+    .rotary = 1,
 };

@@ -7,6 +7,7 @@
 
 #include "core/trace.h"
 #include "model/family_impl.h"
+#include "model/rope.h"
 #include "ops/ops.h"
 
 /* ------------------------------------------------------------------ config */
@@ -68,6 +69,7 @@ static dt_status vit_validate(dt_ctx *ctx, dt_model_config *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_kv_head: vit has no grouped-query attention");
     if (c->untied) return dt_fail(ctx, DT_ERR_CONFIG, "model.untied_embeddings: vit has no token embedding");
     if (c->rope_theta != 0.0f) return dt_fail(ctx, DT_ERR_CONFIG, "model.rope_theta: vit has learned positions");
+    DT_CHECK(dt_rope_refuse(ctx, c, "vit has learned positions"));
     if (c->norm_eps != 0.0f && c->norm_eps != 1e-5f)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.norm_eps: vit's LayerNorm uses 1e-5 (got %g)", (double)c->norm_eps);
     /* The inputs are pixel values (the "vocabulary" 0..255) and an image is one sample. */

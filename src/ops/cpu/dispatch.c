@@ -1,4 +1,6 @@
 /* The public kernels of ops.h: each call goes to the active ISA path's table (isa.h). */
+#include <math.h>
+
 #include "core/status.h"
 #include "ops/cpu/kernels.h"
 #include "ops/ops.h"
@@ -56,12 +58,21 @@ void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
     dt_cpu_kernels_get()->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
 }
 
-void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, float theta) {
-    dt_cpu_kernels_get()->rope_forward(qkv, B, T, NH, NKV, hs, theta);
+void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale) {
+    dt_cpu_kernels_get()->rope_forward(qkv, B, T, NH, NKV, hs, inv_freq, scale);
 }
 
-void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
-    dt_cpu_kernels_get()->rope_backward(dqkv, B, T, NH, NKV, hs, theta);
+void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
+                      float scale) {
+    dt_cpu_kernels_get()->rope_backward(dqkv, B, T, NH, NKV, hs, inv_freq, scale);
+}
+
+/* Not a kernel of the paths: the same values on all of them (double pow, IEEE division). */
+void dt_rope_inv_freq(float *inv, int hs, float theta) {
+    for (int i = 0; i < hs / 2; i++) {
+        const float e = (float)(2 * i) / (float)hs;
+        inv[i] = 1.0f / (float)pow((double)theta, (double)e);
+    }
 }
 
 void dt_swiglu_forward(float *out, const float *inp, int N, int F) {

@@ -163,8 +163,8 @@ void dt_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const
     }
 }
 
-static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, double theta,
-                     double sign) {
+static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, const double *inv,
+                     double scale, double sign) {
     const int h2 = hs / 2;
     const size_t ld = (size_t)(NH + 2 * NKV) * hs;
     for (int b = 0; b < B; b++)
@@ -172,8 +172,8 @@ static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, double 
             for (int h = 0; h < NH + NKV; h++) {
                 double *x = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
                 for (int i = 0; i < h2; i++) {
-                    const double a = t * pow(theta, -2.0 * i / hs);
-                    const double c = cos(a), s = sign * sin(a);
+                    const double a = t * inv[i];
+                    const double c = scale * cos(a), s = sign * scale * sin(a);
                     const double lo = x[i], hi = x[i + h2];
                     x[i] = lo * c - hi * s;
                     x[i + h2] = hi * c + lo * s;
@@ -181,12 +181,18 @@ static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, double 
             }
 }
 
-void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, double theta) {
-    ref_rope(qkv, B, T, NH, NKV, hs, theta, 1.0);
+void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
+                         double scale) {
+    ref_rope(qkv, B, T, NH, NKV, hs, inv_freq, scale, 1.0);
 }
 
-void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, double theta) {
-    ref_rope(dqkv, B, T, NH, NKV, hs, theta, -1.0);
+void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
+                          double scale) {
+    ref_rope(dqkv, B, T, NH, NKV, hs, inv_freq, scale, -1.0);
+}
+
+void dt_ref_rope_inv_freq(double *inv, int hs, double theta) {
+    for (int i = 0; i < hs / 2; i++) inv[i] = pow(theta, -2.0 * i / hs);
 }
 
 void dt_ref_swiglu_forward(double *out, const double *inp, int N, int F) {
