@@ -118,8 +118,9 @@ dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
     /* An empty file (a failed copy, a truncated write) would train the defaults without a
      * word about it: a config file names at least one key. */
     if (n_keys == 0)
-        return dt_fail(ctx, DT_ERR_CONFIG, "%s: the config file sets no keys (it is empty or only comments); "
-                       "give at least one key, or leave the file out to train with the defaults", path);
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: the config file sets no keys (it is empty, or holds only comments "
+                       "or empty sections); give at least one key, or leave the file out to train with the defaults",
+                       path);
     return DT_OK;
 }
 
