@@ -57,6 +57,45 @@ refused "raw16 on an llm.c shard" 1 \
 "$bin" train --data "$dir/shard.bin" --set data.format=llmc --steps 2 >"$dir/out" 2>&1 \
   && pass "the same shard trains with data.format=llmc" || fail "llmc shard: $(tail -2 "$dir/out")"
 
+# ---- sample: a tokenizer that does not belong to the model is refused before anything is
+# printed (a Llama-2 tokenizer.json on a GPT-2 model printed garbage, then "token id out of
+# range"). A byte-level BPE tokenizer.json of 258 ids (256 bytes + 2 merges) stands in for it.
+/usr/bin/python3 - "$dir/tok258.json" <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b), cs.append(256 + n)
+        n += 1
+vocab = {chr(c): i for i, c in enumerate(cs)}
+merges = ["h e", "\u0120 t"]
+for m in merges:
+    vocab[m.replace(" ", "")] = len(vocab)
+json.dump({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+           "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": vocab, "merges": merges}},
+          open(sys.argv[1], "w"))
+PY
+tiny=(--steps 1 --set logging.metrics= --set logging.peak_gflops=100)
+"$bin" train "${tiny[@]}" --set model.vocab_size=50257 --set data.tokenizer=gpt2 --set checkpoint.dir="$dir/gpt2ck" \
+  >"$dir/out" 2>&1 || fail "train the 50257-id model: $(tail -2 "$dir/out")"
+"$bin" sample "$dir/gpt2ck" --hf-tokenizer "$dir/tok258.json" --prompt "hello" --max-tokens 5 >"$dir/out" 2>"$dir/err"; rc=$?
+line="dtrain sample: tokenizer $dir/tok258.json (hf, 258 ids) does not fit the model's vocabulary of 50257 in $dir/gpt2ck/step-00000001/model.safetensors (the model would sample ids 258..50256 that it cannot decode); the model was trained with the gpt2 tokenizer"
+[ $rc = 2 ] && [ ! -s "$dir/out" ] && grep -qF "$line" "$dir/err" && [ "$(grep -c "error:" "$dir/err")" = 1 ] \
+  && pass "sample with a smaller tokenizer: nothing printed, $line" \
+  || fail "sample with another model's tokenizer (rc $rc): $(cat "$dir/out" "$dir/err")"
+# Within the model's padding to 128 (258 ids, vocabulary 384) it samples, only ids the tokenizer has.
+"$bin" train "${tiny[@]}" --set model.vocab_size=384 --set data.tokenizer=hf --set checkpoint.dir="$dir/hfck" \
+  >"$dir/out" 2>&1 || fail "train the 384-id model: $(tail -2 "$dir/out")"
+"$bin" sample "$dir/hfck" --hf-tokenizer "$dir/tok258.json" --prompt "hello" --max-tokens 40 --temperature 2 --top-k 0 \
+  >"$dir/out" 2>"$dir/err" && [ "$(head -c 5 "$dir/out")" = hello ] \
+  && pass "sample within the padding: 40 tokens, none past the tokenizer's 258" \
+  || fail "sample within the padding: $(cat "$dir/err")"
+"$bin" train "${tiny[@]}" --set model.vocab_size=1024 --set checkpoint.dir="$dir/byteck" >"$dir/out" 2>&1
+"$bin" sample "$dir/byteck" --prompt "hi" >"$dir/out" 2>"$dir/err"; rc=$?
+[ $rc = 2 ] && [ ! -s "$dir/out" ] && grep -qF "dtrain sample: tokenizer byte (256 ids) does not fit the model's vocabulary of 1024" "$dir/err" \
+  && pass "sample of a 1024-id model with the byte tokenizer refused" || fail "byte tokenizer on 1024 ids (rc $rc): $(cat "$dir/err")"
+
 # ---- training.batch under 2 ranks: the message names the world size the run has
 mpi_env
 "${mpi[@]}" -n 2 "$bin" train --set training.batch=5 --steps 2 >"$dir/out" 2>"$dir/err"; rc=$?
