@@ -57,6 +57,27 @@ refused "raw16 on an llm.c shard" 1 \
 "$bin" train --data "$dir/shard.bin" --set data.format=llmc --steps 2 >"$dir/out" 2>&1 \
   && pass "the same shard trains with data.format=llmc" || fail "llmc shard: $(tail -2 "$dir/out")"
 
+# ---- model.init_from with NaN/Inf weights: named at load (tensor, file), not "diverged; lower
+# optimizer.lr" at step 1; eval and sample of them likewise (not "the model diverged").
+"$bin" train --steps 2 --set logging.metrics= --save-weights "$dir/w.safetensors" >"$dir/out" 2>&1 \
+  || fail "train for weights: $(tail -2 "$dir/out")"
+/usr/bin/python3 - "$dir/w.safetensors" "$dir/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+off = 8 + n + json.loads(b[8:8 + n])["h.1.mlp.c_fc.weight"]["data_offsets"][0]
+b[off + 20:off + 24] = struct.pack("<f", float("nan"))
+b[off + 36:off + 40] = struct.pack("<f", float("inf"))
+open(sys.argv[2], "wb").write(b)
+PY
+nanline="$dir/nan.safetensors: tensor h.1.mlp.c_fc.weight holds 2 non-finite values (the first, nan, at element 5 of 16384): the weights are damaged"
+refused "model.init_from with NaN weights" 1 "$nanline" train --steps 2 --set model.init_from="$dir/nan.safetensors"
+raw16_tokens "$dir/val.bin"
+refused "eval of NaN weights" 1 "$nanline" eval "$dir/nan.safetensors" --data.val "$dir/val.bin" --set data.format=raw16
+refused "sample of NaN weights" 1 "$nanline" sample "$dir/nan.safetensors" --prompt a
+"$bin" train --steps 2 --set model.init_from="$dir/w.safetensors" >"$dir/out" 2>&1 \
+  && pass "the same file without the NaN trains" || fail "init_from good weights: $(tail -2 "$dir/out")"
+
 # ---- sample: a tokenizer that does not belong to the model is refused before anything is
 # printed (a Llama-2 tokenizer.json on a GPT-2 model printed garbage, then "token id out of
 # range"). A byte-level BPE tokenizer.json of 258 ids (256 bytes + 2 merges) stands in for it.

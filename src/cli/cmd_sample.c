@@ -167,6 +167,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK) st = dt_model_init(ctx, &m, &mc, &alloc, 1, window, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
     if (st == DT_OK) st = hf ? dt_hf_load(ctx, &m, path) : dt_model_file_load(ctx, &m, path);
+    if (st == DT_OK) st = dt_params_check_finite(ctx, &m.ps, m.ps.params, path, hf);
     /* The text is written as it is generated, token by token (bytes: a character split
      * across tokens comes out whole once its last byte is written). */
     stream_state ss = {tok, g.stop};
