@@ -78,6 +78,25 @@ refused "sample of NaN weights" 1 "$nanline" sample "$dir/nan.safetensors" --pro
 "$bin" train --steps 2 --set model.init_from="$dir/w.safetensors" >"$dir/out" 2>&1 \
   && pass "the same file without the NaN trains" || fail "init_from good weights: $(tail -2 "$dir/out")"
 
+# ---- training.nonfinite=skip: a run that skipped every step trained nothing and fails (the
+# loss made NaN in every step by a test aid); one skipped step of 3 is still a success. A
+# static loss scale that every step overflows likewise.
+# error_last NAME RC TEXT: the run exited RC and its only error line, the last, has TEXT.
+error_last() {
+  local name=$1 want_rc=$2 text=$3 rc=$4
+  if [ "$rc" -eq "$want_rc" ] && tail -1 "$dir/err" | grep -qF -- "$text" && [ "$(grep -c "error:" "$dir/err")" = 1 ]; then
+    pass "$name: $(tail -1 "$dir/err")"
+  else
+    fail "$name (rc=$rc, want $want_rc): $(tail -3 "$dir/err")"
+  fi
+}
+DTRAIN_TEST_NAN=0:0 "$bin" train --steps 3 --set training.nonfinite=skip --set logging.metrics= >"$dir/out" 2>"$dir/err"
+error_last "every step skipped (nonfinite=skip)" 1 "training.nonfinite=skip: every step was skipped (3 of 3, each for a non-finite loss or gradient norm): the run trained nothing" $?
+DTRAIN_TEST_NAN=2:0 "$bin" train --steps 3 --set training.nonfinite=skip --set logging.metrics= >"$dir/out" 2>"$dir/err" \
+  && grep -q "1 of 3 step(s) skipped" "$dir/out" && pass "one step of 3 skipped: exit 0" || fail "one skipped step: $(cat "$dir/err")"
+DTRAIN_TEST_OVERFLOW=0:0 "$bin" train --steps 3 --set training.loss_scale=1024 --set logging.metrics= >"$dir/out" 2>"$dir/err"
+error_last "every step overflowed at a static loss scale" 1 "every step was skipped (3 of 3, each for gradients overflowing at the static training.loss_scale 1024)" $?
+
 # ---- sample: a tokenizer that does not belong to the model is refused before anything is
 # printed (a Llama-2 tokenizer.json on a GPT-2 model printed garbage, then "token id out of
 # range"). A byte-level BPE tokenizer.json of 258 ids (256 bytes + 2 merges) stands in for it.

@@ -71,6 +71,7 @@ typedef struct run_state {
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
+    long updates, skipped_nonfinite, skipped_overflow; /* this process's steps, by outcome */
     uint64_t base_hash; /* LoRA: XXH3-64 of the frozen base (checkpoints refer to it) */
 } run_state;
 
@@ -673,6 +674,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         r.train_s += ss.seconds;
         r.step_s_sum += ss.seconds;
         r.steps_run++;
+        if (ss.skipped == 2)
+            r.skipped_overflow++;
+        else if (ss.skipped)
+            r.skipped_nonfinite++;
+        else
+            r.updates++;
         r.last_loss = ss.loss;
         if (ss.skipped == 2 && rank == 0)
             dt_log_warn(ctx, "step %ld: gradients overflowed at loss scale %g: update skipped, scale now %g "
@@ -778,6 +785,29 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (r.tr.skipped > 0)
         dt_log_info(ctx, "training.nonfinite=skip: %ld of %ld step(s) skipped (non-finite loss or gradient norm)",
                     r.tr.skipped, r.steps_run);
+    /* Skipping is for the odd bad step: a run in which no step updated the weights trained
+     * nothing, and must not end as a success. (Dynamic loss scaling alone may overflow the
+     * first few steps of a short fp16 run by design: said, not failed.) */
+    if (r.steps_run > 0 && r.updates == 0) {
+        const double scale = (double)r.tr.scaler.scale;
+        if (r.skipped_overflow == 0)
+            st = dt_fail(ctx, DT_ERR_NUMERIC, "training.nonfinite=skip: every step was skipped (%ld of %ld, each for "
+                         "a non-finite loss or gradient norm): the run trained nothing; lower optimizer.lr, or check "
+                         "the data and model.init_from", r.steps_run, r.steps_run);
+        else if (r.skipped_nonfinite == 0 && !r.tr.scaler.dynamic)
+            st = dt_fail(ctx, DT_ERR_NUMERIC, "every step was skipped (%ld of %ld, each for gradients overflowing at "
+                         "the static training.loss_scale %g): the run trained nothing; lower training.loss_scale or "
+                         "set it to auto", r.steps_run, r.steps_run, scale);
+        else if (r.skipped_nonfinite > 0)
+            st = dt_fail(ctx, DT_ERR_NUMERIC, "every step was skipped (%ld of %ld: %ld for a non-finite loss or "
+                         "gradient norm, %ld for gradients overflowing the loss scale, now %g): the run trained "
+                         "nothing; lower optimizer.lr, or check the data and model.init_from", r.steps_run,
+                         r.steps_run, r.skipped_nonfinite, r.skipped_overflow, scale);
+        else
+            dt_log_warn(ctx, "every step was skipped (%ld of %ld): the gradients overflowed while the dynamic loss "
+                        "scale backed off (now %g); nothing was trained yet", r.steps_run, r.steps_run, scale);
+        if (st != DT_OK) goto fail;
+    }
     if (r.replica_checks > 0)
         dt_log_info(ctx, "parallel.check_replicas: %d check(s), the parameters of all %d rank(s) identical "
                     "(xxh3 %016llx at step %ld)", r.replica_checks, world, (unsigned long long)r.replica_hash,
