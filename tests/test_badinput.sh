@@ -97,6 +97,25 @@ DTRAIN_TEST_NAN=2:0 "$bin" train --steps 3 --set training.nonfinite=skip --set l
 DTRAIN_TEST_OVERFLOW=0:0 "$bin" train --steps 3 --set training.loss_scale=1024 --set logging.metrics= >"$dir/out" 2>"$dir/err"
 error_last "every step overflowed at a static loss scale" 1 "every step was skipped (3 of 3, each for gradients overflowing at the static training.loss_scale 1024)" $?
 
+# ---- a divergence from the first steps: lr 9.9 without clipping takes the loss from 5.56 to
+# 3142 at step 2, before the median check has its 20 steps; the loss is held against ln(V)
+# (5.5452 for 256 tokens) until then: reported at step 2 (log + metrics), and the run, still
+# far above it at the end, fails. A spike at step 1 (test aid, x100) is reported; the run
+# then trains normally and succeeds; a normal run reports none.
+"$bin" train --steps 6 --lr 9.9 --set optimizer.grad_clip=0 --set logging.metrics="$dir/lr.jsonl" >"$dir/out" 2>"$dir/err"
+rc=$?
+error_last "lr 9.9 without clipping: the run diverged" 1 "the run diverged: the median loss of its last 6 step(s)" $rc
+grep -qE "loss spike at step 2: [0-9]{3,}\.[0-9]+, [0-9]+x the loss of uniform guessing \(ln 256 = 5.5452\): the run is diverging; lower optimizer.lr" "$dir/err" \
+  && grep -qE '"type":"spike","step":2,"loss":[0-9]{3,}[0-9.]*,"uniform_loss":5.545' "$dir/lr.jsonl" \
+  && [ "$(grep -c '"type":"spike"' "$dir/lr.jsonl")" = 1 ] && pass "lr 9.9: one spike, at step 2, against ln(256)" \
+  || fail "lr 9.9 spike: $(cat "$dir/err"; grep spike "$dir/lr.jsonl")"
+DTRAIN_TEST_SPIKE=1:0 "$bin" train --steps 6 --set logging.metrics="$dir/s1.jsonl" >"$dir/out" 2>"$dir/err" \
+  && grep -q '"type":"spike","step":1,' "$dir/s1.jsonl" && [ "$(grep -c "warning: loss spike at step 1:" "$dir/err")" = 1 ] \
+  && pass "a spike at step 1 is reported; the run goes on and succeeds" || fail "spike at step 1: $(cat "$dir/err")"
+"$bin" train --steps 25 --lr 3e-3 --set logging.metrics="$dir/ok.jsonl" >"$dir/out" 2>"$dir/err" \
+  && ! grep -q spike "$dir/ok.jsonl" "$dir/err" && pass "a normal 25-step run at lr 3e-3: no spike" \
+  || fail "normal run: $(cat "$dir/err")"
+
 # ---- sample: a tokenizer that does not belong to the model is refused before anything is
 # printed (a Llama-2 tokenizer.json on a GPT-2 model printed garbage, then "token id out of
 # range"). A byte-level BPE tokenizer.json of 258 ids (256 bytes + 2 merges) stands in for it.

@@ -59,7 +59,7 @@ static const key_def keys[] = {
     NUM("training.tokens", K_LONG, tokens, "train this many tokens instead of training.steps (0 = use steps)"),
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
     ENUM("training.nonfinite", nonfinite, "stop|skip", "a step whose loss or gradient norm is NaN/Inf on any rank: stop naming the step, or skip its update (counted, in metrics)"),
-    NUM("training.spike_factor", K_FLOAT, spike_factor, "warn (log + metrics) when a step's loss exceeds this x the median of the previous 20 steps' (0 = off)"),
+    NUM("training.spike_factor", K_FLOAT, spike_factor, "warn (log + metrics) when a step's loss exceeds this x the median of the previous 20 steps' (before 20 steps: this x ln(vocab), uniform guessing's loss); a run whose last 20 losses end above this x ln(vocab) fails as diverged (0 = off)"),
     NUM("training.spike_rollback", K_INT, spike_rollback, "on a loss spike, go back to the newest checkpoint and skip the batches since, up to this many times (0 = off; needs checkpoint.dir and data.train)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
