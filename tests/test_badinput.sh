@@ -152,10 +152,17 @@ line="dtrain sample: tokenizer $dir/tok258.json (hf, 258 ids) does not fit the m
   >"$dir/out" 2>"$dir/err" && [ "$(head -c 5 "$dir/out")" = hello ] \
   && pass "sample within the padding: 40 tokens, none past the tokenizer's 258" \
   || fail "sample within the padding: $(cat "$dir/err")"
+# The model's own kind of tokenizer below its vocabulary (byte data, 1024 rows) samples the
+# tokenizer's ids only; a hub-like model that records none is held to the padding.
 "$bin" train "${tiny[@]}" --set model.vocab_size=1024 --set checkpoint.dir="$dir/byteck" >"$dir/out" 2>&1
-"$bin" sample "$dir/byteck" --prompt "hi" >"$dir/out" 2>"$dir/err"; rc=$?
-[ $rc = 2 ] && [ ! -s "$dir/out" ] && grep -qF "dtrain sample: tokenizer byte (256 ids) does not fit the model's vocabulary of 1024" "$dir/err" \
-  && pass "sample of a 1024-id model with the byte tokenizer refused" || fail "byte tokenizer on 1024 ids (rc $rc): $(cat "$dir/err")"
+"$bin" sample "$dir/byteck" --prompt "hi" --max-tokens 200 --temperature 2 --top-k 0 >"$dir/out" 2>"$dir/err" \
+  && [ "$(head -c 2 "$dir/out")" = hi ] && pass "byte data under 1024 rows: samples the 256 byte ids only" \
+  || fail "byte tokenizer on 1024 ids: $(cat "$dir/err")"
+"$bin" ckpt export --hf "$dir/gpt2ck" "$dir/gpt2.hf" >"$dir/out" 2>&1 || fail "export: $(cat "$dir/out")"
+sed -i 's/"dtrain_tokenizer": "gpt2"/"dtrain_note": "none"/' "$dir/gpt2.hf/config.json" # as the hub's files
+"$bin" sample "$dir/gpt2.hf" --hf-tokenizer "$dir/tok258.json" --prompt "hello" >"$dir/out" 2>"$dir/err"; rc=$?
+[ $rc = 2 ] && [ ! -s "$dir/out" ] && grep -qF "tok258.json (hf, 258 ids) does not fit the model's vocabulary of 50257 in $dir/gpt2.hf (the model would sample ids 258..50256 that it cannot decode)" "$dir/err" \
+  && pass "a Hugging Face directory that records no tokenizer: the sizes decide" || fail "hf dir without a record (rc $rc): $(cat "$dir/err")"
 
 # ---- training.batch under 2 ranks: the message names the world size the run has
 mpi_env

@@ -119,11 +119,14 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     /* The tokenizer's files are given on the command line: refusing one is a usage error. */
     if (st != DT_OK) return st == DT_ERR_NOMEM ? DT_EXIT_FAIL : DT_EXIT_USAGE;
     /* Before anything is printed: a tokenizer larger than the model has ids it has no rows
-     * for; a smaller one (beyond the model's padding to a multiple of 128, 50257 -> 50304)
-     * cannot decode what the model samples: another model's tokenizer (a Llama-2
-     * tokenizer.json, 32000 ids, on a GPT-2 model, 50257) would print garbage, then fail. */
+     * for; a smaller one cannot decode what the model may sample. Smaller is fine for the
+     * model's own kind of tokenizer (byte data under a larger vocabulary; padding) and within
+     * the padding to a multiple of 128 (a GPT-2 tokenizer.json on a 50304-row model); anything
+     * else is another model's tokenizer (a Llama-2 tokenizer.json, 32000 ids, on a GPT-2
+     * model, 50257), which would print garbage, then fail on an id out of its range. */
     int tv = dt_tokenizer_vocab(tok);
-    if (tv > mc.vocab || mc.vocab > (tv + 127) / 128 * 128) {
+    int own_kind = tokname[0] && !strcmp(tokname, dt_tokenizer_name(tok));
+    if (tv > mc.vocab || (mc.vocab > (tv + 127) / 128 * 128 && !own_kind)) {
         char why[160];
         if (tv > mc.vocab)
             snprintf(why, sizeof why, "its ids %d..%d have no row in the model", mc.vocab, tv - 1);
@@ -141,7 +144,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
         dt_tokenizer_free(tok);
         return DT_EXIT_USAGE;
     }
-    g.vocab_limit = tv; /* the model's padding rows (never trained) are not sampled */
+    g.vocab_limit = tv; /* ids past the tokenizer's (padding, unused rows) are not sampled */
     g.stop = dt_tokenizer_eot(tok);
     int32_t *ids = NULL, *out = malloc((size_t)g.max_new * sizeof *out);
     size_t nids = 0;
