@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train/config_yaml.h"
@@ -83,12 +84,23 @@ static void test_mistakes_name_file_line_and_key(void **state) {
     expect_error("enum.yaml", "data:\n  tokenizer: sentencepiece\n",
                  (const char *[]){"enum.yaml:2:", "data.tokenizer", "byte|gpt2", NULL});
     expect_error("shape.yaml", "model:\n  n_head: 5\n", (const char *[]){"model.n_head", "divide", NULL});
+    /* A file that sets nothing would train the defaults without a word: refused. */
+    expect_error("void.yaml", "", (const char *[]){"void.yaml: the config file sets no keys", NULL});
+    expect_error("comments.yaml", "# nothing here\n\n", (const char *[]){"comments.yaml:", "sets no keys", NULL});
+    expect_error("nokeys.yaml", "model: {}\n", (const char *[]){"nokeys.yaml:", "sets no keys", NULL});
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_run_cfg c;
     dt_run_cfg_defaults(&c);
     assert_int_equal(dt_cfg_load_yaml(&ctx, &c, "/nonexistent/x.yaml"), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "/nonexistent/x.yaml"));
+    /* A directory: said so, not libyaml's "input error". */
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/adir.yaml", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(dt_cfg_load_yaml(&ctx, &c, sub), DT_ERR_CONFIG);
+    printf("  adir.yaml -> %s\n", ctx.err);
+    assert_non_null(strstr(ctx.err, "adir.yaml: is a directory, not a config file"));
 }
 
 static void test_show_output_reads_back(void **state) {

@@ -184,8 +184,18 @@ static void expect_fail(const char *name, const char *format, int vocab, dt_stat
     assert_null(ds);
 }
 
+static void write_text(const char *name, const char *text) {
+    FILE *f = fopen(tmp_path(name), "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    fclose(f);
+}
+
 static void test_malformed_files_refused(void **state) {
     (void)state;
+    dt_ctx ctx0;
+    dt_ctx_init(&ctx0);
+    dt_dataset *ds0;
     uint32_t *t = pattern_tokens(100, 50257, 5);
     write_llmc("badmagic.bin", 12345, 1, 100, t, 100, 2, 0);
     expect_fail("badmagic.bin", "llmc", 50257, DT_ERR_FORMAT, "bad magic 12345", "20240520");
@@ -226,6 +236,33 @@ static void test_malformed_files_refused(void **state) {
     write_llmc("badtok7.bin", DT_LLMC_MAGIC, 7, 100, t, 100, 4, 0);
     expect_fail("badtok7.bin", "auto", 60000, DT_ERR_FORMAT, "token 60000 at index 90", NULL);
     free(t);
+
+    /* A text file is not tokens, whatever the format says: refused naming dtrain prepare
+     * (ASCII with an even size, as raw16 would take it; odd-size UTF-8; forced raw16/llmc). */
+    write_text("corpus.bin", "The quick brown fox jumps over the lazy dog.\nAgain: the quick brown fox\n");
+    expect_fail("corpus.bin", "auto", 50304, DT_ERR_FORMAT,
+                "this is a text file, not tokens (72 bytes of printable UTF-8, 2 lines)",
+                "dtrain prepare --out PREFIX");
+    expect_fail("corpus.bin", "raw16", 50304, DT_ERR_FORMAT, "this is a text file, not tokens", NULL);
+    expect_fail("corpus.bin", "llmc", 50304, DT_ERR_FORMAT, "this is a text file, not tokens", NULL);
+    write_text("utf8.bin", "na\xc3\xafve caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x99\x82\n");
+    expect_fail("utf8.bin", "auto", 50304, DT_ERR_FORMAT, "this is a text file, not tokens", "1 line)");
+    /* Token ids whose bytes are all printable except one: still tokens (no false alarm). */
+    uint32_t pr[64];
+    for (int i = 0; i < 64; i++) pr[i] = 0x4141u + (uint32_t)i;
+    pr[40] = 0x0a00u | 'A'; /* a newline high byte is fine; a low byte of 0x01 is not */
+    pr[50] = 0x4101u;
+    write_raw16("printable.bin", pr, 64);
+    assert_int_equal(dt_dataset_open(&ctx0, &ds0, tmp_path("printable.bin"), "auto", 50304), DT_OK);
+    dt_dataset_close(ds0);
+    /* raw16 forced on an llm.c shard: the header is named, not its bytes as token ids. */
+    write_llmc("hdr.bin", DT_LLMC_MAGIC, 1, 64, pr, 64, 2, 0);
+    expect_fail("hdr.bin", "raw16", 256, DT_ERR_FORMAT, "hdr.bin has an llm.c shard header",
+                "use data.format=llmc (or auto)");
+    /* A raw16 file with an id past the vocabulary: the message asks whether it is a token file. */
+    write_raw16("big.bin", (const uint32_t[]){1, 2, 999, 3}, 4);
+    expect_fail("big.bin", "auto", 256, DT_ERR_FORMAT, "token 999 at index 2 is >= vocab size 256",
+                "read as raw uint16: is it a token file");
 
     /* Unreadable paths. */
     expect_fail("missing.bin", "auto", 50257, DT_ERR_IO, "cannot open", "No such file");

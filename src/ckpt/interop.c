@@ -247,14 +247,16 @@ dt_status dt_model_import(dt_ctx *ctx, dt_model *m, const char *path) {
             return dt_fail(ctx, DT_ERR_CONFIG, "%s: model (%s) differs from the configured one (%s)", path,
                            have, want);
         }
-        return dt_hf_load(ctx, m, path);
+        DT_CHECK(dt_hf_load(ctx, m, path));
+        return dt_params_check_finite(ctx, &m->ps, m->ps.params, path, 1);
     }
     char file[4200];
     DT_CHECK(dt_ckpt_resolve(ctx, path, file, sizeof file));
     if (!m->ps.params)
         return dt_fail(ctx, DT_ERR_INTERNAL, "%s: the model has no parameter slab to load into", file);
-    if (is_llmc(file)) return dt_llmc_model_load(ctx, m, file);
-    return dt_model_file_load(ctx, m, file);
+    DT_CHECK(is_llmc(file) ? dt_llmc_model_load(ctx, m, file) : dt_model_file_load(ctx, m, file));
+    /* NaN/Inf weights would be reported at step 1 as a divergence ("lower optimizer.lr"). */
+    return dt_params_check_finite(ctx, &m->ps, m->ps.params, file, 0);
 }
 
 /* ------------------------------------------------------------------ Hugging Face export */

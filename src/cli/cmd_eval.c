@@ -64,6 +64,8 @@ int dt_cmd_eval(dt_ctx *ctx, int argc, char **argv) {
     st = dt_model_init(ctx, &m, &mc, &alloc, cfg.train.micro_batch, cfg.train.seq_len, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
     if (st == DT_OK) st = hf ? dt_hf_load(ctx, &m, path) : dt_model_file_load(ctx, &m, path);
+    /* Damaged weights are named at load, not reported as a diverged validation loss. */
+    if (st == DT_OK) st = dt_params_check_finite(ctx, &m.ps, m.ps.params, path, hf);
     if (st == DT_OK) st = dt_dataset_open(ctx, &ds, cfg.data_val, cfg.data_format, mc.vocab);
     if (st == DT_OK) st = dt_data_check_model(ctx, ds, &mc, "data.val");
     if (st == DT_OK) st = dt_dataset_check_seq_len(ctx, ds, cfg.train.seq_len);

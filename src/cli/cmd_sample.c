@@ -118,12 +118,33 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     }
     /* The tokenizer's files are given on the command line: refusing one is a usage error. */
     if (st != DT_OK) return st == DT_ERR_NOMEM ? DT_EXIT_FAIL : DT_EXIT_USAGE;
-    if (dt_tokenizer_vocab(tok) > mc.vocab) {
-        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: tokenizer %s (%d ids) does not fit the model's vocabulary %d",
-                dt_tokenizer_name(tok), dt_tokenizer_vocab(tok), mc.vocab);
+    /* Before anything is printed: a tokenizer larger than the model has ids it has no rows
+     * for; a smaller one cannot decode what the model may sample. Smaller is fine for the
+     * model's own kind of tokenizer (byte data under a larger vocabulary; padding) and within
+     * the padding to a multiple of 128 (a GPT-2 tokenizer.json on a 50304-row model); anything
+     * else is another model's tokenizer (a Llama-2 tokenizer.json, 32000 ids, on a GPT-2
+     * model, 50257), which would print garbage, then fail on an id out of its range. */
+    int tv = dt_tokenizer_vocab(tok);
+    int own_kind = tokname[0] && !strcmp(tokname, dt_tokenizer_name(tok));
+    if (tv > mc.vocab || (mc.vocab > (tv + 127) / 128 * 128 && !own_kind)) {
+        char why[160];
+        if (tv > mc.vocab)
+            snprintf(why, sizeof why, "its ids %d..%d have no row in the model", mc.vocab, tv - 1);
+        else
+            snprintf(why, sizeof why, "the model would sample ids %d..%d that it cannot decode", tv, mc.vocab - 1);
+        const char *file = hfjson ? hfjson : enc; /* NULL: the built-in byte tokenizer */
+        char desc[4400];
+        if (file)
+            snprintf(desc, sizeof desc, "%s (%s, %d ids)", file, dt_tokenizer_name(tok), tv);
+        else
+            snprintf(desc, sizeof desc, "%s (%d ids)", dt_tokenizer_name(tok), tv);
+        dt_fail(ctx, DT_ERR_CONFIG, "dtrain sample: tokenizer %s does not fit the model's vocabulary of %d in %s "
+                "(%s)%s%s%s", desc, mc.vocab, path, why, tokname[0] ? "; the model was trained with the " : "",
+                tokname, tokname[0] ? " tokenizer" : "");
         dt_tokenizer_free(tok);
         return DT_EXIT_USAGE;
     }
+    g.vocab_limit = tv; /* ids past the tokenizer's (padding, unused rows) are not sampled */
     g.stop = dt_tokenizer_eot(tok);
     int32_t *ids = NULL, *out = malloc((size_t)g.max_new * sizeof *out);
     size_t nids = 0;
@@ -149,6 +170,7 @@ int dt_cmd_sample(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK) st = dt_model_init(ctx, &m, &mc, &alloc, 1, window, DT_SLAB_PARAMS);
     have_model = st == DT_OK;
     if (st == DT_OK) st = hf ? dt_hf_load(ctx, &m, path) : dt_model_file_load(ctx, &m, path);
+    if (st == DT_OK) st = dt_params_check_finite(ctx, &m.ps, m.ps.params, path, hf);
     /* The text is written as it is generated, token by token (bytes: a character split
      * across tokens comes out whole once its last byte is written). */
     stream_state ss = {tok, g.stop};

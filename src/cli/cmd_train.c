@@ -113,7 +113,13 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     }
     dt_cli_rank_setup(ctx, comm, &cfg);
     st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
-    if (st == DT_OK) st = dt_train_run(ctx, comm, &cfg, fl.save_weights);
+    if (st != DT_OK) { /* the same on every rank (one configuration, one world): rank 0 says it once */
+        if (dt_comm_rank(comm, DT_GROUP_WORLD) != 0) ctx->err[0] = 0;
+        dt_ckpt_lock_release(lock);
+        dt_comm_free(comm);
+        return dt_cli_exit_code(st);
+    }
+    st = dt_train_run(ctx, comm, &cfg, fl.save_weights);
     /* Released before the ranks finish: a failure aborts the job (MPI_Abort) in there. */
     dt_ckpt_lock_release(lock);
     dt_cli_finish_ranks(ctx, comm, st);

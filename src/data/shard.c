@@ -124,6 +124,45 @@ static int looks_like_llmc(const int32_t *h, uint64_t size) {
            size == DT_LLMC_HEADER_BYTES + (uint64_t)(uint32_t)h[2] * (uint64_t)w;
 }
 
+#define TEXT_SAMPLE ((uint64_t)1 << 16) /* bytes looked at by looks_like_text */
+
+/* 1 when the file's first TEXT_SAMPLE bytes read as text: valid UTF-8 (a sequence cut by the
+ * sample's end allowed), no NUL and no control byte but tab, newline, carriage return and
+ * form feed; *lines: the newlines among them. Token files fail this within a few bytes: a
+ * uint16 id below 8192 has a control byte as its high byte, and a stream of larger ids
+ * whose every byte is printable is not what a tokenizer writes. */
+static int looks_like_text(const unsigned char *p, uint64_t size, uint64_t *lines) {
+    uint64_t n = size < TEXT_SAMPLE ? size : TEXT_SAMPLE;
+    *lines = 0;
+    for (uint64_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c < 0x80) {
+            if (c == '\n')
+                ++*lines;
+            else if (c == 0x7f || (c < 0x20 && c != '\t' && c != '\r' && c != '\f'))
+                return 0;
+            i++;
+            continue;
+        }
+        int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (!len) return 0;
+        for (int k = 1; k < len; k++) {
+            if (i + (uint64_t)k >= n) return n < size; /* cut by the sample's end: text so far */
+            if ((p[i + (uint64_t)k] & 0xc0) != 0x80) return 0;
+        }
+        i += (uint64_t)len;
+    }
+    return 1;
+}
+
+static dt_status refuse_text(dt_ctx *ctx, const char *path, uint64_t size, uint64_t lines) {
+    return dt_fail(ctx, DT_ERR_FORMAT,
+                   "%s: this is a text file, not tokens (%s%llu bytes of printable UTF-8, %llu line%s); "
+                   "tokenize it first: dtrain prepare --out PREFIX %s, then train on PREFIX_train_*.bin",
+                   path, size > TEXT_SAMPLE ? "the first " : "", (ull)(size < TEXT_SAMPLE ? size : TEXT_SAMPLE),
+                   (ull)lines, lines == 1 ? "" : "s", path);
+}
+
 static dt_status shard_parse(dt_ctx *ctx, dt_shard *sh, shard_format fmt) {
     const char *path = sh->path;
     const unsigned char *p = sh->map;
@@ -131,6 +170,14 @@ static dt_status shard_parse(dt_ctx *ctx, dt_shard *sh, shard_format fmt) {
     int32_t h[3] = {0, 0, 0};
     memcpy(h, p, size < sizeof h ? (size_t)size : sizeof h);
     int has_magic = size >= 4 && h[0] == DT_LLMC_MAGIC;
+    /* A text file (the corpus itself, not its tokens) read as uint16 would train on pairs of
+     * characters without a word: refused under any token format. */
+    uint64_t lines;
+    if (!has_magic && looks_like_text(p, size, &lines)) return refuse_text(ctx, path, size, lines);
+    /* data.format=raw16 on an llm.c shard would read its header as 512 tokens. */
+    if (fmt == FMT_RAW16 && has_magic && size >= DT_LLMC_HEADER_BYTES && (h[1] == 1 || h[1] == 7))
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s has an llm.c shard header (magic %d, version %d); use "
+                       "data.format=llmc (or auto), not raw16", path, DT_LLMC_MAGIC, h[1]);
 
     if (fmt == FMT_AUTO) {
         if (has_magic) {
@@ -320,9 +367,11 @@ static dt_status scan_tokens(dt_ctx *ctx, const dt_dataset *ds) {
     for (long i = 0; i < n_items; i++) {
         if (bad[i] == SCAN_NONE) continue;
         const dt_shard *sh = &ds->shards[items[i].shard];
-        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: token %u at index %llu is >= vocab size %d",
+        st = dt_fail(ctx, DT_ERR_FORMAT, "%s: token %u at index %llu is >= vocab size %d%s",
                      sh->path, (unsigned)dt_dataset_token(ds, items[i].shard, bad[i]),
-                     (ull)bad[i], ds->vocab);
+                     (ull)bad[i], ds->vocab,
+                     sh->raw ? " (the file has no llm.c header and is read as raw uint16: is it a token file "
+                               "written by dtrain prepare, for this model's vocabulary?)" : "");
         break;
     }
 fail:

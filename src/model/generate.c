@@ -80,7 +80,8 @@ dt_status dt_generate(dt_ctx *ctx, dt_model *m, const int32_t *prompt, int n_pro
         if (st != DT_OK) goto done;
         const float *logits = dt_model_logits(m) + (size_t)(w - 1) * Vp;
         float u = dt_rng_uniform(g->seed, DT_RNG_STREAM_SAMPLE, (uint64_t)i);
-        int tok = dt_sample_logits(logits, V, g->temperature, g->top_k, u, scratch);
+        int tok = dt_sample_logits(logits, g->vocab_limit > 0 && g->vocab_limit < V ? g->vocab_limit : V,
+                                   g->temperature, g->top_k, u, scratch);
         seq[len++] = tok;
         out[(*n_out)++] = tok;
         if (g->on_token && (st = g->on_token(ctx, g->on_token_ud, tok)) != DT_OK) goto done;

@@ -19,6 +19,7 @@ typedef struct dt_gen_cfg {
     int top_k;         /* 0 = whole vocabulary */
     uint64_t seed;
     int stop;          /* stop after generating this token (-1 = never) */
+    int vocab_limit;   /* sample only ids below this (0 = the model's whole vocabulary) */
     /* Called with each generated token as soon as it is chosen (NULL = none): streaming. */
     dt_status (*on_token)(dt_ctx *ctx, void *ud, int32_t token);
     void *on_token_ud;

@@ -1,6 +1,7 @@
 /* The parameter store: layout of a family's tensor table into units, names, init, segments. */
 #include "model/params.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +280,29 @@ void dt_params_name(const dt_params *ps, int id, int layer, char *buf, size_t n)
 
 void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
     format_name(ps->tensors[id].ext_name, &ps->tensors[id], layer, buf, n);
+}
+
+dt_status dt_params_check_finite(dt_ctx *ctx, const dt_params *ps, const float *base, const char *path, int ext) {
+    for (int id = 0; id < ps->n_tensors; id++)
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            const float *w = dt_params_tensor(ps, (float *)base, id, l);
+            long n = (long)(ps->tensors[id].rows * ps->tensors[id].cols), bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static) if (n > 65536)
+            for (long i = 0; i < n; i++) bad += !isfinite(w[i]);
+            if (!bad) continue;
+            long first = 0;
+            while (isfinite(w[first])) first++;
+            char name[160], other[160] = "";
+            dt_params_name(ps, id, l, name, sizeof name);
+            if (ext) {
+                dt_params_ext_name(ps, id, l, other, sizeof other);
+                if (other[0] && strcmp(other, name)) snprintf(name, sizeof name, "%s", other);
+            }
+            return dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor %s holds %ld non-finite value%s (the first, %g, at element "
+                           "%ld of %ld): the weights are damaged (training or evaluating them only gives NaN)",
+                           path, name, bad, bad == 1 ? "" : "s", (double)w[first], first, n);
+        }
+    return DT_OK;
 }
 
 size_t dt_params_file_count(const dt_params *ps) {

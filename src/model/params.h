@@ -135,6 +135,11 @@ int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, 
 /* Chunks of a vocabulary tensor (1 for any other), and chunk c's unit and row range. */
 int dt_params_chunks(const dt_params *ps, int id);
 void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows);
+/* DT_OK when every parameter in `base` (a full slab) is finite; else a DT_ERR_FORMAT naming
+ * `path`, the first tensor with a NaN or Inf (its external name when ext and it has one: a
+ * Hugging Face file's), how many and where. For weights read from a file, at load: such
+ * weights would otherwise show as a divergence at the first step. */
+dt_status dt_params_check_finite(dt_ctx *ctx, const dt_params *ps, const float *base, const char *path, int ext);
 /* Elements stored in files (vocabulary padding excluded), over every tensor and layer. */
 size_t dt_params_file_count(const dt_params *ps);
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 /* Re-prefixes the message dt_cfg_set stored with "file:line: ". */
@@ -17,6 +18,12 @@ static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.s
 dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yaml_document_t *doc) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_fail(ctx, DT_ERR_CONFIG, "%s: cannot open %s: %s", path, what, strerror(errno));
+    /* fopen reads a directory without complaint and libyaml then reports "input error". */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: is a directory, not a %s file", path, what);
+    }
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) {
         fclose(f);
@@ -32,13 +39,15 @@ dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yam
     return st;
 }
 
-/* Applies every key of doc (read from path, which errors name) to c; deletes doc. */
-static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_document_t doc) {
+/* Applies every key of doc (read from path, which errors name) to c; deletes doc. *n_keys:
+ * how many keys it set. */
+static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_document_t doc, int *n_keys) {
     dt_status st = DT_OK;
+    *n_keys = 0;
     char seen[64][96]; /* keys already set by this file, to refuse duplicates */
     int nseen = 0;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (!root) goto done; /* an empty file sets nothing */
+    if (!root) goto done; /* an empty document sets nothing (dt_cfg_load_yaml refuses that) */
     if (root->type != YAML_MAPPING_NODE) {
         st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: expected a mapping of sections (model:, data:, ...)",
                      path, (unsigned long)root->start_mark.line + 1);
@@ -93,6 +102,7 @@ static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_do
                 st = at_line(ctx, st, path, k);
                 goto done;
             }
+            ++*n_keys;
         }
     }
 done:
@@ -103,7 +113,15 @@ done:
 dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path) {
     yaml_document_t doc;
     DT_CHECK(dt_yaml_load_file(ctx, path, "config", &doc));
-    return apply_doc(ctx, c, path, doc);
+    int n_keys;
+    DT_CHECK(apply_doc(ctx, c, path, doc, &n_keys));
+    /* An empty file (a failed copy, a truncated write) would train the defaults without a
+     * word about it: a config file names at least one key. */
+    if (n_keys == 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s: the config file sets no keys (it is empty, or holds only comments "
+                       "or empty sections); give at least one key, or leave the file out to train with the defaults",
+                       path);
+    return DT_OK;
 }
 
 dt_status dt_cfg_load_yaml_text(dt_ctx *ctx, dt_run_cfg *c, const char *name, const char *text) {
@@ -116,5 +134,6 @@ dt_status dt_cfg_load_yaml_text(dt_ctx *ctx, dt_run_cfg *c, const char *name, co
         st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: YAML syntax error: %s", name,
                      (unsigned long)parser.problem_mark.line + 1, parser.problem ? parser.problem : "unknown");
     yaml_parser_delete(&parser);
-    return st == DT_OK ? apply_doc(ctx, c, name, doc) : st;
+    int n_keys;
+    return st == DT_OK ? apply_doc(ctx, c, name, doc, &n_keys) : st;
 }

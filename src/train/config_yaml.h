@@ -19,10 +19,12 @@
 
 /* Loads the whole YAML file `path` as one document (delete it with yaml_document_delete).
  * `what` names the file's role in the open error ("config", "price table"); a syntax error
- * names path:line. All errors are DT_ERR_CONFIG (a bad input file). */
+ * names path:line, a directory is refused as one. All errors are DT_ERR_CONFIG (a bad input
+ * file). */
 dt_status dt_yaml_load_file(dt_ctx *ctx, const char *path, const char *what, yaml_document_t *doc);
 
-/* Applies every key of the file to c (later --set flags may override them). */
+/* Applies every key of the file to c (later --set flags may override them). A file that
+ * sets no key (empty, only comments) and a directory are refused naming the path. */
 dt_status dt_cfg_load_yaml(dt_ctx *ctx, dt_run_cfg *c, const char *path);
 /* Same from YAML text in memory (a checkpoint's stored configuration); errors name `name`. */
 dt_status dt_cfg_load_yaml_text(dt_ctx *ctx, dt_run_cfg *c, const char *name, const char *text);

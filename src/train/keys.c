@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "comm/comm_fit.h"
 #include "model/lora.h"
 #include "model/rope.h"
@@ -68,7 +69,7 @@ static const key_def keys[] = {
     NUM("training.tokens", K_LONG, tokens, "train this many tokens instead of training.steps (0 = use steps)"),
     NUM("training.seed", K_U64, train.seed, "seed of init, shuffling and synthetic data"),
     ENUM("training.nonfinite", nonfinite, "stop|skip", "a step whose loss or gradient norm is NaN/Inf on any rank: stop naming the step, or skip its update (counted, in metrics)"),
-    NUM("training.spike_factor", K_FLOAT, spike_factor, "warn (log + metrics) when a step's loss exceeds this x the median of the previous 20 steps' (0 = off)"),
+    NUM("training.spike_factor", K_FLOAT, spike_factor, "warn (log + metrics) when a step's loss exceeds this x the median of the previous 20 steps' (before 20 steps: this x ln(vocab), uniform guessing's loss); a run whose last 20 losses end above this x ln(vocab) fails as diverged (0 = off)"),
     NUM("training.spike_rollback", K_INT, spike_rollback, "on a loss spike, go back to the newest checkpoint and skip the batches since, up to this many times (0 = off; needs checkpoint.dir and data.train)"),
     NUM("training.eval_interval", K_INT, eval_interval, "steps between validation passes (0 = off)"),
     NUM("training.eval_batches", K_INT, eval_batches, "micro-batches per validation pass (0 = every complete batch)"),
@@ -309,6 +310,22 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
     return DT_OK;
 }
 
+/* The world size a run will have, before the communicator starts: 1 outside MPI, the size
+ * the launcher exports under it (Open MPI, MPICH/Hydra), 0 when it exports none (checks that
+ * need it wait for dt_cfg_apply_world). So that training.batch is judged against the real
+ * number of ranks, not against one. */
+static int launch_world(void) {
+    if (!dt_comm_launched_by_mpi()) return 1;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long n = v ? strtol(v, &end, 10) : 0;
+        if (v && *v && !*end && n >= 1 && n <= 1 << 24) return (int)n;
+    }
+    return 0;
+}
+
 dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     dt_train_cfg *t = &c->train;
     if (t->preset[0]) {
@@ -464,21 +481,21 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     if (!strcmp(c->tokenizer, "gpt2") && t->model.vocab < 50257)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size (%d) is smaller than the gpt2 tokenizer's 50257",
                        t->model.vocab);
-    return dt_cfg_apply_world(ctx, c, 1);
+    return dt_cfg_apply_world(ctx, c, launch_world());
 }
 
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world) {
     dt_train_cfg *t = &c->train;
-    if (c->global_batch > 0) {
+    if (c->global_batch > 0 && world > 0) {
         long per = (long)t->micro_batch * world;
         if (c->global_batch % per != 0)
             return dt_fail(ctx, DT_ERR_CONFIG,
-                           "training.batch (%d) must be a multiple of training.micro_batch (%d) x ranks (%d)",
-                           c->global_batch, t->micro_batch, world);
+                           "training.batch (%d) must be a multiple of training.micro_batch (%d) x the world size "
+                           "(%d rank%s) = %ld", c->global_batch, t->micro_batch, world, world == 1 ? "" : "s", per);
         t->accum = (int)(c->global_batch / per);
     }
     if (c->tokens > 0) {
-        long per_step = (long)t->micro_batch * t->seq_len * t->accum * world;
+        long per_step = (long)t->micro_batch * t->seq_len * t->accum * (world > 0 ? world : 1);
         t->steps = (c->tokens + per_step - 1) / per_step;
     }
     if (!c->decay_steps_set) t->sched.total = t->steps;

@@ -98,7 +98,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
 
 /* Derives what depends on the number of ranks: grad_accum from training.batch, steps from
  * training.tokens, the default schedule.decay_steps; then validates. dt_cfg_finish applies
- * world = 1; a multi-rank run applies its world size again once the communicator is up. */
+ * the world size the launcher announces (1 outside MPI; 0 = unknown: training.batch is not
+ * checked yet); a multi-rank run applies its world size again once the communicator is up. */
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world);
 
 /* Prints every key with its default and help, grouped by section (for --help and docs). */

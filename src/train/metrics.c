@@ -155,22 +155,28 @@ dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from,
     return DT_OK;
 }
 
-dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median) {
+dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double ref, int uniform_of) {
     char line[256];
-    snprintf(line, sizeof line, "{\"type\":\"spike\",\"step\":%ld,\"loss\":%.9g,\"recent_median\":%.9g}\n", step,
-             loss, median);
+    snprintf(line, sizeof line, "{\"type\":\"spike\",\"step\":%ld,\"loss\":%.9g,\"%s\":%.9g}\n", step, loss,
+             uniform_of ? "uniform_loss" : "recent_median", ref);
     DT_CHECK(write_line(ctx, m, line));
     clear_bar(m);
-    dt_log_warn(ctx, "loss spike at step %ld: %.4f, %.1fx the median of the previous steps (%.4f)", step, loss,
-                loss / median, median);
+    if (uniform_of)
+        dt_log_warn(ctx, "loss spike at step %ld: %.4f, %.0fx the loss of uniform guessing (ln %d = %.4f): the run is "
+                    "diverging; lower optimizer.lr, or bound the updates with optimizer.grad_clip", step, loss,
+                    loss / ref, uniform_of, ref);
+    else
+        dt_log_warn(ctx, "loss spike at step %ld: %.4f, %.1fx the median of the previous steps (%.4f)", step, loss,
+                    loss / ref, ref);
     return DT_OK;
 }
 
-dt_status dt_metrics_rollback(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median, long to,
+dt_status dt_metrics_rollback(dt_ctx *ctx, dt_metrics *m, long step, double loss, double ref, int uniform, long to,
                               uint64_t skipped) {
     char line[256];
-    snprintf(line, sizeof line, "{\"type\":\"rollback\",\"step\":%ld,\"loss\":%.9g,\"recent_median\":%.9g,"
-             "\"to_step\":%ld,\"skipped_samples\":%llu}\n", step, loss, median, to, (unsigned long long)skipped);
+    snprintf(line, sizeof line, "{\"type\":\"rollback\",\"step\":%ld,\"loss\":%.9g,\"%s\":%.9g,"
+             "\"to_step\":%ld,\"skipped_samples\":%llu}\n", step, loss, uniform ? "uniform_loss" : "recent_median", ref,
+             to, (unsigned long long)skipped);
     DT_CHECK(write_line(ctx, m, line));
     clear_bar(m);
     dt_log_warn(ctx, "training.spike_rollback: loss spike at step %ld: back to the checkpoint of step %ld, skipping the "

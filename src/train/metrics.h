@@ -52,11 +52,13 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r);
  * median of the other ranks (a JSONL record and a warning). */
 dt_status dt_metrics_straggler(dt_ctx *ctx, dt_metrics *m, long step, long from, int rank, double compute_ms,
                                double others_ms);
-/* Records a loss spike: the step's loss against the median of the previous steps. */
-dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median);
+/* Records a loss spike: the step's loss against ref, the median of the previous steps, or
+ * (uniform_of = V > 0: fewer than 20 steps to take a median of) ln(V), the loss of uniform
+ * guessing over V tokens or classes. */
+dt_status dt_metrics_spike(dt_ctx *ctx, dt_metrics *m, long step, double loss, double ref, int uniform_of);
 /* training.spike_rollback went from `step` back to checkpoint step `to`, skipping `skipped`
- * samples: a log line and a record. */
-dt_status dt_metrics_rollback(dt_ctx *ctx, dt_metrics *m, long step, double loss, double median, long to,
+ * samples: a log line and a record (ref as for the spike: uniform = against ln(V)). */
+dt_status dt_metrics_rollback(dt_ctx *ctx, dt_metrics *m, long step, double loss, double ref, int uniform, long to,
                               uint64_t skipped);
 /* fault.collective_timeout auto chose (or changed) the timeout: a log line and a record. */
 dt_status dt_metrics_watchdog(dt_ctx *ctx, dt_metrics *m, long step, double timeout_s, double slowest_s);

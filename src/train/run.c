@@ -65,12 +65,15 @@ typedef struct run_state {
     dt_straggler strag;    /* logging.straggler_every */
     float recent[20];      /* training.spike_factor: the last finite losses (ring) */
     int rollbacks;         /* training.spike_rollback: done so far */
+    int spike_uniform;     /* the spike being handled was against ln(V), not the median */
+    int uniform_reported;  /* a stretch of steps above the ln(V) bound has been reported */
     int loaded_strategy_changed, loaded_world; /* what load_step found */
     char loaded_strategy[32];
     int n_recent;
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
     long replica_step;
     long steps_run;
+    long updates, skipped_nonfinite, skipped_overflow; /* this process's steps, by outcome */
     uint64_t base_hash; /* LoRA: XXH3-64 of the frozen base (checkpoints refer to it) */
 } run_state;
 
@@ -490,9 +493,32 @@ static dt_status rollback(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_c
     *s = to;
     *rolled = 1;
     r->n_recent = 0; /* the median restarts with the new data */
+    r->uniform_reported = 0;
     if (ctx->rank == 0)
-        DT_CHECK(dt_metrics_rollback(ctx, &r->metrics, step, loss, median, to, past - from));
+        DT_CHECK(dt_metrics_rollback(ctx, &r->metrics, step, loss, median, r->spike_uniform, to, past - from));
     return DT_OK;
+}
+
+/* The classes the loss is over (a classifier's, else the vocabulary) and ln of them: the loss of
+ * guessing uniformly, where a freshly initialised model starts. */
+static int loss_classes(const dt_model_config *mc) { return mc->n_classes > 0 ? mc->n_classes : mc->vocab; }
+static double uniform_loss(const dt_model_config *mc) { return log((double)loss_classes(mc)); }
+
+/* training.spike_factor: a run whose recent losses (the median of the last 20 finite ones) end
+ * far above ln(V) diverged: its model is worse than uniform guessing, the run cannot be right. */
+static dt_status check_diverged(dt_ctx *ctx, const run_state *r, const dt_run_cfg *cfg, const dt_model_config *mc) {
+    int n = r->n_recent < 20 ? r->n_recent : 20;
+    double ref = uniform_loss(mc);
+    if (cfg->spike_factor <= 0 || n == 0 || ref <= 0) return DT_OK;
+    float q[20];
+    memcpy(q, r->recent, (size_t)n * sizeof *q);
+    qsort(q, (size_t)n, sizeof *q, dt_cmp_float);
+    double med = n % 2 ? (double)q[n / 2] : 0.5 * ((double)q[n / 2 - 1] + (double)q[n / 2]);
+    if (!(med > cfg->spike_factor * ref)) return DT_OK;
+    return dt_fail(ctx, DT_ERR_NUMERIC, "the run diverged: the median loss of its last %d step(s), %.4g, is %.0fx "
+                   "the loss of uniform guessing over %d %s (ln %d = %.4f; training.spike_factor %g); lower "
+                   "optimizer.lr, or bound the updates with optimizer.grad_clip", n, med, med / ref, loss_classes(mc),
+                   mc->n_classes > 0 ? "classes" : "tokens", loss_classes(mc), ref, (double)cfg->spike_factor);
 }
 
 /* model.init_from: every rank reads the weights and keeps what it holds. */
@@ -676,6 +702,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         r.train_s += ss.seconds;
         r.step_s_sum += ss.seconds;
         r.steps_run++;
+        if (ss.skipped == 2)
+            r.skipped_overflow++;
+        else if (ss.skipped)
+            r.skipped_nonfinite++;
+        else
+            r.updates++;
         r.last_loss = ss.loss;
         if (ss.skipped == 2 && rank == 0)
             dt_log_warn(ctx, "step %ld: gradients overflowed at loss scale %g: update skipped, scale now %g "
@@ -692,21 +724,34 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
         }
         if (cfg->spike_factor > 0 && isfinite(ss.loss)) {
-            /* The loss is the same on every rank (all-reduced): rank 0 reports. */
-            if (r.n_recent >= 20) {
+            /* The loss is the same on every rank (all-reduced): rank 0 reports. Against the
+             * median of the previous 20 steps; before there are 20 (the start, or after a
+             * rollback), against ln(V), the loss of uniform guessing that a fresh model starts
+             * at: no normal run is far above it, a diverging one is from step 1 or 2 (lr 9.9
+             * without clipping: 5.56, then 3142). That one is reported once per stretch. */
+            double ref = 0;
+            int uniform = r.n_recent < 20;
+            if (!uniform) {
                 float q[20];
                 memcpy(q, r.recent, sizeof q);
                 qsort(q, 20, sizeof *q, dt_cmp_float);
-                double med = 0.5 * ((double)q[9] + (double)q[10]);
-                if (med > 0 && ss.loss > cfg->spike_factor * med) {
-                    if (rank == 0) DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, med));
-                    if (r.rollbacks < cfg->spike_rollback) {
-                        int rolled;
-                        DT_CHECK_GOTO(rollback(ctx, &r, cfg, comm, world, s, ss.loss, med, &s, &rolled));
-                        if (rolled) {
-                            r.rollbacks++;
-                            continue; /* the loop goes on from the checkpoint's step + 1 */
-                        }
+                ref = 0.5 * ((double)q[9] + (double)q[10]);
+            } else {
+                ref = uniform_loss(mc);
+            }
+            int above = ref > 0 && ss.loss > cfg->spike_factor * ref;
+            int report = above && !(uniform && r.uniform_reported);
+            if (uniform) r.uniform_reported = above;
+            if (report) {
+                if (rank == 0)
+                    DT_CHECK_GOTO(dt_metrics_spike(ctx, &r.metrics, s, ss.loss, ref, uniform ? loss_classes(mc) : 0));
+                if (r.rollbacks < cfg->spike_rollback) {
+                    int rolled;
+                    r.spike_uniform = uniform;
+                    DT_CHECK_GOTO(rollback(ctx, &r, cfg, comm, world, s, ss.loss, ref, &s, &rolled));
+                    if (rolled) {
+                        r.rollbacks++;
+                        continue; /* the loop goes on from the checkpoint's step + 1 */
                     }
                 }
             }
@@ -781,6 +826,31 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (r.tr.skipped > 0)
         dt_log_info(ctx, "training.nonfinite=skip: %ld of %ld step(s) skipped (non-finite loss or gradient norm)",
                     r.tr.skipped, r.steps_run);
+    /* Skipping is for the odd bad step: a run in which no step updated the weights trained
+     * nothing, and with a non-finite step among them must not end as a success. Overflows
+     * alone are the loss scale's business (dynamic scaling backs off by design; a static scale
+     * that overflows is shown by tests/test_compress.sh): said, not failed. */
+    if (r.steps_run > 0 && r.updates == 0) {
+        const double scale = (double)r.tr.scaler.scale;
+        if (r.skipped_overflow == 0)
+            st = dt_fail(ctx, DT_ERR_NUMERIC, "training.nonfinite=skip: every step was skipped (%ld of %ld, each for "
+                         "a non-finite loss or gradient norm): the run trained nothing; lower optimizer.lr, or check "
+                         "the data and model.init_from", r.steps_run, r.steps_run);
+        else if (r.skipped_nonfinite > 0)
+            st = dt_fail(ctx, DT_ERR_NUMERIC, "training.nonfinite=skip: every step was skipped (%ld of %ld: %ld for a "
+                         "non-finite loss or gradient norm, %ld for gradients overflowing the loss scale, now %g): the "
+                         "run trained nothing; lower optimizer.lr, or check the data and model.init_from", r.steps_run,
+                         r.steps_run, r.skipped_nonfinite, r.skipped_overflow, scale);
+        else if (r.tr.scaler.dynamic)
+            dt_log_warn(ctx, "every step was skipped (%ld of %ld): the gradients overflowed while the dynamic loss "
+                        "scale backed off (now %g); nothing was trained yet", r.steps_run, r.steps_run, scale);
+        else
+            dt_log_warn(ctx, "every step was skipped (%ld of %ld, each for gradients overflowing at the static "
+                        "training.loss_scale %g): nothing was trained; lower training.loss_scale or set it to auto",
+                        r.steps_run, r.steps_run, scale);
+        if (st != DT_OK) goto fail;
+    }
+    DT_CHECK_GOTO(check_diverged(ctx, &r, cfg, mc));
     if (r.replica_checks > 0)
         dt_log_info(ctx, "parallel.check_replicas: %d check(s), the parameters of all %d rank(s) identical "
                     "(xxh3 %016llx at step %ld)", r.replica_checks, world, (unsigned long long)r.replica_hash,

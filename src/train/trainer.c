@@ -184,11 +184,13 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->cfg = *cfg;
     dt_alloc_init(&tr->alloc);
     tr->alloc.fail_at = cfg->fail_alloc_at;
-    /* Test aid: DTRAIN_TEST_NAN=STEP:RANK makes that rank's loss NaN in that step (1-based). */
+    /* Test aid: DTRAIN_TEST_NAN=STEP:RANK makes that rank's loss NaN in that step (1-based; 0:
+     * in every step). */
     dt_test_aid("DTRAIN_TEST_NAN", &tr->poison_step, &tr->poison_rank);
     /* Test aid: DTRAIN_TEST_SPIKE=STEP:RANK multiplies that rank's loss in that step by 100. */
     dt_test_aid("DTRAIN_TEST_SPIKE", &tr->spike_step, &tr->spike_rank);
-    /* Test aid: DTRAIN_TEST_OVERFLOW=STEP:RANK puts an Inf into that rank's gradients in that step. */
+    /* Test aid: DTRAIN_TEST_OVERFLOW=STEP:RANK puts an Inf into that rank's gradients in that step
+     * (0: in every step). */
     dt_test_aid("DTRAIN_TEST_OVERFLOW", &tr->overflow_step, &tr->overflow_rank);
     if (cfg->loss_scale > 0.0f)
         dt_loss_scaler_init(&tr->scaler, cfg->loss_scale, 0, cfg->loss_scale_window);
@@ -358,7 +360,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         /* Mean over the global batch, times the loss scale (1 unless fp16). */
         float bscale = masked ? (counted ? (float)((double)tr->scaler.scale * (double)bt / (double)counted) : 0.0f)
                               : tr->scaler.scale / ((float)tr->cfg.accum * (float)W);
-        if (tr->overflow_step == tr->step + 1 && k == 0 && tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+        if ((tr->overflow_step == tr->step + 1 || tr->overflow_step == 0) && k == 0 &&
+            tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
         /* The fused loss forms the head's gradients in the forward: the micro-step's gradient
          * buffer is set up first (DDP, ZeRO-1: nothing is in flight then). ZeRO-2/3 begin
@@ -377,7 +380,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         td = dt_trace_begin();
         if (!early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
         dt_model_backward(m, bscale);
-        if (tr->poison_step == tr->step + 1 && k == 0 && tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+        if ((tr->poison_step == tr->step + 1 || tr->poison_step == 0) && k == 0 &&
+            tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */
         if (tr->spike_step == tr->step + 1 && k == 0 && tr->spike_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD)) {
             loss *= 100.0f; /* test aid: a loss spike (the gradients are this batch's own) */
