@@ -69,6 +69,9 @@ check() { # LABEL A B TOL [losses-only]
 run1 one_acc2 2
 runN ddp2 2
 check "2 ranks DDP vs 1 rank x 2 accumulation" ddp2 one_acc2 0
+# The ranks of one node reduce through the shared-memory segment (decision 41), not MPI.
+grep -q "ddp over mpi (shared memory inside the node)" "$dir/ddp2.log" && pass "2 ranks over the node's shared memory" ||
+  fail "2 ranks not over shared memory: $(grep -E ' over mpi |shared-memory' "$dir/ddp2.log" | head -2)"
 # training.batch (global) keeps the math when the rank count changes: accumulation is derived.
 runN batch2 2 --set training.batch=4
 "$bin" train "${common[@]}" --set training.batch=4 --set logging.metrics="$dir/batch1.jsonl" \
