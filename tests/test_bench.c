@@ -171,10 +171,9 @@ static cJSON *row(const char *op, double bytes, double us) {
 static void fit_file_roundtrip(const dt_comm_fit *f, const char *bad_json, const char *bad_key) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    char path[] = "/tmp/dtrain-commfit-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char dir[256], path[300]; /* in a tu_mkdtemp directory: removed at exit if a check fails */
+    assert_int_equal(tu_mkdtemp(dir, sizeof dir, "commfit"), 0);
+    snprintf(path, sizeof path, "%s/fit.json", dir);
     assert_int_equal(dt_comm_fit_save(&ctx, path, f), DT_OK);
     dt_comm_fit back;
     assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_OK);
@@ -190,7 +189,7 @@ static void fit_file_roundtrip(const dt_comm_fit *f, const char *bad_json, const
     fclose(w);
     assert_int_equal(dt_comm_fit_load(&ctx, path, &back), DT_ERR_FORMAT);
     assert_non_null(strstr(ctx.err, bad_key));
-    unlink(path);
+    tu_rmtree(dir);
 }
 
 static void test_comm_fit(void **state) {

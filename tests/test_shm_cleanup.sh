@@ -10,6 +10,11 @@
 #    one node is refused naming parallel.allreduce;
 #  - the cost model on 2 x 2 fits the link levels apart and parallel.allreduce=auto picks what it
 #    predicts faster.
+# Every run meant to use the segment is asserted to have used it: its banner names the routing
+# (dt_comm_routing: "shared memory inside the node", ...) and no rank logged the fallback warning
+# ("node-local shared-memory collectives unavailable (...); using MPI"), so a node without a
+# usable /dev/shm fails the test instead of passing it over MPI; the DTRAIN_SHM=0 run is
+# asserted to have used MPI.
 # Usage: tests/test_shm_cleanup.sh DTRAIN_BIN
 set -uo pipefail
 bin=$(readlink -f "$1")
@@ -17,6 +22,21 @@ bin=$(readlink -f "$1")
 tmp_dir
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpiexec --oversubscribe --bind-to none)
+# routing LOG: how the run's collectives went, from the train banner ("ddp over mpi (ROUTING), bucket
+# ..."), with "; fallback: ..." added if any rank warned that the segment was unavailable.
+routing() {
+  local r
+  r=$(grep -o -m1 ' over mpi ([^)]*)' "$1")
+  r=${r#* over mpi (}
+  r=${r%)}
+  grep -q "shared-memory collectives unavailable" "$1" &&
+    r="$r; fallback: $(grep -o -m1 'shared-memory collectives unavailable.*' "$1")"
+  echo "${r:-no banner}"
+}
+# The warning matched above is still the one dtrain logs (else its absence would prove nothing).
+grep -q '"node-local shared-memory collectives unavailable (%s); using MPI"' "$src/src/comm/comm_mpi.c" ||
+  fail "the fallback warning's text changed in src/comm/comm_mpi.c: update routing() here"
+one="shared memory inside the node"
 common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 500
         --model.context 32 --seq 32 --batch 2 --lr 3e-3 --warmup 2 --seed 5 --set logging.every=1)
 
@@ -28,8 +48,10 @@ stale=/dev/shm/dtrain-shm-$dead-0
 head -c 4096 /dev/zero >"$stale"
 timeout 120 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 4 >"$dir/stale.log" 2>&1 ||
   fail "2-rank job after the stale name: $(tail -2 "$dir/stale.log")"
+r=$(routing "$dir/stale.log")
 if [ -e "$stale" ]; then fail "stale $stale (creator pid $dead gone) was not removed"; rm -f "$stale"
-else pass "a stale segment name of a dead creator (pid $dead) removed by the next job's set-up"; fi
+elif [ "$r" != "$one" ]; then fail "the job after the stale name did not use shared memory: $r"
+else pass "a stale segment name of a dead creator (pid $dead) removed by the next job's set-up ($r)"; fi
 
 # 2. kill -9 of a rank mid-run.
 mark="$dir/kill"
@@ -47,10 +69,12 @@ if v=$(kill_rank_at "$bin" "$mark" "$mark.jsonl" 2 3 50 $lp " "); then
     p=${f#/dev/shm/dtrain-shm-}
     kill -0 "${p%%-*}" 2>/dev/null || leaked="$leaked ${f#/dev/shm/}"
   done
+  r=$(routing "$dir/kill.log")
   if kill -0 "$pid" 2>/dev/null; then fail "rank $rank (pid $pid) still alive after kill -9"
   elif [ $rc -eq 0 ]; then fail "the job exited 0 after rank $rank was killed"
+  elif [ "$r" != "$one" ]; then fail "the killed job did not use shared memory: $r"
   elif [ -n "$leaked" ]; then fail "segment names of dead creators left in /dev/shm:$leaked"
-  else pass "kill -9 of rank $rank (pid $pid) at step $step: the job failed (rc $rc), no segment name left"; fi
+  else pass "kill -9 of rank $rank (pid $pid) at step $step of a job over $r: the job failed (rc $rc), no segment name left"; fi
 else
   fail "no rank killed: $v"
   kill $lp 2>/dev/null
@@ -62,7 +86,9 @@ timeout 120 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 6 --save-weight
   fail "shm run: $(tail -2 "$dir/shm.log")"
 timeout 120 "${mpi[@]}" -x DTRAIN_SHM=0 -n 2 "$bin" train "${common[@]}" --steps 6 --save-weights "$dir/mpi.st" \
   >"$dir/mpi.log" 2>&1 || fail "MPI run: $(tail -2 "$dir/mpi.log")"
-if cmp -s "$dir/shm.st" "$dir/mpi.st"; then pass "DDP 2 ranks: shared-memory all-reduce == MPI's, weights bitwise"
+rs=$(routing "$dir/shm.log") rm=$(routing "$dir/mpi.log")
+if [ "$rs" != "$one" ] || [ "$rm" != MPI ]; then fail "shared memory vs MPI: the runs went over '$rs' and '$rm'"
+elif cmp -s "$dir/shm.st" "$dir/mpi.st"; then pass "DDP 2 ranks: shared-memory all-reduce ($rs) == MPI's ($rm), weights bitwise"
 else fail "DDP weights differ between shared memory and MPI"; fi
 
 # 4. DDP on 2 simulated nodes x 2 ranks: the hierarchical all-reduce (the default there) trains
@@ -72,8 +98,12 @@ for a in hierarchical flat; do
   timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" train "${common[@]}" --steps 6 --set parallel.allreduce=$a \
     --save-weights "$dir/$a.st" >"$dir/$a.log" 2>&1 || fail "2 x 2 $a: $(tail -2 "$dir/$a.log")"
 done
-if cmp -s "$dir/hierarchical.st" "$dir/flat.st" && grep -q "4 rank(s) on 2 node(s)" "$dir/hierarchical.log"; then
-  pass "DDP 2 nodes x 2 ranks: hierarchical all-reduce == flat, weights bitwise"
+rh=$(routing "$dir/hierarchical.log") rf=$(routing "$dir/flat.log")
+if [ "$rh" != "shared memory inside nodes, hierarchical all-reduce across them" ] ||
+   [ "$rf" != "shared memory inside nodes, MPI across them" ]; then
+  fail "DDP 2 x 2: hierarchical over '$rh', flat over '$rf'"
+elif cmp -s "$dir/hierarchical.st" "$dir/flat.st" && grep -q "4 rank(s) on 2 node(s)" "$dir/hierarchical.log"; then
+  pass "DDP 2 nodes x 2 ranks: hierarchical all-reduce ($rh) == flat ($rf), weights bitwise"
 else fail "DDP 2 x 2: hierarchical and flat weights differ (or not 2 nodes)"; fi
 # 5. The cost model on 2 x 2: bench comm --fit measures the flat all-reduce beside the
 #    hierarchical one and each link level on its own (node and cross groups), fitted apart;
@@ -99,17 +129,18 @@ then pass "bench comm --fit on 2 x 2: world flat + hierarchical, node and cross 
 else fail "bench comm --fit on 2 x 2: lines missing"; fi
 timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" train "${common[@]}" --steps 6 --set parallel.comm_model="$dir/fit22.json.slowhier" \
   --save-weights "$dir/autoflat.st" >"$dir/autoflat.log" 2>&1 || fail "2 x 2 auto (slow hierarchical): $(tail -2 "$dir/autoflat.log")"
-if grep -q "parallel.allreduce=auto: flat (" "$dir/autoflat.log" && grep -q "MPI across them" "$dir/autoflat.log" \
+if grep -q "parallel.allreduce=auto: flat (" "$dir/autoflat.log" \
+   && [ "$(routing "$dir/autoflat.log")" = "shared memory inside nodes, MPI across them" ] \
    && cmp -s "$dir/autoflat.st" "$dir/hierarchical.st"; then
   pass "auto with a model that predicts flat faster: $(grep -o 'parallel.allreduce=auto: flat ([^)]*)' "$dir/autoflat.log" | head -1), same bits"
-else fail "auto with a slow hierarchical line did not pick flat: $(grep -m1 'allreduce=auto\|routing\|across' "$dir/autoflat.log")"; fi
+else fail "auto with a slow hierarchical line did not pick flat (or not over shared memory): $(grep -m1 'allreduce=auto' "$dir/autoflat.log"); over $(routing "$dir/autoflat.log")"; fi
 python3 -c 'import json,sys; f=json.load(open(sys.argv[1])); f["ranks"]=8; json.dump(f,open(sys.argv[1]+".other","w"))' "$dir/fit22.json.slowhier"
 timeout 120 "${mpi[@]}" -n 4 "${node2[@]}" "$bin" train "${common[@]}" --steps 4 --set parallel.comm_model="$dir/fit22.json.slowhier.other" \
   >"$dir/autoother.log" 2>&1 || fail "2 x 2 run with an 8-rank model: $(tail -2 "$dir/autoother.log")"
 if grep -q "parallel.allreduce=auto: hierarchical (.*fitted on 8 ranks x 2 nodes" "$dir/autoother.log" \
-   && grep -q "hierarchical all-reduce across them" "$dir/autoother.log"; then
+   && [ "$(routing "$dir/autoother.log")" = "shared memory inside nodes, hierarchical all-reduce across them" ]; then
   pass "a model fitted on another layout (8 ranks x 2 nodes) chooses nothing: the default, hierarchical"
-else fail "a model of another layout was used to choose: $(grep -m1 'allreduce=auto' "$dir/autoother.log")"; fi
+else fail "a model of another layout was used to choose (or not over shared memory): $(grep -m1 'allreduce=auto' "$dir/autoother.log"); over $(routing "$dir/autoother.log")"; fi
 
 timeout 60 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --steps 4 --set parallel.allreduce=hierarchical >"$dir/h1.log" 2>&1
 rc=$?

@@ -22,8 +22,7 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = tu_malloc(sizeof *f);
-    strcpy(f->dir, "/tmp/dt_test_tokenizer_XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
+    if (tu_mkdtemp(f->dir, sizeof f->dir, "test_tokenizer")) return -1;
     snprintf(f->enc, sizeof f->enc, "%s/encoder.json", f->dir);
     snprintf(f->voc, sizeof f->voc, "%s/vocab.bpe", f->dir);
     *state = f;
@@ -32,9 +31,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture *f = *state;
-    unlink(f->enc);
-    unlink(f->voc);
-    rmdir(f->dir);
+    tu_rmtree(f->dir);
     free(f);
     return 0;
 }

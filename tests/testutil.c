@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/rng.h"
 #include "ops/cpu/isa.h"
@@ -125,9 +126,46 @@ void *tu_malloc(size_t bytes) {
     return p;
 }
 
+/* The directories tu_mkdtemp made, removed when the process that made them exits. */
+static char **g_tmp;
+static int g_ntmp;
+static pid_t g_tmp_pid;
+
+static void rm_tmp_dirs(void) {
+    if (getpid() != g_tmp_pid) return; /* a forked child's exit(): the parent still uses them */
+    const char *keep = getenv("DT_TEST_KEEP_TMP");
+    for (int i = 0; i < g_ntmp; i++) {
+        if (access(g_tmp[i], F_OK)) { /* the test removed it */
+        } else if (keep && !strcmp(keep, "1")) {
+            fprintf(stderr, "kept %s (DT_TEST_KEEP_TMP=1)\n", g_tmp[i]);
+        } else {
+            tu_rmtree(g_tmp[i]);
+        }
+        free(g_tmp[i]);
+    }
+    free(g_tmp);
+    g_tmp = NULL;
+    g_ntmp = 0;
+}
+
 int tu_mkdtemp(char *buf, size_t n, const char *name) {
     if ((size_t)snprintf(buf, n, "/tmp/dt_%s_XXXXXX", name) >= n) return -1;
-    return mkdtemp(buf) ? 0 : -1;
+    if (!mkdtemp(buf)) return -1;
+    if (!g_tmp_pid) {
+        g_tmp_pid = getpid();
+        if (atexit(rm_tmp_dirs)) return -1;
+    }
+    char **grown = realloc(g_tmp, (size_t)(g_ntmp + 1) * sizeof *g_tmp);
+    char *copy = strdup(buf);
+    if (!grown || !copy) {
+        free(copy);
+        if (grown) g_tmp = grown;
+        tu_rmtree(buf);
+        return -1;
+    }
+    g_tmp = grown;
+    g_tmp[g_ntmp++] = copy;
+    return 0;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {

@@ -57,7 +57,11 @@ void tu_each_isa(void (*fn)(void));
 
 void *tu_malloc(size_t bytes); /* zeroed; aborts the test on failure */
 
-/* Creates a fresh directory /tmp/dt_<name>_XXXXXX into buf (n bytes); 0 on success. */
+/* Creates a fresh directory /tmp/dt_<name>_XXXXXX into buf (n bytes); 0 on success. Every
+ * such directory is removed (tu_rmtree) when the process that made it exits, failed tests
+ * included (cmocka leaves a failed test by longjmp and runs the next; a crash that kills the
+ * process leaves it); DT_TEST_KEEP_TMP=1 keeps them and names them on stderr. A test may
+ * remove its directory earlier itself. */
 int tu_mkdtemp(char *buf, size_t n, const char *name);
 /* Writes text to dir/name; returns the path (a static buffer, valid until the next call). */
 const char *tu_write_file(const char *dir, const char *name, const char *text);
