@@ -83,6 +83,47 @@ void dt_comm_abort(dt_comm *c, int code) {
     if (c && c->ops->abort) c->ops->abort(c, code);
 }
 
+static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes);
+
+dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, dt_group *out) {
+    /* The same answer on every rank (a rank over the limit is over it everywhere: all split
+     * the same number of times), so nobody enters the backend's collective alone. */
+    if (c->ngroups >= DT_GROUP_MAX)
+        return dt_fail(ctx, DT_ERR_BACKEND, "comm: more than %d groups", DT_GROUP_MAX);
+    dt_group g = c->ngroups++;
+    c->rank[g] = -1;
+    c->size[g] = n;
+    int slot = begin(c, "group_split", DT_GROUP_WORLD, 0);
+    dt_status st = c->ops->group_split(ctx, c, g, ranks, n);
+    dt_wd_end(c, slot);
+    if (st != DT_OK) {
+        c->ngroups--;
+        return st;
+    }
+    *out = g;
+    return DT_OK;
+}
+
+int dt_comm_group_shm(const dt_comm *c, dt_group g) { return c->ops->group_shm ? c->ops->group_shm(c, g) : 0; }
+
+/* Checks this rank's member list (backends share it): n ranks of the world, no repeats, this
+ * rank among them. Local: a list that passes here can still disagree with another member's,
+ * which the backend's split finds. */
+dt_status dt_comm_check_members(dt_ctx *ctx, const dt_comm *c, const int *ranks, int n, int *me) {
+    int W = c->size[DT_GROUP_WORLD], wr = c->rank[DT_GROUP_WORLD];
+    *me = -1;
+    if (n < 1 || n > W) return dt_fail(ctx, DT_ERR_BACKEND, "comm: a group of %d ranks in a world of %d", n, W);
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= W)
+            return dt_fail(ctx, DT_ERR_BACKEND, "comm: group member %d is not a rank of the world of %d", ranks[i], W);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return dt_fail(ctx, DT_ERR_BACKEND, "comm: rank %d twice in a group", ranks[i]);
+        if (ranks[i] == wr) *me = i;
+    }
+    if (*me < 0) return dt_fail(ctx, DT_ERR_BACKEND, "comm: rank %d split into a group without it", wr);
+    return DT_OK;
+}
+
 int dt_comm_rank(const dt_comm *c, dt_group g) { return c->rank[g]; }
 int dt_comm_size(const dt_comm *c, dt_group g) { return c->size[g]; }
 int dt_comm_num_nodes(const dt_comm *c) { return c->nodes; }
@@ -112,9 +153,10 @@ static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
     static const char *const gname[DT_GROUP_N] = {"world", "node", "cross"};
     const char *mop = c->model && c->size[g] > 1 ? model_op(op) : NULL;
     const dt_comm_fit_line *l = NULL;
+    /* a split group (the mesh's) takes the fit of its kind over all ranks (no level of its own) */
     if (mop && g == DT_GROUP_WORLD && !c->hier_on && c->nodes > 1 && !strcmp(mop, "allreduce_ordered"))
         l = dt_comm_fit_find(c->model, "allreduce_ordered_flat", (double)bytes);
-    if (mop && !l && g != DT_GROUP_WORLD) l = dt_comm_fit_find_in(c->model, gname[g], mop, (double)bytes);
+    if (mop && !l && g != DT_GROUP_WORLD && g < DT_GROUP_N) l = dt_comm_fit_find_in(c->model, gname[g], mop, (double)bytes);
     if (mop && !l) l = dt_comm_fit_find(c->model, mop, (double)bytes);
     if (l) c->predicted_us += dt_comm_fit_predict_us(l, (double)bytes);
     return dt_wd_begin(c, op, g, bytes);
@@ -337,10 +379,19 @@ static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return DT_OK;
 }
 
+static dt_status self_group_split(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n) {
+    int me;
+    DT_CHECK(dt_comm_check_members(ctx, c, ranks, n, &me)); /* only {0} passes */
+    c->rank[g] = 0;
+    c->size[g] = 1;
+    return DT_OK;
+}
+
 static const dt_comm_ops self_ops = {
     "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter_ordered,
     self_allgatherv, self_allreduce_ordered_lp, self_reduce_scatter_ordered_lp, self_allgatherv_bf16,
     self_reduce_scatter, self_allgather, self_broadcast, self_barrier, self_iallreduce, self_wait,
+    self_group_split, NULL,
 };
 
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {
@@ -351,5 +402,6 @@ dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {
         c->size[g] = 1;
     }
     c->nodes = 1;
+    c->ngroups = DT_GROUP_N;
     return DT_OK;
 }

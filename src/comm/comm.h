@@ -2,10 +2,11 @@
  * uses. Nothing outside src/comm calls MPI. Backends (comm_impl.h) fill a table of
  * functions: `self` for a single process (no MPI at all), `mpi` over any MPI-3 library.
  *
- * Groups: DT_GROUP_WORLD (all ranks), DT_GROUP_NODE (ranks sharing this node), and
- * DT_GROUP_CROSS (the ranks with this rank's node-local index, one per node). The node of a
- * rank is its host name, or DTRAIN_NODE_ID when set (to simulate several nodes on one
- * machine).
+ * Groups are values the communicator hands out. Three exist from the start: DT_GROUP_WORLD
+ * (all ranks), DT_GROUP_NODE (ranks sharing this node), and DT_GROUP_CROSS (the ranks with
+ * this rank's node-local index, one per node); dt_comm_group_split makes more (the process
+ * mesh's groups, parallel/mesh.h), once, at start. The node of a rank is its host name, or
+ * DTRAIN_NODE_ID when set (to simulate several nodes on one machine).
  *
  *   dt_comm *c; DT_CHECK(dt_comm_init(ctx, &c));          // MPI if launched by mpirun/srun
  *   DT_CHECK(dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, buf, n, DT_F32, DT_SUM));
@@ -23,7 +24,11 @@
 typedef struct dt_comm dt_comm;
 typedef struct dt_comm_req dt_comm_req;
 
-typedef enum dt_group { DT_GROUP_WORLD, DT_GROUP_NODE, DT_GROUP_CROSS, DT_GROUP_N } dt_group;
+/* A group: an index into the communicator's table. The built-in ones are fixed values; those
+ * of dt_comm_group_split follow them (DT_GROUP_N, DT_GROUP_N + 1, ...). */
+typedef int dt_group;
+enum { DT_GROUP_WORLD, DT_GROUP_NODE, DT_GROUP_CROSS, DT_GROUP_N /* the built-in groups */ };
+#define DT_GROUP_MAX 32 /* groups of one communicator, built-in ones included */
 typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
 
 /* Starts the MPI backend when the process was launched by mpirun/mpiexec/srun (detected
@@ -43,6 +48,18 @@ void dt_comm_free(dt_comm *c);
 /* Ends every rank of the job after a fatal error on this one (MPI_Abort); returns only for
  * the single-process backend. */
 void dt_comm_abort(dt_comm *c, int code);
+
+/* Splits the world into groups and hands this rank's out: a collective over the world, every
+ * rank calling it at the same point with its own group's world ranks (which include it), in
+ * the group's rank order; the groups of one call must partition the world (each rank's list
+ * is the same list on every member). Makes a communicator of the group once (MPI: a split of
+ * the world), and, when all its ranks share a node and shared memory is on (dt_comm_set_shm),
+ * a shared-memory segment of its own, so its ordered collectives and gathers run there as the
+ * node group's do (the same bits either way). Fails on every rank (naming the first
+ * inconsistency) when the lists do not form a partition, or after DT_GROUP_MAX groups. */
+dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, dt_group *out);
+/* Whether group g's ordered collectives and gathers run over shared memory now. */
+int dt_comm_group_shm(const dt_comm *c, dt_group g);
 
 int dt_comm_rank(const dt_comm *c, dt_group g);
 int dt_comm_size(const dt_comm *c, dt_group g);

@@ -15,8 +15,10 @@
 #define NAME_LEN 256
 
 typedef struct mpi_state {
-    MPI_Comm comm[DT_GROUP_N];
+    MPI_Comm comm[DT_GROUP_MAX];
     dt_shm *shm; /* the node's shared-memory segment (NULL: none, MPI everywhere) */
+    dt_shm *gshm[DT_GROUP_MAX]; /* split groups inside the node: a segment each (NULL: MPI) */
+    int node_id; /* the lowest world rank of this rank's node: the same for all ranks of a node */
     int shm_on;  /* route node-local groups to it (dt_comm_set_shm) */
     int hier_ok; /* several nodes, equal sizes > 1, each node's world ranks consecutive */
     int hier_want; /* dt_comm_set_hierarchical (default on): hierarchical where hier_ok and shm_on */
@@ -33,6 +35,7 @@ static MPI_Comm comm_of(dt_comm *c, dt_group g) { return ((mpi_state *)c->impl)-
 static dt_shm *shm_of(dt_comm *c, dt_group g) {
     mpi_state *s = c->impl;
     if (!s->shm || !s->shm_on || c->size[g] < 2) return NULL;
+    if (g >= DT_GROUP_N) return s->gshm[g];
     return g == DT_GROUP_NODE || (g == DT_GROUP_WORLD && c->nodes == 1) ? s->shm : NULL;
 }
 
@@ -378,8 +381,10 @@ static void m_free(dt_comm *c) {
     mpi_state *s = c->impl;
     if (s) {
         dt_shm_free(s->shm);
-        for (int g = 0; g < DT_GROUP_N; g++)
+        for (int g = 0; g < c->ngroups; g++) {
+            dt_shm_free(s->gshm[g]);
             if (s->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&s->comm[g]);
+        }
         free(s);
     }
     int fin = 0;
@@ -396,24 +401,36 @@ static void m_abort(dt_comm *c, int code) {
  * local rank 0 creates it and broadcasts its name, the others attach, everyone reports, and
  * once all have mapped it rank 0 unlinks the name. Any failure (no /dev/shm, too small) leaves
  * every rank of the node on MPI, with one warning. */
+/* A segment for the P ranks of comm (all on this node; me: this rank's index): the first
+ * creates it, the others attach. *out stays NULL unless every rank mapped it; *ok says
+ * whether this rank did its part, tmp holds its error. */
+static dt_status shm_make(dt_ctx *ctx, dt_comm *c, MPI_Comm comm, int P, int me, dt_shm **out, int *ok,
+                          dt_ctx *tmp) {
+    char name[64] = "";
+    *ok = 1;
+    if (me == 0 && dt_shm_create(tmp, out, P, name) != DT_OK) *ok = 0, name[0] = 0;
+    MPI_TRY(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast (shm name)");
+    if (me != 0 && (!name[0] || dt_shm_attach(tmp, out, me, P, name) != DT_OK)) *ok = 0;
+    int all = 0;
+    MPI_TRY(MPI_Allreduce(ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (shm)");
+    if (me == 0 && name[0]) dt_shm_unlink(name); /* everyone mapped it (or gave up) */
+    MPI_TRY(MPI_Barrier(comm), "MPI_Barrier (shm)"); /* the name is gone for all */
+    if (!all) {
+        dt_shm_free(*out);
+        *out = NULL;
+    }
+    return DT_OK;
+}
+
 static dt_status shm_setup(dt_ctx *ctx, dt_comm *c, mpi_state *s) {
     const char *env = getenv("DTRAIN_SHM");
     int P = c->size[DT_GROUP_NODE], me = c->rank[DT_GROUP_NODE];
     if (P < 2 || (env && !strcmp(env, "0"))) return DT_OK;
-    char name[64] = "";
     dt_ctx tmp;
     dt_ctx_init(&tmp);
     int ok = 1;
-    if (me == 0 && dt_shm_create(&tmp, &s->shm, P, name) != DT_OK) ok = 0, name[0] = 0;
-    MPI_TRY(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, s->comm[DT_GROUP_NODE]), "MPI_Bcast (shm name)");
-    if (me != 0 && (!name[0] || dt_shm_attach(&tmp, &s->shm, me, P, name) != DT_OK)) ok = 0;
-    int all = 0;
-    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->comm[DT_GROUP_NODE]), "MPI_Allreduce (shm)");
-    if (me == 0 && name[0]) dt_shm_unlink(name); /* everyone mapped it (or gave up) */
-    MPI_TRY(MPI_Barrier(s->comm[DT_GROUP_NODE]), "MPI_Barrier (shm)"); /* the name is gone for all */
-    if (!all) {
-        dt_shm_free(s->shm);
-        s->shm = NULL;
+    DT_CHECK(shm_make(ctx, c, s->comm[DT_GROUP_NODE], P, me, &s->shm, &ok, &tmp));
+    if (!s->shm) {
         if (!ok) {
             dt_ctx lc = *ctx;
             lc.rank = c->rank[DT_GROUP_WORLD];
@@ -464,10 +481,78 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
     return c->hier_on;
 }
 
+/* dt_comm_group_split: MPI_Comm_split of the world with the group's lowest rank as colour and
+ * the place in the list as key, then a check that the communicator holds exactly the listed
+ * ranks in that order (lists that do not partition the world give groups that differ from
+ * some member's list), agreed over the world so that every rank fails or none. A group inside
+ * one node gets a shared-memory segment of its own (when the node has one: DTRAIN_SHM=0 or a
+ * failed node segment leave it on MPI); its ranks map it together. */
+static dt_status m_group_split(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n) {
+    mpi_state *s = c->impl;
+    dt_ctx mine;
+    dt_ctx_init(&mine);
+    int me = -1, lo = INT_MAX;
+    int ok = dt_comm_check_members(&mine, c, ranks, n, &me) == DT_OK;
+    for (int i = 0; ok && i < n; i++) lo = ranks[i] < lo ? ranks[i] : lo;
+    MPI_Comm nc = MPI_COMM_NULL;
+    MPI_TRY(MPI_Comm_split(s->comm[DT_GROUP_WORLD], ok ? lo : MPI_UNDEFINED, me, &nc), "MPI_Comm_split (group)");
+    if (ok) {
+        int sz = 0;
+        MPI_Comm_size(nc, &sz);
+        MPI_Group wg, gg;
+        MPI_Comm_group(s->comm[DT_GROUP_WORLD], &wg);
+        MPI_Comm_group(nc, &gg);
+        int *idx = malloc(2 * (size_t)sz * sizeof(int));
+        ok = idx != NULL;
+        if (ok && sz == n) {
+            for (int i = 0; i < n; i++) idx[i] = i;
+            MPI_Group_translate_ranks(gg, n, idx, wg, idx + n);
+            for (int i = 0; i < n && ok; i++) ok = idx[n + i] == ranks[i];
+        } else {
+            ok = 0;
+        }
+        if (!ok && !mine.err[0])
+            snprintf(mine.err, sizeof mine.err, "comm: rank %d's group list (%d ranks from %d) is not its members' "
+                     "(the lists do not partition the world)", c->rank[DT_GROUP_WORLD], n, ranks[0]);
+        free(idx);
+        MPI_Group_free(&wg);
+        MPI_Group_free(&gg);
+    }
+    int all = 0;
+    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->comm[DT_GROUP_WORLD]), "MPI_Allreduce (group split)");
+    if (!all) {
+        if (nc != MPI_COMM_NULL) MPI_Comm_free(&nc);
+        return dt_fail(ctx, DT_ERR_BACKEND, "%s", ok ? "comm: another rank's group list is not its members' "
+                                                      "(the lists do not partition the world)" : mine.err);
+    }
+    MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+    s->comm[g] = nc;
+    c->rank[g] = me;
+    c->size[g] = n;
+    /* inside one node: every member's node id is the same */
+    int v[2] = {s->node_id, -s->node_id}, m[2];
+    MPI_TRY(MPI_Allreduce(v, m, 2, MPI_INT, MPI_MIN, nc), "MPI_Allreduce (group node)");
+    if (n > 1 && m[0] == -m[1] && s->shm) {
+        dt_ctx tmp;
+        dt_ctx_init(&tmp);
+        int sok = 1;
+        DT_CHECK(shm_make(ctx, c, nc, n, me, &s->gshm[g], &sok, &tmp));
+        if (!sok) {
+            dt_ctx lc = *ctx;
+            lc.rank = c->rank[DT_GROUP_WORLD];
+            dt_log_warn(&lc, "a node-local group's shared-memory segment is unavailable (%s); it uses MPI", tmp.err);
+        }
+    }
+    return DT_OK;
+}
+
+static int m_group_shm(const dt_comm *c, dt_group g) { return shm_of((dt_comm *)c, g) != NULL; }
+
 static const dt_comm_ops mpi_ops = {
     "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter_ordered,
     m_allgatherv, m_allreduce_ordered_lp, m_reduce_scatter_ordered_lp, m_allgatherv_bf16,
     m_reduce_scatter, m_allgather, m_broadcast, m_barrier, m_iallreduce, m_wait,
+    m_group_split, m_group_shm,
 };
 
 dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
@@ -487,7 +572,8 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     char *names = NULL;
     if (!s) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     c->impl = s;
-    for (int g = 0; g < DT_GROUP_N; g++) s->comm[g] = MPI_COMM_NULL;
+    for (int g = 0; g < DT_GROUP_MAX; g++) s->comm[g] = MPI_COMM_NULL;
+    c->ngroups = DT_GROUP_N;
     MPI_Comm_dup(MPI_COMM_WORLD, &s->comm[DT_GROUP_WORLD]);
     MPI_Comm_set_errhandler(s->comm[DT_GROUP_WORLD], MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->comm[DT_GROUP_WORLD], &c->rank[DT_GROUP_WORLD]);
@@ -514,6 +600,7 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     }
     free(names);
     c->nodes = nodes;
+    s->node_id = color;
     MPI_TRY(MPI_Comm_split(s->comm[DT_GROUP_WORLD], color, me, &s->comm[DT_GROUP_NODE]), "MPI_Comm_split (node)");
     MPI_Comm_rank(s->comm[DT_GROUP_NODE], &c->rank[DT_GROUP_NODE]);
     MPI_Comm_size(s->comm[DT_GROUP_NODE], &c->size[DT_GROUP_NODE]);
