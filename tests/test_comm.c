@@ -361,6 +361,67 @@ static void test_split_groups(void **state) {
     check_group(w, (int[]){0, 1, 2}, 3);
 }
 
+/* Point-to-point and all-to-all: a ring of non-blocking sends on the world, blocking
+ * ping-pong on a split group across the nodes, all-to-allv with uneven counts (rank r sends
+ * r + q + 1 elements to q) on the world and all-to-all on a split group; one process: the
+ * all-to-all is a copy and point-to-point is refused. */
+static int64_t a2a_val(int from, int to, size_t i) { return (int64_t)from * 1000000 + to * 1000 + (int64_t)i; }
+
+static void test_p2p_and_alltoall(void **state) {
+    (void)state;
+    int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
+    /* all-to-allv over the world */
+    size_t sc[8], sd[8], rc[8], rd[8], so = 0, ro = 0;
+    for (int q = 0; q < W; q++) {
+        sc[q] = (size_t)(me + q + 1), sd[q] = so, so += sc[q];
+        rc[q] = (size_t)(q + me + 1), rd[q] = ro, ro += rc[q];
+    }
+    int64_t *snd = tu_malloc(so * 8), *rcv = tu_malloc(ro * 8);
+    for (int q = 0; q < W; q++)
+        for (size_t i = 0; i < sc[q]; i++) snd[sd[q] + i] = a2a_val(me, q, i);
+    assert_int_equal(dt_comm_alltoallv(&X, C, DT_GROUP_WORLD, snd, sc, sd, rcv, rc, rd, 8), DT_OK);
+    for (int q = 0; q < W; q++)
+        for (size_t i = 0; i < rc[q]; i++) assert_true(rcv[rd[q] + i] == a2a_val(q, me, i));
+    free(snd);
+    free(rcv);
+    if (W == 1) {
+        char x = 0;
+        assert_int_equal(dt_comm_send(&X, C, DT_GROUP_WORLD, &x, 1, 0, 0), DT_ERR_BACKEND);
+        return;
+    }
+    /* a ring: everyone posts its receive and its send, then waits */
+    double out = me + 0.5, in = -1;
+    dt_comm_req *rq, *sq;
+    assert_int_equal(dt_comm_irecv(&X, C, DT_GROUP_WORLD, &in, sizeof in, (me + W - 1) % W, 7, &rq), DT_OK);
+    assert_int_equal(dt_comm_isend(&X, C, DT_GROUP_WORLD, &out, sizeof out, (me + 1) % W, 7, &sq), DT_OK);
+    assert_int_equal(dt_comm_wait(&X, C, sq), DT_OK);
+    assert_int_equal(dt_comm_wait(&X, C, rq), DT_OK);
+    assert_true(in == (me + W - 1) % W + 0.5);
+    assert_int_equal(dt_comm_send(&X, C, DT_GROUP_WORLD, &out, sizeof out, W, 0), DT_ERR_BACKEND);
+    assert_non_null(strstr(X.err, "peer 3 is not a rank of a group of 3"));
+    /* ping-pong on {0, 2} (across the nodes), in group ranks */
+    dt_group b;
+    const int *lb = me != 1 ? (int[]){0, 2} : (int[]){1};
+    assert_int_equal(dt_comm_group_split(&X, C, lb, me != 1 ? 2 : 1, &b), DT_OK);
+    if (me != 1) {
+        int gr = dt_comm_rank(C, b);
+        int64_t v = 0;
+        if (gr == 0) {
+            v = 99;
+            assert_int_equal(dt_comm_send(&X, C, b, &v, 8, 1, 3), DT_OK);
+            assert_int_equal(dt_comm_recv(&X, C, b, &v, 8, 1, 4), DT_OK);
+            assert_true(v == 100);
+        } else {
+            assert_int_equal(dt_comm_recv(&X, C, b, &v, 8, 0, 3), DT_OK);
+            v++;
+            assert_int_equal(dt_comm_send(&X, C, b, &v, 8, 0, 4), DT_OK);
+        }
+        float s2[2] = {(float)me, (float)me + 0.25f}, r2[2];
+        assert_int_equal(dt_comm_alltoall(&X, C, b, s2, r2, 1, sizeof(float)), DT_OK);
+        assert_true(r2[0] == 0.0f + (gr == 1 ? 0.25f : 0.0f) && r2[1] == 2.0f + (gr == 1 ? 0.25f : 0.0f));
+    }
+}
+
 int main(void) {
     dt_ctx_init(&X);
     if (dt_comm_init(&X, &C) != DT_OK) {
@@ -375,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_broadcast_barrier_nonblocking),
         cmocka_unit_test(test_groups),
         cmocka_unit_test(test_split_groups),
+        cmocka_unit_test(test_p2p_and_alltoall),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     /* Any rank's failure fails everyone's exit status. */

@@ -1,4 +1,5 @@
 /* Dispatch to the backend, the single-process backend, and shard arithmetic. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -283,6 +284,59 @@ dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return st;
 }
 
+/* A peer and tag the backends can take, named in the error otherwise. */
+static dt_status check_p2p(dt_ctx *ctx, const dt_comm *c, dt_group g, int peer, int tag, size_t bytes) {
+    if (peer < 0 || peer >= c->size[g])
+        return dt_fail(ctx, DT_ERR_BACKEND, "comm: peer %d is not a rank of a group of %d", peer, c->size[g]);
+    if (tag < 0 || tag > 32767) return dt_fail(ctx, DT_ERR_BACKEND, "comm: tag %d outside [0, 32767]", tag);
+    if (bytes > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "comm: a message of %zu bytes is too large", bytes);
+    return DT_OK;
+}
+
+static dt_status p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
+                     dt_comm_req **req) {
+    DT_CHECK(check_p2p(ctx, c, g, peer, tag, bytes));
+    if (req) return c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, req); /* recorded at the wait */
+    int slot = begin(c, send ? "send" : "recv", g, bytes);
+    dt_status st = c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, NULL);
+    dt_wd_end(c, slot);
+    return st;
+}
+dt_status dt_comm_send(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag) {
+    return p2p(ctx, c, g, 1, (void *)buf, bytes, peer, tag, NULL);
+}
+dt_status dt_comm_recv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag) {
+    return p2p(ctx, c, g, 0, buf, bytes, peer, tag, NULL);
+}
+dt_status dt_comm_isend(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req) {
+    *req = NULL;
+    return p2p(ctx, c, g, 1, (void *)buf, bytes, peer, tag, req);
+}
+dt_status dt_comm_irecv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req) {
+    *req = NULL;
+    return p2p(ctx, c, g, 0, buf, bytes, peer, tag, req);
+}
+dt_status dt_comm_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                            size_t esize) {
+    int slot = begin(c, "alltoallv", g, sum_counts(c, g, scounts) * esize);
+    dt_status st = c->ops->alltoallv(ctx, c, g, send, scounts, sdispls, recv, rcounts, rdispls, esize);
+    dt_wd_end(c, slot);
+    return st;
+}
+dt_status dt_comm_alltoall(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, void *recv, size_t count,
+                           size_t esize) {
+    int p = c->size[g];
+    size_t *cd = malloc(2 * (size_t)p * sizeof *cd);
+    if (!cd) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    for (int r = 0; r < p; r++) cd[r] = count, cd[p + r] = count * (size_t)r;
+    dt_status st = dt_comm_alltoallv(ctx, c, g, send, cd, cd + p, recv, cd, cd + p, esize);
+    free(cd);
+    return st;
+}
+
 void dt_comm_sum_lp(dt_dtype t, uint16_t *out, const uint16_t *in, size_t n, int parts) {
     enum { BLOCK = 512 };
     float acc[BLOCK], x[BLOCK];
@@ -379,6 +433,19 @@ static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return DT_OK;
 }
 
+static dt_status self_p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer,
+                          int tag, dt_comm_req **req) {
+    (void)c, (void)g, (void)send, (void)buf, (void)bytes, (void)peer, (void)tag, (void)req;
+    return dt_fail(ctx, DT_ERR_BACKEND, "comm: point-to-point needs a peer; this is a single process");
+}
+static dt_status self_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                                const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                                size_t esize) {
+    (void)ctx, (void)c, (void)g, (void)rcounts;
+    memcpy((char *)recv + rdispls[0] * esize, (const char *)send + sdispls[0] * esize, scounts[0] * esize);
+    return DT_OK;
+}
+
 static dt_status self_group_split(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n) {
     int me;
     DT_CHECK(dt_comm_check_members(ctx, c, ranks, n, &me)); /* only {0} passes */
@@ -391,7 +458,7 @@ static const dt_comm_ops self_ops = {
     "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter_ordered,
     self_allgatherv, self_allreduce_ordered_lp, self_reduce_scatter_ordered_lp, self_allgatherv_bf16,
     self_reduce_scatter, self_allgather, self_broadcast, self_barrier, self_iallreduce, self_wait,
-    self_group_split, NULL,
+    self_group_split, NULL, self_p2p, self_alltoallv,
 };
 
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {

@@ -158,6 +158,27 @@ dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, si
                              dt_comm_req **req);
 dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
 
+/* Point-to-point between ranks of group g (peer: a rank of g; tag: any value in [0, 32767]
+ * telling apart messages between the same pair, matched in order per pair and tag), bytes as
+ * they are. Over MPI everywhere (inside a node MPI's own shared-memory transport carries them).
+ * The single-process backend has no peer and refuses. The non-blocking forms complete with
+ * dt_comm_wait; their buffers must stay untouched until then. */
+dt_status dt_comm_send(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag);
+dt_status dt_comm_recv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag);
+dt_status dt_comm_isend(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req);
+dt_status dt_comm_irecv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req);
+/* All-to-all of esize-byte elements over group g: rank r's scounts[q] elements at
+ * send + sdispls[q] land at rank q's recv + rdispls[r] (rcounts[r] elements, equal to r's
+ * scounts[q]). Counts and displacements in elements; send and recv must not overlap. */
+dt_status dt_comm_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                            size_t esize);
+/* The same with `count` elements to and from every rank, packed in rank order. */
+dt_status dt_comm_alltoall(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, void *recv, size_t count,
+                           size_t esize);
+
 /* The cost model (comm_fit.h; NULL: none): from now on every collective of a group of 2+ ranks
  * adds its predicted time, by the fit of its kind (the bf16 variants by their f32 kind at
  * their own bytes), to dt_comm_predicted_us. The model is copied. */

@@ -35,6 +35,12 @@ typedef struct dt_comm_ops {
      * member list: comm.h dt_comm_group_split */
     dt_status (*group_split)(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n);
     int (*group_shm)(const dt_comm *c, dt_group g); /* (optional) */
+    /* point-to-point (send: 1, receive: 0); req NULL: blocking */
+    dt_status (*p2p)(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
+                     dt_comm_req **req);
+    dt_status (*alltoallv)(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                           const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                           size_t esize);
 } dt_comm_ops;
 
 struct dt_comm {

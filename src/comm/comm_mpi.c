@@ -546,13 +546,65 @@ static dt_status m_group_split(dt_ctx *ctx, dt_comm *c, dt_group g, const int *r
     return DT_OK;
 }
 
+static dt_status m_p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
+                       dt_comm_req **req) {
+    MPI_Comm comm = comm_of(c, g);
+    if (!req) {
+        if (send) MPI_TRY(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, comm), "MPI_Send");
+        else MPI_TRY(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    } else {
+        dt_comm_req *r = malloc(sizeof *r);
+        if (!r) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+        int rc = send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &r->r)
+                      : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &r->r);
+        if (rc != MPI_SUCCESS) {
+            free(r);
+            return mpi_err(ctx, c, rc, send ? "MPI_Isend" : "MPI_Irecv");
+        }
+        *req = r;
+    }
+    if (send) c->bytes += bytes;
+    return DT_OK;
+}
+
+/* Counts in elements of a contiguous type of esize bytes, so int counts reach esize x 2^31. */
+static dt_status m_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                             const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                             size_t esize) {
+    int p = c->size[g], me = c->rank[g];
+    if (esize == 0 || esize > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "comm: all-to-all of %zu-byte elements", esize);
+    int *ic = malloc(4 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    dt_status st = DT_OK;
+    size_t sent = 0;
+    for (int r = 0; r < p && st == DT_OK; r++) {
+        st = to_int(ctx, scounts[r], &ic[r]);
+        if (st == DT_OK) st = to_int(ctx, sdispls[r], &ic[p + r]);
+        if (st == DT_OK) st = to_int(ctx, rcounts[r], &ic[2 * p + r]);
+        if (st == DT_OK) st = to_int(ctx, rdispls[r], &ic[3 * p + r]);
+        if (r != me) sent += scounts[r];
+    }
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    if (st == DT_OK) {
+        int rc = MPI_Type_contiguous((int)esize, MPI_BYTE, &t);
+        if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&t);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Alltoallv(send, ic, ic + p, t, recv, ic + 2 * p, ic + 3 * p, t, comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
+        if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+        c->bytes += sent * esize;
+    }
+    free(ic);
+    return st;
+}
+
 static int m_group_shm(const dt_comm *c, dt_group g) { return shm_of((dt_comm *)c, g) != NULL; }
 
 static const dt_comm_ops mpi_ops = {
     "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter_ordered,
     m_allgatherv, m_allreduce_ordered_lp, m_reduce_scatter_ordered_lp, m_allgatherv_bf16,
     m_reduce_scatter, m_allgather, m_broadcast, m_barrier, m_iallreduce, m_wait,
-    m_group_split, m_group_shm,
+    m_group_split, m_group_shm, m_p2p, m_alltoallv,
 };
 
 dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
