@@ -51,9 +51,10 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
 const char *dt_comm_routing(const dt_comm *c) { return c->size[DT_GROUP_WORLD] > 1 ? "MPI" : "no communication"; }
 #endif
 
-static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
+static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi, int concurrent) {
     dt_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    c->concurrent = concurrent;
     dt_status st = mpi ? dt_comm_mpi_init(ctx, c) : dt_comm_self_init(ctx, c);
     if (st != DT_OK) {
         free(c);
@@ -63,14 +64,17 @@ static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
     return DT_OK;
 }
 
-dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out) {
-    DT_CHECK(init_with(ctx, out, dt_comm_launched_by_mpi()));
+static dt_status init_launched(dt_ctx *ctx, dt_comm **out, int concurrent) {
+    DT_CHECK(init_with(ctx, out, dt_comm_launched_by_mpi(), concurrent));
     ctx->rank = (*out)->rank[DT_GROUP_WORLD];
     ctx->world = (*out)->size[DT_GROUP_WORLD];
     return DT_OK;
 }
 
-dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, out, 0); }
+dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out) { return init_launched(ctx, out, 0); }
+dt_status dt_comm_init_concurrent(dt_ctx *ctx, dt_comm **out) { return init_launched(ctx, out, 1); }
+
+dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, out, 0, 0); }
 
 void dt_comm_free(dt_comm *c) {
     if (!c) return;

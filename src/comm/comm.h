@@ -35,6 +35,15 @@ typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
  * from the launcher's environment) or DTRAIN_COMM=mpi, else the single-process backend.
  * Sets ctx->rank and ctx->world. */
 dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out);
+/* dt_comm_init for a process mesh with tensor, context, expert or pipeline groups: MPI at
+ * MPI_THREAD_MULTIPLE (refused when the library does not provide it), so that collectives of
+ * different groups may run on different threads at once - the data-parallel lane (the
+ * communication thread's FIFO of gradient buckets) and the compute thread's TP / CP / EP
+ * collectives and PP transfers - and neither waits behind the other (docs/ARCHITECTURE.md
+ * decision 61). Each group's operations must still come from one thread at a time, in the same
+ * order on all its ranks. Plain data parallelism keeps dt_comm_init (MPI_THREAD_SERIALIZED).
+ * The cost model's sum (dt_comm_predicted_us) is not kept exactly under concurrent lanes. */
+dt_status dt_comm_init_concurrent(dt_ctx *ctx, dt_comm **out);
 /* Whether dt_comm_init would start MPI (a launcher's environment, or DTRAIN_COMM=mpi). */
 int dt_comm_launched_by_mpi(void);
 /* This process's world rank as the launcher's environment says, before dt_comm_init

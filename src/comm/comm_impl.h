@@ -48,7 +48,8 @@ struct dt_comm {
     int rank[DT_GROUP_MAX], size[DT_GROUP_MAX];
     int ngroups; /* groups in use: DT_GROUP_N built-in, then dt_comm_group_split's */
     int nodes;
-    uint64_t bytes;
+    _Atomic uint64_t bytes; /* atomic: concurrent lanes (dt_comm_init_concurrent) add to it at once */
+    int concurrent;         /* MPI_THREAD_MULTIPLE: a thread per group class may run collectives */
     void *impl; /* backend state */
     struct dt_watchdog *wd; /* collective records and the watchdog thread */
     int hier_on;            /* the world's ordered all-reduce runs hierarchically now (comm_mpi.c) */

@@ -615,8 +615,11 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
      * user set wins. */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_Initialized(&inited);
-    /* SERIALIZED: a communication thread may run collectives, never two threads at once. */
-    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    /* SERIALIZED: a communication thread may run collectives, never two threads at once.
+     * MULTIPLE only for concurrent lanes (comm.h dt_comm_init_concurrent): it costs a lock
+     * in every MPI call, which plain data parallelism does not need. */
+    int want = c->concurrent ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+    if (!inited && MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
         return dt_fail(ctx, DT_ERR_BACKEND, "MPI_Init_thread failed");
     if (inited) MPI_Query_thread(&provided);
     c->ops = &mpi_ops;
@@ -630,8 +633,9 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     MPI_Comm_set_errhandler(s->comm[DT_GROUP_WORLD], MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->comm[DT_GROUP_WORLD], &c->rank[DT_GROUP_WORLD]);
     MPI_Comm_size(s->comm[DT_GROUP_WORLD], &c->size[DT_GROUP_WORLD]);
-    if (provided < MPI_THREAD_SERIALIZED)
-        return dt_fail(ctx, DT_ERR_BACKEND, "the MPI library provides thread level %d, need MPI_THREAD_SERIALIZED", provided);
+    if (provided < want)
+        return dt_fail(ctx, DT_ERR_BACKEND, "the MPI library provides thread level %d, need %s", provided,
+                       c->concurrent ? "MPI_THREAD_MULTIPLE (concurrent communication lanes)" : "MPI_THREAD_SERIALIZED");
     /* Node identity: DTRAIN_NODE_ID (simulated nodes) or the host name. Ranks with the same
      * name form a node; nodes are numbered in order of their lowest rank. */
     char mine[NAME_LEN] = "";
