@@ -273,6 +273,155 @@ static void test_groups(void **state) {
     assert_true(x == (float)node_size);
 }
 
+/* The collectives of a split group against the same sums by hand: ordered all-reduce and
+ * reduce-scatter bitwise in the group's rank order (members[] in world ranks), gathers and a
+ * broadcast from the group's last rank. */
+static void check_group(dt_group g, const int *members, int n) {
+    int me = dt_comm_rank(C, g);
+    assert_int_equal(dt_comm_size(C, g), n);
+    assert_int_equal(members[me], dt_comm_rank(C, DT_GROUP_WORLD));
+    size_t len = 301, cnt[8], off[8];
+    float *a = tu_malloc(len * 4), *scratch = tu_malloc(len * 4 * (size_t)n), *out = tu_malloc(len * 4);
+    for (size_t i = 0; i < len; i++) a[i] = val(members[me], i);
+    assert_int_equal(dt_comm_allreduce_ordered(&X, C, g, a, len, scratch), DT_OK);
+    for (size_t i = 0; i < len; i++) {
+        float want = val(members[0], i);
+        for (int r = 1; r < n; r++) want += val(members[r], i);
+        assert_true(a[i] == want);
+    }
+    dt_comm_split(len, n, cnt, off);
+    for (size_t i = 0; i < len; i++) a[i] = val(members[me], i);
+    assert_int_equal(dt_comm_reduce_scatter_ordered(&X, C, g, a, cnt, off, out, scratch), DT_OK);
+    for (size_t i = 0; i < cnt[me]; i++) {
+        float want = val(members[0], off[me] + i);
+        for (int r = 1; r < n; r++) want += val(members[r], off[me] + i);
+        assert_true(out[i] == want);
+    }
+    for (size_t i = 0; i < len; i++) a[i] = -1.0f;
+    for (size_t i = 0; i < cnt[me]; i++) a[off[me] + i] = val(members[me], off[me] + i);
+    assert_int_equal(dt_comm_allgatherv(&X, C, g, a, cnt, off), DT_OK);
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < cnt[r]; i++) assert_true(a[off[r] + i] == val(members[r], off[r] + i));
+    int64_t word = members[me] * 10 + 1, all[8];
+    assert_int_equal(dt_comm_allgather_words(&X, C, g, &word, 1, all), DT_OK);
+    for (int r = 0; r < n; r++) assert_true(all[r] == members[r] * 10 + 1);
+    int64_t b = me == n - 1 ? 4242 : 0;
+    assert_int_equal(dt_comm_broadcast(&X, C, g, &b, sizeof b, n - 1), DT_OK);
+    assert_true(b == 4242);
+    assert_int_equal(dt_comm_barrier(&X, C, g), DT_OK);
+    free(a);
+    free(scratch);
+    free(out);
+}
+
+/* Groups as values (dt_comm_group_split): with 3 ranks on node0 = {0, 1}, node1 = {2}, a
+ * node-local group listed in reverse order ({1, 0}: its shared-memory segment of its own,
+ * when the node has one) and a cross-node group ({0, 2}: MPI); lists that do not partition the
+ * world fail on every rank and make no group. One process: {0}. */
+static void test_split_groups(void **state) {
+    (void)state;
+    int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
+    dt_group a, b;
+    if (W == 1) {
+        assert_int_equal(dt_comm_group_split(&X, C, (int[]){0}, 1, &a), DT_OK);
+        assert_true(a >= DT_GROUP_N);
+        check_group(a, (int[]){0}, 1);
+        assert_int_equal(dt_comm_group_split(&X, C, (int[]){1}, 1, &b), DT_ERR_BACKEND);
+        assert_non_null(strstr(X.err, "not a rank of the world"));
+        return;
+    }
+    assert_int_equal(W, 3);
+    int node_shm = strstr(dt_comm_routing(C), "shared memory") != NULL;
+    const int *la = me < 2 ? (int[]){1, 0} : (int[]){2};
+    int na = me < 2 ? 2 : 1;
+    assert_int_equal(dt_comm_group_split(&X, C, la, na, &a), DT_OK);
+    assert_int_equal(dt_comm_group_shm(C, a), me < 2 && node_shm);
+    check_group(a, la, na);
+    const int *lb = me != 1 ? (int[]){0, 2} : (int[]){1};
+    int nb = me != 1 ? 2 : 1;
+    assert_int_equal(dt_comm_group_split(&X, C, lb, nb, &b), DT_OK);
+    assert_true(b != a && b >= DT_GROUP_N && a >= DT_GROUP_N);
+    assert_int_equal(dt_comm_group_shm(C, b), 0);
+    check_group(b, lb, nb);
+    /* a again, after b: groups keep their own communicators */
+    check_group(a, la, na);
+    /* rank 0 lists {0, 1}, rank 1 lists {1, 2}: no partition */
+    const int *bad = me == 0 ? (int[]){0, 1} : me == 1 ? (int[]){1, 2} : (int[]){2};
+    dt_group z = -1;
+    assert_int_equal(dt_comm_group_split(&X, C, bad, me < 2 ? 2 : 1, &z), DT_ERR_BACKEND);
+    assert_non_null(strstr(X.err, "partition the world"));
+    assert_int_equal(z, -1);
+    /* rank 2 puts itself in no group it names */
+    const int *bad2 = me < 2 ? (int[]){0, 1} : (int[]){0};
+    assert_int_equal(dt_comm_group_split(&X, C, bad2, me < 2 ? 2 : 1, &z), DT_ERR_BACKEND);
+    assert_int_equal(z, -1);
+    /* the next split still works */
+    dt_group w;
+    assert_int_equal(dt_comm_group_split(&X, C, (int[]){0, 1, 2}, 3, &w), DT_OK);
+    check_group(w, (int[]){0, 1, 2}, 3);
+}
+
+/* Point-to-point and all-to-all: a ring of non-blocking sends on the world, blocking
+ * ping-pong on a split group across the nodes, all-to-allv with uneven counts (rank r sends
+ * r + q + 1 elements to q) on the world and all-to-all on a split group; one process: the
+ * all-to-all is a copy and point-to-point is refused. */
+static int64_t a2a_val(int from, int to, size_t i) { return (int64_t)from * 1000000 + to * 1000 + (int64_t)i; }
+
+static void test_p2p_and_alltoall(void **state) {
+    (void)state;
+    int W = dt_comm_size(C, DT_GROUP_WORLD), me = dt_comm_rank(C, DT_GROUP_WORLD);
+    /* all-to-allv over the world */
+    size_t sc[8], sd[8], rc[8], rd[8], so = 0, ro = 0;
+    for (int q = 0; q < W; q++) {
+        sc[q] = (size_t)(me + q + 1), sd[q] = so, so += sc[q];
+        rc[q] = (size_t)(q + me + 1), rd[q] = ro, ro += rc[q];
+    }
+    int64_t *snd = tu_malloc(so * 8), *rcv = tu_malloc(ro * 8);
+    for (int q = 0; q < W; q++)
+        for (size_t i = 0; i < sc[q]; i++) snd[sd[q] + i] = a2a_val(me, q, i);
+    assert_int_equal(dt_comm_alltoallv(&X, C, DT_GROUP_WORLD, snd, sc, sd, rcv, rc, rd, 8), DT_OK);
+    for (int q = 0; q < W; q++)
+        for (size_t i = 0; i < rc[q]; i++) assert_true(rcv[rd[q] + i] == a2a_val(q, me, i));
+    free(snd);
+    free(rcv);
+    if (W == 1) {
+        char x = 0;
+        assert_int_equal(dt_comm_send(&X, C, DT_GROUP_WORLD, &x, 1, 0, 0), DT_ERR_BACKEND);
+        return;
+    }
+    /* a ring: everyone posts its receive and its send, then waits */
+    double out = me + 0.5, in = -1;
+    dt_comm_req *rq, *sq;
+    assert_int_equal(dt_comm_irecv(&X, C, DT_GROUP_WORLD, &in, sizeof in, (me + W - 1) % W, 7, &rq), DT_OK);
+    assert_int_equal(dt_comm_isend(&X, C, DT_GROUP_WORLD, &out, sizeof out, (me + 1) % W, 7, &sq), DT_OK);
+    assert_int_equal(dt_comm_wait(&X, C, sq), DT_OK);
+    assert_int_equal(dt_comm_wait(&X, C, rq), DT_OK);
+    assert_true(in == (me + W - 1) % W + 0.5);
+    assert_int_equal(dt_comm_send(&X, C, DT_GROUP_WORLD, &out, sizeof out, W, 0), DT_ERR_BACKEND);
+    assert_non_null(strstr(X.err, "peer 3 is not a rank of a group of 3"));
+    /* ping-pong on {0, 2} (across the nodes), in group ranks */
+    dt_group b;
+    const int *lb = me != 1 ? (int[]){0, 2} : (int[]){1};
+    assert_int_equal(dt_comm_group_split(&X, C, lb, me != 1 ? 2 : 1, &b), DT_OK);
+    if (me != 1) {
+        int gr = dt_comm_rank(C, b);
+        int64_t v = 0;
+        if (gr == 0) {
+            v = 99;
+            assert_int_equal(dt_comm_send(&X, C, b, &v, 8, 1, 3), DT_OK);
+            assert_int_equal(dt_comm_recv(&X, C, b, &v, 8, 1, 4), DT_OK);
+            assert_true(v == 100);
+        } else {
+            assert_int_equal(dt_comm_recv(&X, C, b, &v, 8, 0, 3), DT_OK);
+            v++;
+            assert_int_equal(dt_comm_send(&X, C, b, &v, 8, 0, 4), DT_OK);
+        }
+        float s2[2] = {(float)me, (float)me + 0.25f}, r2[2];
+        assert_int_equal(dt_comm_alltoall(&X, C, b, s2, r2, 1, sizeof(float)), DT_OK);
+        assert_true(r2[0] == 0.0f + (gr == 1 ? 0.25f : 0.0f) && r2[1] == 2.0f + (gr == 1 ? 0.25f : 0.0f));
+    }
+}
+
 int main(void) {
     dt_ctx_init(&X);
     if (dt_comm_init(&X, &C) != DT_OK) {
@@ -286,6 +435,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_reduce_scatter_and_allgather),
         cmocka_unit_test(test_broadcast_barrier_nonblocking),
         cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_split_groups),
+        cmocka_unit_test(test_p2p_and_alltoall),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     /* Any rank's failure fails everyone's exit status. */

@@ -1,4 +1,5 @@
 /* Dispatch to the backend, the single-process backend, and shard arithmetic. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,9 +51,10 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
 const char *dt_comm_routing(const dt_comm *c) { return c->size[DT_GROUP_WORLD] > 1 ? "MPI" : "no communication"; }
 #endif
 
-static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
+static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi, int concurrent) {
     dt_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    c->concurrent = concurrent;
     dt_status st = mpi ? dt_comm_mpi_init(ctx, c) : dt_comm_self_init(ctx, c);
     if (st != DT_OK) {
         free(c);
@@ -62,14 +64,17 @@ static dt_status init_with(dt_ctx *ctx, dt_comm **out, int mpi) {
     return DT_OK;
 }
 
-dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out) {
-    DT_CHECK(init_with(ctx, out, dt_comm_launched_by_mpi()));
+static dt_status init_launched(dt_ctx *ctx, dt_comm **out, int concurrent) {
+    DT_CHECK(init_with(ctx, out, dt_comm_launched_by_mpi(), concurrent));
     ctx->rank = (*out)->rank[DT_GROUP_WORLD];
     ctx->world = (*out)->size[DT_GROUP_WORLD];
     return DT_OK;
 }
 
-dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, out, 0); }
+dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out) { return init_launched(ctx, out, 0); }
+dt_status dt_comm_init_concurrent(dt_ctx *ctx, dt_comm **out) { return init_launched(ctx, out, 1); }
+
+dt_status dt_comm_init_self(dt_ctx *ctx, dt_comm **out) { return init_with(ctx, out, 0, 0); }
 
 void dt_comm_free(dt_comm *c) {
     if (!c) return;
@@ -81,6 +86,47 @@ void dt_comm_free(dt_comm *c) {
 
 void dt_comm_abort(dt_comm *c, int code) {
     if (c && c->ops->abort) c->ops->abort(c, code);
+}
+
+static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes);
+
+dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, dt_group *out) {
+    /* The same answer on every rank (a rank over the limit is over it everywhere: all split
+     * the same number of times), so nobody enters the backend's collective alone. */
+    if (c->ngroups >= DT_GROUP_MAX)
+        return dt_fail(ctx, DT_ERR_BACKEND, "comm: more than %d groups", DT_GROUP_MAX);
+    dt_group g = c->ngroups++;
+    c->rank[g] = -1;
+    c->size[g] = n;
+    int slot = begin(c, "group_split", DT_GROUP_WORLD, 0);
+    dt_status st = c->ops->group_split(ctx, c, g, ranks, n);
+    dt_wd_end(c, slot);
+    if (st != DT_OK) {
+        c->ngroups--;
+        return st;
+    }
+    *out = g;
+    return DT_OK;
+}
+
+int dt_comm_group_shm(const dt_comm *c, dt_group g) { return c->ops->group_shm ? c->ops->group_shm(c, g) : 0; }
+
+/* Checks this rank's member list (backends share it): n ranks of the world, no repeats, this
+ * rank among them. Local: a list that passes here can still disagree with another member's,
+ * which the backend's split finds. */
+dt_status dt_comm_check_members(dt_ctx *ctx, const dt_comm *c, const int *ranks, int n, int *me) {
+    int W = c->size[DT_GROUP_WORLD], wr = c->rank[DT_GROUP_WORLD];
+    *me = -1;
+    if (n < 1 || n > W) return dt_fail(ctx, DT_ERR_BACKEND, "comm: a group of %d ranks in a world of %d", n, W);
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= W)
+            return dt_fail(ctx, DT_ERR_BACKEND, "comm: group member %d is not a rank of the world of %d", ranks[i], W);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) return dt_fail(ctx, DT_ERR_BACKEND, "comm: rank %d twice in a group", ranks[i]);
+        if (ranks[i] == wr) *me = i;
+    }
+    if (*me < 0) return dt_fail(ctx, DT_ERR_BACKEND, "comm: rank %d split into a group without it", wr);
+    return DT_OK;
 }
 
 int dt_comm_rank(const dt_comm *c, dt_group g) { return c->rank[g]; }
@@ -112,9 +158,10 @@ static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
     static const char *const gname[DT_GROUP_N] = {"world", "node", "cross"};
     const char *mop = c->model && c->size[g] > 1 ? model_op(op) : NULL;
     const dt_comm_fit_line *l = NULL;
+    /* a split group (the mesh's) takes the fit of its kind over all ranks (no level of its own) */
     if (mop && g == DT_GROUP_WORLD && !c->hier_on && c->nodes > 1 && !strcmp(mop, "allreduce_ordered"))
         l = dt_comm_fit_find(c->model, "allreduce_ordered_flat", (double)bytes);
-    if (mop && !l && g != DT_GROUP_WORLD) l = dt_comm_fit_find_in(c->model, gname[g], mop, (double)bytes);
+    if (mop && !l && g != DT_GROUP_WORLD && g < DT_GROUP_N) l = dt_comm_fit_find_in(c->model, gname[g], mop, (double)bytes);
     if (mop && !l) l = dt_comm_fit_find(c->model, mop, (double)bytes);
     if (l) c->predicted_us += dt_comm_fit_predict_us(l, (double)bytes);
     return dt_wd_begin(c, op, g, bytes);
@@ -241,6 +288,59 @@ dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return st;
 }
 
+/* A peer and tag the backends can take, named in the error otherwise. */
+static dt_status check_p2p(dt_ctx *ctx, const dt_comm *c, dt_group g, int peer, int tag, size_t bytes) {
+    if (peer < 0 || peer >= c->size[g])
+        return dt_fail(ctx, DT_ERR_BACKEND, "comm: peer %d is not a rank of a group of %d", peer, c->size[g]);
+    if (tag < 0 || tag > 32767) return dt_fail(ctx, DT_ERR_BACKEND, "comm: tag %d outside [0, 32767]", tag);
+    if (bytes > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "comm: a message of %zu bytes is too large", bytes);
+    return DT_OK;
+}
+
+static dt_status p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
+                     dt_comm_req **req) {
+    DT_CHECK(check_p2p(ctx, c, g, peer, tag, bytes));
+    if (req) return c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, req); /* recorded at the wait */
+    int slot = begin(c, send ? "send" : "recv", g, bytes);
+    dt_status st = c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, NULL);
+    dt_wd_end(c, slot);
+    return st;
+}
+dt_status dt_comm_send(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag) {
+    return p2p(ctx, c, g, 1, (void *)buf, bytes, peer, tag, NULL);
+}
+dt_status dt_comm_recv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag) {
+    return p2p(ctx, c, g, 0, buf, bytes, peer, tag, NULL);
+}
+dt_status dt_comm_isend(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req) {
+    *req = NULL;
+    return p2p(ctx, c, g, 1, (void *)buf, bytes, peer, tag, req);
+}
+dt_status dt_comm_irecv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req) {
+    *req = NULL;
+    return p2p(ctx, c, g, 0, buf, bytes, peer, tag, req);
+}
+dt_status dt_comm_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                            size_t esize) {
+    int slot = begin(c, "alltoallv", g, sum_counts(c, g, scounts) * esize);
+    dt_status st = c->ops->alltoallv(ctx, c, g, send, scounts, sdispls, recv, rcounts, rdispls, esize);
+    dt_wd_end(c, slot);
+    return st;
+}
+dt_status dt_comm_alltoall(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, void *recv, size_t count,
+                           size_t esize) {
+    int p = c->size[g];
+    size_t *cd = malloc(2 * (size_t)p * sizeof *cd);
+    if (!cd) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    for (int r = 0; r < p; r++) cd[r] = count, cd[p + r] = count * (size_t)r;
+    dt_status st = dt_comm_alltoallv(ctx, c, g, send, cd, cd + p, recv, cd, cd + p, esize);
+    free(cd);
+    return st;
+}
+
 void dt_comm_sum_lp(dt_dtype t, uint16_t *out, const uint16_t *in, size_t n, int parts) {
     enum { BLOCK = 512 };
     float acc[BLOCK], x[BLOCK];
@@ -337,10 +437,32 @@ static dt_status self_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
     return DT_OK;
 }
 
+static dt_status self_p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer,
+                          int tag, dt_comm_req **req) {
+    (void)c, (void)g, (void)send, (void)buf, (void)bytes, (void)peer, (void)tag, (void)req;
+    return dt_fail(ctx, DT_ERR_BACKEND, "comm: point-to-point needs a peer; this is a single process");
+}
+static dt_status self_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                                const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                                size_t esize) {
+    (void)ctx, (void)c, (void)g, (void)rcounts;
+    memcpy((char *)recv + rdispls[0] * esize, (const char *)send + sdispls[0] * esize, scounts[0] * esize);
+    return DT_OK;
+}
+
+static dt_status self_group_split(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n) {
+    int me;
+    DT_CHECK(dt_comm_check_members(ctx, c, ranks, n, &me)); /* only {0} passes */
+    c->rank[g] = 0;
+    c->size[g] = 1;
+    return DT_OK;
+}
+
 static const dt_comm_ops self_ops = {
     "self", NULL, NULL, self_allreduce, self_allreduce_ordered, self_reduce_scatter_ordered,
     self_allgatherv, self_allreduce_ordered_lp, self_reduce_scatter_ordered_lp, self_allgatherv_bf16,
     self_reduce_scatter, self_allgather, self_broadcast, self_barrier, self_iallreduce, self_wait,
+    self_group_split, NULL, self_p2p, self_alltoallv,
 };
 
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {
@@ -351,5 +473,6 @@ dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c) {
         c->size[g] = 1;
     }
     c->nodes = 1;
+    c->ngroups = DT_GROUP_N;
     return DT_OK;
 }

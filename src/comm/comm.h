@@ -2,10 +2,11 @@
  * uses. Nothing outside src/comm calls MPI. Backends (comm_impl.h) fill a table of
  * functions: `self` for a single process (no MPI at all), `mpi` over any MPI-3 library.
  *
- * Groups: DT_GROUP_WORLD (all ranks), DT_GROUP_NODE (ranks sharing this node), and
- * DT_GROUP_CROSS (the ranks with this rank's node-local index, one per node). The node of a
- * rank is its host name, or DTRAIN_NODE_ID when set (to simulate several nodes on one
- * machine).
+ * Groups are values the communicator hands out. Three exist from the start: DT_GROUP_WORLD
+ * (all ranks), DT_GROUP_NODE (ranks sharing this node), and DT_GROUP_CROSS (the ranks with
+ * this rank's node-local index, one per node); dt_comm_group_split makes more (the process
+ * mesh's groups, parallel/mesh.h), once, at start. The node of a rank is its host name, or
+ * DTRAIN_NODE_ID when set (to simulate several nodes on one machine).
  *
  *   dt_comm *c; DT_CHECK(dt_comm_init(ctx, &c));          // MPI if launched by mpirun/srun
  *   DT_CHECK(dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, buf, n, DT_F32, DT_SUM));
@@ -23,13 +24,26 @@
 typedef struct dt_comm dt_comm;
 typedef struct dt_comm_req dt_comm_req;
 
-typedef enum dt_group { DT_GROUP_WORLD, DT_GROUP_NODE, DT_GROUP_CROSS, DT_GROUP_N } dt_group;
+/* A group: an index into the communicator's table. The built-in ones are fixed values; those
+ * of dt_comm_group_split follow them (DT_GROUP_N, DT_GROUP_N + 1, ...). */
+typedef int dt_group;
+enum { DT_GROUP_WORLD, DT_GROUP_NODE, DT_GROUP_CROSS, DT_GROUP_N /* the built-in groups */ };
+#define DT_GROUP_MAX 32 /* groups of one communicator, built-in ones included */
 typedef enum dt_redop { DT_SUM, DT_MAX, DT_MIN } dt_redop;
 
 /* Starts the MPI backend when the process was launched by mpirun/mpiexec/srun (detected
  * from the launcher's environment) or DTRAIN_COMM=mpi, else the single-process backend.
  * Sets ctx->rank and ctx->world. */
 dt_status dt_comm_init(dt_ctx *ctx, dt_comm **out);
+/* dt_comm_init for a process mesh with tensor, context, expert or pipeline groups: MPI at
+ * MPI_THREAD_MULTIPLE (refused when the library does not provide it), so that collectives of
+ * different groups may run on different threads at once - the data-parallel lane (the
+ * communication thread's FIFO of gradient buckets) and the compute thread's TP / CP / EP
+ * collectives and PP transfers - and neither waits behind the other (docs/ARCHITECTURE.md
+ * decision 61). Each group's operations must still come from one thread at a time, in the same
+ * order on all its ranks. Plain data parallelism keeps dt_comm_init (MPI_THREAD_SERIALIZED).
+ * The cost model's sum (dt_comm_predicted_us) is not kept exactly under concurrent lanes. */
+dt_status dt_comm_init_concurrent(dt_ctx *ctx, dt_comm **out);
 /* Whether dt_comm_init would start MPI (a launcher's environment, or DTRAIN_COMM=mpi). */
 int dt_comm_launched_by_mpi(void);
 /* This process's world rank as the launcher's environment says, before dt_comm_init
@@ -43,6 +57,18 @@ void dt_comm_free(dt_comm *c);
 /* Ends every rank of the job after a fatal error on this one (MPI_Abort); returns only for
  * the single-process backend. */
 void dt_comm_abort(dt_comm *c, int code);
+
+/* Splits the world into groups and hands this rank's out: a collective over the world, every
+ * rank calling it at the same point with its own group's world ranks (which include it), in
+ * the group's rank order; the groups of one call must partition the world (each rank's list
+ * is the same list on every member). Makes a communicator of the group once (MPI: a split of
+ * the world), and, when all its ranks share a node and shared memory is on (dt_comm_set_shm),
+ * a shared-memory segment of its own, so its ordered collectives and gathers run there as the
+ * node group's do (the same bits either way). Fails on every rank (naming the first
+ * inconsistency) when the lists do not form a partition, or after DT_GROUP_MAX groups. */
+dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, dt_group *out);
+/* Whether group g's ordered collectives and gathers run over shared memory now. */
+int dt_comm_group_shm(const dt_comm *c, dt_group g);
 
 int dt_comm_rank(const dt_comm *c, dt_group g);
 int dt_comm_size(const dt_comm *c, dt_group g);
@@ -140,6 +166,27 @@ dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g);
 dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                              dt_comm_req **req);
 dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
+
+/* Point-to-point between ranks of group g (peer: a rank of g; tag: any value in [0, 32767]
+ * telling apart messages between the same pair, matched in order per pair and tag), bytes as
+ * they are. Over MPI everywhere (inside a node MPI's own shared-memory transport carries them).
+ * The single-process backend has no peer and refuses. The non-blocking forms complete with
+ * dt_comm_wait; their buffers must stay untouched until then. */
+dt_status dt_comm_send(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag);
+dt_status dt_comm_recv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag);
+dt_status dt_comm_isend(dt_ctx *ctx, dt_comm *c, dt_group g, const void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req);
+dt_status dt_comm_irecv(dt_ctx *ctx, dt_comm *c, dt_group g, void *buf, size_t bytes, int peer, int tag,
+                        dt_comm_req **req);
+/* All-to-all of esize-byte elements over group g: rank r's scounts[q] elements at
+ * send + sdispls[q] land at rank q's recv + rdispls[r] (rcounts[r] elements, equal to r's
+ * scounts[q]). Counts and displacements in elements; send and recv must not overlap. */
+dt_status dt_comm_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                            const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                            size_t esize);
+/* The same with `count` elements to and from every rank, packed in rank order. */
+dt_status dt_comm_alltoall(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, void *recv, size_t count,
+                           size_t esize);
 
 /* The cost model (comm_fit.h; NULL: none): from now on every collective of a group of 2+ ranks
  * adds its predicted time, by the fit of its kind (the bf16 variants by their f32 kind at

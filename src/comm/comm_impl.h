@@ -31,13 +31,25 @@ typedef struct dt_comm_ops {
     dt_status (*barrier)(dt_ctx *ctx, dt_comm *c, dt_group g);
     dt_status (*iallreduce)(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n, dt_comm_req **req);
     dt_status (*wait)(dt_ctx *ctx, dt_comm *c, dt_comm_req *req);
+    /* makes group g (c->ngroups - 1 is its slot; sets c->rank[g], c->size[g]) from this rank's
+     * member list: comm.h dt_comm_group_split */
+    dt_status (*group_split)(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n);
+    int (*group_shm)(const dt_comm *c, dt_group g); /* (optional) */
+    /* point-to-point (send: 1, receive: 0); req NULL: blocking */
+    dt_status (*p2p)(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
+                     dt_comm_req **req);
+    dt_status (*alltoallv)(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                           const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                           size_t esize);
 } dt_comm_ops;
 
 struct dt_comm {
     const dt_comm_ops *ops;
-    int rank[DT_GROUP_N], size[DT_GROUP_N];
+    int rank[DT_GROUP_MAX], size[DT_GROUP_MAX];
+    int ngroups; /* groups in use: DT_GROUP_N built-in, then dt_comm_group_split's */
     int nodes;
-    uint64_t bytes;
+    _Atomic uint64_t bytes; /* atomic: concurrent lanes (dt_comm_init_concurrent) add to it at once */
+    int concurrent;         /* MPI_THREAD_MULTIPLE: a thread per group class may run collectives */
     void *impl; /* backend state */
     struct dt_watchdog *wd; /* collective records and the watchdog thread */
     int hier_on;            /* the world's ordered all-reduce runs hierarchically now (comm_mpi.c) */
@@ -53,6 +65,9 @@ void dt_wd_free(dt_comm *c);
 /* The owner's step of the 16-bit reductions (comm.h; t = DT_BF16 or DT_F16): out[i] = t of
  * the f32 sum, in rank order, of the widened contributions stacked at in[r * n + i], r < parts. */
 void dt_comm_sum_lp(dt_dtype t, uint16_t *out, const uint16_t *in, size_t n, int parts);
+
+/* Checks this rank's member list of dt_comm_group_split; *me = its index there. */
+dt_status dt_comm_check_members(dt_ctx *ctx, const dt_comm *c, const int *ranks, int n, int *me);
 
 /* Backend constructors. */
 dt_status dt_comm_self_init(dt_ctx *ctx, dt_comm *c);

@@ -15,8 +15,10 @@
 #define NAME_LEN 256
 
 typedef struct mpi_state {
-    MPI_Comm comm[DT_GROUP_N];
+    MPI_Comm comm[DT_GROUP_MAX];
     dt_shm *shm; /* the node's shared-memory segment (NULL: none, MPI everywhere) */
+    dt_shm *gshm[DT_GROUP_MAX]; /* split groups inside the node: a segment each (NULL: MPI) */
+    int node_id; /* the lowest world rank of this rank's node: the same for all ranks of a node */
     int shm_on;  /* route node-local groups to it (dt_comm_set_shm) */
     int hier_ok; /* several nodes, equal sizes > 1, each node's world ranks consecutive */
     int hier_want; /* dt_comm_set_hierarchical (default on): hierarchical where hier_ok and shm_on */
@@ -33,6 +35,7 @@ static MPI_Comm comm_of(dt_comm *c, dt_group g) { return ((mpi_state *)c->impl)-
 static dt_shm *shm_of(dt_comm *c, dt_group g) {
     mpi_state *s = c->impl;
     if (!s->shm || !s->shm_on || c->size[g] < 2) return NULL;
+    if (g >= DT_GROUP_N) return s->gshm[g];
     return g == DT_GROUP_NODE || (g == DT_GROUP_WORLD && c->nodes == 1) ? s->shm : NULL;
 }
 
@@ -378,8 +381,10 @@ static void m_free(dt_comm *c) {
     mpi_state *s = c->impl;
     if (s) {
         dt_shm_free(s->shm);
-        for (int g = 0; g < DT_GROUP_N; g++)
+        for (int g = 0; g < c->ngroups; g++) {
+            dt_shm_free(s->gshm[g]);
             if (s->comm[g] != MPI_COMM_NULL) MPI_Comm_free(&s->comm[g]);
+        }
         free(s);
     }
     int fin = 0;
@@ -396,24 +401,36 @@ static void m_abort(dt_comm *c, int code) {
  * local rank 0 creates it and broadcasts its name, the others attach, everyone reports, and
  * once all have mapped it rank 0 unlinks the name. Any failure (no /dev/shm, too small) leaves
  * every rank of the node on MPI, with one warning. */
+/* A segment for the P ranks of comm (all on this node; me: this rank's index): the first
+ * creates it, the others attach. *out stays NULL unless every rank mapped it; *ok says
+ * whether this rank did its part, tmp holds its error. */
+static dt_status shm_make(dt_ctx *ctx, dt_comm *c, MPI_Comm comm, int P, int me, dt_shm **out, int *ok,
+                          dt_ctx *tmp) {
+    char name[64] = "";
+    *ok = 1;
+    if (me == 0 && dt_shm_create(tmp, out, P, name) != DT_OK) *ok = 0, name[0] = 0;
+    MPI_TRY(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast (shm name)");
+    if (me != 0 && (!name[0] || dt_shm_attach(tmp, out, me, P, name) != DT_OK)) *ok = 0;
+    int all = 0;
+    MPI_TRY(MPI_Allreduce(ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (shm)");
+    if (me == 0 && name[0]) dt_shm_unlink(name); /* everyone mapped it (or gave up) */
+    MPI_TRY(MPI_Barrier(comm), "MPI_Barrier (shm)"); /* the name is gone for all */
+    if (!all) {
+        dt_shm_free(*out);
+        *out = NULL;
+    }
+    return DT_OK;
+}
+
 static dt_status shm_setup(dt_ctx *ctx, dt_comm *c, mpi_state *s) {
     const char *env = getenv("DTRAIN_SHM");
     int P = c->size[DT_GROUP_NODE], me = c->rank[DT_GROUP_NODE];
     if (P < 2 || (env && !strcmp(env, "0"))) return DT_OK;
-    char name[64] = "";
     dt_ctx tmp;
     dt_ctx_init(&tmp);
     int ok = 1;
-    if (me == 0 && dt_shm_create(&tmp, &s->shm, P, name) != DT_OK) ok = 0, name[0] = 0;
-    MPI_TRY(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, s->comm[DT_GROUP_NODE]), "MPI_Bcast (shm name)");
-    if (me != 0 && (!name[0] || dt_shm_attach(&tmp, &s->shm, me, P, name) != DT_OK)) ok = 0;
-    int all = 0;
-    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->comm[DT_GROUP_NODE]), "MPI_Allreduce (shm)");
-    if (me == 0 && name[0]) dt_shm_unlink(name); /* everyone mapped it (or gave up) */
-    MPI_TRY(MPI_Barrier(s->comm[DT_GROUP_NODE]), "MPI_Barrier (shm)"); /* the name is gone for all */
-    if (!all) {
-        dt_shm_free(s->shm);
-        s->shm = NULL;
+    DT_CHECK(shm_make(ctx, c, s->comm[DT_GROUP_NODE], P, me, &s->shm, &ok, &tmp));
+    if (!s->shm) {
         if (!ok) {
             dt_ctx lc = *ctx;
             lc.rank = c->rank[DT_GROUP_WORLD];
@@ -464,10 +481,130 @@ int dt_comm_set_hierarchical(dt_comm *c, int on) {
     return c->hier_on;
 }
 
+/* dt_comm_group_split: MPI_Comm_split of the world with the group's lowest rank as colour and
+ * the place in the list as key, then a check that the communicator holds exactly the listed
+ * ranks in that order (lists that do not partition the world give groups that differ from
+ * some member's list), agreed over the world so that every rank fails or none. A group inside
+ * one node gets a shared-memory segment of its own (when the node has one: DTRAIN_SHM=0 or a
+ * failed node segment leave it on MPI); its ranks map it together. */
+static dt_status m_group_split(dt_ctx *ctx, dt_comm *c, dt_group g, const int *ranks, int n) {
+    mpi_state *s = c->impl;
+    dt_ctx mine;
+    dt_ctx_init(&mine);
+    int me = -1, lo = INT_MAX;
+    int ok = dt_comm_check_members(&mine, c, ranks, n, &me) == DT_OK;
+    for (int i = 0; ok && i < n; i++) lo = ranks[i] < lo ? ranks[i] : lo;
+    MPI_Comm nc = MPI_COMM_NULL;
+    MPI_TRY(MPI_Comm_split(s->comm[DT_GROUP_WORLD], ok ? lo : MPI_UNDEFINED, me, &nc), "MPI_Comm_split (group)");
+    if (ok) {
+        int sz = 0;
+        MPI_Comm_size(nc, &sz);
+        MPI_Group wg, gg;
+        MPI_Comm_group(s->comm[DT_GROUP_WORLD], &wg);
+        MPI_Comm_group(nc, &gg);
+        int *idx = malloc(2 * (size_t)sz * sizeof(int));
+        ok = idx != NULL;
+        if (ok && sz == n) {
+            for (int i = 0; i < n; i++) idx[i] = i;
+            MPI_Group_translate_ranks(gg, n, idx, wg, idx + n);
+            for (int i = 0; i < n && ok; i++) ok = idx[n + i] == ranks[i];
+        } else {
+            ok = 0;
+        }
+        if (!ok && !mine.err[0])
+            snprintf(mine.err, sizeof mine.err, "comm: rank %d's group list (%d ranks from %d) is not its members' "
+                     "(the lists do not partition the world)", c->rank[DT_GROUP_WORLD], n, ranks[0]);
+        free(idx);
+        MPI_Group_free(&wg);
+        MPI_Group_free(&gg);
+    }
+    int all = 0;
+    MPI_TRY(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->comm[DT_GROUP_WORLD]), "MPI_Allreduce (group split)");
+    if (!all) {
+        if (nc != MPI_COMM_NULL) MPI_Comm_free(&nc);
+        return dt_fail(ctx, DT_ERR_BACKEND, "%s", ok ? "comm: another rank's group list is not its members' "
+                                                      "(the lists do not partition the world)" : mine.err);
+    }
+    MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+    s->comm[g] = nc;
+    c->rank[g] = me;
+    c->size[g] = n;
+    /* inside one node: every member's node id is the same */
+    int v[2] = {s->node_id, -s->node_id}, m[2];
+    MPI_TRY(MPI_Allreduce(v, m, 2, MPI_INT, MPI_MIN, nc), "MPI_Allreduce (group node)");
+    if (n > 1 && m[0] == -m[1] && s->shm) {
+        dt_ctx tmp;
+        dt_ctx_init(&tmp);
+        int sok = 1;
+        DT_CHECK(shm_make(ctx, c, nc, n, me, &s->gshm[g], &sok, &tmp));
+        if (!sok) {
+            dt_ctx lc = *ctx;
+            lc.rank = c->rank[DT_GROUP_WORLD];
+            dt_log_warn(&lc, "a node-local group's shared-memory segment is unavailable (%s); it uses MPI", tmp.err);
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status m_p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
+                       dt_comm_req **req) {
+    MPI_Comm comm = comm_of(c, g);
+    if (!req) {
+        if (send) MPI_TRY(MPI_Send(buf, (int)bytes, MPI_BYTE, peer, tag, comm), "MPI_Send");
+        else MPI_TRY(MPI_Recv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    } else {
+        dt_comm_req *r = malloc(sizeof *r);
+        if (!r) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+        int rc = send ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &r->r)
+                      : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, comm, &r->r);
+        if (rc != MPI_SUCCESS) {
+            free(r);
+            return mpi_err(ctx, c, rc, send ? "MPI_Isend" : "MPI_Irecv");
+        }
+        *req = r;
+    }
+    if (send) c->bytes += bytes;
+    return DT_OK;
+}
+
+/* Counts in elements of a contiguous type of esize bytes, so int counts reach esize x 2^31. */
+static dt_status m_alltoallv(dt_ctx *ctx, dt_comm *c, dt_group g, const void *send, const size_t *scounts,
+                             const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                             size_t esize) {
+    int p = c->size[g], me = c->rank[g];
+    if (esize == 0 || esize > INT_MAX) return dt_fail(ctx, DT_ERR_BACKEND, "comm: all-to-all of %zu-byte elements", esize);
+    int *ic = malloc(4 * (size_t)p * sizeof(int));
+    if (!ic) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
+    dt_status st = DT_OK;
+    size_t sent = 0;
+    for (int r = 0; r < p && st == DT_OK; r++) {
+        st = to_int(ctx, scounts[r], &ic[r]);
+        if (st == DT_OK) st = to_int(ctx, sdispls[r], &ic[p + r]);
+        if (st == DT_OK) st = to_int(ctx, rcounts[r], &ic[2 * p + r]);
+        if (st == DT_OK) st = to_int(ctx, rdispls[r], &ic[3 * p + r]);
+        if (r != me) sent += scounts[r];
+    }
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    if (st == DT_OK) {
+        int rc = MPI_Type_contiguous((int)esize, MPI_BYTE, &t);
+        if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&t);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Alltoallv(send, ic, ic + p, t, recv, ic + 2 * p, ic + 3 * p, t, comm_of(c, g));
+        if (rc != MPI_SUCCESS) st = mpi_err(ctx, c, rc, "MPI_Alltoallv");
+        if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+        c->bytes += sent * esize;
+    }
+    free(ic);
+    return st;
+}
+
+static int m_group_shm(const dt_comm *c, dt_group g) { return shm_of((dt_comm *)c, g) != NULL; }
+
 static const dt_comm_ops mpi_ops = {
     "mpi", m_free, m_abort, m_allreduce, m_allreduce_ordered, m_reduce_scatter_ordered,
     m_allgatherv, m_allreduce_ordered_lp, m_reduce_scatter_ordered_lp, m_allgatherv_bf16,
     m_reduce_scatter, m_allgather, m_broadcast, m_barrier, m_iallreduce, m_wait,
+    m_group_split, m_group_shm, m_p2p, m_alltoallv,
 };
 
 dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
@@ -478,8 +615,11 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
      * user set wins. */
     setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_Initialized(&inited);
-    /* SERIALIZED: a communication thread may run collectives, never two threads at once. */
-    if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    /* SERIALIZED: a communication thread may run collectives, never two threads at once.
+     * MULTIPLE only for concurrent lanes (comm.h dt_comm_init_concurrent): it costs a lock
+     * in every MPI call, which plain data parallelism does not need. */
+    int want = c->concurrent ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
+    if (!inited && MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
         return dt_fail(ctx, DT_ERR_BACKEND, "MPI_Init_thread failed");
     if (inited) MPI_Query_thread(&provided);
     c->ops = &mpi_ops;
@@ -487,13 +627,15 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     char *names = NULL;
     if (!s) return dt_fail(ctx, DT_ERR_NOMEM, "comm: out of memory");
     c->impl = s;
-    for (int g = 0; g < DT_GROUP_N; g++) s->comm[g] = MPI_COMM_NULL;
+    for (int g = 0; g < DT_GROUP_MAX; g++) s->comm[g] = MPI_COMM_NULL;
+    c->ngroups = DT_GROUP_N;
     MPI_Comm_dup(MPI_COMM_WORLD, &s->comm[DT_GROUP_WORLD]);
     MPI_Comm_set_errhandler(s->comm[DT_GROUP_WORLD], MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->comm[DT_GROUP_WORLD], &c->rank[DT_GROUP_WORLD]);
     MPI_Comm_size(s->comm[DT_GROUP_WORLD], &c->size[DT_GROUP_WORLD]);
-    if (provided < MPI_THREAD_SERIALIZED)
-        return dt_fail(ctx, DT_ERR_BACKEND, "the MPI library provides thread level %d, need MPI_THREAD_SERIALIZED", provided);
+    if (provided < want)
+        return dt_fail(ctx, DT_ERR_BACKEND, "the MPI library provides thread level %d, need %s", provided,
+                       c->concurrent ? "MPI_THREAD_MULTIPLE (concurrent communication lanes)" : "MPI_THREAD_SERIALIZED");
     /* Node identity: DTRAIN_NODE_ID (simulated nodes) or the host name. Ranks with the same
      * name form a node; nodes are numbered in order of their lowest rank. */
     char mine[NAME_LEN] = "";
@@ -514,6 +656,7 @@ dt_status dt_comm_mpi_init(dt_ctx *ctx, dt_comm *c) {
     }
     free(names);
     c->nodes = nodes;
+    s->node_id = color;
     MPI_TRY(MPI_Comm_split(s->comm[DT_GROUP_WORLD], color, me, &s->comm[DT_GROUP_NODE]), "MPI_Comm_split (node)");
     MPI_Comm_rank(s->comm[DT_GROUP_NODE], &c->rank[DT_GROUP_NODE]);
     MPI_Comm_size(s->comm[DT_GROUP_NODE], &c->size[DT_GROUP_NODE]);

@@ -51,7 +51,7 @@ static double mono(void) {
 }
 
 static const char *group_name(int g) {
-    return g == DT_GROUP_WORLD ? "world" : g == DT_GROUP_NODE ? "node" : g == DT_GROUP_CROSS ? "cross" : "?";
+    return g == DT_GROUP_WORLD ? "world" : g == DT_GROUP_NODE ? "node" : g == DT_GROUP_CROSS ? "cross" : "split";
 }
 
 static dt_watchdog *wd_get(dt_comm *c) {

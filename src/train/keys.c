@@ -10,6 +10,7 @@
 #include "comm/comm_fit.h"
 #include "model/lora.h"
 #include "model/rope.h"
+#include "parallel/mesh.h"
 
 /* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. */
 typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED, K_ROPE } key_type;
@@ -125,6 +126,10 @@ static const key_def keys[] = {
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
+    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (consecutive ranks, inside a node; not built yet: > 1 is refused)"),
+    NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
+    NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order; not built yet: > 1 is refused)"),
+    NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size: ranks that split a layer's experts (not built yet: > 1 is refused)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
@@ -180,6 +185,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->compression_adam, "age");
     c->compression_ratio = 0.01f;
     c->shm = 1;
+    c->tp = c->cp = c->pp = c->ep = 1;
     c->ckpt_keep = 3;
     c->ckpt_async = 1;
     c->ckpt_max_failures = 3;
@@ -325,6 +331,8 @@ static int launch_world(void) {
     }
     return 0;
 }
+
+static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh);
 
 dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     dt_train_cfg *t = &c->train;
@@ -481,11 +489,37 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     if (!strcmp(c->tokenizer, "gpt2") && t->model.vocab < 50257)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size (%d) is smaller than the gpt2 tokenizer's 50257",
                        t->model.vocab);
-    return dt_cfg_apply_world(ctx, c, launch_world());
+    return apply_world(ctx, c, launch_world(), 0);
 }
 
-dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world) {
+/* The mesh's degrees against the world (parallel/mesh.h), then the refusal of what is not
+ * built yet: a run with tp, cp, pp or ep > 1 would otherwise train as plain data parallelism,
+ * silently not the model the user asked for. */
+static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
+    dt_mesh m;
+    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp, c->cp, c->pp, c->ep));
+    static const char *const what[4][2] = {{"tp", "tensor"}, {"cp", "context"}, {"pp", "pipeline"}, {"ep", "expert"}};
+    const int deg[4] = {c->tp, c->cp, c->pp, c->ep};
+    for (int i = 0; i < 4; i++)
+        if (deg[i] > 1)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issue 31); only the "
+                           "process mesh is (set parallel.tp, cp, pp and ep to 1)", what[i][0], deg[i], what[i][1]);
+    return DT_OK;
+}
+
+/* world = 0: not known yet (1 outside MPI, the launcher's announced size under it; 0 when
+ * none is announced: training.batch waits). mesh = 0 (dt_cfg_finish): the degrees alone; the
+ * mesh against the world only when the run applies its world, once the communicator is up. */
+static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     dt_train_cfg *t = &c->train;
+    if (mesh && world > 0) {
+        DT_CHECK(check_mesh(ctx, c, world));
+    } else {
+        dt_mesh m; /* the degrees alone: a mesh of exactly their product */
+        int deg[4] = {c->tp, c->cp, c->pp, c->ep};
+        for (int i = 0; i < 4; i++)
+            if (deg[i] < 1 || deg[i] > DT_MESH_MAX_WORLD) return dt_mesh_init(ctx, &m, 1, 0, c->tp, c->cp, c->pp, c->ep);
+    }
     if (c->global_batch > 0 && world > 0) {
         long per = (long)t->micro_batch * world;
         if (c->global_batch % per != 0)
@@ -501,6 +535,8 @@ dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world) {
     if (!c->decay_steps_set) t->sched.total = t->steps;
     return dt_train_cfg_validate(ctx, t);
 }
+
+dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world) { return apply_world(ctx, c, world, 1); }
 
 /* Writes the value of key k in c as YAML scalar text. */
 static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg *c) {

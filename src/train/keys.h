@@ -73,6 +73,7 @@ typedef struct dt_run_cfg {
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
+    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; > 1: refused until built) */
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */
@@ -99,7 +100,9 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
 /* Derives what depends on the number of ranks: grad_accum from training.batch, steps from
  * training.tokens, the default schedule.decay_steps; then validates. dt_cfg_finish applies
  * the world size the launcher announces (1 outside MPI; 0 = unknown: training.batch is not
- * checked yet); a multi-rank run applies its world size again once the communicator is up. */
+ * checked yet); a run applies its world size again once the communicator is up, and only then
+ * are parallel.tp/cp/pp/ep checked against it (they must divide it, ep the data-parallel size;
+ * any > 1 is refused until built: issue 31). */
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world);
 
 /* Prints every key with its default and help, grouped by section (for --help and docs). */
