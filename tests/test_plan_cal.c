@@ -258,10 +258,22 @@ static void test_calibrate_low_peak(void **state) {
     dt_ctx_init(&ctx);
     assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_ERR_FORMAT);
     assert_non_null(strstr(ctx.err, "under 1% of the peak 1e+06 GFLOP/s: the peak is wrong"));
-    /* a run that is all fixed cost: no time per FLOP */
+    /* a run shorter than its predicted all-reduce (an over-predicting fit, a loaded machine):
+       the time per FLOP is its whole step, no fixed costs, and the entry says why */
     c.peak_gflops = 100, c.probe.step_s = 0, c.run.step_s = (100 + 1e-4 * 4e6) * 1e-6 * 0.5;
-    assert_int_equal(dt_plan_cal_solve(&ctx, &c, &f), DT_ERR_FORMAT);
-    assert_non_null(strstr(ctx.err, "no positive time per FLOP"));
+    c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
+    a = written_entry(path, &c, &f, &cat);
+    /* 10 buckets of 500 us, all but what the backward (2/3 of the step) hides */
+    near(f.comm_over_s, 10 * 500e-6 - c.run.step_s * 2 / 3, 1e-9, "the predicted all-reduce that exceeded the step");
+    near(f.peak_gflops, c.run.flops / c.run.step_s / 1e9, 1e-9, "x = the whole step per FLOP (peak raised to it)");
+    near(f.overhead_us + f.call_us, 0, 0, "no fixed costs");
+    dt_hw_free(&cat);
+    fp = fopen(path, "r");
+    assert_non_null(fp);
+    n = fread(text, 1, sizeof text - 1, fp);
+    text[n] = 0;
+    fclose(fp);
+    assert_non_null(strstr(text, "its predicted all-reduce and calls, 4.833 ms, exceed its step 0.25 ms"));
     tu_rmtree(dir);
 }
 

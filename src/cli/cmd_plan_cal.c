@@ -254,6 +254,10 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
             printf("# measured: the calibration's step %.6g ms (%.6g GFLOP per rank), the probe's %.6g ms (%.6g GFLOP), "
                    "the ZeRO-3 probe's %.6g ms\n", c.run.step_s * 1e3, c.run.flops / 1e9, c.probe.step_s * 1e3,
                    c.probe.flops / 1e9, c.zprobe.step_s * 1e3);
+        if (st == DT_OK && fit_out.comm_over_s > 0)
+            printf("# note: the calibration run's predicted all-reduce and calls (%.4g ms) exceed its step (%.4g ms): "
+                   "its time per FLOP is the whole step, no fixed costs solved (the links' fit over-predicts; a "
+                   "loaded machine?)\n", fit_out.comm_over_s * 1e3, c.run.step_s * 1e3);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank%s, a step reached %.4g; GEMM efficiency %.3g "
                    "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call, optimizer %.4g GB/s; "

@@ -131,6 +131,11 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *
                 d = d1;
             }
         }
+        if (!(x > 0)) { /* the predicted communication alone exceeds the step: nothing to take out */
+            f->comm_over_s = run_comm(b, k, nn, &net, b->step_s / b->flops, d) + b->params * q;
+            x = (b->step_s - b->params * q) / b->flops, o = 0, d = 0;
+            if (!(x > 0)) x = b->step_s / b->flops, f->comm_over_s -= b->params * q;
+        }
         f->eff = 1.0 / (x * c->peak_gflops * 1e9), f->overhead_us = o * 1e6, f->call_us = d * 1e6;
         if (o > 0) f->ct = run_comm(p, k, nn, &net, x, d);
     }
@@ -165,7 +170,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     const double eff = fit.eff, o_us = fit.overhead_us, ct = fit.ct;
     const int multi = c->nodes > 1, k = per_node(c);
     const double mib = (c->link_bytes > 0 ? c->link_bytes : 64.0 * 1048576) / 1048576;
-    char over[320], gemm[320], call[320], optim[400] = "";
+    char over[320], gemm[400], call[320], optim[400] = "";
     if (fit.opt_bw_gbs > 0)
         snprintf(optim, sizeof optim,
                  "    optimizer_bw_gbs: %.6g       # the optimizer step: %g bytes (fp32 AdamW) per parameter in %.4g ns, "
@@ -189,7 +194,12 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
                  !(c->probe.step_s > 0)   ? "no probe run"
                  : !dt_plan_cal_probed(c) ? "the calibration's step has no more FLOPs than the probe's"
                                           : "the two runs show no fixed cost");
-    if (c->run.step_s > 0)
+    if (fit.comm_over_s > 0)
+        snprintf(gemm, sizeof gemm, "rate / peak %.6g GFLOP/s per rank, the time per FLOP of the calibration run's "
+                 "whole step: its predicted all-reduce and calls, %.4g ms, exceed its step %.4g ms (the links' fit or "
+                 "the ZeRO-3 probe over-predicts; a loaded machine?), so nothing is taken out", fit.peak_gflops,
+                 fit.comm_over_s * 1e3, c->run.step_s * 1e3);
+    else if (c->run.step_s > 0)
         snprintf(gemm, sizeof gemm, "rate / peak %.6g GFLOP/s per rank, the time per FLOP of %s with the predicted "
                  "all-reduce taken out (the calibration's step reached %.6g GFLOP/s)", fit.peak_gflops,
                  o_us > 0 ? "the two runs" : "the calibration run", c->achieved_gflops);

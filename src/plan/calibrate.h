@@ -85,6 +85,10 @@ typedef struct dt_plan_cal_fit {
     double peak_gflops; /* the entry's peak per rank: the given one, or the rate 1 / x the runs reached where
                            that is higher (a peak is at least what a run reaches; never a clamped efficiency) */
     int peak_raised;    /* 1: peak_gflops is the runs' rate, above the benchmark's peak (eff = 1) */
+    double comm_over_s; /* > 0: the communication and call costs predicted for the calibration run (s)
+                           left no time for its FLOPs (the link fit or the ZeRO-3 probe over-predicts,
+                           e.g. on a loaded machine): x is its whole step per FLOP, o = d = 0, and the
+                           entry says so */
     double overhead_us; /* fixed cost per micro-batch, >= 0 */
     double call_us;     /* fixed cost per collective call, >= 0 */
     double ct;          /* the DDP probe's predicted communication (s) */
