@@ -254,7 +254,10 @@ d = float(re.search(r"^    collective_call_us: (\S+) ", y, re.M).group(1))
 plan_cal, plan_probe, plan_z = (float(v) * 1e3 for v in sys.argv[3:6])
 assert "2/3 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny --set parallel.strategy=ddp" in log, log
 assert "3/3 dtrain launch -n 2 --simulate-nodes 2 -- bench --model gpt2-tiny --set parallel.strategy=zero3" in log, log
-assert abs(plan_cal / cal_ms - 1) < 1e-4, ("the calibration's step", plan_cal, cal_ms)
+if "so nothing is taken out" in y:  # its predicted all-reduce exceeded its step (a loaded host):
+    assert plan_cal >= cal_ms * (1 - 1e-4), (plan_cal, cal_ms)  # the plan adds it back on top
+else:
+    assert abs(plan_cal / cal_ms - 1) < 1e-4, ("the calibration's step", plan_cal, cal_ms)
 peak = float(re.search(r"^    peak_tflops: \{fp32: (\S+)\}", y, re.M).group(1))
 gemm = float(re.search(r"^  gemm: \{cpu-calibrated: (\S+)\}", y, re.M).group(1))
 if "raised from dtrain bench's peak_gflops 1 of one rank" in y:   # the runs beat --peak 1
