@@ -132,9 +132,8 @@ dt_status dt_plan_cal_solve(dt_ctx *ctx, const dt_plan_cal *c, dt_plan_cal_fit *
             }
         }
         if (!(x > 0)) { /* the predicted communication alone exceeds the step: nothing to take out */
-            f->comm_over_s = run_comm(b, k, nn, &net, b->step_s / b->flops, d) + b->params * q;
-            x = (b->step_s - b->params * q) / b->flops, o = 0, d = 0;
-            if (!(x > 0)) x = b->step_s / b->flops, f->comm_over_s -= b->params * q;
+            f->comm_over_s = run_comm(b, k, nn, &net, b->step_s / b->flops, d);
+            x = b->step_s / b->flops, o = 0, d = 0;
         }
         f->eff = 1.0 / (x * c->peak_gflops * 1e9), f->overhead_us = o * 1e6, f->call_us = d * 1e6;
         if (o > 0) f->ct = run_comm(p, k, nn, &net, x, d);
