@@ -21,7 +21,9 @@
 #include "ops/ops.h"
 #include "testutil.h"
 
-enum { B = 2, T = 32, K = 2 };
+enum { B = 2, K = 2 };
+static const char *g_preset = "gpt2-tiny"; /* the family under test */
+static int T = 32;                          /* its sequence: vit-tiny's is one image, 64 pixels */
 
 typedef struct group {
     pthread_barrier_t bar;
@@ -56,8 +58,8 @@ static dt_model_config tiny(void) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c;
-    assert_int_equal(dt_model_preset(&ctx, "gpt2-tiny", &c), DT_OK);
-    c.vocab = 250; /* padding in the last shard: 250 of 256 */
+    assert_int_equal(dt_model_preset(&ctx, g_preset, &c), DT_OK);
+    if (!strcmp(g_preset, "gpt2-tiny")) c.vocab = 250; /* padding in the last shard: 250 of 256 */
     return c;
 }
 
@@ -74,6 +76,10 @@ static void make(dt_model *m, dt_alloc *al, int tp, int local, int first, dt_dty
 }
 
 static void batch(int32_t *in, int32_t *tg) {
+    if (!strcmp(g_preset, "vit-tiny")) { /* pixels, a label per image */
+        for (int i = 0; i < B * T; i++) in[i] = (int32_t)((i * 37 + 11) % 256), tg[i] = (int32_t)((i / T) * 3 + 1);
+        return;
+    }
     for (int i = 0; i < B * T; i++) {
         in[i] = (int32_t)((i * 37 + 11) % 250);
         tg[i] = i % 29 == 3 ? -1 : (int32_t)((i * 53 + 7) % 250); /* some masked, some in each shard */
@@ -83,7 +89,7 @@ static void batch(int32_t *in, int32_t *tg) {
 static float step(dt_model *m) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
-    int32_t in[B * T], tg[B * T];
+    int32_t in[B * 64], tg[B * 64];
     batch(in, tg);
     float loss;
     assert_int_equal(dt_model_forward(&ctx, m, in, tg, &loss), DT_OK);
@@ -180,8 +186,9 @@ static void check_equivalence(dt_dtype compute, dt_recompute rc) {
     job jobs[K];
     group g;
     run_ranks(jobs, &g, compute, rc, 0);
-    printf("  %s, recompute %s: loss plain %.9g, blocks %.9g, ranks %.9g %.9g\n", dt_dtype_name(compute),
+    printf("  %s %s, recompute %s: loss plain %.9g, blocks %.9g, ranks %.9g %.9g\n", g_preset, dt_dtype_name(compute),
            dt_recompute_name(rc), (double)lp, (double)lb, (double)jobs[0].loss, (double)jobs[1].loss);
+    (void)0;
     for (int r = 0; r < K; r++) {
         assert_true(memcmp(&jobs[r].loss, &lb, sizeof lb) == 0);
         assert_int_equal(diff_rank(&blk, &jobs[r].m, r, 0), 0);
@@ -209,6 +216,14 @@ static void test_recompute(void **s) {
     (void)s;
     check_equivalence(DT_F32, DT_RECOMPUTE_FULL);
     check_equivalence(DT_BF16, DT_RECOMPUTE_SELECTIVE);
+}
+/* ViT: the same blocks, bidirectional, with a replicated patch embedding and head. */
+static void test_vit(void **s) {
+    (void)s;
+    g_preset = "vit-tiny", T = 64;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    g_preset = "gpt2-tiny", T = 32;
 }
 
 /* A row-parallel layer without its all-reduce (the group's sums do nothing): the comparison
@@ -256,6 +271,7 @@ static void test_refusals(void **s) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32),           cmocka_unit_test(test_bf16),    cmocka_unit_test(test_recompute),
+        cmocka_unit_test(test_vit),
         cmocka_unit_test(test_wrong_split_fails), cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
