@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tensor parallelism end to end (parallel.tp; ARCHITECTURE decision 62), under mpiexec:
-#  - gpt2 at tp = 2 on 2 ranks gives bitwise the losses and gradient norms of 20 AdamW steps of
+#  - gpt2, llama (GQA, untied head) and vit at tp = 2 on 2 ranks give bitwise the losses and gradient norms of 20 AdamW steps of
 #    one process in the blocks test mode (parallel.tp_blocks: both shards, the same sums in the
 #    same order), fp32; tp 2 x dp 2 on 4 ranks (2 simulated nodes, a TP group inside each) in
 #    bf16 with full activation checkpointing, against the blocks mode on 2 data-parallel ranks;
@@ -17,16 +17,18 @@ rm -rf "$dir" && mkdir -p "$dir"
 mpi_env
 mpi+=(-x DTRAIN_NODE_ID)
 
-common=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 2000
-        --model.context 32 --seq 32 --batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
-        --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
+gpt=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 2000
+     --model.context 32 --seq 32)
+train=(--batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
+       --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
+model=("${gpt[@]}")
 run() { # NAME NRANKS [args...]
   local name=$1 n=$2; shift 2
   if [ "$n" = 1 ]; then
-    "$bin" train "${common[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
+    "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
   else
     timeout 300 "${mpi[@]}" -n "$n" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
-      "$bin" train "${common[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
+      "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
   fi || { fail "$name: $(tail -3 "$dir/$name.log")"; return 1; }
   grep -q "memory high-water: allocator=\([0-9]*\) plan=\1 " "$dir/$name.log" ||
     fail "$name: allocator high-water is not the plan: $(grep 'high-water' "$dir/$name.log")"
@@ -63,6 +65,17 @@ run tp2 2 --set parallel.tp=2
 check "tp 2 on 2 ranks == blocks mode, bitwise (fp32)" tp2 blocks bitwise
 check "blocks mode vs tp 1" blocks plain 1e-5
 
+# llama (grouped-query attention, untied head) and vit (bidirectional, replicated head)
+model=(--set model.preset=llama-tiny --seq 32)
+run llama_blocks 1 --set parallel.tp=2 --set parallel.tp_blocks=true
+run llama_tp2 2 --set parallel.tp=2
+check "llama: tp 2 on 2 ranks == blocks mode, bitwise" llama_tp2 llama_blocks bitwise
+model=(--set model.preset=vit-tiny --seq 64)
+run vit_blocks 1 --set parallel.tp=2 --set parallel.tp_blocks=true
+run vit_tp2 2 --set parallel.tp=2
+check "vit: tp 2 on 2 ranks == blocks mode, bitwise" vit_tp2 vit_blocks bitwise
+model=("${gpt[@]}")
+
 lowp=(--set training.precision=bf16 --set memory.activation_checkpointing=full)
 run blocks_dp2 2 --set parallel.tp=2 --set parallel.tp_blocks=true "${lowp[@]}"
 run tp2dp2 4 --set parallel.tp=2 "${lowp[@]}"
@@ -79,8 +92,8 @@ else fail "model state per rank at tp 2: '$a' of '$b' bytes (want <= 0.55)"; fi
 
 refuse() { # WHAT NRANKS PATTERN [args...]
   local what=$1 n=$2 pat=$3 rc; shift 3
-  if [ "$n" = 1 ]; then "$bin" train "${common[@]}" "$@" >"$dir/refuse.log" 2>&1; rc=$?
-  else timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${common[@]}" "$@" >"$dir/refuse.log" 2>&1; rc=$?; fi
+  if [ "$n" = 1 ]; then "$bin" train "${model[@]}" "${train[@]}" "$@" >"$dir/refuse.log" 2>&1; rc=$?
+  else timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${model[@]}" "${train[@]}" "$@" >"$dir/refuse.log" 2>&1; rc=$?; fi
   local lines; lines=$(grep -c "$pat" "$dir/refuse.log")
   if [ $rc -ne 0 ] && [ "$lines" = 1 ]; then pass "$what: $(grep -m1 "$pat" "$dir/refuse.log" | cut -c1-150)"
   else fail "$what: rc $rc, $lines line(s) matching '$pat': $(tail -3 "$dir/refuse.log")"; fi
@@ -93,8 +106,9 @@ refuse "tp with checkpoints" 1 "sharded checkpoints" --set parallel.tp=2 --set p
   --set checkpoint.dir="$dir/ck"
 refuse "tp with --save-weights" 1 "save-weights with parallel.tp=2" --set parallel.tp=2 --set parallel.tp_blocks=true \
   --save-weights "$dir/w.st"
-refuse "tp with llama" 1 "not for the llama family" --set model.preset=llama-tiny --set parallel.tp=2 \
-  --set parallel.tp_blocks=true
+model=(--set model.preset=llama-tiny --seq 32)
+refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \
+  --set parallel.tp=4 --set parallel.tp_blocks=true
 
 echo "test_tp: $fails failure(s)"
 [ $fails -eq 0 ]

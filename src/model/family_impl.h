@@ -249,6 +249,15 @@ void dt_tp_row_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const 
  * once. */
 void dt_tp_row_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                         int N, int Cl, int OC);
+/* Adjacent column-parallel tensors ids[0..n) (each OUT-split) as one projection: out holds, per
+ * shard held, (N, W) with W the sum of the tensors' shard widths (the caller's: a QLoRA base's
+ * NF4 tensors have no fp32 rows), tensor after tensor (without
+ * tensor parallelism: the one plain GEMM over their adjacent rows). The backward forms each
+ * dW and dinp (N,C) = the sum over tensors and shards (scratch: N C floats when several shards
+ * are held), then over the TP group. No biases. */
+void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int n, int l, int N, int C, int W);
+void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *scratch);
 /* x (n) summed over the TP group in rank order / its maximum (a group of one: nothing). */
 void dt_tp_sum(dt_model *m, float *x, size_t n);
 void dt_tp_max(dt_model *m, float *x, size_t n);

@@ -154,8 +154,8 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     if (k <= 1) return DT_OK;
     const dt_model_family *f = dt_model_family_of(c);
     if (!f || !f->tp_divides)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is built for gpt2 and vit so far, not for "
-                       "the %s family (issue 31)", k, f ? f->name : c->family);
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is not built for "
+                       "the %s family yet (issue 31)", k, f ? f->name : c->family);
     if (o->lora.rank != 0 || o->lora.nf4)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
                        "built yet (issue 31)", k, o->lora.rank);

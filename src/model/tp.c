@@ -99,3 +99,58 @@ void dt_tp_row_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
         dt_fam_mm_backward_sh(m, dinp ? dinp + (size_t)j * N * Cl : NULL, id, l, j, j == 0 ? dbias : NULL, dout,
                               dt_mmin_shard(x, j, (size_t)N * Cl), N, Cl, OC);
 }
+
+/* Adjacent column-parallel tensors read as one projection (llama's q|k|v, gate|up): without
+ * tensor parallelism the one GEMM over their adjacent rows, as before; with it, each shard's
+ * block of out (N, sum of the tensors' shard widths) is formed tensor by tensor into its
+ * column block (each tensor's shard is its own block of the store). */
+void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int n, int l, int N, int C, int W) {
+    const dt_params *w = dt_model_weights(m);
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_forward(m, out, x, ids[0], l, NULL, N, C, W);
+        return;
+    }
+    for (int j = 0; j < dt_tp_local(&m->opts); j++) {
+        float *o = out + (size_t)j * N * W;
+        for (int t = 0, col = 0; t < n; t++) {
+            size_t len = dt_tensor_shard_len(&w->tensors[ids[t]]), off = (size_t)j * len;
+            int rows = (int)(len / (size_t)C);
+            if (!dt_lowp(m))
+                dt_matmul_forward_ld(o + col, W, x.f, dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C,
+                                     rows);
+            else
+                dt_matmul_forward_ld_lp(m->opts.compute, o + col, W, x.h, dt_model_lp_tensor(m, ids[t], l) + off, N, C,
+                                        rows);
+            col += rows;
+        }
+    }
+}
+
+void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *scratch) {
+    const dt_params *w = dt_model_weights(m);
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_backward(m, dinp, ids[0], l, NULL, dout, x, N, C, W);
+        return;
+    }
+    const int nb = dt_tp_local(&m->opts);
+    for (int j = 0; j < nb; j++) {
+        float *dst = j > 0 ? scratch : dinp;
+        const float *d = dout + (size_t)j * N * W;
+        if (dt_lowp(m)) dt_to_lowp(m->opts.compute, m->lp_scratch, d, (size_t)N * W);
+        for (int t = 0, col = 0; t < n; t++) {
+            size_t len = dt_tensor_shard_len(&w->tensors[ids[t]]), off = (size_t)j * len;
+            int rows = (int)(len / (size_t)C);
+            float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ids[t], l) + off;
+            if (!dt_lowp(m))
+                dt_matmul_backward_ld(dst, t > 0, dw, d + col, W, x.f,
+                                      dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C, rows);
+            else
+                dt_matmul_backward_ld_lp(m->opts.compute, dst, t > 0, dw, m->lp_scratch + col, W, x.h,
+                                         dt_model_lp_tensor(m, ids[t], l) + off, N, C, rows);
+            col += rows;
+        }
+        if (j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
+    }
+    dt_tp_sum(m, dinp, (size_t)N * C);
+}

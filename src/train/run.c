@@ -332,8 +332,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 dt_comm_routing(comm), (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
                 dt_dtype_name(t->parallel.grad_dtype), topk);
     if (t->model_opts.tp > 1)
-        dt_log_info(ctx, "process mesh: tp %d x dp %d%s (tensor-parallel: gpt2's q|k|v and MLP input column-parallel, "
-                    "output projections row-parallel, vocabulary-parallel embedding and loss)", t->model_opts.tp, dp_world,
+        dt_log_info(ctx, "process mesh: tp %d x dp %d%s (tensor-parallel: attention heads and the MLP's input projections "
+                    "column-parallel, output projections row-parallel, vocabulary-parallel embedding and loss)",
+                    t->model_opts.tp, dp_world,
                     cfg->tp_blocks ? ", all tp shards in each process (parallel.tp_blocks)" : "");
     dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
