@@ -104,7 +104,7 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
 #define DT_X_ROW(id, group, rows, cols, decay, name)                                           \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
                                 (size_t)(cols), 0, (rows) == 1 ? DT_INIT_ONES : DT_INIT_NORMAL, \
-                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0};
+                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
     DT_LLAMA_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)q, (void)kv;
