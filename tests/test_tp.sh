@@ -10,6 +10,8 @@
 #    same model, its sums in another order);
 #  - parameters + gradients + optimizer per rank at tp = 2 at most 0.55 of tp = 1, and the
 #    allocator's high-water equal to the memory plan on every run;
+#  - checkpoints in the canonical index space: resumed bitwise in another layout, and a round
+#    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
 set -uo pipefail
 bin=$1
@@ -24,7 +26,7 @@ gpt=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 -
 train=(--batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
        --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
 model=("${gpt[@]}")
-run() { # NAME NRANKS [args...]
+run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-water)
   local name=$1 n=$2; shift 2
   if [ "$n" = 1 ]; then
     "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
@@ -32,33 +34,34 @@ run() { # NAME NRANKS [args...]
     timeout 300 "${mpi[@]}" -n "$n" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
       "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
   fi || { fail "$name: $(tail -3 "$dir/$name.log")"; return 1; }
-  grep -q "memory high-water: allocator=\([0-9]*\) plan=\1 " "$dir/$name.log" ||
+  [ -n "${nohw:-}" ] || grep -q "memory high-water: allocator=\([0-9]*\) plan=\1 " "$dir/$name.log" ||
     fail "$name: allocator high-water is not the plan: $(grep 'high-water' "$dir/$name.log")"
 }
-# compare A B MODE: MODE bitwise (losses and gradient norms identical) or a relative tolerance
+# compare A B MODE [N]: the steps B logged (N of them, 20 by default) against A's; MODE bitwise
+# (losses and gradient norms identical) or a relative tolerance on the losses
 compare() {
-  python3 - "$dir/$1.jsonl" "$dir/$2.jsonl" "$3" <<'PY'
+  /usr/bin/python3 - "$dir/$1.jsonl" "$dir/$2.jsonl" "$3" "${4:-20}" <<'PY'
 import json, math, sys
 def rows(p):
-    return [(j["loss"], j["grad_norm"]) for j in map(json.loads, open(p)) if j.get("step") and "loss" in j]
-a, b, mode = rows(sys.argv[1]), rows(sys.argv[2]), sys.argv[3]
-if len(a) != 20 or len(b) != 20: sys.exit(f"{len(a)} and {len(b)} steps logged, not 20")
-for x, y in zip(a, b):
-    if not all(math.isfinite(v) for v in x + y): sys.exit(f"non-finite: {x} {y}")
+    return {j["step"]: (j["loss"], j["grad_norm"]) for j in map(json.loads, open(p)) if j.get("step") and "loss" in j}
+a, b, mode, want = rows(sys.argv[1]), rows(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+if len(b) != want or not set(b) <= set(a): sys.exit(f"{len(b)} steps logged (want {want}), {len(a)} in the reference")
+for s in b:
+    if not all(math.isfinite(v) for v in a[s] + b[s]): sys.exit(f"step {s} non-finite: {a[s]} {b[s]}")
 if mode == "bitwise":
-    bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if x != y]
-    if bad: sys.exit(f"steps {bad} differ: {a[bad[0]-1]} vs {b[bad[0]-1]}")
-    print(f"20 losses and gradient norms identical (last loss {a[-1][0]})")
+    bad = [s for s in sorted(b) if a[s] != b[s]]
+    if bad: sys.exit(f"steps {bad} differ: {a[bad[0]]} vs {b[bad[0]]}")
+    print(f"{want} losses and gradient norms identical (steps {min(b)}-{max(b)}, last loss {b[max(b)][0]})")
 else:
     tol = float(mode)
-    err = max(abs(x[0] - y[0]) / abs(y[0]) for x, y in zip(a, b))
+    err = max(abs(a[s][0] - b[s][0]) / abs(a[s][0]) for s in b)
     if not err <= tol: sys.exit(f"losses differ by {err:.3g} relative (> {tol})")
-    print(f"20 losses within {err:.3g} relative (<= {tol})")
+    print(f"{want} losses within {err:.3g} relative (<= {tol})")
 PY
 }
-check() { # WHAT A B MODE
+check() { # WHAT A B MODE [N]
   local out
-  if out=$(compare "$2" "$3" "$4" 2>&1); then pass "$1: $out"; else fail "$1: $out"; fi
+  if out=$(compare "$2" "$3" "$4" "${5:-20}" 2>&1); then pass "$1: $out"; else fail "$1: $out"; fi
 }
 
 run plain 1
@@ -96,6 +99,45 @@ for z in zero1 zero2 zero3; do
   check "tp 2 x dp 2 with $z == blocks x dp 2 with ddp, bitwise" "${z}_tp2dp2" ddp_blocks bitwise
 done
 
+# Checkpoints across layouts (docs/FORMATS.md version 2: the canonical index space), on real
+# data through the shuffling sampler, a global batch of 4 sequences at every layout:
+#  - tp 2 resumed at step 10 in the blocks mode continues bitwise, to the same final model file;
+#  - a round trip tp 2 -> 1 -> 4 -> 2 x dp 2 with ZeRO-3, each a resume that only reshards
+#    (training.steps = the checkpoint's step, another checkpoint.dir), holds exactly the
+#    weights, moments and data position of the original (tests/ref/ckpt_canon.py), and the
+#    last layout trained on from there gives the uninterrupted run's losses, bitwise.
+printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
+  | awk '{for (i = 0; i < 400; i++) print $0 " " i}' >"$dir/text.txt"
+"$bin" prepare --tokenizer byte --val-fraction 0 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
+  fail "prepare the corpus"
+ck=(--data "$dir/corpus_train_*.bin" --model.vocab_size 256 --set training.batch=4 --set checkpoint.every=5
+    --set checkpoint.keep_last=0 --set checkpoint.async=false "${noclip[@]}")
+run ckU 2 --set parallel.tp=2 --set checkpoint.dir="$dir/ckU" "${ck[@]}"
+run ckB 1 --set parallel.tp=2 --set parallel.tp_blocks=true --resume "$dir/ckU/step-00000010" \
+  --set checkpoint.dir="$dir/ckB" "${ck[@]}"
+check "tp 2 checkpoint resumed in the blocks mode: continues bitwise" ckU ckB bitwise 10
+cmp -s "$dir/ckU/step-00000020/model.safetensors" "$dir/ckB/step-00000020/model.safetensors" &&
+  pass "tp 2 checkpoint resumed in the blocks mode: the same final model file" ||
+  fail "the final model files of tp 2 and its blocks-mode resume differ"
+same() { # WHAT DIR: DIR's step 5 holds exactly ckU's
+  local out
+  if out=$(/usr/bin/python3 "$src/tests/ref/ckpt_canon.py" "$dir/ckU/step-00000005" "$dir/$2/step-00000005" 2>&1)
+  then pass "$1: $out"; else fail "$1: $out"; fi
+}
+reshard=(--set training.steps=5 "${ck[@]}")
+nohw=1 run rt1 1 --resume "$dir/ckU/step-00000005" --set checkpoint.dir="$dir/rt1" "${reshard[@]}"
+same "resharded tp 2 -> tp 1" rt1
+nohw=1 run rt4 4 --set parallel.tp=4 --resume "$dir/rt1/step-00000005" --set checkpoint.dir="$dir/rt4" "${reshard[@]}"
+same "resharded tp 1 -> tp 4 (vocabulary padded to 512 here, 256 canonically)" rt4
+nohw=1 run rt2 4 --set parallel.tp=2 --set parallel.strategy=zero3 --resume "$dir/rt4/step-00000005" \
+  --set checkpoint.dir="$dir/rt2" "${reshard[@]}"
+same "resharded tp 4 -> tp 2 x dp 2, ZeRO-3" rt2
+run rt2c 4 --set parallel.tp=2 --set parallel.strategy=zero3 --resume "$dir/rt2/step-00000005" \
+  --set checkpoint.dir="$dir/rt2c" "${ck[@]}"
+check "after the round trip, tp 2 x dp 2 with ZeRO-3 continues as the uninterrupted tp 2 run" ckU rt2c bitwise 15
+grep -q "resharded: .*rt4/step-00000005" "$dir/rt4.log" && pass "a resharding resume says so" ||
+  fail "no 'resharded' line in rt4.log"
+
 # model state per rank (params + grads + optimizer) from the allocator
 state() { sed -n 's/.*params=\([0-9]*\) grads=\([0-9]*\) optimizer=\([0-9]*\).*/\1 \2 \3/p' "$dir/$1.log" | head -1 | awk '{print $1+$2+$3}'; }
 a=$(state tp2) b=$(state plain)
@@ -115,10 +157,6 @@ refuse "tp not dividing the heads" 1 "parallel.tp=3 does not divide model.n_head
   --set parallel.tp=3 --set parallel.tp_blocks=true
 refuse "tp not dividing the world" 2 "parallel.tp" --set parallel.tp=4
 refuse "tp with hybrid sharding" 2 "parallel.tp=2 with parallel.hybrid" --set parallel.tp=2 --set parallel.strategy=hybrid_shard
-refuse "tp with checkpoints" 1 "sharded checkpoints" --set parallel.tp=2 --set parallel.tp_blocks=true \
-  --set checkpoint.dir="$dir/ck"
-refuse "tp with --save-weights" 1 "save-weights with parallel.tp=2" --set parallel.tp=2 --set parallel.tp_blocks=true \
-  --save-weights "$dir/w.st"
 model=(--set model.preset=llama-tiny --seq 32)
 refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \
   --set parallel.tp=4 --set parallel.tp_blocks=true

@@ -44,6 +44,7 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
             t->tokens_seen, t->seed);
     fprintf(f, "  \"rng\": {\"kind\": \"counter\", \"seed\": \"%" PRIu64 "\", \"counter\": %ld},\n", t->seed, t->step);
     fprintf(f, "  \"world\": %d,\n  \"strategy\": \"%s\",\n  \"hybrid\": %d,\n", t->world, t->strategy, t->hybrid);
+    fprintf(f, "  \"tp\": %d,\n", t->tp > 1 ? t->tp : 1);
     fprintf(f, "  \"micro_batch\": %d,\n  \"grad_accum\": %d,\n  \"seq_len\": %d,\n", t->micro_batch, t->accum,
             t->seq_len);
     fprintf(f, "  \"loss\": %.9g,\n  \"train_seconds\": %.6f,\n", t->loss, t->train_seconds);
@@ -195,6 +196,8 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
         out->accum = (int)acc;
         out->seq_len = (int)T;
         out->hybrid = (int)hyb;
+        double tp = 1;
+        out->tp = j_int(r, "tp", 1, 1e6, &tp) ? (int)tp : 1; /* absent before tensor parallelism: 1 */
         out->loss = loss;
         out->train_seconds = secs;
         snprintf(out->strategy, sizeof out->strategy, "%s", strat->valuestring);

@@ -37,6 +37,7 @@ typedef struct dt_ckpt_trainer {
     uint64_t seed;         /* training.seed: init, shuffling and synthetic data (counter RNG:
                             * the seed and the step are the whole RNG state) */
     int world, micro_batch, accum, seq_len, hybrid;
+    int tp;                /* tensor parallelism's degree (1 = none; absent in older checkpoints) */
     char strategy[16];
     int has_sampler;       /* data from files: the sampler state below is valid */
     dt_sampler_state sampler;

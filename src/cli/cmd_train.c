@@ -78,9 +78,7 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         snprintf(cfg.resume, sizeof cfg.resume, "%s", fl.resume);
         st = dt_cfg_check_resume(ctx, &cfg);
     }
-    if (st == DT_OK && fl.save_weights && cfg.tp > 1)
-        st = dt_fail(ctx, DT_ERR_CONFIG, "--save-weights with parallel.tp=%d: gathering a tensor-parallel model into one "
-                     "file is not built yet (issue 31, item 3)", cfg.tp);
+
     /* Under mpirun a configuration error goes through dt_cli_comm_init (below): one rank prints it. */
     int under_mpi = dt_comm_launched_by_mpi();
     if (st != DT_OK && (!under_mpi || fl.print_config)) return dt_cli_exit_code(st);

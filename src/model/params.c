@@ -69,6 +69,62 @@ size_t dt_params_global_index(const dt_tensor_info *t, size_t i, int *shard) {
     return (q * (dim / S) + s * sec + w) * inner + rest;
 }
 
+size_t dt_params_global_run(const dt_tensor_info *t, size_t i, size_t *gi, int *shard) {
+    *gi = dt_params_global_index(t, i, shard);
+    if (t->tp_k <= 1 || !t->split) return t->rows * t->cols - i;
+    const size_t k = (size_t)t->tp_k, S = t->sections > 1 ? (size_t)t->sections : 1;
+    if (t->split == DT_SPLIT_IN) return t->cols - i % t->cols; /* to the end of the shard's row */
+    size_t inner = t->g_rows == 1 ? 1 : t->g_cols, x = i / inner, rest = i % inner;
+    size_t dim = t->g_rows == 1 ? t->g_cols : t->g_rows, per = dim / k, sec = per / S;
+    size_t w = (x % per) % sec;
+    return (sec - w) * inner - rest; /* to the end of the section's block */
+}
+
+static int cmp_run(const void *a, const void *b) {
+    const dt_canon_run *x = a, *y = b;
+    return x->local < y->local ? -1 : x->local > y->local;
+}
+
+dt_status dt_params_canon_runs(dt_ctx *ctx, const dt_params *ps, const dt_params *canon, dt_canon_run **out,
+                               size_t *n) {
+    size_t cap = 1024, cnt = 0;
+    dt_canon_run *r = malloc(cap * sizeof *r);
+    if (!r) return dt_fail(ctx, DT_ERR_NOMEM, "parameter runs: out of memory");
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id], *ct = &canon->tensors[id];
+        const size_t len = t->rows * t->cols, real = ct->file_rows * ct->cols; /* canonical real elements */
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            const size_t base = dt_params_flat(ps, id, l), cbase = dt_params_flat(canon, id, l);
+            for (size_t i = 0; i < len;) {
+                size_t gi;
+                int sh;
+                size_t run = dt_params_global_run(t, i, &gi, &sh);
+                size_t m = gi >= real ? 0 : gi + run <= real ? run : real - gi;
+                const int rep = !(t->tp_k > 1 && t->split);
+                if (m && cnt && r[cnt - 1].local + r[cnt - 1].n == base + i && r[cnt - 1].canon + r[cnt - 1].n == cbase + gi &&
+                    r[cnt - 1].replicated == rep) {
+                    r[cnt - 1].n += m;
+                } else if (m) {
+                    if (cnt == cap) {
+                        dt_canon_run *g = realloc(r, 2 * cap * sizeof *r);
+                        if (!g) {
+                            free(r);
+                            return dt_fail(ctx, DT_ERR_NOMEM, "parameter runs: out of memory");
+                        }
+                        r = g, cap *= 2;
+                    }
+                    r[cnt++] = (dt_canon_run){base + i, cbase + gi, m, rep};
+                }
+                i += run;
+            }
+        }
+    }
+    qsort(r, cnt, sizeof *r, cmp_run);
+    *out = r;
+    *n = cnt;
+    return DT_OK;
+}
+
 /* Three passes place PRE, then one layer block, then POST, each in table order. */
 static void layout(dt_params *ps) {
     size_t off = 0;

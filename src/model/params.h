@@ -96,6 +96,15 @@ void dt_params_table_tp(dt_tensor_info *table, int n, int k, int nb, int first);
 /* The canonical (unsplit) index of element i of tensor t as stored (the identity when t is
  * not split); *shard = the shard holding it (0 when not split). */
 size_t dt_params_global_index(const dt_tensor_info *t, size_t i, int *shard);
+/* The same, and the length of the run of stored elements from i whose canonical indices are
+ * consecutive too (to the end of a row block, a section or a row of a row-parallel shard). */
+size_t dt_params_global_run(const dt_tensor_info *t, size_t i, size_t *gi, int *shard);
+/* A run of a store's flat index space and where it lies in the canonical (unsplit) store. */
+typedef struct dt_canon_run {
+    size_t local, canon, n;
+    int replicated; /* of a tensor every tensor-parallel rank holds whole */
+} dt_canon_run;
+
 /* Elements of one stored shard of t (the whole tensor when not split). */
 static inline size_t dt_tensor_shard_len(const dt_tensor_info *t) {
     return t->tp_k > 1 && t->split ? t->rows * t->cols / (size_t)t->tp_nb : t->rows * t->cols;
@@ -188,6 +197,12 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
 /* The AdamW segments: contiguous ranges of equal weight decay, in memory order (*out is
  * malloc'ed). */
 dt_status dt_params_segments(dt_ctx *ctx, const dt_params *ps, dt_param_segment **out, int *n);
+
+/* Every real element of store ps (under tensor parallelism: its shards) as runs into the flat
+ * index space of canon (the same model's unsplit store), ascending in ps's space; vocabulary
+ * padding is left out (it is zero and never saved). *out is malloc'ed. */
+dt_status dt_params_canon_runs(dt_ctx *ctx, const dt_params *ps, const dt_params *canon, dt_canon_run **out,
+                               size_t *n);
 
 /* Zeroes every unit's gradient. */
 void dt_params_zero_grad(dt_params *ps);

@@ -523,9 +523,6 @@ static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (t->parallel.compression != DT_COMPRESS_NONE)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.compression=topk is not built yet (issue 31)",
                        c->tp);
-    if (c->ckpt_dir[0] || c->resume[0])
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with %s: sharded checkpoints of a tensor-parallel run are not "
-                       "built yet (issue 31, item 3)", c->tp, c->ckpt_dir[0] ? "checkpoint.dir" : "--resume");
     dt_model_config mc = t->model;
     dt_model_opts mo = t->model_opts;
     mo.fused_loss = 0; /* off under tensor parallelism (the trainer's model options) */

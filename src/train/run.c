@@ -46,6 +46,7 @@ static void run_free(run_state *r) {
     dt_sampler_free(r->sampler);
     dt_dataset_close(r->train_ds);
     dt_dataset_close(r->val_ds);
+    dt_tp_ckpt_free(&r->tpc);
     if (r->tr_live) dt_trainer_free(&r->tr);
 }
 
@@ -194,27 +195,36 @@ static dt_status check_diverged(dt_ctx *ctx, const run_state *r, const dt_run_cf
 
 /* model.init_from: every rank reads the weights and keeps what it holds. */
 static dt_status init_weights(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg) {
+    /* tensor parallelism: the file is read as the unsplit model and cut into this rank's shards */
+    const int tp = r->tpc.on;
     float *full = calloc(r->tr.model.ps.n_params, sizeof(float));
-    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
-    dt_model view = r->tr.model;
-    view.ps.params = full;
+    float *canon = tp ? calloc(r->tpc.canon.n_params, sizeof(float)) : NULL;
+    if (!full || (tp && !canon)) {
+        free(full), free(canon);
+        return dt_fail(ctx, DT_ERR_NOMEM, "model.init_from: out of memory");
+    }
+    dt_model view = tp ? r->tpc.view : r->tr.model;
+    view.ps.params = tp ? canon : full;
     dt_status st = dt_model_import(ctx, &view, cfg->init_from);
+    if (st == DT_OK && tp) dt_tp_ckpt_scatter(&r->tpc, canon, full);
     if (st == DT_OK) st = dt_parallel_set_params(ctx, r->tr.par, full);
-    free(full);
+    free(full), free(canon);
     if (st == DT_OK) dt_log_info(ctx, "initial weights from %s", cfg->init_from);
     return st;
 }
 
 /* Writes the full model (gathered first under ZeRO-3: every rank takes part) from rank 0. */
 static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, long step, const char *file) {
-    float *full;
+    float *full, *canon = NULL;
     DT_CHECK(dt_parallel_full_params(ctx, r->tr.par, &full));
-    dt_status st = DT_OK;
-    if (ctx->rank == 0) {
-        dt_model view = r->tr.model; /* same model, reading the full parameters */
-        view.ps.params = full;
+    /* tensor parallelism: the TP group's shards laid out as the unsplit model */
+    dt_status st = r->tpc.on ? dt_tp_ckpt_gather(ctx, &r->tpc, full, &canon) : DT_OK;
+    if (st == DT_OK && ctx->rank == 0) {
+        dt_model view = r->tpc.on ? r->tpc.view : r->tr.model; /* the model, reading the full parameters */
+        view.ps.params = r->tpc.on ? canon : full;
         st = dt_model_file_save(ctx, &view, file, cfg->tokenizer, step);
     }
+    free(canon);
     dt_parallel_release_full_params(r->tr.par, full);
     return st;
 }
@@ -246,6 +256,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
+    if (!r.tr.model.lora) DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
     if (r.loader) {
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
@@ -343,6 +354,13 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 cfg->data_val[0] ? ", validation " : "", cfg->data_val, peak);
     if (start >= t->steps) {
         dt_log_info(ctx, "the checkpoint is at step %ld, training.steps is %ld: nothing left to train", start, t->steps);
+        /* Resumed from another checkpoint directory: its state is written into checkpoint.dir
+         * in this run's layout (tp, dp, ZeRO stage) - a checkpoint resharded, nothing trained. */
+        if (resumed && r.saver && !run_resumed_here(cfg)) {
+            DT_CHECK_GOTO(run_save_stage(ctx, &r, comm, cfg, start, world));
+            DT_CHECK_GOTO(run_save_commit(ctx, &r, comm, cfg));
+            if (rank == 0) dt_log_info(ctx, "resharded: %s/step-%08ld holds step %ld in this run's layout", cfg->ckpt_dir, start, start);
+        }
     } else if (r.val && cfg->eval_interval > 0 && start == 0) {
         DT_CHECK_GOTO(evaluate(ctx, &r, comm, 0));
     }

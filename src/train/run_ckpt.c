@@ -19,6 +19,15 @@
 
 /* ---- checkpoints */
 
+int run_resumed_here(const dt_run_cfg *cfg) {
+    if (!strcmp(cfg->resume, "latest") || !strcmp(cfg->resume, "auto")) return 1;
+    char a[4096], b[4096], parent[4200];
+    snprintf(parent, sizeof parent, "%s/..", cfg->resume);
+    if (!realpath(cfg->ckpt_dir, a)) return 0;
+    if (realpath(cfg->resume, b) && !strcmp(a, b)) return 1; /* the directory itself */
+    return realpath(parent, b) && !strcmp(a, b);             /* one of its steps */
+}
+
 dt_status run_saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank) {
     if (!cfg->ckpt_dir[0]) return DT_OK;
     const dt_train_cfg *t = &cfg->train;
@@ -42,7 +51,17 @@ dt_status run_saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int w
         free(yaml);
         return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
     }
-    dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, &r->tr.model, cfg->tokenizer, yaml, rank, world, pieces, np, shard,
+    dt_shard_piece *cp = NULL; /* tensor parallelism: the pieces in the canonical index space */
+    if (r->tpc.on) {
+        dt_status pst = dt_tp_ckpt_pieces(ctx, &r->tpc, pieces, np, 1, &cp, &np);
+        free(pieces);
+        if (pst != DT_OK) {
+            free(yaml);
+            return pst;
+        }
+        pieces = cp;
+    }
+    dt_ckpt_saver_cfg sc = {cfg->ckpt_dir, r->tpc.on ? &r->tpc.view : &r->tr.model, cfg->tokenizer, yaml, rank, world, pieces, np, shard,
                             dt_strategy_name(t->parallel.strategy), cfg->ckpt_keep, cfg->ckpt_async,
                             cfg->ckpt_max_failures, NULL, 0, NULL, 0};
     float *res, *age;
@@ -69,6 +88,7 @@ dt_status run_save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_
     tj.accum = t->accum;
     tj.seq_len = t->seq_len;
     tj.hybrid = t->parallel.hybrid;
+    tj.tp = t->model_opts.tp > 1 ? t->model_opts.tp : 1;
     snprintf(tj.strategy, sizeof tj.strategy, "%s", dt_strategy_name(t->parallel.strategy));
     if (r->sampler) {
         tj.has_sampler = 1;
@@ -90,11 +110,15 @@ dt_status run_save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_
     float *full, *mom, *var;
     dt_comm_watchdog_relax(comm, 1); /* the gather waits for every rank to reach the save */
     dt_status gst = dt_parallel_full_params(ctx, r->tr.par, &full); /* ZeRO-3: a gather, every rank */
+    float *canon = NULL; /* tensor parallelism: the TP group's shards as the unsplit model */
+    if (gst == DT_OK && r->tpc.on) gst = dt_tp_ckpt_gather(ctx, &r->tpc, full, &canon);
     dt_comm_watchdog_relax(comm, 0);
+    if (gst != DT_OK) dt_parallel_release_full_params(r->tr.par, full);
     DT_CHECK(gst);
     dt_parallel_moments(r->tr.par, &mom, &var);
-    dt_status st = dt_ckpt_saver_stage(ctx, r->saver, full, mom, var, &tj);
+    dt_status st = dt_ckpt_saver_stage(ctx, r->saver, canon ? canon : full, mom, var, &tj);
     r->staged_step = step;
+    free(canon);
     dt_parallel_release_full_params(r->tr.par, full);
     r->last_save_t = dt_now();
     dt_trace_end(tt, "ckpt", "checkpoint stage step %ld", step);
@@ -181,20 +205,36 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (gb_old != gb)
         dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "
                     "optimisation is no longer the same as without the restart", gb, gb_old);
-    /* Parameters: every rank reads the full model file and keeps what it holds. */
+    /* Parameters: every rank reads the full model file and keeps what it holds (tensor
+     * parallelism: the file is the unsplit model, cut into this rank's shards). */
+    const dt_tp_ckpt *tpc = &r->tpc;
     float *full = malloc(r->tr.model.ps.n_params * sizeof(float));
-    if (!full) return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory for the model");
-    dt_status st = dt_ckpt_load_params(ctx, dir, &r->tr.model, full);
+    float *canon = tpc->on ? malloc(tpc->canon.n_params * sizeof(float)) : NULL;
+    if (!full || (tpc->on && !canon)) {
+        free(full), free(canon);
+        return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory for the model");
+    }
+    dt_status st = dt_ckpt_load_params(ctx, dir, tpc->on ? &tpc->view : &r->tr.model, tpc->on ? canon : full);
+    if (st == DT_OK && tpc->on) dt_tp_ckpt_scatter(tpc, canon, full);
     if (st == DT_OK) st = dt_parallel_set_params(ctx, r->tr.par, full);
-    free(full);
+    free(full), free(canon);
     DT_CHECK(st);
-    /* Optimizer state: my pieces, from whichever files hold them (resharding). */
-    dt_shard_piece *pieces = malloc((size_t)r->tr.model.ps.n_units * sizeof *pieces);
+    /* Optimizer state: my pieces, from whichever files hold them (resharding) - as runs of the
+     * canonical index space, vocabulary padding left out (zero, and a tensor-parallel run's
+     * files hold none of it), so any tp, dp and ZeRO stage reads any other's. */
+    dt_shard_piece *pieces = malloc((size_t)r->tr.model.ps.n_units * sizeof *pieces), *cp = NULL;
     if (!pieces) return dt_fail(ctx, DT_ERR_NOMEM, "resume: out of memory");
     int np = dt_parallel_pieces(r->tr.par, pieces);
+    if (tpc->runs) {
+        st = dt_tp_ckpt_pieces(ctx, tpc, pieces, np, 0, &cp, &np);
+        free(pieces);
+        DT_CHECK(st);
+        pieces = cp;
+    }
     float *mom, *var;
     dt_parallel_moments(r->tr.par, &mom, &var);
-    st = dt_ckpt_load_moments(ctx, dir, r->tr.model.ps.n_params, pieces, np, mom, var);
+    st = dt_ckpt_load_moments(ctx, dir, tpc->runs ? tpc->canon.n_params : r->tr.model.ps.n_params, pieces, np, mom,
+                              var);
     free(pieces);
     DT_CHECK(st);
     /* Top-K's residual belongs to one rank's data: it comes back only onto the same world size
@@ -235,6 +275,8 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     *start = tj.step;
     r->loaded_strategy_changed = tj.world != world || strcmp(tj.strategy, dt_strategy_name(t->parallel.strategy));
     r->loaded_world = tj.world;
+    r->loaded_tp = tj.tp;
+    r->loaded_strategy_changed |= tj.tp != dt_tp_size(&t->model_opts);
     snprintf(r->loaded_strategy, sizeof r->loaded_strategy, "%s", tj.strategy);
     double bytes = (double)r->tr.model.ps.n_params * 4.0;
     size_t shard;
@@ -255,9 +297,10 @@ dt_status run_resume(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *
     DT_CHECK(resume_find(ctx, cfg, comm, dir, sizeof dir, found));
     if (!*found) return DT_OK;
     DT_CHECK(load_step(ctx, r, cfg, dir, world, start));
-    dt_log_info(ctx, "resumed from %s: step %ld, %.0f tokens seen; written by %d rank(s) with %s, continuing on "
-                "%d with %s%s", dir, *start, r->seen, r->loaded_world, r->loaded_strategy, world,
-                dt_strategy_name(cfg->train.parallel.strategy), r->loaded_strategy_changed ? " (resharded)" : "");
+    dt_log_info(ctx, "resumed from %s: step %ld, %.0f tokens seen; written by %d rank(s) with %s (tp %d), continuing "
+                "on %d with %s (tp %d)%s", dir, *start, r->seen, r->loaded_world, r->loaded_strategy, r->loaded_tp,
+                world, dt_strategy_name(cfg->train.parallel.strategy), dt_tp_size(&cfg->train.model_opts),
+                r->loaded_strategy_changed ? " (resharded)" : "");
     return DT_OK;
 }
 

@@ -15,6 +15,7 @@
 #include "train/run.h"
 #include "train/straggler.h"
 #include "train/trainer.h"
+#include "train/tp_ckpt.h"
 
 typedef struct run_state {
     dt_dataset *train_ds, *val_ds;
@@ -47,7 +48,7 @@ typedef struct run_state {
     int rollbacks;         /* training.spike_rollback: done so far */
     int spike_uniform;     /* the spike being handled was against ln(V), not the median */
     int uniform_reported;  /* a stretch of steps above the ln(V) bound has been reported */
-    int loaded_strategy_changed, loaded_world; /* what load_step found */
+    int loaded_strategy_changed, loaded_world, loaded_tp; /* what load_step found */
     char loaded_strategy[32];
     int n_recent;
     double last_commit_t;  /* when a checkpoint was last committed (0: none yet) */
@@ -55,9 +56,12 @@ typedef struct run_state {
     long steps_run;
     long updates, skipped_nonfinite, skipped_overflow; /* this process's steps, by outcome */
     uint64_t base_hash; /* LoRA: XXH3-64 of the frozen base (checkpoints refer to it) */
+    dt_tp_ckpt tpc;     /* the canonical index space of checkpoints (train/tp_ckpt.h) */
 } run_state;
 
 /* checkpoint.dir: the asynchronous saver (rank 0 writes the manifest, every rank its pieces). */
+/* Whether the run resumed from a step of its own checkpoint.dir (not another directory's). */
+int run_resumed_here(const dt_run_cfg *cfg);
 dt_status run_saver_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int world, int rank);
 /* Stages step's checkpoint (copies of the state; written in the background). */
 dt_status run_save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_cfg *cfg, long step, int world);
