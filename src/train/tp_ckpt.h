@@ -1,5 +1,5 @@
 /* tp_ckpt.h - checkpoints, weight files and initial weights of a tensor-parallel run
- * (parallel.tp; docs/ARCHITECTURE.md decision 63, docs/FORMATS.md version 2): every tensor and
+ * (parallel.tp; docs/ARCHITECTURE.md decision 66, docs/FORMATS.md version 2): every tensor and
  * optimizer moment is written and read in its canonical, unpadded index space - the unsplit
  * model's (the tp = 1 store) - so a checkpoint resumes onto any tp (a TP group or the blocks
  * test mode), dp, ZeRO stage or tp = 1, and HF export, eval and sample read it unchanged.
