@@ -101,6 +101,15 @@ dt_status dt_plan_emit_check(dt_ctx *ctx, const dt_plan_emit_opts *e) {
         if (e->out) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit-out needs --emit slurm|mpirun|k8s");
         return DT_OK;
     }
+    if (e->out) { /* before the plan is printed: an unwritable file fails at once */
+        char d[PATH_MAX];
+        snprintf(d, sizeof d, "%s", e->out);
+        char *slash = strrchr(d, '/');
+        if (slash) slash == d ? (void)(d[1] = 0) : (void)(*slash = 0);
+        else snprintf(d, sizeof d, ".");
+        if (access(e->out, F_OK) == 0 ? access(e->out, W_OK) != 0 : access(d, W_OK) != 0)
+            return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit-out %s: %s", e->out, strerror(errno));
+    }
     if (e->kind == DT_EMIT_K8S) {
         if (!dns_label(e->name))
             return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --job-name %s: an MPIJob name is 1-50 lower-case letters, "
