@@ -66,12 +66,14 @@ bad "--emit goes with one plan" --sweep gpus=8,16 --model gpt2 --hardware h100-s
 # field, or a count that is not a number, does not (the checker can fail).
 crd=$src/tests/data/k8s/kubeflow.org_mpijobs.yaml
 "$bin" plan "${big[@]}" --emit k8s --image registry.example/dtrain:1 --pvc ckpt --job-name gpt2-run \
-  --set checkpoint.dir=/ckpt/run1 --emit-out job.yaml >plan.out 2>emit.err
+  --set checkpoint.dir=/ckpt/run1 --set checkpoint.resume=latest --emit-out job.yaml >plan.out 2>emit.err
 rc=$?
 if [ $rc -eq 0 ] && grep -q "^fastest layout that fits: " plan.out && grep -q "^apiVersion: kubeflow.org/v2beta1" job.yaml \
    && python3 "$src/tests/k8s_check.py" "$crd" job.yaml >check.out 2>&1 && grep -q "^ok 1 document" check.out \
    && grep -q "^  slotsPerWorker: 8$" job.yaml && grep -q '^            - "parallel.strategy=zero3"$' job.yaml \
-   && grep -q '^            - "checkpoint.resume=auto"$' job.yaml && grep -q "^      replicas: 2$" job.yaml; then
+   && grep -q '^            - "checkpoint.resume=auto"$' job.yaml && [ "$(grep -c 'checkpoint\.resume=' job.yaml)" = 1 ] \
+   && grep -q "^      replicas: 2$" job.yaml && [ "$(grep -c "^          terminationGracePeriodSeconds: 120$" job.yaml)" = 2 ] \
+   && grep -q "k8s job gpt2-run for hybrid-zero3 dp16 .* written to job.yaml" emit.err; then
   pass "k8s: MPIJob (2 workers x 8 slots, zero3) valid against $(basename "$crd"); the plan printed beside --emit-out"
 else
   fail "k8s (rc $rc): $(cat emit.err check.out 2>/dev/null | head -5)"
@@ -125,7 +127,9 @@ steps=120
 rc=$?
 if [ $rc -eq 0 ] && grep -q "^fastest layout that fits: " plan.out && grep -q "^#SBATCH --nodes=2$" job.sh && grep -q "^#SBATCH --ntasks-per-node=2$" job.sh \
    && grep -q "^#SBATCH --signal=B:USR1@120$" job.sh && grep -q "^#SBATCH --requeue$" job.sh \
-   && grep -q -- "--max-restarts 2 " job.sh && bash -n job.sh; then
+   && grep -q -- "--max-restarts 2 --grace 90 " job.sh && grep -q "^#SBATCH --cpus-per-task=1$" job.sh \
+   && grep -q "^DTRAIN=\${DTRAIN:-$bin}$" job.sh && grep -q "checkpoint.dir=$dir/work/ck " job.sh \
+   && [ -x job.sh ] && bash -n job.sh; then
   pass "slurm: sbatch script for 2 nodes x 2 ranks, USR1@120, requeue, restart budget 2"
 else
   fail "slurm emit (rc $rc): $(cat emit.err)"
@@ -180,6 +184,7 @@ rc=$?
 timeout 120 "$mn" exec h1 bash run.sh >run.log 2>&1
 rc2=$?
 if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(cat tiny.hosts)" = "$(printf 'h1 slots=2\nh2 slots=2')" ] \
+   && ! grep -q OMP_NUM_THREADS run.sh \
    && grep -q "^h1:0 4 rank(s) on 2 node(s)" run.log && [ "$(cat ck2/latest 2>/dev/null)" = step-00000020 ]; then
   pass "mpirun: hostfile h1,h2 x 2 slots, 4 ranks on 2 nodes, finished"
 else
