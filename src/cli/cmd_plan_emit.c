@@ -364,7 +364,6 @@ static void write_slurm(FILE *f, const dt_plan_emit_opts *e, const dt_plan_job *
 
 static dt_status write_mpirun(dt_ctx *ctx, FILE *f, const dt_plan_emit_opts *e, const dt_plan_job *job,
                               const dt_plan_result *x, const char *note, const emit_cmd *launch, const emit_cmd *train) {
-    int nodes = job->gpus / job->dpn;
     fputs("#!/bin/bash\n", f);
     header(f, "dtrain job for hosts in a hostfile (bash FILE)", job, x, note);
     fprintf(f,
@@ -379,14 +378,12 @@ static dt_status write_mpirun(dt_ctx *ctx, FILE *f, const dt_plan_emit_opts *e, 
     if (e->hosts) {
         fprintf(f, "hostfile=$(dirname \"$0\")/%s.hosts\n"
                    "cat >\"$hostfile\" <<'EOF'\n", e->name);
-        int count = 0;
         char *h = strdup(e->hosts);
         if (!h) return dt_fail(ctx, DT_ERR_NOMEM, "dtrain plan: out of memory");
-        for (char *save = NULL, *t = strtok_r(h, ",", &save); t; t = strtok_r(NULL, ",", &save), count++)
+        for (char *save = NULL, *t = strtok_r(h, ",", &save); t; t = strtok_r(NULL, ",", &save))
             fprintf(f, "%s slots=%d\n", t, job->dpn);
         free(h);
         fputs("EOF\n", f);
-        (void)count;
     } else {
         char path[PATH_MAX + 64];
         DT_CHECK(absolute(ctx, e->hostfile, path, sizeof path));
@@ -394,7 +391,6 @@ static dt_status write_mpirun(dt_ctx *ctx, FILE *f, const dt_plan_emit_opts *e, 
         sh_word(f, path);
         fputs("\n[ -r \"$hostfile\" ] || { echo \"$0: hostfile $hostfile is not readable\" >&2; exit 2; }\n", f);
     }
-    (void)nodes;
     if (e->cpus_per_task) fprintf(f, "export OMP_NUM_THREADS=%d\n", e->cpus_per_task);
     sh_command(f, "exec ", launch, train);
     fputc('\n', f);
