@@ -338,7 +338,7 @@ static void write_slurm(FILE *f, const dt_plan_emit_opts *e, const dt_plan_job *
     fputs("}\n", f);
     fprintf(f, "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-%d}\n", cpt);
     fputs("echo \"dtrain job $SLURM_JOB_ID: run $((${SLURM_RESTART_COUNT:-0} + 1)) on $SLURM_JOB_NODELIST\"\n"
-          "pid= requeue=0\n"
+          "pid='' requeue=0\n"
           "forward() { [ -n \"$pid\" ] && kill -USR1 \"$pid\" 2>/dev/null; }\n"
           "trap 'requeue=1; forward' USR1\n"
           "trap forward TERM\n",
