@@ -8,7 +8,8 @@
 #  - --emit slurm on a real Slurm cluster (scripts/mnhosts.sh, 2 hosts x 2 ranks): the sbatch
 #    script runs 4 ranks on 2 nodes under the supervisor; `scancel --signal=USR1 --batch`
 #    during it ends in a checkpoint at that step and a requeue; the job runs again, resumes
-#    from that checkpoint, finishes (COMPLETED, 1 restart);
+#    from that checkpoint, survives a rank killed on h2 (the supervisor's restart inside the
+#    allocation) and finishes (COMPLETED, 1 requeue);
 #  - --emit mpirun --hosts h1,h2: the script runs 4 ranks on the 2 hosts and finishes.
 # Needs root, network namespaces, Slurm (slurm-wlm slurmctld slurmd slurm-client munge) and
 # python3-yaml, python3-jsonschema (scripts/install-deps.sh); missing: skip, a failure under
@@ -163,6 +164,15 @@ else
 fi
 sleep 3
 "$mn" exec h1 scontrol update JobId="$id" StartTime=now
+# In the second run a rank on h2 is killed: the supervisor restarts the attempt inside the
+# allocation (restart 1 of 2) from the newest checkpoint.
+for _ in $(seq 1 600); do grep -q "^h1:0 step $((at + 5))/$steps " "$log" && break; sleep 0.1; done
+killed=""
+for p in $(ip netns pids "${MN_PREFIX}h2" 2>/dev/null); do
+  [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$bin" ] && grep -q "^train" <(tr '\0' '\n' <"/proc/$p/cmdline" | sed -n 2p) \
+    && kill -9 "$p" && killed=$p && break
+done
+[ -n "$killed" ] || fail "no rank of the second run found on h2 to kill"
 for _ in $(seq 1 900); do
   s=$(job_state JobState)
   [ "$s" = COMPLETED ] || [ "$s" = FAILED ] || [ "$s" = CANCELLED ] || [ "$s" = TIMEOUT ] && break
@@ -170,9 +180,10 @@ for _ in $(seq 1 900); do
 done
 s=$(job_state JobState) r=$(job_state Restarts) x=$(job_state ExitCode)
 if [ "$s" = COMPLETED ] && [ "$r" = 1 ] && [ "$x" = 0:0 ] && grep -q "run 2 on" "$log" \
+   && grep -q "job failed after .*: rank [23] .*killed by signal 9" "$log" && grep -q "restart 1 of 2 in" "$log" \
    && grep -qE "resumed from .*/ck/step-0*$at: step $at," "$log" && grep -q "^h1:0 step $steps/$steps " "$log" \
    && [ "$(cat ck/latest 2>/dev/null)" = "step-$(printf %08d $steps)" ]; then
-  pass "the requeued job resumed from step $at and finished: $s, Restarts=$r, ExitCode=$x ($(elapsed) s so far)"
+  pass "the requeued job resumed from step $at, was restarted by the supervisor after a rank on h2 was killed, and finished: $s, Restarts=$r, ExitCode=$x ($(elapsed) s so far)"
 else
   fail "rerun: state $s restarts $r exit $x: $(grep -E 'run 2|resumed|error' "$log" | tail -3)"
 fi
