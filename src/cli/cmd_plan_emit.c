@@ -504,9 +504,8 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     }
     emit_cmd launch = {0}, train = {0};
     dt_status st = DT_OK;
-    if (e->kind == DT_EMIT_SLURM) st = cmd_add(ctx, &launch, "\"$DTRAIN\"");
-    else if (e->kind == DT_EMIT_MPIRUN) st = cmd_add(ctx, &launch, "\"$DTRAIN\"");
-    else st = cmd_add(ctx, &launch, "%s", eo.dtrain);
+    /* The scripts name the binary once, in DTRAIN (overridable from the environment). */
+    st = cmd_add(ctx, &launch, "%s", e->kind == DT_EMIT_K8S ? eo.dtrain : "\"$DTRAIN\"");
     if (st == DT_OK) st = cmd_add(ctx, &launch, "launch");
     if (st == DT_OK) st = cmd_add(ctx, &launch, "-n");
     if (st == DT_OK) st = cmd_add(ctx, &launch, "%d", job->gpus);
