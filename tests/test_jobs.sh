@@ -61,6 +61,8 @@ bad "--job-name Big_Run: an MPIJob name" "${big[@]}" --emit k8s --image img --pv
 bad "checkpoint.dir ck must be an absolute path" "${big[@]}" --emit k8s --image img --pvc ck --set checkpoint.dir=ck
 bad "--time 1 h: not a Slurm value" "${big[@]}" --emit slurm --time "1 h" --set checkpoint.dir=ck
 bad "--emit-out needs --emit" "${big[@]}" --emit-out x.sh
+bad "--job-name needs --emit" "${big[@]}" --job-name x
+bad "--hosts goes with --emit mpirun" "${big[@]}" --emit slurm --hosts a,b --set checkpoint.dir=ck
 bad "--emit goes with one plan" --sweep gpus=8,16 --model gpt2 --hardware h100-sxm "${cat[@]}" --emit slurm --set checkpoint.dir=ck
 
 # k8s: the manifest validates against the operator's CRD; the same manifest with an undeclared

@@ -48,7 +48,16 @@ static int emit_int(dt_ctx *ctx, int argc, char **argv, int *i, int lo, int hi, 
     return 1;
 }
 
+static int emit_flag(dt_ctx *ctx, dt_plan_emit_opts *e, int argc, char **argv, int *i);
+
 int dt_plan_emit_flag(dt_ctx *ctx, dt_plan_emit_opts *e, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    int r = emit_flag(ctx, e, argc, argv, i);
+    if (r > 0 && strcmp(a, "--emit") && !e->first_flag) e->first_flag = a;
+    return r;
+}
+
+static int emit_flag(dt_ctx *ctx, dt_plan_emit_opts *e, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     if (!strcmp(a, "--emit")) {
         const char *k;
@@ -98,7 +107,7 @@ static int dns_label(const char *s) {
 
 dt_status dt_plan_emit_check(dt_ctx *ctx, const dt_plan_emit_opts *e) {
     if (e->kind == DT_EMIT_NONE) {
-        if (e->out) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit-out needs --emit slurm|mpirun|k8s");
+        if (e->first_flag) return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s needs --emit slurm|mpirun|k8s", e->first_flag);
         return DT_OK;
     }
     if (e->out) { /* before the plan is printed: an unwritable file fails at once */
@@ -127,8 +136,8 @@ dt_status dt_plan_emit_check(dt_ctx *ctx, const dt_plan_emit_opts *e) {
             return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s %s: not a Slurm value (letters, digits and ._-:,+@%%)",
                            slurm_only[k][0], v);
     }
-    if (e->kind != DT_EMIT_MPIRUN && e->hostfile)
-        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --hostfile goes with --emit mpirun");
+    if (e->kind != DT_EMIT_MPIRUN && (e->hosts || e->hostfile))
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s goes with --emit mpirun", e->hosts ? "--hosts" : "--hostfile");
     if (e->kind == DT_EMIT_MPIRUN) {
         if (!e->hosts == !e->hostfile)
             return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit mpirun needs the nodes: --hosts a,b,... (one host per "

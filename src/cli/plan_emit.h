@@ -30,6 +30,7 @@ typedef struct dt_plan_emit_opts {
     const char *hostfile;      /* mpirun: --hostfile FILE (instead of --hosts) */
     const char *image, *pvc;   /* k8s: --image IMAGE, --pvc CLAIM (holds checkpoint.dir) */
     const char *dtrain;        /* --dtrain PATH: the binary the job runs (default: this one) */
+    const char *first_flag;    /* the first of these flags given (they need --emit) */
 } dt_plan_emit_opts;
 
 void dt_plan_emit_defaults(dt_plan_emit_opts *e);
