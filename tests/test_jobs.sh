@@ -5,6 +5,9 @@
 #    match the nodes, flags of another kind, k8s without --image/--pvc or with a bad name;
 #  - --emit k8s: the MPIJob validates against the MPI operator's CRD kept in tests/data/k8s
 #    (tests/k8s_check.py; strict: an undeclared field or a wrong type fails it, checked too);
+#  - the sbatch script's requeue logic with a stand-in supervisor and scontrol (no Slurm):
+#    USR1 short of the last step requeues, after it (checkpoint.dir/latest) does not; the last
+#    step from training.tokens;
 #  - --emit slurm on a real Slurm cluster (scripts/mnhosts.sh, 2 hosts x 2 ranks): the sbatch
 #    script runs 4 ranks on 2 nodes under the supervisor; `scancel --signal=USR1 --batch`
 #    during it ends in a checkpoint at that step and a requeue; the job runs again, resumes
@@ -101,6 +104,46 @@ if [ $rc -eq 0 ] && grep -q "is model-parallel: dtrain cannot run it yet; this j
 else
   fail "model-parallel winner (rc $rc): $(head -3 mp.err)"
 fi
+
+# The sbatch script's own logic, without Slurm: a stand-in supervisor (DTRAIN) that runs until
+# SIGUSR1 and exits 0, a stand-in scontrol that records its arguments. USR1 while the run is
+# short of its last step: requeue; after the last step (checkpoint.dir/latest = step 120): not.
+mkdir -p fake/bin
+# (it gives up with status 1 after about 60 s: a script that did not pass the signal on fails)
+printf '#!/bin/bash\ntrap "exit 0" USR1\n: >"$FAKE_DIR/running"\nfor _ in $(seq 1200); do sleep 0.05; done\nexit 1\n' >fake/dtrain
+printf '#!/bin/sh\necho "$@" >>"$FAKE_DIR/scontrol.args"\n' >fake/bin/scontrol
+chmod 755 fake/dtrain fake/bin/scontrol
+"$bin" plan "${tiny[@]}" --steps 120 --gpus 4 --hardware cpu-core "${cat[@]}" --emit slurm --emit-out fake/job.sh \
+  --set checkpoint.dir=fake/ck >/dev/null 2>emit.err || fail "emit for the stand-ins: $(cat emit.err)"
+mkdir -p fake/ck
+for latest in 00000050 00000120; do
+  rm -f fake/running fake/scontrol.args
+  echo "step-$latest" >fake/ck/latest
+  FAKE_DIR=$dir/work/fake DTRAIN=$dir/work/fake/dtrain PATH=$dir/work/fake/bin:$PATH SLURM_JOB_ID=7 \
+    SLURM_JOB_NODELIST=n1 bash fake/job.sh >fake/out 2>&1 &
+  jpid=$!
+  for _ in $(seq 1 300); do [ -e fake/running ] && break; sleep 0.05; done
+  kill -USR1 $jpid
+  wait $jpid
+  rc=$?
+  args=$(cat fake/scontrol.args 2>/dev/null)
+  if [ $latest = 00000050 ] && [ $rc = 0 ] && [ "$args" = "requeue 7" ] \
+     && grep -q "checkpointed after SIGUSR1; requeueing" fake/out; then
+    pass "sbatch script, USR1 before the last step: the supervisor is signalled, then scontrol requeue 7"
+  elif [ $latest = 00000120 ] && [ $rc = 0 ] && [ -z "$args" ] \
+     && grep -q "SIGUSR1 came after the last step (120): finished, not requeueing" fake/out; then
+    pass "sbatch script, USR1 after the last step: finished, no requeue"
+  else
+    fail "sbatch script with latest step-$latest: rc $rc, scontrol '$args': $(tail -2 fake/out)"
+  fi
+done
+
+# The last step from training.tokens: ceil(30000 / (8 sequences x 32 tokens)) = 118.
+"$bin" plan "${tiny[@]}" --set training.tokens=30000 --gpus 4 --hardware cpu-core "${cat[@]}" --emit slurm \
+  --set checkpoint.dir=ck >tokens.sh 2>emit.err
+grep -q "= step-00000118 \]; then$" tokens.sh && grep -q "training.batch=8 " tokens.sh \
+  && pass "sbatch script: the last step from training.tokens over the global batch (118)" \
+  || fail "last step from training.tokens: $(grep -E 'step-0|training.batch' tokens.sh; cat emit.err)"
 
 # ---- the cluster
 [ "$(id -u)" = 0 ] || skip "network namespaces and Slurm daemons need root"

@@ -319,8 +319,9 @@ static void header(FILE *f, const char *what, const dt_plan_job *job, const dt_p
     if (note) fprintf(f, "# %s\n", note);
 }
 
+/* ckpt: checkpoint.dir (absolute); last: the run's last step (its final checkpoint). */
 static void write_slurm(FILE *f, const dt_plan_emit_opts *e, const dt_plan_job *job, const dt_plan_result *x,
-                        const char *note, const emit_cmd *launch, const emit_cmd *train) {
+                        const char *note, const emit_cmd *launch, const emit_cmd *train, const char *ckpt, long last) {
     int nodes = job->gpus / job->dpn, cpt = e->cpus_per_task ? e->cpus_per_task : 1;
     fputs("#!/bin/bash\n", f);
     header(f, "dtrain job for Slurm (sbatch FILE)", job, x, note);
@@ -361,8 +362,18 @@ static void write_slurm(FILE *f, const dt_plan_emit_opts *e, const dt_plan_job *
           "  rc=$?\n"
           "  kill -0 \"$pid\" 2>/dev/null || break\n"
           "done\n"
-          "if [ \"$requeue\" = 1 ] && [ \"$rc\" = 0 ]; then\n"
-          "  echo \"dtrain job $SLURM_JOB_ID: checkpointed after SIGUSR1; requeueing\"\n"
+          "if [ \"$requeue\" = 1 ] && [ \"$rc\" = 0 ]; then\n",
+          f);
+    fputs("  if [ \"$(cat ", f);
+    char latest[PATH_MAX + 80];
+    snprintf(latest, sizeof latest, "%s/latest", ckpt);
+    sh_word(f, latest);
+    fprintf(f, " 2>/dev/null)\" = step-%08ld ]; then\n"
+               "    echo \"dtrain job $SLURM_JOB_ID: SIGUSR1 came after the last step (%ld): finished, not requeueing\"\n"
+               "    exit 0\n"
+               "  fi\n",
+            last, last);
+    fputs("  echo \"dtrain job $SLURM_JOB_ID: checkpointed after SIGUSR1; requeueing\"\n"
           "  scontrol requeue \"$SLURM_JOB_ID\" && exit 0\n"
           "  echo \"dtrain job $SLURM_JOB_ID: scontrol requeue failed\" >&2\n"
           "  exit 1\n"
@@ -528,11 +539,16 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     if (st == DT_OK) st = cmd_add(ctx, &launch, "%d", grace_s(e));
     if (st == DT_OK) st = cmd_add(ctx, &launch, "--");
     if (st == DT_OK) st = train_args(ctx, e, rc, job, &r[best].lay, argc, argv, used, &train);
+    /* The run's last step: training.steps, or training.tokens over the global batch the job sets. */
+    long per_step = job->global_batch * (long)rc->train.seq_len;
+    long last = rc->tokens > 0 && per_step > 0 ? (rc->tokens + per_step - 1) / per_step : rc->train.steps;
+    char ckpt[PATH_MAX + 64];
+    if (st == DT_OK) st = e->kind == DT_EMIT_K8S ? DT_OK : absolute(ctx, rc->ckpt_dir, ckpt, sizeof ckpt);
     FILE *f = stdout;
     if (st == DT_OK && e->out && !(f = fopen(e->out, "w")))
         st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit-out %s: %s", e->out, strerror(errno));
     if (st == DT_OK) {
-        if (e->kind == DT_EMIT_SLURM) write_slurm(f, &eo, job, &r[best], note_p, &launch, &train);
+        if (e->kind == DT_EMIT_SLURM) write_slurm(f, &eo, job, &r[best], note_p, &launch, &train, ckpt, last);
         else if (e->kind == DT_EMIT_MPIRUN) st = write_mpirun(ctx, f, &eo, job, &r[best], note_p, &launch, &train);
         else write_k8s(f, &eo, rc, job, &r[best], note_p, &launch, &train);
         int bad = ferror(f);
