@@ -52,8 +52,8 @@ bad() {  # WANT(grep -E) ARGS...
 bad "--emit yaml: unknown kind" "${big[@]}" --emit yaml --set checkpoint.dir=ck
 bad "--emit-out /nonexistent/dir/job.sh: No such file" "${big[@]}" --emit slurm --set checkpoint.dir=ck --emit-out /nonexistent/dir/job.sh
 bad "--emit needs checkpoint.dir" "${big[@]}" --emit slurm
-bad "--emit: no layout dtrain can run .* fits" "${big[@]}" --tp 2 --emit slurm --set checkpoint.dir=ck
-bad "--emit: no layout dtrain can run .* \(model-parallel layouts do" --model mistral-7b --seq 4096 --micro-batch 1 \
+bad "--emit: no layout a dtrain job can run .* fits" "${big[@]}" --tp 2 --emit slurm --set checkpoint.dir=ck
+bad "--emit: no layout a dtrain job can run .* \(model-parallel layouts do" --model mistral-7b --seq 4096 --micro-batch 1 \
   --precision bf16 --gpus 16 --hardware a100-40gb "${cat[@]}" --emit slurm --set checkpoint.dir=ck
 bad "--hosts names 3 host\(s\); the plan has 2 node" "${big[@]}" --emit mpirun --hosts a,b,c --set checkpoint.dir=ck
 bad "--emit mpirun needs the nodes: --hosts" "${big[@]}" --emit mpirun --set checkpoint.dir=ck
@@ -97,7 +97,7 @@ done
 "$bin" plan --model gpt2-xl --seq 1024 --micro-batch 1 --precision bf16 --gpus 16 --hardware h100-sxm "${cat[@]}" \
   --emit slurm --set checkpoint.dir=ck >mp.sh 2>mp.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q "is model-parallel: dtrain cannot run it yet; this job runs the fastest data-parallel one" mp.err \
+if [ $rc -eq 0 ] && grep -q "is model-parallel, which a dtrain job cannot run yet (no checkpoints of tensor-parallel runs; no pipeline, context or expert parallelism); this job runs the fastest data-parallel one" mp.err \
    && grep -qE "^# The fastest layout, [a-z0-9-]+ dp8 tp1 pp2 .* this job runs the fastest data-parallel one, hybrid-zero3 dp16 " mp.sh \
    && grep -q "parallel.strategy=zero3 " mp.sh && grep -q "parallel.hybrid=true " mp.sh; then
   pass "model-parallel winner: the job runs the fastest data-parallel layout, named in the file and on stderr"

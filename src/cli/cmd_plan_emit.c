@@ -474,7 +474,9 @@ static void write_k8s(FILE *f, const dt_plan_emit_opts *e, const dt_run_cfg *rc,
     yaml_pod_end(f, e);
 }
 
-/* The fastest fitting layout dtrain runs (data parallel: tp = pp = cp = ep = 1). */
+/* A layout a job can run: data parallel (tp = pp = cp = ep = 1). A job resumes from
+ * checkpoint.dir, which tensor-parallel runs refuse until their checkpoints are sharded;
+ * pipeline, context and expert parallelism are not built. */
 static int runnable(const dt_plan_layout *l) { return l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1; }
 
 dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg *rc, const dt_plan_job *job,
@@ -486,9 +488,9 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
         if (runnable(&r[i].lay) && (best < 0 || r[i].step_s < r[best].step_s)) best = i;
     }
     if (best < 0)
-        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout dtrain can run (data parallel: ddp, zero1-3, "
-                       "hybrid; tp = pp = cp = ep = 1) fits %d x %s%s", job->gpus, job->hw->key,
-                       fastest >= 0 ? " (model-parallel layouts do: dtrain cannot run them yet)" : "");
+        return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout a dtrain job can run (data parallel: ddp, "
+                       "zero1-3, hybrid; tp = pp = cp = ep = 1) fits %d x %s%s", job->gpus, job->hw->key,
+                       fastest >= 0 ? " (model-parallel layouts do: a job cannot run them yet)" : "");
     if (!rc->ckpt_dir[0])
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit needs checkpoint.dir (in the config or --set "
                        "checkpoint.dir=DIR): a restarted or requeued job resumes from it");
@@ -506,9 +508,9 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     if (best != fastest) {
         dt_plan_layout_name(&r[fastest].lay, fname, sizeof fname);
         dt_plan_layout_name(&r[best].lay, bname, sizeof bname);
-        snprintf(note, sizeof note, "The fastest layout, %s (step %.4g s), is model-parallel: dtrain cannot run it yet; "
-                 "this job runs the fastest data-parallel one, %s (step %.4g s).", fname, r[fastest].step_s, bname,
-                 r[best].step_s);
+        snprintf(note, sizeof note, "The fastest layout, %s (step %.4g s), is model-parallel, which a dtrain job cannot "
+                 "run yet (no checkpoints of tensor-parallel runs; no pipeline, context or expert parallelism); this job "
+                 "runs the fastest data-parallel one, %s (step %.4g s).", fname, r[fastest].step_s, bname, r[best].step_s);
         note_p = note;
     }
     dt_plan_emit_opts eo = *e;
