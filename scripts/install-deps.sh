@@ -10,6 +10,8 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev libyaml-dev libcjson-dev libx
       libopenblas0-pthread  # PyTorch peer benchmark: without it Debian torch uses reference BLAS
       fortunes              # the demo corpus
       iproute2              # multi-host tests: network namespaces (ip netns)
+      slurm-wlm slurmctld slurmd slurm-client munge   # test_slurm, test_jobs: a Slurm cluster in namespaces
+      python3-yaml python3-jsonschema                 # test_jobs: the MPIJob checked against the operator's CRD
       chromium)             # dtrain report test: renders the page headless
 # The BPE parity test runs the reference tokenizer (npm gpt-3-encoder) under node; any
 # node >= 12 does, so Debian's is installed only when none is on the PATH.
@@ -46,4 +48,14 @@ if [ -n "$removed" ]; then
   echo "install-deps: installing ${missing[*]} would remove: $removed; not installing" >&2
   exit 1
 fi
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Slurm and munge daemons must not start as system services on install (the tests run their
+# own, in network namespaces): policy-rc.d (exit 101) forbids it while we install, if none is set.
+made_policy=0
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod 755 /usr/sbin/policy-rc.d \
+    && made_policy=1
+fi
+rc=0
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" || rc=$?
+[ $made_policy = 1 ] && $SUDO rm -f /usr/sbin/policy-rc.d
+exit $rc

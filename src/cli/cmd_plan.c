@@ -9,6 +9,7 @@
 
 #include "bench/prices.h"
 #include "cli/cli.h"
+#include "cli/plan_emit.h"
 #include "plan/plan.h"
 #include "plan/validate.h"
 
@@ -20,6 +21,8 @@ typedef struct plan_flags {
     double train_tokens, gemm_eff, intra_eff, inter_eff, tp_overlap;
     const char *hardware, *catalog, *prices, *instance, *validate;
     int sweep[64], n_sweep;
+    dt_plan_emit_opts emit;
+    unsigned char *used; /* argv entries that were plan's own flags or their values (for --emit) */
 } plan_flags;
 
 static int need(dt_ctx *ctx, int argc, char **argv, int i) {
@@ -120,7 +123,16 @@ static int plan_flag(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
         }
         return 1;
     }
-    return 0;
+    return dt_plan_emit_flag(ctx, &f->emit, argc, argv, i);
+}
+
+/* plan_flag, marking what it consumed: the rest goes to the job file's train command. */
+static int plan_flag_mark(dt_ctx *ctx, void *ud, int argc, char **argv, int *i) {
+    plan_flags *f = ud;
+    int start = *i, r = plan_flag(ctx, ud, argc, argv, i);
+    if (r > 0)
+        for (int k = start; k <= *i; k++) f->used[k] = 1;
+    return r;
 }
 
 /* Flags that are configuration keys under another name. */
@@ -156,6 +168,18 @@ static void usage(void) {
            "  --sweep gpus=8,16,32  scaling table: the recommended layout at each size\n"
            "  --all                 print every layout (default: the best 12)\n"
            "  --json                JSON on stdout instead of tables\n"
+           "  --emit slurm|mpirun|k8s  write a job file running the fastest fitting layout dtrain runs\n"
+           "                        (docs/launch.md, \"Job files\"): an sbatch script, a hostfile launch\n"
+           "                        script or a Kubeflow MPIJob; needs checkpoint.dir (--set checkpoint.dir=D)\n"
+           "    --emit-out FILE     write it to FILE (default: stdout, and the plan is not printed)\n"
+           "    --job-name NAME     job / MPIJob name (default dtrain)\n"
+           "    --max-restarts K    the supervisor's restart budget (default 3; k8s: also backoffLimit)\n"
+           "    --cpus-per-task C   cores (OpenMP threads) per rank (default 1)\n"
+           "    --dtrain PATH       the dtrain binary the job runs (default this one; k8s: dtrain)\n"
+           "    slurm: --partition P --account A --time T   #SBATCH values; --signal-time S (120):\n"
+           "                        SIGUSR1 S s before the time limit: checkpoint and requeue\n"
+           "    mpirun: --hosts a,b,... (one host per node) or --hostfile FILE\n"
+           "    k8s: --image IMAGE (dtrain and sshd) --pvc CLAIM (mounted at checkpoint.dir)\n"
            "  --validate FILE       predict each published run of FILE (bench/planner/published_runs.csv)\n"
            "  --fit                 with --validate: fit one GEMM efficiency per GPU type on the rows of\n"
            "                        split fit; report in-sample, held-out and leave-one-source-out errors\n"
@@ -254,7 +278,8 @@ static cJSON *plan_json_root(void) {
     return o;
 }
 
-static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, dt_plan_job *job) {
+static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *rc, dt_plan_job *job, int argc,
+                          char **argv) {
     dt_plan_fix fix = f->fix;
     if (f->dp) { /* --dp with the others: the product check names every degree */
         dt_plan_layout l = {f->dp, fix.tp ? fix.tp : 1, fix.pp ? fix.pp : 1, fix.cp ? fix.cp : 1, fix.ep ? fix.ep : 1,
@@ -275,7 +300,8 @@ static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, dt_plan_job *job) {
     int n = 0, fast, cheap;
     DT_CHECK(dt_plan_search(ctx, job, &fix, &r, &n));
     dt_plan_recommend(r, n, &fast, &cheap);
-    if (f->json) {
+    if (f->emit.kind != DT_EMIT_NONE && !f->emit.out) { /* stdout is the job file */
+    } else if (f->json) {
         cJSON *o = plan_json_root(), *arr;
         cJSON_AddItemToObject(o, "job", dt_plan_job_json(job));
         cJSON_AddItemToObject(o, "layouts", arr = cJSON_CreateArray());
@@ -297,6 +323,10 @@ static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, dt_plan_job *job) {
         if (fast < 0) dt_plan_print_detail(stdout, job, &r[0], "smallest-step layout (does not fit)");
     }
     dt_status st = fits_somewhere(ctx, job, r, n);
+    if (st == DT_OK && f->emit.kind != DT_EMIT_NONE) {
+        fflush(stdout);
+        st = dt_plan_emit(ctx, &f->emit, rc, job, r, n, argc, argv, f->used);
+    }
     free(r);
     return st;
 }
@@ -362,10 +392,16 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
     plan_flags f;
     memset(&f, 0, sizeof f);
     f.fix.zero = -1, f.fix.hybrid = -1;
+    dt_plan_emit_defaults(&f.emit);
     for (int i = 0; i < argc; i++) /* --calibrate: every other flag is dtrain bench's (it checks them) */
         if (!strcmp(argv[i], "--calibrate")) return dt_cli_exit_code(dt_plan_calibrate(ctx, argc, argv));
     char **av = malloc((size_t)(argc + 1) * sizeof *av);
-    if (!av) return DT_EXIT_FAIL;
+    f.used = calloc((size_t)argc + 1, 1);
+    if (!av || !f.used) {
+        free(av);
+        free(f.used);
+        return DT_EXIT_FAIL;
+    }
     for (int i = 0; i < argc; i++) {
         av[i] = argv[i];
         for (size_t k = 0; k < sizeof renamed / sizeof renamed[0]; k++)
@@ -373,16 +409,24 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
     }
     dt_run_cfg rc;
     dt_run_cfg_defaults(&rc);
-    dt_status st = dt_cli_parse_run(ctx, "plan", argc, av, &rc, plan_flag, &f);
-    free(av);
-    if (f.help) {
-        usage();
-        return DT_EXIT_OK;
+    dt_status st = dt_cli_parse_run(ctx, "plan", argc, av, &rc, plan_flag_mark, &f);
+    if (st == DT_OK && !f.help) st = dt_plan_emit_check(ctx, &f.emit);
+    if (st == DT_OK && f.emit.kind != DT_EMIT_NONE && (f.validate || f.n_sweep))
+        st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit goes with one plan (--gpus N), not %s",
+                     f.validate ? "--validate" : "--sweep");
+    if (f.help || st != DT_OK) {
+        free(av);
+        free(f.used);
+        if (f.help) usage();
+        return f.help ? DT_EXIT_OK : dt_cli_exit_code(st);
     }
-    if (st != DT_OK) return dt_cli_exit_code(st);
     dt_hw_catalog cat;
     const char *catalog = f.catalog ? f.catalog : "configs/hardware.yaml";
-    if ((st = dt_hw_load(ctx, catalog, &cat)) != DT_OK) return dt_cli_exit_code(st);
+    if ((st = dt_hw_load(ctx, catalog, &cat)) != DT_OK) {
+        free(av);
+        free(f.used);
+        return dt_cli_exit_code(st);
+    }
     if (f.validate) {
         st = dt_plan_validate(ctx, &cat, f.validate, f.fit, f.json, stdout);
     } else {
@@ -390,9 +434,11 @@ int dt_cmd_plan(dt_ctx *ctx, int argc, char **argv) {
         if (!f.gpus && !f.n_sweep) st = dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --gpus N (or --sweep gpus=...) is required");
         if (st == DT_OK) st = setup_job(ctx, &f, &rc, &cat, &job);
         if (st == DT_OK && f.n_sweep) st = run_sweep(ctx, &f, &rc, &job);
-        else if (st == DT_OK && (st = size_job(ctx, &f, &rc, &job, f.gpus)) == DT_OK) st = run_plan(ctx, &f, &job);
+        else if (st == DT_OK && (st = size_job(ctx, &f, &rc, &job, f.gpus)) == DT_OK) st = run_plan(ctx, &f, &rc, &job, argc, av);
     }
     dt_hw_free(&cat);
+    free(av);
+    free(f.used);
     fflush(stdout);
     return dt_cli_exit_code(st);
 }
