@@ -20,6 +20,9 @@ Parameter names are Hugging Face MixtralForCausalLM state-dict names:
 The sparse MoE block, per token x (C): logits = gate(x) (E); p = softmax(logits); the k experts of
 largest p (ties: the lower expert index, by a stable descending sort); w_j = p_j / sum of the k;
 out = sum_j w_j * w2(silu(w1 x) * w3 x) of expert j.
+With a capacity factor f > 0 (dtrain's parallel.moe_capacity_factor) each expert keeps at most
+ceil(f * N * k / E) of the N tokens' choices: those of the largest w, ties by the lower token
+index; a dropped choice adds nothing.
 
 Loss = cross-entropy + aux_coef * aux + z_coef * z over the N = n_layer * B * T router rows of
 every layer concatenated:
@@ -29,6 +32,7 @@ every layer concatenated:
 
 Only torch and math are used.
 """
+import math
 import os
 import sys
 
@@ -66,6 +70,8 @@ class SparseMoeBlock(nn.Module):
     def __init__(self, d_model, n_experts, topk, d_ff):
         super().__init__()
         self.k = topk
+        self.capacity_factor = 0.0   # > 0: each expert takes ceil(f * N * k / E) choices at most
+        self.dropped = 0
         self.gate = nn.Linear(d_model, n_experts, bias=False)
         self.experts = nn.ModuleList([Expert(d_model, d_ff) for _ in range(n_experts)])
         self.last_logits = None
@@ -77,8 +83,17 @@ class SparseMoeBlock(nn.Module):
         self.last_logits = logits
         _, sel, w = route(logits, self.k)
         out = torch.zeros_like(h)
+        E, N = len(self.experts), B * T
+        cap = math.ceil(self.capacity_factor * N * self.k / E) if self.capacity_factor > 0 else None
+        self.dropped = 0
         for e, expert in enumerate(self.experts):
-            rows, slot = torch.nonzero(sel == e, as_tuple=True)
+            rows, slot = torch.nonzero(sel == e, as_tuple=True)     # rows ascending
+            if cap is not None and rows.numel() > cap:
+                # keep the cap largest weights, ties by the lower token index
+                keep = sorted(range(rows.numel()), key=lambda i: (-float(w[rows[i], slot[i]]), int(rows[i])))[:cap]
+                keep = torch.tensor(sorted(keep), dtype=torch.long)
+                self.dropped += rows.numel() - cap
+                rows, slot = rows[keep], slot[keep]
             if rows.numel() == 0:
                 continue
             y = expert(h[rows]) * w[rows, slot].unsqueeze(-1)

@@ -320,6 +320,12 @@ static void llama_bind(dt_model *m) {
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
 
+const int32_t *dt_llama_moe_choices(const dt_model *m, int l) {
+    const dt_model_config *c = &m->cfg;
+    if (m->fam != &dt_family_llama || !c->n_experts || l < 0 || l >= c->n_layer) return NULL;
+    return ((const dt_llama_acts *)m->impl)->moe.sel + (size_t)l * m->B * m->T * c->experts_topk;
+}
+
 /* ------------------------------------------------------------------ forward / backward */
 
 #define P(id, l) dt_fam_param(m, DT_LLAMA_P_##id, l)
