@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixture of experts (model/llama/moe.h, issue 34 items 1-2):
-#  - mixtral-tiny with both router losses on: DDP, ZeRO-1 and ZeRO-3 on 2 ranks bitwise equal
+#  - mixtral-tiny with both router losses on: DDP, ZeRO-1/2/3 on 2 ranks bitwise equal
 #    to 1 rank with 2 accumulation steps (losses and final weights, 10 steps); with
 #    parallel.moe_capacity_factor 0.5 too (the capacity is per micro-batch: the same
 #    micro-batches drop the same choices), where choices are dropped and counted;
@@ -12,7 +12,7 @@
 #    tests/ref/mixtral_torch.py) to 1e-5, tokens with a top-2 margin below 1e-6 excluded and
 #    counted; with parallel.moe_capacity_factor 1.0 the loss and the dropped count equal the
 #    reference's (its capacity rule written from the key's definition); `dtrain eval DIR` gives
-#    the same loss; a trained model exported (ckpt export --hf)
+#    the same loss; a validation pass during training reports the cross-entropy alone; a trained model exported (ckpt export --hf)
 #    gives dtrain's eval loss in the same reference, and imports back to the same results.
 set -uo pipefail
 bin=$1
@@ -80,7 +80,7 @@ plan_eq() { # NAME: every rank's plan equals its allocator high-water
 }
 run1 one
 plan_eq one
-for s in ddp zero1 zero3; do
+for s in ddp zero1 zero2 zero3; do
   runN $s --set parallel.strategy=$s
   check "mixtral-tiny $s 2 ranks vs 1 rank x 2 accumulation" $s one
   plan_eq $s
@@ -144,6 +144,19 @@ if "$bin" ckpt export --hf "$dir/tr.st" "$dir/exp" >"$dir/exp.log" 2>&1 &&
 else
   fail "ckpt export --hf of a mixtral model: $(tail -1 "$dir/exp.log")"
 fi
+
+# ---- a validation pass reports the cross-entropy alone (the router losses are training terms):
+# with an aux coefficient of 0.5 the last step's val_loss equals `dtrain eval` of the saved weights
+"$bin" train --set model.preset=mixtral-tiny --set model.vocab_size=300 --seq 16 --batch 1 --steps 3 \
+  --set training.moe_aux_loss_coef=0.5 --set training.eval_interval=3 --set data.val="$hf.val" \
+  --set data.format=raw16 --set logging.metrics="$dir/val.jsonl" --save-weights "$dir/val.st" >"$dir/val.log" 2>&1 ||
+  fail "train with validation: $(tail -1 "$dir/val.log")"
+"$bin" eval "$dir/val.st" --data.val "$hf.val" --set data.format=raw16 --batch 1 --seq 16 >"$dir/val.eval" 2>&1 ||
+  fail "eval of the saved weights: $(tail -1 "$dir/val.eval")"
+v_train=$(grep '"type":"eval","step":3' "$dir/val.jsonl" | grep -o '"val_loss":[-0-9.e]*' | cut -d: -f2)
+if o=$($py "$ref/hf_llama_check.py" compare "${v_train:-nan}" "$dir/val.eval" 2e-7 48); then
+  pass "validation loss = cross-entropy (dtrain eval of the same weights): $o"
+else fail "validation loss with an aux coefficient: ${v_train:-none} vs $(tail -1 "$dir/val.eval") ($o)"; fi
 
 echo "test_moe: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]
