@@ -4,6 +4,7 @@
 #    to 1 rank with 2 accumulation steps (losses and final weights, 10 steps); with
 #    parallel.moe_capacity_factor 0.5 too (the capacity is per micro-batch: the same
 #    micro-batches drop the same choices), where choices are dropped and counted;
+#  - activation checkpointing (selective, full; ZeRO-3 with full on 2 ranks) bitwise equal to none;
 #  - the memory plan equals the allocator's high-water in each of those runs;
 #  - the aux and z-losses are logged apart from the cross-entropy, and loss = ce + coefficients x them;
 #  - bad input: one line naming the key, exit 2, before allocation;
@@ -46,8 +47,6 @@ refused "top-k on a dense llama" "model.experts_topk: needs model.n_experts > 0"
   --set model.experts_topk=2
 refused "17 experts" "model.n_experts must be in [0, 16] (got 17)" --set model.n_experts=17
 refused "bf16" "training.precision: bf16 is not supported with model.n_experts > 0" --set training.precision=bf16
-refused "activation checkpointing" "memory.activation_checkpointing: selective is not supported with model.n_experts > 0" \
-  --set memory.activation_checkpointing=selective
 refused "LoRA" "lora.rank: LoRA is not supported with model.n_experts > 0" --set lora.rank=4
 
 # ---- 2 ranks == 1 rank with accumulation, bitwise
@@ -85,6 +84,16 @@ for s in ddp zero1 zero2 zero3; do
   check "mixtral-tiny $s 2 ranks vs 1 rank x 2 accumulation" $s one
   plan_eq $s
 done
+# activation checkpointing: the same bits (full re-runs the routing and the experts in the backward)
+run1 one_sel --set memory.activation_checkpointing=selective
+check "activation checkpointing selective vs none (1 rank)" one_sel one
+run1 one_full --set memory.activation_checkpointing=full
+check "activation checkpointing full vs none (1 rank)" one_full one
+plan_eq one_full
+runN zero3_full --set parallel.strategy=zero3 --set memory.activation_checkpointing=full \
+  --set memory.activation_checkpointing_every=1
+check "ZeRO-3 2 ranks with full activation checkpointing vs 1 rank" zero3_full one
+plan_eq zero3_full
 run1 one_cap --set parallel.moe_capacity_factor=0.5
 runN ddp_cap --set parallel.moe_capacity_factor=0.5
 check "capacity 0.5: DDP 2 ranks vs 1 rank x 2 accumulation" ddp_cap one_cap

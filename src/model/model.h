@@ -119,7 +119,8 @@ typedef struct dt_model_hooks {
 
 /* Activation checkpointing (memory.activation_checkpointing): which saved activations of a
  * layer are dropped after its forward and recomputed in its backward, from the layer's input
- * (kept: the previous layer's output) and, for selective, what it keeps.
+ * (kept: the previous layer's output) and, for selective, what it keeps. A llama mixture of
+ * experts (model/llama/moe.h) keeps its MoE state under selective and forms it again under full.
  *   none       keep everything;
  *   selective  in fp32, keep the MLP's input projection output and one of the attention's
  *              two matmul outputs (gpt2, vit: q|k|v; llama: the attention block's output),

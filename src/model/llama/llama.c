@@ -300,7 +300,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
-    if (c->n_experts) dt_moe_layout(&a->moe, base, &off, c, B, T);
+    if (c->n_experts) dt_moe_layout(&a->moe, base, &off, c, o, B, T);
 #undef TAKE
 #undef TAKE16
     return off;
@@ -323,7 +323,8 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 const int32_t *dt_llama_moe_choices(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     if (m->fam != &dt_family_llama || !c->n_experts || l < 0 || l >= c->n_layer) return NULL;
-    return ((const dt_llama_acts *)m->impl)->moe.sel + (size_t)l * m->B * m->T * c->experts_topk;
+    return ((const dt_llama_acts *)m->impl)->moe.sel +
+           dt_act_slot(&m->opts, c->n_layer, DT_ACT_SEL, l) * m->B * m->T * c->experts_topk;
 }
 
 /* ------------------------------------------------------------------ forward / backward */
@@ -405,8 +406,9 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     dt_unit_need(m, SUB(LN2, l), MLP_FIRST(l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (c->n_experts) { /* fp32, never recomputed (model.c refuses the rest) */
-        dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, v.res2, v.res3, next);
+    if (c->n_experts) { /* fp32 (model.c refuses 16 bits); its state is of class SEL (moe.h) */
+        if (dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL))
+            dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, v.res2, recompute ? NULL : v.res3, next);
         return;
     }
     /* gate_proj, up_proj: one (2F x C) projection. */

@@ -8,8 +8,11 @@
 #include "model/family_impl.h"
 #include "ops/ops.h"
 
-void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, int B, int T) {
-    const size_t L = c->n_layer, BT = (size_t)B * T, E = c->n_experts, k = c->experts_topk;
+void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, const dt_model_opts *o,
+                   int B, int T) {
+    /* L slots: the layers that keep their MoE state, and one shared by those that recompute it */
+    const size_t L = dt_act_slot(o, c->n_layer, DT_ACT_SEL, c->n_layer), BT = (size_t)B * T, E = c->n_experts,
+                 k = c->experts_topk;
     const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
     a->probs = dt_act_take(base, off, L * BT * E);
     a->lse = dt_act_take(base, off, L * BT);
@@ -71,22 +74,41 @@ static int cand_cmp(const void *pa, const void *pb) {
     return rx < ry ? -1 : rx > ry;
 }
 
-/* Layer l's routing: probs, lse, sel, w; then the expert rows, capacity applied. */
-static void route(dt_model *m, dt_moe_acts *a, int l, int BT) {
+/* Layer l's state: its slot of each per-layer buffer (family_impl.h: class DT_ACT_SEL, kept
+ * unless the layer is fully recomputed). */
+typedef struct moe_views {
+    float *probs, *lse, *w, *gu, *h, *y;
+    int32_t *sel, *pos, *rows, *off;
+} moe_views;
+
+static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
+    const dt_model_config *c = &m->cfg;
+    const size_t s = dt_act_slot(&m->opts, c->n_layer, DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
+    const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = c->expert_d_ff;
+    moe_views v = {a->probs + s * BT * E, a->lse + s * BT,          a->w + s * R,
+                   a->gu + s * R * 2 * Fe, a->h + s * R * Fe,        a->y + s * R * c->d_model,
+                   a->sel + s * R,         a->pos + s * R,           a->rows + s * R,
+                   a->off + s * (E + 1)};
+    return v;
+}
+
+/* Layer l's routing: probs, lse, sel, w; then the expert rows, capacity applied. A recompute
+ * (activation checkpointing) forms the same again without adding to the micro-batch's totals. */
+static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int BT, int recompute) {
     const dt_model_config *c = &m->cfg;
     const int E = c->n_experts, k = c->experts_topk;
     const size_t R = (size_t)BT * k;
-    float *probs = a->probs + (size_t)l * BT * E, *lse = a->lse + (size_t)l * BT, *w = a->w + (size_t)l * R;
-    int32_t *sel = a->sel + (size_t)l * R, *pos = a->pos + (size_t)l * R, *rows = a->rows + (size_t)l * R;
-    int32_t *off = a->off + (size_t)l * (E + 1);
+    float *probs = v->probs, *lse = v->lse, *w = v->w;
+    int32_t *sel = v->sel, *pos = v->pos, *rows = v->rows, *off = v->off;
     int cnt[DT_MOE_MAX_EXPERTS] = {0};
     for (int t = 0; t < BT; t++) {
         lse[t] = route_row(a->logit + (size_t)t * E, E, k, probs + (size_t)t * E, sel + (size_t)t * k, w + (size_t)t * k);
+        for (int j = 0; j < k; j++) cnt[sel[(size_t)t * k + j]]++;
+        if (recompute) continue;
         a->zsum += (double)lse[t] * lse[t];
         for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
-        for (int j = 0; j < k; j++) cnt[sel[(size_t)t * k + j]]++;
     }
-    for (int e = 0; e < E; e++) a->count[e] += cnt[e];
+    for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
     /* candidates, expert by expert, tokens ascending */
     off[0] = 0;
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
@@ -111,7 +133,7 @@ static void route(dt_model *m, dt_moe_acts *a, int l, int BT) {
                 memcpy(&r, &a->cand[2 * i + 1], sizeof r);
                 pos[r] = -1;
             }
-            m->moe_dropped += cnt[e] - cap;
+            if (!recompute) m->moe_dropped += cnt[e] - cap;
         }
         /* compact the kept rows, keeping each expert's token order */
         int n = 0;
@@ -130,13 +152,14 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
                     int next) {
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
-    const size_t R = (size_t)BT * k;
-    DT_PROF(m, fwd, DT_OP_MATMUL,
-            dt_fam_mm_forward(m, a->logit, (dt_mmin){ln2, NULL}, DT_LLAMA_MOE_ROUTER, l, NULL, BT, C, E));
-    route(m, a, l, BT);
-    const int32_t *rows = a->rows + (size_t)l * R, *off = a->off + (size_t)l * (E + 1);
-    const int32_t *pos = a->pos + (size_t)l * R;
-    float *gu = a->gu + (size_t)l * R * 2 * Fe, *h = a->h + (size_t)l * R * Fe, *y = a->y + (size_t)l * R * C;
+    const int recompute = out == NULL;
+    double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    const moe_views v = views_of(m, a, l);
+    DT_PROF_TO(m, pf, DT_OP_MATMUL,
+               dt_fam_mm_forward(m, a->logit, (dt_mmin){ln2, NULL}, DT_LLAMA_MOE_ROUTER, l, NULL, BT, C, E));
+    route(m, a, &v, BT, recompute);
+    const int32_t *rows = v.rows, *off = v.off, *pos = v.pos;
+    float *gu = v.gu, *h = v.h, *y = v.y;
     for (int e = 0; e < E; e++) {
         dt_unit_need(m, dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l),
                      e + 1 < E ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e + 1), l) : next);
@@ -146,14 +169,15 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
             memcpy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
         float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe, *ye = y + (size_t)off[e] * C;
         /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
-        DT_PROF(m, fwd, DT_OP_MATMUL,
-                dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
-        DT_PROF(m, fwd, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
-        DT_PROF(m, fwd, DT_OP_MATMUL,
-                dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                   dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+        DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                   dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
     }
+    if (recompute) return;
     /* out = res2 + the weighted outputs, each token's choices in slot order */
-    const float *w = a->w + (size_t)l * R;
+    const float *w = v.w;
     for (int t = 0; t < BT; t++) {
         float *o = out + (size_t)t * C;
         const float *r = res2 + (size_t)t * C;
@@ -183,10 +207,9 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
     const size_t R = (size_t)BT * k;
-    const int32_t *rows = a->rows + (size_t)l * R, *off = a->off + (size_t)l * (E + 1);
-    const int32_t *pos = a->pos + (size_t)l * R, *sel = a->sel + (size_t)l * R;
-    const float *w = a->w + (size_t)l * R, *probs = a->probs + (size_t)l * BT * E, *lse = a->lse + (size_t)l * BT;
-    const float *gu = a->gu + (size_t)l * R * 2 * Fe, *h = a->h + (size_t)l * R * Fe, *y = a->y + (size_t)l * R * C;
+    const moe_views v = views_of(m, a, l);
+    const int32_t *rows = v.rows, *off = v.off, *pos = v.pos, *sel = v.sel;
+    const float *w = v.w, *probs = v.probs, *lse = v.lse, *gu = v.gu, *h = v.h, *y = v.y;
     /* the weights' gradients: dout . y of each kept choice */
     for (size_t r = 0; r < R; r++) {
         a->dw[r] = 0.0f;

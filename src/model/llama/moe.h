@@ -38,7 +38,7 @@
 #define DT_LLAMA_MOE_HEAD(E) (9 + 3 * (E))
 
 typedef struct dt_moe_acts {
-    /* per layer (L slots) */
+    /* per layer (L slots: dt_moe_layout) */
     float *probs;   /* (L, BT, E) router probabilities */
     float *lse;     /* (L, BT) logsumexp of the router logits */
     int32_t *sel;   /* (L, BT, k) chosen experts, by decreasing probability */
@@ -60,12 +60,17 @@ typedef struct dt_moe_acts {
     double count[DT_MOE_MAX_EXPERTS], psum[DT_MOE_MAX_EXPERTS], zsum;
 } dt_moe_acts;
 
-/* Lays the buffers out after *off (dt_act_take; base NULL: only counts). */
-void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, int B, int T);
+/* Lays the buffers out after *off (dt_act_take; base NULL: only counts). The per-layer ones
+ * are of class DT_ACT_SEL (family_impl.h): kept by every layer but those `full` activation
+ * checkpointing recomputes, which share one slot. */
+void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, const dt_model_opts *o,
+                   int B, int T);
 /* Before the first layer of a forward. */
 void dt_moe_begin(dt_model *m, dt_moe_acts *a);
 /* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2). Its post-attention norm's unit has been
- * announced; this announces each expert's unit (`next`: the unit read after the layer). */
+ * announced; this announces each expert's unit (`next`: the unit read after the layer). out
+ * NULL: a recompute in the backward (activation checkpointing): the layer's routing and
+ * expert rows formed again, bitwise the same, the micro-batch's totals left alone. */
 void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *res2, float *out,
                     int next);
 /* After the last layer: sets m->moe_aux, m->moe_z, m->moe_dropped; returns the loss terms
