@@ -323,6 +323,60 @@ static void test_mixtral_presets_count_and_layout(void **state) {
     expect_config_error(bad, "model.expert_d_ff");
 }
 
+/* Routing ties (moe.h): with a zero router every probability is 1/E, so every token takes
+ * experts 0 and 1 (ties: the lower expert index). With capacity factor 1.0 (B T k / E = B T / 2
+ * choices per expert) experts 0 and 1 keep the lower half of the token indices (ties: the
+ * lower token index): sequence 0 of a 2-sequence batch is untouched (its logits bitwise those
+ * of the dropless run: causal attention reads only earlier tokens of its own sequence), the
+ * other's MLP is dropped in every layer, and 2 layers x 2 experts x B T / 2 choices are
+ * dropped. Also: the forward's loss = cross-entropy + the coefficients x the router losses, and
+ * the router losses' values by hand. */
+static void test_mixtral_routing_ties_and_capacity(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    assert_int_equal(dt_model_preset(&ctx, "mixtral-tiny", &c), DT_OK);
+    const int B = 2, T = 16, BT = B * T, V = c.vocab, Vp = c.vocab_padded;
+    dt_alloc alloc;
+    dt_alloc_init(&alloc);
+    dt_model m;
+    assert_int_equal(dt_model_init(&ctx, &m, &c, &alloc, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+    dt_model_init_weights(&m, 3);
+    for (int l = 0; l < c.n_layer; l++)
+        memset(dt_params_tensor(&m.ps, m.ps.params, 7, l), 0, (size_t)c.n_experts * c.d_model * sizeof(float));
+    int32_t in[32], tg[32];
+    for (int i = 0; i < BT; i++) in[i] = (i * 37 + 5) % V, tg[i] = (i * 11 + 3) % V;
+    float loss0, loss1;
+    m.moe_aux_coef = 0.5f, m.moe_z_coef = 0.25f;
+    assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss0), DT_OK);
+    assert_int_equal(m.moe_dropped, 0);
+    for (int l = 0; l < c.n_layer; l++)
+        for (int t = 0; t < BT; t++) {
+            assert_int_equal(dt_llama_moe_choices(&m, l)[2 * t], 0);
+            assert_int_equal(dt_llama_moe_choices(&m, l)[2 * t + 1], 1);
+        }
+    /* N = L B T rows, each choosing experts 0 and 1 (fractions c_e / N = 1, 1, 0, 0), every
+     * mean probability 1/4: aux = 4 (1/4 + 1/4) = 2 (= k whenever the probabilities are
+     * uniform); z = log(4)^2 */
+    assert_true(fabs(m.moe_aux - 2.0f) < 1e-6f);
+    assert_true(fabs(m.moe_z - (float)(log(4.0) * log(4.0))) < 1e-5f);
+    assert_true(fabs(loss0 - (m.moe_ce + 0.5f * m.moe_aux + 0.25f * m.moe_z)) < 1e-5f);
+    float *dropless = malloc((size_t)BT * Vp * sizeof(float));
+    memcpy(dropless, dt_model_logits(&m), (size_t)BT * Vp * sizeof(float));
+    m.moe_capacity = 1.0f;
+    assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss1), DT_OK);
+    assert_int_equal(m.moe_dropped, 2 * 2 * BT / 2);
+    const float *lg = dt_model_logits(&m);
+    assert_memory_equal(lg, dropless, (size_t)T * Vp * sizeof(float)); /* sequence 0 kept */
+    int differ = 0;
+    for (size_t i = (size_t)T * Vp; i < (size_t)BT * Vp; i++) differ += lg[i] != dropless[i];
+    assert_true(differ > T * V / 2); /* sequence 1 lost its MLPs */
+    assert_true(loss1 != loss0);
+    free(dropless);
+    dt_model_free(&m);
+}
+
 static void test_llama_presets_and_published_parameter_counts(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -524,6 +578,7 @@ int main(void) {
         cmocka_unit_test(test_vocabulary_chunks_are_units),
         cmocka_unit_test(test_llama_presets_and_published_parameter_counts),
         cmocka_unit_test(test_mixtral_presets_count_and_layout),
+        cmocka_unit_test(test_mixtral_routing_ties_and_capacity),
         cmocka_unit_test(test_llama_layout_names_and_init),
         cmocka_unit_test(test_vit_presets_layout_and_rules),
     };

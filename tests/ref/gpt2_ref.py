@@ -291,7 +291,7 @@ def parse_meta(meta):
     hp["family"] = family
     # a mixture of experts (llama with metadata n_experts: tests/ref/mixtral_torch.py)
     for k, kind in (("n_experts", int), ("experts_topk", int), ("expert_d_ff", int),
-                    ("moe_aux_coef", float), ("moe_z_coef", float)):
+                    ("moe_aux_coef", float), ("moe_z_coef", float), ("moe_capacity", float)):
         if "n_experts" in meta:
             if family != "llama" or k not in meta:
                 raise ParityError("init.safetensors: metadata %r missing (or not llama)" % k)
@@ -366,7 +366,8 @@ def new_model(hp):
                                      hp["n_experts"], hp["experts_topk"], hp["expert_d_ff"],
                                      hp["vocab"], hp["context"], hp["untied"],
                                      rope_theta=hp["rope_theta"], norm_eps=hp["norm_eps"],
-                                     aux_coef=hp["moe_aux_coef"], z_coef=hp["moe_z_coef"])
+                                     aux_coef=hp["moe_aux_coef"], z_coef=hp["moe_z_coef"],
+                                     capacity_factor=hp["moe_capacity"])
     if hp.get("family", "gpt2") == "llama":
         return llama_torch.Llama(hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
                                  hp["d_ff"], hp["vocab"], hp["context"], hp["untied"],

@@ -147,7 +147,8 @@ class Mixtral(nn.Module):
 
     def __init__(self, n_layer, d_model, n_head, n_kv_head, n_experts, topk, d_ff, vocab, context,
                  untied, rope_theta=llama_torch.DEFAULT_ROPE_THETA,
-                 norm_eps=llama_torch.DEFAULT_NORM_EPS, aux_coef=0.0, z_coef=0.0):
+                 norm_eps=llama_torch.DEFAULT_NORM_EPS, aux_coef=0.0, z_coef=0.0,
+                 capacity_factor=0.0):
         super().__init__()
         self.n_layer, self.d_model, self.vocab, self.context = n_layer, d_model, vocab, context
         self.n_experts, self.topk, self.untied = n_experts, topk, bool(untied)
@@ -156,6 +157,8 @@ class Mixtral(nn.Module):
                                   float(rope_theta), float(norm_eps))
         if self.untied:
             self.lm_head = nn.Linear(d_model, vocab, bias=False)
+        for layer in self.model.layers:
+            layer.block_sparse_moe.capacity_factor = float(capacity_factor)
         self.aux = self.z = None
 
     def head_weight(self):
