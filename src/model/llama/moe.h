@@ -1,5 +1,5 @@
 /* moe.h - the mixture-of-experts MLP of the LLaMA family (Mixtral's sparse MoE block;
- * internal to src/model/llama; ARCHITECTURE decision 62).
+ * internal to src/model/llama; ARCHITECTURE decision 63).
  *
  * With model.n_experts = E > 0 a layer's MLP is E SwiGLU experts of width expert_d_ff (Fe)
  * behind a linear router (no bias): for each token, p = softmax(router(x)) over the experts,
