@@ -116,6 +116,47 @@ print(f"{len(rows)} rows, gpu-a {d['gemm_eff']['gpu-a']}")
 EOF
 ); then pass "--validate --fit --json: rows, flags, fitted efficiencies ($out)"; else fail "--validate --json: $out"; fi
 
+# Held-out rows (tests/data/plan/heldout.csv, numbers by hand in its header): one gpu-a per run,
+# so a prediction is eff x 400. The fit reads only the split-fit rows (fa 160, 160; fb 200: eff
+# 0.4); the held-out rows are then +60%, +28%, -20%, -36%, -46.7% off (median 36%, worst 60%);
+# leaving one source out, fa is predicted by fb's 0.5 (+25% twice) and fb by fa's 0.4 (-20%).
+held=$src/tests/data/plan/heldout.csv
+"$bin" plan --validate "$held" "${cat[@]}" --fit >held.txt 2>err.txt
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^# GEMM efficiency per GPU type (fitted[^)]*): gpu-a 0.4$" held.txt \
+   && grep -q "^# median |error| of TFLOP/s per GPU over 3 rows (impossible claims excluded): 0.0%$" held.txt \
+   && grep -q "^# in-sample: median |error| of TFLOP/s per GPU 0.0% (worst 20.0%) over 3 rows in 2 sources (fitted on these)$" held.txt \
+   && grep -q "^# held-out: median |error| of TFLOP/s per GPU 36.0% (worst 60.0%) over 5 rows in 2 sources (split heldout: never fitted)$" held.txt \
+   && grep -q "^# leave-one-source-out: median |error| of TFLOP/s per GPU 25.0% (worst 25.0%) over 3 rows in 2 sources" held.txt \
+   && grep -q "^  ha-1 .* +60.0% .*\[held-out\]" held.txt && ! grep -q "^  fa-1 .*held-out" held.txt; then
+  pass "--validate --fit: held-out median 36.0% and worst 60.0% over 5 rows, in-sample 0.0%, leave-one-source-out 25.0%, as by hand"
+else
+  fail "--validate --fit on heldout.csv (rc $rc): $(cat err.txt) $(grep '^#' held.txt | tail -5)"
+fi
+# A held-out row's published value moves the held-out error and nothing the fit gives: the
+# efficiencies, the in-sample and leave-one-source-out errors stay bit for bit (were the
+# held-out rows fitted, fitting every row would give gpu-a 0.445, not 0.4).
+sed 's/^\(ha-1,.*\),100,,,,,$/\1,90,,,,,/' "$held" >held2.csv
+sed 's/,heldout,/,fit,/' "$held" >allfit.csv
+"$bin" plan --validate "$held" "${cat[@]}" --fit --json >h1.json 2>err.txt &&
+  "$bin" plan --validate held2.csv "${cat[@]}" --fit --json >h2.json 2>>err.txt &&
+  "$bin" plan --validate allfit.csv "${cat[@]}" --fit --json >h3.json 2>>err.txt
+if out=$(python3 - h1.json h2.json h3.json <<'EOF' 2>&1
+import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:])
+assert sum(r["reported_tflops_per_gpu"] != s["reported_tflops_per_gpu"] for r, s in zip(a["rows"], b["rows"])) == 1
+for k in ("gemm_eff", "in_sample", "leave_one_source_out", "median_abs_rel_err_tflops", "rows_compared"):
+    assert a[k] == b[k], (k, a[k], b[k])
+assert a["gemm_eff"]["gpu-a"] == 0.4 and c["gemm_eff"]["gpu-a"] != 0.4, (a["gemm_eff"], c["gemm_eff"])
+h1, h2 = a["heldout"], b["heldout"]
+assert h1["rows"] == h2["rows"] == 5 and h1["sources"] == 2 and abs(h1["median_abs_rel_err_tflops"] - 0.36) < 1e-9, h1
+assert abs(h1["worst_abs_rel_err_tflops"] - 0.6) < 1e-9 and abs(h2["worst_abs_rel_err_tflops"] - (160 / 90 - 1)) < 1e-9, h2
+assert [r["split"] for r in a["rows"]] == ["fit"] * 3 + ["heldout"] * 5 and a["rows"][3]["source"] == "ha", a["rows"][3]
+print(f"gpu-a {a['gemm_eff']['gpu-a']} both times (all rows fitted: {c['gemm_eff']['gpu-a']}); "
+      f"held-out worst {h1['worst_abs_rel_err_tflops']:.3f} -> {h2['worst_abs_rel_err_tflops']:.3f}")
+EOF
+); then pass "--validate --fit: held-out rows are never fitted ($out)"; else fail "held-out rows and the fit: $out $(cat err.txt)"; fi
+
 # docs/planner.md quotes the result on the repository's CSV: it must be the tool's.
 "$bin" plan --validate "$src/bench/planner/published_runs.csv" --catalog "$src/configs/hardware.yaml" --fit >pub.txt 2>err.txt
 got=$(sed -n 's/^# median |error| of TFLOP\/s per GPU over \([0-9]*\) rows (impossible claims excluded): \([0-9.]*%\)/\2 over \1 rows/p' pub.txt)
@@ -126,6 +167,15 @@ if [ -n "$got" ] && grep -qF "median |error| of TFLOP/s per GPU $got" "$src/docs
 else
   fail "docs/planner.md vs --validate --fit: tool says '$got' and '$eff'"
 fi
+# ... and the in-sample, held-out and leave-one-source-out lines, in docs/planner.md and the README.
+for key in in-sample held-out leave-one-source-out; do
+  l=$(sed -n "s/^# \($key: .*\)$/\1/p" pub.txt)
+  if [ -n "$l" ] && grep -qxF "$l" "$src/docs/planner.md" && grep -qxF "$l" "$src/README.md"; then
+    pass "docs/planner.md and README.md quote --validate --fit's $key line ($l)"
+  else
+    fail "docs/planner.md / README.md vs --validate --fit: the tool says '$l'"
+  fi
+done
 
 # Bad input: one line on stderr, exit 2.
 bad() { # WHAT PATTERN ARGS...
@@ -182,6 +232,16 @@ bad "calibrate: a 2-node comm fit without --nodes" "--comm-fit fit2.json ran on 
   --calibrate cal.yaml --ranks 2 --comm-fit fit2.json
 printf 'id,model\n' >bad.csv
 bad "CSV without the needed columns" "bad.csv:1: header lacks the column 'n_layers'" --validate bad.csv "${cat[@]}"
+# the split and the source of a row: named by file, line and field
+sed 's/^\(hb-1,[^,]*,[^,]*\),heldout,/\1,test,/' "$held" >badsplit.csv
+bad "CSV: a split that is not fit or heldout" " badsplit.csv:11: column 'split' \(field 4\): 'test' is not fit or heldout$" \
+  --validate badsplit.csv "${cat[@]}" --fit
+sed 's/^\(fb-1,[^,]*\),[^,]*,/\1,,/' "$held" >nosource.csv
+bad "CSV: a row without its source" " nosource.csv:8: column 'source' \(field 3\) is empty: every row names its source$" \
+  --validate nosource.csv "${cat[@]}"
+sed 's/^\(hb-2,[^,]*,[^,]*\),heldout,/\1,fit,/' "$held" >mixed.csv
+bad "CSV: a source both fitted and held out" " mixed.csv:12: column 'split' \(field 4\): 'fit' for source 'hb', which line 11 puts in heldout \(a source is held out or fitted whole\)$" \
+  --validate mixed.csv "${cat[@]}" --fit
 
 # Plans beside measured runs: a measured 2-rank ZeRO-2 run of gpt2-tiny and the plan of the same
 # job go through dtrain report; the page pairs them, and dtrain's own sizing makes the memory

@@ -9,7 +9,11 @@ BIN, CSV, DOC = sys.argv[1], "bench/planner/published_runs.csv", "docs/planner.m
 NAMES = {"megatron": "Megatron-LM README 2024 (H100)", "narayanan21": "Narayanan et al. 2021 (Megatron, A100)",
          "korthikanti22": "Korthikanti et al. 2022 (A100)", "llama3": "Llama 3 405B", "tt": "TorchTitan (A100/H100)",
          "megascale24": "MegaScale 2024 (A100)", "bloom": "BLOOM", "opt": "OPT-175B", "mtnlg": "MT-NLG",
-         "mpt": "MPT (llm-foundry, A100/H100)", "seedA": "seed table A (p4d)", "seedC": "seed table C (H100)"}
+         "mpt": "MPT (llm-foundry, A100/H100)", "seedA": "seed table A (p4d)", "seedC": "seed table C (H100)",
+         "nemo2407": "NeMo 24.07 summary (H100, FP8)", "nemolong": "NeMo long-sequence page (H100, FP8)",
+         "mbridge": "Megatron-Bridge archive (H100, FP8)", "ttasync": "torchtitan asyncTP (H100)",
+         "tth200": "torchtitan H200 (Trainy)", "automodel": "NeMo AutoModel (H100)", "fmsfsdp": "IBM fms-fsdp (A100/H100)",
+         "mlmex": "Megatron-LM examples/llama (H100, FP8)"}
 
 
 def run(*args):
@@ -19,12 +23,15 @@ def run(*args):
 fit_txt, plain_txt, d = run("--fit"), run(), json.loads(run("--fit", "--json"))
 med = re.search(r"over (\d+) rows \(impossible claims excluded\): ([0-9.]+%)", fit_txt)
 med0 = re.search(r"excluded\): ([0-9.]+%)", plain_txt).group(1)
+line = lambda txt, key: re.search(rf"^# ({key}: .*)$", txt, re.M).group(1)
+ins, held, loso, held0 = line(fit_txt, "in-sample"), line(fit_txt, "held-out"), line(fit_txt, "leave-one-source-out"), \
+    line(plain_txt, "held-out")
 eff = re.search(r"fitted[^)]*\): (.*)", fit_txt).group(1).split()
 effs = ", ".join(f"{k} {v}" for k, v in zip(eff[0::2], eff[1::2]))
 rows, groups = [], {}
 for r in d["rows"]:
     if "skipped" in r:
-        rows.append(f"| {r['id']} | {r['gpu']} | – | – | – | – | not predicted: {r['skipped']} |")
+        rows.append(f"| {r['id']} | {r['split']} | {r['gpu']} | – | – | – | – | not predicted: {r['skipped']} |")
         continue
     rep = r.get("reported_tflops_per_gpu")
     note = "; ".join(x for x in ["publisher counts recompute FLOPs" if r["hardware_flops"] else "",
@@ -32,13 +39,13 @@ for r in d["rows"]:
     if rep:
         e = r["pred_tflops_per_gpu"] / rep - 1
         if "IMPOSSIBLE" not in r["flags"]:
-            groups.setdefault(re.sub(r"-.*", "", r["id"]), []).append(abs(e))
-        rows.append(f"| {r['id']} | {r['gpu']} | {r['layout']} | {r['pred_tflops_per_gpu']:.0f} | {rep:.0f} | "
+            groups.setdefault((r["split"], r["source"]), []).append(abs(e))
+        rows.append(f"| {r['id']} | {r['split']} | {r['gpu']} | {r['layout']} | {r['pred_tflops_per_gpu']:.0f} | {rep:.0f} | "
                     f"{100 * e:+.0f}% | {note} |")
     else:
-        rows.append(f"| {r['id']} | {r['gpu']} | {r['layout']} | {r['pred_tflops_per_gpu']:.0f} | – | – | {note} |")
-src = "\n".join(f"| {NAMES.get(k, k)} | {len(v)} | {100 * statistics.median(v):.1f}% |"
-                for k, v in sorted(groups.items(), key=lambda kv: statistics.median(kv[1])))
+        rows.append(f"| {r['id']} | {r['split']} | {r['gpu']} | {r['layout']} | {r['pred_tflops_per_gpu']:.0f} | – | – | {note} |")
+src = "\n".join(f"| {NAMES.get(k[1], k[1])} | {k[0]} | {len(v)} | {100 * statistics.median(v):.1f}% |"
+                for k, v in sorted(groups.items(), key=lambda kv: (kv[0][0], statistics.median(kv[1]))))
 doc = open(DOC).read()
 start = doc.index("The result on the CSV of this commit:")
 misses = doc.index("Where it misses and why")
@@ -46,18 +53,27 @@ end = doc.index("Every row with its prediction, error and assumptions")
 head = doc[:start] + f"""The result on the CSV of this commit:
 
 `dtrain plan --validate bench/planner/published_runs.csv --fit`: median |error| of TFLOP/s per GPU {med.group(2)} over {med.group(1)} rows
-(catalog efficiency 0.6 everywhere: {med0}). Fitted GEMM efficiencies: {effs}.
-Per source (median |error| of the rows with a published rate):
+(the fitting rows; catalog efficiency 0.6 everywhere: {med0}). Fitted GEMM efficiencies: {effs}.
+The same command prints, in sample, out of sample and source by source:
 
-| source | rows | median abs error |
-|---|---|---|
+```
+{ins}
+{held}
+{loso}
+```
+
+(with the catalog's efficiencies, `--validate` without `--fit`: {held0}.)
+Per source (median |error| of the rows with a published rate, `--fit` efficiencies):
+
+| source | split | rows | median abs error |
+|---|---|---|---|
 {src}
 
 """
 tail = """Every row with its prediction, error and assumptions (`--fit` efficiencies):
 
-| id | gpu | layout | predicted TFLOP/s | published | error | notes |
-|---|---|---|---|---|---|---|
+| id | split | gpu | layout | predicted TFLOP/s | published | error | notes |
+|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + "\n"
 open(DOC, "w").write(head + doc[misses:end] + tail)
-print(f"{DOC}: median {med.group(2)} over {med.group(1)} rows; {effs}")
+print(f"{DOC}: median {med.group(2)} over {med.group(1)} fitting rows; {effs}\n{ins}\n{held}\n{loso}")

@@ -144,9 +144,13 @@ dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st) {
 }
 
 dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup) {
+    return dt_cli_comm_init_mesh(ctx, comm, setup, 0);
+}
+
+dt_status dt_cli_comm_init_mesh(dt_ctx *ctx, dt_comm **comm, dt_status setup, int concurrent) {
     char err[sizeof ctx->err];
     memcpy(err, ctx->err, sizeof err); /* the setup's message survives the communicator's start */
-    DT_CHECK(dt_comm_init(ctx, comm));
+    DT_CHECK(concurrent && dt_comm_launched_by_mpi() ? dt_comm_init_concurrent(ctx, comm) : dt_comm_init(ctx, comm));
     memcpy(ctx->err, err, sizeof err);
     dt_status st = dt_cli_agree(ctx, *comm, setup);
     if (st != DT_OK) {

@@ -31,6 +31,9 @@ void dt_cli_rank_setup(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg);
  * prints its message, all ranks wait for that and return the most severe status (the error
  * is printed once, not once per rank). On failure the communicator is freed. */
 dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup);
+/* The same for a process mesh whose groups communicate from two threads at once (comm.h
+ * dt_comm_init_concurrent) when `concurrent`. */
+dt_status dt_cli_comm_init_mesh(dt_ctx *ctx, dt_comm **comm, dt_status setup, int concurrent);
 /* The ranks agree on an outcome (st) of each: the lowest failing rank prints its message,
  * every rank returns the most severe status (ctx->err cleared: it was printed once). */
 dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st);

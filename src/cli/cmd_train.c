@@ -78,6 +78,9 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         snprintf(cfg.resume, sizeof cfg.resume, "%s", fl.resume);
         st = dt_cfg_check_resume(ctx, &cfg);
     }
+    if (st == DT_OK && fl.save_weights && cfg.tp > 1)
+        st = dt_fail(ctx, DT_ERR_CONFIG, "--save-weights with parallel.tp=%d: gathering a tensor-parallel model into one "
+                     "file is not built yet (issue 31, item 3)", cfg.tp);
     /* Under mpirun a configuration error goes through dt_cli_comm_init (below): one rank prints it. */
     int under_mpi = dt_comm_launched_by_mpi();
     if (st != DT_OK && (!under_mpi || fl.print_config)) return dt_cli_exit_code(st);
@@ -97,7 +100,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK && dt_preempt_setup() != 0)
         dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
-    st = dt_cli_comm_init(ctx, &comm, st);
+    /* tensor-parallel ranks run their TP collectives beside the gradient buckets' thread */
+    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && cfg.tp > 1 && !cfg.tp_blocks);
     if (st == DT_OK && cfg.ckpt_dir[0] && env_rank < 0) { /* the rank is known only now */
         dt_status lst = DT_OK;
         if (dt_comm_rank(comm, DT_GROUP_WORLD) == 0)

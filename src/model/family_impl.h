@@ -212,6 +212,58 @@ void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits
 void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32_t *tokens, int N,
                              const float *dlogits, dt_mmin x);
 
+/* ---- tensor parallelism (model.h dt_model_opts.tp; tp.c; ARCHITECTURE decision 62). A
+ * family's layer runs each split tensor shard by shard: shard j (of the dt_tp_local(o) this
+ * process holds) is the j-th block of the stored tensor (params.h), its activations the j-th
+ * block of theirs. Column-parallel layers need nothing but their shard; a row-parallel layer's
+ * output and a column-parallel layer's input gradient are partial sums: the shards' parts are
+ * added in shard order, then over the TP group in rank order (the same sums, in the same
+ * order, whether one process holds every shard or each rank one). Without tensor parallelism
+ * (tp = 1) each helper is the one plain call it replaces, bias fused: the same bits as
+ * before. */
+
+/* dt_fam_mm_forward / _backward on shard j of tensor id (its j-th block; bias and dbias are
+ * the caller's pointers into the shard's part, or NULL). */
+void dt_fam_mm_forward_sh(dt_model *m, float *out, dt_mmin x, int id, int l, int j, const float *bias, int N,
+                          int C, int OC);
+void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float *dbias, const float *dout,
+                           dt_mmin x, int N, int C, int OC);
+/* A matmul input's shard j: block j of n values per shard. */
+static inline dt_mmin dt_mmin_shard(dt_mmin x, int j, size_t n) {
+    return (dt_mmin){x.f ? x.f + (size_t)j * n : NULL, x.h ? x.h + (size_t)j * n : NULL};
+}
+/* Column-parallel forward: shard j's out block (N, OCl) = x (N,C) @ W_j^T + b_j, for every
+ * shard held (bias: the whole stored bias, NULL: none). */
+void dt_tp_col_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int C,
+                       int OCl);
+/* Column-parallel backward: dW_j, db_j for every shard held, and dinp (N,C) = the sum over
+ * every shard of the group of dout_j @ W_j (overwritten; NULL: skipped; scratch: N C floats
+ * when several shards are held). dout: the shards' blocks (N, OCl) each. */
+void dt_tp_col_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                        int N, int C, int OCl, float *scratch);
+/* Row-parallel forward: out (N,OC) = sum over the group's shards of x_j (N,Cl) @ W_j^T, then
+ * + bias (replicated; NULL: none). scratch: N OC floats when several shards are held. */
+void dt_tp_row_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int Cl,
+                       int OC, float *scratch);
+/* Row-parallel backward: dinp_j (N,Cl) = dout @ W_j (blocks of dinp), dW_j; dbias (replicated)
+ * once. */
+void dt_tp_row_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                        int N, int Cl, int OC);
+/* Adjacent column-parallel tensors ids[0..n) (each OUT-split) as one projection: out holds, per
+ * shard held, (N, W) with W the sum of the tensors' shard widths (the caller's: a QLoRA base's
+ * NF4 tensors have no fp32 rows), tensor after tensor (without
+ * tensor parallelism: the one plain GEMM over their adjacent rows). The backward forms each
+ * dW and dinp (N,C) = the sum over tensors and shards (scratch: N C floats when several shards
+ * are held), then over the TP group. No biases. */
+void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int n, int l, int N, int C, int W);
+void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *scratch);
+/* x (n) summed over the TP group in rank order / its maximum (a group of one: nothing). */
+void dt_tp_sum(dt_model *m, float *x, size_t n);
+void dt_tp_max(dt_model *m, float *x, size_t n);
+/* Adds the shards' partial sums: acc (n) += part (n) (the next shard's, in shard order). */
+void dt_tp_add(float *acc, const float *part, size_t n);
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

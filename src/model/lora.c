@@ -116,9 +116,9 @@ static int adapter_table(const dt_model_config *c, const dt_lora_cfg *lora, dt_t
     for (int i = 0; i < ns; i++) {
         size_t in = base[s[i].id].cols;
         out[n++] = (dt_tensor_info){s[i].name_a, s[i].ext_a, DT_PG_LAYER, DT_ELEM_F32, r, in, 0, DT_INIT_NORMAL,
-                                    (float)(1.0 / sqrt((double)in)), 1, 0, 0, 0, 0, 0, 0, 0, 0};
+                                    (float)(1.0 / sqrt((double)in)), 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
         out[n++] = (dt_tensor_info){s[i].name_b, s[i].ext_b, DT_PG_LAYER, DT_ELEM_F32, s[i].rows, r, 0, DT_INIT_ZEROS,
-                                    0.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+                                    0.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
     }
     return n;
 }

@@ -137,12 +137,60 @@ int dt_model_tensors(const dt_model_config *c, dt_tensor_info *out) {
     return n;
 }
 
+int dt_model_vocab_padded(const dt_model_config *c, const dt_model_opts *o) {
+    int k = dt_tp_size(o);
+    if (k <= 1) return c->vocab_padded;
+    long q = 128L * k;
+    return (int)((c->vocab + q - 1) / q * q);
+}
+
+int dt_model_tensors_tp(const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *out) {
+    dt_model_config cc = *c;
+    cc.vocab_padded = dt_model_vocab_padded(c, o);
+    int n = dt_model_tensors(&cc, out);
+    dt_params_table_tp(out, n, dt_tp_size(o), dt_tp_local(o), dt_tp_first(o));
+    return n;
+}
+
+dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o) {
+    const int k = dt_tp_size(o);
+    if (k <= 1) return DT_OK;
+    const dt_model_family *f = dt_model_family_of(c);
+    if (!f || !f->tp_divides)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is not built for "
+                       "the %s family yet (issue 31)", k, f ? f->name : c->family);
+    if (c->n_experts)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d: tensor parallelism of a mixture "
+                       "of experts is not built (expert parallelism is issue 34's next step)", k, c->n_experts);
+    if (o->lora.rank != 0 || o->lora.nf4)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
+                       "built yet (issue 31)", k, o->lora.rank);
+    if (o->fused_loss)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with memory.fused_loss=true: the fused loss under tensor "
+                       "parallelism is not built yet (issue 31; the logits are already split %d ways)", k, k);
+    if (o->tp_local != 0 && o->tp_local != 1 && o->tp_local != k)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks: a process holds 1 or all %d shards (got %d)", k,
+                       o->tp_local);
+    if (o->tp_first < 0 || o->tp_first + dt_tp_local(o) > k)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: shard %d is outside the group", k, o->tp_first);
+    for (const size_t *d = f->tp_divides; *d; d++) {
+        int v = *(const int *)((const char *)c + *d);
+        const char *key = "model field";
+        for (int i = 0; i < dt_model_cfg_nfields; i++)
+            if (dt_model_cfg_fields[i].offset == *d) key = dt_model_cfg_fields[i].key;
+        if (v % k)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d does not divide %s=%d (each tensor-parallel rank takes "
+                           "an equal share)", k, key, v);
+    }
+    return DT_OK;
+}
+
 size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
     return dt_model_act_floats_opts(c, NULL, B, T);
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0};
     const dt_model_opts *oo = o ? o : &none;
     return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, &oo->lora, B, T);
 }
@@ -188,7 +236,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
@@ -215,8 +263,10 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     m->B = B;
     m->T = T;
     m->alloc = alloc;
+    DT_CHECK(dt_model_tp_check(ctx, &m->cfg, &m->opts));
+    m->cfg.vocab_padded = dt_model_vocab_padded(&m->cfg, &m->opts);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
-    int n = dt_model_tensors(&m->cfg, table);
+    int n = dt_model_tensors_tp(&m->cfg, &m->opts, table);
     dt_status st = DT_OK;
     if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
         DT_CHECK_GOTO(dt_lora_model_init(ctx, m, alloc, slabs));

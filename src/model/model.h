@@ -170,7 +170,31 @@ typedef struct dt_model_opts {
     int fused_loss;      /* 1: the fused loss above */
     int head_rows;       /* rows per block of the head and loss (0: DT_HEAD_ROWS) */
     dt_lora_cfg lora;    /* LoRA adapters (rank 0: none) */
+    /* Tensor parallelism (parallel.tp; ARCHITECTURE decision 62): every tensor the family
+     * marks split (params.h, the split column) is cut into tp shards; this process holds and
+     * computes tp_local of them from shard tp_first: one (a rank of a TP group: tp_first is
+     * its TP rank; the group's sums come through dt_model.tp_ops) or all tp (the blocks test
+     * mode, parallel.tp_blocks: one process runs exactly the arithmetic of tp ranks, each
+     * shard's GEMMs on its own and the shards' partial sums added in shard order, so a tp = 2
+     * run on 2 ranks gives bitwise its results). 0 or 1: none. */
+    int tp, tp_local, tp_first;
 } dt_model_opts;
+
+/* The shards of tensor parallelism (1, 1, 0 without it). */
+static inline int dt_tp_size(const dt_model_opts *o) { return o && o->tp > 1 ? o->tp : 1; }
+static inline int dt_tp_local(const dt_model_opts *o) {
+    return o && o->tp > 1 ? (o->tp_local > 1 ? o->tp_local : 1) : 1;
+}
+static inline int dt_tp_first(const dt_model_opts *o) { return o && o->tp > 1 ? o->tp_first : 0; }
+
+/* A TP group's collectives, in place over the group's ranks (installed by the trainer; NULL
+ * members: a group of one, or the blocks test mode, which sums its shards itself). Each
+ * returns 0, or non-zero after a communication failure (the trainer names it). */
+typedef struct dt_model_tp_ops {
+    void *ud;
+    int (*sum)(void *ud, float *x, size_t n); /* every element summed in rank order */
+    int (*max)(void *ud, float *x, size_t n);
+} dt_model_tp_ops;
 /* Rows per block of the lm_head and loss for N token rows under o (NULL: defaults). */
 int dt_model_head_rows(const dt_model_opts *o, int N);
 /* Rows of logits a language model stores: one block under the fused loss, else N. */
@@ -259,6 +283,10 @@ typedef struct dt_model_family {
     /* (optional) Hugging Face architectures[0] and model_type for c when they depend on it
      * (llama with experts: MixtralForCausalLM, mixtral); NULL: hf_architecture, hf_model_type. */
     void (*hf_identity)(const dt_model_config *c, const char **arch, const char **type);
+    /* (optional) Tensor parallelism: the family's forward and backward run split tensors
+     * shard by shard (model.h dt_model_opts.tp), and tp must divide these config fields
+     * (offsets into dt_model_config, 0-ended; each named by its key). NULL: refused. */
+    const size_t *tp_divides;
 } dt_model_family;
 
 #define DT_MODEL_MAX_TENSORS 64
@@ -308,6 +336,10 @@ struct dt_model {
     float *lora_mm;       /* QLoRA: (B T, largest NF4 tensor's rows) one GEMM's block (activations) */
     int lora_open;        /* adapter unit whose gradients are begun (-1: none) */
     struct dt_lora_nf4 *lora_q; /* QLoRA: the base's NF4 tensors (NULL: fp32 base) */
+    dt_model_tp_ops tp_ops; /* tensor parallelism's group (model.h dt_model_opts.tp) */
+    int tp_failed;          /* a tp_ops call failed (the trainer checks it after each pass) */
+    float *tp_scratch;      /* (B T, d_model) a shard's partial sum when several are held (the
+                               family binds it; NULL otherwise) */
     /* LoRA dropout (lora.h dt_lora_drop_key): set by the trainer before each training forward;
      * lora_drop_on is set by every forward (dt_model_forward_train with lora.dropout > 0) and
      * holds for its backward (recomputation included). */
@@ -354,6 +386,16 @@ size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o
 /* The family's tensor table for c (room for DT_MODEL_MAX_TENSORS rows; file_rows filled in,
  * offsets not); returns the number of rows. */
 int dt_model_tensors(const dt_model_config *c, dt_tensor_info *out);
+/* The table as model m's store lays it out under tensor parallelism (opts o, NULL: none):
+ * dt_model_tensors, then each split tensor cut to the shards o holds (params.h). */
+int dt_model_tensors_tp(const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *out);
+/* Whether config c can run under tensor parallelism of opts o (tp > 1): the family has it, and
+ * tp divides its heads, key/value heads and MLP width; one line naming the keys when not. */
+dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o);
+/* The padded vocabulary under tensor parallelism degree tp: a multiple of 128 tp (every
+ * shard a multiple of 128 rows); c->vocab_padded without it. */
+int dt_model_vocab_padded(const dt_model_config *c, const dt_model_opts *o);
+
 /* "gpt2: 2 layers, d_model 64, 4 heads, vocab 256 (padded 256), context 64" */
 void dt_model_describe(const dt_model_config *c, char *buf, size_t n);
 /* 1 when a and b describe the same model (every field). */

@@ -17,6 +17,58 @@ const char *dt_elem_type_name(dt_elem_type t) {
     return "?";
 }
 
+const char *dt_split_name(const dt_tensor_info *t) {
+    if (t->split == DT_SPLIT_IN) return "row";
+    if (t->split == DT_SPLIT_OUT) return t->vocab ? "vocab" : "column";
+    return "replicated";
+}
+
+void dt_params_table_tp(dt_tensor_info *table, int n, int k, int nb, int first) {
+    if (k <= 1) return;
+    for (int i = 0; i < n; i++) {
+        dt_tensor_info *t = &table[i];
+        t->shard_rows = t->rows;
+        if (!t->split) continue;
+        t->g_rows = t->rows, t->g_cols = t->cols;
+        t->g_file_rows = t->file_rows ? t->file_rows : t->rows;
+        t->tp_k = k, t->tp_nb = nb, t->tp_first = first;
+        if (t->split == DT_SPLIT_IN) {
+            t->shard_rows = t->g_rows;
+            t->rows = (size_t)nb * t->g_rows;
+            t->cols = t->g_cols / (size_t)k;
+            t->file_rows = t->rows;
+        } else if (t->g_rows == 1) { /* a column-parallel bias: its elements */
+            t->shard_rows = 1;
+            t->cols = (size_t)nb * (t->g_cols / (size_t)k);
+            t->file_rows = 1;
+        } else {
+            size_t rs = t->g_rows / (size_t)k, lo = (size_t)first * rs;
+            t->shard_rows = rs;
+            t->rows = (size_t)nb * rs;
+            /* the real rows (vocabulary padding is the canonical tensor's tail) */
+            t->file_rows = t->g_file_rows <= lo ? 0 : t->g_file_rows - lo < t->rows ? t->g_file_rows - lo : t->rows;
+        }
+    }
+}
+
+size_t dt_params_global_index(const dt_tensor_info *t, size_t i, int *shard) {
+    *shard = 0;
+    if (t->tp_k <= 1 || !t->split) return i;
+    const size_t k = (size_t)t->tp_k, S = t->sections > 1 ? (size_t)t->sections : 1;
+    if (t->split == DT_SPLIT_IN) {
+        size_t cs = t->cols, lr = i / cs, c = i % cs, j = lr / t->g_rows, r = lr % t->g_rows;
+        size_t s = (size_t)t->tp_first + j;
+        *shard = (int)j;
+        return r * t->g_cols + s * cs + c;
+    }
+    /* OUT: the split index x (a row, or a vector's element) and what follows it */
+    size_t inner = t->g_rows == 1 ? 1 : t->g_cols, x = i / inner, rest = i % inner;
+    size_t dim = t->g_rows == 1 ? t->g_cols : t->g_rows, per = dim / k, sec = per / S;
+    size_t j = x / per, r = x % per, q = r / sec, w = r % sec, s = (size_t)t->tp_first + j;
+    *shard = (int)j;
+    return (q * (dim / S) + s * sec + w) * inner + rest;
+}
+
 /* Three passes place PRE, then one layer block, then POST, each in table order. */
 static void layout(dt_params *ps) {
     size_t off = 0;
@@ -52,7 +104,7 @@ size_t dt_params_table_unit_max(const dt_tensor_info *table, int n) {
     for (int i = 0; i < n; i++) {
         if (table[i].group != DT_PG_LAYER) continue;
         if (table_starts_unit(table, i)) run = 0;
-        run += table[i].rows * table[i].cols;
+        run += dt_tensor_shard_len(&table[i]); /* a TP rank's own (the blocks test mode: alike) */
         if (run > mx) mx = run;
     }
     return mx;
@@ -76,10 +128,11 @@ int dt_params_table_layer_units(const dt_tensor_info *table, int n) {
  * so the embeddings never set the size of a ZeRO window. */
 static size_t chunk_rows(const dt_params *ps, const dt_tensor_info *t) {
     size_t cap = ps->chunk_cap ? ps->chunk_cap : ps->layer_unit_max > 0 ? ps->layer_unit_max : 1,
-           len = t->rows * t->cols;
-    if (!t->vocab || t->group == DT_PG_LAYER || len <= cap) return t->rows;
+           len = dt_tensor_shard_len(t), rows = t->shard_rows ? t->shard_rows : t->rows;
+    /* under tensor parallelism every shard is cut alike (one shard's rows at a time) */
+    if (!t->vocab || t->group == DT_PG_LAYER || len <= cap) return rows;
     size_t k = (len + cap - 1) / cap;
-    return (t->rows + k - 1) / k;
+    return (rows + k - 1) / k;
 }
 
 /* Cuts the index space into units (see params.h), fills the tensors' unit and chunk_rows,
@@ -112,7 +165,12 @@ static int make_units(dt_params *ps, size_t *lo) {
             t->chunk_rows = chunk_rows(ps, t);
             if (t->vocab) {
                 t->unit = n;
-                for (size_t r = 0; r < t->rows; r += t->chunk_rows) START(t->offset + r * t->cols);
+                for (int c = 0, K = dt_params_chunks(ps, i); c < K; c++) {
+                    int uu;
+                    size_t r0, rows;
+                    dt_params_chunk(ps, i, c, &uu, &r0, &rows);
+                    START(t->offset + r0 * t->cols);
+                }
                 open = 0;
             } else {
                 if (!open) START(t->offset);
@@ -166,16 +224,28 @@ int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, 
     return m;
 }
 
+/* Shards stored (1 unless tensor parallelism keeps several), rows of each, chunks of each. */
+static size_t shards_of(const dt_tensor_info *t) { return t->tp_k > 1 && t->split ? (size_t)t->tp_nb : 1; }
+static size_t rows_of_shard(const dt_tensor_info *t) { return t->rows / shards_of(t); }
+static size_t chunks_per_shard(const dt_tensor_info *t) {
+    return (rows_of_shard(t) + t->chunk_rows - 1) / t->chunk_rows;
+}
+
 int dt_params_chunks(const dt_params *ps, int id) {
     const dt_tensor_info *t = &ps->tensors[id];
-    return (int)((t->rows + t->chunk_rows - 1) / t->chunk_rows);
+    return (int)(shards_of(t) * chunks_per_shard(t));
 }
 
 void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows) {
     const dt_tensor_info *t = &ps->tensors[id];
+    size_t kc = chunks_per_shard(t), rs = rows_of_shard(t), j = (size_t)c / kc, cc = (size_t)c % kc;
     *unit = t->unit + c;
-    *row0 = (size_t)c * t->chunk_rows;
-    *rows = t->rows - *row0 < t->chunk_rows ? t->rows - *row0 : t->chunk_rows;
+    *row0 = j * rs + cc * t->chunk_rows;
+    *rows = rs - cc * t->chunk_rows < t->chunk_rows ? rs - cc * t->chunk_rows : t->chunk_rows;
+}
+
+int dt_params_chunk_shard(const dt_params *ps, int id, int c) {
+    return (int)((size_t)c / chunks_per_shard(&ps->tensors[id]));
 }
 
 static size_t unit_bytes(const dt_params *ps) {
@@ -319,8 +389,11 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
         for (int l = 0; l < dt_params_copies(ps, id); l++) {
             size_t base = dt_params_flat(ps, id, l);
             size_t len = t->rows * t->cols;
-            /* Only real rows are drawn; padding rows stay 0 (never read, zero gradient). */
-            size_t drawn = t->file_rows * t->cols;
+            /* Only real rows are drawn; padding rows stay 0 (never read, zero gradient). A
+             * tensor-parallel shard draws its elements' canonical indices: the slice of the
+             * unsplit initialisation. */
+            const int tp = t->tp_k > 1 && t->split;
+            size_t drawn = tp ? t->g_file_rows * t->g_cols : t->file_rows * t->cols;
             size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
             if (a >= z) continue;
             uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
@@ -330,6 +403,10 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
 #pragma omp parallel for schedule(static)
             for (size_t e = a; e < z; e++) {
                 size_t i = e - base;
+                if (tp) {
+                    int sh;
+                    i = dt_params_global_index(t, i, &sh);
+                }
                 float v = 0.0f;
                 switch (kind) {
                 case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(sd, stream, i) : 0.0f; break;

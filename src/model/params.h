@@ -65,7 +65,41 @@ typedef struct dt_tensor_info {
                              (model.h); the other tensors are always read in fp32 */
     int unit_start;       /* (family) a LAYER tensor that starts a new unit of its layer (the
                              layer's first tensor always starts one); ignored elsewhere */
+    /* Tensor parallelism (ARCHITECTURE decision 62). The family's split column: */
+    int split;            /* (family) DT_SPLIT_*: how tensor parallelism cuts the tensor */
+    int sections;         /* (family) the split dimension is this many equal parts, each cut
+                             into tp pieces (gpt2's fused q|k|v: 3; 0 reads as 1) */
+    /* (dt_params_table_tp) the layout under tensor parallelism degree tp_k: the store holds
+     * tp_nb consecutive shards (tp_first, tp_first + 1, ...), each g_rows/tp_k (OUT) or
+     * g_cols/tp_k (IN) of the canonical (g_rows, g_cols) tensor, stacked shard after shard:
+     * OUT matrices as row blocks, OUT vectors as column blocks, IN matrices as (g_rows,
+     * g_cols/tp_k) blocks stacked as rows. tp_k = 0: not split (rows, cols canonical). */
+    int tp_k, tp_nb, tp_first;
+    size_t g_rows, g_cols, g_file_rows; /* the canonical shape (and real rows) */
+    size_t shard_rows;    /* rows of one shard as stored (= rows when not split) */
 } dt_tensor_info;
+
+/* The split column (tensor parallelism, decision 62):
+ *   NONE   replicated: every TP rank holds the whole tensor (norms, positions, the
+ *          row-parallel layers' biases, added once after their all-reduce);
+ *   OUT    column-parallel (Megatron's ColumnParallelLinear): the output dimension (a
+ *          matrix's rows, its bias vector's elements) cut into tp pieces, section by section;
+ *          with `vocab`, the vocabulary-parallel embedding and head;
+ *   IN     row-parallel (RowParallelLinear): the input dimension (columns) cut. */
+enum { DT_SPLIT_NONE, DT_SPLIT_OUT, DT_SPLIT_IN };
+/* "replicated", "column", "row", "vocab" (the split column of `dtrain config` / docs). */
+const char *dt_split_name(const dt_tensor_info *t);
+/* Rewrites table (n rows, canonical shapes) for tensor parallelism of degree k: each split
+ * tensor becomes nb shards starting at shard `first` (see dt_tensor_info). k <= 1: nothing
+ * changes. The caller checked that k divides every split dimension (section-wise). */
+void dt_params_table_tp(dt_tensor_info *table, int n, int k, int nb, int first);
+/* The canonical (unsplit) index of element i of tensor t as stored (the identity when t is
+ * not split); *shard = the shard holding it (0 when not split). */
+size_t dt_params_global_index(const dt_tensor_info *t, size_t i, int *shard);
+/* Elements of one stored shard of t (the whole tensor when not split). */
+static inline size_t dt_tensor_shard_len(const dt_tensor_info *t) {
+    return t->tp_k > 1 && t->split ? t->rows * t->cols / (size_t)t->tp_nb : t->rows * t->cols;
+}
 
 typedef struct dt_params {
     int n_tensors;
@@ -135,6 +169,9 @@ int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, 
 /* Chunks of a vocabulary tensor (1 for any other), and chunk c's unit and row range. */
 int dt_params_chunks(const dt_params *ps, int id);
 void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows);
+/* The stored shard chunk c lies in (tensor parallelism's blocks test mode stores several;
+ * chunks never straddle shards). */
+int dt_params_chunk_shard(const dt_params *ps, int id, int c);
 /* DT_OK when every parameter in `base` (a full slab) is finite; else a DT_ERR_FORMAT naming
  * `path`, the first tensor with a NaN or Inf (its external name when ext and it has one: a
  * Hugging Face file's), how many and where. For weights read from a file, at load: such

@@ -3,24 +3,109 @@
  * Every strategy runs exactly these kernel calls, whether the chunks sit in one slab (DDP) or
  * are gathered one at a time (ZeRO-3): the lm_head's dx sums its chunks in one fixed order,
  * so the bits do not depend on where the parameters live. */
+#include <math.h>
 #include <string.h>
 
 #include "model/family_impl.h"
 #include "ops/ops.h"
 
+/* The canonical row of a vocabulary tensor's first stored row (tensor parallelism: the first
+ * held shard's). */
+static size_t vocab_row0(const dt_model *m, int id) {
+    const dt_tensor_info *t = &dt_model_weights(m)->tensors[id];
+    return t->tp_k > 1 && t->split ? (size_t)t->tp_first * t->shard_rows : 0;
+}
+
+/* ---- the vocabulary-parallel cross-entropy (tensor parallelism): the logits (N, nb Vl) hold
+ * the held shards' columns; row statistics are reduced over the shards in shard order and
+ * then over the TP group in rank order: max, sum of exp(x - max), the target's logit. */
+
+/* Real (unpadded) columns of held shard j. */
+static int shard_real(const dt_model *m, int id, int j, int V) {
+    const dt_tensor_info *t = &dt_model_weights(m)->tensors[id];
+    long lo = (long)(t->tp_first + j) * (long)t->shard_rows, n = V - lo;
+    return n <= 0 ? 0 : n < (long)t->shard_rows ? (int)n : (int)t->shard_rows;
+}
+
+/* lse (N) and losses (N) from the logits rows (stride ld) of the held shards; stat: 2 N
+ * floats of scratch. */
+static void tp_ce_forward(dt_model *m, int id, float *losses, float *lse, const float *logits, const int32_t *targets,
+                          int N, int V, int ld, float *stat) {
+    const dt_tensor_info *t = &dt_model_weights(m)->tensors[id];
+    const int nb = dt_tp_local(&m->opts), Vl = (int)t->shard_rows;
+    const long g0 = (long)t->tp_first * Vl; /* canonical column of the first held one */
+    float *mx = stat, *tl = stat + N;
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * ld;
+        float v = -INFINITY, y = 0.0f;
+        for (int j = 0; j < nb; j++)
+            for (int i = 0, r = shard_real(m, id, j, V); i < r; i++) v = x[j * Vl + i] > v ? x[j * Vl + i] : v;
+        long tg = targets[n] - g0;
+        if (targets[n] >= 0 && tg >= 0 && tg < (long)nb * Vl) y = x[tg];
+        mx[n] = v, tl[n] = y;
+    }
+    dt_tp_max(m, mx, (size_t)N);
+    dt_tp_sum(m, tl, (size_t)N); /* one rank holds the target's logit, the others add 0 */
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * ld;
+        float sum = 0.0f;
+        for (int j = 0; j < nb; j++) {
+            float part = dt_exp_sum(NULL, x + (size_t)j * Vl, mx[n], shard_real(m, id, j, V));
+            sum = j == 0 ? part : sum + part;
+        }
+        lse[n] = sum;
+    }
+    dt_tp_sum(m, lse, (size_t)N);
+    for (int n = 0; n < N; n++) {
+        lse[n] = mx[n] + logf(lse[n]);
+        losses[n] = targets[n] >= 0 ? lse[n] - tl[n] : 0.0f; /* < 0: not counted (loss mask) */
+    }
+}
+
+/* dlogits = (softmax - onehot) dloss over the held shards' real columns, 0 elsewhere (in
+ * place over the logits). */
+static void tp_ce_backward(dt_model *m, int id, float *logits, const float *lse, const int32_t *targets, float dloss,
+                           int N, int V, int ld) {
+    const dt_tensor_info *t = &dt_model_weights(m)->tensors[id];
+    const int nb = dt_tp_local(&m->opts), Vl = (int)t->shard_rows;
+    const long g0 = (long)t->tp_first * Vl;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *d = logits + (size_t)n * ld;
+        if (targets[n] < 0) {
+            memset(d, 0, (size_t)ld * sizeof(float));
+            continue;
+        }
+        for (int j = 0; j < nb; j++) {
+            float *dj = d + (size_t)j * Vl;
+            int r = shard_real(m, id, j, V);
+            dt_exp_sum(dj, dj, lse[n], r);
+            for (int i = 0; i < r; i++) dj[i] *= dloss;
+            if (r < Vl) memset(dj + r, 0, (size_t)(Vl - r) * sizeof(float));
+        }
+        long tg = targets[n] - g0;
+        if (tg >= 0 && tg < (long)nb * Vl) d[tg] -= dloss;
+    }
+}
+
 void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next) {
     const dt_params *ps = dt_model_weights(m);
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols;
+    const int tp = dt_tp_size(&m->opts) > 1;
     /* ZeRO-3: only the rows the tokens name travel (the same values, zero_lookup.c) */
     if (m->hooks.lookup && !m->lora && m->hooks.lookup(m->hooks.ud, id, tokens, N, next, out)) return;
+    /* vocabulary-parallel: each rank fills the rows of its tokens, zeros elsewhere, summed */
+    if (tp) memset(out, 0, (size_t)N * C * sizeof(float));
     for (int c = 0; c < K; c++) {
         int u;
         size_t r0, rows;
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
         /* chunks are consecutive units; the lookup reads them in fp32 (a tied head's too) */
         dt_unit_need_flags(m, u, c + 1 < K ? u + 1 : next, DT_NEED_F32 | (c + 1 < K ? DT_NEED_NEXT_F32 : 0));
-        DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(out, tokens, ps->unit_params[u], (int)r0, (int)rows, N, C));
+        DT_PROF(m, fwd, DT_OP_ENCODER, dt_encoder_forward(out, tokens, ps->unit_params[u], (int)(r0 + vocab_row0(m, id)),
+                                                          (int)rows, N, C));
     }
+    if (tp) dt_tp_sum(m, out, (size_t)N * C);
 }
 
 /* Every lm_head GEMM is one (row block, vocabulary chunk) pair: rows [b0, b0 + R) of the
@@ -118,7 +203,11 @@ void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets,
         return;
     }
     dt_vocab_head_forward(m, id, logits, x, N, -1);
-    if (targets) DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses, lse, logits, targets, N, V, Vp));
+    if (!targets) return;
+    if (dt_tp_size(&m->opts) > 1) /* dx: N C floats of scratch until the backward */
+        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, tp_ce_forward(m, id, losses, lse, logits, targets, N, V, Vp, dx));
+    else
+        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses, lse, logits, targets, N, V, Vp));
 }
 
 const float *dt_vocab_lm_backward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits,
@@ -132,7 +221,10 @@ const float *dt_vocab_lm_backward(dt_model *m, int id, dt_mmin x, const int32_t 
         if (m->cfg.untied) dt_vocab_head_grads_done(m, id); /* the highest units end here */
         return NULL;
     }
-    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(logits, logits, lse, targets, scale / (float)N, N, V, Vp));
+    if (dt_tp_size(&m->opts) > 1)
+        DT_PROF(m, bwd, DT_OP_CROSSENTROPY, tp_ce_backward(m, id, logits, lse, targets, scale / (float)N, N, V, Vp));
+    else
+        DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(logits, logits, lse, targets, scale / (float)N, N, V, Vp));
     /* An untied head's chunks end here (the highest units); a tied head's weight gradient is
      * formed with the embedding's, at the end, from these dlogits. */
     dt_vocab_pack_dlogits(m, logits, N, Vp);
@@ -165,17 +257,26 @@ void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits
     const dt_params *ps = dt_model_weights(m);
     head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
     int K = dt_params_chunks(ps, id), R = dt_model_head_rows(&m->opts, N);
-    for (int c = K - 1; c >= 0; c--) {
-        int u;
-        size_t r0, rows;
-        dt_params_chunk(ps, id, c, &u, &r0, &rows);
-        dt_unit_need(m, u, c > 0 ? u - 1 : next);
-        if (with_dw) dt_unit_grads_begin(m, u);
-        for (int b0 = 0; b0 < N; b0 += R)
-            head_gemm_bwd(&h, m->prof.bwd, dx + (size_t)b0 * h.C, c < K - 1, with_dw ? ps->unit_grads[u] : NULL,
-                          dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u, r0, rows);
-        if (with_dw) dt_unit_grads_end(m, u);
+    /* dx sums the chunks from the last, each held shard on its own (the first into dx, a
+     * later one into the scratch, added in shard order), then over the TP group */
+    const int nb = dt_tp_local(&m->opts), kc = K / nb;
+    for (int j = 0; j < nb; j++) {
+        float *dst = j > 0 ? m->tp_scratch : dx;
+        for (int c = (j + 1) * kc - 1; c >= j * kc; c--) {
+            int u;
+            size_t r0, rows;
+            dt_params_chunk(ps, id, c, &u, &r0, &rows);
+            dt_unit_need(m, u, c > 0 ? u - 1 : next);
+            if (with_dw) dt_unit_grads_begin(m, u);
+            for (int b0 = 0; b0 < N; b0 += R)
+                head_gemm_bwd(&h, m->prof.bwd, dst + (size_t)b0 * h.C, c < (j + 1) * kc - 1,
+                              with_dw ? ps->unit_grads[u] : NULL, dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R,
+                              u, r0, rows);
+            if (with_dw) dt_unit_grads_end(m, u);
+        }
+        if (j > 0) dt_tp_add(dx, m->tp_scratch, (size_t)N * h.C);
     }
+    if (dt_tp_size(&m->opts) > 1) dt_tp_sum(m, dx, (size_t)N * h.C);
 }
 
 void dt_vocab_head_grads_done(dt_model *m, int id) {
@@ -205,7 +306,7 @@ void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32
             for (int b0 = 0; b0 < N; b0 += R)
                 head_gemm_bwd(&h, m->prof.bwd, NULL, 0, g, dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u,
                               r0, rows);
-        DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(g, (int)r0, (int)rows, dout, tokens, N, C));
+        DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(g, (int)(r0 + vocab_row0(m, id)), (int)rows, dout, tokens, N, C));
         dt_unit_grads_end(m, u);
     }
 }

@@ -47,11 +47,11 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
         size_t words = dt_topk_words(n, p->cfg.topk_ratio, vt), *cnt = p->part_cnt, *dis = p->part_cnt + W;
         for (int w = 0; w < W; w++) cnt[w] = words, dis[w] = (size_t)w * words;
         dt_topk_encode(g, p->res + p->b[i].lo, n, p->cfg.topk_ratio, vt, p->msg + dis[p->rank]);
-        DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_WORLD, p->msg, cnt, dis));
+        DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, p->g_dp, p->msg, cnt, dis));
         dt_topk_sum(g, n, p->cfg.topk_ratio, vt, p->msg, W);
     } else if (p->cfg.strategy == DT_STRAT_DDP) {
-        if (lt != DT_F32) DT_CHECK(dt_comm_allreduce_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, g, n, p->lp));
-        else DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, DT_GROUP_WORLD, g, n, p->red_scratch));
+        if (lt != DT_F32) DT_CHECK(dt_comm_allreduce_ordered_lp(ctx, p->comm, p->g_dp, lt, g, n, p->lp));
+        else DT_CHECK(dt_comm_allreduce_ordered(ctx, p->comm, p->g_dp, g, n, p->red_scratch));
     } else {
         /* ZeRO-1: each rank needs only its own part summed (reduce-scatter, not all-reduce):
          * the bucket lies inside one unit, so every owner's part is one range. */
@@ -66,10 +66,10 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
             dis[w] = a < z ? a - blo : 0;
         }
         if (lt != DT_F32) {
-            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, g, cnt, dis, p->bk16, p->lp));
+            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, p->g_dp, lt, g, cnt, dis, p->bk16, p->lp));
             dt_from_lowp(lt, g + dis[p->rank], p->bk16, cnt[p->rank]);
         } else {
-            DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, g, cnt, dis, p->bk_out,
+            DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, p->g_dp, g, cnt, dis, p->bk_out,
                                                     p->red_scratch));
             memcpy(g + dis[p->rank], p->bk_out, cnt[p->rank] * sizeof(float));
         }

@@ -41,7 +41,7 @@ static dt_status exchange_pairs(dt_ctx *ctx, dt_parallel *p, int64_t a, int64_t 
     memset(out, 0, 2 * (size_t)p->world * sizeof *out);
     out[2 * p->rank] = a;
     out[2 * p->rank + 1] = b;
-    return dt_comm_allreduce(ctx, p->comm, DT_GROUP_WORLD, out, 2 * (size_t)p->world, DT_I64, DT_SUM);
+    return dt_comm_allreduce(ctx, p->comm, p->g_dp, out, 2 * (size_t)p->world, DT_I64, DT_SUM);
 }
 
 static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
@@ -64,7 +64,7 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
                            "parallel.hybrid: nodes must have equal rank counts (%d ranks, %d on this node, %d nodes)",
                            W, p->G, p->n_rep);
     } else {
-        p->g_shard = DT_GROUP_WORLD;
+        p->g_shard = p->g_dp;
         p->G = W;
         p->j = p->rank;
         p->n_rep = 1;
@@ -362,8 +362,9 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
     p->comm = comm;
     p->m = m;
     p->alloc = alloc;
-    p->world = dt_comm_size(comm, DT_GROUP_WORLD);
-    p->rank = dt_comm_rank(comm, DT_GROUP_WORLD);
+    p->g_dp = cfg->dp_group;
+    p->world = dt_comm_size(comm, p->g_dp);
+    p->rank = dt_comm_rank(comm, p->g_dp);
     p->sharded_grads = cfg->strategy >= DT_STRAT_ZERO2;
     p->sharded_params = cfg->strategy == DT_STRAT_ZERO3;
     p->last_micro = 1;
@@ -470,7 +471,35 @@ dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
 
 static float *grad_piece(dt_parallel *p, int u);
 
+dt_group dt_parallel_dp_group(const dt_parallel *p) { return p->g_dp; }
+
+/* Tensor parallelism (model.h dt_model_opts.tp): each shard's part of the norm, tensor by
+ * tensor in store order, a replicated tensor counted once (in shard 0's part); the parts are
+ * added in shard order, over the shards held and then over the TP group (rank order: each
+ * rank's part travels alone in its slot, exactly). So a TP group and the blocks test mode
+ * add the same numbers in the same order. */
+static dt_status tp_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
+    const dt_params *ps = &p->m->ps;
+    const int k = dt_tp_size(&p->m->opts), nb = dt_tp_local(&p->m->opts), first = dt_tp_first(&p->m->opts);
+    double part[64] = {0};
+    if (k > 64) return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp: more than 64 shards");
+    for (int j = 0; j < nb; j++)
+        for (int id = 0; id < ps->n_tensors; id++) {
+            const dt_tensor_info *t = &ps->tensors[id];
+            if (!t->split && first + j != 0) continue;
+            size_t len = t->split ? dt_tensor_shard_len(t) : t->rows * t->cols;
+            for (int l = 0; l < dt_params_copies(ps, id); l++)
+                part[first + j] += dt_sumsq(dt_params_tensor(ps, ps->grads, id, l) + (t->split ? (size_t)j * len : 0), len);
+        }
+    if (nb < k) DT_CHECK(dt_comm_allreduce(ctx, p->comm, p->cfg.tp_group, part, (size_t)k, DT_F64, DT_SUM));
+    double s = 0;
+    for (int r = 0; r < k; r++) s += part[r];
+    *out = s;
+    return DT_OK;
+}
+
 dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
+    if (dt_tp_size(&p->m->opts) > 1) return tp_sumsq(ctx, p, out);
     if (p->cfg.strategy == DT_STRAT_DDP) {
         /* Every rank holds the same full averaged gradient: no communication. */
         *out = dt_sumsq(p->m->ps.grads, p->m->ps.n_params);
@@ -530,7 +559,7 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
 
 dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x) {
     if (p->world == 1) return DT_OK;
-    DT_CHECK(dt_comm_allreduce(ctx, p->comm, DT_GROUP_WORLD, x, 1, DT_F64, DT_SUM));
+    DT_CHECK(dt_comm_allreduce(ctx, p->comm, p->g_dp, x, 1, DT_F64, DT_SUM));
     *x /= p->world;
     return DT_OK;
 }

@@ -82,6 +82,11 @@ typedef struct dt_parallel_cfg {
                             switches Top-K on after them: dt_parallel_set_compression) */
     int topk_age;        /* parallel.compression_adam: age (1; ratio < 1, world > 1: AdamW by
                             age, optim.h dt_adamw_update_aged) or plain (0) */
+    dt_group dp_group;   /* the data-parallel group gradients and shards span (set by the
+                            trainer from the process mesh; 0 = DT_GROUP_WORLD) */
+    int tp;              /* tensor parallelism's ranks (> 1: the model's split tensors hold one
+                            shard each; the gradient norm adds the TP group's parts) */
+    dt_group tp_group;   /* their group (with tp > 1) */
     int tokens;          /* token positions per micro-batch, B x T (set by the trainer;
                             dt_parallel_init takes the model's): sizes ZeRO-3's vocabulary
                             row lookup (zero_lookup.c) */
@@ -125,7 +130,10 @@ dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out);
 dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
                              float clip_coef);
 
-/* Mean of x over ranks (for logging the loss). */
+/* The data-parallel group (the world without a process mesh). */
+dt_group dt_parallel_dp_group(const dt_parallel *p);
+
+/* Mean of x over the data-parallel ranks (for logging the loss). */
 dt_status dt_parallel_mean(dt_ctx *ctx, dt_parallel *p, double *x);
 
 /* The full parameters (all ranks must call: ZeRO-3 gathers them into a new buffer);

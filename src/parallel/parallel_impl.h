@@ -69,7 +69,8 @@ struct dt_parallel {
     dt_comm *comm;
     dt_model *m;
     dt_alloc *alloc;
-    int world, rank;
+    int world, rank;   /* of the data-parallel group g_dp */
+    dt_group g_dp;
     int sharded_grads, sharded_params; /* ZeRO-2/3, ZeRO-3 */
     /* shard geometry */
     dt_group g_shard;  /* WORLD, or NODE when hybrid */

@@ -82,11 +82,11 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
         }
         if (bf16) {
             uint16_t *out = mine16 ? mine16 + done : p->rs16;
-            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, DT_GROUP_WORLD, lt, win, rc, rd, out, p->lp));
+            DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, p->g_dp, lt, win, rc, rd, out, p->lp));
             if (!mine16) accumulate_lp(lt, dst + done, p->rs16, rc[p->rank], p->micro == 0);
             continue;
         }
-        DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, DT_GROUP_WORLD, win, rc, rd, p->rs_out, p->rs_scratch));
+        DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, p->g_dp, win, rc, rd, p->rs_out, p->rs_scratch));
         if (mine) memcpy(mine + done, p->rs_out, rc[p->rank] * sizeof(float));
         else accumulate(dst + done, p->rs_out, rc[p->rank], p->micro == 0);
     }

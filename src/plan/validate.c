@@ -9,15 +9,16 @@
 
 #include "core/sortcmp.h"
 #include "plan/plan.h"
+#include "plan/validate_impl.h"
 
 #define GIB 1073741824.0
-#define MAX_ROWS 512
+#define MAX_ROWS DT_VAL_MAX_ROWS
 
-enum { C_ID, C_SOURCE, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_KV, C_DFF, C_FFN, C_VOCAB, C_SEQ, C_PARAMS, C_EXPERTS,
+enum { C_ID, C_SOURCE, C_SPLIT, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_KV, C_DFF, C_FFN, C_VOCAB, C_SEQ, C_PARAMS, C_EXPERTS,
        C_TOPK, C_GPU, C_NGPUS, C_GPN, C_TP, C_PP, C_DP, C_CP, C_EP, C_ZERO, C_MB, C_GB, C_PREC, C_RECOMP, C_TFLOPS,
        C_MFU, C_STEP, C_TOKS, C_MEM, C_NOTES, C_N };
 static const char *const col_names[C_N] = {
-    "id", "source", "model", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "ffn", "vocab", "seq_len",
+    "id", "source", "split", "model", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "ffn", "vocab", "seq_len",
     "params_b", "experts", "experts_topk", "gpu", "n_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "zero",
     "micro_batch", "global_batch", "precision", "recompute", "reported_tflops_per_gpu", "reported_mfu",
     "reported_step_s", "reported_tokens_per_s", "reported_mem_gb", "notes"};
@@ -55,20 +56,7 @@ double dt_median_abs(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
-typedef struct row {
-    int line, ok;
-    char id[64], model[64], gpu[48], why[DT_ERRMSG_MAX];
-    dt_plan_job job;
-    dt_plan_layout lay;
-    double rep_tflops, rep_step, rep_mem;
-    const char *rep_from; /* which column gave rep_tflops */
-    int hw_flops;         /* the publisher counts the recomputed forward (see hw_phrases) */
-    char assumed[200];    /* what the planner assumed where the row says nothing */
-    int acc;              /* the catalog accelerator (index) */
-    dt_hw_accel hw;       /* its copy (fp8 rows: the fp8 peak stands in for the 16-bit one) */
-    dt_plan_result r;
-    double pred_tflops;
-} row;
+typedef dt_val_row row;
 
 static double val(char **f, const int *idx, int c, double dflt) {
     if (idx[c] < 0 || !*f[idx[c]]) return dflt;
@@ -288,57 +276,51 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     w->ok = 1;
 }
 
-static void predict(row *w, double eff) {
-    dt_ctx ctx;
-    dt_ctx_init(&ctx);
-    w->job.gemm_eff = eff;
-    if (dt_plan_predict(&ctx, &w->job, &w->lay, &w->r) != DT_OK) return;
-    double hw = (w->r.compute_s + w->r.recompute_s) / w->r.compute_s;
-    w->pred_tflops = w->r.tflops_gpu * (w->hw_flops ? hw : 1.0);
+/* A source: the rows whose ids share the prefix before the first '-'; held out whole or fitted whole. */
+typedef struct source {
+    char key[64];
+    int heldout, line; /* its split, and the first line that set it */
+} source;
+
+/* The row's source and split: every row names its source; split (when the column exists) is fit
+ * or heldout, the same for every row of a source. */
+static dt_status row_source(dt_ctx *ctx, const char *path, int lineno, char **f, const int *idx, row *w, source *srcs,
+                            int *n_src) {
+    if (!*str(f, idx, C_SOURCE))
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: column 'source' (field %d) is empty: every row names its source", path,
+                       lineno, idx[C_SOURCE] + 1);
+    const char *sp = str(f, idx, C_SPLIT);
+    if (idx[C_SPLIT] >= 0 && strcmp(sp, "fit") && strcmp(sp, "heldout"))
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: column 'split' (field %d): '%s' is not fit or heldout", path, lineno,
+                       idx[C_SPLIT] + 1, sp);
+    w->heldout = !strcmp(sp, "heldout");
+    char key[64];
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(w->id, "-"), w->id);
+    int s = 0;
+    while (s < *n_src && strcmp(srcs[s].key, key)) s++;
+    if (s == *n_src) {
+        if (s == DT_VAL_MAX_SOURCES)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: more than %d sources", path, lineno, DT_VAL_MAX_SOURCES);
+        snprintf(srcs[s].key, sizeof srcs[s].key, "%s", key);
+        srcs[s].heldout = w->heldout, srcs[s].line = lineno;
+        (*n_src)++;
+    } else if (srcs[s].heldout != w->heldout)
+        return dt_fail(ctx, DT_ERR_CONFIG,
+                       "%s:%d: column 'split' (field %d): '%s' for source '%s', which line %d puts in %s (a source is held "
+                       "out or fitted whole)", path, lineno, idx[C_SPLIT] + 1, sp, key, srcs[s].line,
+                       srcs[s].heldout ? "heldout" : "fit");
+    w->src = s;
+    return DT_OK;
 }
 
-static double rel(double pred, double rep) { return isfinite(rep) && rep > 0 ? (pred - rep) / rep : NAN; }
-
-/* The claim is beyond the hardware (impossible) or the model cannot hold it in memory. */
-static int flags(const row *w, char *buf, size_t n) {
-    double peak = dt_hw_peak(w->job.hw, w->job.train.model_opts.compute), mem = w->job.hw->memory_bytes;
-    int bad = 0;
-    buf[0] = 0;
-    /* what the GPUs must have executed: the claimed model FLOP/s plus the recompute the run's
-     * checkpointing implies (unless the publisher counted it already) */
-    double x = w->hw_flops || !(w->r.compute_s > 0) ? 1.0 : (w->r.compute_s + w->r.recompute_s) / w->r.compute_s;
-    double hwt = w->rep_tflops * x;
-    char how[96] = "";
-    if (x > 1) snprintf(how, sizeof how, " x %.3g for %s recompute = %.4g", x, dt_recompute_name(w->job.train.model_opts.recompute), hwt);
-    if (isfinite(hwt) && hwt > peak) {
-        snprintf(buf, n, "IMPOSSIBLE: %.4g TFLOP/s per GPU (from %s)%s > peak %.4g (%.2f of peak)", w->rep_tflops,
-                 w->rep_from, how, peak, hwt / peak);
-        bad = 1;
-    } else if (isfinite(hwt) && hwt > 0.8 * peak)
-        snprintf(buf, n, "implausible: %.4g TFLOP/s per GPU (from %s)%s = %.2f of peak %.4g (above 0.8)", w->rep_tflops,
-                 w->rep_from, how, hwt / peak, peak);
-    size_t k = strlen(buf);
-    if (w->r.mem_total > mem) {
-        snprintf(buf + k, n - k, "%sCANNOT FIT: params %.1f + grads %.1f + optimizer %.1f + acts %.1f + comm %.1f = %.1f GiB > %.0f GiB",
-                 k ? "; " : "", w->r.mem[DT_MEM_PARAMS] / GIB, w->r.mem[DT_MEM_GRADS] / GIB, w->r.mem[DT_MEM_OPTIM] / GIB,
-                 w->r.mem[DT_MEM_ACTS] / GIB, w->r.mem[DT_MEM_COMM] / GIB, w->r.mem_total / GIB, mem / GIB);
-        bad |= 2;
-    }
-    k = strlen(buf);
-    if (isfinite(w->rep_mem) && w->rep_mem * 1e9 > mem * 1.0001 && w->rep_mem > mem / GIB) {
-        snprintf(buf + k, n - k, "%sIMPOSSIBLE: reported %.4g GB > device %.4g GiB", k ? "; " : "", w->rep_mem, mem / GIB);
-        bad = 1;
-    }
-    return bad;
-}
-
-static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *path, row *rows, int *nrows) {
+static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *path, row *rows, int *nrows, source *srcs,
+                           int *n_src) {
     FILE *fp = fopen(path, "r");
     if (!fp) return dt_fail(ctx, DT_ERR_IO, "--validate %s: cannot open", path);
     char line[8192], *f[128];
     int idx[C_N], lineno = 0, ncols = 0;
     dt_status st = DT_OK;
-    *nrows = 0;
+    *nrows = *n_src = 0;
     while (fgets(line, sizeof line, fp)) {
         lineno++;
         line[strcspn(line, "\r\n")] = 0;
@@ -351,7 +333,7 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
                 for (int i = 0; i < nf && i < 128; i++)
                     if (!strcmp(f[i], col_names[c])) idx[c] = i;
             }
-            const int need[] = {C_ID, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_SEQ, C_GPU, C_VOCAB};
+            const int need[] = {C_ID, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_SEQ, C_GPU, C_VOCAB, C_SOURCE};
             for (size_t i = 0; i < sizeof need / sizeof need[0] && st == DT_OK; i++)
                 if (idx[need[i]] < 0)
                     st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: header lacks the column '%s'", path, lineno, col_names[need[i]]);
@@ -369,6 +351,8 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
         row *w = &rows[(*nrows)++];
         memset(w, 0, sizeof *w);
         w->line = lineno;
+        snprintf(w->id, sizeof w->id, "%s", str(f, idx, C_ID));
+        if ((st = row_source(ctx, path, lineno, f, idx, w, srcs, n_src)) != DT_OK) break;
         build(cat, f, idx, w);
     }
     fclose(fp);
@@ -376,37 +360,47 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
     return st;
 }
 
+/* One summary line: "# LABEL: median |error| of TFLOP/s per GPU M% (worst W%) over N rows" (+ tail). */
+static void print_err(FILE *out, const char *label, dt_val_err e, const char *tail) {
+    if (e.n > 0)
+        fprintf(out, "# %s: median |error| of TFLOP/s per GPU %.1f%% (worst %.1f%%) over %d rows%s\n", label, 100 * e.median,
+                100 * e.worst, e.n, tail);
+    else fprintf(out, "# %s: no rows%s\n", label, tail);
+}
+
+static void json_err(cJSON *o, const char *key, dt_val_err e, int sources) {
+    cJSON *x = cJSON_AddObjectToObject(o, key);
+    cJSON_AddNumberToObject(x, "rows", e.n);
+    if (sources >= 0) cJSON_AddNumberToObject(x, "sources", sources);
+    if (e.n > 0) {
+        cJSON_AddNumberToObject(x, "median_abs_rel_err_tflops", e.median);
+        cJSON_AddNumberToObject(x, "worst_abs_rel_err_tflops", e.worst);
+    }
+}
+
 dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *csv, int fit, int json, FILE *out) {
     row *rows = calloc(MAX_ROWS, sizeof *rows);
-    double *err = calloc(MAX_ROWS, sizeof *err);
-    if (!rows || !err) {
-        free(rows), free(err);
+    source *srcs = calloc(DT_VAL_MAX_SOURCES, sizeof *srcs);
+    double *eff = calloc((size_t)(cat->n_acc > 0 ? cat->n_acc : 1), sizeof *eff);
+    if (!rows || !srcs || !eff) {
+        free(rows), free(srcs), free(eff);
         return dt_fail(ctx, DT_ERR_NOMEM, "--validate: out of memory");
     }
-    int n = 0;
-    dt_status st = read_rows(ctx, cat, csv, rows, &n);
+    int n = 0, n_src = 0;
+    dt_status st = read_rows(ctx, cat, csv, rows, &n, srcs, &n_src);
     if (st != DT_OK) goto done;
-    /* the GEMM efficiency per GPU type: the catalog's, or the fitted one */
-    double eff[256];
-    for (int a = 0; a < cat->n_acc && a < 256; a++) {
-        eff[a] = cat->acc[a].gemm_eff;
-        if (!fit) continue;
-        double best = INFINITY;
-        for (int step = 40; step <= 400; step++) { /* 0.1 to 1 in steps of 0.0025 */
-            double e = step / 400.0;
-            int k = 0;
-            char fl[512];
-            for (int i = 0; i < n; i++) {
-                row *w = &rows[i];
-                if (!w->ok || w->acc != a || !isfinite(w->rep_tflops) || (flags(w, fl, sizeof fl) & 1)) continue;
-                predict(w, e);
-                err[k++] = rel(w->pred_tflops, w->rep_tflops);
-            }
-            if (k == 0) break;
-            double med = dt_median_abs(err, k);
-            if (med < best - 1e-12) best = med, eff[a] = e;
-        }
+    /* the GEMM efficiency per GPU type: the catalog's, or the one fitted on the fitting rows */
+    for (int a = 0; a < cat->n_acc; a++) eff[a] = cat->acc[a].gemm_eff;
+    if (fit) dt_val_fit(cat, rows, n, -1, eff);
+    int loso_src = 0, fit_src = 0, held_src = 0;
+    for (int s = 0; s < n_src; s++) { /* the sources with a row scored */
+        int any = 0;
+        for (int i = 0; i < n && !any; i++) any = rows[i].src == s && dt_val_scored(&rows[i]);
+        if (any) srcs[s].heldout ? held_src++ : fit_src++;
     }
+    dt_val_err loso = {0, NAN, NAN};
+    if (fit) loso = dt_val_loso(cat, rows, n, n_src, &loso_src);
+    dt_val_err in = dt_val_score(rows, n, eff, 0), held = dt_val_score(rows, n, eff, 1);
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
         fprintf(out, "# %s against %s; link efficiencies from the catalog (default %.3g); tp overlap 1 where the notes "
@@ -415,16 +409,12 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         fprintf(out, "# %-22s %-16s %-14s %5s %-30s %7s %8s %8s %7s %8s %8s %7s %7s %7s  %s\n", "id", "model", "gpu", "gpus",
                 "layout", "eff", "TFLOP/s", "publ.", "err", "step_s", "publ.", "err", "GiB", "publ.", "flags");
     }
-    int k = 0;
     for (int i = 0; i < n; i++) {
         row *w = &rows[i];
         char fl[512] = "", name[64] = "-";
         if (w->ok) {
-            int a = w->acc;
-            predict(w, eff[a]);
-            int bad = flags(w, fl, sizeof fl);
-            double e = rel(w->pred_tflops, w->rep_tflops);
-            if (isfinite(e) && !(bad & 1)) err[k++] = e;
+            dt_val_predict(w, eff[w->acc]);
+            dt_val_flags(w, fl, sizeof fl);
             dt_plan_layout_name(&w->lay, name, sizeof name);
         }
         if (arr) {
@@ -432,6 +422,8 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
             cJSON_AddStringToObject(o, "id", w->id);
             cJSON_AddStringToObject(o, "model", w->model);
             cJSON_AddStringToObject(o, "gpu", w->gpu);
+            cJSON_AddStringToObject(o, "split", w->heldout ? "heldout" : "fit");
+            cJSON_AddStringToObject(o, "source", srcs[w->src].key);
             if (w->ok) {
                 cJSON_AddStringToObject(o, "layout", name);
                 cJSON_AddNumberToObject(o, "gemm_eff", w->job.gemm_eff);
@@ -452,7 +444,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         }
         fprintf(out, "  %-22.22s %-16.16s %-14.14s %5d %-30.30s %7.3f %8.4g", w->id, w->model, w->gpu, w->job.gpus, name,
                 w->job.gemm_eff, w->pred_tflops);
-        double e1 = rel(w->pred_tflops, w->rep_tflops), e2 = rel(w->r.step_s, w->rep_step);
+        double e1 = dt_val_rel(w->pred_tflops, w->rep_tflops), e2 = dt_val_rel(w->r.step_s, w->rep_step);
         if (isfinite(w->rep_tflops)) fprintf(out, " %8.4g %+6.1f%%", w->rep_tflops, 100 * e1);
         else fprintf(out, " %8s %7s", "-", "-");
         fprintf(out, " %8.4g", w->r.step_s);
@@ -461,31 +453,43 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         fprintf(out, " %7.1f", w->r.mem_total / GIB);
         if (isfinite(w->rep_mem)) fprintf(out, " %7.1f", w->rep_mem);
         else fprintf(out, " %7s", "-");
-        fprintf(out, "  %s%s%s%s%s\n", w->hw_flops ? "[hardware FLOPs] " : "", w->assumed[0] ? "assumed: " : "",
-                w->assumed, w->assumed[0] && fl[0] ? "; " : "", fl);
+        fprintf(out, "  %s%s%s%s%s%s\n", w->heldout ? "[held-out] " : "", w->hw_flops ? "[hardware FLOPs] " : "",
+                w->assumed[0] ? "assumed: " : "", w->assumed, w->assumed[0] && fl[0] ? "; " : "", fl);
     }
-    /* the errors over the rows compared (impossible claims left out) */
-    double med = dt_median_abs(err, k);
+    /* the errors over the rows compared (impossible claims left out): the fitting rows, then the held-out ones */
     if (arr) {
         cJSON *o = cJSON_CreateObject(), *ef = cJSON_AddObjectToObject(o, "gemm_eff");
-        for (int a = 0; a < cat->n_acc && a < 256; a++) cJSON_AddNumberToObject(ef, cat->acc[a].key, eff[a]);
+        for (int a = 0; a < cat->n_acc; a++) cJSON_AddNumberToObject(ef, cat->acc[a].key, eff[a]);
         cJSON_AddItemToObject(o, "rows", arr);
-        if (isfinite(med)) cJSON_AddNumberToObject(o, "median_abs_rel_err_tflops", med);
-        cJSON_AddNumberToObject(o, "rows_compared", k);
-        char *s = cJSON_Print(o);
-        fprintf(out, "%s\n", s);
-        free(s);
+        if (in.n > 0) cJSON_AddNumberToObject(o, "median_abs_rel_err_tflops", in.median);
+        cJSON_AddNumberToObject(o, "rows_compared", in.n);
+        json_err(o, "in_sample", in, fit_src);
+        json_err(o, "heldout", held, held_src);
+        if (fit) json_err(o, "leave_one_source_out", loso, loso_src);
+        char *js = cJSON_Print(o);
+        fprintf(out, "%s\n", js);
+        free(js);
         cJSON_Delete(o);
     } else {
         fprintf(out, "# GEMM efficiency per GPU type (%s):", fit ? "fitted: minimum median |error| of TFLOP/s per GPU" : "catalog");
-        for (int a = 0; a < cat->n_acc && a < 256; a++) {
+        for (int a = 0; a < cat->n_acc; a++) {
             int used = 0;
-            for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a;
+            for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a && (!fit || !rows[i].heldout);
             if (used) fprintf(out, " %s %.4g", cat->acc[a].key, eff[a]);
         }
-        fprintf(out, "\n# median |error| of TFLOP/s per GPU over %d rows (impossible claims excluded): %.1f%%\n", k, 100 * med);
+        fprintf(out, "\n# median |error| of TFLOP/s per GPU over %d rows (impossible claims excluded): %.1f%%\n", in.n,
+                100 * in.median);
+        char tail[96];
+        snprintf(tail, sizeof tail, " in %d sources%s", fit_src, fit ? " (fitted on these)" : " (catalog efficiencies)");
+        print_err(out, "in-sample", in, tail);
+        snprintf(tail, sizeof tail, " in %d sources (split heldout: never fitted)", held_src);
+        print_err(out, "held-out", held, tail);
+        if (fit) {
+            snprintf(tail, sizeof tail, " in %d sources (each predicted by a fit on the other fitting sources)", loso_src);
+            print_err(out, "leave-one-source-out", loso, tail);
+        }
     }
 done:
-    free(rows), free(err);
+    free(rows), free(srcs), free(eff);
     return st;
 }

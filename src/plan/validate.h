@@ -3,12 +3,15 @@
  * step time and memory, the relative errors, and flags for claims the model calls impossible
  * (implied MFU above the peak, memory that cannot fit) with the arithmetic. --fit chooses one
  * GEMM efficiency per GPU type (not per row) minimising the median absolute relative error of
- * TFLOP/s per GPU over that type's rows.
+ * TFLOP/s per GPU over that type's fitting rows, and reports the in-sample, held-out and
+ * leave-one-source-out errors (ARCHITECTURE decision 65).
  *
  * CSV: a header line naming the columns (any order; docs/planner.md lists them), empty =
- * unknown; fields may be double-quoted. A row whose model or layout is incomplete is reported
- * and skipped, not fatal; a malformed file (no header, a row with the wrong field count) is
- * refused naming file:line. */
+ * unknown; fields may be double-quoted. Every row names its source; the optional split column
+ * (fit|heldout) holds a source (the id's prefix before the first '-') out whole. A row whose
+ * model or layout is incomplete is reported and skipped, not fatal; a malformed file (no
+ * header, a row with the wrong field count, an empty source, a bad or mixed split) is refused
+ * naming file:line (and the field). */
 #ifndef DT_PLAN_VALIDATE_H
 #define DT_PLAN_VALIDATE_H
 

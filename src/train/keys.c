@@ -132,7 +132,8 @@ static const key_def keys[] = {
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
-    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (consecutive ranks, inside a node; not built yet: > 1 is refused)"),
+    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp over the data-parallel ranks so far"),
+    NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
     NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order; not built yet: > 1 is refused)"),
     NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size: ranks that split a layer's experts (not built yet: > 1 is refused)"),
@@ -503,14 +504,39 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
  * silently not the model the user asked for. */
 static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     dt_mesh m;
-    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp, c->cp, c->pp, c->ep));
+    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp, c->ep));
     static const char *const what[4][2] = {{"tp", "tensor"}, {"cp", "context"}, {"pp", "pipeline"}, {"ep", "expert"}};
-    const int deg[4] = {c->tp, c->cp, c->pp, c->ep};
+    const int deg[4] = {1, c->cp, c->pp, c->ep};
     for (int i = 0; i < 4; i++)
         if (deg[i] > 1)
-            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issue 31); only the "
-                           "process mesh is (set parallel.tp, cp, pp and ep to 1)", what[i][0], deg[i], what[i][1]);
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issues 32-34); only "
+                           "the process mesh and tensor parallelism are (set parallel.cp, pp and ep to 1)", what[i][0],
+                           deg[i], what[i][1]);
     return DT_OK;
+}
+
+/* Tensor parallelism's degree against the model and what it is built with so far (issue 31):
+ * one line naming the keys, before anything is allocated. */
+static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
+    const dt_train_cfg *t = &c->train;
+    if (c->tp_blocks && c->tp < 2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
+    if (c->tp < 2) return DT_OK;
+    if (t->parallel.strategy != DT_STRAT_DDP || c->hybrid)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.strategy=%s%s: ZeRO over the data-parallel "
+                       "ranks of a tensor-parallel run is not built yet (issue 31); use parallel.strategy=ddp", c->tp,
+                       dt_strategy_name(t->parallel.strategy), c->hybrid ? " (hybrid)" : "");
+    if (t->parallel.compression != DT_COMPRESS_NONE)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.compression=topk is not built yet (issue 31)",
+                       c->tp);
+    if (c->ckpt_dir[0] || c->resume[0])
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with %s: sharded checkpoints of a tensor-parallel run are not "
+                       "built yet (issue 31, item 3)", c->tp, c->ckpt_dir[0] ? "checkpoint.dir" : "--resume");
+    dt_model_config mc = t->model;
+    dt_model_opts mo = t->model_opts;
+    mo.fused_loss = 0; /* off under tensor parallelism (the trainer's model options) */
+    DT_CHECK(dt_model_config_validate(ctx, &mc));
+    return dt_model_tp_check(ctx, &mc, &mo);
 }
 
 /* world = 0: not known yet (1 outside MPI, the launcher's announced size under it; 0 when
@@ -518,8 +544,19 @@ static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
  * mesh against the world only when the run applies its world, once the communicator is up. */
 static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     dt_train_cfg *t = &c->train;
+    /* tensor parallelism: the model holds 1 shard (a rank of a TP group) or all (tp_blocks) */
+    const int tp = c->tp > 1 ? c->tp : 1, tp_ranks = c->tp_blocks ? 1 : tp;
+    t->model_opts.tp = tp > 1 ? tp : 0;
+    t->model_opts.tp_local = c->tp_blocks ? tp : 1;
+    t->model_opts.tp_first = 0; /* the trainer sets its TP rank */
+    t->parallel.tp = tp_ranks;
+    DT_CHECK(check_tp(ctx, c));
+    /* the data-parallel ranks: batches, samples and tokens count them */
+    long mp = (long)tp_ranks * (c->cp > 0 ? c->cp : 1) * (c->pp > 0 ? c->pp : 1);
+    const int world_all = world;
+    if (world > 0 && mp > 0 && world % mp == 0) world /= (int)mp;
     if (mesh && world > 0) {
-        DT_CHECK(check_mesh(ctx, c, world));
+        DT_CHECK(check_mesh(ctx, c, world_all));
     } else {
         dt_mesh m; /* the degrees alone: a mesh of exactly their product */
         int deg[4] = {c->tp, c->cp, c->pp, c->ep};
@@ -530,8 +567,9 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
         long per = (long)t->micro_batch * world;
         if (c->global_batch % per != 0)
             return dt_fail(ctx, DT_ERR_CONFIG,
-                           "training.batch (%d) must be a multiple of training.micro_batch (%d) x the world size "
-                           "(%d rank%s) = %ld", c->global_batch, t->micro_batch, world, world == 1 ? "" : "s", per);
+                           "training.batch (%d) must be a multiple of training.micro_batch (%d) x the %s "
+                           "(%d rank%s) = %ld", c->global_batch, t->micro_batch,
+                           mp > 1 ? "data-parallel size" : "world size", world, world == 1 ? "" : "s", per);
         t->accum = (int)(c->global_batch / per);
     }
     if (c->tokens > 0) {

@@ -73,7 +73,8 @@ typedef struct dt_run_cfg {
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
-    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; > 1: refused until built) */
+    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; cp, pp, ep > 1: refused until built) */
+    int tp_blocks;             /* parallel.tp_blocks: one process holds all tp shards (the test mode) */
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */

@@ -10,16 +10,19 @@
 #include "ops/cpu/isa.h"
 
 /* Every rank's word (8 bytes) into a new array of world words. */
-static dt_status gather(dt_ctx *ctx, dt_comm *comm, uint64_t mine, uint64_t **out) {
-    uint64_t *v = malloc((size_t)dt_comm_size(comm, DT_GROUP_WORLD) * sizeof *v);
+static dt_status gather_in(dt_ctx *ctx, dt_comm *comm, dt_group g, uint64_t mine, uint64_t **out) {
+    uint64_t *v = malloc((size_t)dt_comm_size(comm, g) * sizeof *v);
     if (!v) return dt_fail(ctx, DT_ERR_NOMEM, "replicas: out of memory");
-    dt_status st = dt_comm_allgather_words(ctx, comm, DT_GROUP_WORLD, &mine, 1, v);
+    dt_status st = dt_comm_allgather_words(ctx, comm, g, &mine, 1, v);
     if (st != DT_OK) {
         free(v);
         return st;
     }
     *out = v;
     return DT_OK;
+}
+static dt_status gather(dt_ctx *ctx, dt_comm *comm, uint64_t mine, uint64_t **out) {
+    return gather_in(ctx, comm, DT_GROUP_WORLD, mine, out);
 }
 
 dt_status dt_replicas_log_isa(dt_ctx *ctx, dt_comm *comm) {
@@ -50,10 +53,13 @@ dt_status dt_replicas_check(dt_ctx *ctx, dt_comm *comm, dt_parallel *par, size_t
     uint64_t h = dt_xxh3(full, n_params * sizeof *full);
     dt_parallel_release_full_params(par, full);
     *hash = h;
-    int world = dt_comm_size(comm, DT_GROUP_WORLD);
+    /* the replicas are the data-parallel ranks (a tensor-parallel rank's shard differs from
+     * its TP group's others by design); rank numbers below are the group's */
+    dt_group g = dt_parallel_dp_group(par);
+    int world = dt_comm_size(comm, g);
     if (world == 1) return DT_OK;
     uint64_t *v;
-    DT_CHECK(gather(ctx, comm, h, &v));
+    DT_CHECK(gather_in(ctx, comm, g, h, &v));
     char bad[512];
     size_t n = 0;
     int nbad = 0;

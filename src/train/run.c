@@ -82,7 +82,7 @@ static dt_status evaluate(dt_ctx *ctx, run_state *r, dt_comm *comm, long step) {
     if (st == DT_OK && !isnan(acc)) st = dt_parallel_mean(ctx, r->tr.par, &acc); /* same count per rank */
     dt_comm_watchdog_relax(comm, 0);
     DT_CHECK(st);
-    tokens *= ctx->world;
+    tokens *= dt_comm_size(comm, dt_parallel_dp_group(r->tr.par)); /* each data-parallel rank its rows */
     if (ctx->rank != 0) return DT_OK;
     return dt_metrics_eval(ctx, &r->metrics, step, loss, tokens, acc);
 }
@@ -240,7 +240,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
-    DT_CHECK_GOTO(open_data(ctx, &r, cfg, world, rank));
+    /* the data-parallel ranks read the data (each TP group's ranks the same batches) */
+    int dp_world = world / (cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1);
+    int dp_rank = rank / (cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1);
+    DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
     if (r.loader) {
@@ -328,6 +331,11 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                 world, dt_comm_num_nodes(comm), dt_strategy_name(t->parallel.strategy), dt_comm_backend(comm),
                 dt_comm_routing(comm), (double)t->parallel.bucket_bytes / 1048576.0, t->parallel.overlap ? "on" : "off",
                 dt_dtype_name(t->parallel.grad_dtype), topk);
+    if (t->model_opts.tp > 1)
+        dt_log_info(ctx, "process mesh: tp %d x dp %d%s (tensor-parallel: attention heads and the MLP's input projections "
+                    "column-parallel, output projections row-parallel, vocabulary-parallel embedding and loss)",
+                    t->model_opts.tp, dp_world,
+                    cfg->tp_blocks ? ", all tp shards in each process (parallel.tp_blocks)" : "");
     dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
                 cfg->data_train[0] ? cfg->data_train : "synthetic",
@@ -344,7 +352,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         DT_CHECK_GOTO(dt_comm_barrier(ctx, comm, DT_GROUP_WORLD)); /* one time origin for all ranks */
         dt_trace_enable(dt_now());
     }
-    double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * world;
+    double tokens_per_step = (double)t->micro_batch * t->seq_len * t->accum * dp_world;
     double fpt = dt_lora_flops_per_token(mc, &t->model_opts.lora, t->seq_len); /* LoRA: no base dW */
     int preempted = 0;
     for (long s = start + 1; s <= t->steps; s++) {
@@ -368,7 +376,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
             r.replica_checks++;
             r.replica_step = s;
         }
-        DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, world, rank));
+        DT_CHECK_GOTO(ledger_step(ctx, &r, s, cursor, dp_world, dp_rank));
         r.seen += tokens_per_step;
         r.train_s += ss.seconds;
         r.step_s_sum += ss.seconds;

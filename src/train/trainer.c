@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "data/synthetic.h"
+#include "parallel/mesh.h"
 
 void dt_train_cfg_defaults(dt_train_cfg *c) {
     memset(c, 0, sizeof *c);
@@ -24,9 +25,9 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0};
     c->loss_scale_window = 2000;
 }
 
@@ -90,7 +91,8 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
  * the whole micro-step (DDP, ZeRO-1); ZeRO-2/3 store the logits (the same bits). */
 static dt_model_opts model_opts(const dt_train_cfg *cfg) {
     dt_model_opts o = cfg->model_opts;
-    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1;
+    /* tensor parallelism stores its split logits (the fused loss is not built for it yet) */
+    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1 && o.tp <= 1;
     return o;
 }
 
@@ -141,8 +143,16 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     if (world < 1 || node_ranks < 1 || world % node_ranks || rank < 0 || rank >= world)
         return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: %d ranks cannot be %d per node (rank %d)", world,
                        node_ranks, rank);
+    dt_model_opts mo = model_opts(cfg);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
-    int n = dt_model_tensors(&mc, table);
+    int n = dt_model_tensors_tp(&mc, &mo, table); /* tensor parallelism: one rank's shards */
+    const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1;
+    if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
+        mo.tp_first = rank % tp;
+        world /= tp, rank /= tp;
+        node_ranks = node_ranks % tp == 0 ? node_ranks / tp : 1;
+        bytes[DT_MEM_OTHER] += dt_trainer_tp_scratch(cfg) * sizeof(float);
+    }
     dt_alloc a; /* the store's table and unit arrays: what dt_model_init allocates besides slabs */
     dt_alloc_init(&a);
     dt_params ps, base;
@@ -159,7 +169,6 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     dt_strategy strat = cfg->parallel.strategy;
     if (strat != DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += ps.n_params * F;
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
-    dt_model_opts mo = model_opts(cfg);
     bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
@@ -186,6 +195,60 @@ dt_status dt_trainer_mem_plan_here(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm
     int node = dt_comm_size(comm, DT_GROUP_NODE);
     int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
     return dt_trainer_mem_plan(ctx, cfg, dt_comm_size(comm, DT_GROUP_WORLD), node, me, bytes);
+}
+
+size_t dt_trainer_tp_scratch(const dt_train_cfg *cfg) {
+    size_t tp = cfg->parallel.tp > 1 ? (size_t)cfg->parallel.tp : 1;
+    size_t n = (size_t)cfg->micro_batch * cfg->seq_len * (size_t)cfg->model.d_model; /* the largest TP sum */
+    return tp > 1 ? tp * ((n + tp - 1) / tp) : 0;
+}
+
+/* The TP group's sums for the model (model.h dt_model_tp_ops): comm.h's ordered all-reduce (rank
+ * order) and a max; a failure is kept for the trainer to report. */
+static int tp_sum(void *ud, float *x, size_t n) {
+    dt_tp_link *t = ud;
+    if (t->failed) return 1;
+    if (dt_comm_allreduce_ordered(&t->ctx, t->comm, t->group, x, n, t->scratch) != DT_OK) t->failed = 1;
+    return t->failed;
+}
+static int tp_max(void *ud, float *x, size_t n) {
+    dt_tp_link *t = ud;
+    if (t->failed) return 1;
+    if (dt_comm_allreduce(&t->ctx, t->comm, t->group, x, n, DT_F32, DT_MAX) != DT_OK) t->failed = 1;
+    return t->failed;
+}
+
+/* The process mesh of a tensor-parallel run (parallel/mesh.h; cp = pp = ep = 1 so far): the
+ * TP group (consecutive ranks) and the data-parallel group, split once; the model holds the
+ * shard of its TP rank. */
+static dt_status tp_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
+    dt_comm *comm = tr->comm;
+    dt_mesh mesh;
+    DT_CHECK(dt_mesh_init(ctx, &mesh, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_rank(comm, DT_GROUP_WORLD),
+                          pc->tp, 1, 1, 1));
+    int *ranks = malloc((size_t)mesh.world * sizeof *ranks);
+    if (!ranks) return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
+    int n = dt_mesh_group(&mesh, DT_MESH_TP, ranks);
+    dt_status st = dt_comm_group_split(ctx, comm, ranks, n, &tr->tp.group);
+    if (st == DT_OK) {
+        n = dt_mesh_group(&mesh, DT_MESH_DP, ranks);
+        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->dp_group);
+    }
+    free(ranks);
+    DT_CHECK(st);
+    tr->tp.comm = comm;
+    dt_ctx_init(&tr->tp.ctx);
+    tr->tp.ctx.rank = ctx->rank, tr->tp.ctx.world = ctx->world;
+    mo->tp_first = mesh.coord[DT_AXIS_TP];
+    pc->dp_group = tr->dp_group;
+    pc->tp_group = tr->tp.group;
+    return DT_OK;
+}
+
+/* After a pass: a TP collective that failed stops the run, naming it. */
+static dt_status tp_check(dt_ctx *ctx, dt_trainer *tr) {
+    if (!tr->model.tp_failed) return DT_OK;
+    return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
 }
 
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
@@ -218,6 +281,14 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
      * neither full parameters. */
     dt_strategy strat = cfg->parallel.strategy;
     dt_model_opts mo = model_opts(cfg);
+    dt_parallel_cfg pc = cfg->parallel;
+    if (!comm) {
+        DT_CHECK_GOTO(dt_comm_init_self(ctx, &tr->own_comm));
+        comm = tr->own_comm;
+    }
+    tr->comm = comm;
+    tr->dp_group = DT_GROUP_WORLD;
+    if (cfg->parallel.tp > 1) DT_CHECK_GOTO(tp_groups(ctx, tr, &mo, &pc));
     DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
                                          cfg->seq_len,
                                          strat == DT_STRAT_ZERO3   ? 0
@@ -226,12 +297,11 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->model.moe_aux_coef = cfg->moe_aux_coef;
     tr->model.moe_z_coef = cfg->moe_z_coef;
     tr->model.moe_capacity = cfg->moe_capacity;
-    if (!comm) {
-        DT_CHECK_GOTO(dt_comm_init_self(ctx, &tr->own_comm));
-        comm = tr->own_comm;
+    if (cfg->parallel.tp > 1) {
+        size_t n = dt_trainer_tp_scratch(cfg) * sizeof(float);
+        DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
+        tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max};
     }
-    tr->comm = comm;
-    dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum;
     pc.compute = cfg->model_opts.compute;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
@@ -252,6 +322,8 @@ void dt_trainer_free(dt_trainer *tr) {
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->targets, bt);
+    if (tr->tp.scratch) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->tp.scratch, dt_trainer_tp_scratch(&tr->cfg) * sizeof(float));
+    tr->tp.scratch = NULL;
     dt_model_free(&tr->model);
     tr->par = NULL;
     tr->own_comm = NULL;
@@ -325,7 +397,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     if (tr->cfg.parallel.compression == DT_COMPRESS_TOPK)
         dt_parallel_set_compression(tr->par, tr->step >= tr->cfg.parallel.topk_warmup);
     double loss_sum = 0.0, moe_sum[4] = {0}; /* ce, aux, z, dropped */
-    int W = dt_comm_size(tr->comm, DT_GROUP_WORLD);
+    /* the data-parallel ranks (the world without a process mesh): batches and their order */
+    int W = dt_comm_size(tr->comm, tr->dp_group), R = dt_comm_rank(tr->comm, tr->dp_group);
     /* A loss mask (targets < 0 are not counted): the loss is the mean over the counted targets
      * of the global batch, so every counted token weighs 1 / counted whatever rank and
      * micro-step holds it (N ranks = 1 rank x N micro-steps). Explicit batches with masked
@@ -355,8 +428,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         } else {
             /* Global micro-batch index: rank r's micro-step k reads what 1 rank's micro-step
              * k*W + r would (the sampler's order). */
-            int r = dt_comm_rank(tr->comm, DT_GROUP_WORLD);
-            uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W + (uint64_t)r;
+            uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W + (uint64_t)R;
             dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
             if (m->cfg.n_classes > 0) /* a classifier: a label per image, in every slot */
                 for (int b = 0; b < m->B; b++)
@@ -385,13 +457,15 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
          * rank accumulating N x does, and a resumed step what the uninterrupted one did. */
         m->lora_drop_seed = tr->cfg.seed;
         m->lora_drop_seq0 = (((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W +
-                             (uint64_t)dt_comm_rank(tr->comm, DT_GROUP_WORLD)) * (uint64_t)m->B;
+                             (uint64_t)R) * (uint64_t)m->B;
         DT_CHECK(dt_model_forward_train(ctx, m, in, tg, bscale, &loss));
+        DT_CHECK(tp_check(ctx, tr));
         dt_trace_end(td, "fwd", "forward %d", k);
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
         if (!early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
         dt_model_backward(m, bscale);
+        DT_CHECK(tp_check(ctx, tr));
         if ((tr->poison_step == tr->step + 1 || tr->poison_step == 0) && k == 0 &&
             tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */

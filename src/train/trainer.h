@@ -51,6 +51,15 @@ typedef dt_status (*dt_batch_fn)(dt_ctx *ctx, void *ud, int k, int32_t **inputs,
  * every rank and micro-step (the same number on every rank, without a collective). */
 typedef uint64_t (*dt_count_fn)(void *ud);
 
+/* Tensor parallelism's group as the model's collectives see it (trainer.c). */
+typedef struct dt_tp_link {
+    dt_comm *comm;
+    dt_group group;
+    float *scratch; /* dt_trainer_tp_scratch floats: the ordered all-reduce's */
+    dt_ctx ctx;     /* a failure's message */
+    int failed;
+} dt_tp_link;
+
 typedef struct dt_trainer {
     dt_train_cfg cfg;
     dt_alloc alloc;
@@ -74,6 +83,8 @@ typedef struct dt_trainer {
     long overflow_step;        /* test aid DTRAIN_TEST_OVERFLOW=STEP:RANK: that rank's gradients
                                   become Inf in that step (-1 = off) */
     int overflow_rank;
+    dt_group dp_group;         /* the data-parallel ranks (the world without a process mesh) */
+    dt_tp_link tp;             /* parallel.tp > 1: the TP group */
 } dt_trainer;
 
 typedef struct dt_step_stats {
@@ -112,6 +123,9 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
 /* The same for the calling rank of comm (its world, node size and place). */
 dt_status dt_trainer_mem_plan_here(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
                                    size_t bytes[DT_MEM_NKINDS]);
+
+/* Floats of the TP group's all-reduce scratch (0 without tensor parallelism ranks). */
+size_t dt_trainer_tp_scratch(const dt_train_cfg *cfg);
 
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm);
 void dt_trainer_free(dt_trainer *tr);

@@ -2,6 +2,7 @@
 #include "model/gpt2/gpt2.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +97,19 @@ static int gpt2_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name, hf, tr)                                 \
     out[n++] = (dt_tensor_info){name, hf, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),              \
-                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0, 0, 0};
+                                (size_t)(cols), 0, init_##init, std_##init, decay, tr, 0, 0, 0, 0, 0, 0, 0, .split = 0};
     DT_GPT2_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     out[DT_GPT2_P_WTE].file_rows = (size_t)c->vocab; /* files hold no vocabulary padding */
     out[DT_GPT2_P_WTE].vocab = 1;
     static const int mm[] = {DT_GPT2_P_WTE, DT_GPT2_P_QKVW, DT_GPT2_P_ATTPROJW, DT_GPT2_P_FCW, DT_GPT2_P_FCPROJW};
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
+    /* the split column (params.h; tensor parallelism): q|k|v head-wise, fc by columns, both
+     * output projections by rows of their input, the tied embedding by vocabulary rows */
+    out[DT_GPT2_P_WTE].split = out[DT_GPT2_P_FCW].split = out[DT_GPT2_P_FCB].split = DT_SPLIT_OUT;
+    out[DT_GPT2_P_QKVW].split = out[DT_GPT2_P_QKVB].split = DT_SPLIT_OUT;
+    out[DT_GPT2_P_QKVW].sections = out[DT_GPT2_P_QKVB].sections = 3;
+    out[DT_GPT2_P_ATTPROJW].split = out[DT_GPT2_P_FCPROJW].split = DT_SPLIT_IN;
     /* sub-layer units (params.h): [ln_1, attention] [ln_2, fc] [fc_proj] */
     out[DT_GPT2_P_LN2W].unit_start = out[DT_GPT2_P_FCPROJW].unit_start = 1;
     return n;
@@ -148,6 +155,8 @@ typedef struct dt_gpt2_acts {
     float *dbig;                          /* (B,T,4C) scratch gradient (also dqkv); in the
                                              forward, the fp32 output of a 16-bit activation */
     uint16_t *dlp;                        /* (B,T,4C) mixed precision: narrowed gradients */
+    float *tpx;                           /* (B,T,C) tensor parallelism's blocks test mode: a
+                                             shard's partial sum (family_impl.h) */
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
 } dt_gpt2_acts;
 
@@ -159,46 +168,68 @@ typedef struct dt_gpt2_acts {
 static int att_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_SEL : DT_ACT_RECOMP; }
 static int fch_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
 
-/* Lays the activation views over `base` (NULL: just count). Returns floats used. */
+/* Tensor parallelism (family_impl.h): the shards held (nb of k) and their widths. */
+typedef struct tp_dims {
+    int k, nb;    /* shards of a split tensor; held by this process */
+    int Cl, NHl;  /* attention width and heads per shard */
+    int Fl;       /* MLP width per shard (4 C / k) */
+    int Vl;       /* padded vocabulary per shard */
+} tp_dims;
+
+static tp_dims dims_of(const dt_model_config *c, const dt_model_opts *o) {
+    tp_dims d;
+    d.k = dt_tp_size(o), d.nb = dt_tp_local(o);
+    d.Cl = c->d_model / d.k, d.NHl = c->n_head / d.k, d.Fl = 4 * c->d_model / d.k;
+    d.Vl = dt_model_vocab_padded(c, o) / d.k;
+    return d;
+}
+
+/* Lays the activation views over `base` (NULL: just count). Returns floats used. Split
+ * activations (q|k|v, the attention output, the MLP's) hold nb shard blocks each. */
 static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B, int T) {
-    size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T;
+    size_t C = c->d_model, BT = (size_t)B * T;
+    const tp_dims d = dims_of(c, o);
+    const size_t Q = (size_t)d.nb * 3 * d.Cl, A = (size_t)d.nb * d.Cl, NHS = (size_t)d.nb * d.NHl,
+                 F = (size_t)d.nb * d.Fl, V = (size_t)d.nb * d.Vl;
+    const size_t BIG = F > C ? F : C, LP = (size_t)d.Fl > C ? (size_t)d.Fl : C;
     int L = c->n_layer;
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
     size_t RA = dt_act_slot(o, L, att_class(o), L), RF = dt_act_slot(o, L, fch_class(o), L);
-    size_t H = o->compute != DT_F32, F = !H; /* 16-bit copies, fp32-only buffers */
+    size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
 #define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
     TAKE(encoded, BT * C);
-    TAKE(ln1, F * R * BT * C);
+    TAKE(ln1, F32 * R * BT * C);
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
-    TAKE(qkv, M * BT * 3 * C);
-    TAKE(atty, RA * BT * C);
-    TAKE(att_lse, RA * BT * NH);
+    TAKE(qkv, M * BT * Q);
+    TAKE(atty, RA * BT * A);
+    TAKE(att_lse, RA * BT * NHS);
     TAKE(res2, RA * BT * C);
-    TAKE(ln2, F * R * BT * C);
+    TAKE(ln2, F32 * R * BT * C);
     TAKE(ln2_mean, R * BT);
     TAKE(ln2_rstd, R * BT);
-    TAKE(fch, RF * BT * 4 * C);
-    TAKE(fch_gelu, F * R * BT * 4 * C);
+    TAKE(fch, RF * BT * F);
+    TAKE(fch_gelu, F32 * R * BT * F);
     TAKE16(ln1h, H * R * BT * C);
-    TAKE16(attyh, H * R * BT * C);
+    TAKE16(attyh, H * R * BT * A);
     TAKE16(ln2h, H * R * BT * C);
-    TAKE16(fchgh, H * R * BT * 4 * C);
+    TAKE16(fchgh, H * R * BT * F);
     TAKE(res3, (size_t)L * BT * C);
-    TAKE(lnf, F * BT * C);
+    TAKE(lnf, F32 * BT * C);
     TAKE16(lnfh, H * BT * C);
     TAKE(lnf_mean, BT);
     TAKE(lnf_rstd, BT);
-    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * c->vocab_padded);
+    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * V);
     TAKE(losses, BT);
     TAKE(ce_lse, BT);
     TAKE(dres, BT * C);
     TAKE(dbtc, BT * C);
-    TAKE(dbig, BT * 4 * C);
-    TAKE16(dlp, H * BT * 4 * C);
+    TAKE(dbig, BT * BIG);
+    TAKE16(dlp, H * BT * LP);
+    TAKE(tpx, (d.nb > 1) * BT * C); /* the blocks test mode's partial sums */
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -216,6 +247,7 @@ static void gpt2_bind(dt_model *m) {
     dt_gpt2_acts *a = m->impl;
     layout_acts(a, m->acts, &m->cfg, &m->opts, m->B, m->T);
     m->lp_scratch = a->dlp;
+    m->tp_scratch = a->tpx;
 }
 
 static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts *)m->impl)->logits; }
@@ -244,55 +276,66 @@ typedef struct layer_views {
 static layer_views views(const dt_model *m, int l) {
     const dt_gpt2_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
+    const tp_dims d = dims_of(c, &m->opts);
     const int L = c->n_layer;
     size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model;
+    size_t bta = BT * (size_t)d.nb * d.Cl, btf = BT * (size_t)d.nb * d.Fl; /* split widths */
     const dt_model_opts *o = &m->opts;
     size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
     size_t ra = dt_act_slot(o, L, att_class(o), l), rf = dt_act_slot(o, L, fch_class(o), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
-    v.qkv = a->qkv + k * btc * 3, v.atty = a->atty + ra * btc;
-    v.lse = a->att_lse + ra * BT * c->n_head, v.res2 = a->res2 + ra * btc;
+    v.qkv = a->qkv + k * bta * 3, v.atty = a->atty + ra * bta;
+    v.lse = a->att_lse + ra * BT * (size_t)d.nb * d.NHl, v.res2 = a->res2 + ra * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
-    v.fch = a->fch + rf * btc * 4, v.fchg = a->fch_gelu + r * btc * 4, v.res3 = a->res3 + (size_t)l * btc;
-    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
-    v.fchgh = a->fchgh + r * btc * 4;
+    v.fch = a->fch + rf * btf, v.fchg = a->fch_gelu + r * btf, v.res3 = a->res3 + (size_t)l * btc;
+    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * bta, v.ln2h = a->ln2h + r * btc;
+    v.fchgh = a->fchgh + r * btf;
     if (dt_lowp(m)) v.ln1 = v.ln2 = v.fchg = a->dbig; /* fp32 outputs go through the scratch */
     return v;
 }
 
 /* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
  * `recompute` (in the backward): only what the layer dropped, into its working slots (the
- * classes above); every mode keeps the layer output. */
+ * classes above); every mode keeps the layer output. Under tensor parallelism (family_impl.h)
+ * q|k|v and the MLP's first projection are column-parallel (heads and MLP columns split), the
+ * attention runs on the shard's heads, and the two output projections are row-parallel. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     const dt_model_opts *o = &m->opts;
+    const tp_dims d = dims_of(c, o);
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
     const int qkv = dt_act_forms(o, l, recompute, DT_ACT_SEL), att = dt_act_forms(o, l, recompute, att_class(o));
     const int fch = dt_act_forms(o, l, recompute, fch_class(o));
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    dt_gpt2_acts *a = m->impl;
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
-    if (att) DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 1, o->compute));
-    dt_fam_narrow(m, v.attyh, v.atty, btc);
+    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    if (att)
+        for (int j = 0; j < d.nb; j++)
+            DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
+                                                                    v.qkv + (size_t)j * BT * 3 * d.Cl, B, T, d.NHl, d.NHl,
+                                                                    C / NH, 1, o->compute));
+    dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Cl);
     if (att) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, d.Cl, C, a->tpx));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     dt_unit_need(m, SUB(LN2W, l), SUB(FCPROJW, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, 4 * C));
-    DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)(btc * 4)));
-    dt_fam_narrow(m, v.fchgh, v.fchg, btc * 4);
+    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, d.Fl));
+    const size_t btf = (size_t)BT * d.nb * d.Fl;
+    DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)btf));
+    dt_fam_narrow(m, v.fchgh, v.fchg, btf);
     if (recompute) return;
     dt_unit_need(m, SUB(FCPROJW, l), next);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, 4 * C, C));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_row_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, d.Fl, C, a->tpx));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -329,6 +372,7 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
 
 static void gpt2_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
+    const tp_dims d = dims_of(c, &m->opts);
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
     int BT = B * T;
     size_t btc = (size_t)BT * C;
@@ -345,6 +389,7 @@ static void gpt2_backward(dt_model *m, float scale) {
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc, last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C));
     dt_unit_grads_end(m, UNIT(LNFW));
     const int top = dt_act_top_recomputed(&m->opts, L);
+    const size_t btf = (size_t)BT * d.nb * d.Fl;
     for (int l = L - 1; l >= 0; l--) {
         double tl = dt_trace_begin();
         if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1, -1);
@@ -353,20 +398,24 @@ static void gpt2_backward(dt_model *m, float scale) {
         dt_unit_need(m, u2, u1);
         dt_unit_grads_begin(m, u2);
         /* dres holds d(res3); the residual passes it to res2 unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->dres, MMIN(fchg), BT, 4 * C, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->dres, MMIN(fchg), BT, d.Fl, C));
         dt_unit_grads_end(m, u2);
-        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)(btc * 4)));
+        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)btf));
         dt_unit_need(m, u1, u0);
         dt_unit_grads_begin(m, u1);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, MMIN(ln2), BT, C, 4 * C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, MMIN(ln2), BT, C, d.Fl, a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
         dt_unit_grads_begin(m, u0);
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->dres, MMIN(atty), BT, C, C));
-        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 1, m->opts.compute));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->dres, MMIN(atty), BT, d.Cl, C));
+        for (int j = 0; j < d.nb; j++)
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
+                                                                   v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
+                                                                   v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 1,
+                                                                   m->opts.compute));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * d.Cl, a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, u0);
@@ -428,6 +477,8 @@ static int gpt2_lora_sites(const dt_model_config *c, dt_lora_site *out) {
 }
 
 static const char *const hf_types[] = {"gpt2", NULL};
+/* tp divides the heads (and so d_model and the MLP's 4 d_model) */
+static const size_t tp_divides[] = {offsetof(dt_model_config, n_head), 0};
 static const char *const file_fields[] = {"n_layer", "d_model", "n_head", "vocab", "context", NULL};
 
 const dt_model_family dt_family_gpt2 = {
@@ -452,4 +503,5 @@ const dt_model_family dt_family_gpt2 = {
     .hf_model_types = hf_types,
     .hf_read_config = gpt2_hf_read,
     .lora_sites = gpt2_lora_sites,
+    .tp_divides = tp_divides,
 };

@@ -2,6 +2,7 @@
 #include "model/llama/llama.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,7 @@ static int moe_tensors(const dt_model_config *c, dt_tensor_info *out) {
     const size_t C = (size_t)c->d_model, Fe = (size_t)c->expert_d_ff;
     dt_tensor_info norm = out[DT_LLAMA_P_NORM], head = out[DT_LLAMA_P_LM_HEAD];
 #define ROW(name, rows, cols)                                                                   \
-    (dt_tensor_info){name, name, DT_PG_LAYER, DT_ELEM_F32, (rows), (cols), 0, DT_INIT_NORMAL, 0.02f, 1, 0, 0, 0, 0, 0, 0, 1, 0}
+    (dt_tensor_info){name, name, DT_PG_LAYER, DT_ELEM_F32, (rows), (cols), 0, DT_INIT_NORMAL, 0.02f, 1, 0, 0, 0, 0, 0, 0, 1, 0, .split = 0}
     out[DT_LLAMA_MOE_ROUTER] = ROW("model.layers.%d.block_sparse_moe.gate.weight", (size_t)E, C);
     for (int e = 0; e < E; e++) {
         out[DT_LLAMA_MOE_W1(e)] = ROW(moe_w1[e], Fe, C);
@@ -173,7 +174,7 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
 #define DT_X_ROW(id, group, rows, cols, decay, name)                                           \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
                                 (size_t)(cols), 0, (rows) == 1 ? DT_INIT_ONES : DT_INIT_NORMAL, \
-                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0};
+                                0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
     DT_LLAMA_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)q, (void)kv;
@@ -185,6 +186,13 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
     static const int mm[] = {DT_LLAMA_P_EMBED, DT_LLAMA_P_LM_HEAD, DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV,
                              DT_LLAMA_P_WO, DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP, DT_LLAMA_P_WDOWN};
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
+    /* the split column (params.h; tensor parallelism): q, k, v by heads (key/value heads
+     * across ranks), gate and up by columns, o and down by rows of their input, the
+     * embedding and an untied head by vocabulary rows */
+    static const int col[] = {DT_LLAMA_P_EMBED, DT_LLAMA_P_LM_HEAD, DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV,
+                              DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
+    for (size_t i = 0; i < sizeof col / sizeof col[0]; i++) out[col[i]].split = DT_SPLIT_OUT;
+    out[DT_LLAMA_P_WO].split = out[DT_LLAMA_P_WDOWN].split = DT_SPLIT_IN;
     /* sub-layer units (params.h): [input norm, attention] [post-attention norm, gate|up] [down] */
     out[DT_LLAMA_P_LN2].unit_start = out[DT_LLAMA_P_WDOWN].unit_start = 1;
     if (c->n_experts) return moe_tensors(c, out);
@@ -242,6 +250,8 @@ typedef struct dt_llama_acts {
     float *dbtc;                     /* (B,T,C) scratch gradient */
     float *dbig;                     /* (B,T,max(QW,2F)) scratch gradient: dqkv, dgu */
     float *dmid;                     /* (B,T,F) scratch gradient */
+    float *tpx;                      /* (B,T,C) tensor parallelism's blocks test mode: a shard's
+                                        partial sum (family_impl.h) */
     uint16_t *dlp;                   /* (B,T,max(QW,2F)) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
     float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
@@ -249,20 +259,35 @@ typedef struct dt_llama_acts {
     dt_moe_acts moe;                 /* with experts (moe.h; then gu, hmid, dmid are empty) */
 } dt_llama_acts;
 
-static size_t qkv_width(const dt_model_config *c) {
-    return (size_t)(c->n_head + 2 * c->n_kv_head) * (size_t)(c->d_model / c->n_head);
-}
-
 /* Class (family_impl.h) of res2, the attention block's output. Under mixed precision the norm
  * outputs and hmid are 16-bit, so dropping them saves less than in fp32 and selective must
  * drop more to save 40%: it drops res2 too and recomputes the output projection (C^2 per
  * token) besides q|k|v; in fp32 it keeps res2 (ARCHITECTURE 37, 52). */
 static int res2_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
 
+/* Tensor parallelism (family_impl.h): shards held (nb of k) and the per-shard widths: query
+ * and key/value heads, q|k|v, the attention output, the MLP and the vocabulary. */
+typedef struct tp_dims {
+    int k, nb, NHl, NKVl, QWl, Ql, Fl, Vl;
+} tp_dims;
+
+static tp_dims dims_of(const dt_model_config *c, const dt_model_opts *o) {
+    tp_dims d;
+    const int hs = c->d_model / c->n_head;
+    d.k = dt_tp_size(o), d.nb = dt_tp_local(o);
+    d.NHl = c->n_head / d.k, d.NKVl = c->n_kv_head / d.k;
+    d.QWl = (d.NHl + 2 * d.NKVl) * hs, d.Ql = d.NHl * hs, d.Fl = c->d_ff / d.k;
+    d.Vl = dt_model_vocab_padded(c, o) / d.k;
+    return d;
+}
+
 static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B, int T) {
-    size_t C = c->d_model, NH = c->n_head, BT = (size_t)B * T, F = c->d_ff;
-    size_t QW = qkv_width(c), big = QW > 2 * F ? QW : 2 * F;
+    const tp_dims d = dims_of(c, o);
+    size_t C = c->d_model, BT = (size_t)B * T, nb = (size_t)d.nb;
+    size_t NH = nb * d.NHl, F = nb * d.Fl, QW = nb * d.QWl, A = nb * d.Ql;
+    size_t big = QW > 2 * F ? QW : 2 * F, call = (size_t)(d.QWl > 2 * d.Fl ? d.QWl : 2 * d.Fl);
+    big = big > C ? big : C, call = call > C ? call : C; /* a shard's projection; the norms' fp32 */
     int L = c->n_layer;
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
     size_t R2 = dt_act_slot(o, L, res2_class(o), L);
@@ -274,7 +299,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(ln1, F32 * R * BT * C);
     TAKE(rstd1, R * BT);
     TAKE(qkv, R * BT * QW);
-    TAKE(atty, R * BT * C);
+    TAKE(atty, R * BT * A);
     TAKE(att_lse, R * BT * NH);
     TAKE(res2, R2 * BT * C);
     TAKE(ln2, F32 * R * BT * C);
@@ -282,21 +307,22 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(gu, M * BT * 2 * F);
     TAKE(hmid, F32 * R * BT * F);
     TAKE16(ln1h, H * R * BT * C);
-    TAKE16(attyh, H * R * BT * C);
+    TAKE16(attyh, H * R * BT * A);
     TAKE16(ln2h, H * R * BT * C);
     TAKE16(hmidh, H * R * BT * F);
     TAKE(res3, (size_t)L * BT * C);
     TAKE(lnf, F32 * BT * C);
     TAKE16(lnfh, H * BT * C);
     TAKE(rstdf, BT);
-    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * c->vocab_padded);
+    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * nb * d.Vl);
     TAKE(losses, BT);
     TAKE(ce_lse, BT);
     TAKE(dres, BT * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dmid, BT * F);
-    TAKE16(dlp, H * BT * big);
+    TAKE16(dlp, H * BT * call);
+    TAKE(tpx, (d.nb > 1) * BT * C);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -316,6 +342,7 @@ static void llama_bind(dt_model *m) {
     layout_acts(a, m->acts, &m->cfg, &m->opts, m->B, m->T);
     dt_rope_kernel_freqs(&m->cfg, m->cfg.d_model / m->cfg.n_head, a->rope_inv, &a->rope_scale);
     m->lp_scratch = a->dlp;
+    m->tp_scratch = a->tpx;
 }
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
@@ -361,17 +388,19 @@ static layer_views views(const dt_model *m, int l) {
     const dt_llama_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
-    size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model, F = c->d_ff;
+    const tp_dims d = dims_of(c, &m->opts);
+    size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model, F = (size_t)d.nb * d.Fl;
+    size_t bta = BT * (size_t)d.nb * d.Ql; /* the attention output held */
     size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_SEL, l);
     size_t r2 = dt_act_slot(&m->opts, L, res2_class(&m->opts), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.rstd1 = a->rstd1 + r * BT;
-    v.qkv = a->qkv + r * BT * qkv_width(c), v.atty = a->atty + r * btc;
-    v.lse = a->att_lse + r * BT * c->n_head, v.res2 = a->res2 + r2 * btc;
+    v.qkv = a->qkv + r * BT * (size_t)d.nb * d.QWl, v.atty = a->atty + r * bta;
+    v.lse = a->att_lse + r * BT * (size_t)d.nb * d.NHl, v.res2 = a->res2 + r2 * btc;
     v.ln2 = a->ln2 + r * btc, v.rstd2 = a->rstd2 + r * BT;
     v.gu = a->gu + k * BT * 2 * F, v.hmid = a->hmid + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
-    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
+    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * bta, v.ln2h = a->ln2h + r * btc;
     v.hmidh = a->hmidh + r * BT * F;
     if (dt_lowp(m)) v.ln1 = v.ln2 = v.hmid = a->dbig; /* fp32 outputs go through the scratch */
     return v;
@@ -382,25 +411,32 @@ static layer_views views(const dt_model *m, int l) {
  * classes above); every mode keeps the layer output. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head;
-    int BT = B * T, F = c->d_ff, hs = C / NH, QW = (int)qkv_width(c);
+    const tp_dims d = dims_of(c, &m->opts);
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head;
+    int BT = B * T, hs = C / NH;
     const float eps = c->norm_eps;
-    const dt_llama_acts *a = m->impl;
+    dt_llama_acts *a = m->impl;
     size_t btc = (size_t)BT * C;
     layer_views v = views(m, l);
     const int res2 = dt_act_forms(&m->opts, l, recompute, res2_class(&m->opts));
     const int gu = dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL);
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
     dt_unit_need(m, SUB(LN1, l), SUB(LN2, l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection. */
-    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(WQ), l, NULL, BT, C, QW));
-    DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(v.qkv, B, T, NH, NKV, hs, a->rope_inv, a->rope_scale));
-    DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NKV, hs, 1, m->opts.compute));
-    dt_fam_narrow(m, v.attyh, v.atty, btc);
+    /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection (tensor parallelism:
+     * each shard's heads, column-parallel; the attention on the shard's heads). */
+    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.qkv, MMIN(ln1), qkv_ids, 3, l, BT, C, d.QWl));
+    for (int j = 0; j < d.nb; j++) {
+        float *qkv = v.qkv + (size_t)j * BT * d.QWl;
+        DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(qkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
+        DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
+                                                                qkv, B, T, d.NHl, d.NKVl, hs, 1, m->opts.compute));
+    }
+    dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Ql);
     if (res2) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, d.Ql, C, a->tpx));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     dt_unit_need(m, SUB(LN2, l), MLP_FIRST(l));
@@ -411,13 +447,14 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
             dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, v.res2, recompute ? NULL : v.res3, next);
         return;
     }
-    /* gate_proj, up_proj: one (2F x C) projection. */
-    if (gu) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.gu, MMIN(ln2), ID(WGATE), l, NULL, BT, C, 2 * F));
-    DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid, v.gu, BT, F));
-    dt_fam_narrow(m, v.hmidh, v.hmid, (size_t)BT * F);
+    /* gate_proj, up_proj: one (2F x C) projection (per shard: its gate | up columns). */
+    if (gu) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.gu, MMIN(ln2), gu_ids, 2, l, BT, C, 2 * d.Fl));
+    for (int j = 0; j < d.nb; j++)
+        DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid + (size_t)j * BT * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl, BT, d.Fl));
+    dt_fam_narrow(m, v.hmidh, v.hmid, (size_t)BT * d.nb * d.Fl);
     if (recompute) return;
     dt_unit_need(m, SUB(WDOWN, l), next);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, F, C));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_row_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, d.Fl, C, a->tpx));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -458,9 +495,10 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
 
 static void llama_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, NKV = c->n_kv_head, L = c->n_layer;
-    int BT = B * T, F = c->d_ff, hs = C / NH;
-    int QW = (int)qkv_width(c);
+    const tp_dims d = dims_of(c, &m->opts);
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int BT = B * T, hs = C / NH;
+    static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
     size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
@@ -487,22 +525,29 @@ static void llama_backward(dt_model *m, float scale) {
             dt_unit_need(m, u2, u1);
             dt_unit_grads_begin(m, u2);
             /* dres holds d(res3); the residual passes it to res2 unchanged. */
-            DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, F, C));
+            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, d.Fl, C));
             dt_unit_grads_end(m, u2);
-            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig, v.gu, a->dmid, BT, F));
+            for (int j = 0; j < d.nb; j++)
+                DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig + (size_t)j * BT * 2 * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl,
+                                                                 a->dmid + (size_t)j * BT * d.Fl, BT, d.Fl));
             dt_unit_need(m, u1, u0);
             dt_unit_grads_begin(m, u1);
-            DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WGATE), l, NULL, a->dbig, MMIN(ln2), BT, C, 2 * F));
+            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, MMIN(ln2), BT, C, 2 * d.Fl, a->tpx));
         }
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
         dt_unit_grads_begin(m, u0);
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, C, C));
-        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NKV, hs, 1, m->opts.compute));
-        DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(a->dbig, B, T, NH, NKV, hs, a->rope_inv, a->rope_scale));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(WQ), l, NULL, a->dbig, MMIN(ln1), BT, C, QW));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, d.Ql, C));
+        for (int j = 0; j < d.nb; j++) {
+            float *dqkv = a->dbig + (size_t)j * BT * d.QWl;
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(dqkv, a->dbtc + (size_t)j * BT * d.Ql, v.qkv + (size_t)j * BT * d.QWl,
+                                                                   v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
+                                                                   B, T, d.NHl, d.NKVl, hs, 1, m->opts.compute));
+            DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(dqkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
+        }
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, MMIN(ln1), BT, C, d.QWl, a->tpx));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, u0);
@@ -739,6 +784,10 @@ static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "
                                           "rope_attention_factor", "n_experts", "experts_topk",
                                           "expert_d_ff", NULL};
 
+/* tp divides the query heads, the key/value heads (each rank whole groups) and the MLP width */
+static const size_t tp_divides[] = {offsetof(dt_model_config, n_head), offsetof(dt_model_config, n_kv_head),
+                                    offsetof(dt_model_config, d_ff), 0};
+
 const dt_model_family dt_family_llama = {
     .name = "llama",
     .presets = preset_names,
@@ -763,4 +812,5 @@ const dt_model_family dt_family_llama = {
     .lora_sites = llama_lora_sites,
     .hf_identity = llama_hf_identity,
     .rotary = 1,
+    .tp_divides = tp_divides,
 };

@@ -2,6 +2,7 @@
 #include "model/vit/vit.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -93,12 +94,18 @@ static int vit_tensors(const dt_model_config *c, dt_tensor_info *out) {
     int n = 0;
 #define DT_X_ROW(id, group, rows, cols, init, decay, name)                                     \
     out[n++] = (dt_tensor_info){name, name, DT_PG_##group, DT_ELEM_F32, (size_t)(rows),        \
-                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0};
+                                (size_t)(cols), 0, DT_INIT_##init, 0.02f, decay, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
     DT_VIT_PARAMS(DT_X_ROW)
 #undef DT_X_ROW
     (void)K, (void)T;
     static const int mm[] = {DT_VIT_P_PATCHW, DT_VIT_P_QKVW, DT_VIT_P_PROJW, DT_VIT_P_FC1W, DT_VIT_P_FC2W, DT_VIT_P_HEADW};
     for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) out[mm[i]].matmul = 1;
+    /* the split column (params.h; tensor parallelism): q|k|v head-wise and fc1 by columns,
+     * proj and fc2 by rows of their input; the rest replicated */
+    out[DT_VIT_P_QKVW].split = out[DT_VIT_P_QKVB].split = DT_SPLIT_OUT;
+    out[DT_VIT_P_QKVW].sections = out[DT_VIT_P_QKVB].sections = 3;
+    out[DT_VIT_P_FC1W].split = out[DT_VIT_P_FC1B].split = DT_SPLIT_OUT;
+    out[DT_VIT_P_PROJW].split = out[DT_VIT_P_FC2W].split = DT_SPLIT_IN;
     /* sub-layer units (params.h): [norm1, attention] [norm2, fc1] [fc2] */
     out[DT_VIT_P_LN2W].unit_start = out[DT_VIT_P_FC2W].unit_start = 1;
     return n;
@@ -159,6 +166,8 @@ typedef struct dt_vit_acts {
     float *dbtc;                     /* (B,T,C) scratch gradient */
     float *dbig;                     /* (B,T,max(3C,F)) scratch gradient */
     float *dcls;                     /* (B,C) x 2: d lnf, d clsx */
+    float *tpx;                      /* (B,T,C) tensor parallelism's blocks test mode: a shard's
+                                        partial sum (family_impl.h) */
     uint16_t *dlp;                   /* mixed precision: narrowed gradients, max(B T big, B NC) */
     int32_t *labels;                 /* (B) the targets of the last forward */
 } dt_vit_acts;
@@ -172,15 +181,34 @@ typedef struct dt_vit_acts {
 static int qkv_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_RECOMP : DT_ACT_SEL; }
 static int att_class(const dt_model_opts *o) { return o->compute != DT_F32 ? DT_ACT_SEL : DT_ACT_RECOMP; }
 
+/* Tensor parallelism (family_impl.h): shards held (nb of k) and the per-shard widths. The
+ * patch embedding, the class token, positions, norms and the classification head are
+ * replicated. */
+typedef struct tp_dims {
+    int k, nb, Cl, NHl, Fl;
+} tp_dims;
+
+static tp_dims dims_of(const dt_model_config *c, const dt_model_opts *o) {
+    tp_dims d;
+    d.k = dt_tp_size(o), d.nb = dt_tp_local(o);
+    d.Cl = c->d_model / d.k, d.NHl = c->n_head / d.k, d.Fl = c->d_ff / d.k;
+    return d;
+}
+
 static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B) {
-    size_t L = c->n_layer, C = c->d_model, NH = c->n_head, F = c->d_ff, Np = n_patches(c);
+    const tp_dims d = dims_of(c, o);
+    size_t L = c->n_layer, C = c->d_model, Np = n_patches(c);
+    size_t NH = (size_t)d.nb * d.NHl, F = (size_t)d.nb * d.Fl, Q = (size_t)d.nb * 3 * d.Cl, A = (size_t)d.nb * d.Cl;
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
-    size_t big = 3 * C > F ? 3 * C : F;
+    size_t big = Q > F ? Q : F;
+    big = big > C ? big : C;
+    size_t call = (size_t)3 * d.Cl > (size_t)d.Fl ? (size_t)3 * d.Cl : (size_t)d.Fl; /* one GEMM's output */
+    call = call > C ? call : C;
     size_t R = dt_act_slot(o, (int)L, DT_ACT_RECOMP, (int)L), M = dt_act_slot(o, (int)L, DT_ACT_SEL, (int)L);
     size_t RA = dt_act_slot(o, (int)L, att_class(o), (int)L), RQ = dt_act_slot(o, (int)L, qkv_class(o), (int)L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
-    size_t NC = (size_t)c->n_classes, dlp = BT * big > (size_t)B * NC ? BT * big : (size_t)B * NC;
+    size_t NC = (size_t)c->n_classes, dlp = BT * call > (size_t)B * NC ? BT * call : (size_t)B * NC;
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
 #define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
@@ -191,8 +219,8 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(ln1, F32 * R * BT * C);
     TAKE(ln1_mean, R * BT);
     TAKE(ln1_rstd, R * BT);
-    TAKE(qkv, RQ * BT * 3 * C);
-    TAKE(atty, RA * BT * C);
+    TAKE(qkv, RQ * BT * Q);
+    TAKE(atty, RA * BT * A);
     TAKE(att_lse, RA * BT * NH);
     TAKE(res2, RA * BT * C);
     TAKE(ln2, F32 * R * BT * C);
@@ -201,7 +229,7 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(fch, M * BT * F);
     TAKE(fch_gelu, F32 * R * BT * F);
     TAKE16(ln1h, H * R * BT * C);
-    TAKE16(attyh, H * R * BT * C);
+    TAKE16(attyh, H * R * BT * A);
     TAKE16(ln2h, H * R * BT * C);
     TAKE16(fchgh, H * R * BT * F);
     TAKE(res3, L * BT * C);
@@ -218,6 +246,7 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(dbig, BT * big);
     TAKE(dcls, 2 * (size_t)B * C);
     TAKE16(dlp, H * dlp);
+    TAKE(tpx, (d.nb > 1) * BT * C);
     float *ids = dt_act_take(base, &off, (size_t)B);
     a->labels = (int32_t *)ids;
 #undef TAKE
@@ -234,6 +263,7 @@ static void vit_bind(dt_model *m) {
     dt_vit_acts *a = m->impl;
     layout_acts(a, m->acts, &m->cfg, &m->opts, m->B);
     m->lp_scratch = a->dlp;
+    m->tp_scratch = a->tpx;
 }
 
 static const float *vit_logits(const dt_model *m) { return ((const dt_vit_acts *)m->impl)->logits; }
@@ -277,18 +307,20 @@ static layer_views views(const dt_model *m, int l) {
     const dt_vit_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
-    size_t BT = (size_t)m->B * (n_patches(c) + 1), btc = BT * c->d_model, F = c->d_ff;
+    const tp_dims d = dims_of(c, &m->opts);
+    size_t BT = (size_t)m->B * (n_patches(c) + 1), btc = BT * c->d_model, F = (size_t)d.nb * d.Fl;
+    size_t bta = BT * (size_t)d.nb * d.Cl; /* the split attention width */
     const dt_model_opts *o = &m->opts;
     size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
     size_t ra = dt_act_slot(o, L, att_class(o), l), rq = dt_act_slot(o, L, qkv_class(o), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
-    v.qkv = a->qkv + rq * btc * 3, v.atty = a->atty + ra * btc;
-    v.lse = a->att_lse + ra * BT * c->n_head, v.res2 = a->res2 + ra * btc;
+    v.qkv = a->qkv + rq * bta * 3, v.atty = a->atty + ra * bta;
+    v.lse = a->att_lse + ra * BT * (size_t)d.nb * d.NHl, v.res2 = a->res2 + ra * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
     v.fch = a->fch + k * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
-    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * btc, v.ln2h = a->ln2h + r * btc;
+    v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * bta, v.ln2h = a->ln2h + r * btc;
     v.fchgh = a->fchgh + r * BT * F;
     if (dt_lowp(m)) v.ln1 = v.ln2 = v.fchg = a->dbig; /* fp32 outputs go through the scratch */
     return v;
@@ -300,8 +332,11 @@ static layer_views views(const dt_model *m, int l) {
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     const dt_model_opts *o = &m->opts;
-    const int B = m->B, C = c->d_model, NH = c->n_head, F = c->d_ff, T = n_patches(c) + 1, BT = B * T;
+    const int B = m->B, C = c->d_model, NH = c->n_head, T = n_patches(c) + 1, BT = B * T;
     const size_t btc = (size_t)BT * C;
+    const tp_dims d = dims_of(c, o);
+    const int F = d.nb * d.Fl; /* the MLP width held */
+    dt_vit_acts *a = m->impl;
     layer_views v = views(m, l);
     const int qkv = dt_act_forms(o, l, recompute, qkv_class(o)), att = dt_act_forms(o, l, recompute, att_class(o));
     const int fch = dt_act_forms(o, l, recompute, DT_ACT_SEL);
@@ -309,22 +344,26 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * C));
-    if (att) DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty, v.lse, v.qkv, B, T, NH, NH, C / NH, 0, o->compute));
-    dt_fam_narrow(m, v.attyh, v.atty, btc);
+    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    if (att)
+        for (int j = 0; j < d.nb; j++)
+            DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
+                                                                    v.qkv + (size_t)j * BT * 3 * d.Cl, B, T, d.NHl, d.NHl,
+                                                                    C / NH, 0, o->compute));
+    dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Cl);
     if (att) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, C, C));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, d.Cl, C, a->tpx));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     dt_unit_need(m, SUB(LN2W, l), SUB(FC2W, l));
     DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, F));
+    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, d.Fl));
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * F));
     dt_fam_narrow(m, v.fchgh, v.fchg, (size_t)BT * F);
     if (recompute) return;
     dt_unit_need(m, SUB(FC2W, l), next);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, v.res3, MMIN(fchg), ID(FC2W), l, P(FC2B, l), BT, F, C));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_row_forward(m, v.res3, MMIN(fchg), ID(FC2W), l, P(FC2B, l), BT, d.Fl, C, a->tpx));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -397,7 +436,9 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
 
 static void vit_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
-    const int B = m->B, C = c->d_model, NH = c->n_head, L = c->n_layer, F = c->d_ff;
+    const int B = m->B, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    const tp_dims d = dims_of(c, &m->opts);
+    const int F = d.nb * d.Fl; /* the MLP width held */
     const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes;
     const int K = c->channels * c->patch_size * c->patch_size;
     const size_t btc = (size_t)BT * C;
@@ -423,19 +464,23 @@ static void vit_backward(dt_model *m, float scale) {
         const int u2 = SUB(FC2W, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
         dt_unit_need(m, u2, u1);
         dt_unit_grads_begin(m, u2);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbig, ID(FC2W), l, G(FC2B, l), a->dres, MMIN(fchg), BT, F, C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FC2W), l, G(FC2B, l), a->dres, MMIN(fchg), BT, d.Fl, C));
         dt_unit_grads_end(m, u2);
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, BT * F));
         dt_unit_need(m, u1, u0);
         dt_unit_grads_begin(m, u1);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(FC1W), l, G(FC1B, l), a->dbig, MMIN(ln2), BT, C, F));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(FC1W), l, G(FC1B, l), a->dbig, MMIN(ln2), BT, C, d.Fl, a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
         dt_unit_grads_begin(m, u0);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(PROJW), l, G(PROJB, l), a->dres, MMIN(atty), BT, C, C));
-        DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig, a->dbtc, v.qkv, v.atty, v.lse, B, T, NH, NH, C / NH, 0, m->opts.compute));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_fam_mm_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * C));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(PROJW), l, G(PROJB, l), a->dres, MMIN(atty), BT, d.Cl, C));
+        for (int j = 0; j < d.nb; j++)
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
+                                                                   v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
+                                                                   v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 0,
+                                                                   m->opts.compute));
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * d.Cl, a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, u0);
@@ -447,18 +492,20 @@ static void vit_backward(dt_model *m, float scale) {
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++)
         for (int b = 0; b < B; b++) {
-            const float *d = a->dres + ((size_t)b * T + t) * C;
+            const float *dr = a->dres + ((size_t)b * T + t) * C;
             float *dp = dpos + (size_t)t * C;
-            for (int i = 0; i < C; i++) dp[i] += d[i];
+            for (int i = 0; i < C; i++) dp[i] += dr[i];
             if (t == 0)
-                for (int i = 0; i < C; i++) dcls_w[i] += d[i];
+                for (int i = 0; i < C; i++) dcls_w[i] += dr[i];
             else
-                memcpy(dpe + ((size_t)b * Np + (size_t)(t - 1)) * C, d, (size_t)C * sizeof(float));
+                memcpy(dpe + ((size_t)b * Np + (size_t)(t - 1)) * C, dr, (size_t)C * sizeof(float));
         }
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_fam_mm_backward(m, NULL, ID(PATCHW), 0, G(PATCHB, 0), dpe, (dt_mmin){a->patches, a->patchesh}, B * Np, K, C));
     dt_unit_grads_end(m, UNIT(PATCHW));
 }
 
+/* tp divides the heads (so d_model) and the MLP width */
+static const size_t tp_divides[] = {offsetof(dt_model_config, n_head), offsetof(dt_model_config, d_ff), 0};
 static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",   "d_ff", "image_size",
                                           "patch_size", "channels", "n_classes", NULL};
 
@@ -480,6 +527,7 @@ const dt_model_family dt_family_vit = {
     .flops_per_token = vit_flops_per_token,
     .file_format = "dtrain-vit",
     .file_fields = file_fields,
+    .tp_divides = tp_divides,
     /* No Hugging Face export: HF's ViT stores the patch projection as a 4-D convolution
      * and names everything differently; not written until a test can load it. */
 };

@@ -1,0 +1,156 @@
+/* Tensor parallelism inside a family's layer (family_impl.h; ARCHITECTURE decision 62):
+ * Megatron's column- and row-parallel linear layers over the shards this process holds, and
+ * the TP group's sums. A process holds one shard (a rank of a TP group) or all of them (the
+ * blocks test mode); the partial sums are added shard by shard in shard order and then over
+ * the group in rank order, so both add the same numbers in the same order. */
+#include "model/family_impl.h"
+#include "ops/ops.h"
+
+#include <string.h>
+
+/* Elements of one shard of tensor id as stored. */
+static size_t shard_len(const dt_model *m, int id) { return dt_tensor_shard_len(&dt_model_weights(m)->tensors[id]); }
+
+void dt_fam_mm_forward_sh(dt_model *m, float *out, dt_mmin x, int id, int l, int j, const float *bias, int N,
+                          int C, int OC) {
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_forward(m, out, x, id, l, bias, N, C, OC);
+        return;
+    }
+    dt_params *w = dt_model_weights(m);
+    size_t off = (size_t)j * shard_len(m, id);
+    if (!dt_lowp(m))
+        dt_matmul_forward(out, x.f, dt_params_unit_tensor(w, w->unit_params, id, l) + off, bias, N, C, OC);
+    else
+        dt_matmul_forward_lp(m->opts.compute, out, x.h, dt_model_lp_tensor(m, id, l) + off, bias, N, C, OC);
+}
+
+void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float *dbias, const float *dout,
+                           dt_mmin x, int N, int C, int OC) {
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_backward(m, dinp, id, l, dbias, dout, x, N, C, OC);
+        return;
+    }
+    size_t off = (size_t)j * shard_len(m, id);
+    float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, l) + off;
+    if (!dt_lowp(m)) {
+        dt_matmul_backward(dinp, dw, dbias, dout, x.f,
+                           dinp ? dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, l) + off : NULL, N, C, OC);
+        return;
+    }
+    dt_matmul_backward_lp(m->opts.compute, dinp, dw, dbias, dout, m->lp_scratch, x.h,
+                          dinp ? dt_model_lp_tensor(m, id, l) + off : NULL, N, C, OC);
+}
+
+void dt_tp_add(float *acc, const float *part, size_t n) {
+    dt_residual_forward(acc, acc, part, (int)n); /* acc + part, elementwise */
+}
+
+void dt_tp_sum(dt_model *m, float *x, size_t n) {
+    if (m->tp_ops.sum && m->tp_ops.sum(m->tp_ops.ud, x, n)) m->tp_failed = 1;
+}
+
+void dt_tp_max(dt_model *m, float *x, size_t n) {
+    if (m->tp_ops.max && m->tp_ops.max(m->tp_ops.ud, x, n)) m->tp_failed = 1;
+}
+
+void dt_tp_col_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int C,
+                       int OCl) {
+    for (int j = 0; j < dt_tp_local(&m->opts); j++)
+        dt_fam_mm_forward_sh(m, out + (size_t)j * N * OCl, x, id, l, j, bias ? bias + (size_t)j * OCl : NULL, N, C,
+                             OCl);
+}
+
+void dt_tp_col_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                        int N, int C, int OCl, float *scratch) {
+    const int nb = dt_tp_local(&m->opts);
+    for (int j = 0; j < nb; j++) {
+        float *dst = dinp && j > 0 ? scratch : dinp;
+        dt_fam_mm_backward_sh(m, dst, id, l, j, dbias ? dbias + (size_t)j * OCl : NULL, dout + (size_t)j * N * OCl, x,
+                              N, C, OCl);
+        if (dinp && j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
+    }
+    if (dinp && dt_tp_size(&m->opts) > 1) dt_tp_sum(m, dinp, (size_t)N * C);
+}
+
+void dt_tp_row_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const float *bias, int N, int Cl,
+                       int OC, float *scratch) {
+    if (dt_tp_size(&m->opts) <= 1) { /* the plain layer, bias fused */
+        dt_fam_mm_forward(m, out, x, id, l, bias, N, Cl, OC);
+        return;
+    }
+    const int nb = dt_tp_local(&m->opts);
+    for (int j = 0; j < nb; j++) {
+        float *dst = j > 0 ? scratch : out;
+        dt_fam_mm_forward_sh(m, dst, dt_mmin_shard(x, j, (size_t)N * Cl), id, l, j, NULL, N, Cl, OC);
+        if (j > 0) dt_tp_add(out, scratch, (size_t)N * OC);
+    }
+    dt_tp_sum(m, out, (size_t)N * OC);
+    if (bias) /* replicated: added once, after the sum */
+        for (int n = 0; n < N; n++) {
+            float *o = out + (size_t)n * OC;
+            for (int c = 0; c < OC; c++) o[c] += bias[c];
+        }
+}
+
+void dt_tp_row_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                        int N, int Cl, int OC) {
+    for (int j = 0; j < dt_tp_local(&m->opts); j++)
+        dt_fam_mm_backward_sh(m, dinp ? dinp + (size_t)j * N * Cl : NULL, id, l, j, j == 0 ? dbias : NULL, dout,
+                              dt_mmin_shard(x, j, (size_t)N * Cl), N, Cl, OC);
+}
+
+/* Adjacent column-parallel tensors read as one projection (llama's q|k|v, gate|up): without
+ * tensor parallelism the one GEMM over their adjacent rows, as before; with it, each shard's
+ * block of out (N, sum of the tensors' shard widths) is formed tensor by tensor into its
+ * column block (each tensor's shard is its own block of the store). */
+void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int n, int l, int N, int C, int W) {
+    const dt_params *w = dt_model_weights(m);
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_forward(m, out, x, ids[0], l, NULL, N, C, W);
+        return;
+    }
+    for (int j = 0; j < dt_tp_local(&m->opts); j++) {
+        float *o = out + (size_t)j * N * W;
+        for (int t = 0, col = 0; t < n; t++) {
+            size_t len = dt_tensor_shard_len(&w->tensors[ids[t]]), off = (size_t)j * len;
+            int rows = (int)(len / (size_t)C);
+            if (!dt_lowp(m))
+                dt_matmul_forward_ld(o + col, W, x.f, dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C,
+                                     rows);
+            else
+                dt_matmul_forward_ld_lp(m->opts.compute, o + col, W, x.h, dt_model_lp_tensor(m, ids[t], l) + off, N, C,
+                                        rows);
+            col += rows;
+        }
+    }
+}
+
+void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *scratch) {
+    const dt_params *w = dt_model_weights(m);
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_backward(m, dinp, ids[0], l, NULL, dout, x, N, C, W);
+        return;
+    }
+    const int nb = dt_tp_local(&m->opts);
+    for (int j = 0; j < nb; j++) {
+        float *dst = j > 0 ? scratch : dinp;
+        const float *d = dout + (size_t)j * N * W;
+        if (dt_lowp(m)) dt_to_lowp(m->opts.compute, m->lp_scratch, d, (size_t)N * W);
+        for (int t = 0, col = 0; t < n; t++) {
+            size_t len = dt_tensor_shard_len(&w->tensors[ids[t]]), off = (size_t)j * len;
+            int rows = (int)(len / (size_t)C);
+            float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ids[t], l) + off;
+            if (!dt_lowp(m))
+                dt_matmul_backward_ld(dst, t > 0, dw, d + col, W, x.f,
+                                      dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C, rows);
+            else
+                dt_matmul_backward_ld_lp(m->opts.compute, dst, t > 0, dw, m->lp_scratch + col, W, x.h,
+                                         dt_model_lp_tensor(m, ids[t], l) + off, N, C, rows);
+            col += rows;
+        }
+        if (j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
+    }
+    dt_tp_sum(m, dinp, (size_t)N * C);
+}

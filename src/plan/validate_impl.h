@@ -1,0 +1,57 @@
+/* validate_impl.h - what validate.c (the CSV, the rows, the report) and validate_fit.c (the
+ * fit and its scores: in sample, held out, leave one source out) share. Not a public API. */
+#ifndef DT_PLAN_VALIDATE_IMPL_H
+#define DT_PLAN_VALIDATE_IMPL_H
+
+#include <stddef.h>
+
+#include "plan/plan.h"
+
+#define DT_VAL_MAX_ROWS 512
+#define DT_VAL_MAX_SOURCES 128
+
+/* One published run: the job and layout the planner predicts, what the row published. */
+typedef struct dt_val_row {
+    int line, ok;
+    char id[64], model[64], gpu[48], why[DT_ERRMSG_MAX];
+    int src;     /* the row's source: index into the sources (the id's prefix before the first '-') */
+    int heldout; /* split = heldout: never fitted on */
+    dt_plan_job job;
+    dt_plan_layout lay;
+    double rep_tflops, rep_step, rep_mem;
+    const char *rep_from; /* which column gave rep_tflops */
+    int hw_flops;         /* the publisher counts the recomputed forward */
+    char assumed[200];    /* what the planner assumed where the row says nothing */
+    int acc;              /* the catalog accelerator (index) */
+    dt_hw_accel hw;       /* its copy (fp8 rows: the fp8 peak stands in for the 16-bit one) */
+    dt_plan_result r;
+    double pred_tflops;
+} dt_val_row;
+
+/* |errors| of TFLOP/s per GPU over a set of rows: count, median, worst (NaN when n = 0). */
+typedef struct dt_val_err {
+    int n;
+    double median, worst;
+} dt_val_err;
+
+/* Predicts the row with GEMM efficiency eff (pred_tflops; + the recompute when the publisher counts it). */
+void dt_val_predict(dt_val_row *w, double eff);
+/* (pred - rep) / rep, NaN without a positive published value. */
+double dt_val_rel(double pred, double rep);
+/* The flags text of a row; returns 1 when its claim is impossible (beyond the peak), 2 when it
+ * cannot fit (or 3). */
+int dt_val_flags(const dt_val_row *w, char *buf, size_t n);
+/* The row has a published rate and a possible claim: it is scored (and may be fitted). */
+int dt_val_scored(const dt_val_row *w);
+/* One GEMM efficiency per accelerator (eff[cat->n_acc], starting from the catalog's): the value
+ * on a 0.0025 grid from 0.1 to 1 minimising the median |error| of that type's fitting rows
+ * (split fit), leaving out the rows of source skip_src (-1: none). A type without such rows
+ * keeps the catalog's value. Held-out rows are never read. */
+void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src, double *eff);
+/* The errors of the scored rows with heldout == which, predicted with eff. */
+dt_val_err dt_val_score(dt_val_row *rows, int n, const double *eff, int which);
+/* Leave one source out: each fitting source's scored rows predicted by a fit on the other
+ * fitting sources. *n_src: the sources that had scored rows. */
+dt_val_err dt_val_loso(const dt_hw_catalog *cat, dt_val_row *rows, int n, int n_sources, int *n_src);
+
+#endif
