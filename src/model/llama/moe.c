@@ -35,7 +35,6 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
 }
 
 void dt_moe_begin(dt_model *m, dt_moe_acts *a) {
-    (void)m;
     memset(a->count, 0, sizeof a->count);
     memset(a->psum, 0, sizeof a->psum);
     a->zsum = 0.0;
