@@ -5,7 +5,8 @@
 #    parallel.moe_capacity_factor 0.5 too (the capacity is per micro-batch: the same
 #    micro-batches drop the same choices), where choices are dropped and counted;
 #  - activation checkpointing (selective, full; ZeRO-3 with full on 2 ranks) bitwise equal to none;
-#  - the memory plan equals the allocator's high-water in each of those runs;
+#  - the memory plan equals the allocator's high-water in each of those runs; a checkpoint
+#    resumes bitwise (steps 4-6 of a 6-step run from its step-3 checkpoint);
 #  - the aux and z-losses are logged apart from the cross-entropy, and loss = ce + coefficients x them;
 #  - bad input: one line naming the key, exit 2, before allocation;
 #  - a hand-written Hugging Face Mixtral directory (2 shards, F32) imported: logits, loss and every
@@ -119,6 +120,19 @@ ok &= all(r["moe_dropped"] == 0 for r in a) and all(r["moe_dropped"] > 0 for r i
 print("dropped per step at capacity 0.5:", [r["moe_dropped"] for r in b])
 sys.exit(0 if ok else 1)
 EOF
+
+# ---- a checkpoint resumes bitwise (capacity on): steps 4-6 resumed from step 3 = the run's own
+res=(--set model.preset=mixtral-tiny --seq 32 --batch 2 --steps 6 --set training.moe_aux_loss_coef=0.05
+     --set parallel.moe_capacity_factor=1.0 --set logging.every=1 --set logging.progress=lines)
+"$bin" train "${res[@]}" --set checkpoint.dir="$dir/ck" --set checkpoint.every=3 --set logging.metrics="$dir/ra.jsonl" \
+  --save-weights "$dir/ra.st" >"$dir/ra.log" 2>&1 || fail "run with checkpoints: $(tail -1 "$dir/ra.log")"
+"$bin" train "${res[@]}" --set checkpoint.dir="$dir/ck2" --resume "$dir/ck/step-00000003" \
+  --set logging.metrics="$dir/rb.jsonl" --save-weights "$dir/rb.st" >"$dir/rb.log" 2>&1 || fail "resume: $(tail -1 "$dir/rb.log")"
+la=$(grep -o '"step":[456],"steps":6,"loss":[-0-9.e]*' "$dir/ra.jsonl")
+lb=$(grep -o '"step":[456],"steps":6,"loss":[-0-9.e]*' "$dir/rb.jsonl")
+if [ -n "$la" ] && [ "$la" = "$lb" ] && [ "$(wc -l <<<"$la")" -eq 3 ] && cmp -s "$dir/ra.st" "$dir/rb.st"; then
+  pass "resumed from step 3: the losses of steps 4-6 and the final weights bitwise the uninterrupted run's"
+else fail "resume: losses '$la' vs '$lb', weights $(cmp "$dir/ra.st" "$dir/rb.st" 2>&1 | head -1)"; fi
 
 # ---- Hugging Face Mixtral in: a sharded directory against the float64 PyTorch Mixtral
 hf=$dir/hf
