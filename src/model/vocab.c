@@ -93,7 +93,7 @@ void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *toke
     int K = dt_params_chunks(ps, id), C = (int)ps->tensors[id].cols;
     const int tp = dt_tp_size(&m->opts) > 1;
     /* ZeRO-3: only the rows the tokens name travel (the same values, zero_lookup.c) */
-    if (m->hooks.lookup && !m->lora && m->hooks.lookup(m->hooks.ud, id, tokens, N, next, out)) return;
+    if (m->hooks.lookup && !m->lora && !tp && m->hooks.lookup(m->hooks.ud, id, tokens, N, next, out)) return;
     /* vocabulary-parallel: each rank fills the rows of its tokens, zeros elsewhere, summed */
     if (tp) memset(out, 0, (size_t)N * C * sizeof(float));
     for (int c = 0; c < K; c++) {

@@ -478,7 +478,10 @@ dt_group dt_parallel_dp_group(const dt_parallel *p) { return p->g_dp; }
  * added in shard order, over the shards held and then over the TP group (rank order: each
  * rank's part travels alone in its slot, exactly). So a TP group and the blocks test mode
  * add the same numbers in the same order. */
+static dt_status tp_sumsq_zero(dt_ctx *ctx, dt_parallel *p, double *out);
+
 static dt_status tp_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
+    if (p->cfg.strategy != DT_STRAT_DDP) return tp_sumsq_zero(ctx, p, out);
     const dt_params *ps = &p->m->ps;
     const int k = dt_tp_size(&p->m->opts), nb = dt_tp_local(&p->m->opts), first = dt_tp_first(&p->m->opts);
     double part[64] = {0};
@@ -496,6 +499,46 @@ static dt_status tp_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
     for (int r = 0; r < k; r++) s += part[r];
     *out = s;
     return DT_OK;
+}
+
+/* ZeRO under tensor parallelism: my data-parallel shard's pieces, tensor by tensor, each split
+ * tensor's elements in the part of the TP shard they belong to, a replicated tensor's in shard
+ * 0's; a slot per (TP shard, data-parallel rank), exchanged exactly over both groups and added
+ * in order. The pieces follow ZeRO's cut of each unit, which differs between the blocks test
+ * mode (one unit holds every shard) and TP ranks: the norms agree to rounding there, not
+ * bitwise (docs/ARCHITECTURE.md decision 62). */
+static dt_status tp_sumsq_zero(dt_ctx *ctx, dt_parallel *p, double *out) {
+    const dt_params *ps = &p->m->ps;
+    const int k = dt_tp_size(&p->m->opts), first = dt_tp_first(&p->m->opts), G = p->G;
+    if ((long)k * G > 4096) return dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 4096 tensor x data shards");
+    double *part = calloc((size_t)k * G, sizeof *part);
+    if (!part) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+    for (int u = 0; u < p->U; u++) {
+        size_t lo = ps->unit_lo[u] + p->split_off[(size_t)u * G + p->j], n = p->split_cnt[(size_t)u * G + p->j];
+        const float *g = grad_piece(p, u);
+        for (int id = 0; id < ps->n_tensors; id++) {
+            const dt_tensor_info *t = &ps->tensors[id];
+            size_t len = t->rows * t->cols, sl = t->split ? dt_tensor_shard_len(t) : len;
+            for (int l = 0; l < dt_params_copies(ps, id); l++) {
+                size_t base = dt_params_flat(ps, id, l);
+                for (size_t s0 = base; s0 < base + len; s0 += sl) { /* each stored shard block */
+                    int j = t->split ? (int)((s0 - base) / sl) : 0;
+                    if (!t->split && first != 0) continue; /* replicated: counted by TP rank 0 */
+                    size_t a = s0 > lo ? s0 : lo, z = s0 + sl < lo + n ? s0 + sl : lo + n;
+                    if (a < z) part[(size_t)(first + j) * G + p->j] += dt_sumsq(g + (a - lo), z - a);
+                }
+            }
+        }
+    }
+    dt_status st = DT_OK;
+    if (G > 1) st = dt_comm_allreduce(ctx, p->comm, p->g_shard, part, (size_t)k * G, DT_F64, DT_SUM);
+    if (st == DT_OK && dt_tp_local(&p->m->opts) < k)
+        st = dt_comm_allreduce(ctx, p->comm, p->cfg.tp_group, part, (size_t)k * G, DT_F64, DT_SUM);
+    double s = 0;
+    for (size_t i = 0; i < (size_t)k * G; i++) s += part[i];
+    free(part);
+    *out = s;
+    return st;
 }
 
 dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {

@@ -132,7 +132,7 @@ static const key_def keys[] = {
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
-    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp over the data-parallel ranks so far"),
+    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp or zero1-3 over the data-parallel ranks"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
     NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order; not built yet: > 1 is refused)"),
@@ -522,10 +522,10 @@ static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (c->tp_blocks && c->tp < 2)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
     if (c->tp < 2) return DT_OK;
-    if (t->parallel.strategy != DT_STRAT_DDP || c->hybrid)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.strategy=%s%s: ZeRO over the data-parallel "
-                       "ranks of a tensor-parallel run is not built yet (issue 31); use parallel.strategy=ddp", c->tp,
-                       dt_strategy_name(t->parallel.strategy), c->hybrid ? " (hybrid)" : "");
+    if (t->parallel.hybrid)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.hybrid (hybrid_shard): hybrid sharding over "
+                       "the data-parallel ranks of a tensor-parallel run is not built yet (issue 31); use zero1-3",
+                       c->tp);
     if (t->parallel.compression != DT_COMPRESS_NONE)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.compression=topk is not built yet (issue 31)",
                        c->tp);
