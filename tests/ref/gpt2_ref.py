@@ -549,6 +549,11 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print, weights_tol=DEFAULT_WEIGHTS_TOL
             "tol=%g" % (hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
                         hp["d_ff"], V, hp["context"], hp["untied"], hp["rope_theta"],
                         hp["norm_eps"], B, T, S, tol))
+        if hp.get("n_experts", 0):
+            out("# gpt2_ref: mixture of experts (tests/ref/mixtral_torch.py) n_experts=%d topk=%d "
+                "expert_d_ff=%d moe_aux_coef=%g moe_z_coef=%g moe_capacity=%g"
+                % (hp["n_experts"], hp["experts_topk"], hp["expert_d_ff"], hp["moe_aux_coef"],
+                   hp["moe_z_coef"], hp["moe_capacity"]))
         # no biases, so no mathematically-zero gradient driving Adam on noise (see
         # DEFAULT_WEIGHTS_TOL): final weights are held to the same tolerance as the rest
         weights_tol = tol
