@@ -64,12 +64,23 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
                                       .n_kv_head = family[5] ? 1 : 2, .d_ff = 72, .vocab = 1000,
                                       .context = 32, .untied = !family[5], .rope_theta = 500.0f,
                                       .norm_eps = 1e-5f};
-    else if (!strcmp(family, "vit"))
+    else if (!strcmp(family, "mixtral") || !strcmp(family, "mixtral-cap")) {
+        /* LLaMA with a mixture of 4 experts of width 40, top-2 (model/llama/moe.h), both
+         * router losses on; dropless, or (mixtral-cap) with parallel.moe_capacity_factor 1.0
+         * (each expert keeps 16 of the micro-batch's 64 choices at most). */
+        cfg.model = (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4,
+                                      .n_kv_head = 2, .vocab = 1000, .context = 32, .untied = 1,
+                                      .rope_theta = 500.0f, .norm_eps = 1e-5f, .n_experts = 4,
+                                      .experts_topk = 2, .expert_d_ff = 40};
+        cfg.moe_aux_coef = 0.02f;
+        cfg.moe_z_coef = 0.001f;
+        if (family[7]) cfg.moe_capacity = 1.0f;
+    } else if (!strcmp(family, "vit"))
         /* 3 channels (their order in a patch matters), 4 patches + the class token, 7 classes. */
         cfg.model = (dt_model_config){.family = "vit", .n_layer = 2, .d_model = 48, .n_head = 4, .d_ff = 80,
                                       .image_size = 8, .patch_size = 4, .channels = 3, .n_classes = 7};
     else
-        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa, vit)", family);
+        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa, mixtral, mixtral-cap, vit)", family);
     const int vit = !strcmp(family, "vit");
     cfg.micro_batch = vit ? 4 : 2;
     cfg.seq_len = vit ? 3 * 8 * 8 : 16; /* vit: one image */
@@ -92,8 +103,8 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
 
     static dt_st_entry e[512];
     static char names[512][DT_ST_NAME_MAX];
-    char path[4096], buf[32][32];
-    const char *meta[64];
+    char path[4096], buf[48][32];
+    const char *meta[100];
     int k = 0;
 #define META(key, fmt, val)                                                                  \
     do {                                                                                     \
@@ -122,6 +133,14 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
         META("untied", "%d", m->cfg.untied);
         META("rope_theta", "%.9g", (double)m->cfg.rope_theta);
         META("norm_eps", "%.9g", (double)m->cfg.norm_eps);
+    }
+    if (m->cfg.n_experts) {
+        META("n_experts", "%d", m->cfg.n_experts);
+        META("experts_topk", "%d", m->cfg.experts_topk);
+        META("expert_d_ff", "%d", m->cfg.expert_d_ff);
+        META("moe_aux_coef", "%.9g", (double)cfg.moe_aux_coef);
+        META("moe_z_coef", "%.9g", (double)cfg.moe_z_coef);
+        META("moe_capacity", "%.9g", (double)cfg.moe_capacity);
     }
     META("B", "%d", B);
     META("T", "%d", T);
@@ -236,7 +255,7 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
 
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 4) {
-        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|vit [fp32|bf16|fp16]]\n");
+        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|mixtral|mixtral-cap|vit [fp32|bf16|fp16]]\n");
         return 2;
     }
     dt_ctx ctx;

@@ -72,7 +72,7 @@ static void test_every_preset_orders_and_bounds(void **state) {
             dt_params ps;
             layout_of(&mc, &a, &ps);
             size_t U = 0;
-            assert_int_equal(ps.layer_units, 3);
+            assert_int_equal(ps.layer_units, mc.n_experts ? 2 + mc.n_experts : 3); /* MoE: a unit per expert */
             printf("  %s: largest layer unit %.3f of a layer\n", *pp, (double)ps.layer_unit_max / (double)ps.layer_floats);
             assert_true(5 * ps.layer_unit_max <= 3 * ps.layer_floats);
             for (int u = 0; u < ps.n_units; u++) {

@@ -268,6 +268,115 @@ static void test_vocabulary_chunks_are_units(void **state) {
     assert_int_equal(a.total_cur, 0);
 }
 
+/* Mixture of experts (model/llama/moe.h): Mixtral-8x7B-v0.1's published count, FLOPs by the
+ * active parameters, the table (router, one unit per expert: w1 | w3 adjacent, then w2, HF
+ * names) and the rules naming their key. */
+static void test_mixtral_presets_count_and_layout(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    assert_int_equal(dt_model_preset(&ctx, "mixtral-8x7b", &c), DT_OK);
+    printf("  mixtral-8x7b: %zu parameters\n", dt_model_num_params(&c));
+    assert_int_equal(dt_model_num_params(&c), 46702792704ull); /* the published 46.7 B */
+    assert_int_equal(c.d_ff, 0);
+    assert_int_equal(c.expert_d_ff, 14336);
+    /* 6 N per token with N the active parameters (2 of 8 experts), + attention 12 L T C */
+    double C = 4096, layer = C * (4096 + 2 * 1024) + 4096 * C + 8 * C + 2 * 3 * C * 14336 + 2 * C;
+    double want = 6.0 * (32 * layer + C + 32000 * C) + 12.0 * 32 * 1024 * C;
+    assert_true(fabs(dt_model_flops_per_token(&c, 1024) - want) < want * 1e-12);
+    assert_int_equal(dt_model_preset(&ctx, "mixtral-tiny", &c), DT_OK);
+    dt_alloc alloc;
+    dt_alloc_init(&alloc);
+    dt_model m;
+    assert_int_equal(dt_model_init(&ctx, &m, &c, &alloc, 2, 16, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+    assert_int_equal(m.ps.layer_units, 2 + 4); /* [ln1, attention] [ln2, router] 4 x [expert] */
+    assert_int_equal(dt_params_file_count(&m.ps), dt_model_num_params(&c));
+    char name[128];
+    dt_params_ext_name(&m.ps, 7, 1, name, sizeof name);
+    assert_string_equal(name, "model.layers.1.block_sparse_moe.gate.weight");
+    dt_params_ext_name(&m.ps, 8 + 3 * 2, 1, name, sizeof name);
+    assert_string_equal(name, "model.layers.1.block_sparse_moe.experts.2.w1.weight");
+    dt_params_ext_name(&m.ps, 9 + 3 * 2, 1, name, sizeof name);
+    assert_string_equal(name, "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+    dt_params_ext_name(&m.ps, 10 + 3 * 2, 1, name, sizeof name);
+    assert_string_equal(name, "model.layers.1.block_sparse_moe.experts.2.w2.weight");
+    const float *p = m.ps.params;
+    assert_true(dt_params_tensor(&m.ps, (float *)p, 9, 1) == dt_params_tensor(&m.ps, (float *)p, 8, 1) + 128 * 64);
+    size_t o1, o2;
+    int u1 = dt_params_unit_of(&m.ps, 8, 1, &o1), u2 = dt_params_unit_of(&m.ps, 10, 1, &o2);
+    assert_int_equal(u1, u2);
+    assert_int_equal(o1, 0);
+    assert_int_equal(dt_params_unit_of(&m.ps, 8 + 3, 1, &o1), u1 + 1);
+    dt_model_free(&m);
+    /* the rules name their key */
+    dt_model_config bad = c;
+    bad.experts_topk = 5;
+    expect_config_error(bad, "model.experts_topk");
+    bad = c;
+    bad.n_experts = 17;
+    expect_config_error(bad, "model.n_experts");
+    bad = c;
+    bad.d_ff = 100;
+    expect_config_error(bad, "model.d_ff");
+    bad = (dt_model_config){.n_layer = 2, .d_model = 64, .n_head = 4, .vocab = 256, .context = 64, .expert_d_ff = 8};
+    expect_config_error(bad, "model.expert_d_ff");
+}
+
+/* Routing ties (moe.h): with a zero router every probability is 1/E, so every token takes
+ * experts 0 and 1 (ties: the lower expert index). With capacity factor 1.0 (B T k / E = B T / 2
+ * choices per expert) experts 0 and 1 keep the lower half of the token indices (ties: the
+ * lower token index): sequence 0 of a 2-sequence batch is untouched (its logits bitwise those
+ * of the dropless run: causal attention reads only earlier tokens of its own sequence), the
+ * other's MLP is dropped in every layer, and 2 layers x 2 experts x B T / 2 choices are
+ * dropped. Also: the forward's loss = cross-entropy + the coefficients x the router losses, and
+ * the router losses' values by hand. */
+static void test_mixtral_routing_ties_and_capacity(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    assert_int_equal(dt_model_preset(&ctx, "mixtral-tiny", &c), DT_OK);
+    const int B = 2, T = 16, BT = B * T, V = c.vocab, Vp = c.vocab_padded;
+    dt_alloc alloc;
+    dt_alloc_init(&alloc);
+    dt_model m;
+    assert_int_equal(dt_model_init(&ctx, &m, &c, &alloc, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
+    dt_model_init_weights(&m, 3);
+    for (int l = 0; l < c.n_layer; l++)
+        memset(dt_params_tensor(&m.ps, m.ps.params, 7, l), 0, (size_t)c.n_experts * c.d_model * sizeof(float));
+    int32_t in[32], tg[32];
+    for (int i = 0; i < BT; i++) in[i] = (i * 37 + 5) % V, tg[i] = (i * 11 + 3) % V;
+    float loss0, loss1;
+    m.moe_aux_coef = 0.5f, m.moe_z_coef = 0.25f;
+    assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss0), DT_OK);
+    assert_int_equal(m.moe_dropped, 0);
+    for (int l = 0; l < c.n_layer; l++)
+        for (int t = 0; t < BT; t++) {
+            assert_int_equal(dt_llama_moe_choices(&m, l)[2 * t], 0);
+            assert_int_equal(dt_llama_moe_choices(&m, l)[2 * t + 1], 1);
+        }
+    /* N = L B T rows, each choosing experts 0 and 1 (fractions c_e / N = 1, 1, 0, 0), every
+     * mean probability 1/4: aux = 4 (1/4 + 1/4) = 2 (= k whenever the probabilities are
+     * uniform); z = log(4)^2 */
+    assert_true(fabs(m.moe_aux - 2.0f) < 1e-6f);
+    assert_true(fabs(m.moe_z - (float)(log(4.0) * log(4.0))) < 1e-5f);
+    assert_true(fabs(loss0 - (m.moe_ce + 0.5f * m.moe_aux + 0.25f * m.moe_z)) < 1e-5f);
+    float *dropless = malloc((size_t)BT * Vp * sizeof(float));
+    memcpy(dropless, dt_model_logits(&m), (size_t)BT * Vp * sizeof(float));
+    m.moe_capacity = 1.0f;
+    assert_int_equal(dt_model_forward(&ctx, &m, in, tg, &loss1), DT_OK);
+    assert_int_equal(m.moe_dropped, 2 * 2 * BT / 2);
+    const float *lg = dt_model_logits(&m);
+    assert_memory_equal(lg, dropless, (size_t)T * Vp * sizeof(float)); /* sequence 0 kept */
+    int differ = 0;
+    for (size_t i = (size_t)T * Vp; i < (size_t)BT * Vp; i++) differ += lg[i] != dropless[i];
+    assert_true(differ > T * V / 2); /* sequence 1 lost its MLPs */
+    assert_true(loss1 != loss0);
+    free(dropless);
+    dt_model_free(&m);
+}
+
 static void test_llama_presets_and_published_parameter_counts(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -468,6 +577,8 @@ int main(void) {
         cmocka_unit_test(test_layout_tiles_the_slab_and_init_follows_gpt2),
         cmocka_unit_test(test_vocabulary_chunks_are_units),
         cmocka_unit_test(test_llama_presets_and_published_parameter_counts),
+        cmocka_unit_test(test_mixtral_presets_count_and_layout),
+        cmocka_unit_test(test_mixtral_routing_ties_and_capacity),
         cmocka_unit_test(test_llama_layout_names_and_init),
         cmocka_unit_test(test_vit_presets_layout_and_rules),
     };

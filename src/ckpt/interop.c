@@ -297,6 +297,8 @@ static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_model_
     const dt_model_family *fam = dt_model_family_of(c);
     char body[2048];
     fam->hf_config(c, body, sizeof body);
+    const char *arch = fam->hf_architecture, *type = fam->hf_model_type;
+    if (fam->hf_identity) fam->hf_identity(c, &arch, &type);
     int bad = fprintf(f,
                       "{\n"
                       "  \"architectures\": [\"%s\"],\n"
@@ -309,7 +311,7 @@ static dt_status write_config_json(dt_ctx *ctx, const char *dir, const dt_model_
                       "  \"eos_token_id\": %s,\n"
                       "  \"dtrain_tokenizer\": \"%s\"\n"
                       "}\n",
-                      fam->hf_architecture, fam->hf_model_type, body, eot, eot,
+                      arch, type, body, eot, eot,
                       !strcmp(tokenizer, "gpt2") || !strcmp(tokenizer, "byte") || !strcmp(tokenizer, "hf")
                           ? tokenizer : "") < 0;
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;

@@ -274,5 +274,8 @@ float dt_model_mean_loss(const float *losses, const int32_t *targets, int n);
 /* Refuses the vision keys (image_size, patch_size, channels, n_classes) for a language
  * family, naming the key. */
 dt_status dt_model_refuse_vision(dt_ctx *ctx, const dt_model_config *c, const char *family);
+/* Refuses the expert keys (n_experts, experts_topk, expert_d_ff) for a family without
+ * experts, naming the key. */
+dt_status dt_model_refuse_experts(dt_ctx *ctx, const dt_model_config *c, const char *family);
 
 #endif

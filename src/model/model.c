@@ -52,6 +52,9 @@ const dt_cfg_field dt_model_cfg_fields[] = {
     OPT(rope_beta_fast, DT_CFG_FLOAT, NULL, "llama: yarn's beta_fast (0 = 32)"),
     OPT(rope_beta_slow, DT_CFG_FLOAT, NULL, "llama: yarn's beta_slow (0 = 1)"),
     OPT(rope_attention_factor, DT_CFG_FLOAT, NULL, "llama: yarn's cos/sin scale (0 = 0.1 ln(factor) + 1)"),
+    OPT(n_experts, DT_CFG_INT, NULL, "llama: experts per layer (mixture of experts; 0 = a dense MLP)"),
+    OPT(experts_topk, DT_CFG_INT, NULL, "llama: experts each token is routed to"),
+    OPT(expert_d_ff, DT_CFG_INT, NULL, "llama: each expert's SwiGLU width"),
 };
 #undef F
 #undef OPT
@@ -156,6 +159,9 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     if (!f || !f->tp_divides)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is not built for "
                        "the %s family yet (issue 31)", k, f ? f->name : c->family);
+    if (c->n_experts)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d: tensor parallelism of a mixture "
+                       "of experts is not built (expert parallelism is issue 34's next step)", k, c->n_experts);
     if (o->lora.rank != 0 || o->lora.nf4)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
                        "built yet (issue 31)", k, o->lora.rank);
@@ -240,6 +246,14 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be >= 1 (got %d)",
                        m->opts.recompute_every);
     DT_CHECK(dt_model_config_validate(ctx, &m->cfg));
+    if (m->cfg.n_experts > 0) { /* ARCHITECTURE decision 63 */
+        if (m->opts.compute != DT_F32)
+            return dt_fail(ctx, DT_ERR_CONFIG, "training.precision: %s is not supported with model.n_experts > 0 "
+                           "(mixture of experts runs in fp32)", m->opts.compute == DT_BF16 ? "bf16" : "fp16");
+        if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA is not supported with model.n_experts > 0 "
+                           "(mixture of experts)");
+    }
     if (B < 1 || B > 65536)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", B);
     if (T < 1 || T > m->cfg.context)
@@ -457,6 +471,13 @@ dt_status dt_model_refuse_vision(dt_ctx *ctx, const dt_model_config *c, const ch
     const char *key = c->image_size ? "model.image_size" : c->patch_size ? "model.patch_size"
                       : c->channels ? "model.channels" : c->n_classes ? "model.n_classes" : NULL;
     if (key) return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s is a language model (the key is vit's)", key, family);
+    return DT_OK;
+}
+
+dt_status dt_model_refuse_experts(dt_ctx *ctx, const dt_model_config *c, const char *family) {
+    const char *key = c->n_experts ? "model.n_experts" : c->experts_topk ? "model.experts_topk"
+                      : c->expert_d_ff ? "model.expert_d_ff" : NULL;
+    if (key) return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s has no experts (mixture of experts is llama's)", key, family);
     return DT_OK;
 }
 

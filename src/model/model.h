@@ -54,7 +54,13 @@ typedef struct dt_model_config {
     float rope_beta_fast;        /* yarn (0 = 32) */
     float rope_beta_slow;        /* yarn (0 = 1) */
     float rope_attention_factor; /* yarn: cos/sin scale (0 = 0.1 ln(factor) + 1) */
+    /* Mixture of experts (llama; model/llama/moe.h): 0 = a dense MLP. */
+    int n_experts;    /* experts per layer (<= DT_MOE_MAX_EXPERTS) */
+    int experts_topk; /* experts each token is routed to */
+    int expert_d_ff;  /* each expert's SwiGLU width (then d_ff is 0) */
 } dt_model_config;
+/* Experts per layer at most (the parameter table has DT_MODEL_MAX_TENSORS rows). */
+#define DT_MOE_MAX_EXPERTS 16
 
 /* The config fields by name (model files, keys, shape checks): "n_layer", ... */
 typedef enum dt_cfg_type { DT_CFG_INT, DT_CFG_FLOAT } dt_cfg_type;
@@ -113,7 +119,8 @@ typedef struct dt_model_hooks {
 
 /* Activation checkpointing (memory.activation_checkpointing): which saved activations of a
  * layer are dropped after its forward and recomputed in its backward, from the layer's input
- * (kept: the previous layer's output) and, for selective, what it keeps.
+ * (kept: the previous layer's output) and, for selective, what it keeps. A llama mixture of
+ * experts (model/llama/moe.h) keeps its MoE state under selective and forms it again under full.
  *   none       keep everything;
  *   selective  in fp32, keep the MLP's input projection output and one of the attention's
  *              two matmul outputs (gpt2, vit: q|k|v; llama: the attention block's output),
@@ -273,6 +280,9 @@ typedef struct dt_model_family {
     /* (optional) LoRA: the family's adaptable sub-projections for c, one per target it has
      * (room for DT_LORA_MAX_SITES); returns the number. NULL: LoRA is refused. */
     int (*lora_sites)(const dt_model_config *c, dt_lora_site *out);
+    /* (optional) Hugging Face architectures[0] and model_type for c when they depend on it
+     * (llama with experts: MixtralForCausalLM, mixtral); NULL: hf_architecture, hf_model_type. */
+    void (*hf_identity)(const dt_model_config *c, const char **arch, const char **type);
     /* (optional) Tensor parallelism: the family's forward and backward run split tensors
      * shard by shard (model.h dt_model_opts.tp), and tp must divide these config fields
      * (offsets into dt_model_config, 0-ended; each named by its key). NULL: refused. */
@@ -336,6 +346,16 @@ struct dt_model {
     int lora_drop_on;
     uint64_t lora_drop_seed;  /* the run's seed */
     uint64_t lora_drop_seq0;  /* global index of the micro-batch's first sequence */
+    /* Mixture of experts, of the last forward with targets (0 for a dense model): the mean
+     * cross-entropy, the load-balancing loss and the z-loss before their coefficients
+     * (last_loss = ce + aux_coef aux + z_coef z), and the routed choices the capacity dropped. */
+    float moe_ce, moe_aux, moe_z;
+    long moe_dropped;
+    /* Mixture of experts, set after init (0: off; the trainer sets them from its config, which
+     * checks them): the coefficients of the load-balancing loss (training.moe_aux_loss_coef)
+     * and of the router z-loss (training.moe_z_loss_coef) added to the loss, and the capacity
+     * factor (parallel.moe_capacity_factor, 0 = dropless). */
+    float moe_aux_coef, moe_z_coef, moe_capacity;
 };
 
 /* The store the family's forward and backward read weights from: the frozen base under

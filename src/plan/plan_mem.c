@@ -15,6 +15,8 @@ void dt_plan_model_from_dtrain(const dt_model_config *mc, const char *preset, dt
     out->d_ff = mc->d_ff ? mc->d_ff : 4 * mc->d_model;
     out->vocab = mc->vocab, out->context = mc->context;
     out->swiglu = !gpt2, out->bias = gpt2, out->tied = gpt2 || !mc->untied;
+    if (mc->n_experts) /* a llama mixture of experts (model/llama/moe.h) */
+        out->experts = mc->n_experts, out->topk = mc->experts_topk, out->d_ff = mc->expert_d_ff;
     out->is_dtrain = 1;
     out->mc = *mc;
 }

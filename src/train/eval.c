@@ -14,6 +14,7 @@ dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss
     while (dt_val_loader_next(vl, &in, &tg)) {
         float l;
         DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
+        if (m->cfg.n_experts) l = m->moe_ce; /* a mixture of experts: the cross-entropy, without the router losses */
         int c = m->cfg.n_classes > 0 ? m->B : dt_count_targets(tg, m->B * m->T);
         sum += l;
         wsum += (double)l * c; /* a loss mask: each batch weighs its counted targets */

@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "train/trainer.h"
 
 dt_status dt_progress_parse(dt_ctx *ctx, const char *s, dt_progress *out) {
     if (!strcmp(s, "auto")) *out = DT_PROGRESS_AUTO;
@@ -117,13 +118,27 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     char loss_s[32] = "null", norm_s[32] = "null";
     if (isfinite(r->loss)) snprintf(loss_s, sizeof loss_s, "%.9g", (double)r->loss);
     if (isfinite(r->grad_norm)) snprintf(norm_s, sizeof norm_s, "%.6g", (double)r->grad_norm);
+    /* a mixture of experts: the cross-entropy, aux and z-losses apart, and the dropped choices */
+    char moe_j[256] = "", moe_t[128] = "";
+    if (r->stats && r->stats->moe) {
+        const dt_step_stats *s = r->stats;
+        char v[3][32];
+        const float x[3] = {s->moe_ce, s->moe_aux, s->moe_z};
+        for (int i = 0; i < 3; i++)
+            if (isfinite(x[i])) snprintf(v[i], sizeof v[i], "%.9g", (double)x[i]);
+            else snprintf(v[i], sizeof v[i], "null");
+        snprintf(moe_j, sizeof moe_j, ",\"ce_loss\":%s,\"moe_aux_loss\":%s,\"moe_z_loss\":%s,\"moe_dropped\":%.0f",
+                 v[0], v[1], v[2], s->moe_dropped);
+        snprintf(moe_t, sizeof moe_t, " | ce %.4f aux %.4f z %.4f dropped %.0f", (double)s->moe_ce,
+                 (double)s->moe_aux, (double)s->moe_z, s->moe_dropped);
+    }
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%ld,\"steps\":%ld,\"loss\":%s,\"lr\":%.9g,"
              "\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens\":%.0f,\"tokens_seen\":%.0f,"
-             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s%s%s}\n",
+             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s%s%s%s}\n",
              r->step, m->total_steps, loss_s, (double)r->lr, norm_s,
              r->step_s * 1e3, r->tokens, r->tokens_seen, tps, mfu_s, elapsed, isnan(eta) ? 0.0 : eta,
-             r->skipped ? ",\"skipped\":true" : "", r->skipped == 2 ? ",\"overflow\":true" : "", scale_j);
+             r->skipped ? ",\"skipped\":true" : "", r->skipped == 2 ? ",\"overflow\":true" : "", scale_j, moe_j);
     DT_CHECK(write_line(ctx, m, line));
     char eta_s[48], mfu_txt[32] = "";
     fmt_hms(eta_s, sizeof eta_s, eta);
@@ -134,8 +149,8 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
         fflush(stdout);
         m->bar_dirty = 1;
     } else {
-        dt_log_info(ctx, "step %ld/%ld | loss %.9g | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s%s | ETA %s%s",
-                    r->step, m->total_steps, (double)r->loss, (double)r->lr, (double)r->grad_norm,
+        dt_log_info(ctx, "step %ld/%ld | loss %.9g%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s%s | ETA %s%s",
+                    r->step, m->total_steps, (double)r->loss, moe_t, (double)r->lr, (double)r->grad_norm,
                     r->step_s * 1e3, tps, mfu_txt, scale_t, eta_s, skip_t);
     }
     return DT_OK;

@@ -30,6 +30,7 @@ typedef struct dt_metrics {
  * was measured on a busy machine or given too low). Never above 1. */
 double dt_train_mfu(double flops_per_token, double tokens_per_s_rank, double peak_gflops);
 
+struct dt_step_stats;
 typedef struct dt_step_record {
     long step;          /* 1-based */
     float loss, lr, grad_norm;
@@ -41,6 +42,8 @@ typedef struct dt_step_record {
     int skipped;        /* the update was skipped: 1 non-finite (training.nonfinite=skip),
                            2 loss-scaled gradients overflowed */
     float loss_scale;   /* of the step (1 = none: not reported) */
+    const struct dt_step_stats *stats; /* (optional, train/trainer.h) the step's: a mixture of
+                                          experts' losses and dropped choices */
 } dt_step_record;
 
 /* append: a resumed run adds to the file (readers keep the last record of each step). */

@@ -417,7 +417,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         if (rank == 0 && (s % cfg->log_every == 0 || s == t->steps || ss.skipped)) {
             /* MFU per rank: the peak is one process's matmul rate. */
             dt_step_record rec = {s, ss.loss, ss.lr, ss.grad_norm, ss.seconds, tokens_per_step,
-                                  r.seen, fpt / world, peak, ss.skipped, ss.loss_scale};
+                                  r.seen, fpt / world, peak, ss.skipped, ss.loss_scale, &ss};
             DT_CHECK_GOTO(dt_metrics_step(ctx, &r.metrics, &rec));
         }
         if (cfg->spike_factor > 0 && isfinite(ss.loss)) {

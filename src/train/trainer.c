@@ -35,6 +35,15 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
     if (!(c->loss_scale >= 0.0f && c->loss_scale <= DT_LOSS_SCALE_MAX))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale must be auto (0) or in (0, %g] (got %g)",
                        (double)DT_LOSS_SCALE_MAX, (double)c->loss_scale);
+    if (!(c->moe_capacity >= 0.0f && c->moe_capacity <= 1e6f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.moe_capacity_factor must be in [0, 1e6] (0 = dropless; got %g)",
+                       (double)c->moe_capacity);
+    if (!(c->moe_aux_coef >= 0.0f && c->moe_aux_coef < 1e6f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.moe_aux_loss_coef must be in [0, 1e6) (got %g)",
+                       (double)c->moe_aux_coef);
+    if (!(c->moe_z_coef >= 0.0f && c->moe_z_coef < 1e6f))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.moe_z_loss_coef must be in [0, 1e6) (got %g)",
+                       (double)c->moe_z_coef);
     if (c->loss_scale_window < 1)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.loss_scale_window must be >= 1 (got %ld)", c->loss_scale_window);
     if (c->model_opts.recompute_every < 1 || c->model_opts.recompute_every > 1 << 20)
@@ -285,6 +294,9 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
                                          strat == DT_STRAT_ZERO3   ? 0
                                          : strat == DT_STRAT_ZERO2 ? DT_SLAB_PARAMS
                                                                    : DT_SLAB_PARAMS | DT_SLAB_GRADS));
+    tr->model.moe_aux_coef = cfg->moe_aux_coef;
+    tr->model.moe_z_coef = cfg->moe_z_coef;
+    tr->model.moe_capacity = cfg->moe_capacity;
     if (cfg->parallel.tp > 1) {
         size_t n = dt_trainer_tp_scratch(cfg) * sizeof(float);
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
@@ -384,7 +396,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     /* Top-K after parallel.compression_warmup dense steps (step numbers are 1-based). */
     if (tr->cfg.parallel.compression == DT_COMPRESS_TOPK)
         dt_parallel_set_compression(tr->par, tr->step >= tr->cfg.parallel.topk_warmup);
-    double loss_sum = 0.0;
+    double loss_sum = 0.0, moe_sum[4] = {0}; /* ce, aux, z, dropped */
     /* the data-parallel ranks (the world without a process mesh): batches and their order */
     int W = dt_comm_size(tr->comm, tr->dp_group), R = dt_comm_rank(tr->comm, tr->dp_group);
     /* A loss mask (targets < 0 are not counted): the loss is the mean over the counted targets
@@ -465,11 +477,22 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);
         loss_sum += masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
+        moe_sum[0] += m->moe_ce, moe_sum[1] += m->moe_aux, moe_sum[2] += m->moe_z;
+        moe_sum[3] += (double)m->moe_dropped;
     }
     out->opt_seconds = 0;
     /* masked: this rank's share of the global mean, so the mean over ranks is that mean */
     double mean_loss = masked ? (counted ? loss_sum * W / (double)counted : 0.0) : loss_sum / tr->cfg.accum;
     DT_CHECK(finish_step(ctx, tr, &mean_loss, out));
+    out->moe = m->cfg.n_experts > 0;
+    if (out->moe) { /* the same collectives on every rank (one model everywhere) */
+        for (int i = 0; i < 4; i++) {
+            moe_sum[i] /= tr->cfg.accum;
+            DT_CHECK(dt_parallel_mean(ctx, tr->par, &moe_sum[i]));
+        }
+        out->moe_ce = (float)moe_sum[0], out->moe_aux = (float)moe_sum[1], out->moe_z = (float)moe_sum[2];
+        out->moe_dropped = moe_sum[3] * tr->cfg.accum * W;
+    }
     add_phase(tr, &tp, &ex, &out->opt_seconds);
     out->comm_seconds = ex - ex0;
     out->loss = (float)mean_loss;

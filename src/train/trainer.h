@@ -35,6 +35,9 @@ typedef struct dt_train_cfg {
     float loss_scale;       /* training.loss_scale: 0 = auto (dynamic from 65536 for fp16, off
                                otherwise), else a static scale */
     long loss_scale_window; /* training.loss_scale_window: finite steps before it doubles */
+    /* mixture of experts (model/llama/moe.h): training.moe_aux_loss_coef,
+       training.moe_z_loss_coef, parallel.moe_capacity_factor (0 = dropless) */
+    float moe_aux_coef, moe_z_coef, moe_capacity;
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
@@ -98,6 +101,12 @@ typedef struct dt_step_stats {
      * for communication (exposed, wherever it happened), fetching batches, and forward,
      * backward and sync + optimizer each without the communication waits inside them. */
     double comm_seconds, data_seconds, fwd_seconds, bwd_seconds, opt_seconds;
+    /* mixture of experts (moe = 1; model/llama/moe.h): the cross-entropy, the load-balancing
+       loss and the z-loss (before their coefficients; loss includes them), means over the
+       micro-steps and ranks, and the routed choices the capacity dropped (all ranks) */
+    int moe;
+    float moe_ce, moe_aux, moe_z;
+    double moe_dropped;
 } dt_step_stats;
 
 /* A test aid "A:B" from the environment variable `name` (read once at start); *a = -1 when

@@ -95,6 +95,7 @@ import torch                        # noqa: E402
 import gpt2_torch                   # noqa: E402
 import llama_torch                  # noqa: E402
 import mixed_ref                    # noqa: E402
+import mixtral_torch                # noqa: E402
 import vit_torch                    # noqa: E402
 
 DEFAULT_TOL = 1e-4
@@ -288,6 +289,19 @@ def parse_meta(meta):
             v = int(v)
         hp[k] = v
     hp["family"] = family
+    # a mixture of experts (llama with metadata n_experts: tests/ref/mixtral_torch.py)
+    for k, kind in (("n_experts", int), ("experts_topk", int), ("expert_d_ff", int),
+                    ("moe_aux_coef", float), ("moe_z_coef", float), ("moe_capacity", float)):
+        if "n_experts" in meta:
+            if family != "llama" or k not in meta:
+                raise ParityError("init.safetensors: metadata %r missing (or not llama)" % k)
+            try:
+                hp[k] = kind(meta[k])
+            except ValueError:
+                raise ParityError("init.safetensors: metadata %r=%r is not a number" % (k, meta[k]))
+    if hp.get("n_experts", 0) and not (1 <= hp["experts_topk"] <= hp["n_experts"]
+                                       and hp["expert_d_ff"] >= 1):
+        raise ParityError("init.safetensors: bad mixture-of-experts metadata")
     hp["precision"] = str(meta.get("precision", "fp32")).strip()
     if hp["precision"] not in mixed_ref.PRECISIONS:
         raise ParityError("init.safetensors: metadata precision=%r is not one of %s"
@@ -347,6 +361,13 @@ def new_model(hp):
         return vit_torch.ViT(hp["n_layer"], hp["d_model"], hp["n_head"], hp["d_ff"],
                              hp["image_size"], hp["patch_size"], hp["channels"],
                              hp["n_classes"])
+    if hp.get("n_experts", 0):
+        return mixtral_torch.Mixtral(hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
+                                     hp["n_experts"], hp["experts_topk"], hp["expert_d_ff"],
+                                     hp["vocab"], hp["context"], hp["untied"],
+                                     rope_theta=hp["rope_theta"], norm_eps=hp["norm_eps"],
+                                     aux_coef=hp["moe_aux_coef"], z_coef=hp["moe_z_coef"],
+                                     capacity_factor=hp["moe_capacity"])
     if hp.get("family", "gpt2") == "llama":
         return llama_torch.Llama(hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
                                  hp["d_ff"], hp["vocab"], hp["context"], hp["untied"],
@@ -528,6 +549,11 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print, weights_tol=DEFAULT_WEIGHTS_TOL
             "tol=%g" % (hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
                         hp["d_ff"], V, hp["context"], hp["untied"], hp["rope_theta"],
                         hp["norm_eps"], B, T, S, tol))
+        if hp.get("n_experts", 0):
+            out("# gpt2_ref: mixture of experts (tests/ref/mixtral_torch.py) n_experts=%d topk=%d "
+                "expert_d_ff=%d moe_aux_coef=%g moe_z_coef=%g moe_capacity=%g"
+                % (hp["n_experts"], hp["experts_topk"], hp["expert_d_ff"], hp["moe_aux_coef"],
+                   hp["moe_z_coef"], hp["moe_capacity"]))
         # no biases, so no mathematically-zero gradient driving Adam on noise (see
         # DEFAULT_WEIGHTS_TOL): final weights are held to the same tolerance as the rest
         weights_tol = tol

@@ -46,6 +46,7 @@ static void gpt2_preset(const char *name, dt_model_config *out) {
 
 static dt_status gpt2_validate(dt_ctx *ctx, dt_model_config *c) {
     DT_CHECK(dt_model_refuse_vision(ctx, c, "gpt2"));
+    DT_CHECK(dt_model_refuse_experts(ctx, c, "gpt2"));
     /* Upper bounds keep every size computation far from overflow. */
     if (c->n_layer < 1 || c->n_layer > 1024)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_layer must be in [1, 1024] (got %d)",

@@ -10,6 +10,7 @@
 #include "core/trace.h"
 #include "model/family_impl.h"
 #include "model/hf_json.h"
+#include "model/llama/moe.h"
 #include "model/rope.h"
 #include "ops/ops.h"
 
@@ -23,6 +24,7 @@ typedef struct preset {
     int n_layer, d_model, n_head, n_kv_head, d_ff, vocab, context, untied;
     float rope_theta, norm_eps;
     int llama3; /* Llama 3.2's rope_scaling: llama3, factor 32, low 1, high 4, original 8192 */
+    int n_experts, experts_topk, expert_d_ff; /* mixture of experts (moe.h) */
 } preset;
 
 /* The last three are the published shapes (config.json of TinyLlama-1.1B, Llama-3.2-1B and
@@ -30,14 +32,18 @@ typedef struct preset {
  * Mistral's sliding window: mistral-7b's context is its 4096-token window (what the HF import
  * derives too), and up to that length the model computes what the original does. */
 static const preset presets[] = {
-    {"llama-tiny", 2, 64, 4, 2, 176, 256, 64, 1, 10000.0f, 1e-5f, 0},
-    {"llama-100m", 12, 768, 12, 4, 2048, 32000, 1024, 0, 10000.0f, 1e-5f, 0},
-    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 1, 10000.0f, 1e-5f, 0},
-    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 0, 500000.0f, 1e-5f, 1},
-    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, 10000.0f, 1e-5f, 0},
+    {"llama-tiny", 2, 64, 4, 2, 176, 256, 64, 1, 10000.0f, 1e-5f, 0, 0, 0, 0},
+    {"llama-100m", 12, 768, 12, 4, 2048, 32000, 1024, 0, 10000.0f, 1e-5f, 0, 0, 0, 0},
+    {"tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, 2048, 1, 10000.0f, 1e-5f, 0, 0, 0, 0},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 0, 500000.0f, 1e-5f, 1, 0, 0, 0},
+    {"mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096, 1, 10000.0f, 1e-5f, 0, 0, 0, 0},
+    /* mixture of experts: a tiny one for tests, and Mixtral-8x7B-v0.1's config.json (46.7 B
+     * parameters; its context is max_position_embeddings, no sliding window) */
+    {"mixtral-tiny", 2, 64, 4, 2, 0, 256, 64, 1, 10000.0f, 1e-5f, 0, 4, 2, 128},
+    {"mixtral-8x7b", 32, 4096, 32, 8, 0, 32000, 32768, 1, 1e6f, 1e-5f, 0, 8, 2, 14336},
 };
-static const char *const preset_names[] = {"llama-tiny", "llama-100m", "tinyllama-1.1b",
-                                           "llama-3.2-1b", "mistral-7b", NULL};
+static const char *const preset_names[] = {"llama-tiny", "llama-100m", "tinyllama-1.1b", "llama-3.2-1b",
+                                           "mistral-7b", "mixtral-tiny", "mixtral-8x7b", NULL};
 
 static void llama_preset(const char *name, dt_model_config *out) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
@@ -47,12 +53,39 @@ static void llama_preset(const char *name, dt_model_config *out) {
             out->n_kv_head = p->n_kv_head, out->d_ff = p->d_ff, out->vocab = p->vocab;
             out->context = p->context, out->untied = p->untied;
             out->rope_theta = p->rope_theta, out->norm_eps = p->norm_eps;
+            out->n_experts = p->n_experts, out->experts_topk = p->experts_topk;
+            out->expert_d_ff = p->expert_d_ff;
             if (p->llama3) {
                 out->rope_scaling = DT_ROPE_LLAMA3, out->rope_factor = 32.0f;
                 out->rope_low_freq_factor = 1.0f, out->rope_high_freq_factor = 4.0f;
                 out->rope_original_context = 8192;
             }
         }
+}
+
+/* Mixture of experts (moe.h): the expert keys, and d_ff 0 (a d_ff given without expert_d_ff
+ * is the experts' width, as Mixtral's intermediate_size). */
+static dt_status validate_experts(dt_ctx *ctx, dt_model_config *c) {
+    if (c->n_experts == 0) {
+        if (c->experts_topk || c->expert_d_ff)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: needs model.n_experts > 0 (a dense llama has no experts)",
+                           c->experts_topk ? "model.experts_topk" : "model.expert_d_ff");
+        return DT_OK;
+    }
+    if (c->n_experts < 1 || c->n_experts > DT_MOE_MAX_EXPERTS)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_experts must be in [0, %d] (got %d)", DT_MOE_MAX_EXPERTS,
+                       c->n_experts);
+    if (c->experts_topk < 1 || c->experts_topk > c->n_experts)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.experts_topk must be in [1, model.n_experts=%d] (got %d)",
+                       c->n_experts, c->experts_topk);
+    if (c->expert_d_ff == 0) c->expert_d_ff = c->d_ff;
+    else if (c->d_ff != 0 && c->d_ff != c->expert_d_ff)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.d_ff (%d) differs from model.expert_d_ff (%d): a model with "
+                       "experts has no dense MLP", c->d_ff, c->expert_d_ff);
+    if (c->expert_d_ff < 1 || c->expert_d_ff > (1 << 20))
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.expert_d_ff must be in [1, 1048576] (got %d)", c->expert_d_ff);
+    c->d_ff = 0;
+    return DT_OK;
 }
 
 static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
@@ -76,8 +109,9 @@ static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
         return dt_fail(ctx, DT_ERR_CONFIG,
                        "model.n_kv_head must divide model.n_head=%d (1 = multi-query; got %d)",
                        c->n_head, c->n_kv_head);
-    if (c->d_ff == 0) c->d_ff = (8 * c->d_model / 3 + 63) / 64 * 64; /* LLaMA's 8/3 d_model */
-    if (c->d_ff < 1 || c->d_ff > (1 << 20))
+    DT_CHECK(validate_experts(ctx, c));
+    if (c->d_ff == 0 && !c->n_experts) c->d_ff = (8 * c->d_model / 3 + 63) / 64 * 64; /* LLaMA's 8/3 d_model */
+    if (!c->n_experts && (c->d_ff < 1 || c->d_ff > (1 << 20)))
         return dt_fail(ctx, DT_ERR_CONFIG, "model.d_ff must be in [1, 1048576] (got %d)", c->d_ff);
     if (c->vocab < 1 || c->vocab > (1 << 24))
         return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size must be in [1, 16777216] (got %d)", c->vocab);
@@ -96,6 +130,41 @@ static dt_status llama_validate(dt_ctx *ctx, dt_model_config *c) {
                        (double)c->norm_eps);
     c->vocab_padded = (c->vocab + 127) / 128 * 128;
     return DT_OK;
+}
+
+/* Hugging Face MixtralForCausalLM names of expert e's tensors (literals: the table keeps
+ * pointers). */
+#define MOE_NAME(e, w) "model.layers.%d.block_sparse_moe.experts." #e "." w ".weight"
+#define MOE_NAMES(w)                                                                          \
+    {MOE_NAME(0, w),  MOE_NAME(1, w),  MOE_NAME(2, w),  MOE_NAME(3, w),  MOE_NAME(4, w),  MOE_NAME(5, w),  \
+     MOE_NAME(6, w),  MOE_NAME(7, w),  MOE_NAME(8, w),  MOE_NAME(9, w),  MOE_NAME(10, w), MOE_NAME(11, w), \
+     MOE_NAME(12, w), MOE_NAME(13, w), MOE_NAME(14, w), MOE_NAME(15, w)}
+static const char *const moe_w1[DT_MOE_MAX_EXPERTS] = MOE_NAMES("w1");
+static const char *const moe_w2[DT_MOE_MAX_EXPERTS] = MOE_NAMES("w2");
+static const char *const moe_w3[DT_MOE_MAX_EXPERTS] = MOE_NAMES("w3");
+_Static_assert(DT_MOE_MAX_EXPERTS == 16, "moe_w1/w2/w3 name 16 experts");
+_Static_assert(DT_LLAMA_MOE_HEAD(DT_MOE_MAX_EXPERTS) < DT_MODEL_MAX_TENSORS, "the MoE table fits");
+_Static_assert(DT_LLAMA_MOE_ROUTER == DT_LLAMA_P_WGATE, "the MoE table shares the dense rows before the MLP");
+
+/* The MoE table (moe.h): the dense rows up to post_attention_layernorm, the router, each
+ * expert's w1 | w3 (adjacent: one projection) and w2 (a unit per expert), norm, lm_head. */
+static int moe_tensors(const dt_model_config *c, dt_tensor_info *out) {
+    const int E = c->n_experts;
+    const size_t C = (size_t)c->d_model, Fe = (size_t)c->expert_d_ff;
+    dt_tensor_info norm = out[DT_LLAMA_P_NORM], head = out[DT_LLAMA_P_LM_HEAD];
+#define ROW(name, rows, cols)                                                                   \
+    (dt_tensor_info){name, name, DT_PG_LAYER, DT_ELEM_F32, (rows), (cols), 0, DT_INIT_NORMAL, 0.02f, 1, 0, 0, 0, 0, 0, 0, 1, 0, .split = 0}
+    out[DT_LLAMA_MOE_ROUTER] = ROW("model.layers.%d.block_sparse_moe.gate.weight", (size_t)E, C);
+    for (int e = 0; e < E; e++) {
+        out[DT_LLAMA_MOE_W1(e)] = ROW(moe_w1[e], Fe, C);
+        out[DT_LLAMA_MOE_W1(e)].unit_start = 1;
+        out[DT_LLAMA_MOE_W3(e)] = ROW(moe_w3[e], Fe, C);
+        out[DT_LLAMA_MOE_W2(e)] = ROW(moe_w2[e], C, Fe);
+    }
+#undef ROW
+    out[DT_LLAMA_MOE_NORM(E)] = norm;
+    out[DT_LLAMA_MOE_HEAD(E)] = head;
+    return c->untied ? DT_LLAMA_MOE_HEAD(E) + 1 : DT_LLAMA_MOE_HEAD(E);
 }
 
 static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
@@ -126,15 +195,19 @@ static int llama_tensors(const dt_model_config *c, dt_tensor_info *out) {
     out[DT_LLAMA_P_WO].split = out[DT_LLAMA_P_WDOWN].split = DT_SPLIT_IN;
     /* sub-layer units (params.h): [input norm, attention] [post-attention norm, gate|up] [down] */
     out[DT_LLAMA_P_LN2].unit_start = out[DT_LLAMA_P_WDOWN].unit_start = 1;
+    if (c->n_experts) return moe_tensors(c, out);
     return c->untied ? n : n - 1; /* LM_HEAD is the last row */
 }
 
-/* Parameters of one layer (no padding anywhere inside a layer). */
-static double layer_params(const dt_model_config *c) {
+/* Parameters of one layer (no padding anywhere inside a layer); with experts, `experts` of
+ * them (all: the parameters; experts_topk: those a token uses). */
+static double layer_params_of(const dt_model_config *c, int experts) {
     double C = c->d_model, hs = (double)(c->d_model / c->n_head);
     double q = c->n_head * hs, kv = c->n_kv_head * hs, F = c->d_ff;
-    return C * (q + 2 * kv) + q * C + 3 * C * F + 2 * C;
+    double mlp = c->n_experts ? (double)c->n_experts * C + (double)experts * 3 * C * c->expert_d_ff : 3 * C * F;
+    return C * (q + 2 * kv) + q * C + mlp + 2 * C;
 }
+static double layer_params(const dt_model_config *c) { return layer_params_of(c, c->n_experts); }
 
 static size_t llama_num_params(const dt_model_config *c) {
     double C = c->d_model, V = c->vocab;
@@ -145,7 +218,7 @@ static size_t llama_num_params(const dt_model_config *c) {
  * matmul), plus attention 12 L T d (PaLM; grouped kv heads do not reduce it). */
 static double llama_flops_per_token(const dt_model_config *c, int T) {
     double C = c->d_model, L = c->n_layer;
-    double n = L * layer_params(c) + C + (double)c->vocab * C;
+    double n = L * layer_params_of(c, c->experts_topk) + C + (double)c->vocab * C; /* active */
     return 6.0 * n + 12.0 * L * (double)T * C;
 }
 
@@ -183,6 +256,7 @@ typedef struct dt_llama_acts {
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
     float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
     float rope_scale;                /* and the cos/sin scale (model/rope.h) */
+    dt_moe_acts moe;                 /* with experts (moe.h; then gu, hmid, dmid are empty) */
 } dt_llama_acts;
 
 /* Class (family_impl.h) of res2, the attention block's output. Under mixed precision the norm
@@ -252,6 +326,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
+    if (c->n_experts) dt_moe_layout(&a->moe, base, &off, c, o, B, T);
 #undef TAKE
 #undef TAKE16
     return off;
@@ -272,19 +347,33 @@ static void llama_bind(dt_model *m) {
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
 
+const int32_t *dt_llama_moe_choices(const dt_model *m, int l) {
+    const dt_model_config *c = &m->cfg;
+    if (m->fam != &dt_family_llama || !c->n_experts || l < 0 || l >= c->n_layer) return NULL;
+    return ((const dt_llama_acts *)m->impl)->moe.sel +
+           dt_act_slot(&m->opts, c->n_layer, DT_ACT_SEL, l) * m->B * m->T * c->experts_topk;
+}
+
 /* ------------------------------------------------------------------ forward / backward */
 
 #define P(id, l) dt_fam_param(m, DT_LLAMA_P_##id, l)
 #define G(id, l) dt_fam_grad(m, DT_LLAMA_P_##id, l)
+/* The final norm and the untied lm_head: after the experts' rows in a MoE table (moe.h). */
+#define NORM_ID (m->cfg.n_experts ? DT_LLAMA_MOE_NORM(m->cfg.n_experts) : DT_LLAMA_P_NORM)
+#define LMHEAD_ID (m->cfg.n_experts ? DT_LLAMA_MOE_HEAD(m->cfg.n_experts) : DT_LLAMA_P_LM_HEAD)
 /* The lm_head: its own weights, or the token embedding's. */
-#define HEAD_ID (m->cfg.untied ? DT_LLAMA_P_LM_HEAD : DT_LLAMA_P_EMBED)
+#define HEAD_ID (m->cfg.untied ? LMHEAD_ID : DT_LLAMA_P_EMBED)
 #define UNIT(id) (dt_model_weights(m)->tensors[DT_LLAMA_P_##id].unit)
+#define NORM_UNIT (dt_model_weights(m)->tensors[NORM_ID].unit)
 #define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), l)
 #define ID(id) DT_LLAMA_P_##id
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_LLAMA_P_##id, l)
+/* The unit of layer l's MLP read first (after the post-attention norm's) and last. */
+#define MLP_FIRST(l) (m->cfg.n_experts ? dt_fam_unit(m, DT_LLAMA_MOE_W1(0), l) : SUB(WDOWN, l))
+#define MLP_LAST(l) (m->cfg.n_experts ? dt_fam_unit(m, DT_LLAMA_MOE_W1(m->cfg.n_experts - 1), l) : SUB(WDOWN, l))
 /* The unit layer l's backward reads first. */
-#define BWD_FIRST(l) dt_fam_bwd_first(m, l, SUB(LN1, l), SUB(WDOWN, l))
+#define BWD_FIRST(l) dt_fam_bwd_first(m, l, SUB(LN1, l), MLP_LAST(l))
 /* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */
 #define MMIN(x) ((dt_mmin){v.x, v.x##h})
 
@@ -350,9 +439,14 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
         DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, d.Ql, C, a->tpx));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
-    dt_unit_need(m, SUB(LN2, l), SUB(WDOWN, l));
+    dt_unit_need(m, SUB(LN2, l), MLP_FIRST(l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
+    if (c->n_experts) { /* fp32 (model.c refuses 16 bits); its state is of class SEL (moe.h) */
+        if (dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL))
+            dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, v.res2, recompute ? NULL : v.res3, next);
+        return;
+    }
     /* gate_proj, up_proj: one (2F x C) projection (per shard: its gate | up columns). */
     if (gu) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.gu, MMIN(ln2), gu_ids, 2, l, BT, C, 2 * d.Fl));
     for (int j = 0; j < d.nb; j++)
@@ -376,20 +470,25 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
+    if (c->n_experts) dt_moe_begin(m, &a->moe);
     dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
-        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(NORM));
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, UNIT(NORM), dt_model_weights(m)->tensors[HEAD_ID].unit);
+    dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
-    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, P(NORM, 0), BT, C, eps));
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), BT, C, eps));
     dt_fam_narrow(m, a->lnfh, lnf, btc);
     dt_vocab_lm_forward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, targets, BT); /* NaN/Inf: training.nonfinite decides */
+    if (c->n_experts) { /* the router's losses (moe.h) */
+        m->moe_ce = m->last_loss;
+        m->last_loss = (float)((double)m->moe_ce + dt_moe_finish(m, &a->moe));
+    }
     if (loss) *loss = m->last_loss;
     return DT_OK;
 }
@@ -405,30 +504,36 @@ static void llama_backward(dt_model *m, float scale) {
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     const float *dlogits = dt_vocab_lm_backward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
-                                                a->losses, a->ce_lse, a->dbtc, scale, UNIT(NORM));
+                                                a->losses, a->ce_lse, a->dbtc, scale, NORM_UNIT);
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, UNIT(NORM), BWD_FIRST(L - 1));
-    dt_unit_grads_begin(m, UNIT(NORM));
-    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(NORM, 0), a->dbtc, last, P(NORM, 0), a->rstdf, BT, C));
-    dt_unit_grads_end(m, UNIT(NORM));
+    dt_unit_need(m, NORM_UNIT, BWD_FIRST(L - 1));
+    dt_unit_grads_begin(m, NORM_UNIT);
+    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc, last,
+                                                       dt_fam_param(m, NORM_ID, 0), a->rstdf, BT, C));
+    dt_unit_grads_end(m, NORM_UNIT);
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
         double tl = dt_trace_begin();
         if (dt_model_recomputes(&m->opts, l) && l != top) block_forward(m, l, 1, -1);
         layer_views v = views(m, l);
         const int u2 = SUB(WDOWN, l), u1 = SUB(LN2, l), u0 = SUB(LN1, l);
-        dt_unit_need(m, u2, u1);
-        dt_unit_grads_begin(m, u2);
-        /* dres holds d(res3); the residual passes it to res2 unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, d.Fl, C));
-        dt_unit_grads_end(m, u2);
-        for (int j = 0; j < d.nb; j++)
-            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig + (size_t)j * BT * 2 * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl,
-                                                             a->dmid + (size_t)j * BT * d.Fl, BT, d.Fl));
-        dt_unit_need(m, u1, u0);
-        dt_unit_grads_begin(m, u1);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, MMIN(ln2), BT, C, 2 * d.Fl, a->tpx));
+        if (c->n_experts) {
+            /* dres holds d(res3); the residual passes it to res2 unchanged. */
+            dt_moe_backward(m, &a->moe, l, v.ln2, a->dres, a->dbtc, scale, u0);
+        } else {
+            dt_unit_need(m, u2, u1);
+            dt_unit_grads_begin(m, u2);
+            /* dres holds d(res3); the residual passes it to res2 unchanged. */
+            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, d.Fl, C));
+            dt_unit_grads_end(m, u2);
+            for (int j = 0; j < d.nb; j++)
+                DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig + (size_t)j * BT * 2 * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl,
+                                                                 a->dmid + (size_t)j * BT * d.Fl, BT, d.Fl));
+            dt_unit_need(m, u1, u0);
+            dt_unit_grads_begin(m, u1);
+            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, MMIN(ln2), BT, C, 2 * d.Fl, a->tpx));
+        }
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
@@ -551,6 +656,20 @@ static dt_status llama_hf_read(dt_ctx *ctx, const dt_hf_json *j, dt_model_config
                        "(not supported)", j->path, head_dim, c->n_head, c->d_model);
     DT_CHECK(dt_hf_json_int(ctx, j, "sliding_window", 0, &window));
     if (window > 0 && window < c->context) c->context = window; /* longer sequences would differ */
+    const char *type;
+    DT_CHECK(dt_hf_json_string(ctx, j, "model_type", &type));
+    if (type && !strcmp(type, "mixtral")) { /* MixtralConfig (moe.h): intermediate_size is the experts' */
+        DT_CHECK(dt_hf_json_int(ctx, j, "num_local_experts", 8, &c->n_experts));
+        DT_CHECK(dt_hf_json_int(ctx, j, "num_experts_per_tok", 2, &c->experts_topk));
+        c->expert_d_ff = c->d_ff, c->d_ff = 0;
+        float jitter;
+        DT_CHECK(dt_hf_json_float(ctx, j, "router_jitter_noise", 0.0, &jitter));
+        if (jitter != 0.0f)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: router_jitter_noise %g is not supported (dtrain's router has no "
+                           "noise)", j->path, (double)jitter);
+        if (c->n_experts < 1)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: num_local_experts must be >= 1 (got %d)", j->path, c->n_experts);
+    }
     return DT_OK;
 }
 
@@ -605,6 +724,19 @@ static int llama_hf_config(const dt_model_config *c, char *buf, size_t n) {
     short_float(eps, sizeof eps, c->norm_eps);
     short_float(theta, sizeof theta, c->rope_theta);
     hf_rope_scaling(c, scaling, sizeof scaling);
+    if (c->n_experts) /* MixtralConfig: no sliding window, the router's training keys off */
+        return snprintf(buf, n,
+                        "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                        "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+                        "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+                        "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n"
+                        "  \"router_jitter_noise\": 0.0,\n  \"output_router_logits\": false,\n"
+                        "  \"max_position_embeddings\": %d,\n  \"sliding_window\": null,\n  \"rms_norm_eps\": %s,\n"
+                        "  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"hidden_act\": \"silu\",\n"
+                        "  \"tie_word_embeddings\": %s",
+                        c->vocab, c->d_model, c->expert_d_ff, c->n_layer, c->n_head, c->n_kv_head,
+                        c->d_model / c->n_head, c->n_experts, c->experts_topk, c->context, eps, theta, scaling,
+                        c->untied ? "false" : "true");
     return snprintf(buf, n,
                     "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
                     "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
@@ -638,13 +770,19 @@ static int llama_lora_sites(const dt_model_config *c, dt_lora_site *out) {
     return 7;
 }
 
-static const char *const hf_types[] = {"llama", "mistral", NULL};
+static void llama_hf_identity(const dt_model_config *c, const char **arch, const char **type) {
+    *arch = c->n_experts ? "MixtralForCausalLM" : "LlamaForCausalLM";
+    *type = c->n_experts ? "mixtral" : "llama";
+}
+
+static const char *const hf_types[] = {"llama", "mistral", "mixtral", NULL};
 static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "n_kv_head",
                                           "d_ff",    "vocab",    "context",    "untied",
                                           "rope_theta", "norm_eps", "rope_scaling", "rope_factor",
                                           "rope_low_freq_factor", "rope_high_freq_factor",
                                           "rope_original_context", "rope_beta_fast", "rope_beta_slow",
-                                          "rope_attention_factor", NULL};
+                                          "rope_attention_factor", "n_experts", "experts_topk",
+                                          "expert_d_ff", NULL};
 
 /* tp divides the query heads, the key/value heads (each rank whole groups) and the MLP width */
 static const size_t tp_divides[] = {offsetof(dt_model_config, n_head), offsetof(dt_model_config, n_kv_head),
@@ -672,6 +810,7 @@ const dt_model_family dt_family_llama = {
     .hf_model_types = hf_types,
     .hf_read_config = llama_hf_read,
     .lora_sites = llama_lora_sites,
+    .hf_identity = llama_hf_identity,
     .rotary = 1,
     .tp_divides = tp_divides,
 };

@@ -13,6 +13,10 @@
 
 extern const dt_model_family dt_family_llama;
 
+/* A mixture of experts (model/llama/moe.h): layer l's chosen experts in the last forward,
+ * (B T, experts_topk) by decreasing router probability; NULL for a dense model. */
+const int32_t *dt_llama_moe_choices(const dt_model *m, int l);
+
 /* Tensor ids: the rows of the table in llama_params.h (LM_HEAD only when untied). */
 typedef enum dt_llama_param_id {
 #define DT_X_ENUM(id, group, rows, cols, decay, name) DT_LLAMA_P_##id,

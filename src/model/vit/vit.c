@@ -43,6 +43,7 @@ static int n_patches(const dt_model_config *c) {
 }
 
 static dt_status vit_validate(dt_ctx *ctx, dt_model_config *c) {
+    DT_CHECK(dt_model_refuse_experts(ctx, c, "vit"));
     if (c->n_layer < 1 || c->n_layer > 1024)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_layer must be in [1, 1024] (got %d)", c->n_layer);
     if (c->d_model < 1 || c->d_model > 65536)

@@ -1,0 +1,274 @@
+/* The mixture-of-experts MLP of the LLaMA family (moe.h): routing, experts, losses. */
+#include "model/llama/moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/family_impl.h"
+#include "ops/ops.h"
+
+void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, const dt_model_opts *o,
+                   int B, int T) {
+    /* L slots: the layers that keep their MoE state, and one shared by those that recompute it */
+    const size_t L = dt_act_slot(o, c->n_layer, DT_ACT_SEL, c->n_layer), BT = (size_t)B * T, E = c->n_experts,
+                 k = c->experts_topk;
+    const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
+    a->probs = dt_act_take(base, off, L * BT * E);
+    a->lse = dt_act_take(base, off, L * BT);
+    a->sel = (int32_t *)dt_act_take(base, off, L * BT * k);
+    a->w = dt_act_take(base, off, L * BT * k);
+    a->pos = (int32_t *)dt_act_take(base, off, L * BT * k);
+    a->rows = (int32_t *)dt_act_take(base, off, L * R);
+    a->off = (int32_t *)dt_act_take(base, off, L * (E + 1));
+    a->gu = dt_act_take(base, off, L * R * 2 * Fe);
+    a->h = dt_act_take(base, off, L * R * Fe);
+    a->y = dt_act_take(base, off, L * R * C);
+    a->xe = dt_act_take(base, off, BT * C);
+    a->dy = dt_act_take(base, off, BT * C);
+    a->dx = dt_act_take(base, off, BT * C);
+    a->dh = dt_act_take(base, off, BT * Fe);
+    a->dgu = dt_act_take(base, off, BT * 2 * Fe);
+    a->logit = dt_act_take(base, off, BT * E);
+    a->dw = dt_act_take(base, off, BT * k);
+    a->cand = dt_act_take(base, off, BT * 2);
+}
+
+void dt_moe_begin(dt_model *m, dt_moe_acts *a) {
+    memset(a->count, 0, sizeof a->count);
+    memset(a->psum, 0, sizeof a->psum);
+    a->zsum = 0.0;
+    m->moe_dropped = 0;
+}
+
+/* Router row: probabilities p (E) and logsumexp of logits x; the k largest (ties: the lower
+ * index) into sel, their renormalised weights into w. */
+static float route_row(const float *x, int E, int k, float *p, int32_t *sel, float *w) {
+    float mx = x[0];
+    for (int e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
+    double s = 0.0;
+    for (int e = 0; e < E; e++) s += exp((double)(x[e] - mx));
+    for (int e = 0; e < E; e++) p[e] = (float)(exp((double)(x[e] - mx)) / s);
+    unsigned taken = 0; /* E <= 16 */
+    double sum = 0.0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!(taken >> e & 1u) && (best < 0 || p[e] > p[best])) best = e; /* strict: lower index wins */
+        taken |= 1u << best;
+        sel[j] = best;
+        sum += p[best];
+    }
+    for (int j = 0; j < k; j++) w[j] = (float)(p[sel[j]] / sum);
+    return (float)(mx + log(s));
+}
+
+/* Capacity: the larger weight first, then the lower token index. */
+static int cand_cmp(const void *pa, const void *pb) {
+    const float *x = pa, *y = pb;
+    if (x[0] != y[0]) return x[0] > y[0] ? -1 : 1;
+    int32_t rx, ry;
+    memcpy(&rx, &x[1], sizeof rx);
+    memcpy(&ry, &y[1], sizeof ry);
+    return rx < ry ? -1 : rx > ry;
+}
+
+/* Layer l's state: its slot of each per-layer buffer (family_impl.h: class DT_ACT_SEL, kept
+ * unless the layer is fully recomputed). */
+typedef struct moe_views {
+    float *probs, *lse, *w, *gu, *h, *y;
+    int32_t *sel, *pos, *rows, *off;
+} moe_views;
+
+static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
+    const dt_model_config *c = &m->cfg;
+    const size_t s = dt_act_slot(&m->opts, c->n_layer, DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
+    const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = c->expert_d_ff;
+    moe_views v = {a->probs + s * BT * E, a->lse + s * BT,          a->w + s * R,
+                   a->gu + s * R * 2 * Fe, a->h + s * R * Fe,        a->y + s * R * c->d_model,
+                   a->sel + s * R,         a->pos + s * R,           a->rows + s * R,
+                   a->off + s * (E + 1)};
+    return v;
+}
+
+/* Layer l's routing: probs, lse, sel, w; then the expert rows, capacity applied. A recompute
+ * (activation checkpointing) forms the same again without adding to the micro-batch's totals. */
+static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int BT, int recompute) {
+    const dt_model_config *c = &m->cfg;
+    const int E = c->n_experts, k = c->experts_topk;
+    const size_t R = (size_t)BT * k;
+    float *probs = v->probs, *lse = v->lse, *w = v->w;
+    int32_t *sel = v->sel, *pos = v->pos, *rows = v->rows, *off = v->off;
+    int cnt[DT_MOE_MAX_EXPERTS] = {0};
+    for (int t = 0; t < BT; t++) {
+        lse[t] = route_row(a->logit + (size_t)t * E, E, k, probs + (size_t)t * E, sel + (size_t)t * k, w + (size_t)t * k);
+        for (int j = 0; j < k; j++) cnt[sel[(size_t)t * k + j]]++;
+        if (recompute) continue;
+        a->zsum += (double)lse[t] * lse[t];
+        for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
+    }
+    for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
+    /* candidates, expert by expert, tokens ascending */
+    off[0] = 0;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
+    int fill[DT_MOE_MAX_EXPERTS];
+    for (int e = 0; e < E; e++) fill[e] = off[e];
+    for (size_t r = 0; r < R; r++) {
+        pos[r] = 0;
+        rows[fill[sel[r]]++] = (int32_t)r;
+    }
+    if (m->moe_capacity > 0.0f) {
+        const long cap = (long)ceil((double)m->moe_capacity * BT * k / E);
+        for (int e = 0; e < E; e++) {
+            if (cnt[e] <= cap) continue;
+            for (int i = 0; i < cnt[e]; i++) {
+                int32_t r = rows[off[e] + i];
+                a->cand[2 * i] = w[r];
+                memcpy(&a->cand[2 * i + 1], &r, sizeof r);
+            }
+            qsort(a->cand, (size_t)cnt[e], 2 * sizeof(float), cand_cmp);
+            for (int i = (int)cap; i < cnt[e]; i++) {
+                int32_t r;
+                memcpy(&r, &a->cand[2 * i + 1], sizeof r);
+                pos[r] = -1;
+            }
+            if (!recompute) m->moe_dropped += cnt[e] - cap;
+        }
+        /* compact the kept rows, keeping each expert's token order */
+        int n = 0;
+        for (int e = 0; e < E; e++) {
+            int lo = off[e], hi = off[e + 1];
+            off[e] = n;
+            for (int i = lo; i < hi; i++)
+                if (pos[rows[i]] >= 0) rows[n++] = rows[i];
+        }
+        off[E] = n;
+    }
+    for (int i = 0; i < off[E]; i++) pos[rows[i]] = i;
+}
+
+void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *res2, float *out,
+                    int next) {
+    const dt_model_config *c = &m->cfg;
+    const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int recompute = out == NULL;
+    double *pf = recompute ? m->prof.bwd : m->prof.fwd;
+    const moe_views v = views_of(m, a, l);
+    DT_PROF_TO(m, pf, DT_OP_MATMUL,
+               dt_fam_mm_forward(m, a->logit, (dt_mmin){ln2, NULL}, DT_LLAMA_MOE_ROUTER, l, NULL, BT, C, E));
+    route(m, a, &v, BT, recompute);
+    const int32_t *rows = v.rows, *off = v.off, *pos = v.pos;
+    float *gu = v.gu, *h = v.h, *y = v.y;
+    for (int e = 0; e < E; e++) {
+        dt_unit_need(m, dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l),
+                     e + 1 < E ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e + 1), l) : next);
+        const int n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        for (int i = 0; i < n; i++)
+            memcpy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
+        float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe, *ye = y + (size_t)off[e] * C;
+        /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
+        DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                   dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+        DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                   dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+    }
+    if (recompute) return;
+    /* out = res2 + the weighted outputs, each token's choices in slot order */
+    const float *w = v.w;
+    for (int t = 0; t < BT; t++) {
+        float *o = out + (size_t)t * C;
+        const float *r = res2 + (size_t)t * C;
+        for (int i = 0; i < C; i++) o[i] = r[i];
+        for (int j = 0; j < k; j++) {
+            const int32_t p = pos[(size_t)t * k + j];
+            if (p < 0) continue;
+            const float wj = w[(size_t)t * k + j], *yr = y + (size_t)p * C;
+            for (int i = 0; i < C; i++) o[i] += wj * yr[i];
+        }
+    }
+}
+
+double dt_moe_finish(dt_model *m, dt_moe_acts *a) {
+    const dt_model_config *c = &m->cfg;
+    const double N = (double)c->n_layer * m->B * m->T;
+    double aux = 0.0;
+    for (int e = 0; e < c->n_experts; e++) aux += (a->count[e] / N) * (a->psum[e] / N);
+    aux *= c->n_experts;
+    m->moe_aux = (float)aux;
+    m->moe_z = (float)(a->zsum / N);
+    return (double)m->moe_aux_coef * m->moe_aux + (double)m->moe_z_coef * m->moe_z;
+}
+
+void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *dout, float *dln2,
+                     float scale, int next) {
+    const dt_model_config *c = &m->cfg;
+    const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const size_t R = (size_t)BT * k;
+    const moe_views v = views_of(m, a, l);
+    const int32_t *rows = v.rows, *off = v.off, *pos = v.pos, *sel = v.sel;
+    const float *w = v.w, *probs = v.probs, *lse = v.lse, *gu = v.gu, *h = v.h, *y = v.y;
+    /* the weights' gradients: dout . y of each kept choice */
+    for (size_t r = 0; r < R; r++) {
+        a->dw[r] = 0.0f;
+        if (pos[r] < 0) continue;
+        const float *d = dout + (r / k) * C, *yr = y + (size_t)pos[r] * C;
+        float s = 0.0f;
+        for (int i = 0; i < C; i++) s += d[i] * yr[i];
+        a->dw[r] = s;
+    }
+    memset(dln2, 0, (size_t)BT * C * sizeof(float));
+    const int router_unit = dt_fam_unit(m, DT_LLAMA_MOE_ROUTER, l);
+    for (int e = E - 1; e >= 0; e--) {
+        const int u = dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l);
+        dt_unit_need(m, u, e > 0 ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e - 1), l) : router_unit);
+        dt_unit_grads_begin(m, u);
+        const int n = off[e + 1] - off[e];
+        if (n > 0) {
+            for (int i = 0; i < n; i++) {
+                const int32_t r = rows[off[e] + i];
+                const float wr = w[r], *d = dout + (size_t)(r / k) * C;
+                float *dy = a->dy + (size_t)i * C;
+                for (int q = 0; q < C; q++) dy[q] = wr * d[q];
+                memcpy(a->xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
+            }
+            const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe;
+            DT_PROF(m, bwd, DT_OP_MATMUL,
+                    dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, a->dy, (dt_mmin){he, NULL}, n, Fe, C));
+            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dgu, gue, a->dh, n, Fe));
+            DT_PROF(m, bwd, DT_OP_MATMUL,
+                    dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, a->dgu, (dt_mmin){a->xe, NULL}, n, C,
+                                       2 * Fe));
+            for (int i = 0; i < n; i++) {
+                float *d = dln2 + (size_t)(rows[off[e] + i] / k) * C;
+                const float *dx = a->dx + (size_t)i * C;
+                for (int q = 0; q < C; q++) d[q] += dx[q];
+            }
+        }
+        dt_unit_grads_end(m, u);
+    }
+    /* router: d(logits) from the weights, the load-balancing loss and the z-loss */
+    dt_unit_need(m, router_unit, next);
+    dt_unit_grads_begin(m, router_unit);
+    const double N = (double)c->n_layer * BT;
+    const float zg = (float)(scale * (double)m->moe_z_coef * 2.0 / N);
+    float aux_g[DT_MOE_MAX_EXPERTS];
+    for (int e = 0; e < E; e++) aux_g[e] = (float)(scale * (double)m->moe_aux_coef * E * a->count[e] / (N * N));
+    for (int t = 0; t < BT; t++) {
+        const float *p = probs + (size_t)t * E, *wt = w + (size_t)t * k, *dwt = a->dw + (size_t)t * k;
+        const int32_t *st = sel + (size_t)t * k;
+        float dp[DT_MOE_MAX_EXPERTS];
+        for (int e = 0; e < E; e++) dp[e] = aux_g[e];
+        float S = 0.0f, wdot = 0.0f;
+        for (int j = 0; j < k; j++) S += p[st[j]], wdot += wt[j] * dwt[j];
+        for (int j = 0; j < k; j++) dp[st[j]] += (dwt[j] - wdot) / S;
+        float pdp = 0.0f;
+        for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
+        float *dl = a->logit + (size_t)t * E;
+        for (int e = 0; e < E; e++) dl[e] = p[e] * (dp[e] - pdp) + zg * lse[t] * p[e];
+    }
+    DT_PROF(m, bwd, DT_OP_MATMUL,
+            dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_ROUTER, l, NULL, a->logit, (dt_mmin){ln2, NULL}, BT, C, E));
+    for (size_t i = 0; i < (size_t)BT * C; i++) dln2[i] += a->dx[i];
+}

@@ -1,0 +1,86 @@
+/* moe.h - the mixture-of-experts MLP of the LLaMA family (Mixtral's sparse MoE block;
+ * internal to src/model/llama; ARCHITECTURE decision 63).
+ *
+ * With model.n_experts = E > 0 a layer's MLP is E SwiGLU experts of width expert_d_ff (Fe)
+ * behind a linear router (no bias): for each token, p = softmax(router(x)) over the experts,
+ * the experts_topk (k) largest probabilities are chosen (ties: the lower expert index), their
+ * weights renormalised over the k (w_j = p_j / sum of the k), and the MLP output is
+ * sum_j w_j expert_j(x). Dropless unless parallel.moe_capacity_factor f > 0: then each expert
+ * takes at most ceil(f x tokens x k / E) of the micro-batch's choices, those with the largest
+ * w (ties: the lower token index), and a dropped choice adds nothing (the weights of the others
+ * are not renormalised again).
+ *
+ * Layout (params.h): a layer is [input norm, attention] [post-attention norm, router]
+ * [w1_0 | w3_0, w2_0] ... [w1_{E-1} | w3_{E-1}, w2_{E-1}]: one unit per expert, w1 (gate) and
+ * w3 (up) adjacent (one 2Fe x C projection), names Hugging Face's MixtralForCausalLM names.
+ *
+ * Losses (Hugging Face Mixtral's definitions), over the N = n_layer x B x T router rows of the
+ * micro-batch (every layer's rows pooled, as transformers' load_balancing_loss_func
+ * concatenates them):
+ *   aux = E x sum_e (c_e / N) (P_e / N), c_e the top-k choices of expert e (before any drop),
+ *         P_e the sum of the router probabilities of e;
+ *   z   = (1 / N) sum over rows of logsumexp(router logits)^2.
+ * The model's loss is cross-entropy + training.moe_aux_loss_coef aux + training.moe_z_loss_coef z.
+ *
+ * Buffers are sized for the worst case: B T k expert rows per layer whatever the routing (each
+ * token's k choices are distinct experts), so the plan equals the allocation. */
+#ifndef DT_LLAMA_MOE_H
+#define DT_LLAMA_MOE_H
+
+#include "model/model.h"
+
+/* Tensor ids of a MoE llama's table: the dense table's first rows (EMBED .. LN2), then these. */
+#define DT_LLAMA_MOE_ROUTER 7
+#define DT_LLAMA_MOE_W1(e) (8 + 3 * (e))
+#define DT_LLAMA_MOE_W3(e) (9 + 3 * (e))
+#define DT_LLAMA_MOE_W2(e) (10 + 3 * (e))
+#define DT_LLAMA_MOE_NORM(E) (8 + 3 * (E))
+#define DT_LLAMA_MOE_HEAD(E) (9 + 3 * (E))
+
+typedef struct dt_moe_acts {
+    /* per layer (L slots: dt_moe_layout) */
+    float *probs;   /* (L, BT, E) router probabilities */
+    float *lse;     /* (L, BT) logsumexp of the router logits */
+    int32_t *sel;   /* (L, BT, k) chosen experts, by decreasing probability */
+    float *w;       /* (L, BT, k) their renormalised weights */
+    int32_t *pos;   /* (L, BT, k) the choice's row among the layer's expert rows (-1: dropped) */
+    int32_t *rows;  /* (L, BT k) the expert rows: token x k + slot, expert by expert, tokens ascending */
+    int32_t *off;   /* (L, E + 1) expert e's rows are [off[e], off[e + 1]) */
+    float *gu;      /* (L, BT k, 2 Fe) gate | up of each row */
+    float *h;       /* (L, BT k, Fe) silu(gate) up */
+    float *y;       /* (L, BT k, C) the expert's output */
+    /* scratch */
+    float *xe, *dy, *dx; /* (BT, C) gathered inputs, output gradients, input gradients */
+    float *dh;           /* (BT, Fe) */
+    float *dgu;          /* (BT, 2 Fe) */
+    float *logit;        /* (BT, E) router logits; their gradient in the backward */
+    float *dw;           /* (BT, k) gradients of the weights */
+    float *cand;         /* (BT, 2) capacity: an expert's candidates (weight, row) */
+    /* the micro-batch's totals over the layers (forward), for the losses and their gradients */
+    double count[DT_MOE_MAX_EXPERTS], psum[DT_MOE_MAX_EXPERTS], zsum;
+} dt_moe_acts;
+
+/* Lays the buffers out after *off (dt_act_take; base NULL: only counts). The per-layer ones
+ * are of class DT_ACT_SEL (family_impl.h): kept by every layer but those `full` activation
+ * checkpointing recomputes, which share one slot. */
+void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, const dt_model_opts *o,
+                   int B, int T);
+/* Before the first layer of a forward. */
+void dt_moe_begin(dt_model *m, dt_moe_acts *a);
+/* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2). Its post-attention norm's unit has been
+ * announced; this announces each expert's unit (`next`: the unit read after the layer). out
+ * NULL: a recompute in the backward (activation checkpointing): the layer's routing and
+ * expert rows formed again, bitwise the same, the micro-batch's totals left alone. */
+void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *res2, float *out,
+                    int next);
+/* After the last layer: sets m->moe_aux, m->moe_z, m->moe_dropped; returns the loss terms
+ * aux_coef aux + z_coef z. */
+double dt_moe_finish(dt_model *m, dt_moe_acts *a);
+/* Layer l's backward: dout (BT, C) the gradient of its output; dln2 (BT, C) = the gradient of
+ * ln2 (overwritten). Announces and ends each expert's unit (descending), then announces the
+ * router's unit (`next`: the unit read after it) and begins its gradients: the caller ends
+ * them after the post-attention norm's backward. */
+void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *dout, float *dln2,
+                     float scale, int next);
+
+#endif
