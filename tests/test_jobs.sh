@@ -52,9 +52,8 @@ bad() {  # WANT(grep -E) ARGS...
 bad "--emit yaml: unknown kind" "${big[@]}" --emit yaml --set checkpoint.dir=ck
 bad "--emit-out /nonexistent/dir/job.sh: No such file" "${big[@]}" --emit slurm --set checkpoint.dir=ck --emit-out /nonexistent/dir/job.sh
 bad "--emit needs checkpoint.dir" "${big[@]}" --emit slurm
-bad "--emit: no layout a dtrain job can run .* fits" "${big[@]}" --tp 2 --emit slurm --set checkpoint.dir=ck
-bad "--emit: no layout a dtrain job can run .* \(model-parallel layouts do" --model mistral-7b --seq 4096 --micro-batch 1 \
-  --precision bf16 --gpus 16 --hardware a100-40gb "${cat[@]}" --emit slurm --set checkpoint.dir=ck
+bad "--emit: no layout a dtrain job can run .* \(model-parallel layouts do" "${big[@]}" --pp 2 --emit slurm \
+  --set checkpoint.dir=ck
 bad "--hosts names 3 host\(s\); the plan has 2 node" "${big[@]}" --emit mpirun --hosts a,b,c --set checkpoint.dir=ck
 bad "--emit mpirun needs the nodes: --hosts" "${big[@]}" --emit mpirun --set checkpoint.dir=ck
 bad "--partition is a Slurm flag" "${big[@]}" --emit mpirun --hosts a,b --partition gpu --set checkpoint.dir=ck
@@ -93,14 +92,28 @@ for m in extra type; do
     pass "k8s checker rejects $m.yaml: $(head -1 $m.out)"
   fi
 done
-# A layout only model parallelism would make faster: the nearest runnable one, said so.
+# Tensor-parallel layouts run (checkpoints in the canonical index space): a fixed --tp 2 gives a
+# job with parallel.tp=2; mistral-7b on 16 A100-40GB fits only model-parallel layouts, and the
+# job runs the fastest tensor-parallel one.
+"$bin" plan "${big[@]}" --tp 2 --emit slurm --set checkpoint.dir=ck >tp.sh 2>tp.err
+rc=$?
+if [ $rc -eq 0 ] && grep -q "parallel.tp=2 " tp.sh && grep -q "parallel.hybrid=false " tp.sh; then
+  pass "--tp 2: the job runs tp 2 ($(grep -o 'slurm job [^ ]* for [^ ]* [^ ]* [^ ]*' tp.err))"
+else fail "--tp 2 (rc $rc): $(head -3 tp.err)"; fi
+"$bin" plan --model mistral-7b --seq 4096 --micro-batch 1 --precision bf16 --gpus 16 --hardware a100-40gb "${cat[@]}" \
+  --emit slurm --set checkpoint.dir=ck >m7.sh 2>m7.err
+rc=$?
+if [ $rc -eq 0 ] && grep -qE "parallel.tp=(2|4|8) " m7.sh; then
+  pass "mistral-7b on 16 A100-40GB: $(grep -o 'slurm job [^ ]* for [^ ]* [^ ]* [^ ]*' m7.err)"
+else fail "mistral-7b on 16 A100-40GB (rc $rc): $(head -3 m7.err)"; fi
+# A layout only pipeline parallelism would make faster: the nearest runnable one, said so.
 "$bin" plan --model gpt2-xl --seq 1024 --micro-batch 1 --precision bf16 --gpus 16 --hardware h100-sxm "${cat[@]}" \
   --emit slurm --set checkpoint.dir=ck >mp.sh 2>mp.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q "is model-parallel, which a dtrain job cannot run yet (no checkpoints of tensor-parallel runs; no pipeline, context or expert parallelism); this job runs the fastest data-parallel one" mp.err \
-   && grep -qE "^# The fastest layout, [a-z0-9-]+ dp8 tp1 pp2 .* this job runs the fastest data-parallel one, hybrid-zero3 dp16 " mp.sh \
+if [ $rc -eq 0 ] && grep -q "is one a dtrain job cannot run yet (no pipeline, context or expert parallelism; tensor parallelism without hybrid sharding); this job runs the fastest one it can" mp.err \
+   && grep -qE "^# The fastest layout, [a-z0-9-]+ dp8 tp1 pp2 .* this job runs the fastest one it can, hybrid-zero3 dp16 " mp.sh \
    && grep -q "parallel.strategy=zero3 " mp.sh && grep -q "parallel.hybrid=true " mp.sh; then
-  pass "model-parallel winner: the job runs the fastest data-parallel layout, named in the file and on stderr"
+  pass "pipeline-parallel winner: the job runs the fastest layout it can, named in the file and on stderr"
 else
   fail "model-parallel winner (rc $rc): $(head -3 mp.err)"
 fi

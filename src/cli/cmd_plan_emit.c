@@ -208,8 +208,8 @@ static dt_status absolute(dt_ctx *ctx, const char *p, char *out, size_t n) {
 
 /* Keys the job file sets itself: the user's own values of them are left out. */
 static int key_we_set(const char *k, size_t n) {
-    static const char *const keys[] = {"parallel.strategy", "parallel.hybrid", "training.batch", "checkpoint.dir",
-                                       "checkpoint.resume"};
+    static const char *const keys[] = {"parallel.strategy", "parallel.hybrid", "parallel.tp", "training.batch",
+                                       "checkpoint.dir", "checkpoint.resume"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strlen(keys[i]) == n && !strncmp(k, keys[i], n)) return 1;
     return 0;
@@ -247,6 +247,8 @@ static dt_status train_args(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_ru
     DT_CHECK(cmd_add(ctx, c, "parallel.strategy=%s", dt_strategy_name(l->zero)));
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "parallel.hybrid=%s", l->hybrid ? "true" : "false"));
+    DT_CHECK(cmd_add(ctx, c, "--set"));
+    DT_CHECK(cmd_add(ctx, c, "parallel.tp=%d", l->tp));
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "training.batch=%ld", job->global_batch));
     if (e->kind == DT_EMIT_K8S) {
@@ -474,10 +476,15 @@ static void write_k8s(FILE *f, const dt_plan_emit_opts *e, const dt_run_cfg *rc,
     yaml_pod_end(f, e);
 }
 
-/* A layout a job can run: data parallel (tp = pp = cp = ep = 1). A job resumes from
- * checkpoint.dir, which tensor-parallel runs refuse until their checkpoints are sharded;
- * pipeline, context and expert parallelism are not built. */
-static int runnable(const dt_plan_layout *l) { return l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1; }
+/* A layout a job can run: data and tensor parallelism (pp = cp = ep = 1; tensor parallelism
+ * without hybrid sharding, and only where tp divides the model's heads and MLP: model.h
+ * dt_model_tp_check). Pipeline, context and expert parallelism are not built. */
+static int runnable(const dt_plan_layout *l, const dt_plan_model *m) {
+    if (l->pp != 1 || l->cp != 1 || l->ep != 1) return 0;
+    if (l->tp <= 1) return 1;
+    const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    return !l->hybrid && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
+}
 
 dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg *rc, const dt_plan_job *job,
                        const dt_plan_result *r, int n, int argc, char **argv, const unsigned char *used) {
@@ -485,12 +492,12 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     for (int i = 0; i < n; i++) {
         if (!r[i].fits) continue;
         if (fastest < 0 || r[i].step_s < r[fastest].step_s) fastest = i;
-        if (runnable(&r[i].lay) && (best < 0 || r[i].step_s < r[best].step_s)) best = i;
+        if (runnable(&r[i].lay, &job->model) && (best < 0 || r[i].step_s < r[best].step_s)) best = i;
     }
     if (best < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout a dtrain job can run (data parallel: ddp, "
-                       "zero1-3, hybrid; tp = pp = cp = ep = 1) fits %d x %s%s", job->gpus, job->hw->key,
-                       fastest >= 0 ? " (model-parallel layouts do: a job cannot run them yet)" : "");
+                       "zero1-3, hybrid; tensor parallel dividing the heads; pp = cp = ep = 1) fits %d x %s%s", job->gpus,
+                       job->hw->key, fastest >= 0 ? " (model-parallel layouts do: a job cannot run them yet)" : "");
     if (!rc->ckpt_dir[0])
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit needs checkpoint.dir (in the config or --set "
                        "checkpoint.dir=DIR): a restarted or requeued job resumes from it");
@@ -503,14 +510,14 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
             return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --hosts names %d host(s); the plan has %d node(s) of %d rank(s)",
                            count, job->gpus / job->dpn, job->dpn);
     }
-    char note[320], fname[64], bname[64];
+    char note[512], fname[64], bname[64];
     const char *note_p = NULL;
     if (best != fastest) {
         dt_plan_layout_name(&r[fastest].lay, fname, sizeof fname);
         dt_plan_layout_name(&r[best].lay, bname, sizeof bname);
-        snprintf(note, sizeof note, "The fastest layout, %s (step %.4g s), is model-parallel, which a dtrain job cannot "
-                 "run yet (no checkpoints of tensor-parallel runs; no pipeline, context or expert parallelism); this job "
-                 "runs the fastest data-parallel one, %s (step %.4g s).", fname, r[fastest].step_s, bname, r[best].step_s);
+        snprintf(note, sizeof note, "The fastest layout, %s (step %.4g s), is one a dtrain job cannot run yet (no "
+                 "pipeline, context or expert parallelism; tensor parallelism without hybrid sharding); this job runs "
+                 "the fastest one it can, %s (step %.4g s).", fname, r[fastest].step_s, bname, r[best].step_s);
         note_p = note;
     }
     dt_plan_emit_opts eo = *e;
