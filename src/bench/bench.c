@@ -108,6 +108,8 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->opt_s += ss.opt_seconds;
         r->data_s += ss.data_seconds;
         r->exposed_s += ss.comm_seconds;
+        r->tp_s += ss.tp_seconds / steps;
+        r->tp_bytes_step += ss.tp_bytes / steps;
     }
     if (trace) dt_trace_disable();
     r->loss_hash = dt_bench_loss_hash(r->loss, steps);
@@ -183,12 +185,14 @@ static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *co
     return dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->mem, (size_t)W * DT_BENCH_MEM_N, DT_I64, DT_SUM);
 }
 
-static void reduce(dt_bench_suite *s, const dt_train_cfg *cfg) {
+static void reduce(dt_bench_suite *s) {
     const dt_bench_opts *o = &s->opts;
     int n = o->repeats * o->steps;
     double *x[5];
     for (int k = 0; k < 5; k++) x[k] = malloc((size_t)n * sizeof(double));
-    double tokens_rank = (double)cfg->micro_batch * cfg->seq_len * cfg->accum;
+    /* the tokens one rank's share of the work covers: a TP group's ranks split one data-parallel
+     * rank's tokens (the whole model's FLOPs on them) */
+    double tokens_rank = (double)s->tokens_step / s->world;
     double means[1024];
     double fwd = 0, bwd = 0, opt = 0, data = 0, exp = 0, loss = 0;
     for (int i = 0; i < o->repeats; i++) {
@@ -206,6 +210,8 @@ static void reduce(dt_bench_suite *s, const dt_train_cfg *cfg) {
         s->comm_total_s += r->comm_total_s / o->repeats;
         s->comm_exposed_s += r->comm_exposed_s / o->repeats;
         s->comm_bytes_step += r->comm_bytes_step / o->repeats;
+        s->tp_s += r->tp_s / o->repeats;
+        s->tp_bytes_step += r->tp_bytes_step / o->repeats;
         s->comm_predicted_s = r->comm_predicted_s < 0 ? -1.0 : s->comm_predicted_s + r->comm_predicted_s / o->repeats;
         if (r->loss_hash != s->runs[0].loss_hash) s->hash_mismatch++;
     }
@@ -245,12 +251,14 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
     for (int i = 0; i < o->repeats; i++) {
         DT_CHECK(dt_bench_train(ctx, cfg, comm, o->warmup, o->steps, o->trace && i == 0, &s->runs[i]));
     }
-    s->samples_step = (long)cfg->micro_batch * cfg->accum * s->world;
+    s->tp = cfg->model_opts.tp > 1 ? cfg->model_opts.tp : 1;
+    s->dp = s->world / (cfg->parallel.tp > 1 ? cfg->parallel.tp : 1); /* the blocks mode: every rank data-parallel */
+    s->samples_step = (long)cfg->micro_batch * cfg->accum * s->dp;
     s->tokens_step = s->samples_step * cfg->seq_len;
     s->flops_per_token = s->runs[0].flops_per_token;
     s->n_params = s->runs[0].n_params;
     s->n_trainable = s->runs[0].n_trainable;
-    reduce(s, cfg);
+    reduce(s);
     return gather_memory(ctx, cfg, comm, s);
 }
 

@@ -177,6 +177,8 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
 
     cJSON *p = cJSON_AddObjectToObject(o, "parallel");
     cJSON_AddNumberToObject(p, "world", s->world);
+    cJSON_AddNumberToObject(p, "tp", s->tp);
+    cJSON_AddNumberToObject(p, "dp", s->dp);
     cJSON_AddStringToObject(p, "strategy", dt_strategy_name(c->parallel.strategy));
     cJSON_AddBoolToObject(p, "hybrid", c->parallel.hybrid);
     cJSON_AddNumberToObject(p, "bucket_bytes", (double)c->parallel.bucket_bytes);
@@ -232,6 +234,8 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(su, "comm_overhead", s->step_s.mean > 0 ? s->comm_exposed_s / s->step_s.mean : 0);
     cJSON_AddNumberToObject(su, "comm_exposed_min_s", s->comm_exposed_min_s);
     cJSON_AddNumberToObject(su, "comm_bytes_step", s->comm_bytes_step);
+    cJSON_AddNumberToObject(su, "tp_comm_s", s->tp_s);
+    cJSON_AddNumberToObject(su, "tp_bytes_step", s->tp_bytes_step);
     if (s->comm_predicted_s >= 0) cJSON_AddNumberToObject(su, "comm_predicted_s", s->comm_predicted_s);
     cJSON *bd = cJSON_AddObjectToObject(su, "breakdown_s");
     cJSON_AddNumberToObject(bd, "forward", s->bd_forward);

@@ -29,6 +29,9 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
             c->preset[0] ? c->preset : "custom", desc, (double)s->n_params / 1e6, trainable, c->micro_batch,
             c->seq_len, c->accum, s->world, threads, s->nodes, dt_strategy_name(c->parallel.strategy),
             c->parallel.overlap ? "" : " (no overlap)");
+    if (s->tp > 1)
+        fprintf(f, "# layout: tp %d x dp %d (%s)\n", s->tp, s->dp,
+                c->parallel.tp > 1 ? "each TP group splits its data-parallel rank's batch" : "parallel.tp_blocks: every shard in each process");
     if (m->n_classes > 0)
         fprintf(f, "# a sample is one image of %d pixel values: tokens count pixels, samples count images\n",
                 m->context);
@@ -126,6 +129,10 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
                "%.3f MB sent by rank 0\n",
             s->comm_total_s * 1e3, s->comm_exposed_s * 1e3, 100 * s->comm_exposed_s / total,
             s->comm_bytes_step / 1e6);
+    if (s->tp > 1)
+        fprintf(f, "# tensor parallelism: tp %d x dp %d; TP collectives %.2f ms per step (exposed: the compute thread "
+                   "waits for them; %.1f%% of the step), %.3f MB sent by rank 0\n",
+                s->tp, s->dp, s->tp_s * 1e3, 100 * s->tp_s / total, s->tp_bytes_step / 1e6);
     if (s->exposed_ms && s->world > 1) {
         fprintf(f, "# exposed communication per rank (ms per timed step):");
         for (int r = 0; r < s->world; r++) fprintf(f, " %d: %.2f", r, s->exposed_ms[r]);

@@ -572,7 +572,8 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
     }
 
     dt_comm *comm;
-    st = dt_cli_comm_init(ctx, &comm, st);
+    /* tensor-parallel ranks run their TP collectives beside the gradient buckets' thread */
+    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && cfg.tp > 1 && !cfg.tp_blocks);
     if (st != DT_OK) {
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);

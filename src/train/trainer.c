@@ -205,16 +205,25 @@ size_t dt_trainer_tp_scratch(const dt_train_cfg *cfg) {
 
 /* The TP group's sums for the model (model.h dt_model_tp_ops): comm.h's ordered all-reduce (rank
  * order) and a max; a failure is kept for the trainer to report. */
+static void tp_count(dt_tp_link *t, double t0, size_t n) {
+    int k = dt_comm_size(t->comm, t->group);
+    t->seconds += dt_now() - t0;
+    t->bytes += 2.0 * (double)(k - 1) / (double)k * (double)n * sizeof(float);
+}
 static int tp_sum(void *ud, float *x, size_t n) {
     dt_tp_link *t = ud;
     if (t->failed) return 1;
+    double t0 = dt_now();
     if (dt_comm_allreduce_ordered(&t->ctx, t->comm, t->group, x, n, t->scratch) != DT_OK) t->failed = 1;
+    tp_count(t, t0, n);
     return t->failed;
 }
 static int tp_max(void *ud, float *x, size_t n) {
     dt_tp_link *t = ud;
     if (t->failed) return 1;
+    double t0 = dt_now();
     if (dt_comm_allreduce(&t->ctx, t->comm, t->group, x, n, DT_F32, DT_MAX) != DT_OK) t->failed = 1;
+    tp_count(t, t0, n);
     return t->failed;
 }
 
@@ -378,10 +387,16 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     return DT_OK;
 }
 
+/* Exposed communication so far: the data-parallel waits and the TP group's collectives. */
+static double exposed_now(const dt_trainer *tr) {
+    double ex, tot;
+    dt_parallel_comm_time(tr->par, &ex, &tot);
+    return ex + tr->tp.seconds;
+}
+
 /* Adds the time since *tp, less the exposed communication waits since *ex, to *acc. */
 static void add_phase(const dt_trainer *tr, double *tp, double *ex, double *acc) {
-    double now = dt_now(), ex1, tot;
-    dt_parallel_comm_time(tr->par, &ex1, &tot);
+    double now = dt_now(), ex1 = exposed_now(tr);
     *acc += (now - *tp) - (ex1 - *ex);
     *tp = now;
     *ex = ex1;
@@ -413,8 +428,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     }
     /* Phase times for the benchmark's breakdown: wall time minus the exposed communication
      * waits (dt_parallel_comm_time) that fell inside the phase. */
-    double ex0, ex, tot, tp = t0, td;
-    dt_parallel_comm_time(tr->par, &ex0, &tot);
+    double ex0, ex, tp = t0, td, tps0 = tr->tp.seconds, tpb0 = tr->tp.bytes;
+    ex0 = exposed_now(tr);
     ex = ex0;
     out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
     for (int k = 0; k < tr->cfg.accum; k++) {
@@ -495,6 +510,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     }
     add_phase(tr, &tp, &ex, &out->opt_seconds);
     out->comm_seconds = ex - ex0;
+    out->tp_seconds = tr->tp.seconds - tps0;
+    out->tp_bytes = tr->tp.bytes - tpb0;
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     dt_trace_end(trs, "step", "step %ld", tr->step);

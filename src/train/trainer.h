@@ -58,6 +58,9 @@ typedef struct dt_tp_link {
     float *scratch; /* dt_trainer_tp_scratch floats: the ordered all-reduce's */
     dt_ctx ctx;     /* a failure's message */
     int failed;
+    double seconds; /* spent in the group's collectives since init (all exposed: the compute
+                       thread waits for their results) */
+    double bytes;   /* sent into them (ring accounting, as comm.h dt_comm_bytes) */
 } dt_tp_link;
 
 typedef struct dt_trainer {
@@ -101,6 +104,9 @@ typedef struct dt_step_stats {
      * for communication (exposed, wherever it happened), fetching batches, and forward,
      * backward and sync + optimizer each without the communication waits inside them. */
     double comm_seconds, data_seconds, fwd_seconds, bwd_seconds, opt_seconds;
+    /* Of comm_seconds: tensor parallelism's collectives (parallel.tp > 1 ranks), and the bytes
+     * this rank sent into them. */
+    double tp_seconds, tp_bytes;
     /* mixture of experts (moe = 1; model/llama/moe.h): the cross-entropy, the load-balancing
        loss and the z-loss (before their coefficients; loss includes them), means over the
        micro-steps and ranks, and the routed choices the capacity dropped (all ranks) */
