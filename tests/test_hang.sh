@@ -8,6 +8,9 @@
 #  - a host that hangs twice is reported so;
 #  - fault.collective_timeout auto: the chosen value is logged and in the metrics, and a
 #    stopped rank is named within 30 s;
+#  - under tensor parallelism (tp 2 x dp 2 on 2 simulated nodes) a stopped rank inside a TP
+#    group is named alike (and a rank killed with SIGKILL), and the run resumes from its
+#    tensor-parallel checkpoint bitwise;
 #  - the log of a launched run holds no terminal control sequences.
 set -uo pipefail
 bin=$1
@@ -32,12 +35,14 @@ for n in 2 4; do
 done
 
 # stop_rank NAME N VICTIM TIMEOUT [launch args]: a supervised run; when the victim's record
-# shows step progress, SIGSTOP it; check the report and the result.
+# shows step progress, SIGSTOP it; check the report and the result. extra: more train flags
+# (then ref names the reference directory).
+extra=()
 stop_rank() {
-  local name=$1 n=$2 victim=$3 to=$4
+  local name=$1 n=$2 victim=$3 to=$4 refdir=${ref:-ref$2}
   shift 4
   mkdir -p $name
-  "$bin" launch -n $n "$@" --max-restarts 2 --backoff 0.1 --run-dir $name/run -- train "${common[@]}" \
+  "$bin" launch -n $n "$@" --max-restarts 2 --backoff 0.1 --run-dir $name/run -- train "${common[@]}" "${extra[@]}" \
     --set checkpoint.dir=$name/ck --set logging.metrics=$name/m.jsonl --set fault.collective_timeout=$to \
     --save-weights $name/w.st >$name.log 2>&1 &
   local lpid=$! pid="" t_stop=0
@@ -64,12 +69,46 @@ print(struct.unpack_from('<i', d, 16)[0] if d[:8]==b'DTRANK01' else '')" 2>/dev/
   else
     fail "$name (rc $rc, $ms ms): ${line:-no failure line} $(grep -E 'error|giving up' $name.log | head -2)"
   fi
-  out=$(cmp_runs $name/m.jsonl $name/w.st ref$n/m.jsonl ref$n/w.st 0) && pass "$name: bitwise after the restart ($out)" \
+  out=$(cmp_runs $name/m.jsonl $name/w.st $refdir/m.jsonl $refdir/w.st 0) && pass "$name: bitwise after the restart ($out)" \
     || fail "$name: result differs: $out"
 }
 stop_rank stop2_r1 2 1 3
 stop_rank stop2_r0 2 0 3
 for v in 0 1 2 3; do stop_rank stop4_r$v 4 $v 3 --simulate-nodes 2; done
+
+# Tensor parallelism (tp 2 x dp 2 on 2 simulated nodes): a stopped rank inside a TP group is
+# named (its TP peer waits in a TP collective, the other group in the gradient all-reduce), and
+# the restarted run resumes from its tensor-parallel checkpoint to the uninterrupted run's bits.
+extra=(--set parallel.tp=2)
+mkdir -p reftp
+"$bin" launch -n 4 --simulate-nodes 2 -- train "${common[@]}" "${extra[@]}" --set checkpoint.dir=reftp/ck \
+  --set logging.metrics=reftp/m.jsonl --save-weights reftp/w.st >reftp.log 2>&1 || fail "reference tp 2 x dp 2: $(tail -3 reftp.log)"
+ref=reftp stop_rank stoptp_r1 4 1 3 --simulate-nodes 2
+ref=reftp stop_rank stoptp_r2 4 2 3 --simulate-nodes 2
+# kill -9 of a rank inside a TP group: the supervisor names it, restarts, and the run resumes bitwise.
+mkdir -p killtp
+"$bin" launch -n 4 --simulate-nodes 2 --max-restarts 2 --backoff 0.1 --run-dir killtp/run -- train "${common[@]}" \
+  "${extra[@]}" --set checkpoint.dir=killtp/ck --set logging.metrics=killtp/m.jsonl --save-weights killtp/w.st \
+  >killtp.log 2>&1 &
+lpid=$! kpid=""
+for _ in $(seq 1 300); do
+  kpid=$(/usr/bin/python3 -c "
+import struct,sys
+try: d=open('killtp/run/rank3.rec','rb').read()
+except OSError: sys.exit(1)
+print(struct.unpack_from('<i', d, 16)[0] if d[:8]==b'DTRANK01' else '')" 2>/dev/null)
+  [ -n "$kpid" ] && grep -q "step 60/" killtp.log && break
+  sleep 0.1
+done
+[ -n "$kpid" ] && kill -KILL "$kpid"
+wait $lpid
+rc=$?
+if [ -n "$kpid" ] && [ $rc -eq 0 ] && grep -q "rank 3 killed by signal 9" killtp.log && grep -q "job finished after 1 restart" killtp.log; then
+  pass "tp 2 x dp 2: rank 3 killed inside its TP group: named, restarted ($(grep -m1 'rank 3 killed' killtp.log | sed 's/.*\] //' | cut -c1-80))"
+else fail "tp kill (rc $rc, pid ${kpid:-none}): $(grep -E 'error|failed|giving up' killtp.log | head -3)"; fi
+out=$(cmp_runs killtp/m.jsonl killtp/w.st reftp/m.jsonl reftp/w.st 0) && pass "tp 2 x dp 2 after a killed rank: bitwise ($out)" ||
+  fail "tp kill: result differs: $out"
+extra=()
 
 # A rank slowed but alive: 5 cycles of 1 s stopped, 0.5 s running, under a 3 s timeout.
 mkdir -p slow
