@@ -25,6 +25,8 @@ enum { B = 2, K = 2 };
 static const char *g_preset = "gpt2-tiny"; /* the family under test */
 static int T = 32;                          /* its sequence: vit-tiny's is one image, 64 pixels */
 static int g_tied = -1;                     /* llama: force a tied (1) or untied (0) head */
+static int g_fused = 0;                     /* the fused loss (model.h) */
+static int g_rows = 0;                      /* rows per block of the head and loss (0: 256) */
 
 typedef struct group {
     pthread_barrier_t bar;
@@ -69,7 +71,7 @@ static void make(dt_model *m, dt_alloc *al, int tp, int local, int first, dt_dty
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c = tiny();
-    dt_model_opts o = {rc, 1, compute, 0, 0, {0}, tp, local, first};
+    dt_model_opts o = {rc, 1, compute, g_fused, g_rows, {0}, tp, local, first};
     dt_alloc_init(al);
     dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
     if (st != DT_OK) fail_msg("init: %s", ctx.err);
@@ -188,8 +190,8 @@ static void check_equivalence(dt_dtype compute, dt_recompute rc) {
     job jobs[K];
     group g;
     run_ranks(jobs, &g, compute, rc, 0);
-    printf("  %s%s %s, recompute %s: loss plain %.9g, blocks %.9g, ranks %.9g %.9g\n", g_preset,
-           g_tied == 1 ? " (tied)" : "", dt_dtype_name(compute),
+    printf("  %s%s%s %s, recompute %s: loss plain %.9g, blocks %.9g, ranks %.9g %.9g\n", g_preset,
+           g_tied == 1 ? " (tied)" : "", g_fused ? " fused loss" : "", dt_dtype_name(compute),
            dt_recompute_name(rc), (double)lp, (double)lb, (double)jobs[0].loss, (double)jobs[1].loss);
     (void)0;
     for (int r = 0; r < K; r++) {
@@ -278,17 +280,40 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     assert_int_equal(al.n_allocs, 0); /* before any allocation */
 }
 
+/* The fused loss under tensor parallelism (row blocks of 24 of the 64 rows): ranks == blocks
+ * mode bitwise as above, and the same bits as the stored logits in the same row blocks. */
+static void test_fused(void **s) {
+    (void)s;
+    g_fused = 1, g_rows = 24;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_NONE);
+    dt_model fu, st;
+    dt_alloc a1, a2;
+    make(&fu, &a1, K, K, 0, DT_F32, DT_RECOMPUTE_NONE);
+    g_fused = 0;
+    make(&st, &a2, K, K, 0, DT_F32, DT_RECOMPUTE_NONE);
+    float lf = step(&fu), ls = step(&st);
+    size_t bad = 0;
+    for (size_t i = 0; i < fu.ps.n_params; i++) bad += memcmp(&fu.ps.grads[i], &st.ps.grads[i], sizeof(float)) != 0;
+    printf("  fused vs stored logits (blocks mode): loss %.9g vs %.9g, %zu gradient elements differ\n", (double)lf,
+           (double)ls, bad);
+    assert_true(memcmp(&lf, &ls, sizeof lf) == 0);
+    assert_int_equal(bad, 0);
+    dt_model_free(&fu);
+    dt_model_free(&st);
+    g_rows = 0;
+}
+
 static void test_refusals(void **s) {
     (void)s;
     expect_refused("gpt2-tiny", 3, 0, "parallel.tp=3 does not divide model.n_head=4");
-    expect_refused("gpt2-tiny", 2, 1, "memory.fused_loss");
     expect_refused("llama-tiny", 4, 0, "parallel.tp=4 does not divide model.n_kv_head=2");
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32),           cmocka_unit_test(test_bf16),    cmocka_unit_test(test_recompute),
-        cmocka_unit_test(test_vit),            cmocka_unit_test(test_llama),
+        cmocka_unit_test(test_vit),            cmocka_unit_test(test_llama),   cmocka_unit_test(test_fused),
         cmocka_unit_test(test_wrong_split_fails), cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

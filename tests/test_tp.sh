@@ -10,7 +10,7 @@
 #    same model, its sums in another order), and tp 2's weights after 20 steps within 1e-4 per
 #    tensor of tp 1's (AdamW eps 1e-5);
 #  - parameters + gradients + optimizer per rank at tp = 2 at most 0.55 of tp = 1, and the
-#    allocator's high-water equal to the memory plan on every run;
+#    allocator's high-water equal to the memory plan on every run, and to `dtrain plan --tp 2`'s;
 #  - checkpoints in the canonical index space: resumed bitwise in another layout, and a round
 #    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
@@ -147,6 +147,20 @@ run rt2c 4 --set parallel.tp=2 --set parallel.strategy=zero3 --resume "$dir/rt2/
 check "after the round trip, tp 2 x dp 2 with ZeRO-3 continues as the uninterrupted tp 2 run" ckU rt2c bitwise 15
 grep -q "resharded: .*rt4/step-00000005" "$dir/rt4.log" && pass "a resharding resume says so" ||
   fail "no 'resharded' line in rt4.log"
+
+# The plan's memory for a tensor-parallel layout is dtrain's own sizing, equal to the allocator's
+# high-water of the run (tp2 above: the same job).
+pj=$(cd "$src" && "$bin" plan "${gpt[@]}" --batch 2 --set training.batch=2 --gpus 2 --nodes 1 --hardware cpu-core \
+  --strategy ddp --tp 2 --pp 1 --json 2>"$dir/plan.err")
+hw=$(sed -n 's/.*memory high-water: allocator=\([0-9]*\) .*/\1/p' "$dir/tp2.log" | head -1)
+if out=$(echo "$pj" | /usr/bin/python3 -c "
+import json, sys
+l = json.load(sys.stdin)['layouts'][0]
+assert l['layout'].startswith('ddp dp1 tp2 ') and l['memory_source'] == 'dtrain', l['layout']
+t = l['memory_bytes']['total']
+assert t == $hw, f'plan {t} vs allocator $hw'
+print(f'plan {t} bytes == allocator high-water')" 2>&1); then pass "plan --tp 2: $out"
+else fail "plan --tp 2 memory: $out $(head -2 "$dir/plan.err")"; fi
 
 # model state per rank (params + grads + optimizer) from the allocator
 state() { sed -n 's/.*params=\([0-9]*\) grads=\([0-9]*\) optimizer=\([0-9]*\).*/\1 \2 \3/p' "$dir/$1.log" | head -1 | awk '{print $1+$2+$3}'; }

@@ -165,9 +165,6 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     if (o->lora.rank != 0 || o->lora.nf4)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
                        "built yet (issue 31)", k, o->lora.rank);
-    if (o->fused_loss)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with memory.fused_loss=true: the fused loss under tensor "
-                       "parallelism is not built yet (issue 31; the logits are already split %d ways)", k, k);
     if (o->tp_local != 0 && o->tp_local != 1 && o->tp_local != k)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks: a process holds 1 or all %d shards (got %d)", k,
                        o->tp_local);

@@ -340,6 +340,8 @@ struct dt_model {
     int tp_failed;          /* a tp_ops call failed (the trainer checks it after each pass) */
     float *tp_scratch;      /* (B T, d_model) a shard's partial sum when several are held (the
                                family binds it; NULL otherwise) */
+    float *tp_stat;         /* (2 B T) the vocabulary-parallel cross-entropy's row statistics
+                               (tensor parallelism; the language families bind it) */
     /* LoRA dropout (lora.h dt_lora_drop_key): set by the trainer before each training forward;
      * lora_drop_on is set by every forward (dt_model_forward_train with lora.dropout > 0) and
      * holds for its backward (recomputation included). */

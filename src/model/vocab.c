@@ -168,6 +168,10 @@ void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, 
     head_call h = {m, x, (int)ps->tensors[id].cols, (int)ps->tensors[id].rows};
     int K = dt_params_chunks(ps, id), N = m->B * m->T, R = dt_model_head_rows(&m->opts, N);
     double *prof = dx && !m->train_fwd ? m->prof.bwd : m->prof.fwd;
+    /* tensor parallelism (the stored path's arithmetic, block by block): the row statistics
+     * over the group, dx per held shard (chunks from the shard's last) added in shard order,
+     * and over the group once every block is done */
+    const int tp = dt_tp_size(&m->opts) > 1, nb = dt_tp_local(&m->opts), kc = K / nb;
     for (int b0 = 0; b0 < N; b0 += R) {
         int n = N - b0 < R ? N - b0 : R;
         for (int c = 0; c < K; c++) {
@@ -177,18 +181,30 @@ void dt_vocab_head_loss(dt_model *m, int id, dt_mmin x, const int32_t *targets, 
             dt_unit_need(m, u, -1); /* in place: nothing to gather */
             head_gemm_fwd(&h, buf, b0, n, u, r0, rows);
         }
-        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses + b0, lse + b0, buf, targets + b0, n, vocab, h.V));
+        if (tp)
+            DT_PROF(m, fwd, DT_OP_CROSSENTROPY, tp_ce_forward(m, id, losses + b0, lse + b0, buf, targets + b0, n, vocab, h.V,
+                                                              m->tp_stat));
+        else
+            DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses + b0, lse + b0, buf, targets + b0, n, vocab, h.V));
         if (!dx) continue;
-        DT_PROF_TO(m, prof, DT_OP_CROSSENTROPY, dt_crossentropy_backward(buf, buf, lse + b0, targets + b0, dloss, n, vocab, h.V));
+        if (tp)
+            DT_PROF_TO(m, prof, DT_OP_CROSSENTROPY, tp_ce_backward(m, id, buf, lse + b0, targets + b0, dloss, n, vocab, h.V));
+        else
+            DT_PROF_TO(m, prof, DT_OP_CROSSENTROPY, dt_crossentropy_backward(buf, buf, lse + b0, targets + b0, dloss, n, vocab, h.V));
         dt_vocab_pack_dlogits(m, buf, n, h.V);
-        for (int c = K - 1; c >= 0; c--) {
-            int u;
-            size_t r0, rows;
-            dt_params_chunk(ps, id, c, &u, &r0, &rows);
-            head_gemm_bwd(&h, prof, dx + (size_t)b0 * h.C, c < K - 1, with_dw ? ps->unit_grads[u] : NULL, buf, b0, n, u,
-                          r0, rows);
+        for (int j = 0; j < nb; j++) {
+            float *dst = (j > 0 ? m->tp_scratch : dx) + (size_t)b0 * h.C;
+            for (int c = (j + 1) * kc - 1; c >= j * kc; c--) {
+                int u;
+                size_t r0, rows;
+                dt_params_chunk(ps, id, c, &u, &r0, &rows);
+                head_gemm_bwd(&h, prof, dst, c < (j + 1) * kc - 1, with_dw ? ps->unit_grads[u] : NULL, buf, b0, n, u, r0,
+                              rows);
+            }
+            if (j > 0) dt_tp_add(dx + (size_t)b0 * h.C, dst, (size_t)n * h.C);
         }
     }
+    if (dx && tp) dt_tp_sum(m, dx, (size_t)N * h.C);
 }
 
 void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets, float *logits, float *losses,
@@ -204,8 +220,8 @@ void dt_vocab_lm_forward(dt_model *m, int id, dt_mmin x, const int32_t *targets,
     }
     dt_vocab_head_forward(m, id, logits, x, N, -1);
     if (!targets) return;
-    if (dt_tp_size(&m->opts) > 1) /* dx: N C floats of scratch until the backward */
-        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, tp_ce_forward(m, id, losses, lse, logits, targets, N, V, Vp, dx));
+    if (dt_tp_size(&m->opts) > 1)
+        DT_PROF(m, fwd, DT_OP_CROSSENTROPY, tp_ce_forward(m, id, losses, lse, logits, targets, N, V, Vp, m->tp_stat));
     else
         DT_PROF(m, fwd, DT_OP_CROSSENTROPY, dt_crossentropy_forward(losses, lse, logits, targets, N, V, Vp));
 }

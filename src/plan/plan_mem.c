@@ -111,11 +111,15 @@ static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
     c.parallel.strategy = l->zero;
     c.parallel.hybrid = l->hybrid;
     c.accum = r->micro_steps;
-    int node = l->dp < job->dpn ? l->dp : job->dpn;
+    /* tensor parallelism: each rank of a TP group holds one shard (the trainer's own plan) */
+    c.parallel.tp = l->tp;
+    c.model_opts.tp = l->tp > 1 ? l->tp : 0, c.model_opts.tp_local = 1, c.model_opts.tp_first = 0;
+    int world = l->dp * l->tp, node = world < job->dpn ? world : job->dpn;
+    if (node < 1 || world % node) node = world;
     double best = -1;
-    for (int rank = 0; rank < l->dp; rank += l->dp > 1 ? l->dp - 1 : 1) {
+    for (int d = 0; d < l->dp; d += l->dp > 1 ? l->dp - 1 : 1) {
         size_t b[DT_MEM_NKINDS];
-        DT_CHECK(dt_trainer_mem_plan(ctx, &c, l->dp, node, rank, b));
+        DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, d * l->tp, b));
         double tot = 0;
         for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
         if (tot > best) {
@@ -164,7 +168,17 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
 }
 
 dt_status dt_plan_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
-    int dtrain = job->model.is_dtrain && l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1;
+    /* dtrain's own sizing for the layouts it runs: data and tensor parallelism (tp dividing the
+     * heads, key/value heads and MLP, no hybrid sharding with it) */
+    int dtrain = job->model.is_dtrain && l->pp == 1 && l->cp == 1 && l->ep == 1;
+    if (dtrain && l->tp > 1) {
+        dt_ctx quiet;
+        dt_ctx_init(&quiet);
+        dt_model_config mc = job->model.mc;
+        dt_model_opts mo = job->train.model_opts;
+        mo.tp = l->tp, mo.tp_local = 1, mo.tp_first = 0, mo.fused_loss = 0;
+        dtrain = !l->hybrid && dt_model_config_validate(&quiet, &mc) == DT_OK && dt_model_tp_check(&quiet, &mc, &mo) == DT_OK;
+    }
     if (dtrain) DT_CHECK(dtrain_memory(ctx, job, l, r));
     else analytic_memory(job, l, r);
     r->mem_total = 0;

@@ -531,7 +531,6 @@ static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
                        c->tp);
     dt_model_config mc = t->model;
     dt_model_opts mo = t->model_opts;
-    mo.fused_loss = 0; /* off under tensor parallelism (the trainer's model options) */
     DT_CHECK(dt_model_config_validate(ctx, &mc));
     return dt_model_tp_check(ctx, &mc, &mo);
 }

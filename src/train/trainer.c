@@ -91,8 +91,7 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
  * the whole micro-step (DDP, ZeRO-1); ZeRO-2/3 store the logits (the same bits). */
 static dt_model_opts model_opts(const dt_train_cfg *cfg) {
     dt_model_opts o = cfg->model_opts;
-    /* tensor parallelism stores its split logits (the fused loss is not built for it yet) */
-    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1 && o.tp <= 1;
+    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1;
     return o;
 }
 

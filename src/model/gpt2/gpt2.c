@@ -157,6 +157,7 @@ typedef struct dt_gpt2_acts {
     uint16_t *dlp;                        /* (B,T,4C) mixed precision: narrowed gradients */
     float *tpx;                           /* (B,T,C) tensor parallelism's blocks test mode: a
                                              shard's partial sum (family_impl.h) */
+    float *tpstat;                        /* (2 B T) tensor parallelism: the loss's row statistics */
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
 } dt_gpt2_acts;
 
@@ -230,6 +231,7 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(dbig, BT * BIG);
     TAKE16(dlp, H * BT * LP);
     TAKE(tpx, (d.nb > 1) * BT * C); /* the blocks test mode's partial sums */
+    TAKE(tpstat, (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -248,6 +250,7 @@ static void gpt2_bind(dt_model *m) {
     layout_acts(a, m->acts, &m->cfg, &m->opts, m->B, m->T);
     m->lp_scratch = a->dlp;
     m->tp_scratch = a->tpx;
+    m->tp_stat = a->tpstat;
 }
 
 static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts *)m->impl)->logits; }

@@ -252,6 +252,7 @@ typedef struct dt_llama_acts {
     float *dmid;                     /* (B,T,F) scratch gradient */
     float *tpx;                      /* (B,T,C) tensor parallelism's blocks test mode: a shard's
                                         partial sum (family_impl.h) */
+    float *tpstat;                   /* (2 B T) tensor parallelism: the loss's row statistics */
     uint16_t *dlp;                   /* (B,T,max(QW,2F)) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
     float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
@@ -323,6 +324,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(dmid, BT * F);
     TAKE16(dlp, H * BT * call);
     TAKE(tpx, (d.nb > 1) * BT * C);
+    TAKE(tpstat, (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -343,6 +345,7 @@ static void llama_bind(dt_model *m) {
     dt_rope_kernel_freqs(&m->cfg, m->cfg.d_model / m->cfg.n_head, a->rope_inv, &a->rope_scale);
     m->lp_scratch = a->dlp;
     m->tp_scratch = a->tpx;
+    m->tp_stat = a->tpstat;
 }
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
