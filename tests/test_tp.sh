@@ -13,6 +13,8 @@
 #    allocator's high-water equal to the memory plan on every run, and to `dtrain plan --tp 2`'s;
 #  - checkpoints in the canonical index space: resumed bitwise in another layout, and a round
 #    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
+#  - parallel.layout: auto picks dtrain plan's fastest runnable layout, logs the top 3, keeps an
+#    explicit parallel.tp;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
 set -uo pipefail
 bin=$1
@@ -184,6 +186,35 @@ refuse "tp with hybrid sharding" 2 "parallel.tp=2 with parallel.hybrid" --set pa
 model=(--set model.preset=llama-tiny --seq 32)
 refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \
   --set parallel.tp=4 --set parallel.tp_blocks=true
+
+# parallel.layout: auto (issue 35 item 1): on 4 ranks (2 simulated nodes) rank 0 plans the job on cpu-core and every
+# rank runs the fastest fitting layout dtrain can run - the one dtrain plan ranks first among
+# those - logging the plan's top 3; an explicit parallel.tp stays and the rest is chosen.
+auto=(--set model.preset=gpt2-tiny --seq 64 --batch 4 --steps 5 --set parallel.layout=auto
+      --set parallel.layout_catalog="$src/configs/hardware.yaml")
+model=() train=(--set logging.progress=lines --set logging.every=1)
+run auto4 4 "${auto[@]}"
+want=$(cd "$src" && "$bin" plan --set model.preset=gpt2-tiny --seq 64 --batch 4 --gpus 4 --nodes 2 --hardware cpu-core --json \
+  2>/dev/null | /usr/bin/python3 -c "
+import json, sys
+for l in json.load(sys.stdin)['layouts']:
+    if l['fits'] and l['pp'] == l['cp'] == l['ep'] == 1 and (l['tp'] == 1 or (not l['hybrid'] and 4 % l['tp'] == 0)):
+        print(l['layout']); break")
+got=$(sed -n 's/.*parallel.layout auto on 4 x cpu-core: \([^,]*\), the fastest.*/\1/p' "$dir/auto4.log")
+if [ -n "$want" ] && [ "$got" = "$want" ] && grep -q "plan's top 3: 1\. .*; 2\. .*; 3\. " "$dir/auto4.log" &&
+   grep -q "rank(s) on 2 node(s), $(echo "$want" | sed 's/^hybrid-//; s/ .*//') over" "$dir/auto4.log"; then
+  pass "layout auto on 4 ranks: $got (dtrain plan's fastest runnable), top 3 logged, run with it"
+else fail "layout auto: got '$got', plan says '$want': $(grep -m1 'layout auto\|error' "$dir/auto4.log")"; fi
+run autotp 4 "${auto[@]}" --set parallel.tp=2
+if grep -q "parallel.layout auto on 4 x cpu-core: [a-z0-9-]* dp2 tp2 " "$dir/autotp.log" &&
+   grep -q "process mesh: tp 2 x dp 2" "$dir/autotp.log" && grep -q "x 2 accumulation per rank" "$dir/autotp.log"; then
+  pass "layout auto with parallel.tp=2: $(sed -n 's/.*cpu-core: \([^,]*\),.*/\1/p' "$dir/autotp.log"), the global batch kept (2 accumulation steps)"
+else fail "layout auto with tp=2: $(grep -m1 'layout auto\|error' "$dir/autotp.log")"; fi
+refuse "parallel.layout not auto" 1 "parallel.layout must be auto or ''" --set parallel.layout=fast
+refuse "parallel.layout_hardware unknown" 2 "parallel.layout_hardware no-such-gpu: not in" "${auto[@]}" \
+  --set parallel.layout_hardware=no-such-gpu
+model=("${gpt[@]}") train=(--batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
+       --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
 
 echo "test_tp: $fails failure(s)"
 [ $fails -eq 0 ]

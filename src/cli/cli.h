@@ -34,6 +34,11 @@ dt_status dt_cli_comm_init(dt_ctx *ctx, dt_comm **comm, dt_status setup);
 /* The same for a process mesh whose groups communicate from two threads at once (comm.h
  * dt_comm_init_concurrent) when `concurrent`. */
 dt_status dt_cli_comm_init_mesh(dt_ctx *ctx, dt_comm **comm, dt_status setup, int concurrent);
+/* parallel.layout: auto (layout_auto.c): rank 0 plans the job on parallel.layout_hardware and
+ * every rank takes the fastest fitting layout dtrain can run into cfg (parallel.tp, strategy,
+ * hybrid; training.batch kept); an explicit parallel.tp / strategy stays. Before
+ * dt_cfg_apply_world; nothing without it. */
+dt_status dt_cli_layout_auto(dt_ctx *ctx, dt_run_cfg *cfg, dt_comm *comm);
 /* The ranks agree on an outcome (st) of each: the lowest failing rank prints its message,
  * every rank returns the most severe status (ctx->err cleared: it was printed once). */
 dt_status dt_cli_agree(dt_ctx *ctx, dt_comm *comm, dt_status st);

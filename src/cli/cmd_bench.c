@@ -573,14 +573,15 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
 
     dt_comm *comm;
     /* tensor-parallel ranks run their TP collectives beside the gradient buckets' thread */
-    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && cfg.tp > 1 && !cfg.tp_blocks);
+    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || !strcmp(cfg.layout, "auto")));
     if (st != DT_OK) {
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);
     }
     dt_cli_rank_setup(ctx, comm, &cfg);
     int rank = dt_comm_rank(comm, DT_GROUP_WORLD);
-    st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
+    st = dt_cli_layout_auto(ctx, &cfg, comm);
+    if (st == DT_OK) st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
     if (st == DT_OK && fl.find_batch) {
         st = find_batch(ctx, &cfg.train, comm, fl.mem_budget, rank == 0);
         dt_prices_free(&prices);

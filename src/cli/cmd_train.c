@@ -99,7 +99,7 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
     /* tensor-parallel ranks run their TP collectives beside the gradient buckets' thread */
-    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && cfg.tp > 1 && !cfg.tp_blocks);
+    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || !strcmp(cfg.layout, "auto")));
     if (st == DT_OK && cfg.ckpt_dir[0] && env_rank < 0) { /* the rank is known only now */
         dt_status lst = DT_OK;
         if (dt_comm_rank(comm, DT_GROUP_WORLD) == 0)
@@ -114,7 +114,8 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
         return dt_cli_exit_code(st);
     }
     dt_cli_rank_setup(ctx, comm, &cfg);
-    st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
+    st = dt_cli_layout_auto(ctx, &cfg, comm);
+    if (st == DT_OK) st = dt_cfg_apply_world(ctx, &cfg, dt_comm_size(comm, DT_GROUP_WORLD));
     if (st != DT_OK) { /* the same on every rank (one configuration, one world): rank 0 says it once */
         if (dt_comm_rank(comm, DT_GROUP_WORLD) != 0) ctx->err[0] = 0;
         dt_ckpt_lock_release(lock);

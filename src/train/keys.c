@@ -133,6 +133,9 @@ static const key_def keys[] = {
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
     NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp or zero1-3 over the data-parallel ranks"),
+    STR("parallel.layout", layout, "auto: rank 0 plans the job on parallel.layout_hardware (dtrain plan's model, docs/planner.md) and every rank runs the fastest fitting layout dtrain can run (strategy, hybrid, tp), logging the plan's top 3; an explicit parallel.tp or parallel.strategy keeps its value; '' = the keys as given"),
+    STR("parallel.layout_hardware", layout_hardware, "parallel.layout auto: the catalog entry of this machine's devices (a calibrated one from dtrain plan --calibrate, or cpu-core)"),
+    STR("parallel.layout_catalog", layout_catalog, "parallel.layout auto: the hardware catalog file"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
     NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order; not built yet: > 1 is refused)"),
@@ -193,6 +196,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     c->compression_ratio = 0.01f;
     c->shm = 1;
     c->tp = c->cp = c->pp = c->ep = 1;
+    snprintf(c->layout_hardware, sizeof c->layout_hardware, "cpu-core");
+    snprintf(c->layout_catalog, sizeof c->layout_catalog, "configs/hardware.yaml");
     c->ckpt_keep = 3;
     c->ckpt_async = 1;
     c->ckpt_max_failures = 3;
@@ -311,6 +316,8 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
     for (int i = 0; i < dt_model_cfg_nfields; i++)
         if (strcmp(key, dt_model_cfg_fields[i].key) == 0) c->model_set[i] = 1;
     if (strcmp(key, "model.family") == 0) c->family_set = 1;
+    if (strcmp(key, "parallel.tp") == 0) c->tp_set = 1;
+    if (strcmp(key, "parallel.strategy") == 0 || strcmp(key, "parallel.hybrid") == 0) c->strategy_set = 1;
     if (strcmp(key, "model.preset") == 0 && value[0]) {
         dt_model_config probe;
         DT_CHECK(dt_model_preset(ctx, value, &probe)); /* names model.preset and the list */
@@ -496,6 +503,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     if (!strcmp(c->tokenizer, "gpt2") && t->model.vocab < 50257)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.vocab_size (%d) is smaller than the gpt2 tokenizer's 50257",
                        t->model.vocab);
+    if (c->layout[0] && strcmp(c->layout, "auto"))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.layout must be auto or '' (the keys as given; got '%s')", c->layout);
     return apply_world(ctx, c, launch_world(), 0);
 }
 
