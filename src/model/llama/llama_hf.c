@@ -2,6 +2,7 @@
  * scaling, mixture of experts) and written back (llama_impl.h). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/hf_json.h"
