@@ -18,6 +18,8 @@ gpt2=(--model gpt2 --seq 1024 --micro-batch 8 --precision bf16)
 rc=$?
 if [ $rc -eq 0 ] && [ ! -s err.txt ] && grep -q "^# efficiency factors: gemm 0.5 of peak, intra-node link 1, inter-node link 0.5; tp overlap 0" all.txt \
    && grep -q "^# model FLOPs/token = 6 N_active + 12 L T d" all.txt && grep -q "^fastest layout that fits: " all.txt \
+   && grep -q "^# \* dtrain cannot run this layout yet" all.txt && grep -qE "^  [a-z0-9-]+ dp[0-9]+ tp[0-9]+ pp2 .* \* " all.txt \
+   && grep -qE "^run it: dtrain launch -n 16 --ranks-per-node 8 -- dtrain train CONFIG --set parallel.strategy=[a-z0-9]+ --set parallel.hybrid=(true|false) --set parallel.tp=[0-9]+ --set training.batch=" all.txt \
    && grep -q "dtrain's own plan, dt_trainer_mem_plan" all.txt && grep -q "whole run (1e+10 tokens)" all.txt \
    && grep -q "^  hybrid-zero3 dp16 tp1 pp1" all.txt && grep -q "^  ddp dp4 tp2 pp2" all.txt; then
   pass "plan: header with efficiency factors, every layout (hybrid, tp x pp), the recommendation, cost"
@@ -45,7 +47,9 @@ for l in lays:
     m = l["memory_bytes"]
     assert abs(sum(v for k, v in m.items() if k != "total") - m["total"]) < 1, l["layout"]
     assert l["fits"] == (m["total"] <= job["memory_bytes"]), l["layout"]
-    assert (l["memory_source"] == "dtrain") == (l["tp"] == l["pp"] == l["cp"] == l["ep"] == 1), l["layout"]
+    runs = l["pp"] == l["cp"] == l["ep"] == 1 and (l["tp"] == 1 or (not l["hybrid"] and 12 % l["tp"] == 0))
+    assert l["dtrain_runs"] == runs, l["layout"]  # gpt2: 12 heads, d_ff 3072
+    assert (l["memory_source"] == "dtrain") == runs, l["layout"]
     # 2 nodes of p4d.24xlarge at $32.77/h
     assert abs(l["usd_per_1b_tokens"] - 2 * 32.77 / 3600 * 1e9 / l["tokens_per_s"]) < 1e-6 * l["usd_per_1b_tokens"]
 best = min(fits, key=lambda l: l["step_s"])

@@ -321,6 +321,7 @@ static dt_status run_plan(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *rc
         if (cheap >= 0 && cheap != fast) dt_plan_print_detail(stdout, job, &r[cheap], "cheapest layout that fits");
         else if (cheap >= 0) printf("  (also the cheapest%s)\n", isfinite(r[cheap].usd_1b_tokens) ? "" : ": no --prices given");
         if (fast < 0) dt_plan_print_detail(stdout, job, &r[0], "smallest-step layout (does not fit)");
+        if (fast >= 0) dt_plan_print_run(stdout, job, r, n, fast);
     }
     dt_status st = fits_somewhere(ctx, job, r, n);
     if (st == DT_OK && f->emit.kind != DT_EMIT_NONE) {

@@ -139,6 +139,12 @@ typedef struct dt_plan_fix {
 dt_status dt_plan_search(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_fix *fix, dt_plan_result **out, int *n);
 /* Index of the fastest fitting result and the cheapest ($/1B tokens, else fastest); -1 none. */
 void dt_plan_recommend(const dt_plan_result *r, int n, int *fastest, int *cheapest);
+/* The command that runs the fastest fitting layout dtrain runs (after the table; `fastest`: the
+ * recommendation's index, to say when it differs). */
+void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest);
+/* Whether dtrain trains layout l of job: data and tensor parallelism (pp = cp = ep = 1), tp
+ * without hybrid sharding and dividing the heads, key/value heads and MLP width. */
+int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l);
 /* "zero1 dp8 tp1 pp1 cp1 ep1" */
 void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n);
 

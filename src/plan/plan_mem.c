@@ -97,6 +97,14 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
     return layer > vocab ? layer : vocab;
 }
 
+int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
+    const dt_plan_model *m = &job->model;
+    if (l->pp != 1 || l->cp != 1 || l->ep != 1) return 0;
+    if (l->tp <= 1) return 1;
+    const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+    return !l->hybrid && m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
+}
+
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {
     if (!l->hybrid) return l->dp;
     int in_node = job->dpn / (l->tp * l->cp);
@@ -168,17 +176,8 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
 }
 
 dt_status dt_plan_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_plan_layout *l, dt_plan_result *r) {
-    /* dtrain's own sizing for the layouts it runs: data and tensor parallelism (tp dividing the
-     * heads, key/value heads and MLP, no hybrid sharding with it) */
-    int dtrain = job->model.is_dtrain && l->pp == 1 && l->cp == 1 && l->ep == 1;
-    if (dtrain && l->tp > 1) {
-        dt_ctx quiet;
-        dt_ctx_init(&quiet);
-        dt_model_config mc = job->model.mc;
-        dt_model_opts mo = job->train.model_opts;
-        mo.tp = l->tp, mo.tp_local = 1, mo.tp_first = 0, mo.fused_loss = 0;
-        dtrain = !l->hybrid && dt_model_config_validate(&quiet, &mc) == DT_OK && dt_model_tp_check(&quiet, &mc, &mo) == DT_OK;
-    }
+    /* dtrain's own sizing for the layouts it runs: data and tensor parallelism */
+    int dtrain = job->model.is_dtrain && dt_plan_dtrain_runs(job, l);
     if (dtrain) DT_CHECK(dtrain_memory(ctx, job, l, r));
     else analytic_memory(job, l, r);
     r->mem_total = 0;

@@ -40,7 +40,6 @@ static void cost_cell(FILE *f, double v) {
 }
 
 void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int limit) {
-    (void)job;
     fprintf(f, "# %-34s %7s %7s %7s %7s %6s %8s %4s %9s %8s %8s %8s %8s %10s %8s %5s %6s %10s\n", "layout", "params",
             "grads", "optim", "acts", "comm", "total", "fit", "step_s", "compute", "recomp", "bubble", "comm_s",
             "tokens/s", "TFLOP/s", "MFU", "eff1n", "$/1Btok");
@@ -48,8 +47,9 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
             "GiB", "GiB", "GiB", "GiB/dev", "", "s", "s", "s", "s", "exposed", "", "/GPU", "", "", "");
     for (int i = 0; i < n && (limit <= 0 || i < limit); i++) {
         const dt_plan_result *x = &r[i];
-        char name[64];
+        char name[72];
         dt_plan_layout_name(&x->lay, name, sizeof name);
+        if (!dt_plan_dtrain_runs(job, &x->lay)) strcat(name, " *"); /* dtrain cannot run it yet */
         fprintf(f, "  %-34s %7.2f %7.2f %7.2f %7.2f %6.2f %8.2f %4s %9.4g %8.4g %8.4g %8.4g %8.4g %10.4g %8.4g %5.3f",
                 name, x->mem[DT_MEM_PARAMS] / GIB, x->mem[DT_MEM_GRADS] / GIB, x->mem[DT_MEM_OPTIM] / GIB,
                 x->mem[DT_MEM_ACTS] / GIB, x->mem[DT_MEM_COMM] / GIB, x->mem_total / GIB, x->fits ? "yes" : "NO",
@@ -60,6 +60,34 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
         fputc('\n', f);
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
+    fprintf(f, "# * dtrain cannot run this layout yet (pipeline, context or expert parallelism; tensor parallelism with "
+               "hybrid sharding or not dividing the heads and MLP)\n");
+}
+
+void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (r[i].fits && dt_plan_dtrain_runs(job, &r[i].lay) && (best < 0 || r[i].step_s < r[best].step_s)) best = i;
+    char name[64];
+    if (best < 0) {
+        fprintf(f, "\ndtrain runs none of the fitting layouts yet\n");
+        return;
+    }
+    if (best != fastest) {
+        dt_plan_layout_name(&r[best].lay, name, sizeof name);
+        fprintf(f, "\ndtrain cannot run the fastest layout yet; the fastest it runs: %s (step %.4g s)\n", name,
+                r[best].step_s);
+    }
+    const dt_plan_layout *l = &r[best].lay;
+    int per = job->dpn, nodes = job->gpus / per;
+    long accum = job->global_batch / ((long)job->train.micro_batch * l->dp);
+    char launch[96];
+    if (nodes > 1) snprintf(launch, sizeof launch, "dtrain launch -n %d --ranks-per-node %d --", job->gpus, per);
+    else snprintf(launch, sizeof launch, "mpirun -n %d", job->gpus);
+    fprintf(f, "run it: %s dtrain train CONFIG --set parallel.strategy=%s --set parallel.hybrid=%s --set parallel.tp=%d "
+               "--set training.batch=%ld   (%ld accumulation step(s) per rank; or --set parallel.layout=auto)\n",
+            launch, dt_strategy_name(l->zero), l->hybrid ? "true" : "false", l->tp, job->global_batch,
+            accum > 0 ? accum : 1);
 }
 
 void dt_plan_print_detail(FILE *f, const dt_plan_job *job, const dt_plan_result *r, const char *title) {
@@ -105,7 +133,6 @@ static void num(cJSON *o, const char *k, double v) {
 }
 
 cJSON *dt_plan_result_json(const dt_plan_job *job, const dt_plan_result *r) {
-    (void)job;
     cJSON *o = cJSON_CreateObject();
     char name[64];
     dt_plan_layout_name(&r->lay, name, sizeof name);
@@ -114,6 +141,7 @@ cJSON *dt_plan_result_json(const dt_plan_job *job, const dt_plan_result *r) {
     cJSON_AddBoolToObject(o, "hybrid", r->lay.hybrid);
     num(o, "dp", r->lay.dp), num(o, "tp", r->lay.tp), num(o, "pp", r->lay.pp), num(o, "cp", r->lay.cp);
     num(o, "ep", r->lay.ep), num(o, "micro_steps", r->micro_steps);
+    cJSON_AddBoolToObject(o, "dtrain_runs", dt_plan_dtrain_runs(job, &r->lay));
     cJSON_AddStringToObject(o, "memory_source", r->dtrain_sizing ? "dtrain" : "analytic");
     cJSON *mem = cJSON_AddObjectToObject(o, "memory_bytes");
     for (int k = 0; k < DT_MEM_NKINDS; k++) num(mem, dt_mem_kind_name((dt_mem_kind)k), r->mem[k]);
