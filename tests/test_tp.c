@@ -27,6 +27,7 @@ static int T = 32;                          /* its sequence: vit-tiny's is one i
 static int g_tied = -1;                     /* llama: force a tied (1) or untied (0) head */
 static int g_fused = 0;                     /* the fused loss (model.h) */
 static int g_rows = 0;                      /* rows per block of the head and loss (0: 256) */
+static int g_sp = 0;                        /* sequence parallelism (gpt2, fp32) */
 
 typedef struct group {
     pthread_barrier_t bar;
@@ -56,6 +57,33 @@ static int g_reduce(void *ud, float *x, size_t n, int max) {
 }
 static int g_sum(void *ud, float *x, size_t n) { return g_reduce(ud, x, n, 0); }
 static int g_max(void *ud, float *x, size_t n) { return g_reduce(ud, x, n, 1); }
+/* sequence parallelism: every rank's block of n (at rank n) to all; the sum of the ranks' in
+ * blocks for mine, in rank order */
+static int g_allgather(void *ud, float *buf, size_t n) {
+    rank_ud *r = ud;
+    group *g = r->g;
+    if (g->broken) return 0;
+    g->buf[r->rank] = buf;
+    pthread_barrier_wait(&g->bar);
+    for (int q = 0; q < K; q++)
+        if (q != r->rank) memcpy(buf + (size_t)q * n, g->buf[q] + (size_t)q * n, n * sizeof(float));
+    pthread_barrier_wait(&g->bar);
+    return 0;
+}
+static int g_reduce_scatter(void *ud, const float *in, float *out, size_t n) {
+    rank_ud *r = ud;
+    group *g = r->g;
+    if (g->broken) return 0;
+    g->buf[r->rank] = (float *)in;
+    pthread_barrier_wait(&g->bar);
+    for (size_t i = 0; i < n; i++) {
+        float s = g->buf[0][(size_t)r->rank * n + i];
+        for (int q = 1; q < K; q++) s += g->buf[q][(size_t)r->rank * n + i];
+        out[i] = s;
+    }
+    pthread_barrier_wait(&g->bar);
+    return 0;
+}
 
 static dt_model_config tiny(void) {
     dt_ctx ctx;
@@ -71,7 +99,7 @@ static void make(dt_model *m, dt_alloc *al, int tp, int local, int first, dt_dty
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c = tiny();
-    dt_model_opts o = {rc, 1, compute, g_fused, g_rows, {0}, tp, local, first};
+    dt_model_opts o = {rc, 1, compute, g_fused, g_rows, {0}, tp, local, first, tp > 1 ? g_sp : 0};
     dt_alloc_init(al);
     dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
     if (st != DT_OK) fail_msg("init: %s", ctx.err);
@@ -114,7 +142,7 @@ typedef struct job {
 static void *rank_main(void *p) {
     job *j = p;
     make(&j->m, &j->al, K, 1, j->ud.rank, j->compute, j->rc);
-    j->m.tp_ops = (dt_model_tp_ops){&j->ud, g_sum, g_max};
+    j->m.tp_ops = (dt_model_tp_ops){&j->ud, g_sum, g_max, g_allgather, g_reduce_scatter};
     j->loss = step(&j->m);
     return NULL;
 }
@@ -191,7 +219,8 @@ static void check_equivalence(dt_dtype compute, dt_recompute rc) {
     group g;
     run_ranks(jobs, &g, compute, rc, 0);
     printf("  %s%s%s %s, recompute %s: loss plain %.9g, blocks %.9g, ranks %.9g %.9g\n", g_preset,
-           g_tied == 1 ? " (tied)" : "", g_fused ? " fused loss" : "", dt_dtype_name(compute),
+           g_tied == 1 ? " (tied)" : "", g_fused ? (g_sp ? " sequence-parallel, fused loss" : " fused loss") : g_sp ? " sequence-parallel" : "",
+           dt_dtype_name(compute),
            dt_recompute_name(rc), (double)lp, (double)lb, (double)jobs[0].loss, (double)jobs[1].loss);
     (void)0;
     for (int r = 0; r < K; r++) {
@@ -270,7 +299,7 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     dt_ctx_init(&ctx);
     dt_model_config c;
     assert_int_equal(dt_model_preset(&ctx, preset, &c), DT_OK);
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, fused, 0, {0}, tp, 1, 0};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, fused, 0, {0}, tp, 1, 0, 0};
     dt_model m;
     dt_alloc al;
     dt_alloc_init(&al);
@@ -278,6 +307,19 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     printf("  refused: %s\n", ctx.err);
     if (!strstr(ctx.err, want)) fail_msg("'%s' does not say '%s'", ctx.err, want);
     assert_int_equal(al.n_allocs, 0); /* before any allocation */
+}
+
+/* Sequence parallelism (gpt2, fp32): the residual stream and norms on each rank's token rows,
+ * gathered and reduce-scattered around the TP regions; the norms' and positions' weight
+ * gradients summed per rank's rows, then over the group. Ranks == blocks mode bitwise, and the
+ * same model as tp = 1 within rounding; with the fused loss too. */
+static void test_sp(void **s) {
+    (void)s;
+    g_sp = 1;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_fused = 1, g_rows = 24;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_fused = 0, g_rows = 0, g_sp = 0;
 }
 
 /* The fused loss under tensor parallelism (row blocks of 24 of the 64 rows): ranks == blocks
@@ -314,6 +356,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32),           cmocka_unit_test(test_bf16),    cmocka_unit_test(test_recompute),
         cmocka_unit_test(test_vit),            cmocka_unit_test(test_llama),   cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_sp),
         cmocka_unit_test(test_wrong_split_fails), cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

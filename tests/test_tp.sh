@@ -4,6 +4,8 @@
 #    one process in the blocks test mode (parallel.tp_blocks: both shards, the same sums in the
 #    same order), fp32; tp 2 x dp 2 on 4 ranks (2 simulated nodes, a TP group inside each) in
 #    bf16 with full activation checkpointing, against the blocks mode on 2 data-parallel ranks;
+#  - sequence parallelism (gpt2, fp32): tp 2 ranks == blocks mode bitwise, also under ZeRO-1 on
+#    tp 2 x dp 2, and within 1e-5 of tensor parallelism alone;
 #  - ZeRO-1/2/3 over the data-parallel ranks (tp 2 x dp 2) == the blocks mode with DDP, bitwise
 #    while clipping does not bind (the norm is summed by ZeRO piece: see the case);
 #  - the blocks mode against the plain tp = 1 model: the 20 losses within 1e-5 relative (the
@@ -111,6 +113,18 @@ for z in zero1 zero2 zero3; do
   check "tp 2 x dp 2 with $z == blocks x dp 2 with ddp, bitwise" "${z}_tp2dp2" ddp_blocks bitwise
 done
 
+# Sequence parallelism (gpt2, fp32): tp 2 on 2 ranks == the blocks mode bitwise, tp 2 x dp 2
+# with ZeRO-1 == blocks x dp 2 with DDP, and within rounding of tensor parallelism without it
+# (the norms' weight gradients are summed per rank's rows, then over the group).
+sp=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
+run sp_blocks 1 "${sp[@]}" --set parallel.tp_blocks=true
+run sp_tp2 2 "${sp[@]}"
+check "sequence parallel: tp 2 on 2 ranks == blocks mode, bitwise" sp_tp2 sp_blocks bitwise
+check "sequence parallel vs tensor parallel alone" sp_tp2 tp2 1e-5
+run sp_blocks_dp2 2 "${sp[@]}" --set parallel.tp_blocks=true "${noclip[@]}"
+run sp_z1 4 "${sp[@]}" --set parallel.strategy=zero1 "${noclip[@]}"
+check "sequence parallel: tp 2 x dp 2 with zero1 == blocks x dp 2, bitwise" sp_z1 sp_blocks_dp2 bitwise
+
 # Checkpoints across layouts (docs/FORMATS.md version 2: the canonical index space), on real
 # data through the shuffling sampler, a global batch of 4 sequences at every layout:
 #  - tp 2 resumed at step 10 in the blocks mode continues bitwise, to the same final model file;
@@ -182,6 +196,10 @@ refuse() { # WHAT NRANKS PATTERN [args...]
 refuse "tp not dividing the heads" 1 "parallel.tp=3 does not divide model.n_head=4" \
   --set parallel.tp=3 --set parallel.tp_blocks=true
 refuse "tp not dividing the world" 2 "parallel.tp" --set parallel.tp=4
+refuse "sequence parallelism without tp" 1 "parallel.sequence_parallel needs parallel.tp >= 2" \
+  --set parallel.sequence_parallel=true
+refuse "sequence parallelism in bf16" 1 "sequence parallelism runs in fp32 so far" "${sp[@]}" --set parallel.tp_blocks=true \
+  --set training.precision=bf16
 refuse "tp with hybrid sharding" 2 "parallel.tp=2 with parallel.hybrid" --set parallel.tp=2 --set parallel.strategy=hybrid_shard
 model=(--set model.preset=llama-tiny --seq 32)
 refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \

@@ -264,6 +264,36 @@ void dt_tp_max(dt_model *m, float *x, size_t n);
 /* Adds the shards' partial sums: acc (n) += part (n) (the next shard's, in shard order). */
 void dt_tp_add(float *acc, const float *part, size_t n);
 
+/* ---- sequence parallelism (model.h dt_model_opts.sp; tp.c): a process holds rows
+ * [first N/k, ...) of the N token rows, nb N/k of them (the blocks mode: all). */
+
+/* Token rows held, and the first one. */
+static inline int dt_sp_rows(const dt_model *m, int N) {
+    return m->opts.sp ? N / dt_tp_size(&m->opts) * dt_tp_local(&m->opts) : N;
+}
+static inline int dt_sp_row0(const dt_model *m, int N) {
+    return m->opts.sp ? N / dt_tp_size(&m->opts) * dt_tp_first(&m->opts) : 0;
+}
+/* full (N, C) = every rank's rows, from this process's loc (its rows). */
+void dt_sp_gather(dt_model *m, float *full, const float *loc, int N, int C);
+/* Row-parallel forward, reduce-scattered: out_loc (held rows, OC) = the sum over the group's
+ * shards of x_j (N, Cl) @ W_j^T, rows held, then + bias. full: N OC floats (the partial sum). */
+void dt_sp_row_forward(dt_model *m, float *out_loc, dt_mmin x, int id, int l, const float *bias, int N, int Cl, int OC,
+                       float *full, float *scratch);
+/* Column-parallel backward, reduce-scattered: dW_j, db_j, and dinp_loc (held rows, C) = the
+ * sum over the group's shards of dout_j @ W_j, rows held. full: N C floats. */
+void dt_sp_col_backward(dt_model *m, float *dinp_loc, int id, int l, float *dbias, const float *dout, dt_mmin x, int N,
+                        int C, int OCl, float *full, float *scratch);
+/* LayerNorm backward over the rows held: dinp (+=) as the kernel; the weight and bias
+ * gradients summed per shard of rows (in shard order, then over the group) into a scratch of
+ * 4 C floats, then added to dw, db once. Rows per shard: Nl. */
+void dt_sp_layernorm_backward(dt_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                              const float *w, const float *mean, const float *rstd, int Nl, int C, float *tmp);
+/* Learned positions over the held rows (row r of the micro-batch is position r % T): out +=,
+ * and the backward's dwpe (T, C) += the group's sum (shard order, scratch T C floats, 2 of). */
+void dt_sp_pos_forward(dt_model *m, float *out, const float *wpe, int N, int T, int C);
+void dt_sp_pos_backward(dt_model *m, float *dwpe, const float *dout, int N, int T, int C, float *tmp);
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

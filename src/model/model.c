@@ -154,7 +154,12 @@ int dt_model_tensors_tp(const dt_model_config *c, const dt_model_opts *o, dt_ten
 
 dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o) {
     const int k = dt_tp_size(o);
-    if (k <= 1) return DT_OK;
+    if (k <= 1) {
+        if (o && o->sp)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel needs parallel.tp >= 2 (it shards the "
+                           "tensor-parallel ranks' token rows)");
+        return DT_OK;
+    }
     const dt_model_family *f = dt_model_family_of(c);
     if (!f || !f->tp_divides)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is not built for "
@@ -165,6 +170,15 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     if (o->lora.rank != 0 || o->lora.nf4)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
                        "built yet (issue 31)", k, o->lora.rank);
+    if (o->sp && !f->sp)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is built for gpt2 so far, "
+                       "not for the %s family (issue 31)", f->name);
+    if (o->sp && o->compute != DT_F32)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel with training.precision=%s: sequence parallelism "
+                       "runs in fp32 so far (issue 31)", o->compute == DT_BF16 ? "bf16" : "fp16");
+    if (o->sp && o->recompute != DT_RECOMPUTE_NONE)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel with memory.activation_checkpointing=%s: not "
+                       "built yet (issue 31)", dt_recompute_name(o->recompute));
     if (o->tp_local != 0 && o->tp_local != 1 && o->tp_local != k)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks: a process holds 1 or all %d shards (got %d)", k,
                        o->tp_local);
@@ -187,7 +201,7 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0};
     const dt_model_opts *oo = o ? o : &none;
     return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, &oo->lora, B, T);
 }
@@ -233,7 +247,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
@@ -261,6 +275,9 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     m->T = T;
     m->alloc = alloc;
     DT_CHECK(dt_model_tp_check(ctx, &m->cfg, &m->opts));
+    if (m->opts.sp && ((long)B * T) % dt_tp_size(&m->opts))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: training.micro_batch x training.seq_len = %ld "
+                       "token rows must divide among parallel.tp=%d ranks", (long)B * T, dt_tp_size(&m->opts));
     m->cfg.vocab_padded = dt_model_vocab_padded(&m->cfg, &m->opts);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int n = dt_model_tensors_tp(&m->cfg, &m->opts, table);

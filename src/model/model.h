@@ -178,6 +178,11 @@ typedef struct dt_model_opts {
      * shard's GEMMs on its own and the shards' partial sums added in shard order, so a tp = 2
      * run on 2 ranks gives bitwise its results). 0 or 1: none. */
     int tp, tp_local, tp_first;
+    /* Sequence parallelism (parallel.sequence_parallel; tp > 1): the residual stream, the norms
+     * and their saved activations hold this process's token rows only (rows [tp_first N / tp,
+     * ...) of the micro-batch's N, as many shards of them as it holds); gathered before each
+     * column-parallel GEMM, reduce-scattered after each row-parallel one (family_impl.h). */
+    int sp;
 } dt_model_opts;
 
 /* The shards of tensor parallelism (1, 1, 0 without it). */
@@ -194,6 +199,11 @@ typedef struct dt_model_tp_ops {
     void *ud;
     int (*sum)(void *ud, float *x, size_t n); /* every element summed in rank order */
     int (*max)(void *ud, float *x, size_t n);
+    /* sequence parallelism: in place, each rank's n floats at buf + rank n -> all of them */
+    int (*allgather)(void *ud, float *buf, size_t n);
+    /* sequence parallelism: out (n) = the sum over the group, in rank order, of each rank's
+     * in[rank' n ...] block for this rank (in holds size x n) */
+    int (*reduce_scatter)(void *ud, const float *in, float *out, size_t n);
 } dt_model_tp_ops;
 /* Rows per block of the lm_head and loss for N token rows under o (NULL: defaults). */
 int dt_model_head_rows(const dt_model_opts *o, int N);
@@ -283,6 +293,8 @@ typedef struct dt_model_family {
     /* (optional) Hugging Face architectures[0] and model_type for c when they depend on it
      * (llama with experts: MixtralForCausalLM, mixtral); NULL: hf_architecture, hf_model_type. */
     void (*hf_identity)(const dt_model_config *c, const char **arch, const char **type);
+    /* (optional) Sequence parallelism (model.h dt_model_opts.sp): built for the family */
+    int sp;
     /* (optional) Tensor parallelism: the family's forward and backward run split tensors
      * shard by shard (model.h dt_model_opts.tp), and tp must divide these config fields
      * (offsets into dt_model_config, 0-ended; each named by its key). NULL: refused. */

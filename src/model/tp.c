@@ -154,3 +154,101 @@ void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l,
     }
     dt_tp_sum(m, dinp, (size_t)N * C);
 }
+
+/* ---- sequence parallelism (family_impl.h) */
+
+void dt_sp_gather(dt_model *m, float *full, const float *loc, int N, int C) {
+    const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts);
+    const size_t per = (size_t)N / (size_t)k * (size_t)C;
+    float *mine = full + (size_t)dt_tp_first(&m->opts) * per;
+    if (mine != loc) memcpy(mine, loc, (size_t)nb * per * sizeof(float));
+    if (nb < k && m->tp_ops.allgather && m->tp_ops.allgather(m->tp_ops.ud, full, per)) m->tp_failed = 1;
+}
+
+/* out_loc (held rows) from the partial sum in full: over the group in rank order (one rank
+ * holding every shard: they are summed already, its rows are all). */
+static void sp_scatter(dt_model *m, float *out_loc, const float *full, int N, int OC) {
+    const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts);
+    const size_t per = (size_t)N / (size_t)k * (size_t)OC;
+    if (nb == k) {
+        if (out_loc != full) memcpy(out_loc, full, (size_t)N * OC * sizeof(float));
+        return;
+    }
+    if (m->tp_ops.reduce_scatter && m->tp_ops.reduce_scatter(m->tp_ops.ud, full, out_loc, per)) m->tp_failed = 1;
+}
+
+void dt_sp_row_forward(dt_model *m, float *out_loc, dt_mmin x, int id, int l, const float *bias, int N, int Cl, int OC,
+                       float *full, float *scratch) {
+    const int nb = dt_tp_local(&m->opts);
+    for (int j = 0; j < nb; j++) {
+        float *dst = j > 0 ? scratch : full;
+        dt_fam_mm_forward_sh(m, dst, dt_mmin_shard(x, j, (size_t)N * Cl), id, l, j, NULL, N, Cl, OC);
+        if (j > 0) dt_tp_add(full, scratch, (size_t)N * OC);
+    }
+    sp_scatter(m, out_loc, full, N, OC);
+    if (bias) /* replicated: added once, after the sum */
+        for (int n = 0, R = dt_sp_rows(m, N); n < R; n++) {
+            float *o = out_loc + (size_t)n * OC;
+            for (int c = 0; c < OC; c++) o[c] += bias[c];
+        }
+}
+
+void dt_sp_col_backward(dt_model *m, float *dinp_loc, int id, int l, float *dbias, const float *dout, dt_mmin x, int N,
+                        int C, int OCl, float *full, float *scratch) {
+    const int nb = dt_tp_local(&m->opts);
+    for (int j = 0; j < nb; j++) {
+        float *dst = j > 0 ? scratch : full;
+        dt_fam_mm_backward_sh(m, dst, id, l, j, dbias ? dbias + (size_t)j * OCl : NULL, dout + (size_t)j * N * OCl, x, N,
+                              C, OCl);
+        if (j > 0) dt_tp_add(full, scratch, (size_t)N * C);
+    }
+    sp_scatter(m, dinp_loc, full, N, C);
+}
+
+/* acc (n) = the parts of every shard of rows, summed in shard order and over the group; then
+ * dst += acc. */
+static void sp_param_sum(dt_model *m, float *dst, float *acc, size_t n) {
+    dt_tp_sum(m, acc, n);
+    for (size_t i = 0; i < n; i++) dst[i] += acc[i];
+}
+
+void dt_sp_layernorm_backward(dt_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                              const float *w, const float *mean, const float *rstd, int Nl, int C, float *tmp) {
+    const int nb = dt_tp_local(&m->opts);
+    float *acc = tmp, *part = tmp + 2 * (size_t)C;
+    for (int j = 0; j < nb; j++) {
+        const size_t r = (size_t)j * Nl;
+        float *t = j == 0 ? acc : part;
+        memset(t, 0, 2 * (size_t)C * sizeof(float));
+        dt_layernorm_backward(dinp + r * C, t, t + C, dout + r * C, inp + r * C, w, mean + r, rstd + r, Nl, C);
+        if (j > 0) dt_tp_add(acc, part, 2 * (size_t)C);
+    }
+    dt_tp_sum(m, acc, 2 * (size_t)C);
+    for (int c = 0; c < C; c++) dw[c] += acc[c], db[c] += acc[C + c];
+}
+
+void dt_sp_pos_forward(dt_model *m, float *out, const float *wpe, int N, int T, int C) {
+    const int R = dt_sp_rows(m, N), r0 = dt_sp_row0(m, N);
+    for (int i = 0; i < R; i++) {
+        const float *p = wpe + (size_t)((r0 + i) % T) * C;
+        float *o = out + (size_t)i * C;
+        for (int c = 0; c < C; c++) o[c] += p[c];
+    }
+}
+
+void dt_sp_pos_backward(dt_model *m, float *dwpe, const float *dout, int N, int T, int C, float *tmp) {
+    const int nb = dt_tp_local(&m->opts), Nl = N / dt_tp_size(&m->opts), r0 = dt_sp_row0(m, N);
+    float *acc = tmp, *part = tmp + (size_t)T * C;
+    for (int j = 0; j < nb; j++) {
+        float *t = j == 0 ? acc : part;
+        memset(t, 0, (size_t)T * C * sizeof(float));
+        for (int i = 0; i < Nl; i++) { /* rows ascending: each position sums its rows in order */
+            const int row = j * Nl + i;
+            const float *d = dout + (size_t)row * C;
+            float *p = t + (size_t)((r0 + row) % T) * C;
+            for (int c = 0; c < C; c++) p[c] += d[c];
+        }
+        if (j > 0) dt_tp_add(acc, part, (size_t)T * C);
+    }
+    sp_param_sum(m, dwpe, acc, (size_t)T * C);
+}

@@ -136,6 +136,7 @@ static const key_def keys[] = {
     STR("parallel.layout", layout, "auto: rank 0 plans the job on parallel.layout_hardware (dtrain plan's model, docs/planner.md) and every rank runs the fastest fitting layout dtrain can run (strategy, hybrid, tp), logging the plan's top 3; an explicit parallel.tp or parallel.strategy keeps its value; '' = the keys as given"),
     STR("parallel.layout_hardware", layout_hardware, "parallel.layout auto: the catalog entry of this machine's devices (a calibrated one from dtrain plan --calibrate, or cpu-core)"),
     STR("parallel.layout_catalog", layout_catalog, "parallel.layout auto: the hardware catalog file"),
+    NUM("parallel.sequence_parallel", K_BOOL, sp, "with parallel.tp > 1: the residual stream and the norms hold each TP rank's share of the token rows (Megatron's sequence parallelism: gathered before each column-parallel GEMM, reduce-scattered after each row-parallel one; the norms' weight gradients summed over the group); gpt2, fp32, no activation checkpointing so far"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
     NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order; not built yet: > 1 is refused)"),
@@ -554,6 +555,7 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->model_opts.tp = tp > 1 ? tp : 0;
     t->model_opts.tp_local = c->tp_blocks ? tp : 1;
     t->model_opts.tp_first = 0; /* the trainer sets its TP rank */
+    t->model_opts.sp = c->sp;
     t->parallel.tp = tp_ranks;
     DT_CHECK(check_tp(ctx, c));
     /* the data-parallel ranks: batches, samples and tokens count them */

@@ -75,6 +75,7 @@ typedef struct dt_run_cfg {
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
     int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; cp, pp, ep > 1: refused until built) */
     int tp_blocks;             /* parallel.tp_blocks: one process holds all tp shards (the test mode) */
+    int sp;                    /* parallel.sequence_parallel */
     char layout[8];            /* parallel.layout: "" (the keys as given) or "auto" (cli/layout_auto.c) */
     char layout_hardware[64];  /* its catalog entry and catalog file */
     char layout_catalog[1024];

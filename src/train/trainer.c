@@ -27,7 +27,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
 }
 
@@ -226,6 +226,33 @@ static int tp_max(void *ud, float *x, size_t n) {
     return t->failed;
 }
 
+/* Sequence parallelism's collectives over the TP group (model.h dt_model_tp_ops). */
+static int tp_allgather(void *ud, float *buf, size_t n) {
+    dt_tp_link *t = ud;
+    if (t->failed) return 1;
+    double t0 = dt_now();
+    int k = dt_comm_size(t->comm, t->group);
+    size_t cnt[64], off[64];
+    for (int r = 0; r < k && r < 64; r++) cnt[r] = n, off[r] = (size_t)r * n;
+    if (k > 64 || dt_comm_allgatherv(&t->ctx, t->comm, t->group, buf, cnt, off) != DT_OK) t->failed = 1;
+    t->seconds += dt_now() - t0;
+    t->bytes += (double)(k - 1) * (double)n * sizeof(float);
+    return t->failed;
+}
+static int tp_reduce_scatter(void *ud, const float *in, float *out, size_t n) {
+    dt_tp_link *t = ud;
+    if (t->failed) return 1;
+    double t0 = dt_now();
+    int k = dt_comm_size(t->comm, t->group);
+    size_t cnt[64], off[64];
+    for (int r = 0; r < k && r < 64; r++) cnt[r] = n, off[r] = (size_t)r * n;
+    if (k > 64 || dt_comm_reduce_scatter_ordered(&t->ctx, t->comm, t->group, in, cnt, off, out, t->scratch) != DT_OK)
+        t->failed = 1;
+    t->seconds += dt_now() - t0;
+    t->bytes += (double)(k - 1) * (double)n * sizeof(float);
+    return t->failed;
+}
+
 /* The process mesh of a tensor-parallel run (parallel/mesh.h; cp = pp = ep = 1 so far): the
  * TP group (consecutive ranks) and the data-parallel group, split once; the model holds the
  * shard of its TP rank. */
@@ -308,7 +335,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     if (cfg->parallel.tp > 1) {
         size_t n = dt_trainer_tp_scratch(cfg) * sizeof(float);
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
-        tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max};
+        tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max, tp_allgather, tp_reduce_scatter};
     }
     pc.accum = cfg->accum;
     pc.compute = cfg->model_opts.compute;

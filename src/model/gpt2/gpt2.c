@@ -158,6 +158,8 @@ typedef struct dt_gpt2_acts {
     float *tpx;                           /* (B,T,C) tensor parallelism's blocks test mode: a
                                              shard's partial sum (family_impl.h) */
     float *tpstat;                        /* (2 B T) tensor parallelism: the loss's row statistics */
+    float *spa, *spb;                     /* (B,T,C) sequence parallelism: gathered rows, partial sums */
+    float *sptmp;                         /* sequence parallelism: max(4 C, 2 T C) gradient sums */
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
 } dt_gpt2_acts;
 
@@ -198,40 +200,47 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
     size_t RA = dt_act_slot(o, L, att_class(o), L), RF = dt_act_slot(o, L, fch_class(o), L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
+    /* sequence parallelism: the residual stream and the norms hold this process's token rows */
+    const size_t SP = o->sp != 0, RW = SP ? BT / (size_t)d.k * (size_t)d.nb : BT;
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
 #define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
-    TAKE(encoded, BT * C);
-    TAKE(ln1, F32 * R * BT * C);
-    TAKE(ln1_mean, R * BT);
-    TAKE(ln1_rstd, R * BT);
+    TAKE(encoded, RW * C);
+    TAKE(ln1, F32 * R * RW * C);
+    TAKE(ln1_mean, R * RW);
+    TAKE(ln1_rstd, R * RW);
     TAKE(qkv, M * BT * Q);
     TAKE(atty, RA * BT * A);
     TAKE(att_lse, RA * BT * NHS);
-    TAKE(res2, RA * BT * C);
-    TAKE(ln2, F32 * R * BT * C);
-    TAKE(ln2_mean, R * BT);
-    TAKE(ln2_rstd, R * BT);
+    TAKE(res2, RA * RW * C);
+    TAKE(ln2, F32 * R * RW * C);
+    TAKE(ln2_mean, R * RW);
+    TAKE(ln2_rstd, R * RW);
     TAKE(fch, RF * BT * F);
     TAKE(fch_gelu, F32 * R * BT * F);
     TAKE16(ln1h, H * R * BT * C);
     TAKE16(attyh, H * R * BT * A);
     TAKE16(ln2h, H * R * BT * C);
     TAKE16(fchgh, H * R * BT * F);
-    TAKE(res3, (size_t)L * BT * C);
-    TAKE(lnf, F32 * BT * C);
+    TAKE(res3, (size_t)L * RW * C);
+    TAKE(lnf, F32 * BT * C); /* sequence parallelism: gathered for the head */
     TAKE16(lnfh, H * BT * C);
-    TAKE(lnf_mean, BT);
-    TAKE(lnf_rstd, BT);
+    TAKE(lnf_mean, RW);
+    TAKE(lnf_rstd, RW);
     TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * V);
     TAKE(losses, BT);
     TAKE(ce_lse, BT);
-    TAKE(dres, BT * C);
+    TAKE(dres, RW * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * BIG);
     TAKE16(dlp, H * BT * LP);
     TAKE(tpx, (d.nb > 1) * BT * C); /* the blocks test mode's partial sums */
     TAKE(tpstat, (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
+    /* sequence parallelism: two gathered (all rows) working buffers, and the scratch of the
+     * norms' and positions' gradient sums */
+    TAKE(spa, SP * BT * C);
+    TAKE(spb, SP * BT * C);
+    TAKE(sptmp, SP * (4 * C > 2 * (size_t)T * C ? 4 * C : 2 * (size_t)T * C));
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -281,8 +290,10 @@ static layer_views views(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     const tp_dims d = dims_of(c, &m->opts);
     const int L = c->n_layer;
-    size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model;
-    size_t bta = BT * (size_t)d.nb * d.Cl, btf = BT * (size_t)d.nb * d.Fl; /* split widths */
+    /* the residual stream and the norms: the token rows held (sequence parallelism) */
+    size_t BT = (size_t)dt_sp_rows(m, m->B * m->T), btc = BT * c->d_model;
+    size_t BTF = (size_t)m->B * m->T; /* every row: the split activations */
+    size_t bta = BTF * (size_t)d.nb * d.Cl, btf = BTF * (size_t)d.nb * d.Fl; /* split widths */
     const dt_model_opts *o = &m->opts;
     size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
     size_t ra = dt_act_slot(o, L, att_class(o), l), rf = dt_act_slot(o, L, fch_class(o), l);
@@ -290,7 +301,7 @@ static layer_views views(const dt_model *m, int l) {
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
     v.qkv = a->qkv + k * bta * 3, v.atty = a->atty + ra * bta;
-    v.lse = a->att_lse + ra * BT * (size_t)d.nb * d.NHl, v.res2 = a->res2 + ra * btc;
+    v.lse = a->att_lse + ra * BTF * (size_t)d.nb * d.NHl, v.res2 = a->res2 + ra * btc;
     v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
     v.fch = a->fch + rf * btf, v.fchg = a->fch_gelu + r * btf, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * bta, v.ln2h = a->ln2h + r * btc;
@@ -342,6 +353,120 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
+/* ---- sequence parallelism (model.h dt_model_opts.sp; fp32, no recompute): the residual
+ * stream and the norms hold this process's token rows; each norm's output is gathered for the
+ * column-parallel GEMM that reads it, each row-parallel GEMM's partial sums are
+ * reduce-scattered back to the rows, and the backward mirrors it (the residual gradient
+ * gathered for the row-parallel backward, the column-parallel input gradient
+ * reduce-scattered). The norms' and positions' weight gradients are per-row sums: each
+ * process's rows, then the group's (family_impl.h). */
+
+static void sp_block_forward(dt_model *m, int l, int next) {
+    const dt_model_config *c = &m->cfg;
+    const tp_dims d = dims_of(c, &m->opts);
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T, RW = dt_sp_rows(m, BT);
+    dt_gpt2_acts *a = m->impl;
+    layer_views v = views(m, l);
+    const dt_mmin full = {a->spa, NULL};
+    dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), RW, C));
+    dt_sp_gather(m, a->spa, v.ln1, BT, C);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, full, ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    for (int j = 0; j < d.nb; j++)
+        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
+                                                              v.qkv + (size_t)j * BT * 3 * d.Cl, B, T, d.NHl, d.NHl, C / NH,
+                                                              1, DT_F32));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, d.Cl, C,
+                                                    a->spb, a->tpx));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, RW * C));
+    dt_unit_need(m, SUB(LN2W, l), SUB(FCPROJW, l));
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), RW, C));
+    dt_sp_gather(m, a->spa, v.ln2, BT, C);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, full, ID(FCW), l, P(FCB, l), BT, C, d.Fl));
+    DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * d.nb * d.Fl));
+    dt_unit_need(m, SUB(FCPROJW, l), next);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, d.Fl, C,
+                                                    a->spb, a->tpx));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, RW * C));
+}
+
+/* The embedding (vocabulary-parallel, summed over the group) kept for the rows held, plus
+ * their positions; the layers; the final norm on the rows held, gathered for the head. */
+static void sp_forward(dt_model *m, const int32_t *inputs) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer, BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    dt_gpt2_acts *a = m->impl;
+    dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->spa, inputs, BT, UNIT(WPE));
+    memcpy(a->encoded, a->spa + (size_t)r0 * C, (size_t)RW * C * sizeof(float));
+    dt_unit_need(m, UNIT(WPE), LAYER(0));
+    DT_PROF(m, fwd, DT_OP_ENCODER, dt_sp_pos_forward(m, a->encoded, P(WPE, 0), BT, T, C));
+    for (int l = 0; l < L; l++) {
+        double tl = dt_trace_begin();
+        sp_block_forward(m, l, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+    }
+    const float *last = a->res3 + (size_t)(L - 1) * RW * C;
+    dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
+    float *mine = a->lnf + (size_t)r0 * C; /* its place among every row */
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(mine, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), RW, C));
+    dt_sp_gather(m, a->lnf, mine, BT, C);
+}
+
+static void sp_backward(dt_model *m, const float *dlogits) {
+    const dt_model_config *c = &m->cfg;
+    const tp_dims d = dims_of(c, &m->opts);
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT), Nl = BT / d.k;
+    dt_gpt2_acts *a = m->impl;
+    const dt_mmin full = {a->spa, NULL};
+    memset(a->dres, 0, (size_t)RW * C * sizeof(float));
+    const float *last = a->res3 + (size_t)(L - 1) * RW * C;
+    dt_unit_need(m, UNIT(LNFW), SUB(FCPROJW, L - 1));
+    dt_unit_grads_begin(m, UNIT(LNFW));
+    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc + (size_t)r0 * C,
+                                                              last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, Nl, C, a->sptmp));
+    dt_unit_grads_end(m, UNIT(LNFW));
+    const size_t btf = (size_t)BT * d.nb * d.Fl;
+    for (int l = L - 1; l >= 0; l--) {
+        double tl = dt_trace_begin();
+        layer_views v = views(m, l);
+        const int u2 = SUB(FCPROJW, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
+        dt_unit_need(m, u2, u1);
+        dt_unit_grads_begin(m, u2);
+        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res3), every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->spa, MMIN(fchg), BT, d.Fl, C));
+        dt_unit_grads_end(m, u2);
+        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)btf));
+        dt_unit_need(m, u1, u0);
+        dt_unit_grads_begin(m, u1);
+        dt_sp_gather(m, a->spa, v.ln2, BT, C); /* the fc input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, full, BT, C, d.Fl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l),
+                                                                  v.ln2m, v.ln2r, Nl, C, a->sptmp));
+        dt_unit_grads_end(m, u1);
+        dt_unit_need(m, u0, l > 0 ? SUB(FCPROJW, l - 1) : -1);
+        dt_unit_grads_begin(m, u0);
+        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res2), every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->spa, MMIN(atty), BT, d.Cl, C));
+        for (int j = 0; j < d.nb; j++)
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
+                                                                   v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
+                                                                   v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 1,
+                                                                   DT_F32));
+        dt_sp_gather(m, a->spa, v.ln1, BT, C); /* the q|k|v input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, full, BT, C, 3 * d.Cl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
+                                                                  v.ln1m, v.ln1r, Nl, C, a->sptmp));
+        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        dt_unit_grads_end(m, u0);
+    }
+    dt_unit_grads_begin(m, UNIT(WPE));
+    DT_PROF(m, bwd, DT_OP_ENCODER, dt_sp_pos_backward(m, G(WPE, 0), a->dres, BT, T, C, a->sptmp));
+    dt_unit_grads_end(m, UNIT(WPE));
+    dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(encoded), every row: each rank's vocabulary rows */
+    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->spa, a->inputs, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+}
+
 static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                           float *loss) {
     const dt_model_config *c = &m->cfg;
@@ -353,19 +478,23 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
-    dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->encoded, inputs, BT, UNIT(WPE));
-    dt_unit_need(m, UNIT(WPE), LAYER(0));
-    DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
-    for (int l = 0; l < L; l++) {
-        double tl = dt_trace_begin();
-        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+    if (m->opts.sp) {
+        sp_forward(m, inputs);
+    } else {
+        dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->encoded, inputs, BT, UNIT(WPE));
+        dt_unit_need(m, UNIT(WPE), LAYER(0));
+        DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
+        for (int l = 0; l < L; l++) {
+            double tl = dt_trace_begin();
+            block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
+            dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        }
+        const float *last = a->res3 + (size_t)(L - 1) * btc;
+        dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
+        float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
+        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
+        dt_fam_narrow(m, a->lnfh, lnf, btc);
     }
-    const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
-    float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
-    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
-    dt_fam_narrow(m, a->lnfh, lnf, btc);
     dt_vocab_lm_forward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, targets, BT); /* NaN/Inf: training.nonfinite decides */
@@ -385,6 +514,10 @@ static void gpt2_backward(dt_model *m, float scale) {
     /* the tied head: dx now, its weight gradient with the embedding's (at the end) */
     const float *dlogits = dt_vocab_lm_backward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
                                                 a->losses, a->ce_lse, a->dbtc, scale, UNIT(LNFW));
+    if (m->opts.sp) {
+        sp_backward(m, dlogits);
+        return;
+    }
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
@@ -507,4 +640,5 @@ const dt_model_family dt_family_gpt2 = {
     .hf_read_config = gpt2_hf_read,
     .lora_sites = gpt2_lora_sites,
     .tp_divides = tp_divides,
+    .sp = 1,
 };
