@@ -144,8 +144,9 @@ static void test_refusals_name_the_keys(void **state) {
     expect_refusal(8, 1, 1, 1, -2, "parallel.ep must be in [1,", "(got -2)");
 }
 
-/* The keys: default 1 (a mesh of plain data parallelism); any > 1 refused with one line
- * naming the key once the world is applied, after the divisibility check. */
+/* The keys: default 1 (a mesh of plain data parallelism); tp > 1 runs (tensor parallelism),
+ * cp, pp, ep > 1 refused with one line naming the key once the world is applied, after the
+ * divisibility check. */
 static void test_keys_refuse_until_built(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -160,8 +161,10 @@ static void test_keys_refuse_until_built(void **state) {
     assert_int_equal(dt_cfg_finish(&ctx, &c), DT_OK); /* the world is not known yet */
     assert_int_equal(dt_cfg_apply_world(&ctx, &c, 3), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "parallel.tp=2 x parallel.cp=1 x parallel.pp=1 = 2 does not divide the 3 ranks"));
-    assert_int_equal(dt_cfg_apply_world(&ctx, &c, 4), DT_ERR_CONFIG);
-    assert_non_null(strstr(ctx.err, "parallel.tp=2: tensor parallelism is not built yet (issue 31)"));
+    /* tensor parallelism is built: tp 2 on 4 ranks is 2 data-parallel ranks */
+    assert_int_equal(dt_cfg_apply_world(&ctx, &c, 4), DT_OK);
+    assert_int_equal(c.train.model_opts.tp, 2);
+    assert_int_equal(c.train.parallel.tp, 2);
     static const char *const keys[][2] = {{"parallel.cp", "parallel.cp=2: context parallelism is not built yet"},
                                           {"parallel.pp", "parallel.pp=2: pipeline parallelism is not built yet"},
                                           {"parallel.ep", "parallel.ep=2: expert parallelism is not built yet"}};
