@@ -309,7 +309,7 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     assert_int_equal(al.n_allocs, 0); /* before any allocation */
 }
 
-/* Sequence parallelism (gpt2, fp32): the residual stream and norms on each rank's token rows,
+/* Sequence parallelism (gpt2 and llama, fp32): the residual stream and norms on each rank's token rows,
  * gathered and reduce-scattered around the TP regions; the norms' and positions' weight
  * gradients summed per rank's rows, then over the group. Ranks == blocks mode bitwise, and the
  * same model as tp = 1 within rounding; with the fused loss too. */
@@ -319,7 +319,12 @@ static void test_sp(void **s) {
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
     g_fused = 1, g_rows = 24;
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
-    g_fused = 0, g_rows = 0, g_sp = 0;
+    g_fused = 0, g_rows = 0;
+    g_preset = "llama-tiny"; /* RMSNorm, RoPE on every row of the shard's heads, untied head */
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_tied = 1;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_tied = -1, g_preset = "gpt2-tiny", g_sp = 0;
 }
 
 /* The fused loss under tensor parallelism (row blocks of 24 of the 64 rows): ranks == blocks

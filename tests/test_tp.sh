@@ -4,8 +4,8 @@
 #    one process in the blocks test mode (parallel.tp_blocks: both shards, the same sums in the
 #    same order), fp32; tp 2 x dp 2 on 4 ranks (2 simulated nodes, a TP group inside each) in
 #    bf16 with full activation checkpointing, against the blocks mode on 2 data-parallel ranks;
-#  - sequence parallelism (gpt2, fp32): tp 2 ranks == blocks mode bitwise, also under ZeRO-1 on
-#    tp 2 x dp 2, and within 1e-5 of tensor parallelism alone;
+#  - sequence parallelism (gpt2 and llama, fp32): tp 2 ranks == blocks mode bitwise, also under
+#    ZeRO-1 on tp 2 x dp 2, and within 1e-5 of tensor parallelism alone;
 #  - ZeRO-1/2/3 over the data-parallel ranks (tp 2 x dp 2) == the blocks mode with DDP, bitwise
 #    while clipping does not bind (the norm is summed by ZeRO piece: see the case);
 #  - the blocks mode against the plain tp = 1 model: the 20 losses within 1e-5 relative (the
@@ -113,7 +113,7 @@ for z in zero1 zero2 zero3; do
   check "tp 2 x dp 2 with $z == blocks x dp 2 with ddp, bitwise" "${z}_tp2dp2" ddp_blocks bitwise
 done
 
-# Sequence parallelism (gpt2, fp32): tp 2 on 2 ranks == the blocks mode bitwise, tp 2 x dp 2
+# Sequence parallelism (gpt2 and llama, fp32): tp 2 on 2 ranks == the blocks mode bitwise, tp 2 x dp 2
 # with ZeRO-1 == blocks x dp 2 with DDP, and within rounding of tensor parallelism without it
 # (the norms' weight gradients are summed per rank's rows, then over the group).
 sp=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
@@ -124,6 +124,13 @@ check "sequence parallel vs tensor parallel alone" sp_tp2 tp2 1e-5
 run sp_blocks_dp2 2 "${sp[@]}" --set parallel.tp_blocks=true "${noclip[@]}"
 run sp_z1 4 "${sp[@]}" --set parallel.strategy=zero1 "${noclip[@]}"
 check "sequence parallel: tp 2 x dp 2 with zero1 == blocks x dp 2, bitwise" sp_z1 sp_blocks_dp2 bitwise
+model=(--set model.preset=llama-tiny --seq 32)
+run sp_llama_blocks 1 "${sp[@]}" --set parallel.tp_blocks=true
+run sp_llama_tp2 2 "${sp[@]}"
+check "sequence parallel, llama: tp 2 on 2 ranks == blocks mode, bitwise" sp_llama_tp2 sp_llama_blocks bitwise
+run llama_tp2_nosp 2 --set parallel.tp=2
+check "sequence parallel vs tensor parallel alone, llama" sp_llama_tp2 llama_tp2_nosp 1e-5
+model=("${gpt[@]}")
 
 # Checkpoints across layouts (docs/FORMATS.md version 2: the canonical index space), on real
 # data through the shuffling sampler, a global batch of 4 sequences at every layout:

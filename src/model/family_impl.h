@@ -289,6 +289,12 @@ void dt_sp_col_backward(dt_model *m, float *dinp_loc, int id, int l, float *dbia
  * 4 C floats, then added to dw, db once. Rows per shard: Nl. */
 void dt_sp_layernorm_backward(dt_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                               const float *w, const float *mean, const float *rstd, int Nl, int C, float *tmp);
+/* dt_tp_cols_backward, reduce-scattered to the rows held (full: N C floats). */
+void dt_sp_cols_backward(dt_model *m, float *dinp_loc, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *full, float *scratch);
+/* RMSNorm backward over the rows held, as dt_sp_layernorm_backward (tmp: 2 C floats). */
+void dt_sp_rmsnorm_backward(dt_model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                            const float *rstd, int Nl, int C, float *tmp);
 /* Learned positions over the held rows (row r of the micro-batch is position r % T): out +=,
  * and the backward's dwpe (T, C) += the group's sum (shard order, scratch T C floats, 2 of). */
 void dt_sp_pos_forward(dt_model *m, float *out, const float *wpe, int N, int T, int C);

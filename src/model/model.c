@@ -171,7 +171,7 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
                        "built yet (issue 31)", k, o->lora.rank);
     if (o->sp && !f->sp)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is built for gpt2 so far, "
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is built for gpt2 and llama so far, "
                        "not for the %s family (issue 31)", f->name);
     if (o->sp && o->compute != DT_F32)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel with training.precision=%s: sequence parallelism "

@@ -126,8 +126,9 @@ void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int 
     }
 }
 
-void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
-                         int N, int C, int W, float *scratch) {
+/* The shards' partial input gradient summed in shard order into dinp (N, C), no group sum. */
+static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                                  int N, int C, int W, float *scratch) {
     const dt_params *w = dt_model_weights(m);
     if (dt_tp_size(&m->opts) <= 1) {
         dt_fam_mm_backward(m, dinp, ids[0], l, NULL, dout, x, N, C, W);
@@ -152,6 +153,15 @@ void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l,
         }
         if (j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
     }
+}
+
+void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *scratch) {
+    if (dt_tp_size(&m->opts) <= 1) {
+        dt_fam_mm_backward(m, dinp, ids[0], l, NULL, dout, x, N, C, W);
+        return;
+    }
+    cols_backward_partial(m, dinp, ids, n, l, dout, x, N, C, W, scratch);
     dt_tp_sum(m, dinp, (size_t)N * C);
 }
 
@@ -251,4 +261,24 @@ void dt_sp_pos_backward(dt_model *m, float *dwpe, const float *dout, int N, int 
         if (j > 0) dt_tp_add(acc, part, (size_t)T * C);
     }
     sp_param_sum(m, dwpe, acc, (size_t)T * C);
+}
+
+void dt_sp_cols_backward(dt_model *m, float *dinp_loc, const int *ids, int n, int l, const float *dout, dt_mmin x,
+                         int N, int C, int W, float *full, float *scratch) {
+    cols_backward_partial(m, full, ids, n, l, dout, x, N, C, W, scratch);
+    sp_scatter(m, dinp_loc, full, N, C);
+}
+
+void dt_sp_rmsnorm_backward(dt_model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                            const float *rstd, int Nl, int C, float *tmp) {
+    const int nb = dt_tp_local(&m->opts);
+    float *acc = tmp, *part = tmp + (size_t)C;
+    for (int j = 0; j < nb; j++) {
+        const size_t r = (size_t)j * Nl;
+        float *t = j == 0 ? acc : part;
+        memset(t, 0, (size_t)C * sizeof(float));
+        dt_rmsnorm_backward(dinp + r * C, t, dout + r * C, inp + r * C, w, rstd + r, Nl, C);
+        if (j > 0) dt_tp_add(acc, part, (size_t)C);
+    }
+    sp_param_sum(m, dw, acc, (size_t)C);
 }

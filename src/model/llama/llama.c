@@ -254,6 +254,8 @@ typedef struct dt_llama_acts {
     float *tpx;                      /* (B,T,C) tensor parallelism's blocks test mode: a shard's
                                         partial sum (family_impl.h) */
     float *tpstat;                   /* (2 B T) tensor parallelism: the loss's row statistics */
+    float *spa, *spb;                /* (B,T,C) sequence parallelism: gathered rows, partial sums */
+    float *sptmp;                    /* (2 C) sequence parallelism: a norm's gradient sums */
     uint16_t *dlp;                   /* (B,T,max(QW,2F)) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
     float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
@@ -294,38 +296,43 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
     size_t R2 = dt_act_slot(o, L, res2_class(o), L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
+    /* sequence parallelism: the residual stream and the norms hold this process's token rows */
+    const size_t SP = o->sp != 0, RW = SP ? BT / (size_t)d.k * nb : BT;
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
 #define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
-    TAKE(encoded, BT * C);
-    TAKE(ln1, F32 * R * BT * C);
-    TAKE(rstd1, R * BT);
+    TAKE(encoded, RW * C);
+    TAKE(ln1, F32 * R * RW * C);
+    TAKE(rstd1, R * RW);
     TAKE(qkv, R * BT * QW);
     TAKE(atty, R * BT * A);
     TAKE(att_lse, R * BT * NH);
-    TAKE(res2, R2 * BT * C);
-    TAKE(ln2, F32 * R * BT * C);
-    TAKE(rstd2, R * BT);
+    TAKE(res2, R2 * RW * C);
+    TAKE(ln2, F32 * R * RW * C);
+    TAKE(rstd2, R * RW);
     TAKE(gu, M * BT * 2 * F);
     TAKE(hmid, F32 * R * BT * F);
     TAKE16(ln1h, H * R * BT * C);
     TAKE16(attyh, H * R * BT * A);
     TAKE16(ln2h, H * R * BT * C);
     TAKE16(hmidh, H * R * BT * F);
-    TAKE(res3, (size_t)L * BT * C);
-    TAKE(lnf, F32 * BT * C);
+    TAKE(res3, (size_t)L * RW * C);
+    TAKE(lnf, F32 * BT * C); /* sequence parallelism: gathered for the head */
     TAKE16(lnfh, H * BT * C);
-    TAKE(rstdf, BT);
+    TAKE(rstdf, RW);
     TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * nb * d.Vl);
     TAKE(losses, BT);
     TAKE(ce_lse, BT);
-    TAKE(dres, BT * C);
+    TAKE(dres, RW * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dmid, BT * F);
     TAKE16(dlp, H * BT * call);
     TAKE(tpx, (d.nb > 1) * BT * C);
     TAKE(tpstat, (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
+    TAKE(spa, SP * BT * C); /* sequence parallelism: gathered rows, partial sums, norm sums */
+    TAKE(spb, SP * BT * C);
+    TAKE(sptmp, SP * 2 * C);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -393,19 +400,21 @@ static layer_views views(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
     const tp_dims d = dims_of(c, &m->opts);
-    size_t BT = (size_t)m->B * m->T, btc = BT * c->d_model, F = (size_t)d.nb * d.Fl;
-    size_t bta = BT * (size_t)d.nb * d.Ql; /* the attention output held */
+    /* the residual stream and the norms: the token rows held (sequence parallelism) */
+    size_t BT = (size_t)dt_sp_rows(m, m->B * m->T), btc = BT * c->d_model;
+    size_t BTF = (size_t)m->B * m->T, F = (size_t)d.nb * d.Fl; /* every row: the split activations */
+    size_t bta = BTF * (size_t)d.nb * d.Ql; /* the attention output held */
     size_t r = dt_act_slot(&m->opts, L, DT_ACT_RECOMP, l), k = dt_act_slot(&m->opts, L, DT_ACT_SEL, l);
     size_t r2 = dt_act_slot(&m->opts, L, res2_class(&m->opts), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
     v.ln1 = a->ln1 + r * btc, v.rstd1 = a->rstd1 + r * BT;
-    v.qkv = a->qkv + r * BT * (size_t)d.nb * d.QWl, v.atty = a->atty + r * bta;
-    v.lse = a->att_lse + r * BT * (size_t)d.nb * d.NHl, v.res2 = a->res2 + r2 * btc;
+    v.qkv = a->qkv + r * BTF * (size_t)d.nb * d.QWl, v.atty = a->atty + r * bta;
+    v.lse = a->att_lse + r * BTF * (size_t)d.nb * d.NHl, v.res2 = a->res2 + r2 * btc;
     v.ln2 = a->ln2 + r * btc, v.rstd2 = a->rstd2 + r * BT;
-    v.gu = a->gu + k * BT * 2 * F, v.hmid = a->hmid + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
+    v.gu = a->gu + k * BTF * 2 * F, v.hmid = a->hmid + r * BTF * F, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * bta, v.ln2h = a->ln2h + r * btc;
-    v.hmidh = a->hmidh + r * BT * F;
+    v.hmidh = a->hmidh + r * BTF * F;
     if (dt_lowp(m)) v.ln1 = v.ln2 = v.hmid = a->dbig; /* fp32 outputs go through the scratch */
     return v;
 }
@@ -462,6 +471,116 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
+/* ---- sequence parallelism (model.h dt_model_opts.sp; fp32, no recompute, no experts; as
+ * gpt2.c: norms on the rows held, gathered for the column-parallel GEMMs, reduce-scattered
+ * after the row-parallel ones; RoPE and the attention run on every row of the shard's heads) */
+
+static void sp_block_forward(dt_model *m, int l, int next) {
+    const dt_model_config *c = &m->cfg;
+    const tp_dims d = dims_of(c, &m->opts);
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T, RW = dt_sp_rows(m, BT), hs = C / NH;
+    const float eps = c->norm_eps;
+    dt_llama_acts *a = m->impl;
+    layer_views v = views(m, l);
+    const dt_mmin full = {a->spa, NULL};
+    static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
+    dt_unit_need(m, SUB(LN1, l), SUB(LN2, l));
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), RW, C, eps));
+    dt_sp_gather(m, a->spa, v.ln1, BT, C);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_cols_forward(m, v.qkv, full, qkv_ids, 3, l, BT, C, d.QWl));
+    for (int j = 0; j < d.nb; j++) {
+        float *qkv = v.qkv + (size_t)j * BT * d.QWl;
+        DT_PROF(m, fwd, DT_OP_ROPE, dt_rope_forward(qkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
+        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
+                                                              qkv, B, T, d.NHl, d.NKVl, hs, 1, DT_F32));
+    }
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, d.Ql, C, a->spb, a->tpx));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, RW * C));
+    dt_unit_need(m, SUB(LN2, l), SUB(WDOWN, l));
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), RW, C, eps));
+    dt_sp_gather(m, a->spa, v.ln2, BT, C);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_cols_forward(m, v.gu, full, gu_ids, 2, l, BT, C, 2 * d.Fl));
+    for (int j = 0; j < d.nb; j++)
+        DT_PROF(m, fwd, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid + (size_t)j * BT * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl, BT, d.Fl));
+    dt_unit_need(m, SUB(WDOWN, l), next);
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, d.Fl, C, a->spb, a->tpx));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, RW * C));
+}
+
+static void sp_forward(dt_model *m, const int32_t *inputs) {
+    const dt_model_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer, BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    dt_llama_acts *a = m->impl;
+    dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->spa, inputs, BT, LAYER(0));
+    memcpy(a->encoded, a->spa + (size_t)r0 * C, (size_t)RW * C * sizeof(float));
+    for (int l = 0; l < L; l++) {
+        double tl = dt_trace_begin();
+        sp_block_forward(m, l, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+    }
+    const float *last = a->res3 + (size_t)(L - 1) * RW * C;
+    dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
+    float *mine = a->lnf + (size_t)r0 * C; /* its place among every row */
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(mine, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), RW, C, c->norm_eps));
+    dt_sp_gather(m, a->lnf, mine, BT, C);
+}
+
+static void sp_backward(dt_model *m, const float *dlogits) {
+    const dt_model_config *c = &m->cfg;
+    const tp_dims d = dims_of(c, &m->opts);
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer, hs = C / NH;
+    int BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT), Nl = BT / d.k;
+    static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
+    dt_llama_acts *a = m->impl;
+    const dt_mmin full = {a->spa, NULL};
+    memset(a->dres, 0, (size_t)RW * C * sizeof(float));
+    const float *last = a->res3 + (size_t)(L - 1) * RW * C;
+    dt_unit_need(m, NORM_UNIT, SUB(WDOWN, L - 1));
+    dt_unit_grads_begin(m, NORM_UNIT);
+    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc + (size_t)r0 * C, last,
+                                                          dt_fam_param(m, NORM_ID, 0), a->rstdf, Nl, C, a->sptmp));
+    dt_unit_grads_end(m, NORM_UNIT);
+    for (int l = L - 1; l >= 0; l--) {
+        double tl = dt_trace_begin();
+        layer_views v = views(m, l);
+        const int u2 = SUB(WDOWN, l), u1 = SUB(LN2, l), u0 = SUB(LN1, l);
+        dt_unit_need(m, u2, u1);
+        dt_unit_grads_begin(m, u2);
+        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res3), every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, a->spa, MMIN(hmid), BT, d.Fl, C));
+        dt_unit_grads_end(m, u2);
+        for (int j = 0; j < d.nb; j++)
+            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig + (size_t)j * BT * 2 * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl,
+                                                             a->dmid + (size_t)j * BT * d.Fl, BT, d.Fl));
+        dt_unit_need(m, u1, u0);
+        dt_unit_grads_begin(m, u1);
+        dt_sp_gather(m, a->spa, v.ln2, BT, C); /* the gate|up input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, full, BT, C, 2 * d.Fl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, Nl, C,
+                                                              a->sptmp));
+        dt_unit_grads_end(m, u1);
+        dt_unit_need(m, u0, l > 0 ? SUB(WDOWN, l - 1) : -1);
+        dt_unit_grads_begin(m, u0);
+        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res2), every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(WO), l, NULL, a->spa, MMIN(atty), BT, d.Ql, C));
+        for (int j = 0; j < d.nb; j++) {
+            float *dqkv = a->dbig + (size_t)j * BT * d.QWl;
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(dqkv, a->dbtc + (size_t)j * BT * d.Ql, v.qkv + (size_t)j * BT * d.QWl,
+                                                                   v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
+                                                                   B, T, d.NHl, d.NKVl, hs, 1, DT_F32));
+            DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(dqkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
+        }
+        dt_sp_gather(m, a->spa, v.ln1, BT, C); /* the q|k|v input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, full, BT, C, d.QWl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, Nl, C,
+                                                              a->sptmp));
+        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        dt_unit_grads_end(m, u0);
+    }
+    dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(encoded), every row: each rank's vocabulary rows */
+    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->spa, a->inputs, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+}
+
 static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
                                const int32_t *targets, float *loss) {
     const dt_model_config *c = &m->cfg;
@@ -475,17 +594,21 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (c->n_experts) dt_moe_begin(m, &a->moe);
-    dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
-    for (int l = 0; l < L; l++) {
-        double tl = dt_trace_begin();
-        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+    if (m->opts.sp) {
+        sp_forward(m, inputs);
+    } else {
+        dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
+        for (int l = 0; l < L; l++) {
+            double tl = dt_trace_begin();
+            block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
+            dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        }
+        const float *last = a->res3 + (size_t)(L - 1) * btc;
+        dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
+        float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
+        DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), BT, C, eps));
+        dt_fam_narrow(m, a->lnfh, lnf, btc);
     }
-    const float *last = a->res3 + (size_t)(L - 1) * btc;
-    dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
-    float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
-    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), BT, C, eps));
-    dt_fam_narrow(m, a->lnfh, lnf, btc);
     dt_vocab_lm_forward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, targets, BT); /* NaN/Inf: training.nonfinite decides */
@@ -509,6 +632,10 @@ static void llama_backward(dt_model *m, float scale) {
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     const float *dlogits = dt_vocab_lm_backward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
                                                 a->losses, a->ce_lse, a->dbtc, scale, NORM_UNIT);
+    if (m->opts.sp) {
+        sp_backward(m, dlogits);
+        return;
+    }
     memset(a->dres, 0, btc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * btc;
     dt_unit_need(m, NORM_UNIT, BWD_FIRST(L - 1));
@@ -618,4 +745,5 @@ const dt_model_family dt_family_llama = {
     .hf_identity = dt_llama_hf_identity,
     .rotary = 1,
     .tp_divides = tp_divides,
+    .sp = 1,
 };
