@@ -479,7 +479,6 @@ static void write_k8s(FILE *f, const dt_plan_emit_opts *e, const dt_run_cfg *rc,
 /* A layout a job can run: data and tensor parallelism (pp = cp = ep = 1; tensor parallelism
  * without hybrid sharding, and only where tp divides the model's heads and MLP: model.h
  * dt_model_tp_check). Pipeline, context and expert parallelism are not built. */
-static int runnable(const dt_plan_layout *l, const dt_plan_job *job) { return dt_plan_dtrain_runs(job, l); }
 
 dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg *rc, const dt_plan_job *job,
                        const dt_plan_result *r, int n, int argc, char **argv, const unsigned char *used) {
@@ -487,7 +486,7 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     for (int i = 0; i < n; i++) {
         if (!r[i].fits) continue;
         if (fastest < 0 || r[i].step_s < r[fastest].step_s) fastest = i;
-        if (runnable(&r[i].lay, job) && (best < 0 || r[i].step_s < r[best].step_s)) best = i;
+        if (dt_plan_dtrain_runs(job, &r[i].lay) && (best < 0 || r[i].step_s < r[best].step_s)) best = i;
     }
     if (best < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout a dtrain job can run (data parallel: ddp, "

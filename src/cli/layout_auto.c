@@ -9,20 +9,6 @@
 #include "core/log.h"
 #include "plan/plan.h"
 
-/* What dtrain trains: data and tensor parallelism (pp = cp = ep = 1), tensor parallelism
- * without hybrid sharding and where tp divides the model (model.h dt_model_tp_check). */
-static int runnable(const dt_plan_layout *l, const dt_run_cfg *cfg) {
-    if (l->pp != 1 || l->cp != 1 || l->ep != 1) return 0;
-    if (l->tp <= 1) return 1;
-    if (l->hybrid) return 0;
-    dt_ctx quiet;
-    dt_ctx_init(&quiet);
-    dt_model_config mc = cfg->train.model;
-    dt_model_opts mo = cfg->train.model_opts;
-    mo.tp = l->tp, mo.tp_local = 1, mo.tp_first = 0;
-    return dt_model_config_validate(&quiet, &mc) == DT_OK && dt_model_tp_check(&quiet, &mc, &mo) == DT_OK;
-}
-
 /* Rank 0's plan: out = {found, tp, strategy, hybrid, global batch}. */
 static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int per_node, long out[5]) {
     dt_hw_catalog cat;
@@ -60,7 +46,7 @@ static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int pe
     size_t len = 0;
     line[0] = 0;
     for (int i = 0; st == DT_OK && i < n; i++) {
-        if (!r[i].fits || !runnable(&r[i].lay, cfg)) continue;
+        if (!r[i].fits || !dt_plan_dtrain_runs(&job, &r[i].lay)) continue;
         if (pick < 0) pick = i;
         if (shown++ >= 3) continue;
         dt_plan_layout_name(&r[i].lay, name, sizeof name);

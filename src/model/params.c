@@ -300,9 +300,6 @@ void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0
     *rows = rs - cc * t->chunk_rows < t->chunk_rows ? rs - cc * t->chunk_rows : t->chunk_rows;
 }
 
-int dt_params_chunk_shard(const dt_params *ps, int id, int c) {
-    return (int)((size_t)c / chunks_per_shard(&ps->tensors[id]));
-}
 
 static size_t unit_bytes(const dt_params *ps) {
     return (size_t)ps->n_units * (2 * sizeof(size_t) + 2 * sizeof(float *) + sizeof(uint16_t *));

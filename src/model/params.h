@@ -178,9 +178,6 @@ int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, 
 /* Chunks of a vocabulary tensor (1 for any other), and chunk c's unit and row range. */
 int dt_params_chunks(const dt_params *ps, int id);
 void dt_params_chunk(const dt_params *ps, int id, int c, int *unit, size_t *row0, size_t *rows);
-/* The stored shard chunk c lies in (tensor parallelism's blocks test mode stores several;
- * chunks never straddle shards). */
-int dt_params_chunk_shard(const dt_params *ps, int id, int c);
 /* DT_OK when every parameter in `base` (a full slab) is finite; else a DT_ERR_FORMAT naming
  * `path`, the first tensor with a NaN or Inf (its external name when ext and it has one: a
  * Hugging Face file's), how many and where. For weights read from a file, at load: such

@@ -130,10 +130,6 @@ void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int 
 static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
                                   int N, int C, int W, float *scratch) {
     const dt_params *w = dt_model_weights(m);
-    if (dt_tp_size(&m->opts) <= 1) {
-        dt_fam_mm_backward(m, dinp, ids[0], l, NULL, dout, x, N, C, W);
-        return;
-    }
     const int nb = dt_tp_local(&m->opts);
     for (int j = 0; j < nb; j++) {
         float *dst = j > 0 ? scratch : dinp;

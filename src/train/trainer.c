@@ -226,32 +226,24 @@ static int tp_max(void *ud, float *x, size_t n) {
     return t->failed;
 }
 
-/* Sequence parallelism's collectives over the TP group (model.h dt_model_tp_ops). */
-static int tp_allgather(void *ud, float *buf, size_t n) {
-    dt_tp_link *t = ud;
+/* Sequence parallelism's collectives over the TP group (model.h dt_model_tp_ops): n floats
+ * per rank, each rank's block at rank n (all-gather in place; reduce-scatter in rank order). */
+static int tp_blocks_op(dt_tp_link *t, const float *in, float *buf, size_t n) {
     if (t->failed) return 1;
     double t0 = dt_now();
     int k = dt_comm_size(t->comm, t->group);
     size_t cnt[64], off[64];
     for (int r = 0; r < k && r < 64; r++) cnt[r] = n, off[r] = (size_t)r * n;
-    if (k > 64 || dt_comm_allgatherv(&t->ctx, t->comm, t->group, buf, cnt, off) != DT_OK) t->failed = 1;
+    dt_status st = k > 64 ? dt_fail(&t->ctx, DT_ERR_CONFIG, "sequence parallelism over more than 64 TP ranks")
+                   : in  ? dt_comm_reduce_scatter_ordered(&t->ctx, t->comm, t->group, in, cnt, off, buf, t->scratch)
+                         : dt_comm_allgatherv(&t->ctx, t->comm, t->group, buf, cnt, off);
+    if (st != DT_OK) t->failed = 1;
     t->seconds += dt_now() - t0;
     t->bytes += (double)(k - 1) * (double)n * sizeof(float);
     return t->failed;
 }
-static int tp_reduce_scatter(void *ud, const float *in, float *out, size_t n) {
-    dt_tp_link *t = ud;
-    if (t->failed) return 1;
-    double t0 = dt_now();
-    int k = dt_comm_size(t->comm, t->group);
-    size_t cnt[64], off[64];
-    for (int r = 0; r < k && r < 64; r++) cnt[r] = n, off[r] = (size_t)r * n;
-    if (k > 64 || dt_comm_reduce_scatter_ordered(&t->ctx, t->comm, t->group, in, cnt, off, out, t->scratch) != DT_OK)
-        t->failed = 1;
-    t->seconds += dt_now() - t0;
-    t->bytes += (double)(k - 1) * (double)n * sizeof(float);
-    return t->failed;
-}
+static int tp_allgather(void *ud, float *buf, size_t n) { return tp_blocks_op(ud, NULL, buf, n); }
+static int tp_reduce_scatter(void *ud, const float *in, float *out, size_t n) { return tp_blocks_op(ud, in, out, n); }
 
 /* The process mesh of a tensor-parallel run (parallel/mesh.h; cp = pp = ep = 1 so far): the
  * TP group (consecutive ranks) and the data-parallel group, split once; the model holds the
