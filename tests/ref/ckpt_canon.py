@@ -6,7 +6,8 @@
     ("global:local:count" in the canonical space), bitwise equal where both hold a value; a
     value only one of them holds must be 0 (vocabulary padding: a tensor-parallel run's files
     leave it out);
-  - trainer.json's step, tokens seen, seed and data cursor equal.
+  - trainer.json's step, tokens seen, seed and data cursor equal;
+  - no NaN or Inf anywhere (equal bits of a NaN prove nothing).
 Usage: ckpt_canon.py STEP_DIR_A STEP_DIR_B. Prints one line; exit 1 on any difference."""
 import glob, json, os, struct, sys
 import numpy as np
@@ -52,9 +53,13 @@ def main():
     for k in ma:
         if ma[k].tobytes() != mb[k].tobytes():
             sys.exit(f"FAIL: model tensor {k} differs")
+        if ma[k].dtype == np.float32 and not np.all(np.isfinite(ma[k])):
+            sys.exit(f"FAIL: model tensor {k} holds NaN or Inf")  # equal bits of a NaN prove nothing
     (m1, v1, h1), (m2, v2, h2) = moments(a), moments(b)
     if m1 is None or m2 is None or len(m1) != len(m2):
         sys.exit("FAIL: optimizer files missing or of different sizes")
+    if not (np.all(np.isfinite(m1)) and np.all(np.isfinite(v1))):
+        sys.exit("FAIL: the moments hold NaN or Inf")
     both = (h1 > 0) & (h2 > 0)
     for name, x, y in (("exp_avg", m1, m2), ("exp_avg_sq", v1, v2)):
         if x[both].tobytes() != y[both].tobytes():
