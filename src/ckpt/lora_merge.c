@@ -1,48 +1,18 @@
 /* A LoRA checkpoint folded into its base, out as a Hugging Face model (lora_merge.h). */
 #include "ckpt/lora_merge.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/ckpt_io.h"
 #include "ckpt/interop.h"
 #include "ckpt/lora_base.h"
 #include "ckpt/model_file.h"
 #include "model/lora.h"
 #include "ops/ops.h"
-#include "train/config_yaml.h"
-
-/* The run's model.init_from and lora.base_dtype, from the configuration trainer.json stores. */
-static dt_status run_base(dt_ctx *ctx, const char *step_dir, char *init_from, size_t n, int *nf4) {
-    char path[4400], name[4500];
-    snprintf(path, sizeof path, "%s/trainer.json", step_dir);
-    char *buf;
-    size_t len;
-    DT_CHECK(dt_io_read_small(ctx, path, 16u << 20, &buf, &len));
-    cJSON *r = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    const cJSON *cf = r ? cJSON_GetObjectItemCaseSensitive(r, "config") : NULL;
-    if (!cJSON_IsString(cf) || !cf->valuestring[0]) {
-        cJSON_Delete(r);
-        return dt_fail(ctx, DT_ERR_FORMAT, "%s: no stored configuration ('config'): give the base with --base PATH",
-                       path);
-    }
-    dt_run_cfg c;
-    dt_run_cfg_defaults(&c);
-    snprintf(name, sizeof name, "%s (config)", path);
-    dt_status st = dt_cfg_load_yaml_text(ctx, &c, name, cf->valuestring);
-    cJSON_Delete(r);
-    DT_CHECK(st);
-    snprintf(init_from, n, "%s", c.init_from);
-    *nf4 = !strcmp(c.lora_base, "nf4");
-    return DT_OK;
-}
 
 /* full (the family's layout) = m's base, NF4 tensors dequantized. */
 static void copy_base(const dt_model *m, dt_params *full) {
@@ -82,7 +52,7 @@ static int fold(const dt_model *m, dt_params *full) {
 }
 
 dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const char *base,
-                        dt_lora_merge_info *info) {
+                        dt_lora_run_base_fn run_base, dt_lora_merge_info *info) {
     memset(info, 0, sizeof *info);
     char step_dir[4200], path[4400], tmp[4400], tok[32];
     DT_CHECK(dt_ckpt_find(ctx, src, step_dir, sizeof step_dir));

@@ -12,7 +12,7 @@
  * values the run's forward used. The result goes out as a Hugging Face directory (dt_hf_export:
  * OUT_DIR/model.safetensors + config.json), which dtrain reads back (eval, model.init_from).
  *
- *   DT_CHECK(dt_lora_merge(ctx, "ckpt/", "merged/", NULL, &info));
+ *   DT_CHECK(dt_lora_merge(ctx, "ckpt/", "merged/", NULL, run_base, &info));
  */
 #ifndef DT_LORA_MERGE_H
 #define DT_LORA_MERGE_H
@@ -31,11 +31,17 @@ typedef struct dt_lora_merge_info {
     uint64_t base_hash;
 } dt_lora_merge_info;
 
+/* How the run built its base: its model.init_from ("" : drawn from training.seed) and whether
+ * its lora.base_dtype was nf4, read from the configuration the step's trainer.json stores.
+ * That configuration's keys belong to the config layer above ckpt/ (train/keys.h; ARCHITECTURE
+ * decision 72's layer order), so the caller supplies the reader (the CLI's cmd_ckpt.c). */
+typedef dt_status (*dt_lora_run_base_fn)(dt_ctx *ctx, const char *step_dir, char *init_from, size_t n, int *nf4);
+
 /* SRC: a LoRA step directory or checkpoint directory (its newest intact step); base: the
  * base model's path (NULL: the run's model.init_from). Refuses, in one line, a checkpoint
  * that is not LoRA (naming its trainer.json), a base whose XXH3 differs (naming the base),
  * and an OUT_DIR that cannot be created or written (naming it). */
 dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const char *base,
-                        dt_lora_merge_info *info);
+                        dt_lora_run_base_fn run_base, dt_lora_merge_info *info);
 
 #endif

@@ -1,15 +1,19 @@
 /* dtrain ckpt SUBCOMMAND: tools for model files and checkpoints. Each subcommand is one row
  * of the table below: name, usage line, summary, handler. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/ckpt_io.h"
 #include "ckpt/interop.h"
 #include "ckpt/lock.h"
 #include "ckpt/lora_merge.h"
 #include "ckpt/model_file.h"
 #include "ckpt/peft.h"
 #include "cli/cli.h"
+#include "train/config_yaml.h"
 
 typedef struct ckpt_cmd {
     const char *name;
@@ -67,6 +71,33 @@ static int cmd_export(dt_ctx *ctx, int argc, char **argv) {
     return rc;
 }
 
+/* The run's model.init_from and lora.base_dtype, from the configuration trainer.json stores
+ * (dt_lora_run_base_fn: the keys are the config layer's, not ckpt/'s). */
+static dt_status run_base(dt_ctx *ctx, const char *step_dir, char *init_from, size_t n, int *nf4) {
+    char path[4400], name[4500];
+    snprintf(path, sizeof path, "%s/trainer.json", step_dir);
+    char *buf;
+    size_t len;
+    DT_CHECK(dt_io_read_small(ctx, path, 16u << 20, &buf, &len));
+    cJSON *r = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *cf = r ? cJSON_GetObjectItemCaseSensitive(r, "config") : NULL;
+    if (!cJSON_IsString(cf) || !cf->valuestring[0]) {
+        cJSON_Delete(r);
+        return dt_fail(ctx, DT_ERR_FORMAT, "%s: no stored configuration ('config'): give the base with --base PATH",
+                       path);
+    }
+    dt_run_cfg c;
+    dt_run_cfg_defaults(&c);
+    snprintf(name, sizeof name, "%s (config)", path);
+    dt_status st = dt_cfg_load_yaml_text(ctx, &c, name, cf->valuestring);
+    cJSON_Delete(r);
+    DT_CHECK(st);
+    snprintf(init_from, n, "%s", c.init_from);
+    *nf4 = !strcmp(c.lora_base, "nf4");
+    return DT_OK;
+}
+
 static int cmd_merge(dt_ctx *ctx, int argc, char **argv) {
     const char *base = NULL;
     if (argc == 4 && !strcmp(argv[2], "--base")) base = argv[3];
@@ -75,7 +106,7 @@ static int cmd_merge(dt_ctx *ctx, int argc, char **argv) {
     dt_ckpt_lock *lock = NULL;
     dt_status st = lock_out(ctx, "merge", argv[1], &lock);
     if (st != DT_OK) return dt_cli_exit_code(st);
-    st = dt_lora_merge(ctx, argv[0], argv[1], base, &info);
+    st = dt_lora_merge(ctx, argv[0], argv[1], base, run_base, &info);
     dt_ckpt_lock_release(lock);
     if (st == DT_OK)
         printf("merged %s (%d adapted projections) into %s (%s, XXH3 %016llx): %zu parameters -> %s/model.safetensors, "

@@ -539,10 +539,7 @@ static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (t->parallel.compression != DT_COMPRESS_NONE)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.compression=topk is not built yet (issue 31)",
                        c->tp);
-    dt_model_config mc = t->model;
-    dt_model_opts mo = t->model_opts;
-    DT_CHECK(dt_model_config_validate(ctx, &mc));
-    return dt_model_tp_check(ctx, &mc, &mo);
+    return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
 }
 
 /* world = 0: not known yet (1 outside MPI, the launcher's announced size under it; 0 when
@@ -584,7 +581,10 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
         t->steps = (c->tokens + per_step - 1) / per_step;
     }
     if (!c->decay_steps_set) t->sched.total = t->steps;
-    return dt_train_cfg_validate(ctx, t);
+    t->checked = 0;
+    DT_CHECK(dt_train_cfg_validate(ctx, t));
+    t->checked = 1; /* dt_trainer_init does not validate it again (decision 72) */
+    return DT_OK;
 }
 
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world) { return apply_world(ctx, c, world, 1); }

@@ -79,11 +79,8 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
                        (double)c->adamw.weight_decay);
     if (!(c->clip >= 0.0f))
         return dt_fail(ctx, DT_ERR_CONFIG, "optimizer.grad_clip must be >= 0 (got %g)", (double)c->clip);
-    if (c->model_opts.lora.rank != 0 || c->model_opts.lora.nf4) {
-        dt_model_config mc = c->model;
-        DT_CHECK(dt_model_config_validate(ctx, &mc));
-        DT_CHECK(dt_lora_validate(ctx, &mc, &c->model_opts.lora));
-    }
+    if (c->model_opts.lora.rank != 0 || c->model_opts.lora.nf4)
+        DT_CHECK(dt_lora_validate(ctx, &c->model, &c->model_opts.lora));
     return DT_OK;
 }
 
@@ -112,11 +109,9 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &mo, cfg->micro_batch, cfg->seq_len);
     double state = 16.0 * psi / world;
     if (mo.lora.rank > 0) { /* LoRA: the adapters' state sharded, plus the whole frozen base */
-        dt_model_config mc = cfg->model;
-        DT_CHECK(dt_model_config_validate(ctx, &mc));
         size_t b[DT_MEM_NKINDS] = {0};
-        dt_lora_plan(&mc, &mo.lora, b);
-        state = 16.0 * (double)dt_lora_num_params(&mc, &mo.lora) / world + (double)b[DT_MEM_PARAMS];
+        dt_lora_plan(&cfg->model, &mo.lora, b);
+        state = 16.0 * (double)dt_lora_num_params(&cfg->model, &mo.lora) / world + (double)b[DT_MEM_PARAMS];
     }
     double need = acts + state, have = avail / local;
     if (need <= have) return DT_OK;
@@ -301,7 +296,14 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     long slow_rank;
     dt_test_aid("DTRAIN_TEST_SLOW", &slow_rank, &tr->slow_ms);
     tr->slow_rank = (int)slow_rank;
-    DT_CHECK(dt_train_cfg_validate(ctx, cfg));
+    /* Validated once, by the config layer (train/keys.c); a library caller's own configuration
+     * is validated here, the model's shape derived in the trainer's copy (decision 72). */
+    if (!tr->cfg.checked) {
+        DT_CHECK(dt_model_config_validate(ctx, &tr->cfg.model));
+        DT_CHECK(dt_train_cfg_validate(ctx, &tr->cfg));
+        tr->cfg.checked = 1;
+    }
+    cfg = &tr->cfg;
     DT_CHECK(check_memory(ctx, cfg, comm));
     dt_status st = DT_OK;
     /* The strategy decides which full slabs exist: ZeRO-2 has no full gradients, ZeRO-3

@@ -38,10 +38,16 @@ typedef struct dt_train_cfg {
     /* mixture of experts (model/llama/moe.h): training.moe_aux_loss_coef,
        training.moe_z_loss_coef, parallel.moe_capacity_factor (0 = dropless) */
     float moe_aux_coef, moe_z_coef, moe_capacity;
+    /* Set by the config layer (train/keys.c: dt_cfg_finish, dt_cfg_apply_world) once it has
+     * validated the whole configuration, the model in place included (ARCHITECTURE decision
+     * 72): dt_trainer_init then does not validate it again. 0 (a library caller that fills a
+     * dt_train_cfg itself): dt_trainer_init validates its own copy. */
+    int checked;
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
-/* Checks the training fields, naming the key of a bad one. */
+/* Checks the training fields, naming the key of a bad one. c->model must be validated
+ * already (dt_model_config_validate: the LoRA checks read its derived shape). */
 dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c);
 
 /* Supplies micro-batch k (0..accum-1) of the current step; buffers stay valid until the
