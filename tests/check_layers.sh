@@ -3,7 +3,8 @@
 # place in the layer order that ARCHITECTURE.md states on its "Layer order:" line, and a file
 # may include headers of its own folder or of a folder earlier in that order, never a later
 # one. A violation is named by file, line and include; a folder of src/ missing from the order
-# (or an order naming a folder that does not exist) fails too, so a new folder must be placed.
+# (or an order naming a folder that does not exist) fails too, so a new folder must be placed,
+# and so does a README.md layout section that does not list the folders in that order.
 #   tests/check_layers.sh [SRC_ROOT]   (default: the repository this script is in)
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -29,6 +30,14 @@ for p in "$root"/src/*/; do
   d=$(basename "$p")
   [ -n "${rank[$d]:-}" ] || fail "src/$d is not in the layer order of docs/ARCHITECTURE.md (place it there)"
 done
+
+# The README's layout section lists every folder of src/, in the layer order.
+listed=$(sed -n '/^## Layout/,/^## /p' "$root/README.md" | sed -n 's|^src/\([a-z_]*\) .*|\1|p' | tr '\n' ' ')
+if [ "$listed" = "$(tr -d '<' <<<"$line" | tr -s ' ') " ]; then
+  pass "README.md's layout lists every folder of src/ in the layer order"
+else
+  fail "README.md's layout lists '$listed', not the layer order '$line'"
+fi
 
 checked=0
 while IFS= read -r f; do

@@ -171,13 +171,13 @@ if [ -n "$got" ] && grep -qF "median |error| of TFLOP/s per GPU $got" "$src/docs
 else
   fail "docs/planner.md vs --validate --fit: tool says '$got' and '$eff'"
 fi
-# ... and the in-sample, held-out and leave-one-source-out lines, in docs/planner.md and the README.
+# ... and the in-sample, held-out and leave-one-source-out lines, in docs/planner.md and docs/FEATURES.md.
 for key in in-sample held-out leave-one-source-out; do
   l=$(sed -n "s/^# \($key: .*\)$/\1/p" pub.txt)
-  if [ -n "$l" ] && grep -qxF "$l" "$src/docs/planner.md" && grep -qxF "$l" "$src/README.md"; then
-    pass "docs/planner.md and README.md quote --validate --fit's $key line ($l)"
+  if [ -n "$l" ] && grep -qxF "$l" "$src/docs/planner.md" && grep -qxF "$l" "$src/docs/FEATURES.md"; then
+    pass "docs/planner.md and docs/FEATURES.md quote --validate --fit's $key line ($l)"
   else
-    fail "docs/planner.md / README.md vs --validate --fit: the tool says '$l'"
+    fail "docs/planner.md / docs/FEATURES.md vs --validate --fit: the tool says '$l'"
   fi
 done
 
