@@ -561,6 +561,7 @@ int dt_report_match_plans(const dt_report *r, dt_rep_plan_match *out, int max) {
         for (int p = 0; p < r->nplan && !found; p++) {
             const dt_rep_plan *pl = &r->plan[p];
             if (pl->n_layer != x->n_layer || pl->d_model != x->d_model || pl->n_head != x->n_head ||
+                fabs(pl->params - x->params) > 0.5 || /* the family: gpt2-tiny and llama-tiny share a shape */
                 pl->seq_len != x->seq_len || pl->micro_batch != x->micro_batch || !same_precision(x->precision, pl->precision) ||
                 pl->sp != x->sp || x->tp_blocks)
                 continue;

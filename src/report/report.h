@@ -211,7 +211,7 @@ double dt_report_peak_plan(const dt_rep_train *t);
 
 /* The measured runs a plan layout describes (at most max, in run order; returns the count):
  * for each run the first layout, over the plan files in order, of the same model (n_layer,
- * d_model, n_head), sequence length, micro-batch, accumulation (micro_steps), world (gpus),
+ * d_model, n_head and parameter count: gpt2 and llama of one shape differ in it), sequence length, micro-batch, accumulation (micro_steps), world (gpus),
  * layout (the run's tp and dp, pp = 1; sequence parallelism on in both or neither), strategy
  * and hybrid flag, and precision (the first word of the run's). A run of the blocks test mode
  * (parallel.tp_blocks) matches none. */
