@@ -2,7 +2,8 @@
  * hand computations from the fixture files, the recommendation rules (with and without a
  * memory budget, a broken loss hash, partial data), schema errors naming file and key, and
  * the page itself (marks drawn = marks declared, empty charts replaced by a note, strings
- * escaped, nothing external). Fixtures: tests/data/report (make_fixtures.py). */
+ * escaped, nothing external). Fixtures: tests/data/report (make_fixtures.py, report_fixtures.h);
+ * tensor-parallel runs: test_report_tp.c. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,70 +14,7 @@
 #include "report/svg.h"
 #include "testutil.h"
 
-#ifndef DT_REPORT_FIXTURES
-#define DT_REPORT_FIXTURES "tests/data/report"
-#endif
-
-static const char *const full_files[] = {"ddp-w1-acc2.json", "ddp-w1.json",   "ddp-w2-bk4.json", "ddp-w2-mb4.json",
-                                         "ddp-w2.json",      "zero1-w2.json", "zero3-w2.json",   "comm-w2.json"};
-#define NFULL ((int)(sizeof full_files / sizeof *full_files))
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = tu_malloc((size_t)n + 1);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    return b;
-}
-
-static const char *fixture(const char *set, const char *name) {
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s/%s", DT_REPORT_FIXTURES, set, name);
-    return p[k];
-}
-
-/* The full fixture set, with an optional edit applied to the file named `edit_name`. */
-/* The report's HTML page, in memory: *html (free it). */
-static void page(const dt_report *r, char **html) {
-    size_t len;
-    FILE *f = open_memstream(html, &len);
-    dt_report_html(f, r);
-    fclose(f);
-}
-
-static dt_report *load_full(const char *edit_name, void (*edit)(cJSON *)) {
-    dt_ctx ctx;
-    dt_ctx_init(&ctx);
-    dt_report *r = dt_report_new();
-    assert_non_null(r);
-    for (int i = 0; i < NFULL; i++) {
-        char *text = slurp(fixture("full", full_files[i]));
-        if (edit_name && !strcmp(edit_name, full_files[i])) {
-            cJSON *root = cJSON_Parse(text);
-            edit(root);
-            free(text);
-            text = cJSON_PrintUnformatted(root);
-            cJSON_Delete(root);
-        }
-        dt_status st = dt_report_add_text(&ctx, r, full_files[i], text);
-        if (st != DT_OK) fail_msg("%s", ctx.err);
-        free(text);
-    }
-    return r;
-}
-
-static const dt_rep_train *by_file(const dt_report *r, const char *file) {
-    for (int i = 0; i < r->ntrain; i++)
-        if (!strcmp(r->train[i].file, file)) return &r->train[i];
-    fail_msg("no run %s", file);
-    return NULL;
-}
+#include "report_fixtures.h"
 
 static const dt_rep_rec *rec_of(const dt_report *r, dt_rep_topic topic, dt_rep_level level) {
     for (int i = 0; i < r->nrec; i++)
@@ -540,76 +478,6 @@ static void test_html(void **state) {
 
 /* ---- plans beside measured runs ------------------------------------------------------ */
 
-/* A plan layout object as dtrain plan --json writes it. */
-static cJSON *plan_layout(const char *name, const char *strategy, int dp, int tp, double step_s, double mem_total) {
-    cJSON *l = cJSON_CreateObject(), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(l, "layout", name);
-    cJSON_AddStringToObject(l, "strategy", strategy);
-    cJSON_AddBoolToObject(l, "hybrid", 0);
-    cJSON_AddNumberToObject(l, "dp", dp);
-    cJSON_AddNumberToObject(l, "tp", tp);
-    cJSON_AddNumberToObject(l, "pp", 1);
-    cJSON_AddNumberToObject(l, "micro_steps", 1);
-    static const char *const kinds[] = {"params", "grads", "optimizer", "activations", "comm", "other"};
-    for (int k = 0; k < 6; k++) cJSON_AddNumberToObject(m, kinds[k], k == 0 ? mem_total : 0);
-    cJSON_AddNumberToObject(m, "total", mem_total);
-    cJSON_AddItemToObject(l, "memory_bytes", m);
-    cJSON_AddBoolToObject(l, "fits", 1);
-    cJSON_AddNumberToObject(l, "step_s", step_s);
-    cJSON_AddNumberToObject(l, "compute_s", 0.6 * step_s);
-    cJSON_AddNumberToObject(l, "recompute_s", 0);
-    cJSON_AddNumberToObject(l, "bubble_s", 0);
-    cJSON_AddNumberToObject(l, "comm_exposed_s", 0.25 * step_s);
-    cJSON_AddNumberToObject(l, "overhead_s", 0.1 * step_s); /* the calibrated fixed cost (decision 55) */
-    cJSON_AddNumberToObject(l, "optimizer_s", 0.05 * step_s); /* the optimizer step (decision 56) */
-    cJSON_AddNumberToObject(l, "tokens_per_s", 4096 / step_s);
-    cJSON_AddNumberToObject(l, "tflops_per_gpu", 0.1);
-    cJSON_AddNumberToObject(l, "mfu", 0.5);
-    cJSON_AddNullToObject(l, "scaling_efficiency");
-    cJSON_AddNullToObject(l, "usd_per_1k_samples");
-    return l;
-}
-
-/* A plan of bench-small on 2 devices (the fixtures' shape: micro-batch 8 x 256, fp32): DDP
- * at 1.1x the measured ddp-w2 step and 0.9x its memory, ZeRO-3 at 0.8x zero3-w2's step, and
- * a tensor-parallel layout no run matches. */
-static char *plan_text(const char *drop) {
-    cJSON *o = cJSON_CreateObject(), *job = cJSON_CreateObject(), *m = cJSON_CreateObject(),
-          *e = cJSON_CreateObject(), *lays = cJSON_CreateArray();
-    cJSON_AddStringToObject(o, "schema", "dtrain-plan/1");
-    cJSON_AddStringToObject(o, "kind", "plan");
-    cJSON_AddStringToObject(m, "name", "bench-small");
-    cJSON_AddNumberToObject(m, "n_layer", 6);
-    cJSON_AddNumberToObject(m, "d_model", 384);
-    cJSON_AddNumberToObject(m, "n_head", 6);
-    cJSON_AddNumberToObject(m, "params", 29940480);
-    cJSON_AddItemToObject(job, "model", m);
-    cJSON_AddNumberToObject(job, "micro_batch", 8);
-    cJSON_AddNumberToObject(job, "seq_len", 256);
-    cJSON_AddNumberToObject(job, "gpus", 2);
-    cJSON_AddStringToObject(job, "precision", "fp32");
-    cJSON_AddStringToObject(job, "checkpointing", "none");
-    cJSON_AddStringToObject(job, "hardware", "cpu-calibrated");
-    cJSON_AddNumberToObject(job, "peak_tflops", 0.21);
-    cJSON_AddNumberToObject(e, "gemm", 0.6);
-    cJSON_AddNumberToObject(e, "intra_link", 0.8);
-    cJSON_AddNumberToObject(e, "inter_link", 0.8);
-    cJSON_AddItemToObject(job, "efficiency", e);
-    cJSON_AddItemToObject(o, "job", job);
-    cJSON_AddItemToArray(lays, plan_layout("ddp dp2 tp1 pp1 cp1 ep1", "ddp", 2, 1, 1.1 * 0.35675003978912795,
-                                           0.9 * 694005760.0));
-    cJSON_AddItemToArray(lays, plan_layout("zero3 dp2 tp1 pp1 cp1 ep1", "zero3", 2, 1, 0.8 * 0.4009376902897936,
-                                           462870528.0));
-    cJSON_AddItemToArray(lays, plan_layout("ddp dp1 tp2 pp1 cp1 ep1", "ddp", 1, 2, 0.3, 4e8));
-    cJSON_AddItemToObject(o, "layouts", lays);
-    cJSON_AddItemToObject(o, "fastest", plan_layout("zero3 dp2 tp1 pp1 cp1 ep1", "zero3", 2, 1, 0.3, 4e8));
-    cJSON_AddNullToObject(o, "cheapest");
-    if (drop) cJSON_DeleteItemFromObject(cJSON_GetArrayItem(lays, 0), drop);
-    char *t = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return t;
-}
-
 static void test_plans(void **state) {
     (void)state;
     dt_report *r = load_full(NULL, NULL);
@@ -699,126 +567,6 @@ static void test_plans(void **state) {
     dt_report_free(q);
 }
 
-/* ddp-w2-bk4 as a tensor-parallel run: tp 2 x dp 1 (sequence parallel when tp_sp), 4 ms of TP
- * collectives per step moving 3 MiB. */
-static int tp_sp;
-static void e_tp(cJSON *r) {
-    cJSON *p = cJSON_GetObjectItem(r, "parallel"), *s = cJSON_GetObjectItem(r, "summary");
-    cJSON_AddNumberToObject(p, "tp", 2);
-    cJSON_AddNumberToObject(p, "dp", 1);
-    cJSON_AddBoolToObject(cJSON_GetObjectItem(r, "config"), "parallel.sequence_parallel", tp_sp);
-    cJSON_AddNumberToObject(s, "tp_comm_s", 0.004);
-    cJSON_AddNumberToObject(s, "tp_bytes_step", 3145728);
-}
-static const char *tp_bad_key;
-static cJSON *tp_bad_value;
-static void e_tp_bad(cJSON *r) {
-    e_tp(r);
-    const char *dot = strchr(tp_bad_key, '.');
-    char obj[32];
-    snprintf(obj, sizeof obj, "%.*s", (int)(dot - tp_bad_key), tp_bad_key);
-    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(r, obj), dot + 1, cJSON_Duplicate(tp_bad_value, 1));
-}
-
-static void test_tp_layout(void **state) {
-    (void)state;
-    /* The layout and the TP collectives of a bench file: read, labelled, in the runs table's
-     * layout column and the tensor-parallelism table; files without the keys (earlier
-     * versions) read as every rank data-parallel with no TP traffic, and show no TP table. */
-    dt_report *r = load_full(NULL, NULL);
-    dt_report_analyze(r, 0);
-    const dt_rep_train *d = by_file(r, "ddp-w2.json");
-    assert_int_equal(d->tp, 1);
-    assert_int_equal(d->dp, 2);
-    assert_int_equal(d->sp, 0);
-    assert_true(d->tp_comm_s == 0 && d->tp_bytes_step == 0);
-    char *html;
-    page(r, &html);
-    assert_non_null(strstr(html, "<th>ranks</th><th class=\"l\">layout</th>"));
-    assert_non_null(strstr(html, "<td class=\"l\">dp 2</td>"));
-    assert_null(strstr(html, "<table id=\"tp\">"));
-    free(html);
-    dt_report_free(r);
-    for (tp_sp = 0; tp_sp < 2; tp_sp++) {
-        r = load_full("ddp-w2-bk4.json", e_tp);
-        dt_report_analyze(r, 0);
-        const dt_rep_train *t = by_file(r, "ddp-w2-bk4.json");
-        assert_int_equal(t->tp, 2);
-        assert_int_equal(t->dp, 1);
-        assert_int_equal(t->sp, tp_sp);
-        assert_true(t->tp_comm_s == 0.004 && t->tp_bytes_step == 3145728);
-        assert_non_null(strstr(t->label, tp_sp ? " x2 tp2 sp mb8" : " x2 tp2 mb8"));
-        page(r, &html);
-        const char *tab = strstr(html, "<table id=\"tp\">"), *end = tab ? strstr(tab, "</table>") : NULL;
-        assert_true(tab && end);
-        char want[256], pct[32];
-        snprintf(pct, sizeof pct, "%.1f%%", 100 * 0.004 / t->step_s.mean);
-        snprintf(want, sizeof want,
-                 "<td class=\"l\">tp 2 x dp 1%s</td><td>2</td><td>1</td><td>%s</td><td class=\"l\">none (ddp)</td>"
-                 "<td>3 MiB</td><td>4.000</td><td>%s</td>",
-                 tp_sp ? ", sequence parallel" : "", tp_sp ? "on" : "off", pct);
-        const char *row = strstr(tab, want);
-        if (!row || row > end) fail_msg("'%s' not in the TP table", want);
-        /* one row: the only TP run */
-        int rows = 0;
-        for (const char *x = tab; (x = strstr(x, "<tr><td")) && x < end; x++) rows++;
-        assert_int_equal(rows, 1);
-        assert_non_null(strstr(html, tp_sp ? "<td class=\"l\">tp 2 x dp 1, sequence parallel</td><td class=\"l\">ddp</td>"
-                                           : "<td class=\"l\">tp 2 x dp 1</td><td class=\"l\">ddp</td>"));
-        free(html);
-        /* plans: the TP run is described by the plan's tp 2 layout (sequence parallelism: only
-           by a plan of a sequence-parallel job), no longer by the DDP dp 2 one */
-        dt_ctx ctx;
-        dt_ctx_init(&ctx);
-        for (int psp = 0; psp < 2; psp++) {
-            dt_report *q = load_full("ddp-w2-bk4.json", e_tp);
-            char *pt = plan_text(NULL);
-            cJSON *pj = cJSON_Parse(pt);
-            free(pt);
-            cJSON_AddBoolToObject(cJSON_GetObjectItem(pj, "job"), "sequence_parallel", psp);
-            pt = cJSON_PrintUnformatted(pj);
-            cJSON_Delete(pj);
-            if (dt_report_add_text(&ctx, q, "plan.json", pt) != DT_OK) fail_msg("%s", ctx.err);
-            free(pt);
-            assert_int_equal(q->plan[0].sp, psp);
-            dt_report_analyze(q, 0);
-            dt_rep_plan_match mt[16];
-            int n = dt_report_match_plans(q, mt, 16), found = -1;
-            for (int i = 0; i < n; i++)
-                if (!strcmp(q->train[mt[i].train].file, "ddp-w2-bk4.json")) found = mt[i].layout;
-            assert_int_equal(found, psp == tp_sp ? 2 : -1);
-            dt_report_free(q);
-        }
-        dt_report_free(r);
-    }
-    /* a mistyped or impossible value: one line naming the file and the key */
-    static const struct {
-        const char *key, *value, *text;
-    } bad[] = {{"parallel.tp", "\"2\"", "'parallel.tp' must be a number"},
-               {"parallel.tp", "0", "'parallel.tp' must be >= 1"},
-               {"parallel.dp", "1.5", "'parallel.dp' must be an integer"},
-               {"summary.tp_comm_s", "null", "'summary.tp_comm_s' must be a number"},
-               {"summary.tp_bytes_step", "-1", "'summary.tp_bytes_step' must be >= 0"}};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        dt_ctx ctx;
-        dt_ctx_init(&ctx);
-        dt_report *b = dt_report_new();
-        char *text = slurp(fixture("full", "ddp-w1.json"));
-        cJSON *root = cJSON_Parse(text);
-        tp_bad_key = bad[i].key, tp_bad_value = cJSON_Parse(bad[i].value);
-        e_tp_bad(root);
-        cJSON_Delete(tp_bad_value);
-        char *bt = cJSON_PrintUnformatted(root);
-        assert_int_not_equal(dt_report_add_text(&ctx, b, "results/tp.json", bt), DT_OK);
-        if (!strstr(ctx.err, "results/tp.json") || !strstr(ctx.err, bad[i].text))
-            fail_msg("'%s' not in '%s'", bad[i].text, ctx.err);
-        free(bt);
-        free(text);
-        cJSON_Delete(root);
-        dt_report_free(b);
-    }
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fmt_num),         cmocka_unit_test(test_ticks_linear),
@@ -827,7 +575,6 @@ int main(void) {
         cmocka_unit_test(test_loss_mismatch),   cmocka_unit_test(test_partial_data),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_html), cmocka_unit_test(test_memory_plan_column),
         cmocka_unit_test(test_precision_column), cmocka_unit_test(test_plans), cmocka_unit_test(test_trainable_column),
-        cmocka_unit_test(test_tp_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
