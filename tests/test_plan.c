@@ -504,6 +504,9 @@ static void test_catalog_refusals(void **state) {
         {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
          "inter_node: ib}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
          "accelerators.g: link 'ib' is not under links"},
+        {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1, intra_node: l, "
+         "inter_node: l, tp_link: tp-fit}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
+         "accelerators.g: link 'tp-fit' is not under links"},
         {"accelerators:\n  g: {name: x, peak_tflops: {bf16: 1}, memory_gib: 1, devices_per_node: 1.5, intra_node: l, "
          "inter_node: l}\nlinks:\n  l: {bw_gbs: 1, latency_us: 1}\n",
          "accelerators.g.devices_per_node must be a whole number"},

@@ -360,6 +360,40 @@ if grep -q "4/4 dtrain launch -n 4 --simulate-nodes 2 -- bench comm --fit" c4.lo
    grep -q "^# links: intra-node shm-fit .* inter-node net-fit .* x 2 NICs" c4.plan.txt; then
   pass "calibrate --ranks 4 --nodes 2 (simulated nodes): shm-fit from the node group, net-fit from the cross group"
 else fail "calibrate --ranks 4 --nodes 2: $(tail -2 c4.log) $(cat c4.yaml err.txt 2>/dev/null | head -20)"; fi
+# The TP link (decision 71): the node group's all-reduce fit read at the calibration job's
+# activation (8 x 64 x 64 x 4 bytes = 128 KiB), finite and positive, named by tp_link; a plan
+# of a tp 2 layout puts its TP all-reduces on it (the ring over 2 ranks with its bandwidth and
+# latency), and on the intra-node link once the entry's tp_link is taken away.
+sed '/^    tp_link: /d' c4.yaml >c4-notp.yaml
+tpplan() { "$bin" plan --catalog "$1" --hardware cpu-calibrated --gpus 2 --nodes 1 --model gpt2-tiny --seq 16 \
+  --micro-batch 1 --strategy ddp --tp 2 --pp 1 "${@:2}"; }
+if tpplan c4.yaml --json >c4.tp.json 2>err.txt && tpplan c4-notp.yaml --json >c4.notp.json 2>>err.txt &&
+   tpplan c4.yaml >c4.tp.txt 2>>err.txt && out=$(python3 - c4.yaml c4.tp.json c4.notp.json c4.tp.txt c4.log <<'EOF' 2>&1
+import json, math, re, sys
+y, txt, log = open(sys.argv[1]).read(), open(sys.argv[4]).read(), open(sys.argv[5]).read()
+assert re.search(r"^    tp_link: tp-fit +# tensor parallelism's all-reduces of activations \(128 KiB\)", y, re.M), y
+m = re.search(r"^  tp-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}.*node group of 2 ranks: B = 2\(n-1\)/n / beta at 128 KiB", y, re.M)
+bw, lat = float(m.group(1)), float(m.group(2))
+assert math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat > 0, (bw, lat)
+assert "tp-fit: 1.0" in y and "# tensor-parallel link tp-fit: " in log, y
+assert re.search(r"^# tensor-parallel link \(the TP group's collectives inside a node\): tp-fit ", txt, re.M), txt
+def term(f):
+    p = json.load(open(f))
+    (t,) = [c for c in p["layouts"][0]["comm"] if c["what"] == "tp all-reduce acts"]
+    return p, t["intra_s"] / t["count"], t["bytes"]
+p, t, S = term(sys.argv[2])
+assert p["job"]["tp_link"]["key"] == "tp-fit" and p["job"]["tp_link"]["bw_gbs"] == bw, p["job"]["tp_link"]
+want = 2 * 0.5 * S / (bw * 1e9) + 2 * lat * 1e-6
+assert abs(t - want) <= 1e-9 * want, (t, want)
+q, t0, _ = term(sys.argv[3])
+shm = re.search(r"^  shm-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}", y, re.M)
+want0 = 2 * 0.5 * S / (float(shm.group(1)) * 1e9) + 2 * float(shm.group(2)) * 1e-6
+assert q["job"]["tp_link"]["key"] == "shm-fit" and abs(t0 - want0) <= 1e-9 * want0, (t0, want0)
+assert t != t0, (t, t0)
+print(f"tp-fit {bw:.4g} GB/s {lat:.4g} us: TP all-reduce {t * 1e6:.4g} us, {t0 * 1e6:.4g} us on shm-fit")
+EOF
+); then pass "calibrate: the TP link ($out)"
+else fail "calibrate, TP link: $out $(head -2 err.txt)"; fi
 
 echo "test_plan: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

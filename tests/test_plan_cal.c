@@ -1,8 +1,9 @@
-/* The calibrated catalog entry (src/plan/calibrate.c, decisions 45, 53, 55, 56): the links from
+/* The calibrated catalog entry (src/plan/calibrate.c, decisions 45, 53, 55, 56, 71): the links from
  * the comm fit's all-reduce lines give back the fit's times (one node; several nodes: the node
  * and cross groups), and the time per FLOP and the fixed costs per micro-batch and per
  * collective call are solved back from runs made of known values, with every fallback, and
- * the optimizer's time per parameter from the runs' breakdowns. */
+ * the optimizer's time per parameter from the runs' breakdowns; the TP link at the activation's
+ * size, which the planner's TP term then uses. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,6 +335,114 @@ static void test_calibrate_optimizer(void **state) {
     tu_rmtree(dir);
 }
 
+/* The planner's "tp all-reduce acts" term of a tp 2 layout of gpt2-tiny (micro-batch b x seq T)
+ * on entry a of cat, with the job's TP link `tp` (NULL: the intra-node link): its intra-node
+ * seconds per collective; *act gets the activation's bytes. */
+static double tp_term(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *tp, int b, int T, double *act) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    if (dt_model_preset(&ctx, "gpt2-tiny", &mc) != DT_OK || dt_model_config_validate(&ctx, &mc) != DT_OK)
+        fail_msg("%s", ctx.err);
+    dt_plan_job *job = tu_malloc(sizeof *job);
+    memset(job, 0, sizeof *job);
+    dt_plan_result *r = tu_malloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    dt_plan_model_from_dtrain(&mc, "gpt2-tiny", &job->model);
+    dt_train_cfg_defaults(&job->train);
+    job->train.micro_batch = b, job->train.seq_len = T;
+    job->gpus = 2, job->dpn = 2, job->global_batch = b;
+    job->hw = a, job->intra = dt_hw_link_find(cat, a->intra), job->inter = dt_hw_link_find(cat, a->inter);
+    job->gemm_eff = a->gemm_eff, job->intra_eff = job->inter_eff = 1, job->price_hour = job->spot_hour = -1;
+    job->tp = tp, job->tp_eff = tp ? tp->eff : 0;
+    dt_plan_layout l = {1, 2, 1, 1, 1, DT_STRAT_DDP, 0};
+    if (dt_plan_predict(&ctx, job, &l, r) != DT_OK) fail_msg("%s", ctx.err);
+    double t = -1;
+    for (int i = 0; i < r->n_comm; i++)
+        if (!strcmp(r->comm[i].what, "tp all-reduce acts")) t = r->comm[i].t_intra / r->comm[i].count, *act = r->comm[i].bytes;
+    free(job);
+    free(r);
+    if (!(t > 0)) fail_msg("no tp all-reduce term");
+    return t;
+}
+
+/* The TP link (decision 71): the node-level all-reduce fit read at the calibration job's
+ * activation (tp_bytes) instead of the bucket size; the entry names it tp_link, and the
+ * planner's TP term uses it: the term gives back the fit's time at that size, and changes to
+ * the intra-node link's when the entry's tp_link is taken away. None without an activation size
+ * or with one rank per node. */
+static void test_calibrate_tp_link(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancaltp", dir, path, &fit, 2, 1);
+    cal_line(&fit, "world", 1024, 128 << 10, 20, 2e-3);    /* activations: (20 + 2e-3 S) us */
+    cal_line(&fit, "world", 8 << 20, 64 << 20, 0, 1e-4);   /* gradient buckets */
+    const int b = 2, T = 64; /* gpt2-tiny's activation: 2 x 64 x d_model x 4 bytes */
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    assert_int_equal(dt_model_preset(&ctx, "gpt2-tiny", &mc), DT_OK);
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2,
+                     .fit = &fit, .source = "test", .nodes = 1, .tp_bytes = 4.0 * b * T * mc.d_model};
+    assert_true(c.tp_bytes >= 1024 && c.tp_bytes <= (128 << 10)); /* in the activations' line */
+    double bw, lat;
+    assert_int_equal(dt_plan_cal_tp_link(&ctx, &c, &bw, &lat), DT_OK);
+    near(bw, 2.0 * 1 / 2 / (2e-3 * 1e-6) / 1e9, 1e-9, "TP bandwidth: 2(n-1)/n / beta of the activation's line");
+    near(lat, 20 / 2.0, 1e-12, "TP latency: alpha / 2(n-1) at 1 KiB");
+    dt_hw_catalog cat;
+    const dt_hw_accel *a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->tp_link, "tp-fit");
+    const dt_hw_link *tl = dt_hw_tp_link(&cat, a), *il = dt_hw_link_find(&cat, a->intra);
+    assert_non_null(tl);
+    assert_string_equal(tl->key, "tp-fit");
+    assert_true(isfinite(tl->bw_gbs) && tl->bw_gbs > 0 && isfinite(tl->latency_us) && tl->latency_us > 0);
+    near(tl->bw_gbs, bw, 1e-5, "the entry's tp-fit bandwidth");
+    near(tl->latency_us, lat, 1e-5, "the entry's tp-fit latency");
+    near(tl->eff, 1, 0, "measured: efficiency 1");
+    near(il->bw_gbs, 10, 1e-5, "shm-fit still read at 64 MiB");
+    /* the planner's TP term on the entry: the fit's time at the job's activation */
+    double act, t = tp_term(&cat, a, tl, b, T, &act);
+    near(act, c.tp_bytes, 0, "the term's message is the calibration's activation");
+    near(t, (20 + 2e-3 * act) * 1e-6, 1e-5, "tp all-reduce = the fit at the activation");
+    /* the field changed (the entry without tp_link: the intra-node link): another time, the
+       bucket-sized link's */
+    double t0 = tp_term(&cat, a, NULL, b, T, &act);
+    near(t0, (2.0 * 0.5 * act / (il->bw_gbs * 1e9) + 2 * il->latency_us * 1e-6), 1e-9, "without tp_link: shm-fit");
+    assert_true(fabs(t0 - t) > 0.5 * t); /* 10 GB/s vs 0.5 GB/s */
+    dt_hw_accel plain = *a;
+    plain.tp_link[0] = 0;
+    assert_ptr_equal(dt_hw_tp_link(&cat, &plain), il);
+    dt_hw_free(&cat);
+    /* no activation size: no TP link in the entry, the planner uses the intra-node link */
+    c.tp_bytes = 0;
+    assert_int_equal(dt_plan_cal_tp_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->tp_link, "");
+    assert_null(dt_hw_link_find(&cat, "tp-fit"));
+    assert_ptr_equal(dt_hw_tp_link(&cat, a), dt_hw_link_find(&cat, a->intra));
+    dt_hw_free(&cat);
+    /* several nodes: the node group's lines, n = the ranks of a node */
+    fit.ranks = 4, fit.nodes = 2, fit.n = 0;
+    cal_line(&fit, "node", 1024, 128 << 10, 8, 1e-3);
+    cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
+    cal_line(&fit, "cross", 1024, 64 << 20, 40, 2e-3);
+    c.ranks = 4, c.nodes = 2, c.tp_bytes = 65536;
+    a = written_entry(path, &c, NULL, &cat);
+    tl = dt_hw_tp_link(&cat, a);
+    assert_string_equal(tl->key, "tp-fit");
+    near(tl->bw_gbs, 2.0 * 1 / 2 / (1e-3 * 1e-6) / 1e9, 1e-5, "2 nodes: the node group's activation line");
+    near(tl->latency_us, 8 / 2.0, 1e-6, "2 nodes: the node group's latency");
+    dt_hw_free(&cat);
+    /* one rank per node: no group inside a node, no TP link */
+    fit.ranks = 2, c.ranks = 2;
+    a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->tp_link, "");
+    assert_int_equal(dt_plan_cal_tp_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    dt_hw_free(&cat);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calibrate_roundtrip),
@@ -341,6 +450,7 @@ int main(void) {
         cmocka_unit_test(test_calibrate_overhead),
         cmocka_unit_test(test_calibrate_low_peak),
         cmocka_unit_test(test_calibrate_optimizer),
+        cmocka_unit_test(test_calibrate_tp_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

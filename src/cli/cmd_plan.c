@@ -186,7 +186,8 @@ static void usage(void) {
            "  --calibrate FILE      measure this machine (dtrain bench on the configuration given, and\n"
            "                        dtrain launch -n R -- bench comm --fit) and write a catalog entry\n"
            "                        cpu-calibrated to FILE; --ranks R (default 2; with 1\n"
-           "                        the link is fitted on 2 ranks)\n"
+           "                        the link is fitted on 2 ranks); the TP link tp-fit is the\n"
+           "                        node's all-reduce fit read at the job's activation size\n"
            "    --nodes M           the comm fit runs the R ranks on M nodes (M divides R; simulated\n"
            "                        with --simulate-nodes, or the hosts of --hosts LIST, e.g.\n"
            "                        h1:2,h2:2): inter-node link net-fit from its cross group\n"
@@ -211,6 +212,8 @@ static dt_status setup_job(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *r
     job->gemm_eff = f->gemm_eff > 0 ? f->gemm_eff : job->hw->gemm_eff;
     job->intra_eff = f->intra_eff > 0 ? f->intra_eff : job->intra->eff;
     job->inter_eff = f->inter_eff > 0 ? f->inter_eff : job->inter->eff;
+    job->tp = dt_hw_tp_link(cat, job->hw); /* --intra-eff covers it: a link inside the node */
+    job->tp_eff = job->tp == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->tp->eff;
     job->tp_overlap = f->tp_overlap;
     if (dt_hw_peak(job->hw, job->train.model_opts.compute) <= 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s has no peak_tflops for training.precision %s in %s",

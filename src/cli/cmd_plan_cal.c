@@ -3,7 +3,8 @@
  * matmul peak and the model FLOP/s of a training step per rank, on the configuration given),
  * two probes, the same of gpt2-tiny under DDP and (R >= 2) ZeRO-3 (with the first run: the
  * time per FLOP and the fixed costs of a micro-batch and of a collective call; decision 55),
- * and `dtrain launch -n R -- bench comm --fit` (the node-local link). With --nodes M they all
+ * and `dtrain launch -n R -- bench comm --fit` (the node-local link, and read at the job's
+ * activation size the tensor-parallel link tp-fit: decision 71). With --nodes M they all
  * run across M nodes (simulated with DTRAIN_NODE_ID, or the hosts of --hosts) and the fit
  * also gives the inter-node link.
  * --comm-fit FILE takes a fit made before instead. */
@@ -248,6 +249,9 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
         c.memory_bytes = (double)pages * (double)psz;
+        /* the TP link is read at the activation a TP group of this job all-reduces (decision 71) */
+        c.tp_bytes = 4.0 * at(bj, "parallel", "micro_batch", NULL) * at(bj, "model", "seq_len", NULL) *
+                     at(bj, "model", "d_model", NULL);
         dt_plan_cal_fit fit_out;
         st = dt_plan_cal_write(ctx, f.out, &c, &fit_out);
         if (st == DT_OK)
@@ -258,6 +262,10 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
             printf("# note: the calibration run's predicted all-reduce and calls (%.4g ms) exceed its step (%.4g ms): "
                    "its time per FLOP is the whole step, no fixed costs solved (the links' fit over-predicts; a "
                    "loaded machine?)\n", fit_out.comm_over_s * 1e3, c.run.step_s * 1e3);
+        double tbw, tlat;
+        if (st == DT_OK && dt_plan_cal_tp_link(ctx, &c, &tbw, &tlat) == DT_OK)
+            printf("# tensor-parallel link tp-fit: %.4g GB/s, %.4g us (the all-reduce fit at the job's activation, "
+                   "%.4g KiB)\n", tbw, tlat, c.tp_bytes / 1024);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank%s, a step reached %.4g; GEMM efficiency %.3g "
                    "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call, optimizer %.4g GB/s; "

@@ -48,6 +48,15 @@ dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double 
     return ring_link(ctx, c->fit, "cross", c->nodes, bytes, bw_gbs, lat_us);
 }
 
+dt_status dt_plan_cal_tp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
+    const int k = per_node(c);
+    if (!(c->tp_bytes > 0) || (c->nodes > 1 && k < 2))
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no TP link (%s)",
+                       !(c->tp_bytes > 0) ? "no activation size" : "one rank per node: no group inside a node");
+    if (c->nodes > 1) return ring_link(ctx, c->fit, "node", k, c->tp_bytes, bw_gbs, lat_us);
+    return ring_link(ctx, c->fit, "world", c->comm_ranks ? c->comm_ranks : c->ranks, c->tp_bytes, bw_gbs, lat_us);
+}
+
 /* The exposed time of a DDP run's all-reduce as the planner predicts it (plan_time.c): its
  * buckets over k ranks a node on nn nodes, all but the last hidden behind the backward (2/3
  * of the compute F x) when overlapped, and call_s for each bucket's call. */
@@ -211,6 +220,13 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
                  "reached (the time per FLOP below): a peak is at least what a run reaches", c->peak_gflops);
     else
         snprintf(peak, sizeof peak, "dtrain bench: peak_gflops of one rank (oneDNN sgemm)");
+    double tbw = 0, tlat = 0; /* the TP link (decision 71), where a node holds a group */
+    const int tp = c->tp_bytes > 0 && (!multi || k > 1);
+    if (tp) DT_CHECK(dt_plan_cal_tp_link(ctx, c, &tbw, &tlat));
+    char tpl[200] = "";
+    if (tp)
+        snprintf(tpl, sizeof tpl, "    tp_link: tp-fit             # tensor parallelism's all-reduces of activations "
+                 "(%g KiB) inside a node\n", c->tp_bytes / 1024);
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     fprintf(f,
@@ -225,6 +241,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
             "    devices_per_node: %d        # the ranks of a node\n"
             "    intra_node: %s\n"
             "    inter_node: %s%s\n"
+            "%s"
             "    nics_per_node: %d           # %s\n"
             "    step_overhead_us: %.6g       # %s\n"
             "    collective_call_us: %.6g     # %s\n"
@@ -232,7 +249,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
             "links:\n",
             c->source ? c->source : "dtrain bench, dtrain bench comm --fit", c->ranks, multi ? c->nodes : 1, path,
             multi ? " --nodes M" : "", fit.peak_gflops / 1e3, peak, c->memory_bytes / 1073741824.0, k, name[0], name[1],
-            multi ? "" : "         # simulated nodes share the machine: the same link", k,
+            multi ? "" : "         # simulated nodes share the machine: the same link", tpl, k,
             multi ? "net-fit is per rank with every rank of a node sending: a device's share is its bw"
                   : "the ranks of the benchmark",
             o_us, over, fit.call_us, call, optim);
@@ -242,6 +259,13 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
                 "# dtrain bench comm --fit, %s group of %d ranks: B = 2(n-1)/n / beta at %g MiB, a = alpha / 2(n-1) "
                 "at 1 KiB\n",
                 bw[0], lat[0], multi ? "node" : "world", multi ? k : c->comm_ranks ? c->comm_ranks : c->ranks, mib);
+    if (tp)
+        fprintf(f,
+                "  tp-fit: {name: \"ordered all-reduce of activations inside a node (a TP group), fitted\", bw_gbs: %.6g, "
+                "latency_us: %.6g}   # dtrain bench comm --fit, %s group of %d ranks: B = 2(n-1)/n / beta at %g KiB "
+                "(micro-batch x seq x d_model x 4 bytes of the calibration's job), a = alpha / 2(n-1) at 1 KiB\n",
+                tbw, tlat, multi ? "node" : "world", multi ? k : c->comm_ranks ? c->comm_ranks : c->ranks,
+                c->tp_bytes / 1024);
     if (multi)
         fprintf(f,
                 "  net-fit: {name: \"ordered all-reduce across nodes, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "
@@ -251,9 +275,9 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     fprintf(f,
             "efficiency:\n"
             "  gemm: {cpu-calibrated: %.6g}   # %s\n"
-            "  link: {%s: 1.0%s}           # the fits are measured: nothing to discount\n",
+            "  link: {%s: 1.0%s%s}           # the fits are measured: nothing to discount\n",
             eff, gemm, !multi || k > 1 ? "shm-fit" : "net-fit",
-            multi && k > 1 ? ", net-fit: 1.0" : "");
+            multi && k > 1 ? ", net-fit: 1.0" : "", tp ? ", tp-fit: 1.0" : "");
     if (fclose(f) != 0) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     return DT_OK;
 }

@@ -65,6 +65,8 @@ typedef struct dt_plan_cal {
     int nodes;              /* nodes the ranks are spread over (0 or 1: one node); several: the
                                fit ran on `ranks` ranks of `nodes` nodes */
     double link_bytes;      /* the message size (per rank) the bandwidths are read at (0: 64 MiB) */
+    double tp_bytes;        /* the activation a TP group all-reduces (micro-batch x seq x d_model x 4 bytes of
+                               the calibration's job): the size the TP link is read at (0: no TP link) */
     dt_plan_cal_run run;    /* the calibration's bench (step_s 0: only achieved_gflops is known) */
     dt_plan_cal_run probe;  /* the tiny model's (step_s 0: not run; no fixed cost) */
     dt_plan_cal_run zprobe; /* the tiny model under ZeRO-3 (only step_s is read; 0: not run) */
@@ -112,6 +114,14 @@ int dt_plan_cal_probed(const dt_plan_cal *c);
  * per rank and latency (us); *name gets its catalog key ("shm-fit", "net-fit"). */
 dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double *bw_gbs, double *lat_us,
                            const char **name);
+/* The TP link (decision 71): tensor parallelism's all-reduces of activations run inside a node
+ * on its shared memory (a TP group is consecutive ranks of a node), on the compute thread, as
+ * the node group's ordered all-reduce does, but at an activation's size, where the ring's
+ * latency and the caches matter more than at a gradient bucket's: B = 2(n-1)/n / beta of the
+ * node-level line (the world's on one node, the node group's on several) holding c->tp_bytes,
+ * a = alpha / 2(n-1) of its 1 KiB line, n = the ranks of a node; name "tp-fit". Fails with
+ * DT_ERR_CONFIG when there is none to read: no tp_bytes, or one rank per node. */
+dt_status dt_plan_cal_tp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
 /* Writes the catalog file; *fit_out (may be NULL) gets what dt_plan_cal_solve gave it. */
 dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c, dt_plan_cal_fit *fit_out);
 

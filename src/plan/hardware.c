@@ -102,11 +102,12 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
             *(f[0] == 'd' ? &a->devices_per_node : &a->nics_per_node) = (int)d;
         } else if (!strcmp(f, "intra_node")) DT_CHECK(str(L, v, key, a->intra, sizeof a->intra));
         else if (!strcmp(f, "inter_node")) DT_CHECK(str(L, v, key, a->inter, sizeof a->inter));
+        else if (!strcmp(f, "tp_link")) DT_CHECK(str(L, v, key, a->tp_link, sizeof a->tp_link));
         else
             return dt_fail(L->ctx, DT_ERR_CONFIG,
                            "%s:%lu: %s: unknown key (name, kind, peak_tflops, memory_gib|memory_gb, memory_bw_gbs, "
-                           "devices_per_node, intra_node, inter_node, nics_per_node, step_overhead_us, collective_call_us, "
-                           "optimizer_bw_gbs)",
+                           "devices_per_node, intra_node, inter_node, tp_link, nics_per_node, step_overhead_us, "
+                           "collective_call_us, optimizer_bw_gbs)",
                            L->path, line_of(k), key);
     }
     const char *miss = !a->name[0] ? "name" : !have_mem ? "memory_gib" : !a->devices_per_node ? "devices_per_node"
@@ -232,7 +233,10 @@ dt_status dt_hw_load(dt_ctx *ctx, const char *path, dt_hw_catalog *c) {
                 st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: accelerators.%s is listed twice", path, line_of(k), a->key);
                 goto done;
             }
-        const char *bad = !dt_hw_link_find(c, a->intra) ? a->intra : !dt_hw_link_find(c, a->inter) ? a->inter : NULL;
+        const char *bad = !dt_hw_link_find(c, a->intra)                   ? a->intra
+                          : !dt_hw_link_find(c, a->inter)                   ? a->inter
+                          : a->tp_link[0] && !dt_hw_link_find(c, a->tp_link) ? a->tp_link
+                                                                             : NULL;
         if (bad) {
             st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: accelerators.%s: link '%s' is not under links", path, line_of(v),
                          a->key, bad);
@@ -266,6 +270,11 @@ const dt_hw_link *dt_hw_link_find(const dt_hw_catalog *c, const char *key) {
     for (int i = 0; i < c->n_link; i++)
         if (!strcmp(c->link[i].key, key)) return &c->link[i];
     return NULL;
+}
+
+const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
+    const dt_hw_link *l = a->tp_link[0] ? dt_hw_link_find(c, a->tp_link) : NULL;
+    return l ? l : dt_hw_link_find(c, a->intra);
 }
 
 int dt_hw_edit_distance(const char *a, const char *b) {

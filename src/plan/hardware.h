@@ -31,6 +31,10 @@ typedef struct dt_hw_accel {
     double memory_bytes, memory_bw_gbs;
     int devices_per_node, nics_per_node;
     char intra[48], inter[48];       /* keys into links */
+    char tp_link[48];                /* tp_link: the link of tensor parallelism's collectives (the TP
+                                        group's all-reduces of activations, inside a node); "" = intra:
+                                        `plan --calibrate` writes tp-fit, its all-reduce fit read at
+                                        the activation's size (decision 71) */
     double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
     double step_overhead_us;         /* fixed time per micro-batch no FLOP or byte term carries (kernel
                                         calls, thread hand-offs, the optimizer's per-tensor loop): measured
@@ -60,6 +64,8 @@ void dt_hw_free(dt_hw_catalog *c);
 dt_status dt_hw_find(dt_ctx *ctx, const dt_hw_catalog *c, const char *key, const dt_hw_accel **out);
 /* Link by key; NULL if absent. */
 const dt_hw_link *dt_hw_link_find(const dt_hw_catalog *c, const char *key);
+/* The link of a's tensor-parallel collectives: its tp_link, else its intra-node link. */
+const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* Peak TFLOP/s for a compute dtype (DT_F32, DT_BF16, DT_F16); 0 when the catalog lacks it. */
 double dt_hw_peak(const dt_hw_accel *a, dt_dtype compute);
 /* Levenshtein distance (case-insensitive), for did-you-mean. */

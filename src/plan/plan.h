@@ -58,6 +58,8 @@ typedef struct dt_plan_job {
     const dt_hw_accel *hw;
     const dt_hw_link *intra, *inter;
     double gemm_eff, intra_eff, inter_eff; /* achievable fractions of peak */
+    const dt_hw_link *tp;    /* tensor parallelism's link inside a node (dt_hw_tp_link); NULL: intra at intra_eff */
+    double tp_eff;           /* its achievable fraction (with tp == intra: intra_eff) */
     double tp_overlap;       /* fraction of tensor-parallel communication that may hide behind the
                                 micro-step's GEMMs (Megatron --tp-comm-overlap, AsyncTP: 1; default 0) */
     double price_hour, spot_hour;          /* per node ($/h); < 0: no price */

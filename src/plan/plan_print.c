@@ -25,6 +25,9 @@ void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
     fprintf(f, "# links: intra-node %s %.4g GB/s %.3g us, inter-node %s %.4g GB/s x %d NICs %.3g us\n", job->intra->key,
             job->intra->bw_gbs, job->intra->latency_us, job->inter->key, job->inter->bw_gbs, job->hw->nics_per_node,
             job->inter->latency_us);
+    if (job->tp && job->tp != job->intra) /* the catalog's tp_link (a calibrated entry: decision 71) */
+        fprintf(f, "# tensor-parallel link (the TP group's collectives inside a node): %s %.4g GB/s %.3g us, "
+                   "efficiency %.3g\n", job->tp->key, job->tp->bw_gbs, job->tp->latency_us, job->tp_eff);
     fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g; "
                "fixed costs %.4g us per micro-batch, %.4g us per collective call; optimizer %.4g GB/s%s\n",
             job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap, job->hw->step_overhead_us,
@@ -187,6 +190,13 @@ cJSON *dt_plan_job_json(const dt_plan_job *job) {
     num(e, "step_overhead_us", job->hw->step_overhead_us), num(e, "collective_call_us", job->hw->collective_call_us);
     num(e, "optimizer_bw_gbs", job->hw->optimizer_bw_gbs);
     num(e, "tp_overlap", job->tp_overlap);
+    /* the link of the TP term (decision 71): the catalog's tp_link, else the intra-node link */
+    const dt_hw_link *tl = job->tp ? job->tp : job->intra;
+    cJSON *t = cJSON_AddObjectToObject(o, "tp_link");
+    cJSON_AddStringToObject(t, "key", tl->key);
+    num(t, "bw_gbs", tl->bw_gbs), num(t, "latency_us", tl->latency_us);
+    num(t, "efficiency", job->tp ? job->tp_eff : job->intra_eff);
+    cJSON_AddBoolToObject(o, "sequence_parallel", job->train.model_opts.sp != 0);
     num(o, "train_tokens", job->train_tokens);
     return o;
 }

@@ -140,9 +140,13 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
     if (l->tp > 1) { /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way;
-                        exposed unless overlapped with the GEMMs (a fraction tp_overlap of it) */
+                        exposed unless overlapped with the GEMMs (a fraction tp_overlap of it). Inside a
+                        node on the TP link (the catalog's tp_link, e.g. calibrated at the activation's
+                        size: decision 71), else the intra-node one */
+        dt_plan_net tnet = net;
+        if (job->tp) tnet.bw_intra = job->tp->bw_gbs * 1e9 * job->tp_eff, tnet.a_intra = job->tp->latency_us * 1e-6;
         double pieces = layers * (tc->model_opts.recompute == DT_RECOMPUTE_FULL ? 6 : 4);
-        coll(r, "tp all-reduce acts", DT_COLL_ALLREDUCE, act, l->tp, 1, d, &net, pieces, mstep, -1);
+        coll(r, "tp all-reduce acts", DT_COLL_ALLREDUCE, act, l->tp, 1, d, &tnet, pieces, mstep, -1);
         dt_plan_comm_term *c = &r->comm[r->n_comm - 1];
         double all = c->exposed, t1 = all / (pieces * mstep);
         double hidden = mstep * fmax(t1, pieces * t1 - t_micro);

@@ -18,6 +18,7 @@ enum {
     D_ACCUM = 1 << 5,
     D_GLOBAL = 1 << 6,
     D_LOSS = 1 << 7, /* warm-up and measured steps: only the losses depend on them */
+    D_LAYOUT = 1 << 8, /* tensor-parallel degree, sequence parallelism, the blocks test mode */
 };
 
 /* Relative throughput differences below this are treated as noise (or 2 std, if larger). */
@@ -57,6 +58,7 @@ static int same(const dt_rep_train *a, const dt_rep_train *b, unsigned ignore) {
         return 0;
     if (!config_covers(a->config, b->config) || !config_covers(b->config, a->config)) return 0;
     if (!(ignore & D_WORLD) && a->world != b->world) return 0;
+    if (!(ignore & D_LAYOUT) && (a->tp != b->tp || a->sp != b->sp || a->tp_blocks != b->tp_blocks)) return 0;
     if (!(ignore & D_STRATEGY) && (!streq(a->strategy, b->strategy) || a->hybrid != b->hybrid)) return 0;
     if (!(ignore & D_BUCKET) && a->bucket_bytes != b->bucket_bytes) return 0;
     if (!(ignore & D_OVERLAP) && a->overlap != b->overlap) return 0;
@@ -489,7 +491,7 @@ static void rec_loss(dt_report *r) {
             if (a->world == b->world && same(a, b, D_STRATEGY | D_BUCKET | D_OVERLAP))
                 why = "same configuration except strategy/bucket/overlap";
             else if ((a->world == 1) != (b->world == 1) &&
-                     same(a, b, D_WORLD | D_STRATEGY | D_BUCKET | D_OVERLAP | D_MICRO | D_ACCUM))
+                     same(a, b, D_WORLD | D_STRATEGY | D_BUCKET | D_OVERLAP | D_MICRO | D_ACCUM | D_LAYOUT))
                 why = "1 rank vs N ranks with the same global batch";
             if (!why || a == b) continue;
             pairs++;
@@ -546,8 +548,10 @@ static void make_labels(dt_report *r) {
             snprintf(bk, sizeof bk, " bk %s", b);
         }
         if (t->accum > 1) snprintf(acc, sizeof acc, " acc%d", t->accum);
-        snprintf(t->label, sizeof t->label, "R%d %s%s%s x%d mb%d%s%s%s", i + 1, vary_model ? t->preset : "",
-                 vary_model ? " " : "", t->strategy, t->world, t->micro_batch, acc, bk,
+        char tp[32] = ""; /* the layout: "tp2", "tp2 sp", "tp2 blocks" */
+        if (t->tp > 1) snprintf(tp, sizeof tp, " tp%d%s", t->tp, t->tp_blocks ? " blocks" : t->sp ? " sp" : "");
+        snprintf(t->label, sizeof t->label, "R%d %s%s%s x%d%s mb%d%s%s%s", i + 1, vary_model ? t->preset : "",
+                 vary_model ? " " : "", t->strategy, t->world, tp, t->micro_batch, acc, bk,
                  t->overlap ? "" : " no-overlap");
     }
 }

@@ -313,9 +313,51 @@ static void td_str(FILE *f, const char *s) {
     fputs("</td>", f);
 }
 
+/* "dp 4"; "tp 2 x dp 2, sequence parallel"; "tp 2 (blocks test mode) x dp 1" */
+static void layout_label(const dt_rep_train *t, char *b, size_t n) {
+    if (t->tp <= 1) snprintf(b, n, "dp %d", t->dp);
+    else
+        snprintf(b, n, "tp %d%s x dp %d%s", t->tp, t->tp_blocks ? " (blocks test mode)" : "", t->dp,
+                 t->sp ? ", sequence parallel" : "");
+}
+
+/* Tensor parallelism: each TP run's layout and its TP collectives per step (bench's
+ * summary.tp_comm_s, all exposed, and tp_bytes_step), beside all of its communication. */
+static void table_tp(FILE *f, const dt_report *r) {
+    int any = 0;
+    for (int i = 0; i < r->ntrain; i++) any += r->train[i].tp > 1;
+    if (!any) return;
+    fputs("<h2>Tensor parallelism</h2><div class=\"tbl\"><table id=\"tp\"><tr><th class=\"l\">run</th>"
+          "<th class=\"l\">layout</th><th>TP ranks</th><th>DP ranks</th><th>sequence parallel</th>"
+          "<th class=\"l\">ZeRO over dp</th><th>TP bytes/step (rank 0)</th><th>TP ms/step (exposed)</th>"
+          "<th>TP share of step</th><th>all comm ms exposed / total</th><th>bytes/step, all collectives</th></tr>\n", f);
+    for (int i = 0; i < r->ntrain; i++) {
+        const dt_rep_train *t = &r->train[i];
+        if (t->tp <= 1) continue;
+        char b[96];
+        fputs("<tr>", f);
+        td_str(f, t->label);
+        layout_label(t, b, sizeof b);
+        td_str(f, b);
+        fprintf(f, "<td>%d</td><td>%d</td><td>%s</td>", t->tp, t->dp, t->sp ? "on" : "off");
+        td_str(f, !strcmp(t->strategy, "ddp") ? "none (ddp)" : t->strategy);
+        td_bytes(f, t->tp_bytes_step);
+        fprintf(f, "<td>%.3f</td>", 1e3 * t->tp_comm_s);
+        td_pct(f, t->step_s.mean > 0 ? t->tp_comm_s / t->step_s.mean : NAN);
+        fprintf(f, "<td>%.2f / %.2f</td>", 1e3 * t->comm_exposed_s, 1e3 * t->comm_total_s);
+        td_bytes(f, t->comm_bytes_step);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table></div>\n<p class=\"sub\">TP collectives: the TP group's all-reduces and, with sequence "
+          "parallelism, its all-gathers and reduce-scatters, on the compute thread (all exposed: it waits for them); "
+          "bytes in ring accounting, as for all collectives (which include them). The share is of the mean step.</p>\n",
+          f);
+}
+
 static void table_runs(FILE *f, const dt_report *r) {
     fputs("<h2>Runs</h2><div class=\"tbl\"><table id=\"runs\"><tr><th class=\"l\">run</th><th class=\"l\">file</th>"
-          "<th class=\"l\">model</th><th>params</th><th>trainable params</th><th>ranks</th><th class=\"l\">strategy</th>"
+          "<th class=\"l\">model</th><th>params</th><th>trainable params</th><th>ranks</th><th class=\"l\">layout</th>"
+          "<th class=\"l\">strategy</th>"
           "<th class=\"l\">precision</th>"
           "<th>micro &#215; accum (global)</th><th>bucket</th><th>overlap</th><th>step ms mean &#177; std</th>"
           "<th>tokens/s</th><th>tokens/s/rank</th><th>samples/s (images)</th><th>TFLOP/s/rank</th><th>MFU</th><th>comm overhead</th>"
@@ -338,6 +380,8 @@ static void table_runs(FILE *f, const dt_report *r) {
         dt_report_fmt_num(b, sizeof b, t->trainable);
         fprintf(f, "<td>%s%s%s%s</td>", b, t->lora[0] ? " (" : "", t->lora, t->lora[0] ? ")" : "");
         fprintf(f, "<td>%d%s</td>", t->world, t->hybrid ? " hybrid" : "");
+        layout_label(t, b, sizeof b);
+        td_str(f, b);
         td_str(f, t->strategy);
         td_str(f, t->precision);
         fprintf(f, "<td>%d &#215; %d (%d)</td>", t->micro_batch, t->accum, t->global_batch);
@@ -638,6 +682,7 @@ void dt_report_html(FILE *f, const dt_report *r) {
     chart_busbw(f, r);
     fputs("</div>\n", f);
     if (r->ntrain) table_runs(f, r);
+    table_tp(f, r);
     stragglers(f, r);
     plans(f, r);
     table_cost(f, r);

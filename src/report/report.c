@@ -113,6 +113,22 @@ static dt_status need_str(jpath *j, const cJSON *o, const char *parent, const ch
     return DT_OK;
 }
 
+/* An optional number: `def` when absent, an error naming the key when not a number. */
+static dt_status opt_num(jpath *j, const cJSON *o, const char *parent, const char *key, double def, double *out) {
+    *out = def;
+    if (!cJSON_GetObjectItemCaseSensitive(o, key)) return DT_OK;
+    return need_num(j, o, parent, key, out);
+}
+
+/* An optional whole number >= 1 (`def` when absent). */
+static dt_status opt_count(jpath *j, const cJSON *o, const char *parent, const char *key, int def, int *out) {
+    *out = def;
+    if (!cJSON_GetObjectItemCaseSensitive(o, key)) return DT_OK;
+    JCHECK(need_int(j, o, parent, key, out));
+    if (*out < 1) return missing(j, parent, key, "must be >= 1");
+    return DT_OK;
+}
+
 static const char *opt_str(const cJSON *o, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(it) ? it->valuestring : NULL;
@@ -121,6 +137,13 @@ static const char *opt_str(const cJSON *o, const char *key) {
 static int opt_int(const cJSON *o, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(it) ? (int)it->valuedouble : 0;
+}
+
+/* A boolean config value (true, or a non-zero number; "true"), 0 when absent. */
+static int cfg_bool(const cJSON *o, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsTrue(it) || (cJSON_IsNumber(it) && it->valuedouble != 0) ||
+           (cJSON_IsString(it) && !strcmp(it->valuestring, "true"));
 }
 
 /* A string config value, or `def` when absent. */
@@ -230,6 +253,12 @@ static dt_status read_model_parallel(jpath *j, const cJSON *root, dt_rep_train *
     JCHECK(need_int(j, p, "parallel", "micro_batch", &t->micro_batch));
     JCHECK(need_int(j, p, "parallel", "accum", &t->accum));
     JCHECK(need_int(j, p, "parallel", "global_batch", &t->global_batch));
+    /* the layout (files of earlier versions: every rank data-parallel) */
+    JCHECK(opt_count(j, p, "parallel", "tp", 1, &t->tp));
+    JCHECK(opt_count(j, p, "parallel", "dp", t->world, &t->dp));
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    t->sp = t->tp > 1 && cfg_bool(cfg, "parallel.sequence_parallel");
+    t->tp_blocks = t->tp > 1 && cfg_bool(cfg, "parallel.tp_blocks");
     return DT_OK;
 }
 
@@ -266,6 +295,10 @@ static dt_status read_summary(jpath *j, const cJSON *root, dt_rep_train *t) {
     JCHECK(need_num(j, s, "summary", "comm_exposed_s", &t->comm_exposed_s));
     JCHECK(need_num(j, s, "summary", "comm_overhead", &t->comm_overhead));
     JCHECK(need_num(j, s, "summary", "comm_bytes_step", &t->comm_bytes_step));
+    JCHECK(opt_num(j, s, "summary", "tp_comm_s", 0, &t->tp_comm_s));
+    JCHECK(opt_num(j, s, "summary", "tp_bytes_step", 0, &t->tp_bytes_step));
+    if (t->tp_comm_s < 0) return missing(j, "summary", "tp_comm_s", "must be >= 0");
+    if (t->tp_bytes_step < 0) return missing(j, "summary", "tp_bytes_step", "must be >= 0");
     JCHECK(need_obj(j, s, "summary", "breakdown_s", &b));
     for (int k = 0; k < DT_REP_BD_N; k++)
         JCHECK(need_num(j, b, "summary.breakdown_s", dt_rep_breakdown_keys[k], &t->breakdown[k]));
@@ -486,6 +519,9 @@ static dt_status read_plan(jpath *j, const cJSON *root, dt_rep_plan *pl) {
     JCHECK(need_str(j, job, "job", "precision", &pl->precision));
     JCHECK(need_str(j, job, "job", "checkpointing", &pl->checkpointing));
     JCHECK(need_str(j, job, "job", "hardware", &pl->hardware));
+    pl->sp = 0; /* plans written before it: no sequence parallelism */
+    if (cJSON_GetObjectItemCaseSensitive(job, "sequence_parallel"))
+        JCHECK(need_bool(j, job, "job", "sequence_parallel", &pl->sp));
     JCHECK(need_num(j, job, "job", "peak_tflops", &pl->peak_tflops));
     JCHECK(need_obj(j, job, "job", "efficiency", &eff));
     JCHECK(need_num(j, eff, "job.efficiency", "gemm", &pl->eff_gemm));
@@ -525,11 +561,13 @@ int dt_report_match_plans(const dt_report *r, dt_rep_plan_match *out, int max) {
         for (int p = 0; p < r->nplan && !found; p++) {
             const dt_rep_plan *pl = &r->plan[p];
             if (pl->n_layer != x->n_layer || pl->d_model != x->d_model || pl->n_head != x->n_head ||
-                pl->seq_len != x->seq_len || pl->micro_batch != x->micro_batch || !same_precision(x->precision, pl->precision))
+                fabs(pl->params - x->params) > 0.5 || /* the family: gpt2-tiny and llama-tiny share a shape */
+                pl->seq_len != x->seq_len || pl->micro_batch != x->micro_batch || !same_precision(x->precision, pl->precision) ||
+                pl->sp != x->sp || x->tp_blocks)
                 continue;
             for (int k = 0; k < pl->nlay && !found; k++) {
                 const dt_rep_plan_layout *l = &pl->lay[k];
-                if (l->gpus != x->world || l->tp != 1 || l->pp != 1 || l->dp != x->world || l->micro_steps != x->accum ||
+                if (l->gpus != x->world || l->tp != x->tp || l->pp != 1 || l->dp != x->dp || l->micro_steps != x->accum ||
                     strcmp(l->strategy, x->strategy) || l->hybrid != x->hybrid)
                     continue;
                 double meas_mem = dt_report_peak_bytes(x, 0);

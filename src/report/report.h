@@ -72,6 +72,13 @@ typedef struct dt_rep_train {
     char lora[48];
     int world, hybrid, overlap, micro_batch, accum, global_batch;
     const char *strategy;
+    /* The layout (files of earlier versions lack the keys: tp 1, dp = world, no sequence
+     * parallelism): parallel.tp and parallel.dp; config's parallel.sequence_parallel and
+     * parallel.tp_blocks (the blocks test mode: every shard in each process). */
+    int tp, dp, sp, tp_blocks;
+    /* summary.tp_comm_s and summary.tp_bytes_step: tensor parallelism's collectives per step
+     * (all exposed) and rank 0's bytes into them; 0 in files of earlier versions */
+    double tp_comm_s, tp_bytes_step;
     /* From config (files of earlier versions lack the keys: "fp32"): "bf16", "bf16, ckpt
      * full/2, grads bf16" - training.precision, memory.activation_checkpointing(_every),
      * parallel.grad_dtype where not the default, parallel.compression_ratio under Top-K. */
@@ -132,6 +139,7 @@ typedef struct dt_rep_plan_layout {
 /* One kind=plan file: the job and its layouts (a --sweep file: one layout per size). */
 typedef struct dt_rep_plan {
     const char *file, *model, *hardware, *precision, *checkpointing;
+    int sp; /* job.sequence_parallel (plans written before it: 0) */
     int n_layer, d_model, n_head, micro_batch, seq_len, gpus;
     double params, peak_tflops, eff_gemm, eff_intra, eff_inter;
     int nlay;
@@ -203,8 +211,10 @@ double dt_report_peak_plan(const dt_rep_train *t);
 
 /* The measured runs a plan layout describes (at most max, in run order; returns the count):
  * for each run the first layout, over the plan files in order, of the same model (n_layer,
- * d_model, n_head), sequence length, micro-batch, accumulation (micro_steps), world (gpus
- * with tp = pp = 1), strategy and hybrid flag, and precision (the first word of the run's). */
+ * d_model, n_head and parameter count: gpt2 and llama of one shape differ in it), sequence length, micro-batch, accumulation (micro_steps), world (gpus),
+ * layout (the run's tp and dp, pp = 1; sequence parallelism on in both or neither), strategy
+ * and hybrid flag, and precision (the first word of the run's). A run of the blocks test mode
+ * (parallel.tp_blocks) matches none. */
 int dt_report_match_plans(const dt_report *r, dt_rep_plan_match *out, int max);
 
 /* Writes the page to `path` (atomically: a temporary file renamed into place). */
