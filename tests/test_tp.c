@@ -27,7 +27,7 @@ static int T = 32;                          /* its sequence: vit-tiny's is one i
 static int g_tied = -1;                     /* llama: force a tied (1) or untied (0) head */
 static int g_fused = 0;                     /* the fused loss (model.h) */
 static int g_rows = 0;                      /* rows per block of the head and loss (0: 256) */
-static int g_sp = 0;                        /* sequence parallelism (gpt2, fp32) */
+static int g_sp = 0;                        /* sequence parallelism (gpt2, llama) */
 
 typedef struct group {
     pthread_barrier_t bar;
@@ -292,6 +292,18 @@ static void test_wrong_split_fails(void **s) {
     assert_true(memcmp(&jobs[0].loss, &lb, sizeof lb) != 0);
     for (int r = 0; r < K; r++) dt_model_free(&jobs[r].m);
     dt_model_free(&blk);
+    /* sequence parallelism in bf16 without its gathers and reduce-scatters */
+    g_sp = 1;
+    make(&blk, &a, K, K, 0, DT_BF16, DT_RECOMPUTE_NONE);
+    lb = step(&blk);
+    run_ranks(jobs, &g, DT_BF16, DT_RECOMPUTE_NONE, 1);
+    bad = diff_rank(&blk, &jobs[0].m, 0, 1);
+    printf("  sequence parallel without its collectives: loss %.9g vs %.9g, %zu gradient elements of rank 0 differ\n",
+           (double)jobs[0].loss, (double)lb, bad);
+    assert_true(bad > 0);
+    for (int r = 0; r < K; r++) dt_model_free(&jobs[r].m);
+    dt_model_free(&blk);
+    g_sp = 0;
 }
 
 static void expect_refused(const char *preset, int tp, int fused, const char *want) {
@@ -309,22 +321,33 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     assert_int_equal(al.n_allocs, 0); /* before any allocation */
 }
 
-/* Sequence parallelism (gpt2 and llama, fp32): the residual stream and norms on each rank's token rows,
- * gathered and reduce-scattered around the TP regions; the norms' and positions' weight
- * gradients summed per rank's rows, then over the group. Ranks == blocks mode bitwise, and the
- * same model as tp = 1 within rounding; with the fused loss too. */
+/* Sequence parallelism (gpt2, llama, vit): the residual stream and norms on each rank's token
+ * rows, gathered (in 16 bits under bf16) and reduce-scattered around the TP regions; the
+ * norms' and positions' weight gradients summed per rank's rows, then over the group. Ranks ==
+ * blocks mode bitwise, and the same model as tp = 1 within rounding; with the fused loss,
+ * bf16 and activation checkpointing (the recomputed layers gather and reduce-scatter again). */
 static void test_sp(void **s) {
     (void)s;
     g_sp = 1;
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_F32, DT_RECOMPUTE_FULL);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_SELECTIVE);
     g_fused = 1, g_rows = 24;
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_FULL);
     g_fused = 0, g_rows = 0;
     g_preset = "llama-tiny"; /* RMSNorm, RoPE on every row of the shard's heads, untied head */
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_FULL);
     g_tied = 1;
+    check_equivalence(DT_F32, DT_RECOMPUTE_SELECTIVE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_NONE);
+    g_tied = -1, g_preset = "vit-tiny", T = 64; /* class tokens among the rows, replicated embedding and head */
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
-    g_tied = -1, g_preset = "gpt2-tiny", g_sp = 0;
+    check_equivalence(DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    check_equivalence(DT_F32, DT_RECOMPUTE_FULL);
+    g_preset = "gpt2-tiny", T = 32, g_sp = 0;
 }
 
 /* The fused loss under tensor parallelism (row blocks of 24 of the 64 rows): ranks == blocks

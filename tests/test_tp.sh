@@ -4,8 +4,8 @@
 #    one process in the blocks test mode (parallel.tp_blocks: both shards, the same sums in the
 #    same order), fp32; tp 2 x dp 2 on 4 ranks (2 simulated nodes, a TP group inside each) in
 #    bf16 with full activation checkpointing, against the blocks mode on 2 data-parallel ranks;
-#  - sequence parallelism (gpt2 and llama, fp32): tp 2 ranks == blocks mode bitwise, also under
-#    ZeRO-1 on tp 2 x dp 2, and within 1e-5 of tensor parallelism alone;
+#  - sequence parallelism (gpt2, llama, vit): tp 2 ranks == blocks mode bitwise (fp32, and bf16 with
+#    full checkpointing), also under ZeRO-1 on tp 2 x dp 2, and within 1e-5 of tensor parallelism alone;
 #  - ZeRO-1/2/3 over the data-parallel ranks (tp 2 x dp 2) == the blocks mode with DDP, bitwise
 #    while clipping does not bind (the norm is summed by ZeRO piece: see the case);
 #  - the blocks mode against the plain tp = 1 model: the 20 losses within 1e-5 relative (the
@@ -113,7 +113,7 @@ for z in zero1 zero2 zero3; do
   check "tp 2 x dp 2 with $z == blocks x dp 2 with ddp, bitwise" "${z}_tp2dp2" ddp_blocks bitwise
 done
 
-# Sequence parallelism (gpt2 and llama, fp32): tp 2 on 2 ranks == the blocks mode bitwise, tp 2 x dp 2
+# Sequence parallelism (gpt2, llama, vit): tp 2 on 2 ranks == the blocks mode bitwise, tp 2 x dp 2
 # with ZeRO-1 == blocks x dp 2 with DDP, and within rounding of tensor parallelism without it
 # (the norms' weight gradients are summed per rank's rows, then over the group).
 sp=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
@@ -130,7 +130,16 @@ run sp_llama_tp2 2 "${sp[@]}"
 check "sequence parallel, llama: tp 2 on 2 ranks == blocks mode, bitwise" sp_llama_tp2 sp_llama_blocks bitwise
 run llama_tp2_nosp 2 --set parallel.tp=2
 check "sequence parallel vs tensor parallel alone, llama" sp_llama_tp2 llama_tp2_nosp 1e-5
+model=(--set model.preset=vit-tiny --seq 64)
+run sp_vit_blocks 1 "${sp[@]}" --set parallel.tp_blocks=true
+run sp_vit_tp2 2 "${sp[@]}"
+check "sequence parallel, vit: tp 2 on 2 ranks == blocks mode, bitwise" sp_vit_tp2 sp_vit_blocks bitwise
 model=("${gpt[@]}")
+# bf16 with full activation checkpointing: the 16-bit norm outputs gathered, the recomputed
+# layers gathering and reduce-scattering again
+run sp_lowp_blocks 1 "${sp[@]}" --set parallel.tp_blocks=true "${lowp[@]}"
+run sp_lowp_tp2 2 "${sp[@]}" "${lowp[@]}"
+check "sequence parallel in bf16 with full checkpointing: tp 2 on 2 ranks == blocks mode, bitwise" sp_lowp_tp2 sp_lowp_blocks bitwise
 
 # Checkpoints across layouts (docs/FORMATS.md version 2: the canonical index space), on real
 # data through the shuffling sampler, a global batch of 4 sequences at every layout:
@@ -205,8 +214,6 @@ refuse "tp not dividing the heads" 1 "parallel.tp=3 does not divide model.n_head
 refuse "tp not dividing the world" 2 "parallel.tp" --set parallel.tp=4
 refuse "sequence parallelism without tp" 1 "parallel.sequence_parallel needs parallel.tp >= 2" \
   --set parallel.sequence_parallel=true
-refuse "sequence parallelism in bf16" 1 "sequence parallelism runs in fp32 so far" "${sp[@]}" --set parallel.tp_blocks=true \
-  --set training.precision=bf16
 refuse "tp with hybrid sharding" 2 "parallel.tp=2 with parallel.hybrid" --set parallel.tp=2 --set parallel.strategy=hybrid_shard
 model=(--set model.preset=llama-tiny --seq 32)
 refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \

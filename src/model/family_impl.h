@@ -265,7 +265,9 @@ void dt_tp_max(dt_model *m, float *x, size_t n);
 void dt_tp_add(float *acc, const float *part, size_t n);
 
 /* ---- sequence parallelism (model.h dt_model_opts.sp; tp.c): a process holds rows
- * [first N/k, ...) of the N token rows, nb N/k of them (the blocks mode: all). */
+ * [first N/k, ...) of the N token rows, nb N/k of them (the blocks mode: all). Each helper
+ * below that has a tensor-parallel counterpart is that plain call when sequence parallelism
+ * is off (N rows held), so a family runs one layer code for both. */
 
 /* Token rows held, and the first one. */
 static inline int dt_sp_rows(const dt_model *m, int N) {
@@ -276,6 +278,14 @@ static inline int dt_sp_row0(const dt_model *m, int N) {
 }
 /* full (N, C) = every rank's rows, from this process's loc (its rows). */
 void dt_sp_gather(dt_model *m, float *full, const float *loc, int N, int C);
+/* The same for 16-bit rows (C even). */
+void dt_sp_gather16(dt_model *m, uint16_t *full, const uint16_t *loc, int N, int C);
+/* A column-parallel GEMM's input, every row: x itself without sequence parallelism; with it,
+ * the held rows of x gathered into full (fp32, N C) or, under mixed precision, their 16-bit
+ * copy into full16. */
+dt_mmin dt_sp_col_input(dt_model *m, dt_mmin x, float *full, uint16_t *full16, int N, int C);
+/* A row-parallel backward's dout, every row: loc itself, or its held rows gathered into full. */
+const float *dt_sp_dout(dt_model *m, const float *loc, float *full, int N, int C);
 /* Row-parallel forward, reduce-scattered: out_loc (held rows, OC) = the sum over the group's
  * shards of x_j (N, Cl) @ W_j^T, rows held, then + bias. full: N OC floats (the partial sum). */
 void dt_sp_row_forward(dt_model *m, float *out_loc, dt_mmin x, int id, int l, const float *bias, int N, int Cl, int OC,
@@ -286,15 +296,15 @@ void dt_sp_col_backward(dt_model *m, float *dinp_loc, int id, int l, float *dbia
                         int C, int OCl, float *full, float *scratch);
 /* LayerNorm backward over the rows held: dinp (+=) as the kernel; the weight and bias
  * gradients summed per shard of rows (in shard order, then over the group) into a scratch of
- * 4 C floats, then added to dw, db once. Rows per shard: Nl. */
+ * 4 C floats, then added to dw, db once. N: every row of the group. */
 void dt_sp_layernorm_backward(dt_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                              const float *w, const float *mean, const float *rstd, int Nl, int C, float *tmp);
+                              const float *w, const float *mean, const float *rstd, int N, int C, float *tmp);
 /* dt_tp_cols_backward, reduce-scattered to the rows held (full: N C floats). */
 void dt_sp_cols_backward(dt_model *m, float *dinp_loc, const int *ids, int n, int l, const float *dout, dt_mmin x,
                          int N, int C, int W, float *full, float *scratch);
 /* RMSNorm backward over the rows held, as dt_sp_layernorm_backward (tmp: 2 C floats). */
 void dt_sp_rmsnorm_backward(dt_model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                            const float *rstd, int Nl, int C, float *tmp);
+                            const float *rstd, int N, int C, float *tmp);
 /* Learned positions over the held rows (row r of the micro-batch is position r % T): out +=,
  * and the backward's dwpe (T, C) += the group's sum (shard order, scratch T C floats, 2 of). */
 void dt_sp_pos_forward(dt_model *m, float *out, const float *wpe, int N, int T, int C);

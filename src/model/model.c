@@ -171,14 +171,8 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
                        "built yet (issue 31)", k, o->lora.rank);
     if (o->sp && !f->sp)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is built for gpt2 and llama so far, "
-                       "not for the %s family (issue 31)", f->name);
-    if (o->sp && o->compute != DT_F32)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel with training.precision=%s: sequence parallelism "
-                       "runs in fp32 so far (issue 31)", o->compute == DT_BF16 ? "bf16" : "fp16");
-    if (o->sp && o->recompute != DT_RECOMPUTE_NONE)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel with memory.activation_checkpointing=%s: not "
-                       "built yet (issue 31)", dt_recompute_name(o->recompute));
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is not built for "
+                       "the %s family", f->name);
     if (o->tp_local != 0 && o->tp_local != 1 && o->tp_local != k)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks: a process holds 1 or all %d shards (got %d)", k,
                        o->tp_local);
@@ -275,7 +269,11 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     m->T = T;
     m->alloc = alloc;
     DT_CHECK(dt_model_tp_check(ctx, &m->cfg, &m->opts));
-    if (m->opts.sp && ((long)B * T) % dt_tp_size(&m->opts))
+    if (m->opts.sp && m->fam->token_rows && m->fam->token_rows(&m->cfg, B, T) % dt_tp_size(&m->opts))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: training.micro_batch=%d images x %d tokens "
+                       "(patches and the class token) = %d token rows must divide among parallel.tp=%d ranks", B,
+                       m->fam->token_rows(&m->cfg, 1, T), m->fam->token_rows(&m->cfg, B, T), dt_tp_size(&m->opts));
+    if (m->opts.sp && !m->fam->token_rows && ((long)B * T) % dt_tp_size(&m->opts))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: training.micro_batch x training.seq_len = %ld "
                        "token rows must divide among parallel.tp=%d ranks", (long)B * T, dt_tp_size(&m->opts));
     m->cfg.vocab_padded = dt_model_vocab_padded(&m->cfg, &m->opts);

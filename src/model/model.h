@@ -295,6 +295,9 @@ typedef struct dt_model_family {
     void (*hf_identity)(const dt_model_config *c, const char **arch, const char **type);
     /* (optional) Sequence parallelism (model.h dt_model_opts.sp): built for the family */
     int sp;
+    /* (optional) Token rows a micro-batch of B samples of T inputs runs through the layers
+     * (sequence parallelism splits them); NULL: B T. */
+    int (*token_rows)(const dt_model_config *c, int B, int T);
     /* (optional) Tensor parallelism: the family's forward and backward run split tensors
      * shard by shard (model.h dt_model_opts.tp), and tp must divide these config fields
      * (offsets into dt_model_config, 0-ended; each named by its key). NULL: refused. */

@@ -161,7 +161,8 @@ void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l,
     dt_tp_sum(m, dinp, (size_t)N * C);
 }
 
-/* ---- sequence parallelism (family_impl.h) */
+/* ---- sequence parallelism (family_impl.h). Each helper is the plain tensor-parallel call
+ * when sequence parallelism is off, so a family's layer is one code path for both. */
 
 void dt_sp_gather(dt_model *m, float *full, const float *loc, int N, int C) {
     const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts);
@@ -169,6 +170,29 @@ void dt_sp_gather(dt_model *m, float *full, const float *loc, int N, int C) {
     float *mine = full + (size_t)dt_tp_first(&m->opts) * per;
     if (mine != loc) memcpy(mine, loc, (size_t)nb * per * sizeof(float));
     if (nb < k && m->tp_ops.allgather && m->tp_ops.allgather(m->tp_ops.ud, full, per)) m->tp_failed = 1;
+}
+
+/* 16-bit rows gathered as pairs of values: the gather only moves bits. C is even: tp >= 2
+ * divides the heads, and C is heads x head size. */
+void dt_sp_gather16(dt_model *m, uint16_t *full, const uint16_t *loc, int N, int C) {
+    DT_ASSERT(C % 2 == 0);
+    dt_sp_gather(m, (float *)(void *)full, (const float *)(const void *)loc, N, C / 2);
+}
+
+dt_mmin dt_sp_col_input(dt_model *m, dt_mmin x, float *full, uint16_t *full16, int N, int C) {
+    if (!m->opts.sp) return x;
+    if (dt_lowp(m)) {
+        dt_sp_gather16(m, full16, x.h, N, C);
+        return (dt_mmin){NULL, full16};
+    }
+    dt_sp_gather(m, full, x.f, N, C);
+    return (dt_mmin){full, NULL};
+}
+
+const float *dt_sp_dout(dt_model *m, const float *loc, float *full, int N, int C) {
+    if (!m->opts.sp) return loc;
+    dt_sp_gather(m, full, loc, N, C);
+    return full;
 }
 
 /* out_loc (held rows) from the partial sum in full: over the group in rank order (one rank
@@ -185,6 +209,10 @@ static void sp_scatter(dt_model *m, float *out_loc, const float *full, int N, in
 
 void dt_sp_row_forward(dt_model *m, float *out_loc, dt_mmin x, int id, int l, const float *bias, int N, int Cl, int OC,
                        float *full, float *scratch) {
+    if (!m->opts.sp) {
+        dt_tp_row_forward(m, out_loc, x, id, l, bias, N, Cl, OC, scratch);
+        return;
+    }
     const int nb = dt_tp_local(&m->opts);
     for (int j = 0; j < nb; j++) {
         float *dst = j > 0 ? scratch : full;
@@ -201,6 +229,10 @@ void dt_sp_row_forward(dt_model *m, float *out_loc, dt_mmin x, int id, int l, co
 
 void dt_sp_col_backward(dt_model *m, float *dinp_loc, int id, int l, float *dbias, const float *dout, dt_mmin x, int N,
                         int C, int OCl, float *full, float *scratch) {
+    if (!m->opts.sp) {
+        dt_tp_col_backward(m, dinp_loc, id, l, dbias, dout, x, N, C, OCl, scratch);
+        return;
+    }
     const int nb = dt_tp_local(&m->opts);
     for (int j = 0; j < nb; j++) {
         float *dst = j > 0 ? scratch : full;
@@ -219,8 +251,12 @@ static void sp_param_sum(dt_model *m, float *dst, float *acc, size_t n) {
 }
 
 void dt_sp_layernorm_backward(dt_model *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                              const float *w, const float *mean, const float *rstd, int Nl, int C, float *tmp) {
-    const int nb = dt_tp_local(&m->opts);
+                              const float *w, const float *mean, const float *rstd, int N, int C, float *tmp) {
+    if (!m->opts.sp) {
+        dt_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        return;
+    }
+    const int nb = dt_tp_local(&m->opts), Nl = N / dt_tp_size(&m->opts);
     float *acc = tmp, *part = tmp + 2 * (size_t)C;
     for (int j = 0; j < nb; j++) {
         const size_t r = (size_t)j * Nl;
@@ -261,13 +297,21 @@ void dt_sp_pos_backward(dt_model *m, float *dwpe, const float *dout, int N, int 
 
 void dt_sp_cols_backward(dt_model *m, float *dinp_loc, const int *ids, int n, int l, const float *dout, dt_mmin x,
                          int N, int C, int W, float *full, float *scratch) {
+    if (!m->opts.sp) {
+        dt_tp_cols_backward(m, dinp_loc, ids, n, l, dout, x, N, C, W, scratch);
+        return;
+    }
     cols_backward_partial(m, full, ids, n, l, dout, x, N, C, W, scratch);
     sp_scatter(m, dinp_loc, full, N, C);
 }
 
 void dt_sp_rmsnorm_backward(dt_model *m, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                            const float *rstd, int Nl, int C, float *tmp) {
-    const int nb = dt_tp_local(&m->opts);
+                            const float *rstd, int N, int C, float *tmp) {
+    if (!m->opts.sp) {
+        dt_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+        return;
+    }
+    const int nb = dt_tp_local(&m->opts), Nl = N / dt_tp_size(&m->opts);
     float *acc = tmp, *part = tmp + (size_t)C;
     for (int j = 0; j < nb; j++) {
         const size_t r = (size_t)j * Nl;

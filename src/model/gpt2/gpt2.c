@@ -160,6 +160,8 @@ typedef struct dt_gpt2_acts {
     float *tpstat;                        /* (2 B T) tensor parallelism: the loss's row statistics */
     float *spa, *spb;                     /* (B,T,C) sequence parallelism: gathered rows, partial sums */
     float *sptmp;                         /* sequence parallelism: max(4 C, 2 T C) gradient sums */
+    uint16_t *spah;                       /* (B,T,C) sequence parallelism under mixed precision:
+                                             a norm output's 16-bit copy, every row */
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
 } dt_gpt2_acts;
 
@@ -218,9 +220,9 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(ln2_rstd, R * RW);
     TAKE(fch, RF * BT * F);
     TAKE(fch_gelu, F32 * R * BT * F);
-    TAKE16(ln1h, H * R * BT * C);
+    TAKE16(ln1h, H * R * RW * C);
     TAKE16(attyh, H * R * BT * A);
-    TAKE16(ln2h, H * R * BT * C);
+    TAKE16(ln2h, H * R * RW * C);
     TAKE16(fchgh, H * R * BT * F);
     TAKE(res3, (size_t)L * RW * C);
     TAKE(lnf, F32 * BT * C); /* sequence parallelism: gathered for the head */
@@ -240,6 +242,7 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
      * norms' and positions' gradient sums */
     TAKE(spa, SP * BT * C);
     TAKE(spb, SP * BT * C);
+    TAKE16(spah, SP * H * BT * C); /* the gathered 16-bit copy (mixed precision) */
     TAKE(sptmp, SP * (4 * C > 2 * (size_t)T * C ? 4 * C : 2 * (size_t)T * C));
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
@@ -314,22 +317,29 @@ static layer_views views(const dt_model *m, int l) {
  * `recompute` (in the backward): only what the layer dropped, into its working slots (the
  * classes above); every mode keeps the layer output. Under tensor parallelism (family_impl.h)
  * q|k|v and the MLP's first projection are column-parallel (heads and MLP columns split), the
- * attention runs on the shard's heads, and the two output projections are row-parallel. */
+ * attention runs on the shard's heads, and the two output projections are row-parallel. Under
+ * sequence parallelism the residual stream and the norms hold this process's token rows (RW of
+ * BT): each norm's output is gathered for the column-parallel GEMM that reads it (in 16 bits
+ * under mixed precision), each row-parallel GEMM's partial sums are reduce-scattered back to
+ * the rows; the backward mirrors it, re-gathering the norm outputs it kept only for its rows. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     const dt_model_opts *o = &m->opts;
     const tp_dims d = dims_of(c, o);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T;
-    size_t btc = (size_t)BT * C;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T, RW = dt_sp_rows(m, BT);
+    size_t rwc = (size_t)RW * C;
     layer_views v = views(m, l);
     const int qkv = dt_act_forms(o, l, recompute, DT_ACT_SEL), att = dt_act_forms(o, l, recompute, att_class(o));
     const int fch = dt_act_forms(o, l, recompute, fch_class(o));
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     dt_gpt2_acts *a = m->impl;
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
-    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
-    dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), RW, C));
+    dt_fam_narrow(m, v.ln1h, v.ln1, rwc);
+    if (qkv) {
+        const dt_mmin x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C);
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, x, ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    }
     if (att)
         for (int j = 0; j < d.nb; j++)
             DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
@@ -337,164 +347,81 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
                                                                     C / NH, 1, o->compute));
     dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Cl);
     if (att) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, d.Cl, C, a->tpx));
-        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, d.Cl, C,
+                                                          a->spb, a->tpx));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)rwc));
     }
     dt_unit_need(m, SUB(LN2W, l), SUB(FCPROJW, l));
-    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
-    dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, MMIN(ln2), ID(FCW), l, P(FCB, l), BT, C, d.Fl));
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), RW, C));
+    dt_fam_narrow(m, v.ln2h, v.ln2, rwc);
+    if (fch) {
+        const dt_mmin x = dt_sp_col_input(m, MMIN(ln2), a->spa, a->spah, BT, C);
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, x, ID(FCW), l, P(FCB, l), BT, C, d.Fl));
+    }
     const size_t btf = (size_t)BT * d.nb * d.Fl;
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, (int)btf));
     dt_fam_narrow(m, v.fchgh, v.fchg, btf);
     if (recompute) return;
     dt_unit_need(m, SUB(FCPROJW, l), next);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_row_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, d.Fl, C, a->tpx));
-    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
-}
-
-/* ---- sequence parallelism (model.h dt_model_opts.sp; fp32, no recompute): the residual
- * stream and the norms hold this process's token rows; each norm's output is gathered for the
- * column-parallel GEMM that reads it, each row-parallel GEMM's partial sums are
- * reduce-scattered back to the rows, and the backward mirrors it (the residual gradient
- * gathered for the row-parallel backward, the column-parallel input gradient
- * reduce-scattered). The norms' and positions' weight gradients are per-row sums: each
- * process's rows, then the group's (family_impl.h). */
-
-static void sp_block_forward(dt_model *m, int l, int next) {
-    const dt_model_config *c = &m->cfg;
-    const tp_dims d = dims_of(c, &m->opts);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T, RW = dt_sp_rows(m, BT);
-    dt_gpt2_acts *a = m->impl;
-    layer_views v = views(m, l);
-    const dt_mmin full = {a->spa, NULL};
-    dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
-    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), RW, C));
-    dt_sp_gather(m, a->spa, v.ln1, BT, C);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, full, ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
-    for (int j = 0; j < d.nb; j++)
-        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
-                                                              v.qkv + (size_t)j * BT * 3 * d.Cl, B, T, d.NHl, d.NHl, C / NH,
-                                                              1, DT_F32));
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, d.Cl, C,
-                                                    a->spb, a->tpx));
-    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, RW * C));
-    dt_unit_need(m, SUB(LN2W, l), SUB(FCPROJW, l));
-    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), RW, C));
-    dt_sp_gather(m, a->spa, v.ln2, BT, C);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, full, ID(FCW), l, P(FCB, l), BT, C, d.Fl));
-    DT_PROF(m, fwd, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * d.nb * d.Fl));
-    dt_unit_need(m, SUB(FCPROJW, l), next);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res3, MMIN(fchg), ID(FCPROJW), l, P(FCPROJB, l), BT, d.Fl, C,
                                                     a->spb, a->tpx));
-    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, RW * C));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)rwc));
 }
 
-/* The embedding (vocabulary-parallel, summed over the group) kept for the rows held, plus
- * their positions; the layers; the final norm on the rows held, gathered for the head. */
-static void sp_forward(dt_model *m, const int32_t *inputs) {
+/* The embedding (vocabulary-parallel: summed over the group) and positions into `encoded`:
+ * under sequence parallelism formed for every row (the vocabulary shards' sum) and kept for
+ * the rows held. */
+static void embed_forward(dt_model *m, const int32_t *inputs) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer, BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    int B = m->B, T = m->T, C = c->d_model, BT = B * T;
     dt_gpt2_acts *a = m->impl;
+    if (!m->opts.sp) {
+        dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->encoded, inputs, BT, UNIT(WPE));
+        dt_unit_need(m, UNIT(WPE), LAYER(0));
+        DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
+        return;
+    }
     dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->spa, inputs, BT, UNIT(WPE));
-    memcpy(a->encoded, a->spa + (size_t)r0 * C, (size_t)RW * C * sizeof(float));
+    memcpy(a->encoded, a->spa + (size_t)dt_sp_row0(m, BT) * C, (size_t)dt_sp_rows(m, BT) * C * sizeof(float));
     dt_unit_need(m, UNIT(WPE), LAYER(0));
     DT_PROF(m, fwd, DT_OP_ENCODER, dt_sp_pos_forward(m, a->encoded, P(WPE, 0), BT, T, C));
-    for (int l = 0; l < L; l++) {
-        double tl = dt_trace_begin();
-        sp_block_forward(m, l, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
-    }
-    const float *last = a->res3 + (size_t)(L - 1) * RW * C;
-    dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
-    float *mine = a->lnf + (size_t)r0 * C; /* its place among every row */
-    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(mine, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), RW, C));
-    dt_sp_gather(m, a->lnf, mine, BT, C);
 }
 
-static void sp_backward(dt_model *m, const float *dlogits) {
+/* The final norm of the rows held, every row of it (gathered under sequence parallelism) in
+ * lnf / lnfh for the head. */
+static void final_norm_forward(dt_model *m) {
     const dt_model_config *c = &m->cfg;
-    const tp_dims d = dims_of(c, &m->opts);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
-    int BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT), Nl = BT / d.k;
+    int C = c->d_model, L = c->n_layer, BT = m->B * m->T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     dt_gpt2_acts *a = m->impl;
-    const dt_mmin full = {a->spa, NULL};
-    memset(a->dres, 0, (size_t)RW * C * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * RW * C;
-    dt_unit_need(m, UNIT(LNFW), SUB(FCPROJW, L - 1));
-    dt_unit_grads_begin(m, UNIT(LNFW));
-    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc + (size_t)r0 * C,
-                                                              last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, Nl, C, a->sptmp));
-    dt_unit_grads_end(m, UNIT(LNFW));
-    const size_t btf = (size_t)BT * d.nb * d.Fl;
-    for (int l = L - 1; l >= 0; l--) {
-        double tl = dt_trace_begin();
-        layer_views v = views(m, l);
-        const int u2 = SUB(FCPROJW, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
-        dt_unit_need(m, u2, u1);
-        dt_unit_grads_begin(m, u2);
-        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res3), every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->spa, MMIN(fchg), BT, d.Fl, C));
-        dt_unit_grads_end(m, u2);
-        DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)btf));
-        dt_unit_need(m, u1, u0);
-        dt_unit_grads_begin(m, u1);
-        dt_sp_gather(m, a->spa, v.ln2, BT, C); /* the fc input, every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, full, BT, C, d.Fl, a->spb, a->tpx));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l),
-                                                                  v.ln2m, v.ln2r, Nl, C, a->sptmp));
-        dt_unit_grads_end(m, u1);
-        dt_unit_need(m, u0, l > 0 ? SUB(FCPROJW, l - 1) : -1);
-        dt_unit_grads_begin(m, u0);
-        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res2), every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->spa, MMIN(atty), BT, d.Cl, C));
-        for (int j = 0; j < d.nb; j++)
-            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
-                                                                   v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
-                                                                   v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 1,
-                                                                   DT_F32));
-        dt_sp_gather(m, a->spa, v.ln1, BT, C); /* the q|k|v input, every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, full, BT, C, 3 * d.Cl, a->spb, a->tpx));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
-                                                                  v.ln1m, v.ln1r, Nl, C, a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        dt_unit_grads_end(m, u0);
-    }
-    dt_unit_grads_begin(m, UNIT(WPE));
-    DT_PROF(m, bwd, DT_OP_ENCODER, dt_sp_pos_backward(m, G(WPE, 0), a->dres, BT, T, C, a->sptmp));
-    dt_unit_grads_end(m, UNIT(WPE));
-    dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(encoded), every row: each rank's vocabulary rows */
-    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->spa, a->inputs, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+    dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
+    float *lnf = dt_lowp(m) ? a->dbig : a->lnf + (size_t)r0 * C; /* its place among every row */
+    DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), RW, C));
+    dt_fam_narrow(m, a->lnfh + (size_t)r0 * C, lnf, (size_t)RW * C);
+    if (!m->opts.sp) return;
+    if (dt_lowp(m))
+        dt_sp_gather16(m, a->lnfh, a->lnfh + (size_t)r0 * C, BT, C);
+    else
+        dt_sp_gather(m, a->lnf, lnf, BT, C);
 }
 
 static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                           float *loss) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
+    int B = m->B, T = m->T, L = c->n_layer;
     int V = c->vocab, BT = B * T;
-    size_t btc = (size_t)BT * C;
     dt_gpt2_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
     memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
-    if (m->opts.sp) {
-        sp_forward(m, inputs);
-    } else {
-        dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->encoded, inputs, BT, UNIT(WPE));
-        dt_unit_need(m, UNIT(WPE), LAYER(0));
-        DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
-        for (int l = 0; l < L; l++) {
-            double tl = dt_trace_begin();
-            block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
-            dt_trace_end(tl, "fwd", "fwd layer %d", l);
-        }
-        const float *last = a->res3 + (size_t)(L - 1) * btc;
-        dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
-        float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
-        DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), BT, C));
-        dt_fam_narrow(m, a->lnfh, lnf, btc);
+    embed_forward(m, inputs);
+    for (int l = 0; l < L; l++) {
+        double tl = dt_trace_begin();
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
+    final_norm_forward(m);
     dt_vocab_lm_forward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, targets, BT); /* NaN/Inf: training.nonfinite decides */
@@ -507,22 +434,20 @@ static void gpt2_backward(dt_model *m, float scale) {
     const tp_dims d = dims_of(c, &m->opts);
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
     int BT = B * T;
-    size_t btc = (size_t)BT * C;
     dt_gpt2_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     /* the tied head: dx now, its weight gradient with the embedding's (at the end) */
     const float *dlogits = dt_vocab_lm_backward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
                                                 a->losses, a->ce_lse, a->dbtc, scale, UNIT(LNFW));
-    if (m->opts.sp) {
-        sp_backward(m, dlogits);
-        return;
-    }
-    memset(a->dres, 0, btc * sizeof(float));
-    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    const size_t rwc = (size_t)RW * C;
+    memset(a->dres, 0, rwc * sizeof(float));
+    const float *last = a->res3 + (size_t)(L - 1) * rwc;
     dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, UNIT(LNFW));
-    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc, last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C));
+    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc + (size_t)r0 * C, last,
+                                                              P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C, a->sptmp));
     dt_unit_grads_end(m, UNIT(LNFW));
     const int top = dt_act_top_recomputed(&m->opts, L);
     const size_t btf = (size_t)BT * d.nb * d.Fl;
@@ -533,34 +458,46 @@ static void gpt2_backward(dt_model *m, float scale) {
         const int u2 = SUB(FCPROJW, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
         dt_unit_need(m, u2, u1);
         dt_unit_grads_begin(m, u2);
-        /* dres holds d(res3); the residual passes it to res2 unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), a->dres, MMIN(fchg), BT, d.Fl, C));
+        /* dres holds d(res3) (the rows held); the residual passes it to res2 unchanged. */
+        const float *dout = dt_sp_dout(m, a->dres, a->spa, BT, C);
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FCPROJW), l, G(FCPROJB, l), dout, MMIN(fchg), BT, d.Fl, C));
         dt_unit_grads_end(m, u2);
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, (int)btf));
         dt_unit_need(m, u1, u0);
         dt_unit_grads_begin(m, u1);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, MMIN(ln2), BT, C, d.Fl, a->tpx));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
+        dt_mmin x = dt_sp_col_input(m, MMIN(ln2), a->spa, a->spah, BT, C); /* the fc input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(FCW), l, G(FCB, l), a->dbig, x, BT, C, d.Fl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l),
+                                                                  v.ln2m, v.ln2r, BT, C, a->sptmp));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
         dt_unit_grads_begin(m, u0);
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), a->dres, MMIN(atty), BT, d.Cl, C));
+        dout = dt_sp_dout(m, a->dres, a->spa, BT, C);
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), dout, MMIN(atty), BT, d.Cl, C));
         for (int j = 0; j < d.nb; j++)
             DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
                                                                    v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
                                                                    v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 1,
                                                                    m->opts.compute));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * d.Cl, a->tpx));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
+        x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C); /* the q|k|v input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, x, BT, C, 3 * d.Cl, a->spb,
+                                                         a->tpx));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
+                                                                  v.ln1m, v.ln1r, BT, C, a->sptmp));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, u0);
     }
     /* Units end in decreasing order: wpe's, then wte's chunks from the last. */
     dt_unit_grads_begin(m, UNIT(WPE));
-    DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
+    if (m->opts.sp)
+        DT_PROF(m, bwd, DT_OP_ENCODER, dt_sp_pos_backward(m, G(WPE, 0), a->dres, BT, T, C, a->sptmp));
+    else
+        DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
     dt_unit_grads_end(m, UNIT(WPE));
-    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, a->dres, a->inputs, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+    /* d(encoded) of every row (gathered): each rank's vocabulary rows */
+    dt_vocab_embed_backward(m, DT_GPT2_P_WTE, dt_sp_dout(m, a->dres, a->spa, BT, C), a->inputs, BT, dlogits,
+                            (dt_mmin){a->lnf, a->lnfh});
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */

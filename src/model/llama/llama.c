@@ -256,6 +256,8 @@ typedef struct dt_llama_acts {
     float *tpstat;                   /* (2 B T) tensor parallelism: the loss's row statistics */
     float *spa, *spb;                /* (B,T,C) sequence parallelism: gathered rows, partial sums */
     float *sptmp;                    /* (2 C) sequence parallelism: a norm's gradient sums */
+    uint16_t *spah;                  /* (B,T,C) sequence parallelism, mixed precision: a norm output's
+                                        16-bit copy, every row */
     uint16_t *dlp;                   /* (B,T,max(QW,2F)) mixed precision: narrowed gradients */
     int32_t *inputs, *targets;       /* (B,T) copies kept for the backward */
     float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
@@ -312,9 +314,9 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(rstd2, R * RW);
     TAKE(gu, M * BT * 2 * F);
     TAKE(hmid, F32 * R * BT * F);
-    TAKE16(ln1h, H * R * BT * C);
+    TAKE16(ln1h, H * R * RW * C);
     TAKE16(attyh, H * R * BT * A);
-    TAKE16(ln2h, H * R * BT * C);
+    TAKE16(ln2h, H * R * RW * C);
     TAKE16(hmidh, H * R * BT * F);
     TAKE(res3, (size_t)L * RW * C);
     TAKE(lnf, F32 * BT * C); /* sequence parallelism: gathered for the head */
@@ -333,6 +335,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(spa, SP * BT * C); /* sequence parallelism: gathered rows, partial sums, norm sums */
     TAKE(spb, SP * BT * C);
     TAKE(sptmp, SP * 2 * C);
+    TAKE16(spah, SP * H * BT * C); /* a norm output's 16-bit copy, every row (mixed precision) */
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -426,21 +429,23 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     const tp_dims d = dims_of(c, &m->opts);
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head;
-    int BT = B * T, hs = C / NH;
+    int BT = B * T, hs = C / NH, RW = dt_sp_rows(m, BT);
     const float eps = c->norm_eps;
     dt_llama_acts *a = m->impl;
-    size_t btc = (size_t)BT * C;
+    size_t rwc = (size_t)RW * C;
     layer_views v = views(m, l);
     const int res2 = dt_act_forms(&m->opts, l, recompute, res2_class(&m->opts));
     const int gu = dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL);
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
     dt_unit_need(m, SUB(LN1, l), SUB(LN2, l));
-    DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), BT, C, eps));
-    dt_fam_narrow(m, v.ln1h, v.ln1, btc);
+    DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), RW, C, eps));
+    dt_fam_narrow(m, v.ln1h, v.ln1, rwc);
     /* q_proj, k_proj, v_proj are adjacent rows: one (QW x C) projection (tensor parallelism:
-     * each shard's heads, column-parallel; the attention on the shard's heads). */
-    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.qkv, MMIN(ln1), qkv_ids, 3, l, BT, C, d.QWl));
+     * each shard's heads, column-parallel; the attention on the shard's heads; sequence
+     * parallelism: the norm's rows gathered first, as gpt2.c). */
+    dt_mmin x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C);
+    DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.qkv, x, qkv_ids, 3, l, BT, C, d.QWl));
     for (int j = 0; j < d.nb; j++) {
         float *qkv = v.qkv + (size_t)j * BT * d.QWl;
         DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(qkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
@@ -449,136 +454,47 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     }
     dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Ql);
     if (res2) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, d.Ql, C, a->tpx));
-        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, d.Ql, C, a->spb, a->tpx));
+        DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)rwc));
     }
     dt_unit_need(m, SUB(LN2, l), MLP_FIRST(l));
-    DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), BT, C, eps));
-    dt_fam_narrow(m, v.ln2h, v.ln2, btc);
+    DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), RW, C, eps));
+    dt_fam_narrow(m, v.ln2h, v.ln2, rwc);
     if (c->n_experts) { /* fp32 (model.c refuses 16 bits); its state is of class SEL (moe.h) */
         if (dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL))
             dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, v.res2, recompute ? NULL : v.res3, next);
         return;
     }
     /* gate_proj, up_proj: one (2F x C) projection (per shard: its gate | up columns). */
-    if (gu) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.gu, MMIN(ln2), gu_ids, 2, l, BT, C, 2 * d.Fl));
+    if (gu) {
+        x = dt_sp_col_input(m, MMIN(ln2), a->spa, a->spah, BT, C);
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.gu, x, gu_ids, 2, l, BT, C, 2 * d.Fl));
+    }
     for (int j = 0; j < d.nb; j++)
         DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid + (size_t)j * BT * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl, BT, d.Fl));
     dt_fam_narrow(m, v.hmidh, v.hmid, (size_t)BT * d.nb * d.Fl);
     if (recompute) return;
     dt_unit_need(m, SUB(WDOWN, l), next);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_row_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, d.Fl, C, a->tpx));
-    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
-}
-
-/* ---- sequence parallelism (model.h dt_model_opts.sp; fp32, no recompute, no experts; as
- * gpt2.c: norms on the rows held, gathered for the column-parallel GEMMs, reduce-scattered
- * after the row-parallel ones; RoPE and the attention run on every row of the shard's heads) */
-
-static void sp_block_forward(dt_model *m, int l, int next) {
-    const dt_model_config *c = &m->cfg;
-    const tp_dims d = dims_of(c, &m->opts);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, BT = B * T, RW = dt_sp_rows(m, BT), hs = C / NH;
-    const float eps = c->norm_eps;
-    dt_llama_acts *a = m->impl;
-    layer_views v = views(m, l);
-    const dt_mmin full = {a->spa, NULL};
-    static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
-    dt_unit_need(m, SUB(LN1, l), SUB(LN2, l));
-    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln1, v.rstd1, v.resid, P(LN1, l), RW, C, eps));
-    dt_sp_gather(m, a->spa, v.ln1, BT, C);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_cols_forward(m, v.qkv, full, qkv_ids, 3, l, BT, C, d.QWl));
-    for (int j = 0; j < d.nb; j++) {
-        float *qkv = v.qkv + (size_t)j * BT * d.QWl;
-        DT_PROF(m, fwd, DT_OP_ROPE, dt_rope_forward(qkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
-        DT_PROF(m, fwd, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
-                                                              qkv, B, T, d.NHl, d.NKVl, hs, 1, DT_F32));
-    }
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(WO), l, NULL, BT, d.Ql, C, a->spb, a->tpx));
-    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, RW * C));
-    dt_unit_need(m, SUB(LN2, l), SUB(WDOWN, l));
-    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), RW, C, eps));
-    dt_sp_gather(m, a->spa, v.ln2, BT, C);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_cols_forward(m, v.gu, full, gu_ids, 2, l, BT, C, 2 * d.Fl));
-    for (int j = 0; j < d.nb; j++)
-        DT_PROF(m, fwd, DT_OP_SWIGLU, dt_swiglu_forward(v.hmid + (size_t)j * BT * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl, BT, d.Fl));
-    dt_unit_need(m, SUB(WDOWN, l), next);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res3, MMIN(hmid), ID(WDOWN), l, NULL, BT, d.Fl, C, a->spb, a->tpx));
-    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, RW * C));
+    DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)rwc));
 }
 
-static void sp_forward(dt_model *m, const int32_t *inputs) {
+/* The final norm of the rows held, every row of it (gathered under sequence parallelism) in
+ * lnf / lnfh for the head. */
+static void final_norm_forward(dt_model *m) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer, BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    int C = c->d_model, L = c->n_layer, BT = m->B * m->T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     dt_llama_acts *a = m->impl;
-    dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->spa, inputs, BT, LAYER(0));
-    memcpy(a->encoded, a->spa + (size_t)r0 * C, (size_t)RW * C * sizeof(float));
-    for (int l = 0; l < L; l++) {
-        double tl = dt_trace_begin();
-        sp_block_forward(m, l, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
-    }
     const float *last = a->res3 + (size_t)(L - 1) * RW * C;
     dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
-    float *mine = a->lnf + (size_t)r0 * C; /* its place among every row */
-    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(mine, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), RW, C, c->norm_eps));
-    dt_sp_gather(m, a->lnf, mine, BT, C);
-}
-
-static void sp_backward(dt_model *m, const float *dlogits) {
-    const dt_model_config *c = &m->cfg;
-    const tp_dims d = dims_of(c, &m->opts);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer, hs = C / NH;
-    int BT = B * T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT), Nl = BT / d.k;
-    static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
-    dt_llama_acts *a = m->impl;
-    const dt_mmin full = {a->spa, NULL};
-    memset(a->dres, 0, (size_t)RW * C * sizeof(float));
-    const float *last = a->res3 + (size_t)(L - 1) * RW * C;
-    dt_unit_need(m, NORM_UNIT, SUB(WDOWN, L - 1));
-    dt_unit_grads_begin(m, NORM_UNIT);
-    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc + (size_t)r0 * C, last,
-                                                          dt_fam_param(m, NORM_ID, 0), a->rstdf, Nl, C, a->sptmp));
-    dt_unit_grads_end(m, NORM_UNIT);
-    for (int l = L - 1; l >= 0; l--) {
-        double tl = dt_trace_begin();
-        layer_views v = views(m, l);
-        const int u2 = SUB(WDOWN, l), u1 = SUB(LN2, l), u0 = SUB(LN1, l);
-        dt_unit_need(m, u2, u1);
-        dt_unit_grads_begin(m, u2);
-        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res3), every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, a->spa, MMIN(hmid), BT, d.Fl, C));
-        dt_unit_grads_end(m, u2);
-        for (int j = 0; j < d.nb; j++)
-            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig + (size_t)j * BT * 2 * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl,
-                                                             a->dmid + (size_t)j * BT * d.Fl, BT, d.Fl));
-        dt_unit_need(m, u1, u0);
-        dt_unit_grads_begin(m, u1);
-        dt_sp_gather(m, a->spa, v.ln2, BT, C); /* the gate|up input, every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, full, BT, C, 2 * d.Fl, a->spb, a->tpx));
-        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, Nl, C,
-                                                              a->sptmp));
-        dt_unit_grads_end(m, u1);
-        dt_unit_need(m, u0, l > 0 ? SUB(WDOWN, l - 1) : -1);
-        dt_unit_grads_begin(m, u0);
-        dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(res2), every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(WO), l, NULL, a->spa, MMIN(atty), BT, d.Ql, C));
-        for (int j = 0; j < d.nb; j++) {
-            float *dqkv = a->dbig + (size_t)j * BT * d.QWl;
-            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(dqkv, a->dbtc + (size_t)j * BT * d.Ql, v.qkv + (size_t)j * BT * d.QWl,
-                                                                   v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
-                                                                   B, T, d.NHl, d.NKVl, hs, 1, DT_F32));
-            DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(dqkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
-        }
-        dt_sp_gather(m, a->spa, v.ln1, BT, C); /* the q|k|v input, every row */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, full, BT, C, d.QWl, a->spb, a->tpx));
-        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, Nl, C,
-                                                              a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", l);
-        dt_unit_grads_end(m, u0);
-    }
-    dt_sp_gather(m, a->spa, a->dres, BT, C); /* d(encoded), every row: each rank's vocabulary rows */
-    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->spa, a->inputs, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+    float *lnf = dt_lowp(m) ? a->dbig : a->lnf + (size_t)r0 * C; /* its place among every row */
+    DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), RW, C, c->norm_eps));
+    dt_fam_narrow(m, a->lnfh + (size_t)r0 * C, lnf, (size_t)RW * C);
+    if (!m->opts.sp) return;
+    if (dt_lowp(m))
+        dt_sp_gather16(m, a->lnfh, a->lnfh + (size_t)r0 * C, BT, C);
+    else
+        dt_sp_gather(m, a->lnf, lnf, BT, C);
 }
 
 static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
@@ -586,29 +502,24 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     const dt_model_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
     int V = c->vocab, BT = B * T;
-    const float eps = c->norm_eps;
-    size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
     memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (c->n_experts) dt_moe_begin(m, &a->moe);
-    if (m->opts.sp) {
-        sp_forward(m, inputs);
-    } else {
+    if (!m->opts.sp) {
         dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
-        for (int l = 0; l < L; l++) {
-            double tl = dt_trace_begin();
-            block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
-            dt_trace_end(tl, "fwd", "fwd layer %d", l);
-        }
-        const float *last = a->res3 + (size_t)(L - 1) * btc;
-        dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
-        float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
-        DT_PROF(m, fwd, DT_OP_RMSNORM, dt_rmsnorm_forward(lnf, a->rstdf, last, dt_fam_param(m, NORM_ID, 0), BT, C, eps));
-        dt_fam_narrow(m, a->lnfh, lnf, btc);
+    } else { /* every row (the vocabulary shards' sum), kept for the rows held */
+        dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->spa, inputs, BT, LAYER(0));
+        memcpy(a->encoded, a->spa + (size_t)dt_sp_row0(m, BT) * C, (size_t)dt_sp_rows(m, BT) * C * sizeof(float));
     }
+    for (int l = 0; l < L; l++) {
+        double tl = dt_trace_begin();
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
+        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+    }
+    final_norm_forward(m);
     dt_vocab_lm_forward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
     m->last_loss = dt_model_mean_loss(a->losses, targets, BT); /* NaN/Inf: training.nonfinite decides */
@@ -626,22 +537,19 @@ static void llama_backward(dt_model *m, float scale) {
     int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
     int BT = B * T, hs = C / NH;
     static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
-    size_t btc = (size_t)BT * C;
     dt_llama_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
     const float *dlogits = dt_vocab_lm_backward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
                                                 a->losses, a->ce_lse, a->dbtc, scale, NORM_UNIT);
-    if (m->opts.sp) {
-        sp_backward(m, dlogits);
-        return;
-    }
-    memset(a->dres, 0, btc * sizeof(float));
-    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    const size_t rwc = (size_t)RW * C;
+    memset(a->dres, 0, rwc * sizeof(float));
+    const float *last = a->res3 + (size_t)(L - 1) * rwc;
     dt_unit_need(m, NORM_UNIT, BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, NORM_UNIT);
-    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc, last,
-                                                       dt_fam_param(m, NORM_ID, 0), a->rstdf, BT, C));
+    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc + (size_t)r0 * C, last,
+                                                          dt_fam_param(m, NORM_ID, 0), a->rstdf, BT, C, a->sptmp));
     dt_unit_grads_end(m, NORM_UNIT);
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
@@ -656,21 +564,25 @@ static void llama_backward(dt_model *m, float scale) {
             dt_unit_need(m, u2, u1);
             dt_unit_grads_begin(m, u2);
             /* dres holds d(res3); the residual passes it to res2 unchanged. */
-            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, a->dres, MMIN(hmid), BT, d.Fl, C));
+            const float *dout = dt_sp_dout(m, a->dres, a->spa, BT, C); /* every row */
+            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dmid, ID(WDOWN), l, NULL, dout, MMIN(hmid), BT, d.Fl, C));
             dt_unit_grads_end(m, u2);
             for (int j = 0; j < d.nb; j++)
                 DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dbig + (size_t)j * BT * 2 * d.Fl, v.gu + (size_t)j * BT * 2 * d.Fl,
                                                                  a->dmid + (size_t)j * BT * d.Fl, BT, d.Fl));
             dt_unit_need(m, u1, u0);
             dt_unit_grads_begin(m, u1);
-            DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, MMIN(ln2), BT, C, 2 * d.Fl, a->tpx));
+            const dt_mmin x = dt_sp_col_input(m, MMIN(ln2), a->spa, a->spah, BT, C); /* the gate|up input, every row */
+            DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, gu_ids, 2, l, a->dbig, x, BT, C, 2 * d.Fl, a->spb, a->tpx));
         }
-        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C));
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN2, l), a->dbtc, v.res2, P(LN2, l), v.rstd2, BT, C,
+                                                              a->sptmp));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
         dt_unit_grads_begin(m, u0);
         /* dres now holds d(res2); the residual passes it to resid unchanged. */
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(WO), l, NULL, a->dres, MMIN(atty), BT, d.Ql, C));
+        const float *dout = dt_sp_dout(m, a->dres, a->spa, BT, C);
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(WO), l, NULL, dout, MMIN(atty), BT, d.Ql, C));
         for (int j = 0; j < d.nb; j++) {
             float *dqkv = a->dbig + (size_t)j * BT * d.QWl;
             DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(dqkv, a->dbtc + (size_t)j * BT * d.Ql, v.qkv + (size_t)j * BT * d.QWl,
@@ -678,12 +590,15 @@ static void llama_backward(dt_model *m, float scale) {
                                                                    B, T, d.NHl, d.NKVl, hs, 1, m->opts.compute));
             DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(dqkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
         }
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, MMIN(ln1), BT, C, d.QWl, a->tpx));
-        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_rmsnorm_backward(a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C));
+        const dt_mmin x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C); /* the q|k|v input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, x, BT, C, d.QWl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C,
+                                                              a->sptmp));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, u0);
     }
-    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, a->dres, a->inputs, BT, dlogits,
+    /* d(encoded) of every row (gathered): each rank's vocabulary rows */
+    dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, dt_sp_dout(m, a->dres, a->spa, BT, C), a->inputs, BT, dlogits,
                             (dt_mmin){a->lnf, a->lnfh});
 }
 

@@ -169,6 +169,10 @@ typedef struct dt_vit_acts {
     float *tpx;                      /* (B,T,C) tensor parallelism's blocks test mode: a shard's
                                         partial sum (family_impl.h) */
     uint16_t *dlp;                   /* mixed precision: narrowed gradients, max(B T big, B NC) */
+    float *spa, *spb;                /* (B,T,C) sequence parallelism: gathered rows, partial sums */
+    float *sptmp;                    /* (4 C) sequence parallelism: a norm's gradient sums */
+    uint16_t *spah;                  /* (B,T,C) sequence parallelism, mixed precision: a norm
+                                        output's 16-bit copy, every row */
     int32_t *labels;                 /* (B) the targets of the last forward */
 } dt_vit_acts;
 
@@ -209,30 +213,32 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     size_t RA = dt_act_slot(o, (int)L, att_class(o), (int)L), RQ = dt_act_slot(o, (int)L, qkv_class(o), (int)L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
     size_t NC = (size_t)c->n_classes, dlp = BT * call > (size_t)B * NC ? BT * call : (size_t)B * NC;
+    /* sequence parallelism: the residual stream and the norms hold this process's token rows */
+    const size_t SP = o->sp != 0, RW = SP ? BT / (size_t)d.k * (size_t)d.nb : BT;
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
 #define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
     TAKE(patches, (size_t)B * Np * K);
     TAKE16(patchesh, H * (size_t)B * Np * K);
     TAKE(pe, (size_t)B * Np * C);
-    TAKE(encoded, BT * C);
-    TAKE(ln1, F32 * R * BT * C);
-    TAKE(ln1_mean, R * BT);
-    TAKE(ln1_rstd, R * BT);
+    TAKE(encoded, RW * C);
+    TAKE(ln1, F32 * R * RW * C);
+    TAKE(ln1_mean, R * RW);
+    TAKE(ln1_rstd, R * RW);
     TAKE(qkv, RQ * BT * Q);
     TAKE(atty, RA * BT * A);
     TAKE(att_lse, RA * BT * NH);
-    TAKE(res2, RA * BT * C);
-    TAKE(ln2, F32 * R * BT * C);
-    TAKE(ln2_mean, R * BT);
-    TAKE(ln2_rstd, R * BT);
+    TAKE(res2, RA * RW * C);
+    TAKE(ln2, F32 * R * RW * C);
+    TAKE(ln2_mean, R * RW);
+    TAKE(ln2_rstd, R * RW);
     TAKE(fch, M * BT * F);
     TAKE(fch_gelu, F32 * R * BT * F);
-    TAKE16(ln1h, H * R * BT * C);
+    TAKE16(ln1h, H * R * RW * C);
     TAKE16(attyh, H * R * BT * A);
-    TAKE16(ln2h, H * R * BT * C);
+    TAKE16(ln2h, H * R * RW * C);
     TAKE16(fchgh, H * R * BT * F);
-    TAKE(res3, L * BT * C);
+    TAKE(res3, L * RW * C);
     TAKE(clsx, (size_t)B * C);
     TAKE(lnf, F32 * (size_t)B * C);
     TAKE16(lnfh, H * (size_t)B * C);
@@ -241,12 +247,16 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE(logits, (size_t)B * c->n_classes);
     TAKE(losses, (size_t)B);
     TAKE(ce_lse, (size_t)B);
-    TAKE(dres, BT * C);
+    TAKE(dres, RW * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dcls, 2 * (size_t)B * C);
     TAKE16(dlp, H * dlp);
     TAKE(tpx, (d.nb > 1) * BT * C);
+    TAKE(spa, SP * BT * C);
+    TAKE(spb, SP * BT * C);
+    TAKE(sptmp, SP * 4 * C);
+    TAKE16(spah, SP * H * BT * C);
     float *ids = dt_act_take(base, &off, (size_t)B);
     a->labels = (int32_t *)ids;
 #undef TAKE
@@ -308,17 +318,19 @@ static layer_views views(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
     const int L = c->n_layer;
     const tp_dims d = dims_of(c, &m->opts);
-    size_t BT = (size_t)m->B * (n_patches(c) + 1), btc = BT * c->d_model, F = (size_t)d.nb * d.Fl;
+    size_t BT = (size_t)m->B * (n_patches(c) + 1), F = (size_t)d.nb * d.Fl;
+    /* the residual stream and the norms: the token rows held (sequence parallelism) */
+    size_t RW = (size_t)dt_sp_rows(m, (int)BT), btc = RW * c->d_model;
     size_t bta = BT * (size_t)d.nb * d.Cl; /* the split attention width */
     const dt_model_opts *o = &m->opts;
     size_t r = dt_act_slot(o, L, DT_ACT_RECOMP, l), k = dt_act_slot(o, L, DT_ACT_SEL, l);
     size_t ra = dt_act_slot(o, L, att_class(o), l), rq = dt_act_slot(o, L, qkv_class(o), l);
     layer_views v;
     v.resid = l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * btc;
-    v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * BT, v.ln1r = a->ln1_rstd + r * BT;
+    v.ln1 = a->ln1 + r * btc, v.ln1m = a->ln1_mean + r * RW, v.ln1r = a->ln1_rstd + r * RW;
     v.qkv = a->qkv + rq * bta * 3, v.atty = a->atty + ra * bta;
     v.lse = a->att_lse + ra * BT * (size_t)d.nb * d.NHl, v.res2 = a->res2 + ra * btc;
-    v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * BT, v.ln2r = a->ln2_rstd + r * BT;
+    v.ln2 = a->ln2 + r * btc, v.ln2m = a->ln2_mean + r * RW, v.ln2r = a->ln2_rstd + r * RW;
     v.fch = a->fch + k * BT * F, v.fchg = a->fch_gelu + r * BT * F, v.res3 = a->res3 + (size_t)l * btc;
     v.ln1h = a->ln1h + r * btc, v.attyh = a->attyh + r * bta, v.ln2h = a->ln2h + r * btc;
     v.fchgh = a->fchgh + r * BT * F;
@@ -328,12 +340,14 @@ static layer_views views(const dt_model *m, int l) {
 
 /* Layer l's forward, announcing its units in order (`next`: the unit read after the layer).
  * `recompute` (in the backward): only what the layer dropped, into its working slots (the
- * classes above); every mode keeps the layer output. */
+ * classes above); every mode keeps the layer output. Sequence parallelism as gpt2.c: the
+ * norms and the residual stream on the rows held, gathered before the column-parallel GEMMs,
+ * reduce-scattered after the row-parallel ones. */
 static void block_forward(dt_model *m, int l, int recompute, int next) {
     const dt_model_config *c = &m->cfg;
     const dt_model_opts *o = &m->opts;
-    const int B = m->B, C = c->d_model, NH = c->n_head, T = n_patches(c) + 1, BT = B * T;
-    const size_t btc = (size_t)BT * C;
+    const int B = m->B, C = c->d_model, NH = c->n_head, T = n_patches(c) + 1, BT = B * T, RW = dt_sp_rows(m, BT);
+    const size_t btc = (size_t)RW * C;
     const tp_dims d = dims_of(c, o);
     const int F = d.nb * d.Fl; /* the MLP width held */
     dt_vit_acts *a = m->impl;
@@ -342,9 +356,12 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     const int fch = dt_act_forms(o, l, recompute, DT_ACT_SEL);
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     dt_unit_need(m, SUB(LN1W, l), SUB(LN2W, l));
-    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), BT, C));
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln1, v.ln1m, v.ln1r, v.resid, P(LN1W, l), P(LN1B, l), RW, C));
     dt_fam_narrow(m, v.ln1h, v.ln1, btc);
-    if (qkv) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, MMIN(ln1), ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    if (qkv) {
+        const dt_mmin x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C);
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.qkv, x, ID(QKVW), l, P(QKVB, l), BT, C, 3 * d.Cl));
+    }
     if (att)
         for (int j = 0; j < d.nb; j++)
             DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
@@ -352,18 +369,22 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
                                                                     C / NH, 0, o->compute));
     dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Cl);
     if (att) {
-        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_row_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, d.Cl, C, a->tpx));
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(PROJW), l, P(PROJB, l), BT, d.Cl, C, a->spb,
+                                                          a->tpx));
         DT_PROF_TO(m, pf, DT_OP_RESIDUAL, dt_residual_forward(v.res2, v.res2, v.resid, (int)btc));
     }
     dt_unit_need(m, SUB(LN2W, l), SUB(FC2W, l));
-    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), BT, C));
+    DT_PROF_TO(m, pf, DT_OP_LAYERNORM, dt_layernorm_forward(v.ln2, v.ln2m, v.ln2r, v.res2, P(LN2W, l), P(LN2B, l), RW, C));
     dt_fam_narrow(m, v.ln2h, v.ln2, btc);
-    if (fch) DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, MMIN(ln2), ID(FC1W), l, P(FC1B, l), BT, C, d.Fl));
+    if (fch) {
+        const dt_mmin x = dt_sp_col_input(m, MMIN(ln2), a->spa, a->spah, BT, C);
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_col_forward(m, v.fch, x, ID(FC1W), l, P(FC1B, l), BT, C, d.Fl));
+    }
     DT_PROF_TO(m, pf, DT_OP_GELU, dt_gelu_forward(v.fchg, v.fch, BT * F));
     dt_fam_narrow(m, v.fchgh, v.fchg, (size_t)BT * F);
     if (recompute) return;
     dt_unit_need(m, SUB(FC2W, l), next);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_tp_row_forward(m, v.res3, MMIN(fchg), ID(FC2W), l, P(FC2B, l), BT, d.Fl, C, a->tpx));
+    DT_PROF(m, fwd, DT_OP_MATMUL, dt_sp_row_forward(m, v.res3, MMIN(fchg), ID(FC2W), l, P(FC2B, l), BT, d.Fl, C, a->spb, a->tpx));
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
@@ -390,7 +411,6 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     const int B = m->B, C = c->d_model, L = c->n_layer;
     const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes, Pix = c->context;
     const int K = c->channels * c->patch_size * c->patch_size;
-    const size_t btc = (size_t)BT * C;
     dt_vit_acts *a = m->impl;
     DT_ASSERT(m->T == Pix); /* a sample is one image */
     for (size_t i = 0; i < (size_t)B * Pix; i++)
@@ -408,12 +428,15 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     dt_fam_narrow(m, a->patchesh, a->patches, (size_t)B * Np * K);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, a->pe, (dt_mmin){a->patches, a->patchesh}, ID(PATCHW), 0, P(PATCHB, 0), B * Np, K, C));
     const float *cls = P(CLS, 0), *pos = P(POS, 0);
+    /* the rows held (sequence parallelism: [r0, r0 + RW) of every row; the patch embedding,
+     * replicated, is formed for every patch) */
+    const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
 #pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < BT; bt++) {
-        const int b = bt / T, t = bt % T;
+    for (int i = 0; i < RW; i++) {
+        const int bt = r0 + i, b = bt / T, t = bt % T;
         const float *src = t == 0 ? cls : a->pe + ((size_t)b * Np + (size_t)(t - 1)) * C;
-        float *dst = a->encoded + (size_t)bt * C;
-        for (int i = 0; i < C; i++) dst[i] = src[i] + pos[(size_t)t * C + i];
+        float *dst = a->encoded + (size_t)i * C;
+        for (int k = 0; k < C; k++) dst[k] = src[k] + pos[(size_t)t * C + k];
     }
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
@@ -421,7 +444,8 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
         dt_trace_end(tl, "fwd", "fwd layer %d", l);
     }
     dt_unit_need(m, UNIT(LNFW), -1);
-    const float *last = a->res3 + (size_t)(L - 1) * btc;
+    /* the class tokens (sequence parallelism: from the gathered rows of the last layer) */
+    const float *last = dt_sp_dout(m, a->res3 + (size_t)(L - 1) * RW * C, a->spa, BT, C);
     for (int b = 0; b < B; b++) memcpy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
@@ -441,7 +465,8 @@ static void vit_backward(dt_model *m, float scale) {
     const int F = d.nb * d.Fl; /* the MLP width held */
     const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes;
     const int K = c->channels * c->patch_size * c->patch_size;
-    const size_t btc = (size_t)BT * C;
+    const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    const size_t btc = (size_t)RW * C;
     dt_vit_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;
@@ -454,7 +479,9 @@ static void vit_backward(dt_model *m, float scale) {
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
     /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
     memset(a->dres, 0, btc * sizeof(float));
-    for (int b = 0; b < B; b++) memcpy(a->dres + (size_t)b * T * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
+    for (int b = 0; b < B; b++) /* the class tokens among the rows held */
+        if (b * T >= r0 && b * T < r0 + RW)
+            memcpy(a->dres + (size_t)(b * T - r0) * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
     dt_unit_grads_end(m, UNIT(LNFW));
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
@@ -464,24 +491,31 @@ static void vit_backward(dt_model *m, float scale) {
         const int u2 = SUB(FC2W, l), u1 = SUB(LN2W, l), u0 = SUB(LN1W, l);
         dt_unit_need(m, u2, u1);
         dt_unit_grads_begin(m, u2);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FC2W), l, G(FC2B, l), a->dres, MMIN(fchg), BT, d.Fl, C));
+        const float *dout = dt_sp_dout(m, a->dres, a->spa, BT, C); /* every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbig, ID(FC2W), l, G(FC2B, l), dout, MMIN(fchg), BT, d.Fl, C));
         dt_unit_grads_end(m, u2);
         DT_PROF(m, bwd, DT_OP_GELU, dt_gelu_backward(a->dbig, v.fch, a->dbig, BT * F));
         dt_unit_need(m, u1, u0);
         dt_unit_grads_begin(m, u1);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(FC1W), l, G(FC1B, l), a->dbig, MMIN(ln2), BT, C, d.Fl, a->tpx));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l), v.ln2m, v.ln2r, BT, C));
+        dt_mmin x = dt_sp_col_input(m, MMIN(ln2), a->spa, a->spah, BT, C); /* the fc1 input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(FC1W), l, G(FC1B, l), a->dbig, x, BT, C, d.Fl, a->spb, a->tpx));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN2W, l), G(LN2B, l), a->dbtc, v.res2, P(LN2W, l),
+                                                                  v.ln2m, v.ln2r, BT, C, a->sptmp));
         dt_unit_grads_end(m, u1);
         dt_unit_need(m, u0, l > 0 ? BWD_FIRST(l - 1) : -1);
         dt_unit_grads_begin(m, u0);
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(PROJW), l, G(PROJB, l), a->dres, MMIN(atty), BT, d.Cl, C));
+        dout = dt_sp_dout(m, a->dres, a->spa, BT, C);
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(PROJW), l, G(PROJB, l), dout, MMIN(atty), BT, d.Cl, C));
         for (int j = 0; j < d.nb; j++)
             DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
                                                                    v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
                                                                    v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 0,
                                                                    m->opts.compute));
-        DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, MMIN(ln1), BT, C, 3 * d.Cl, a->tpx));
-        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l), v.ln1m, v.ln1r, BT, C));
+        x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C); /* the q|k|v input, every row */
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, x, BT, C, 3 * d.Cl, a->spb,
+                                                         a->tpx));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
+                                                                  v.ln1m, v.ln1r, BT, C, a->sptmp));
         dt_trace_end(tl, "bwd", "bwd layer %d", l);
         dt_unit_grads_end(m, u0);
     }
@@ -489,10 +523,13 @@ static void vit_backward(dt_model *m, float scale) {
     /* dres = d(encoded): position and class-token gradients sum over the batch in order;
      * the patch rows go through the patch embedding. */
     float *dpos = G(POS, 0), *dcls_w = G(CLS, 0), *dpe = a->dbig;
+    /* every row (sequence parallelism: gathered; the embedding's parameters are replicated and
+     * every rank forms their gradients from every row, in the same order as one rank) */
+    const float *denc = dt_sp_dout(m, a->dres, a->spa, BT, C);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++)
         for (int b = 0; b < B; b++) {
-            const float *dr = a->dres + ((size_t)b * T + t) * C;
+            const float *dr = denc + ((size_t)b * T + t) * C;
             float *dp = dpos + (size_t)t * C;
             for (int i = 0; i < C; i++) dp[i] += dr[i];
             if (t == 0)
@@ -502,6 +539,12 @@ static void vit_backward(dt_model *m, float scale) {
         }
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_fam_mm_backward(m, NULL, ID(PATCHW), 0, G(PATCHB, 0), dpe, (dt_mmin){a->patches, a->patchesh}, B * Np, K, C));
     dt_unit_grads_end(m, UNIT(PATCHW));
+}
+
+/* A micro-batch's token rows: B images of n_patches + 1 tokens (the class token). */
+static int vit_token_rows(const dt_model_config *c, int B, int T) {
+    (void)T;
+    return B * (n_patches(c) + 1);
 }
 
 /* tp divides the heads (so d_model) and the MLP width */
@@ -528,6 +571,8 @@ const dt_model_family dt_family_vit = {
     .file_format = "dtrain-vit",
     .file_fields = file_fields,
     .tp_divides = tp_divides,
+    .sp = 1,
+    .token_rows = vit_token_rows,
     /* No Hugging Face export: HF's ViT stores the patch projection as a 4-D convolution
      * and names everything differently; not written until a test can load it. */
 };
