@@ -333,6 +333,7 @@ static void test_sp(void **s) {
     check_equivalence(DT_BF16, DT_RECOMPUTE_NONE);
     check_equivalence(DT_F32, DT_RECOMPUTE_FULL);
     check_equivalence(DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    check_equivalence(DT_F16, DT_RECOMPUTE_NONE);
     g_fused = 1, g_rows = 24;
     check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
     check_equivalence(DT_BF16, DT_RECOMPUTE_FULL);
