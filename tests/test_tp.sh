@@ -4,6 +4,8 @@
 #    one process in the blocks test mode (parallel.tp_blocks: both shards, the same sums in the
 #    same order), fp32; tp 2 x dp 2 on 4 ranks (2 simulated nodes, a TP group inside each) in
 #    bf16 with full activation checkpointing, against the blocks mode on 2 data-parallel ranks;
+#  - fp16 with dynamic loss scaling under tp 2 + sequence parallelism: the same overflow steps skipped on
+#    every rank, bitwise the blocks mode;
 #  - sequence parallelism (gpt2, llama, vit): tp 2 ranks == blocks mode bitwise (fp32, and bf16 with
 #    full checkpointing), also under ZeRO-1 on tp 2 x dp 2, and within 1e-5 of tensor parallelism alone;
 #  - ZeRO-1/2/3 over the data-parallel ranks (tp 2 x dp 2) == the blocks mode with DDP, bitwise
@@ -47,12 +49,13 @@ run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-
 compare() {
   /usr/bin/python3 - "$dir/$1.jsonl" "$dir/$2.jsonl" "$3" "${4:-20}" <<'PY'
 import json, math, sys
-def rows(p):
-    return {j["step"]: (j["loss"], j["grad_norm"]) for j in map(json.loads, open(p)) if j.get("step") and "loss" in j}
+def rows(p):  # an fp16 overflow step (skipped, its scale halved) logs a null norm: kept as "overflow"
+    return {j["step"]: (j["loss"], "overflow" if j.get("overflow") else j["grad_norm"])
+            for j in map(json.loads, open(p)) if j.get("step") and "loss" in j}
 a, b, mode, want = rows(sys.argv[1]), rows(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 if len(b) != want or not set(b) <= set(a): sys.exit(f"{len(b)} steps logged (want {want}), {len(a)} in the reference")
 for s in b:
-    if not all(math.isfinite(v) for v in a[s] + b[s]): sys.exit(f"step {s} non-finite: {a[s]} {b[s]}")
+    if not all(v == "overflow" or math.isfinite(v) for v in a[s] + b[s]): sys.exit(f"step {s} non-finite: {a[s]} {b[s]}")
 if mode == "bitwise":
     bad = [s for s in sorted(b) if a[s] != b[s]]
     if bad: sys.exit(f"steps {bad} differ: {a[bad[0]]} vs {b[bad[0]]}")
@@ -140,6 +143,17 @@ model=("${gpt[@]}")
 run sp_lowp_blocks 1 "${sp[@]}" --set parallel.tp_blocks=true "${lowp[@]}"
 run sp_lowp_tp2 2 "${sp[@]}" "${lowp[@]}"
 check "sequence parallel in bf16 with full checkpointing: tp 2 on 2 ranks == blocks mode, bitwise" sp_lowp_tp2 sp_lowp_blocks bitwise
+# fp16 with dynamic loss scaling, the scale doubled after every finite step until the 16-bit
+# gradients overflow: the overflow found on any shard is every rank's (the gradient norm is the
+# whole group's), so every rank skips the same steps and halves the same scale
+f16=(--set training.precision=fp16 --set training.loss_scale_window=1)
+run f16_tp2 2 "${sp[@]}" "${f16[@]}"
+run f16_sp_blocks 1 "${sp[@]}" --set parallel.tp_blocks=true "${f16[@]}"
+check "fp16, loss scaling: tp 2 with sequence parallelism == blocks mode, bitwise" f16_tp2 f16_sp_blocks bitwise
+n_of=$(grep -c '"overflow":true' "$dir/f16_tp2.jsonl")
+if [ "$n_of" -gt 0 ] && [ "$n_of" = "$(grep -c '"overflow":true' "$dir/f16_sp_blocks.jsonl")" ]; then
+  pass "fp16 under tp 2: $n_of overflow step(s) skipped on every rank, as in the blocks mode"
+else fail "fp16 overflows: tp2 $n_of, blocks $(grep -c '"overflow":true' "$dir/f16_sp_blocks.jsonl")"; fi
 
 # Checkpoints across layouts (docs/FORMATS.md version 2: the canonical index space), on real
 # data through the shuffling sampler, a global batch of 4 sequences at every layout:
