@@ -166,10 +166,10 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
             const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
             if (p->cfg.grad_dtype != DT_F32) {
                 dt_to_lowp(p->cfg.grad_dtype, p->lp + so[p->k], ns + so[p->k], sc[p->k]);
-                DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->lp, sc, so));
+                DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, p->g_cross, p->lp, sc, so));
                 dt_from_lowp(p->cfg.grad_dtype, ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
             } else {
-                DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, sc, so));
+                DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_cross, ns, sc, so));
             }
         }
     }

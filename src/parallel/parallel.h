@@ -84,6 +84,10 @@ typedef struct dt_parallel_cfg {
                             age, optim.h dt_adamw_update_aged) or plain (0) */
     dt_group dp_group;   /* the data-parallel group gradients and shards span (set by the
                             trainer from the process mesh; 0 = DT_GROUP_WORLD) */
+    dt_group node_group; /* hybrid sharding's groups under a process mesh (set by the trainer,
+                            parallel/mesh.h dt_mesh_hybrid): the DP group's ranks on this node */
+    dt_group cross_group;/* and those at this rank's place on each node; 0 (both): the
+                            communicator's DT_GROUP_NODE and DT_GROUP_CROSS */
     int tp;              /* tensor parallelism's ranks (> 1: the model's split tensors hold one
                             shard each; the gradient norm adds the TP group's parts) */
     dt_group tp_group;   /* their group (with tp > 1) */

@@ -526,19 +526,13 @@ static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
 }
 
 /* Tensor parallelism's degree against the model and what it is built with so far (issue 31):
- * one line naming the keys, before anything is allocated. */
+ * one line naming the keys, before anything is allocated. Every data-parallel strategy works
+ * over the DP ranks (hybrid sharding and Top-K compression included: decision 70). */
 static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     const dt_train_cfg *t = &c->train;
     if (c->tp_blocks && c->tp < 2)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
     if (c->tp < 2) return DT_OK;
-    if (t->parallel.hybrid)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.hybrid (hybrid_shard): hybrid sharding over "
-                       "the data-parallel ranks of a tensor-parallel run is not built yet (issue 31); use zero1-3",
-                       c->tp);
-    if (t->parallel.compression != DT_COMPRESS_NONE)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.compression=topk is not built yet (issue 31)",
-                       c->tp);
     dt_model_config mc = t->model;
     dt_model_opts mo = t->model_opts;
     DT_CHECK(dt_model_config_validate(ctx, &mc));
