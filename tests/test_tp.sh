@@ -13,8 +13,13 @@
 #    tensor of tp 1's (AdamW eps 1e-5);
 #  - parameters + gradients + optimizer per rank at tp = 2 at most 0.55 of tp = 1, and the
 #    allocator's high-water equal to the memory plan on every run, and to `dtrain plan --tp 2`'s;
+#  - hybrid sharding over the data-parallel ranks (tp 2 x dp 2 and tp 2 x dp 4 on 2 simulated
+#    nodes, ZeRO-1/2/3, bf16 gradients) == the blocks mode with DDP, bitwise; uneven nodes refused;
+#  - Top-K over the data-parallel ranks: ratio 1 == uncompressed DDP bitwise (ddp, zero1, hybrid
+#    zero1), ratio 0.1 within 2e-3 of the blocks mode's Top-K (another selection) and compressed;
 #  - checkpoints in the canonical index space: resumed bitwise in another layout, and a round
 #    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
+#    hybrid under tp and Top-K under tp resumed bitwise (Top-K at another tp: residual empty);
 #  - parallel.layout: auto picks dtrain plan's fastest runnable layout, logs the top 3, keeps an
 #    explicit parallel.tp;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
@@ -245,6 +250,12 @@ tk10=(--set parallel.tp=2 --set parallel.compression=topk --set parallel.compres
 run ckT 4 "${tk10[@]}" --set checkpoint.dir="$dir/ckT" "${ck[@]}"
 run ckTr 4 "${tk10[@]}" --resume "$dir/ckT/step-00000010" --set checkpoint.dir="$dir/ckTr" "${ck[@]}"
 check "tp 2 x dp 2 Top-K 0.1 resumed at step 10 (per-rank residuals restored): continues bitwise" ckT ckTr bitwise 10
+# on the same 4 ranks at tp 1 (dp 4): the residual belongs to a TP shard, so it starts empty, with a warning
+nohw=1 run ckT1 4 --set parallel.compression=topk --set parallel.compression_ratio=0.1 --batch 1 \
+  --resume "$dir/ckT/step-00000010" --set checkpoint.dir="$dir/ckT1" --set training.steps=10 "${ck[@]}"
+grep -q "written with another parallel.tp (the residual is per TP shard), so parallel.compression=topk starts with an empty" \
+  "$dir/ckT1.log" && pass "a Top-K checkpoint of tp 2 resumed at tp 1: the residual starts empty, with a warning" ||
+  fail "Top-K tp 2 -> tp 1 resume: $(grep -m1 'residual\|error' "$dir/ckT1.log")"
 
 # The plan's memory for a tensor-parallel layout is dtrain's own sizing, equal to the allocator's
 # high-water of the run (tp2 above: the same job).

@@ -39,7 +39,9 @@
  * grad_dtype (bf16: the same rounding rule as above), summed by every rank in rank order, with
  * error feedback: a per-rank residual of Psi floats (what was not sent) is added to the next
  * step's gradient, and goes into checkpoints (dt_parallel_residual). DDP and ZeRO-1 only (they
- * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. One rank sends nothing and
+ * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. Under tensor parallelism each
+ * TP rank compresses its own slab, and TP rank 0's reduced gradient and residual of the
+ * replicated tensors are broadcast to its TP group (buckets.c). One rank sends nothing and
  * keeps no residual. With ratio < 1 and topk_age, the update of a Top-K step is AdamW by age
  * (optim.h dt_adamw_update_aged): per element of the optimizer shard, the steps since its
  * reduced gradient was last non-zero (dt_parallel_ages; checkpointed with the residual).
