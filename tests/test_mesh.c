@@ -147,6 +147,59 @@ static void test_refusals_name_the_keys(void **state) {
 /* The keys: default 1 (a mesh of plain data parallelism); tp > 1 runs (tensor parallelism),
  * cp, pp, ep > 1 refused with one line naming the key once the world is applied, after the
  * divisibility check. */
+static void expect_list(const char *what, int rank, const int *got, int n, const int *want, int wn) {
+    if (n != wn) fail_msg("rank %d %s: %d members, want %d", rank, what, n, wn);
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i]) fail_msg("rank %d %s: member %d is %d, want %d", rank, what, i, got[i], want[i]);
+}
+
+/* Hybrid sharding over the data-parallel group: world 16 = tp2 x dp8 on 4 nodes of 4 ranks,
+ * by hand for rank 13 (t 1, node 3); for every rank, the shard and replica groups are made of
+ * its DP group's ranks and each kind partitions the world; nodes holding unequal numbers of a
+ * DP group's ranks are refused; nodes that are not consecutive ranks work too. */
+static void test_hybrid_groups(void **state) {
+    (void)state;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_mesh m;
+    int node[16], shard[16], cross[16], ns, nc;
+    for (int r = 0; r < 16; r++) node[r] = 100 + r / 4;
+    assert_int_equal(dt_mesh_init(&ctx, &m, 16, 13, 2, 1, 1, 1), DT_OK);
+    assert_int_equal(dt_mesh_hybrid(&m, node, shard, &ns, cross, &nc), 0);
+    expect_list("shard", 13, shard, ns, (int[]){13, 15}, 2);
+    expect_list("replicas", 13, cross, nc, (int[]){1, 5, 9, 13}, 4);
+    int in_shard[16] = {0}, in_cross[16] = {0};
+    for (int r = 0; r < 16; r++) {
+        assert_int_equal(dt_mesh_init(&ctx, &m, 16, r, 2, 1, 1, 1), DT_OK);
+        assert_int_equal(dt_mesh_hybrid(&m, node, shard, &ns, cross, &nc), 0);
+        assert_int_equal(ns, 2);
+        assert_int_equal(nc, 4);
+        for (int i = 0; i < ns; i++) {
+            assert_int_equal(shard[i] % 2, r % 2); /* the same TP position */
+            assert_int_equal(node[shard[i]], node[r]);
+            in_shard[shard[i]] += shard[i] == r;
+        }
+        for (int i = 0; i < nc; i++) {
+            assert_int_equal(cross[i] % 2, r % 2);
+            assert_int_equal((cross[i] % 4) / 2, (r % 4) / 2); /* the same place on its node */
+            if (i > 0) assert_true(node[cross[i]] != node[cross[i - 1]]);
+            in_cross[cross[i]] += cross[i] == r;
+        }
+    }
+    for (int r = 0; r < 16; r++) {
+        assert_int_equal(in_shard[r], 1);
+        assert_int_equal(in_cross[r], 1);
+    }
+    for (int r = 0; r < 16; r++) node[r] = r < 6 ? 0 : 1; /* t 0: 3 ranks on node 0, 5 on node 1 */
+    assert_int_equal(dt_mesh_init(&ctx, &m, 16, 0, 2, 1, 1, 1), DT_OK);
+    assert_int_equal(dt_mesh_hybrid(&m, node, shard, &ns, cross, &nc), -1);
+    for (int r = 0; r < 8; r++) node[r] = r % 4; /* world 8 = tp2 x dp4, node = rank mod 4 */
+    assert_int_equal(dt_mesh_init(&ctx, &m, 8, 0, 2, 1, 1, 1), DT_OK);
+    assert_int_equal(dt_mesh_hybrid(&m, node, shard, &ns, cross, &nc), 0);
+    expect_list("shard", 0, shard, ns, (int[]){0, 4}, 2);
+    expect_list("replicas", 0, cross, nc, (int[]){0, 2}, 2);
+}
+
 static void test_keys_refuse_until_built(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -188,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_dp_only_is_the_world),
         cmocka_unit_test(test_groups_partition_the_world),
         cmocka_unit_test(test_refusals_name_the_keys),
+        cmocka_unit_test(test_hybrid_groups),
         cmocka_unit_test(test_keys_refuse_until_built),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

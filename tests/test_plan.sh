@@ -47,7 +47,7 @@ for l in lays:
     m = l["memory_bytes"]
     assert abs(sum(v for k, v in m.items() if k != "total") - m["total"]) < 1, l["layout"]
     assert l["fits"] == (m["total"] <= job["memory_bytes"]), l["layout"]
-    runs = l["pp"] == l["cp"] == l["ep"] == 1 and (l["tp"] == 1 or (not l["hybrid"] and 12 % l["tp"] == 0))
+    runs = l["pp"] == l["cp"] == l["ep"] == 1 and (l["tp"] == 1 or 12 % l["tp"] == 0)
     assert l["dtrain_runs"] == runs, l["layout"]  # gpt2: 12 heads, d_ff 3072
     assert (l["memory_source"] == "dtrain") == runs, l["layout"]
     # 2 nodes of p4d.24xlarge at $32.77/h

@@ -15,8 +15,13 @@
 #    tensor of tp 1's (AdamW eps 1e-5);
 #  - parameters + gradients + optimizer per rank at tp = 2 at most 0.55 of tp = 1, and the
 #    allocator's high-water equal to the memory plan on every run, and to `dtrain plan --tp 2`'s;
+#  - hybrid sharding over the data-parallel ranks (tp 2 x dp 2 and tp 2 x dp 4 on 2 simulated
+#    nodes, ZeRO-1/2/3, bf16 gradients) == the blocks mode with DDP, bitwise; uneven nodes refused;
+#  - Top-K over the data-parallel ranks: ratio 1 == uncompressed DDP bitwise (ddp, zero1, hybrid
+#    zero1), ratio 0.1 within 2e-3 of the blocks mode's Top-K (another selection) and compressed;
 #  - checkpoints in the canonical index space: resumed bitwise in another layout, and a round
 #    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
+#    hybrid under tp and Top-K under tp resumed bitwise (Top-K at another tp: residual empty);
 #  - parallel.layout: auto picks dtrain plan's fastest runnable layout, logs the top 3, keeps an
 #    explicit parallel.tp;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
@@ -26,19 +31,21 @@ dir=$2
 . "$(dirname "$0")/lib.sh"
 rm -rf "$dir" && mkdir -p "$dir"
 mpi_env
-mpi+=(-x DTRAIN_NODE_ID)
+mpi+=(-x DTRAIN_NODE_ID -x PPN)
+export PPN=2
 
 gpt=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 2000
      --model.context 32 --seq 32)
 train=(--batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
        --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
 model=("${gpt[@]}")
-run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-water)
+run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-water; ranks per
+        # simulated node: PPN, 2 by default)
   local name=$1 n=$2; shift 2
   if [ "$n" = 1 ]; then
     "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
   else
-    timeout 300 "${mpi[@]}" -n "$n" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' \
+    timeout 300 "${mpi[@]}" -n "$n" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / ${PPN:-2})) exec "$0" "$@"' \
       "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
   fi || { fail "$name: $(tail -3 "$dir/$name.log")"; return 1; }
   [ -n "${nohw:-}" ] || grep -q "memory high-water: allocator=\([0-9]*\) plan=\1 " "$dir/$name.log" ||
@@ -115,6 +122,56 @@ for z in zero1 zero2 zero3; do
   run "${z}_tp2dp2" 4 --set parallel.tp=2 --set parallel.strategy=$z "${noclip[@]}"
   check "tp 2 x dp 2 with $z == blocks x dp 2 with ddp, bitwise" "${z}_tp2dp2" ddp_blocks bitwise
 done
+
+# Hybrid sharding over the data-parallel ranks (decision 70): each TP position's DP ranks form
+# their own shard group (those on one node) and replica groups (the same place on each node).
+# tp 2 x dp 2 on 2 simulated nodes (one DP rank of each TP position per node: shard groups of 1,
+# replicas across the 2 nodes) and tp 2 x dp 4 on 2 nodes of 4 ranks (shard groups of 2,
+# replica pairs), every ZeRO stage: the same losses and norms as the blocks mode with DDP,
+# bitwise (hybrid reduces once over all DP ranks in rank order; its cross-node step only
+# gathers sums), also with bf16 gradients.
+run hyb_tp2dp2 4 --set parallel.tp=2 --set parallel.strategy=hybrid_shard "${noclip[@]}"
+check "tp 2 x dp 2 hybrid_shard (2 nodes: shard groups of 1, 2 replicas) == blocks x dp 2 with ddp, bitwise" \
+  hyb_tp2dp2 ddp_blocks bitwise
+grep -q "shard=$(sed -n 's/.*memory bytes: psi=\([0-9]*\) .*/\1/p' "$dir/hyb_tp2dp2.log" | head -1) " "$dir/hyb_tp2dp2.log" &&
+  pass "tp 2 x dp 2 hybrid on 2 nodes: each rank holds its TP shard's whole optimizer state (shard group of 1)" ||
+  fail "tp 2 x dp 2 hybrid: $(grep -m1 'memory bytes' "$dir/hyb_tp2dp2.log")"
+run ddp_blocks4 4 --set parallel.tp=2 --set parallel.tp_blocks=true "${noclip[@]}"
+for z in zero1 zero2 zero3; do
+  PPN=4 run "hyb_${z}_tp2dp4" 8 --set parallel.tp=2 --set parallel.strategy=$z --set parallel.hybrid=true "${noclip[@]}"
+  check "tp 2 x dp 4 on 2 nodes of 4, hybrid $z (shard groups of 2, replica pairs) == blocks x dp 4 with ddp, bitwise" \
+    "hyb_${z}_tp2dp4" ddp_blocks4 bitwise
+done
+psi=$(sed -n 's/.*memory bytes: psi=\([0-9]*\) shard=\([0-9]*\) .*/\1 \2/p' "$dir/hyb_zero3_tp2dp4.log" | head -1)
+[ -n "$psi" ] && [ "${psi#* }" -lt "${psi% *}" ] && [ "${psi#* }" -ge $(( ${psi% *} / 2 )) ] &&
+  pass "tp 2 x dp 4 hybrid zero3: optimizer shard ${psi#* } of the TP shard's ${psi% *} (halved over the node's 2 DP ranks)" ||
+  fail "tp 2 x dp 4 hybrid zero3 shard: '$psi'"
+g16=(--set parallel.grad_dtype=bf16)
+run ddp_blocks4_g16 4 --set parallel.tp=2 --set parallel.tp_blocks=true "${noclip[@]}" "${g16[@]}"
+PPN=4 run hyb_g16_tp2dp4 8 --set parallel.tp=2 --set parallel.strategy=zero2 --set parallel.hybrid=true "${noclip[@]}" "${g16[@]}"
+check "tp 2 x dp 4 hybrid zero2 with bf16 gradients == blocks x dp 4 with ddp, bitwise" hyb_g16_tp2dp4 ddp_blocks4_g16 bitwise
+
+# Top-K compression over the data-parallel ranks (decision 70): each TP rank compresses its own
+# shard's gradient (its residual is its shard's). compression_ratio 1 sends every element: tp 2
+# x dp 2 with DDP and ZeRO-1, and hybrid ZeRO-1 on tp 2 x dp 4 (2 nodes of 4), == the blocks mode
+# with uncompressed DDP, bitwise. At ratio 0.1 the chosen elements are each TP shard's largest,
+# while the blocks mode chooses among both shards of a bucket together: not the same selection,
+# so the losses are held to 2e-3 relative of the blocks mode's Top-K 0.1 (measured ~5e-4), and
+# must differ from uncompressed DDP's (compression is on).
+tk=(--set parallel.compression=topk "${noclip[@]}")
+run topk1_ddp 4 --set parallel.tp=2 "${tk[@]}" --set parallel.compression_ratio=1
+check "tp 2 x dp 2 Top-K ratio 1, ddp == blocks x dp 2 uncompressed, bitwise" topk1_ddp ddp_blocks bitwise
+run topk1_z1 4 --set parallel.tp=2 --set parallel.strategy=zero1 "${tk[@]}" --set parallel.compression_ratio=1
+check "tp 2 x dp 2 Top-K ratio 1, zero1 == blocks x dp 2 uncompressed, bitwise" topk1_z1 ddp_blocks bitwise
+PPN=4 run topk1_hyb 8 --set parallel.tp=2 --set parallel.strategy=zero1 --set parallel.hybrid=true "${tk[@]}" \
+  --set parallel.compression_ratio=1
+check "tp 2 x dp 4 hybrid zero1, Top-K ratio 1 == blocks x dp 4 uncompressed, bitwise" topk1_hyb ddp_blocks4 bitwise
+run topk10_blocks 2 --set parallel.tp=2 --set parallel.tp_blocks=true "${tk[@]}" --set parallel.compression_ratio=0.1
+run topk10 4 --set parallel.tp=2 "${tk[@]}" --set parallel.compression_ratio=0.1
+check "tp 2 x dp 2 Top-K 0.1 vs the blocks mode's Top-K 0.1 (per-shard selection)" topk10_blocks topk10 2e-3
+if out=$(compare topk10 ddp_blocks bitwise 2>&1); then fail "tp 2 x dp 2 Top-K 0.1 gives uncompressed DDP's bits: $out"
+else pass "tp 2 x dp 2 Top-K 0.1 compresses (losses differ from uncompressed DDP's)"; fi
+
 
 # Sequence parallelism (gpt2, llama, vit): tp 2 on 2 ranks == the blocks mode bitwise, tp 2 x dp 2
 # with ZeRO-1 == blocks x dp 2 with DDP, and within rounding of tensor parallelism without it
@@ -194,6 +251,36 @@ check "after the round trip, tp 2 x dp 2 with ZeRO-3 continues as the uninterrup
 grep -q "resharded: .*rt4/step-00000005" "$dir/rt4.log" && pass "a resharding resume says so" ||
   fail "no 'resharded' line in rt4.log"
 
+# Hybrid sharding under tp (tp 2 x dp 2 hybrid_shard on 2 simulated nodes), the same data and
+# global batch: the uninterrupted run is the tp 2 run's, bitwise (one rank's 2 accumulation
+# steps == 2 data-parallel ranks, clipping not binding); its step-5 checkpoint holds exactly ckU's
+# weights, moments and data position (the canonical index space); resumed at step 10 (as after
+# a kill once step 10's checkpoint is committed) on the same layout it continues bitwise to the
+# same final model file, and resumed in the blocks mode on 1 rank (another layout) likewise.
+run ckH 4 --set parallel.tp=2 --set parallel.strategy=hybrid_shard --set checkpoint.dir="$dir/ckH" "${ck[@]}"
+check "tp 2 x dp 2 hybrid with checkpoints == the tp 2 run, bitwise" ckU ckH bitwise
+same "tp 2 x dp 2 hybrid checkpoint == tp 2's" ckH
+run ckHr 4 --set parallel.tp=2 --set parallel.strategy=hybrid_shard --resume "$dir/ckH/step-00000010" \
+  --set checkpoint.dir="$dir/ckHr" "${ck[@]}"
+check "tp 2 x dp 2 hybrid resumed at step 10: continues bitwise" ckH ckHr bitwise 10
+cmp -s "$dir/ckH/step-00000020/model.safetensors" "$dir/ckHr/step-00000020/model.safetensors" &&
+  pass "tp 2 x dp 2 hybrid resumed: the same final model file" || fail "hybrid under tp: resumed final model differs"
+run ckHB 1 --set parallel.tp=2 --set parallel.tp_blocks=true --resume "$dir/ckH/step-00000010" \
+  --set checkpoint.dir="$dir/ckHB" "${ck[@]}"
+check "tp 2 x dp 2 hybrid checkpoint resumed in the blocks mode on 1 rank: continues bitwise" ckH ckHB bitwise 10
+# Top-K under tp: each rank's residual (its TP shard's) and element ages are checkpointed and
+# restored: resumed at step 10 on the same layout, bitwise the uninterrupted run.
+tk10=(--set parallel.tp=2 --set parallel.compression=topk --set parallel.compression_ratio=0.1)
+run ckT 4 "${tk10[@]}" --set checkpoint.dir="$dir/ckT" "${ck[@]}"
+run ckTr 4 "${tk10[@]}" --resume "$dir/ckT/step-00000010" --set checkpoint.dir="$dir/ckTr" "${ck[@]}"
+check "tp 2 x dp 2 Top-K 0.1 resumed at step 10 (per-rank residuals restored): continues bitwise" ckT ckTr bitwise 10
+# on the same 4 ranks at tp 1 (dp 4): the residual belongs to a TP shard, so it starts empty, with a warning
+nohw=1 run ckT1 4 --set parallel.compression=topk --set parallel.compression_ratio=0.1 --batch 1 \
+  --resume "$dir/ckT/step-00000010" --set checkpoint.dir="$dir/ckT1" --set training.steps=10 "${ck[@]}"
+grep -q "written with another parallel.tp (the residual is per TP shard), so parallel.compression=topk starts with an empty" \
+  "$dir/ckT1.log" && pass "a Top-K checkpoint of tp 2 resumed at tp 1: the residual starts empty, with a warning" ||
+  fail "Top-K tp 2 -> tp 1 resume: $(grep -m1 'residual\|error' "$dir/ckT1.log")"
+
 # The plan's memory for a tensor-parallel layout is dtrain's own sizing, equal to the allocator's
 # high-water of the run (tp2 above: the same job).
 pj=$(cd "$src" && "$bin" plan "${gpt[@]}" --batch 2 --set training.batch=2 --gpus 2 --nodes 1 --hardware cpu-core \
@@ -228,7 +315,13 @@ refuse "tp not dividing the heads" 1 "parallel.tp=3 does not divide model.n_head
 refuse "tp not dividing the world" 2 "parallel.tp" --set parallel.tp=4
 refuse "sequence parallelism without tp" 1 "parallel.sequence_parallel needs parallel.tp >= 2" \
   --set parallel.sequence_parallel=true
-refuse "tp with hybrid sharding" 2 "parallel.tp=2 with parallel.hybrid" --set parallel.tp=2 --set parallel.strategy=hybrid_shard
+# hybrid under tp: 6 ranks, nodes of 4 and 2 - each DP group has 2 ranks on one node, 1 on the other
+if timeout 120 "${mpi[@]}" -n 6 bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / 4)) exec "$0" "$@"' "$bin" train \
+   "${model[@]}" "${train[@]}" --set parallel.tp=2 --set parallel.strategy=hybrid_shard >"$dir/refuse.log" 2>&1; then
+  fail "hybrid under tp on uneven nodes ran"
+elif [ "$(grep -c "parallel.hybrid with parallel.tp=2: every node must hold the same number" "$dir/refuse.log")" -ge 1 ]; then
+  pass "hybrid under tp on uneven nodes: $(grep -m1 "parallel.hybrid with" "$dir/refuse.log" | cut -c1-150)"
+else fail "hybrid under tp on uneven nodes: $(tail -3 "$dir/refuse.log")"; fi
 model=(--set model.preset=llama-tiny --seq 32)
 refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \
   --set parallel.tp=4 --set parallel.tp_blocks=true
@@ -244,7 +337,7 @@ want=$(cd "$src" && "$bin" plan --set model.preset=gpt2-tiny --seq 64 --batch 4 
   2>/dev/null | /usr/bin/python3 -c "
 import json, sys
 for l in json.load(sys.stdin)['layouts']:
-    if l['fits'] and l['pp'] == l['cp'] == l['ep'] == 1 and (l['tp'] == 1 or (not l['hybrid'] and 4 % l['tp'] == 0)):
+    if l['fits'] and l['pp'] == l['cp'] == l['ep'] == 1 and (l['tp'] == 1 or 4 % l['tp'] == 0):
         print(l['layout']); break")
 got=$(sed -n 's/.*parallel.layout auto on 4 x cpu-core: \([^,]*\), the fastest.*/\1/p' "$dir/auto4.log")
 if [ -n "$want" ] && [ "$got" = "$want" ] && grep -q "plan's top 3: 1\. .*; 2\. .*; 3\. " "$dir/auto4.log" &&

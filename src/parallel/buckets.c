@@ -151,6 +151,27 @@ void dt_par_buckets_free(dt_parallel *p) {
     free(p->b);
 }
 
+/* Top-K under tensor parallelism: a TP rank chooses among its whole slab, its shards of the
+ * split tensors and its copy of the replicated ones (norms, some biases) together, so the TP
+ * ranks choose differently for the replicated tensors, whose reduced gradients would differ and
+ * whose copies would drift apart. TP rank 0's result stands for them: its reduced gradient and
+ * its residual of every replicated tensor, sent to the TP group (decision 70). */
+static dt_status topk_tp_sync(dt_ctx *ctx, dt_parallel *p) {
+    const dt_params *ps = &p->m->ps;
+    if (dt_tp_size(&p->m->opts) < 2 || dt_tp_local(&p->m->opts) >= dt_tp_size(&p->m->opts)) return DT_OK;
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        if (t->split) continue;
+        size_t bytes = t->rows * t->cols * sizeof(float);
+        for (int l = 0; l < dt_params_copies(ps, id); l++) {
+            size_t at = dt_params_flat(ps, id, l);
+            DT_CHECK(dt_comm_broadcast(ctx, p->comm, p->cfg.tp_group, p->acc + at, bytes, 0));
+            DT_CHECK(dt_comm_broadcast(ctx, p->comm, p->cfg.tp_group, p->res + at, bytes, 0));
+        }
+    }
+    return DT_OK;
+}
+
 dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
     p->m->ps.grads = p->acc;
     dt_params_point_units(&p->m->ps);
@@ -166,16 +187,22 @@ dt_status dt_par_buckets_finish(dt_ctx *ctx, dt_parallel *p) {
             const size_t *sc = p->sub_cnt + (size_t)u * p->n_rep, *so = p->sub_off + (size_t)u * p->n_rep;
             if (p->cfg.grad_dtype != DT_F32) {
                 dt_to_lowp(p->cfg.grad_dtype, p->lp + so[p->k], ns + so[p->k], sc[p->k]);
-                DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->lp, sc, so));
+                DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, p->g_cross, p->lp, sc, so));
                 dt_from_lowp(p->cfg.grad_dtype, ns, p->lp, p->split_cnt[(size_t)u * p->G + p->j]);
             } else {
-                DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, ns, sc, so));
+                DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_cross, ns, sc, so));
             }
         }
     }
     if (p->err != DT_OK) {
         memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
         return p->err;
+    }
+    if (p->res && p->topk_on) {
+        double t0 = dt_now();
+        DT_CHECK(topk_tp_sync(ctx, p));
+        p->t_exposed += dt_now() - t0;
+        p->t_total += dt_now() - t0;
     }
     return DT_OK;
 }

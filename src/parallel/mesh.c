@@ -2,6 +2,7 @@
 #include "parallel/mesh.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 dt_status dt_mesh_init(dt_ctx *ctx, dt_mesh *m, int world, int rank, int tp, int cp, int pp, int ep) {
     static const char *const key[4] = {"parallel.tp", "parallel.cp", "parallel.pp", "parallel.ep"};
@@ -103,4 +104,27 @@ int dt_mesh_group_rank(const dt_mesh *m, dt_mesh_group_kind k) {
 const char *dt_mesh_group_name(dt_mesh_group_kind k) {
     static const char *const names[DT_MESH_NGROUPS] = {"tp", "cp", "dp", "pp", "ep", "edp", "dpcp"};
     return (unsigned)k < DT_MESH_NGROUPS ? names[k] : "?";
+}
+
+int dt_mesh_hybrid(const dt_mesh *m, const int *node, int *shard, int *shard_n, int *cross, int *cross_n) {
+    int n = dt_mesh_group_size(m, DT_MESH_DP), *dp = malloc((size_t)n * 3 * sizeof *dp);
+    *shard_n = *cross_n = 0;
+    if (!dp) return -1;
+    int *pos = dp + n, *on = dp + 2 * (size_t)n; /* dp[i]'s position among its node's members; their count */
+    dt_mesh_group(m, DT_MESH_DP, dp);
+    int me = 0;
+    for (int i = 0; i < n; i++) {
+        pos[i] = on[i] = 0;
+        for (int q = 0; q < n; q++)
+            if (node[dp[q]] == node[dp[i]]) pos[i] += q < i, on[i]++;
+        if (dp[i] == m->rank) me = i;
+        if (node[dp[i]] == node[m->rank]) shard[(*shard_n)++] = dp[i];
+    }
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        bad |= on[i] != on[me];
+        if (pos[i] == pos[me]) cross[(*cross_n)++] = dp[i];
+    }
+    free(dp);
+    return bad ? -1 : 0;
 }

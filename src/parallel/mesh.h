@@ -68,6 +68,14 @@ int dt_mesh_group_rank(const dt_mesh *m, dt_mesh_group_kind k);
 /* The world ranks of this rank's group of kind k, ascending (= group-rank order), into ranks
  * (dt_mesh_group_size entries); returns their number. */
 int dt_mesh_group(const dt_mesh *m, dt_mesh_group_kind k, int *ranks);
+/* Hybrid sharding over the data-parallel group (parallel.hybrid under a process mesh): given
+ * node[r], the node of every world rank r (any id, equal for ranks that share a node), the
+ * shard group is the ranks of this rank's DP group on its node, and the replica group the ranks
+ * of its DP group at the same position in their node's part of it (one per node); both
+ * ascending (= group-rank order), each list the same on all its members, so every TP position's
+ * groups together partition the world (comm.h dt_comm_group_split). Returns 0, or -1 when the
+ * nodes hold different numbers of this DP group's ranks (hybrid needs equal ones). */
+int dt_mesh_hybrid(const dt_mesh *m, const int *node, int *shard, int *shard_n, int *cross, int *cross_n);
 /* "tp", "cp", "dp", "pp", "ep", "edp", "dpcp". */
 const char *dt_mesh_group_name(dt_mesh_group_kind k);
 

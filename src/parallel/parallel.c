@@ -54,11 +54,13 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
         p->n_rep = 1;
         p->k = 0;
     } else if (p->cfg.hybrid) {
-        p->g_shard = DT_GROUP_NODE;
-        p->G = dt_comm_size(p->comm, DT_GROUP_NODE);
-        p->j = dt_comm_rank(p->comm, DT_GROUP_NODE);
-        p->n_rep = dt_comm_size(p->comm, DT_GROUP_CROSS);
-        p->k = dt_comm_rank(p->comm, DT_GROUP_CROSS);
+        /* under a process mesh the trainer's groups of the data-parallel ranks (mesh.h) */
+        p->g_shard = p->cfg.node_group ? p->cfg.node_group : DT_GROUP_NODE;
+        p->g_cross = p->cfg.cross_group ? p->cfg.cross_group : DT_GROUP_CROSS;
+        p->G = dt_comm_size(p->comm, p->g_shard);
+        p->j = dt_comm_rank(p->comm, p->g_shard);
+        p->n_rep = dt_comm_size(p->comm, p->g_cross);
+        p->k = dt_comm_rank(p->comm, p->g_cross);
         if ((long)p->G * p->n_rep != W)
             return dt_fail(ctx, DT_ERR_CONFIG,
                            "parallel.hybrid: nodes must have equal rank counts (%d ranks, %d on this node, %d nodes)",

@@ -39,7 +39,9 @@
  * grad_dtype (bf16: the same rounding rule as above), summed by every rank in rank order, with
  * error feedback: a per-rank residual of Psi floats (what was not sent) is added to the next
  * step's gradient, and goes into checkpoints (dt_parallel_residual). DDP and ZeRO-1 only (they
- * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. One rank sends nothing and
+ * reduce whole buckets of a full gradient); ZeRO-2/3 are refused. Under tensor parallelism each
+ * TP rank compresses its own slab, and TP rank 0's reduced gradient and residual of the
+ * replicated tensors are broadcast to its TP group (buckets.c). One rank sends nothing and
  * keeps no residual. With ratio < 1 and topk_age, the update of a Top-K step is AdamW by age
  * (optim.h dt_adamw_update_aged): per element of the optimizer shard, the steps since its
  * reduced gradient was last non-zero (dt_parallel_ages; checkpointed with the residual).
@@ -84,6 +86,10 @@ typedef struct dt_parallel_cfg {
                             age, optim.h dt_adamw_update_aged) or plain (0) */
     dt_group dp_group;   /* the data-parallel group gradients and shards span (set by the
                             trainer from the process mesh; 0 = DT_GROUP_WORLD) */
+    dt_group node_group; /* hybrid sharding's groups under a process mesh (set by the trainer,
+                            parallel/mesh.h dt_mesh_hybrid): the DP group's ranks on this node */
+    dt_group cross_group;/* and those at this rank's place on each node; 0 (both): the
+                            communicator's DT_GROUP_NODE and DT_GROUP_CROSS */
     int tp;              /* tensor parallelism's ranks (> 1: the model's split tensors hold one
                             shard each; the gradient norm adds the TP group's parts) */
     dt_group tp_group;   /* their group (with tp > 1) */

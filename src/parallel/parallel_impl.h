@@ -73,7 +73,8 @@ struct dt_parallel {
     dt_group g_dp;
     int sharded_grads, sharded_params; /* ZeRO-2/3, ZeRO-3 */
     /* shard geometry */
-    dt_group g_shard;  /* WORLD, or NODE when hybrid */
+    dt_group g_shard;  /* the DP group, or when hybrid the node's part of it (NODE without a mesh) */
+    dt_group g_cross;  /* hybrid: my node-shard's replicas, one per node (CROSS without a mesh) */
     int G, j;          /* shard-group size and my index in it (G = 1 for DDP) */
     int n_rep, k;      /* replicas of my node-shard (cross group size) and my index */
     int U;             /* units */

@@ -91,11 +91,11 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
         else accumulate(dst + done, p->rs_out, rc[p->rank], p->micro == 0);
     }
     if (mine) {
-        DT_CHECK(dt_comm_allgatherv(ctx, p->comm, DT_GROUP_CROSS, p->ns_buf, sc, so));
+        DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_cross, p->ns_buf, sc, so));
         accumulate(dst, p->ns_buf, n, p->micro == 0);
     }
     if (mine16) {
-        DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, DT_GROUP_CROSS, p->ns16, sc, so));
+        DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, p->g_cross, p->ns16, sc, so));
         accumulate_lp(lt, dst, p->ns16, n, p->micro == 0);
     }
     p->t_total += dt_now() - t0;

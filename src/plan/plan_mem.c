@@ -102,7 +102,7 @@ int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     if (l->pp != 1 || l->cp != 1 || l->ep != 1) return 0;
     if (l->tp <= 1) return 1;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
-    return !l->hybrid && m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
+    return m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
 }
 
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {

@@ -63,8 +63,8 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
         fputc('\n', f);
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
-    fprintf(f, "# * dtrain cannot run this layout yet (pipeline, context or expert parallelism; tensor parallelism with "
-               "hybrid sharding or not dividing the heads and MLP)\n");
+    fprintf(f, "# * dtrain cannot run this layout yet (pipeline, context or expert parallelism; tensor parallelism not "
+               "dividing the heads and MLP)\n");
 }
 
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest) {

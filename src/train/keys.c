@@ -132,7 +132,7 @@ static const key_def keys[] = {
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
-    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp or zero1-3 over the data-parallel ranks"),
+    NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp, zero1-3, hybrid sharding and Top-K compression over the data-parallel ranks"),
     STR("parallel.layout", layout, "auto: rank 0 plans the job on parallel.layout_hardware (dtrain plan's model, docs/planner.md) and every rank runs the fastest fitting layout dtrain can run (strategy, hybrid, tp), logging the plan's top 3; an explicit parallel.tp or parallel.strategy keeps its value; '' = the keys as given"),
     STR("parallel.layout_hardware", layout_hardware, "parallel.layout auto: the catalog entry of this machine's devices (a calibrated one from dtrain plan --calibrate, or cpu-core)"),
     STR("parallel.layout_catalog", layout_catalog, "parallel.layout auto: the hardware catalog file"),
@@ -526,19 +526,13 @@ static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
 }
 
 /* Tensor parallelism's degree against the model and what it is built with so far (issue 31):
- * one line naming the keys, before anything is allocated. */
+ * one line naming the keys, before anything is allocated. Every data-parallel strategy works
+ * over the DP ranks (hybrid sharding and Top-K compression included: decision 70). */
 static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     const dt_train_cfg *t = &c->train;
     if (c->tp_blocks && c->tp < 2)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
     if (c->tp < 2) return DT_OK;
-    if (t->parallel.hybrid)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.hybrid (hybrid_shard): hybrid sharding over "
-                       "the data-parallel ranks of a tensor-parallel run is not built yet (issue 31); use zero1-3",
-                       c->tp);
-    if (t->parallel.compression != DT_COMPRESS_NONE)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with parallel.compression=topk is not built yet (issue 31)",
-                       c->tp);
     return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
 }
 

@@ -237,19 +237,21 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
                               var);
     free(pieces);
     DT_CHECK(st);
-    /* Top-K's residual belongs to one rank's data: it comes back only onto the same world size
-     * (bit-exact resume); otherwise it starts empty, as the warning says. */
+    /* Top-K's residual belongs to one rank's data (under tensor parallelism: of its TP shard):
+     * it comes back only onto the same world size and tp (bit-exact resume); otherwise it
+     * starts empty, as the warning says. */
     float *res, *age;
     size_t nres, nage;
     dt_parallel_residual(r->tr.par, &res, &nres);
     dt_parallel_ages(r->tr.par, &age, &nage); /* all 1 unless the checkpoint has this rank's */
     if (nres) {
-        int found;
-        DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, age, nage, &found));
+        int found = 0, same_tp = tj.tp == dt_tp_size(&t->model_opts);
+        if (same_tp) DT_CHECK(dt_ckpt_load_residual(ctx, dir, ctx->rank, world, res, nres, age, nage, &found));
         if (!found && ctx->rank == 0)
             dt_log_warn(ctx, "%s: %s, so parallel.compression=topk starts with an empty residual (the gradients "
                         "not yet sent before the checkpoint are dropped)", dir,
                         tj.world != world ? "written by another number of ranks (the residual is per rank)"
+                        : !same_tp        ? "written with another parallel.tp (the residual is per TP shard)"
                                           : "holds no Top-K residual");
     }
     if (r->sampler) {

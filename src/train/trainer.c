@@ -25,7 +25,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0};
     c->seed = 1337;
     c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
@@ -240,9 +240,41 @@ static int tp_blocks_op(dt_tp_link *t, const float *in, float *buf, size_t n) {
 static int tp_allgather(void *ud, float *buf, size_t n) { return tp_blocks_op(ud, NULL, buf, n); }
 static int tp_reduce_scatter(void *ud, const float *in, float *out, size_t n) { return tp_blocks_op(ud, in, out, n); }
 
+/* Hybrid sharding over the data-parallel ranks (parallel/mesh.h dt_mesh_hybrid): every rank
+ * learns every rank's node (the lowest world rank on it), checks that each DP group spreads
+ * evenly over its nodes, the same on all (one verdict for the world, so no rank splits alone),
+ * and splits its node's part of its DP group and its place's replicas across nodes. */
+static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh, dt_parallel_cfg *pc) {
+    dt_comm *comm = tr->comm;
+    const int W = mesh->world;
+    int64_t mine = mesh->rank, v[3];
+    int64_t *all = malloc((size_t)W * sizeof *all);
+    int *node = malloc((size_t)W * 3 * sizeof *node);
+    if (!all || !node) {
+        free(all), free(node);
+        return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
+    }
+    int *shard = node + W, *cross = node + 2 * (size_t)W, ns = 0, nc = 0;
+    dt_status st = dt_comm_allreduce(ctx, comm, DT_GROUP_NODE, &mine, 1, DT_I64, DT_MIN);
+    if (st == DT_OK) st = dt_comm_allgather_words(ctx, comm, DT_GROUP_WORLD, &mine, 1, all);
+    for (int r = 0; r < W && st == DT_OK; r++) node[r] = (int)all[r];
+    int bad = st == DT_OK ? dt_mesh_hybrid(mesh, node, shard, &ns, cross, &nc) : -1;
+    v[0] = bad ? 1 : 0, v[1] = ns, v[2] = -(int64_t)ns; /* any failure; the largest and smallest shard group */
+    if (st == DT_OK) st = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v, 3, DT_I64, DT_MAX);
+    if (st == DT_OK && (v[0] || v[1] != -v[2]))
+        st = dt_fail(ctx, DT_ERR_CONFIG,
+                     "parallel.hybrid with parallel.tp=%d: every node must hold the same number of each "
+                     "data-parallel group's ranks (%d ranks on %d node(s); this rank's group has %d on its node)",
+                     pc->tp, W, dt_comm_num_nodes(comm), ns);
+    if (st == DT_OK) st = dt_comm_group_split(ctx, comm, shard, ns, &pc->node_group);
+    if (st == DT_OK) st = dt_comm_group_split(ctx, comm, cross, nc, &pc->cross_group);
+    free(all), free(node);
+    return st;
+}
+
 /* The process mesh of a tensor-parallel run (parallel/mesh.h; cp = pp = ep = 1 so far): the
- * TP group (consecutive ranks) and the data-parallel group, split once; the model holds the
- * shard of its TP rank. */
+ * TP group (consecutive ranks) and the data-parallel group, split once (hybrid sharding: its
+ * shard and replica groups too); the model holds the shard of its TP rank. */
 static dt_status tp_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
     dt_comm *comm = tr->comm;
     dt_mesh mesh;
@@ -257,6 +289,7 @@ static dt_status tp_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_pa
         st = dt_comm_group_split(ctx, comm, ranks, n, &tr->dp_group);
     }
     free(ranks);
+    if (st == DT_OK && pc->hybrid && pc->strategy != DT_STRAT_DDP) st = hybrid_groups(ctx, tr, &mesh, pc);
     DT_CHECK(st);
     tr->tp.comm = comm;
     dt_ctx_init(&tr->tp.ctx);
