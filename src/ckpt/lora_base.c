@@ -65,17 +65,19 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
                 break;
             }
             size_t e = ti->rows * ti->cols, stored = s->nbytes / sizeof(float);
-            const dt_nf4 *q = dt_lora_nf4(m, id, l);
-            float *dst = q ? calloc(e, sizeof(float)) : dt_params_tensor(&m->base, m->base.params, id, l);
+            /* the base's own place when it holds the tensor whole in fp32; else a copy, set from
+             * (quantized, or cut into the tensor-parallel shards held) */
+            const dt_tensor_info *bt = &m->base.tensors[id];
+            const int whole = !dt_lora_nf4(m, id, l) && !(bt->tp_k > 1 && bt->split);
+            float *dst = whole ? dt_params_tensor(&m->base, m->base.params, id, l) : calloc(e, sizeof(float));
             if (!dst) {
                 st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory reading '%s'", file, name);
                 break;
             }
             memcpy(dst, s->data, stored * sizeof(float));
-            if (!q) {
-                memset(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
-            } else {
-                st = dt_nf4_quantize(ctx, name, (dt_nf4 *)q, dst, e);
+            memset(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
+            if (!whole) {
+                st = dt_lora_set_base_tensor(ctx, m, id, l, dst);
                 free(dst);
             }
         }
