@@ -132,6 +132,11 @@ dt_status dt_lora_check_resume(dt_ctx *ctx, const char *dir, const dt_ckpt_train
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d, lora.alpha %g and lora.targets %s, this run "
                        "has %d, %g and %s", dir, tj->lora_rank, tj->lora_alpha, a, lo->rank, alpha, b);
     }
+    const int tp = dt_tp_size(&m->opts), tj_tp = tj->tp > 1 ? tj->tp : 1;
+    if (tj->lora_base != base_hash && tp != tj_tp) /* the hash is of the base's shards (lora.h) */
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: written by a LoRA run with parallel.tp=%d, this run has "
+                       "parallel.tp=%d: its lora_base hash is of the base cut into %d shards, so it resumes with "
+                       "parallel.tp=%d (a TP group or parallel.tp_blocks)", dir, tj_tp, tp, tj_tp, tj_tp);
     if (tj->lora_base != base_hash)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
                        "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "

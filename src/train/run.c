@@ -256,7 +256,8 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
-    if (!r.tr.model.lora) DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
+    /* canonical checkpoints: a LoRA run's adapters too under tensor parallelism */
+    if (!r.tr.model.lora || dt_tp_size(&r.tr.model.opts) > 1) DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
     if (r.loader) {
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
