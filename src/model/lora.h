@@ -1,8 +1,9 @@
 /* lora.h - LoRA adapters on a frozen base (Hu et al. 2021; ARCHITECTURE decision 49).
  *
  * A LoRA model (dt_model_opts.lora.rank > 0) has two parameter stores: `base`, the family's
- * own table, frozen (a params slab only: no gradients, no optimizer state, never sharded or
- * communicated), and `ps`, the adapters: per layer and targeted sub-projection W (rows
+ * own table, frozen (a params slab only: no gradients, no optimizer state, never sharded over
+ * data-parallel ranks nor communicated; under tensor parallelism cut into its shards like any
+ * model's, decision 69), and `ps`, the adapters: per layer and targeted sub-projection W (rows
  * [row0, row0 + rows) of a base matmul weight, out x in) a pair lora_A (rank x in, normal with
  * standard deviation 1/sqrt(in)) and lora_B (rows x rank, zeros). Every strategy, the optimizer and checkpoints
  * see only `ps`. The adapted linear layer computes

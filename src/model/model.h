@@ -334,7 +334,8 @@ struct dt_model {
     float train_scale; /* its scale */
     int head_grads;    /* the last forward formed the head's gradients (fused loss) */
     /* LoRA (model/lora.h): `base` is the family's frozen parameter store (params slab only,
-     * never sharded or communicated) and `ps` holds only the adapters. */
+     * never sharded over data-parallel ranks nor communicated; tensor parallelism cuts it like
+     * any model: decision 69) and `ps` holds only the adapters. */
     int lora;             /* opts.lora.rank > 0 */
     dt_params base;
     float lora_scale;     /* alpha / rank */

@@ -294,7 +294,8 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_log_info(ctx, "LoRA rank %d, alpha %g, targets %s: %zu trainable parameters; frozen base %s, XXH3 %016llx",
                     t->model_opts.lora.rank, (double)(t->model_opts.lora.alpha > 0 ? t->model_opts.lora.alpha
                                                                                    : (float)t->model_opts.lora.rank),
-                    cfg->lora_targets, r.tr.model.ps.n_params, t->model_opts.lora.nf4 ? "nf4" : "fp32",
+                    cfg->lora_targets, dt_lora_num_params(&r.tr.model.cfg, &t->model_opts.lora), /* all TP shards */
+                    t->model_opts.lora.nf4 ? "nf4" : "fp32",
                     (unsigned long long)r.base_hash);
     }
     if (cfg->resume[0]) DT_CHECK_GOTO(run_resume(ctx, &r, cfg, comm, world, &start, &resumed));
