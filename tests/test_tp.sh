@@ -17,9 +17,10 @@
 #    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
 #  - LoRA and QLoRA (decision 69): llama with every projection adapted and dropout, tp 2 on 2
 #    ranks == the blocks mode bitwise over 10 steps and within 1e-5 of plain tp = 1 LoRA; gpt2
-#    bf16 tp 2 x dp 2 == blocks x dp 2 bitwise; QLoRA (NF4 shards) tp 2 == blocks bitwise; the
-#    checkpoint's and export --peft's adapters canonical (within 1e-4 of tp 1's), a resume in the
-#    blocks mode bitwise, a resume at another tp and NF4 shards that are not whole blocks refused;
+#    bf16 tp 2 x dp 2 == blocks x dp 2 bitwise, and with ZeRO-3 (llama); QLoRA (NF4 shards) tp 2
+#    == blocks bitwise; the checkpoint's and export --peft's adapters canonical (within 1e-4 of
+#    tp 1's), a resume in the blocks mode bitwise, a resume at another tp and NF4 shards that
+#    are not whole blocks refused;
 #  - parallel.layout: auto picks dtrain plan's fastest runnable layout, logs the top 3, keeps an
 #    explicit parallel.tp;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
@@ -249,6 +250,10 @@ cmp -s "$dir/ck_lora_tp2/step-00000010/model.safetensors" "$dir/ck_lora_res/step
   fail "the final adapter files of LoRA tp 2 and its blocks-mode resume differ"
 refuse "LoRA tp 2 checkpoint resumed at tp 1 (the base hash is the shards')" 1 "written by a LoRA run with parallel.tp=2" \
   "${lt[@]}" --resume "$dir/ck_lora_tp2/step-00000005"
+# ZeRO-3 over the data-parallel ranks: the adapters' windows gathered per unit, as any store's
+run lora_blocks_dp2 2 "${lt[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true "${noclip[@]}"
+run lora_z3 4 "${lt[@]}" --set parallel.tp=2 --set parallel.strategy=zero3 "${noclip[@]}"
+check "LoRA: tp 2 x dp 2 with zero3 == blocks x dp 2 with ddp, bitwise" lora_z3 lora_blocks_dp2 bitwise 10
 # gpt2 (q, k, v: thirds of one fused column-parallel tensor) in bf16 with full checkpointing, tp 2 x dp 2
 model=("${gpt[@]}")
 lg=(--set lora.targets=q,k,v,o,up,down "${lora[@]}" "${lowp[@]}")
