@@ -7,6 +7,8 @@
 #    a dtrain model file (model.init_from), and on its NF4 quantization (QLoRA: merged onto
 #    the dequantized base);
 #  - GPT-2 (q, k, v row blocks of c_attn, o, up, down) on a base drawn from training.seed;
+#  - the checkpoints of tensor-parallel runs (tp 2, blocks mode): LLaMA on the fp32 base file,
+#    and on an NF4 base drawn from the seed, quantized shard by shard as the run held it;
 #  - the test can fail: the base alone evaluates differently (by more than 10x the tolerance),
 #    the adapted projections moved and every other tensor is the base's bitwise;
 #  - --base PATH (the base's Hugging Face export) merges to the same bytes as model.init_from;
@@ -73,6 +75,15 @@ merge_case llama_fp32 llama --set model.init_from="$dir/base.st" --set lora.targ
 merge_case llama_nf4 llama --set model.init_from="$dir/base.st" --set lora.targets=q,k,v,o,gate,up,down \
   --set lora.base_dtype=nf4
 merge_case gpt2_seed gpt2 --set lora.targets=q,k,v,o,up,down
+# a tensor-parallel run's checkpoint (decision 69; parallel.tp=2 in the blocks mode): its canonical
+# adapters folded into the base as the run held it - 2 shards, under NF4 each shard its own NF4
+# tensor (d_model 128: shards of whole NF4 blocks), on a base drawn from training.seed
+merge_case llama_fp32_tp2 llama --set model.init_from="$dir/base.st" --set lora.targets=q,k,v,o,gate,up,down \
+  --set parallel.tp=2 --set parallel.tp_blocks=true
+llama128=(--set model.preset= --set model.family=llama --model.n_layer 2 --model.d_model 128 --model.n_head 4
+          --set model.n_kv_head=2 --set model.d_ff=256 --model.vocab_size 256 --model.context 32)
+merge_case llama_nf4_tp2 llama128 --set lora.targets=q,k,v,o,gate,up,down --set lora.base_dtype=nf4 \
+  --set parallel.tp=2 --set parallel.tp_blocks=true
 grep -q 'NF4, dequantized' "$dir/merge_llama_nf4.log" && pass "the NF4 base is merged dequantized" \
   || fail "nf4 merge: $(cat "$dir/merge_llama_nf4.log")"
 

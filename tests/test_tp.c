@@ -8,6 +8,11 @@
  *     with and without activation checkpointing;
  *   - the blocks mode agrees with the plain model within rounding (loss 1e-6 relative, every
  *     gradient 1e-4 normwise): the same model, summed in another order;
+ *   - LoRA and QLoRA (ARCHITECTURE decision 69): the adapters cut like their base, every one
+ *     of them (gpt2: q, k, v, o, up, down; llama: also gate) with non-zero B, with dropout, in
+ *     fp32 and bf16, with activation checkpointing and sequence parallelism: ranks == blocks
+ *     bitwise (loss and every adapter gradient); blocks == plain within rounding (LoRA) or
+ *     within the shards' own double quantization of the NF4 block scales (QLoRA);
  *   - a row-parallel layer without its all-reduce (a deliberately wrong split) fails the
  *     comparison;
  *   - what does not divide is refused naming the key, before any allocation. */
@@ -17,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/lora.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "testutil.h"
@@ -27,7 +33,11 @@ static int T = 32;                          /* its sequence: vit-tiny's is one i
 static int g_tied = -1;                     /* llama: force a tied (1) or untied (0) head */
 static int g_fused = 0;                     /* the fused loss (model.h) */
 static int g_rows = 0;                      /* rows per block of the head and loss (0: 256) */
-static int g_sp = 0;                        /* sequence parallelism (gpt2, llama) */
+static int g_sp = 0;                        /* sequence parallelism (gpt2, llama, vit) */
+static int g_lora = 0;                      /* LoRA rank (0: none) */
+static int g_nf4 = 0;                       /* QLoRA: the base's layer matmuls in NF4 */
+static float g_dropout = 0.0f;              /* lora.dropout (a training forward) */
+static int g_width = 0;                     /* d_model (and llama's d_ff = 2 d_model) when set */
 
 typedef struct group {
     pthread_barrier_t bar;
@@ -92,6 +102,7 @@ static dt_model_config tiny(void) {
     assert_int_equal(dt_model_preset(&ctx, g_preset, &c), DT_OK);
     if (strcmp(g_preset, "vit-tiny")) c.vocab = 250; /* padding in the last shard: 250 of 256 */
     if (g_tied >= 0) c.untied = !g_tied;
+    if (g_width) c.d_model = g_width, c.d_ff = strcmp(g_preset, "llama-tiny") ? 0 : 2 * g_width;
     return c;
 }
 
@@ -100,11 +111,30 @@ static void make(dt_model *m, dt_alloc *al, int tp, int local, int first, dt_dty
     dt_ctx_init(&ctx);
     dt_model_config c = tiny();
     dt_model_opts o = {rc, 1, compute, g_fused, g_rows, {0}, tp, local, first, tp > 1 ? g_sp : 0};
+    if (g_lora) {
+        unsigned t;
+        assert_int_equal(dt_lora_parse_targets(&ctx, strcmp(g_preset, "llama-tiny") ? "q,k,v,o,up,down"
+                                                                                     : "q,k,v,o,gate,up,down", &t), DT_OK);
+        o.lora = (dt_lora_cfg){g_lora, 2.0f * (float)g_lora, g_dropout, t, g_nf4, 0};
+    }
     dt_alloc_init(al);
     dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
     if (st != DT_OK) fail_msg("init: %s", ctx.err);
     dt_model_init_weights(m, 1234);
+    if (g_lora) /* B starts at zero, so dA would be zero: every adapter element a function of its
+                 * canonical index, the same in every layout */
+        for (int id = 0; id < m->ps.n_tensors; id++)
+            for (int l = 0; l < dt_params_copies(&m->ps, id); l++) {
+                const dt_tensor_info *t = &m->ps.tensors[id];
+                float *w = dt_params_tensor(&m->ps, m->ps.params, id, l);
+                for (size_t i = 0; i < t->rows * t->cols; i++) {
+                    int sh;
+                    size_t gi = dt_params_global_index(t, i, &sh);
+                    if (id % 2) w[i] = 0.05f * sinf(0.37f * (float)gi + (float)(id + 3 * l));
+                }
+            }
     dt_params_zero_grad(&m->ps);
+    m->lora_drop_seed = 99, m->lora_drop_seq0 = 5;
 }
 
 static void batch(int32_t *in, int32_t *tg) {
@@ -124,7 +154,8 @@ static float step(dt_model *m) {
     int32_t in[B * 64], tg[B * 64];
     batch(in, tg);
     float loss;
-    assert_int_equal(dt_model_forward(&ctx, m, in, tg, &loss), DT_OK);
+    if (g_dropout > 0.0f) assert_int_equal(dt_model_forward_train(&ctx, m, in, tg, 1.0f, &loss), DT_OK);
+    else assert_int_equal(dt_model_forward(&ctx, m, in, tg, &loss), DT_OK);
     dt_model_backward(m, 1.0f);
     assert_int_equal(m->tp_failed, 0);
     return loss;
@@ -218,6 +249,7 @@ static void check_equivalence(dt_dtype compute, dt_recompute rc) {
     job jobs[K];
     group g;
     run_ranks(jobs, &g, compute, rc, 0);
+    if (g_lora) printf("  LoRA rank %d%s%s:", g_lora, g_nf4 ? ", NF4 base" : "", g_dropout > 0 ? ", dropout" : "");
     printf("  %s%s%s %s, recompute %s: loss plain %.9g, blocks %.9g, ranks %.9g %.9g\n", g_preset,
            g_tied == 1 ? " (tied)" : "", g_fused ? (g_sp ? " sequence-parallel, fused loss" : " fused loss") : g_sp ? " sequence-parallel" : "",
            dt_dtype_name(compute),
@@ -232,7 +264,12 @@ static void check_equivalence(dt_dtype compute, dt_recompute rc) {
     /* 16-bit operands: the partial sums are rounded to 16 bits at other points (normwise 2e-2;
      * elementwise atol 1e-4, gradients being ~1e-2) */
     double tol = compute == DT_F32 ? 1e-4 : 2e-2, atol = compute == DT_F32 ? 1e-7 : 1e-4;
-    if (!(fabs((double)lb - (double)lp) <= (compute == DT_F32 ? 1e-6 : 1e-3) * fabs((double)lp)))
+    double ltol = compute == DT_F32 ? 1e-6 : 1e-3;
+    /* QLoRA: each shard is its own NF4 tensor, its block scales double-quantized apart from the
+     * unsplit tensor's (the same blocks and absmaxes; int8 steps of another range): the same
+     * model to that quantization, not to rounding */
+    if (g_nf4) tol = 2e-2, atol = 1e-3, ltol = 1e-4;
+    if (!(fabs((double)lb - (double)lp) <= ltol * fabs((double)lp)))
         fail_msg("loss blocks %.9g vs plain %.9g", (double)lb, (double)lp);
     assert_true(close_plain(&blk, &plain, 1, tol, atol, 1));
     for (int r = 0; r < K; r++) dt_model_free(&jobs[r].m);
@@ -312,6 +349,7 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     dt_model_config c;
     assert_int_equal(dt_model_preset(&ctx, preset, &c), DT_OK);
     dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, fused, 0, {0}, tp, 1, 0, 0};
+    if (g_lora) o.lora = (dt_lora_cfg){g_lora, 0.0f, 0.0f, 1u << DT_LORA_Q, g_nf4, 0};
     dt_model m;
     dt_alloc al;
     dt_alloc_init(&al);
@@ -375,8 +413,65 @@ static void test_fused(void **s) {
     g_rows = 0;
 }
 
+/* LoRA and QLoRA under tensor parallelism (decision 69): gpt2 (q|k|v row blocks of one fused
+ * column-parallel tensor, row-parallel o and down) and llama (q, k, v and gate, up: adjacent
+ * column-parallel tensors read as one), bf16, recomputation, dropout, sequence parallelism. */
+static void test_lora(void **s) {
+    (void)s;
+    g_lora = 4;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    g_dropout = 0.25f;
+    check_equivalence(DT_F32, DT_RECOMPUTE_FULL);
+    g_preset = "llama-tiny";
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_dropout = 0.0f;
+    check_equivalence(DT_BF16, DT_RECOMPUTE_FULL);
+    g_sp = 1;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_preset = "gpt2-tiny";
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    g_sp = 0, g_lora = 0;
+}
+
+/* QLoRA: widths whose shards are whole NF4 blocks (d_model 128: row-parallel shards of 64
+ * columns). */
+static void test_qlora(void **s) {
+    (void)s;
+    g_lora = 4, g_nf4 = 1, g_width = 128;
+    check_equivalence(DT_F32, DT_RECOMPUTE_NONE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_FULL);
+    g_preset = "llama-tiny";
+    check_equivalence(DT_F32, DT_RECOMPUTE_SELECTIVE);
+    check_equivalence(DT_BF16, DT_RECOMPUTE_NONE);
+    g_preset = "gpt2-tiny", g_lora = 0, g_nf4 = 0, g_width = 0;
+}
+
+/* The adapters' TP reductions (dA of a column-parallel layer, dB of a row-parallel one) are
+ * part of the group's sums: without them the adapter gradients differ. */
+static void test_lora_wrong_split_fails(void **s) {
+    (void)s;
+    g_lora = 4;
+    dt_model blk;
+    dt_alloc a;
+    make(&blk, &a, K, K, 0, DT_F32, DT_RECOMPUTE_NONE);
+    step(&blk);
+    job jobs[K];
+    group g;
+    run_ranks(jobs, &g, DT_F32, DT_RECOMPUTE_NONE, 1);
+    size_t bad = diff_rank(&blk, &jobs[0].m, 0, 1);
+    printf("  LoRA without the group's sums: %zu adapter gradient elements of rank 0 differ\n", bad);
+    assert_true(bad > 0);
+    for (int r = 0; r < K; r++) dt_model_free(&jobs[r].m);
+    dt_model_free(&blk);
+    g_lora = 0;
+}
+
 static void test_refusals(void **s) {
     (void)s;
+    g_lora = 4, g_nf4 = 1;
+    expect_refused("gpt2-tiny", 2, 0, "lora.base_dtype=nf4 with parallel.tp=2: a shard of h.0.attn.c_proj.weight");
+    g_lora = 0, g_nf4 = 0;
     expect_refused("gpt2-tiny", 3, 0, "parallel.tp=3 does not divide model.n_head=4");
     expect_refused("llama-tiny", 4, 0, "parallel.tp=4 does not divide model.n_kv_head=2");
 }
@@ -385,8 +480,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32),           cmocka_unit_test(test_bf16),    cmocka_unit_test(test_recompute),
         cmocka_unit_test(test_vit),            cmocka_unit_test(test_llama),   cmocka_unit_test(test_fused),
-        cmocka_unit_test(test_sp),
-        cmocka_unit_test(test_wrong_split_fails), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_sp),             cmocka_unit_test(test_lora),    cmocka_unit_test(test_qlora),
+        cmocka_unit_test(test_wrong_split_fails), cmocka_unit_test(test_lora_wrong_split_fails),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

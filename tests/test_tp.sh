@@ -22,6 +22,12 @@
 #  - checkpoints in the canonical index space: resumed bitwise in another layout, and a round
 #    trip tp 2 -> 1 -> 4 -> 2 x dp 2 (ZeRO-3) exact for weights, moments and data position;
 #    hybrid under tp and Top-K under tp resumed bitwise (Top-K at another tp: residual empty);
+#  - LoRA and QLoRA (decision 69): llama with every projection adapted and dropout, tp 2 on 2
+#    ranks == the blocks mode bitwise over 10 steps and within 1e-5 of plain tp = 1 LoRA; gpt2
+#    bf16 tp 2 x dp 2 == blocks x dp 2 bitwise, and with ZeRO-3 (llama); QLoRA (NF4 shards) tp 2
+#    == blocks bitwise; the checkpoint's and export --peft's adapters canonical (within 1e-4 of
+#    tp 1's), a resume in the blocks mode bitwise, a resume at another tp and NF4 shards that
+#    are not whole blocks refused;
 #  - parallel.layout: auto picks dtrain plan's fastest runnable layout, logs the top 3, keeps an
 #    explicit parallel.tp;
 #  - what does not divide or is not built yet is refused in one line naming the keys.
@@ -325,6 +331,58 @@ else fail "hybrid under tp on uneven nodes: $(tail -3 "$dir/refuse.log")"; fi
 model=(--set model.preset=llama-tiny --seq 32)
 refuse "tp not dividing the key/value heads" 1 "parallel.tp=4 does not divide model.n_kv_head=2" \
   --set parallel.tp=4 --set parallel.tp_blocks=true
+
+# LoRA and QLoRA under tensor parallelism (ARCHITECTURE decision 69): the adapters cut like their
+# base, the low-rank partial products inside the base's sums, the replicated adapters' gradients
+# summed over the TP group; 10 AdamW steps (eps 1e-5, as above), dropout 0.1.
+ck_l=(--set checkpoint.every=5 --set checkpoint.keep_last=0 --set checkpoint.async=false)
+lora=(--set lora.rank=4 --set lora.alpha=8 --set lora.dropout=0.1 --steps 10 "${eps[@]}")
+lt=(--set lora.targets=q,k,v,o,gate,up,down "${lora[@]}")
+model=(--set model.preset=llama-tiny --seq 32)
+run lora_plain 1 "${lt[@]}" --set checkpoint.dir="$dir/ck_lora_plain" "${ck_l[@]}"
+run lora_blocks 1 "${lt[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true
+run lora_tp2 2 "${lt[@]}" --set parallel.tp=2 --set checkpoint.dir="$dir/ck_lora_tp2" "${ck_l[@]}"
+check "LoRA (llama, every projection, dropout 0.1): tp 2 on 2 ranks == blocks mode, bitwise" lora_tp2 lora_blocks bitwise 10
+check "LoRA: tp 2 vs plain tp 1 LoRA" lora_tp2 lora_plain 1e-5 10
+# the checkpoint holds the adapters in the canonical (tp = 1) layout: within 1e-4 of tp 1's
+if out=$(cmp_runs "$dir/lora_tp2.jsonl" "$dir/ck_lora_tp2/step-00000010/model.safetensors" "$dir/lora_plain.jsonl" \
+    "$dir/ck_lora_plain/step-00000010/model.safetensors" 1e-4 2>&1); then
+  pass "LoRA tp 2 checkpoint: canonical adapters, within 1e-4 of tp 1's: $(echo "$out" | tail -1)"
+else fail "LoRA tp 2 checkpoint vs tp 1: $(echo "$out" | tail -3)"; fi
+for r in tp2 plain; do
+  "$bin" ckpt export --peft "$dir/ck_lora_$r" "$dir/peft_$r" >"$dir/peft_$r.log" 2>&1 || fail "export --peft $r: $(tail -2 "$dir/peft_$r.log")"
+done
+if out=$(cmp_runs "$dir/lora_tp2.jsonl" "$dir/peft_tp2/adapter_model.safetensors" "$dir/lora_plain.jsonl" \
+    "$dir/peft_plain/adapter_model.safetensors" 1e-4 2>&1); then
+  pass "export --peft of the tp 2 checkpoint: PEFT's names and shapes, within 1e-4 of tp 1's: $(echo "$out" | tail -1)"
+else fail "export --peft of tp 2 vs tp 1: $(echo "$out" | tail -3)"; fi
+run lora_res 1 "${lt[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true --resume "$dir/ck_lora_tp2/step-00000005" \
+  --set checkpoint.dir="$dir/ck_lora_res" "${ck_l[@]}"
+check "LoRA tp 2 checkpoint resumed in the blocks mode: continues bitwise" lora_tp2 lora_res bitwise 5
+cmp -s "$dir/ck_lora_tp2/step-00000010/model.safetensors" "$dir/ck_lora_res/step-00000010/model.safetensors" &&
+  pass "LoRA tp 2 checkpoint resumed in the blocks mode: the same final adapters file" ||
+  fail "the final adapter files of LoRA tp 2 and its blocks-mode resume differ"
+refuse "LoRA tp 2 checkpoint resumed at tp 1 (the base hash is the shards')" 1 "written by a LoRA run with parallel.tp=2" \
+  "${lt[@]}" --resume "$dir/ck_lora_tp2/step-00000005"
+# ZeRO-3 over the data-parallel ranks: the adapters' windows gathered per unit, as any store's
+run lora_blocks_dp2 2 "${lt[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true "${noclip[@]}"
+run lora_z3 4 "${lt[@]}" --set parallel.tp=2 --set parallel.strategy=zero3 "${noclip[@]}"
+check "LoRA: tp 2 x dp 2 with zero3 == blocks x dp 2 with ddp, bitwise" lora_z3 lora_blocks_dp2 bitwise 10
+# gpt2 (q, k, v: thirds of one fused column-parallel tensor) in bf16 with full checkpointing, tp 2 x dp 2
+model=("${gpt[@]}")
+lg=(--set lora.targets=q,k,v,o,up,down "${lora[@]}" "${lowp[@]}")
+run lora_gblocks_dp2 2 "${lg[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true
+run lora_gtp2dp2 4 "${lg[@]}" --set parallel.tp=2
+check "LoRA (gpt2, bf16, full checkpointing): tp 2 x dp 2 == blocks x dp 2, bitwise" lora_gtp2dp2 lora_gblocks_dp2 bitwise 10
+# QLoRA: every shard its own NF4 tensor (d_model 128: row-parallel shards of 64 columns, whole blocks)
+model=(--set model.preset=llama-tiny --seq 32 --model.d_model 128 --set model.d_ff=256)
+lq=(--set lora.targets=q,k,v,o,gate,up,down --set lora.base_dtype=nf4 "${lora[@]}")
+run qlora_blocks 1 "${lq[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true
+run qlora_tp2 2 "${lq[@]}" --set parallel.tp=2
+check "QLoRA (llama, NF4 base): tp 2 on 2 ranks == blocks mode, bitwise" qlora_tp2 qlora_blocks bitwise 10
+model=("${gpt[@]}")
+refuse "QLoRA whose shards are not whole NF4 blocks" 1 "lora.base_dtype=nf4 with parallel.tp=2: a shard of" \
+  --set lora.rank=4 --set lora.base_dtype=nf4 --set parallel.tp=2 --set parallel.tp_blocks=true
 
 # parallel.layout: auto (issue 35 item 1): on 4 ranks (2 simulated nodes) rank 0 plans the job on cpu-core and every
 # rank runs the fastest fitting layout dtrain can run - the one dtrain plan ranks first among

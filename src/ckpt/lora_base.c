@@ -65,17 +65,19 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
                 break;
             }
             size_t e = ti->rows * ti->cols, stored = s->nbytes / sizeof(float);
-            const dt_nf4 *q = dt_lora_nf4(m, id, l);
-            float *dst = q ? calloc(e, sizeof(float)) : dt_params_tensor(&m->base, m->base.params, id, l);
+            /* the base's own place when it holds the tensor whole in fp32; else a copy, set from
+             * (quantized, or cut into the tensor-parallel shards held) */
+            const dt_tensor_info *bt = &m->base.tensors[id];
+            const int whole = !dt_lora_nf4(m, id, l) && !(bt->tp_k > 1 && bt->split);
+            float *dst = whole ? dt_params_tensor(&m->base, m->base.params, id, l) : calloc(e, sizeof(float));
             if (!dst) {
                 st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory reading '%s'", file, name);
                 break;
             }
             memcpy(dst, s->data, stored * sizeof(float));
-            if (!q) {
-                memset(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
-            } else {
-                st = dt_nf4_quantize(ctx, name, (dt_nf4 *)q, dst, e);
+            memset(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
+            if (!whole) {
+                st = dt_lora_set_base_tensor(ctx, m, id, l, dst);
                 free(dst);
             }
         }
@@ -130,6 +132,11 @@ dt_status dt_lora_check_resume(dt_ctx *ctx, const char *dir, const dt_ckpt_train
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: written with lora.rank %d, lora.alpha %g and lora.targets %s, this run "
                        "has %d, %g and %s", dir, tj->lora_rank, tj->lora_alpha, a, lo->rank, alpha, b);
     }
+    const int tp = dt_tp_size(&m->opts), tj_tp = tj->tp > 1 ? tj->tp : 1;
+    if (tj->lora_base != base_hash && tp != tj_tp) /* the hash is of the base's shards (lora.h) */
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: written by a LoRA run with parallel.tp=%d, this run has "
+                       "parallel.tp=%d: its lora_base hash is of the base cut into %d shards, so it resumes with "
+                       "parallel.tp=%d (a TP group or parallel.tp_blocks)", dir, tj_tp, tp, tj_tp, tj_tp);
     if (tj->lora_base != base_hash)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
                        "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,21 +15,41 @@
 #include "model/lora.h"
 #include "ops/ops.h"
 
-/* full (the family's layout) = m's base, NF4 tensors dequantized. */
-static void copy_base(const dt_model *m, dt_params *full) {
+/* full (the family's layout) = m's base, NF4 tensors dequantized; a base held in tensor-parallel
+ * shards (the blocks mode: every shard) laid out canonically, each shard's NF4 tensor its own. */
+static dt_status copy_base(dt_ctx *ctx, const dt_model *m, dt_params *full) {
     for (int id = 0; id < full->n_tensors; id++) {
+        const dt_tensor_info *bt = &m->base.tensors[id];
         size_t e = full->tensors[id].rows * full->tensors[id].cols;
         for (int l = 0; l < dt_params_copies(full, id); l++) {
             float *dst = dt_params_tensor(full, full->params, id, l);
             const dt_nf4 *q = dt_lora_nf4(m, id, l);
-            if (q) dt_nf4_dequantize(dst, q, 0, e);
-            else memcpy(dst, dt_params_tensor(&m->base, m->base.params, id, l), e * sizeof(float));
+            if (!(bt->tp_k > 1 && bt->split)) {
+                if (q) dt_nf4_dequantize(dst, q, 0, e);
+                else memcpy(dst, dt_params_tensor(&m->base, m->base.params, id, l), e * sizeof(float));
+                continue;
+            }
+            const size_t real = bt->g_file_rows * bt->g_cols; /* vocabulary padding: left out */
+            const size_t sl = q ? q->n : dt_tensor_shard_len(bt);
+            float *buf = malloc(sl * sizeof(float));
+            if (!buf) return dt_fail(ctx, DT_ERR_NOMEM, "merge: out of memory");
+            for (int j = 0; j < bt->tp_nb; j++) {
+                if (q) dt_nf4_dequantize(buf, dt_lora_nf4_sh(m, id, l, j), 0, sl);
+                else memcpy(buf, dt_params_tensor(&m->base, m->base.params, id, l) + (size_t)j * sl, sl * sizeof(float));
+                for (size_t i = 0; i < sl; i++) {
+                    int sh;
+                    size_t gi = dt_params_global_index(bt, (size_t)j * sl + i, &sh);
+                    if (gi < real && gi < e) dst[gi] = buf[i];
+                }
+            }
+            free(buf);
         }
     }
+    return DT_OK;
 }
 
 /* W[row0 + j, c] += s sum_k B[j, k] A[k, c] for every site and layer (double sums). */
-static int fold(const dt_model *m, dt_params *full) {
+static int fold(const dt_model *m, const dt_params *aps, dt_params *full) {
     const int r = m->opts.lora.rank;
     const double s = m->lora_scale;
     int n = 0;
@@ -37,8 +58,8 @@ static int fold(const dt_model *m, dt_params *full) {
         const size_t C = full->tensors[site->id].cols;
         for (int l = 0; l < dt_params_copies(full, site->id); l++, n++) {
             float *W = dt_params_tensor(full, full->params, site->id, l) + site->row0 * C;
-            const float *A = dt_params_tensor(&m->ps, m->ps.params, m->site_a[i], l);     /* r x C */
-            const float *B = dt_params_tensor(&m->ps, m->ps.params, m->site_a[i] + 1, l); /* rows x r */
+            const float *A = dt_params_tensor(aps, aps->params, m->site_a[i], l);     /* r x C */
+            const float *B = dt_params_tensor(aps, aps->params, m->site_a[i] + 1, l); /* rows x r */
 #pragma omp parallel for schedule(static)
             for (size_t j = 0; j < site->rows; j++)
                 for (size_t c = 0; c < C; c++) {
@@ -77,13 +98,24 @@ dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const
     memset(&opts, 0, sizeof opts);
     opts.compute = DT_F32;
     opts.lora = (dt_lora_cfg){tj.lora_rank, (float)tj.lora_alpha, 0.0f, tj.lora_targets, nf4, info->base[0] != 0};
+    /* a tensor-parallel run's base as it held it (lora.h: its hash and NF4 tensors are the
+     * shards'), every shard in this process; its adapters come canonical from the file */
+    if (tj.tp > 1) opts.tp = opts.tp_local = tj.tp;
     dt_alloc alloc;
     dt_alloc_init(&alloc);
     dt_model m, full;
-    int have_m = 0, have_full = 0;
+    dt_params canon; /* the adapters in the file's (unsplit) layout */
+    memset(&canon, 0, sizeof canon);
+    int have_m = 0, have_full = 0, have_canon = 0;
     dt_status st = dt_lora_validate(ctx, &c, &opts.lora);
     if (st == DT_OK) st = dt_model_init_opts(ctx, &m, &c, &opts, &alloc, 1, 1, DT_SLAB_PARAMS);
     have_m = st == DT_OK;
+    if (st == DT_OK && tj.tp > 1) {
+        dt_model_opts o1 = opts;
+        o1.tp = o1.tp_local = 0;
+        st = dt_lora_adapters_init(ctx, &canon, &c, &o1, &alloc, DT_SLAB_PARAMS);
+        have_canon = st == DT_OK;
+    }
     if (st == DT_OK) {
         if (info->base[0]) st = dt_lora_base_load(ctx, &m, info->base);
         else dt_model_init_base(&m, tj.seed);
@@ -99,7 +131,13 @@ dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const
                          (unsigned long long)tj.lora_base);
         }
     }
-    if (st == DT_OK) st = dt_ckpt_load_params(ctx, step_dir, &m, m.ps.params);
+    if (st == DT_OK && have_canon) {
+        dt_model view = m;
+        view.ps = canon;
+        st = dt_ckpt_load_params(ctx, step_dir, &view, canon.params);
+    } else if (st == DT_OK) {
+        st = dt_ckpt_load_params(ctx, step_dir, &m, m.ps.params);
+    }
     if (st == DT_OK && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         st = dt_fail(ctx, DT_ERR_IO, "%s: cannot create directory: %s", out_dir, strerror(errno));
     if (st == DT_OK && access(out_dir, W_OK) != 0)
@@ -107,8 +145,10 @@ dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const
     if (st == DT_OK) st = dt_model_init(ctx, &full, &c, &alloc, 1, 1, DT_SLAB_PARAMS);
     have_full = have_m && st == DT_OK;
     if (st == DT_OK) {
-        copy_base(&m, &full.ps);
-        info->sites = fold(&m, &full.ps);
+        st = copy_base(ctx, &m, &full.ps);
+    }
+    if (st == DT_OK) {
+        info->sites = fold(&m, have_canon ? &canon : &m.ps, &full.ps);
         info->params = dt_model_num_params(&c);
         /* a dtrain model file first (next to the output), then its Hugging Face export */
         snprintf(tmp, sizeof tmp, "%s/.merge-%ld.safetensors", out_dir, (long)getpid());
@@ -117,6 +157,7 @@ dt_status dt_lora_merge(dt_ctx *ctx, const char *src, const char *out_dir, const
         unlink(tmp);
     }
     if (have_full) dt_model_free(&full);
+    if (have_canon) dt_params_free(&canon);
     if (have_m) dt_model_free(&m);
     return st;
 }

@@ -58,7 +58,8 @@ dt_status dt_peft_export(dt_ctx *ctx, const char *src, const char *out_dir) {
     dt_model view;
     memset(&view, 0, sizeof view);
     view.cfg = c;
-    DT_CHECK(dt_lora_adapters_init(ctx, &view.ps, &c, &lora, &al, DT_SLAB_PARAMS));
+    view.opts.lora = lora; /* the checkpoint's canonical (unsplit) adapters, whatever tp trained them */
+    DT_CHECK(dt_lora_adapters_init(ctx, &view.ps, &c, &view.opts, &al, DT_SLAB_PARAMS));
     dt_status st = dt_ckpt_load_params(ctx, step_dir, &view, view.ps.params);
     int n = 0;
     dt_st_entry *e = NULL;

@@ -258,6 +258,14 @@ void dt_tp_row_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
 void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int n, int l, int N, int C, int W);
 void dt_tp_cols_backward(dt_model *m, float *dinp, const int *ids, int n, int l, const float *dout, dt_mmin x,
                          int N, int C, int W, float *scratch);
+/* LoRA (ARCHITECTURE decision 69): the frozen base's part of shard j of tensor id (rows: the
+ * shard's, dt_lora_shard_rows; NF4 or fp32): out (N, rows) at row stride ld = x W_j^T + bias
+ * (NULL; only when ld = rows); dinp (N, C) = dout W_j, or += with `accumulate` (dout at row
+ * stride ld). No weight gradient: the base is frozen. tp.c adds the adapters' part. */
+void dt_lora_base_forward_sh(dt_model *m, float *out, int ld, dt_mmin x, int id, int l, int j, const float *bias,
+                             int N, int C, int rows);
+void dt_lora_base_backward_sh(dt_model *m, float *dinp, int accumulate, int id, int l, int j, const float *dout,
+                              int ld, int N, int C, int rows);
 /* x (n) summed over the TP group in rank order / its maximum (a group of one: nothing). */
 void dt_tp_sum(dt_model *m, float *x, size_t n);
 void dt_tp_max(dt_model *m, float *x, size_t n);

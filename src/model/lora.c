@@ -14,15 +14,14 @@
 static const char *const target_names[DT_LORA_NTARGETS] = {"q", "k", "v", "o", "gate", "up", "down"};
 /* Salt of the adapters' init seed: their streams differ from the base's for any seed. */
 #define LORA_SEED_SALT 0x4c6f52412d414441ULL
-/* Salt of the dropout masks' streams. */
-#define LORA_DROP_SALT 0x4c6f524144726f70ULL
 
-/* QLoRA's NF4 tensors: one per (LAYER matmul tensor, layer), in one buffer. */
+/* QLoRA's NF4 tensors: one per (LAYER matmul tensor, layer, shard held), in one buffer. */
 struct dt_lora_nf4 {
     int qid[DT_MODEL_MAX_TENSORS]; /* index of a base tensor among the quantized ones (-1: fp32) */
-    int nq, L;
-    size_t rows[DT_MODEL_MAX_TENSORS], cols[DT_MODEL_MAX_TENSORS]; /* shapes by base id */
-    dt_nf4 *t;                     /* (nq x L) */
+    int nq, L, nt;                 /* nt: NF4 tensors (each quantized tensor's L x shards held) */
+    int first[DT_MODEL_MAX_TENSORS], nb[DT_MODEL_MAX_TENSORS]; /* by base id: its first in t, shards held */
+    size_t rows[DT_MODEL_MAX_TENSORS], cols[DT_MODEL_MAX_TENSORS]; /* one shard's shape by base id */
+    dt_nf4 *t;                     /* (layer, shard) of each quantized tensor in turn */
     void *buf;
     size_t bytes;
 };
@@ -107,45 +106,82 @@ dt_status dt_lora_validate(dt_ctx *ctx, const dt_model_config *c, const dt_lora_
     return DT_OK;
 }
 
-static int adapter_table(const dt_model_config *c, const dt_lora_cfg *lora, dt_tensor_info *out) {
+/* The adapter table (o: tensor parallelism, NULL: none): A and B of every selected site, split
+ * like their base (lora.h dt_lora_tp_check): a column-parallel base's B by output rows (one
+ * section per base section it covers), a row-parallel base's A by input columns. */
+static int adapter_table(const dt_model_config *c, const dt_lora_cfg *lora, const dt_model_opts *o,
+                         dt_tensor_info *out) {
     dt_tensor_info base[DT_MODEL_MAX_TENSORS];
     dt_model_tensors(c, base);
     dt_lora_site s[DT_LORA_MAX_SITES];
     int ns = selected_sites(c, lora, s), n = 0;
     const size_t r = (size_t)lora->rank;
     for (int i = 0; i < ns; i++) {
-        size_t in = base[s[i].id].cols;
+        const dt_tensor_info *bt = &base[s[i].id];
+        size_t in = bt->cols, sec = bt->rows / (size_t)(bt->sections > 1 ? bt->sections : 1);
+        int sa = bt->split == DT_SPLIT_IN ? DT_SPLIT_IN : DT_SPLIT_NONE;
+        int sb = bt->split == DT_SPLIT_OUT ? DT_SPLIT_OUT : DT_SPLIT_NONE;
         out[n++] = (dt_tensor_info){s[i].name_a, s[i].ext_a, DT_PG_LAYER, DT_ELEM_F32, r, in, 0, DT_INIT_NORMAL,
-                                    (float)(1.0 / sqrt((double)in)), 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
+                                    (float)(1.0 / sqrt((double)in)), 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = sa};
         out[n++] = (dt_tensor_info){s[i].name_b, s[i].ext_b, DT_PG_LAYER, DT_ELEM_F32, s[i].rows, r, 0, DT_INIT_ZEROS,
-                                    0.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = 0};
+                                    0.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = sb,
+                                    .sections = sb ? (int)(s[i].rows / sec) : 0};
     }
+    dt_params_table_tp(out, n, dt_tp_size(o), dt_tp_local(o), dt_tp_first(o));
     return n;
 }
 
-dt_status dt_lora_adapters_init(dt_ctx *ctx, dt_params *ps, const dt_model_config *c, const dt_lora_cfg *lora,
+dt_status dt_lora_adapters_init(dt_ctx *ctx, dt_params *ps, const dt_model_config *c, const dt_model_opts *o,
                                 dt_alloc *alloc, int slabs) {
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-    int n = adapter_table(c, lora, t);
+    int n = adapter_table(c, &o->lora, o, t);
     DT_CHECK(dt_params_init(ctx, ps, t, n, c->n_layer, alloc, slabs));
     ps->seed_salt = LORA_SEED_SALT;
     return DT_OK;
 }
 
+/* The family table as the base store holds it: cut to o's shards (the vocabulary padded for
+ * them). */
+static int base_table(const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *t) {
+    return dt_model_tensors_tp(c, o, t);
+}
 
-dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config *c, const dt_lora_cfg *lora,
+dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config *c, const dt_model_opts *o,
                             dt_alloc *alloc, int slabs) {
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-    int n = dt_model_tensors(c, t);
+    int n = base_table(c, o, t);
     size_t cap = dt_params_table_unit_max(t, n); /* the full layout's: the vocabulary chunks stay its */
     for (int i = 0; i < n; i++)
-        if (quantized(&t[i], lora)) t[i].rows = t[i].file_rows = 0; /* held as NF4 outside the slab */
+        if (quantized(&t[i], &o->lora)) t[i].rows = t[i].file_rows = 0; /* held as NF4 outside the slab */
     return dt_params_init_cap(ctx, base, t, n, c->n_layer, alloc, slabs, cap);
+}
+
+dt_status dt_lora_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o) {
+    const int k = dt_tp_size(o);
+    if (k <= 1 || !o->lora.nf4) return DT_OK;
+    dt_tensor_info t[DT_MODEL_MAX_TENSORS];
+    int n = dt_model_tensors(c, t);
+    for (int i = 0; i < n; i++) {
+        if (!quantized(&t[i], &o->lora) || !t[i].split) continue;
+        /* a shard's slice of the unsplit tensor, read flat: whole NF4 blocks, so its blocks (and
+         * absmaxes) are the unsplit tensor's own (only their double quantization is the shard's) */
+        size_t S = t[i].sections > 1 ? (size_t)t[i].sections : 1;
+        size_t run = t[i].split == DT_SPLIT_IN ? t[i].cols / (size_t)k : t[i].rows / S / (size_t)k * t[i].cols;
+        if (run % DT_NF4_BLOCK) {
+            char name[160];
+            snprintf(name, sizeof name, t[i].name, 0);
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.base_dtype=nf4 with parallel.tp=%d: a shard of %s is runs of %zu "
+                           "elements, not whole NF4 blocks of %d (each shard is quantized alone); choose a parallel.tp "
+                           "or model width whose shards are multiples of %d elements", k, name, run, DT_NF4_BLOCK,
+                           DT_NF4_BLOCK);
+        }
+    }
+    return DT_OK;
 }
 
 size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora) {
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-    int n = adapter_table(c, lora, t);
+    int n = adapter_table(c, lora, NULL, t);
     size_t s = 0;
     for (int i = 0; i < n; i++) s += t[i].rows * t[i].cols;
     return s * (size_t)c->n_layer;
@@ -158,9 +194,11 @@ double dt_lora_flops_per_token(const dt_model_config *c, const dt_lora_cfg *lora
     return f - dt_model_flops_per_token(c, 0) / 3.0 + 6.0 * (double)dt_lora_num_params(c, lora);
 }
 
-/* The adapters' activations at base (NULL: only count); returns their floats. */
-static size_t lora_acts(const dt_model_config *c, const dt_lora_cfg *lora, int B, int T, float *base, float **u,
-                        float **du, float **mm) {
+/* The adapters' activations at base (NULL: only count) under o; returns their floats. red_off
+ * (NULL: not wanted): each site's offset into *red. */
+static size_t lora_acts(const dt_model_config *c, const dt_model_opts *o, int B, int T, float *base, float **u,
+                        float **du, float **mm, float **red, float **part, size_t *red_off) {
+    const dt_lora_cfg *lora = o ? &o->lora : NULL;
     if (!lora || lora->rank <= 0) return 0;
     size_t off = 0, n = (size_t)B * T * (size_t)lora->rank, rows = 0;
     *u = dt_act_take(base, &off, n);  /* x A^T */
@@ -172,16 +210,31 @@ static size_t lora_acts(const dt_model_config *c, const dt_lora_cfg *lora, int B
             if (quantized(&t[i], lora) && t[i].rows > rows) rows = t[i].rows;
     }
     *mm = dt_act_take(base, &off, (size_t)B * T * rows); /* one NF4 GEMM of a fused call */
+    /* tensor parallelism: the replicated adapters' gradient contributions (lora_mm.c) */
+    size_t sum = 0, mx = 0;
+    if (dt_tp_size(o) > 1) {
+        dt_tensor_info t[DT_MODEL_MAX_TENSORS];
+        int nt = adapter_table(c, lora, NULL, t);
+        for (int i = 0; 2 * i + 1 < nt; i++) {
+            const dt_tensor_info *rep = t[2 * i].split ? &t[2 * i + 1] : t[2 * i + 1].split ? &t[2 * i] : NULL;
+            size_t e = rep ? (rep->rows * rep->cols + 15) / 16 * 16 : 0;
+            if (red_off) red_off[i] = sum;
+            sum += e, mx = e > mx ? e : mx;
+        }
+    }
+    *red = dt_act_take(base, &off, sum);
+    *part = dt_act_take(base, &off, mx);
     return off;
 }
 
-size_t dt_lora_act_floats(const dt_model_config *c, const dt_lora_cfg *lora, int B, int T) {
-    float *u, *du, *mm;
-    return lora_acts(c, lora, B, T, NULL, &u, &du, &mm);
+size_t dt_lora_act_floats(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
+    float *u, *du, *mm, *red, *part;
+    return lora_acts(c, o, B, T, NULL, &u, &du, &mm, &red, &part, NULL);
 }
 
 void dt_lora_bind(dt_model *m, float *base) {
-    lora_acts(&m->cfg, &m->opts.lora, m->B, m->T, base, &m->lora_u, &m->lora_du, &m->lora_mm);
+    lora_acts(&m->cfg, &m->opts, m->B, m->T, base, &m->lora_u, &m->lora_du, &m->lora_mm, &m->lora_red,
+              &m->lora_red_part, m->lora_red_off);
 }
 
 /* Sink floats: one copy of every non-matmul tensor (norm weights and biases, gpt2's position
@@ -195,17 +248,22 @@ static size_t sink_layout(const dt_tensor_info *t, int n, size_t *off) {
     return s;
 }
 
+/* Shards of table row t held (1 when it is not split). */
+static size_t shards_held(const dt_tensor_info *t) { return t->tp_k > 1 && t->split ? (size_t)t->tp_nb : 1; }
+
 static size_t nf4_bytes_of(const dt_tensor_info *t, int n, int L, const dt_lora_cfg *lora) {
     size_t b = 0;
     for (int i = 0; i < n; i++)
-        if (quantized(&t[i], lora)) b += (size_t)L * ((dt_nf4_bytes(t[i].rows * t[i].cols) + 63) / 64 * 64);
+        if (quantized(&t[i], lora))
+            b += (size_t)L * shards_held(&t[i]) * ((dt_nf4_bytes(dt_tensor_shard_len(&t[i])) + 63) / 64 * 64);
     return b;
 }
 
-void dt_lora_plan(const dt_model_config *c, const dt_lora_cfg *lora, size_t bytes[DT_MEM_NKINDS]) {
+void dt_lora_plan(const dt_model_config *c, const dt_model_opts *o, size_t bytes[DT_MEM_NKINDS]) {
+    const dt_lora_cfg *lora = o ? &o->lora : NULL;
     if (!lora || lora->rank <= 0) return;
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-    int n = dt_model_tensors(c, t);
+    int n = base_table(c, o, t);
     size_t f32 = 0;
     for (int i = 0; i < n; i++)
         if (!quantized(&t[i], lora)) f32 += t[i].rows * t[i].cols * (t[i].group == DT_PG_LAYER ? (size_t)c->n_layer : 1);
@@ -213,7 +271,7 @@ void dt_lora_plan(const dt_model_config *c, const dt_lora_cfg *lora, size_t byte
     bytes[DT_MEM_OTHER] += sink_layout(t, n, NULL) * sizeof(float);
     if (lora->nf4) {
         int nq = 0;
-        for (int i = 0; i < n; i++) nq += quantized(&t[i], lora);
+        for (int i = 0; i < n; i++) nq += quantized(&t[i], lora) ? (int)shards_held(&t[i]) : 0;
         bytes[DT_MEM_OTHER] += sizeof(nf4_store) + (size_t)nq * c->n_layer * sizeof(dt_nf4);
     }
 }
@@ -226,19 +284,19 @@ dt_status dt_lora_model_init(dt_ctx *ctx, dt_model *m, dt_alloc *alloc, int slab
     m->lora = 1;
     m->lora_open = -1;
     m->lora_scale = (lora->alpha > 0.0f ? lora->alpha : (float)lora->rank) / (float)lora->rank;
-    DT_CHECK(dt_lora_base_init(ctx, &m->base, &m->cfg, lora, alloc, DT_SLAB_PARAMS));
-    DT_CHECK(dt_lora_adapters_init(ctx, &m->ps, &m->cfg, lora, alloc, slabs));
+    DT_CHECK(dt_lora_base_init(ctx, &m->base, &m->cfg, &m->opts, alloc, DT_SLAB_PARAMS));
+    DT_CHECK(dt_lora_adapters_init(ctx, &m->ps, &m->cfg, &m->opts, alloc, slabs));
     m->n_sites = selected_sites(&m->cfg, lora, m->sites);
     for (int i = 0; i < m->n_sites; i++) m->site_a[i] = 2 * i;
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-    int n = dt_model_tensors(&m->cfg, t);
+    int n = base_table(&m->cfg, &m->opts, t);
     m->lora_sink_len = sink_layout(t, n, m->lora_sink_off);
     DT_CHECK(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->lora_sink_len * sizeof(float), (void **)&m->lora_sink));
     if (!lora->nf4) return DT_OK;
     const int L = m->cfg.n_layer;
     nf4_store *q;
     int nq = 0;
-    for (int i = 0; i < n; i++) nq += quantized(&t[i], lora);
+    for (int i = 0; i < n; i++) nq += quantized(&t[i], lora) ? (int)shards_held(&t[i]) : 0;
     size_t meta = sizeof(nf4_store) + (size_t)nq * L * sizeof(dt_nf4);
     DT_CHECK(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, meta, (void **)&q));
     memset(q, 0, meta);
@@ -251,12 +309,14 @@ dt_status dt_lora_model_init(dt_ctx *ctx, dt_model *m, dt_alloc *alloc, int slab
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         q->qid[i] = -1;
-        q->rows[i] = t[i].rows, q->cols[i] = t[i].cols;
+        q->nb[i] = (int)shards_held(&t[i]);
+        q->rows[i] = t[i].rows / (size_t)q->nb[i], q->cols[i] = t[i].cols; /* one shard's */
         if (!quantized(&t[i], lora)) continue;
         q->qid[i] = q->nq++;
-        size_t e = t[i].rows * t[i].cols;
-        for (int l = 0; l < L; l++) {
-            dt_nf4_bind(&q->t[(size_t)q->qid[i] * L + l], (char *)q->buf + off, e);
+        q->first[i] = q->nt;
+        size_t e = dt_tensor_shard_len(&t[i]);
+        for (int c = 0; c < L * q->nb[i]; c++) {
+            dt_nf4_bind(&q->t[q->nt++], (char *)q->buf + off, e);
             off += (dt_nf4_bytes(e) + 63) / 64 * 64;
         }
     }
@@ -269,17 +329,19 @@ void dt_lora_model_free(dt_model *m) {
     if (m->lora_q) {
         nf4_store *q = m->lora_q;
         dt_alloc_put(a, DT_MEM_PARAMS, q->buf, q->bytes);
-        dt_alloc_put(a, DT_MEM_OTHER, q, sizeof(nf4_store) + (size_t)q->nq * q->L * sizeof(dt_nf4));
+        dt_alloc_put(a, DT_MEM_OTHER, q, sizeof(nf4_store) + (size_t)q->nt * sizeof(dt_nf4));
     }
     if (m->lora_sink) dt_alloc_put(a, DT_MEM_OTHER, m->lora_sink, m->lora_sink_len * sizeof(float));
     dt_params_free(&m->base);
 }
 
-const dt_nf4 *dt_lora_nf4(const dt_model *m, int id, int l) {
+const dt_nf4 *dt_lora_nf4_sh(const dt_model *m, int id, int l, int j) {
     const nf4_store *q = m->lora_q;
     if (!q || q->qid[id] < 0) return NULL;
-    return &q->t[(size_t)q->qid[id] * q->L + l];
+    return &q->t[q->first[id] + l * q->nb[id] + j];
 }
+
+const dt_nf4 *dt_lora_nf4(const dt_model *m, int id, int l) { return dt_lora_nf4_sh(m, id, l, 0); }
 
 size_t dt_lora_full_floats(const dt_model *m) {
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
@@ -297,74 +359,118 @@ static dt_status full_layout(dt_ctx *ctx, const dt_model *m, dt_alloc *a, dt_par
     return dt_params_init(ctx, full, t, n, m->cfg.n_layer, a, 0);
 }
 
-/* One copy (id, l) of a base tensor of e floats: q its NF4 tensor, or NULL and dst its place
- * in the fp32 slab; full is the family table's flat layout (offsets, names). */
-typedef dt_status (*base_copy_fn)(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, float *dst,
-                                  size_t e, const void *ud);
+dt_status dt_lora_set_base_tensor(dt_ctx *ctx, dt_model *m, int id, int l, const float *w) {
+    const dt_tensor_info *t = &m->base.tensors[id];
+    const int tp = t->tp_k > 1 && t->split; /* the shards held: slices of the unsplit tensor */
+    if (!dt_lora_nf4(m, id, l)) {
+        float *dst = dt_params_tensor(&m->base, m->base.params, id, l);
+        const size_t e = t->rows * t->cols;
+        if (!tp) {
+            memcpy(dst, w, e * sizeof(float));
+            return DT_OK;
+        }
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < e; i++) {
+            int sh;
+            dst[i] = w[dt_params_global_index(t, i, &sh)];
+        }
+        return DT_OK;
+    }
+    /* NF4: each shard held quantized alone from its slice (dt_lora_tp_check: whole blocks) */
+    const nf4_store *q = m->lora_q;
+    const size_t e = q->rows[id] * q->cols[id];
+    float *buf = malloc(e * sizeof(float));
+    if (!buf) return dt_fail(ctx, DT_ERR_NOMEM, "lora: out of memory quantizing the base");
+    char name[200];
+    dt_status st = DT_OK;
+    for (int j = 0; j < q->nb[id] && st == DT_OK; j++) {
+        size_t len = 0;
+        dt_params_name(&m->base, id, l, name, sizeof name);
+        if (tp) len = strlen(name), snprintf(name + len, sizeof name - len, " (tensor-parallel shard %d)", t->tp_first + j);
+        for (size_t i = 0; i < e; i++) {
+            int sh;
+            buf[i] = tp ? w[dt_params_global_index(t, (size_t)j * e + i, &sh)] : w[i];
+        }
+        st = dt_nf4_quantize(ctx, name, (dt_nf4 *)dt_lora_nf4_sh(m, id, l, j), buf, e);
+    }
+    free(buf);
+    return st;
+}
 
-/* Calls fill on every copy of every base tensor in the table's order; stops at the first error. */
-static dt_status walk_base(dt_ctx *ctx, dt_model *m, base_copy_fn fill, const void *ud) {
+dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *src) {
+    dt_alloc a;
+    dt_params full;
+    DT_CHECK(full_layout(ctx, m, &a, &full));
+    dt_status st = DT_OK;
+    for (int id = 0; id < full.n_tensors && st == DT_OK; id++)
+        for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++)
+            st = dt_lora_set_base_tensor(ctx, m, id, l, dt_params_tensor(&full, (float *)src, id, l));
+    dt_params_free(&full);
+    return st;
+}
+
+/* The fp32 tensors drawn in place (a shard draws its canonical indices: the slice of the
+ * unsplit initialisation); a quantized tensor drawn alone in its unsplit shape (its fp32
+ * values never all at once), then quantized: the values of the fp32 base of the same seed. */
+dt_status dt_lora_init_base(dt_ctx *ctx, dt_model *m, uint64_t seed) {
+    dt_params_init_range(&m->base, seed, m->base.params, 0, m->base.n_params);
+    if (!m->lora_q) return DT_OK;
     dt_alloc a;
     dt_params full;
     DT_CHECK(full_layout(ctx, m, &a, &full));
     dt_status st = DT_OK;
     for (int id = 0; id < full.n_tensors && st == DT_OK; id++) {
+        if (!dt_lora_nf4(m, id, 0)) continue;
         size_t e = full.tensors[id].rows * full.tensors[id].cols;
+        float *w = malloc(e * sizeof(float));
+        if (!w) st = dt_fail(ctx, DT_ERR_NOMEM, "lora: out of memory quantizing the base");
         for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++) {
-            dt_nf4 *q = (dt_nf4 *)dt_lora_nf4(m, id, l);
-            float *dst = q ? NULL : dt_params_tensor(&m->base, m->base.params, id, l);
-            st = fill(ctx, &full, id, l, q, dst, e, ud);
+            dt_params_init_range(&full, seed, w, dt_params_flat(&full, id, l), e);
+            st = dt_lora_set_base_tensor(ctx, m, id, l, w);
         }
+        free(w);
     }
     dt_params_free(&full);
     return st;
 }
 
-/* Quantizes one copy from its fp32 values; errors name the tensor. */
-static dt_status quantize_copy(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, const float *w,
-                               size_t e) {
-    char name[160];
-    dt_params_name(full, id, l, name, sizeof name);
-    return dt_nf4_quantize(ctx, name, q, w, e);
+/* XXH3-64 of shard j's part of the base (tensor parallelism): every tensor in store order (a
+ * replicated one whole), its NF4 tensors' bytes in their place. */
+static uint64_t shard_hash(const dt_model *m, int j) {
+    XXH3_state_t *s = XXH3_createState();
+    XXH3_64bits_reset(s);
+    const dt_params *b = &m->base;
+    for (int id = 0; id < b->n_tensors; id++)
+        for (int l = 0; l < dt_params_copies(b, id); l++) {
+            const dt_tensor_info *t = &b->tensors[id];
+            const dt_nf4 *q = dt_lora_nf4_sh(m, id, l, j);
+            if (q) {
+                XXH3_64bits_update(s, q->offset, dt_nf4_bytes(q->n)); /* the views lie in one buffer from offset */
+                continue;
+            }
+            size_t len = dt_tensor_shard_len(t), off = t->tp_k > 1 && t->split ? (size_t)j * len : 0;
+            XXH3_64bits_update(s, dt_params_tensor(b, b->params, id, l) + off, len * sizeof(float));
+        }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
 }
 
-/* dt_lora_set_base's copy: ud is the flat fp32 source. */
-static dt_status copy_from_full(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, float *dst,
-                                size_t e, const void *ud) {
-    const float *from = dt_params_tensor(full, (float *)ud, id, l);
-    if (q) return quantize_copy(ctx, full, id, l, q, from, e);
-    memcpy(dst, from, e * sizeof(float));
-    return DT_OK;
-}
-
-/* dt_lora_init_base's copy under NF4: ud is the seed. A quantized tensor is drawn alone (its
- * fp32 values never all at once), the rest into the slab: the values of the fp32 base of the
- * same seed. */
-static dt_status draw_from_seed(dt_ctx *ctx, const dt_params *full, int id, int l, dt_nf4 *q, float *dst,
-                                size_t e, const void *ud) {
-    uint64_t seed = *(const uint64_t *)ud;
-    if (q && !(dst = malloc(e * sizeof(float))))
-        return dt_fail(ctx, DT_ERR_NOMEM, "lora: out of memory quantizing the base");
-    dt_params_init_range(full, seed, dst, dt_params_flat(full, id, l), e);
-    if (!q) return DT_OK;
-    dt_status st = quantize_copy(ctx, full, id, l, q, dst, e);
-    free(dst);
-    return st;
-}
-
-dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *src) {
-    return walk_base(ctx, m, copy_from_full, src);
-}
-
-dt_status dt_lora_init_base(dt_ctx *ctx, dt_model *m, uint64_t seed) {
-    if (!m->lora_q) {
-        dt_params_init_range(&m->base, seed, m->base.params, 0, m->base.n_params);
-        return DT_OK;
+uint64_t dt_lora_base_hash(dt_model *m) {
+    const int k = dt_tp_size(&m->opts);
+    if (k > 1) {
+        const int nb = dt_tp_local(&m->opts), first = dt_tp_first(&m->opts);
+        float *hs = calloc(2 * (size_t)k, sizeof(float)); /* rank r's hash in floats 2r, 2r + 1 (bits) */
+        if (!hs) return 0;
+        for (int j = 0; j < nb; j++) {
+            uint64_t h = shard_hash(m, j);
+            memcpy(hs + 2 * (first + j), &h, sizeof h);
+        }
+        if (nb < k && m->tp_ops.allgather && m->tp_ops.allgather(m->tp_ops.ud, hs, 2)) m->tp_failed = 1;
+        uint64_t h = XXH3_64bits(hs, 2 * (size_t)k * sizeof(float));
+        free(hs);
+        return h;
     }
-    return walk_base(ctx, m, draw_from_seed, &seed);
-}
-
-uint64_t dt_lora_base_hash(const dt_model *m) {
     XXH3_state_t *s = XXH3_createState();
     XXH3_64bits_reset(s);
     XXH3_64bits_update(s, m->base.params, m->base.n_params * sizeof(float));
@@ -383,217 +489,4 @@ int dt_lora_unit(const dt_model *m, int u, int *first) {
     if (u < 0 || k < 0 || k >= b->n_layer * b->layer_units) return -1;
     if (first) *first = k % b->layer_units == 0;
     return DT_UNIT_LAYER(&m->ps, k / b->layer_units);
-}
-
-/* ------------------------------------------------------------------ adapter arithmetic */
-
-/* Blocking of the adapter loops: columns of x widened at a time (mixed precision), ranks and
- * output rows per accumulator block. Each output element is still one sum in ascending order
- * of its index (c, j, n or k), whatever the blocks and threads. */
-enum { XB = 64, KB = 16, JB = 8 };
-
-uint64_t dt_lora_drop_key(uint64_t seed, uint64_t seq, int t, int l, int site) {
-    uint64_t row = dt_rng_u64(seq, (uint64_t)(uint32_t)t, LORA_DROP_SALT);
-    return dt_rng_u64(seed, LORA_DROP_SALT + (uint64_t)l * DT_LORA_MAX_SITES + (uint64_t)site, row);
-}
-
-/* Kept when the high 32 bits reach p 2^32: probability 1 - p (to 2^-32). */
-static inline uint64_t drop_thresh(float p) { return (uint64_t)((double)p * 4294967296.0); }
-
-static inline int kept(uint64_t key, int c, uint64_t thresh) {
-    return (dt_rng_u64(key, (uint64_t)c, 0) >> 32) >= thresh;
-}
-
-int dt_lora_drop_keep(uint64_t key, int c, float p) { return kept(key, c, drop_thresh(p)); }
-
-/* The dropout of one site's adapters in this forward or backward (on = 0: none). */
-typedef struct drop_ctx {
-    int on, T, l, site;
-    float inv; /* 1 / (1 - p) */
-    uint64_t thresh, seed, seq0;
-} drop_ctx;
-
-static drop_ctx drop_of(const dt_model *m, int l, int site) {
-    drop_ctx d = {0};
-    if (!m->lora_drop_on) return d;
-    const float p = m->opts.lora.dropout;
-    d = (drop_ctx){1, m->T, l, site, 1.0f / (1.0f - p), drop_thresh(p), m->lora_drop_seed, m->lora_drop_seq0};
-    return d;
-}
-
-/* Row n's mask key (rows are sequences of T positions). */
-static inline uint64_t drop_row(const drop_ctx *d, int n) {
-    return d->on ? dt_lora_drop_key(d->seed, d->seq0 + (uint64_t)(n / d->T), n % d->T, d->l, d->site) : 0;
-}
-
-/* x[n, c0 .. c0 + len) in fp32: a pointer into xf, or widened from xh into tmp; under
- * dropout drop(x) in tmp (key: drop_row of n). */
-static inline const float *xseg(const dt_model *m, const float *xf, const uint16_t *xh, int n, int C, int c0,
-                                int len, float *tmp, const drop_ctx *d, uint64_t key) {
-    const float *x = xf + (size_t)n * C + c0;
-    if (xh) {
-        dt_from_lowp(m->opts.compute, tmp, xh + (size_t)n * C + c0, (size_t)len);
-        x = tmp;
-    }
-    if (!d->on) return x;
-    for (int c = 0; c < len; c++) tmp[c] = kept(key, c0 + c, d->thresh) ? x[c] * d->inv : 0.0f;
-    return tmp;
-}
-
-/* u (N, r) = drop(x) A^T: each element one sum over c ascending. */
-static void x_at(const dt_model *m, float *u, const float *xf, const uint16_t *xh, const float *A, int N, int C,
-                 int r, const drop_ctx *d) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float tmp[XB];
-        float *un = u + (size_t)n * r;
-        const uint64_t key = drop_row(d, n);
-        for (int k = 0; k < r; k++) un[k] = 0.0f;
-        for (int c0 = 0; c0 < C; c0 += XB) {
-            int len = C - c0 < XB ? C - c0 : XB;
-            const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp, d, key);
-            for (int k = 0; k < r; k++) {
-                const float *a = A + (size_t)k * C + c0;
-                float acc = un[k];
-                for (int c = 0; c < len; c++) acc += xs[c] * a[c];
-                un[k] = acc;
-            }
-        }
-    }
-}
-
-/* The sites of base matmul (id, OC rows from id's first): the tensor's flat range covers them. */
-static int site_col(const dt_model *m, int i, int id, int OC, int C) {
-    const dt_params *b = &m->base;
-    const dt_lora_site *s = &m->sites[i];
-    if (s->id < id) return -1;
-    /* rows of the call before the site's tensor: the tensors from id up to it (adjacent) */
-    size_t rows = 0;
-    for (int t = id; t < s->id; t++) {
-        if (b->tensors[t].group != DT_PG_LAYER || b->tensors[t].cols != (size_t)C) return -1;
-        rows += m->lora_q ? m->lora_q->rows[t] : b->tensors[t].rows;
-    }
-    size_t col = rows + s->row0;
-    return col + s->rows <= (size_t)OC ? (int)col : -1;
-}
-
-void dt_lora_mm_forward(dt_model *m, float *out, const float *xf, const uint16_t *xh, int id, int l, int N,
-                        int C, int OC) {
-    const int r = m->opts.lora.rank;
-    const float s = m->lora_scale;
-    for (int i = 0; i < m->n_sites; i++) {
-        int col = site_col(m, i, id, OC, C);
-        if (col < 0) continue;
-        const float *A = dt_params_unit_tensor(&m->ps, m->ps.unit_params, m->site_a[i], l);
-        const float *Bm = dt_params_unit_tensor(&m->ps, m->ps.unit_params, m->site_a[i] + 1, l);
-        const int rows = (int)m->sites[i].rows;
-        float *u = m->lora_u;
-        const drop_ctx d = drop_of(m, l, i);
-        x_at(m, u, xf, xh, A, N, C, r, &d);
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            const float *un = u + (size_t)n * r;
-            float *o = out + (size_t)n * OC + col;
-            for (int j = 0; j < rows; j++) {
-                const float *b = Bm + (size_t)j * r;
-                float acc = 0.0f;
-                for (int k = 0; k < r; k++) acc += un[k] * b[k];
-                o[j] += s * acc;
-            }
-        }
-    }
-}
-
-void dt_lora_mm_backward(dt_model *m, float *dinp, const float *dout, const float *xf, const uint16_t *xh,
-                         int id, int l, int N, int C, int OC) {
-    const int r = m->opts.lora.rank;
-    const float s = m->lora_scale;
-    for (int i = 0; i < m->n_sites; i++) {
-        int col = site_col(m, i, id, OC, C);
-        if (col < 0) continue;
-        const float *A = dt_params_unit_tensor(&m->ps, m->ps.unit_params, m->site_a[i], l);
-        const float *Bm = dt_params_unit_tensor(&m->ps, m->ps.unit_params, m->site_a[i] + 1, l);
-        float *dA = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, m->site_a[i], l);
-        float *dB = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, m->site_a[i] + 1, l);
-        const int rows = (int)m->sites[i].rows;
-        float *u = m->lora_u, *du = m->lora_du;
-        const drop_ctx dr = drop_of(m, l, i); /* the forward's masks, regenerated */
-        x_at(m, u, xf, xh, A, N, C, r, &dr); /* recomputed: not kept from the forward */
-        /* dB[j, k] += s sum_n g[n, j] u[n, k]: JB output rows at a time (dout read by rows) */
-        int nj = (rows + JB - 1) / JB;
-#pragma omp parallel for schedule(static)
-        for (int jb = 0; jb < nj; jb++) {
-            int j0 = jb * JB, nr = rows - j0 < JB ? rows - j0 : JB;
-            for (int k0 = 0; k0 < r; k0 += KB) {
-                int nk = r - k0 < KB ? r - k0 : KB;
-                float acc[JB * KB] = {0};
-                for (int n = 0; n < N; n++) {
-                    const float *g = dout + (size_t)n * OC + col + j0, *un = u + (size_t)n * r + k0;
-                    for (int j = 0; j < nr; j++)
-                        for (int k = 0; k < nk; k++) acc[j * KB + k] += g[j] * un[k];
-                }
-                for (int j = 0; j < nr; j++)
-                    for (int k = 0; k < nk; k++) dB[(size_t)(j0 + j) * r + k0 + k] += s * acc[j * KB + k];
-            }
-        }
-        /* du[n, k] = s sum_j g[n, j] B[j, k] */
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            const float *g = dout + (size_t)n * OC + col;
-            float *dn = du + (size_t)n * r;
-            for (int k = 0; k < r; k++) dn[k] = 0.0f;
-            for (int j = 0; j < rows; j++) {
-                const float gj = g[j], *b = Bm + (size_t)j * r;
-                for (int k = 0; k < r; k++) dn[k] += gj * b[k];
-            }
-            for (int k = 0; k < r; k++) dn[k] *= s;
-        }
-        /* dA[k, c] += sum_n du[n, k] drop(x)[n, c]: blocks of XB columns x KB ranks, x widened once
-         * per row and block */
-        int nblk = (C + XB - 1) / XB;
-#pragma omp parallel for schedule(static)
-        for (int bi = 0; bi < nblk; bi++) {
-            int c0 = bi * XB, len = C - c0 < XB ? C - c0 : XB;
-            float tmp[XB];
-            for (int k0 = 0; k0 < r; k0 += KB) {
-                int nk = r - k0 < KB ? r - k0 : KB;
-                float acc[KB * XB] = {0};
-                for (int n = 0; n < N; n++) {
-                    const float *xs = xseg(m, xf, xh, n, C, c0, len, tmp, &dr, drop_row(&dr, n));
-                    const float *dn = du + (size_t)n * r + k0;
-                    for (int k = 0; k < nk; k++) {
-                        const float d = dn[k];
-                        float *a = acc + k * XB;
-                        for (int c = 0; c < len; c++) a[c] += d * xs[c];
-                    }
-                }
-                for (int k = 0; k < nk; k++) {
-                    float *da = dA + (size_t)(k0 + k) * C + c0;
-                    for (int c = 0; c < len; c++) da[c] += acc[k * XB + c];
-                }
-            }
-        }
-        if (!dinp) continue;
-        /* dinp[n, c] += sum_k du[n, k] A[k, c] (times mask / (1 - p) under dropout): the sum
-         * formed apart, then added */
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            float *dx = dinp + (size_t)n * C;
-            const uint64_t key = drop_row(&dr, n);
-            const float *dn = du + (size_t)n * r;
-            for (int c0 = 0; c0 < C; c0 += XB) {
-                int len = C - c0 < XB ? C - c0 : XB;
-                float acc[XB] = {0};
-                for (int k = 0; k < r; k++) {
-                    const float dk = dn[k], *a = A + (size_t)k * C + c0;
-                    for (int c = 0; c < len; c++) acc[c] += dk * a[c];
-                }
-                if (!dr.on)
-                    for (int c = 0; c < len; c++) dx[c0 + c] += acc[c];
-                else
-                    for (int c = 0; c < len; c++)
-                        if (kept(key, c0 + c, dr.thresh)) dx[c0 + c] += acc[c] * dr.inv;
-            }
-        }
-    }
 }

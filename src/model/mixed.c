@@ -93,3 +93,60 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
     dt_matmul_backward_lp(m->opts.compute, dinp, dw, dbias, dout, m->lp_scratch, x.h,
                           dinp ? dt_model_lp_tensor(m, id, l) : NULL, N, C, OC);
 }
+
+/* ---- LoRA under tensor parallelism (family_impl.h): the frozen base's shard j */
+
+void dt_lora_base_forward_sh(dt_model *m, float *out, int ld, dt_mmin x, int id, int l, int j, const float *bias,
+                             int N, int C, int rows) {
+    const dt_nf4 *q = dt_lora_nf4_sh(m, id, l, j);
+    if (q) { /* its own NF4 tensor, into a contiguous block when out is wider */
+        float *dst = ld == rows ? out : m->lora_mm;
+        if (dt_lowp(m))
+            dt_matmul_forward_nf4_lp(m->opts.compute, dst, x.h, q, bias, N, C, rows);
+        else
+            dt_matmul_forward_nf4(dst, x.f, q, bias, N, C, rows);
+        if (dst != out)
+            for (int n = 0; n < N; n++) memcpy(out + (size_t)n * ld, dst + (size_t)n * rows, (size_t)rows * sizeof(float));
+        return;
+    }
+    const size_t off = (size_t)j * rows * (size_t)C; /* the shard's block of the stored tensor */
+    DT_ASSERT(ld == rows || !bias);
+    if (!dt_lowp(m)) {
+        const float *w = dt_params_unit_tensor(&m->base, m->base.unit_params, id, l) + off;
+        if (ld == rows) dt_matmul_forward(out, x.f, w, bias, N, C, rows);
+        else dt_matmul_forward_ld(out, ld, x.f, w, N, C, rows);
+    } else {
+        const uint16_t *w = dt_model_lp_tensor(m, id, l) + off;
+        if (ld == rows) dt_matmul_forward_lp(m->opts.compute, out, x.h, w, bias, N, C, rows);
+        else dt_matmul_forward_ld_lp(m->opts.compute, out, ld, x.h, w, N, C, rows);
+    }
+}
+
+void dt_lora_base_backward_sh(dt_model *m, float *dinp, int accumulate, int id, int l, int j, const float *dout,
+                              int ld, int N, int C, int rows) {
+    const dt_nf4 *q = dt_lora_nf4_sh(m, id, l, j);
+    const dt_dtype dt = m->opts.compute;
+    if (dt_lowp(m)) /* dout's block narrowed, contiguous */
+        for (int n = 0; n < N; n++) dt_to_lowp(dt, m->lp_scratch + (size_t)n * rows, dout + (size_t)n * ld, (size_t)rows);
+    if (q) {
+        if (dt_lowp(m)) {
+            dt_matmul_backward_nf4_lp(dt, dinp, accumulate, m->lp_scratch, q, N, C, rows);
+            return;
+        }
+        const float *g = dout;
+        if (ld != rows) {
+            for (int n = 0; n < N; n++)
+                memcpy(m->lora_mm + (size_t)n * rows, dout + (size_t)n * ld, (size_t)rows * sizeof(float));
+            g = m->lora_mm;
+        }
+        dt_matmul_backward_nf4(dinp, accumulate, g, q, N, C, rows);
+        return;
+    }
+    const size_t off = (size_t)j * rows * (size_t)C;
+    if (!dt_lowp(m))
+        dt_matmul_backward_ld(dinp, accumulate, NULL, dout, ld, NULL,
+                              dt_params_unit_tensor(&m->base, m->base.unit_params, id, l) + off, N, C, rows);
+    else
+        dt_matmul_backward_ld_lp(dt, dinp, accumulate, NULL, m->lp_scratch, rows, NULL, dt_model_lp_tensor(m, id, l) + off,
+                                 N, C, rows);
+}

@@ -167,9 +167,6 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     if (c->n_experts)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d: tensor parallelism of a mixture "
                        "of experts is not built (expert parallelism is issue 34's next step)", k, c->n_experts);
-    if (o->lora.rank != 0 || o->lora.nf4)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with lora.rank=%d: LoRA under tensor parallelism is not "
-                       "built yet (issue 31)", k, o->lora.rank);
     if (o->sp && !f->sp)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is not built for "
                        "the %s family", f->name);
@@ -187,7 +184,7 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
             return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d does not divide %s=%d (each tensor-parallel rank takes "
                            "an equal share)", k, key, v);
     }
-    return DT_OK;
+    return dt_lora_tp_check(ctx, c, o); /* LoRA's adapters are cut like their base (decision 69) */
 }
 
 size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
@@ -197,7 +194,7 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
     static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0};
     const dt_model_opts *oo = o ? o : &none;
-    return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, &oo->lora, B, T);
+    return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, oo, B, T);
 }
 
 const char *dt_recompute_name(dt_recompute r) {

@@ -337,7 +337,8 @@ struct dt_model {
     float train_scale; /* its scale */
     int head_grads;    /* the last forward formed the head's gradients (fused loss) */
     /* LoRA (model/lora.h): `base` is the family's frozen parameter store (params slab only,
-     * never sharded or communicated) and `ps` holds only the adapters. */
+     * never sharded over data-parallel ranks nor communicated; tensor parallelism cuts it like
+     * any model: decision 69) and `ps` holds only the adapters. */
     int lora;             /* opts.lora.rank > 0 */
     dt_params base;
     float lora_scale;     /* alpha / rank */
@@ -349,6 +350,10 @@ struct dt_model {
     size_t lora_sink_off[DT_MODEL_MAX_TENSORS];
     float *lora_u, *lora_du; /* (B T, rank) x A^T and its gradient (activations) */
     float *lora_mm;       /* QLoRA: (B T, largest NF4 tensor's rows) one GEMM's block (activations) */
+    /* tensor parallelism: per site, the contribution of the shards held to the gradient of its
+     * replicated adapter (lora.h dt_lora_mm_backward_sh), and one shard's part (activations) */
+    float *lora_red, *lora_red_part;
+    size_t lora_red_off[DT_LORA_MAX_SITES];
     int lora_open;        /* adapter unit whose gradients are begun (-1: none) */
     struct dt_lora_nf4 *lora_q; /* QLoRA: the base's NF4 tensors (NULL: fp32 base) */
     dt_model_tp_ops tp_ops; /* tensor parallelism's group (model.h dt_model_opts.tp) */

@@ -17,6 +17,11 @@ void dt_fam_mm_forward_sh(dt_model *m, float *out, dt_mmin x, int id, int l, int
         dt_fam_mm_forward(m, out, x, id, l, bias, N, C, OC);
         return;
     }
+    if (m->lora) { /* the frozen base's shard, then its adapters' (lora.h) */
+        dt_lora_base_forward_sh(m, out, OC, x, id, l, j, bias, N, C, OC);
+        dt_lora_mm_forward_sh(m, out, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, j, N, C, OC);
+        return;
+    }
     dt_params *w = dt_model_weights(m);
     size_t off = (size_t)j * shard_len(m, id);
     if (!dt_lowp(m))
@@ -29,6 +34,11 @@ void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float
                            dt_mmin x, int N, int C, int OC) {
     if (dt_tp_size(&m->opts) <= 1) {
         dt_fam_mm_backward(m, dinp, id, l, dbias, dout, x, N, C, OC);
+        return;
+    }
+    if (m->lora) { /* a frozen base: dinp only (no dW, no dbias), then the adapters */
+        if (dinp) dt_lora_base_backward_sh(m, dinp, 0, id, l, j, dout, OC, N, C, OC);
+        dt_lora_mm_backward_sh(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, j, N, C, OC);
         return;
     }
     size_t off = (size_t)j * shard_len(m, id);
@@ -115,7 +125,10 @@ void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int 
         for (int t = 0, col = 0; t < n; t++) {
             size_t len = dt_tensor_shard_len(&w->tensors[ids[t]]), off = (size_t)j * len;
             int rows = (int)(len / (size_t)C);
-            if (!dt_lowp(m))
+            if (m->lora) { /* the frozen base (an NF4 tensor has no rows in the store) */
+                rows = (int)dt_lora_shard_rows(m, ids[t]);
+                dt_lora_base_forward_sh(m, o + col, W, x, ids[t], l, j, NULL, N, C, rows);
+            } else if (!dt_lowp(m))
                 dt_matmul_forward_ld(o + col, W, x.f, dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C,
                                      rows);
             else
@@ -123,6 +136,7 @@ void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int 
                                         rows);
             col += rows;
         }
+        if (m->lora) dt_lora_mm_forward_sh(m, o, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, ids[0], l, j, N, C, W);
     }
 }
 
@@ -134,10 +148,16 @@ static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int 
     for (int j = 0; j < nb; j++) {
         float *dst = j > 0 ? scratch : dinp;
         const float *d = dout + (size_t)j * N * W;
-        if (dt_lowp(m)) dt_to_lowp(m->opts.compute, m->lp_scratch, d, (size_t)N * W);
+        if (dt_lowp(m) && !m->lora) dt_to_lowp(m->opts.compute, m->lp_scratch, d, (size_t)N * W);
         for (int t = 0, col = 0; t < n; t++) {
             size_t len = dt_tensor_shard_len(&w->tensors[ids[t]]), off = (size_t)j * len;
             int rows = (int)(len / (size_t)C);
+            if (m->lora) { /* the frozen base's dinp, then (below) the adapters' part */
+                rows = (int)dt_lora_shard_rows(m, ids[t]);
+                dt_lora_base_backward_sh(m, dst, t > 0, ids[t], l, j, d + col, W, N, C, rows);
+                col += rows;
+                continue;
+            }
             float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ids[t], l) + off;
             if (!dt_lowp(m))
                 dt_matmul_backward_ld(dst, t > 0, dw, d + col, W, x.f,
@@ -147,6 +167,7 @@ static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int 
                                          dt_model_lp_tensor(m, ids[t], l) + off, N, C, rows);
             col += rows;
         }
+        if (m->lora) dt_lora_mm_backward_sh(m, dst, d, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, ids[0], l, j, N, C, W);
         if (j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
     }
 }

@@ -256,7 +256,8 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
-    if (!r.tr.model.lora) DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
+    /* canonical checkpoints: a LoRA run's adapters too under tensor parallelism */
+    if (!r.tr.model.lora || dt_tp_size(&r.tr.model.opts) > 1) DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
     if (r.loader) {
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
@@ -293,7 +294,8 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         dt_log_info(ctx, "LoRA rank %d, alpha %g, targets %s: %zu trainable parameters; frozen base %s, XXH3 %016llx",
                     t->model_opts.lora.rank, (double)(t->model_opts.lora.alpha > 0 ? t->model_opts.lora.alpha
                                                                                    : (float)t->model_opts.lora.rank),
-                    cfg->lora_targets, r.tr.model.ps.n_params, t->model_opts.lora.nf4 ? "nf4" : "fp32",
+                    cfg->lora_targets, dt_lora_num_params(&r.tr.model.cfg, &t->model_opts.lora), /* all TP shards */
+                    t->model_opts.lora.nf4 ? "nf4" : "fp32",
                     (unsigned long long)r.base_hash);
     }
     if (cfg->resume[0]) DT_CHECK_GOTO(run_resume(ctx, &r, cfg, comm, world, &start, &resumed));

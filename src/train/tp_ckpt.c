@@ -4,16 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/lora.h"
 #include "parallel/mesh.h"
+
+/* The layout (no slabs) of the store a process holding o's shards has: the family's tensors,
+ * or under LoRA the adapters (decision 69: cut like their base). */
+static dt_status store_layout(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, const dt_model_config *cfg,
+                              const dt_model_opts *o, dt_params *ps) {
+    if (m->lora) return dt_lora_adapters_init(ctx, ps, cfg, o, &c->alloc, 0);
+    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
+    int nt = dt_model_tensors_tp(cfg, o, table);
+    return dt_params_init(ctx, ps, table, nt, cfg->n_layer, &c->alloc, 0);
+}
 
 /* The runs of TP rank t's store (tp shards of which it holds shard t) into canon. */
 static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, int t, dt_canon_run **out, size_t *n) {
     dt_model_opts o = m->opts;
     o.tp_local = 1, o.tp_first = t;
-    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
-    int nt = dt_model_tensors_tp(&m->cfg, &o, table);
     dt_params ps;
-    DT_CHECK(dt_params_init(ctx, &ps, table, nt, m->cfg.n_layer, &c->alloc, 0));
+    DT_CHECK(store_layout(ctx, c, m, &m->cfg, &o, &ps));
     dt_status st = dt_params_canon_runs(ctx, &ps, &c->canon, out, n);
     dt_params_free(&ps);
     return st;
@@ -27,9 +36,9 @@ dt_status dt_tp_ckpt_init(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr) {
     dt_alloc_init(&c->alloc);
     dt_model_config cc = tr->cfg.model; /* the unsplit model: its own vocabulary padding */
     DT_CHECK(dt_model_config_validate(ctx, &cc));
-    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
-    int nt = dt_model_tensors(&cc, table);
-    DT_CHECK(dt_params_init(ctx, &c->canon, table, nt, cc.n_layer, &c->alloc, 0));
+    dt_model_opts o1 = m->opts; /* no tensor parallelism */
+    o1.tp = o1.tp_local = o1.tp_first = o1.sp = 0;
+    DT_CHECK(store_layout(ctx, c, m, &cc, &o1, &c->canon));
     c->view.fam = m->fam;
     c->view.cfg = cc;
     c->view.ps = c->canon;

@@ -5,7 +5,8 @@
  * test mode), dp, ZeRO stage or tp = 1, and HF export, eval and sample read it unchanged.
  *
  *   the model file: the TP group's stores gathered and laid out canonically (world rank 0
- *                   writes it, as under ZeRO-3);
+ *                   writes it, as under ZeRO-3); a LoRA run's store is its adapters, canonical
+ *                   as a tp = 1 run's;
  *   the optimizer:  each rank writes its own moments as pieces of the canonical space (a
  *                   row-parallel shard is one piece per row of its block), whatever rank of
  *                   a TP or data-parallel group it is; a resuming rank fills its moments from
@@ -21,7 +22,7 @@
 #include "train/trainer.h"
 
 typedef struct dt_tp_ckpt {
-    int live;             /* initialised (a LoRA run has none: its store is the adapters') */
+    int live;             /* initialised (a LoRA run without tensor parallelism has none) */
     int on;               /* tensor parallelism (model_opts.tp > 1): parameters are mapped; without
                              it the runs still leave vocabulary padding out of a resume's
                              pieces (a tensor-parallel run's files hold none) */

@@ -110,7 +110,7 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     double state = 16.0 * psi / world;
     if (mo.lora.rank > 0) { /* LoRA: the adapters' state sharded, plus the whole frozen base */
         size_t b[DT_MEM_NKINDS] = {0};
-        dt_lora_plan(&cfg->model, &mo.lora, b);
+        dt_lora_plan(&cfg->model, &mo, b);
         state = 16.0 * (double)dt_lora_num_params(&cfg->model, &mo.lora) / world + (double)b[DT_MEM_PARAMS];
     }
     double need = acts + state, have = avail / local;
@@ -153,8 +153,8 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     const dt_lora_cfg *lora = &cfg->model_opts.lora;
     if (lora->rank > 0) { /* ps: the adapters; the frozen base besides (dt_lora_plan) */
         DT_CHECK(dt_lora_validate(ctx, &mc, lora));
-        DT_CHECK(dt_lora_adapters_init(ctx, &ps, &mc, lora, &a, 0));
-        DT_CHECK(dt_lora_base_init(ctx, &base, &mc, lora, &a, 0));
+        DT_CHECK(dt_lora_adapters_init(ctx, &ps, &mc, &mo, &a, 0)); /* tensor parallelism: this rank's shards */
+        DT_CHECK(dt_lora_base_init(ctx, &base, &mc, &mo, &a, 0));
     } else {
         DT_CHECK(dt_params_init(ctx, &ps, table, n, mc.n_layer, &a, 0));
     }
@@ -168,7 +168,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
     if (lora->rank > 0) { /* the windows narrow the base, which every strategy holds whole */
         dt_model_lowp_plan(&base, &mo, DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len, bytes);
-        dt_lora_plan(&mc, lora, bytes);
+        dt_lora_plan(&mc, &mo, bytes);
         dt_params_free(&base);
     } else {
         dt_model_lowp_plan(&ps, &mo, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len,
