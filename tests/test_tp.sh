@@ -362,8 +362,20 @@ check "LoRA tp 2 checkpoint resumed in the blocks mode: continues bitwise" lora_
 cmp -s "$dir/ck_lora_tp2/step-00000010/model.safetensors" "$dir/ck_lora_res/step-00000010/model.safetensors" &&
   pass "LoRA tp 2 checkpoint resumed in the blocks mode: the same final adapters file" ||
   fail "the final adapter files of LoRA tp 2 and its blocks-mode resume differ"
-refuse "LoRA tp 2 checkpoint resumed at tp 1 (the base hash is the shards')" 1 "written by a LoRA run with parallel.tp=2" \
-  "${lt[@]}" --resume "$dir/ck_lora_tp2/step-00000005"
+# at tp 1 (another layout): the base's layout-free fingerprint matches, the adapters and their
+# moments reshard; the last 5 steps within 1e-5 of the plain run's and its final adapters within
+# 1e-4 of the plain run's (sums in another order)
+cp "$dir/lora_tp2.jsonl" "$dir/lora_res1.jsonl" # steps 1-5 from tp 2; the resume appends (and re-logs) 6-10
+run lora_res1 1 "${lt[@]}" --resume "$dir/ck_lora_tp2/step-00000005" --set checkpoint.dir="$dir/ck_lora_res1" "${ck_l[@]}"
+check "LoRA tp 2 checkpoint resumed at tp 1 vs plain tp 1 LoRA" lora_plain lora_res1 1e-5 10
+if out=$(cmp_runs "$dir/lora_res1.jsonl" "$dir/ck_lora_res1/step-00000010/model.safetensors" "$dir/lora_plain.jsonl" \
+    "$dir/ck_lora_plain/step-00000010/model.safetensors" 1e-4 2>&1); then
+  pass "LoRA tp 2 checkpoint resumed at tp 1: final adapters within 1e-4 of plain tp 1's: $(echo "$out" | tail -1)"
+else fail "LoRA tp 2 -> tp 1 resume: $(echo "$out" | tail -3)"; fi
+grep -q '"lora_base_fp": "[0-9a-f]\{16\}"' "$dir/ck_lora_tp2/step-00000005/trainer.json" &&
+  [ "$(sed -n 's/.*"lora_base_fp": "\(.*\)".*/\1/p' "$dir/ck_lora_tp2/step-00000005/trainer.json")" = \
+    "$(sed -n 's/.*"lora_base_fp": "\(.*\)".*/\1/p' "$dir/ck_lora_plain/step-00000005/trainer.json")" ] &&
+  pass "LoRA: the base fingerprint of tp 2 == tp 1's (layout-free)" || fail "LoRA base fingerprints differ between tp 2 and tp 1"
 # ZeRO-3 over the data-parallel ranks: the adapters' windows gathered per unit, as any store's
 run lora_blocks_dp2 2 "${lt[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true "${noclip[@]}"
 run lora_z3 4 "${lt[@]}" --set parallel.tp=2 --set parallel.strategy=zero3 "${noclip[@]}"
@@ -378,8 +390,10 @@ check "LoRA (gpt2, bf16, full checkpointing): tp 2 x dp 2 == blocks x dp 2, bitw
 model=(--set model.preset=llama-tiny --seq 32 --model.d_model 128 --set model.d_ff=256)
 lq=(--set lora.targets=q,k,v,o,gate,up,down --set lora.base_dtype=nf4 "${lora[@]}")
 run qlora_blocks 1 "${lq[@]}" --set parallel.tp=2 --set parallel.tp_blocks=true
-run qlora_tp2 2 "${lq[@]}" --set parallel.tp=2
+run qlora_tp2 2 "${lq[@]}" --set parallel.tp=2 --set checkpoint.dir="$dir/ck_qlora_tp2" "${ck_l[@]}"
 check "QLoRA (llama, NF4 base): tp 2 on 2 ranks == blocks mode, bitwise" qlora_tp2 qlora_blocks bitwise 10
+refuse "QLoRA tp 2 checkpoint resumed at tp 1 (the NF4 base is quantized shard by shard)" 1 \
+  "written by a LoRA run with parallel.tp=2" "${lq[@]}" --resume "$dir/ck_qlora_tp2/step-00000005"
 model=("${gpt[@]}")
 refuse "QLoRA whose shards are not whole NF4 blocks" 1 "lora.base_dtype=nf4 with parallel.tp=2: a shard of" \
   --set lora.rank=4 --set lora.base_dtype=nf4 --set parallel.tp=2 --set parallel.tp_blocks=true

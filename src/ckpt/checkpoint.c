@@ -56,6 +56,7 @@ char *dt_ckpt_trainer_json(const dt_ckpt_trainer *t, const char *config_yaml, si
         fprintf(f, "  \"lora_base\": \"xxh3:%016" PRIx64 "\",\n  \"lora_rank\": %d,\n  \"lora_alpha\": %.9g,\n"
                 "  \"lora_targets\": \"%s\",\n  \"lora_dropout\": %.9g,\n", t->lora_base, t->lora_rank, t->lora_alpha, tg,
                 t->lora_dropout);
+        if (t->lora_base_fp) fprintf(f, "  \"lora_base_fp\": \"%016" PRIx64 "\",\n", t->lora_base_fp);
     }
     if (t->has_sampler)
         fprintf(f,
@@ -156,6 +157,13 @@ dt_status dt_ckpt_parse_trainer(dt_ctx *ctx, const char *text, size_t n, const c
         out->lora_base = (uint64_t)lh;
     } else if (lb && !bad) {
         bad = "lora_base";
+    }
+    const cJSON *lf = cJSON_GetObjectItemCaseSensitive(r, "lora_base_fp"); /* absent before it existed: none */
+    if (out->lora && lf && !bad) {
+        if (cJSON_IsString(lf) && strlen(lf->valuestring) == 16 && sscanf(lf->valuestring, "%16llx%c", &lh, &tail) == 1)
+            out->lora_base_fp = (uint64_t)lh;
+        else
+            bad = "lora_base_fp";
     }
     if (out->lora && !bad) {
         const cJSON *tg = cJSON_GetObjectItemCaseSensitive(r, "lora_targets");

@@ -48,6 +48,7 @@ typedef struct dt_ckpt_trainer {
     long loss_scale_good, overflows;
     int lora;              /* a LoRA run: the model file holds only the adapters */
     uint64_t lora_base;    /* its frozen base's XXH3-64 (model/lora.h dt_lora_base_hash) */
+    uint64_t lora_base_fp; /* its layout-free fingerprint (dt_lora_base_fingerprint; 0: none) */
     int lora_rank;         /* the adapters' rank, alpha and targets (model.h dt_lora_cfg) */
     double lora_alpha;
     unsigned lora_targets;

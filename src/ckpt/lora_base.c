@@ -118,7 +118,7 @@ dt_status dt_lora_base_load(dt_ctx *ctx, dt_model *m, const char *path) {
 }
 
 dt_status dt_lora_check_resume(dt_ctx *ctx, const char *dir, const dt_ckpt_trainer *tj, const dt_model *m,
-                               uint64_t base_hash) {
+                               uint64_t base_hash, uint64_t base_fp) {
     const dt_lora_cfg *lo = &m->opts.lora;
     if (tj->lora != m->lora)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: written by a %s run, this run is %s", dir,
@@ -133,10 +133,17 @@ dt_status dt_lora_check_resume(dt_ctx *ctx, const char *dir, const dt_ckpt_train
                        "has %d, %g and %s", dir, tj->lora_rank, tj->lora_alpha, a, lo->rank, alpha, b);
     }
     const int tp = dt_tp_size(&m->opts), tj_tp = tj->tp > 1 ? tj->tp : 1;
+    if (tj->lora_base_fp && base_fp) { /* an fp32 base: the layout-free fingerprint decides */
+        if (tj->lora_base_fp == base_fp) return DT_OK;
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
+                       "fingerprint %016llx, this run's %016llx): use the model.init_from and training.seed of that run",
+                       dir, (unsigned long long)tj->lora_base_fp, (unsigned long long)base_fp);
+    }
     if (tj->lora_base != base_hash && tp != tj_tp) /* the hash is of the base's shards (lora.h) */
         return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: written by a LoRA run with parallel.tp=%d, this run has "
-                       "parallel.tp=%d: its lora_base hash is of the base cut into %d shards, so it resumes with "
-                       "parallel.tp=%d (a TP group or parallel.tp_blocks)", dir, tj_tp, tp, tj_tp, tj_tp);
+                       "parallel.tp=%d: its base is known only by the hash of its %d shards (an NF4 base is quantized "
+                       "shard by shard), so it resumes with parallel.tp=%d (a TP group or parallel.tp_blocks)", dir,
+                       tj_tp, tp, tj_tp, tj_tp);
     if (tj->lora_base != base_hash)
         return dt_fail(ctx, DT_ERR_CONFIG, "%s/trainer.json: its adapters were trained on another base model (base "
                        "XXH3 %016llx, this run's base %016llx): use the model.init_from, lora.base_dtype and "

@@ -21,9 +21,10 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
 dt_status dt_lora_base_load(dt_ctx *ctx, dt_model *m, const char *path);
 /* A resume of m from checkpoint dir (its trainer.json read into tj): refuses a LoRA
  * checkpoint for a full run and the reverse, another rank, alpha or target set, and
- * another base (base_hash: dt_lora_base_hash of m's), in one line naming dir. */
+ * another base (base_hash: dt_lora_base_hash of m's; base_fp: dt_lora_base_fingerprint, which
+ * compares across tensor-parallel layouts when both have one), in one line naming dir. */
 struct dt_ckpt_trainer;
 dt_status dt_lora_check_resume(dt_ctx *ctx, const char *dir, const struct dt_ckpt_trainer *tj, const dt_model *m,
-                               uint64_t base_hash);
+                               uint64_t base_hash, uint64_t base_fp);
 
 #endif

@@ -480,6 +480,58 @@ uint64_t dt_lora_base_hash(dt_model *m) {
     return h;
 }
 
+static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Shard j's part of the fingerprint: its elements of every tensor (replicated ones: shard 0). */
+static uint64_t shard_fingerprint(const dt_model *m, int j, int first) {
+    const dt_params *b = &m->base;
+    uint64_t sum = 0;
+    for (int id = 0; id < b->n_tensors; id++) {
+        const dt_tensor_info *t = &b->tensors[id];
+        const int split = t->tp_k > 1 && t->split;
+        if (!split && first + j != 0) continue;
+        const size_t len = dt_tensor_shard_len(t), off = split ? (size_t)j * len : 0;
+        /* the vocabulary's padding rows (their number depends on tp) are not the model */
+        const size_t end = split ? t->g_file_rows * t->g_cols : t->file_rows * t->cols;
+        for (int l = 0; l < dt_params_copies(b, id); l++) {
+            const float *w = dt_params_tensor(b, b->params, id, l) + off;
+            const uint64_t key = mix64(((uint64_t)id << 32) ^ (uint64_t)l);
+            for (size_t i = 0; i < len; i++) {
+                int sh;
+                const size_t gi = dt_params_global_index(t, off + i, &sh);
+                if (gi >= end) continue;
+                uint32_t bits;
+                memcpy(&bits, &w[i], sizeof bits);
+                sum += mix64(key ^ mix64(((uint64_t)gi << 32) ^ bits));
+            }
+        }
+    }
+    return sum;
+}
+
+uint64_t dt_lora_base_fingerprint(dt_model *m) {
+    if (m->lora_q) return 0;
+    const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), first = dt_tp_first(&m->opts);
+    float hs[2 * 64] = {0}; /* shard r's part in floats 2r, 2r + 1 (bits; k <= 64: parallel.c) */
+    for (int j = 0; j < nb; j++) {
+        uint64_t h = shard_fingerprint(m, j, first);
+        memcpy(hs + 2 * (first + j), &h, sizeof h);
+    }
+    if (nb < k && m->tp_ops.allgather && m->tp_ops.allgather(m->tp_ops.ud, hs, 2)) m->tp_failed = 1;
+    uint64_t sum = 0;
+    for (int r = 0; r < k; r++) {
+        uint64_t h;
+        memcpy(&h, hs + 2 * r, sizeof h);
+        sum += h;
+    }
+    return sum ? sum : 1; /* 0 means "none" */
+}
+
 int dt_lora_unit(const dt_model *m, int u, int *first) {
     /* by index, not offset: an NF4 base's all-matmul units are empty, so their offsets are
      * the next unit's */

@@ -80,6 +80,13 @@ size_t dt_lora_full_floats(const dt_model *m);
  * tensor in store order, then its NF4 tensors), whoever holds them: a TP group's ranks (a
  * collective: it gathers them over m->tp_ops) and the blocks mode agree. */
 uint64_t dt_lora_base_hash(dt_model *m);
+/* A fingerprint of an fp32 base that does not depend on the layout: the sum (mod 2^64) over
+ * every element of the unsplit, unpadded base of a 64-bit mix of (tensor, layer, canonical
+ * index, value bits). Each shard adds its elements (a replicated tensor is added by shard 0
+ * only) and a TP group's parts are added (a collective over m->tp_ops), so tp = 1, any tp and
+ * the blocks mode agree: a checkpoint of one layout resumes in another (decision 69). 0 for an
+ * NF4 base, whose shards are quantized per layout. */
+uint64_t dt_lora_base_fingerprint(dt_model *m);
 
 /* The adapter unit of base unit u (-1: none, PRE/POST); *first (may be NULL): u is the
  * lowest base unit of its layer (the last one a backward ends). */

@@ -102,6 +102,7 @@ dt_status run_save_stage(dt_ctx *ctx, run_state *r, dt_comm *comm, const dt_run_
     tj.overflows = r->tr.scaler.overflows;
     tj.lora = r->tr.model.lora;
     tj.lora_base = r->base_hash;
+    tj.lora_base_fp = r->base_fp;
     tj.lora_rank = t->model_opts.lora.rank;
     tj.lora_alpha = t->model_opts.lora.alpha > 0.0f ? t->model_opts.lora.alpha : (float)t->model_opts.lora.rank;
     tj.lora_targets = t->model_opts.lora.targets;
@@ -200,7 +201,7 @@ static dt_status load_step(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, con
     if (tj.has_sampler != (r->sampler != NULL))
         return dt_fail(ctx, DT_ERR_CONFIG, "%s: %s data.train, this run %s", dir,
                        tj.has_sampler ? "trained on" : "trained without", r->sampler ? "has one" : "has none");
-    DT_CHECK(dt_lora_check_resume(ctx, dir, &tj, &r->tr.model, r->base_hash)); /* LoRA: the same base, rank, targets */
+    DT_CHECK(dt_lora_check_resume(ctx, dir, &tj, &r->tr.model, r->base_hash, r->base_fp)); /* LoRA: the same base, rank, targets */
     long gb_old = (long)tj.world * tj.micro_batch * tj.accum, gb = (long)world * t->micro_batch * t->accum;
     if (gb_old != gb)
         dt_log_warn(ctx, "resuming with a global batch of %ld sequences (the checkpoint used %ld): the "

@@ -56,6 +56,7 @@ typedef struct run_state {
     long steps_run;
     long updates, skipped_nonfinite, skipped_overflow; /* this process's steps, by outcome */
     uint64_t base_hash; /* LoRA: XXH3-64 of the frozen base (checkpoints refer to it) */
+    uint64_t base_fp;   /* LoRA: its layout-free fingerprint (0: an NF4 base) */
     dt_tp_ckpt tpc;     /* the canonical index space of checkpoints (train/tp_ckpt.h) */
 } run_state;
 
