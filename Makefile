@@ -41,9 +41,12 @@ fuzz: deps
 # ZeRO-3, bitwise against an uninterrupted run), the memory of the large presets and the
 # mixed-precision convergence runs (fp32/bf16/fp16 on the demo corpus) after the regular suite;
 # last, Top-K 1% against uncompressed after 1000 steps (issue 14's 2% target, after 100
-# uncompressed warm-up steps: docs/ARCHITECTURE.md decision 44).
+# uncompressed warm-up steps: docs/ARCHITECTURE.md decision 44); tensor parallelism on larger
+# matrices (tp 4 against its blocks mode) and a kill storm on a tensor-parallel pair.
 test-long: test
 	@bash tests/long/kill_storm.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/storm
+	@KILLS=10 STEPS=200 STRATS=ddp EXTRA="--set parallel.tp=2" bash tests/long/kill_storm.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/storm-tp
+	@bash tests/long/tp.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/tp-long
 	@bash tests/long/convergence.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/convergence
 	@bash tests/test_memory.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/memory-long gpt2 llama-100m vit-b16
 	@bash tests/long/compression.sh $(abspath $(BUILD))/dtrain $(abspath $(BUILD))/compression

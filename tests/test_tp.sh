@@ -45,45 +45,7 @@ gpt=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 -
 train=(--batch 2 --steps 20 --lr 3e-3 --warmup 3 --seed 11
        --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
 model=("${gpt[@]}")
-run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-water; ranks per
-        # simulated node: PPN, 2 by default)
-  local name=$1 n=$2; shift 2
-  if [ "$n" = 1 ]; then
-    "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
-  else
-    timeout 300 "${mpi[@]}" -n "$n" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / ${PPN:-2})) exec "$0" "$@"' \
-      "$bin" train "${model[@]}" "${train[@]}" --set logging.metrics="$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
-  fi || { fail "$name: $(tail -3 "$dir/$name.log")"; return 1; }
-  [ -n "${nohw:-}" ] || grep -q "memory high-water: allocator=\([0-9]*\) plan=\1 " "$dir/$name.log" ||
-    fail "$name: allocator high-water is not the plan: $(grep 'high-water' "$dir/$name.log")"
-}
-# compare A B MODE [N]: the steps B logged (N of them, 20 by default) against A's; MODE bitwise
-# (losses and gradient norms identical) or a relative tolerance on the losses
-compare() {
-  /usr/bin/python3 - "$dir/$1.jsonl" "$dir/$2.jsonl" "$3" "${4:-20}" <<'PY'
-import json, math, sys
-def rows(p):  # an fp16 overflow step (skipped, its scale halved) logs a null norm: kept as "overflow"
-    return {j["step"]: (j["loss"], "overflow" if j.get("overflow") else j["grad_norm"])
-            for j in map(json.loads, open(p)) if j.get("step") and "loss" in j}
-a, b, mode, want = rows(sys.argv[1]), rows(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-if len(b) != want or not set(b) <= set(a): sys.exit(f"{len(b)} steps logged (want {want}), {len(a)} in the reference")
-for s in b:
-    if not all(v == "overflow" or math.isfinite(v) for v in a[s] + b[s]): sys.exit(f"step {s} non-finite: {a[s]} {b[s]}")
-if mode == "bitwise":
-    bad = [s for s in sorted(b) if a[s] != b[s]]
-    if bad: sys.exit(f"steps {bad} differ: {a[bad[0]]} vs {b[bad[0]]}")
-    print(f"{want} losses and gradient norms identical (steps {min(b)}-{max(b)}, last loss {b[max(b)][0]})")
-else:
-    tol = float(mode)
-    err = max(abs(a[s][0] - b[s][0]) / abs(a[s][0]) for s in b)
-    if not err <= tol: sys.exit(f"losses differ by {err:.3g} relative (> {tol})")
-    print(f"{want} losses within {err:.3g} relative (<= {tol})")
-PY
-}
-check() { # WHAT A B MODE [N]
-  local out
-  if out=$(compare "$2" "$3" "$4" "${5:-20}" 2>&1); then pass "$1: $out"; else fail "$1: $out"; fi
-}
+. "$(dirname "$0")/tp_lib.sh" # run, compare, check
 
 run plain 1
 run blocks 1 --set parallel.tp=2 --set parallel.tp_blocks=true

@@ -60,7 +60,7 @@ static const key_def keys[] = {
     NUM("model.expert_d_ff", K_INT, train.model.expert_d_ff, "llama: each expert's SwiGLU width (0 = model.d_ff)"),
     STR("model.init_from", init_from, "start from these weights: a dtrain model file or checkpoint, a Hugging Face directory (config.json + safetensors), or an llm.c gpt2_*.bin ('' = random init)"),
     STR("data.train", data_train, "training tokens: shard file, glob or comma list ('' = synthetic)"),
-    STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r> ('' = off)"),
+    STR("data.ledger", ledger, "test aid: append each step's consumed sample ids to FILE.rank<r>, r the data-parallel rank (under tensor parallelism the first rank of each TP group writes it) ('' = off)"),
     STR("data.val", data_val, "validation tokens: shard file, glob or comma list ('' = none)"),
     ENUM("data.format", data_format, "auto|llmc|raw16|idx", "shard format (auto: llm.c header if present; idx: IDX images + labels)"),
     NUM("data.shuffle", K_BOOL, data_shuffle, "shuffle samples each epoch (seeded)"),

@@ -91,7 +91,7 @@ static dt_status evaluate(dt_ctx *ctx, run_state *r, dt_comm *comm, long step) {
 /* ---- the per-sample ledger (data.ledger): one line per step and rank, written with one
  * write(2) so a kill never leaves half a line: "step incarnation id id ...". */
 
-static dt_status ledger_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int rank) {
+static dt_status ledger_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, dt_comm *comm, int rank, int writes) {
     r->ledger_fd = -1;
     if (!cfg->ledger[0]) return DT_OK;
     if (!r->sampler) return dt_fail(ctx, DT_ERR_CONFIG, "data.ledger needs data.train (sample ids come from files)");
@@ -100,6 +100,7 @@ static dt_status ledger_open(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, d
     int64_t inc = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     DT_CHECK(dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, &inc, sizeof inc, 0)); /* one id per incarnation */
     r->incarnation = (uint64_t)inc;
+    if (!writes) return DT_OK;
     char path[DT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s.rank%d", cfg->ledger, rank);
     r->ledger_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -302,7 +303,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (cfg->resume[0]) DT_CHECK_GOTO(run_resume(ctx, &r, cfg, comm, world, &start, &resumed));
     if (cfg->init_from[0] && !resumed && !r.tr.model.lora) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
     DT_CHECK_GOTO(run_saver_open(ctx, &r, cfg, world, rank));
-    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, rank));
+    /* a data-parallel rank's samples, recorded by the first rank of its TP group (the others
+     * read the same ones): the ledger's files are one per data-parallel rank */
+    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, dp_rank, rank == dp_rank * (world / dp_world)));
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
     /* logging.metrics auto: next to the checkpoints (the run's own folder), never into the

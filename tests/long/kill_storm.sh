@@ -8,7 +8,8 @@
 # the per-sample ledger must show every sample exactly once per epoch. Under DDP and ZeRO-3.
 #   kill_storm.sh BIN DIR
 # make test-long: KILLS=22 over 600 steps (the defaults); CTest test_kill_storm_short (make
-# test): KILLS=5 STEPS=100. STRATS (default "ddp zero3"), DELAY_MS per step (default 60).
+# test): KILLS=5 STEPS=100. STRATS (default "ddp zero3"), DELAY_MS per step (default 60), EXTRA:
+# more train arguments (make test-long: a storm on a tensor-parallel pair, --set parallel.tp=2).
 set -uo pipefail
 bin=$1
 dir=$2
@@ -25,7 +26,7 @@ raw16_tokens tok.bin
 common=(--set model.preset= --model.n_layer 2 --model.d_model 64 --model.n_head 4 --model.vocab_size 256
         --model.context 32 --seq 32 --batch 4 --set training.batch=8 --steps $steps
         --set schedule.decay_steps=$steps --set optimizer.lr=3e-3 --data tok.bin --set data.format=raw16
-        --set logging.progress=lines --set checkpoint.every=5 --set checkpoint.keep_last=2)
+        --set logging.progress=lines --set checkpoint.every=5 --set checkpoint.keep_last=2 ${EXTRA:-})
 final=ck/step-$(printf %08d $steps)
 
 for strat in $strats; do
