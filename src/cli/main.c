@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "core/log.h"
+#include "ops/backend.h"
 #include "ops/cpu/isa.h"
 
 static void usage(FILE *f) {
@@ -63,8 +64,9 @@ int main(int argc, char **argv) {
         printf("dtrain %s\n", DT_VERSION);
         return DT_EXIT_OK;
     }
-    /* The kernel path (cpuid, DTRAIN_ISA) is fixed before any kernel or oneDNN call. */
-    if (dt_isa_init(&ctx) != DT_OK) {
+    /* The compute backend (DTRAIN_BACKEND, ops/backend.h) and the CPU kernel path (cpuid,
+     * DTRAIN_ISA) are fixed before any kernel or oneDNN call. */
+    if (dt_backend_init(&ctx) != DT_OK || dt_isa_init(&ctx) != DT_OK) {
         dt_log_error(&ctx, "%s", ctx.err);
         return DT_EXIT_USAGE;
     }

@@ -3,7 +3,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dt_alloc_init(dt_alloc *a) { memset(a, 0, sizeof *a); }
+static void *host_alloc(size_t bytes) {
+    size_t rounded = (bytes + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN;
+    if (rounded == 0) rounded = DT_ALIGN;
+    void *p = NULL;
+    if (posix_memalign(&p, DT_ALIGN, rounded) != 0 || p == NULL) return NULL;
+    memset(p, 0, rounded);
+    return p;
+}
+
+static void host_free(void *p, size_t bytes) {
+    (void)bytes;
+    free(p);
+}
+
+const dt_mem_ops dt_mem_host = {"cpu", host_alloc, host_free};
+static const dt_mem_ops *g_default = &dt_mem_host;
+
+void dt_alloc_set_default(const dt_mem_ops *mem) { g_default = mem ? mem : &dt_mem_host; }
+
+void dt_alloc_init(dt_alloc *a) {
+    memset(a, 0, sizeof *a);
+    a->mem = g_default;
+}
 
 dt_status dt_alloc_get(dt_ctx *ctx, dt_alloc *a, dt_mem_kind kind, size_t bytes, void **out) {
     DT_ASSERT(kind >= 0 && kind < DT_MEM_NKINDS);
@@ -14,13 +36,11 @@ dt_status dt_alloc_get(dt_ctx *ctx, dt_alloc *a, dt_mem_kind kind, size_t bytes,
         return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate %zu bytes for %s (injected failure)",
                        bytes, dt_mem_kind_name(kind));
     }
-    size_t rounded = (bytes + DT_ALIGN - 1) / DT_ALIGN * DT_ALIGN;
-    if (rounded == 0) rounded = DT_ALIGN;
-    void *p = NULL;
-    if (posix_memalign(&p, DT_ALIGN, rounded) != 0 || p == NULL)
-        return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate %zu bytes for %s", bytes,
-                       dt_mem_kind_name(kind));
-    memset(p, 0, rounded);
+    if (!a->mem) a->mem = g_default; /* a zero-initialised dt_alloc */
+    void *p = a->mem->alloc(bytes);
+    if (p == NULL)
+        return dt_fail(ctx, DT_ERR_NOMEM, "cannot allocate %zu bytes for %s (%s memory)", bytes,
+                       dt_mem_kind_name(kind), a->mem->owner);
     a->cur[kind] += bytes;
     if (a->cur[kind] > a->peak[kind]) a->peak[kind] = a->cur[kind];
     a->total_cur += bytes;
@@ -34,7 +54,7 @@ void dt_alloc_put(dt_alloc *a, dt_mem_kind kind, void *p, size_t bytes) {
     DT_ASSERT(a->cur[kind] >= bytes);
     a->cur[kind] -= bytes;
     a->total_cur -= bytes;
-    free(p);
+    a->mem->free(p, bytes);
 }
 
 const char *dt_mem_kind_name(dt_mem_kind kind) {

@@ -26,7 +26,21 @@ typedef enum dt_mem_kind {
 
 #define DT_ALIGN 64
 
+/* Where a dt_alloc's blocks come from: the memory of a compute backend (ops/backend.h), named
+ * by its owner. alloc returns `bytes` zeroed bytes aligned to DT_ALIGN, or NULL. */
+typedef struct dt_mem_ops {
+    const char *owner;
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p, size_t bytes);
+} dt_mem_ops;
+
+/* Host memory (posix_memalign, zeroed): the CPU backend's. */
+extern const dt_mem_ops dt_mem_host;
+/* The memory dt_alloc_init gives from now on (the active backend's: dt_backend_use sets it). */
+void dt_alloc_set_default(const dt_mem_ops *mem);
+
 typedef struct dt_alloc {
+    const dt_mem_ops *mem; /* the backend memory every block of this allocator is */
     size_t cur[DT_MEM_NKINDS];
     size_t peak[DT_MEM_NKINDS];
     size_t total_cur, total_peak;
@@ -35,6 +49,7 @@ typedef struct dt_alloc {
     long failed;  /* injected failures so far, so a test knows the fault fired */
 } dt_alloc;
 
+/* Zeroed counters; blocks from the default memory (dt_alloc_set_default). */
 void dt_alloc_init(dt_alloc *a);
 
 /* Allocates `bytes` zeroed bytes aligned to DT_ALIGN and counts them under `kind`. */

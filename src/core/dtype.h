@@ -6,4 +6,7 @@
 
 typedef enum dt_dtype { DT_F32, DT_F64, DT_I64, DT_BF16, DT_F16 } dt_dtype;
 
+/* "fp32", "bf16", "fp16", "fp64", "int64". */
+const char *dt_dtype_name(dt_dtype dt);
+
 #endif

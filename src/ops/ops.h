@@ -145,9 +145,6 @@ float dt_exp_sum(float *y, const float *x, float shift, int n);
  * Conversions give the same bits on every ISA path. */
 /* dt_dtype (core/dtype.h): DT_F32, DT_BF16 and DT_F16 here. */
 
-/* "fp32", "bf16", "fp16" (and "fp64", "int64"). */
-const char *dt_dtype_name(dt_dtype dt);
-
 /* dst (n) = src rounded to bfloat16, to nearest with ties to even (f32 subnormals too: no
  * flushing); NaN gives a quiet NaN of the same sign, Inf stays Inf. */
 void dt_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
@@ -290,5 +287,14 @@ void dt_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate,
  * the allocator like oneDNN's scratchpads): at most DT_NF4_PANEL floats plus their 16-bit
  * copy unless a K-long row or column is larger. */
 size_t dt_nf4_panel_bytes(void);
+
+/* ---- bulk memory of the active backend (backend.h): tensor copies and fills go through
+ * these, never memcpy/memset, in model/, parallel/, optim/ (a CI check holds that). */
+/* dst = src, `bytes` bytes (the ranges may overlap). */
+void dt_copy(void *dst, const void *src, size_t bytes);
+/* Every byte of dst = byte. */
+void dt_fill(void *dst, int byte, size_t bytes);
+/* Waits for the operations issued so far (the CPU backend: returns at once). */
+void dt_sync(void);
 
 #endif

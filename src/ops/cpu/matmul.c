@@ -56,7 +56,7 @@ static void sgemm_onednn(char ta, char tb, long M, long N, long K, const float *
     DT_ASSERT(s == dnnl_success);
 }
 
-void dt_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                        int C, int OC) {
     float beta = 0.0f;
     if (bias) {
@@ -68,7 +68,7 @@ void dt_matmul_forward(float *out, const float *inp, const float *w, const float
     sgemm('N', 'T', N, OC, C, inp, C, w, C, beta, out, OC);
 }
 
-void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         const float *inp, const float *w, int N, int C, int OC) {
     /* dinp (N,C) = dout (N,OC) . w (OC,C) */
     if (dinp) sgemm('N', 'N', N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
@@ -77,12 +77,12 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     if (dbias) dt_cpu_kernels_get()->bias_backward(dbias, dout, N, OC);
 }
 
-void dt_matmul_forward_ld(float *out, int ldo, const float *inp, const float *w, int N, int C,
+void dt_cpu_matmul_forward_ld(float *out, int ldo, const float *inp, const float *w, int N, int C,
                           int OC) {
     sgemm('N', 'T', N, OC, C, inp, C, w, C, 0.0f, out, ldo);
 }
 
-void dt_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *dout, int ldd,
+void dt_cpu_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *dout, int ldd,
                            const float *inp, const float *w, int N, int C, int OC) {
     if (dinp) sgemm('N', 'N', N, C, OC, dout, ldd, w, C, accumulate ? 1.0f : 0.0f, dinp, C);
     if (dw) sgemm('T', 'N', OC, C, N, dout, ldd, inp, C, 1.0f, dw, C);
@@ -122,7 +122,7 @@ static void sq_sgemm(void *p) {
 
 /* Median (and best) GFLOP/s of sgemm on n x n x n over `reps` runs after one warm-up run;
  * 0 if memory runs out. Uses the current OpenMP thread count. */
-double dt_matmul_peak_gflops(int n, int reps, double *best) {
+double dt_cpu_matmul_peak_gflops(int n, int reps, double *best) {
     size_t nn = (size_t)n * n;
     float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float)),
           *c = malloc(nn * sizeof(float));

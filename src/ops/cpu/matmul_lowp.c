@@ -308,7 +308,7 @@ void dt_gemm_lowp(dt_dtype dt, char ta, char tb, long M, long N, long K, const u
     gemm_lp(dt, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, 1);
 }
 
-int dt_lowp_gemm_native(dt_dtype dt) {
+int dt_cpu_lowp_gemm_native(dt_dtype dt) {
     if (dt != DT_BF16 && dt != DT_F16) return 0;
     if (dt_isa_matmul_ref() || !native_allowed()) return 0;
     /* A representative problem: the verdict of oneDNN's implementation choice. */
@@ -320,7 +320,7 @@ int dt_lowp_gemm_native(dt_dtype dt) {
     return native;
 }
 
-void dt_matmul_lowp_cache_clear(void) {
+void dt_cpu_matmul_lowp_cache_clear(void) {
     pthread_mutex_lock(&g_lp.mu);
     for (int i = 0; i < g_lp.n; i++)
         if (g_lp.e[i].prim) dnnl_primitive_destroy(g_lp.e[i].prim);
@@ -333,7 +333,7 @@ void dt_matmul_lowp_cache_clear(void) {
     pthread_mutex_unlock(&g_lp.mu);
 }
 
-void dt_matmul_forward_lp(dt_dtype dt, float *out, const uint16_t *inp, const uint16_t *w,
+void dt_cpu_matmul_forward_lp(dt_dtype dt, float *out, const uint16_t *inp, const uint16_t *w,
                           const float *bias, int N, int C, int OC) {
     float beta = 0.0f;
     if (bias) {
@@ -345,20 +345,20 @@ void dt_matmul_forward_lp(dt_dtype dt, float *out, const uint16_t *inp, const ui
     gemm_lp(dt, 'N', 'T', N, OC, C, inp, C, w, C, beta, out, OC, 1);
 }
 
-void dt_matmul_backward_lp(dt_dtype dt, float *dinp, float *dw, float *dbias, const float *dout,
+void dt_cpu_matmul_backward_lp(dt_dtype dt, float *dinp, float *dw, float *dbias, const float *dout,
                            uint16_t *dout_lp, const uint16_t *inp, const uint16_t *w, int N,
                            int C, int OC) {
     dt_to_lowp(dt, dout_lp, dout, (size_t)N * OC);
-    dt_matmul_backward_ld_lp(dt, dinp, 0, dw, dout_lp, OC, inp, w, N, C, OC);
+    dt_cpu_matmul_backward_ld_lp(dt, dinp, 0, dw, dout_lp, OC, inp, w, N, C, OC);
     if (dbias) dt_cpu_kernels_get()->bias_backward(dbias, dout, N, OC);
 }
 
-void dt_matmul_forward_ld_lp(dt_dtype dt, float *out, int ldo, const uint16_t *inp,
+void dt_cpu_matmul_forward_ld_lp(dt_dtype dt, float *out, int ldo, const uint16_t *inp,
                              const uint16_t *w, int N, int C, int OC) {
     gemm_lp(dt, 'N', 'T', N, OC, C, inp, C, w, C, 0.0f, out, ldo, 1);
 }
 
-void dt_matmul_backward_ld_lp(dt_dtype dt, float *dinp, int accumulate, float *dw,
+void dt_cpu_matmul_backward_ld_lp(dt_dtype dt, float *dinp, int accumulate, float *dw,
                               const uint16_t *dout_lp, int ldd, const uint16_t *inp,
                               const uint16_t *w, int N, int C, int OC) {
     /* dinp (N,C) = dout (N,OC) . w (OC,C) */
@@ -381,7 +381,7 @@ static void sq_gemm(void *p) {
 }
 
 /* As dt_matmul_peak_gflops, on dt's GEMM. */
-double dt_matmul_peak_gflops_lp(dt_dtype dt, int n, int reps, double *best) {
+double dt_cpu_matmul_peak_gflops_lp(dt_dtype dt, int n, int reps, double *best) {
     size_t nn = (size_t)n * n;
     float *f = calloc(nn ? nn : 1, sizeof(float)), *c = malloc(nn * sizeof(float));
     uint16_t *a = malloc(nn * sizeof(uint16_t)), *b = malloc(nn * sizeof(uint16_t));

@@ -119,10 +119,10 @@ static inline unsigned nearest_index(float x) {
     return k;
 }
 
-dt_status dt_nf4_quantize(dt_ctx *ctx, const char *name, dt_nf4 *t, const float *w, size_t n) {
+dt_status dt_cpu_nf4_quantize(dt_ctx *ctx, const char *name, dt_nf4 *t, const float *w, size_t n) {
     DT_ASSERT(t->n == n);
     pthread_once(&g_nf4.once, nf4_init);
-    size_t bad = dt_count_nonfinite_f32(w, n);
+    size_t bad = dt_cpu_count_nonfinite_f32(w, n);
     if (bad)
         return dt_fail(ctx, DT_ERR_NUMERIC,
                        "nf4: tensor %s has %zu NaN/Inf values of %zu; cannot quantize it", name,
@@ -178,7 +178,7 @@ dt_status dt_nf4_quantize(dt_ctx *ctx, const char *name, dt_nf4 *t, const float 
 #define NF4_CHUNK 16384    /* elements per OpenMP work item */
 #define NF4_PAR_MIN 65536  /* below this, the calling thread alone */
 
-void dt_nf4_dequantize(float *dst, const dt_nf4 *t, size_t i0, size_t n) {
+void dt_cpu_nf4_dequantize(float *dst, const dt_nf4 *t, size_t i0, size_t n) {
     DT_ASSERT(i0 <= t->n && n <= t->n - i0);
     const dt_cpu_kernels *k = dt_cpu_kernels_get();
     const float *code = dt_nf4_codebook();
@@ -198,7 +198,7 @@ void dt_nf4_dequantize(float *dst, const dt_nf4 *t, size_t i0, size_t n) {
  * (rows, ld) matrix. */
 static void dequant_cols(float *dst, const dt_nf4 *t, long rows, long ld, long c0, long cols) {
     if (cols == ld) {
-        dt_nf4_dequantize(dst, t, 0, (size_t)rows * (size_t)ld);
+        dt_cpu_nf4_dequantize(dst, t, 0, (size_t)rows * (size_t)ld);
         return;
     }
     const dt_cpu_kernels *k = dt_cpu_kernels_get();
@@ -225,7 +225,7 @@ static void *panel(int which, size_t bytes) {
     return g_panel[which];
 }
 
-size_t dt_nf4_panel_bytes(void) { return g_panel_cap[0] + g_panel_cap[1]; }
+size_t dt_cpu_nf4_panel_bytes(void) { return g_panel_cap[0] + g_panel_cap[1]; }
 
 /* Rows of w (OC,C) per forward panel: whole rows, at most DT_NF4_PANEL floats (one row at
  * least). */
@@ -261,7 +261,7 @@ static void forward_nf4(dt_dtype lp, float *out, const void *inp, const dt_nf4 *
     uint16_t *q = lp != DT_F32 ? panel(1, (size_t)rb * C * sizeof(uint16_t)) : NULL;
     for (long o0 = 0; o0 < OC; o0 += rb) {
         long m = OC - o0 < rb ? OC - o0 : rb;
-        dt_nf4_dequantize(p, w, (size_t)o0 * C, (size_t)m * C);
+        dt_cpu_nf4_dequantize(p, w, (size_t)o0 * C, (size_t)m * C);
         if (lp == DT_F32) {
             dt_sgemm('N', 'T', N, m, C, inp, C, p, C, beta, out + o0, OC);
         } else {
@@ -293,23 +293,23 @@ static void backward_nf4(dt_dtype lp, float *dinp, int accumulate, const void *d
     }
 }
 
-void dt_matmul_forward_nf4(float *out, const float *inp, const dt_nf4 *w, const float *bias,
+void dt_cpu_matmul_forward_nf4(float *out, const float *inp, const dt_nf4 *w, const float *bias,
                            int N, int C, int OC) {
     forward_nf4(DT_F32, out, inp, w, bias, N, C, OC);
 }
 
-void dt_matmul_backward_nf4(float *dinp, int accumulate, const float *dout, const dt_nf4 *w,
+void dt_cpu_matmul_backward_nf4(float *dinp, int accumulate, const float *dout, const dt_nf4 *w,
                             int N, int C, int OC) {
     backward_nf4(DT_F32, dinp, accumulate, dout, w, N, C, OC);
 }
 
-void dt_matmul_forward_nf4_lp(dt_dtype dt, float *out, const uint16_t *inp, const dt_nf4 *w,
+void dt_cpu_matmul_forward_nf4_lp(dt_dtype dt, float *out, const uint16_t *inp, const dt_nf4 *w,
                               const float *bias, int N, int C, int OC) {
     DT_ASSERT(dt == DT_BF16 || dt == DT_F16);
     forward_nf4(dt, out, inp, w, bias, N, C, OC);
 }
 
-void dt_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate,
+void dt_cpu_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate,
                                const uint16_t *dout_lp, const dt_nf4 *w, int N, int C, int OC) {
     DT_ASSERT(dt == DT_BF16 || dt == DT_F16);
     backward_nf4(dt, dinp, accumulate, dout_lp, w, N, C, OC);

@@ -1,0 +1,67 @@
+/* The CPU backend (backend.h): host memory, the ISA paths' kernels (dispatch.c, kern/),
+ * oneDNN's GEMMs (matmul.c, matmul_lowp.c) and the NF4 panels (nf4.c). */
+#include <string.h>
+
+#include "ops/backend.h"
+#include "ops/cpu/kernels.h"
+
+static void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes) memmove(dst, src, bytes);
+}
+static void cpu_fill(void *dst, int byte, size_t bytes) {
+    if (bytes) memset(dst, byte, bytes);
+}
+static void cpu_sync(void) {}
+
+const dt_backend dt_backend_cpu = {
+    .name = "cpu",
+    .mem = &dt_mem_host,
+    .copy = cpu_copy,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
+    .encoder_forward = dt_cpu_encoder_forward,
+    .encoder_backward = dt_cpu_encoder_backward,
+    .pos_forward = dt_cpu_pos_forward,
+    .pos_backward = dt_cpu_pos_backward,
+    .layernorm_forward = dt_cpu_layernorm_forward,
+    .layernorm_backward = dt_cpu_layernorm_backward,
+    .matmul_forward = dt_cpu_matmul_forward,
+    .matmul_backward = dt_cpu_matmul_backward,
+    .matmul_forward_ld = dt_cpu_matmul_forward_ld,
+    .matmul_backward_ld = dt_cpu_matmul_backward_ld,
+    .attention_forward = dt_cpu_attention_forward,
+    .attention_backward = dt_cpu_attention_backward,
+    .rmsnorm_forward = dt_cpu_rmsnorm_forward,
+    .rmsnorm_backward = dt_cpu_rmsnorm_backward,
+    .rope_forward = dt_cpu_rope_forward,
+    .rope_backward = dt_cpu_rope_backward,
+    .swiglu_forward = dt_cpu_swiglu_forward,
+    .swiglu_backward = dt_cpu_swiglu_backward,
+    .gelu_forward = dt_cpu_gelu_forward,
+    .gelu_backward = dt_cpu_gelu_backward,
+    .residual_forward = dt_cpu_residual_forward,
+    .crossentropy_forward = dt_cpu_crossentropy_forward,
+    .crossentropy_backward = dt_cpu_crossentropy_backward,
+    .exp_sum = dt_cpu_exp_sum,
+    .f32_to_bf16 = dt_cpu_f32_to_bf16,
+    .bf16_to_f32 = dt_cpu_bf16_to_f32,
+    .f32_to_f16 = dt_cpu_f32_to_f16,
+    .f16_to_f32 = dt_cpu_f16_to_f32,
+    .count_nonfinite_f32 = dt_cpu_count_nonfinite_f32,
+    .matmul_forward_lp = dt_cpu_matmul_forward_lp,
+    .matmul_backward_lp = dt_cpu_matmul_backward_lp,
+    .matmul_forward_ld_lp = dt_cpu_matmul_forward_ld_lp,
+    .matmul_backward_ld_lp = dt_cpu_matmul_backward_ld_lp,
+    .matmul_forward_nf4 = dt_cpu_matmul_forward_nf4,
+    .matmul_backward_nf4 = dt_cpu_matmul_backward_nf4,
+    .matmul_forward_nf4_lp = dt_cpu_matmul_forward_nf4_lp,
+    .matmul_backward_nf4_lp = dt_cpu_matmul_backward_nf4_lp,
+    .nf4_quantize = dt_cpu_nf4_quantize,
+    .nf4_dequantize = dt_cpu_nf4_dequantize,
+    .matmul_peak_gflops = dt_cpu_matmul_peak_gflops,
+    .matmul_peak_gflops_lp = dt_cpu_matmul_peak_gflops_lp,
+    .lowp_gemm_native = dt_cpu_lowp_gemm_native,
+    .matmul_lowp_cache_clear = dt_cpu_matmul_lowp_cache_clear,
+    .nf4_panel_bytes = dt_cpu_nf4_panel_bytes,
+    .ops_serial_thread = dt_cpu_ops_serial_thread,
+};
