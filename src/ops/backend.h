@@ -97,5 +97,8 @@ dt_status dt_backend_init(dt_ctx *ctx);
 
 /* The built-in backends. */
 extern const dt_backend dt_backend_cpu;
+/* The float64 reference (src/ops/ref/backend_ref.c): every operation widened to double and
+ * rounded once at the end; serial and slow, the oracle of tests/test_backend_ops.c. */
+extern const dt_backend dt_backend_ref;
 
 #endif
