@@ -67,7 +67,7 @@ struct op_case {
 };
 
 enum { F_BIAS = 1, F_ACC = 2, F_CAUSAL = 4, F_INPLACE = 8, F_NODINP = 16, F_NODW = 32, F_MASK = 64, F_SCALE = 128, F_NOY = 256,
-       F_NAN = 512 };
+       F_NAN = 512, F_EPS6 = 1024 };
 
 /* One run of a case on one backend: its buffers (the backend's memory) and outputs. */
 enum { MAX_BUF = 24, MAX_OUT = 6 };
@@ -217,16 +217,18 @@ static void run_layernorm(run *r) {
     BE->layernorm_backward(dx, dw, db, g, x, w, m, s, N, C);
     out(r, "dinp (accumulated)", dx, nc), out(r, "dw (accumulated)", dw, C), out(r, "db (accumulated)", db, C);
 }
+/* N, C: gains around 1 (as trained); eps 1e-5 (LLaMA 1/2) or, F_EPS6, 1e-6 (LLaMA 3). */
 static void run_rmsnorm(run *r) {
     int N = D(0), C = D(1);
     size_t nc = (size_t)N * C;
-    float *x = uni(r, nc, 2, 0.5f, 1), *w = uni(r, C, 1, 0, 2), *o = val(r, nc, 1e6f), *s = val(r, N, 1e6f);
+    const float eps = FL(F_EPS6) ? 1e-6f : 1e-5f;
+    float *x = uni(r, nc, 2, 0.5f, 1), *w = uni(r, C, 1, 1, 2), *o = val(r, nc, 1e6f), *s = val(r, N, 1e6f);
     if (!strcmp(r->c->op, "rmsnorm_forward")) {
-        BE->rmsnorm_forward(o, s, x, w, N, C, 1e-5f);
+        BE->rmsnorm_forward(o, s, x, w, N, C, eps);
         out(r, "out", o, nc), out(r, "rstd", s, N);
         return;
     }
-    dt_backend_ref.rmsnorm_forward(o, s, x, w, N, C, 1e-5f);
+    dt_backend_ref.rmsnorm_forward(o, s, x, w, N, C, eps);
     float *g = uni(r, nc, 1, 0, 4), *dx = uni(r, nc, 1, 0, 5), *dw = uni(r, C, 1, 0, 6);
     BE->rmsnorm_backward(dx, dw, g, x, w, s, N, C);
     out(r, "dinp (accumulated)", dx, nc), out(r, "dw (accumulated)", dw, C);
@@ -352,10 +354,15 @@ static void run_rope(run *r) {
     else BE->rope_backward(x, B, T, NH, NKV, hs, f, FL(F_SCALE) ? 1.25f : 1.0f);
     out(r, "qkv (in place)", x, nq);
 }
-/* N, F */
+/* N, F, gate: the gate halves ~ U(-gate, gate) (120: exp(-g) overflows or underflows in fp32
+ * and silu saturates), the up halves U(-2, 2). */
 static void run_swiglu(run *r) {
     int N = D(0), F = D(1);
-    float *x = uni(r, (size_t)N * 2 * F, 4, 0, 64);
+    float *h = tu_malloc((size_t)N * 2 * F * 4);
+    tu_fill_uniform(h, (size_t)N * 2 * F, 2, 64);
+    for (int n = 0; n < N; n++) tu_fill_uniform(h + (size_t)n * 2 * F, F, (float)D(2), 66 + n);
+    float *x = put(r, h, (size_t)N * 2 * F * 4);
+    free(h);
     if (!strcmp(r->c->op, "swiglu_forward")) {
         float *o = val(r, (size_t)N * F, 1e6f);
         BE->swiglu_forward(o, x, N, F);
@@ -516,12 +523,15 @@ static const op_case k_cases[] = {
     E("layernorm_backward", run_layernorm, "N,C", {7, 13}, DT_F32, 0, 1e-5, 1e-5),
     E("layernorm_backward", run_layernorm, "N,C", {64, 768}, DT_F32, 0, 1e-5, 1e-5),
     E("layernorm_backward", run_layernorm, "N,C", {33, 100}, DT_F32, 0, 1e-5, 1e-5),
-    E("rmsnorm_forward", run_rmsnorm, "N,C", {1, 4096}, DT_F32, 0, 1e-5, 1e-5),
+    E("rmsnorm_forward", run_rmsnorm, "N,C", {1, 7}, DT_F32, 0, 1e-5, 1e-5),
+    E("rmsnorm_forward", run_rmsnorm, "N,C", {1, 4096}, DT_F32, F_EPS6, 1e-5, 1e-5),
     E("rmsnorm_forward", run_rmsnorm, "N,C", {33, 100}, DT_F32, 0, 1e-5, 1e-5),
+    E("rmsnorm_forward", run_rmsnorm, "N,C", {64, 768}, DT_F32, F_EPS6, 1e-5, 1e-5),
     E("rmsnorm_forward", run_rmsnorm, "N,C", {5, 1003}, DT_F32, 0, 1e-5, 1e-5),
-    E("rmsnorm_backward", run_rmsnorm, "N,C", {7, 13}, DT_F32, 0, 1e-5, 1e-5),
+    E("rmsnorm_backward", run_rmsnorm, "N,C", {1, 7}, DT_F32, 0, 1e-5, 1e-5),
+    E("rmsnorm_backward", run_rmsnorm, "N,C", {7, 13}, DT_F32, F_EPS6, 1e-5, 1e-5),
     E("rmsnorm_backward", run_rmsnorm, "N,C", {64, 768}, DT_F32, 0, 1e-5, 1e-5),
-    E("rmsnorm_backward", run_rmsnorm, "N,C", {5, 1003}, DT_F32, 0, 1e-5, 1e-5),
+    E("rmsnorm_backward", run_rmsnorm, "N,C", {5, 1003}, DT_F32, F_EPS6, 1e-5, 1e-5),
     E("matmul_forward", run_matmul, "N,C,OC", {5, 7, 3}, DT_F32, F_BIAS, 1e-5, 1e-5),
     E("matmul_forward", run_matmul, "N,C,OC", {64, 96, 288}, DT_F32, F_BIAS, 1e-5, 1e-5),
     E("matmul_forward", run_matmul, "N,C,OC", {37, 50, 130}, DT_F32, 0, 1e-5, 1e-5),
@@ -575,10 +585,13 @@ static const op_case k_cases[] = {
     E("rope_forward", run_rope, "B,T,NH,NKV,hs", {1, 9, 3, 1, 6}, DT_F32, F_SCALE, 1e-5, 1e-5),
     E("rope_backward", run_rope, "B,T,NH,NKV,hs", {2, 37, 4, 2, 16}, DT_F32, 0, 1e-5, 1e-5),
     E("rope_backward", run_rope, "B,T,NH,NKV,hs", {1, 9, 3, 1, 6}, DT_F32, F_SCALE, 1e-5, 1e-5),
-    E("swiglu_forward", run_swiglu, "N,F", {7, 13}, DT_F32, 0, 1e-6, 1e-6),
-    E("swiglu_forward", run_swiglu, "N,F", {33, 1000}, DT_F32, 0, 1e-6, 1e-6),
-    E("swiglu_backward", run_swiglu, "N,F", {7, 13}, DT_F32, 0, 1e-6, 1e-6),
-    E("swiglu_backward", run_swiglu, "N,F", {33, 1000}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_forward", run_swiglu, "N,F,gate", {1, 1, 6}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_forward", run_swiglu, "N,F,gate", {3, 13, 6}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_forward", run_swiglu, "N,F,gate", {5, 2731, 6}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_forward", run_swiglu, "N,F,gate", {2, 37, 120}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_backward", run_swiglu, "N,F,gate", {1, 7, 6}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_backward", run_swiglu, "N,F,gate", {64, 1000, 6}, DT_F32, 0, 1e-6, 1e-6),
+    E("swiglu_backward", run_swiglu, "N,F,gate", {2, 37, 120}, DT_F32, 0, 1e-6, 1e-6),
     E("gelu_forward", run_gelu, "N", {1}, DT_F32, 0, 1e-6, 1e-6),
     E("gelu_forward", run_gelu, "N", {100003}, DT_F32, 0, 1e-6, 1e-6),
     E("gelu_backward", run_gelu, "N", {17}, DT_F32, 0, 3e-6, 3e-6),
@@ -625,8 +638,8 @@ static void case_name(char *s, size_t n, const op_case *c) {
         p += k + (e != NULL);
     }
     l += snprintf(s + l, n - l, " %s", dt_str(c->dt));
-    static const char *fl[] = {"bias", "accumulate", "causal", "in-place", "no-dinp", "no-dw", "masked", "scaled", "no-y", "nan"};
-    for (int i = 0; i < 10; i++)
+    static const char *fl[] = {"bias", "accumulate", "causal", "in-place", "no-dinp", "no-dw", "masked", "scaled", "no-y", "nan", "eps=1e-6"};
+    for (int i = 0; i < 11; i++)
         if (c->flag & (1 << i)) l += snprintf(s + l, n - l, " [%s]", fl[i]);
 }
 

@@ -1,6 +1,7 @@
 /* The LLaMA kernels of ops.h (RMSNorm, RoPE, SwiGLU; attention with GQA is in
- * test_attention.c): each fast fp32 kernel against its naive double reference on every ISA
- * path, each reference backward against central finite differences of the reference
+ * test_attention.c; each fast kernel against the float64 reference backend for RMSNorm and
+ * SwiGLU: test_backend_ops.c): RoPE against its naive double reference on every ISA path,
+ * each reference backward against central finite differences of the reference
  * forward, and the bitwise claims of the kernel files: RoPE and SwiGLU give the same bits on
  * every path, RMSNorm the same bits run to run on each path. */
 #include <math.h>
@@ -15,15 +16,6 @@
 #include "testutil.h"
 
 #define FD_TOL 1e-6   /* reference backward vs finite differences (double) */
-#define FWD_TOL 1e-5  /* fast fp32 forward vs double reference */
-#define BWD_TOL 1e-4  /* fast fp32 backward vs double reference */
-
-
-/* Outputs that a kernel overwrites start as NaN: an element it skips stays NaN, and the
- * NaN-aware error helpers turn that into an infinite error. */
-static void poison(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-}
 
 /* Bitwise comparison that names the kernel and the first differing element. */
 static void assert_same_bits(const float *a, const float *b, size_t n, const char *what) {
@@ -47,63 +39,28 @@ static double rms_loss(void *ud) {
     return tu_dot(c->out, c->g, (size_t)c->N * c->C);
 }
 
-/* C = 7, 13, 100, 1003: tails on every vector width; N = 1; a LLaMA-sized row. */
-static const int k_rms_shapes[][2] = {{1, 7}, {1, 4096}, {7, 13}, {33, 100}, {64, 768}, {5, 1003}};
-#define N_RMS (sizeof k_rms_shapes / sizeof k_rms_shapes[0])
-
-static void rmsnorm_cases(void) {
-    for (size_t s = 0; s < N_RMS; s++) {
-        int N = k_rms_shapes[s][0], C = k_rms_shapes[s][1];
-        const float eps = s % 2 ? 1e-6f : 1e-5f; /* LLaMA 1/2 and LLaMA 3 */
+/* The fast kernel against the float64 reference backend, every shape and path:
+ * tests/test_backend_ops.c. Here the reference's backward against finite differences. */
+static void test_rmsnorm_reference(void **state) {
+    (void)state;
+    static const int shapes[][2] = {{1, 7}, {7, 13}, {5, 33}};
+    for (size_t s = 0; s < 3; s++) {
+        int N = shapes[s][0], C = shapes[s][1];
         size_t nc = (size_t)N * C;
-        float *x = tu_malloc(nc * 4), *w = tu_malloc(C * 4), *g = tu_malloc(nc * 4),
-              *out = tu_malloc(nc * 4), *rstd = tu_malloc(N * 4), *dx = tu_malloc(nc * 4),
-              *dw = tu_malloc(C * 4);
-        tu_fill_uniform(x, nc, 2.0f, 1);
-        tu_fill_uniform(w, C, 1.0f, 2);
-        for (int i = 0; i < C; i++) w[i] += 1.0f; /* gains around 1, as trained */
-        tu_fill_uniform(g, nc, 1.0f, 3);
-        tu_fill_uniform(dx, nc, 1.0f, 4); /* dinp and dw accumulate: start non-zero */
-        tu_fill_uniform(dw, C, 1.0f, 5);
-        rms_case c = {N, C, (double)eps, tu_malloc(nc * 8), tu_malloc(C * 8), tu_malloc(nc * 8),
+        rms_case c = {N, C, s % 2 ? 1e-6 : 1e-5, tu_malloc(nc * 8), tu_malloc(C * 8), tu_malloc(nc * 8),
                       tu_malloc(nc * 8), tu_malloc(N * 8)};
-        tu_to_double(c.x, x, nc);
-        tu_to_double(c.w, w, C);
-        tu_to_double(c.g, g, nc);
+        tu_fill_uniform_d(c.x, nc, 2.0, 1);
+        tu_fill_uniform_d(c.w, C, 1.0, 2);
+        for (int i = 0; i < C; i++) c.w[i] += 1.0; /* gains around 1, as trained */
+        tu_fill_uniform_d(c.g, nc, 1.0, 3);
         double *rdx = tu_malloc(nc * 8), *rdw = tu_malloc(C * 8);
-        tu_to_double(rdx, dx, nc);
-        tu_to_double(rdw, dw, C);
-
-        printf("rmsnorm N=%d C=%d eps=%g\n", N, C, (double)eps);
-        poison(out, nc);
-        poison(rstd, N);
-        dt_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+        printf("rmsnorm N=%d C=%d eps=%g\n", N, C, c.eps);
         rms_loss(&c);
-        tu_report("forward out", tu_rel_err(out, c.out, nc), FWD_TOL);
-        tu_report("forward rstd", tu_rel_err(rstd, c.rstd, N), FWD_TOL);
-
-        dt_rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);
         dt_ref_rmsnorm_backward(rdx, rdw, c.g, c.x, c.w, c.rstd, N, C);
-        tu_report("backward dinp (accumulated)", tu_rel_err(dx, rdx, nc), BWD_TOL);
-        tu_report("backward dw (accumulated)", tu_rel_err(dw, rdw, C), BWD_TOL);
-
-        if (nc <= 2000) { /* finite differences on the small shapes */
-            memset(rdx, 0, nc * 8);
-            memset(rdw, 0, C * 8);
-            rms_loss(&c);
-            dt_ref_rmsnorm_backward(rdx, rdw, c.g, c.x, c.w, c.rstd, N, C);
-            tu_report("ref dinp vs finite differences", tu_fd_rel_err(c.x, nc, rms_loss, &c, rdx),
-                   FD_TOL);
-            tu_report("ref dw vs finite differences", tu_fd_rel_err(c.w, C, rms_loss, &c, rdw), FD_TOL);
-        }
-        free(x); free(w); free(g); free(out); free(rstd); free(dx); free(dw);
+        tu_report("ref dinp vs finite differences", tu_fd_rel_err(c.x, nc, rms_loss, &c, rdx), FD_TOL);
+        tu_report("ref dw vs finite differences", tu_fd_rel_err(c.w, C, rms_loss, &c, rdw), FD_TOL);
         free(c.x); free(c.w); free(c.g); free(c.out); free(c.rstd); free(rdx); free(rdw);
     }
-}
-
-static void test_rmsnorm(void **state) {
-    (void)state;
-    tu_each_isa(rmsnorm_cases);
 }
 
 /* rmsnorm.c: row sums in a fixed lane order, dw by thread-owned channel ranges: two runs
@@ -378,47 +335,25 @@ static double swiglu_loss(void *ud) {
     return tu_dot(c->out, c->g, (size_t)c->N * c->F);
 }
 
-/* N, F, gate scale: F with tails on every width, N = 1, and gates of +-120 where exp(-g)
- * overflows or underflows in fp32 (silu saturates to 0 or g). */
-static const int k_swiglu_shapes[][3] = {{1, 1, 6},   {1, 7, 6},    {3, 13, 6},  {7, 100, 6},
-                                         {64, 1000, 6}, {5, 2731, 6}, {2, 37, 120}};
-#define N_SWIGLU (sizeof k_swiglu_shapes / sizeof k_swiglu_shapes[0])
-
-static void swiglu_cases(void) {
-    for (size_t s = 0; s < N_SWIGLU; s++) {
-        int N = k_swiglu_shapes[s][0], F = k_swiglu_shapes[s][1];
-        float gscale = (float)k_swiglu_shapes[s][2];
-        size_t nf = (size_t)N * F, ni = 2 * nf;
-        float *x = tu_malloc(ni * 4), *g = tu_malloc(nf * 4), *out = tu_malloc(nf * 4),
-              *dx = tu_malloc(ni * 4);
-        tu_fill_uniform(x, ni, 2.0f, 201);
-        for (int n = 0; n < N; n++) /* the gate half of each row */
-            tu_fill_uniform(x + (size_t)n * 2 * F, F, gscale, 202 + n);
-        tu_fill_uniform(g, nf, 1.0f, 203);
-        swiglu_case c = {N, F, tu_malloc(ni * 8), tu_malloc(nf * 8), tu_malloc(nf * 8)};
-        tu_to_double(c.x, x, ni);
-        tu_to_double(c.g, g, nf);
-        double *rdx = tu_malloc(ni * 8);
-
-        printf("swiglu N=%d F=%d gate scale %g\n", N, F, (double)gscale);
-        poison(out, nf);
-        dt_swiglu_forward(out, x, N, F);
-        swiglu_loss(&c);
-        tu_report("forward", tu_rel_err(out, c.out, nf), FWD_TOL);
-        poison(dx, ni);
-        dt_swiglu_backward(dx, x, g, N, F);
-        dt_ref_swiglu_backward(rdx, c.x, c.g, N, F);
-        tu_report("backward (overwritten)", tu_rel_err(dx, rdx, ni), BWD_TOL);
-        if (ni <= 2000)
-            tu_report("ref backward vs finite differences",
-                   tu_fd_rel_err(c.x, ni, swiglu_loss, &c, rdx), FD_TOL);
-        free(x); free(g); free(out); free(dx); free(c.x); free(c.g); free(c.out); free(rdx);
-    }
-}
-
-static void test_swiglu(void **state) {
+/* The fast kernel against the float64 reference backend (gates up to +-120, where silu
+ * saturates), every shape and path: tests/test_backend_ops.c. Here the reference's backward
+ * against finite differences. */
+static void test_swiglu_reference(void **state) {
     (void)state;
-    tu_each_isa(swiglu_cases);
+    static const int shapes[][3] = {{1, 1, 6}, {3, 13, 6}, {2, 7, 12}};
+    for (size_t s = 0; s < 3; s++) {
+        int N = shapes[s][0], F = shapes[s][1];
+        size_t nf = (size_t)N * F, ni = 2 * nf;
+        swiglu_case c = {N, F, tu_malloc(ni * 8), tu_malloc(nf * 8), tu_malloc(nf * 8)};
+        tu_fill_uniform_d(c.x, ni, 2.0, 201);
+        for (int n = 0; n < N; n++) tu_fill_uniform_d(c.x + (size_t)n * 2 * F, F, shapes[s][2], 202 + n);
+        tu_fill_uniform_d(c.g, nf, 1.0, 203);
+        double *rdx = tu_malloc(ni * 8);
+        printf("swiglu N=%d F=%d gate scale %d\n", N, F, shapes[s][2]);
+        dt_ref_swiglu_backward(rdx, c.x, c.g, N, F);
+        tu_report("ref backward vs finite differences", tu_fd_rel_err(c.x, ni, swiglu_loss, &c, rdx), FD_TOL);
+        free(c.x); free(c.g); free(c.out); free(rdx);
+    }
 }
 
 /* ---------------------------------------------------------------- same bits on every path */
@@ -487,13 +422,13 @@ static void test_rope_swiglu_same_bits_on_every_path(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rmsnorm_reference),
         cmocka_unit_test(test_rmsnorm_is_deterministic_per_path),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_long_context),
         cmocka_unit_test(test_rope_reference),
         cmocka_unit_test(test_rope_scaled),
-        cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_swiglu_reference),
         cmocka_unit_test(test_rope_swiglu_same_bits_on_every_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
