@@ -82,54 +82,6 @@ extern const dt_cpu_kernels dt_cpu_kernels_avx2;
 extern const dt_cpu_kernels dt_cpu_kernels_avx512;
 #elif defined(__aarch64__)
 extern const dt_cpu_kernels dt_cpu_kernels_neon;
-/* The CPU backend's operations (backend_cpu.c's table; ops.h documents each under its dt_
- * name). */
-void dt_cpu_encoder_forward(float *out, const int32_t *tokens, const float *wte, int row0, int rows, int N, int C);
-void dt_cpu_encoder_backward(float *dwte, int row0, int rows, const float *dout, const int32_t *tokens, int N, int C);
-void dt_cpu_pos_forward(float *out, const float *wpe, int B, int T, int C);
-void dt_cpu_pos_backward(float *dwpe, const float *dout, int B, int T, int C);
-void dt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
-void dt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
-void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
-void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int C, int OC);
-void dt_cpu_matmul_forward_ld(float *out, int ldo, const float *inp, const float *w, int N, int C, int OC);
-void dt_cpu_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *dout, int ldd, const float *inp, const float *w, int N, int C, int OC);
-void dt_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, int causal, dt_dtype op);
-void dt_cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int NH, int NKV, int hs, int causal, dt_dtype op);
-void dt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
-void dt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
-void dt_cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
-void dt_cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
-void dt_cpu_swiglu_forward(float *out, const float *inp, int N, int F);
-void dt_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
-void dt_cpu_gelu_forward(float *out, const float *inp, int N);
-void dt_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int N);
-void dt_cpu_residual_forward(float *out, const float *a, const float *b, int N);
-void dt_cpu_crossentropy_forward(float *losses, float *lse, const float *logits, const int32_t *targets, int N, int V, int Vp);
-void dt_cpu_crossentropy_backward(float *dlogits, const float *logits, const float *lse, const int32_t *targets, float dloss, int N, int V, int Vp);
-float dt_cpu_exp_sum(float *y, const float *x, float shift, int n);
-void dt_cpu_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
-void dt_cpu_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
-void dt_cpu_f32_to_f16(uint16_t *dst, const float *src, size_t n);
-void dt_cpu_f16_to_f32(float *dst, const uint16_t *src, size_t n);
-size_t dt_cpu_count_nonfinite_f32(const float *x, size_t n);
-void dt_cpu_matmul_forward_lp(dt_dtype dt, float *out, const uint16_t *inp, const uint16_t *w, const float *bias, int N, int C, int OC);
-void dt_cpu_matmul_backward_lp(dt_dtype dt, float *dinp, float *dw, float *dbias, const float *dout, uint16_t *dout_lp, const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
-void dt_cpu_matmul_forward_ld_lp(dt_dtype dt, float *out, int ldo, const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
-void dt_cpu_matmul_backward_ld_lp(dt_dtype dt, float *dinp, int accumulate, float *dw, const uint16_t *dout_lp, int ldd, const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
-void dt_cpu_matmul_forward_nf4(float *out, const float *inp, const dt_nf4 *w, const float *bias, int N, int C, int OC);
-void dt_cpu_matmul_backward_nf4(float *dinp, int accumulate, const float *dout, const dt_nf4 *w, int N, int C, int OC);
-void dt_cpu_matmul_forward_nf4_lp(dt_dtype dt, float *out, const uint16_t *inp, const dt_nf4 *w, const float *bias, int N, int C, int OC);
-void dt_cpu_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate, const uint16_t *dout_lp, const dt_nf4 *w, int N, int C, int OC);
-dt_status dt_cpu_nf4_quantize(dt_ctx *ctx, const char *name, dt_nf4 *t, const float *w, size_t n);
-void dt_cpu_nf4_dequantize(float *dst, const dt_nf4 *t, size_t i0, size_t n);
-double dt_cpu_matmul_peak_gflops(int n, int reps, double *best);
-double dt_cpu_matmul_peak_gflops_lp(dt_dtype dt, int n, int reps, double *best);
-int dt_cpu_lowp_gemm_native(dt_dtype dt);
-void dt_cpu_matmul_lowp_cache_clear(void);
-size_t dt_cpu_nf4_panel_bytes(void);
-void dt_cpu_ops_serial_thread(void);
-
 #endif
 
 /* 1 on a thread marked by dt_ops_serial_thread (ops.h): its conversions open no OpenMP team. */
