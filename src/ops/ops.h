@@ -289,7 +289,8 @@ void dt_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate,
 size_t dt_nf4_panel_bytes(void);
 
 /* ---- bulk memory of the active backend (backend.h): tensor copies and fills go through
- * these, never memcpy/memset, in model/, parallel/, optim/ (a CI check holds that). */
+ * these, never memcpy/memset, in model/, parallel/, optim/ (tests/check_backend_use.sh holds
+ * that for the folders it names, with tests/memcpy_allowlist.txt's non-tensor uses). */
 /* dst = src, `bytes` bytes (the ranges may overlap). */
 void dt_copy(void *dst, const void *src, size_t bytes);
 /* Every byte of dst = byte. */
