@@ -1,10 +1,12 @@
 /* optim: AdamW against a hand-written double-precision step, the three LR schedules at
- * their corner steps, the deterministic sum of squares, the clipping coefficient. */
+ * their corner steps, the deterministic sum of squares, the clipping coefficient; the
+ * parallel layer's elementwise operations (ops.h dt_add_f32, dt_scale_f32) against loops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/ops.h"
 #include "optim/optim.h"
 #include "testutil.h"
 
@@ -222,6 +224,31 @@ static void test_loss_scaler(void **state) {
     assert_true(s.scale == 128.0f && s.overflows == 1);
 }
 
+/* a += x and x *= f, as the loops they replace in parallel/ (gradient accumulation, the
+ * Top-K residual's rescale): the same bits, a ragged length, n = 0 touching nothing. */
+static void test_add_scale_match_loops(void **state) {
+    (void)state;
+    enum { N = 100003 };
+    float *a = tu_malloc(N * 4), *b = tu_malloc(N * 4), *x = tu_malloc(N * 4);
+    tu_fill_uniform(a, N, 3.0f, 11);
+    tu_fill_uniform(x, N, 1e-3f, 12);
+    memcpy(b, a, N * 4);
+    dt_add_f32(b, x, N);
+    for (size_t i = 0; i < N; i++) a[i] += x[i];
+    assert_memory_equal(a, b, N * 4);
+    dt_scale_f32(b, 0.3f, N);
+    for (size_t i = 0; i < N; i++) a[i] *= 0.3f;
+    assert_memory_equal(a, b, N * 4);
+    for (size_t i = 0; i < N; i++) assert_true(isfinite(b[i]) && b[i] != 0.0f);
+    b[0] = 7.0f;
+    dt_add_f32(b, x, 0);
+    dt_scale_f32(b, 0.5f, 0);
+    assert_true(b[0] == 7.0f);
+    free(a);
+    free(b);
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_matches_definition),
@@ -230,6 +257,7 @@ int main(void) {
         cmocka_unit_test(test_sumsq_and_clip),
         cmocka_unit_test(test_loss_scaler),
         cmocka_unit_test(test_adamw_and_sumsq_same_bits_on_every_path),
+        cmocka_unit_test(test_add_scale_match_loops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,6 +99,12 @@ int dt_lowp_gemm_native(dt_dtype dt) { return dt_backend_cur->lowp_gemm_native(d
 void dt_matmul_lowp_cache_clear(void) { dt_backend_cur->matmul_lowp_cache_clear(); }
 size_t dt_nf4_panel_bytes(void) { return dt_backend_cur->nf4_panel_bytes(); }
 void dt_ops_serial_thread(void) { dt_backend_cur->ops_serial_thread(); }
+/* parallel/ and optim/ operations */
+void dt_adamw_chunked(float *params, const float *grads, float *m, float *v, size_t n, const dt_adamw_step *s) { dt_backend_cur->adamw_chunked(params, grads, m, v, n, s); }
+void dt_adamw_aged(float *params, const float *grads, float *m, float *v, float *age, size_t n, const dt_adamw_step *s) { dt_backend_cur->adamw_aged(params, grads, m, v, age, n, s); }
+double dt_sumsq_chunked(const float *x, size_t n) { return dt_backend_cur->sumsq_chunked(x, n); }
+void dt_add_f32(float *a, const float *x, size_t n) { dt_backend_cur->add_f32(a, x, n); }
+void dt_scale_f32(float *x, float factor, size_t n) { dt_backend_cur->scale_f32(x, factor, n); }
 
 /* Not a kernel of the paths: the same values on all of them (double pow, IEEE division). */
 void dt_rope_inv_freq(float *inv, int hs, float theta) {

@@ -76,6 +76,12 @@ typedef struct dt_backend {
     size_t (*nf4_panel_bytes)(void);
     void (*ops_serial_thread)(void);
     /* Operations of the parallel and optimizer layers (ops.h: dt_adamw_chunked ...) follow. */
+    /* parallel/ and optim/ operations */
+    void (*adamw_chunked)(float *params, const float *grads, float *m, float *v, size_t n, const dt_adamw_step *s);
+    void (*adamw_aged)(float *params, const float *grads, float *m, float *v, float *age, size_t n, const dt_adamw_step *s);
+    double (*sumsq_chunked)(const float *x, size_t n);
+    void (*add_f32)(float *a, const float *x, size_t n);
+    void (*scale_f32)(float *x, float factor, size_t n);
 } dt_backend;
 
 /* The active backend (never NULL; "cpu" until dt_backend_use / dt_backend_init). */

@@ -289,12 +289,43 @@ void dt_matmul_backward_nf4_lp(dt_dtype dt, float *dinp, int accumulate,
 size_t dt_nf4_panel_bytes(void);
 
 /* ---- bulk memory of the active backend (backend.h): tensor copies and fills go through
- * these, never memcpy/memset, in model/, parallel/, optim/ (a CI check holds that). */
+ * these, never memcpy/memset, in model/, parallel/, optim/ (tests/check_backend_use.sh holds
+ * that for the folders it names, with tests/memcpy_allowlist.txt's non-tensor uses). */
 /* dst = src, `bytes` bytes (the ranges may overlap). */
 void dt_copy(void *dst, const void *src, size_t bytes);
 /* Every byte of dst = byte. */
 void dt_fill(void *dst, int byte, size_t bytes);
 /* Waits for the operations issued so far (the CPU backend: returns at once). */
 void dt_sync(void);
+
+/* ---- parallel/ and optim/ operations (elementwise over flat float ranges of the
+ * parameter, gradient and optimizer-state vectors). */
+/* Scalars of one AdamW step, computed once by the caller (optim/adamw.c): the betas, eps,
+ * the weight-decay shrink (1 - lr wd, or 1), lr / (1 - b1^t), sqrt(1 - b2^t), and the
+ * gradient scale (clipping and loss scale). */
+typedef struct dt_adamw_step {
+    float b1, b2, eps, shrink, step_size, bc2_sqrt, gscale;
+} dt_adamw_step;
+/* One AdamW step (optim.h dt_adamw_update's rule) over n elements of params, grads, m, v:
+ * g = grads * gscale; m = b1 m + (1-b1) g; v = b2 v + ((1-b2) g) g;
+ * params = params shrink - step_size m / (sqrt(v) / bc2_sqrt + eps), IEEE operations without
+ * FMA. Elementwise: the same bits on every ISA path and thread count. */
+void dt_adamw_chunked(float *params, const float *grads, float *m, float *v, size_t n,
+                      const dt_adamw_step *s);
+/* AdamW by age (optim.h dt_adamw_update_aged's rule) over n elements, with s's scalars:
+ * g = grads * gscale; g == 0: params *= shrink, age += 1; otherwise a = age, d1 = b1^a,
+ * d2 = b2^a (powf), m = d1 m + (1-d1) (g/a), v = d2 v + (1-d2) (g g / a),
+ * params = params shrink - a step_size m / (sqrt(v) / bc2_sqrt + eps), age = 1.
+ * Elementwise: the same bits whatever the thread count. */
+void dt_adamw_aged(float *params, const float *grads, float *m, float *v, float *age, size_t n,
+                   const dt_adamw_step *s);
+/* Sum of squares of x (n) in double: chunks of 65536 floats, each summed in 8 double lanes
+ * (element i in lane i % 8) added in a fixed tree, then the chunks' sums added in order.
+ * The same bits on every ISA path and thread count (optim.h dt_sumsq). */
+double dt_sumsq_chunked(const float *x, size_t n);
+/* a (n) += x (n), elementwise. */
+void dt_add_f32(float *a, const float *x, size_t n);
+/* x (n) *= factor, elementwise. */
+void dt_scale_f32(float *x, float factor, size_t n);
 
 #endif

@@ -71,7 +71,7 @@ dt_status dt_par_reduce_bucket(dt_ctx *ctx, dt_parallel *p, int i) {
         } else {
             DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, p->g_dp, g, cnt, dis, p->bk_out,
                                                     p->red_scratch));
-            memcpy(g + dis[p->rank], p->bk_out, cnt[p->rank] * sizeof(float));
+            dt_copy(g + dis[p->rank], p->bk_out, cnt[p->rank] * sizeof(float));
         }
     }
     p->t_total += dt_now() - t0;

@@ -448,7 +448,7 @@ void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
      * the accumulation count (a kernel's `+=` into a non-zero buffer would round differently). */
     float *g = k == 0 ? p->acc : p->extra;
     DT_ASSERT(g != NULL);
-    memset(g, 0, p->m->ps.n_params * sizeof(float));
+    dt_fill(g, 0, p->m->ps.n_params * sizeof(float));
     p->m->ps.grads = g;
     dt_params_point_units(&p->m->ps);
 }
@@ -456,11 +456,7 @@ void dt_parallel_begin_micro(dt_parallel *p, int k, int last) {
 void dt_parallel_end_micro(dt_parallel *p) {
     if (p->sharded_grads || p->last_micro) return;
     if (p->micro > 0) {
-        size_t n = p->m->ps.n_params;
-        float *a = p->acc;
-        const float *x = p->extra;
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) a[i] += x[i];
+        dt_add_f32(p->acc, p->extra, p->m->ps.n_params);
     }
     p->m->ps.grads = p->acc;
     dt_params_point_units(&p->m->ps);
@@ -668,12 +664,12 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
     (void)ctx; /* nothing here communicates: ZeRO-3 gathers units when next used */
     dt_model *m = p->m;
     if (!p->sharded_params) {
-        memcpy(m->ps.params, full, m->ps.n_params * sizeof(float));
+        dt_copy(m->ps.params, full, m->ps.n_params * sizeof(float));
         return DT_OK;
     }
     for (int u = 0; u < p->U; u++) {
         size_t i = (size_t)u * p->G + p->j;
-        memcpy(p->pshard + p->sb[u], full + m->ps.unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
+        dt_copy(p->pshard + p->sb[u], full + m->ps.unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
     }
     dt_par_params_stale(p);
     return DT_OK;
@@ -705,9 +701,7 @@ void dt_parallel_residual_adjust(dt_parallel *p, float factor) {
         dt_topk_residual_clear(p->res, p->z.res);
         return;
     }
-    float *r = p->res;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < p->z.res; i++) r[i] *= factor;
+    dt_scale_f32(p->res, factor, p->z.res);
 }
 
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {

@@ -30,7 +30,7 @@ static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[(size_t)u
 
 /* Into the step's gradient shard: micro-step 0 writes, later ones add. */
 static void accumulate(float *dst, const float *src, size_t n, int first) {
-    if (first) memcpy(dst, src, n * sizeof(float));
+    if (first) dt_copy(dst, src, n * sizeof(float));
     else
         for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
@@ -87,7 +87,7 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
             continue;
         }
         DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, p->g_dp, win, rc, rd, p->rs_out, p->rs_scratch));
-        if (mine) memcpy(mine + done, p->rs_out, rc[p->rank] * sizeof(float));
+        if (mine) dt_copy(mine + done, p->rs_out, rc[p->rank] * sizeof(float));
         else accumulate(dst + done, p->rs_out, rc[p->rank], p->micro == 0);
     }
     if (mine) {
@@ -106,7 +106,7 @@ static void z_grads_begin(void *ud, int u) {
     dt_parallel *p = ud;
     int w = 1 - p->gw_cur;
     dt_par_wait(p, p->gwin_task[w]); /* the reduction before last still reads this window */
-    memset(p->gwin[w], 0, p->m->ps.unit_len[u] * sizeof(float));
+    dt_fill(p->gwin[w], 0, p->m->ps.unit_len[u] * sizeof(float));
     p->m->ps.unit_grads[u] = p->gwin[w];
     p->gw_cur = w;
 }

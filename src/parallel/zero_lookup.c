@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 
 void dt_par_lookup_sizes(const dt_params *ps, const dt_parallel_cfg *cfg, int G, dt_par_sizes *z) {
@@ -122,7 +123,7 @@ dt_status dt_par_lookup(dt_ctx *ctx, dt_parallel *p) {
         int u;
         piece(p, t, (size_t)p->lk_ids[k], p->j, &u, &row, &a, &b);
         size_t o = p->split_off[(size_t)u * G + (size_t)p->j];
-        memcpy(dst, p->pshard + p->sb[u] + (a - o), (b - a) * sizeof(float));
+        dt_copy(dst, p->pshard + p->sb[u] + (a - o), (b - a) * sizeof(float));
         dst += b - a;
     }
     t0 = dt_now();
@@ -152,7 +153,7 @@ dt_status dt_par_lookup(dt_ctx *ctx, dt_parallel *p) {
             size_t row, a, b;
             int u;
             piece(p, t, (size_t)v, (int)j, &u, &row, &a, &b);
-            if (b > a) memcpy(out + (size_t)i * C + (a - row), p->lk_recv + p->lk_pos[k * G + j] + (a - row), (b - a) * sizeof(float));
+            if (b > a) dt_copy(out + (size_t)i * C + (a - row), p->lk_recv + p->lk_pos[k * G + j] + (a - row), (b - a) * sizeof(float));
         }
     }
     return DT_OK;

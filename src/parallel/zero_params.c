@@ -21,7 +21,6 @@
  * remembers which form it holds.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/timer.h"
 #include "ops/ops.h"
@@ -31,7 +30,7 @@ static size_t G_off(const dt_parallel *p, int u) { return p->split_off[(size_t)u
 static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[(size_t)u * p->G + p->j]; }
 
 dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst) {
-    memcpy(dst + G_off(p, u), p->pshard + p->sb[u], G_cnt(p, u) * sizeof(float));
+    dt_copy(dst + G_off(p, u), p->pshard + p->sb[u], G_cnt(p, u) * sizeof(float));
     if (p->G == 1) return DT_OK;
     double t0 = dt_now();
     DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, dst, p->split_cnt + (size_t)u * p->G,
@@ -65,7 +64,7 @@ dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w) {
         if (b <= pos) continue;
         if (a > pos) { /* the other elements before the run */
             size_t e = a < end ? a : end;
-            memcpy(f + fp, src + pos, (e - pos) * sizeof(float));
+            dt_copy(f + fp, src + pos, (e - pos) * sizeof(float));
             fp += e - pos;
             pos = e;
             if (pos == end) break;
@@ -75,7 +74,7 @@ dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w) {
         hp += e - pos;
         pos = e;
     }
-    if (pos < end) memcpy(f + fp, src + pos, (end - pos) * sizeof(float));
+    if (pos < end) dt_copy(f + fp, src + pos, (end - pos) * sizeof(float));
     const size_t len = p->m->ps.unit_len[u];
     size_t P = mm_total(p, u);
     if (p->G > 1) {
@@ -90,9 +89,9 @@ dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w) {
     size_t tail = len;
     for (int r = p->run0[u + 1] - 1; r >= p->run0[u]; r--) {
         size_t a = p->run_off[r], l = p->run_len[r], b = a + l;
-        if (tail > b && P > 0) memmove(f + b, f + b - P, (tail - b) * sizeof(float));
+        if (tail > b && P > 0) dt_copy(f + b, f + b - P, (tail - b) * sizeof(float));
         P -= l;
-        if (a > P) memmove(h + a, h + P, l * sizeof(uint16_t));
+        if (a > P) dt_copy(h + a, h + P, l * sizeof(uint16_t));
         tail = a;
     }
     return DT_OK;

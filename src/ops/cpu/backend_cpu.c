@@ -64,4 +64,10 @@ const dt_backend dt_backend_cpu = {
     .matmul_lowp_cache_clear = dt_cpu_matmul_lowp_cache_clear,
     .nf4_panel_bytes = dt_cpu_nf4_panel_bytes,
     .ops_serial_thread = dt_cpu_ops_serial_thread,
+    /* parallel/ and optim/ operations */
+    .adamw_chunked = dt_cpu_adamw_chunked,
+    .adamw_aged = dt_cpu_adamw_aged,
+    .sumsq_chunked = dt_cpu_sumsq_chunked,
+    .add_f32 = dt_cpu_add_f32,
+    .scale_f32 = dt_cpu_scale_f32,
 };

@@ -1,7 +1,7 @@
-/* kernels.h - the table of per-ISA kernel bodies (internal to src/ops and src/optim).
+/* kernels.h - the table of per-ISA kernel bodies (internal to src/ops/cpu).
  *
  * src/ops/cpu/kern/ is compiled once per path; each compilation defines one table
- * dt_cpu_kernels_<path>. The public wrappers in ops.h / optim.h call dt_cpu_kernels_get().
+ * dt_cpu_kernels_<path>. The CPU backend's operations (backend_cpu.c) call dt_cpu_kernels_get().
  * Argument conventions are those of ops.h.
  */
 #ifndef DT_KERNELS_H
@@ -13,11 +13,6 @@
 #include "core/dtype.h"
 #include "ops/cpu/isa.h"
 #include "ops/ops.h"
-
-/* Scalars of one AdamW step, computed once by the caller (optim/adamw.c). */
-typedef struct dt_adamw_step {
-    float b1, b2, eps, shrink, step_size, bc2_sqrt, gscale;
-} dt_adamw_step;
 
 typedef struct dt_cpu_kernels {
     dt_isa isa;
@@ -57,7 +52,7 @@ typedef struct dt_cpu_kernels {
                                   const int32_t *targets, float dloss, int N, int V, int Vp);
     /* y = exp(x - shift), returns the sum (the vectorised exp; y may be NULL). */
     float (*exp_sum)(float *y, const float *x, float shift, int n);
-    /* One AdamW step over n elements (serial: the caller parallelises). */
+    /* One AdamW step over n elements (serial: the caller, optim_ops.c, parallelises). */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n,
                   const dt_adamw_step *s);
     /* Sum of squares of n floats in double, 8 lanes (element i in lane i % 8) added in a
@@ -155,5 +150,11 @@ int dt_cpu_lowp_gemm_native(dt_dtype dt);
 void dt_cpu_matmul_lowp_cache_clear(void);
 size_t dt_cpu_nf4_panel_bytes(void);
 void dt_cpu_ops_serial_thread(void);
+/* parallel/ and optim/ operations (optim_ops.c) */
+void dt_cpu_adamw_chunked(float *params, const float *grads, float *m, float *v, size_t n, const dt_adamw_step *s);
+void dt_cpu_adamw_aged(float *params, const float *grads, float *m, float *v, float *age, size_t n, const dt_adamw_step *s);
+double dt_cpu_sumsq_chunked(const float *x, size_t n);
+void dt_cpu_add_f32(float *a, const float *x, size_t n);
+void dt_cpu_scale_f32(float *x, float factor, size_t n);
 
 #endif
