@@ -14,6 +14,7 @@
 
 #include "ops/backend.h"
 #include "ops/ops_ref.h"
+#include "ops/ref/backend_ref_impl.h"
 
 /* ------------------------------------------------------------------ host memory, its own */
 
@@ -627,4 +628,10 @@ const dt_backend dt_backend_ref = {
     .matmul_lowp_cache_clear = ref_matmul_lowp_cache_clear,
     .nf4_panel_bytes = ref_nf4_panel_bytes,
     .ops_serial_thread = ref_ops_serial_thread,
+    /* parallel/ and optim/ operations (backend_ref_train.c) */
+    .adamw_chunked = dt_ref_be_adamw_chunked,
+    .adamw_aged = dt_ref_be_adamw_aged,
+    .sumsq_chunked = dt_ref_be_sumsq_chunked,
+    .add_f32 = dt_ref_be_add_f32,
+    .scale_f32 = dt_ref_be_scale_f32,
 };
