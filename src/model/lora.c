@@ -305,7 +305,7 @@ dt_status dt_lora_model_init(dt_ctx *ctx, dt_model *m, dt_alloc *alloc, int slab
     q->L = L;
     q->bytes = nf4_bytes_of(t, n, L, lora);
     DT_CHECK(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, q->bytes, &q->buf));
-    memset(q->buf, 0, q->bytes);
+    dt_fill(q->buf, 0, q->bytes);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         q->qid[i] = -1;
