@@ -305,7 +305,7 @@ dt_status dt_lora_model_init(dt_ctx *ctx, dt_model *m, dt_alloc *alloc, int slab
     q->L = L;
     q->bytes = nf4_bytes_of(t, n, L, lora);
     DT_CHECK(dt_alloc_get(ctx, alloc, DT_MEM_PARAMS, q->bytes, &q->buf));
-    memset(q->buf, 0, q->bytes);
+    dt_fill(q->buf, 0, q->bytes);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         q->qid[i] = -1;
@@ -366,13 +366,15 @@ dt_status dt_lora_set_base_tensor(dt_ctx *ctx, dt_model *m, int id, int l, const
         float *dst = dt_params_tensor(&m->base, m->base.params, id, l);
         const size_t e = t->rows * t->cols;
         if (!tp) {
-            memcpy(dst, w, e * sizeof(float));
+            dt_copy(dst, w, e * sizeof(float));
             return DT_OK;
         }
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < e; i++) {
+        for (size_t i = 0; i < e;) { /* runs of consecutive canonical indices */
+            size_t gi;
             int sh;
-            dst[i] = w[dt_params_global_index(t, i, &sh)];
+            size_t run = dt_params_global_run(t, i, &gi, &sh);
+            dt_copy(dst + i, w + gi, run * sizeof(float));
+            i += run;
         }
         return DT_OK;
     }

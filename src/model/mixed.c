@@ -5,7 +5,6 @@
 #include "model/lora.h"
 #include "ops/ops.h"
 
-#include <string.h>
 
 void dt_fam_narrow(dt_model *m, uint16_t *h, const float *f, size_t n) {
     if (dt_lowp(m)) dt_to_lowp(m->opts.compute, h, f, n);
@@ -27,7 +26,7 @@ static void nf4_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const
             dt_matmul_forward_nf4(dst, x.f, q, bias ? bias + col : NULL, N, C, rows);
         if (dst != out)
             for (int n = 0; n < N; n++)
-                memcpy(out + (size_t)n * OC + col, dst + (size_t)n * rows, (size_t)rows * sizeof(float));
+                dt_copy(out + (size_t)n * OC + col, dst + (size_t)n * rows, (size_t)rows * sizeof(float));
         col += rows;
     }
 }
@@ -40,7 +39,7 @@ static void nf4_backward(dt_model *m, float *dinp, int id, int l, const float *d
         const float *g = dout;
         if (rows != OC) {
             for (int n = 0; n < N; n++)
-                memcpy(m->lora_mm + (size_t)n * rows, dout + (size_t)n * OC + col, (size_t)rows * sizeof(float));
+                dt_copy(m->lora_mm + (size_t)n * rows, dout + (size_t)n * OC + col, (size_t)rows * sizeof(float));
             g = m->lora_mm;
         }
         if (dt_lowp(m)) {
@@ -106,7 +105,7 @@ void dt_lora_base_forward_sh(dt_model *m, float *out, int ld, dt_mmin x, int id,
         else
             dt_matmul_forward_nf4(dst, x.f, q, bias, N, C, rows);
         if (dst != out)
-            for (int n = 0; n < N; n++) memcpy(out + (size_t)n * ld, dst + (size_t)n * rows, (size_t)rows * sizeof(float));
+            for (int n = 0; n < N; n++) dt_copy(out + (size_t)n * ld, dst + (size_t)n * rows, (size_t)rows * sizeof(float));
         return;
     }
     const size_t off = (size_t)j * rows * (size_t)C; /* the shard's block of the stored tensor */
@@ -136,7 +135,7 @@ void dt_lora_base_backward_sh(dt_model *m, float *dinp, int accumulate, int id, 
         const float *g = dout;
         if (ld != rows) {
             for (int n = 0; n < N; n++)
-                memcpy(m->lora_mm + (size_t)n * rows, dout + (size_t)n * ld, (size_t)rows * sizeof(float));
+                dt_copy(m->lora_mm + (size_t)n * rows, dout + (size_t)n * ld, (size_t)rows * sizeof(float));
             g = m->lora_mm;
         }
         dt_matmul_backward_nf4(dinp, accumulate, g, q, N, C, rows);

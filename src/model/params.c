@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
+#include "ops/ops.h"
 
 const char *dt_elem_type_name(dt_elem_type t) {
     switch (t) {
@@ -409,9 +409,8 @@ dt_status dt_params_check_finite(dt_ctx *ctx, const dt_params *ps, const float *
     for (int id = 0; id < ps->n_tensors; id++)
         for (int l = 0; l < dt_params_copies(ps, id); l++) {
             const float *w = dt_params_tensor(ps, (float *)base, id, l);
-            long n = (long)(ps->tensors[id].rows * ps->tensors[id].cols), bad = 0;
-#pragma omp parallel for reduction(+ : bad) schedule(static) if (n > 65536)
-            for (long i = 0; i < n; i++) bad += !isfinite(w[i]);
+            long n = (long)(ps->tensors[id].rows * ps->tensors[id].cols);
+            long bad = (long)dt_count_nonfinite_f32(w, (size_t)n);
             if (!bad) continue;
             long first = 0;
             while (isfinite(w[first])) first++;
@@ -451,22 +450,25 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
             if (a >= z) continue;
             uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
             const uint64_t sd = seed ^ ps->seed_salt;
-            const float std = t->std;
-            const dt_init_kind kind = t->init;
-#pragma omp parallel for schedule(static)
-            for (size_t e = a; e < z; e++) {
-                size_t i = e - base;
-                if (tp) {
+            float *out = dst + (a - lo);
+            switch (t->init) {
+            case DT_INIT_ONES: dt_fill_f32(out, 1.0f, z - a); break;
+            case DT_INIT_ZEROS: dt_fill(out, 0, (z - a) * sizeof(float)); break;
+            case DT_INIT_NORMAL:
+                if (!tp) {
+                    dt_fill_normal(out, z - a, sd, stream, a - base, drawn, t->std);
+                    break;
+                }
+                /* runs of consecutive canonical indices (dt_params_global_run) */
+                for (size_t e = a; e < z;) {
+                    size_t gi;
                     int sh;
-                    i = dt_params_global_index(t, i, &sh);
+                    size_t run = dt_params_global_run(t, e - base, &gi, &sh);
+                    if (run > z - e) run = z - e;
+                    dt_fill_normal(dst + (e - lo), run, sd, stream, gi, drawn, t->std);
+                    e += run;
                 }
-                float v = 0.0f;
-                switch (kind) {
-                case DT_INIT_NORMAL: v = i < drawn ? std * dt_rng_normal(sd, stream, i) : 0.0f; break;
-                case DT_INIT_ONES: v = 1.0f; break;
-                case DT_INIT_ZEROS: v = 0.0f; break;
-                }
-                dst[e - lo] = v;
+                break;
             }
         }
     }
@@ -496,5 +498,5 @@ dt_status dt_params_segments(dt_ctx *ctx, const dt_params *ps, dt_param_segment 
 }
 
 void dt_params_zero_grad(dt_params *ps) {
-    for (int u = 0; u < ps->n_units; u++) memset(ps->unit_grads[u], 0, ps->unit_len[u] * sizeof(float));
+    for (int u = 0; u < ps->n_units; u++) dt_fill(ps->unit_grads[u], 0, ps->unit_len[u] * sizeof(float));
 }

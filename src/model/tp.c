@@ -6,7 +6,6 @@
 #include "model/family_impl.h"
 #include "ops/ops.h"
 
-#include <string.h>
 
 /* Elements of one shard of tensor id as stored. */
 static size_t shard_len(const dt_model *m, int id) { return dt_tensor_shard_len(&dt_model_weights(m)->tensors[id]); }
@@ -189,7 +188,7 @@ void dt_sp_gather(dt_model *m, float *full, const float *loc, int N, int C) {
     const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts);
     const size_t per = (size_t)N / (size_t)k * (size_t)C;
     float *mine = full + (size_t)dt_tp_first(&m->opts) * per;
-    if (mine != loc) memcpy(mine, loc, (size_t)nb * per * sizeof(float));
+    if (mine != loc) dt_copy(mine, loc, (size_t)nb * per * sizeof(float));
     if (nb < k && m->tp_ops.allgather && m->tp_ops.allgather(m->tp_ops.ud, full, per)) m->tp_failed = 1;
 }
 
@@ -222,7 +221,7 @@ static void sp_scatter(dt_model *m, float *out_loc, const float *full, int N, in
     const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts);
     const size_t per = (size_t)N / (size_t)k * (size_t)OC;
     if (nb == k) {
-        if (out_loc != full) memcpy(out_loc, full, (size_t)N * OC * sizeof(float));
+        if (out_loc != full) dt_copy(out_loc, full, (size_t)N * OC * sizeof(float));
         return;
     }
     if (m->tp_ops.reduce_scatter && m->tp_ops.reduce_scatter(m->tp_ops.ud, full, out_loc, per)) m->tp_failed = 1;
@@ -282,7 +281,7 @@ void dt_sp_layernorm_backward(dt_model *m, float *dinp, float *dw, float *db, co
     for (int j = 0; j < nb; j++) {
         const size_t r = (size_t)j * Nl;
         float *t = j == 0 ? acc : part;
-        memset(t, 0, 2 * (size_t)C * sizeof(float));
+        dt_fill(t, 0, 2 * (size_t)C * sizeof(float));
         dt_layernorm_backward(dinp + r * C, t, t + C, dout + r * C, inp + r * C, w, mean + r, rstd + r, Nl, C);
         if (j > 0) dt_tp_add(acc, part, 2 * (size_t)C);
     }
@@ -304,7 +303,7 @@ void dt_sp_pos_backward(dt_model *m, float *dwpe, const float *dout, int N, int 
     float *acc = tmp, *part = tmp + (size_t)T * C;
     for (int j = 0; j < nb; j++) {
         float *t = j == 0 ? acc : part;
-        memset(t, 0, (size_t)T * C * sizeof(float));
+        dt_fill(t, 0, (size_t)T * C * sizeof(float));
         for (int i = 0; i < Nl; i++) { /* rows ascending: each position sums its rows in order */
             const int row = j * Nl + i;
             const float *d = dout + (size_t)row * C;
@@ -337,7 +336,7 @@ void dt_sp_rmsnorm_backward(dt_model *m, float *dinp, float *dw, const float *do
     for (int j = 0; j < nb; j++) {
         const size_t r = (size_t)j * Nl;
         float *t = j == 0 ? acc : part;
-        memset(t, 0, (size_t)C * sizeof(float));
+        dt_fill(t, 0, (size_t)C * sizeof(float));
         dt_rmsnorm_backward(dinp + r * C, t, dout + r * C, inp + r * C, w, rstd + r, Nl, C);
         if (j > 0) dt_tp_add(acc, part, (size_t)C);
     }

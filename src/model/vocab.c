@@ -4,7 +4,6 @@
  * are gathered one at a time (ZeRO-3): the lm_head's dx sums its chunks in one fixed order,
  * so the bits do not depend on where the parameters live. */
 #include <math.h>
-#include <string.h>
 
 #include "model/family_impl.h"
 #include "ops/ops.h"
@@ -68,24 +67,8 @@ static void tp_ce_backward(dt_model *m, int id, float *logits, const float *lse,
                            int N, int V, int ld) {
     const dt_tensor_info *t = &dt_model_weights(m)->tensors[id];
     const int nb = dt_tp_local(&m->opts), Vl = (int)t->shard_rows;
-    const long g0 = (long)t->tp_first * Vl;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *d = logits + (size_t)n * ld;
-        if (targets[n] < 0) {
-            memset(d, 0, (size_t)ld * sizeof(float));
-            continue;
-        }
-        for (int j = 0; j < nb; j++) {
-            float *dj = d + (size_t)j * Vl;
-            int r = shard_real(m, id, j, V);
-            dt_exp_sum(dj, dj, lse[n], r);
-            for (int i = 0; i < r; i++) dj[i] *= dloss;
-            if (r < Vl) memset(dj + r, 0, (size_t)(Vl - r) * sizeof(float));
-        }
-        long tg = targets[n] - g0;
-        if (tg >= 0 && tg < (long)nb * Vl) d[tg] -= dloss;
-    }
+    const long g0 = (long)t->tp_first * Vl; /* canonical column of the first held one */
+    dt_crossentropy_backward_blocks(logits, lse, targets, dloss, N, ld, nb, Vl, g0, V);
 }
 
 void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *tokens, int N, int next) {
@@ -95,7 +78,7 @@ void dt_vocab_embed_forward(dt_model *m, int id, float *out, const int32_t *toke
     /* ZeRO-3: only the rows the tokens name travel (the same values, zero_lookup.c) */
     if (m->hooks.lookup && !m->lora && !tp && m->hooks.lookup(m->hooks.ud, id, tokens, N, next, out)) return;
     /* vocabulary-parallel: each rank fills the rows of its tokens, zeros elsewhere, summed */
-    if (tp) memset(out, 0, (size_t)N * C * sizeof(float));
+    if (tp) dt_fill(out, 0, (size_t)N * C * sizeof(float));
     for (int c = 0; c < K; c++) {
         int u;
         size_t r0, rows;
@@ -249,23 +232,7 @@ const float *dt_vocab_lm_backward(dt_model *m, int id, dt_mmin x, const int32_t 
 }
 
 void dt_vocab_pack_dlogits(dt_model *m, float *dlogits, int N, int Vp) {
-    if (!dt_lowp(m)) return;
-    enum { BLK = 256 };
-    const dt_dtype dt = m->opts.compute;
-    /* Block b of a row reads floats [256 b, 256 b + 256) and writes 16-bit values over bytes
-     * [512 b, 512 b + 512): below every later block's input, and its own input is copied
-     * first, so front to back in place is safe. */
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < N; r++) {
-        float *row = dlogits + (size_t)r * Vp, f[BLK];
-        uint16_t *h = (uint16_t *)row, hb[BLK];
-        for (int b = 0; b < Vp; b += BLK) {
-            int n = Vp - b < BLK ? Vp - b : BLK;
-            memcpy(f, row + b, (size_t)n * sizeof(float));
-            dt_to_lowp(dt, hb, f, (size_t)n);
-            memcpy(h + b, hb, (size_t)n * sizeof(uint16_t));
-        }
-    }
+    if (dt_lowp(m)) dt_f32_to_lowp_rows_inplace(m->opts.compute, dlogits, N, Vp);
 }
 
 void dt_vocab_head_backward(dt_model *m, int id, float *dx, const float *dlogits, dt_mmin x, int N,

@@ -125,3 +125,16 @@ void dt_from_lowp(dt_dtype dt, float *dst, const uint16_t *src, size_t n) {
     if (dt == DT_BF16) dt_bf16_to_f32(dst, src, n);
     else dt_f16_to_f32(dst, src, n);
 }
+
+/* model/ operations */
+void dt_patchify(float *patches, const int32_t *pix, int B, int CH, int S, int p) { dt_backend_cur->patchify(patches, pix, B, CH, S, p); }
+void dt_cls_pos_forward(float *out, const float *cls, const float *pe, const float *pos, int r0, int rows, int T, int C) { dt_backend_cur->cls_pos_forward(out, cls, pe, pos, r0, rows, T, C); }
+void dt_cls_pos_backward(float *dpos, float *dcls, float *dpe, const float *dout, int B, int T, int C) { dt_backend_cur->cls_pos_backward(dpos, dcls, dpe, dout, B, T, C); }
+void dt_crossentropy_backward_blocks(float *dlogits, const float *lse, const int32_t *targets, float dloss, int N, int ld, int nb, int Vl, long col0, int V) { dt_backend_cur->crossentropy_backward_blocks(dlogits, lse, targets, dloss, N, ld, nb, Vl, col0, V); }
+void dt_f32_to_lowp_rows_inplace(dt_dtype dt, float *x, int N, int ld) { dt_backend_cur->f32_to_lowp_rows_inplace(dt, x, N, ld); }
+void dt_lowrank_down_forward(float *u, const float *xf, const uint16_t *xh, dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d) { dt_backend_cur->lowrank_down_forward(u, xf, xh, xdt, A, N, C, r, d); }
+void dt_lowrank_up_forward(float *out, int ldo, const float *u, const float *B, float s, int N, int rows, int r) { dt_backend_cur->lowrank_up_forward(out, ldo, u, B, s, N, rows, r); }
+void dt_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd, const float *u, const float *B, float s, int N, int rows, int r) { dt_backend_cur->lowrank_up_backward(dB, du, dout, ldd, u, B, s, N, rows, r); }
+void dt_lowrank_down_backward(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh, dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d) { dt_backend_cur->lowrank_down_backward(dA, dinp, du, xf, xh, xdt, A, N, C, r, d); }
+void dt_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std) { dt_backend_cur->fill_normal(dst, n, seed, stream, i0, drawn, std); }
+void dt_fill_f32(float *dst, float v, size_t n) { dt_backend_cur->fill_f32(dst, v, n); }

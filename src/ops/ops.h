@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "core/rng.h"
 #include "core/status.h"
 
 /* Token embedding over a chunk of the vocabulary: for every position n < N whose token lies
@@ -327,5 +328,80 @@ double dt_sumsq_chunked(const float *x, size_t n);
 void dt_add_f32(float *a, const float *x, size_t n);
 /* x (n) *= factor, elementwise. */
 void dt_scale_f32(float *x, float factor, size_t n);
+/* ---- model/ operations (ARCHITECTURE decision 73): the loops the model families and LoRA
+ * ran themselves, each with the arithmetic and order of sums the model had. */
+
+/* Images to patch rows: pix (B, CH, S, S) pixel values, p | S, g = S / p; patches
+ * (B g g, CH p p): patches[b, gy g + gx, (ch p + py) p + px] = pix[b, ch, gy p + py,
+ * gx p + px] / 255. */
+void dt_patchify(float *patches, const int32_t *pix, int B, int CH, int S, int p);
+/* A class token and learned positions before T - 1 patch embeddings per sequence: rows
+ * [r0, r0 + rows) of the (B T) token rows (row b T + t) into out (rows, C):
+ * out[i] = (t == 0 ? cls : pe[b (T - 1) + t - 1]) + pos[t]; pe (B (T - 1), C), pos (T, C). */
+void dt_cls_pos_forward(float *out, const float *cls, const float *pe, const float *pos, int r0, int rows, int T,
+                        int C);
+/* Its backward from dout (B T, C) (every row): dpos (T, C) += dout[b, t] and dcls (C) +=
+ * dout[b, 0], b ascending (each element of dpos one sum, dcls after dpos for each b); dpe
+ * (B (T - 1), C) = dout's rows t > 0 (overwritten). */
+void dt_cls_pos_backward(float *dpos, float *dcls, float *dpe, const float *dout, int B, int T, int C);
+
+/* Cross-entropy backward over a window of the vocabulary's columns, in place: dlogits (N,
+ * row stride ld) holds on entry the logits of canonical columns [col0, col0 + nb Vl) as nb
+ * blocks of Vl (tensor-parallel shards), lse (N) the rows' log-sum-exp over the whole
+ * vocabulary (V real columns). Each row becomes (softmax - onehot(target)) dloss over the
+ * real columns of each block (< V: exp by dt_exp_sum's kernel block by block, then times
+ * dloss; the target's column, when held, then minus dloss), 0 on a block's padding; a row
+ * whose target is < 0 (not counted) becomes 0 over all ld floats. */
+void dt_crossentropy_backward_blocks(float *dlogits, const float *lse, const int32_t *targets, float dloss, int N,
+                                     int ld, int nb, int Vl, long col0, int V);
+/* Narrows N rows of ld floats to dt (DT_BF16 or DT_F16, dt_to_lowp's rounding) in place: row
+ * r's ld 16-bit values start at its own first byte, (uint16_t *)(x + r ld). */
+void dt_f32_to_lowp_rows_inplace(dt_dtype dt, float *x, int N, int ld);
+
+/* Inverted dropout on the input x (N, C) of a low-rank adapter, the masks drawn on the fly
+ * from the counter RNG (core/rng.h) so that a backward regenerates its forward's: row n is
+ * position n % T of sequence seq0 + n / T, with key
+ *   dt_rng_u64(seed, stream, dt_rng_u64(seq0 + n / T, n % T, salt)),
+ * and its feature c (feature coff + c of the layer's input: a row-parallel shard holds a
+ * block of the columns) is kept, times inv (1 / (1 - p)), when the high 32 bits of
+ * dt_rng_u64(key, coff + c, 0) reach thresh (p 2^32), and 0 otherwise. on = 0: no dropout
+ * (the other fields unused). */
+typedef struct dt_dropout {
+    int on, T, coff;
+    float inv;
+    uint64_t thresh, seed, stream, seq0, salt;
+} dt_dropout;
+/* The key of row n (on != 0). */
+static inline uint64_t dt_dropout_row_key(const dt_dropout *d, int n) {
+    return dt_rng_u64(d->seed, d->stream, dt_rng_u64(d->seq0 + (uint64_t)(n / d->T), (uint64_t)(n % d->T), d->salt));
+}
+/* Whether feature c of the row of key `key` is kept. */
+static inline int dt_dropout_kept(const dt_dropout *d, uint64_t key, int c) {
+    return (dt_rng_u64(key, (uint64_t)(d->coff + c), 0) >> 32) >= d->thresh;
+}
+
+/* A low-rank adapter's (out += s drop(x) A^T B^T) four products. x is fp32 in xf, or when
+ * xh != NULL 16-bit values of dtype xdt (widened exactly); A (r, C), B (rows, r). Every
+ * output element is one sum in ascending order of its index, whatever the threads.
+ * u (N, r) = drop(x) A^T (each a sum over c ascending). */
+void dt_lowrank_down_forward(float *u, const float *xf, const uint16_t *xh, dt_dtype xdt, const float *A, int N,
+                             int C, int r, const dt_dropout *d);
+/* out (N rows of stride ldo, columns [0, rows)) += s (u B^T): the sum over k, then scaled. */
+void dt_lowrank_up_forward(float *out, int ldo, const float *u, const float *B, float s, int N, int rows, int r);
+/* From dout (N rows of stride ldd, columns [0, rows)): dB (rows, r) += s (dout^T u) (the sum
+ * over n, then scaled), and du (N, r) = s (dout B) (overwritten; the sum over j, then
+ * scaled). */
+void dt_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd, const float *u, const float *B, float s,
+                            int N, int rows, int r);
+/* dA (r, C) += du^T drop(x) (a sum over n), and dinp (N, C) += the masked, scaled (du A)
+ * (the sum over k formed apart, then added; dinp NULL: skipped). */
+void dt_lowrank_down_backward(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh,
+                              dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d);
+
+/* Parameter initialisation from the counter RNG: dst[k] = std dt_rng_normal(seed, stream,
+ * i0 + k) when i0 + k < drawn, else 0, for k < n (the same values whatever the threads). */
+void dt_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std);
+/* dst[k] = v for k < n. */
+void dt_fill_f32(float *dst, float v, size_t n);
 
 #endif

@@ -382,7 +382,7 @@ static void embed_forward(dt_model *m, const int32_t *inputs) {
         return;
     }
     dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->spa, inputs, BT, UNIT(WPE));
-    memcpy(a->encoded, a->spa + (size_t)dt_sp_row0(m, BT) * C, (size_t)dt_sp_rows(m, BT) * C * sizeof(float));
+    dt_copy(a->encoded, a->spa + (size_t)dt_sp_row0(m, BT) * C, (size_t)dt_sp_rows(m, BT) * C * sizeof(float));
     dt_unit_need(m, UNIT(WPE), LAYER(0));
     DT_PROF(m, fwd, DT_OP_ENCODER, dt_sp_pos_forward(m, a->encoded, P(WPE, 0), BT, T, C));
 }
@@ -412,8 +412,8 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     int V = c->vocab, BT = B * T;
     dt_gpt2_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
-    memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
-    if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
+    dt_copy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
+    if (targets) dt_copy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
     embed_forward(m, inputs);
     for (int l = 0; l < L; l++) {
@@ -442,7 +442,7 @@ static void gpt2_backward(dt_model *m, float scale) {
                                                 a->losses, a->ce_lse, a->dbtc, scale, UNIT(LNFW));
     const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     const size_t rwc = (size_t)RW * C;
-    memset(a->dres, 0, rwc * sizeof(float));
+    dt_fill(a->dres, 0, rwc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * rwc;
     dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, UNIT(LNFW));

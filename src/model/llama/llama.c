@@ -504,15 +504,15 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     int V = c->vocab, BT = B * T;
     dt_llama_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
-    memcpy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
-    if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int32_t));
+    dt_copy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
+    if (targets) dt_copy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (c->n_experts) dt_moe_begin(m, &a->moe);
     if (!m->opts.sp) {
         dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
     } else { /* every row (the vocabulary shards' sum), kept for the rows held */
         dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->spa, inputs, BT, LAYER(0));
-        memcpy(a->encoded, a->spa + (size_t)dt_sp_row0(m, BT) * C, (size_t)dt_sp_rows(m, BT) * C * sizeof(float));
+        dt_copy(a->encoded, a->spa + (size_t)dt_sp_row0(m, BT) * C, (size_t)dt_sp_rows(m, BT) * C * sizeof(float));
     }
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
@@ -544,7 +544,7 @@ static void llama_backward(dt_model *m, float scale) {
                                                 a->losses, a->ce_lse, a->dbtc, scale, NORM_UNIT);
     const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     const size_t rwc = (size_t)RW * C;
-    memset(a->dres, 0, rwc * sizeof(float));
+    dt_fill(a->dres, 0, rwc * sizeof(float));
     const float *last = a->res3 + (size_t)(L - 1) * rwc;
     dt_unit_need(m, NORM_UNIT, BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, NORM_UNIT);

@@ -165,7 +165,7 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
         for (int i = 0; i < n; i++)
-            memcpy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
+            dt_copy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
         float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe, *ye = y + (size_t)off[e] * C;
         /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
         DT_PROF_TO(m, pf, DT_OP_MATMUL,
@@ -218,7 +218,7 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
         for (int i = 0; i < C; i++) s += d[i] * yr[i];
         a->dw[r] = s;
     }
-    memset(dln2, 0, (size_t)BT * C * sizeof(float));
+    dt_fill(dln2, 0, (size_t)BT * C * sizeof(float));
     const int router_unit = dt_fam_unit(m, DT_LLAMA_MOE_ROUTER, l);
     for (int e = E - 1; e >= 0; e--) {
         const int u = dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l);
@@ -231,7 +231,7 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
                 const float wr = w[r], *d = dout + (size_t)(r / k) * C;
                 float *dy = a->dy + (size_t)i * C;
                 for (int q = 0; q < C; q++) dy[q] = wr * d[q];
-                memcpy(a->xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
+                dt_copy(a->xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
             }
             const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe;
             DT_PROF(m, bwd, DT_OP_MATMUL,

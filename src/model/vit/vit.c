@@ -388,23 +388,6 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     DT_PROF(m, fwd, DT_OP_RESIDUAL, dt_residual_forward(v.res3, v.res3, v.res2, (int)btc));
 }
 
-/* patches[b, gy*g + gx, c*p*p + py*p + px] = pixel(b, c, gy*p + py, gx*p + px) / 255. */
-static void patchify(float *patches, const int32_t *pix, const dt_model_config *c, int B) {
-    const int S = c->image_size, p = c->patch_size, g = S / p, CH = c->channels;
-    const size_t K = (size_t)CH * p * p, Np = (size_t)g * g, P = (size_t)CH * S * S;
-#pragma omp parallel for schedule(static)
-    for (int bp = 0; bp < B * (int)Np; bp++) {
-        const int b = bp / (int)Np, q = bp % (int)Np, gy = q / g, gx = q % g;
-        float *dst = patches + (size_t)bp * K;
-        for (int ch = 0; ch < CH; ch++)
-            for (int py = 0; py < p; py++)
-                for (int px = 0; px < p; px++)
-                    dst[((size_t)ch * p + py) * p + px] =
-                        (float)pix[(size_t)b * P + ((size_t)ch * S + (size_t)(gy * p + py)) * S + (size_t)(gx * p + px)] /
-                        255.0f;
-    }
-}
-
 static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                              float *loss) {
     const dt_model_config *c = &m->cfg;
@@ -423,7 +406,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
         a->labels[b] = y;
     }
     m->has_targets = targets != NULL;
-    DT_PROF(m, fwd, DT_OP_ENCODER, patchify(a->patches, inputs, c, B));
+    DT_PROF(m, fwd, DT_OP_ENCODER, dt_patchify(a->patches, inputs, B, c->channels, c->image_size, c->patch_size));
     dt_unit_need(m, UNIT(PATCHW), LAYER(0));
     dt_fam_narrow(m, a->patchesh, a->patches, (size_t)B * Np * K);
     DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, a->pe, (dt_mmin){a->patches, a->patchesh}, ID(PATCHW), 0, P(PATCHB, 0), B * Np, K, C));
@@ -431,13 +414,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     /* the rows held (sequence parallelism: [r0, r0 + RW) of every row; the patch embedding,
      * replicated, is formed for every patch) */
     const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < RW; i++) {
-        const int bt = r0 + i, b = bt / T, t = bt % T;
-        const float *src = t == 0 ? cls : a->pe + ((size_t)b * Np + (size_t)(t - 1)) * C;
-        float *dst = a->encoded + (size_t)i * C;
-        for (int k = 0; k < C; k++) dst[k] = src[k] + pos[(size_t)t * C + k];
-    }
+    dt_cls_pos_forward(a->encoded, cls, a->pe, pos, r0, RW, T, C);
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
         block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
@@ -446,7 +423,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     dt_unit_need(m, UNIT(LNFW), -1);
     /* the class tokens (sequence parallelism: from the gathered rows of the last layer) */
     const float *last = dt_sp_dout(m, a->res3 + (size_t)(L - 1) * RW * C, a->spa, BT, C);
-    for (int b = 0; b < B; b++) memcpy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
+    for (int b = 0; b < B; b++) dt_copy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
     dt_fam_narrow(m, a->lnfh, lnf, (size_t)B * C);
@@ -475,13 +452,13 @@ static void vit_backward(dt_model *m, float scale) {
     dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
     dt_unit_grads_begin(m, UNIT(LNFW));
     DT_PROF(m, bwd, DT_OP_LMHEAD, dt_fam_mm_backward(m, dlnf, ID(HEADW), 0, G(HEADB, 0), a->logits, (dt_mmin){a->lnf, a->lnfh}, B, C, NC));
-    memset(dclsx, 0, (size_t)B * C * sizeof(float));
+    dt_fill(dclsx, 0, (size_t)B * C * sizeof(float));
     DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
     /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
-    memset(a->dres, 0, btc * sizeof(float));
+    dt_fill(a->dres, 0, btc * sizeof(float));
     for (int b = 0; b < B; b++) /* the class tokens among the rows held */
         if (b * T >= r0 && b * T < r0 + RW)
-            memcpy(a->dres + (size_t)(b * T - r0) * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
+            dt_copy(a->dres + (size_t)(b * T - r0) * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
     dt_unit_grads_end(m, UNIT(LNFW));
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
@@ -526,17 +503,7 @@ static void vit_backward(dt_model *m, float scale) {
     /* every row (sequence parallelism: gathered; the embedding's parameters are replicated and
      * every rank forms their gradients from every row, in the same order as one rank) */
     const float *denc = dt_sp_dout(m, a->dres, a->spa, BT, C);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++)
-        for (int b = 0; b < B; b++) {
-            const float *dr = denc + ((size_t)b * T + t) * C;
-            float *dp = dpos + (size_t)t * C;
-            for (int i = 0; i < C; i++) dp[i] += dr[i];
-            if (t == 0)
-                for (int i = 0; i < C; i++) dcls_w[i] += dr[i];
-            else
-                memcpy(dpe + ((size_t)b * Np + (size_t)(t - 1)) * C, dr, (size_t)C * sizeof(float));
-        }
+    dt_cls_pos_backward(dpos, dcls_w, dpe, denc, B, T, C);
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_fam_mm_backward(m, NULL, ID(PATCHW), 0, G(PATCHB, 0), dpe, (dt_mmin){a->patches, a->patchesh}, B * Np, K, C));
     dt_unit_grads_end(m, UNIT(PATCHW));
 }

@@ -70,4 +70,16 @@ const dt_backend dt_backend_cpu = {
     .sumsq_chunked = dt_cpu_sumsq_chunked,
     .add_f32 = dt_cpu_add_f32,
     .scale_f32 = dt_cpu_scale_f32,
+    /* model/ operations */
+    .patchify = dt_cpu_patchify,
+    .cls_pos_forward = dt_cpu_cls_pos_forward,
+    .cls_pos_backward = dt_cpu_cls_pos_backward,
+    .crossentropy_backward_blocks = dt_cpu_crossentropy_backward_blocks,
+    .f32_to_lowp_rows_inplace = dt_cpu_f32_to_lowp_rows_inplace,
+    .lowrank_down_forward = dt_cpu_lowrank_down_forward,
+    .lowrank_up_forward = dt_cpu_lowrank_up_forward,
+    .lowrank_up_backward = dt_cpu_lowrank_up_backward,
+    .lowrank_down_backward = dt_cpu_lowrank_down_backward,
+    .fill_normal = dt_cpu_fill_normal,
+    .fill_f32 = dt_cpu_fill_f32,
 };
