@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "ops/ops.h"
 
 struct dt_ckpt_saver {
     dt_ckpt_saver_cfg cfg;
@@ -47,28 +48,9 @@ struct dt_ckpt_saver {
 
 /* ---- saving */
 
-/* A forked child (the crash tests) must not enter OpenMP: the parent's thread pool does not
- * exist there and libgomp would wait for it forever. */
-static int in_forked_child;
-static void mark_child(void) { in_forked_child = 1; }
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void register_atfork(void) { pthread_atfork(NULL, NULL, mark_child); }
-
-/* memcpy on the OpenMP threads, in 1 MiB blocks: the staging copy is what the training
- * loop pays for an asynchronous save. */
-static void par_copy(float *dst, const float *src, size_t n) {
-    const size_t blk = 1u << 18; /* floats */
-    long nb = (long)((n + blk - 1) / blk);
-    if (in_forked_child) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (long b = 0; b < nb; b++) {
-        size_t lo = (size_t)b * blk, len = n - lo < blk ? n - lo : blk;
-        memcpy(dst + lo, src + lo, len * sizeof(float));
-    }
-}
+/* The staging copy is the backend's (ops.h dt_copy: the CPU backend copies large blocks on
+ * its threads, which is what the training loop pays for an asynchronous save). */
+static void par_copy(float *dst, const float *src, size_t n) { dt_copy(dst, src, n * sizeof(float)); }
 
 /* Allocates a staging buffer and touches every page, so the first save does not pay the
  * page faults inside the training loop. */
@@ -105,7 +87,6 @@ dt_status dt_ckpt_saver_init(dt_ctx *ctx, dt_ckpt_saver **out, const dt_ckpt_sav
     s->owner = s->save_n > 0 || cfg->residual_n > 0; /* a residual is this rank's alone */
     s->view = *cfg->model;
     s->jctx = *ctx;
-    pthread_once(&atfork_once, register_atfork);
     if (cfg->rank == 0) s->st_params = staging_alloc(s->view.ps.n_params);
     if (s->owner) {
         s->st_mom = staging_alloc(s->save_n);

@@ -1,12 +1,37 @@
 /* The CPU backend (backend.h): host memory, the ISA paths' kernels (dispatch.c, kern/),
  * oneDNN's GEMMs (matmul.c, matmul_lowp.c) and the NF4 panels (nf4.c). */
+#include <pthread.h>
 #include <string.h>
 
 #include "ops/backend.h"
 #include "ops/cpu/kernels.h"
 
+/* A forked child (the crash tests fork a checkpoint writer) must not enter OpenMP: the
+ * parent's thread pool does not exist there and libgomp would wait for it forever. */
+static int in_forked_child;
+static void mark_child(void) { in_forked_child = 1; }
+/* registered when the program loads, before anything can fork */
+__attribute__((constructor)) static void register_atfork(void) { pthread_atfork(NULL, NULL, mark_child); }
+
+/* Copies of 4 MiB and more whose ranges do not overlap run on the OpenMP threads in 1 MiB
+ * blocks (a checkpoint's staging copy is what the training loop pays for an asynchronous
+ * save); smaller ones, overlapping ones, and those of a thread marked serial (the
+ * communication thread: dt_ops_serial_thread) or of a forked child are one memmove. */
 static void cpu_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes) memmove(dst, src, bytes);
+    enum { BLK = 1 << 20, PAR = 4 << 20 };
+    if (!bytes) return;
+    char *d = dst;
+    const char *s = src;
+    if (bytes < PAR || dt_cpu_serial || in_forked_child || (d < s + bytes && s < d + bytes)) {
+        memmove(dst, src, bytes);
+        return;
+    }
+    const long nb = (long)((bytes + BLK - 1) / BLK);
+#pragma omp parallel for schedule(static)
+    for (long b = 0; b < nb; b++) {
+        const size_t lo = (size_t)b * BLK, len = bytes - lo < BLK ? bytes - lo : BLK;
+        memcpy(d + lo, s + lo, len);
+    }
 }
 static void cpu_fill(void *dst, int byte, size_t bytes) {
     if (bytes) memset(dst, byte, bytes);
