@@ -1,6 +1,7 @@
 /* backend_ops.h - the op-case machinery of tests/test_backend_ops.c: a case, one run of it on
  * a backend (its buffers in the backend's memory and its named outputs), the input builders
- * and the runners (backend_ops_run.c), one per family of operations. */
+ * and the runners (backend_ops_run.c; the model/ operations' in backend_ops_run_model.c), one
+ * per family of operations. */
 #ifndef DT_TEST_BACKEND_OPS_H
 #define DT_TEST_BACKEND_OPS_H
 
@@ -25,7 +26,7 @@ struct op_case {
 };
 
 enum { F_BIAS = 1, F_ACC = 2, F_CAUSAL = 4, F_INPLACE = 8, F_NODINP = 16, F_NODW = 32, F_MASK = 64, F_SCALE = 128, F_NOY = 256,
-       F_NAN = 512, F_EPS6 = 1024 };
+       F_NAN = 512, F_EPS6 = 1024, F_DROP = 2048 };
 
 /* One run of a case on one backend: its buffers (the backend's memory) and outputs. */
 enum { MAX_BUF = 24, MAX_OUT = 6 };
@@ -76,6 +77,14 @@ void run_query(run *r);
 void run_adamw(run *r);
 void run_sumsq(run *r);
 void run_add_scale(run *r);
+/* model/ operations (backend_ops_run_model.c) */
+void run_patchify(run *r);
+void run_cls_pos(run *r);
+void run_ce_blocks(run *r);
+void run_lowp_rows(run *r);
+void run_lowrank_down(run *r);
+void run_lowrank_up(run *r);
+void run_fill(run *r);
 
 #define D(i) (r->c->d[i])
 #define FL(f) (r->c->flag & (f))

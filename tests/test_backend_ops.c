@@ -43,6 +43,10 @@ static const op_slot k_ops[] = {
     SLOT(lowp_gemm_native), SLOT(matmul_lowp_cache_clear), SLOT(nf4_panel_bytes), SLOT(ops_serial_thread),
     /* parallel/ and optim/ operations */
     SLOT(adamw_chunked), SLOT(adamw_aged), SLOT(sumsq_chunked), SLOT(add_f32), SLOT(scale_f32),
+    /* model/ operations */
+    SLOT(patchify), SLOT(cls_pos_forward), SLOT(cls_pos_backward), SLOT(crossentropy_backward_blocks),
+    SLOT(f32_to_lowp_rows_inplace), SLOT(lowrank_down_forward), SLOT(lowrank_up_forward), SLOT(lowrank_up_backward),
+    SLOT(lowrank_down_backward), SLOT(fill_normal), SLOT(fill_f32),
 };
 #define N_OPS (sizeof k_ops / sizeof k_ops[0])
 /* Every member after `sync` is an operation (a function pointer): their number is fixed by
@@ -180,6 +184,50 @@ static const op_case k_cases[] = {
     E("sumsq_chunked", run_sumsq, "n", {3}, DT_F32, 0, 1e-12, 0),
     E("add_f32", run_add_scale, "n", {100003}, DT_F32, 0, 0, 0),
     E("scale_f32", run_add_scale, "n", {100003}, DT_F32, F_SCALE, 0, 0),
+    /* model/ operations: patchify (a quotient), the class token and positions forward (a sum of
+     * two floats), the narrowing and the fills bit for bit; the position sums over the batch
+     * ~1e-6; the cross-entropy block backward as crossentropy_backward; the low-rank products
+     * as the fp32 GEMMs (their 16-bit x widened exactly; dropout by the ops.h mask, so every
+     * backend drops the same features) */
+    E("patchify", run_patchify, "B,CH,S,p", {2, 3, 12, 4}, DT_F32, 0, 0, 0),
+    E("patchify", run_patchify, "B,CH,S,p", {3, 1, 35, 7}, DT_F32, 0, 0, 0),
+    E("patchify", run_patchify, "B,CH,S,p", {1, 3, 5, 5}, DT_F32, 0, 0, 0),
+    E("cls_pos_forward", run_cls_pos, "B,T,C,r0,rows", {2, 10, 10, 7, 11}, DT_F32, 0, 0, 0),
+    E("cls_pos_forward", run_cls_pos, "B,T,C,r0,rows", {3, 17, 33, 0, 51}, DT_F32, 0, 0, 0),
+    E("cls_pos_forward", run_cls_pos, "B,T,C,r0,rows", {4, 50, 1, 49, 1}, DT_F32, 0, 0, 0),
+    E("cls_pos_backward", run_cls_pos, "B,T,C", {2, 10, 10}, DT_F32, 0, 1e-6, 1e-6),
+    E("cls_pos_backward", run_cls_pos, "B,T,C", {5, 17, 33}, DT_F32, 0, 1e-6, 1e-6),
+    E("cls_pos_backward", run_cls_pos, "B,T,C", {1, 2, 7}, DT_F32, 0, 1e-6, 1e-6),
+    E("crossentropy_backward_blocks", run_ce_blocks, "N,ld,nb,Vl,col0,V", {9, 214, 3, 70, 140, 250}, DT_F32, F_MASK, 1e-6, 1e-7),
+    E("crossentropy_backward_blocks", run_ce_blocks, "N,ld,nb,Vl,col0,V", {7, 33, 1, 33, 0, 30}, DT_F32, 0, 1e-6, 1e-7),
+    E("crossentropy_backward_blocks", run_ce_blocks, "N,ld,nb,Vl,col0,V", {5, 25152, 1, 25152, 25152, 50257}, DT_F32, F_MASK, 1e-6, 1e-7),
+    E("crossentropy_backward_blocks", run_ce_blocks, "N,ld,nb,Vl,col0,V", {6, 1001, 4, 250, 0, 1000}, DT_F32, 0, 1e-6, 1e-7),
+    E("f32_to_lowp_rows_inplace", run_lowp_rows, "N,ld", {5, 600}, DT_BF16, 0, 0, 0),
+    E("f32_to_lowp_rows_inplace", run_lowp_rows, "N,ld", {5, 600}, DT_F16, 0, 0, 0),
+    E("f32_to_lowp_rows_inplace", run_lowp_rows, "N,ld", {3, 7}, DT_BF16, 0, 0, 0),
+    E("f32_to_lowp_rows_inplace", run_lowp_rows, "N,ld", {2, 1025}, DT_F16, 0, 0, 0),
+    E("lowrank_down_forward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_down_forward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_F32, F_DROP, 1e-5, 1e-5),
+    E("lowrank_down_forward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_BF16, 0, 1e-5, 1e-5),
+    E("lowrank_down_forward", run_lowrank_down, "N,C,r,T", {64, 767, 33, 13}, DT_BF16, F_DROP, 1e-5, 1e-5),
+    E("lowrank_down_forward", run_lowrank_down, "N,C,r,T", {5, 7, 3, 2}, DT_F16, F_DROP, 1e-5, 1e-5),
+    E("lowrank_up_forward", run_lowrank_up, "N,rows,r,ld", {37, 19, 20, 23}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_up_forward", run_lowrank_up, "N,rows,r,ld", {65, 300, 33, 300}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_up_forward", run_lowrank_up, "N,rows,r,ld", {1, 1, 1, 3}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_up_backward", run_lowrank_up, "N,rows,r,ld", {37, 19, 20, 23}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_up_backward", run_lowrank_up, "N,rows,r,ld", {65, 300, 33, 300}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_up_backward", run_lowrank_up, "N,rows,r,ld", {3, 9, 17, 11}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_down_backward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_F32, 0, 1e-5, 1e-5),
+    E("lowrank_down_backward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_F32, F_DROP, 1e-5, 1e-5),
+    E("lowrank_down_backward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_BF16, 0, 1e-5, 1e-5),
+    E("lowrank_down_backward", run_lowrank_down, "N,C,r,T", {64, 767, 33, 13}, DT_BF16, F_DROP, 1e-5, 1e-5),
+    E("lowrank_down_backward", run_lowrank_down, "N,C,r,T", {37, 150, 20, 8}, DT_F32, F_DROP | F_NODINP, 1e-5, 1e-5),
+    E("lowrank_down_backward", run_lowrank_down, "N,C,r,T", {5, 7, 3, 2}, DT_F16, 0, 1e-5, 1e-5),
+    E("fill_normal", run_fill, "n,i0,drawn", {1000, 300, 900}, DT_F32, 0, 0, 0),
+    E("fill_normal", run_fill, "n,i0,drawn", {100003, 0, 100003}, DT_F32, 0, 0, 0),
+    E("fill_normal", run_fill, "n,i0,drawn", {17, 50, 10}, DT_F32, 0, 0, 0),
+    E("fill_f32", run_fill, "n", {100003}, DT_F32, 0, 0, 0),
+    E("fill_f32", run_fill, "n", {1}, DT_F32, 0, 0, 0),
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
 
@@ -198,8 +246,8 @@ static void case_name(char *s, size_t n, const op_case *c) {
         p += k + (e != NULL);
     }
     l += snprintf(s + l, n - l, " %s", dt_str(c->dt));
-    static const char *fl[] = {"bias", "accumulate", "causal", "in-place", "no-dinp", "no-dw", "masked", "scaled", "no-y", "nan", "eps=1e-6"};
-    for (int i = 0; i < 11; i++)
+    static const char *fl[] = {"bias", "accumulate", "causal", "in-place", "no-dinp", "no-dw", "masked", "scaled", "no-y", "nan", "eps=1e-6", "dropout"};
+    for (int i = 0; i < 12; i++)
         if (c->flag & (1 << i)) l += snprintf(s + l, n - l, " [%s]", fl[i]);
 }
 
@@ -382,11 +430,31 @@ static void test_cases(void **state) {
     if (bad) fail_msg("%d comparisons outside their tolerances (FAIL lines above)", bad);
 }
 
+/* The low-rank adapter's dropout mask (ops.h dt_dropout_row_key, dt_dropout_kept), which every
+ * backend draws alike (the list compares the masked products): about p of the features
+ * dropped, and a row's key depends on its sequence and position. */
+static void test_dropout_mask(void **state) {
+    (void)state;
+    const dt_dropout d = {.on = 1, .T = 8, .coff = 5, .inv = 1.0f / (1.0f - 0.3f),
+                          .thresh = (uint64_t)(0.3 * 4294967296.0), .seed = 7, .stream = 99, .seq0 = 3, .salt = 0x1234};
+    long dropped = 0, n = 0;
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < 1000; c++, n++) dropped += !dt_dropout_kept(&d, dt_dropout_row_key(&d, r), c);
+    printf("dropout: %.4f of %ld dropped (p 0.3)\n", (double)dropped / (double)n, n);
+    assert_true(fabs((double)dropped / (double)n - 0.3) < 0.01);
+    assert_true(dt_dropout_row_key(&d, 0) != dt_dropout_row_key(&d, 1));
+    assert_true(dt_dropout_row_key(&d, 1) != dt_dropout_row_key(&d, 9)); /* position 1 of the next sequence */
+    dt_dropout d2 = d;
+    d2.seq0 = 4; /* row 1 of sequence 4 is row 9 of sequence 3 */
+    assert_true(dt_dropout_row_key(&d2, 1) == dt_dropout_row_key(&d, 9));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_op_has_a_case),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_dropout_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -634,4 +634,16 @@ const dt_backend dt_backend_ref = {
     .sumsq_chunked = dt_ref_be_sumsq_chunked,
     .add_f32 = dt_ref_be_add_f32,
     .scale_f32 = dt_ref_be_scale_f32,
+    /* model/ operations (backend_ref_train.c) */
+    .patchify = dt_ref_be_patchify,
+    .cls_pos_forward = dt_ref_be_cls_pos_forward,
+    .cls_pos_backward = dt_ref_be_cls_pos_backward,
+    .crossentropy_backward_blocks = dt_ref_be_crossentropy_backward_blocks,
+    .f32_to_lowp_rows_inplace = dt_ref_be_f32_to_lowp_rows_inplace,
+    .lowrank_down_forward = dt_ref_be_lowrank_down_forward,
+    .lowrank_up_forward = dt_ref_be_lowrank_up_forward,
+    .lowrank_up_backward = dt_ref_be_lowrank_up_backward,
+    .lowrank_down_backward = dt_ref_be_lowrank_down_backward,
+    .fill_normal = dt_ref_be_fill_normal,
+    .fill_f32 = dt_ref_be_fill_f32,
 };
