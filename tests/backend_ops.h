@@ -85,6 +85,7 @@ void run_lowp_rows(run *r);
 void run_lowrank_down(run *r);
 void run_lowrank_up(run *r);
 void run_fill(run *r);
+void run_lowrank_merge(run *r);
 
 #define D(i) (r->c->d[i])
 #define FL(f) (r->c->flag & (f))

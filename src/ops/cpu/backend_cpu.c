@@ -107,4 +107,5 @@ const dt_backend dt_backend_cpu = {
     .lowrank_down_backward = dt_cpu_lowrank_down_backward,
     .fill_normal = dt_cpu_fill_normal,
     .fill_f32 = dt_cpu_fill_f32,
+    .lowrank_merge = dt_cpu_lowrank_merge,
 };

@@ -169,5 +169,6 @@ void dt_cpu_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd
 void dt_cpu_lowrank_down_backward(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh, dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d);
 void dt_cpu_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std);
 void dt_cpu_fill_f32(float *dst, float v, size_t n);
+void dt_cpu_lowrank_merge(float *W, const float *A, const float *B, float s, int rows, int C, int r);
 
 #endif

@@ -147,3 +147,14 @@ void dt_cpu_lowrank_down_backward(float *dA, float *dinp, const float *du, const
         }
     }
 }
+
+void dt_cpu_lowrank_merge(float *W, const float *A, const float *B, float s, int rows, int C, int r) {
+#pragma omp parallel for schedule(static)
+    for (int j = 0; j < rows; j++)
+        for (size_t c = 0; c < (size_t)C; c++) {
+            double acc = 0.0;
+            for (int k = 0; k < r; k++) acc += (double)B[(size_t)j * r + k] * (double)A[(size_t)k * C + c];
+            float *w = W + (size_t)j * C + c;
+            *w = (float)((double)*w + (double)s * acc);
+        }
+}

@@ -646,4 +646,5 @@ const dt_backend dt_backend_ref = {
     .lowrank_down_backward = dt_ref_be_lowrank_down_backward,
     .fill_normal = dt_ref_be_fill_normal,
     .fill_f32 = dt_ref_be_fill_f32,
+    .lowrank_merge = dt_ref_be_lowrank_merge,
 };

@@ -30,5 +30,6 @@ void dt_ref_be_lowrank_down_backward(float *dA, float *dinp, const float *du, co
                                      dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d);
 void dt_ref_be_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream, uint64_t i0, uint64_t drawn, float std);
 void dt_ref_be_fill_f32(float *dst, float v, size_t n);
+void dt_ref_be_lowrank_merge(float *W, const float *A, const float *B, float s, int rows, int C, int r);
 
 #endif

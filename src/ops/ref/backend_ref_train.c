@@ -225,3 +225,14 @@ void dt_ref_be_fill_normal(float *dst, size_t n, uint64_t seed, uint64_t stream,
 void dt_ref_be_fill_f32(float *dst, float v, size_t n) {
     for (size_t k = 0; k < n; k++) dst[k] = v;
 }
+
+/* The CPU's is already double sums rounded once: the same formula, serially. */
+void dt_ref_be_lowrank_merge(float *W, const float *A, const float *B, float s, int rows, int C, int r) {
+    for (int j = 0; j < rows; j++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0;
+            for (int k = 0; k < r; k++) acc += (double)B[(size_t)j * r + k] * (double)A[(size_t)k * C + c];
+            float *w = W + (size_t)j * C + c;
+            *w = (float)((double)*w + (double)s * acc);
+        }
+}
