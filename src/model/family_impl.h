@@ -292,6 +292,10 @@ void dt_sp_gather16(dt_model *m, uint16_t *full, const uint16_t *loc, int N, int
  * the held rows of x gathered into full (fp32, N C) or, under mixed precision, their 16-bit
  * copy into full16. */
 dt_mmin dt_sp_col_input(dt_model *m, dt_mmin x, float *full, uint16_t *full16, int N, int C);
+/* A norm's output for the head, every row: nothing without sequence parallelism; with it, the
+ * held rows loc (fp32) gathered into full, or under mixed precision full16's held rows (narrowed
+ * in their place) gathered into full16. */
+void dt_sp_gather_norm(dt_model *m, float *full, uint16_t *full16, const float *loc, int N, int C);
 /* A row-parallel backward's dout, every row: loc itself, or its held rows gathered into full. */
 const float *dt_sp_dout(dt_model *m, const float *loc, float *full, int N, int C);
 /* Row-parallel forward, reduce-scattered: out_loc (held rows, OC) = the sum over the group's

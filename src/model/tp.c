@@ -209,6 +209,14 @@ dt_mmin dt_sp_col_input(dt_model *m, dt_mmin x, float *full, uint16_t *full16, i
     return (dt_mmin){full, NULL};
 }
 
+void dt_sp_gather_norm(dt_model *m, float *full, uint16_t *full16, const float *loc, int N, int C) {
+    if (!m->opts.sp) return;
+    if (dt_lowp(m))
+        dt_sp_gather16(m, full16, full16 + (size_t)dt_sp_row0(m, N) * C, N, C);
+    else
+        dt_sp_gather(m, full, loc, N, C);
+}
+
 const float *dt_sp_dout(dt_model *m, const float *loc, float *full, int N, int C) {
     if (!m->opts.sp) return loc;
     dt_sp_gather(m, full, loc, N, C);

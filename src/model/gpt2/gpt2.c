@@ -398,11 +398,7 @@ static void final_norm_forward(dt_model *m) {
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf + (size_t)r0 * C; /* its place among every row */
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, last, P(LNFW, 0), P(LNFB, 0), RW, C));
     dt_fam_narrow(m, a->lnfh + (size_t)r0 * C, lnf, (size_t)RW * C);
-    if (!m->opts.sp) return;
-    if (dt_lowp(m))
-        dt_sp_gather16(m, a->lnfh, a->lnfh + (size_t)r0 * C, BT, C);
-    else
-        dt_sp_gather(m, a->lnf, lnf, BT, C);
+    dt_sp_gather_norm(m, a->lnf, a->lnfh, lnf, BT, C);
 }
 
 static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
