@@ -163,7 +163,7 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     const dt_model_family *f = dt_model_family_of(c);
     if (!f || !f->tp_divides)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is not built for "
-                       "the %s family yet (issue 31)", k, f ? f->name : c->family);
+                       "the %s family (its table has no split column)", k, f ? f->name : c->family);
     if (c->n_experts)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d: tensor parallelism of a mixture "
                        "of experts is not built (expert parallelism is issue 34's next step)", k, c->n_experts);

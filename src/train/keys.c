@@ -525,7 +525,7 @@ static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     return DT_OK;
 }
 
-/* Tensor parallelism's degree against the model and what it is built with so far (issue 31):
+/* Tensor parallelism's degree against the model and what it composes with (decision 62):
  * one line naming the keys, before anything is allocated. Every data-parallel strategy works
  * over the DP ranks (hybrid sharding and Top-K compression included: decision 70). */
 static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
