@@ -113,7 +113,9 @@ static const op_case k_cases[] = {
     E("matmul_backward_ld_lp", run_matmul, "N,C,OC,ld", {37, 50, 43, 130}, DT_F16, 0, 1e-5, 1e-5),
     E("matmul_backward_ld_lp", run_matmul, "N,C,OC,ld", {64, 96, 100, 288}, DT_BF16, F_NODINP, 1e-5, 1e-5),
     E("matmul_forward_nf4", run_nf4_matmul, "N,C,OC", {7, 13, 5}, DT_F32, F_BIAS, 1e-5, 1e-5),
-    E("matmul_forward_nf4", run_nf4_matmul, "N,C,OC", {5, 4097, 600}, DT_F32, 0, 1e-5, 1e-5),
+    /* K = 4097 summed serially in fp32 (the scalar and NEON builds' GEMM): up to ~sqrt(K) eps
+     * sum |terms| ~ 1e-4 on an element whose terms cancel (4e-5 seen under qemu), so atol 2e-4 */
+    E("matmul_forward_nf4", run_nf4_matmul, "N,C,OC", {5, 4097, 600}, DT_F32, 0, 1e-5, 2e-4),
     E("matmul_backward_nf4", run_nf4_matmul, "N,C,OC", {33, 200, 70}, DT_F32, 0, 1e-5, 1e-5),
     E("matmul_backward_nf4", run_nf4_matmul, "N,C,OC", {5, 4097, 600}, DT_F32, F_ACC, 1e-5, 1e-5),
     E("matmul_forward_nf4_lp", run_nf4_matmul, "N,C,OC", {33, 200, 70}, DT_BF16, F_BIAS, 1e-5, 1e-5),
@@ -170,7 +172,7 @@ static const op_case k_cases[] = {
     E("count_nonfinite_f32", run_convert, "n", {17}, DT_F32, 0, 0, 0),
     E("ops_serial_thread", run_serial, "n", {(1 << 20) + 37}, DT_F32, 0, 0, 0),
     E("matmul_lowp_cache_clear", run_query, "N,C,OC", {37, 50, 130}, DT_BF16, 0, 1e-5, 1e-5),
-    E("nf4_panel_bytes", run_nf4_matmul, "N,C,OC", {5, 4097, 600}, DT_F32, 0, 1e-5, 1e-5),
+    E("nf4_panel_bytes", run_nf4_matmul, "N,C,OC", {5, 4097, 600}, DT_F32, 0, 1e-5, 2e-4), /* K = 4097: above */
     E("lowp_gemm_native", run_query, "-", {0}, DT_BF16, 0, 0, 0),
     E("lowp_gemm_native", run_query, "-", {0}, DT_F16, 0, 0, 0),
     E("matmul_peak_gflops", run_query, "n", {64}, DT_F32, 0, 0, 0),
