@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "model/lora.h"
 #include "ops/cpu/isa.h"
+#include "ops/ops.h"
 
 /* ---- trainer.json */
 
@@ -377,7 +378,7 @@ dt_status dt_ckpt_load_params(dt_ctx *ctx, const char *step_dir, const dt_model 
     snprintf(path, sizeof path, "%s/" MODEL_FILE, step_dir);
     dt_model view = *model;
     view.ps.params = full;
-    memset(full, 0, model->ps.n_params * sizeof(float));
+    dt_fill(full, 0, model->ps.n_params * sizeof(float));
     return dt_model_file_load(ctx, &view, path);
 }
 
@@ -455,8 +456,8 @@ dt_status dt_ckpt_load_moments(dt_ctx *ctx, const char *step_dir, size_t n_param
                 size_t hi = hi1 < hi2 ? hi1 : hi2;
                 if (lo >= hi) continue;
                 size_t src = pc[q].local + (lo - pc[q].global), dst = mine[k].local + (lo - mine[k].global);
-                memcpy(mom + dst, (const float *)a->data + src, (hi - lo) * sizeof(float));
-                memcpy(var + dst, (const float *)b->data + src, (hi - lo) * sizeof(float));
+                dt_copy(mom + dst, (const float *)a->data + src, (hi - lo) * sizeof(float));
+                dt_copy(var + dst, (const float *)b->data + src, (hi - lo) * sizeof(float));
                 covered[k] += hi - lo;
             }
         free(pc);
@@ -497,8 +498,8 @@ dt_status dt_ckpt_load_residual(dt_ctx *ctx, const char *step_dir, int rank, int
         st = dt_fail(ctx, DT_ERR_FORMAT, "%s: tensor compression_age is malformed (expected %zu fp32 values)", path,
                      age_n);
     else if (t) {
-        memcpy(res, t->data, n * sizeof(float));
-        if (a) memcpy(age, a->data, age_n * sizeof(float));
+        dt_copy(res, t->data, n * sizeof(float));
+        if (a) dt_copy(age, a->data, age_n * sizeof(float));
         *found = 1;
     }
     dt_st_close(f);

@@ -242,7 +242,7 @@ dt_status dt_hf_load(dt_ctx *ctx, dt_model *m, const char *dir) {
                 for (int64_t i = 0; i < r; i++)
                     for (int64_t j = 0; j < c; j++) dst[i * c + j] = value_at(t, (size_t)(j * r + i));
             } else if (t->dtype == DT_ST_F32) {
-                memcpy(dst, t->data, (size_t)(r * c) * sizeof(float));
+                dt_copy(dst, t->data, (size_t)(r * c) * sizeof(float));
             } else if ((uintptr_t)t->data % 2 == 0) {
                 /* F16/BF16: the vectorised, threaded exact widening (ops.h), not element by
                  * element: a 7B model's 14 GB widen in seconds. */
@@ -251,7 +251,7 @@ dt_status dt_hf_load(dt_ctx *ctx, dt_model *m, const char *dir) {
             } else {
                 for (size_t i = 0; i < (size_t)(r * c); i++) dst[i] = value_at(t, i);
             }
-            memset(dst + r * c, 0, (ti->rows - ti->file_rows) * ti->cols * sizeof(float));
+            dt_fill(dst + r * c, 0, (ti->rows - ti->file_rows) * ti->cols * sizeof(float));
         }
     }
     files_close(&h);

@@ -14,6 +14,7 @@
 
 #include "ckpt/model_file.h"
 #include "ckpt/safetensors.h"
+#include "ops/ops.h"
 
 /* Both formats are little-endian; values are read straight from the mapping. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "model files are little-endian");
@@ -190,10 +191,10 @@ dt_status dt_llmc_model_load(dt_ctx *ctx, dt_model *m, const char *path) {
             size_t n = t->file_rows * t->cols;
             float *dst = dt_params_tensor(ps, ps->params, id, l);
             if (f.width == 4)
-                memcpy(dst, src, n * 4);
+                dt_copy(dst, src, n * 4);
             else
                 widen_bf16(dst, src, n);
-            memset(dst + n, 0, (t->rows * t->cols - n) * sizeof(float));
+            dt_fill(dst + n, 0, (t->rows * t->cols - n) * sizeof(float));
             src += in_file * (size_t)f.width;
         }
     }

@@ -74,8 +74,8 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
                 st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory reading '%s'", file, name);
                 break;
             }
-            memcpy(dst, s->data, stored * sizeof(float));
-            memset(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
+            dt_copy(dst, s->data, stored * sizeof(float));
+            dt_fill(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
             if (!whole) {
                 st = dt_lora_set_base_tensor(ctx, m, id, l, dst);
                 free(dst);

@@ -26,7 +26,7 @@ static dt_status copy_base(dt_ctx *ctx, const dt_model *m, dt_params *full) {
             const dt_nf4 *q = dt_lora_nf4(m, id, l);
             if (!(bt->tp_k > 1 && bt->split)) {
                 if (q) dt_nf4_dequantize(dst, q, 0, e);
-                else memcpy(dst, dt_params_tensor(&m->base, m->base.params, id, l), e * sizeof(float));
+                else dt_copy(dst, dt_params_tensor(&m->base, m->base.params, id, l), e * sizeof(float));
                 continue;
             }
             const size_t real = bt->g_file_rows * bt->g_cols; /* vocabulary padding: left out */
@@ -35,7 +35,7 @@ static dt_status copy_base(dt_ctx *ctx, const dt_model *m, dt_params *full) {
             if (!buf) return dt_fail(ctx, DT_ERR_NOMEM, "merge: out of memory");
             for (int j = 0; j < bt->tp_nb; j++) {
                 if (q) dt_nf4_dequantize(buf, dt_lora_nf4_sh(m, id, l, j), 0, sl);
-                else memcpy(buf, dt_params_tensor(&m->base, m->base.params, id, l) + (size_t)j * sl, sl * sizeof(float));
+                else dt_copy(buf, dt_params_tensor(&m->base, m->base.params, id, l) + (size_t)j * sl, sl * sizeof(float));
                 for (size_t i = 0; i < sl; i++) {
                     int sh;
                     size_t gi = dt_params_global_index(bt, (size_t)j * sl + i, &sh);
