@@ -192,7 +192,7 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0};
     const dt_model_opts *oo = o ? o : &none;
     return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, oo, B, T);
 }
@@ -203,7 +203,9 @@ const char *dt_recompute_name(dt_recompute r) {
 
 int dt_model_recomputes(const dt_model_opts *o, int l) {
     if (!o || o->recompute == DT_RECOMPUTE_NONE) return 0;
-    return l % (o->recompute_every > 1 ? o->recompute_every : 1) == 0;
+    /* the model's layer (a pipeline stage's local l is layer pp_l0 + l): the same layers
+     * recompute whatever the stages */
+    return (o->pp_l0 + l) % (o->recompute_every > 1 ? o->recompute_every : 1) == 0;
 }
 
 int dt_model_config_equal(const dt_model_config *a, const dt_model_config *b) {
@@ -238,7 +240,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
@@ -276,11 +278,13 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     m->cfg.vocab_padded = dt_model_vocab_padded(&m->cfg, &m->opts);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int n = dt_model_tensors_tp(&m->cfg, &m->opts, table);
+    DT_CHECK(dt_model_stage_table(ctx, &m->cfg, &m->opts, table, n));
     dt_status st = DT_OK;
     if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
         DT_CHECK_GOTO(dt_lora_model_init(ctx, m, alloc, slabs));
     else
-        DT_CHECK_GOTO(dt_params_init(ctx, &m->ps, table, n, m->cfg.n_layer, alloc, slabs));
+        DT_CHECK_GOTO(dt_params_init(ctx, &m->ps, table, n, dt_stage_layers(&m->cfg, &m->opts), alloc, slabs));
+    m->ps.layer0 = m->opts.pp_l1 > 0 ? m->opts.pp_l0 : 0;
     const size_t fam_acts = m->fam->act_floats(&m->cfg, &m->opts, B, T);
     m->n_acts = dt_model_act_floats_opts(&m->cfg, &m->opts, B, T);
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
@@ -307,6 +311,51 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
 fail:
     dt_model_free(m);
     return st;
+}
+
+dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *table,
+                               int n) {
+    if (!o || o->pp_l1 <= 0) return DT_OK;
+    if (o->pp_l0 < 0 || o->pp_l0 >= o->pp_l1 || o->pp_l1 > c->n_layer)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp: a stage's layers [%d, %d) are not inside the model's %d",
+                       o->pp_l0, o->pp_l1, c->n_layer);
+    if (o->lora.rank != 0 || o->lora.nf4)
+        return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA under pipeline parallelism (parallel.pp > 1) is not built "
+                       "yet (issue 32)");
+    if (c->n_experts)
+        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_experts: a mixture of experts under pipeline parallelism "
+                       "(parallel.pp > 1) is not built yet (issue 32)");
+    const int first = dt_stage_first(o), last = dt_stage_last(c, o);
+    int head = -1;
+    for (int i = 0; i < n; i++)
+        if (table[i].vocab && table[i].matmul) head = i;
+    if (head >= 0 && table[head].group == DT_PG_PRE && !(first && last))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp: the %s model ties its lm_head to the token embedding, which "
+                       "the first and the last stage would both hold; tied embeddings across stages are not built "
+                       "yet (issue 32)%s", c->family[0] ? c->family : "gpt2",
+                       strcmp(c->family, "llama") == 0 ? ": set model.untied_embeddings=1" : "");
+    for (int i = 0; i < n; i++) {
+        dt_tensor_info *t = &table[i];
+        if ((t->group == DT_PG_PRE && !first) || (t->group == DT_PG_POST && !last)) t->rows = t->file_rows = 0;
+    }
+    return DT_OK;
+}
+
+float *dt_model_stage_buf(dt_model *m, dt_stage_buf which) {
+    DT_ASSERT(m->fam->stage_buf != NULL);
+    return m->fam->stage_buf(m, which);
+}
+
+size_t dt_model_stage_floats(const dt_model *m) {
+    const int N = m->fam->token_rows ? m->fam->token_rows(&m->cfg, m->B, m->T) : m->B * m->T;
+    return (size_t)dt_sp_rows(m, N) * (size_t)m->cfg.d_model;
+}
+
+void dt_model_use_acts(dt_model *m, float *acts) {
+    if (m->acts == acts) return;
+    m->acts = acts;
+    m->fam->bind(m);
+    if (m->lora) dt_lora_bind(m, m->acts + m->fam->act_floats(&m->cfg, &m->opts, m->B, m->T));
 }
 
 void dt_model_free(dt_model *m) {

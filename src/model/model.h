@@ -183,7 +183,37 @@ typedef struct dt_model_opts {
      * ...) of the micro-batch's N, as many shards of them as it holds); gathered before each
      * column-parallel GEMM, reduce-scattered after each row-parallel one (family_impl.h). */
     int sp;
+    /* Pipeline parallelism (parallel.pp; ARCHITECTURE decision 74): this process is the stage
+     * holding layers [pp_l0, pp_l1) of the model's n_layer (pp_l1 = 0: every layer, no
+     * pipeline). Its store lays out those layers (their checkpoint names and initial values
+     * are the whole model's layers pp_l0...), the PRE tensors (embeddings) only on the first
+     * stage and the POST tensors (final norm, head) only on the last. A stage that is not the
+     * first takes its input activation from the previous stage (dt_model_stage_buf
+     * DT_STAGE_IN) instead of embedding tokens; one that is not the last leaves its output
+     * activation for the next (DT_STAGE_OUT) and starts its backward from that output's
+     * gradient (DT_STAGE_DOUT), leaving its input's (DT_STAGE_DIN) for the previous one. */
+    int pp_l0, pp_l1;
 } dt_model_opts;
+
+/* A pipeline stage's table (o->pp_l1 > 0): the PRE tensors of a stage that is not the first
+ * and the POST tensors of one that is not the last lose their rows (params.h
+ * dt_tensor_absent). Refuses, naming the key, a layer range outside the model, a head tied
+ * to the embedding split over stages, LoRA and experts (not built under pipeline parallelism
+ * yet). Nothing happens without a pipeline. */
+dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *table,
+                               int n);
+/* The layers a stage holds (every layer without pipeline parallelism), and whether it is the
+ * first / last stage (it embeds / runs the head and loss). */
+static inline int dt_stage_layers(const dt_model_config *c, const dt_model_opts *o) {
+    return o && o->pp_l1 > 0 ? o->pp_l1 - o->pp_l0 : c->n_layer;
+}
+static inline int dt_stage_first(const dt_model_opts *o) { return !o || o->pp_l1 <= 0 || o->pp_l0 == 0; }
+static inline int dt_stage_last(const dt_model_config *c, const dt_model_opts *o) {
+    return !o || o->pp_l1 <= 0 || o->pp_l1 == c->n_layer;
+}
+/* A stage's activation buffers crossing to its neighbours (dt_model_stage_buf): each holds
+ * dt_model_stage_floats fp32 values (the residual stream of the token rows held). */
+typedef enum dt_stage_buf { DT_STAGE_IN, DT_STAGE_OUT, DT_STAGE_DOUT, DT_STAGE_DIN } dt_stage_buf;
 
 /* The shards of tensor parallelism (1, 1, 0 without it). */
 static inline int dt_tp_size(const dt_model_opts *o) { return o && o->tp > 1 ? o->tp : 1; }
@@ -302,6 +332,10 @@ typedef struct dt_model_family {
      * shard by shard (model.h dt_model_opts.tp), and tp must divide these config fields
      * (offsets into dt_model_config, 0-ended; each named by its key). NULL: refused. */
     const size_t *tp_divides;
+    /* (optional) Pipeline parallelism: the family's forward and backward run a stage
+     * (dt_model_opts.pp_l0/pp_l1) and this gives its buffers crossing to the neighbours
+     * (dt_model_stage_buf). NULL: refused. */
+    float *(*stage_buf)(dt_model *m, dt_stage_buf which);
 } dt_model_family;
 
 #define DT_MODEL_MAX_TENSORS 64
@@ -449,6 +483,17 @@ dt_status dt_model_init(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg, dt
 dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cfg,
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs);
 void dt_model_free(dt_model *m);
+/* Pipeline parallelism (dt_model_opts.pp_l0/pp_l1): a stage's buffer crossing to a
+ * neighbour (dt_stage_buf), dt_model_stage_floats fp32 values each. DT_STAGE_IN is written
+ * before a forward of a stage that is not the first, DT_STAGE_OUT read after the forward of
+ * one that is not the last; DT_STAGE_DOUT is written before the backward of a stage that is
+ * not the last, DT_STAGE_DIN read after the backward of one that is not the first. The
+ * pointers follow the activations in use (dt_model_use_acts). */
+float *dt_model_stage_buf(dt_model *m, dt_stage_buf which);
+size_t dt_model_stage_floats(const dt_model *m);
+/* Points the model's activation views at `acts` (m->n_acts floats, laid out as the model's own):
+ * a pipeline stage keeps one set per micro-batch in flight and switches between them. */
+void dt_model_use_acts(dt_model *m, float *acts);
 /* The family's initialisation, from the counter RNG (whole params slab). */
 void dt_model_init_weights(dt_model *m, uint64_t seed);
 /* LoRA: the frozen base's initial weights from seed (also quantized under NF4); the adapters

@@ -94,7 +94,7 @@ dt_status dt_params_canon_runs(dt_ctx *ctx, const dt_params *ps, const dt_params
         const dt_tensor_info *t = &ps->tensors[id], *ct = &canon->tensors[id];
         const size_t len = t->rows * t->cols, real = ct->file_rows * ct->cols; /* canonical real elements */
         for (int l = 0; l < dt_params_copies(ps, id); l++) {
-            const size_t base = dt_params_flat(ps, id, l), cbase = dt_params_flat(canon, id, l);
+            const size_t base = dt_params_flat(ps, id, l), cbase = dt_params_flat(canon, id, ps->layer0 + l);
             for (size_t i = 0; i < len;) {
                 size_t gi;
                 int sh;
@@ -218,6 +218,11 @@ static int make_units(dt_params *ps, size_t *lo) {
         for (int i = 0; i < ps->n_tensors; i++) {
             dt_tensor_info *t = &ps->tensors[i];
             if ((int)t->group != g) continue;
+            if (dt_tensor_absent(t)) { /* not held by this pipeline stage: no unit */
+                t->unit = -1;
+                t->chunk_rows = 1;
+                continue;
+            }
             t->chunk_rows = chunk_rows(ps, t);
             if (t->vocab) {
                 t->unit = n;
@@ -247,7 +252,7 @@ int dt_params_matmul_runs(const dt_params *ps, int u, size_t *off, size_t *len, 
     int n = 0;
     for (int id = 0; id < ps->n_tensors; id++) {
         const dt_tensor_info *t = &ps->tensors[id];
-        if (!t->matmul) continue;
+        if (!t->matmul || dt_tensor_absent(t)) continue;
         size_t o = 0, l;
         if (t->vocab) { /* its chunks are whole units */
             if (u < t->unit || u >= t->unit + dt_params_chunks(ps, id)) continue;
@@ -289,6 +294,7 @@ static size_t chunks_per_shard(const dt_tensor_info *t) {
 
 int dt_params_chunks(const dt_params *ps, int id) {
     const dt_tensor_info *t = &ps->tensors[id];
+    if (dt_tensor_absent(t)) return 0;
     return (int)(shards_of(t) * chunks_per_shard(t));
 }
 
@@ -377,6 +383,10 @@ float *dt_params_tensor(const dt_params *ps, float *base, int id, int layer) {
 
 int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_unit) {
     const dt_tensor_info *t = &ps->tensors[id];
+    if (t->unit < 0) { /* absent from a pipeline stage's store */
+        *offset_in_unit = 0;
+        return -1;
+    }
     int u = t->unit + (t->group == DT_PG_LAYER ? layer * ps->layer_units : 0);
     *offset_in_unit = dt_params_flat(ps, id, layer) - ps->unit_lo[u];
     return u;
@@ -385,7 +395,7 @@ int dt_params_unit_of(const dt_params *ps, int id, int layer, size_t *offset_in_
 float *dt_params_unit_tensor(const dt_params *ps, float *const *units, int id, int layer) {
     size_t off;
     int u = dt_params_unit_of(ps, id, layer, &off);
-    return units[u] + off;
+    return u < 0 ? NULL : units[u] + off;
 }
 
 static void format_name(const char *fmt, const dt_tensor_info *t, int layer, char *buf, size_t n) {
@@ -398,11 +408,11 @@ static void format_name(const char *fmt, const dt_tensor_info *t, int layer, cha
 }
 
 void dt_params_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
-    format_name(ps->tensors[id].name, &ps->tensors[id], layer, buf, n);
+    format_name(ps->tensors[id].name, &ps->tensors[id], ps->layer0 + layer, buf, n);
 }
 
 void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
-    format_name(ps->tensors[id].ext_name, &ps->tensors[id], layer, buf, n);
+    format_name(ps->tensors[id].ext_name, &ps->tensors[id], ps->layer0 + layer, buf, n);
 }
 
 dt_status dt_params_check_finite(dt_ctx *ctx, const dt_params *ps, const float *base, const char *path, int ext) {
@@ -448,7 +458,8 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
             size_t drawn = tp ? t->g_file_rows * t->g_cols : t->file_rows * t->cols;
             size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
             if (a >= z) continue;
-            uint64_t stream = ((uint64_t)id << 32) | (uint64_t)l;
+            /* a layer tensor's stream is the model's layer (a pipeline stage's l is layer0 + l) */
+            uint64_t stream = ((uint64_t)id << 32) | (uint64_t)(t->group == DT_PG_LAYER ? ps->layer0 + l : l);
             const uint64_t sd = seed ^ ps->seed_salt;
             float *out = dst + (a - lo);
             switch (t->init) {

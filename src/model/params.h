@@ -105,6 +105,11 @@ typedef struct dt_canon_run {
     int replicated; /* of a tensor every tensor-parallel rank holds whole */
 } dt_canon_run;
 
+/* A tensor this store does not hold (a pipeline stage's store keeps the PRE tensors on the
+ * first stage only and the POST tensors on the last: the others have no rows, no elements
+ * and no unit, unit = -1). */
+static inline int dt_tensor_absent(const dt_tensor_info *t) { return t->rows == 0 || t->cols == 0; }
+
 /* Elements of one stored shard of t (the whole tensor when not split). */
 static inline size_t dt_tensor_shard_len(const dt_tensor_info *t) {
     return t->tp_k > 1 && t->split ? t->rows * t->cols / (size_t)t->tp_nb : t->rows * t->cols;
@@ -127,6 +132,9 @@ typedef struct dt_params {
     uint16_t **unit_params_lp;  /* 16-bit matmul tensors of unit u, or NULL (model.h) */
     uint64_t seed_salt;         /* XORed into the init seed (0; LoRA adapters: their own streams) */
     size_t chunk_cap;           /* elements per vocabulary chunk at most (0: the largest layer unit) */
+    int layer0;                 /* the model's layer that local layer 0 is (a pipeline stage's
+                                   store: model.h dt_model_opts.pp_l0; 0 otherwise): names, initial
+                                   values and canonical runs use layer0 + l */
     dt_alloc *alloc;
 } dt_params;
 

@@ -294,7 +294,8 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     size_t NH = nb * d.NHl, F = nb * d.Fl, QW = nb * d.QWl, A = nb * d.Ql;
     size_t big = QW > 2 * F ? QW : 2 * F, call = (size_t)(d.QWl > 2 * d.Fl ? d.QWl : 2 * d.Fl);
     big = big > C ? big : C, call = call > C ? call : C; /* a shard's projection; the norms' fp32 */
-    int L = c->n_layer;
+    int L = dt_stage_layers(c, o);
+    const size_t LAST = (size_t)dt_stage_last(c, o); /* a pipeline stage that runs the head */
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
     size_t R2 = dt_act_slot(o, L, res2_class(o), L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
@@ -319,19 +320,19 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE16(ln2h, H * R * RW * C);
     TAKE16(hmidh, H * R * BT * F);
     TAKE(res3, (size_t)L * RW * C);
-    TAKE(lnf, F32 * BT * C); /* sequence parallelism: gathered for the head */
-    TAKE16(lnfh, H * BT * C);
-    TAKE(rstdf, RW);
-    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * nb * d.Vl);
-    TAKE(losses, BT);
-    TAKE(ce_lse, BT);
+    TAKE(lnf, LAST * F32 * BT * C); /* sequence parallelism: gathered for the head */
+    TAKE16(lnfh, LAST * H * BT * C);
+    TAKE(rstdf, LAST * RW);
+    TAKE(logits, LAST * (size_t)dt_model_logit_rows(o, (int)BT) * nb * d.Vl);
+    TAKE(losses, LAST * BT);
+    TAKE(ce_lse, LAST * BT);
     TAKE(dres, RW * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
     TAKE(dmid, BT * F);
     TAKE16(dlp, H * BT * call);
     TAKE(tpx, (d.nb > 1) * BT * C);
-    TAKE(tpstat, (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
+    TAKE(tpstat, LAST * (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
     TAKE(spa, SP * BT * C); /* sequence parallelism: gathered rows, partial sums, norm sums */
     TAKE(spb, SP * BT * C);
     TAKE(sptmp, SP * 2 * C);
@@ -357,6 +358,18 @@ static void llama_bind(dt_model *m) {
     m->lp_scratch = a->dlp;
     m->tp_scratch = a->tpx;
     m->tp_stat = a->tpstat;
+}
+
+/* Pipeline stage buffers (model.h dt_model_stage_buf): the input is `encoded`, the output the
+ * last layer's res3; both gradients pass through dres. */
+static float *llama_stage_buf(dt_model *m, dt_stage_buf which) {
+    dt_llama_acts *a = m->impl;
+    const size_t rwc = (size_t)dt_sp_rows(m, m->B * m->T) * m->cfg.d_model;
+    switch (which) {
+    case DT_STAGE_IN: return a->encoded;
+    case DT_STAGE_OUT: return a->res3 + (size_t)(dt_stage_layers(&m->cfg, &m->opts) - 1) * rwc;
+    default: return a->dres;
+    }
 }
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }
@@ -401,7 +414,7 @@ typedef struct layer_views {
 static layer_views views(const dt_model *m, int l) {
     const dt_llama_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
-    const int L = c->n_layer;
+    const int L = dt_stage_layers(c, &m->opts);
     const tp_dims d = dims_of(c, &m->opts);
     /* the residual stream and the norms: the token rows held (sequence parallelism) */
     size_t BT = (size_t)dt_sp_rows(m, m->B * m->T), btc = BT * c->d_model;
@@ -483,7 +496,7 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
  * lnf / lnfh for the head. */
 static void final_norm_forward(dt_model *m) {
     const dt_model_config *c = &m->cfg;
-    int C = c->d_model, L = c->n_layer, BT = m->B * m->T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    int C = c->d_model, L = dt_stage_layers(c, &m->opts), BT = m->B * m->T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     dt_llama_acts *a = m->impl;
     const float *last = a->res3 + (size_t)(L - 1) * RW * C;
     dt_unit_need(m, NORM_UNIT, dt_model_weights(m)->tensors[HEAD_ID].unit);
@@ -496,15 +509,20 @@ static void final_norm_forward(dt_model *m) {
 static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
                                const int32_t *targets, float *loss) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->d_model, L = c->n_layer;
+    int B = m->B, T = m->T, C = c->d_model, L = dt_stage_layers(c, &m->opts);
     int V = c->vocab, BT = B * T;
+    /* a pipeline stage (model.h): the first embeds, the others start from DT_STAGE_IN; the last
+     * runs the head, the others stop at their last layer's output (DT_STAGE_OUT) */
+    const int first = dt_stage_first(&m->opts), last = dt_stage_last(c, &m->opts);
     dt_llama_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
     dt_copy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) dt_copy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
     if (c->n_experts) dt_moe_begin(m, &a->moe);
-    if (!m->opts.sp) {
+    if (!first) {
+        /* the previous stage's output is in `encoded` already */
+    } else if (!m->opts.sp) {
         dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->encoded, inputs, BT, LAYER(0));
     } else { /* every row (the vocabulary shards' sum), kept for the rows held */
         dt_vocab_embed_forward(m, DT_LLAMA_P_EMBED, a->spa, inputs, BT, LAYER(0));
@@ -512,9 +530,10 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     }
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
-        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : NORM_UNIT);
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : last ? NORM_UNIT : -1);
+        dt_trace_end(tl, "fwd", "fwd layer %d", m->ps.layer0 + l);
     }
+    if (!last) return DT_OK;
     final_norm_forward(m);
     dt_vocab_lm_forward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
@@ -530,23 +549,26 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
 static void llama_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
     const tp_dims d = dims_of(c, &m->opts);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = dt_stage_layers(c, &m->opts);
     int BT = B * T, hs = C / NH;
     static const int qkv_ids[] = {DT_LLAMA_P_WQ, DT_LLAMA_P_WK, DT_LLAMA_P_WV}, gu_ids[] = {DT_LLAMA_P_WGATE, DT_LLAMA_P_WUP};
     dt_llama_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
-    const float *dlogits = dt_vocab_lm_backward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
-                                                a->losses, a->ce_lse, a->dbtc, scale, NORM_UNIT);
     const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     const size_t rwc = (size_t)RW * C;
-    dt_fill(a->dres, 0, rwc * sizeof(float));
-    const float *last = a->res3 + (size_t)(L - 1) * rwc;
-    dt_unit_need(m, NORM_UNIT, BWD_FIRST(L - 1));
-    dt_unit_grads_begin(m, NORM_UNIT);
-    DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc + (size_t)r0 * C, last,
-                                                          dt_fam_param(m, NORM_ID, 0), a->rstdf, BT, C, a->sptmp));
-    dt_unit_grads_end(m, NORM_UNIT);
+    const float *dlogits = NULL;
+    if (dt_stage_last(c, &m->opts)) {
+        dlogits = dt_vocab_lm_backward(m, HEAD_ID, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits, a->losses, a->ce_lse,
+                                       a->dbtc, scale, NORM_UNIT);
+        dt_fill(a->dres, 0, rwc * sizeof(float));
+        const float *last = a->res3 + (size_t)(L - 1) * rwc;
+        dt_unit_need(m, NORM_UNIT, BWD_FIRST(L - 1));
+        dt_unit_grads_begin(m, NORM_UNIT);
+        DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, dt_fam_grad(m, NORM_ID, 0), a->dbtc + (size_t)r0 * C,
+                                                              last, dt_fam_param(m, NORM_ID, 0), a->rstdf, BT, C, a->sptmp));
+        dt_unit_grads_end(m, NORM_UNIT);
+    } /* else a pipeline stage's output gradient is in dres already (DT_STAGE_DOUT) */
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
         double tl = dt_trace_begin();
@@ -590,9 +612,10 @@ static void llama_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, x, BT, C, d.QWl, a->spb, a->tpx));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C,
                                                               a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
         dt_unit_grads_end(m, u0);
     }
+    if (!dt_stage_first(&m->opts)) return; /* dres holds d(encoded): DT_STAGE_DIN */
     /* d(encoded) of every row (gathered): each rank's vocabulary rows */
     dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, dt_sp_dout(m, a->dres, a->spa, BT, C), a->inputs, BT, dlogits,
                             (dt_mmin){a->lnf, a->lnfh});
@@ -657,4 +680,5 @@ const dt_model_family dt_family_llama = {
     .rotary = 1,
     .tp_divides = tp_divides,
     .sp = 1,
+    .stage_buf = llama_stage_buf,
 };

@@ -202,7 +202,10 @@ static tp_dims dims_of(const dt_model_config *c, const dt_model_opts *o) {
 static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
                           const dt_model_opts *o, int B) {
     const tp_dims d = dims_of(c, o);
-    size_t L = c->n_layer, C = c->d_model, Np = n_patches(c);
+    size_t L = (size_t)dt_stage_layers(c, o), C = c->d_model, Np = n_patches(c);
+    /* a pipeline stage (model.h): the patch embedding's buffers on the first only, the head's on
+     * the last only */
+    const size_t FIRST = (size_t)dt_stage_first(o), LAST = (size_t)dt_stage_last(c, o);
     size_t NH = (size_t)d.nb * d.NHl, F = (size_t)d.nb * d.Fl, Q = (size_t)d.nb * 3 * d.Cl, A = (size_t)d.nb * d.Cl;
     size_t T = Np + 1, BT = (size_t)B * T, K = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t big = Q > F ? Q : F;
@@ -218,9 +221,9 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     size_t off = 0;
 #define TAKE(field, n) (a->field = dt_act_take(base, &off, (n)))
 #define TAKE16(field, n) (a->field = dt_act_take16(base, &off, (n)))
-    TAKE(patches, (size_t)B * Np * K);
-    TAKE16(patchesh, H * (size_t)B * Np * K);
-    TAKE(pe, (size_t)B * Np * C);
+    TAKE(patches, FIRST * (size_t)B * Np * K);
+    TAKE16(patchesh, FIRST * H * (size_t)B * Np * K);
+    TAKE(pe, FIRST * (size_t)B * Np * C);
     TAKE(encoded, RW * C);
     TAKE(ln1, F32 * R * RW * C);
     TAKE(ln1_mean, R * RW);
@@ -239,18 +242,18 @@ static size_t layout_acts(dt_vit_acts *a, float *base, const dt_model_config *c,
     TAKE16(ln2h, H * R * RW * C);
     TAKE16(fchgh, H * R * BT * F);
     TAKE(res3, L * RW * C);
-    TAKE(clsx, (size_t)B * C);
-    TAKE(lnf, F32 * (size_t)B * C);
-    TAKE16(lnfh, H * (size_t)B * C);
-    TAKE(lnf_mean, (size_t)B);
-    TAKE(lnf_rstd, (size_t)B);
-    TAKE(logits, (size_t)B * c->n_classes);
-    TAKE(losses, (size_t)B);
-    TAKE(ce_lse, (size_t)B);
+    TAKE(clsx, LAST * (size_t)B * C);
+    TAKE(lnf, LAST * F32 * (size_t)B * C);
+    TAKE16(lnfh, LAST * H * (size_t)B * C);
+    TAKE(lnf_mean, LAST * (size_t)B);
+    TAKE(lnf_rstd, LAST * (size_t)B);
+    TAKE(logits, LAST * (size_t)B * c->n_classes);
+    TAKE(losses, LAST * (size_t)B);
+    TAKE(ce_lse, LAST * (size_t)B);
     TAKE(dres, RW * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * big);
-    TAKE(dcls, 2 * (size_t)B * C);
+    TAKE(dcls, LAST * 2 * (size_t)B * C);
     TAKE16(dlp, H * dlp);
     TAKE(tpx, (d.nb > 1) * BT * C);
     TAKE(spa, SP * BT * C);
@@ -282,6 +285,7 @@ static int vit_correct(const dt_model *m) {
     const dt_vit_acts *a = m->impl;
     const int NC = m->cfg.n_classes;
     int right = 0;
+    if (!dt_stage_last(&m->cfg, &m->opts)) return 0; /* a pipeline stage without the head */
     for (int b = 0; b < m->B; b++) {
         const float *row = a->logits + (size_t)b * NC;
         int best = 0;
@@ -316,7 +320,7 @@ typedef struct layer_views {
 static layer_views views(const dt_model *m, int l) {
     const dt_vit_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
-    const int L = c->n_layer;
+    const int L = dt_stage_layers(c, &m->opts);
     const tp_dims d = dims_of(c, &m->opts);
     size_t BT = (size_t)m->B * (n_patches(c) + 1), F = (size_t)d.nb * d.Fl;
     /* the residual stream and the norms: the token rows held (sequence parallelism) */
@@ -391,8 +395,9 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
 static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                              float *loss) {
     const dt_model_config *c = &m->cfg;
-    const int B = m->B, C = c->d_model, L = c->n_layer;
+    const int B = m->B, C = c->d_model, L = dt_stage_layers(c, &m->opts);
     const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes, Pix = c->context;
+    const int first = dt_stage_first(&m->opts), last = dt_stage_last(c, &m->opts); /* a pipeline stage */
     const int K = c->channels * c->patch_size * c->patch_size;
     dt_vit_acts *a = m->impl;
     DT_ASSERT(m->T == Pix); /* a sample is one image */
@@ -406,24 +411,26 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
         a->labels[b] = y;
     }
     m->has_targets = targets != NULL;
-    DT_PROF(m, fwd, DT_OP_ENCODER, dt_patchify(a->patches, inputs, B, c->channels, c->image_size, c->patch_size));
-    dt_unit_need(m, UNIT(PATCHW), LAYER(0));
-    dt_fam_narrow(m, a->patchesh, a->patches, (size_t)B * Np * K);
-    DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, a->pe, (dt_mmin){a->patches, a->patchesh}, ID(PATCHW), 0, P(PATCHB, 0), B * Np, K, C));
-    const float *cls = P(CLS, 0), *pos = P(POS, 0);
     /* the rows held (sequence parallelism: [r0, r0 + RW) of every row; the patch embedding,
      * replicated, is formed for every patch) */
     const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
-    dt_cls_pos_forward(a->encoded, cls, a->pe, pos, r0, RW, T, C);
+    if (first) { /* else the previous stage's output is in `encoded` already */
+        DT_PROF(m, fwd, DT_OP_ENCODER, dt_patchify(a->patches, inputs, B, c->channels, c->image_size, c->patch_size));
+        dt_unit_need(m, UNIT(PATCHW), LAYER(0));
+        dt_fam_narrow(m, a->patchesh, a->patches, (size_t)B * Np * K);
+        DT_PROF(m, fwd, DT_OP_MATMUL, dt_fam_mm_forward(m, a->pe, (dt_mmin){a->patches, a->patchesh}, ID(PATCHW), 0, P(PATCHB, 0), B * Np, K, C));
+        dt_cls_pos_forward(a->encoded, P(CLS, 0), a->pe, P(POS, 0), r0, RW, T, C);
+    }
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
-        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : last ? UNIT(LNFW) : -1);
+        dt_trace_end(tl, "fwd", "fwd layer %d", m->ps.layer0 + l);
     }
+    if (!last) return DT_OK;
     dt_unit_need(m, UNIT(LNFW), -1);
     /* the class tokens (sequence parallelism: from the gathered rows of the last layer) */
-    const float *last = dt_sp_dout(m, a->res3 + (size_t)(L - 1) * RW * C, a->spa, BT, C);
-    for (int b = 0; b < B; b++) dt_copy(a->clsx + (size_t)b * C, last + (size_t)b * T * C, (size_t)C * sizeof(float));
+    const float *top = dt_sp_dout(m, a->res3 + (size_t)(L - 1) * RW * C, a->spa, BT, C);
+    for (int b = 0; b < B; b++) dt_copy(a->clsx + (size_t)b * C, top + (size_t)b * T * C, (size_t)C * sizeof(float));
     float *lnf = dt_lowp(m) ? a->dbig : a->lnf;
     DT_PROF(m, fwd, DT_OP_LAYERNORM, dt_layernorm_forward(lnf, a->lnf_mean, a->lnf_rstd, a->clsx, P(LNFW, 0), P(LNFB, 0), B, C));
     dt_fam_narrow(m, a->lnfh, lnf, (size_t)B * C);
@@ -437,7 +444,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
 
 static void vit_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
-    const int B = m->B, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    const int B = m->B, C = c->d_model, NH = c->n_head, L = dt_stage_layers(c, &m->opts);
     const tp_dims d = dims_of(c, &m->opts);
     const int F = d.nb * d.Fl; /* the MLP width held */
     const int Np = n_patches(c), T = Np + 1, BT = B * T, NC = c->n_classes;
@@ -447,19 +454,21 @@ static void vit_backward(dt_model *m, float scale) {
     dt_vit_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;
-    float *dlnf = a->dcls, *dclsx = a->dcls + (size_t)B * C;
-    DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->labels, scale / (float)B, B, NC, NC));
-    dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
-    dt_unit_grads_begin(m, UNIT(LNFW));
-    DT_PROF(m, bwd, DT_OP_LMHEAD, dt_fam_mm_backward(m, dlnf, ID(HEADW), 0, G(HEADB, 0), a->logits, (dt_mmin){a->lnf, a->lnfh}, B, C, NC));
-    dt_fill(dclsx, 0, (size_t)B * C * sizeof(float));
-    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
-    /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
-    dt_fill(a->dres, 0, btc * sizeof(float));
-    for (int b = 0; b < B; b++) /* the class tokens among the rows held */
-        if (b * T >= r0 && b * T < r0 + RW)
-            dt_copy(a->dres + (size_t)(b * T - r0) * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
-    dt_unit_grads_end(m, UNIT(LNFW));
+    if (dt_stage_last(c, &m->opts)) { /* else a pipeline stage's output gradient is in dres (DT_STAGE_DOUT) */
+        float *dlnf = a->dcls, *dclsx = a->dcls + (size_t)B * C;
+        DT_PROF(m, bwd, DT_OP_CROSSENTROPY, dt_crossentropy_backward(a->logits, a->logits, a->ce_lse, a->labels, scale / (float)B, B, NC, NC));
+        dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
+        dt_unit_grads_begin(m, UNIT(LNFW));
+        DT_PROF(m, bwd, DT_OP_LMHEAD, dt_fam_mm_backward(m, dlnf, ID(HEADW), 0, G(HEADB, 0), a->logits, (dt_mmin){a->lnf, a->lnfh}, B, C, NC));
+        dt_fill(dclsx, 0, (size_t)B * C * sizeof(float));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_layernorm_backward(dclsx, G(LNFW, 0), G(LNFB, 0), dlnf, a->clsx, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, B, C));
+        /* Only the class token reaches the head: the rest of d(res3) starts at zero. */
+        dt_fill(a->dres, 0, btc * sizeof(float));
+        for (int b = 0; b < B; b++) /* the class tokens among the rows held */
+            if (b * T >= r0 && b * T < r0 + RW)
+                dt_copy(a->dres + (size_t)(b * T - r0) * C, dclsx + (size_t)b * C, (size_t)C * sizeof(float));
+        dt_unit_grads_end(m, UNIT(LNFW));
+    }
     const int top = dt_act_top_recomputed(&m->opts, L);
     for (int l = L - 1; l >= 0; l--) {
         double tl = dt_trace_begin();
@@ -493,9 +502,10 @@ static void vit_backward(dt_model *m, float scale) {
                                                          a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
                                                                   v.ln1m, v.ln1r, BT, C, a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
         dt_unit_grads_end(m, u0);
     }
+    if (!dt_stage_first(&m->opts)) return; /* dres holds d(encoded): DT_STAGE_DIN */
     dt_unit_grads_begin(m, UNIT(PATCHW));
     /* dres = d(encoded): position and class-token gradients sum over the batch in order;
      * the patch rows go through the patch embedding. */
@@ -506,6 +516,18 @@ static void vit_backward(dt_model *m, float scale) {
     dt_cls_pos_backward(dpos, dcls_w, dpe, denc, B, T, C);
     DT_PROF(m, bwd, DT_OP_ENCODER, dt_fam_mm_backward(m, NULL, ID(PATCHW), 0, G(PATCHB, 0), dpe, (dt_mmin){a->patches, a->patchesh}, B * Np, K, C));
     dt_unit_grads_end(m, UNIT(PATCHW));
+}
+
+/* Pipeline stage buffers (model.h dt_model_stage_buf): the input is `encoded`, the output the
+ * last layer's res3; both gradients pass through dres. */
+static float *vit_stage_buf(dt_model *m, dt_stage_buf which) {
+    dt_vit_acts *a = m->impl;
+    const size_t rwc = (size_t)dt_sp_rows(m, m->B * (n_patches(&m->cfg) + 1)) * m->cfg.d_model;
+    switch (which) {
+    case DT_STAGE_IN: return a->encoded;
+    case DT_STAGE_OUT: return a->res3 + (size_t)(dt_stage_layers(&m->cfg, &m->opts) - 1) * rwc;
+    default: return a->dres;
+    }
 }
 
 /* A micro-batch's token rows: B images of n_patches + 1 tokens (the class token). */
@@ -540,6 +562,7 @@ const dt_model_family dt_family_vit = {
     .tp_divides = tp_divides,
     .sp = 1,
     .token_rows = vit_token_rows,
+    .stage_buf = vit_stage_buf,
     /* No Hugging Face export: HF's ViT stores the patch projection as a 4-D convolution
      * and names everything differently; not written until a test can load it. */
 };

@@ -1,0 +1,233 @@
+/* Pipeline stages inside the model (model.h dt_model_opts.pp_l0/pp_l1, dt_model_stage_buf;
+ * ARCHITECTURE decision 74), without communication: the stages of one model run in one
+ * process, each stage's output copied into the next one's input and each input gradient back,
+ * against the whole model.
+ *   - a stage's store holds its layers only (PRE tensors on the first stage, POST on the last)
+ *     and each tensor starts as the whole model's copy of that layer (bitwise);
+ *   - 2 and 3 stages give bitwise the whole model's loss and every gradient, for llama (untied
+ *     head, grouped-query attention) and vit, in fp32 and bf16, with activation checkpointing
+ *     (the recomputed layers are the model's, whatever the cut);
+ *   - three micro-batches in flight on the first stage (gpipe's order: F0 F1 F2 B0 B1 B2, each
+ *     with its own activations, dt_model_use_acts) accumulate the gradients of F0 B0 F1 B1 F2 B2
+ *     bitwise;
+ *   - two backward passes swapped on the first stage (a wrong schedule) change the gradients:
+ *     the comparison can fail;
+ *   - a tied head over stages, a layer range outside the model, LoRA and experts are refused
+ *     naming the key. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "testutil.h"
+
+enum { B = 2, MB = 3 };
+static const char *g_preset = "llama-tiny";
+static int T = 32;
+
+static dt_model_config cfg(int layers) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    assert_int_equal(dt_model_preset(&ctx, g_preset, &c), DT_OK);
+    c.n_layer = layers;
+    if (!strcmp(g_preset, "llama-tiny")) c.untied = 1, c.vocab = 250;
+    return c;
+}
+
+static void make(dt_model *m, dt_alloc *al, int layers, int l0, int l1, dt_dtype compute, dt_recompute rc) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c = cfg(layers);
+    dt_model_opts o = {rc, 2, compute, 0, 0, {0}, 0, 0, 0, 0, l0, l1};
+    dt_alloc_init(al);
+    dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
+    if (st != DT_OK) fail_msg("init: %s", ctx.err);
+    dt_model_init_weights(m, 1234);
+    dt_params_zero_grad(&m->ps);
+}
+
+static void batch(int k, int32_t *in, int32_t *tg) {
+    if (!strcmp(g_preset, "vit-tiny")) {
+        for (int i = 0; i < B * T; i++)
+            in[i] = (int32_t)((i * 37 + 11 + 5 * k) % 256), tg[i] = (int32_t)(((i / T) * 3 + k) % 10);
+        return;
+    }
+    for (int i = 0; i < B * T; i++) {
+        in[i] = (int32_t)((i * 37 + 11 + 13 * k) % 250);
+        tg[i] = i % 29 == 3 ? -1 : (int32_t)((i * 53 + 7 + k) % 250);
+    }
+}
+
+/* The whole model: F B per micro-batch, gradients accumulated. */
+static void run_whole(dt_model *m, float *loss) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    for (int k = 0; k < MB; k++) {
+        int32_t in[B * 64], tg[B * 64];
+        batch(k, in, tg);
+        assert_int_equal(dt_model_forward(&ctx, m, in, tg, &loss[k]), DT_OK);
+        dt_model_backward(m, 0.5f);
+    }
+}
+
+/* Stages s[0..n): the first keeps every micro-batch's activations (F0 F1 F2 then B0 B1 B2, or
+ * B0 B2 B1 when `swap`: with two, swapped sums would still be equal, a + b = b + a); the others
+ * run F B per micro-batch. */
+static void run_stages(dt_model *s, int n, float *loss, int swap) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    size_t na = s[0].n_acts, nf = dt_model_stage_floats(&s[0]);
+    float *slab[MB];
+    slab[0] = s[0].acts;
+    for (int k = 1; k < MB; k++) slab[k] = tu_malloc(na * sizeof(float));
+    float *dinput[MB];
+    int32_t in[MB][B * 64], tg[MB][B * 64];
+    for (int k = 0; k < MB; k++) {
+        batch(k, in[k], tg[k]);
+        dt_model_use_acts(&s[0], slab[k]);
+        assert_int_equal(dt_model_forward(&ctx, &s[0], in[k], tg[k], NULL), DT_OK);
+    }
+    for (int k = 0; k < MB; k++) {
+        dt_model_use_acts(&s[0], slab[k]);
+        const float *x = dt_model_stage_buf(&s[0], DT_STAGE_OUT);
+        for (int j = 1; j < n; j++) {
+            memcpy(dt_model_stage_buf(&s[j], DT_STAGE_IN), x, nf * sizeof(float));
+            float l = -1.0f;
+            assert_int_equal(dt_model_forward(&ctx, &s[j], in[k], tg[k], &l), DT_OK);
+            if (j == n - 1) loss[k] = l;
+            x = dt_model_stage_buf(&s[j], DT_STAGE_OUT);
+        }
+        for (int j = n - 1; j >= 1; j--) {
+            dt_model_backward(&s[j], 0.5f);
+            float *dst = j > 1 ? dt_model_stage_buf(&s[j - 1], DT_STAGE_DOUT) : NULL;
+            if (dst) memcpy(dst, dt_model_stage_buf(&s[j], DT_STAGE_DIN), nf * sizeof(float));
+        }
+        dinput[k] = tu_malloc(nf * sizeof(float));
+        memcpy(dinput[k], dt_model_stage_buf(&s[1], DT_STAGE_DIN), nf * sizeof(float));
+    }
+    for (int i = 0; i < MB; i++) {
+        int k = swap && i > 0 ? MB - i : i;
+        dt_model_use_acts(&s[0], slab[k]);
+        s[0].has_targets = 1; /* the runtime's per-micro-batch state */
+        memcpy(dt_model_stage_buf(&s[0], DT_STAGE_DOUT), dinput[k], nf * sizeof(float));
+        dt_model_backward(&s[0], 0.5f);
+    }
+    dt_model_use_acts(&s[0], slab[0]);
+    for (int k = 0; k < MB; k++) free(dinput[k]);
+    for (int k = 1; k < MB; k++) free(slab[k]);
+}
+
+/* Every tensor of stage s against the whole model's copy of its layer; returns the elements
+ * compared, fails on the first difference. With `expect_diff` returns the differing count
+ * instead of failing. */
+static size_t compare_store(const dt_model *s, const dt_model *w, int grads, int expect_diff) {
+    size_t n = 0, diff = 0;
+    for (int id = 0; id < s->ps.n_tensors; id++) {
+        const dt_tensor_info *t = &s->ps.tensors[id];
+        if (dt_tensor_absent(t)) continue;
+        assert_int_equal((int)(t->rows * t->cols), (int)(w->ps.tensors[id].rows * w->ps.tensors[id].cols));
+        for (int l = 0; l < dt_params_copies(&s->ps, id); l++) {
+            const float *a = dt_params_tensor(&s->ps, grads ? s->ps.grads : s->ps.params, id, l);
+            const float *b = dt_params_tensor(&w->ps, grads ? w->ps.grads : w->ps.params, id, s->ps.layer0 + l);
+            size_t len = t->rows * t->cols;
+            for (size_t i = 0; i < len; i++) assert_true(isfinite(a[i]));
+            if (memcmp(a, b, len * sizeof(float))) {
+                char name[128];
+                dt_params_name(&s->ps, id, l, name, sizeof name);
+                if (!expect_diff) fail_msg("%s of %s differs from the whole model's", grads ? "gradient" : "weight", name);
+                for (size_t i = 0; i < len; i++) diff += a[i] != b[i];
+            }
+            n += len;
+        }
+    }
+    return expect_diff ? diff : n;
+}
+
+static void check_cut(const int *first, int n, dt_dtype compute, dt_recompute rc) {
+    const int L = first[n];
+    dt_alloc aw, as[4];
+    dt_model w, s[4];
+    make(&w, &aw, L, 0, 0, compute, rc);
+    for (int j = 0; j < n; j++) make(&s[j], &as[j], L, first[j], first[j + 1], compute, rc);
+    /* the stores: layers and ends of their own, each tensor the whole model's */
+    size_t held = 0;
+    for (int j = 0; j < n; j++) {
+        assert_int_equal(s[j].ps.n_layer, first[j + 1] - first[j]);
+        held += compare_store(&s[j], &w, 0, 0);
+        assert_true(s[j].ps.n_params < w.ps.n_params);
+    }
+    assert_int_equal((int)held, (int)w.ps.n_params); /* every tensor held by exactly one stage */
+    float lw[MB], ls[MB];
+    run_whole(&w, lw);
+    run_stages(s, n, ls, 0);
+    for (int k = 0; k < MB; k++) {
+        assert_true(isfinite(lw[k]));
+        if (memcmp(&lw[k], &ls[k], sizeof(float))) fail_msg("micro-batch %d: loss %.9g vs the whole model's %.9g", k, ls[k], lw[k]);
+    }
+    size_t g = 0;
+    double sq = 0;
+    for (int j = 0; j < n; j++) g += compare_store(&s[j], &w, 1, 0);
+    for (size_t i = 0; i < w.ps.n_params; i++) sq += (double)w.ps.grads[i] * w.ps.grads[i];
+    assert_true(sq > 0 && isfinite(sq));
+    printf("    %s cut", g_preset);
+    for (int j = 0; j <= n; j++) printf(" %d", first[j]);
+    printf(" (%s, %s): losses and %zu gradient elements bitwise\n", dt_dtype_name(compute), dt_recompute_name(rc), g);
+    /* a wrong schedule: the first stage's two backward passes swapped */
+    for (int j = 0; j < n; j++) dt_params_zero_grad(&s[j].ps);
+    run_stages(s, n, ls, 1);
+    size_t d = compare_store(&s[0], &w, 1, 1);
+    printf("    backward passes 0 2 1 on stage 0: %zu gradient elements differ\n", d);
+    assert_true(d > 0);
+    for (int j = 0; j < n; j++) dt_model_free(&s[j]);
+    dt_model_free(&w);
+}
+
+static void test_stages_bitwise(void **state) {
+    g_preset = *state;
+    T = strcmp(g_preset, "vit-tiny") ? 32 : 64;
+    static const int two[] = {0, 1, 3}, two_b[] = {0, 2, 3}, three[] = {0, 1, 2, 3};
+    check_cut(two, 2, DT_F32, DT_RECOMPUTE_NONE);
+    check_cut(two_b, 2, DT_F32, DT_RECOMPUTE_NONE);
+    check_cut(three, 3, DT_F32, DT_RECOMPUTE_NONE);
+    check_cut(two, 2, DT_BF16, DT_RECOMPUTE_NONE);
+    check_cut(three, 3, DT_F32, DT_RECOMPUTE_FULL);
+    check_cut(two_b, 2, DT_BF16, DT_RECOMPUTE_SELECTIVE);
+}
+
+static void expect_refused(const char *preset, int untied, int l0, int l1, const char *key, const char *what) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config c;
+    assert_int_equal(dt_model_preset(&ctx, preset, &c), DT_OK);
+    c.n_layer = 3;
+    c.untied = untied;
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, l0, l1};
+    dt_alloc al;
+    dt_alloc_init(&al);
+    dt_model m;
+    dt_status st = dt_model_init_opts(&ctx, &m, &c, &o, &al, B, 32, DT_SLAB_PARAMS | DT_SLAB_GRADS);
+    assert_int_not_equal(st, DT_OK);
+    printf("    refused: %s\n", ctx.err);
+    assert_non_null(strstr(ctx.err, key));
+    assert_non_null(strstr(ctx.err, what));
+    assert_int_equal((int)al.total_cur, 0);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    expect_refused("gpt2-tiny", 0, 1, 3, "parallel.pp", "tied");
+    expect_refused("llama-tiny", 0, 0, 1, "model.untied_embeddings=1", "tied");
+    expect_refused("llama-tiny", 1, 2, 5, "parallel.pp", "not inside");
+    expect_refused("llama-tiny", 1, 2, 2, "parallel.pp", "not inside");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(test_stages_bitwise, (void *)"llama-tiny"),
+        cmocka_unit_test_prestate(test_stages_bitwise, (void *)"vit-tiny"),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
