@@ -13,6 +13,7 @@
 #include "core/trace.h"
 #include "data/synthetic.h"
 #include "parallel/mesh.h"
+#include "train/trainer_impl.h"
 
 void dt_train_cfg_defaults(dt_train_cfg *c) {
     memset(c, 0, sizeof *c);
@@ -88,7 +89,9 @@ dt_status dt_train_cfg_validate(dt_ctx *ctx, const dt_train_cfg *c) {
  * the whole micro-step (DDP, ZeRO-1); ZeRO-2/3 store the logits (the same bits). */
 static dt_model_opts model_opts(const dt_train_cfg *cfg) {
     dt_model_opts o = cfg->model_opts;
-    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1;
+    /* a pipeline's last stage runs forwards ahead of their backwards (gpipe): the head's
+     * gradients are formed in the backward (the same bits, model.h) */
+    o.fused_loss = o.fused_loss && cfg->parallel.strategy <= DT_STRAT_ZERO1 && cfg->pp <= 1;
     return o;
 }
 
@@ -272,21 +275,41 @@ static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh,
     return st;
 }
 
-/* The process mesh of a tensor-parallel run (parallel/mesh.h; cp = pp = ep = 1 so far): the
- * TP group (consecutive ranks) and the data-parallel group, split once (hybrid sharding: its
- * shard and replica groups too); the model holds the shard of its TP rank. */
-static dt_status tp_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
+/* The process mesh of a tensor- or pipeline-parallel run (parallel/mesh.h; cp = ep = 1 so far):
+ * the TP group (consecutive ranks), the data-parallel group, the PP group (the stages, tp x dp
+ * apart) and the model-parallel group (the tp x pp ranks holding one model together, for
+ * checkpoints), split once (hybrid sharding: its shard and replica groups too); the model holds
+ * the shard of its TP rank and the layers of its stage. */
+static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
     dt_comm *comm = tr->comm;
     dt_mesh mesh;
+    const int pp = tr->cfg.pp > 1 ? tr->cfg.pp : 1;
     DT_CHECK(dt_mesh_init(ctx, &mesh, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_rank(comm, DT_GROUP_WORLD),
-                          pc->tp, 1, 1, 1));
+                          pc->tp > 1 ? pc->tp : 1, 1, pp, 1));
     int *ranks = malloc((size_t)mesh.world * sizeof *ranks);
     if (!ranks) return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
-    int n = dt_mesh_group(&mesh, DT_MESH_TP, ranks);
-    dt_status st = dt_comm_group_split(ctx, comm, ranks, n, &tr->tp.group);
+    int n;
+    dt_status st = DT_OK;
+    if (pc->tp > 1) {
+        n = dt_mesh_group(&mesh, DT_MESH_TP, ranks);
+        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->tp.group);
+    }
     if (st == DT_OK) {
         n = dt_mesh_group(&mesh, DT_MESH_DP, ranks);
         st = dt_comm_group_split(ctx, comm, ranks, n, &tr->dp_group);
+    }
+    if (st == DT_OK && pp > 1) {
+        n = dt_mesh_group(&mesh, DT_MESH_PP, ranks);
+        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->pp.group);
+        tr->pp.n = pp, tr->pp.stage = mesh.coord[DT_AXIS_PP];
+    }
+    if (st == DT_OK) { /* same c and d: stage after stage, tp ranks each (ascending world ranks) */
+        int c[DT_AXIS_N], k = 0;
+        memcpy(c, mesh.coord, sizeof c);
+        for (int p = 0; p < pp; p++)
+            for (int t = 0; t < mesh.size[DT_AXIS_TP]; t++) c[DT_AXIS_PP] = p, c[DT_AXIS_TP] = t, ranks[k++] = dt_mesh_rank_at(&mesh, c);
+        tr->mp_ranks = k;
+        if (k > 1) st = dt_comm_group_split(ctx, comm, ranks, k, &tr->mp_group);
     }
     free(ranks);
     if (st == DT_OK && pc->hybrid && pc->strategy != DT_STRAT_DDP) st = hybrid_groups(ctx, tr, &mesh, pc);
@@ -294,9 +317,13 @@ static dt_status tp_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_pa
     tr->tp.comm = comm;
     dt_ctx_init(&tr->tp.ctx);
     tr->tp.ctx.rank = ctx->rank, tr->tp.ctx.world = ctx->world;
-    mo->tp_first = mesh.coord[DT_AXIS_TP];
+    mo->tp_first = pc->tp > 1 ? mesh.coord[DT_AXIS_TP] : 0;
     pc->dp_group = tr->dp_group;
     pc->tp_group = tr->tp.group;
+    if (pp > 1) {
+        mo->pp_l0 = tr->cfg.pp_first[tr->pp.stage];
+        mo->pp_l1 = tr->cfg.pp_first[tr->pp.stage + 1];
+    }
     return DT_OK;
 }
 
@@ -350,7 +377,10 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     }
     tr->comm = comm;
     tr->dp_group = DT_GROUP_WORLD;
-    if (cfg->parallel.tp > 1) DT_CHECK_GOTO(tp_groups(ctx, tr, &mo, &pc));
+    tr->pp.n = 1;
+    tr->mp_ranks = 1;
+    if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_cfg_stages(ctx, &tr->cfg)); /* the stages' layers */
+    if (cfg->parallel.tp > 1 || cfg->pp > 1) DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
     DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
                                          cfg->seq_len,
                                          strat == DT_STRAT_ZERO3   ? 0
@@ -367,6 +397,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     pc.accum = cfg->accum;
     pc.compute = cfg->model_opts.compute;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
+    if (tr->pp.n > 1) DT_CHECK_GOTO(dt_pp_init(ctx, tr));
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->inputs));
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->targets));
@@ -380,6 +411,7 @@ fail:
 
 void dt_trainer_free(dt_trainer *tr) {
     size_t bt = (size_t)tr->cfg.micro_batch * tr->cfg.seq_len * sizeof(int32_t);
+    dt_pp_free(tr);
     dt_parallel_free(tr->par);
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
@@ -402,11 +434,13 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     double tr0 = dt_trace_begin();
     double t0 = dt_now();
     DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
+    if (tr->pp.n > 1) DT_CHECK(dt_pp_share_loss(ctx, tr, mean_loss)); /* the last stage's, on every stage */
     DT_CHECK(dt_parallel_mean(ctx, tr->par, mean_loss));
     out->sync_seconds = dt_now() - t0;
     t0 = dt_now();
     double sumsq;
     DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
+    if (tr->pp.n > 1) DT_CHECK(dt_pp_sum_stages(ctx, tr, &sumsq)); /* over every stage's parameters */
     const float S = tr->scaler.scale;
     double norm = sqrt(sumsq) / S; /* of the unscaled gradients */
     float lr = dt_lr_at(&tr->cfg.sched, tr->step);
@@ -440,11 +474,12 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     return DT_OK;
 }
 
-/* Exposed communication so far: the data-parallel waits and the TP group's collectives. */
+/* Exposed communication so far: the data-parallel waits, the TP group's collectives and the
+ * pipeline's transfers. */
 static double exposed_now(const dt_trainer *tr) {
     double ex, tot;
     dt_parallel_comm_time(tr->par, &ex, &tot);
-    return ex + tr->tp.seconds;
+    return ex + tr->tp.seconds + tr->pp.seconds;
 }
 
 /* Adds the time since *tp, less the exposed communication waits since *ex, to *acc. */
@@ -453,6 +488,51 @@ static void add_phase(const dt_trainer *tr, double *tp, double *ex, double *acc)
     *acc += (now - *tp) - (ex1 - *ex);
     *tp = now;
     *ex = ex1;
+}
+
+dt_status dt_trainer_micro_batch(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, int k, int32_t **inp,
+                                 int32_t **tgp) {
+    dt_model *m = &tr->model;
+    size_t bt = (size_t)m->B * m->T;
+    int32_t *in = tr->inputs, *tg = tr->targets;
+    if (mi->inputs) {
+        in = (int32_t *)mi->inputs + k * bt;
+        tg = (int32_t *)mi->targets + k * bt;
+    } else if (tr->next_batch) {
+        DT_CHECK(tr->next_batch(ctx, tr->batch_ud, k, &in, &tg));
+    } else {
+        /* Global micro-batch index: rank r's micro-step k reads what 1 rank's micro-step
+         * k*W + r would (the sampler's order). */
+        uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)mi->W + (uint64_t)mi->R;
+        dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
+        if (m->cfg.n_classes > 0) /* a classifier: a label per image, in every slot */
+            for (int b = 0; b < m->B; b++)
+                for (int t = 0; t < m->T; t++)
+                    tg[(size_t)b * m->T + t] = tg[(size_t)b * m->T] % m->cfg.n_classes;
+    }
+    *inp = in, *tgp = tg;
+    return DT_OK;
+}
+
+float dt_trainer_micro_scale(const dt_trainer *tr, const dt_micro *mi, int k) {
+    const size_t bt = (size_t)tr->model.B * tr->model.T;
+    /* Mean over the global batch, times the loss scale (1 unless fp16). */
+    float bscale = mi->masked ? (mi->counted ? (float)((double)tr->scaler.scale * (double)bt / (double)mi->counted) : 0.0f)
+                              : tr->scaler.scale / ((float)tr->cfg.accum * (float)mi->W);
+    if ((tr->overflow_step == tr->step + 1 || tr->overflow_step == 0) && k == 0 &&
+        tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+        bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
+    return bscale;
+}
+
+void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k) {
+    /* LoRA dropout's masks: keyed by the global index of each sequence (micro-batch k W + r
+     * of the step in 1 rank's order, B sequences each), so N ranks draw what 1 rank
+     * accumulating N x does, and a resumed step what the uninterrupted one did. */
+    dt_model *m = &tr->model;
+    m->lora_drop_seed = tr->cfg.seed;
+    m->lora_drop_seq0 = (((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)mi->W +
+                         (uint64_t)mi->R) * (uint64_t)m->B;
 }
 
 /* Micro-steps from explicit batches (inputs non-NULL) or from the data source. */
@@ -482,39 +562,27 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     /* Phase times for the benchmark's breakdown: wall time minus the exposed communication
      * waits (dt_parallel_comm_time) that fell inside the phase. */
     double ex0, ex, tp = t0, td, tps0 = tr->tp.seconds, tpb0 = tr->tp.bytes;
+    const double pps0 = tr->pp.seconds, ppb0 = tr->pp.bytes, ppi0 = tr->pp.idle;
     ex0 = exposed_now(tr);
     ex = ex0;
     out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
-    for (int k = 0; k < tr->cfg.accum; k++) {
+    dt_micro mi = {inputs, targets, masked, counted, W, R};
+    if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
+        DT_CHECK(dt_pp_micro_steps(ctx, tr, &mi, &loss_sum, out));
+        ex = exposed_now(tr);
+        tp = dt_now();
+    }
+    for (int k = 0; k < tr->cfg.accum && tr->pp.n <= 1; k++) {
         td = dt_trace_begin();
-        int32_t *in = tr->inputs, *tg = tr->targets;
-        if (inputs) {
-            in = (int32_t *)inputs + k * bt;
-            tg = (int32_t *)targets + k * bt;
-        } else if (tr->next_batch) {
-            DT_CHECK(tr->next_batch(ctx, tr->batch_ud, k, &in, &tg));
-        } else {
-            /* Global micro-batch index: rank r's micro-step k reads what 1 rank's micro-step
-             * k*W + r would (the sampler's order). */
-            uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W + (uint64_t)R;
-            dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
-            if (m->cfg.n_classes > 0) /* a classifier: a label per image, in every slot */
-                for (int b = 0; b < m->B; b++)
-                    for (int t = 0; t < m->T; t++)
-                        tg[(size_t)b * m->T + t] = tg[(size_t)b * m->T] % m->cfg.n_classes;
-        }
+        int32_t *in, *tg;
+        DT_CHECK(dt_trainer_micro_batch(ctx, tr, &mi, k, &in, &tg));
         dt_trace_end(td, "data", "data %d", k);
         add_phase(tr, &tp, &ex, &out->data_seconds);
         float loss;
         td = dt_trace_begin();
         if (tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             usleep((useconds_t)tr->slow_ms * 1000);
-        /* Mean over the global batch, times the loss scale (1 unless fp16). */
-        float bscale = masked ? (counted ? (float)((double)tr->scaler.scale * (double)bt / (double)counted) : 0.0f)
-                              : tr->scaler.scale / ((float)tr->cfg.accum * (float)W);
-        if ((tr->overflow_step == tr->step + 1 || tr->overflow_step == 0) && k == 0 &&
-            tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
-            bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
+        const float bscale = dt_trainer_micro_scale(tr, &mi, k);
         /* The fused loss forms the head's gradients in the forward: the micro-step's gradient
          * buffer is set up first (DDP, ZeRO-1: nothing is in flight then). ZeRO-2/3 begin
          * after the forward, which overlaps the previous micro-step's reduce-scatters. */
@@ -523,9 +591,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         /* LoRA dropout's masks: keyed by the global index of each sequence (micro-batch
          * k W + r of the step in 1 rank's order, B sequences each), so N ranks draw what 1
          * rank accumulating N x does, and a resumed step what the uninterrupted one did. */
-        m->lora_drop_seed = tr->cfg.seed;
-        m->lora_drop_seq0 = (((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)W +
-                             (uint64_t)R) * (uint64_t)m->B;
+        dt_trainer_micro_drop(tr, &mi, k);
         DT_CHECK(dt_model_forward_train(ctx, m, in, tg, bscale, &loss));
         DT_CHECK(tp_check(ctx, tr));
         dt_trace_end(td, "fwd", "forward %d", k);
@@ -563,6 +629,9 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     }
     add_phase(tr, &tp, &ex, &out->opt_seconds);
     out->comm_seconds = ex - ex0;
+    out->pp_seconds = tr->pp.seconds - pps0;
+    out->pp_bytes = tr->pp.bytes - ppb0;
+    out->pp_idle = tr->pp.idle - ppi0;
     out->tp_seconds = tr->tp.seconds - tps0;
     out->tp_bytes = tr->tp.bytes - tpb0;
     out->loss = (float)mean_loss;

@@ -15,6 +15,8 @@
 #include "model/model.h"
 #include "optim/optim.h"
 #include "parallel/parallel.h"
+#include "parallel/pp_schedule.h"
+#include "parallel/pp_split.h"
 
 typedef struct dt_train_cfg {
     char preset[32];        /* model preset the model fields came from ("" = custom) */
@@ -43,6 +45,12 @@ typedef struct dt_train_cfg {
      * 72): dt_trainer_init then does not validate it again. 0 (a library caller that fills a
      * dt_train_cfg itself): dt_trainer_init validates its own copy. */
     int checked;
+    /* Pipeline parallelism (parallel.pp > 1; ARCHITECTURE decision 74): the stages (ranks of a
+     * PP group), the schedule (pp_schedule.h dt_pp_kind: parallel.pp_schedule) and its virtual
+     * stages per rank (parallel.pp_virtual), and each stage's first layer (pp_first[pp] =
+     * n_layer; all 0: the trainer cuts them by pp_split.h's rule). pp <= 1: no pipeline. */
+    int pp, pp_kind, pp_virtual;
+    int pp_first[DT_PP_MAX + 1];
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
@@ -69,6 +77,23 @@ typedef struct dt_tp_link {
     double bytes;   /* sent into them (ring accounting, as comm.h dt_comm_bytes) */
 } dt_tp_link;
 
+/* Pipeline parallelism's state on a stage (trainer.c, pipeline.c): the PP group, this stage's
+ * action list, an activation set per micro-batch in flight, the transfers in flight. */
+typedef struct dt_pp_link {
+    int n, stage;             /* stages (1: no pipeline) and mine */
+    dt_group group;           /* the PP group (same t, c, d): stage = group rank */
+    dt_pp_action *acts;       /* this stage's schedule for accum micro-batches */
+    int n_acts;
+    int slots;                /* activation sets: the most micro-batches in flight */
+    float **slab;             /* slots sets of n_acts floats each (slab[0]: the model's own) */
+    int *slot_of;             /* micro-batch -> slot (-1: none) */
+    int *busy;                /* slot -> micro-batch holding it (-1: free) */
+    dt_comm_req **out_req, **in_req; /* per slot: its output's and its input gradient's sends */
+    float *bscale;            /* per micro-batch: the backward's loss scale */
+    double seconds, bytes;    /* waiting for and sent into the stage transfers since init */
+    double idle;              /* of seconds: waiting for a neighbour's data (receives) */
+} dt_pp_link;
+
 typedef struct dt_trainer {
     dt_train_cfg cfg;
     dt_alloc alloc;
@@ -94,6 +119,11 @@ typedef struct dt_trainer {
     int overflow_rank;
     dt_group dp_group;         /* the data-parallel ranks (the world without a process mesh) */
     dt_tp_link tp;             /* parallel.tp > 1: the TP group */
+    dt_pp_link pp;             /* parallel.pp > 1: the pipeline (n = 1 otherwise) */
+    dt_group mp_group;         /* the model-parallel ranks (same c, d: tp x pp) holding one whole
+                                  model together (DT_GROUP_SELF-like without model parallelism:
+                                  valid only when mp_ranks > 1) */
+    int mp_ranks;
 } dt_trainer;
 
 typedef struct dt_step_stats {
@@ -113,6 +143,10 @@ typedef struct dt_step_stats {
     /* Of comm_seconds: tensor parallelism's collectives (parallel.tp > 1 ranks), and the bytes
      * this rank sent into them. */
     double tp_seconds, tp_bytes;
+    /* Of comm_seconds: pipeline parallelism's transfers between stages (parallel.pp > 1): the
+     * time this stage waited for them, the bytes it sent, and of the time the part spent
+     * waiting for a neighbour's activations or gradients (the bubble). */
+    double pp_seconds, pp_bytes, pp_idle;
     /* mixture of experts (moe = 1; model/llama/moe.h): the cross-entropy, the load-balancing
        loss and the z-loss (before their coefficients; loss includes them), means over the
        micro-steps and ranks, and the routed choices the capacity dropped (all ranks) */

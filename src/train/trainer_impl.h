@@ -1,0 +1,46 @@
+/* trainer_impl.h - the trainer's pieces shared by trainer.c and pipeline.c (internal to
+ * src/train). */
+#ifndef DT_TRAINER_IMPL_H
+#define DT_TRAINER_IMPL_H
+
+#include "train/trainer.h"
+
+/* A step's micro-batches: explicit batches (inputs non-NULL: accum x (B,T) each) or the data
+ * source; whether the targets are masked and how many count over the global batch; the
+ * data-parallel ranks W and this rank's place R. */
+typedef struct dt_micro {
+    const int32_t *inputs, *targets;
+    int masked;
+    uint64_t counted;
+    int W, R;
+} dt_micro;
+
+/* Micro-batch k's tokens (valid until the next call). */
+dt_status dt_trainer_micro_batch(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, int k, int32_t **in,
+                                 int32_t **tg);
+/* Its backward's scale: the mean over the global batch times the loss scale. */
+float dt_trainer_micro_scale(const dt_trainer *tr, const dt_micro *mi, int k);
+/* LoRA dropout's keys for micro-batch k (model.h lora_drop_*). */
+void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
+
+/* ---- pipeline parallelism (pipeline.c; ARCHITECTURE decision 74) */
+
+/* The stages' layers of cfg (cfg->pp > 1): pp_first as given (parallel.pp_layers) or cut by
+ * pp_split.h's rule; refuses, naming the key, a family without stages, a schedule that cannot
+ * run accum micro-batches on pp stages, and what is not built under a pipeline yet. */
+dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg);
+/* After the model and the strategy: this stage's schedule and activation sets. */
+dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr);
+void dt_pp_free(dt_trainer *tr);
+/* One step's micro-batches on this stage, in its schedule's order: forwards from the previous
+ * stage's activations (or the tokens), backwards from the next stage's gradients (or the
+ * loss); gradients accumulate in micro-batch order, as one rank's. *loss_sum: the last
+ * stage's sum (as run_step sums), 0 on the others. Fills out's fwd/bwd/data seconds. */
+dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, dt_step_stats *out);
+/* The last stage's value of *x on every stage. */
+dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x);
+/* *sumsq (this stage's part of the gradient norm's sum of squares) summed over the stages in
+ * stage order, the same on every stage. */
+dt_status dt_pp_sum_stages(dt_ctx *ctx, dt_trainer *tr, double *sumsq);
+
+#endif
