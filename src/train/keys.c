@@ -139,7 +139,9 @@ static const key_def keys[] = {
     NUM("parallel.sequence_parallel", K_BOOL, sp, "with parallel.tp > 1: the residual stream and the norms hold each TP rank's share of the token rows (Megatron's sequence parallelism: gathered before each column-parallel GEMM, reduce-scattered after each row-parallel one; the norms' weight gradients summed over the group); gpt2, llama and vit, in every precision, with activation checkpointing"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
     NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
-    NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order; not built yet: > 1 is refused)"),
+    NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order), cut by their cost (the embedding on the first stage and the head and loss on the last counted; or parallel.pp_layers); llama with an untied head and vit, ddp over the data-parallel ranks, with tensor parallelism, bf16/fp16 and activation checkpointing; a step's micro-batches are training.grad_accum"),
+    ENUM("parallel.pp_schedule", pp_schedule, "1f1b|gpipe|interleaved|zb-h1", "with parallel.pp > 1: the order of a stage's forward and backward passes (1f1b: pp - stage - 1 forwards, then one forward one backward, then the backwards: at most pp micro-batches' activations on stage 0; gpipe: every forward, then every backward: training.grad_accum micro-batches' activations); every schedule runs each stage's backwards in micro-batch order, so a pipeline gives bitwise one rank's results (interleaved and zb-h1: not built yet)"),
+    NUM("parallel.pp_virtual", K_INT, pp_virtual, "with parallel.pp_schedule=interleaved: virtual stages per rank (not built yet)"),
     NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size: ranks that split a layer's experts (not built yet: > 1 is refused)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
@@ -194,6 +196,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->allreduce, "auto");
     strcpy(c->compression, "none");
     strcpy(c->compression_adam, "age");
+    strcpy(c->pp_schedule, "1f1b");
+    c->pp_virtual = 1;
     c->compression_ratio = 0.01f;
     c->shm = 1;
     c->tp = c->cp = c->pp = c->ep = 1;
@@ -516,11 +520,11 @@ static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     dt_mesh m;
     DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp, c->ep));
     static const char *const what[4][2] = {{"tp", "tensor"}, {"cp", "context"}, {"pp", "pipeline"}, {"ep", "expert"}};
-    const int deg[4] = {1, c->cp, c->pp, c->ep};
+    const int deg[4] = {1, c->cp, 1, c->ep};
     for (int i = 0; i < 4; i++)
         if (deg[i] > 1)
             return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issues 32-34); only "
-                           "the process mesh and tensor parallelism are (set parallel.cp, pp and ep to 1)", what[i][0],
+                           "the process mesh, tensor and pipeline parallelism are (set parallel.cp and ep to 1)", what[i][0],
                            deg[i], what[i][1]);
     return DT_OK;
 }
@@ -549,6 +553,12 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->model_opts.sp = c->sp;
     t->parallel.tp = tp_ranks;
     DT_CHECK(check_tp(ctx, c));
+    /* pipeline parallelism: the stages' layers are cut by the trainer (dt_pp_cfg_stages) */
+    t->pp = c->pp > 1 ? c->pp : 1;
+    dt_pp_kind kind;
+    DT_CHECK(dt_pp_kind_parse(ctx, c->pp_schedule, &kind));
+    t->pp_kind = (int)kind;
+    t->pp_virtual = c->pp_virtual;
     /* the data-parallel ranks: batches, samples and tokens count them */
     long mp = (long)tp_ranks * (c->cp > 0 ? c->cp : 1) * (c->pp > 0 ? c->pp : 1);
     const int world_all = world;

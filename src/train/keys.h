@@ -73,7 +73,9 @@ typedef struct dt_run_cfg {
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
-    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; cp, pp, ep > 1: refused until built) */
+    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; cp, ep > 1: refused until built) */
+    char pp_schedule[16];      /* parallel.pp_schedule: 1f1b | gpipe | interleaved | zb-h1 */
+    int pp_virtual;            /* parallel.pp_virtual: virtual stages per rank (interleaved) */
     int tp_blocks;             /* parallel.tp_blocks: one process holds all tp shards (the test mode) */
     int sp;                    /* parallel.sequence_parallel */
     char layout[8];            /* parallel.layout: "" (the keys as given) or "auto" (cli/layout_auto.c) */

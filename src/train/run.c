@@ -251,14 +251,17 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
-    /* the data-parallel ranks read the data (each TP group's ranks the same batches) */
-    int dp_world = world / (cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1);
-    int dp_rank = rank / (cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1);
+    /* the data-parallel ranks read the data (each TP group's ranks and each pipeline's stages the
+     * same batches; parallel/mesh.h: tp fastest, then dp, then pp) */
+    const int tp_ranks = cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    int dp_world = world / (tp_ranks * pp);
+    int dp_rank = (rank / tp_ranks) % dp_world;
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
     /* canonical checkpoints: a LoRA run's adapters too under tensor parallelism */
-    if (!r.tr.model.lora || dt_tp_size(&r.tr.model.opts) > 1) DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
+    if (!r.tr.model.lora || dt_tp_size(&r.tr.model.opts) > 1 || r.tr.pp.n > 1)
+        DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
     if (r.loader) {
         r.tr.next_batch = loader_batch;
         r.tr.batch_ud = r.loader;
@@ -303,9 +306,9 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (cfg->resume[0]) DT_CHECK_GOTO(run_resume(ctx, &r, cfg, comm, world, &start, &resumed));
     if (cfg->init_from[0] && !resumed && !r.tr.model.lora) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
     DT_CHECK_GOTO(run_saver_open(ctx, &r, cfg, world, rank));
-    /* a data-parallel rank's samples, recorded by the first rank of its TP group (the others
-     * read the same ones): the ledger's files are one per data-parallel rank */
-    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, dp_rank, rank == dp_rank * (world / dp_world)));
+    /* a data-parallel rank's samples, recorded by the first rank of its TP group on the first
+     * stage (the others read the same ones): the ledger's files are one per data-parallel rank */
+    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, dp_rank, rank == dp_rank * tp_ranks));
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
     /* logging.metrics auto: next to the checkpoints (the run's own folder), never into the

@@ -14,15 +14,26 @@ static dt_status store_layout(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, con
     if (m->lora) return dt_lora_adapters_init(ctx, ps, cfg, o, &c->alloc, 0);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int nt = dt_model_tensors_tp(cfg, o, table);
-    return dt_params_init(ctx, ps, table, nt, cfg->n_layer, &c->alloc, 0);
+    DT_CHECK(dt_model_stage_table(ctx, cfg, o, table, nt)); /* a pipeline stage's tensors */
+    DT_CHECK(dt_params_init(ctx, ps, table, nt, dt_stage_layers(cfg, o), &c->alloc, 0));
+    ps->layer0 = o->pp_l1 > 0 ? o->pp_l0 : 0;
+    return DT_OK;
 }
 
-/* The runs of TP rank t's store (tp shards of which it holds shard t) into canon. */
-static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, int t, dt_canon_run **out, size_t *n) {
+/* The runs into canon of model-parallel rank i's store: TP rank i % tp (of tp ranks holding a
+ * shard each; tp = 1: every shard, the blocks mode, or none split) on stage i / tp. */
+static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr, int i, dt_canon_run **out, size_t *n,
+                           size_t *len) {
+    const dt_model *m = &tr->model;
     dt_model_opts o = m->opts;
-    o.tp_local = 1, o.tp_first = t;
+    if (c->tp_ranks > 1) o.tp_local = 1, o.tp_first = i % c->tp_ranks;
+    if (tr->pp.n > 1) {
+        const int p = i / c->tp_ranks;
+        o.pp_l0 = tr->cfg.pp_first[p], o.pp_l1 = tr->cfg.pp_first[p + 1];
+    }
     dt_params ps;
     DT_CHECK(store_layout(ctx, c, m, &m->cfg, &o, &ps));
+    *len = ps.n_params;
     dt_status st = dt_params_canon_runs(ctx, &ps, &c->canon, out, n);
     dt_params_free(&ps);
     return st;
@@ -31,13 +42,14 @@ static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, int t,
 dt_status dt_tp_ckpt_init(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr) {
     memset(c, 0, sizeof *c);
     const dt_model *m = &tr->model;
-    c->on = dt_tp_size(&m->opts) > 1;
+    c->on = dt_tp_size(&m->opts) > 1 || tr->pp.n > 1;
     c->live = 1;
     dt_alloc_init(&c->alloc);
     dt_model_config cc = tr->cfg.model; /* the unsplit model: its own vocabulary padding */
     DT_CHECK(dt_model_config_validate(ctx, &cc));
-    dt_model_opts o1 = m->opts; /* no tensor parallelism */
+    dt_model_opts o1 = m->opts; /* no tensor parallelism, no pipeline */
     o1.tp = o1.tp_local = o1.tp_first = o1.sp = 0;
+    o1.pp_l0 = o1.pp_l1 = 0;
     DT_CHECK(store_layout(ctx, c, m, &cc, &o1, &c->canon));
     c->view.fam = m->fam;
     c->view.cfg = cc;
@@ -46,15 +58,20 @@ dt_status dt_tp_ckpt_init(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr) {
     c->view.opts.compute = m->opts.compute;
     c->n_local = m->ps.n_params;
     dt_status st = dt_params_canon_runs(ctx, &m->ps, &c->canon, &c->runs, &c->nruns);
-    c->ranks = c->on && tr->cfg.parallel.tp > 1 ? tr->cfg.parallel.tp : 1;
+    /* the model-parallel group: the TP ranks of every stage (one model between them) */
+    c->tp_ranks = c->on && tr->cfg.parallel.tp > 1 ? tr->cfg.parallel.tp : 1;
+    c->ranks = c->on && tr->mp_ranks > 1 ? tr->mp_ranks : 1;
     c->comm = tr->comm;
-    c->group = tr->tp.group;
+    c->group = tr->mp_group;
     c->me = c->ranks > 1 ? dt_comm_rank(tr->comm, c->group) : 0;
+    c->tp_me = c->me % c->tp_ranks;
     if (st == DT_OK && c->ranks > 1) {
         c->peer = calloc((size_t)c->ranks, sizeof *c->peer);
         c->npeer = calloc((size_t)c->ranks, sizeof *c->npeer);
-        if (!c->peer || !c->npeer) st = dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
-        for (int t = 0; t < c->ranks && st == DT_OK; t++) st = rank_runs(ctx, c, m, t, &c->peer[t], &c->npeer[t]);
+        c->nlen = calloc((size_t)c->ranks, sizeof *c->nlen);
+        if (!c->peer || !c->npeer || !c->nlen) st = dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory");
+        for (int t = 0; t < c->ranks && st == DT_OK; t++)
+            st = rank_runs(ctx, c, tr, t, &c->peer[t], &c->npeer[t], &c->nlen[t]);
     }
     if (st != DT_OK) dt_tp_ckpt_free(c);
     return st;
@@ -65,6 +82,7 @@ void dt_tp_ckpt_free(dt_tp_ckpt *c) {
     for (int t = 0; c->peer && t < c->ranks; t++) free(c->peer[t]);
     free(c->peer);
     free(c->npeer);
+    free(c->nlen);
     free(c->runs);
     dt_params_free(&c->canon);
     memset(c, 0, sizeof *c);
@@ -92,7 +110,7 @@ dt_status dt_tp_ckpt_pieces(dt_ctx *ctx, const dt_tp_ckpt *c, const dt_shard_pie
             size_t a = r->local > in[i].global ? r->local : in[i].global;
             size_t z = r->local + r->n < in[i].global + in[i].n ? r->local + r->n : in[i].global + in[i].n;
             if (r->local >= in[i].global + in[i].n) break;
-            if (a >= z || (save && r->replicated && c->me != 0)) continue;
+            if (a >= z || (save && r->replicated && c->tp_me != 0)) continue;
             if (cnt == cap) {
                 dt_shard_piece *g = realloc(p, 2 * cap * sizeof *p);
                 if (!g) {
@@ -124,16 +142,19 @@ dt_status dt_tp_ckpt_gather(dt_ctx *ctx, const dt_tp_ckpt *c, const float *local
         *canon = out;
         return DT_OK;
     }
-    float *all = malloc((size_t)c->ranks * c->n_local * sizeof *all);
+    size_t total = 0;
+    for (int t = 0; t < c->ranks; t++) total += c->nlen[t];
+    float *all = malloc(total * sizeof *all);
     size_t *cnt = malloc(2 * (size_t)c->ranks * sizeof *cnt);
     if (!all || !cnt) {
         free(out), free(all), free(cnt);
-        return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the TP group's parameters");
+        return dt_fail(ctx, DT_ERR_NOMEM, "checkpoint: out of memory for the model-parallel group's parameters");
     }
-    for (int t = 0; t < c->ranks; t++) cnt[t] = c->n_local, cnt[c->ranks + t] = (size_t)t * c->n_local;
-    memcpy(all + (size_t)c->me * c->n_local, local, c->n_local * sizeof *all);
+    for (int t = 0; t < c->ranks; t++)
+        cnt[t] = c->nlen[t], cnt[c->ranks + t] = t ? cnt[c->ranks + t - 1] + c->nlen[t - 1] : 0;
+    memcpy(all + cnt[c->ranks + c->me], local, c->n_local * sizeof *all);
     dt_status st = dt_comm_allgatherv(ctx, c->comm, c->group, all, cnt, cnt + c->ranks);
-    for (int t = 0; t < c->ranks && st == DT_OK; t++) place(out, all + (size_t)t * c->n_local, c->peer[t], c->npeer[t]);
+    for (int t = 0; t < c->ranks && st == DT_OK; t++) place(out, all + cnt[c->ranks + t], c->peer[t], c->npeer[t]);
     free(all), free(cnt);
     if (st != DT_OK) {
         free(out);

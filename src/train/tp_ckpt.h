@@ -31,12 +31,15 @@ typedef struct dt_tp_ckpt {
     dt_model view;        /* the model as files see it: canonical config and store */
     dt_canon_run *runs;   /* this process's store -> canonical, ascending */
     size_t nruns;
-    int ranks, me;        /* the TP group's ranks (1 in the blocks mode) and mine */
+    int ranks, me;        /* the model-parallel group's ranks (tp x pp; 1 without model
+                             parallelism and in the blocks mode without a pipeline) and mine */
+    int tp_ranks, tp_me;  /* of them, a stage's TP ranks and my place among them */
     dt_group group;
     dt_comm *comm;
     dt_canon_run **peer;  /* each TP rank's runs (its layout), for the gather */
     size_t *npeer;
-    size_t n_local;       /* floats in one rank's store */
+    size_t *nlen;         /* floats in each peer's store (stages differ) */
+    size_t n_local;       /* floats in my store */
 } dt_tp_ckpt;
 
 dt_status dt_tp_ckpt_init(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr);
