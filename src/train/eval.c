@@ -7,13 +7,20 @@
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
                        double *accuracy, double *counted_out) {
+    return dt_eval_loss_stage(ctx, m, vl, NULL, NULL, loss, tokens, accuracy, counted_out);
+}
+
+dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eval_xfer xfer, void *ud, double *loss,
+                             double *tokens, double *accuracy, double *counted_out) {
     dt_val_loader_reset(vl);
     int32_t *in, *tg;
     double sum = 0.0, wsum = 0.0, counted = 0.0;
     long n = 0, right = 0;
     while (dt_val_loader_next(vl, &in, &tg)) {
-        float l;
+        float l = 0.0f;
+        if (xfer) DT_CHECK(xfer(ctx, ud, 1));
         DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
+        if (xfer) DT_CHECK(xfer(ctx, ud, 0));
         if (m->cfg.n_experts) l = m->moe_ce; /* a mixture of experts: the cross-entropy, without the router losses */
         int c = m->cfg.n_classes > 0 ? m->B : dt_count_targets(tg, m->B * m->T);
         sum += l;
@@ -28,6 +35,7 @@ dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss
     /* the mean over the counted targets (with nothing masked: the mean of the batch means) */
     *loss = counted < *tokens && m->cfg.n_classes == 0 ? (counted > 0 ? wsum / counted : 0.0) : sum / (double)n;
     if (counted_out) *counted_out = counted;
+    if (!dt_stage_last(&m->cfg, &m->opts)) return DT_OK; /* a pipeline's last stage has the loss */
     if (!isfinite(*loss)) return dt_fail(ctx, DT_ERR_NUMERIC, "validation loss is %g: the model diverged", *loss);
     return DT_OK;
 }

@@ -200,8 +200,25 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
     return DT_OK;
 }
 
-dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x) {
-    return dt_comm_broadcast(ctx, tr->comm, tr->pp.group, x, sizeof *x, tr->pp.n - 1);
+dt_status dt_pp_share(dt_ctx *ctx, dt_trainer *tr, double *x, int n) {
+    return dt_comm_broadcast(ctx, tr->comm, tr->pp.group, x, (size_t)n * sizeof *x, tr->pp.n - 1);
+}
+
+dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x) { return dt_pp_share(ctx, tr, x, 1); }
+
+dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before) {
+    dt_trainer *tr = ud;
+    dt_model *m = &tr->model;
+    const size_t nf = dt_model_stage_floats(m);
+    const int s = tr->pp.stage;
+    if (before) return s > 0 ? recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, s - 1, TAG_ACT) : DT_OK;
+    if (s == tr->pp.n - 1) return DT_OK;
+    double t0 = dt_now(); /* blocking: the next stage receives in the same order */
+    dt_status st = dt_comm_send(ctx, tr->comm, tr->pp.group, dt_model_stage_buf(m, DT_STAGE_OUT), nf * sizeof(float),
+                                s + 1, TAG_ACT);
+    tr->pp.seconds += dt_now() - t0;
+    tr->pp.bytes += (double)nf * sizeof(float);
+    return st;
 }
 
 dt_status dt_pp_sum_stages(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {

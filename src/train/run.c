@@ -10,6 +10,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/interop.h"
+#include "train/trainer_impl.h"
 #include "ckpt/model_file.h"
 #include "ckpt/lora_base.h"
 #include "model/lora.h"
@@ -72,7 +73,14 @@ static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int
 
 static dt_status evaluate(dt_ctx *ctx, run_state *r, dt_comm *comm, long step) {
     double loss, tokens, acc, counted;
-    DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens, &acc, &counted));
+    if (r->tr.pp.n > 1) { /* through the pipeline: the last stage's results on every stage */
+        DT_CHECK(dt_eval_loss_stage(ctx, &r->tr.model, r->val, dt_pp_eval_xfer, &r->tr, &loss, &tokens, &acc, &counted));
+        double v[4] = {loss, tokens, acc, counted};
+        DT_CHECK(dt_pp_share(ctx, &r->tr, v, 4));
+        loss = v[0], tokens = v[1], acc = v[2], counted = v[3];
+    } else {
+        DT_CHECK(dt_eval_loss(ctx, &r->tr.model, r->val, &loss, &tokens, &acc, &counted));
+    }
     /* Ranks finish their rows at different times: that wait is not the network's. */
     dt_comm_watchdog_relax(comm, 1);
     const int masked = dt_dataset_has_loss_mask(r->val_ds);

@@ -143,7 +143,24 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     dt_model_opts mo = model_opts(cfg);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int n = dt_model_tensors_tp(&mc, &mo, table); /* tensor parallelism: one rank's shards */
-    const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1;
+    const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    int stage = 0, slots = 1;
+    if (pp > 1) { /* a pipeline stage (parallel/mesh.h: tp fastest, then dp, then pp) */
+        if (world % (tp * pp))
+            return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: parallel.tp=%d x parallel.pp=%d does not divide %d ranks",
+                           tp, pp, world);
+        dt_train_cfg c2 = *cfg;
+        DT_CHECK(dt_pp_cfg_stages(ctx, &c2));
+        const int dpw = world / (tp * pp);
+        stage = rank / (tp * dpw);
+        mo.pp_l0 = c2.pp_first[stage], mo.pp_l1 = c2.pp_first[stage + 1];
+        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
+        slots = dt_pp_inflight((dt_pp_kind)cfg->pp_kind, pp, cfg->pp_virtual > 0 ? cfg->pp_virtual : 1, cfg->accum,
+                               stage);
+        slots = slots > 1 ? slots : 1;
+        world = tp * dpw, rank = rank % (tp * dpw); /* this stage's tp x dp ranks */
+        node_ranks = node_ranks % (tp * dpw) == 0 ? tp * dpw : 1;
+    }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
         world /= tp, rank /= tp;
@@ -159,14 +176,15 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
         DT_CHECK(dt_lora_adapters_init(ctx, &ps, &mc, &mo, &a, 0)); /* tensor parallelism: this rank's shards */
         DT_CHECK(dt_lora_base_init(ctx, &base, &mc, &mo, &a, 0));
     } else {
-        DT_CHECK(dt_params_init(ctx, &ps, table, n, mc.n_layer, &a, 0));
+        DT_CHECK(dt_params_init(ctx, &ps, table, n, dt_stage_layers(&mc, &mo), &a, 0));
     }
     for (int k = 0; k < DT_MEM_NKINDS; k++) bytes[k] += a.cur[k];
     const size_t F = sizeof(float);
     dt_strategy strat = cfg->parallel.strategy;
     if (strat != DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += ps.n_params * F;
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
-    bytes[DT_MEM_ACTS] += dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
+    /* a pipeline stage: an activation set per micro-batch in flight (pipeline.c) */
+    bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
     if (lora->rank > 0) { /* the windows narrow the base, which every strategy holds whole */

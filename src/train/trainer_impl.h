@@ -37,8 +37,12 @@ void dt_pp_free(dt_trainer *tr);
  * loss); gradients accumulate in micro-batch order, as one rank's. *loss_sum: the last
  * stage's sum (as run_step sums), 0 on the others. Fills out's fwd/bwd/data seconds. */
 dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, dt_step_stats *out);
-/* The last stage's value of *x on every stage. */
+/* The last stage's value of *x on every stage; of x[0..n) (dt_pp_share). */
 dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x);
+dt_status dt_pp_share(dt_ctx *ctx, dt_trainer *tr, double *x, int n);
+/* Evaluation through the pipeline (run.h dt_eval_xfer; ud: the trainer): before a forward the
+ * previous stage's activations, after it this stage's sent on. */
+dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before);
 /* *sumsq (this stage's part of the gradient norm's sum of squares) summed over the stages in
  * stage order, the same on every stage. */
 dt_status dt_pp_sum_stages(dt_ctx *ctx, dt_trainer *tr, double *sumsq);

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Pipeline parallelism through `dtrain train` under MPI (parallel.pp; ARCHITECTURE decisions 74-76).
+# One rank with training.grad_accum micro-batches is the reference; a pipeline runs the same
+# micro-batches, so every stage's backwards in micro-batch order must give its bits:
+#  - llama (untied head) pp 2 and pp 4 (4 ranks on 2 cores), 1f1b and gpipe: the losses and
+#    gradient norms of every step and the final weights file, bitwise pp = 1's (clipping off:
+#    the norm is summed per stage, equal to rounding - decision 74);
+#  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2; dp 2 x pp 2
+#    against dp 2 (ddp): bitwise;
+#  - validation through the pipeline: pp 2's eval losses are pp 1's;
+#  - memory: the allocator's high-water equals the plan on every run (rank 0 logs it); stage 0
+#    holds pp micro-batches' activations under 1f1b and all m under gpipe;
+#  - checkpoints in the canonical index space: a pp 2 checkpoint resumed at pp 1 and pp 4
+#    continues bitwise; a round trip pp 4 -> 2 -> 1 -> 4, each a resume that only reshards,
+#    holds exactly the original's weights, moments and data position;
+#  - what is not built under a pipeline yet is refused in one line naming the key.
+set -uo pipefail
+bin=$1
+dir=$2
+src=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh"
+rm -rf "$dir" && mkdir -p "$dir"
+mpi_env
+mpi+=(-x DTRAIN_NODE_ID -x PPN)
+export PPN=2
+
+llama=(--set model.preset=llama-tiny --set model.untied_embeddings=1 --set model.n_layer=4 --seq 32)
+train=(--batch 2 --steps 8 --lr 3e-3 --warmup 2 --seed 11 --set training.grad_accum=4 --set optimizer.grad_clip=0
+       --set logging.progress=lines --set logging.peak_gflops=100 --set logging.every=1)
+model=("${llama[@]}")
+. "$(dirname "$0")/tp_lib.sh" # run, compare, check
+same_file() { # WHAT A B
+  cmp -s "$dir/$2.st" "$dir/$3.st" && pass "$1: the final weights file is identical" || fail "$1: the final weights differ"
+}
+
+run ref 1 --save-weights "$dir/ref.st"
+for pp in 2 4; do
+  for s in 1f1b gpipe; do
+    run "pp${pp}_$s" "$pp" --set parallel.pp=$pp --set parallel.pp_schedule=$s --save-weights "$dir/pp${pp}_$s.st"
+    check "llama pp $pp $s == pp 1, bitwise" ref "pp${pp}_$s" bitwise 8
+    same_file "llama pp $pp $s" ref "pp${pp}_$s"
+  done
+done
+# Activation sets on stage 0: 1f1b holds pp micro-batches, gpipe all 4 (the allocator's activations).
+acts() { sed -n 's/.*memory high-water: .* activations=\([0-9]*\).*/\1/p' "$dir/$1.log" | head -1; }
+a1=$(acts ref) a2=$(acts pp2_1f1b) a4=$(acts pp4_1f1b) g2=$(acts pp2_gpipe)
+/usr/bin/python3 - "$a1" "$a2" "$a4" "$g2" <<'PY' && pass "stage 0's activations: 1f1b = pp sets, gpipe = m sets (of its 2 layers)" || fail "stage 0's activations: ref $a1, pp2 1f1b $a2, pp4 1f1b $a4, pp2 gpipe $g2"
+import sys
+a1, a2, a4, g2 = map(int, sys.argv[1:])
+# pp 2: stage 0 holds 2 of 4 layers and no head; pp 4: 1 layer: its sets are smaller than ref's
+assert a2 % 2 == 0 and g2 == 2 * a2 and a4 % 4 == 0 and a2 < 2 * a1 and a4 < 4 * a1, (a1, a2, a4, g2)
+PY
+
+model=(--set model.preset=vit-tiny --set model.n_layer=4 --seq 64)
+run vit_ref 1 --save-weights "$dir/vit_ref.st"
+run vit_pp2 2 --set parallel.pp=2 --save-weights "$dir/vit_pp2.st"
+check "vit pp 2 == pp 1, bitwise" vit_ref vit_pp2 bitwise 8
+same_file "vit pp 2" vit_ref vit_pp2
+
+model=("${llama[@]}")
+lowp=(--set training.precision=bf16 --set memory.activation_checkpointing=full)
+run bf_ref 1 "${lowp[@]}" --save-weights "$dir/bf_ref.st"
+run bf_pp2 2 --set parallel.pp=2 "${lowp[@]}" --save-weights "$dir/bf_pp2.st"
+check "bf16 + full checkpointing, pp 2 == pp 1, bitwise" bf_ref bf_pp2 bitwise 8
+same_file "bf16 + full checkpointing, pp 2" bf_ref bf_pp2
+
+run tp2 2 --set parallel.tp=2 --save-weights "$dir/tp2.st"
+run tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2 --save-weights "$dir/tp2pp2.st"
+check "tp 2 x pp 2 == tp 2, bitwise" tp2 tp2pp2 bitwise 8
+same_file "tp 2 x pp 2" tp2 tp2pp2
+run dp2 2 --save-weights "$dir/dp2.st"
+run dp2pp2 4 --set parallel.pp=2 --save-weights "$dir/dp2pp2.st"
+check "dp 2 x pp 2 (ddp) == dp 2, bitwise" dp2 dp2pp2 bitwise 8
+same_file "dp 2 x pp 2" dp2 dp2pp2
+
+# Real data through the shuffling sampler, with validation and checkpoints.
+printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
+  | awk '{for (i = 0; i < 400; i++) print $0 " " i}' >"$dir/text.txt"
+"$bin" prepare --tokenizer byte --val-fraction 0.1 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
+  fail "prepare the corpus"
+ck=(--data "$dir/corpus_train_*.bin" --set data.val="$dir/corpus_val_*.bin" --set training.eval_interval=5
+    --set training.eval_batches=2 --model.vocab_size 256 --set checkpoint.every=4 --set checkpoint.keep_last=0
+    --set checkpoint.async=false)
+evals() { /usr/bin/python3 -c "import json,sys; print([j['val_loss'] for j in map(json.loads, open(sys.argv[1])) if 'val_loss' in j])" "$dir/$1.jsonl"; }
+run ckR 1 --set checkpoint.dir="$dir/ckR" "${ck[@]}"
+run ckU 2 --set parallel.pp=2 --set checkpoint.dir="$dir/ckU" "${ck[@]}"
+check "pp 2 on real data with validation == pp 1, bitwise" ckR ckU bitwise 8
+e1=$(evals ckR) e2=$(evals ckU)
+[ "$e1" = "$e2" ] && [ "$e1" != "[]" ] && pass "validation through the pipeline: pp 2's losses $e2 are pp 1's" ||
+  fail "validation losses: pp 1 $e1, pp 2 $e2"
+run ck1 1 --resume "$dir/ckU/step-00000004" --set checkpoint.dir="$dir/ck1" "${ck[@]}"
+check "pp 2 checkpoint resumed at pp 1: continues bitwise" ckU ck1 bitwise 4
+run ck4 4 --set parallel.pp=4 --resume "$dir/ckU/step-00000004" --set checkpoint.dir="$dir/ck4" "${ck[@]}"
+check "pp 2 checkpoint resumed at pp 4: continues bitwise" ckU ck4 bitwise 4
+cmp -s "$dir/ckU/step-00000008/model.safetensors" "$dir/ck4/step-00000008/model.safetensors" &&
+  pass "pp 2 -> pp 4 resume: the same final model file" || fail "the final model files of pp 2 and its pp 4 resume differ"
+same() { # WHAT DIR: DIR's step 4 holds exactly ckU's
+  local out
+  if out=$(/usr/bin/python3 "$src/tests/ref/ckpt_canon.py" "$dir/ckU/step-00000004" "$dir/$2/step-00000004" 2>&1)
+  then pass "$1: $out"; else fail "$1: $out"; fi
+}
+reshard=(--set training.steps=4 "${ck[@]}")
+nohw=1 run rt4 4 --set parallel.pp=4 --resume "$dir/ckU/step-00000004" --set checkpoint.dir="$dir/rt4" "${reshard[@]}"
+same "resharded pp 2 -> pp 4" rt4
+nohw=1 run rt2 2 --set parallel.pp=2 --resume "$dir/rt4/step-00000004" --set checkpoint.dir="$dir/rt2" "${reshard[@]}"
+same "resharded pp 4 -> pp 2" rt2
+nohw=1 run rt1 1 --resume "$dir/rt2/step-00000004" --set checkpoint.dir="$dir/rt1" "${reshard[@]}"
+same "resharded pp 2 -> pp 1" rt1
+nohw=1 run rt4b 4 --set parallel.pp=4 --resume "$dir/rt1/step-00000004" --set checkpoint.dir="$dir/rt4b" "${reshard[@]}"
+same "resharded pp 1 -> pp 4 (round trip 4 -> 2 -> 1 -> 4)" rt4b
+
+# Refusals: one line naming the key, before training.
+refused() { # WHAT NRANKS PATTERN ARGS...
+  local what=$1 n=$2 pat=$3; shift 3
+  local out
+  out=$(timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${model[@]}" "${train[@]}" "$@" 2>&1)
+  if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
+  else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
+}
+refused "a tied head over stages (gpt2)" 2 "parallel.pp: the gpt2 model ties" --set model.preset=gpt2-tiny --set parallel.pp=2
+refused "a tied llama head over stages" 2 "model.untied_embeddings=1" --set model.untied_embeddings=0 --set parallel.pp=2
+refused "ZeRO under a pipeline" 2 "parallel.strategy=zero1 with parallel.pp=2" --set parallel.strategy=zero1 --set parallel.pp=2
+refused "the interleaved schedule" 2 "parallel.pp_schedule=interleaved is not built" --set parallel.pp=2 \
+  --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2
+refused "more stages than layers" 4 "parallel.pp=4 exceeds model.n_layer=2" --set model.n_layer=2 --set parallel.pp=4
+
+echo "test_pp: $fails failure(s)"
+[ $fails -eq 0 ]
