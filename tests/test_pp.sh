@@ -122,7 +122,7 @@ refused "a tied llama head over stages" 2 "model.untied_embeddings=1" --set mode
 refused "ZeRO under a pipeline" 2 "parallel.strategy=zero1 with parallel.pp=2" --set parallel.strategy=zero1 --set parallel.pp=2
 refused "the interleaved schedule" 2 "parallel.pp_schedule=interleaved is not built" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2
-refused "more stages than layers" 4 "parallel.pp=4 exceeds model.n_layer=2" --set model.n_layer=2 --set parallel.pp=4
+refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4
 
 echo "test_pp: $fails failure(s)"
 [ $fails -eq 0 ]

@@ -40,6 +40,13 @@ void dt_plan_model_from_dtrain(const dt_model_config *mc, const char *preset, dt
 double dt_plan_params(const dt_plan_model *m);
 double dt_plan_active_params(const dt_plan_model *m);
 double dt_plan_flops_per_token(const dt_plan_model *m, int T);
+/* Pipeline stages (ARCHITECTURE decision 76): the costs per token of the embedding, one layer
+ * and the head (dtrain's models: parallel/pp_split.h dt_pp_costs_of of their config; others:
+ * the same terms from this model's shape), and the boundaries the one rule of
+ * parallel/pp_split.h gives (first has room for pp + 1; 1 <= pp <= n_layer). */
+struct dt_pp_costs;
+void dt_plan_pp_costs(const dt_plan_model *m, int T, struct dt_pp_costs *out);
+void dt_plan_pp_split(const dt_plan_model *m, int T, int pp, int *first);
 
 typedef struct dt_plan_layout {
     int dp, tp, pp, cp, ep; /* gpus = dp tp pp cp; ep divides dp (experts split over dp ranks) */

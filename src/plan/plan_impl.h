@@ -2,12 +2,25 @@
 #ifndef DT_PLAN_IMPL_H
 #define DT_PLAN_IMPL_H
 
+#include "parallel/pp_split.h"
 #include "plan/plan.h"
 
-/* Layers of the fullest pipeline stage: ceil(L / pp). */
-double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l);
-/* Parameters held by one device of pipeline stage `stage` (tensor and expert split applied). */
-double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int stage);
+/* A layout's pipeline stages under the rule of parallel/pp_split.h (dt_plan_pp_split). */
+typedef struct dt_plan_stages {
+    int pp;
+    int heavy;  /* the most expensive stage (ties: the one with more layers, then the first) */
+    double u;   /* pp x its cost / all stages' cost: how much slower than a perfect split (1: pp 1) */
+    int first[DT_PP_RULE_MAX + 1];
+} dt_plan_stages;
+void dt_plan_stages_of(const dt_plan_model *m, int T, int pp, dt_plan_stages *out);
+static inline int dt_plan_stage_n(const dt_plan_stages *s, int st) { return s->first[st + 1] - s->first[st]; }
+/* Layers of the most expensive pipeline stage at sequence length T (the rule's split). */
+double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l, int T);
+/* Parameters held by one device of pipeline stage `stage` (its layers under the rule's split at
+ * sequence length T; tensor and expert split applied). */
+double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int T, int stage);
+/* The same for stages already cut (st: dt_plan_stages_of for l->pp). */
+double dt_plan_stages_params(const dt_plan_model *m, const dt_plan_layout *l, const dt_plan_stages *st, int stage);
 /* Parameters of the largest unit ZeRO-2/3 hold whole (a layer or the vocabulary matrix) per device. */
 double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l);
 /* Ranks a ZeRO stage shards over: dp, or under hybrid sharding the dp ranks of one node. */

@@ -71,15 +71,59 @@ double dt_plan_layer_act_bytes(const dt_plan_model *m, dt_recompute r, double b,
     return bytes / t;
 }
 
-double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l) {
-    return (double)((m->n_layer + l->pp - 1) / l->pp);
+void dt_plan_pp_costs(const dt_plan_model *m, int T, dt_pp_costs *k) {
+    if (m->is_dtrain) { /* the trainer's own costs */
+        dt_pp_costs_of(&m->mc, T, k);
+        return;
+    }
+    /* the same terms from the shape (pp_split.h): 6 x active parameters + 12 T d per layer; the
+     * final norm and the lm_head's 6 x parameters + the loss; the lookup of the token table
+     * (and of the positions with learned ones) */
+    double dense, mlp, C = m->d_model, V = m->vocab;
+    layer_parts(m, &dense, &mlp);
+    k->layer = 6.0 * (dense + mlp * (m->experts > 0 ? m->topk : 1)) + 12.0 * (double)T * C;
+    k->head = 6.0 * (final_norm(m) + V * C) + DT_PP_LOSS_FLOPS * V;
+    k->embed = DT_PP_LOOKUP_FLOPS * C * (m->bias ? 2.0 : 1.0);
 }
 
-double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int stage) {
+void dt_plan_pp_split(const dt_plan_model *m, int T, int pp, int *first) {
+    dt_pp_costs k;
+    dt_plan_pp_costs(m, T, &k);
+    dt_pp_split_costs(&k, m->n_layer, pp, first);
+}
+
+void dt_plan_stages_of(const dt_plan_model *m, int T, int pp, dt_plan_stages *out) {
+    dt_pp_costs k;
+    dt_plan_pp_costs(m, T, &k);
+    out->pp = pp < 1 ? 1 : pp > DT_PP_RULE_MAX ? DT_PP_RULE_MAX : pp;
+    dt_pp_split_costs(&k, m->n_layer, out->pp, out->first);
+    double total = 0, top = -1;
+    out->heavy = 0;
+    for (int s = 0; s < out->pp; s++) {
+        double c = dt_pp_costs_stage(&k, out->pp, out->first, s);
+        total += c;
+        if (c > top * (1 + 1e-9) || (c >= top * (1 - 1e-9) && dt_plan_stage_n(out, s) > dt_plan_stage_n(out, out->heavy)))
+            top = c, out->heavy = s;
+    }
+    out->u = out->pp == 1 ? 1.0 : total > 0 ? out->pp * top / total : 1.0;
+}
+
+double dt_plan_stage_layers(const dt_plan_model *m, const dt_plan_layout *l, int T) {
+    dt_plan_stages st;
+    dt_plan_stages_of(m, T, l->pp, &st);
+    return (double)dt_plan_stage_n(&st, st.heavy);
+}
+
+/* Parameters on one device of a stage holding n layers. */
+static double stage_params_n(const dt_plan_model *m, const dt_plan_layout *l, int stage, int n);
+double dt_plan_stages_params(const dt_plan_model *m, const dt_plan_layout *l, const dt_plan_stages *st, int stage) {
+    return stage_params_n(m, l, stage, dt_plan_stage_n(st, stage));
+}
+static double stage_params_n(const dt_plan_model *m, const dt_plan_layout *l, int stage, int n) {
     double dense, mlp;
     layer_parts(m, &dense, &mlp);
     double experts = mlp * (m->experts > 0 ? m->experts : 1) / (m->experts > 0 ? l->ep : 1);
-    double p = dt_plan_stage_layers(m, l) * (dense + experts) / l->tp;
+    double p = (double)n * (dense + experts) / l->tp;
     if (stage == 0) p += embed(m) / l->tp;
     if (stage == l->pp - 1) {
         p += final_norm(m);
@@ -87,6 +131,12 @@ double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int
         if (!m->tied || l->pp > 1) p += (double)m->vocab * m->d_model / l->tp;
     }
     return p;
+}
+
+double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int T, int stage) {
+    dt_plan_stages st;
+    dt_plan_stages_of(m, T, l->pp, &st);
+    return stage_params_n(m, l, stage, dt_plan_stage_n(&st, stage));
 }
 
 double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
@@ -148,8 +198,10 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
     int shard = dt_plan_shard_ranks(job, l), mstep = r->micro_steps;
     double U = dt_plan_unit_params(m, l), best = -1;
     dt_recompute rc = job->train.model_opts.recompute;
-    for (int st = 0; st < l->pp; st += l->pp > 1 ? l->pp - 1 : 1) {
-        double P = dt_plan_stage_params(m, l, st), x[DT_MEM_NKINDS] = {0};
+    dt_plan_stages sts;
+    dt_plan_stages_of(m, job->train.seq_len, l->pp, &sts);
+    for (int st = 0; st < l->pp; st++) { /* every stage: a middle one may hold the most layers */
+        double P = stage_params_n(m, l, st, dt_plan_stage_n(&sts, st)), x[DT_MEM_NKINDS] = {0};
         /* weights in the compute dtype (w bytes); fp32 gradients; the optimizer holds m, v and,
          * under 16-bit compute, the fp32 master weights (K = 8 or 12 bytes): ZeRO-1 shards
          * the optimizer, ZeRO-2 the gradients too, ZeRO-3 the weights too (two units whole) */
@@ -160,7 +212,7 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
         double bucket = (double)job->train.parallel.bucket_bytes;
         if (l->dp > 1 && l->zero != DT_STRAT_ZERO3) x[DT_MEM_COMM] += 2 * fmin(bucket, 4 * P);
         if (l->tp > 1) x[DT_MEM_COMM] += 2.0 * e * b * s * m->d_model; /* sequence-parallel gather buffers */
-        double layers = dt_plan_stage_layers(m, l);
+        double layers = dt_plan_stage_n(&sts, st);
         int inflight = st == 0 ? (l->pp < mstep ? l->pp : mstep) : 1; /* 1F1B: stage 0 holds p micro-batches */
         x[DT_MEM_ACTS] = layers * inflight * dt_plan_layer_act_bytes(m, rc, b, s, l->tp, e);
         if (st == 0) x[DT_MEM_ACTS] += inflight * e * b * s * m->d_model / l->tp; /* embedding output */

@@ -98,10 +98,16 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     double tokens = (double)job->global_batch * T;
     r->flops_token = m->is_dtrain ? dt_model_flops_per_token(&m->mc, T) : dt_plan_flops_per_token(m, T);
     r->flops_step = r->flops_token * tokens;
-    /* an uneven split (L % pp != 0): the stage with ceil(L / pp) layers sets the pace */
-    double uneven = dt_plan_stage_layers(m, l) * l->pp / m->n_layer;
+    /* the pipeline's stages by the trainer's rule (parallel/pp_split.h): the most expensive one
+     * (its layers, plus the embedding on the first and the head and loss on the last) sets the
+     * pace, u = pp x its cost / all stages' cost; recomputation is the layers' alone, paced by
+     * that stage's layers */
+    dt_plan_stages sts;
+    dt_plan_stages_of(m, T, l->pp, &sts);
+    const int heavy_layers = dt_plan_stage_n(&sts, sts.heavy);
+    double uneven = sts.u, uneven_rc = l->pp == 1 ? 1.0 : (double)heavy_layers * l->pp / m->n_layer;
     r->compute_s = r->flops_step / job->gpus / rate * uneven;
-    r->recompute_s = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens / job->gpus / rate * uneven;
+    r->recompute_s = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens / job->gpus / rate * uneven_rc;
     double t_micro = (r->compute_s + r->recompute_s) / mstep; /* one micro-batch on one stage */
     double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 + r->recompute_s / mstep;
     r->bubble_s = (l->pp - 1) * t_micro;
@@ -110,8 +116,9 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
                        job->inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->inter_eff,
                        job->inter->latency_us * 1e-6};
     r->n_comm = 0, r->comm_s = 0;
-    double P = fmax(dt_plan_stage_params(m, l, 0), dt_plan_stage_params(m, l, l->pp - 1));
-    double layers = dt_plan_stage_layers(m, l), gb = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4;
+    double P = 0; /* the fullest stage's parameters */
+    for (int st = 0; st < l->pp; st++) P = fmax(P, dt_plan_stages_params(m, l, &sts, st));
+    double layers = heavy_layers, gb = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4;
     int dp_stride = l->tp * l->cp, shard = dt_plan_shard_ranks(job, l);
     double buckets = ceil(P * gb / fmax((double)tc->parallel.bucket_bytes, 1.0));
     double win = tc->parallel.overlap ? bwd_micro : -1;
@@ -205,6 +212,8 @@ dt_status dt_plan_check_layout(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
                        m->n_head, m->n_kv_head);
     if (l->pp > m->n_layer)
         return dt_fail(ctx, DT_ERR_CONFIG, "--pp %d: more stages than layers (n_layer %d)", l->pp, m->n_layer);
+    if (l->pp > DT_PP_RULE_MAX)
+        return dt_fail(ctx, DT_ERR_CONFIG, "--pp %d: at most %d pipeline stages", l->pp, DT_PP_RULE_MAX);
     if (job->train.seq_len % l->cp)
         return dt_fail(ctx, DT_ERR_CONFIG, "--cp %d must divide the sequence length %d", l->cp, job->train.seq_len);
     if (l->ep > 1 && (!m->experts || m->experts % l->ep || l->dp % l->ep))

@@ -76,7 +76,23 @@ static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_do
                              (unsigned long)k->start_mark.line + 1, scalar(sk));
                 goto done;
             }
-            if (v->type != YAML_SCALAR_NODE) {
+            char list[1024]; /* a list key's sequence as the comma list dt_cfg_set reads */
+            const char *text = NULL;
+            if (v->type == YAML_SEQUENCE_NODE && dt_cfg_key_is_list(key)) {
+                size_t j = 0;
+                list[0] = 0;
+                for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                    yaml_node_t *e = yaml_document_get_node(&doc, *it);
+                    if (e->type != YAML_SCALAR_NODE || e->data.scalar.length == 0 ||
+                        j + e->data.scalar.length + 2 >= sizeof list) {
+                        st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: %s: expected a list of numbers", path,
+                                     (unsigned long)e->start_mark.line + 1, key);
+                        goto done;
+                    }
+                    j += (size_t)snprintf(list + j, sizeof list - j, "%s%s", j ? "," : "", scalar(e));
+                }
+                text = list;
+            } else if (v->type != YAML_SCALAR_NODE) {
                 st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: %s: expected a single value, got a %s", path,
                              (unsigned long)v->start_mark.line + 1, key,
                              v->type == YAML_SEQUENCE_NODE ? "list" : "mapping");
@@ -84,7 +100,7 @@ static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_do
             }
             /* "key:" with nothing after it is a plain scalar "" (or "~"/"null"): refuse, since
              * silently keeping the default hides a typo; strings may be given as "". */
-            if (v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+            if (!text && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
                 (v->data.scalar.length == 0 || !strcmp(scalar(v), "~") || !strcmp(scalar(v), "null"))) {
                 st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: %s has no value", path,
                              (unsigned long)v->start_mark.line + 1, key);
@@ -97,7 +113,7 @@ static dt_status apply_doc(dt_ctx *ctx, dt_run_cfg *c, const char *path, yaml_do
                     goto done;
                 }
             if (nseen < 64) strcpy(seen[nseen++], key);
-            st = dt_cfg_set(ctx, c, key, scalar(v));
+            st = dt_cfg_set(ctx, c, key, text ? text : scalar(v));
             if (st != DT_OK) {
                 st = at_line(ctx, st, path, k);
                 goto done;

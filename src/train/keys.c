@@ -12,8 +12,9 @@
 #include "model/rope.h"
 #include "parallel/mesh.h"
 
-/* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. */
-typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED, K_ROPE } key_type;
+/* K_FLOAT_AUTO: a float that may also be "auto", stored as -1. K_INTS: a list of integers
+ * (dt_cfg_ints), "2,3" or "[2, 3]" in text, a sequence in YAML. */
+typedef enum key_type { K_INT, K_LONG, K_U64, K_FLOAT, K_FLOAT_AUTO, K_BOOL, K_STR, K_ENUM, K_SCHED, K_ROPE, K_INTS } key_type;
 
 typedef struct key_def {
     const char *key;
@@ -142,6 +143,7 @@ static const key_def keys[] = {
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order), cut by their cost (the embedding on the first stage and the head and loss on the last counted; or parallel.pp_layers); llama with an untied head and vit, ddp over the data-parallel ranks, with tensor parallelism, bf16/fp16 and activation checkpointing; a step's micro-batches are training.grad_accum"),
     ENUM("parallel.pp_schedule", pp_schedule, "1f1b|gpipe|interleaved|zb-h1", "with parallel.pp > 1: the order of a stage's forward and backward passes (1f1b: pp - stage - 1 forwards, then one forward one backward, then the backwards: at most pp micro-batches' activations on stage 0; gpipe: every forward, then every backward: training.grad_accum micro-batches' activations); every schedule runs each stage's backwards in micro-batch order, so a pipeline gives bitwise one rank's results (interleaved and zb-h1: not built yet)"),
     NUM("parallel.pp_virtual", K_INT, pp_virtual, "with parallel.pp_schedule=interleaved: virtual stages per rank (not built yet)"),
+    NUM("parallel.pp_layers", K_INTS, pp_layers, "layers per pipeline stage, one count >= 1 per parallel.pp stage summing to model.n_layer ([2, 3] in YAML, 2,3 in --set); [] = the cost rule: the split whose most expensive stage is cheapest, counting each stage's layers, the embedding on the first and the final norm, head and loss on the last in training FLOPs (ties: the most even counts, then fewer layers on the last stage, then on the earlier ones)"),
     NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size: ranks that split a layer's experts (not built yet: > 1 is refused)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
@@ -260,6 +262,48 @@ static int in_enum(const char *list, const char *v) {
     }
 }
 
+int dt_cfg_key_is_list(const char *key) {
+    const key_def *k = find_key(key);
+    return k && k->type == K_INTS;
+}
+
+/* "2,3", "[2, 3]", "" or "[]" (none) -> l; one line naming the key otherwise. */
+static dt_status parse_ints(dt_ctx *ctx, const char *key, const char *value, dt_cfg_ints *l) {
+    dt_cfg_ints out = {0};
+    const char *p = value;
+    while (*p == ' ' || *p == '\t') p++;
+    int bracket = *p == '[';
+    if (bracket) p++;
+    for (;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p || (bracket && *p == ']')) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno == ERANGE || v < INT_MIN || v > INT_MAX) goto bad;
+        if (out.n == DT_PP_MAX)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s: more than %d numbers ('%s')", key, DT_PP_MAX, value);
+        out.v[out.n++] = (int)v;
+        p = end;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == ',') {
+            p++;
+            while (*p == ' ' || *p == '\t') p++;
+            if (!*p || *p == ']') goto bad; /* a trailing comma */
+        } else if (*p && !(bracket && *p == ']')) goto bad;
+    }
+    if (bracket) {
+        if (*p != ']') goto bad;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p) goto bad;
+    }
+    *l = out;
+    return DT_OK;
+bad:
+    return dt_fail(ctx, DT_ERR_CONFIG, "%s: expected a comma list of integers (2,3 or [2, 3]), got '%s'", key, value);
+}
+
 dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *value) {
     const key_def *k = find_key(key);
     if (!k)
@@ -306,6 +350,9 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         return dt_lr_schedule_parse(ctx, value, (dt_sched_kind *)dst);
     case K_ROPE:
         DT_CHECK(dt_rope_scaling_parse(ctx, key, value, (int *)dst));
+        break;
+    case K_INTS:
+        DT_CHECK(parse_ints(ctx, key, value, (dt_cfg_ints *)dst));
         break;
     case K_ENUM:
         if (!in_enum(k->enums, value))
@@ -540,6 +587,22 @@ static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
 }
 
+/* Pipeline stages against the model (parallel/pp_split.h): at most DT_PP_MAX and at most one
+ * per layer; explicit layer counts (parallel.pp_layers) one per stage, each >= 1, summing to
+ * model.n_layer. */
+static dt_status check_pp(dt_ctx *ctx, const dt_run_cfg *c) {
+    const int L = c->train.model.n_layer;
+    if (c->pp_layers.n) {
+        int first[DT_PP_MAX + 1];
+        return dt_pp_split_explicit(ctx, c->pp_layers.v, c->pp_layers.n, c->pp, L, first);
+    }
+    if (c->pp > DT_PP_MAX)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: at most %d pipeline stages", c->pp, DT_PP_MAX);
+    if (c->pp > L)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: more stages than layers (model.n_layer = %d)", c->pp, L);
+    return DT_OK;
+}
+
 /* world = 0: not known yet (1 outside MPI, the launcher's announced size under it; 0 when
  * none is announced: training.batch waits). mesh = 0 (dt_cfg_finish): the degrees alone; the
  * mesh against the world only when the run applies its world, once the communicator is up. */
@@ -571,6 +634,11 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
         for (int i = 0; i < 4; i++)
             if (deg[i] < 1 || deg[i] > DT_MESH_MAX_WORLD) return dt_mesh_init(ctx, &m, 1, 0, c->tp, c->cp, c->pp, c->ep);
     }
+    DT_CHECK(check_pp(ctx, c));
+    /* explicit stage layers; else the trainer cuts them by the cost rule (pp_first all 0) */
+    memset(t->pp_first, 0, sizeof t->pp_first);
+    if (c->pp_layers.n && t->pp > 1)
+        DT_CHECK(dt_pp_split_explicit(ctx, c->pp_layers.v, c->pp_layers.n, c->pp, t->model.n_layer, t->pp_first));
     if (c->global_batch > 0 && world > 0) {
         long per = (long)t->micro_batch * world;
         if (c->global_batch % per != 0)
@@ -621,6 +689,13 @@ static void format_value(char *buf, size_t n, const key_def *k, const dt_run_cfg
     case K_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
     case K_SCHED: snprintf(buf, n, "%s", dt_sched_kind_name(*(const dt_sched_kind *)p)); break;
     case K_ROPE: snprintf(buf, n, "%s", dt_rope_scaling_names[*(const int *)p]); break;
+    case K_INTS: { /* a YAML flow sequence: [2, 3], [] */
+        const dt_cfg_ints *l = p;
+        size_t j = (size_t)snprintf(buf, n, "[");
+        for (int i = 0; i < l->n && j < n; i++) j += (size_t)snprintf(buf + j, n - j, "%s%d", i ? ", " : "", l->v[i]);
+        if (j < n) snprintf(buf + j, n - j, "]");
+        break;
+    }
     case K_ENUM:
     case K_STR: {
         /* Double-quoted YAML: escape backslash and quote. */

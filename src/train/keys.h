@@ -11,9 +11,16 @@
 
 #include <stdio.h>
 
+#include "parallel/pp_split.h"
 #include "train/trainer.h"
 
 #define DT_PATH_MAX 4096
+
+/* A list-valued key's integers (parallel.pp_layers): n of them, 0 = unset. */
+typedef struct dt_cfg_ints {
+    int n;
+    int v[DT_PP_MAX];
+} dt_cfg_ints;
 
 /* A run's configuration: the trainer's part plus data, logging, checkpoint and runtime. */
 typedef struct dt_run_cfg {
@@ -76,6 +83,8 @@ typedef struct dt_run_cfg {
     int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; cp, ep > 1: refused until built) */
     char pp_schedule[16];      /* parallel.pp_schedule: 1f1b | gpipe | interleaved | zb-h1 */
     int pp_virtual;            /* parallel.pp_virtual: virtual stages per rank (interleaved) */
+    dt_cfg_ints pp_layers;     /* parallel.pp_layers: layers per pipeline stage (n = 0: the cost rule of
+                                  parallel/pp_split.h); checked against parallel.pp and model.n_layer */
     int tp_blocks;             /* parallel.tp_blocks: one process holds all tp shards (the test mode) */
     int sp;                    /* parallel.sequence_parallel */
     char layout[8];            /* parallel.layout: "" (the keys as given) or "auto" (cli/layout_auto.c) */
@@ -97,6 +106,9 @@ dt_status dt_cfg_check_resume(dt_ctx *ctx, const dt_run_cfg *c);
  * 1 after the first restart, ...); -1 when not supervised. */
 int dt_restart_attempt(void);
 
+/* Whether key takes a list (a YAML sequence, or its items as a comma list in text). */
+int dt_cfg_key_is_list(const char *key);
+
 /* Sets one key from its text value. Unknown keys and bad values fail naming the key (and
  * the closest known key for a misspelling). */
 dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *value);
@@ -110,7 +122,9 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
  * the world size the launcher announces (1 outside MPI; 0 = unknown: training.batch is not
  * checked yet); a run applies its world size again once the communicator is up, and only then
  * are parallel.tp/cp/pp/ep checked against it (they must divide it, ep the data-parallel size;
- * any > 1 is refused until built: issue 31). */
+ * cp, pp or ep > 1 is refused until built: issues 32-34). parallel.pp (<= DT_PP_MAX, <=
+ * model.n_layer) and parallel.pp_layers (pp_split.h dt_pp_split_explicit) are checked on every
+ * call, the world known or not. */
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world);
 
 /* Prints every key with its default and help, grouped by section (for --help and docs). */
