@@ -75,8 +75,8 @@ same_file "dp 2 x pp 2" dp2 dp2pp2
 
 # Real data through the shuffling sampler, with validation and checkpoints.
 printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
-  | awk '{for (i = 0; i < 400; i++) print $0 " " i}' >"$dir/text.txt"
-"$bin" prepare --tokenizer byte --val-fraction 0.1 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
+  | awk '{for (i = 0; i < 400; i++) { print $0 " " i; if (i % 20 == 19) print "%" }}' >"$dir/text.txt"
+"$bin" prepare --tokenizer byte --doc-sep % --val-fraction 0.1 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
   fail "prepare the corpus"
 ck=(--data "$dir/corpus_train_*.bin" --set data.val="$dir/corpus_val_*.bin" --set training.eval_interval=5
     --set training.eval_batches=2 --model.vocab_size 256 --set checkpoint.every=4 --set checkpoint.keep_last=0
@@ -117,7 +117,9 @@ refused() { # WHAT NRANKS PATTERN ARGS...
   if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
   else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
 }
-refused "a tied head over stages (gpt2)" 2 "parallel.pp: the gpt2 model ties" --set model.preset=gpt2-tiny --set parallel.pp=2
+model=(--set model.preset=gpt2-tiny --seq 32)
+refused "a tied head over stages (gpt2)" 2 "parallel.pp: the gpt2 model ties" --set parallel.pp=2
+model=("${llama[@]}")
 refused "a tied llama head over stages" 2 "model.untied_embeddings=1" --set model.untied_embeddings=0 --set parallel.pp=2
 refused "ZeRO under a pipeline" 2 "parallel.strategy=zero1 with parallel.pp=2" --set parallel.strategy=zero1 --set parallel.pp=2
 refused "the interleaved schedule" 2 "parallel.pp_schedule=interleaved is not built" --set parallel.pp=2 \
