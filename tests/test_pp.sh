@@ -6,7 +6,7 @@
 #    gradient norms of every step and the final weights file, bitwise pp = 1's (clipping off:
 #    the norm is summed per stage, equal to rounding - decision 74);
 #  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2; dp 2 x pp 2
-#    against dp 2 (ddp): bitwise;
+#    against dp 2 with ddp and each ZeRO stage: bitwise;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
 #  - memory: the allocator's high-water equals the plan on every run (rank 0 logs it); stage 0
 #    holds pp micro-batches' activations under 1f1b and all m under gpipe;
@@ -72,6 +72,12 @@ run dp2 2 --save-weights "$dir/dp2.st"
 run dp2pp2 4 --set parallel.pp=2 --save-weights "$dir/dp2pp2.st"
 check "dp 2 x pp 2 (ddp) == dp 2, bitwise" dp2 dp2pp2 bitwise 8
 same_file "dp 2 x pp 2" dp2 dp2pp2
+for z in zero1 zero2 zero3; do # each ZeRO stage over a stage's data-parallel ranks
+  run "dp2_$z" 2 --set parallel.strategy=$z --save-weights "$dir/dp2_$z.st"
+  run "dp2pp2_$z" 4 --set parallel.strategy=$z --set parallel.pp=2 --save-weights "$dir/dp2pp2_$z.st"
+  check "dp 2 x pp 2 ($z) == dp 2 ($z), bitwise" "dp2_$z" "dp2pp2_$z" bitwise 8
+  same_file "dp 2 x pp 2 ($z)" "dp2_$z" "dp2pp2_$z"
+done
 
 # Real data through the shuffling sampler, with validation and checkpoints.
 printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
@@ -121,7 +127,7 @@ model=(--set model.preset=gpt2-tiny --seq 32)
 refused "a tied head over stages (gpt2)" 2 "parallel.pp: the gpt2 model ties" --set parallel.pp=2
 model=("${llama[@]}")
 refused "a tied llama head over stages" 2 "model.untied_embeddings=1" --set model.untied_embeddings=0 --set parallel.pp=2
-refused "ZeRO under a pipeline" 2 "parallel.strategy=zero1 with parallel.pp=2" --set parallel.strategy=zero1 --set parallel.pp=2
+refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
 refused "the interleaved schedule" 2 "parallel.pp_schedule=interleaved is not built" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2
 refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4

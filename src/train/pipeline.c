@@ -49,9 +49,6 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
                        dt_pp_kind_name((dt_pp_kind)cfg->pp_kind));
     DT_CHECK(dt_pp_schedule_check(ctx, (dt_pp_kind)cfg->pp_kind, pp, cfg->pp_virtual > 0 ? cfg->pp_virtual : 1,
                                   cfg->accum));
-    if (cfg->parallel.strategy != DT_STRAT_DDP)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.strategy=%s with parallel.pp=%d: ZeRO under a pipeline is not "
-                       "built yet (ddp runs; issue 32)", dt_strategy_name(cfg->parallel.strategy), pp);
     if (cfg->parallel.compression)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression with parallel.pp=%d: not built yet (issue 32)", pp);
     if (cfg->pp_first[pp] == 0) { /* no parallel.pp_layers: the cost rule */
