@@ -3,8 +3,12 @@
 # One rank with training.grad_accum micro-batches is the reference; a pipeline runs the same
 # micro-batches, so every stage's backwards in micro-batch order must give its bits:
 #  - llama (untied head) pp 2 and pp 4 (4 ranks on 2 cores), 1f1b and gpipe: the losses and
-#    gradient norms of every step and the final weights file, bitwise pp = 1's (clipping off:
-#    the norm is summed per stage, equal to rounding - decision 74);
+#    gradient norms of every step and the final weights file, bitwise pp = 1's with clipping
+#    off (the norm is summed stage by stage: equal to rounding - decision 74), and bitwise the
+#    blocks mode's (parallel.pp_blocks: one process, the stages' sums) with clipping binding;
+#  - gpt2 and llama with the head tied to the embedding (the last stage holds a copy; the
+#    head's gradients of a step added to the embedding's once): pp 2 and pp 4, both schedules,
+#    bitwise the blocks mode with clipping binding, and the blocks mode within 1e-5 of pp 1;
 #  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2; dp 2 x pp 2
 #    against dp 2 with ddp and each ZeRO stage: bitwise;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
@@ -50,6 +54,33 @@ a1, a2, a4, g2 = map(int, sys.argv[1:])
 # pp 2: stage 0 holds 2 of 4 layers and no head; pp 4: 1 layer: its sets are smaller than ref's
 assert a2 % 2 == 0 and g2 == 2 * a2 and a4 % 4 == 0 and a2 < 2 * a1 and a4 < 4 * a1, (a1, a2, a4, g2)
 PY
+
+# Clipping binding (the norms are ~1): bitwise the blocks mode, which sums the norm per stage.
+clip=(--set optimizer.grad_clip=0.5)
+run blk 1 --set parallel.pp=2 --set parallel.pp_blocks=true "${clip[@]}" --save-weights "$dir/blk.st"
+run pp2clip 2 --set parallel.pp=2 "${clip[@]}" --save-weights "$dir/pp2clip.st"
+check "llama pp 2 with clipping binding == its blocks mode, bitwise" blk pp2clip bitwise 8
+same_file "llama pp 2 with clipping binding" blk pp2clip
+
+# Tied heads: gpt2, and llama tied.
+for fam in gpt2 llama; do
+  if [ $fam = gpt2 ]; then model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
+  else model=(--set model.preset=llama-tiny --set model.untied_embeddings=0 --set model.n_layer=4 --seq 32); fi
+  run "${fam}_plain" 1 "${clip[@]}"
+  for pp in 2 4; do
+    run "${fam}_blk$pp" 1 --set parallel.pp=$pp --set parallel.pp_blocks=true "${clip[@]}" --save-weights "$dir/${fam}_blk$pp.st"
+    for s in 1f1b gpipe; do
+      run "${fam}_pp${pp}_$s" "$pp" --set parallel.pp=$pp --set parallel.pp_schedule=$s "${clip[@]}" \
+        --save-weights "$dir/${fam}_pp${pp}_$s.st"
+      check "$fam (tied head) pp $pp $s == blocks mode, bitwise" "${fam}_blk$pp" "${fam}_pp${pp}_$s" bitwise 8
+      same_file "$fam (tied head) pp $pp $s" "${fam}_blk$pp" "${fam}_pp${pp}_$s"
+    done
+  done
+  check "$fam (tied head) blocks mode vs pp 1 (the head's gradients added once per step)" "${fam}_plain" "${fam}_blk2" 1e-5 8
+done
+run gpt2_dp2z1 2 --set parallel.strategy=zero1 --set parallel.pp=2 --set parallel.pp_blocks=true
+run gpt2_dp2pp2z1 4 --set parallel.strategy=zero1 --set parallel.pp=2
+check "gpt2 (tied head) dp 2 x pp 2 zero1 == its blocks mode x dp 2, bitwise" gpt2_dp2z1 gpt2_dp2pp2z1 bitwise 8
 
 model=(--set model.preset=vit-tiny --set model.n_layer=4 --seq 64)
 run vit_ref 1 --save-weights "$dir/vit_ref.st"
@@ -124,9 +155,11 @@ refused() { # WHAT NRANKS PATTERN ARGS...
   else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
 }
 model=(--set model.preset=gpt2-tiny --seq 32)
-refused "a tied head over stages (gpt2)" 2 "parallel.pp: the gpt2 model ties" --set parallel.pp=2
+refused "a tied head under a pipeline with zero2" 2 "needs the full gradients of ddp or zero1" --set parallel.pp=2 \
+  --set parallel.strategy=zero2
 model=("${llama[@]}")
-refused "a tied llama head over stages" 2 "model.untied_embeddings=1" --set model.untied_embeddings=0 --set parallel.pp=2
+refused "LoRA under a pipeline" 2 "LoRA under a pipeline is not built" --set parallel.pp=2 --set lora.rank=4
+refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
 refused "the interleaved schedule" 2 "parallel.pp_schedule=interleaved is not built" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2

@@ -101,7 +101,7 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     /* tensor-parallel ranks run their TP collectives, pipeline stages their transfers, beside
      * the gradient buckets' thread */
     st = dt_cli_comm_init_mesh(ctx, &comm, st,
-                               st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || cfg.pp > 1 || !strcmp(cfg.layout, "auto")));
+                               st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || (cfg.pp > 1 && !cfg.pp_blocks) || !strcmp(cfg.layout, "auto")));
     if (st == DT_OK && cfg.ckpt_dir[0] && env_rank < 0) { /* the rank is known only now */
         dt_status lst = DT_OK;
         if (dt_comm_rank(comm, DT_GROUP_WORLD) == 0)

@@ -313,6 +313,13 @@ fail:
     return st;
 }
 
+int dt_model_tied_head(const dt_tensor_info *table, int n) {
+    int head = -1;
+    for (int i = 0; i < n; i++)
+        if (table[i].vocab && table[i].matmul) head = i;
+    return head >= 0 && table[head].group == DT_PG_PRE ? head : -1;
+}
+
 dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *table,
                                int n) {
     if (!o || o->pp_l1 <= 0) return DT_OK;
@@ -326,17 +333,12 @@ dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_m
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_experts: a mixture of experts under pipeline parallelism "
                        "(parallel.pp > 1) is not built yet (issue 32)");
     const int first = dt_stage_first(o), last = dt_stage_last(c, o);
-    int head = -1;
-    for (int i = 0; i < n; i++)
-        if (table[i].vocab && table[i].matmul) head = i;
-    if (head >= 0 && table[head].group == DT_PG_PRE && !(first && last))
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp: the %s model ties its lm_head to the token embedding, which "
-                       "the first and the last stage would both hold; tied embeddings across stages are not built "
-                       "yet (issue 32)%s", c->family[0] ? c->family : "gpt2",
-                       strcmp(c->family, "llama") == 0 ? ": set model.untied_embeddings=1" : "");
+    const int head = dt_model_tied_head(table, n);
     for (int i = 0; i < n; i++) {
         dt_tensor_info *t = &table[i];
-        if ((t->group == DT_PG_PRE && !first) || (t->group == DT_PG_POST && !last)) t->rows = t->file_rows = 0;
+        /* the last stage holds a copy of a head tied to the embedding (decision 74) */
+        if ((t->group == DT_PG_PRE && !first && !(i == head && last)) || (t->group == DT_PG_POST && !last))
+            t->rows = t->file_rows = 0;
     }
     return DT_OK;
 }

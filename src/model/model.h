@@ -197,11 +197,14 @@ typedef struct dt_model_opts {
 
 /* A pipeline stage's table (o->pp_l1 > 0): the PRE tensors of a stage that is not the first
  * and the POST tensors of one that is not the last lose their rows (params.h
- * dt_tensor_absent). Refuses, naming the key, a layer range outside the model, a head tied
- * to the embedding split over stages, LoRA and experts (not built under pipeline parallelism
- * yet). Nothing happens without a pipeline. */
+ * dt_tensor_absent), but for a head tied to the embedding, of which the last stage holds a
+ * copy (dt_model.tied_h; decision 74). Refuses, naming the key, a layer range outside the
+ * model, LoRA and experts (not built under pipeline parallelism yet). Nothing happens
+ * without a pipeline. */
 dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *table,
                                int n);
+/* The embedding a family's lm_head is tied to (a PRE vocabulary matmul tensor), or -1. */
+int dt_model_tied_head(const dt_tensor_info *table, int n);
 /* The layers a stage holds (every layer without pipeline parallelism), and whether it is the
  * first / last stage (it embeds / runs the head and loss). */
 static inline int dt_stage_layers(const dt_model_config *c, const dt_model_opts *o) {
@@ -412,6 +415,16 @@ struct dt_model {
      * and of the router z-loss (training.moe_z_loss_coef) added to the loss, and the capacity
      * factor (parallel.moe_capacity_factor, 0 = dropless). */
     float moe_aux_coef, moe_z_coef, moe_capacity;
+    /* A head tied to the embedding, its two gradients apart (pipeline parallelism, decision 74;
+     * set by the trainer, NULL otherwise): the head's weight gradient accumulates over a step's
+     * micro-batches in tied_h (the tied tensor's stored elements, zeroed by the trainer at the
+     * step's start), not in the tensor's gradient; the embedding's goes there as always, and in
+     * the backward with tied_add set (the step's last) each chunk's tied_h is added to it after
+     * the embedding's scatter. The last stage of a pipeline only accumulates tied_h (its copy of
+     * the tensor gets no gradient); the first only adds the tied_h it received; one process
+     * (parallel.pp_blocks) does both: the same sums in the same order. */
+    float *tied_h;
+    int tied_add;
 };
 
 /* The store the family's forward and backward read weights from: the frozen base under

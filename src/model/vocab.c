@@ -285,11 +285,15 @@ void dt_vocab_embed_backward(dt_model *m, int id, const float *dout, const int32
         dt_params_chunk(ps, id, c, &u, &r0, &rows);
         dt_unit_grads_begin(m, u);
         float *g = ps->unit_grads[u];
+        /* the head's two gradients apart (model.h tied_h): the head's into tied_h's chunk */
+        float *hw = m->tied_h ? m->tied_h + (ps->unit_lo[u] - ps->tensors[id].offset) : g;
         if (dlogits)
             for (int b0 = 0; b0 < N; b0 += R)
-                head_gemm_bwd(&h, m->prof.bwd, NULL, 0, g, dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u,
+                head_gemm_bwd(&h, m->prof.bwd, NULL, 0, hw, dlogits + (size_t)b0 * h.V, b0, N - b0 < R ? N - b0 : R, u,
                               r0, rows);
-        DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(g, (int)(r0 + vocab_row0(m, id)), (int)rows, dout, tokens, N, C));
+        if (dout)
+            DT_PROF(m, bwd, DT_OP_ENCODER, dt_encoder_backward(g, (int)(r0 + vocab_row0(m, id)), (int)rows, dout, tokens, N, C));
+        if (m->tied_h && m->tied_add) dt_add_f32(g, hw, ps->unit_len[u]); /* once per step, after the scatter */
         dt_unit_grads_end(m, u);
     }
 }

@@ -143,6 +143,7 @@ static const key_def keys[] = {
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order), cut by their cost (the embedding on the first stage and the head and loss on the last counted; or parallel.pp_layers); llama with an untied head and vit, ddp over the data-parallel ranks, with tensor parallelism, bf16/fp16 and activation checkpointing; a step's micro-batches are training.grad_accum"),
     ENUM("parallel.pp_schedule", pp_schedule, "1f1b|gpipe|interleaved|zb-h1", "with parallel.pp > 1: the order of a stage's forward and backward passes (1f1b: pp - stage - 1 forwards, then one forward one backward, then the backwards: at most pp micro-batches' activations on stage 0; gpipe: every forward, then every backward: training.grad_accum micro-batches' activations); every schedule runs each stage's backwards in micro-batch order, so a pipeline gives bitwise one rank's results (interleaved and zb-h1: not built yet)"),
     NUM("parallel.pp_virtual", K_INT, pp_virtual, "with parallel.pp_schedule=interleaved: virtual stages per rank (not built yet)"),
+    NUM("parallel.pp_blocks", K_BOOL, pp_blocks, "test mode: with parallel.pp > 1, one process (no pipeline ranks) runs exactly the arithmetic of the pp stages - the gradient norm summed stage by stage, a head tied to the embedding accumulating its two gradients apart and adding them once per step - so a pipeline's results are bitwise its own (ddp)"),
     NUM("parallel.pp_layers", K_INTS, pp_layers, "layers per pipeline stage, one count >= 1 per parallel.pp stage summing to model.n_layer ([2, 3] in YAML, 2,3 in --set); [] = the cost rule: the split whose most expensive stage is cheapest, counting each stage's layers, the embedding on the first and the final norm, head and loss on the last in training FLOPs (ties: the most even counts, then fewer layers on the last stage, then on the earlier ones)"),
     NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size: ranks that split a layer's experts (not built yet: > 1 is refused)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
@@ -565,7 +566,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
  * silently not the model the user asked for. */
 static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     dt_mesh m;
-    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp, c->ep));
+    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp_blocks ? 1 : c->pp, c->ep));
     static const char *const what[4][2] = {{"tp", "tensor"}, {"cp", "context"}, {"pp", "pipeline"}, {"ep", "expert"}};
     const int deg[4] = {1, c->cp, 1, c->ep};
     for (int i = 0; i < 4; i++)
@@ -622,8 +623,12 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     DT_CHECK(dt_pp_kind_parse(ctx, c->pp_schedule, &kind));
     t->pp_kind = (int)kind;
     t->pp_virtual = c->pp_virtual;
+    if (c->pp_blocks && c->pp < 2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_blocks needs parallel.pp >= 2 (got %d)", c->pp);
+    t->pp_blocks = c->pp_blocks;
+    const int pp_ranks = c->pp_blocks ? 1 : (c->pp > 0 ? c->pp : 1);
     /* the data-parallel ranks: batches, samples and tokens count them */
-    long mp = (long)tp_ranks * (c->cp > 0 ? c->cp : 1) * (c->pp > 0 ? c->pp : 1);
+    long mp = (long)tp_ranks * (c->cp > 0 ? c->cp : 1) * pp_ranks;
     const int world_all = world;
     if (world > 0 && mp > 0 && world % mp == 0) world /= (int)mp;
     if (mesh && world > 0) {

@@ -83,6 +83,7 @@ typedef struct dt_run_cfg {
     int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; cp, ep > 1: refused until built) */
     char pp_schedule[16];      /* parallel.pp_schedule: 1f1b | gpipe | interleaved | zb-h1 */
     int pp_virtual;            /* parallel.pp_virtual: virtual stages per rank (interleaved) */
+    int pp_blocks;             /* parallel.pp_blocks: one process runs the stages' arithmetic (the test mode) */
     dt_cfg_ints pp_layers;     /* parallel.pp_layers: layers per pipeline stage (n = 0: the cost rule of
                                   parallel/pp_split.h); checked against parallel.pp and model.n_layer */
     int tp_blocks;             /* parallel.tp_blocks: one process holds all tp shards (the test mode) */

@@ -30,9 +30,10 @@
 
 #include "core/timer.h"
 #include "core/trace.h"
+#include "ops/ops.h"
 #include "train/trainer_impl.h"
 
-enum { TAG_ACT = 1, TAG_GRAD = 2 };
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_TIED_HEAD = 3, TAG_TIED_GRAD = 4 };
 
 dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     const int pp = cfg->pp, L = cfg->model.n_layer;
@@ -41,6 +42,13 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     if (pp > L)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d exceeds model.n_layer=%d (every stage holds a layer)", pp, L);
     const dt_model_family *f = dt_model_family_of(&cfg->model);
+    if (cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4)
+        return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank with parallel.pp=%d: LoRA under a pipeline is not built yet "
+                       "(issue 32)", pp);
+    if (cfg->pp_blocks) { /* the test mode: one process, the stages' boundaries only */
+        if (cfg->pp_first[pp] == 0) dt_pp_split(&cfg->model, cfg->seq_len, pp, cfg->pp_first);
+        return DT_OK;
+    }
     if (!f || !f->stage_buf)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
@@ -51,6 +59,13 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
                                   cfg->accum));
     if (cfg->parallel.compression)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression with parallel.pp=%d: not built yet (issue 32)", pp);
+    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
+    int nt = dt_model_tensors(&cfg->model, table);
+    if (dt_model_tied_head(table, nt) >= 0 && cfg->parallel.strategy >= DT_STRAT_ZERO2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.strategy=%s with parallel.pp=%d: a head tied to the embedding "
+                       "over stages needs the full gradients of ddp or zero1 (ZeRO-2/3 with a tied head under a "
+                       "pipeline is not built yet; model.untied_embeddings=1 runs every stage)",
+                       dt_strategy_name(cfg->parallel.strategy), pp);
     if (cfg->pp_first[pp] == 0) { /* no parallel.pp_layers: the cost rule */
         dt_pp_split(&cfg->model, cfg->seq_len, pp, cfg->pp_first);
         return DT_OK;
@@ -63,9 +78,29 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     return DT_OK;
 }
 
+/* A head tied to the embedding held by this process (a pipeline's first and last stage, or
+ * the blocks mode): its two gradients apart, in tied_h (model.h). */
+static dt_status tied_init(dt_ctx *ctx, dt_trainer *tr) {
+    dt_pp_link *p = &tr->pp;
+    dt_model *m = &tr->model;
+    const int id = dt_model_tied_head(m->ps.tensors, m->ps.n_tensors);
+    if (m->lora || id < 0 || dt_tensor_absent(&m->ps.tensors[id])) return DT_OK;
+    p->tied = 1;
+    p->tied_n = m->ps.tensors[id].rows * m->ps.tensors[id].cols;
+    p->tied_off = m->ps.tensors[id].offset;
+    return dt_alloc_get(ctx, &tr->alloc, DT_MEM_GRADS, p->tied_n * sizeof(float), (void **)&m->tied_h);
+}
+
+size_t dt_pp_tied_floats(const dt_params *ps) {
+    const int id = dt_model_tied_head(ps->tensors, ps->n_tensors);
+    return id < 0 || dt_tensor_absent(&ps->tensors[id]) ? 0 : ps->tensors[id].rows * ps->tensors[id].cols;
+}
+
 dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     dt_pp_link *p = &tr->pp;
     const dt_train_cfg *cfg = &tr->cfg;
+    DT_CHECK(tied_init(ctx, tr));
+    if (p->n <= 1) return DT_OK; /* the blocks mode */
     const dt_pp_kind k = (dt_pp_kind)cfg->pp_kind;
     const int v = cfg->pp_virtual > 0 ? cfg->pp_virtual : 1, m = cfg->accum;
     p->n_acts = dt_pp_schedule_len(k, p->n, v, m);
@@ -94,6 +129,8 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
 
 void dt_pp_free(dt_trainer *tr) {
     dt_pp_link *p = &tr->pp;
+    if (tr->model.tied_h) dt_alloc_put(&tr->alloc, DT_MEM_GRADS, tr->model.tied_h, p->tied_n * sizeof(float));
+    tr->model.tied_h = NULL;
     for (int s = 1; p->slab && s < p->slots; s++)
         if (p->slab[s]) dt_alloc_put(&tr->alloc, DT_MEM_ACTS, p->slab[s], tr->model.n_acts * sizeof(float));
     if (p->slab && p->slab[0] && tr->model.acts != p->slab[0]) dt_model_use_acts(&tr->model, p->slab[0]);
@@ -138,6 +175,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
     int next_b = 0; /* backwards run in micro-batch order (the schedules' rule) */
     for (int k = 0; k < M; k++) p->slot_of[k] = -1;
     *loss_sum = 0.0;
+    if (m->tied_h) dt_fill(m->tied_h, 0, p->tied_n * sizeof(float)); /* the step's head gradients */
     for (int i = 0; i < p->n_acts; i++) {
         const dt_pp_action a = p->acts[i];
         const int k = a.mb;
@@ -174,16 +212,23 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             next_b++;
             dt_model_use_acts(m, p->slab[s]);
             if (!last) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DOUT), nf, p->stage + 1, TAG_GRAD));
+            /* a tied head: the first stage adds the last stage's head gradients of the whole step
+             * to the embedding's in the last backward (model.h tied_h) */
+            if (m->tied_h && first && k == M - 1)
+                DT_CHECK(recv_from(ctx, tr, m->tied_h, p->tied_n, p->n - 1, TAG_TIED_HEAD));
             double t0 = dt_now(), td = dt_trace_begin();
             m->has_targets = 1; /* the forward of this set kept its state */
             dt_trainer_micro_drop(tr, mi, k);
             dt_parallel_begin_micro(tr->par, k, k == M - 1);
+            m->tied_add = m->tied_h && first && k == M - 1;
             dt_model_backward(m, p->bscale[k]);
+            m->tied_add = 0;
             if (m->tp_failed) return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
             dt_parallel_end_micro(tr->par);
             dt_trace_end(td, "bwd", "backward %d", k);
             out->bwd_seconds += dt_now() - t0;
             if (!first) DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DIN), nf, p->stage - 1, TAG_GRAD, &p->in_req[s]));
+            if (m->tied_h && last && k == M - 1) DT_CHECK(send_to(ctx, tr, m->tied_h, p->tied_n, 0, TAG_TIED_HEAD, &p->tied_req));
             p->busy[s] = -1;
         } else {
             return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: a weight-gradient pass without zb-h1");
@@ -193,6 +238,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
         DT_CHECK(wait_send(ctx, tr, &p->out_req[s]));
         DT_CHECK(wait_send(ctx, tr, &p->in_req[s]));
     }
+    DT_CHECK(wait_send(ctx, tr, &p->tied_req));
     dt_model_use_acts(m, p->slab[0]);
     return DT_OK;
 }
@@ -218,12 +264,52 @@ dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before) {
     return st;
 }
 
-dt_status dt_pp_sum_stages(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {
+/* The sum of squares of grads [lo, hi) of the slab: the chunked sum (optim.h dt_sumsq) from lo. */
+static double region_sumsq(const float *g, size_t lo, size_t hi) { return hi > lo ? dt_sumsq(g + lo, hi - lo) : 0.0; }
+
+dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {
+    const dt_pp_link *p = &tr->pp;
+    const dt_params *ps = &tr->model.ps;
+    /* ddp without tensor parallelism: each stage's chunked sum over its own slab (a tied copy,
+     * at the slab's start, left out: the first stage counts the tensor); the blocks mode sums
+     * the same regions of its one slab. Otherwise the strategy's sum of the stage's part. */
+    const int plain = tr->cfg.parallel.strategy == DT_STRAT_DDP && dt_tp_size(&tr->model.opts) <= 1 && ps->grads;
+    if (tr->cfg.pp_blocks) {
+        if (!plain) return dt_parallel_grad_sumsq(ctx, tr->par, sumsq);
+        const int P = tr->cfg.pp;
+        double s = 0.0;
+        for (int st = 0; st < P; st++) {
+            size_t lo = st == 0 ? 0 : ps->layers_offset + (size_t)tr->cfg.pp_first[st] * ps->layer_floats;
+            size_t hi = st == P - 1 ? ps->n_params : ps->layers_offset + (size_t)tr->cfg.pp_first[st + 1] * ps->layer_floats;
+            s += region_sumsq(ps->grads, lo, hi);
+        }
+        *sumsq = s;
+        return DT_OK;
+    }
+    double mine;
+    if (plain) {
+        const size_t skip = p->tied && p->stage > 0 ? p->tied_off + p->tied_n : 0; /* the copy: PRE, first */
+        mine = region_sumsq(ps->grads, skip, ps->n_params);
+    } else {
+        DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &mine)); /* a tied copy's gradient is 0 here */
+    }
     double part[DT_PP_MAX] = {0};
-    part[tr->pp.stage] = *sumsq; /* one non-zero per slot: the sum is exact, then added in order */
-    DT_CHECK(dt_comm_allreduce(ctx, tr->comm, tr->pp.group, part, (size_t)tr->pp.n, DT_F64, DT_SUM));
+    part[p->stage] = mine; /* one non-zero per slot: the sum is exact, then added in order */
+    DT_CHECK(dt_comm_allreduce(ctx, tr->comm, p->group, part, (size_t)p->n, DT_F64, DT_SUM));
     double s = 0.0;
-    for (int i = 0; i < tr->pp.n; i++) s += part[i];
+    for (int i = 0; i < p->n; i++) s += part[i];
     *sumsq = s;
     return DT_OK;
+}
+
+dt_status dt_pp_tied_grads(dt_ctx *ctx, dt_trainer *tr) {
+    const dt_pp_link *p = &tr->pp;
+    if (!p->tied || p->n <= 1) return DT_OK;
+    float *g = tr->model.ps.grads + p->tied_off; /* ddp, zero1: the reduced gradients in full */
+    double t0 = dt_now();
+    dt_status st = p->stage == 0 ? dt_comm_send(ctx, tr->comm, p->group, g, p->tied_n * sizeof(float), p->n - 1, TAG_TIED_GRAD)
+                                 : dt_comm_recv(ctx, tr->comm, p->group, g, p->tied_n * sizeof(float), 0, TAG_TIED_GRAD);
+    tr->pp.seconds += dt_now() - t0;
+    if (p->stage == 0) tr->pp.bytes += (double)p->tied_n * sizeof(float);
+    return st;
 }

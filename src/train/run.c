@@ -261,7 +261,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
     /* the data-parallel ranks read the data (each TP group's ranks and each pipeline's stages the
      * same batches; parallel/mesh.h: tp fastest, then dp, then pp) */
-    const int tp_ranks = cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    const int tp_ranks = cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1, pp = cfg->pp > 1 && !cfg->pp_blocks ? cfg->pp : 1;
     int dp_world = world / (tp_ranks * pp);
     int dp_rank = (rank / tp_ranks) % dp_world;
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));

@@ -11,6 +11,7 @@
 #include "core/procinfo.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "ops/ops.h"
 #include "data/synthetic.h"
 #include "parallel/mesh.h"
 #include "train/trainer_impl.h"
@@ -143,7 +144,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     dt_model_opts mo = model_opts(cfg);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int n = dt_model_tensors_tp(&mc, &mo, table); /* tensor parallelism: one rank's shards */
-    const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1;
+    const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1, pp = cfg->pp > 1 && !cfg->pp_blocks ? cfg->pp : 1;
     int stage = 0, slots = 1;
     if (pp > 1) { /* a pipeline stage (parallel/mesh.h: tp fastest, then dp, then pp) */
         if (world % (tp * pp))
@@ -183,6 +184,8 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     dt_strategy strat = cfg->parallel.strategy;
     if (strat != DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += ps.n_params * F;
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
+    /* a head tied to the embedding under a pipeline or its blocks mode: its gradients apart */
+    if (cfg->pp > 1 && lora->rank <= 0) bytes[DT_MEM_GRADS] += dt_pp_tied_floats(&ps) * F;
     /* a pipeline stage: an activation set per micro-batch in flight (pipeline.c) */
     bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
@@ -301,7 +304,7 @@ static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh,
 static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
     dt_comm *comm = tr->comm;
     dt_mesh mesh;
-    const int pp = tr->cfg.pp > 1 ? tr->cfg.pp : 1;
+    const int pp = tr->cfg.pp > 1 && !tr->cfg.pp_blocks ? tr->cfg.pp : 1;
     DT_CHECK(dt_mesh_init(ctx, &mesh, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_rank(comm, DT_GROUP_WORLD),
                           pc->tp > 1 ? pc->tp : 1, 1, pp, 1));
     int *ranks = malloc((size_t)mesh.world * sizeof *ranks);
@@ -398,7 +401,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->pp.n = 1;
     tr->mp_ranks = 1;
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_cfg_stages(ctx, &tr->cfg)); /* the stages' layers */
-    if (cfg->parallel.tp > 1 || cfg->pp > 1) DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
+    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks)) DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
     DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
                                          cfg->seq_len,
                                          strat == DT_STRAT_ZERO3   ? 0
@@ -415,7 +418,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     pc.accum = cfg->accum;
     pc.compute = cfg->model_opts.compute;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
-    if (tr->pp.n > 1) DT_CHECK_GOTO(dt_pp_init(ctx, tr));
+    if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_init(ctx, tr));
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->inputs));
     DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, bt, (void **)&tr->targets));
@@ -457,8 +460,10 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     out->sync_seconds = dt_now() - t0;
     t0 = dt_now();
     double sumsq;
-    DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
-    if (tr->pp.n > 1) DT_CHECK(dt_pp_sum_stages(ctx, tr, &sumsq)); /* over every stage's parameters */
+    /* under a pipeline (or its blocks mode): summed stage by stage; then the tied embedding's
+     * gradient to the last stage's copy */
+    DT_CHECK(tr->cfg.pp > 1 ? dt_pp_sumsq(ctx, tr, &sumsq) : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
+    if (tr->pp.n > 1) DT_CHECK(dt_pp_tied_grads(ctx, tr));
     const float S = tr->scaler.scale;
     double norm = sqrt(sumsq) / S; /* of the unscaled gradients */
     float lr = dt_lr_at(&tr->cfg.sched, tr->step);
@@ -590,6 +595,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         ex = exposed_now(tr);
         tp = dt_now();
     }
+    if (m->tied_h) dt_fill(m->tied_h, 0, tr->pp.tied_n * sizeof(float)); /* pp_blocks: the step's head gradients */
     for (int k = 0; k < tr->cfg.accum && tr->pp.n <= 1; k++) {
         td = dt_trace_begin();
         int32_t *in, *tg;
@@ -616,7 +622,9 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
         if (!early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
+        m->tied_add = k == tr->cfg.accum - 1; /* pp_blocks: the head's gradients join the embedding's once */
         dt_model_backward(m, bscale);
+        m->tied_add = 0;
         DT_CHECK(tp_check(ctx, tr));
         if ((tr->poison_step == tr->step + 1 || tr->poison_step == 0) && k == 0 &&
             tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))

@@ -51,6 +51,10 @@ typedef struct dt_train_cfg {
      * n_layer; all 0: the trainer cuts them by pp_split.h's rule). pp <= 1: no pipeline. */
     int pp, pp_kind, pp_virtual;
     int pp_first[DT_PP_MAX + 1];
+    /* parallel.pp_blocks, the test mode: one process (no pipeline) runs exactly the arithmetic
+     * of pp stages - the gradient norm summed stage by stage, a tied head's two gradients
+     * apart (model.h tied_h) - so a pipeline's results are bitwise its own. */
+    int pp_blocks;
 } dt_train_cfg;
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
@@ -92,6 +96,11 @@ typedef struct dt_pp_link {
     float *bscale;            /* per micro-batch: the backward's loss scale */
     double seconds, bytes;    /* waiting for and sent into the stage transfers since init */
     double idle;              /* of seconds: waiting for a neighbour's data (receives) */
+    /* a head tied to the embedding (model.h tied_h): its tensor's stored elements, where they
+     * start in the store's index space, and the last stage's send of its head gradients */
+    int tied;                 /* this stage holds the tied tensor (or its copy; or pp_blocks) */
+    size_t tied_n, tied_off;
+    dt_comm_req *tied_req;
 } dt_pp_link;
 
 typedef struct dt_trainer {

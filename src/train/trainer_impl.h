@@ -43,8 +43,14 @@ dt_status dt_pp_share(dt_ctx *ctx, dt_trainer *tr, double *x, int n);
 /* Evaluation through the pipeline (run.h dt_eval_xfer; ud: the trainer): before a forward the
  * previous stage's activations, after it this stage's sent on. */
 dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before);
-/* *sumsq (this stage's part of the gradient norm's sum of squares) summed over the stages in
- * stage order, the same on every stage. */
-dt_status dt_pp_sum_stages(dt_ctx *ctx, dt_trainer *tr, double *sumsq);
+/* The gradient norm's sum of squares under a pipeline (cfg.pp > 1): each stage's part (with
+ * ddp the chunked sum over its slab, a tied copy left out), summed over the stages in stage
+ * order, the same on every stage; in the blocks mode the same parts of the one slab. */
+dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq);
+/* A tied head's reduced gradient, from the first stage to the last stage's copy (after the
+ * norm, which counts it once, before the update: both copies take the same step). */
+dt_status dt_pp_tied_grads(dt_ctx *ctx, dt_trainer *tr);
+/* Floats of a tied head's tied_h in store ps (0: none held). */
+size_t dt_pp_tied_floats(const dt_params *ps);
 
 #endif

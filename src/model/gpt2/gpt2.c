@@ -198,7 +198,8 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     const size_t Q = (size_t)d.nb * 3 * d.Cl, A = (size_t)d.nb * d.Cl, NHS = (size_t)d.nb * d.NHl,
                  F = (size_t)d.nb * d.Fl, V = (size_t)d.nb * d.Vl;
     const size_t BIG = F > C ? F : C, LP = (size_t)d.Fl > C ? (size_t)d.Fl : C;
-    int L = c->n_layer;
+    int L = dt_stage_layers(c, o);
+    const size_t LAST = (size_t)dt_stage_last(c, o); /* a pipeline stage that runs the head */
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
     size_t RA = dt_act_slot(o, L, att_class(o), L), RF = dt_act_slot(o, L, fch_class(o), L);
     size_t H = o->compute != DT_F32, F32 = !H; /* 16-bit copies, fp32-only buffers */
@@ -225,19 +226,19 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE16(ln2h, H * R * RW * C);
     TAKE16(fchgh, H * R * BT * F);
     TAKE(res3, (size_t)L * RW * C);
-    TAKE(lnf, F32 * BT * C); /* sequence parallelism: gathered for the head */
-    TAKE16(lnfh, H * BT * C);
-    TAKE(lnf_mean, RW);
-    TAKE(lnf_rstd, RW);
-    TAKE(logits, (size_t)dt_model_logit_rows(o, (int)BT) * V);
-    TAKE(losses, BT);
-    TAKE(ce_lse, BT);
+    TAKE(lnf, LAST * F32 * BT * C); /* sequence parallelism: gathered for the head */
+    TAKE16(lnfh, LAST * H * BT * C);
+    TAKE(lnf_mean, LAST * RW);
+    TAKE(lnf_rstd, LAST * RW);
+    TAKE(logits, LAST * (size_t)dt_model_logit_rows(o, (int)BT) * V);
+    TAKE(losses, LAST * BT);
+    TAKE(ce_lse, LAST * BT);
     TAKE(dres, RW * C);
     TAKE(dbtc, BT * C);
     TAKE(dbig, BT * BIG);
     TAKE16(dlp, H * BT * LP);
     TAKE(tpx, (d.nb > 1) * BT * C); /* the blocks test mode's partial sums */
-    TAKE(tpstat, (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
+    TAKE(tpstat, LAST * (d.k > 1) * 2 * BT); /* the vocabulary-parallel loss's row statistics */
     /* sequence parallelism: two gathered (all rows) working buffers, and the scratch of the
      * norms' and positions' gradient sums */
     TAKE(spa, SP * BT * C);
@@ -263,6 +264,18 @@ static void gpt2_bind(dt_model *m) {
     m->lp_scratch = a->dlp;
     m->tp_scratch = a->tpx;
     m->tp_stat = a->tpstat;
+}
+
+/* Pipeline stage buffers (model.h dt_model_stage_buf): the input is `encoded`, the output the
+ * last layer's res3; both gradients pass through dres. */
+static float *gpt2_stage_buf(dt_model *m, dt_stage_buf which) {
+    dt_gpt2_acts *a = m->impl;
+    const size_t rwc = (size_t)dt_sp_rows(m, m->B * m->T) * m->cfg.d_model;
+    switch (which) {
+    case DT_STAGE_IN: return a->encoded;
+    case DT_STAGE_OUT: return a->res3 + (size_t)(dt_stage_layers(&m->cfg, &m->opts) - 1) * rwc;
+    default: return a->dres;
+    }
 }
 
 static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts *)m->impl)->logits; }
@@ -292,7 +305,7 @@ static layer_views views(const dt_model *m, int l) {
     const dt_gpt2_acts *a = m->impl;
     const dt_model_config *c = &m->cfg;
     const tp_dims d = dims_of(c, &m->opts);
-    const int L = c->n_layer;
+    const int L = dt_stage_layers(c, &m->opts);
     /* the residual stream and the norms: the token rows held (sequence parallelism) */
     size_t BT = (size_t)dt_sp_rows(m, m->B * m->T), btc = BT * c->d_model;
     size_t BTF = (size_t)m->B * m->T; /* every row: the split activations */
@@ -391,7 +404,7 @@ static void embed_forward(dt_model *m, const int32_t *inputs) {
  * lnf / lnfh for the head. */
 static void final_norm_forward(dt_model *m) {
     const dt_model_config *c = &m->cfg;
-    int C = c->d_model, L = c->n_layer, BT = m->B * m->T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
+    int C = c->d_model, L = dt_stage_layers(c, &m->opts), BT = m->B * m->T, RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     dt_gpt2_acts *a = m->impl;
     const float *last = a->res3 + (size_t)(L - 1) * RW * C;
     dt_unit_need(m, UNIT(LNFW), UNIT(WTE));
@@ -404,19 +417,23 @@ static void final_norm_forward(dt_model *m) {
 static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, const int32_t *targets,
                           float *loss) {
     const dt_model_config *c = &m->cfg;
-    int B = m->B, T = m->T, L = c->n_layer;
+    int B = m->B, T = m->T, L = dt_stage_layers(c, &m->opts);
     int V = c->vocab, BT = B * T;
+    /* a pipeline stage (model.h): the first embeds, the others start from DT_STAGE_IN; the last
+     * runs the head (the tied embedding's copy), the others stop at DT_STAGE_OUT */
+    const int last = dt_stage_last(c, &m->opts);
     dt_gpt2_acts *a = m->impl;
     DT_CHECK(dt_model_check_tokens(ctx, inputs, targets, BT, V));
     dt_copy(a->inputs, inputs, (size_t)BT * sizeof(int32_t));
     if (targets) dt_copy(a->targets, targets, (size_t)BT * sizeof(int32_t));
     m->has_targets = targets != NULL;
-    embed_forward(m, inputs);
+    if (dt_stage_first(&m->opts)) embed_forward(m, inputs);
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
-        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : UNIT(LNFW));
-        dt_trace_end(tl, "fwd", "fwd layer %d", l);
+        block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : last ? UNIT(LNFW) : -1);
+        dt_trace_end(tl, "fwd", "fwd layer %d", m->ps.layer0 + l);
     }
+    if (!last) return DT_OK;
     final_norm_forward(m);
     dt_vocab_lm_forward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, targets, a->logits, a->losses, a->ce_lse, a->dbtc);
     if (!targets) return DT_OK;
@@ -428,23 +445,26 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
 static void gpt2_backward(dt_model *m, float scale) {
     const dt_model_config *c = &m->cfg;
     const tp_dims d = dims_of(c, &m->opts);
-    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = c->n_layer;
+    int B = m->B, T = m->T, C = c->d_model, NH = c->n_head, L = dt_stage_layers(c, &m->opts);
     int BT = B * T;
     dt_gpt2_acts *a = m->impl;
     DT_ASSERT(m->has_targets); /* backward needs a forward with targets */
     m->has_targets = 0;        /* dlogits overwrite the logits: one backward per forward */
-    /* the tied head: dx now, its weight gradient with the embedding's (at the end) */
-    const float *dlogits = dt_vocab_lm_backward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits,
-                                                a->losses, a->ce_lse, a->dbtc, scale, UNIT(LNFW));
     const int RW = dt_sp_rows(m, BT), r0 = dt_sp_row0(m, BT);
     const size_t rwc = (size_t)RW * C;
-    dt_fill(a->dres, 0, rwc * sizeof(float));
-    const float *last = a->res3 + (size_t)(L - 1) * rwc;
-    dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
-    dt_unit_grads_begin(m, UNIT(LNFW));
-    DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc + (size_t)r0 * C, last,
-                                                              P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C, a->sptmp));
-    dt_unit_grads_end(m, UNIT(LNFW));
+    const float *dlogits = NULL;
+    if (dt_stage_last(c, &m->opts)) {
+        /* the tied head: dx now, its weight gradient with the embedding's (at the end) */
+        dlogits = dt_vocab_lm_backward(m, DT_GPT2_P_WTE, (dt_mmin){a->lnf, a->lnfh}, a->targets, a->logits, a->losses,
+                                       a->ce_lse, a->dbtc, scale, UNIT(LNFW));
+        dt_fill(a->dres, 0, rwc * sizeof(float));
+        const float *last = a->res3 + (size_t)(L - 1) * rwc;
+        dt_unit_need(m, UNIT(LNFW), BWD_FIRST(L - 1));
+        dt_unit_grads_begin(m, UNIT(LNFW));
+        DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LNFW, 0), G(LNFB, 0), a->dbtc + (size_t)r0 * C,
+                                                                  last, P(LNFW, 0), a->lnf_mean, a->lnf_rstd, BT, C, a->sptmp));
+        dt_unit_grads_end(m, UNIT(LNFW));
+    } /* else a pipeline stage's output gradient is in dres already (DT_STAGE_DOUT) */
     const int top = dt_act_top_recomputed(&m->opts, L);
     const size_t btf = (size_t)BT * d.nb * d.Fl;
     for (int l = L - 1; l >= 0; l--) {
@@ -481,8 +501,13 @@ static void gpt2_backward(dt_model *m, float scale) {
                                                          a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
                                                                   v.ln1m, v.ln1r, BT, C, a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", l);
+        dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
         dt_unit_grads_end(m, u0);
+    }
+    if (!dt_stage_first(&m->opts)) { /* dres holds d(encoded): DT_STAGE_DIN */
+        /* the last stage's copy of the tied embedding: the head's weight gradient (family_impl.h) */
+        if (dlogits) dt_vocab_embed_backward(m, DT_GPT2_P_WTE, NULL, NULL, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+        return;
     }
     /* Units end in decreasing order: wpe's, then wte's chunks from the last. */
     dt_unit_grads_begin(m, UNIT(WPE));
@@ -574,4 +599,5 @@ const dt_model_family dt_family_gpt2 = {
     .lora_sites = gpt2_lora_sites,
     .tp_divides = tp_divides,
     .sp = 1,
+    .stage_buf = gpt2_stage_buf,
 };

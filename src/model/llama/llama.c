@@ -615,7 +615,11 @@ static void llama_backward(dt_model *m, float scale) {
         dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
         dt_unit_grads_end(m, u0);
     }
-    if (!dt_stage_first(&m->opts)) return; /* dres holds d(encoded): DT_STAGE_DIN */
+    if (!dt_stage_first(&m->opts)) { /* dres holds d(encoded): DT_STAGE_DIN */
+        /* the last stage's copy of a tied embedding: the head's weight gradient (family_impl.h) */
+        if (dlogits) dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, NULL, NULL, BT, dlogits, (dt_mmin){a->lnf, a->lnfh});
+        return;
+    }
     /* d(encoded) of every row (gathered): each rank's vocabulary rows */
     dt_vocab_embed_backward(m, DT_LLAMA_P_EMBED, dt_sp_dout(m, a->dres, a->spa, BT, C), a->inputs, BT, dlogits,
                             (dt_mmin){a->lnf, a->lnfh});
