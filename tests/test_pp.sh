@@ -62,6 +62,24 @@ run pp2clip 2 --set parallel.pp=2 "${clip[@]}" --save-weights "$dir/pp2clip.st"
 check "llama pp 2 with clipping binding == its blocks mode, bitwise" blk pp2clip bitwise 8
 same_file "llama pp 2 with clipping binding" blk pp2clip
 
+# fp16 with dynamic loss scaling: an overflow in the last stage's gradients only (the test aid on
+# rank 1) is every stage's (the norm is global): the step is skipped and the scale halved on
+# both, as in the blocks mode where the one process overflows.
+mpi_saved=("${mpi[@]}")
+mpi+=(-x DTRAIN_TEST_OVERFLOW)
+f16=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
+model=("${f16[@]}")
+DTRAIN_TEST_OVERFLOW=3:0 run f16_blk 1 --set training.precision=fp16 --set parallel.pp=2 --set parallel.pp_blocks=true \
+  "${clip[@]}" --save-weights "$dir/f16_blk.st"
+DTRAIN_TEST_OVERFLOW=3:1 run f16_pp2 2 --set training.precision=fp16 --set parallel.pp=2 "${clip[@]}" \
+  --save-weights "$dir/f16_pp2.st"
+mpi=("${mpi_saved[@]}")
+n1=$(grep -c '"overflow":true' "$dir/f16_blk.jsonl") n2=$(grep -c '"overflow":true' "$dir/f16_pp2.jsonl")
+[ "$n1" = 1 ] && [ "$n2" = 1 ] && pass "fp16: the last stage's overflow skipped the step on every stage (1 overflow step)" ||
+  fail "fp16 overflow steps: blocks $n1, pp 2 $n2 (want 1 each)"
+check "fp16 with an overflow on the last stage, pp 2 == blocks mode, bitwise" f16_blk f16_pp2 bitwise 8
+same_file "fp16 with an overflow on the last stage, pp 2" f16_blk f16_pp2
+
 # Tied heads: gpt2, and llama tied.
 for fam in gpt2 llama; do
   if [ $fam = gpt2 ]; then model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
@@ -131,6 +149,16 @@ run ck4 4 --set parallel.pp=4 --resume "$dir/ckU/step-00000004" --set checkpoint
 check "pp 2 checkpoint resumed at pp 4: continues bitwise" ckU ck4 bitwise 4
 cmp -s "$dir/ckU/step-00000008/model.safetensors" "$dir/ck4/step-00000008/model.safetensors" &&
   pass "pp 2 -> pp 4 resume: the same final model file" || fail "the final model files of pp 2 and its pp 4 resume differ"
+# HF export and eval read a pipeline checkpoint as any other (the canonical index space).
+hf_eval() { # NAME: export and eval of NAME's last checkpoint
+  "$bin" ckpt export --hf "$dir/$1/step-00000008" "$dir/$1.hf" >"$dir/$1.export.log" 2>&1 || fail "export $1: $(tail -2 "$dir/$1.export.log")"
+  "$bin" eval "$dir/$1/step-00000008" --data.val "$dir/corpus_val_*.bin" --seq 32 --batch 2 --set training.eval_batches=2 \
+    2>&1 | awk '/model.safetensors/ {print $2, $3}'
+}
+ev1=$(hf_eval ckR) ev2=$(hf_eval ckU)
+cmp -s "$dir/ckR.hf/model.safetensors" "$dir/ckU.hf/model.safetensors" && [ -s "$dir/ckU.hf/model.safetensors" ] &&
+  pass "HF export of a pp 2 checkpoint: the pp 1 run's file" || fail "HF exports of the pp 1 and pp 2 checkpoints differ"
+[ -n "$ev1" ] && [ "$ev1" = "$ev2" ] && pass "dtrain eval of a pp 2 checkpoint: tokens and loss $ev2, as pp 1's" || fail "eval: pp 1 '$ev1', pp 2 '$ev2'"
 same() { # WHAT DIR: DIR's step 4 holds exactly ckU's
   local out
   if out=$(/usr/bin/python3 "$src/tests/ref/ckpt_canon.py" "$dir/ckU/step-00000004" "$dir/$2/step-00000004" 2>&1)
