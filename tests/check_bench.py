@@ -7,8 +7,12 @@
                                   step, FLOP/token and MFU recomputed, equal loss hashes
   trace FILE NRANKS [comm]        Chrome trace: valid JSON, X events per (pid, tid) well nested
   sweep FILE FORMATS.md           a sweep point: documented sweep keys, efficiency vs world 1
+  pp    FILE FORMATS.md PP M SCHEDULE MB SEQ D   a pipeline bench: per-rank columns, exact bytes,
+                                  the replay recomputed (tests/test_pp_bench.sh)
+  pptrace FILE PP M SCHEDULE STEPS  a pipeline trace: rows by stage, F/B slots in schedule order
 """
 import json
+import math
 import re
 import statistics
 import sys
@@ -72,6 +76,8 @@ def cmd_keys(f, formats, group="train"):
             doc -= {k for k in doc if k.startswith("summary.mfu.")}
         if "comm_predicted_s" not in d.get("summary", {}):  # only with parallel.comm_model
             doc.discard("summary.comm_predicted_s")
+        if "pipeline" not in d:  # only under a pipeline (parallel.pp > 1)
+            doc -= {k for k in doc if k == "pipeline" or k.startswith("pipeline.")} | {"parallel.pp"}
         if "lora" not in d["model"]:  # only under LoRA (lora.rank > 0)
             doc -= {k for k in doc if k.startswith("model.lora")}
     elif group == "commfit":
@@ -178,6 +184,112 @@ def cmd_trace(f, nranks, need_comm=None):
     print(f"{len(ev)} events, {len(groups)} (pid, tid) timelines well nested, {ncomm} on comm threads")
 
 
+def pp_lists(kind, pp, m):
+    """Each rank's (op, micro-batch) list under gpipe or 1f1b (parallel/pp_schedule.h's rules)."""
+    out = []
+    for r in range(pp):
+        if kind == "gpipe":
+            out.append([("F", k) for k in range(m)] + [("B", k) for k in range(m)])
+            continue
+        w = min(m, pp - r - 1)
+        a = [("F", k) for k in range(w)]
+        for i in range(m - w):
+            a += [("F", w + i), ("B", i)]
+        out.append(a + [("B", k) for k in range(m - w, m)])
+    return out
+
+
+def replay(lists, f, b):
+    """Discrete-event replay of the lists (transfers free): F of stage s after F of s-1, B of s
+    after B of s+1 (the last stage's after its own F); returns (span, idle per stage)."""
+    pp = len(lists)
+    end, t, pos, busy = {}, [0.0] * pp, [0] * pp, [0.0] * pp
+    while any(pos[r] < len(lists[r]) for r in range(pp)):
+        moved = False
+        for r in range(pp):
+            while pos[r] < len(lists[r]):
+                op, k = lists[r][pos[r]]
+                dep = (("F", k, r - 1) if r > 0 else None) if op == "F" else \
+                      (("B", k, r + 1) if r < pp - 1 else ("F", k, r))
+                if dep and dep not in end:
+                    break
+                start = max(t[r], end[dep] if dep else 0.0)
+                d = f[r] if op == "F" else b[r]
+                t[r] = end[(op, k, r)] = start + d
+                busy[r] += d
+                pos[r] += 1
+                moved = True
+        assert moved, "deadlock"
+    span = max(t)
+    return span, [span - x for x in busy]
+
+
+def cmd_pp(f, formats, pp, m, kind, mb, seq, d_model):
+    """A pipeline bench: the documented keys, every rank's columns consistent with its step,
+    the exact bytes between stages, and the replay recomputed from its own durations."""
+    cmd_keys(f, formats, "train")
+    d = json.load(open(f))
+    pp, m, mb, seq, d_model = int(pp), int(m), int(mb), int(seq), int(d_model)
+    p = d["pipeline"]
+    assert (p["pp"], p["schedule"], p["micro_batches"]) == (pp, kind, m), p
+    world = d["parallel"]["world"]
+    assert d["parallel"]["pp"] == pp and d["parallel"]["dp"] * pp == world, d["parallel"]
+    assert d["parallel"]["global_batch"] == mb * m * d["parallel"]["dp"], d["parallel"]
+    rows = p["ranks"]
+    assert [r["rank"] for r in rows] == list(range(world)) and sorted({r["stage"] for r in rows}) == list(range(pp))
+    act = mb * seq * d_model * 4  # one micro-batch's fp32 activation (or its gradient)
+    for r in rows:
+        assert all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in r.values()), r
+        assert r["forward_s"] > 0 and r["backward_s"] > 0 and r["span_s"] > 0, r
+        assert r["busy_s"] >= r["forward_s"] + r["backward_s"], r
+        assert r["busy_s"] + r["idle_s"] <= r["step_s"] * (1 + 1e-9), f"busy + idle > step: {r}"
+        assert r["forward_s"] + r["backward_s"] + r["idle_s"] <= r["span_s"] * (1 + 1e-9), r
+        assert r["span_s"] <= r["step_s"] * (1 + 1e-9) and r["idle_s"] <= r["p2p_s"] * (1 + 1e-9), r
+        assert close(r["idle_fraction"], r["idle_s"] / r["span_s"]), r
+        # a middle stage sends both ways; the ends one way: m messages of act bytes each way
+        ways = (r["stage"] > 0) + (r["stage"] < pp - 1)
+        assert r["p2p_bytes"] == ways * m * act, (r["p2p_bytes"], ways * m * act)
+    # per stage boundary: m activations forward and m gradients back
+    assert sum(r["p2p_bytes"] for r in rows) == 2 * (pp - 1) * m * act * (world // pp)
+    rp = p["replay"]
+    for s in range(pp):
+        st = [r for r in rows if r["stage"] == s]
+        assert close(rp["forward_s"][s], statistics.mean(r["forward_s"] for r in st) / m, 1e-9)
+        assert close(rp["backward_s"][s], statistics.mean(r["backward_s"] for r in st) / m, 1e-9)
+    span, idle = replay(pp_lists(kind, pp, m), rp["forward_s"], rp["backward_s"])
+    assert close(rp["span_s"], span, 1e-9), (rp["span_s"], span)
+    assert all(close(a, b / span, 1e-6) or abs(a - b / span) < 1e-12 for a, b in zip(rp["stage_idle_fraction"], idle))
+    assert close(rp["idle_fraction"], statistics.mean(rp["stage_idle_fraction"]), 1e-9)
+    assert 0 < rp["idle_fraction"] < 1, rp
+    assert rp["textbook_idle_fraction"] == (pp - 1) / (m + pp - 1), rp
+    assert close(rp["measured_idle_fraction"], statistics.mean(r["idle_fraction"] for r in rows), 1e-9)
+    print(f"{world} ranks: busy + idle <= step, {act * m} bytes each way per boundary; replay idle "
+          f"{rp['idle_fraction']:.3f} (recomputed), textbook {rp['textbook_idle_fraction']:.3f}, "
+          f"measured {rp['measured_idle_fraction']:.3f}")
+
+
+def cmd_pptrace(f, pp, m, kind, steps):
+    """A pipeline's merged trace: one row per rank named with its stage, every micro-batch's
+    forward and backward slot on every rank in the schedule's order each step, and the receive
+    waits of each stage."""
+    pp, m, steps = int(pp), int(m), int(steps)
+    t = json.load(open(f))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in t if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {r: f"rank {r} (pp stage {r} of {pp})" for r in range(pp)}, names
+    ev = [e for e in t if e["ph"] == "X"]
+    lists = pp_lists(kind, pp, m)
+    for r in range(pp):
+        slots = sorted((e for e in ev if e["pid"] == r and e["tid"] == 0 and e["cat"] in ("fwd", "bwd")
+                        and re.fullmatch(r"(forward|backward) \d+", e["name"])), key=lambda e: e["ts"])
+        got = [("F" if e["name"][0] == "f" else "B", int(e["name"].split()[1])) for e in slots]
+        assert got == lists[r] * steps, f"rank {r}: slots {got} != schedule {lists[r]} x {steps}"
+        recv = [e for e in ev if e["pid"] == r and e["cat"] == "pp" and e["name"].startswith("recv ")]
+        want = m * ((r > 0) + (r < pp - 1)) * steps
+        assert len(recv) == want, f"rank {r}: {len(recv)} receive waits, want {want}"
+    print(f"{pp} rows named by stage; F/B slots of all {m} micro-batches in {kind} order on every rank, "
+          f"{steps} step(s); receive waits shown")
+
+
 def cmd_sweep(f, formats):
     cmd_keys(f, formats, "train")
     s = json.load(open(f))["sweep"]
@@ -187,4 +299,5 @@ def cmd_sweep(f, formats):
 
 
 if __name__ == "__main__":
-    {"keys": cmd_keys, "run": cmd_run, "trace": cmd_trace, "sweep": cmd_sweep}[sys.argv[1]](*sys.argv[2:])
+    {"keys": cmd_keys, "run": cmd_run, "trace": cmd_trace, "sweep": cmd_sweep, "pp": cmd_pp,
+     "pptrace": cmd_pptrace}[sys.argv[1]](*sys.argv[2:])

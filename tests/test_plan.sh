@@ -395,5 +395,39 @@ EOF
 ); then pass "calibrate: the TP link ($out)"
 else fail "calibrate, TP link: $out $(head -2 err.txt)"; fi
 
+# The PP link (decision 77): bench comm's ping-pong of the node group (one message) read at
+# the same activation, finite and positive, named by pp_link; a pp 2 plan's stage sends go on
+# it (one message: S / B + a), and on the intra-node link once pp_link is taken away.
+sed '/^    pp_link: /d' c4.yaml >c4-nopp.yaml
+ppplan() { "$bin" plan --catalog "$1" --hardware cpu-calibrated --gpus 2 --nodes 1 --model gpt2-tiny --seq 16 \
+  --micro-batch 1 --strategy ddp --tp 1 --pp 2 "${@:2}"; }
+if ppplan c4.yaml --json >c4.pp.json 2>err.txt && ppplan c4-nopp.yaml --json >c4.nopp.json 2>>err.txt &&
+   ppplan c4.yaml >c4.pp.txt 2>>err.txt && out=$(python3 - c4.yaml c4.pp.json c4.nopp.json c4.pp.txt c4.log <<'EOF' 2>&1
+import json, math, re, sys
+y, txt, log = open(sys.argv[1]).read(), open(sys.argv[4]).read(), open(sys.argv[5]).read()
+assert re.search(r"^    pp_link: pp-fit +# pipeline stages' sends of activations \(128 KiB\) inside a node", y, re.M), y
+m = re.search(r"^  pp-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}.*node group's pingpong .*B = 1 / beta at 128 KiB", y, re.M)
+bw, lat = float(m.group(1)), float(m.group(2))
+assert math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0, (bw, lat)
+assert "pp-fit: 1.0" in y and "# pipeline link pp-fit: " in log, y
+assert re.search(r"^# pipeline link \(the stages' sends inside a node\): pp-fit ", txt, re.M), txt
+def term(f):
+    p = json.load(open(f))
+    (t,) = [c for c in p["layouts"][0]["comm"] if c["what"] == "pp send/recv acts"]
+    return p, t["intra_s"] / t["count"], t["bytes"]
+p, t, S = term(sys.argv[2])
+assert p["job"]["pp_link"]["key"] == "pp-fit" and p["job"]["pp_link"]["bw_gbs"] == bw, p["job"]["pp_link"]
+want = S / (bw * 1e9) + lat * 1e-6
+assert abs(t - want) <= 1e-9 * want, (t, want)
+q, t0, _ = term(sys.argv[3])
+shm = re.search(r"^  shm-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}", y, re.M)
+want0 = S / (float(shm.group(1)) * 1e9) + float(shm.group(2)) * 1e-6
+assert q["job"]["pp_link"]["key"] == "shm-fit" and abs(t0 - want0) <= 1e-9 * want0, (t0, want0)
+assert t != t0, (t, t0)
+print(f"pp-fit {bw:.4g} GB/s {lat:.4g} us: a stage send of {S:.0f} bytes {t * 1e6:.4g} us, {t0 * 1e6:.4g} us on shm-fit")
+EOF
+); then pass "calibrate: the PP link ($out)"
+else fail "calibrate, PP link: $out $(head -2 err.txt)"; fi
+
 echo "test_plan: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

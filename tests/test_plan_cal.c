@@ -443,6 +443,125 @@ static void test_calibrate_tp_link(void **state) {
     tu_rmtree(dir);
 }
 
+/* The planner's "pp send/recv acts" term of a pp 2 layout of gpt2-tiny (micro-batch b x seq T)
+ * on entry a of cat, with the job's PP link `pp` (NULL: the intra-node link): its intra-node
+ * seconds per send; *act gets the message's bytes. */
+static double pp_term(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *pp, int b, int T, double *act) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    if (dt_model_preset(&ctx, "gpt2-tiny", &mc) != DT_OK || dt_model_config_validate(&ctx, &mc) != DT_OK)
+        fail_msg("%s", ctx.err);
+    dt_plan_job *job = tu_malloc(sizeof *job);
+    memset(job, 0, sizeof *job);
+    dt_plan_result *r = tu_malloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    dt_plan_model_from_dtrain(&mc, "gpt2-tiny", &job->model);
+    dt_train_cfg_defaults(&job->train);
+    job->train.micro_batch = b, job->train.seq_len = T;
+    job->gpus = 2, job->dpn = 2, job->global_batch = 4L * b;
+    job->hw = a, job->intra = dt_hw_link_find(cat, a->intra), job->inter = dt_hw_link_find(cat, a->inter);
+    job->gemm_eff = a->gemm_eff, job->intra_eff = job->inter_eff = 1, job->price_hour = job->spot_hour = -1;
+    job->pp = pp, job->pp_eff = pp ? pp->eff : 0;
+    dt_plan_layout l = {1, 1, 2, 1, 1, DT_STRAT_DDP, 0};
+    if (dt_plan_predict(&ctx, job, &l, r) != DT_OK) fail_msg("%s", ctx.err);
+    double t = -1;
+    for (int i = 0; i < r->n_comm; i++)
+        if (!strcmp(r->comm[i].what, "pp send/recv acts")) t = r->comm[i].t_intra / r->comm[i].count, *act = r->comm[i].bytes;
+    free(job);
+    free(r);
+    if (!(t > 0)) fail_msg("no pp send/recv term");
+    return t;
+}
+
+static void pp_line(dt_comm_fit *f, const char *group, double lo, double hi, double alpha, double beta) {
+    cal_line(f, group, lo, hi, alpha, beta);
+    snprintf(f->line[f->n - 1].op, sizeof f->line[0].op, "pingpong");
+}
+
+/* The PP link (decision 77): bench comm's ping-pong line (one message) read at the calibration
+ * job's activation gives pp-fit (B = 1 / beta, a = alpha at 1 KiB); the entry names it pp_link
+ * and the planner's pipeline term uses it: the fit's time at the activation, and the intra-node
+ * link's once pp_link is taken away. A fit without ping-pong lines (made before them), no
+ * activation size or one rank per node: no PP link, the entry still written. */
+static void test_calibrate_pp_link(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancalpp", dir, path, &fit, 2, 1);
+    cal_line(&fit, "world", 1024, 128 << 10, 20, 2e-3);
+    cal_line(&fit, "world", 8 << 20, 64 << 20, 0, 1e-4);
+    pp_line(&fit, "world", 1024, 128 << 10, 3, 4e-4);   /* one message: (3 + 4e-4 S) us */
+    pp_line(&fit, "world", 256 << 10, 64 << 20, 6, 1e-4);
+    const int b = 2, T = 64;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    assert_int_equal(dt_model_preset(&ctx, "gpt2-tiny", &mc), DT_OK);
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2,
+                     .fit = &fit, .source = "test", .nodes = 1, .tp_bytes = 4.0 * b * T * mc.d_model};
+    assert_true(c.tp_bytes >= 1024 && c.tp_bytes <= (128 << 10));
+    double bw, lat;
+    assert_int_equal(dt_plan_cal_pp_link(&ctx, &c, &bw, &lat), DT_OK);
+    near(bw, 1 / (4e-4 * 1e-6) / 1e9, 1e-9, "PP bandwidth: 1 / beta of the activation's ping-pong line");
+    near(lat, 3, 1e-12, "PP latency: alpha at 1 KiB");
+    dt_hw_catalog cat;
+    const dt_hw_accel *a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->pp_link, "pp-fit");
+    assert_string_equal(a->tp_link, "tp-fit"); /* beside the TP link */
+    const dt_hw_link *pl = dt_hw_pp_link(&cat, a), *il = dt_hw_link_find(&cat, a->intra);
+    assert_non_null(pl);
+    assert_string_equal(pl->key, "pp-fit");
+    assert_true(isfinite(pl->bw_gbs) && pl->bw_gbs > 0 && isfinite(pl->latency_us) && pl->latency_us > 0);
+    near(pl->bw_gbs, bw, 1e-5, "the entry's pp-fit bandwidth");
+    near(pl->latency_us, lat, 1e-5, "the entry's pp-fit latency");
+    near(pl->eff, 1, 0, "measured: efficiency 1");
+    double act, t = pp_term(&cat, a, pl, b, T, &act);
+    near(act, c.tp_bytes, 0, "the term's message is the calibration's activation");
+    near(t, (3 + 4e-4 * act) * 1e-6, 1e-5, "pp send = the ping-pong fit at the activation");
+    double t0 = pp_term(&cat, a, NULL, b, T, &act);
+    near(t0, act / (il->bw_gbs * 1e9) + il->latency_us * 1e-6, 1e-9, "without pp_link: shm-fit");
+    assert_true(fabs(t0 - t) > 0.1 * t);
+    dt_hw_accel plain = *a;
+    plain.pp_link[0] = 0;
+    assert_ptr_equal(dt_hw_pp_link(&cat, &plain), il);
+    dt_hw_free(&cat);
+    /* a fit without ping-pong lines: no PP link, the rest written */
+    fit.n = 2;
+    assert_int_equal(dt_plan_cal_pp_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->pp_link, "");
+    assert_string_equal(a->tp_link, "tp-fit");
+    assert_null(dt_hw_link_find(&cat, "pp-fit"));
+    assert_ptr_equal(dt_hw_pp_link(&cat, a), dt_hw_link_find(&cat, a->intra));
+    dt_hw_free(&cat);
+    /* no activation size: none */
+    pp_line(&fit, "world", 1024, 64 << 20, 3, 4e-4);
+    c.tp_bytes = 0;
+    assert_int_equal(dt_plan_cal_pp_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    /* several nodes: the node group's ping-pong, a pair inside a node */
+    fit.ranks = 4, fit.nodes = 2, fit.n = 0;
+    cal_line(&fit, "node", 1024, 128 << 10, 8, 1e-3);
+    cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
+    cal_line(&fit, "cross", 1024, 64 << 20, 40, 2e-3);
+    pp_line(&fit, "node", 1024, 64 << 20, 2, 2e-4);
+    pp_line(&fit, "cross", 1024, 64 << 20, 30, 1e-3);
+    c.ranks = 4, c.nodes = 2, c.tp_bytes = 65536;
+    a = written_entry(path, &c, NULL, &cat);
+    pl = dt_hw_pp_link(&cat, a);
+    assert_string_equal(pl->key, "pp-fit");
+    near(pl->bw_gbs, 1 / (2e-4 * 1e-6) / 1e9, 1e-5, "2 nodes: the node group's ping-pong");
+    near(pl->latency_us, 2, 1e-6, "2 nodes: its latency");
+    dt_hw_free(&cat);
+    /* one rank per node: no pair inside a node, no PP link */
+    fit.ranks = 2, c.ranks = 2;
+    a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->pp_link, "");
+    assert_int_equal(dt_plan_cal_pp_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    dt_hw_free(&cat);
+    tu_rmtree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calibrate_roundtrip),
@@ -451,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_calibrate_low_peak),
         cmocka_unit_test(test_calibrate_optimizer),
         cmocka_unit_test(test_calibrate_tp_link),
+        cmocka_unit_test(test_calibrate_pp_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

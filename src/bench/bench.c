@@ -110,7 +110,12 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->exposed_s += ss.comm_seconds;
         r->tp_s += ss.tp_seconds / steps;
         r->tp_bytes_step += ss.tp_bytes / steps;
+        r->pp_s += ss.pp_seconds / steps;
+        r->pp_bytes_step += ss.pp_bytes / steps;
+        r->pp_idle_s += ss.pp_idle / steps;
+        r->pp_span_s += ss.pp_span / steps;
     }
+    r->pp_stage = tr.pp.n > 1 ? tr.pp.stage : 0;
     if (trace) dt_trace_disable();
     r->loss_hash = dt_bench_loss_hash(r->loss, steps);
     double ex1, tot1;
@@ -252,14 +257,16 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
         DT_CHECK(dt_bench_train(ctx, cfg, comm, o->warmup, o->steps, o->trace && i == 0, &s->runs[i]));
     }
     s->tp = cfg->model_opts.tp > 1 ? cfg->model_opts.tp : 1;
-    s->dp = s->world / (cfg->parallel.tp > 1 ? cfg->parallel.tp : 1); /* the blocks mode: every rank data-parallel */
+    /* the blocks mode: every rank data-parallel; a pipeline's stages hold one model together */
+    s->dp = s->world / (cfg->parallel.tp > 1 ? cfg->parallel.tp : 1) / (cfg->pp > 1 ? cfg->pp : 1);
     s->samples_step = (long)cfg->micro_batch * cfg->accum * s->dp;
     s->tokens_step = s->samples_step * cfg->seq_len;
     s->flops_per_token = s->runs[0].flops_per_token;
     s->n_params = s->runs[0].n_params;
     s->n_trainable = s->runs[0].n_trainable;
     reduce(s);
-    return gather_memory(ctx, cfg, comm, s);
+    DT_CHECK(gather_memory(ctx, cfg, comm, s));
+    return dt_bench_pp_gather(ctx, cfg, comm, s);
 }
 
 void dt_bench_suite_free(dt_bench_suite *s) {
@@ -267,5 +274,6 @@ void dt_bench_suite_free(dt_bench_suite *s) {
     free(s->mem);
     free(s->compute_ms);
     free(s->exposed_ms);
+    free(s->pp.rank), free(s->pp.f), free(s->pp.b), free(s->pp.replay_idle);
     memset(s, 0, sizeof *s);
 }

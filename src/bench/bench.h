@@ -77,6 +77,11 @@ typedef struct dt_bench_result {
                                    and the bytes this rank sent into them (0 without TP ranks) */
     double comm_predicted_s;    /* per step: the cost model's prediction of comm_total_s (-1: no
                                    parallel.comm_model) */
+    /* pipeline parallelism (parallel.pp > 1; bench_pp.c): this rank's stage, and per timed step
+     * (mean) the stage's transfers (dt_step_stats pp_seconds, pp_bytes, pp_idle) and the wall
+     * time of its schedule's passes (pp_span) */
+    int pp_stage;
+    double pp_s, pp_bytes_step, pp_idle_s, pp_span_s;
 } dt_bench_result;
 
 /* Runs warmup + steps optimizer steps of cfg on the ranks of comm (NULL: one process) and
@@ -92,6 +97,30 @@ enum { DT_BENCH_MEM_PARAMS, DT_BENCH_MEM_GRADS, DT_BENCH_MEM_OPTIM, DT_BENCH_MEM
        DT_BENCH_MEM_COMM, DT_BENCH_MEM_OTHER, DT_BENCH_MEM_TOTAL, DT_BENCH_MEM_PLAN, DT_BENCH_MEM_RSS,
        DT_BENCH_MEM_N };
 extern const char *const dt_bench_mem_names[DT_BENCH_MEM_N];
+
+/* Per rank of a pipeline, per timed step (means over every timed step of every repeat; s):
+ * its stage, its step, forward and backward compute (without the waits inside), busy =
+ * forward + backward + optimizer + data (the rank's own work), idle = waiting in receives for
+ * a neighbour's activations or gradients (the bubble), the transfers (waits for sends
+ * included) and the bytes sent, and the span of its schedule's passes. */
+enum { DT_BENCH_PP_STAGE, DT_BENCH_PP_STEP, DT_BENCH_PP_FWD, DT_BENCH_PP_BWD, DT_BENCH_PP_BUSY, DT_BENCH_PP_IDLE,
+       DT_BENCH_PP_P2P, DT_BENCH_PP_BYTES, DT_BENCH_PP_SPAN, DT_BENCH_PP_N };
+
+/* The pipeline's view (ARCHITECTURE decision 77): every rank's columns (rank 0 has all) and the
+ * schedule replay: the measured mean forward and backward of one micro-batch on each stage
+ * (the mean over the stage's ranks of forward / m, backward / m) replayed through the
+ * configured schedule (pp_schedule.h dt_pp_replay, transfers taking no time) give each stage's
+ * idle fraction of the replayed span; beside it the textbook (p-1)/(m+p-1) and the measured
+ * idle / span. Fractions are means over the stages (measured: over the ranks). */
+typedef struct dt_bench_pp {
+    int n, kind, v, m;           /* stages (1: no pipeline), schedule (dt_pp_kind), virtual stages, micro-batches */
+    double *rank;                /* [world x DT_BENCH_PP_N] */
+    double *f, *b;               /* [n] per micro-batch, s: the replay's durations */
+    double *replay_idle;         /* [n] each stage's replayed idle fraction */
+    double replay_makespan_s;    /* the replayed span of one step's passes */
+    double replay_frac, textbook_frac, measured_frac;
+    int replay_rc;               /* dt_pp_replay's return (0: replayed) */
+} dt_bench_pp;
 
 typedef struct dt_bench_opts {
     int warmup, steps, repeats;
@@ -129,12 +158,19 @@ typedef struct dt_bench_suite {
     double *exposed_ms;           /* [world] mean exposed communication (waits) per timed step */
     double comm_exposed_min_s;    /* the least-waiting rank's exposed communication per step: the
                                      collectives' own cost; the others' extra waits are imbalance */
+    dt_bench_pp pp;               /* the pipeline's measurements (pp.n = 1: none; bench_pp.c) */
 } dt_bench_suite;
 
 /* Runs the suite on every rank of comm; rank 0 ends up with every rank's memory columns. */
 dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
                              const dt_bench_opts *o, dt_bench_suite *s);
 void dt_bench_suite_free(dt_bench_suite *s);
+
+/* The pipeline's columns of every rank gathered (all ranks call it) and the replay (bench_pp.c);
+ * nothing without a pipeline. */
+dt_status dt_bench_pp_gather(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, dt_bench_suite *s);
+/* Its table and the replay line (rank 0; nothing without a pipeline). */
+void dt_bench_pp_print(FILE *f, const dt_bench_suite *s);
 
 /* Fixed-width tables (rank 0): per-repeat rows, statistics, kernel and step breakdown,
  * communication, memory per rank, and the Training Summary block. */

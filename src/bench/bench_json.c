@@ -179,6 +179,7 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(p, "world", s->world);
     cJSON_AddNumberToObject(p, "tp", s->tp);
     cJSON_AddNumberToObject(p, "dp", s->dp);
+    if (s->pp.n > 1) cJSON_AddNumberToObject(p, "pp", s->pp.n);
     cJSON_AddStringToObject(p, "strategy", dt_strategy_name(c->parallel.strategy));
     cJSON_AddBoolToObject(p, "hybrid", c->parallel.hybrid);
     cJSON_AddNumberToObject(p, "bucket_bytes", (double)c->parallel.bucket_bytes);
@@ -265,6 +266,7 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
         if (s->exposed_ms) cJSON_AddNumberToObject(ro, "exposed_ms", s->exposed_ms[r]);
         cJSON_AddItemToArray(rk, ro);
     }
+    if (s->pp.n > 1 && s->pp.rank) cJSON_AddItemToObject(o, "pipeline", dt_bench_pp_json(s));
     cJSON_AddArrayToObject(o, "cost");
     return o;
 }

@@ -24,6 +24,8 @@ cJSON *dt_bench_json_config(const dt_run_cfg *cfg);
 /* The object of one training benchmark ("kind": "train"), without "cost". */
 cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *cfg, int argc, char **argv,
                            const char *peak_source, int threads);
+/* "pipeline" (parallel.pp > 1; bench_pp.c): the schedule, every rank's columns, the replay. */
+cJSON *dt_bench_pp_json(const dt_bench_suite *s);
 /* The current UTC time as ISO-8601 ("2025-01-31T12:00:00Z"). */
 void dt_bench_iso_date(char *buf, size_t n);
 

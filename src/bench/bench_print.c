@@ -133,6 +133,7 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
         fprintf(f, "# tensor parallelism: tp %d x dp %d; TP collectives %.2f ms per step (exposed: the compute thread "
                    "waits for them; %.1f%% of the step), %.3f MB sent by rank 0\n",
                 s->tp, s->dp, s->tp_s * 1e3, 100 * s->tp_s / total, s->tp_bytes_step / 1e6);
+    dt_bench_pp_print(f, s);
     if (s->exposed_ms && s->world > 1) {
         fprintf(f, "# exposed communication per rank (ms per timed step):");
         for (int r = 0; r < s->world; r++) fprintf(f, " %d: %.2f", r, s->exposed_ms[r]);

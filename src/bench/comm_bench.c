@@ -10,7 +10,7 @@
 
 double dt_comm_busbw_factor(const char *op, int n) {
     if (!strncmp(op, "allreduce", 9)) return 2.0 * (n - 1) / n;
-    if (!strcmp(op, "broadcast")) return 1.0;
+    if (!strcmp(op, "broadcast") || !strcmp(op, "pingpong")) return 1.0;
     return (double)(n - 1) / n; /* reduce_scatter, allgather */
 }
 
@@ -23,10 +23,14 @@ static float sum_val(int n, size_t i) { return (float)(n * (n + 1) / 2 * ((int)(
  * are the same calls with it off, measured in the same run. With several nodes the world's
  * ordered all-reduce is the hierarchical one where the layout allows (comm.h
  * dt_comm_set_hierarchical); allreduce_ordered_flat is the same call with it off. */
-enum { OP_AR, OP_ARO, OP_ARO_MPI, OP_ARO_FLAT, OP_RS, OP_RSO, OP_RSO_MPI, OP_AG, OP_AG_MPI, OP_BC, OP_N };
+/* pingpong: the point-to-point link of pipeline stages (dt_comm_send / dt_comm_recv): rank 0
+ * of the group sends a message to rank 1, which sends it back; the row's time is half the round
+ * trip, one message (the other ranks of the group wait at the row's barrier). */
+enum { OP_AR, OP_ARO, OP_ARO_MPI, OP_ARO_FLAT, OP_RS, OP_RSO, OP_RSO_MPI, OP_AG, OP_AG_MPI, OP_BC, OP_PP, OP_N };
 static const char *const op_names[OP_N] = {"allreduce",      "allreduce_ordered",      "allreduce_ordered_mpi",
                                            "allreduce_ordered_flat", "reduce_scatter", "reduce_scatter_ordered",
-                                           "reduce_scatter_ordered_mpi", "allgather", "allgather_mpi", "broadcast"};
+                                           "reduce_scatter_ordered_mpi", "allgather", "allgather_mpi", "broadcast",
+                                           "pingpong"};
 static int op_forces_mpi(int op) { return op == OP_ARO_MPI || op == OP_RSO_MPI || op == OP_AG_MPI; }
 static const char *const group_names[DT_GROUP_N] = {"world", "node", "cross"};
 
@@ -82,6 +86,20 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, size_t coun
         if (check)
             for (size_t i = 0; i < count; i++) *wrong += buf[i] != val(0, i);
         break;
+    case OP_PP: /* rank 0 -> 1 -> 0: rank 0 checks the echo in aux, rank 1 what arrived */
+        if (me > 1) break;
+        if (check)
+            for (size_t i = 0; i < count; i++) buf[i] = me == 0 ? val(0, i) : -1.0f, aux[i] = -1.0f;
+        if (me == 0) {
+            DT_CHECK(dt_comm_send(ctx, c, g, buf, count * sizeof(float), 1, 7));
+            DT_CHECK(dt_comm_recv(ctx, c, g, aux, count * sizeof(float), 1, 7));
+        } else {
+            DT_CHECK(dt_comm_recv(ctx, c, g, buf, count * sizeof(float), 0, 7));
+            DT_CHECK(dt_comm_send(ctx, c, g, buf, count * sizeof(float), 0, 7));
+        }
+        if (check)
+            for (size_t i = 0; i < count; i++) *wrong += (me == 0 ? aux[i] : buf[i]) != val(0, i);
+        break;
     }
     return DT_OK;
 }
@@ -105,6 +123,7 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
                           float *aux, size_t *cnt, double *tw, FILE *out, long *total_wrong) {
     const int n = dt_comm_size(c, g), wn = dt_comm_size(c, DT_GROUP_WORLD), me = dt_comm_rank(c, DT_GROUP_WORLD);
     dt_status st = DT_OK;
+    if (op == OP_PP && n < 2) return DT_OK; /* no peer */
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && st == DT_OK; bytes *= 2) {
         size_t count = bytes / 4;
         long wrong = 0;
@@ -123,6 +142,8 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
             ti = now;
         }
         tw[o->iters] = sum / o->iters;
+        if (op == OP_PP) /* one message: half the round trip */
+            for (int it = 0; it <= o->iters; it++) tw[it] /= 2;
         if (st == DT_OK) st = run_op(ctx, c, g, op, count, buf, aux, cnt, cnt + wn, 1, &wrong); /* checked */
         tw[o->iters + 1] = (double)wrong;
         if (st == DT_OK) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, tw, (size_t)o->iters + 2, DT_F64, DT_MAX);
@@ -186,7 +207,9 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
         fprintf(out, "# dtrain bench comm: %d ranks on %d node(s), %s backend, float32, sum; %d warm-up + %d timed iterations\n",
                 n, dt_comm_num_nodes(c), dt_comm_backend(c), o->warmup, o->iters);
         fprintf(out, "# time: the median timed iteration, each as long as its slowest rank (JSON time_mean_us: the loop's mean)\n");
-        fprintf(out, "# busbw = algbw x factor: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast 1 (nccl-tests)\n");
+        fprintf(out, "# busbw = algbw x factor: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast 1 (nccl-tests); "
+                     "pingpong: ranks 0 and 1 of the group send a message back and forth, the time is one message's "
+                     "(half the round trip), factor 1\n");
         fprintf(out, "# allreduce, reduce_scatter, broadcast: the MPI library's; allreduce_ordered, reduce_scatter_ordered, "
                      "allgather: dtrain's, %s\n",
                 shm ? "over the node's shared memory (*_mpi rows: the same calls over MPI)" : "over MPI");
@@ -213,10 +236,10 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
     int64_t L[2] = {dt_comm_size(c, DT_GROUP_NODE), -dt_comm_size(c, DT_GROUP_NODE)};
     if (st == DT_OK && dt_comm_num_nodes(c) > 1) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, L, 2, DT_I64, DT_MIN);
     if (st == DT_OK && dt_comm_num_nodes(c) > 1 && L[0] == -L[1]) {
-        static const int node_ops[] = {OP_ARO, OP_RSO, OP_AG}, cross_ops[] = {OP_AR, OP_ARO, OP_AG};
-        for (int k = 0; k < 3 && st == DT_OK && L[0] > 1; k++)
+        static const int node_ops[] = {OP_ARO, OP_RSO, OP_AG, OP_PP}, cross_ops[] = {OP_AR, OP_ARO, OP_AG, OP_PP};
+        for (int k = 0; k < 4 && st == DT_OK && L[0] > 1; k++)
             st = bench_op(ctx, c, DT_GROUP_NODE, node_ops[k], o, buf, aux, cnt, tw, out, &total_wrong);
-        for (int k = 0; k < 3 && st == DT_OK; k++)
+        for (int k = 0; k < 4 && st == DT_OK; k++)
             st = bench_op(ctx, c, DT_GROUP_CROSS, cross_ops[k], o, buf, aux, cnt, tw, out, &total_wrong);
     }
     dt_comm_set_shm(c, shm);

@@ -23,8 +23,8 @@ typedef struct dt_comm_bench_opts {
  * total (n x per-rank part) for reduce-scatter and all-gather. */
 double dt_comm_busbw_factor(const char *op, int nranks);
 
-/* Runs all-reduce (MPI's and dtrain's rank-ordered one), reduce-scatter, all-gather and
- * broadcast at each size; rows go to `out` on rank 0. Fails if any row's data is wrong. */
+/* Runs all-reduce (MPI's and dtrain's rank-ordered one), reduce-scatter, all-gather,
+ * broadcast and a point-to-point ping-pong (ranks 0 and 1; row time = one message) at each size; rows go to `out` on rank 0. Fails if any row's data is wrong. */
 dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FILE *out);
 
 #endif

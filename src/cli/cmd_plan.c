@@ -214,6 +214,8 @@ static dt_status setup_job(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *r
     job->inter_eff = f->inter_eff > 0 ? f->inter_eff : job->inter->eff;
     job->tp = dt_hw_tp_link(cat, job->hw); /* --intra-eff covers it: a link inside the node */
     job->tp_eff = job->tp == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->tp->eff;
+    job->pp = dt_hw_pp_link(cat, job->hw); /* the pipeline's sends inside a node (decision 77) */
+    job->pp_eff = job->pp == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->pp->eff;
     job->tp_overlap = f->tp_overlap;
     if (dt_hw_peak(job->hw, job->train.model_opts.compute) <= 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s has no peak_tflops for training.precision %s in %s",

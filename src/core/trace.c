@@ -24,6 +24,7 @@ static struct {
     pthread_mutex_t mu;
     trace_event *ev;
     long n, cap;
+    char label[64]; /* dt_trace_set_label */
 } rec = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local int my_tid = DT_TRACE_TID_MAIN;
@@ -44,6 +45,20 @@ void dt_trace_reset(void) {
     free(rec.ev);
     rec.ev = NULL;
     rec.n = rec.cap = 0;
+    rec.label[0] = 0;
+    pthread_mutex_unlock(&rec.mu);
+}
+
+void dt_trace_set_label(const char *fmt, ...) {
+    char buf[sizeof rec.label] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_lock(&rec.mu);
+    memcpy(rec.label, buf, sizeof buf);
     pthread_mutex_unlock(&rec.mu);
 }
 
@@ -99,8 +114,12 @@ static void put_json_string(FILE *f, const char *s) {
 
 dt_status dt_trace_write_events(dt_ctx *ctx, FILE *f, int pid) {
     pthread_mutex_lock(&rec.mu);
-    fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"rank %d\"}},\n",
-            pid, pid);
+    char pname[96];
+    if (rec.label[0]) snprintf(pname, sizeof pname, "rank %d (%s)", pid, rec.label);
+    else snprintf(pname, sizeof pname, "rank %d", pid);
+    fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":", pid);
+    put_json_string(f, pname);
+    fputs("}},\n", f);
     fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}},\n",
             pid, pid);
     fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":\"main\"}},\n",

@@ -42,6 +42,11 @@ double dt_trace_begin(void);
 void dt_trace_end(double t0, const char *cat, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Names this process's row beyond its rank: process_name becomes "rank N (LABEL)" (e.g. a
+ * pipeline stage, so the trace shows the usual pipeline picture row by row). Kept until
+ * dt_trace_reset; "" or NULL: none. */
+void dt_trace_set_label(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Number of events recorded. */
 long dt_trace_count(void);
 

@@ -66,7 +66,8 @@ typedef struct dt_plan_cal {
                                fit ran on `ranks` ranks of `nodes` nodes */
     double link_bytes;      /* the message size (per rank) the bandwidths are read at (0: 64 MiB) */
     double tp_bytes;        /* the activation a TP group all-reduces (micro-batch x seq x d_model x 4 bytes of
-                               the calibration's job): the size the TP link is read at (0: no TP link) */
+                               the calibration's job): the size the TP link is read at (0: no TP link), and
+                               the message a pipeline stage sends, the size the PP link is read at */
     dt_plan_cal_run run;    /* the calibration's bench (step_s 0: only achieved_gflops is known) */
     dt_plan_cal_run probe;  /* the tiny model's (step_s 0: not run; no fixed cost) */
     dt_plan_cal_run zprobe; /* the tiny model under ZeRO-3 (only step_s is read; 0: not run) */
@@ -122,6 +123,14 @@ dt_status dt_plan_cal_link(dt_ctx *ctx, const dt_plan_cal *c, int level, double 
  * a = alpha / 2(n-1) of its 1 KiB line, n = the ranks of a node; name "tp-fit". Fails with
  * DT_ERR_CONFIG when there is none to read: no tp_bytes, or one rank per node. */
 dt_status dt_plan_cal_tp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
+/* The pipeline link (decision 77): the stages' sends of activations and their gradients are
+ * point-to-point messages (dt_comm_send / recv), measured by `bench comm`'s ping-pong (one
+ * message = half a round trip between ranks 0 and 1 of a group) and fitted t = alpha + beta S:
+ * B = 1 / beta of the node-level line (the world's on one node, the node group's on several)
+ * holding c->tp_bytes, a = alpha of its 1 KiB line; name "pp-fit". Fails with DT_ERR_CONFIG
+ * when there is none to read: no activation size, one rank per node, a fit without pingpong
+ * lines (made before them) or a line without a positive beta; the entry then has no pp_link. */
+dt_status dt_plan_cal_pp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
 /* Writes the catalog file; *fit_out (may be NULL) gets what dt_plan_cal_solve gave it. */
 dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c, dt_plan_cal_fit *fit_out);
 

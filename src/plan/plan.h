@@ -67,6 +67,8 @@ typedef struct dt_plan_job {
     double gemm_eff, intra_eff, inter_eff; /* achievable fractions of peak */
     const dt_hw_link *tp;    /* tensor parallelism's link inside a node (dt_hw_tp_link); NULL: intra at intra_eff */
     double tp_eff;           /* its achievable fraction (with tp == intra: intra_eff) */
+    const dt_hw_link *pp;    /* pipeline stages' point-to-point link inside a node (dt_hw_pp_link); NULL: intra */
+    double pp_eff;           /* its achievable fraction (with pp == intra: intra_eff) */
     double tp_overlap;       /* fraction of tensor-parallel communication that may hide behind the
                                 micro-step's GEMMs (Megatron --tp-comm-overlap, AsyncTP: 1; default 0) */
     double price_hour, spot_hour;          /* per node ($/h); < 0: no price */

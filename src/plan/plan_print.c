@@ -28,6 +28,9 @@ void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
     if (job->tp && job->tp != job->intra) /* the catalog's tp_link (a calibrated entry: decision 71) */
         fprintf(f, "# tensor-parallel link (the TP group's collectives inside a node): %s %.4g GB/s %.3g us, "
                    "efficiency %.3g\n", job->tp->key, job->tp->bw_gbs, job->tp->latency_us, job->tp_eff);
+    if (job->pp && job->pp != job->intra) /* the catalog's pp_link (a calibrated entry: decision 77) */
+        fprintf(f, "# pipeline link (the stages' sends inside a node): %s %.4g GB/s %.3g us, efficiency %.3g\n",
+                job->pp->key, job->pp->bw_gbs, job->pp->latency_us, job->pp_eff);
     fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g; "
                "fixed costs %.4g us per micro-batch, %.4g us per collective call; optimizer %.4g GB/s%s\n",
             job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap, job->hw->step_overhead_us,
@@ -196,6 +199,12 @@ cJSON *dt_plan_job_json(const dt_plan_job *job) {
     cJSON_AddStringToObject(t, "key", tl->key);
     num(t, "bw_gbs", tl->bw_gbs), num(t, "latency_us", tl->latency_us);
     num(t, "efficiency", job->tp ? job->tp_eff : job->intra_eff);
+    /* the link of the pipeline term (decision 77): the catalog's pp_link, else the intra-node link */
+    const dt_hw_link *pl = job->pp ? job->pp : job->intra;
+    cJSON *pj = cJSON_AddObjectToObject(o, "pp_link");
+    cJSON_AddStringToObject(pj, "key", pl->key);
+    num(pj, "bw_gbs", pl->bw_gbs), num(pj, "latency_us", pl->latency_us);
+    num(pj, "efficiency", job->pp ? job->pp_eff : job->intra_eff);
     cJSON_AddBoolToObject(o, "sequence_parallel", job->train.model_opts.sp != 0);
     num(o, "train_tokens", job->train_tokens);
     return o;

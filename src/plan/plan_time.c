@@ -172,7 +172,11 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     if (l->pp > 1) { /* activations to the next stage; only the fill and drain are on the critical path */
         int k, nn;
         dt_plan_group_span(l->pp, dp_stride * l->dp, d, &k, &nn);
-        double ti, te, t = dt_plan_coll_time(DT_COLL_P2P, act / l->tp, k, nn, &net, &ti, &te);
+        /* inside a node on the pipeline link (the catalog's pp_link, e.g. the calibrated ping-pong
+           at the activation's size: decision 77), else the intra-node one */
+        dt_plan_net pnet = net;
+        if (job->pp) pnet.bw_intra = job->pp->bw_gbs * 1e9 * job->pp_eff, pnet.a_intra = job->pp->latency_us * 1e-6;
+        double ti, te, t = dt_plan_coll_time(DT_COLL_P2P, act / l->tp, k, nn, &pnet, &ti, &te);
         term(r, "pp send/recv acts", act / l->tp, 2 * mstep, ti, te, 2.0 * (l->pp - 1) * t);
     }
     /* the fixed costs no FLOP or byte term carries, of each micro-batch and of each collective

@@ -124,6 +124,7 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     for (int s = 1; s < p->slots; s++)
         DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_ACTS, tr->model.n_acts * sizeof(float), (void **)&p->slab[s]));
     for (int s = 0; s < p->slots; s++) p->busy[s] = -1;
+    dt_trace_set_label("pp stage %d of %d", p->stage, p->n); /* the trace's row (decision 77) */
     return DT_OK;
 }
 

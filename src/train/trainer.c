@@ -590,10 +590,13 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     ex = ex0;
     out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
     dt_micro mi = {inputs, targets, masked, counted, W, R};
+    out->pp_span = 0;
     if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
+        const double ps0 = dt_now();
         DT_CHECK(dt_pp_micro_steps(ctx, tr, &mi, &loss_sum, out));
         ex = exposed_now(tr);
         tp = dt_now();
+        out->pp_span = tp - ps0;
     }
     if (m->tied_h) dt_fill(m->tied_h, 0, tr->pp.tied_n * sizeof(float)); /* pp_blocks: the step's head gradients */
     for (int k = 0; k < tr->cfg.accum && tr->pp.n <= 1; k++) {

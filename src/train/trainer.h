@@ -156,6 +156,9 @@ typedef struct dt_step_stats {
      * time this stage waited for them, the bytes it sent, and of the time the part spent
      * waiting for a neighbour's activations or gradients (the bubble). */
     double pp_seconds, pp_bytes, pp_idle;
+    /* The wall time of this stage's action list (its schedule's passes over the micro-batches,
+     * the transfers and waits among them): the span the bubble is a fraction of (bench). */
+    double pp_span;
     /* mixture of experts (moe = 1; model/llama/moe.h): the cross-entropy, the load-balancing
        loss and the z-loss (before their coefficients; loss includes them), means over the
        micro-steps and ranks, and the routed choices the capacity dropped (all ranks) */
