@@ -227,7 +227,8 @@ static void test_explicit_counts(void **state) {
 }
 
 /* The key: --set text and YAML lists, checked against parallel.pp and model.n_layer when the
- * configuration is finished; pp > 1 itself is still refused once the world is applied. */
+ * configuration is finished, and given to the trainer as the stages' first layers once the world
+ * is applied. */
 static void test_key(void **state) {
     (void)state;
     dt_ctx ctx;
@@ -242,8 +243,11 @@ static void test_key(void **state) {
     assert_int_equal(c.pp_layers.v[0], 2);
     assert_int_equal(c.pp_layers.v[1], 3);
     assert_int_equal(dt_cfg_finish(&ctx, &c), DT_OK);
-    assert_int_equal(dt_cfg_apply_world(&ctx, &c, 2), DT_ERR_CONFIG);
-    assert_non_null(strstr(ctx.err, "parallel.pp=2: pipeline parallelism is not built yet"));
+    assert_int_equal(dt_cfg_apply_world(&ctx, &c, 2), DT_OK);
+    assert_int_equal(c.train.pp, 2);
+    assert_int_equal(c.train.pp_first[0], 0);
+    assert_int_equal(c.train.pp_first[1], 2);
+    assert_int_equal(c.train.pp_first[2], 5);
     /* "[2, 3]" in text too; bad text refused naming the key */
     assert_int_equal(dt_cfg_set(&ctx, &c, "parallel.pp_layers", "[1, 4]"), DT_OK);
     assert_int_equal(c.pp_layers.v[0] * 10 + c.pp_layers.v[1], 14);
