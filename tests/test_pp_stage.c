@@ -36,11 +36,13 @@ static dt_model_config cfg(int layers) {
     return c;
 }
 
+static int g_v = 0, g_stride = 0, g_every = 2; /* an interleaved stage's chunks (make) */
+
 static void make(dt_model *m, dt_alloc *al, int layers, int l0, int l1, dt_dtype compute, dt_recompute rc) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c = cfg(layers);
-    dt_model_opts o = {rc, 2, compute, 0, 0, {0}, 0, 0, 0, 0, l0, l1};
+    dt_model_opts o = {rc, g_every, compute, 0, 0, {0}, 0, 0, 0, 0, l0, l1, g_v, g_stride, 0};
     dt_alloc_init(al);
     dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
     if (st != DT_OK) fail_msg("init: %s", ctx.err);
@@ -130,7 +132,7 @@ static size_t compare_store(const dt_model *s, const dt_model *w, int grads, int
         assert_int_equal((int)(t->rows * t->cols), (int)(w->ps.tensors[id].rows * w->ps.tensors[id].cols));
         for (int l = 0; l < dt_params_copies(&s->ps, id); l++) {
             const float *a = dt_params_tensor(&s->ps, grads ? s->ps.grads : s->ps.params, id, l);
-            const float *b = dt_params_tensor(&w->ps, grads ? w->ps.grads : w->ps.params, id, s->ps.layer0 + l);
+            const float *b = dt_params_tensor(&w->ps, grads ? w->ps.grads : w->ps.params, id, dt_params_layer(&s->ps, l));
             size_t len = t->rows * t->cols;
             for (size_t i = 0; i < len; i++) assert_true(isfinite(a[i]));
             if (memcmp(a, b, len * sizeof(float))) {
@@ -184,6 +186,76 @@ static void check_cut(const int *first, int n, dt_dtype compute, dt_recompute rc
     dt_model_free(&w);
 }
 
+/* Interleaved stages (model.h pp_v): pp processes each holding v chunks of n layers, virtual
+ * stage j = c pp + r being chunk c of process r; each (micro-batch, virtual stage) with its own
+ * activations. Micro-batch by micro-batch through the virtual stages and back. */
+static void check_interleaved(int pp, int v, int n, dt_dtype compute, dt_recompute rc) {
+    const int L = pp * v * n;
+    dt_alloc aw, as[4];
+    dt_model w, s[4];
+    g_v = 0, g_stride = 0, g_every = 1;
+    make(&w, &aw, L, 0, 0, compute, rc);
+    g_v = v, g_stride = pp * n;
+    for (int r = 0; r < pp; r++) make(&s[r], &as[r], L, r * n, (r + 1) * n, compute, rc);
+    g_v = 0, g_stride = 0, g_every = 2;
+    size_t held = 0;
+    for (int r = 0; r < pp; r++) {
+        assert_int_equal(s[r].ps.n_layer, v * n);
+        held += compare_store(&s[r], &w, 0, 0);
+    }
+    assert_int_equal((int)held, (int)w.ps.n_params);
+    float lw[MB], ls[MB];
+    run_whole(&w, lw);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    const int V = pp * v;
+    float *sets[16][MB], *own[4];
+    for (int r = 0; r < pp; r++) own[r] = s[r].acts;
+    for (int j = 0; j < V; j++)
+        for (int k = 0; k < MB; k++) sets[j][k] = tu_malloc(s[j % pp].n_acts * sizeof(float));
+    for (int k = 0; k < MB; k++) {
+        int32_t in[B * 64], tg[B * 64];
+        batch(k, in, tg);
+        const float *x = NULL;
+        for (int j = 0; j < V; j++) {
+            dt_model *m = &s[j % pp];
+            dt_model_set_chunk(m, j / pp);
+            dt_model_use_acts(m, sets[j][k]);
+            const size_t nf = dt_model_stage_floats(m);
+            if (j > 0) memcpy(dt_model_stage_buf(m, DT_STAGE_IN), x, nf * sizeof(float));
+            float l = -1.0f;
+            assert_int_equal(dt_model_forward(&ctx, m, in, tg, &l), DT_OK);
+            if (j == V - 1) ls[k] = l;
+            x = dt_model_stage_buf(m, DT_STAGE_OUT);
+        }
+        const float *dx = NULL;
+        for (int j = V - 1; j >= 0; j--) {
+            dt_model *m = &s[j % pp];
+            dt_model_set_chunk(m, j / pp);
+            dt_model_use_acts(m, sets[j][k]);
+            const size_t nf = dt_model_stage_floats(m);
+            if (j < V - 1) memcpy(dt_model_stage_buf(m, DT_STAGE_DOUT), dx, nf * sizeof(float));
+            m->has_targets = 1;
+            dt_model_backward(m, 0.5f);
+            dx = dt_model_stage_buf(m, DT_STAGE_DIN);
+        }
+    }
+    for (int k = 0; k < MB; k++)
+        if (memcmp(&lw[k], &ls[k], sizeof(float))) fail_msg("micro-batch %d: loss %.9g vs the whole model's %.9g", k, ls[k], lw[k]);
+    size_t g = 0;
+    for (int r = 0; r < pp; r++) g += compare_store(&s[r], &w, 1, 0);
+    printf("    %s interleaved pp %d x v %d chunks of %d layer(s) (%s, %s): losses and %zu gradient elements bitwise\n",
+           g_preset, pp, v, n, dt_dtype_name(compute), dt_recompute_name(rc), g);
+    for (int r = 0; r < pp; r++) {
+        dt_model_set_chunk(&s[r], 0);
+        dt_model_use_acts(&s[r], own[r]);
+    }
+    for (int j = 0; j < V; j++)
+        for (int k = 0; k < MB; k++) free(sets[j][k]);
+    for (int r = 0; r < pp; r++) dt_model_free(&s[r]);
+    dt_model_free(&w);
+}
+
 static void test_stages_bitwise(void **state) {
     g_preset = *state;
     T = strcmp(g_preset, "vit-tiny") ? 32 : 64;
@@ -194,6 +266,10 @@ static void test_stages_bitwise(void **state) {
     check_cut(two, 2, DT_BF16, DT_RECOMPUTE_NONE);
     check_cut(three, 3, DT_F32, DT_RECOMPUTE_FULL);
     check_cut(two_b, 2, DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    check_interleaved(2, 2, 1, DT_F32, DT_RECOMPUTE_NONE);
+    check_interleaved(2, 3, 1, DT_F32, DT_RECOMPUTE_NONE);
+    check_interleaved(2, 2, 2, DT_BF16, DT_RECOMPUTE_FULL);
+    check_interleaved(3, 2, 1, DT_F32, DT_RECOMPUTE_SELECTIVE);
 }
 
 static void expect_refused(const char *preset, int untied, int l0, int l1, const char *key, const char *what) {
@@ -203,7 +279,7 @@ static void expect_refused(const char *preset, int untied, int l0, int l1, const
     assert_int_equal(dt_model_preset(&ctx, preset, &c), DT_OK);
     c.n_layer = 3;
     c.untied = untied;
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, l0, l1};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, l0, l1, 0, 0, 0};
     dt_alloc al;
     dt_alloc_init(&al);
     dt_model m;

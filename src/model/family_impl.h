@@ -142,15 +142,20 @@ static inline void dt_unit_grads_end(dt_model *m, int u) {
  * announces each before the part of the layer that reads it: in the forward (and a
  * recompute) ascending, in the backward descending, each between its grads_begin/end. */
 
+/* A family's layer l is layer l of the current chunk of an interleaved pipeline stage
+ * (model.h dt_model_set_chunk): the store's layer chunk_l0 + l (l itself otherwise). The
+ * families index activations by l and parameters through these helpers. */
+static inline int dt_fam_layer(const dt_model *m, int l) { return m->chunk_l0 + l; }
+
 /* The unit of tensor id in layer l. */
 static inline int dt_fam_unit(const dt_model *m, int id, int l) {
     size_t off;
-    return dt_params_unit_of(dt_model_weights(m), id, l, &off);
+    return dt_params_unit_of(dt_model_weights(m), id, dt_fam_layer(m, l), &off);
 }
 /* The unit layer l's backward reads first (the `next` of the unit read before it): its first
  * unit `lo` when it recomputes its forward there (model.h), else its last unit `hi`. */
 static inline int dt_fam_bwd_first(const dt_model *m, int l, int lo, int hi) {
-    int L = m->cfg.n_layer;
+    int L = dt_stage_layers(&m->cfg, &m->opts); /* the layers the backward runs (a stage's) */
     return dt_model_recomputes(&m->opts, l) && l != dt_act_top_recomputed(&m->opts, L) ? lo : hi;
 }
 
@@ -159,11 +164,11 @@ static inline int dt_fam_bwd_first(const dt_model *m, int l, int lo, int hi) {
  * discarded sink. */
 static inline float *dt_fam_param(const dt_model *m, int id, int l) {
     const dt_params *w = dt_model_weights(m);
-    return dt_params_unit_tensor(w, w->unit_params, id, l);
+    return dt_params_unit_tensor(w, w->unit_params, id, dt_fam_layer(m, l));
 }
 static inline float *dt_fam_grad(const dt_model *m, int id, int l) {
     if (m->lora) return m->lora_sink + m->lora_sink_off[id];
-    return dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, l);
+    return dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
 }
 
 /* ---- vocabulary tensors, chunk by chunk (vocab.c). A vocabulary tensor (V, C) is stored

@@ -73,10 +73,10 @@ static int site_geo_of(dt_model *m, int i, int id, int l, int j, int OC, int C, 
     const size_t r = (size_t)m->opts.lora.rank;
     const int ia = m->site_a[i];
     g->col = (int)col, g->rows = (int)rows, g->coff = 0;
-    g->A = dt_params_unit_tensor(&m->ps, m->ps.unit_params, ia, l);
-    g->B = dt_params_unit_tensor(&m->ps, m->ps.unit_params, ia + 1, l);
-    g->dA = bwd ? dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ia, l) : NULL; /* a forward: no gradients */
-    g->dB = bwd ? dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ia + 1, l) : NULL;
+    g->A = dt_params_unit_tensor(&m->ps, m->ps.unit_params, ia, dt_fam_layer(m, l));
+    g->B = dt_params_unit_tensor(&m->ps, m->ps.unit_params, ia + 1, dt_fam_layer(m, l));
+    g->dA = bwd ? dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ia, dt_fam_layer(m, l)) : NULL; /* a forward: no gradients */
+    g->dB = bwd ? dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ia + 1, dt_fam_layer(m, l)) : NULL;
     if (sp == DT_SPLIT_OUT) { /* B by output rows like the base, A replicated */
         g->B += (size_t)j * rows * r;
         if (g->dB) g->dB += (size_t)j * rows * r;
@@ -146,7 +146,7 @@ void dt_lora_mm_backward_sh(dt_model *m, float *dinp, const float *dout, const f
         if (j > 0) dt_tp_add(acc, part, n);
         if (j == dt_tp_local(&m->opts) - 1) {
             dt_tp_sum(m, acc, n);
-            float *dst = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, m->site_a[i] + !rep_a, l);
+            float *dst = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, m->site_a[i] + !rep_a, dt_fam_layer(m, l));
             dt_tp_add(dst, acc, n); /* dst += acc */
         }
     }

@@ -58,7 +58,7 @@ void dt_fam_mm_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const 
     if (m->lora && dt_lora_nf4(m, id, l))
         nf4_forward(m, out, x, id, l, bias, N, C, OC);
     else if (!dt_lowp(m))
-        dt_matmul_forward(out, x.f, dt_params_unit_tensor(w, w->unit_params, id, l), bias, N, C, OC);
+        dt_matmul_forward(out, x.f, dt_params_unit_tensor(w, w->unit_params, id, dt_fam_layer(m, l)), bias, N, C, OC);
     else
         dt_matmul_forward_lp(m->opts.compute, out, x.h, dt_model_lp_tensor(m, id, l), bias, N, C, OC);
     if (m->lora) dt_lora_mm_forward(m, out, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
@@ -72,7 +72,7 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
         } else if (dt_lora_nf4(m, id, l)) {
             nf4_backward(m, dinp, id, l, dout, N, C, OC);
         } else if (!dt_lowp(m)) {
-            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, NULL, dt_params_unit_tensor(w, w->unit_params, id, l), N,
+            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, NULL, dt_params_unit_tensor(w, w->unit_params, id, dt_fam_layer(m, l)), N,
                                   C, OC);
         } else {
             dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
@@ -83,10 +83,10 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
         return;
     }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
-    float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, l);
+    float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
     if (!dt_lowp(m)) {
         dt_matmul_backward(dinp, dw, dbias, dout, x.f,
-                           dinp ? dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, l) : NULL, N, C, OC);
+                           dinp ? dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)) : NULL, N, C, OC);
         return;
     }
     dt_matmul_backward_lp(m->opts.compute, dinp, dw, dbias, dout, m->lp_scratch, x.h,
@@ -111,7 +111,7 @@ void dt_lora_base_forward_sh(dt_model *m, float *out, int ld, dt_mmin x, int id,
     const size_t off = (size_t)j * rows * (size_t)C; /* the shard's block of the stored tensor */
     DT_ASSERT(ld == rows || !bias);
     if (!dt_lowp(m)) {
-        const float *w = dt_params_unit_tensor(&m->base, m->base.unit_params, id, l) + off;
+        const float *w = dt_params_unit_tensor(&m->base, m->base.unit_params, id, dt_fam_layer(m, l)) + off;
         if (ld == rows) dt_matmul_forward(out, x.f, w, bias, N, C, rows);
         else dt_matmul_forward_ld(out, ld, x.f, w, N, C, rows);
     } else {
@@ -144,7 +144,7 @@ void dt_lora_base_backward_sh(dt_model *m, float *dinp, int accumulate, int id, 
     const size_t off = (size_t)j * rows * (size_t)C;
     if (!dt_lowp(m))
         dt_matmul_backward_ld(dinp, accumulate, NULL, dout, ld, NULL,
-                              dt_params_unit_tensor(&m->base, m->base.unit_params, id, l) + off, N, C, rows);
+                              dt_params_unit_tensor(&m->base, m->base.unit_params, id, dt_fam_layer(m, l)) + off, N, C, rows);
     else
         dt_matmul_backward_ld_lp(dt, dinp, accumulate, NULL, m->lp_scratch, rows, NULL, dt_model_lp_tensor(m, id, l) + off,
                                  N, C, rows);

@@ -192,9 +192,19 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     const dt_model_opts *oo = o ? o : &none;
-    return dt_model_family_of(c)->act_floats(c, oo, B, T) + dt_lora_act_floats(c, oo, B, T);
+    size_t mx = 0;
+    for (int k = 0; k < dt_stage_chunks(oo); k++) { /* an interleaved stage: its largest chunk's */
+        dt_model_opts ok = *oo;
+        if (dt_stage_chunks(oo) > 1) {
+            const int n = oo->pp_l1 - oo->pp_l0;
+            ok.pp_c = k, ok.pp_l0 = dt_store_g0(oo) + k * oo->pp_stride, ok.pp_l1 = ok.pp_l0 + n;
+        }
+        size_t f = dt_model_family_of(c)->act_floats(c, &ok, B, T) + dt_lora_act_floats(c, &ok, B, T);
+        mx = f > mx ? f : mx;
+    }
+    return mx;
 }
 
 const char *dt_recompute_name(dt_recompute r) {
@@ -240,7 +250,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
@@ -280,13 +290,16 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
     int n = dt_model_tensors_tp(&m->cfg, &m->opts, table);
     DT_CHECK(dt_model_stage_table(ctx, &m->cfg, &m->opts, table, n));
     dt_status st = DT_OK;
+    const int chunks = dt_stage_chunks(&m->opts);
     if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
         DT_CHECK_GOTO(dt_lora_model_init(ctx, m, alloc, slabs));
     else
-        DT_CHECK_GOTO(dt_params_init(ctx, &m->ps, table, n, dt_stage_layers(&m->cfg, &m->opts), alloc, slabs));
-    m->ps.layer0 = m->opts.pp_l1 > 0 ? m->opts.pp_l0 : 0;
+        DT_CHECK_GOTO(dt_params_init(ctx, &m->ps, table, n, chunks * dt_stage_layers(&m->cfg, &m->opts), alloc, slabs));
+    m->ps.layer0 = dt_store_g0(&m->opts);
+    if (chunks > 1) m->ps.lchunk = dt_stage_layers(&m->cfg, &m->opts), m->ps.lstride = m->opts.pp_stride;
+    if (chunks > 1) m->chunk_l0 = m->opts.pp_c * m->ps.lchunk;
     const size_t fam_acts = m->fam->act_floats(&m->cfg, &m->opts, B, T);
-    m->n_acts = dt_model_act_floats_opts(&m->cfg, &m->opts, B, T);
+    m->n_acts = dt_model_act_floats_opts(&m->cfg, &m->opts, B, T); /* an interleaved stage: its largest chunk's */
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_ACTS, m->n_acts * sizeof(float), (void **)&m->acts));
     DT_CHECK_GOTO(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->fam->impl_bytes, &m->impl));
     m->lp_unit[0] = m->lp_unit[1] = -1;
@@ -326,13 +339,18 @@ dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_m
     if (o->pp_l0 < 0 || o->pp_l0 >= o->pp_l1 || o->pp_l1 > c->n_layer)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp: a stage's layers [%d, %d) are not inside the model's %d",
                        o->pp_l0, o->pp_l1, c->n_layer);
+    if (dt_stage_chunks(o) > 1 &&
+        (o->pp_c < 0 || o->pp_c >= o->pp_v || o->pp_stride < o->pp_l1 - o->pp_l0 || dt_store_g0(o) < 0 ||
+         dt_store_g0(o) + (o->pp_v - 1) * o->pp_stride + (o->pp_l1 - o->pp_l0) > c->n_layer))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_virtual: %d chunks of %d layers, %d apart, are not inside the "
+                       "model's %d layers", o->pp_v, o->pp_l1 - o->pp_l0, o->pp_stride, c->n_layer);
     if (o->lora.rank != 0 || o->lora.nf4)
         return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA under pipeline parallelism (parallel.pp > 1) is not built "
                        "yet (issue 32)");
     if (c->n_experts)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_experts: a mixture of experts under pipeline parallelism "
                        "(parallel.pp > 1) is not built yet (issue 32)");
-    const int first = dt_stage_first(o), last = dt_stage_last(c, o);
+    const int first = dt_store_first(o), last = dt_store_last(c, o); /* any of its chunks */
     const int head = dt_model_tied_head(table, n);
     for (int i = 0; i < n; i++) {
         dt_tensor_info *t = &table[i];
@@ -341,6 +359,16 @@ dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_m
             t->rows = t->file_rows = 0;
     }
     return DT_OK;
+}
+
+void dt_model_set_chunk(dt_model *m, int c) {
+    dt_model_opts *o = &m->opts;
+    DT_ASSERT(c >= 0 && c < dt_stage_chunks(o));
+    const int n = o->pp_l1 - o->pp_l0, g0 = dt_store_g0(o);
+    o->pp_c = c;
+    o->pp_l0 = g0 + c * o->pp_stride, o->pp_l1 = o->pp_l0 + n;
+    m->chunk_l0 = c * n;
+    m->fam->bind(m);
 }
 
 float *dt_model_stage_buf(dt_model *m, dt_stage_buf which) {
@@ -354,8 +382,7 @@ size_t dt_model_stage_floats(const dt_model *m) {
 }
 
 void dt_model_use_acts(dt_model *m, float *acts) {
-    if (m->acts == acts) return;
-    m->acts = acts;
+    m->acts = acts; /* rebound even when unchanged: the chunk may have changed the layout */
     m->fam->bind(m);
     if (m->lora) dt_lora_bind(m, m->acts + m->fam->act_floats(&m->cfg, &m->opts, m->B, m->T));
 }
@@ -514,7 +541,7 @@ const uint16_t *dt_model_lp_unit(dt_model *m, int u) {
 const uint16_t *dt_model_lp_tensor(dt_model *m, int id, int layer) {
     size_t off;
     const dt_params *ps = dt_model_weights(m);
-    int u = dt_params_unit_of(ps, id, layer, &off);
+    int u = dt_params_unit_of(ps, id, m->chunk_l0 + layer, &off); /* the current chunk's (family_impl.h) */
     DT_ASSERT(ps->tensors[id].matmul);
     return dt_model_lp_unit(m, u) + off;
 }

@@ -193,6 +193,11 @@ typedef struct dt_model_opts {
      * activation for the next (DT_STAGE_OUT) and starts its backward from that output's
      * gradient (DT_STAGE_DOUT), leaving its input's (DT_STAGE_DIN) for the previous one. */
     int pp_l0, pp_l1;
+    /* An interleaved stage (parallel.pp_schedule=interleaved) holds pp_v > 1 chunks of
+     * pp_l1 - pp_l0 layers each, chunk c starting pp_stride layers after chunk c - 1; [pp_l0,
+     * pp_l1) is then the current chunk pp_c's range (dt_model_set_chunk), the store holds all of
+     * them (params.h lchunk, lstride) and the family runs the current one. 0: one range. */
+    int pp_v, pp_stride, pp_c;
 } dt_model_opts;
 
 /* A pipeline stage's table (o->pp_l1 > 0): the PRE tensors of a stage that is not the first
@@ -205,8 +210,21 @@ dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_m
                                int n);
 /* The embedding a family's lm_head is tied to (a PRE vocabulary matmul tensor), or -1. */
 int dt_model_tied_head(const dt_tensor_info *table, int n);
-/* The layers a stage holds (every layer without pipeline parallelism), and whether it is the
- * first / last stage (it embeds / runs the head and loss). */
+/* The chunks an interleaved stage holds (1 otherwise), the layers its store holds, and where its
+ * first chunk starts. */
+static inline int dt_stage_chunks(const dt_model_opts *o) { return o && o->pp_l1 > 0 && o->pp_v > 1 ? o->pp_v : 1; }
+static inline int dt_store_g0(const dt_model_opts *o) {
+    return o && o->pp_l1 > 0 ? o->pp_l0 - (dt_stage_chunks(o) > 1 ? o->pp_c * o->pp_stride : 0) : 0;
+}
+/* Whether the store holds the model's first layer (its embedding) / last layer (its head). */
+static inline int dt_store_first(const dt_model_opts *o) { return !o || o->pp_l1 <= 0 || dt_store_g0(o) == 0; }
+static inline int dt_store_last(const dt_model_config *c, const dt_model_opts *o) {
+    if (!o || o->pp_l1 <= 0) return 1;
+    return dt_store_g0(o) + (dt_stage_chunks(o) - 1) * o->pp_stride + (o->pp_l1 - o->pp_l0) == c->n_layer;
+}
+/* The layers a stage holds (every layer without pipeline parallelism; an interleaved stage:
+ * its current chunk's), and whether it is the first / last stage (it embeds / runs the head
+ * and loss; an interleaved stage: whether its current chunk is). */
 static inline int dt_stage_layers(const dt_model_config *c, const dt_model_opts *o) {
     return o && o->pp_l1 > 0 ? o->pp_l1 - o->pp_l0 : c->n_layer;
 }
@@ -425,6 +443,9 @@ struct dt_model {
      * (parallel.pp_blocks) does both: the same sums in the same order. */
     float *tied_h;
     int tied_add;
+    /* An interleaved stage (model.h dt_model_opts.pp_v): the store's first layer of the current
+     * chunk (0 otherwise); the families run layers chunk_l0 + l (family_impl.h dt_fam_layer). */
+    int chunk_l0;
 };
 
 /* The store the family's forward and backward read weights from: the frozen base under
@@ -503,6 +524,10 @@ void dt_model_free(dt_model *m);
  * not the last, DT_STAGE_DIN read after the backward of one that is not the first. The
  * pointers follow the activations in use (dt_model_use_acts). */
 float *dt_model_stage_buf(dt_model *m, dt_stage_buf which);
+/* An interleaved stage: makes chunk c the current one (its range in opts, its layers the
+ * family's), rebinding the activation views (the first and last chunks lay out the embedding's
+ * and the head's buffers). */
+void dt_model_set_chunk(dt_model *m, int c);
 size_t dt_model_stage_floats(const dt_model *m);
 /* Points the model's activation views at `acts` (m->n_acts floats, laid out as the model's own):
  * a pipeline stage keeps one set per micro-batch in flight and switches between them. */

@@ -94,7 +94,7 @@ dt_status dt_params_canon_runs(dt_ctx *ctx, const dt_params *ps, const dt_params
         const dt_tensor_info *t = &ps->tensors[id], *ct = &canon->tensors[id];
         const size_t len = t->rows * t->cols, real = ct->file_rows * ct->cols; /* canonical real elements */
         for (int l = 0; l < dt_params_copies(ps, id); l++) {
-            const size_t base = dt_params_flat(ps, id, l), cbase = dt_params_flat(canon, id, ps->layer0 + l);
+            const size_t base = dt_params_flat(ps, id, l), cbase = dt_params_flat(canon, id, dt_params_layer(ps, l));
             for (size_t i = 0; i < len;) {
                 size_t gi;
                 int sh;
@@ -408,11 +408,11 @@ static void format_name(const char *fmt, const dt_tensor_info *t, int layer, cha
 }
 
 void dt_params_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
-    format_name(ps->tensors[id].name, &ps->tensors[id], ps->layer0 + layer, buf, n);
+    format_name(ps->tensors[id].name, &ps->tensors[id], dt_params_layer(ps, layer), buf, n);
 }
 
 void dt_params_ext_name(const dt_params *ps, int id, int layer, char *buf, size_t n) {
-    format_name(ps->tensors[id].ext_name, &ps->tensors[id], ps->layer0 + layer, buf, n);
+    format_name(ps->tensors[id].ext_name, &ps->tensors[id], dt_params_layer(ps, layer), buf, n);
 }
 
 dt_status dt_params_check_finite(dt_ctx *ctx, const dt_params *ps, const float *base, const char *path, int ext) {
@@ -458,8 +458,8 @@ void dt_params_init_range(const dt_params *ps, uint64_t seed, float *dst, size_t
             size_t drawn = tp ? t->g_file_rows * t->g_cols : t->file_rows * t->cols;
             size_t a = base > lo ? base : lo, z = base + len < hi ? base + len : hi;
             if (a >= z) continue;
-            /* a layer tensor's stream is the model's layer (a pipeline stage's l is layer0 + l) */
-            uint64_t stream = ((uint64_t)id << 32) | (uint64_t)(t->group == DT_PG_LAYER ? ps->layer0 + l : l);
+            /* a layer tensor's stream is the model's layer (a pipeline stage's: dt_params_layer) */
+            uint64_t stream = ((uint64_t)id << 32) | (uint64_t)(t->group == DT_PG_LAYER ? dt_params_layer(ps, l) : l);
             const uint64_t sd = seed ^ ps->seed_salt;
             float *out = dst + (a - lo);
             switch (t->init) {

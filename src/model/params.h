@@ -133,8 +133,11 @@ typedef struct dt_params {
     uint64_t seed_salt;         /* XORed into the init seed (0; LoRA adapters: their own streams) */
     size_t chunk_cap;           /* elements per vocabulary chunk at most (0: the largest layer unit) */
     int layer0;                 /* the model's layer that local layer 0 is (a pipeline stage's
-                                   store: model.h dt_model_opts.pp_l0; 0 otherwise): names, initial
-                                   values and canonical runs use layer0 + l */
+                                   store: model.h dt_model_opts.pp_l0; 0 otherwise) */
+    int lchunk, lstride;        /* an interleaved stage's chunks (model.h pp_v): lchunk local layers
+                                   each, the next chunk lstride model layers further (0: one
+                                   range). Names, initial values and canonical runs use the
+                                   model's layer, dt_params_layer */
     dt_alloc *alloc;
 } dt_params;
 
@@ -152,6 +155,11 @@ typedef struct dt_params {
 int dt_params_table_layer_units(const dt_tensor_info *table, int n);
 /* Elements of the largest layer unit of a table (the vocabulary chunks' cap). */
 size_t dt_params_table_unit_max(const dt_tensor_info *table, int n);
+
+/* The model's layer that local layer l of ps is (a pipeline stage's store: its chunks). */
+static inline int dt_params_layer(const dt_params *ps, int l) {
+    return ps->lchunk > 0 ? ps->layer0 + l / ps->lchunk * ps->lstride + l % ps->lchunk : ps->layer0 + l;
+}
 
 /* Copies the table (n rows, offsets computed here), lays out the units and allocates the
  * slabs named in `slabs`. */

@@ -24,7 +24,7 @@ void dt_fam_mm_forward_sh(dt_model *m, float *out, dt_mmin x, int id, int l, int
     dt_params *w = dt_model_weights(m);
     size_t off = (size_t)j * shard_len(m, id);
     if (!dt_lowp(m))
-        dt_matmul_forward(out, x.f, dt_params_unit_tensor(w, w->unit_params, id, l) + off, bias, N, C, OC);
+        dt_matmul_forward(out, x.f, dt_params_unit_tensor(w, w->unit_params, id, dt_fam_layer(m, l)) + off, bias, N, C, OC);
     else
         dt_matmul_forward_lp(m->opts.compute, out, x.h, dt_model_lp_tensor(m, id, l) + off, bias, N, C, OC);
 }
@@ -41,10 +41,10 @@ void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float
         return;
     }
     size_t off = (size_t)j * shard_len(m, id);
-    float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, l) + off;
+    float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l)) + off;
     if (!dt_lowp(m)) {
         dt_matmul_backward(dinp, dw, dbias, dout, x.f,
-                           dinp ? dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, l) + off : NULL, N, C, OC);
+                           dinp ? dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)) + off : NULL, N, C, OC);
         return;
     }
     dt_matmul_backward_lp(m->opts.compute, dinp, dw, dbias, dout, m->lp_scratch, x.h,
@@ -128,7 +128,7 @@ void dt_tp_cols_forward(dt_model *m, float *out, dt_mmin x, const int *ids, int 
                 rows = (int)dt_lora_shard_rows(m, ids[t]);
                 dt_lora_base_forward_sh(m, o + col, W, x, ids[t], l, j, NULL, N, C, rows);
             } else if (!dt_lowp(m))
-                dt_matmul_forward_ld(o + col, W, x.f, dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C,
+                dt_matmul_forward_ld(o + col, W, x.f, dt_params_unit_tensor(w, w->unit_params, ids[t], dt_fam_layer(m, l)) + off, N, C,
                                      rows);
             else
                 dt_matmul_forward_ld_lp(m->opts.compute, o + col, W, x.h, dt_model_lp_tensor(m, ids[t], l) + off, N, C,
@@ -157,10 +157,10 @@ static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int 
                 col += rows;
                 continue;
             }
-            float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ids[t], l) + off;
+            float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ids[t], dt_fam_layer(m, l)) + off;
             if (!dt_lowp(m))
                 dt_matmul_backward_ld(dst, t > 0, dw, d + col, W, x.f,
-                                      dt_params_unit_tensor(w, w->unit_params, ids[t], l) + off, N, C, rows);
+                                      dt_params_unit_tensor(w, w->unit_params, ids[t], dt_fam_layer(m, l)) + off, N, C, rows);
             else
                 dt_matmul_backward_ld_lp(m->opts.compute, dst, t > 0, dw, m->lp_scratch + col, W, x.h,
                                          dt_model_lp_tensor(m, ids[t], l) + off, N, C, rows);

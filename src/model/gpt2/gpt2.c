@@ -285,7 +285,7 @@ static const float *gpt2_logits(const dt_model *m) { return ((const dt_gpt2_acts
 #define P(id, l) dt_fam_param(m, DT_GPT2_P_##id, l)
 #define G(id, l) dt_fam_grad(m, DT_GPT2_P_##id, l)
 #define UNIT(id) (dt_model_weights(m)->tensors[DT_GPT2_P_##id].unit)
-#define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), l)
+#define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), dt_fam_layer(m, l))
 #define ID(id) DT_GPT2_P_##id
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_GPT2_P_##id, l)
@@ -431,7 +431,7 @@ static dt_status gpt2_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, c
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
         block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : last ? UNIT(LNFW) : -1);
-        dt_trace_end(tl, "fwd", "fwd layer %d", m->ps.layer0 + l);
+        dt_trace_end(tl, "fwd", "fwd layer %d", dt_params_layer(&m->ps, m->chunk_l0 + l));
     }
     if (!last) return DT_OK;
     final_norm_forward(m);
@@ -501,7 +501,7 @@ static void gpt2_backward(dt_model *m, float scale) {
                                                          a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
                                                                   v.ln1m, v.ln1r, BT, C, a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
+        dt_trace_end(tl, "bwd", "bwd layer %d", dt_params_layer(&m->ps, m->chunk_l0 + l));
         dt_unit_grads_end(m, u0);
     }
     if (!dt_stage_first(&m->opts)) { /* dres holds d(encoded): DT_STAGE_DIN */

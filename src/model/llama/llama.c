@@ -392,7 +392,7 @@ const int32_t *dt_llama_moe_choices(const dt_model *m, int l) {
 #define HEAD_ID (m->cfg.untied ? LMHEAD_ID : DT_LLAMA_P_EMBED)
 #define UNIT(id) (dt_model_weights(m)->tensors[DT_LLAMA_P_##id].unit)
 #define NORM_UNIT (dt_model_weights(m)->tensors[NORM_ID].unit)
-#define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), l)
+#define LAYER(l) DT_UNIT_LAYER(dt_model_weights(m), dt_fam_layer(m, l))
 #define ID(id) DT_LLAMA_P_##id
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_LLAMA_P_##id, l)
@@ -531,7 +531,7 @@ static dt_status llama_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs,
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
         block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : last ? NORM_UNIT : -1);
-        dt_trace_end(tl, "fwd", "fwd layer %d", m->ps.layer0 + l);
+        dt_trace_end(tl, "fwd", "fwd layer %d", dt_params_layer(&m->ps, m->chunk_l0 + l));
     }
     if (!last) return DT_OK;
     final_norm_forward(m);
@@ -612,7 +612,7 @@ static void llama_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, x, BT, C, d.QWl, a->spb, a->tpx));
         DT_PROF(m, bwd, DT_OP_RMSNORM, dt_sp_rmsnorm_backward(m, a->dres, G(LN1, l), a->dbtc, v.resid, P(LN1, l), v.rstd1, BT, C,
                                                               a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
+        dt_trace_end(tl, "bwd", "bwd layer %d", dt_params_layer(&m->ps, m->chunk_l0 + l));
         dt_unit_grads_end(m, u0);
     }
     if (!dt_stage_first(&m->opts)) { /* dres holds d(encoded): DT_STAGE_DIN */

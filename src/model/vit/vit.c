@@ -298,10 +298,10 @@ static int vit_correct(const dt_model *m) {
 
 /* ------------------------------------------------------------------ forward / backward */
 
-#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_VIT_P_##id, l)
-#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_VIT_P_##id, l)
+#define P(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_VIT_P_##id, dt_fam_layer(m, l))
+#define G(id, l) dt_params_unit_tensor(&m->ps, m->ps.unit_grads, DT_VIT_P_##id, dt_fam_layer(m, l))
 #define UNIT(id) (m->ps.tensors[DT_VIT_P_##id].unit)
-#define LAYER(l) DT_UNIT_LAYER(&m->ps, l)
+#define LAYER(l) DT_UNIT_LAYER(&m->ps, dt_fam_layer(m, l))
 #define ID(id) DT_VIT_P_##id
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_VIT_P_##id, l)
@@ -424,7 +424,7 @@ static dt_status vit_forward(dt_ctx *ctx, dt_model *m, const int32_t *inputs, co
     for (int l = 0; l < L; l++) {
         double tl = dt_trace_begin();
         block_forward(m, l, 0, l + 1 < L ? LAYER(l + 1) : last ? UNIT(LNFW) : -1);
-        dt_trace_end(tl, "fwd", "fwd layer %d", m->ps.layer0 + l);
+        dt_trace_end(tl, "fwd", "fwd layer %d", dt_params_layer(&m->ps, m->chunk_l0 + l));
     }
     if (!last) return DT_OK;
     dt_unit_need(m, UNIT(LNFW), -1);
@@ -502,7 +502,7 @@ static void vit_backward(dt_model *m, float scale) {
                                                          a->tpx));
         DT_PROF(m, bwd, DT_OP_LAYERNORM, dt_sp_layernorm_backward(m, a->dres, G(LN1W, l), G(LN1B, l), a->dbtc, v.resid, P(LN1W, l),
                                                                   v.ln1m, v.ln1r, BT, C, a->sptmp));
-        dt_trace_end(tl, "bwd", "bwd layer %d", m->ps.layer0 + l);
+        dt_trace_end(tl, "bwd", "bwd layer %d", dt_params_layer(&m->ps, m->chunk_l0 + l));
         dt_unit_grads_end(m, u0);
     }
     if (!dt_stage_first(&m->opts)) return; /* dres holds d(encoded): DT_STAGE_DIN */
