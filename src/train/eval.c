@@ -7,20 +7,22 @@
 
 dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
                        double *accuracy, double *counted_out) {
-    return dt_eval_loss_stage(ctx, m, vl, NULL, NULL, loss, tokens, accuracy, counted_out);
+    return dt_eval_loss_stage(ctx, m, vl, NULL, NULL, 1, loss, tokens, accuracy, counted_out);
 }
 
-dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eval_xfer xfer, void *ud, double *loss,
-                             double *tokens, double *accuracy, double *counted_out) {
+dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eval_xfer xfer, void *ud, int chunks,
+                             double *loss, double *tokens, double *accuracy, double *counted_out) {
     dt_val_loader_reset(vl);
     int32_t *in, *tg;
     double sum = 0.0, wsum = 0.0, counted = 0.0;
     long n = 0, right = 0;
     while (dt_val_loader_next(vl, &in, &tg)) {
         float l = 0.0f;
-        if (xfer) DT_CHECK(xfer(ctx, ud, 1));
-        DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
-        if (xfer) DT_CHECK(xfer(ctx, ud, 0));
+        for (int c = 0; c < chunks; c++) { /* an interleaved stage: each chunk in turn */
+            if (xfer) DT_CHECK(xfer(ctx, ud, 1, c));
+            DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
+            if (xfer) DT_CHECK(xfer(ctx, ud, 0, c));
+        }
         if (m->cfg.n_experts) l = m->moe_ce; /* a mixture of experts: the cross-entropy, without the router losses */
         int c = m->cfg.n_classes > 0 ? m->B : dt_count_targets(tg, m->B * m->T);
         sum += l;

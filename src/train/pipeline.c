@@ -33,7 +33,10 @@
 #include "ops/ops.h"
 #include "train/trainer_impl.h"
 
-enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_TIED_HEAD = 3, TAG_TIED_GRAD = 4 };
+/* Message tags: activations and gradients for chunk c of the receiving stage (interleaved
+ * stages exchange several chunks' messages in one direction: each chunk's arrive in
+ * micro-batch order), a tied head's. */
+enum { TAG_ACT = 1000, TAG_GRAD = 2000, TAG_TIED_HEAD = 3, TAG_TIED_GRAD = 4 };
 
 dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     const int pp = cfg->pp, L = cfg->model.n_layer;
@@ -45,18 +48,34 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     if (cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4)
         return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank with parallel.pp=%d: LoRA under a pipeline is not built yet "
                        "(issue 32)", pp);
+    if (!f || !f->stage_buf)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
+                       "(issue 32)", pp, f ? f->name : cfg->model.family);
+    if (cfg->pp_kind == DT_PP_ZBH1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=%s is not built yet (gpipe, 1f1b and interleaved run; "
+                       "issue 32)", dt_pp_kind_name((dt_pp_kind)cfg->pp_kind));
+    const int v = cfg->pp_virtual > 0 ? cfg->pp_virtual : 1;
+    DT_CHECK(dt_pp_schedule_check(ctx, (dt_pp_kind)cfg->pp_kind, pp, v, cfg->accum));
+    if (cfg->pp_kind == DT_PP_INTERLEAVED) {
+        /* v chunks per stage of equal size (Megatron's rule), chunk c of stage s holding virtual
+         * stage c pp + s; the first layers of the stages' chunk 0 in pp_first */
+        if (v > 16)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_virtual=%d: at most 16 chunks per stage", v);
+        if (L % (pp * v))
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=interleaved: parallel.pp x parallel.pp_virtual = "
+                           "%d x %d must divide model.n_layer=%d (equal chunks)", pp, v, L);
+        if (cfg->pp_first[pp] != 0 && cfg->pp_first[pp] != L / v) /* not these boundaries set before */
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_layers with parallel.pp_schedule=interleaved: the chunks are "
+                           "equal (model.n_layer / (pp x pp_virtual) layers each); leave parallel.pp_layers unset");
+        if (cfg->model_opts.recompute != DT_RECOMPUTE_NONE && cfg->model_opts.recompute_every > 1)
+            return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every=%d with parallel.pp_schedule="
+                           "interleaved: every layer or none (1)", cfg->model_opts.recompute_every);
+        for (int st = 0; st <= pp; st++) cfg->pp_first[st] = st * (L / (pp * v));
+    }
     if (cfg->pp_blocks) { /* the test mode: one process, the stages' boundaries only */
         if (cfg->pp_first[pp] == 0) dt_pp_split(&cfg->model, cfg->seq_len, pp, cfg->pp_first);
         return DT_OK;
     }
-    if (!f || !f->stage_buf)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
-                       "(issue 32)", pp, f ? f->name : cfg->model.family);
-    if (cfg->pp_kind != DT_PP_GPIPE && cfg->pp_kind != DT_PP_1F1B)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=%s is not built yet (gpipe and 1f1b run; issue 32)",
-                       dt_pp_kind_name((dt_pp_kind)cfg->pp_kind));
-    DT_CHECK(dt_pp_schedule_check(ctx, (dt_pp_kind)cfg->pp_kind, pp, cfg->pp_virtual > 0 ? cfg->pp_virtual : 1,
-                                  cfg->accum));
     if (cfg->parallel.compression)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression with parallel.pp=%d: not built yet (issue 32)", pp);
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
@@ -66,6 +85,7 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
                        "over stages needs the full gradients of ddp or zero1 (ZeRO-2/3 with a tied head under a "
                        "pipeline is not built yet; model.untied_embeddings=1 runs every stage)",
                        dt_strategy_name(cfg->parallel.strategy), pp);
+    if (cfg->pp_kind == DT_PP_INTERLEAVED) return DT_OK; /* its chunks' boundaries, above */
     if (cfg->pp_first[pp] == 0) { /* no parallel.pp_layers: the cost rule */
         dt_pp_split(&cfg->model, cfg->seq_len, pp, cfg->pp_first);
         return DT_OK;
@@ -102,7 +122,8 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     DT_CHECK(tied_init(ctx, tr));
     if (p->n <= 1) return DT_OK; /* the blocks mode */
     const dt_pp_kind k = (dt_pp_kind)cfg->pp_kind;
-    const int v = cfg->pp_virtual > 0 ? cfg->pp_virtual : 1, m = cfg->accum;
+    const int v = k == DT_PP_INTERLEAVED ? cfg->pp_virtual : 1, m = cfg->accum;
+    p->v = v;
     p->n_acts = dt_pp_schedule_len(k, p->n, v, m);
     p->acts = malloc((size_t)p->n_acts * sizeof *p->acts);
     p->slots = dt_pp_inflight(k, p->n, v, m, p->stage);
@@ -111,10 +132,22 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     p->busy = malloc((size_t)p->slots * sizeof *p->busy);
     p->out_req = calloc((size_t)p->slots, sizeof *p->out_req);
     p->in_req = calloc((size_t)p->slots, sizeof *p->in_req);
-    p->slot_of = malloc((size_t)m * sizeof *p->slot_of);
+    p->slot_of = malloc((size_t)m * v * sizeof *p->slot_of);
     p->bscale = calloc((size_t)m, sizeof *p->bscale);
     if (!p->acts || !p->slab || !p->busy || !p->out_req || !p->in_req || !p->slot_of || !p->bscale)
         return dt_fail(ctx, DT_ERR_NOMEM, "pipeline: out of memory");
+    if (v > 1) { /* the chunks after the first read micro-batch k after the data source moved on */
+        DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, dt_pp_tokens_bytes(cfg), (void **)&p->tok));
+        /* Interleaved stages send around a ring, and a stage can reuse an activation set while
+         * its last message has not been received (its receiver waits on another stage): every
+         * message of a step leaves from its own copy, so no send ever waits for a receive
+         * before the step's end (the schedules are deadlock-free with such sends: decision 75). */
+        p->pool_n = 2 * m * v;
+        p->pool_req = calloc((size_t)p->pool_n, sizeof *p->pool_req);
+        if (!p->pool_req) return dt_fail(ctx, DT_ERR_NOMEM, "pipeline: out of memory");
+        DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_COMM, dt_pp_pool_bytes(cfg, dt_model_stage_floats(&tr->model)),
+                              (void **)&p->pool));
+    }
     if (dt_pp_schedule(k, p->n, v, m, p->stage, p->acts) != p->n_acts ||
         !dt_pp_schedule_valid(k, p->n, v, m, p->stage, p->acts, p->n_acts))
         return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: the %s schedule of stage %d is not valid", dt_pp_kind_name(k),
@@ -135,6 +168,10 @@ void dt_pp_free(dt_trainer *tr) {
     for (int s = 1; p->slab && s < p->slots; s++)
         if (p->slab[s]) dt_alloc_put(&tr->alloc, DT_MEM_ACTS, p->slab[s], tr->model.n_acts * sizeof(float));
     if (p->slab && p->slab[0] && tr->model.acts != p->slab[0]) dt_model_use_acts(&tr->model, p->slab[0]);
+    if (p->tok) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->tok, dt_pp_tokens_bytes(&tr->cfg));
+    if (p->pool) dt_alloc_put(&tr->alloc, DT_MEM_COMM, p->pool, dt_pp_pool_bytes(&tr->cfg, dt_model_stage_floats(&tr->model)));
+    free(p->pool_req);
+    p->tok = NULL, p->pool = NULL, p->pool_req = NULL;
     free(p->acts), free(p->slab), free(p->busy), free(p->out_req), free(p->in_req), free(p->slot_of), free(p->bscale);
     p->acts = NULL, p->slab = NULL, p->busy = NULL, p->out_req = p->in_req = NULL, p->slot_of = NULL, p->bscale = NULL;
 }
@@ -155,12 +192,28 @@ static dt_status recv_from(dt_ctx *ctx, dt_trainer *tr, float *buf, size_t n, in
     dt_status st = dt_comm_recv(ctx, tr->comm, tr->pp.group, buf, n * sizeof(float), peer, tag);
     double dt = dt_now() - w0;
     tr->pp.seconds += dt, tr->pp.idle += dt;
-    dt_trace_end(t0, "pp", "recv %s from stage %d", tag == TAG_ACT ? "activations" : "gradients", peer);
+    dt_trace_end(t0, "pp", "recv %s from stage %d",
+                 tag >= TAG_GRAD ? "gradients" : tag >= TAG_ACT ? "activations" : "head gradients", peer);
     return st;
+}
+
+size_t dt_pp_pool_bytes(const dt_train_cfg *cfg, size_t stage_floats) {
+    return 2 * (size_t)cfg->accum * (size_t)dt_pp_chunks(cfg) * stage_floats * sizeof(float);
+}
+
+size_t dt_pp_tokens_bytes(const dt_train_cfg *cfg) {
+    return 2 * (size_t)cfg->accum * (size_t)cfg->micro_batch * (size_t)cfg->seq_len * sizeof(int32_t);
 }
 
 static dt_status send_to(dt_ctx *ctx, dt_trainer *tr, const float *buf, size_t n, int peer, int tag,
                          dt_comm_req **req) {
+    dt_pp_link *p = &tr->pp;
+    if (p->pool && req != &p->tied_req) { /* interleaved: from the message's own copy */
+        if (p->pool_used >= p->pool_n) return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: more messages than a step sends");
+        float *copy = p->pool + (size_t)p->pool_used * n;
+        dt_copy(copy, buf, n * sizeof(float));
+        buf = copy, req = &p->pool_req[p->pool_used++];
+    }
     double t0 = dt_now();
     dt_status st = dt_comm_isend(ctx, tr->comm, tr->pp.group, buf, n * sizeof(float), peer, tag, req);
     tr->pp.seconds += dt_now() - t0;
@@ -171,64 +224,81 @@ static dt_status send_to(dt_ctx *ctx, dt_trainer *tr, const float *buf, size_t n
 dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, dt_step_stats *out) {
     dt_pp_link *p = &tr->pp;
     dt_model *m = &tr->model;
-    const int first = p->stage == 0, last = p->stage == p->n - 1, M = tr->cfg.accum;
+    const int P = p->n, r = p->stage, M = tr->cfg.accum, v = p->v, V = P * v;
     const size_t nf = dt_model_stage_floats(m), bt = (size_t)m->B * m->T;
-    int next_b = 0; /* backwards run in micro-batch order (the schedules' rule) */
-    for (int k = 0; k < M; k++) p->slot_of[k] = -1;
+    const int prev = (r + P - 1) % P, next = (r + 1) % P; /* the neighbours (a ring when interleaved) */
+    int next_b[16] = {0}, pass = 0; /* backwards run in micro-batch order per chunk (the schedules' rule) */
+    for (int k = 0; k < M * v; k++) p->slot_of[k] = -1;
     *loss_sum = 0.0;
     if (m->tied_h) dt_fill(m->tied_h, 0, p->tied_n * sizeof(float)); /* the step's head gradients */
     for (int i = 0; i < p->n_acts; i++) {
         const dt_pp_action a = p->acts[i];
-        const int k = a.mb;
+        const int k = a.mb, c = a.chunk, vs = c * P + r; /* virtual stage vs = chunk c of stage r */
+        const int first = vs == 0, last = vs == V - 1;
         if (a.op == DT_PP_F) {
             int s = 0;
             while (s < p->slots && p->busy[s] >= 0) s++;
-            if (s == p->slots) return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: stage %d has no free activation set", p->stage);
+            if (s == p->slots) return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: stage %d has no free activation set", r);
             DT_CHECK(wait_send(ctx, tr, &p->in_req[s])); /* the set's last gradient has left */
             DT_CHECK(wait_send(ctx, tr, &p->out_req[s]));
-            p->busy[s] = k, p->slot_of[k] = s;
+            p->busy[s] = k * v + c, p->slot_of[k * v + c] = s;
+            if (v > 1) dt_model_set_chunk(m, c);
             dt_model_use_acts(m, p->slab[s]);
             double t0 = dt_now(), td = dt_trace_begin();
             int32_t *in, *tg;
-            DT_CHECK(dt_trainer_micro_batch(ctx, tr, mi, k, &in, &tg));
+            if (c == 0) { /* a chunk's forwards run in micro-batch order: chunk 0's fetch */
+                DT_CHECK(dt_trainer_micro_batch(ctx, tr, mi, k, &in, &tg));
+                if (v > 1) {
+                    dt_copy(p->tok + 2 * (size_t)k * bt, in, bt * sizeof(int32_t));
+                    dt_copy(p->tok + (2 * (size_t)k + 1) * bt, tg, bt * sizeof(int32_t));
+                }
+            } else {
+                in = p->tok + 2 * (size_t)k * bt, tg = p->tok + (2 * (size_t)k + 1) * bt;
+            }
             dt_trace_end(td, "data", "data %d", k);
             out->data_seconds += dt_now() - t0;
-            if (!first) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, p->stage - 1, TAG_ACT));
+            if (!first) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, prev, TAG_ACT + c));
             t0 = dt_now(), td = dt_trace_begin();
-            if (tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
+            if (c == 0 && tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
                 usleep((useconds_t)tr->slow_ms * 1000);
             p->bscale[k] = dt_trainer_micro_scale(tr, mi, k);
             dt_trainer_micro_drop(tr, mi, k);
             float loss = 0.0f;
             DT_CHECK(dt_model_forward_train(ctx, m, in, tg, p->bscale[k], &loss));
             if (m->tp_failed) return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
-            dt_trace_end(td, "fwd", "forward %d", k);
+            if (v > 1) dt_trace_end(td, "fwd", "forward %d chunk %d", k, c);
+            else dt_trace_end(td, "fwd", "forward %d", k);
             out->fwd_seconds += dt_now() - t0;
             if (last) *loss_sum += mi->masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
-            else DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, p->stage + 1, TAG_ACT, &p->out_req[s]));
+            else DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, next, TAG_ACT + (vs + 1) / P, &p->out_req[s]));
         } else if (a.op == DT_PP_B) {
-            const int s = p->slot_of[k];
-            if (s < 0 || k != next_b)
-                return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: stage %d runs micro-batch %d's backward out of order", p->stage, k);
-            next_b++;
+            const int s = p->slot_of[k * v + c];
+            if (s < 0 || c >= 16 || k != next_b[c])
+                return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: stage %d runs micro-batch %d's backward out of order", r, k);
+            next_b[c]++;
+            if (v > 1) dt_model_set_chunk(m, c);
             dt_model_use_acts(m, p->slab[s]);
-            if (!last) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DOUT), nf, p->stage + 1, TAG_GRAD));
+            if (!last) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DOUT), nf, next, TAG_GRAD + c));
             /* a tied head: the first stage adds the last stage's head gradients of the whole step
              * to the embedding's in the last backward (model.h tied_h) */
             if (m->tied_h && first && k == M - 1)
-                DT_CHECK(recv_from(ctx, tr, m->tied_h, p->tied_n, p->n - 1, TAG_TIED_HEAD));
+                DT_CHECK(recv_from(ctx, tr, m->tied_h, p->tied_n, P - 1, TAG_TIED_HEAD));
             double t0 = dt_now(), td = dt_trace_begin();
             m->has_targets = 1; /* the forward of this set kept its state */
             dt_trainer_micro_drop(tr, mi, k);
-            dt_parallel_begin_micro(tr->par, k, k == M - 1);
+            /* the strategy's micro-steps are the backward passes (an interleaved stage's chunks
+             * write disjoint gradients: the others' add zeros) */
+            dt_parallel_begin_micro(tr->par, pass, pass == M * v - 1);
+            pass++;
             m->tied_add = m->tied_h && first && k == M - 1;
             dt_model_backward(m, p->bscale[k]);
             m->tied_add = 0;
             if (m->tp_failed) return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
             dt_parallel_end_micro(tr->par);
-            dt_trace_end(td, "bwd", "backward %d", k);
+            if (v > 1) dt_trace_end(td, "bwd", "backward %d chunk %d", k, c);
+            else dt_trace_end(td, "bwd", "backward %d", k);
             out->bwd_seconds += dt_now() - t0;
-            if (!first) DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DIN), nf, p->stage - 1, TAG_GRAD, &p->in_req[s]));
+            if (!first) DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DIN), nf, prev, TAG_GRAD + (vs - 1) / P, &p->in_req[s]));
             if (m->tied_h && last && k == M - 1) DT_CHECK(send_to(ctx, tr, m->tied_h, p->tied_n, 0, TAG_TIED_HEAD, &p->tied_req));
             p->busy[s] = -1;
         } else {
@@ -239,7 +309,10 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
         DT_CHECK(wait_send(ctx, tr, &p->out_req[s]));
         DT_CHECK(wait_send(ctx, tr, &p->in_req[s]));
     }
+    for (int q = 0; q < p->pool_used; q++) DT_CHECK(wait_send(ctx, tr, &p->pool_req[q]));
+    p->pool_used = 0;
     DT_CHECK(wait_send(ctx, tr, &p->tied_req));
+    if (v > 1) dt_model_set_chunk(m, 0);
     dt_model_use_acts(m, p->slab[0]);
     return DT_OK;
 }
@@ -250,50 +323,72 @@ dt_status dt_pp_share(dt_ctx *ctx, dt_trainer *tr, double *x, int n) {
 
 dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x) { return dt_pp_share(ctx, tr, x, 1); }
 
-dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before) {
+dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before, int c) {
     dt_trainer *tr = ud;
     dt_model *m = &tr->model;
     const size_t nf = dt_model_stage_floats(m);
-    const int s = tr->pp.stage;
-    if (before) return s > 0 ? recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, s - 1, TAG_ACT) : DT_OK;
-    if (s == tr->pp.n - 1) return DT_OK;
-    double t0 = dt_now(); /* blocking: the next stage receives in the same order */
-    dt_status st = dt_comm_send(ctx, tr->comm, tr->pp.group, dt_model_stage_buf(m, DT_STAGE_OUT), nf * sizeof(float),
-                                s + 1, TAG_ACT);
-    tr->pp.seconds += dt_now() - t0;
-    tr->pp.bytes += (double)nf * sizeof(float);
-    return st;
+    const int P = tr->pp.n, r = tr->pp.stage, vs = c * P + r;
+    if (before) {
+        if (tr->pp.v > 1) dt_model_set_chunk(m, c);
+        if (vs > 0) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, (r + P - 1) % P, TAG_ACT + c));
+        return wait_send(ctx, tr, &tr->pp.out_req[0]); /* the forward overwrites the last output sent */
+    }
+    if (vs == P * tr->pp.v - 1) return DT_OK;
+    /* posted, and completed before this stage's next forward (after its next receive: so no
+     * ring of stages can wait on each other's sends) */
+    return send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, (r + 1) % P, TAG_ACT + (vs + 1) / P,
+                   &tr->pp.out_req[0]);
+}
+
+dt_status dt_pp_eval_done(dt_ctx *ctx, dt_trainer *tr) {
+    DT_CHECK(wait_send(ctx, tr, &tr->pp.out_req[0]));
+    if (tr->pp.v > 1) dt_model_set_chunk(&tr->model, 0);
+    return DT_OK;
 }
 
 /* The sum of squares of grads [lo, hi) of the slab: the chunked sum (optim.h dt_sumsq) from lo. */
 static double region_sumsq(const float *g, size_t lo, size_t hi) { return hi > lo ? dt_sumsq(g + lo, hi - lo) : 0.0; }
 
+/* The norm's part of stage r (of P, v chunks each of the global ranges in cfg): the chunked
+ * sums over each chunk's region, in chunk order, a region being the chunk's layers with the
+ * PRE tensors before the model's first and the POST tensors after its last. `full`: regions of
+ * the one (unsplit) slab of the blocks mode, else of the stage's own slab. */
+static double stage_part(const dt_trainer *tr, const dt_params *ps, int r, int full) {
+    const dt_train_cfg *cfg = &tr->cfg;
+    const int inter = cfg->pp_kind == DT_PP_INTERLEAVED && cfg->pp_virtual > 1;
+    const int P = cfg->pp, v = inter ? cfg->pp_virtual : 1, V = P * v;
+    const size_t n = (size_t)(cfg->pp_first[r + 1] - cfg->pp_first[r]); /* layers per chunk */
+    double part = 0.0;
+    for (int c = 0; c < v; c++) {
+        const int vs = c * P + r;
+        size_t g0, g1; /* the chunk's layers, in the slab's layer blocks */
+        if (full) g0 = (size_t)cfg->pp_first[r] + (size_t)c * (size_t)cfg->pp_first[P], g1 = g0 + n;
+        else g0 = (size_t)c * n, g1 = g0 + n;
+        const size_t lo = vs == 0 ? 0 : ps->layers_offset + g0 * ps->layer_floats;
+        const size_t hi = vs == V - 1 ? ps->n_params : ps->layers_offset + g1 * ps->layer_floats;
+        part += region_sumsq(ps->grads, lo, hi);
+    }
+    return part;
+}
+
 dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {
     const dt_pp_link *p = &tr->pp;
     const dt_params *ps = &tr->model.ps;
-    /* ddp without tensor parallelism: each stage's chunked sum over its own slab (a tied copy,
-     * at the slab's start, left out: the first stage counts the tensor); the blocks mode sums
-     * the same regions of its one slab. Otherwise the strategy's sum of the stage's part. */
+    /* ddp without tensor parallelism: each stage's chunked sums over its chunks' regions of its
+     * slab (a tied copy, before the layers of a stage that is not the first, left out: the
+     * first stage counts the tensor); the blocks mode sums the same regions of its one slab.
+     * Otherwise the strategy's sum of the stage's part. */
     const int plain = tr->cfg.parallel.strategy == DT_STRAT_DDP && dt_tp_size(&tr->model.opts) <= 1 && ps->grads;
     if (tr->cfg.pp_blocks) {
         if (!plain) return dt_parallel_grad_sumsq(ctx, tr->par, sumsq);
-        const int P = tr->cfg.pp;
         double s = 0.0;
-        for (int st = 0; st < P; st++) {
-            size_t lo = st == 0 ? 0 : ps->layers_offset + (size_t)tr->cfg.pp_first[st] * ps->layer_floats;
-            size_t hi = st == P - 1 ? ps->n_params : ps->layers_offset + (size_t)tr->cfg.pp_first[st + 1] * ps->layer_floats;
-            s += region_sumsq(ps->grads, lo, hi);
-        }
+        for (int r = 0; r < tr->cfg.pp; r++) s += stage_part(tr, ps, r, 1);
         *sumsq = s;
         return DT_OK;
     }
     double mine;
-    if (plain) {
-        const size_t skip = p->tied && p->stage > 0 ? p->tied_off + p->tied_n : 0; /* the copy: PRE, first */
-        mine = region_sumsq(ps->grads, skip, ps->n_params);
-    } else {
-        DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &mine)); /* a tied copy's gradient is 0 here */
-    }
+    if (plain) mine = stage_part(tr, ps, p->stage, 0);
+    else DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &mine)); /* a tied copy's gradient is 0 here */
     double part[DT_PP_MAX] = {0};
     part[p->stage] = mine; /* one non-zero per slot: the sum is exact, then added in order */
     DT_CHECK(dt_comm_allreduce(ctx, tr->comm, p->group, part, (size_t)p->n, DT_F64, DT_SUM));

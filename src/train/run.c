@@ -74,7 +74,9 @@ static dt_status open_data(dt_ctx *ctx, run_state *r, const dt_run_cfg *cfg, int
 static dt_status evaluate(dt_ctx *ctx, run_state *r, dt_comm *comm, long step) {
     double loss, tokens, acc, counted;
     if (r->tr.pp.n > 1) { /* through the pipeline: the last stage's results on every stage */
-        DT_CHECK(dt_eval_loss_stage(ctx, &r->tr.model, r->val, dt_pp_eval_xfer, &r->tr, &loss, &tokens, &acc, &counted));
+        DT_CHECK(dt_eval_loss_stage(ctx, &r->tr.model, r->val, dt_pp_eval_xfer, &r->tr, r->tr.pp.v, &loss, &tokens, &acc,
+                                    &counted));
+        DT_CHECK(dt_pp_eval_done(ctx, &r->tr));
         double v[4] = {loss, tokens, acc, counted};
         DT_CHECK(dt_pp_share(ctx, &r->tr, v, 4));
         loss = v[0], tokens = v[1], acc = v[2], counted = v[3];

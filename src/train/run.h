@@ -28,12 +28,13 @@ dt_status dt_data_check_model(dt_ctx *ctx, const dt_dataset *ds, const dt_model_
  * the counted targets, whose number goes to *counted (optional; images: one per image). */
 dt_status dt_eval_loss(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, double *loss, double *tokens,
                        double *accuracy, double *counted);
-/* The same on a pipeline stage (model.h dt_model_opts.pp_l0/pp_l1): xfer(ctx, ud, 1) before each
- * forward (receive the previous stage's activations), xfer(ctx, ud, 0) after it (send them on).
- * Only the last stage's results are the loss, tokens, accuracy and count (the others' are not
- * checked); xfer NULL: dt_eval_loss. */
-typedef dt_status (*dt_eval_xfer)(dt_ctx *ctx, void *ud, int before);
-dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eval_xfer xfer, void *ud, double *loss,
-                             double *tokens, double *accuracy, double *counted_out);
+/* The same on a pipeline stage (model.h dt_model_opts.pp_l0/pp_l1) of `chunks` chunks (an
+ * interleaved stage's; else 1): xfer(ctx, ud, 1, c) before each chunk's forward (make it
+ * current, receive the previous stage's activations), xfer(ctx, ud, 0, c) after it (send them
+ * on). Only the last stage's results are the loss, tokens, accuracy and count (the others' are
+ * not checked); xfer NULL: dt_eval_loss. */
+typedef dt_status (*dt_eval_xfer)(dt_ctx *ctx, void *ud, int before, int chunk);
+dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eval_xfer xfer, void *ud, int chunks,
+                             double *loss, double *tokens, double *accuracy, double *counted_out);
 
 #endif

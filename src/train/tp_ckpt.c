@@ -15,8 +15,9 @@ static dt_status store_layout(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, con
     dt_tensor_info table[DT_MODEL_MAX_TENSORS];
     int nt = dt_model_tensors_tp(cfg, o, table);
     DT_CHECK(dt_model_stage_table(ctx, cfg, o, table, nt)); /* a pipeline stage's tensors */
-    DT_CHECK(dt_params_init(ctx, ps, table, nt, dt_stage_layers(cfg, o), &c->alloc, 0));
-    ps->layer0 = o->pp_l1 > 0 ? o->pp_l0 : 0;
+    DT_CHECK(dt_params_init(ctx, ps, table, nt, dt_stage_chunks(o) * dt_stage_layers(cfg, o), &c->alloc, 0));
+    ps->layer0 = dt_store_g0(o);
+    if (dt_stage_chunks(o) > 1) ps->lchunk = dt_stage_layers(cfg, o), ps->lstride = o->pp_stride;
     return DT_OK;
 }
 
@@ -29,7 +30,7 @@ static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr, int
     if (c->tp_ranks > 1) o.tp_local = 1, o.tp_first = i % c->tp_ranks;
     if (tr->pp.n > 1) {
         const int p = i / c->tp_ranks;
-        o.pp_l0 = tr->cfg.pp_first[p], o.pp_l1 = tr->cfg.pp_first[p + 1];
+        o.pp_l0 = tr->cfg.pp_first[p], o.pp_l1 = tr->cfg.pp_first[p + 1], o.pp_c = 0; /* its chunk 0 */
     }
     dt_params ps;
     DT_CHECK(store_layout(ctx, c, m, &m->cfg, &o, &ps));

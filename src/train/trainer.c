@@ -155,7 +155,15 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
         const int dpw = world / (tp * pp);
         stage = rank / (tp * dpw);
         mo.pp_l0 = c2.pp_first[stage], mo.pp_l1 = c2.pp_first[stage + 1];
+        dt_pp_chunk_opts(&c2, &mo);
         DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
+        if (dt_pp_chunks(cfg) > 1) { /* token copies; a copy of every message (pipeline.c) */
+            bytes[DT_MEM_OTHER] += dt_pp_tokens_bytes(cfg);
+            const int N = dt_model_family_of(&mc)->token_rows ? dt_model_family_of(&mc)->token_rows(&mc, cfg->micro_batch, cfg->seq_len)
+                                                                : cfg->micro_batch * cfg->seq_len;
+            const size_t rows = mo.sp ? (size_t)N / (size_t)(mo.tp > 1 ? mo.tp : 1) : (size_t)N;
+            bytes[DT_MEM_COMM] += dt_pp_pool_bytes(cfg, rows * (size_t)mc.d_model);
+        }
         slots = dt_pp_inflight((dt_pp_kind)cfg->pp_kind, pp, cfg->pp_virtual > 0 ? cfg->pp_virtual : 1, cfg->accum,
                                stage);
         slots = slots > 1 ? slots : 1;
@@ -177,7 +185,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
         DT_CHECK(dt_lora_adapters_init(ctx, &ps, &mc, &mo, &a, 0)); /* tensor parallelism: this rank's shards */
         DT_CHECK(dt_lora_base_init(ctx, &base, &mc, &mo, &a, 0));
     } else {
-        DT_CHECK(dt_params_init(ctx, &ps, table, n, dt_stage_layers(&mc, &mo), &a, 0));
+        DT_CHECK(dt_params_init(ctx, &ps, table, n, dt_stage_chunks(&mo) * dt_stage_layers(&mc, &mo), &a, 0));
     }
     for (int k = 0; k < DT_MEM_NKINDS; k++) bytes[k] += a.cur[k];
     const size_t F = sizeof(float);
@@ -199,7 +207,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
                            bytes);
     }
     dt_parallel_cfg pc = cfg->parallel;
-    pc.accum = cfg->accum;
+    pc.accum = cfg->accum * dt_pp_chunks(cfg);
     pc.compute = cfg->model_opts.compute;
     pc.tokens = cfg->micro_batch * cfg->seq_len;
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
@@ -344,6 +352,7 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
     if (pp > 1) {
         mo->pp_l0 = tr->cfg.pp_first[tr->pp.stage];
         mo->pp_l1 = tr->cfg.pp_first[tr->pp.stage + 1];
+        dt_pp_chunk_opts(&tr->cfg, mo);
     }
     return DT_OK;
 }
@@ -415,7 +424,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
         tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max, tp_allgather, tp_reduce_scatter};
     }
-    pc.accum = cfg->accum;
+    pc.accum = cfg->accum * dt_pp_chunks(cfg); /* an interleaved stage: a micro-step per chunk's pass */
     pc.compute = cfg->model_opts.compute;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_init(ctx, tr));

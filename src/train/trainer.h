@@ -85,6 +85,11 @@ typedef struct dt_tp_link {
  * action list, an activation set per micro-batch in flight, the transfers in flight. */
 typedef struct dt_pp_link {
     int n, stage;             /* stages (1: no pipeline) and mine */
+    int v;                    /* chunks of this stage (interleaved; 1 otherwise) */
+    int32_t *tok;             /* interleaved: the step's micro-batches' tokens (inputs, targets) */
+    float *pool;              /* interleaved: a copy of every message a step sends (pipeline.c) */
+    dt_comm_req **pool_req;
+    int pool_n, pool_used;
     dt_group group;           /* the PP group (same t, c, d): stage = group rank */
     dt_pp_action *acts;       /* this stage's schedule for accum micro-batches */
     int n_acts;

@@ -29,6 +29,16 @@ void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
  * pp_split.h's rule; refuses, naming the key, a family without stages, a schedule that cannot
  * run accum micro-batches on pp stages, and what is not built under a pipeline yet. */
 dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg);
+/* Chunks per stage: parallel.pp_virtual under the interleaved schedule (cfg->pp > 1), else 1. */
+static inline int dt_pp_chunks(const dt_train_cfg *cfg) {
+    return cfg->pp > 1 && !cfg->pp_blocks && cfg->pp_kind == DT_PP_INTERLEAVED && cfg->pp_virtual > 1 ? cfg->pp_virtual : 1;
+}
+/* An interleaved stage's model options (o->pp_l0/pp_l1: its chunk 0, from pp_first): its chunks,
+ * pp_first[pp] apart. Nothing otherwise. */
+static inline void dt_pp_chunk_opts(const dt_train_cfg *cfg, dt_model_opts *o) {
+    if (dt_pp_chunks(cfg) <= 1) return;
+    o->pp_v = dt_pp_chunks(cfg), o->pp_stride = cfg->pp_first[cfg->pp], o->pp_c = 0;
+}
 /* After the model and the strategy: this stage's schedule and activation sets. */
 dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr);
 void dt_pp_free(dt_trainer *tr);
@@ -42,7 +52,9 @@ dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x);
 dt_status dt_pp_share(dt_ctx *ctx, dt_trainer *tr, double *x, int n);
 /* Evaluation through the pipeline (run.h dt_eval_xfer; ud: the trainer): before a forward the
  * previous stage's activations, after it this stage's sent on. */
-dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before);
+dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before, int chunk);
+/* After an evaluation through the pipeline: its last send completed, chunk 0 current. */
+dt_status dt_pp_eval_done(dt_ctx *ctx, dt_trainer *tr);
 /* The gradient norm's sum of squares under a pipeline (cfg.pp > 1): each stage's part (with
  * ddp the chunked sum over its slab, a tied copy left out), summed over the stages in stage
  * order, the same on every stage; in the blocks mode the same parts of the one slab. */
@@ -50,6 +62,10 @@ dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq);
 /* A tied head's reduced gradient, from the first stage to the last stage's copy (after the
  * norm, which counts it once, before the update: both copies take the same step). */
 dt_status dt_pp_tied_grads(dt_ctx *ctx, dt_trainer *tr);
+/* Bytes of an interleaved stage's token copies (cfg.accum micro-batches' inputs and targets),
+ * and of its send buffers (2 accum v messages of stage_floats floats). */
+size_t dt_pp_tokens_bytes(const dt_train_cfg *cfg);
+size_t dt_pp_pool_bytes(const dt_train_cfg *cfg, size_t stage_floats);
 /* Floats of a tied head's tied_h in store ps (0: none held). */
 size_t dt_pp_tied_floats(const dt_params *ps);
 
