@@ -67,6 +67,10 @@ void dt_comm_abort(dt_comm *c, int code);
  * node group's do (the same bits either way). Fails on every rank (naming the first
  * inconsistency) when the lists do not form a partition, or after DT_GROUP_MAX groups. */
 dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, dt_group *out);
+/* The world rank of group g's rank r (-1 when r is outside g, or g is the node or cross group
+ * of a node of several ranks, whose map the backend keeps): what the watchdog records as a
+ * point-to-point operation's peer. */
+int dt_comm_world_rank(const dt_comm *c, dt_group g, int r);
 /* Whether group g's ordered collectives and gathers run over shared memory now. */
 int dt_comm_group_shm(const dt_comm *c, dt_group g);
 
