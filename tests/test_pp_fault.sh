@@ -76,7 +76,7 @@ stop_case() {
   [[ $line == *"rank $victim on $host (pid $pid, stopped) hung: at the end of a chain of point-to-point waits"* ]] || ok=0
   for c in "$@"; do grep -q "hang: chain of waits: .*$c" $name.log || ok=0; done
   if [ $ok = 1 ]; then
-    pass "$name: stopped stage $victim named (pid $pid, stopped) at the end of: $(grep -m1 -o 'hang: chain of waits: .*' $name.log | cut -c24-)"
+    pass "$name: stopped stage $victim named (pid $pid, stopped) at the end of: $(grep -m1 -o 'hang: chain of waits: .*' $name.log | cut -c23-)"
   else
     fail "$name: ${line:-no failure line} / $(grep -m1 'hang: chain of waits' $name.log) / $(grep -m1 'watchdog: rank' $name.log)"
   fi
@@ -88,8 +88,9 @@ stop_case stop_last 3 "rank 0 -> rank 1 -> rank 2 -> rank 3\b"
 # A middle stage: the stages before it wait down the chain, the last one waits on it from above.
 stop_case stop_mid 2 "rank 0 -> rank 1 -> rank 2\b" "rank 3 -> rank 2\b"
 
-# kill -9 of a middle stage under the supervisor: named, restarted from the last checkpoint,
-# bitwise the uninterrupted run (losses of every step, the final weights file).
+# kill -9 of a middle stage under the supervisor (after step 6, a checkpoint committed): named,
+# restarted from the checkpoint, bitwise the uninterrupted run (losses of every step, the
+# final weights file).
 export DTRAIN_TEST_STEP_DELAY_MS=100
 kill_args=(--steps 16 --set checkpoint.every=4 --set checkpoint.keep_last=2)
 mkdir -p ref kill
@@ -104,7 +105,8 @@ import struct,sys
 try: d=open('kill/run/rank1.rec','rb').read()
 except OSError: sys.exit(1)
 print(struct.unpack_from('<i', d, 16)[0] if d[:8]==b'DTRANK01' else '')" 2>/dev/null)
-  [ -n "$kpid" ] && grep -q "step 6/" kill.log && break
+  # a checkpoint committed (its name in latest) and steps run since
+  [ -n "$kpid" ] && grep -q "step 6/" kill.log && grep -qs "step-" kill/ck/latest && break
   sleep 0.1
 done
 [ -n "$kpid" ] && kill -KILL "$kpid"

@@ -312,7 +312,7 @@ static void add_culprit(hang_info *h, int rank, const char *host, int pid, const
  * wait stops at the culprit (a stage stopped inside a receive is where the chain ends). */
 static void wait_chains(const char *dir, int nranks, unsigned char *named, hang_info *h) {
     int *to = malloc((size_t)nranks * sizeof(int)), *chain = malloc((size_t)nranks * sizeof(int));
-    if (!to || !chain) goto out;
+    if (!to || !chain || nranks < 2) goto out;
     for (int r = 0; r < nranks; r++) {
         dt_rankrec_info in;
         to[r] = dt_rankrec_read(dir, r, &in) == 0 && dt_rankrec_inside(&in) && !named[r] ? in.peer : -1;
