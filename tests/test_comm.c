@@ -9,7 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "comm/comm.h"
+#include "comm/rankrec.h"
 #include "ops/ops.h"
 #include "testutil.h"
 
@@ -280,6 +284,8 @@ static void check_group(dt_group g, const int *members, int n) {
     int me = dt_comm_rank(C, g);
     assert_int_equal(dt_comm_size(C, g), n);
     assert_int_equal(members[me], dt_comm_rank(C, DT_GROUP_WORLD));
+    for (int r = 0; r < n; r++) assert_int_equal(dt_comm_world_rank(C, g, r), members[r]); /* the watchdog's peers */
+    assert_int_equal(dt_comm_world_rank(C, g, n), -1);
     size_t len = 301, cnt[8], off[8];
     float *a = tu_malloc(len * 4), *scratch = tu_malloc(len * 4 * (size_t)n), *out = tu_malloc(len * 4);
     for (size_t i = 0; i < len; i++) a[i] = val(members[me], i);
@@ -422,6 +428,78 @@ static void test_p2p_and_alltoall(void **state) {
     }
 }
 
+/* Rank records with point-to-point peers, and the chain of waits through them (rankrec.h):
+ * records of a world of 5 made here (this process's pid: running), one by a child that exited
+ * (gone), followed to their end in each way a chain ends. */
+static void test_rankrec_chain(void **state) {
+    (void)state;
+    char dir[] = "/tmp/dt_rankrec_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    dt_rankrec *r[4];
+    for (int i = 0; i < 4; i++) assert_non_null(r[i] = dt_rankrec_open(dir, i, 5));
+    dt_rankrec_enter(r[0], 7, "recv", 1, 1.0);
+    dt_rankrec_enter(r[1], 9, "wait_isend", 2, 1.0);
+    dt_rankrec_enter(r[2], 8, "recv", 3, 1.0);
+    dt_rankrec_enter(r[3], 4, "allreduce", -1, 1.0); /* rank 3: out of every operation */
+    dt_rankrec_leave(r[3], 4, 2.0);
+    dt_rankrec_info in;
+    assert_int_equal(dt_rankrec_read(dir, 1, &in), 0);
+    assert_int_equal(in.peer, 2);
+    assert_true(dt_rankrec_inside(&in));
+    assert_string_equal(in.op, "wait_isend");
+    int chain[8] = {0, 1};
+    dt_chain_end e;
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 8, &e), 4);
+    assert_int_equal(e, DT_CHAIN_OUTSIDE);
+    assert_true(chain[2] == 2 && chain[3] == 3);
+    unsigned char stop[5] = {0, 0, 1, 0, 0}; /* a culprit already named ends the chain */
+    assert_int_equal(dt_rankrec_chain(dir, 5, stop, 0, chain, 2, 8, &e), 3);
+    assert_int_equal(e, DT_CHAIN_STOP);
+    dt_rankrec_enter(r[3], 5, "allreduce", -1, 3.0); /* waits in a collective */
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 8, &e), 4);
+    assert_int_equal(e, DT_CHAIN_COLLECTIVE);
+    dt_rankrec_enter(r[3], 6, "recv", 1, 4.0); /* on rank 1, earlier in the chain */
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 8, &e), 4);
+    assert_int_equal(e, DT_CHAIN_CYCLE);
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 3, &e), 3);
+    assert_int_equal(e, DT_CHAIN_LONG);
+    dt_rankrec_enter(r[3], 7, "recv", 4, 5.0); /* on rank 4, which has no record */
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 8, &e), 5);
+    assert_int_equal(e, DT_CHAIN_NORECORD);
+    assert_int_equal(chain[4], 4);
+    /* rank 4's record from a process that exited inside a receive from rank 0: gone */
+    pid_t k = fork();
+    if (k == 0) {
+        dt_rankrec *c = dt_rankrec_open(dir, 4, 5);
+        dt_rankrec_enter(c, 3, "recv", 0, 6.0);
+        _exit(c ? 0 : 1);
+    }
+    int ws = 1;
+    assert_int_equal(waitpid(k, &ws, 0), k);
+    assert_int_equal(ws, 0);
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 8, &e), 5); /* live: it cannot run */
+    assert_int_equal(e, DT_CHAIN_DEAD);
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 0, chain, 2, 8, &e), 5); /* records: on rank 0 */
+    assert_int_equal(e, DT_CHAIN_CYCLE);
+    /* gone after its own watchdog fired: it timed out waiting, so the chain goes on */
+    char p[256];
+    snprintf(p, sizeof p, "%s/watchdog-rank4.txt", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fprintf(f, "dtrain-watchdog rank=4 state=blocked seq=3 op=recv time=6.000 peer=0\n");
+    fclose(f);
+    assert_int_equal(dt_rankrec_chain(dir, 5, NULL, 1, chain, 2, 8, &e), 5);
+    assert_int_equal(e, DT_CHAIN_CYCLE);
+    for (int i = 0; i < 4; i++) dt_rankrec_close(r[i]);
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/rank%d.rec", dir, i);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/watchdog-rank4.txt", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void) {
     dt_ctx_init(&X);
     if (dt_comm_init(&X, &C) != DT_OK) {
@@ -437,6 +515,7 @@ int main(void) {
         cmocka_unit_test(test_groups),
         cmocka_unit_test(test_split_groups),
         cmocka_unit_test(test_p2p_and_alltoall),
+        cmocka_unit_test(test_rankrec_chain),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     /* Any rank's failure fails everyone's exit status. */

@@ -80,6 +80,7 @@ void dt_comm_free(dt_comm *c) {
     if (!c) return;
     dt_wd_free(c);
     free(c->model);
+    for (int g = 0; g < DT_GROUP_MAX; g++) free(c->members[g]);
     if (c->ops->free) c->ops->free(c);
     free(c);
 }
@@ -105,6 +106,8 @@ dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, 
         c->ngroups--;
         return st;
     }
+    free(c->members[g]);
+    if ((c->members[g] = malloc((size_t)n * sizeof(int)))) memcpy(c->members[g], ranks, (size_t)n * sizeof(int));
     *out = g;
     return DT_OK;
 }
@@ -130,6 +133,12 @@ dt_status dt_comm_check_members(dt_ctx *ctx, const dt_comm *c, const int *ranks,
 }
 
 int dt_comm_rank(const dt_comm *c, dt_group g) { return c->rank[g]; }
+int dt_comm_world_rank(const dt_comm *c, dt_group g, int r) {
+    if (g < 0 || g >= c->ngroups || r < 0 || r >= c->size[g]) return -1;
+    if (g == DT_GROUP_WORLD) return r;
+    if (g == DT_GROUP_NODE && c->size[g] == 1) return c->rank[DT_GROUP_WORLD];
+    return g >= DT_GROUP_N && c->members[g] ? c->members[g][r] : -1;
+}
 int dt_comm_size(const dt_comm *c, dt_group g) { return c->size[g]; }
 int dt_comm_num_nodes(const dt_comm *c) { return c->nodes; }
 const char *dt_comm_backend(const dt_comm *c) { return c->ops->name; }
@@ -164,7 +173,7 @@ static int begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
     if (mop && !l && g != DT_GROUP_WORLD && g < DT_GROUP_N) l = dt_comm_fit_find_in(c->model, gname[g], mop, (double)bytes);
     if (mop && !l) l = dt_comm_fit_find(c->model, mop, (double)bytes);
     if (l) c->predicted_us += dt_comm_fit_predict_us(l, (double)bytes);
-    return dt_wd_begin(c, op, g, bytes);
+    return dt_wd_begin(c, op, g, bytes, -1);
 }
 
 void dt_comm_set_model(dt_comm *c, const dt_comm_fit *f) {
@@ -279,10 +288,17 @@ dt_status dt_comm_barrier(dt_ctx *ctx, dt_comm *c, dt_group g) {
 }
 dt_status dt_comm_iallreduce(dt_ctx *ctx, dt_comm *c, dt_group g, float *buf, size_t n,
                              dt_comm_req **req) {
-    return c->ops->iallreduce(ctx, c, g, buf, n, req);
+    *req = NULL;
+    dt_status st = c->ops->iallreduce(ctx, c, g, buf, n, req);
+    if (st == DT_OK && *req) *(dt_comm_req_head *)*req = (dt_comm_req_head){-1, 0, 0, g, n * 4};
+    return st;
 }
+/* The wait on a point-to-point request is recorded as a point-to-point operation with its
+ * peer ("wait_isend" / "wait_irecv"): a stage blocked there points at the stage it waits on. */
 dt_status dt_comm_wait(dt_ctx *ctx, dt_comm *c, dt_comm_req *req) {
-    int slot = begin(c, "wait", DT_GROUP_WORLD, 0);
+    const dt_comm_req_head *h = (const dt_comm_req_head *)req;
+    int slot = h && h->p2p ? dt_wd_begin(c, h->send ? "wait_isend" : "wait_irecv", h->group, h->bytes, h->peer)
+                           : begin(c, "wait", h ? h->group : DT_GROUP_WORLD, 0);
     dt_status st = c->ops->wait(ctx, c, req);
     dt_wd_end(c, slot);
     return st;
@@ -300,8 +316,13 @@ static dt_status check_p2p(dt_ctx *ctx, const dt_comm *c, dt_group g, int peer, 
 static dt_status p2p(dt_ctx *ctx, dt_comm *c, dt_group g, int send, void *buf, size_t bytes, int peer, int tag,
                      dt_comm_req **req) {
     DT_CHECK(check_p2p(ctx, c, g, peer, tag, bytes));
-    if (req) return c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, req); /* recorded at the wait */
-    int slot = begin(c, send ? "send" : "recv", g, bytes);
+    const int wpeer = dt_comm_world_rank(c, g, peer);
+    if (req) { /* recorded at the wait */
+        dt_status st = c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, req);
+        if (st == DT_OK && *req) *(dt_comm_req_head *)*req = (dt_comm_req_head){wpeer, send, 1, g, bytes};
+        return st;
+    }
+    int slot = dt_wd_begin(c, send ? "send" : "recv", g, bytes, wpeer);
     dt_status st = c->ops->p2p(ctx, c, g, send, buf, bytes, peer, tag, NULL);
     dt_wd_end(c, slot);
     return st;

@@ -67,6 +67,10 @@ void dt_comm_abort(dt_comm *c, int code);
  * node group's do (the same bits either way). Fails on every rank (naming the first
  * inconsistency) when the lists do not form a partition, or after DT_GROUP_MAX groups. */
 dt_status dt_comm_group_split(dt_ctx *ctx, dt_comm *c, const int *ranks, int n, dt_group *out);
+/* The world rank of group g's rank r (-1 when r is outside g, or g is the node or cross group
+ * of a node of several ranks, whose map the backend keeps): what the watchdog records as a
+ * point-to-point operation's peer. */
+int dt_comm_world_rank(const dt_comm *c, dt_group g, int r);
 /* Whether group g's ordered collectives and gathers run over shared memory now. */
 int dt_comm_group_shm(const dt_comm *c, dt_group g);
 
@@ -206,7 +210,10 @@ uint64_t dt_comm_bytes(const dt_comm *c);
  * ranks that never entered that collective (host, pid, their last collective and when, and
  * their process state where visible), prints its recent collectives, writes all of it to
  * $DTRAIN_RUN_DIR/watchdog-rank<R>.txt, waits half a second so the other ranks can dump too,
- * and exits with DT_EXIT_HANG. A rank outside any collective for the timeout only writes its
+ * and exits with DT_EXIT_HANG. Point-to-point operations (send, recv, the wait on an isend or
+ * irecv) are recorded too, with the peer's world rank (dt_comm_world_rank): one blocked that
+ * long names the rank at the end of the chain of waits from its peer (rankrec.h
+ * dt_rankrec_chain), not the ranks that never entered. A rank outside any collective for the timeout only writes its
  * file (state "outside"), once. timeout_s: seconds; 0 = off; DT_WATCHDOG_AUTO = follow the
  * job: DT_WATCHDOG_WARM_S until dt_comm_watchdog_arm ends the warm-up, then DT_WATCHDOG_MULT x
  * the slowest collective measured (not counting relaxed ones), at least DT_WATCHDOG_FLOOR_S. */

@@ -6,6 +6,17 @@
 #include "comm/comm.h"
 #include "comm/comm_fit.h"
 
+/* The head of every backend's request (struct dt_comm_req begins with it): comm.c fills it
+ * when the request is made and reads it at the wait, which the watchdog records as the
+ * operation it completes - a point-to-point one with its peer. */
+typedef struct dt_comm_req_head {
+    int peer;     /* the peer's world rank (-1: a collective, or a peer not known) */
+    int send;     /* point-to-point: 1 send, 0 receive */
+    int p2p;      /* 1: a point-to-point request */
+    dt_group group;
+    size_t bytes;
+} dt_comm_req_head;
+
 typedef struct dt_comm_ops {
     const char *name;
     void (*free)(dt_comm *c);
@@ -48,6 +59,7 @@ struct dt_comm {
     int rank[DT_GROUP_MAX], size[DT_GROUP_MAX];
     int ngroups; /* groups in use: DT_GROUP_N built-in, then dt_comm_group_split's */
     int nodes;
+    int *members[DT_GROUP_MAX]; /* split groups: their members' world ranks in group order */
     _Atomic uint64_t bytes; /* atomic: concurrent lanes (dt_comm_init_concurrent) add to it at once */
     int concurrent;         /* MPI_THREAD_MULTIPLE: a thread per group class may run collectives */
     void *impl; /* backend state */
@@ -58,7 +70,7 @@ struct dt_comm {
 };
 
 /* Records a collective's start (returns its ring slot) and end; comm.c wraps every op. */
-int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes);
+int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes, int peer);
 void dt_wd_end(dt_comm *c, int slot);
 void dt_wd_free(dt_comm *c);
 

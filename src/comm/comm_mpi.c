@@ -25,6 +25,7 @@ typedef struct mpi_state {
 } mpi_state;
 
 struct dt_comm_req {
+    dt_comm_req_head head; /* first: comm.c reads it */
     MPI_Request r;
 };
 

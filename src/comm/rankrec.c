@@ -23,6 +23,7 @@ typedef struct rec_file {
     char op[24];
     double t_entered, t_left;
     volatile uint64_t entered, left;
+    int32_t peer, pad2; /* the entered operation's point-to-point peer (world rank), else -1 */
 } rec_file;
 
 struct dt_rankrec {
@@ -61,6 +62,7 @@ dt_rankrec *dt_rankrec_open(const char *dir, int rank, int world) {
     r->f = m;
     rec_file *f = r->f;
     memset(f, 0, sizeof *f);
+    f->peer = -1;
     f->rank = rank, f->world = world, f->pid = (int32_t)getpid();
     gethostname(f->host, sizeof f->host - 1);
     identity(f->boot, f->pidns);
@@ -76,10 +78,11 @@ void dt_rankrec_close(dt_rankrec *r) {
     free(r);
 }
 
-void dt_rankrec_enter(dt_rankrec *r, uint64_t seq, const char *op, double t) {
+void dt_rankrec_enter(dt_rankrec *r, uint64_t seq, const char *op, int peer, double t) {
     if (!r) return;
     rec_file *f = r->f;
     strncpy(f->op, op, sizeof f->op - 1);
+    f->peer = peer;
     f->t_entered = t;
     __atomic_store_n(&f->entered, seq, __ATOMIC_RELEASE);
 }
@@ -106,6 +109,7 @@ int dt_rankrec_read(const char *dir, int rank, dt_rankrec_info *out) {
     memcpy(out->pidns, f.pidns, sizeof out->pidns - 1);
     memcpy(out->op, f.op, sizeof out->op - 1);
     out->entered = f.entered, out->left = f.left;
+    out->peer = f.peer;
     out->t_entered = f.t_entered, out->t_left = f.t_left;
     return 0;
 }
@@ -130,4 +134,52 @@ const char *dt_rankrec_state(const dt_rankrec_info *in) {
     case 'X': return "gone";
     }
     return "unknown";
+}
+
+int dt_rankrec_inside(const dt_rankrec_info *in) { return in->entered > 0 && in->left < in->entered; }
+
+/* Whether rank r's watchdog fired (it dumped "state=blocked"): a gone rank that timed out. */
+static int fired(const char *dir, int r) {
+    char path[4200], line[128];
+    snprintf(path, sizeof path, "%s/watchdog-rank%d.txt", dir, r);
+    read_line(path, line, sizeof line);
+    return strstr(line, " state=blocked ") != NULL;
+}
+
+static int cannot_run(const char *s) {
+    return !strncmp(s, "stopped", 7) || !strncmp(s, "D-state", 7) || !strcmp(s, "zombie") || !strcmp(s, "gone");
+}
+
+int dt_rankrec_chain(const char *dir, int world, const unsigned char *stop, int live, int *chain, int n, int max,
+                     dt_chain_end *end) {
+    for (;;) {
+        const int p = chain[n - 1];
+        dt_rankrec_info in;
+        if (stop && p >= 0 && p < world && stop[p]) return *end = DT_CHAIN_STOP, n;
+        if (p < 0 || p >= world || dt_rankrec_read(dir, p, &in) != 0) return *end = DT_CHAIN_NORECORD, n;
+        if (live) {
+            const char *s = dt_rankrec_state(&in);
+            if (cannot_run(s) && !(!strcmp(s, "gone") && dt_rankrec_inside(&in) && fired(dir, p)))
+                return *end = DT_CHAIN_DEAD, n;
+        }
+        if (!dt_rankrec_inside(&in)) return *end = DT_CHAIN_OUTSIDE, n;
+        if (in.peer < 0) return *end = DT_CHAIN_COLLECTIVE, n;
+        for (int i = 0; i < n; i++)
+            if (chain[i] == in.peer) return *end = DT_CHAIN_CYCLE, n;
+        if (n >= max) return *end = DT_CHAIN_LONG, n;
+        chain[n++] = in.peer;
+    }
+}
+
+const char *dt_chain_end_name(dt_chain_end e) {
+    switch (e) {
+    case DT_CHAIN_OUTSIDE: return "in no operation";
+    case DT_CHAIN_DEAD: return "cannot run";
+    case DT_CHAIN_COLLECTIVE: return "waits in a collective";
+    case DT_CHAIN_NORECORD: return "no record";
+    case DT_CHAIN_STOP: return "named";
+    case DT_CHAIN_CYCLE: return "waits on a rank earlier in the chain (a deadlock)";
+    case DT_CHAIN_LONG: return "chain too long";
+    }
+    return "?";
 }

@@ -17,6 +17,7 @@ typedef struct wd_rec {
     uint64_t seq;
     const char *op;
     int group;
+    int peer;    /* point-to-point: the peer's world rank; -1: a collective */
     int relaxed; /* entered while relaxed: the warm bound applies */
     size_t bytes;
     double t0, t1; /* monotonic seconds (durations, timeouts); t1 = 0 while in flight */
@@ -73,14 +74,14 @@ static double limit_of(const dt_watchdog *w, const wd_rec *r) {
     return w->auto_mode && r->relaxed ? DT_WATCHDOG_WARM_S : w->timeout;
 }
 
-int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes) {
+int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes, int peer) {
     dt_watchdog *w = wd_get(c);
     if (!w) return -1;
     pthread_mutex_lock(&w->mu);
     int slot = (int)(w->seq % WD_RING);
     double t = mono(), tw = wall();
-    w->ring[slot] = (wd_rec){++w->seq, op, (int)g, w->relax > 0, bytes, t, 0.0, tw};
-    dt_rankrec_enter(w->rec, w->seq, op, tw);
+    w->ring[slot] = (wd_rec){++w->seq, op, (int)g, peer, w->relax > 0, bytes, t, 0.0, tw};
+    dt_rankrec_enter(w->rec, w->seq, op, peer, tw);
     pthread_mutex_unlock(&w->mu);
     return slot;
 }
@@ -110,7 +111,11 @@ static void dump(dt_watchdog *w, FILE *f, const char *state, const wd_rec *stuck
     char host[64] = "?";
     gethostname(host, sizeof host - 1);
     fprintf(f, "rank %d of %d on %s (pid %d): state %s; ", w->rank, w->world, host, (int)getpid(), state);
-    if (stuck)
+    if (stuck && stuck->peer >= 0)
+        fprintf(f, "point-to-point #%llu %s (%s group, %zu bytes, peer rank %d) blocked for %.1f s\n",
+                (unsigned long long)stuck->seq, stuck->op, group_name(stuck->group), stuck->bytes, stuck->peer,
+                now - stuck->t0);
+    else if (stuck)
         fprintf(f, "collective #%llu %s (%s group, %zu bytes) blocked for %.1f s\n", (unsigned long long)stuck->seq,
                 stuck->op, group_name(stuck->group), stuck->bytes, now - stuck->t0);
     else
@@ -120,12 +125,14 @@ static void dump(dt_watchdog *w, FILE *f, const char *state, const wd_rec *stuck
     if (from < first) from = first;
     for (uint64_t s = from; s <= w->seq; s++) {
         const wd_rec *r = &w->ring[(s - 1) % WD_RING];
+        char peer[24] = "";
+        if (r->peer >= 0) snprintf(peer, sizeof peer, " peer %d", r->peer);
         if (r->t1 > 0)
-            fprintf(f, "  #%llu %s %s %zu B started %.6f took %.3f ms\n", (unsigned long long)r->seq, r->op,
-                    group_name(r->group), r->bytes, r->w0, 1e3 * (r->t1 - r->t0));
+            fprintf(f, "  #%llu %s %s %zu B%s started %.6f took %.3f ms\n", (unsigned long long)r->seq, r->op,
+                    group_name(r->group), r->bytes, peer, r->w0, 1e3 * (r->t1 - r->t0));
         else
-            fprintf(f, "  #%llu %s %s %zu B started %.6f IN FLIGHT %.1f s\n", (unsigned long long)r->seq, r->op,
-                    group_name(r->group), r->bytes, r->w0, now - r->t0);
+            fprintf(f, "  #%llu %s %s %zu B%s started %.6f IN FLIGHT %.1f s\n", (unsigned long long)r->seq, r->op,
+                    group_name(r->group), r->bytes, peer, r->w0, now - r->t0);
     }
 }
 
@@ -134,12 +141,33 @@ static int dead_state(const char *s) {
     return !strncmp(s, "stopped", 7) || !strncmp(s, "D-state", 7) || !strcmp(s, "zombie") || !strcmp(s, "gone");
 }
 
+/* One culprit: a line to `f` ("culprit rank=R pid=P last=E age=A host=H op=O state=S", S last:
+ * it may hold spaces) and a clause appended to msg (found: clauses before it). */
+static void name_culprit(FILE *f, char *msg, size_t n, size_t *len, int found, int r, int have,
+                         const dt_rankrec_info *in, const char *state, uint64_t seq, double now) {
+    double age = have && in->entered ? now - in->t_entered : 0.0;
+    if (f)
+        fprintf(f, "culprit rank=%d pid=%d last=%llu age=%.1f host=%s op=%s state=%s\n", r, have ? in->pid : 0,
+                have ? (unsigned long long)in->entered : 0ULL, age, have ? in->host : "?",
+                have && in->entered ? in->op : "-", state);
+    if (*len >= n) return;
+    if (!have)
+        *len += (size_t)snprintf(msg + *len, n - *len, "%srank %d (no record: no collective yet)", found ? "; " : "", r);
+    else
+        *len += (size_t)snprintf(msg + *len, n - *len, "%srank %d on %s (pid %d, %s): %s #%llu %s %.1f s ago%s",
+                                 found ? "; " : "", r, in->host, in->pid, state,
+                                 seq && in->entered >= seq ? "inside it too, entered as" : "last entered",
+                                 (unsigned long long)in->entered, in->entered ? in->op : "(none)", age,
+                                 in->left == in->entered ? " and left it" : ", still inside");
+    if (*len > n) *len = n;
+}
+
 /* The ranks holding up collective `seq`, from their record files, strongest evidence first:
  * ranks whose process cannot run (stopped, D-state, zombie, gone: visible on this machine
  * only), else ranks outside every collective short of #seq (computing, or stuck in the
  * kernel), else ranks without a record (none yet, or a run directory they cannot reach),
- * else ranks still inside an earlier collective (waiting on someone themselves). One line each to `f` ("culprit rank=R pid=P last=E age=A host=H op=O
- * state=S", S last: it may hold spaces) and a sentence to `msg`. Returns how many. */
+ * else ranks still inside an earlier collective (waiting on someone themselves). One line
+ * each to `f` and a sentence to `msg`. Returns how many. */
 static int culprits(const dt_watchdog *w, uint64_t seq, double now, FILE *f, char *msg, size_t n) {
     const char *dir = getenv("DTRAIN_RUN_DIR");
     int found = 0;
@@ -157,24 +185,62 @@ static int culprits(const dt_watchdog *w, uint64_t seq, double now, FILE *f, cha
             int dead = have && dead_state(state) && (behind || strcmp(state, "gone"));
             int cls = dead ? 0 : behind && in.left == in.entered ? 1 : !have ? 2 : behind ? 3 : -1;
             if (cls != level) continue;
-            double age = have && in.entered ? now - in.t_entered : 0.0;
-            if (f)
-                fprintf(f, "culprit rank=%d pid=%d last=%llu age=%.1f host=%s op=%s state=%s\n", r, have ? in.pid : 0,
-                        have ? (unsigned long long)in.entered : 0ULL, age, have ? in.host : "?",
-                        have && in.entered ? in.op : "-", state);
-            if (len < n) {
-                if (!have)
-                    len += (size_t)snprintf(msg + len, n - len, "%srank %d (no record: no collective yet)", found ? "; " : "", r);
-                else
-                    len += (size_t)snprintf(msg + len, n - len, "%srank %d on %s (pid %d, %s): %s #%llu %s %.1f s ago%s",
-                                            found ? "; " : "", r, in.host, in.pid, state,
-                                            in.entered >= seq ? "inside it too, entered as" : "last entered",
-                                            (unsigned long long)in.entered, in.entered ? in.op : "(none)", age,
-                                            in.left == in.entered ? " and left it" : ", still inside");
-            }
+            name_culprit(f, msg, n, &len, found, r, have, &in, state, seq, now);
             found++;
         }
     return found;
+}
+
+/* A point-to-point wait: the chain of waits from this rank through its peer, rank to rank
+ * (rankrec.h dt_rankrec_chain, live process states), to the rank at its end, which is the
+ * culprit: in no operation, or unable to run (stopped, D-state, zombie, killed). When the end
+ * waits in a collective, the collective's culprits (as culprits() finds them for the end's
+ * collective) are named, the end itself when there are none; a cycle (a deadlock: nobody
+ * stopped) names nobody. A line "chain R0 R1 ... end=E" to `f` after the culprit lines, the
+ * chain and the culprits to `msg`. Returns how many culprits. */
+static int chain_culprits(const dt_watchdog *w, const wd_rec *stuck, double now, FILE *f, char *msg, size_t n) {
+    const char *dir = getenv("DTRAIN_RUN_DIR");
+    msg[0] = 0;
+    if (!dir || !*dir || w->world < 2) return 0;
+    int chain[64];
+    dt_chain_end end;
+    chain[0] = w->rank, chain[1] = stuck->peer;
+    int len = dt_rankrec_chain(dir, w->world, NULL, 1, chain, 2, w->world < 64 ? w->world : 64, &end);
+    size_t l = (size_t)snprintf(msg, n, "chain of waits: ");
+    for (int i = 0; i < len && l < n; i++) l += (size_t)snprintf(msg + l, n - l, "%srank %d", i ? " -> " : "", chain[i]);
+    if (l < n) l += (size_t)snprintf(msg + l, n - l, " (%s); ", dt_chain_end_name(end));
+    if (l > n) l = n;
+    const int e = chain[len - 1];
+    dt_rankrec_info in;
+    int have = dt_rankrec_read(dir, e, &in) == 0, found = 0;
+    if (end == DT_CHAIN_COLLECTIVE && have) {
+        char sub[1024];
+        found = culprits(w, in.entered, now, f, sub, sizeof sub);
+        if (found && l < n) l += (size_t)snprintf(msg + l, n - l, "rank %d waits in collective #%llu %s, held up by: %s",
+                                                  e, (unsigned long long)in.entered, in.op, sub);
+    }
+    if (end == DT_CHAIN_CYCLE) {
+        if (l < n) snprintf(msg + l, n - l, "the ranks wait on each other: a deadlock, nobody outside it");
+    } else if (!found) {
+        if (l < n) l += (size_t)snprintf(msg + l, n - l, "at its end: ");
+        if (l > n) l = n;
+        name_culprit(f, msg, n, &l, 0, e, have, &in, have ? dt_rankrec_state(&in) : "no record", 0, now);
+        found = 1;
+    }
+    if (f) {
+        fprintf(f, "chain");
+        for (int i = 0; i < len; i++) fprintf(f, " %d", chain[i]);
+        fprintf(f, " end=%s\n", end == DT_CHAIN_DEAD ? "dead" : end == DT_CHAIN_OUTSIDE ? "outside"
+                                 : end == DT_CHAIN_COLLECTIVE ? "collective" : end == DT_CHAIN_CYCLE ? "cycle"
+                                 : end == DT_CHAIN_NORECORD ? "norecord" : "long");
+    }
+    return found;
+}
+
+/* The culprits of a stuck operation: along the chain of waits for a point-to-point one, the
+ * ranks that never entered for a collective. */
+static int stuck_culprits(const dt_watchdog *w, const wd_rec *stuck, double now, FILE *f, char *msg, size_t n) {
+    return stuck->peer >= 0 ? chain_culprits(w, stuck, now, f, msg, n) : culprits(w, stuck->seq, now, f, msg, n);
 }
 
 static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, double now, double nowall) {
@@ -186,11 +252,12 @@ static void dump_file(dt_watchdog *w, const char *state, const wd_rec *stuck, do
     FILE *f = fopen(tmp, "w");
     if (!f) return;
     /* First line, for the supervisor: rank state seq op; then the culprits, then the ring. */
-    fprintf(f, "dtrain-watchdog rank=%d state=%s seq=%llu op=%s time=%.3f\n", w->rank, state,
-            (unsigned long long)(stuck ? stuck->seq : w->seq), stuck ? stuck->op : "-", nowall);
+    fprintf(f, "dtrain-watchdog rank=%d state=%s seq=%llu op=%s time=%.3f peer=%d\n", w->rank, state,
+            (unsigned long long)(stuck ? stuck->seq : w->seq), stuck ? stuck->op : "-", nowall,
+            stuck ? stuck->peer : -1);
     if (stuck) {
         char msg[16];
-        culprits(w, stuck->seq, nowall, f, msg, sizeof msg);
+        stuck_culprits(w, stuck, nowall, f, msg, sizeof msg);
     }
     dump(w, f, state, stuck, now);
     fclose(f);
@@ -216,10 +283,13 @@ static void *wd_main(void *arg) {
         }
         if (stuck) {
             char who[2048];
-            int n = culprits(w, stuck->seq, nowall, NULL, who, sizeof who);
+            int n = stuck_culprits(w, stuck, nowall, NULL, who, sizeof who);
             fprintf(stderr, "watchdog: ");
             dump(w, stderr, "blocked", stuck, now);
-            if (n)
+            if (stuck->peer >= 0 && who[0])
+                fprintf(stderr, "watchdog: rank %d waits in #%llu %s on rank %d; %s\n", w->rank,
+                        (unsigned long long)stuck->seq, stuck->op, stuck->peer, who);
+            else if (n)
                 fprintf(stderr, "watchdog: rank %d waits in collective #%llu (%s) for %d rank(s) that cannot take part: %s\n",
                         w->rank, (unsigned long long)stuck->seq, stuck->op, n, who);
             dump_file(w, "blocked", stuck, now, nowall);

@@ -278,6 +278,8 @@ typedef struct hang_info {
     char detail[2048];      /* their last collectives */
     char hosts[8][64];      /* the culprits' hosts */
     int nhosts;
+    int peer;               /* the first dump's operation is point-to-point with this world rank; -1: a collective */
+    char chain[1024];       /* the chains of point-to-point waits, "rank 0 -> rank 1 -> rank 2; rank 3 -> rank 2" */
 } hang_info;
 
 static void add_host(hang_info *h, const char *host) {
@@ -302,14 +304,52 @@ static void add_culprit(hang_info *h, int rank, const char *host, int pid, const
     add_host(h, host);
 }
 
+/* The chains of point-to-point waits the records show (rankrec.h dt_rankrec_chain, records
+ * only: the processes are gone by now), each from a rank that waits in a point-to-point
+ * operation and on which no other waiting rank waits, to its end: a culprit the dumps named
+ * (named[r]), else a rank in no operation - named now when no dump named anyone (a stage that
+ * stopped outside every operation, its state as now seen). A chain through a culprit's own
+ * wait stops at the culprit (a stage stopped inside a receive is where the chain ends). */
+static void wait_chains(const char *dir, int nranks, unsigned char *named, hang_info *h) {
+    int *to = malloc((size_t)nranks * sizeof(int)), *chain = malloc((size_t)nranks * sizeof(int));
+    if (!to || !chain || nranks < 2) goto out;
+    for (int r = 0; r < nranks; r++) {
+        dt_rankrec_info in;
+        to[r] = dt_rankrec_read(dir, r, &in) == 0 && dt_rankrec_inside(&in) && !named[r] ? in.peer : -1;
+    }
+    for (int r = 0; r < nranks; r++) {
+        int waited_on = 0;
+        for (int q = 0; q < nranks; q++) waited_on |= to[q] == r;
+        if (to[r] < 0 || waited_on) continue;
+        dt_chain_end end;
+        chain[0] = r, chain[1] = to[r];
+        int n = dt_rankrec_chain(dir, nranks, named, 0, chain, 2, nranks, &end);
+        int e = chain[n - 1];
+        dt_rankrec_info in;
+        if (!h->culprit[0] && end == DT_CHAIN_OUTSIDE && dt_rankrec_read(dir, e, &in) == 0) {
+            add_culprit(h, e, in.host, in.pid, dt_rankrec_state(&in), (long)in.entered, in.op, 0.0);
+            named[e] = 1;
+        }
+        size_t l = strlen(h->chain);
+        for (int i = 0; i < n && l < sizeof h->chain - 1; i++)
+            l += (size_t)snprintf(h->chain + l, sizeof h->chain - l, "%srank %d", i ? " -> " : l ? "; " : "", chain[i]);
+        if (l < sizeof h->chain - 1 && end != DT_CHAIN_STOP)
+            snprintf(h->chain + l, sizeof h->chain - l, " (%s)", dt_chain_end_name(end));
+    }
+out:
+    free(to);
+    free(chain);
+}
+
 /* Reads the attempt's watchdog dumps (the blocked ranks' view, with the culprits and their
  * process state as seen when the watchdog fired) and, for ranks no dump names, the records
  * every rank left in the run directory (rankrec.h). */
 static void analyze_hang(const char *dir, int nranks, hang_info *h) {
     memset(h, 0, sizeof *h);
     h->seq = -1;
+    h->peer = -1;
     snprintf(h->op, sizeof h->op, "?");
-    char *named = calloc((size_t)nranks, 1);
+    unsigned char *named = calloc((size_t)nranks, 1);
     if (!named) return;
     /* The first watchdogs to fire speak for the hang. A rank that was stopped and is woken
      * when mpirun ends the job (SIGCONT before the kill) dumps later, blaming the ranks that
@@ -323,11 +363,12 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
             FILE *f = fopen(p, "r");
             if (!f) continue;
             char st[32] = "", o[64] = "";
-            int rr;
+            int rr, pr = -1;
             long s;
             double t = 0;
             if (fgets(line, sizeof line, f) &&
-                sscanf(line, "dtrain-watchdog rank=%d state=%31s seq=%ld op=%63s time=%lf", &rr, st, &s, o, &t) >= 4 &&
+                sscanf(line, "dtrain-watchdog rank=%d state=%31s seq=%ld op=%63s time=%lf peer=%d", &rr, st, &s, o, &t,
+                       &pr) >= 4 &&
                 rr == r && !strcmp(st, "blocked")) {
                 if (pass == 0) {
                     if (t > 0 && (first == 0 || t < first)) first = t;
@@ -337,6 +378,7 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
                     int authoritative = t == first || first == 0;
                     if (authoritative && h->seq < 0) { /* the collective the first dump timed out in */
                         h->seq = s;
+                        h->peer = pr;
                         snprintf(h->op, sizeof h->op, "%s", o);
                     }
                     size_t l = strlen(h->waiting);
@@ -373,6 +415,7 @@ static void analyze_hang(const char *dir, int nranks, hang_info *h) {
                 add_culprit(h, r, in.host, in.pid, "inside it, silent: no watchdog report", (long)in.entered, in.op,
                             0.0);
         }
+    if (h->seq >= 0) wait_chains(dir, nranks, named, h);
     free(named);
 }
 
@@ -581,10 +624,19 @@ dt_status dt_launch_supervise(dt_ctx *ctx, const dt_launch_cfg *cfg, const dt_su
         hang_info h;
         analyze_hang(run_dir, cfg->nranks, &h);
         if (h.seq >= 0 && h.culprit[0]) {
-            /* The rank whose watchdog fired is the messenger; the culprit is the rank that
-             * never arrived. */
-            SV_LOG("job failed after %.1f s: %s hung: held up collective #%ld (%s), in which rank(s) %s "
-                   "waited until the watchdog fired (%s)", t1 - t0, h.culprit, h.seq, h.op, h.waiting, what);
+            if (h.peer >= 0) {
+                /* A point-to-point wait: the culprit is at the end of the chain of waits. */
+                SV_LOG("job failed after %.1f s: %s hung: at the end of a chain of point-to-point waits; rank(s) %s "
+                       "waited until the watchdog fired, the first in #%ld %s on rank %d (%s)", t1 - t0, h.culprit,
+                       h.waiting, h.seq, h.op, h.peer, what);
+                SV_LOG("hang: chain of waits: %s", h.chain[0] ? h.chain : "(none in the records)");
+            } else {
+                /* The rank whose watchdog fired is the messenger; the culprit is the rank that
+                 * never arrived. */
+                SV_LOG("job failed after %.1f s: %s hung: held up collective #%ld (%s), in which rank(s) %s "
+                       "waited until the watchdog fired (%s)", t1 - t0, h.culprit, h.seq, h.op, h.waiting, what);
+                if (h.chain[0]) SV_LOG("hang: chain of waits: %s", h.chain);
+            }
             SV_LOG("hang: %s", h.detail);
             for (int i = 0; i < h.nhosts; i++) {
                 int k = 0;
