@@ -62,6 +62,32 @@ run pp2clip 2 --set parallel.pp=2 "${clip[@]}" --save-weights "$dir/pp2clip.st"
 check "llama pp 2 with clipping binding == its blocks mode, bitwise" blk pp2clip bitwise 8
 same_file "llama pp 2 with clipping binding" blk pp2clip
 
+# The interleaved schedule (v chunks per stage, virtual stage c pp + s; a ring of transfers):
+# bitwise pp 1 with clipping off, bitwise its blocks mode (the norm per chunk region) with
+# clipping binding; pp 4 x v 2 on 4 ranks (8 layers); a tied head.
+il=(--set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2)
+run il_pp2 2 --set parallel.pp=2 "${il[@]}" --save-weights "$dir/il_pp2.st"
+check "llama interleaved pp 2 x v 2 == pp 1, bitwise" ref il_pp2 bitwise 8
+same_file "llama interleaved pp 2 x v 2" ref il_pp2
+run il_blk 1 --set parallel.pp=2 --set parallel.pp_blocks=true "${il[@]}" "${clip[@]}" --save-weights "$dir/il_blk.st"
+run il_clip 2 --set parallel.pp=2 "${il[@]}" "${clip[@]}" --save-weights "$dir/il_clip.st"
+check "llama interleaved pp 2 x v 2 with clipping binding == its blocks mode, bitwise" il_blk il_clip bitwise 8
+same_file "llama interleaved pp 2 x v 2 with clipping binding" il_blk il_clip
+model=(--set model.preset=llama-tiny --set model.untied_embeddings=1 --set model.n_layer=8 --seq 32)
+run il8_ref 1 --save-weights "$dir/il8_ref.st"
+run il8_pp4 4 --set parallel.pp=4 "${il[@]}" --save-weights "$dir/il8_pp4.st"
+check "llama (8 layers) interleaved pp 4 x v 2 == pp 1, bitwise" il8_ref il8_pp4 bitwise 8
+same_file "llama (8 layers) interleaved pp 4 x v 2" il8_ref il8_pp4
+run il8_v4 2 --set parallel.pp=2 --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=4 \
+  --set training.grad_accum=4 --save-weights "$dir/il8_v4.st"
+check "llama (8 layers) interleaved pp 2 x v 4 == pp 1, bitwise" il8_ref il8_v4 bitwise 8
+model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
+run il_gpt2_blk 1 --set parallel.pp=2 --set parallel.pp_blocks=true "${il[@]}" "${clip[@]}" --save-weights "$dir/il_gpt2_blk.st"
+run il_gpt2 2 --set parallel.pp=2 "${il[@]}" "${clip[@]}" --save-weights "$dir/il_gpt2.st"
+check "gpt2 (tied head) interleaved pp 2 x v 2 == its blocks mode, bitwise" il_gpt2_blk il_gpt2 bitwise 8
+same_file "gpt2 (tied head) interleaved pp 2 x v 2" il_gpt2_blk il_gpt2
+model=("${llama[@]}")
+
 # fp16 with dynamic loss scaling: an overflow in the last stage's gradients only (the test aid on
 # rank 1) is every stage's (the norm is global): the step is skipped and the scale halved on
 # both, as in the blocks mode where the one process overflows.
@@ -147,6 +173,11 @@ run ck1 1 --resume "$dir/ckU/step-00000004" --set checkpoint.dir="$dir/ck1" "${c
 check "pp 2 checkpoint resumed at pp 1: continues bitwise" ckU ck1 bitwise 4
 run ck4 4 --set parallel.pp=4 --resume "$dir/ckU/step-00000004" --set checkpoint.dir="$dir/ck4" "${ck[@]}"
 check "pp 2 checkpoint resumed at pp 4: continues bitwise" ckU ck4 bitwise 4
+run ckI 2 --set parallel.pp=2 "${il[@]}" --resume "$dir/ckU/step-00000004" --set checkpoint.dir="$dir/ckI" "${ck[@]}"
+check "pp 2 checkpoint resumed interleaved (v 2), with validation through every chunk: continues bitwise" ckU ckI bitwise 4
+e3=$(evals ckI)
+[ "$e3" = "$(evals ckU | python3 -c 'import sys,ast; v=ast.literal_eval(sys.stdin.read()); print(v[1:])')" ] &&
+  pass "validation through the interleaved pipeline: $e3" || fail "interleaved validation losses $e3 vs $(evals ckU)"
 cmp -s "$dir/ckU/step-00000008/model.safetensors" "$dir/ck4/step-00000008/model.safetensors" &&
   pass "pp 2 -> pp 4 resume: the same final model file" || fail "the final model files of pp 2 and its pp 4 resume differ"
 # HF export and eval read a pipeline checkpoint as any other (the canonical index space).
@@ -189,8 +220,10 @@ model=("${llama[@]}")
 refused "LoRA under a pipeline" 2 "LoRA under a pipeline is not built" --set parallel.pp=2 --set lora.rank=4
 refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
-refused "the interleaved schedule" 2 "parallel.pp_schedule=interleaved is not built" --set parallel.pp=2 \
-  --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2
+refused "the zb-h1 schedule" 2 "parallel.pp_schedule=zb-h1 is not built" --set parallel.pp=2 \
+  --set parallel.pp_schedule=zb-h1
+refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \
+  --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=3
 refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4
 
 echo "test_pp: $fails failure(s)"
