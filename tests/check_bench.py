@@ -246,23 +246,30 @@ def cmd_pp(f, formats, pp, m, kind, mb, seq, d_model):
         assert r["forward_s"] + r["backward_s"] + r["idle_s"] <= r["span_s"] * (1 + 1e-9), r
         assert r["span_s"] <= r["step_s"] * (1 + 1e-9) and r["idle_s"] <= r["p2p_s"] * (1 + 1e-9), r
         assert close(r["idle_fraction"], r["idle_s"] / r["span_s"]), r
-        # a middle stage sends both ways; the ends one way: m messages of act bytes each way
-        ways = (r["stage"] > 0) + (r["stage"] < pp - 1)
+        # a middle stage sends both ways; the ends one way: m messages of act bytes each way (an
+        # interleaved stage, v chunks around a ring: every chunk but the model's first receives
+        # activations and every chunk but its last gradients, 2 v - 1 of them at the ends)
+        v = p.get("virtual", 1)
+        ways = 2 * v - (r["stage"] == 0) - (r["stage"] == pp - 1) if v > 1 else (r["stage"] > 0) + (r["stage"] < pp - 1)
         assert r["p2p_bytes"] == ways * m * act, (r["p2p_bytes"], ways * m * act)
-    # per stage boundary: m activations forward and m gradients back
-    assert sum(r["p2p_bytes"] for r in rows) == 2 * (pp - 1) * m * act * (world // pp)
+    # per stage boundary: m activations forward and m gradients back (v times, less the ring's
+    # wrap-around ends, interleaved)
+    assert sum(r["p2p_bytes"] for r in rows) == 2 * (pp * p.get("virtual", 1) - 1) * m * act * (world // pp)
     rp = p["replay"]
     for s in range(pp):
         st = [r for r in rows if r["stage"] == s]
-        assert close(rp["forward_s"][s], statistics.mean(r["forward_s"] for r in st) / m, 1e-9)
-        assert close(rp["backward_s"][s], statistics.mean(r["backward_s"] for r in st) / m, 1e-9)
+        per = m * p.get("virtual", 1)  # one action: a micro-batch through one chunk
+        assert close(rp["forward_s"][s], statistics.mean(r["forward_s"] for r in st) / per, 1e-9)
+        assert close(rp["backward_s"][s], statistics.mean(r["backward_s"] for r in st) / per, 1e-9)
     span, idle = replay(pp_lists(kind, pp, m), rp["forward_s"], rp["backward_s"])
     assert close(rp["span_s"], span, 1e-9), (rp["span_s"], span)
     assert all(close(a, b / span, 1e-6) or abs(a - b / span) < 1e-12 for a, b in zip(rp["stage_idle_fraction"], idle))
     assert close(rp["idle_fraction"], statistics.mean(rp["stage_idle_fraction"]), 1e-9)
     assert 0 < rp["idle_fraction"] < 1, rp
     assert rp["textbook_idle_fraction"] == (pp - 1) / (m + pp - 1), rp
-    assert close(rp["measured_idle_fraction"], statistics.mean(r["idle_fraction"] for r in rows), 1e-9)
+    longest = max(r["span_s"] for r in rows)
+    assert close(rp["measured_idle_fraction"],
+                 statistics.mean(1 - (r["forward_s"] + r["backward_s"]) / longest for r in rows), 1e-9)
     print(f"{world} ranks: busy + idle <= step, {act * m} bytes each way per boundary; replay idle "
           f"{rp['idle_fraction']:.3f} (recomputed), textbook {rp['textbook_idle_fraction']:.3f}, "
           f"measured {rp['measured_idle_fraction']:.3f}")
