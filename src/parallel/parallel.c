@@ -629,6 +629,11 @@ void dt_parallel_release_full_params(dt_parallel *p, float *full) {
 
 void dt_parallel_shard(const dt_parallel *p, size_t *count) { *count = p->S; }
 
+float *dt_parallel_unit_grad(dt_parallel *p, int u, size_t *n) {
+    *n = p->split_cnt[(size_t)u * p->G + p->j];
+    return grad_piece(p, u);
+}
+
 int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out) {
     for (int u = 0; u < p->U; u++) {
         size_t i = (size_t)u * p->G + p->j;

@@ -136,6 +136,12 @@ dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out);
 dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
                              float clip_coef);
 
+/* After dt_parallel_finish_grads: where this rank's reduced gradient of unit u lies, *n floats -
+ * the unit's piece this rank holds (ddp: the whole unit; ZeRO: its shard of it, as
+ * dt_parallel_pieces). Ranks at the same place of equal data-parallel groups holding equally
+ * laid-out units hold the same piece (a pipeline's tied embedding and its copy, decision 74). */
+float *dt_parallel_unit_grad(dt_parallel *p, int u, size_t *n);
+
 /* The data-parallel group (the world without a process mesh). */
 dt_group dt_parallel_dp_group(const dt_parallel *p);
 

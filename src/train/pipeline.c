@@ -78,13 +78,6 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     }
     if (cfg->parallel.compression)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression with parallel.pp=%d: not built yet (issue 32)", pp);
-    dt_tensor_info table[DT_MODEL_MAX_TENSORS];
-    int nt = dt_model_tensors(&cfg->model, table);
-    if (dt_model_tied_head(table, nt) >= 0 && cfg->parallel.strategy >= DT_STRAT_ZERO2)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.strategy=%s with parallel.pp=%d: a head tied to the embedding "
-                       "over stages needs the full gradients of ddp or zero1 (ZeRO-2/3 with a tied head under a "
-                       "pipeline is not built yet; model.untied_embeddings=1 runs every stage)",
-                       dt_strategy_name(cfg->parallel.strategy), pp);
     if (cfg->pp_kind == DT_PP_INTERLEAVED) return DT_OK; /* its chunks' boundaries, above */
     if (cfg->pp_first[pp] == 0) { /* no parallel.pp_layers: the cost rule */
         dt_pp_split(&cfg->model, cfg->seq_len, pp, cfg->pp_first);
@@ -401,11 +394,20 @@ dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {
 dt_status dt_pp_tied_grads(dt_ctx *ctx, dt_trainer *tr) {
     const dt_pp_link *p = &tr->pp;
     if (!p->tied || p->n <= 1) return DT_OK;
-    float *g = tr->model.ps.grads + p->tied_off; /* ddp, zero1: the reduced gradients in full */
+    /* the tensor's units (its vocabulary chunks) lie alike in both stores, so every strategy
+     * holds the same piece of each on both stages (the whole unit, or the same ZeRO shard) */
+    const dt_params *ps = &tr->model.ps;
+    const int id = dt_model_tied_head(ps->tensors, ps->n_tensors), u0 = ps->tensors[id].unit;
     double t0 = dt_now();
-    dt_status st = p->stage == 0 ? dt_comm_send(ctx, tr->comm, p->group, g, p->tied_n * sizeof(float), p->n - 1, TAG_TIED_GRAD)
-                                 : dt_comm_recv(ctx, tr->comm, p->group, g, p->tied_n * sizeof(float), 0, TAG_TIED_GRAD);
+    dt_status st = DT_OK;
+    for (int u = u0; u < u0 + dt_params_chunks(ps, id) && st == DT_OK; u++) {
+        size_t n;
+        float *g = dt_parallel_unit_grad(tr->par, u, &n);
+        if (!n) continue;
+        st = p->stage == 0 ? dt_comm_send(ctx, tr->comm, p->group, g, n * sizeof(float), p->n - 1, TAG_TIED_GRAD)
+                           : dt_comm_recv(ctx, tr->comm, p->group, g, n * sizeof(float), 0, TAG_TIED_GRAD);
+        if (p->stage == 0) tr->pp.bytes += (double)n * sizeof(float);
+    }
     tr->pp.seconds += dt_now() - t0;
-    if (p->stage == 0) tr->pp.bytes += (double)p->tied_n * sizeof(float);
     return st;
 }
