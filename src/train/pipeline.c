@@ -1,9 +1,10 @@
 /* Pipeline parallelism's step on one stage (ARCHITECTURE decision 74).
  *
  * Each rank of a PP group is a stage holding consecutive layers (model.h dt_model_opts.pp_l0 /
- * pp_l1; the first stage embeds, the last runs the head and the loss). A step runs this
- * stage's action list (parallel/pp_schedule.h: gpipe or 1f1b) over the step's accum
- * micro-batches:
+ * pp_l1; the first stage embeds, the last runs the head and the loss; under the interleaved
+ * schedule v chunks of them, chunk c of stage s being virtual stage c pp + s, the neighbours a
+ * ring). A step runs this stage's action list (parallel/pp_schedule.h: gpipe, 1f1b or
+ * interleaved) over the step's accum micro-batches:
  *   F(k)  take a free activation set, point the model at it (dt_model_use_acts), fetch
  *         micro-batch k (every stage reads the same batches: the first needs the tokens, the
  *         last the targets), receive the previous stage's output into DT_STAGE_IN, run the
@@ -19,7 +20,11 @@
  * from the model's own buffers, over the PP group's point-to-point (MPI; inside a node its
  * shared-memory transport), on the compute thread - never queued behind the data-parallel
  * lane's gradient buckets, which run on their own thread and group (decision 61). Sends are
- * non-blocking and overlap the next passes; a set's sends complete before the set is reused.
+ * non-blocking and overlap the next passes; a set's sends complete before the set is reused
+ * (interleaved: every message leaves from its own copy, completed at the step's end). A head
+ * tied to the embedding: the last stage's head gradients of the step go to the first stage
+ * before its last backward, the reduced gradient back to the last stage's copy after the
+ * data-parallel reduction (model.h tied_h; decision 74).
  * Receives block: the time spent in them is the stage's idle time (the bubble), and every
  * receive is a watched operation of the collective watchdog (comm.h), so a stage that stops
  * leaves its neighbour named in the records, waiting on it. */
