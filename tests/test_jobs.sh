@@ -52,7 +52,7 @@ bad() {  # WANT(grep -E) ARGS...
 bad "--emit yaml: unknown kind" "${big[@]}" --emit yaml --set checkpoint.dir=ck
 bad "--emit-out /nonexistent/dir/job.sh: No such file" "${big[@]}" --emit slurm --set checkpoint.dir=ck --emit-out /nonexistent/dir/job.sh
 bad "--emit needs checkpoint.dir" "${big[@]}" --emit slurm
-bad "--emit: no layout a dtrain job can run .* \(model-parallel layouts do" "${big[@]}" --pp 2 --emit slurm \
+bad "--emit: no layout a dtrain job can run .* \(context- or expert-parallel layouts do" "${big[@]}" --cp 2 --emit slurm \
   --set checkpoint.dir=ck
 bad "--hosts names 3 host\(s\); the plan has 2 node" "${big[@]}" --emit mpirun --hosts a,b,c --set checkpoint.dir=ck
 bad "--emit mpirun needs the nodes: --hosts" "${big[@]}" --emit mpirun --set checkpoint.dir=ck
@@ -106,16 +106,16 @@ rc=$?
 if [ $rc -eq 0 ] && grep -qE "parallel.tp=(2|4|8) " m7.sh; then
   pass "mistral-7b on 16 A100-40GB: $(grep -o 'slurm job [^ ]* for [^ ]* [^ ]* [^ ]*' m7.err)"
 else fail "mistral-7b on 16 A100-40GB (rc $rc): $(head -3 m7.err)"; fi
-# A layout only pipeline parallelism would make faster: the nearest runnable one, said so.
+# A pipeline-parallel winner: the job runs it (parallel.pp in the file), nothing said about a
+# layout it cannot run.
 "$bin" plan --model gpt2-xl --seq 1024 --micro-batch 1 --precision bf16 --gpus 16 --hardware h100-sxm "${cat[@]}" \
   --emit slurm --set checkpoint.dir=ck >mp.sh 2>mp.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q "is one a dtrain job cannot run yet (no pipeline, context or expert parallelism; tensor parallelism without hybrid sharding); this job runs the fastest one it can" mp.err \
-   && grep -qE "^# The fastest layout, [a-z0-9-]+ dp8 tp1 pp2 .* this job runs the fastest one it can, hybrid-zero3 dp16 " mp.sh \
-   && grep -q "parallel.strategy=zero3 " mp.sh && grep -q "parallel.hybrid=true " mp.sh; then
-  pass "pipeline-parallel winner: the job runs the fastest layout it can, named in the file and on stderr"
+if [ $rc -eq 0 ] && grep -q "slurm job dtrain for zero3 dp8 tp1 pp2 cp1 ep1 on 2 node(s)" mp.err && ! grep -q "cannot run" mp.err mp.sh \
+   && grep -q "parallel.strategy=zero3 " mp.sh && grep -q "parallel.pp=2 " mp.sh && grep -q "parallel.hybrid=false " mp.sh; then
+  pass "pipeline-parallel winner: the job runs it (zero3 dp8 tp1 pp2: parallel.pp=2 in the file)"
 else
-  fail "model-parallel winner (rc $rc): $(head -3 mp.err)"
+  fail "pipeline-parallel winner (rc $rc): $(head -3 mp.err)"
 fi
 
 # The sbatch script's own logic, without Slurm: a stand-in supervisor (DTRAIN) that runs until

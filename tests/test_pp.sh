@@ -10,7 +10,9 @@
 #    head's gradients of a step added to the embedding's once): pp 2 and pp 4, both schedules,
 #    bitwise the blocks mode with clipping binding, and the blocks mode within 1e-5 of pp 1;
 #  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2; dp 2 x pp 2
-#    against dp 2 with ddp and each ZeRO stage: bitwise;
+#    against dp 2 with ddp and each ZeRO stage, pp 2 x dp 4 hybrid against dp 4 hybrid: bitwise;
+#  - the interleaved schedule; fp16's overflow on one stage skips the step on all;
+#  - parallel.layout auto with parallel.pp fixed runs the planner's fastest pipeline;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
 #  - memory: the allocator's high-water equals the plan on every run (rank 0 logs it); stage 0
 #    holds pp micro-batches' activations under 1f1b and all m under gpipe;
@@ -150,6 +152,12 @@ run dp2 2 --save-weights "$dir/dp2.st"
 run dp2pp2 4 --set parallel.pp=2 --save-weights "$dir/dp2pp2.st"
 check "dp 2 x pp 2 (ddp) == dp 2, bitwise" dp2 dp2pp2 bitwise 8
 same_file "dp 2 x pp 2" dp2 dp2pp2
+# hybrid sharding over a stage's data-parallel ranks: pp 2 x dp 4 on 4 simulated nodes of 2 (each
+# stage's 4 ranks span 2 nodes) == dp 4 hybrid, bitwise
+PPN=2 run hyb_dp4 4 --set parallel.strategy=zero3 --set parallel.hybrid=true --save-weights "$dir/hyb_dp4.st"
+PPN=2 run hyb_pp2 8 --set parallel.strategy=zero3 --set parallel.hybrid=true --set parallel.pp=2 --save-weights "$dir/hyb_pp2.st"
+check "pp 2 x dp 4 hybrid zero3 (4 nodes) == dp 4 hybrid zero3, bitwise" hyb_dp4 hyb_pp2 bitwise 8
+same_file "pp 2 x dp 4 hybrid zero3" hyb_dp4 hyb_pp2
 for z in zero1 zero2 zero3; do # each ZeRO stage over a stage's data-parallel ranks
   run "dp2_$z" 2 --set parallel.strategy=$z --save-weights "$dir/dp2_$z.st"
   run "dp2pp2_$z" 4 --set parallel.strategy=$z --set parallel.pp=2 --save-weights "$dir/dp2pp2_$z.st"
@@ -207,6 +215,24 @@ nohw=1 run rt1 1 --resume "$dir/rt2/step-00000004" --set checkpoint.dir="$dir/rt
 same "resharded pp 2 -> pp 1" rt1
 nohw=1 run rt4b 4 --set parallel.pp=4 --resume "$dir/rt1/step-00000004" --set checkpoint.dir="$dir/rt4b" "${reshard[@]}"
 same "resharded pp 1 -> pp 4 (round trip 4 -> 2 -> 1 -> 4)" rt4b
+
+# parallel.layout auto with parallel.pp=2 fixed (issue 35 item 1): rank 0 plans on cpu-core
+# and every rank runs the fastest fitting pipeline layout dtrain plan ranks first.
+auto=(--set parallel.layout=auto --set parallel.layout_catalog="$src/configs/hardware.yaml" --set training.batch=16)
+train_saved=("${train[@]}")
+train=(--batch 2 --steps 4 --seed 11 --set logging.progress=lines --set logging.every=1) # the batch: training.batch
+run autopp 4 "${auto[@]}" --set parallel.pp=2
+train=("${train_saved[@]}")
+want=$(cd "$src" && "$bin" plan "${llama[@]}" --batch 2 --global-batch 16 --gpus 4 --nodes 2 --hardware cpu-core --pp 2 --json \
+  2>/dev/null | /usr/bin/python3 -c "
+import json, sys
+for l in json.load(sys.stdin)['layouts']:
+    if l['fits'] and l['dtrain_runs']:
+        print(l['layout']); break")
+got=$(sed -n 's/.*parallel.layout auto on 4 x cpu-core: \([^,]*\), the fastest.*/\1/p' "$dir/autopp.log")
+if [ -n "$want" ] && [ "$got" = "$want" ] && grep -q "pipeline: pp 2 x tp " "$dir/autopp.log"; then
+  pass "layout auto with parallel.pp=2: $got (dtrain plan's fastest runnable), run as a pipeline"
+else fail "layout auto with pp=2: got '$got', plan says '$want': $(grep -m1 'layout auto\|error' "$dir/autopp.log")"; fi
 
 # Refusals: one line naming the key, before training.
 refused() { # WHAT NRANKS PATTERN ARGS...

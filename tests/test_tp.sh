@@ -371,7 +371,7 @@ want=$(cd "$src" && "$bin" plan --set model.preset=gpt2-tiny --seq 64 --batch 4 
   2>/dev/null | /usr/bin/python3 -c "
 import json, sys
 for l in json.load(sys.stdin)['layouts']:
-    if l['fits'] and l['pp'] == l['cp'] == l['ep'] == 1 and (l['tp'] == 1 or 4 % l['tp'] == 0):
+    if l['fits'] and l['cp'] == l['ep'] == 1 and l['pp'] <= 2 and (l['tp'] == 1 or 4 % l['tp'] == 0):
         print(l['layout']); break")
 got=$(sed -n 's/.*parallel.layout auto on 4 x cpu-core: \([^,]*\), the fastest.*/\1/p' "$dir/auto4.log")
 if [ -n "$want" ] && [ "$got" = "$want" ] && grep -q "plan's top 3: 1\. .*; 2\. .*; 3\. " "$dir/auto4.log" &&

@@ -208,7 +208,7 @@ static dt_status absolute(dt_ctx *ctx, const char *p, char *out, size_t n) {
 
 /* Keys the job file sets itself: the user's own values of them are left out. */
 static int key_we_set(const char *k, size_t n) {
-    static const char *const keys[] = {"parallel.strategy", "parallel.hybrid", "parallel.tp", "training.batch",
+    static const char *const keys[] = {"parallel.strategy", "parallel.hybrid", "parallel.tp", "parallel.pp", "training.batch",
                                        "checkpoint.dir", "checkpoint.resume"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strlen(keys[i]) == n && !strncmp(k, keys[i], n)) return 1;
@@ -249,6 +249,8 @@ static dt_status train_args(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_ru
     DT_CHECK(cmd_add(ctx, c, "parallel.hybrid=%s", l->hybrid ? "true" : "false"));
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "parallel.tp=%d", l->tp));
+    DT_CHECK(cmd_add(ctx, c, "--set"));
+    DT_CHECK(cmd_add(ctx, c, "parallel.pp=%d", l->pp));
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "training.batch=%ld", job->global_batch));
     if (e->kind == DT_EMIT_K8S) {
@@ -476,9 +478,6 @@ static void write_k8s(FILE *f, const dt_plan_emit_opts *e, const dt_run_cfg *rc,
     yaml_pod_end(f, e);
 }
 
-/* A layout a job can run: data and tensor parallelism (pp = cp = ep = 1; tensor parallelism
- * without hybrid sharding, and only where tp divides the model's heads and MLP: model.h
- * dt_model_tp_check). Pipeline, context and expert parallelism are not built. */
 
 dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg *rc, const dt_plan_job *job,
                        const dt_plan_result *r, int n, int argc, char **argv, const unsigned char *used) {
@@ -490,8 +489,8 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     }
     if (best < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout a dtrain job can run (data parallel: ddp, "
-                       "zero1-3, hybrid; tensor parallel dividing the heads; pp = cp = ep = 1) fits %d x %s%s", job->gpus,
-                       job->hw->key, fastest >= 0 ? " (model-parallel layouts do: a job cannot run them yet)" : "");
+                       "zero1-3, hybrid; tensor parallel dividing the heads; pipeline parallel; cp = ep = 1) fits %d x %s%s",
+                       job->gpus, job->hw->key, fastest >= 0 ? " (context- or expert-parallel layouts do: a job cannot run them yet)" : "");
     if (!rc->ckpt_dir[0])
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit needs checkpoint.dir (in the config or --set "
                        "checkpoint.dir=DIR): a restarted or requeued job resumes from it");
@@ -510,8 +509,8 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
         dt_plan_layout_name(&r[fastest].lay, fname, sizeof fname);
         dt_plan_layout_name(&r[best].lay, bname, sizeof bname);
         snprintf(note, sizeof note, "The fastest layout, %s (step %.4g s), is one a dtrain job cannot run yet (no "
-                 "pipeline, context or expert parallelism; tensor parallelism without hybrid sharding); this job runs "
-                 "the fastest one it can, %s (step %.4g s).", fname, r[fastest].step_s, bname, r[best].step_s);
+                 "context or expert parallelism); this job runs the fastest one it can, %s (step %.4g s).", fname,
+                 r[fastest].step_s, bname, r[best].step_s);
         note_p = note;
     }
     dt_plan_emit_opts eo = *e;

@@ -9,8 +9,8 @@
 #include "core/log.h"
 #include "plan/plan.h"
 
-/* Rank 0's plan: out = {found, tp, strategy, hybrid, global batch}. */
-static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int per_node, long out[5]) {
+/* Rank 0's plan: out = {found, tp, strategy, hybrid, global batch, pp}. */
+static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int per_node, long out[6]) {
     dt_hw_catalog cat;
     DT_CHECK(dt_hw_load(ctx, cfg->layout_catalog, &cat));
     dt_plan_job job;
@@ -38,10 +38,10 @@ static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int pe
         job.dpn = per_node > 0 && per_node <= world ? per_node : world;
         job.global_batch = cfg->global_batch > 0 ? cfg->global_batch : (long)cfg->train.micro_batch * cfg->train.accum * world;
     }
-    /* an explicit parallel.tp or parallel.strategy stays; pipeline, context and expert
+    /* an explicit parallel.tp, parallel.pp or parallel.strategy stays; context and expert
      * parallelism are not built (1) */
-    dt_plan_fix fix = {cfg->tp_set ? cfg->tp : 0, 1, 1, 1, cfg->strategy_set ? (int)cfg->train.parallel.strategy : -1,
-                       cfg->strategy_set ? cfg->train.parallel.hybrid : -1};
+    dt_plan_fix fix = {cfg->tp_set ? cfg->tp : 0, cfg->pp_set ? cfg->pp : 0, 1, 1,
+                       cfg->strategy_set ? (int)cfg->train.parallel.strategy : -1, cfg->strategy_set ? cfg->train.parallel.hybrid : -1};
     if (st == DT_OK) st = dt_plan_search(ctx, &job, &fix, &r, &n);
     int pick = -1, shown = 0;
     char name[64], line[1024];
@@ -63,7 +63,7 @@ static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int pe
         dt_log_info(ctx, "parallel.layout auto on %d x %s: %s, the fastest fitting layout dtrain can run (plan's top %d: "
                     "%s)", world, job.hw->key, name, shown < 3 ? shown : 3, line);
         out[0] = 1, out[1] = r[pick].lay.tp, out[2] = r[pick].lay.zero, out[3] = r[pick].lay.hybrid;
-        out[4] = job.global_batch;
+        out[4] = job.global_batch, out[5] = r[pick].lay.pp;
     }
     free(r);
     dt_hw_free(&cat);
@@ -73,7 +73,7 @@ static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int pe
 dt_status dt_cli_layout_auto(dt_ctx *ctx, dt_run_cfg *cfg, dt_comm *comm) {
     if (strcmp(cfg->layout, "auto")) return DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
-    long out[5] = {0};
+    long out[6] = {0};
     dt_status st = rank == 0 ? plan_here(ctx, cfg, world, dt_comm_size(comm, DT_GROUP_NODE), out) : DT_OK;
     /* rank 0's choice (or its failure) for every rank */
     dt_status bst = dt_comm_broadcast(ctx, comm, DT_GROUP_WORLD, out, sizeof out, 0);
@@ -81,6 +81,7 @@ dt_status dt_cli_layout_auto(dt_ctx *ctx, dt_run_cfg *cfg, dt_comm *comm) {
     DT_CHECK(bst);
     if (!out[0]) return dt_fail(ctx, DT_ERR_CONFIG, "parallel.layout auto: rank 0 found no layout (see its message)");
     cfg->tp = (int)out[1];
+    cfg->pp = (int)out[5];
     cfg->train.parallel.strategy = (dt_strategy)out[2];
     cfg->train.parallel.hybrid = (int)out[3];
     cfg->hybrid = (int)out[3];

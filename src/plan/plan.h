@@ -153,8 +153,9 @@ void dt_plan_recommend(const dt_plan_result *r, int n, int *fastest, int *cheape
 /* The command that runs the fastest fitting layout dtrain runs (after the table; `fastest`: the
  * recommendation's index, to say when it differs). */
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest);
-/* Whether dtrain trains layout l of job: data and tensor parallelism (pp = cp = ep = 1), tp
- * without hybrid sharding and dividing the heads, key/value heads and MLP width. */
+/* Whether dtrain trains layout l of job: data, tensor and pipeline parallelism (cp = ep = 1), tp
+ * dividing the heads, key/value heads and MLP width, pp at most the layers (1F1B; no experts or
+ * LoRA under a pipeline). */
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l);
 /* "zero1 dp8 tp1 pp1 cp1 ep1" */
 void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n);

@@ -149,7 +149,11 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->pp != 1 || l->cp != 1 || l->ep != 1) return 0;
+    if (l->cp != 1 || l->ep != 1) return 0;
+    /* pipeline parallelism (decision 74): a stage holds a layer at least; no experts or LoRA */
+    if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX || m->experts > 0 || job->train.model_opts.lora.rank > 0 ||
+                      job->train.model_opts.lora.nf4))
+        return 0;
     if (l->tp <= 1) return 1;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     return m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
@@ -172,12 +176,19 @@ static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
     /* tensor parallelism: each rank of a TP group holds one shard (the trainer's own plan) */
     c.parallel.tp = l->tp;
     c.model_opts.tp = l->tp > 1 ? l->tp : 0, c.model_opts.tp_local = 1, c.model_opts.tp_first = 0;
-    int world = l->dp * l->tp, node = world < job->dpn ? world : job->dpn;
+    /* pipeline parallelism: 1F1B over the step's micro-batches, the stages cut by the cost rule
+     * (parallel/pp_split.h); every stage's plan, as they differ (stage 0's activations, the
+     * last stage's head) */
+    c.pp = l->pp, c.pp_kind = DT_PP_1F1B, c.pp_virtual = 1, c.pp_blocks = 0;
+    memset(c.pp_first, 0, sizeof c.pp_first);
+    int world = l->dp * l->tp * l->pp, node = world < job->dpn ? world : job->dpn;
     if (node < 1 || world % node) node = world;
     double best = -1;
-    for (int d = 0; d < l->dp; d += l->dp > 1 ? l->dp - 1 : 1) {
+    for (int q = 0; q < 2 * l->pp; q++) { /* each stage's first and last data-parallel rank */
+        const int p = q / 2, d = q % 2 ? l->dp - 1 : 0;
+        if (q % 2 && l->dp == 1) continue;
         size_t b[DT_MEM_NKINDS];
-        DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, d * l->tp, b));
+        DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, (d + l->dp * p) * l->tp, b));
         double tot = 0;
         for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
         if (tot > best) {

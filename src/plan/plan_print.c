@@ -66,8 +66,8 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
         fputc('\n', f);
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
-    fprintf(f, "# * dtrain cannot run this layout yet (pipeline, context or expert parallelism; tensor parallelism not "
-               "dividing the heads and MLP)\n");
+    fprintf(f, "# * dtrain cannot run this layout yet (context or expert parallelism; tensor parallelism not dividing "
+               "the heads and MLP; a pipeline of experts, LoRA or more stages than layers)\n");
 }
 
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest) {
@@ -91,9 +91,9 @@ void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r,
     if (nodes > 1) snprintf(launch, sizeof launch, "dtrain launch -n %d --ranks-per-node %d --", job->gpus, per);
     else snprintf(launch, sizeof launch, "mpirun -n %d", job->gpus);
     fprintf(f, "run it: %s dtrain train CONFIG --set parallel.strategy=%s --set parallel.hybrid=%s --set parallel.tp=%d "
-               "--set training.batch=%ld   (%ld accumulation step(s) per rank; or --set parallel.layout=auto)\n",
-            launch, dt_strategy_name(l->zero), l->hybrid ? "true" : "false", l->tp, job->global_batch,
-            accum > 0 ? accum : 1);
+               "--set parallel.pp=%d --set training.batch=%ld   (%ld %s per rank; or --set parallel.layout=auto)\n",
+            launch, dt_strategy_name(l->zero), l->hybrid ? "true" : "false", l->tp, l->pp, job->global_batch,
+            accum > 0 ? accum : 1, l->pp > 1 ? "micro-batch(es) through the 1f1b pipeline" : "accumulation step(s)");
 }
 
 void dt_plan_print_detail(FILE *f, const dt_plan_job *job, const dt_plan_result *r, const char *title) {

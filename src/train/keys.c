@@ -134,7 +134,7 @@ static const key_def keys[] = {
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
     NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp, zero1-3, hybrid sharding and Top-K compression over the data-parallel ranks"),
-    STR("parallel.layout", layout, "auto: rank 0 plans the job on parallel.layout_hardware (dtrain plan's model, docs/planner.md) and every rank runs the fastest fitting layout dtrain can run (strategy, hybrid, tp), logging the plan's top 3; an explicit parallel.tp or parallel.strategy keeps its value; '' = the keys as given"),
+    STR("parallel.layout", layout, "auto: rank 0 plans the job on parallel.layout_hardware (dtrain plan's model, docs/planner.md) and every rank runs the fastest fitting layout dtrain can run (strategy, hybrid, tp, pp), logging the plan's top 3; an explicit parallel.tp, parallel.pp or parallel.strategy keeps its value; '' = the keys as given"),
     STR("parallel.layout_hardware", layout_hardware, "parallel.layout auto: the catalog entry of this machine's devices (a calibrated one from dtrain plan --calibrate, or cpu-core)"),
     STR("parallel.layout_catalog", layout_catalog, "parallel.layout auto: the hardware catalog file"),
     NUM("parallel.sequence_parallel", K_BOOL, sp, "with parallel.tp > 1: the residual stream and the norms hold each TP rank's share of the token rows (Megatron's sequence parallelism: gathered before each column-parallel GEMM, reduce-scattered after each row-parallel one; the norms' weight gradients summed over the group); gpt2, llama and vit, in every precision, with activation checkpointing"),
@@ -370,6 +370,7 @@ dt_status dt_cfg_set(dt_ctx *ctx, dt_run_cfg *c, const char *key, const char *va
         if (strcmp(key, dt_model_cfg_fields[i].key) == 0) c->model_set[i] = 1;
     if (strcmp(key, "model.family") == 0) c->family_set = 1;
     if (strcmp(key, "parallel.tp") == 0) c->tp_set = 1;
+    if (strcmp(key, "parallel.pp") == 0) c->pp_set = 1;
     if (strcmp(key, "parallel.strategy") == 0 || strcmp(key, "parallel.hybrid") == 0) c->strategy_set = 1;
     if (strcmp(key, "model.preset") == 0 && value[0]) {
         dt_model_config probe;
@@ -571,7 +572,7 @@ static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     const int deg[4] = {1, c->cp, 1, c->ep};
     for (int i = 0; i < 4; i++)
         if (deg[i] > 1)
-            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issues 32-34); only "
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issues 33, 34); only "
                            "the process mesh, tensor and pipeline parallelism are (set parallel.cp and ep to 1)", what[i][0],
                            deg[i], what[i][1]);
     return DT_OK;

@@ -92,6 +92,7 @@ typedef struct dt_run_cfg {
     char layout_hardware[64];  /* its catalog entry and catalog file */
     char layout_catalog[1024];
     int tp_set, strategy_set;  /* parallel.tp / parallel.strategy (or hybrid) were given explicitly */
+    int pp_set;                /* parallel.pp was given explicitly */
     /* runtime */
     int threads;
     /* which model fields were set explicitly (over the preset) */

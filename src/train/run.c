@@ -366,6 +366,18 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                     "column-parallel, output projections row-parallel, vocabulary-parallel embedding and loss)",
                     t->model_opts.tp, dp_world,
                     cfg->tp_blocks ? ", all tp shards in each process (parallel.tp_blocks)" : "");
+    if (t->pp > 1) { /* the stages' layers (trainer.c: pp_first, cut by the cost rule or given) */
+        char cut[256];
+        size_t len = 0;
+        cut[0] = 0;
+        for (int s = 0; s < t->pp && len < sizeof cut; s++)
+            len += (size_t)snprintf(cut + len, sizeof cut - len, "%s%d", s ? "," : "",
+                                    r.tr.cfg.pp_first[s + 1] - r.tr.cfg.pp_first[s]);
+        dt_log_info(ctx, "pipeline: pp %d x tp %d x dp %d, schedule %s%s, layers per stage [%s]%s; %d micro-batches a step",
+                    t->pp, t->model_opts.tp > 1 ? t->model_opts.tp : 1, dp_world, dt_pp_kind_name((dt_pp_kind)t->pp_kind),
+                    t->pp_kind == DT_PP_INTERLEAVED ? " (chunks of them around a ring)" : "", cut,
+                    t->pp_blocks ? ", all stages in each process (parallel.pp_blocks)" : "", t->accum);
+    }
     dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
                 cfg->data_train[0] ? cfg->data_train : "synthetic",

@@ -167,8 +167,9 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
         slots = dt_pp_inflight((dt_pp_kind)cfg->pp_kind, pp, cfg->pp_virtual > 0 ? cfg->pp_virtual : 1, cfg->accum,
                                stage);
         slots = slots > 1 ? slots : 1;
-        world = tp * dpw, rank = rank % (tp * dpw); /* this stage's tp x dp ranks */
-        node_ranks = node_ranks % (tp * dpw) == 0 ? tp * dpw : 1;
+        /* this stage's tp x dp ranks, consecutive world ranks: its nodes' parts of them (hybrid) */
+        world = tp * dpw, rank = rank % (tp * dpw);
+        node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
