@@ -64,12 +64,14 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
                              s ? "of the wrong dtype or shape" : "missing");
                 break;
             }
+            const int hl = dt_lora_base_layer(m, id, l); /* a pipeline stage: its own layers only */
+            if (hl < 0) continue;
             size_t e = ti->rows * ti->cols, stored = s->nbytes / sizeof(float);
             /* the base's own place when it holds the tensor whole in fp32; else a copy, set from
              * (quantized, or cut into the tensor-parallel shards held) */
             const dt_tensor_info *bt = &m->base.tensors[id];
-            const int whole = !dt_lora_nf4(m, id, l) && !(bt->tp_k > 1 && bt->split);
-            float *dst = whole ? dt_params_tensor(&m->base, m->base.params, id, l) : calloc(e, sizeof(float));
+            const int whole = !dt_lora_nf4(m, id, hl) && !(bt->tp_k > 1 && bt->split);
+            float *dst = whole ? dt_params_tensor(&m->base, m->base.params, id, hl) : calloc(e, sizeof(float));
             if (!dst) {
                 st = dt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory reading '%s'", file, name);
                 break;
@@ -77,7 +79,7 @@ dt_status dt_lora_base_stream(dt_ctx *ctx, dt_model *m, const char *path, int *d
             dt_copy(dst, s->data, stored * sizeof(float));
             dt_fill(dst + stored, 0, (e - stored) * sizeof(float)); /* vocabulary padding */
             if (!whole) {
-                st = dt_lora_set_base_tensor(ctx, m, id, l, dst);
+                st = dt_lora_set_base_tensor(ctx, m, id, hl, dst);
                 free(dst);
             }
         }

@@ -131,19 +131,35 @@ static int adapter_table(const dt_model_config *c, const dt_lora_cfg *lora, cons
     return n;
 }
 
+/* A pipeline stage's store (model.h pp_l0/pp_l1; decision 74): its layers (of every chunk) and
+ * their place among the model's. */
+static int store_layers(const dt_model_config *c, const dt_model_opts *o) {
+    return dt_stage_chunks(o) * dt_stage_layers(c, o);
+}
+static void store_map(dt_params *ps, const dt_model_config *c, const dt_model_opts *o) {
+    ps->layer0 = dt_store_g0(o);
+    if (dt_stage_chunks(o) > 1) ps->lchunk = dt_stage_layers(c, o), ps->lstride = o->pp_stride;
+}
+
 dt_status dt_lora_adapters_init(dt_ctx *ctx, dt_params *ps, const dt_model_config *c, const dt_model_opts *o,
                                 dt_alloc *alloc, int slabs) {
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
-    int n = adapter_table(c, &o->lora, o, t);
-    DT_CHECK(dt_params_init(ctx, ps, t, n, c->n_layer, alloc, slabs));
+    int n = adapter_table(c, &o->lora, o, t); /* layer tensors only: every stage has its layers' */
+    DT_CHECK(dt_params_init(ctx, ps, t, n, store_layers(c, o), alloc, slabs));
     ps->seed_salt = LORA_SEED_SALT;
+    store_map(ps, c, o);
     return DT_OK;
 }
 
 /* The family table as the base store holds it: cut to o's shards (the vocabulary padded for
- * them). */
+ * them), a pipeline stage's tensors only (model.h dt_model_stage_table: its layer range was
+ * checked by the model's own table). */
 static int base_table(const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *t) {
-    return dt_model_tensors_tp(c, o, t);
+    int n = dt_model_tensors_tp(c, o, t);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    (void)dt_model_stage_table(&ctx, c, o, t, n);
+    return n;
 }
 
 dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config *c, const dt_model_opts *o,
@@ -153,7 +169,9 @@ dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config 
     size_t cap = dt_params_table_unit_max(t, n); /* the full layout's: the vocabulary chunks stay its */
     for (int i = 0; i < n; i++)
         if (quantized(&t[i], &o->lora)) t[i].rows = t[i].file_rows = 0; /* held as NF4 outside the slab */
-    return dt_params_init_cap(ctx, base, t, n, c->n_layer, alloc, slabs, cap);
+    DT_CHECK(dt_params_init_cap(ctx, base, t, n, store_layers(c, o), alloc, slabs, cap));
+    store_map(base, c, o);
+    return DT_OK;
 }
 
 dt_status dt_lora_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o) {
@@ -265,14 +283,15 @@ void dt_lora_plan(const dt_model_config *c, const dt_model_opts *o, size_t bytes
     dt_tensor_info t[DT_MODEL_MAX_TENSORS];
     int n = base_table(c, o, t);
     size_t f32 = 0;
+    const int L = store_layers(c, o); /* a pipeline stage's */
     for (int i = 0; i < n; i++)
-        if (!quantized(&t[i], lora)) f32 += t[i].rows * t[i].cols * (t[i].group == DT_PG_LAYER ? (size_t)c->n_layer : 1);
-    bytes[DT_MEM_PARAMS] += f32 * sizeof(float) + nf4_bytes_of(t, n, c->n_layer, lora);
+        if (!quantized(&t[i], lora)) f32 += t[i].rows * t[i].cols * (t[i].group == DT_PG_LAYER ? (size_t)L : 1);
+    bytes[DT_MEM_PARAMS] += f32 * sizeof(float) + nf4_bytes_of(t, n, L, lora);
     bytes[DT_MEM_OTHER] += sink_layout(t, n, NULL) * sizeof(float);
     if (lora->nf4) {
         int nq = 0;
         for (int i = 0; i < n; i++) nq += quantized(&t[i], lora) ? (int)shards_held(&t[i]) : 0;
-        bytes[DT_MEM_OTHER] += sizeof(nf4_store) + (size_t)nq * c->n_layer * sizeof(dt_nf4);
+        bytes[DT_MEM_OTHER] += sizeof(nf4_store) + (size_t)nq * L * sizeof(dt_nf4);
     }
 }
 
@@ -293,7 +312,7 @@ dt_status dt_lora_model_init(dt_ctx *ctx, dt_model *m, dt_alloc *alloc, int slab
     m->lora_sink_len = sink_layout(t, n, m->lora_sink_off);
     DT_CHECK(dt_alloc_get(ctx, alloc, DT_MEM_OTHER, m->lora_sink_len * sizeof(float), (void **)&m->lora_sink));
     if (!lora->nf4) return DT_OK;
-    const int L = m->cfg.n_layer;
+    const int L = store_layers(&m->cfg, &m->opts);
     nf4_store *q;
     int nq = 0;
     for (int i = 0; i < n; i++) nq += quantized(&t[i], lora) ? (int)shards_held(&t[i]) : 0;
@@ -399,14 +418,24 @@ dt_status dt_lora_set_base_tensor(dt_ctx *ctx, dt_model *m, int id, int l, const
     return st;
 }
 
+/* The base store's layer holding the model's layer g of tensor id (a pipeline stage's), or -1:
+ * the stage holds neither the layer nor, for a PRE or POST tensor, the tensor. */
+int dt_lora_base_layer(const dt_model *m, int id, int g) {
+    const dt_tensor_info *t = &m->base.tensors[id];
+    if (t->group != DT_PG_LAYER) return dt_tensor_absent(t) && !dt_lora_nf4(m, id, 0) ? -1 : 0;
+    return dt_params_local_layer(&m->base, g);
+}
+
 dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *src) {
     dt_alloc a;
     dt_params full;
     DT_CHECK(full_layout(ctx, m, &a, &full));
     dt_status st = DT_OK;
     for (int id = 0; id < full.n_tensors && st == DT_OK; id++)
-        for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++)
-            st = dt_lora_set_base_tensor(ctx, m, id, l, dt_params_tensor(&full, (float *)src, id, l));
+        for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++) {
+            const int hl = dt_lora_base_layer(m, id, l); /* the full model's layer l: this stage's? */
+            if (hl >= 0) st = dt_lora_set_base_tensor(ctx, m, id, hl, dt_params_tensor(&full, (float *)src, id, l));
+        }
     dt_params_free(&full);
     return st;
 }
@@ -427,8 +456,10 @@ dt_status dt_lora_init_base(dt_ctx *ctx, dt_model *m, uint64_t seed) {
         float *w = malloc(e * sizeof(float));
         if (!w) st = dt_fail(ctx, DT_ERR_NOMEM, "lora: out of memory quantizing the base");
         for (int l = 0; l < dt_params_copies(&full, id) && st == DT_OK; l++) {
+            const int hl = dt_lora_base_layer(m, id, l);
+            if (hl < 0) continue;
             dt_params_init_range(&full, seed, w, dt_params_flat(&full, id, l), e);
-            st = dt_lora_set_base_tensor(ctx, m, id, l, w);
+            st = dt_lora_set_base_tensor(ctx, m, id, hl, w);
         }
         free(w);
     }
@@ -500,9 +531,13 @@ static uint64_t shard_fingerprint(const dt_model *m, int j, int first) {
         const size_t len = dt_tensor_shard_len(t), off = split ? (size_t)j * len : 0;
         /* the vocabulary's padding rows (their number depends on tp) are not the model */
         const size_t end = split ? t->g_file_rows * t->g_cols : t->file_rows * t->cols;
+        /* a pipeline's: the model's layers; the last stage's copy of a tied embedding is the
+         * first stage's tensor (counted there) */
+        if (id == dt_model_tied_head(b->tensors, b->n_tensors) && !dt_store_first(&m->opts)) continue;
         for (int l = 0; l < dt_params_copies(b, id); l++) {
             const float *w = dt_params_tensor(b, b->params, id, l) + off;
-            const uint64_t key = mix64(((uint64_t)id << 32) ^ (uint64_t)l);
+            const int gl = t->group == DT_PG_LAYER ? dt_params_layer(b, l) : l;
+            const uint64_t key = mix64(((uint64_t)id << 32) ^ (uint64_t)gl);
             for (size_t i = 0; i < len; i++) {
                 int sh;
                 const size_t gi = dt_params_global_index(t, off + i, &sh);

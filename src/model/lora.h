@@ -118,6 +118,10 @@ int dt_lora_drop_keep(uint64_t key, int c, float p);
 /* QLoRA: the NF4 copy of base tensor id of layer l (NULL: the tensor is fp32); under tensor
  * parallelism shard j's (each shard its own NF4 tensor; dt_lora_nf4: shard 0). */
 const struct dt_nf4 *dt_lora_nf4(const dt_model *m, int id, int l);
+/* The base store's layer holding the model's layer g of tensor id (a pipeline stage's store,
+ * model.h pp_l0/pp_l1), or -1: the stage holds neither that layer nor, for a PRE or POST
+ * tensor, the tensor. Without a pipeline: g (0 for PRE and POST tensors). */
+int dt_lora_base_layer(const dt_model *m, int id, int g);
 const struct dt_nf4 *dt_lora_nf4_sh(const dt_model *m, int id, int l, int j);
 
 #endif

@@ -344,9 +344,6 @@ dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_m
          dt_store_g0(o) + (o->pp_v - 1) * o->pp_stride + (o->pp_l1 - o->pp_l0) > c->n_layer))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_virtual: %d chunks of %d layers, %d apart, are not inside the "
                        "model's %d layers", o->pp_v, o->pp_l1 - o->pp_l0, o->pp_stride, c->n_layer);
-    if (o->lora.rank != 0 || o->lora.nf4)
-        return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA under pipeline parallelism (parallel.pp > 1) is not built "
-                       "yet (issue 32)");
     if (c->n_experts)
         return dt_fail(ctx, DT_ERR_CONFIG, "model.n_experts: a mixture of experts under pipeline parallelism "
                        "(parallel.pp > 1) is not built yet (issue 32)");

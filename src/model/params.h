@@ -161,6 +161,18 @@ static inline int dt_params_layer(const dt_params *ps, int l) {
     return ps->lchunk > 0 ? ps->layer0 + l / ps->lchunk * ps->lstride + l % ps->lchunk : ps->layer0 + l;
 }
 
+/* The local layer of ps holding the model's layer g, or -1 (a pipeline stage's store that does
+ * not hold it). */
+static inline int dt_params_local_layer(const dt_params *ps, int g) {
+    int d = g - ps->layer0;
+    if (d < 0) return -1;
+    if (ps->lchunk > 0) {
+        int c = d / ps->lstride, r = d % ps->lstride;
+        return r < ps->lchunk && c * ps->lchunk + r < ps->n_layer ? c * ps->lchunk + r : -1;
+    }
+    return d < ps->n_layer ? d : -1;
+}
+
 /* Copies the table (n rows, offsets computed here), lays out the units and allocates the
  * slabs named in `slabs`. */
 dt_status dt_params_init(dt_ctx *ctx, dt_params *ps, const dt_tensor_info *table, int n,

@@ -50,9 +50,6 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     if (pp > L)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d exceeds model.n_layer=%d (every stage holds a layer)", pp, L);
     const dt_model_family *f = dt_model_family_of(&cfg->model);
-    if (cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4)
-        return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank with parallel.pp=%d: LoRA under a pipeline is not built yet "
-                       "(issue 32)", pp);
     if (!f || !f->stage_buf)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
@@ -393,6 +390,22 @@ dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {
     double s = 0.0;
     for (int i = 0; i < p->n; i++) s += part[i];
     *sumsq = s;
+    return DT_OK;
+}
+
+dt_status dt_pp_base_ids(dt_ctx *ctx, dt_trainer *tr, uint64_t *hash, uint64_t *fp) {
+    const int P = tr->pp.n;
+    uint64_t mine[2] = {*hash, *fp}, all[2 * DT_PP_MAX];
+    DT_CHECK(dt_comm_allgather_words(ctx, tr->comm, tr->pp.group, mine, 2, all));
+    uint64_t h = 1469598103934665603ULL, f = 0; /* FNV-1a over the stages' hashes, in stage order */
+    int fp_none = 0;
+    for (int s = 0; s < P; s++) {
+        for (int b = 0; b < 8; b++) h = (h ^ ((all[2 * s] >> (8 * b)) & 0xff)) * 1099511628211ULL;
+        f += all[2 * s + 1];
+        fp_none |= all[2 * s + 1] == 0; /* an NF4 base: tp-bound, no fingerprint */
+    }
+    *hash = h;
+    *fp = fp_none ? 0 : f ? f : 1;
     return DT_OK;
 }
 

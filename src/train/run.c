@@ -306,6 +306,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
         if (cfg->init_from[0]) DT_CHECK_GOTO(dt_lora_base_load(ctx, &r.tr.model, cfg->init_from));
         r.base_hash = dt_lora_base_hash(&r.tr.model);
         r.base_fp = dt_lora_base_fingerprint(&r.tr.model);
+        if (r.tr.pp.n > 1) DT_CHECK_GOTO(dt_pp_base_ids(ctx, &r.tr, &r.base_hash, &r.base_fp)); /* every stage's part */
         dt_log_info(ctx, "LoRA rank %d, alpha %g, targets %s: %zu trainable parameters; frozen base %s, XXH3 %016llx",
                     t->model_opts.lora.rank, (double)(t->model_opts.lora.alpha > 0 ? t->model_opts.lora.alpha
                                                                                    : (float)t->model_opts.lora.rank),

@@ -66,6 +66,10 @@ dt_status dt_pp_tied_grads(dt_ctx *ctx, dt_trainer *tr);
  * and of its send buffers (2 accum v messages of stage_floats floats). */
 size_t dt_pp_tokens_bytes(const dt_train_cfg *cfg);
 size_t dt_pp_pool_bytes(const dt_train_cfg *cfg, size_t stage_floats);
+/* A LoRA base's identities over the pipeline's stages (each stage's of its own part): the
+ * hash of the stages' hashes in stage order, and the sum of their fingerprints (a sum over the
+ * model's elements, model/lora.h), the same on every stage. */
+dt_status dt_pp_base_ids(dt_ctx *ctx, dt_trainer *tr, uint64_t *hash, uint64_t *fp);
 /* Floats of a tied head's tied_h in store ps (0: none held). */
 size_t dt_pp_tied_floats(const dt_params *ps);
 
