@@ -188,6 +188,29 @@ for z in zero1 zero2 zero3; do # each ZeRO stage over a stage's data-parallel ra
   same_file "dp 2 x pp 2 ($z)" "dp2_$z" "dp2pp2_$z"
 done
 
+# The zero-bubble schedule (zb-h1): the backward split into an input-gradient pass B and a
+# weight-gradient pass W (the matmuls' dW GEMMs deferred, replayed from their douts), W filling
+# 1F1B's cool-down: bitwise pp 1 (llama pp 2 and 4, vit), its blocks mode with a tied head and
+# clipping binding (gpt2), and dp 2 x pp 2 with zero1.
+zb=(--set parallel.pp_schedule=zb-h1)
+for pp in 2 4; do
+  run "zb_pp$pp" $pp --set parallel.pp=$pp "${zb[@]}" --save-weights "$dir/zb_pp$pp.st"
+  check "llama zb-h1 pp $pp == pp 1, bitwise" ref "zb_pp$pp" bitwise 8
+  same_file "llama zb-h1 pp $pp" ref "zb_pp$pp"
+done
+run zb_dp2z1 4 --set parallel.pp=2 "${zb[@]}" --set parallel.strategy=zero1 --save-weights "$dir/zb_dp2z1.st"
+check "llama zb-h1 dp 2 x pp 2 zero1 == dp 2 zero1, bitwise" dp2_zero1 zb_dp2z1 bitwise 8
+same_file "llama zb-h1 dp 2 x pp 2 zero1" dp2_zero1 zb_dp2z1
+model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
+run zb_gpt2 2 --set parallel.pp=2 "${zb[@]}" "${clip[@]}" --save-weights "$dir/zb_gpt2.st"
+check "gpt2 (tied head) zb-h1 pp 2 with clipping binding == blocks mode, bitwise" gpt2_blk2 zb_gpt2 bitwise 8
+same_file "gpt2 (tied head) zb-h1 pp 2" gpt2_blk2 zb_gpt2
+model=(--set model.preset=vit-tiny --set model.n_layer=4 --seq 64)
+run zb_vit 2 --set parallel.pp=2 "${zb[@]}" --save-weights "$dir/zb_vit.st"
+check "vit zb-h1 pp 2 == pp 1, bitwise" vit_ref zb_vit bitwise 8
+same_file "vit zb-h1 pp 2" vit_ref zb_vit
+model=("${llama[@]}")
+
 # Real data through the shuffling sampler, with validation and checkpoints.
 printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
   | awk '{for (i = 0; i < 400; i++) { print $0 " " i; if (i % 20 == 19) print "%" }}' >"$dir/text.txt"
@@ -267,8 +290,8 @@ refused() { # WHAT NRANKS PATTERN ARGS...
 }
 refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
-refused "the zb-h1 schedule" 2 "parallel.pp_schedule=zb-h1 is not built" --set parallel.pp=2 \
-  --set parallel.pp_schedule=zb-h1
+refused "zb-h1 in bf16" 2 "parallel.pp_schedule=zb-h1 runs with training.precision=fp32 so far" --set parallel.pp=2 \
+  --set parallel.pp_schedule=zb-h1 --set training.precision=bf16
 refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=3
 refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4

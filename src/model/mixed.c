@@ -84,6 +84,19 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
     }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
+    if (m->wdefer && !dt_lowp(m)) { /* zb-h1's input-gradient pass: dinp now, dW and dbias later */
+        dt_wdefer *d = m->wdefer;
+        DT_ASSERT(d->n < d->cap_items && d->used + (size_t)N * OC <= d->cap);
+        size_t off;
+        d->items[d->n++] = (dt_wdefer_item){id, dt_fam_layer(m, l), dt_params_unit_of(&m->ps, id, dt_fam_layer(m, l), &off),
+                                            d->used, x.f, dbias ? (long)(dbias - m->ps.grads) : -1, N, C, OC};
+        dt_copy(d->buf + d->used, dout, (size_t)N * OC * sizeof(float));
+        d->used += (size_t)N * OC;
+        if (dinp)
+            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, x.f,
+                                  dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)), N, C, OC);
+        return;
+    }
     if (!dt_lowp(m)) {
         dt_matmul_backward(dinp, dw, dbias, dout, x.f,
                            dinp ? dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)) : NULL, N, C, OC);

@@ -368,6 +368,37 @@ void dt_model_set_chunk(dt_model *m, int c) {
     m->fam->bind(m);
 }
 
+void dt_model_weight_pass(dt_model *m, dt_wdefer *d) {
+    int open = -1;
+    for (int i = 0; i < d->n; i++) {
+        const dt_wdefer_item *it = &d->items[i];
+        if (it->unit != open) { /* the units in the backward's (descending) order */
+            if (open >= 0) dt_unit_grads_end(m, open);
+            dt_unit_grads_begin(m, it->unit);
+            open = it->unit;
+        }
+        dt_matmul_backward(NULL, dt_params_unit_tensor(&m->ps, m->ps.unit_grads, it->id, it->l), it->dbias >= 0 ? m->ps.grads + it->dbias : NULL,
+                           d->buf + it->dout, it->x, NULL, it->N, it->C, it->OC);
+    }
+    if (open >= 0) dt_unit_grads_end(m, open);
+    d->n = 0, d->used = 0;
+}
+
+size_t dt_model_defer_floats(const dt_model *m, int *items) {
+    const dt_params *ps = &m->ps;
+    const int N = m->fam->token_rows ? m->fam->token_rows(&m->cfg, m->B, m->T) : m->B * m->T;
+    size_t rows = 0;
+    int n = 0;
+    for (int id = 0; id < ps->n_tensors; id++) {
+        const dt_tensor_info *t = &ps->tensors[id];
+        if (!t->matmul || t->vocab || dt_tensor_absent(t)) continue; /* the vocabulary's are formed in the backward */
+        rows += t->rows * (size_t)dt_params_copies(ps, id);
+        n += dt_params_copies(ps, id);
+    }
+    if (items) *items = n;
+    return rows * (size_t)N;
+}
+
 float *dt_model_stage_buf(dt_model *m, dt_stage_buf which) {
     DT_ASSERT(m->fam->stage_buf != NULL);
     return m->fam->stage_buf(m, which);

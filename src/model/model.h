@@ -279,6 +279,23 @@ typedef struct dt_model_prof {
 typedef struct dt_model dt_model;
 typedef struct dt_hf_json dt_hf_json; /* model/hf_json.h */
 
+/* The weight-gradient GEMMs a backward deferred (the zero-bubble schedule's input-gradient pass,
+ * parallel.pp_schedule=zb-h1; ARCHITECTURE decision 79): each matmul's dout copied into buf,
+ * its input (a saved activation of the micro-batch's set) and where its dW and dbias go. */
+typedef struct dt_wdefer_item {
+    int id, l, unit;     /* the tensor, its store layer, its unit */
+    size_t dout;         /* offset of the dout copy (N x OC) in buf */
+    const float *x;      /* the input (N x C), in the activation set */
+    long dbias;          /* the bias gradient's offset in the gradient slab (-1: none) */
+    int N, C, OC;
+} dt_wdefer_item;
+typedef struct dt_wdefer {
+    float *buf;
+    size_t cap, used;    /* floats */
+    dt_wdefer_item *items;
+    int n, cap_items;
+} dt_wdefer;
+
 /* LoRA targets (lora.targets names, in this order) and a family's adaptable sub-projections:
  * rows [row0, row0 + rows) of base tensor `id` (a LAYER matmul weight, out x in). */
 typedef enum dt_lora_target {
@@ -446,6 +463,10 @@ struct dt_model {
     /* An interleaved stage (model.h dt_model_opts.pp_v): the store's first layer of the current
      * chunk (0 otherwise); the families run layers chunk_l0 + l (family_impl.h dt_fam_layer). */
     int chunk_l0;
+    /* Set around a backward (zb-h1's input-gradient pass): the matmuls' weight and bias
+     * gradients are not formed but recorded here (mixed.c), for dt_model_weight_pass. NULL: a
+     * whole backward. fp32, one tensor-parallel shard, no LoRA, no checkpointing. */
+    dt_wdefer *wdefer;
 };
 
 /* The store the family's forward and backward read weights from: the frozen base under
@@ -528,6 +549,13 @@ float *dt_model_stage_buf(dt_model *m, dt_stage_buf which);
  * family's), rebinding the activation views (the first and last chunks lay out the embedding's
  * and the head's buffers). */
 void dt_model_set_chunk(dt_model *m, int c);
+/* zb-h1's weight-gradient pass: the GEMMs d recorded, in their order, each unit's between its
+ * gradient hooks (every unit the backward ended that has a matmul ends again, descending);
+ * the same kernel calls, so the gradients are the whole backward's bits. Empties d. */
+void dt_model_weight_pass(dt_model *m, dt_wdefer *d);
+/* Floats (and items) of the dout copies one backward of m defers at most (its matmul tensors'
+ * rows x the token rows). */
+size_t dt_model_defer_floats(const dt_model *m, int *items);
 size_t dt_model_stage_floats(const dt_model *m);
 /* Points the model's activation views at `acts` (m->n_acts floats, laid out as the model's own):
  * a pipeline stage keeps one set per micro-batch in flight and switches between them. */

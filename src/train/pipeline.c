@@ -53,9 +53,17 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     if (!f || !f->stage_buf)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
-    if (cfg->pp_kind == DT_PP_ZBH1)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=%s is not built yet (gpipe, 1f1b and interleaved run; "
-                       "issue 32)", dt_pp_kind_name((dt_pp_kind)cfg->pp_kind));
+    if (cfg->pp_kind == DT_PP_ZBH1) { /* its weight-gradient passes (decision 79): what they are built for */
+        const char *why = cfg->model_opts.compute != DT_F32                      ? "training.precision=fp32"
+                          : cfg->model_opts.recompute != DT_RECOMPUTE_NONE        ? "memory.activation_checkpointing=none"
+                          : cfg->parallel.tp > 1 || cfg->model_opts.tp > 1        ? "parallel.tp=1"
+                          : cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4 ? "no LoRA"
+                          : cfg->parallel.strategy > DT_STRAT_ZERO1                ? "parallel.strategy ddp or zero1"
+                                                                                   : NULL;
+        if (why)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=zb-h1 runs with %s so far (its deferred weight "
+                           "GEMMs are built for that case; issue 32)", why);
+    }
     const int v = cfg->pp_virtual > 0 ? cfg->pp_virtual : 1;
     DT_CHECK(dt_pp_schedule_check(ctx, (dt_pp_kind)cfg->pp_kind, pp, v, cfg->accum));
     if (cfg->pp_kind == DT_PP_INTERLEAVED) {
@@ -116,6 +124,7 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     const dt_train_cfg *cfg = &tr->cfg;
     DT_CHECK(tied_init(ctx, tr));
     if (p->n <= 1) return DT_OK; /* the blocks mode */
+    p->passes = dt_pp_passes(cfg);
     const dt_pp_kind k = (dt_pp_kind)cfg->pp_kind;
     const int v = k == DT_PP_INTERLEAVED ? cfg->pp_virtual : 1, m = cfg->accum;
     p->v = v;
@@ -152,6 +161,17 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     for (int s = 1; s < p->slots; s++)
         DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_ACTS, tr->model.n_acts * sizeof(float), (void **)&p->slab[s]));
     for (int s = 0; s < p->slots; s++) p->busy[s] = -1;
+    if (k == DT_PP_ZBH1) { /* each set's deferred weight GEMMs (model.h dt_wdefer) */
+        p->defer = calloc((size_t)p->slots, sizeof *p->defer);
+        if (!p->defer) return dt_fail(ctx, DT_ERR_NOMEM, "pipeline: out of memory");
+        p->defer_floats = dt_model_defer_floats(&tr->model, &p->defer_items);
+        for (int s = 0; s < p->slots; s++) {
+            p->defer[s].cap = p->defer_floats, p->defer[s].cap_items = p->defer_items;
+            DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_ACTS, p->defer_floats * sizeof(float), (void **)&p->defer[s].buf));
+            DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, (size_t)p->defer_items * sizeof(dt_wdefer_item),
+                                  (void **)&p->defer[s].items));
+        }
+    }
     dt_trace_set_label("pp stage %d of %d", p->stage, p->n); /* the trace's row (decision 77) */
     return DT_OK;
 }
@@ -163,6 +183,13 @@ void dt_pp_free(dt_trainer *tr) {
     for (int s = 1; p->slab && s < p->slots; s++)
         if (p->slab[s]) dt_alloc_put(&tr->alloc, DT_MEM_ACTS, p->slab[s], tr->model.n_acts * sizeof(float));
     if (p->slab && p->slab[0] && tr->model.acts != p->slab[0]) dt_model_use_acts(&tr->model, p->slab[0]);
+    for (int s = 0; p->defer && s < p->slots; s++) {
+        if (p->defer[s].buf) dt_alloc_put(&tr->alloc, DT_MEM_ACTS, p->defer[s].buf, p->defer_floats * sizeof(float));
+        if (p->defer[s].items)
+            dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->defer[s].items, (size_t)p->defer_items * sizeof(dt_wdefer_item));
+    }
+    free(p->defer);
+    p->defer = NULL;
     if (p->tok) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->tok, dt_pp_tokens_bytes(&tr->cfg));
     if (p->pool) dt_alloc_put(&tr->alloc, DT_MEM_COMM, p->pool, dt_pp_pool_bytes(&tr->cfg, dt_model_stage_floats(&tr->model)));
     free(p->pool_req);
@@ -222,7 +249,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
     const int P = p->n, r = p->stage, M = tr->cfg.accum, v = p->v, V = P * v;
     const size_t nf = dt_model_stage_floats(m), bt = (size_t)m->B * m->T;
     const int prev = (r + P - 1) % P, next = (r + 1) % P; /* the neighbours (a ring when interleaved) */
-    int next_b[16] = {0}, pass = 0; /* backwards run in micro-batch order per chunk (the schedules' rule) */
+    int next_b[16] = {0}, next_w = 0, pass = 0; /* backwards run in micro-batch order per chunk (the schedules' rule) */
     for (int k = 0; k < M * v; k++) p->slot_of[k] = -1;
     *loss_sum = 0.0;
     if (m->tied_h) dt_fill(m->tied_h, 0, p->tied_n * sizeof(float)); /* the step's head gradients */
@@ -282,11 +309,13 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             m->has_targets = 1; /* the forward of this set kept its state */
             dt_trainer_micro_drop(tr, mi, k);
             /* the strategy's micro-steps are the backward passes (an interleaved stage's chunks
-             * write disjoint gradients: the others' add zeros) */
-            dt_parallel_begin_micro(tr->par, pass, pass == M * v - 1);
+             * write disjoint gradients: the others' add zeros; so do zb-h1's B and W passes) */
+            dt_parallel_begin_micro(tr->par, pass, pass == M * p->passes - 1);
             pass++;
             m->tied_add = m->tied_h && first && k == M - 1;
+            m->wdefer = p->defer ? &p->defer[s] : NULL; /* zb-h1: the weight GEMMs wait for W */
             dt_model_backward(m, p->bscale[k]);
+            m->wdefer = NULL;
             m->tied_add = 0;
             if (m->tp_failed) return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
             dt_parallel_end_micro(tr->par);
@@ -295,6 +324,20 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             out->bwd_seconds += dt_now() - t0;
             if (!first) DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DIN), nf, prev, TAG_GRAD + (vs - 1) / P, &p->in_req[s]));
             if (m->tied_h && last && k == M - 1) DT_CHECK(send_to(ctx, tr, m->tied_h, p->tied_n, 0, TAG_TIED_HEAD, &p->tied_req));
+            if (!p->defer) p->busy[s] = -1; /* zb-h1: the set is held until its W */
+        } else if (a.op == DT_PP_W && p->defer) {
+            const int s = p->slot_of[k * v + c];
+            if (s < 0 || k != next_w)
+                return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: stage %d runs micro-batch %d's weight pass out of order", r, k);
+            next_w++;
+            dt_model_use_acts(m, p->slab[s]);
+            double t0 = dt_now(), td = dt_trace_begin();
+            dt_parallel_begin_micro(tr->par, pass, pass == M * p->passes - 1);
+            pass++;
+            dt_model_weight_pass(m, &p->defer[s]);
+            dt_parallel_end_micro(tr->par);
+            dt_trace_end(td, "bwd", "weights %d", k);
+            out->bwd_seconds += dt_now() - t0;
             p->busy[s] = -1;
         } else {
             return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: a weight-gradient pass without zb-h1");

@@ -195,8 +195,17 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     if (strat == DT_STRAT_DDP || strat == DT_STRAT_ZERO1) bytes[DT_MEM_GRADS] += ps.n_params * F;
     /* a head tied to the embedding under a pipeline or its blocks mode: its gradients apart */
     if (cfg->pp > 1 && lora->rank <= 0) bytes[DT_MEM_GRADS] += dt_pp_tied_floats(&ps) * F;
-    /* a pipeline stage: an activation set per micro-batch in flight (pipeline.c) */
+    /* a pipeline stage: an activation set per micro-batch in flight (pipeline.c); zb-h1: each
+     * with its deferred weight GEMMs' douts */
     bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
+    if (pp > 1 && cfg->pp_kind == DT_PP_ZBH1) {
+        dt_model shape; /* what dt_model_defer_floats reads: the store, the family, the batch */
+        memset(&shape, 0, sizeof shape);
+        shape.ps = ps, shape.fam = dt_model_family_of(&mc), shape.cfg = mc, shape.B = cfg->micro_batch, shape.T = cfg->seq_len;
+        int items;
+        bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_defer_floats(&shape, &items) * F;
+        bytes[DT_MEM_OTHER] += (size_t)slots * (size_t)items * sizeof(dt_wdefer_item);
+    }
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
     if (lora->rank > 0) { /* the windows narrow the base, which every strategy holds whole */
@@ -208,7 +217,7 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
                            bytes);
     }
     dt_parallel_cfg pc = cfg->parallel;
-    pc.accum = cfg->accum * dt_pp_chunks(cfg);
+    pc.accum = cfg->accum * dt_pp_passes(cfg);
     pc.compute = cfg->model_opts.compute;
     pc.tokens = cfg->micro_batch * cfg->seq_len;
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
@@ -425,7 +434,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
         tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max, tp_allgather, tp_reduce_scatter};
     }
-    pc.accum = cfg->accum * dt_pp_chunks(cfg); /* an interleaved stage: a micro-step per chunk's pass */
+    pc.accum = cfg->accum * dt_pp_passes(cfg); /* a micro-step per pass (a chunk's; zb-h1's B and W) */
     pc.compute = cfg->model_opts.compute;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_init(ctx, tr));

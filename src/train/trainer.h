@@ -86,8 +86,12 @@ typedef struct dt_tp_link {
 typedef struct dt_pp_link {
     int n, stage;             /* stages (1: no pipeline) and mine */
     int v;                    /* chunks of this stage (interleaved; 1 otherwise) */
+    int passes;               /* the strategy's micro-steps per micro-batch (trainer_impl.h dt_pp_passes) */
     int32_t *tok;             /* interleaved: the step's micro-batches' tokens (inputs, targets) */
     float *pool;              /* interleaved: a copy of every message a step sends (pipeline.c) */
+    dt_wdefer *defer;         /* zb-h1: per activation set, its backward's deferred weight GEMMs */
+    size_t defer_floats;
+    int defer_items;
     dt_comm_req **pool_req;
     int pool_n, pool_used;
     dt_group group;           /* the PP group (same t, c, d): stage = group rank */

@@ -29,9 +29,15 @@ void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
  * pp_split.h's rule; refuses, naming the key, a family without stages, a schedule that cannot
  * run accum micro-batches on pp stages, and what is not built under a pipeline yet. */
 dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg);
+/* The strategy's micro-steps a pipeline stage's step has per micro-batch: a backward pass per
+ * chunk (interleaved: pp_virtual), and under zb-h1 a weight-gradient pass besides. */
+static inline int dt_pp_passes(const dt_train_cfg *cfg);
 /* Chunks per stage: parallel.pp_virtual under the interleaved schedule (cfg->pp > 1), else 1. */
 static inline int dt_pp_chunks(const dt_train_cfg *cfg) {
     return cfg->pp > 1 && !cfg->pp_blocks && cfg->pp_kind == DT_PP_INTERLEAVED && cfg->pp_virtual > 1 ? cfg->pp_virtual : 1;
+}
+static inline int dt_pp_passes(const dt_train_cfg *cfg) {
+    return dt_pp_chunks(cfg) * (cfg->pp > 1 && !cfg->pp_blocks && cfg->pp_kind == DT_PP_ZBH1 ? 2 : 1);
 }
 /* An interleaved stage's model options (o->pp_l0/pp_l1: its chunk 0, from pp_first): its chunks,
  * pp_first[pp] apart. Nothing otherwise. */
