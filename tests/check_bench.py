@@ -260,7 +260,8 @@ def cmd_pp(f, formats, pp, m, kind, mb, seq, d_model):
         st = [r for r in rows if r["stage"] == s]
         per = m * p.get("virtual", 1)  # one action: a micro-batch through one chunk
         assert close(rp["forward_s"][s], statistics.mean(r["forward_s"] for r in st) / per, 1e-9)
-        assert close(rp["backward_s"][s], statistics.mean(r["backward_s"] for r in st) / per, 1e-9)
+        assert close(rp["backward_s"][s], statistics.mean(r["backward_s"] - r["wgrad_s"] for r in st) / per, 1e-9)
+        assert close(rp["wgrad_s"][s], statistics.mean(r["wgrad_s"] for r in st) / per, 1e-9) or rp["wgrad_s"][s] == 0
     span, idle = replay(pp_lists(kind, pp, m), rp["forward_s"], rp["backward_s"])
     assert close(rp["span_s"], span, 1e-9), (rp["span_s"], span)
     assert all(close(a, b / span, 1e-6) or abs(a - b / span) < 1e-12 for a, b in zip(rp["stage_idle_fraction"], idle))

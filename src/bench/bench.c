@@ -114,6 +114,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->pp_bytes_step += ss.pp_bytes / steps;
         r->pp_idle_s += ss.pp_idle / steps;
         r->pp_span_s += ss.pp_span / steps;
+        r->pp_wgrad_s += ss.pp_wgrad;
     }
     r->pp_stage = tr.pp.n > 1 ? tr.pp.stage : 0;
     if (trace) dt_trace_disable();
@@ -274,6 +275,6 @@ void dt_bench_suite_free(dt_bench_suite *s) {
     free(s->mem);
     free(s->compute_ms);
     free(s->exposed_ms);
-    free(s->pp.rank), free(s->pp.f), free(s->pp.b), free(s->pp.replay_idle);
+    free(s->pp.rank), free(s->pp.f), free(s->pp.b), free(s->pp.w), free(s->pp.replay_idle);
     memset(s, 0, sizeof *s);
 }

@@ -82,6 +82,7 @@ typedef struct dt_bench_result {
      * time of its schedule's passes (pp_span) */
     int pp_stage;
     double pp_s, pp_bytes_step, pp_idle_s, pp_span_s;
+    double pp_wgrad_s; /* of bwd_s: zb-h1's weight-gradient passes (a sum over timed steps, as bwd_s) */
 } dt_bench_result;
 
 /* Runs warmup + steps optimizer steps of cfg on the ranks of comm (NULL: one process) and
@@ -104,7 +105,7 @@ extern const char *const dt_bench_mem_names[DT_BENCH_MEM_N];
  * a neighbour's activations or gradients (the bubble), the transfers (waits for sends
  * included) and the bytes sent, and the span of its schedule's passes. */
 enum { DT_BENCH_PP_STAGE, DT_BENCH_PP_STEP, DT_BENCH_PP_FWD, DT_BENCH_PP_BWD, DT_BENCH_PP_BUSY, DT_BENCH_PP_IDLE,
-       DT_BENCH_PP_P2P, DT_BENCH_PP_BYTES, DT_BENCH_PP_SPAN, DT_BENCH_PP_N };
+       DT_BENCH_PP_P2P, DT_BENCH_PP_BYTES, DT_BENCH_PP_SPAN, DT_BENCH_PP_WGRAD, DT_BENCH_PP_N };
 
 /* The pipeline's view (ARCHITECTURE decision 77): every rank's columns (rank 0 has all) and the
  * schedule replay: the measured mean forward and backward of one micro-batch on each stage
@@ -115,7 +116,7 @@ enum { DT_BENCH_PP_STAGE, DT_BENCH_PP_STEP, DT_BENCH_PP_FWD, DT_BENCH_PP_BWD, DT
 typedef struct dt_bench_pp {
     int n, kind, v, m;           /* stages (1: no pipeline), schedule (dt_pp_kind), virtual stages, micro-batches */
     double *rank;                /* [world x DT_BENCH_PP_N] */
-    double *f, *b;               /* [n] per micro-batch, s: the replay's durations */
+    double *f, *b, *w;           /* [n] per micro-batch, s: the replay's durations (w: zb-h1's W) */
     double *replay_idle;         /* [n] each stage's replayed idle fraction */
     double replay_makespan_s;    /* the replayed span of one step's passes */
     double replay_frac, textbook_frac, measured_frac;

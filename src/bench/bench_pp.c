@@ -19,8 +19,9 @@ dt_status dt_bench_pp_gather(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
     p->rank = calloc((size_t)W * DT_BENCH_PP_N, sizeof *p->rank);
     p->f = calloc((size_t)p->n, sizeof *p->f);
     p->b = calloc((size_t)p->n, sizeof *p->b);
+    p->w = calloc((size_t)p->n, sizeof *p->w);
     p->replay_idle = calloc((size_t)p->n, sizeof *p->replay_idle);
-    if (!p->rank || !p->f || !p->b || !p->replay_idle) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    if (!p->rank || !p->f || !p->b || !p->w || !p->replay_idle) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
     /* this rank's row: means per timed step over the repeats; every other row zero, then a sum */
     double *row = p->rank + (size_t)me * DT_BENCH_PP_N;
     const double steps = (double)R * s->opts.steps;
@@ -34,6 +35,7 @@ dt_status dt_bench_pp_gather(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
         row[DT_BENCH_PP_P2P] += r->pp_s / R;
         row[DT_BENCH_PP_BYTES] += r->pp_bytes_step / R;
         row[DT_BENCH_PP_SPAN] += r->pp_span_s / R;
+        row[DT_BENCH_PP_WGRAD] += r->pp_wgrad_s / steps;
     }
     row[DT_BENCH_PP_STAGE] = s->runs[0].pp_stage;
     if (W > 1) DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, p->rank, (size_t)W * DT_BENCH_PP_N, DT_F64, DT_SUM));
@@ -54,17 +56,20 @@ dt_status dt_bench_pp_gather(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
         if (st < 0 || st >= p->n) continue;
         /* one action: a micro-batch through one chunk (an interleaved stage runs v per micro-batch) */
         const double per = (double)p->m * (p->v > 1 ? p->v : 1);
-        p->f[st] += x[DT_BENCH_PP_FWD] / per, p->b[st] += x[DT_BENCH_PP_BWD] / per, cnt[st]++;
+        /* zb-h1: the backward's input-gradient (B) and weight-gradient (W) passes apart */
+        p->f[st] += x[DT_BENCH_PP_FWD] / per, p->b[st] += (x[DT_BENCH_PP_BWD] - x[DT_BENCH_PP_WGRAD]) / per;
+        p->w[st] += x[DT_BENCH_PP_WGRAD] / per, cnt[st]++;
         measured += span > 0 ? (1.0 - (x[DT_BENCH_PP_FWD] + x[DT_BENCH_PP_BWD]) / span) / W : 0;
     }
     for (int st = 0; st < p->n; st++)
-        if (cnt[st]) p->f[st] /= cnt[st], p->b[st] /= cnt[st];
+        if (cnt[st]) p->f[st] /= cnt[st], p->b[st] /= cnt[st], p->w[st] /= cnt[st];
     free(cnt);
     p->measured_frac = measured;
     p->textbook_frac = (double)(p->n - 1) / (p->m + p->n - 1);
     double *idle = calloc((size_t)p->n, sizeof *idle);
     if (!idle) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
-    p->replay_rc = dt_pp_replay((dt_pp_kind)p->kind, p->n, p->v, p->m, p->f, p->b, NULL, 0.0, &p->replay_makespan_s, idle);
+    p->replay_rc = dt_pp_replay((dt_pp_kind)p->kind, p->n, p->v, p->m, p->f, p->b, p->kind == DT_PP_ZBH1 ? p->w : NULL, 0.0,
+                                &p->replay_makespan_s, idle);
     for (int st = 0; p->replay_rc == 0 && st < p->n; st++) {
         p->replay_idle[st] = p->replay_makespan_s > 0 ? idle[st] / p->replay_makespan_s : 0;
         p->replay_frac += p->replay_idle[st] / p->n;
@@ -95,7 +100,10 @@ void dt_bench_pp_print(FILE *f, const dt_bench_suite *s) {
     }
     fprintf(f, "# schedule replay (%s, transfers free) from the measured forward / backward of a micro-batch per stage (ms):",
             dt_pp_kind_name((dt_pp_kind)p->kind));
-    for (int st = 0; st < p->n; st++) fprintf(f, " %d: %.3f / %.3f", st, p->f[st] * 1e3, p->b[st] * 1e3);
+    for (int st = 0; st < p->n; st++) {
+        fprintf(f, " %d: %.3f / %.3f", st, p->f[st] * 1e3, p->b[st] * 1e3);
+        if (p->kind == DT_PP_ZBH1) fprintf(f, " / W %.3f", p->w[st] * 1e3);
+    }
     fputc('\n', f);
     fprintf(f, "# pipeline idle fraction: replay %.1f%%, textbook (p-1)/(m+p-1) %.1f%%, measured %.1f%% (1 - passes / the longest span, "
                "mean over ranks); replayed span %.3f ms\n",
@@ -110,7 +118,7 @@ cJSON *dt_bench_pp_json(const dt_bench_suite *s) {
     cJSON_AddNumberToObject(o, "micro_batches", p->m);
     cJSON_AddNumberToObject(o, "virtual", p->v > 1 ? p->v : 1);
     static const char *const keys[DT_BENCH_PP_N] = {"stage", "step_s", "forward_s", "backward_s", "busy_s",
-                                                    "idle_s", "p2p_s", "p2p_bytes", "span_s"};
+                                                    "idle_s", "p2p_s", "p2p_bytes", "span_s", "wgrad_s"};
     cJSON *rk = cJSON_AddArrayToObject(o, "ranks");
     for (int r = 0; r < s->world; r++) {
         const double *x = p->rank + (size_t)r * DT_BENCH_PP_N;
@@ -123,6 +131,7 @@ cJSON *dt_bench_pp_json(const dt_bench_suite *s) {
     cJSON *rp = cJSON_AddObjectToObject(o, "replay");
     cJSON_AddItemToObject(rp, "forward_s", cJSON_CreateDoubleArray(p->f, p->n));
     cJSON_AddItemToObject(rp, "backward_s", cJSON_CreateDoubleArray(p->b, p->n));
+    cJSON_AddItemToObject(rp, "wgrad_s", cJSON_CreateDoubleArray(p->w, p->n));
     cJSON_AddItemToObject(rp, "stage_idle_fraction", cJSON_CreateDoubleArray(p->replay_idle, p->n));
     cJSON_AddNumberToObject(rp, "span_s", p->replay_makespan_s);
     cJSON_AddNumberToObject(rp, "idle_fraction", p->replay_frac);

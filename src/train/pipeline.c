@@ -252,6 +252,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
     int next_b[16] = {0}, next_w = 0, pass = 0; /* backwards run in micro-batch order per chunk (the schedules' rule) */
     for (int k = 0; k < M * v; k++) p->slot_of[k] = -1;
     *loss_sum = 0.0;
+    out->pp_wgrad = 0.0;
     if (m->tied_h) dt_fill(m->tied_h, 0, p->tied_n * sizeof(float)); /* the step's head gradients */
     for (int i = 0; i < p->n_acts; i++) {
         const dt_pp_action a = p->acts[i];
@@ -338,6 +339,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             dt_parallel_end_micro(tr->par);
             dt_trace_end(td, "bwd", "weights %d", k);
             out->bwd_seconds += dt_now() - t0;
+            out->pp_wgrad += dt_now() - t0;
             p->busy[s] = -1;
         } else {
             return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: a weight-gradient pass without zb-h1");

@@ -165,6 +165,8 @@ typedef struct dt_step_stats {
      * time this stage waited for them, the bytes it sent, and of the time the part spent
      * waiting for a neighbour's activations or gradients (the bubble). */
     double pp_seconds, pp_bytes, pp_idle;
+    /* Of bwd_seconds: zb-h1's weight-gradient passes (W) on this stage (0 otherwise). */
+    double pp_wgrad;
     /* The wall time of this stage's action list (its schedule's passes over the micro-batches,
      * the transfers and waits among them): the span the bubble is a fraction of (bench). */
     double pp_span;
