@@ -171,6 +171,11 @@ run tp2 2 --set parallel.tp=2 --save-weights "$dir/tp2.st"
 run tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2 --save-weights "$dir/tp2pp2.st"
 check "tp 2 x pp 2 == tp 2, bitwise" tp2 tp2pp2 bitwise 8
 same_file "tp 2 x pp 2" tp2 tp2pp2
+# 3-D: tp 2 x pp 2 x dp 2 on 8 ranks, zero1 over dp == tp 2 x dp 2 on 4, bitwise
+run t3_ref 4 --set parallel.tp=2 --set parallel.strategy=zero1 --save-weights "$dir/t3_ref.st"
+run t3 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.strategy=zero1 --save-weights "$dir/t3.st"
+check "tp 2 x pp 2 x dp 2 (zero1) == tp 2 x dp 2, bitwise" t3_ref t3 bitwise 8
+same_file "tp 2 x pp 2 x dp 2 (zero1)" t3_ref t3
 run dp2 2 --save-weights "$dir/dp2.st"
 run dp2pp2 4 --set parallel.pp=2 --save-weights "$dir/dp2pp2.st"
 check "dp 2 x pp 2 (ddp) == dp 2, bitwise" dp2 dp2pp2 bitwise 8
