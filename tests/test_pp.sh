@@ -195,17 +195,23 @@ done
 
 # The zero-bubble schedule (zb-h1): the backward split into an input-gradient pass B and a
 # weight-gradient pass W (the matmuls' dW GEMMs deferred, replayed from their douts), W filling
-# 1F1B's cool-down: bitwise pp 1 (llama pp 2 and 4, vit), its blocks mode with a tied head and
-# clipping binding (gpt2), and dp 2 x pp 2 with zero1.
+# 1F1B's cool-down: bitwise pp 1 (llama pp 2 and 4, vit, bf16), its blocks mode with a tied
+# head and clipping binding (gpt2), and dp 2 x pp 2 with zero1 and zero3.
 zb=(--set parallel.pp_schedule=zb-h1)
 for pp in 2 4; do
   run "zb_pp$pp" $pp --set parallel.pp=$pp "${zb[@]}" --save-weights "$dir/zb_pp$pp.st"
   check "llama zb-h1 pp $pp == pp 1, bitwise" ref "zb_pp$pp" bitwise 8
   same_file "llama zb-h1 pp $pp" ref "zb_pp$pp"
 done
-run zb_dp2z1 4 --set parallel.pp=2 "${zb[@]}" --set parallel.strategy=zero1 --save-weights "$dir/zb_dp2z1.st"
-check "llama zb-h1 dp 2 x pp 2 zero1 == dp 2 zero1, bitwise" dp2_zero1 zb_dp2z1 bitwise 8
-same_file "llama zb-h1 dp 2 x pp 2 zero1" dp2_zero1 zb_dp2z1
+for z in zero1 zero3; do # the bias's gradient found in its unit's window at W (ZeRO-2/3 move them)
+  run "zb_dp2$z" 4 --set parallel.pp=2 "${zb[@]}" --set parallel.strategy=$z --save-weights "$dir/zb_dp2$z.st"
+  check "llama zb-h1 dp 2 x pp 2 $z == dp 2 $z, bitwise" "dp2_$z" "zb_dp2$z" bitwise 8
+  same_file "llama zb-h1 dp 2 x pp 2 $z" "dp2_$z" "zb_dp2$z"
+done
+run zb_bf16 2 --set parallel.pp=2 "${zb[@]}" "${lowp[@]}" --set memory.activation_checkpointing=none --save-weights "$dir/zb_bf16.st"
+run bf_nock 1 "${lowp[@]}" --set memory.activation_checkpointing=none --save-weights "$dir/bf_nock.st"
+check "llama zb-h1 in bf16 (the 16-bit douts narrowed again at W) == pp 1 bf16, bitwise" bf_nock zb_bf16 bitwise 8
+same_file "llama zb-h1 in bf16" bf_nock zb_bf16
 model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
 run zb_gpt2 2 --set parallel.pp=2 "${zb[@]}" "${clip[@]}" --save-weights "$dir/zb_gpt2.st"
 check "gpt2 (tied head) zb-h1 pp 2 with clipping binding == blocks mode, bitwise" gpt2_blk2 zb_gpt2 bitwise 8
@@ -295,8 +301,8 @@ refused() { # WHAT NRANKS PATTERN ARGS...
 }
 refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
-refused "zb-h1 in bf16" 2 "parallel.pp_schedule=zb-h1 runs with training.precision=fp32 so far" --set parallel.pp=2 \
-  --set parallel.pp_schedule=zb-h1 --set training.precision=bf16
+refused "zb-h1 with activation checkpointing" 2 "parallel.pp_schedule=zb-h1 runs with memory.activation_checkpointing=none" \
+  --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --set memory.activation_checkpointing=full
 refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=3
 refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4

@@ -84,17 +84,28 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
     }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
-    if (m->wdefer && !dt_lowp(m)) { /* zb-h1's input-gradient pass: dinp now, dW and dbias later */
+    if (m->wdefer) { /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h) */
         dt_wdefer *d = m->wdefer;
         DT_ASSERT(d->n < d->cap_items && d->used + (size_t)N * OC <= d->cap);
         size_t off;
-        d->items[d->n++] = (dt_wdefer_item){id, dt_fam_layer(m, l), dt_params_unit_of(&m->ps, id, dt_fam_layer(m, l), &off),
-                                            d->used, x.f, dbias ? (long)(dbias - m->ps.grads) : -1, N, C, OC};
+        dt_wdefer_item *it = &d->items[d->n++];
+        *it = (dt_wdefer_item){id, dt_fam_layer(m, l), dt_params_unit_of(&m->ps, id, dt_fam_layer(m, l), &off), d->used,
+                               dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, -1, 0, N, C, OC};
+        for (int u = 0; dbias && u < m->ps.n_units; u++) /* the bias's unit and place in it */
+            if (dbias >= m->ps.unit_grads[u] && dbias < m->ps.unit_grads[u] + m->ps.unit_len[u])
+                it->bias_unit = u, it->bias_off = (size_t)(dbias - m->ps.unit_grads[u]);
+        DT_ASSERT(!dbias || it->bias_unit >= 0);
         dt_copy(d->buf + d->used, dout, (size_t)N * OC * sizeof(float));
         d->used += (size_t)N * OC;
-        if (dinp)
+        if (!dinp) return;
+        if (!dt_lowp(m)) {
             dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, x.f,
                                   dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)), N, C, OC);
+        } else { /* dt_matmul_backward_lp's dinp: the same narrowing, the same GEMM */
+            dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
+            dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, x.h, dt_model_lp_tensor(m, id, l), N, C,
+                                     OC);
+        }
         return;
     }
     if (!dt_lowp(m)) {

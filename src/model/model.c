@@ -377,8 +377,13 @@ void dt_model_weight_pass(dt_model *m, dt_wdefer *d) {
             dt_unit_grads_begin(m, it->unit);
             open = it->unit;
         }
-        dt_matmul_backward(NULL, dt_params_unit_tensor(&m->ps, m->ps.unit_grads, it->id, it->l), it->dbias >= 0 ? m->ps.grads + it->dbias : NULL,
-                           d->buf + it->dout, it->x, NULL, it->N, it->C, it->OC);
+        float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, it->id, it->l);
+        float *db = it->bias_unit >= 0 ? m->ps.unit_grads[it->bias_unit] + it->bias_off : NULL;
+        if (it->xh) /* dt_matmul_backward_lp's dW and dbias: the dout narrowed again alike */
+            dt_matmul_backward_lp(m->opts.compute, NULL, dw, db, d->buf + it->dout, m->lp_scratch, it->xh, NULL, it->N, it->C,
+                                  it->OC);
+        else
+            dt_matmul_backward(NULL, dw, db, d->buf + it->dout, it->x, NULL, it->N, it->C, it->OC);
     }
     if (open >= 0) dt_unit_grads_end(m, open);
     d->n = 0, d->used = 0;

@@ -284,9 +284,11 @@ typedef struct dt_hf_json dt_hf_json; /* model/hf_json.h */
  * its input (a saved activation of the micro-batch's set) and where its dW and dbias go. */
 typedef struct dt_wdefer_item {
     int id, l, unit;     /* the tensor, its store layer, its unit */
-    size_t dout;         /* offset of the dout copy (N x OC) in buf */
-    const float *x;      /* the input (N x C), in the activation set */
-    long dbias;          /* the bias gradient's offset in the gradient slab (-1: none) */
+    size_t dout;         /* offset of the dout copy (N x OC, fp32) in buf */
+    const float *x;      /* the input (N x C), in the activation set (fp32) */
+    const uint16_t *xh;  /* or its 16-bit copy (mixed precision) */
+    int bias_unit;       /* the bias gradient: its unit (-1: none) and offset there (a strategy's */
+    size_t bias_off;     /* windows move between passes: the unit's pointer is read at W) */
     int N, C, OC;
 } dt_wdefer_item;
 typedef struct dt_wdefer {
@@ -465,7 +467,7 @@ struct dt_model {
     int chunk_l0;
     /* Set around a backward (zb-h1's input-gradient pass): the matmuls' weight and bias
      * gradients are not formed but recorded here (mixed.c), for dt_model_weight_pass. NULL: a
-     * whole backward. fp32, one tensor-parallel shard, no LoRA, no checkpointing. */
+     * whole backward. One tensor-parallel shard, no LoRA, no checkpointing. */
     dt_wdefer *wdefer;
 };
 

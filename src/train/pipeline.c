@@ -54,11 +54,9 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
     if (cfg->pp_kind == DT_PP_ZBH1) { /* its weight-gradient passes (decision 79): what they are built for */
-        const char *why = cfg->model_opts.compute != DT_F32                      ? "training.precision=fp32"
-                          : cfg->model_opts.recompute != DT_RECOMPUTE_NONE        ? "memory.activation_checkpointing=none"
+        const char *why = cfg->model_opts.recompute != DT_RECOMPUTE_NONE        ? "memory.activation_checkpointing=none"
                           : cfg->parallel.tp > 1 || cfg->model_opts.tp > 1        ? "parallel.tp=1"
                           : cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4 ? "no LoRA"
-                          : cfg->parallel.strategy > DT_STRAT_ZERO1                ? "parallel.strategy ddp or zero1"
                                                                                    : NULL;
         if (why)
             return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=zb-h1 runs with %s so far (its deferred weight "
