@@ -2,7 +2,7 @@
 # The pipeline made visible and measured (issue 32 item 7; ARCHITECTURE decision 77), pp 2 on
 # 2 ranks, llama-tiny (untied head, 4 layers), 4 micro-batches a step. No timing is checked,
 # only what must hold whatever the host's speed:
-#  - `dtrain bench` under 1f1b and gpipe: the JSON's keys are FORMATS.md's, pipeline.ranks[]
+#  - `dtrain bench` under 1f1b, gpipe and zb-h1 (its weight-gradient passes measured apart): the JSON's keys are FORMATS.md's, pipeline.ranks[]
 #    has every rank's stage with busy + idle <= step, forward + backward + idle <= the span of
 #    the schedule's passes <= step, idle <= the transfers' time, and exactly m x micro_batch x
 #    seq x d_model x 4 bytes sent each way per stage boundary (activations forward, gradients
@@ -26,7 +26,7 @@ check=$src/tests/check_bench.py
 
 model=(--model llama-tiny --set model.untied_embeddings=1 --set model.n_layer=4 --seq 32 --batch 2
        --set training.grad_accum=4)
-for s in 1f1b gpipe; do
+for s in 1f1b gpipe zb-h1; do
   trace=()
   [ $s = 1f1b ] && trace=(--trace bench.trace.json)
   if ! timeout 300 "${mpi[@]}" -n 2 "$bin" bench "${model[@]}" --set parallel.pp=2 --set parallel.pp_schedule=$s \

@@ -327,6 +327,19 @@ void dt_sp_rmsnorm_backward(dt_model *m, float *dinp, float *dw, const float *do
 void dt_sp_pos_forward(dt_model *m, float *out, const float *wpe, int N, int T, int C);
 void dt_sp_pos_backward(dt_model *m, float *dwpe, const float *dout, int N, int T, int C, float *tmp);
 
+/* A pipeline stage's buffers (model.h dt_model_stage_buf), the same in every family: the input
+ * is `encoded`, the output the last layer's output in res3 (rows x d_model floats per layer,
+ * the token rows held), and both gradients pass through dres. */
+static inline float *dt_fam_stage_buf(dt_model *m, dt_stage_buf which, float *encoded, float *res3, float *dres,
+                                      int rows) {
+    const size_t rwc = (size_t)dt_sp_rows(m, rows) * (size_t)m->cfg.d_model;
+    switch (which) {
+    case DT_STAGE_IN: return encoded;
+    case DT_STAGE_OUT: return res3 + (size_t)(dt_stage_layers(&m->cfg, &m->opts) - 1) * rwc;
+    default: return dres;
+    }
+}
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

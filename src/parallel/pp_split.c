@@ -170,6 +170,12 @@ static void list_text(const int *v, int n, char *buf, size_t cap) {
     if (j < cap) snprintf(buf + j, cap - j, "]");
 }
 
+dt_status dt_pp_check_degree(dt_ctx *ctx, int pp, int L) {
+    if (pp > DT_PP_MAX) return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: at most %d pipeline stages", pp, DT_PP_MAX);
+    if (pp > L) return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: more stages than layers (model.n_layer = %d)", pp, L);
+    return DT_OK;
+}
+
 dt_status dt_pp_split_explicit(dt_ctx *ctx, const int *counts, int n, int pp, int L, int first[DT_PP_MAX + 1]) {
     char txt[160];
     list_text(counts, n, txt, sizeof txt);

@@ -64,6 +64,9 @@ double dt_pp_costs_stage(const dt_pp_costs *k, int pp, const int first[], int s)
 void dt_pp_split(const dt_model_config *c, int T, int pp, int first[DT_PP_MAX + 1]);
 /* Stage s's cost (training FLOPs per token) under boundaries first[] (for logs, bench). */
 double dt_pp_stage_cost(const dt_model_config *c, int T, int pp, const int first[], int s);
+/* parallel.pp against the model: at most DT_PP_MAX stages and one layer each at least (one
+ * line naming the key), for the config layer and the trainer alike. */
+dt_status dt_pp_check_degree(dt_ctx *ctx, int pp, int L);
 /* parallel.pp_layers: explicit layer counts per stage (n of them): n == pp, each >= 1, sum ==
  * L, else one line naming parallel.pp_layers and the numbers; fills first[]. */
 dt_status dt_pp_split_explicit(dt_ctx *ctx, const int *counts, int n, int pp, int L, int first[DT_PP_MAX + 1]);

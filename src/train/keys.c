@@ -598,11 +598,7 @@ static dt_status check_pp(dt_ctx *ctx, const dt_run_cfg *c) {
         int first[DT_PP_MAX + 1];
         return dt_pp_split_explicit(ctx, c->pp_layers.v, c->pp_layers.n, c->pp, L, first);
     }
-    if (c->pp > DT_PP_MAX)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: at most %d pipeline stages", c->pp, DT_PP_MAX);
-    if (c->pp > L)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: more stages than layers (model.n_layer = %d)", c->pp, L);
-    return DT_OK;
+    return dt_pp_check_degree(ctx, c->pp, L);
 }
 
 /* world = 0: not known yet (1 outside MPI, the launcher's announced size under it; 0 when

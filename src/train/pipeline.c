@@ -3,8 +3,9 @@
  * Each rank of a PP group is a stage holding consecutive layers (model.h dt_model_opts.pp_l0 /
  * pp_l1; the first stage embeds, the last runs the head and the loss; under the interleaved
  * schedule v chunks of them, chunk c of stage s being virtual stage c pp + s, the neighbours a
- * ring). A step runs this stage's action list (parallel/pp_schedule.h: gpipe, 1f1b or
- * interleaved) over the step's accum micro-batches:
+ * ring). A step runs this stage's action list (parallel/pp_schedule.h: gpipe, 1f1b,
+ * interleaved or zb-h1, whose W passes replay a backward's deferred weight GEMMs: decision 79)
+ * over the step's accum micro-batches:
  *   F(k)  take a free activation set, point the model at it (dt_model_use_acts), fetch
  *         micro-batch k (every stage reads the same batches: the first needs the tokens, the
  *         last the targets), receive the previous stage's output into DT_STAGE_IN, run the
@@ -45,10 +46,7 @@ enum { TAG_ACT = 1000, TAG_GRAD = 2000, TAG_TIED_HEAD = 3, TAG_TIED_GRAD = 4 };
 
 dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     const int pp = cfg->pp, L = cfg->model.n_layer;
-    if (pp > DT_PP_MAX)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: at most %d pipeline stages", pp, DT_PP_MAX);
-    if (pp > L)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d exceeds model.n_layer=%d (every stage holds a layer)", pp, L);
+    DT_CHECK(dt_pp_check_degree(ctx, pp, L)); /* a library caller's configuration too */
     const dt_model_family *f = dt_model_family_of(&cfg->model);
     if (!f || !f->stage_buf)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
@@ -286,7 +284,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             dt_trainer_micro_drop(tr, mi, k);
             float loss = 0.0f;
             DT_CHECK(dt_model_forward_train(ctx, m, in, tg, p->bscale[k], &loss));
-            if (m->tp_failed) return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
+            DT_CHECK(dt_trainer_tp_check(ctx, tr));
             if (v > 1) dt_trace_end(td, "fwd", "forward %d chunk %d", k, c);
             else dt_trace_end(td, "fwd", "forward %d", k);
             out->fwd_seconds += dt_now() - t0;
@@ -316,7 +314,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             dt_model_backward(m, p->bscale[k]);
             m->wdefer = NULL;
             m->tied_add = 0;
-            if (m->tp_failed) return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
+            DT_CHECK(dt_trainer_tp_check(ctx, tr));
             dt_parallel_end_micro(tr->par);
             if (v > 1) dt_trace_end(td, "bwd", "backward %d chunk %d", k, c);
             else dt_trace_end(td, "bwd", "backward %d", k);

@@ -368,7 +368,7 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
 }
 
 /* After a pass: a TP collective that failed stops the run, naming it. */
-static dt_status tp_check(dt_ctx *ctx, dt_trainer *tr) {
+dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
     if (!tr->model.tp_failed) return DT_OK;
     return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
 }
@@ -639,7 +639,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
          * rank accumulating N x does, and a resumed step what the uninterrupted one did. */
         dt_trainer_micro_drop(tr, &mi, k);
         DT_CHECK(dt_model_forward_train(ctx, m, in, tg, bscale, &loss));
-        DT_CHECK(tp_check(ctx, tr));
+        DT_CHECK(dt_trainer_tp_check(ctx, tr));
         dt_trace_end(td, "fwd", "forward %d", k);
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
@@ -647,7 +647,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         m->tied_add = k == tr->cfg.accum - 1; /* pp_blocks: the head's gradients join the embedding's once */
         dt_model_backward(m, bscale);
         m->tied_add = 0;
-        DT_CHECK(tp_check(ctx, tr));
+        DT_CHECK(dt_trainer_tp_check(ctx, tr));
         if ((tr->poison_step == tr->step + 1 || tr->poison_step == 0) && k == 0 &&
             tr->poison_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
             loss = NAN; /* test aid: this rank's loss only; its gradients stay finite */

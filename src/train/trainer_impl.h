@@ -20,6 +20,8 @@ dt_status dt_trainer_micro_batch(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi
                                  int32_t **tg);
 /* Its backward's scale: the mean over the global batch times the loss scale. */
 float dt_trainer_micro_scale(const dt_trainer *tr, const dt_micro *mi, int k);
+/* After a pass: a collective of the TP group that failed stops the run, naming it. */
+dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr);
 /* LoRA dropout's keys for micro-batch k (model.h lora_drop_*). */
 void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
 

@@ -364,12 +364,7 @@ static void llama_bind(dt_model *m) {
  * last layer's res3; both gradients pass through dres. */
 static float *llama_stage_buf(dt_model *m, dt_stage_buf which) {
     dt_llama_acts *a = m->impl;
-    const size_t rwc = (size_t)dt_sp_rows(m, m->B * m->T) * m->cfg.d_model;
-    switch (which) {
-    case DT_STAGE_IN: return a->encoded;
-    case DT_STAGE_OUT: return a->res3 + (size_t)(dt_stage_layers(&m->cfg, &m->opts) - 1) * rwc;
-    default: return a->dres;
-    }
+    return dt_fam_stage_buf(m, which, a->encoded, a->res3, a->dres, m->B * m->T);
 }
 
 static const float *llama_logits(const dt_model *m) { return ((const dt_llama_acts *)m->impl)->logits; }

@@ -522,12 +522,7 @@ static void vit_backward(dt_model *m, float scale) {
  * last layer's res3; both gradients pass through dres. */
 static float *vit_stage_buf(dt_model *m, dt_stage_buf which) {
     dt_vit_acts *a = m->impl;
-    const size_t rwc = (size_t)dt_sp_rows(m, m->B * (n_patches(&m->cfg) + 1)) * m->cfg.d_model;
-    switch (which) {
-    case DT_STAGE_IN: return a->encoded;
-    case DT_STAGE_OUT: return a->res3 + (size_t)(dt_stage_layers(&m->cfg, &m->opts) - 1) * rwc;
-    default: return a->dres;
-    }
+    return dt_fam_stage_buf(m, which, a->encoded, a->res3, a->dres, m->B * (n_patches(&m->cfg) + 1));
 }
 
 /* A micro-batch's token rows: B images of n_patches + 1 tokens (the class token). */
