@@ -344,9 +344,6 @@ dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_m
          dt_store_g0(o) + (o->pp_v - 1) * o->pp_stride + (o->pp_l1 - o->pp_l0) > c->n_layer))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_virtual: %d chunks of %d layers, %d apart, are not inside the "
                        "model's %d layers", o->pp_v, o->pp_l1 - o->pp_l0, o->pp_stride, c->n_layer);
-    if (c->n_experts)
-        return dt_fail(ctx, DT_ERR_CONFIG, "model.n_experts: a mixture of experts under pipeline parallelism "
-                       "(parallel.pp > 1) is not built yet (issue 32)");
     const int first = dt_store_first(o), last = dt_store_last(c, o); /* any of its chunks */
     const int head = dt_model_tied_head(table, n);
     for (int i = 0; i < n; i++) {
@@ -412,6 +409,15 @@ float *dt_model_stage_buf(dt_model *m, dt_stage_buf which) {
 size_t dt_model_stage_floats(const dt_model *m) {
     const int N = m->fam->token_rows ? m->fam->token_rows(&m->cfg, m->B, m->T) : m->B * m->T;
     return (size_t)dt_sp_rows(m, N) * (size_t)m->cfg.d_model;
+}
+
+size_t dt_model_stage_extra_floats(const dt_model_config *c) {
+    const dt_model_family *f = dt_model_family_of(c);
+    return f && f->stage_extra_floats ? f->stage_extra_floats(c) : 0;
+}
+
+float *dt_model_stage_extra(dt_model *m) {
+    return dt_model_stage_extra_floats(&m->cfg) ? m->fam->stage_extra(m) : NULL;
 }
 
 void dt_model_use_acts(dt_model *m, float *acts) {

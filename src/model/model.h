@@ -376,6 +376,10 @@ typedef struct dt_model_family {
      * (dt_model_opts.pp_l0/pp_l1) and this gives its buffers crossing to the neighbours
      * (dt_model_stage_buf). NULL: refused. */
     float *(*stage_buf)(dt_model *m, dt_stage_buf which);
+    /* (optional) Side values a stage hands on with its output and gets back with its output's
+     * gradient (dt_model_stage_extra); NULL or 0 floats: none. */
+    size_t (*stage_extra_floats)(const dt_model_config *c);
+    float *(*stage_extra)(dt_model *m);
 } dt_model_family;
 
 #define DT_MODEL_MAX_TENSORS 64
@@ -559,6 +563,13 @@ void dt_model_weight_pass(dt_model *m, dt_wdefer *d);
  * rows x the token rows). */
 size_t dt_model_defer_floats(const dt_model *m, int *items);
 size_t dt_model_stage_floats(const dt_model *m);
+/* A stage's side values (a mixture of experts: the micro-batch's router totals, moe.h), in the
+ * activations in use: dt_model_stage_extra_floats of them (0: none). They are written before a
+ * forward of a stage that is not the first (the previous stage's, after its forward) and
+ * handed on after it; written before the backward of a stage that is not the last (the next
+ * stage's, after its backward) and handed back after it. */
+size_t dt_model_stage_extra_floats(const dt_model_config *c);
+float *dt_model_stage_extra(dt_model *m);
 /* Points the model's activation views at `acts` (m->n_acts floats, laid out as the model's own):
  * a pipeline stage keeps one set per micro-batch in flight and switches between them. */
 void dt_model_use_acts(dt_model *m, float *acts);

@@ -150,8 +150,8 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
     if (l->cp != 1 || l->ep != 1) return 0;
-    /* pipeline parallelism (decision 74): a stage holds a layer at least; no experts or LoRA */
-    if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX || m->experts > 0)) return 0;
+    /* pipeline parallelism (decision 74): a stage holds a layer at least; experts too (82) */
+    if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX)) return 0;
     if (l->tp <= 1) return 1;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     return m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;

@@ -67,7 +67,7 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
     fprintf(f, "# * dtrain cannot run this layout yet (context or expert parallelism; tensor parallelism not dividing "
-               "the heads and MLP; a pipeline of experts, LoRA or more stages than layers)\n");
+               "the heads and MLP, or with experts; a pipeline of more stages than layers)\n");
 }
 
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest) {

@@ -42,7 +42,7 @@
 /* Message tags: activations and gradients for chunk c of the receiving stage (interleaved
  * stages exchange several chunks' messages in one direction: each chunk's arrive in
  * micro-batch order), a tied head's. */
-enum { TAG_ACT = 1000, TAG_GRAD = 2000, TAG_TIED_HEAD = 3, TAG_TIED_GRAD = 4 };
+enum { TAG_ACT = 1000, TAG_GRAD = 2000, TAG_TIED_HEAD = 3, TAG_TIED_GRAD = 4, TAG_XACT = 4000, TAG_XGRAD = 5000 };
 
 dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     const int pp = cfg->pp, L = cfg->model.n_layer;
@@ -55,7 +55,8 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
         const char *why = cfg->model_opts.recompute != DT_RECOMPUTE_NONE        ? "memory.activation_checkpointing=none"
                           : cfg->parallel.tp > 1 || cfg->model_opts.tp > 1        ? "parallel.tp=1"
                           : cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4 ? "no LoRA"
-                                                                                   : NULL;
+                          : cfg->model.n_experts > 0 ? "no experts (model.n_experts=0)"
+                                                     : NULL;
         if (why)
             return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=zb-h1 runs with %s so far (its deferred weight "
                            "GEMMs are built for that case; issue 32)", why);
@@ -132,9 +133,13 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     p->busy = malloc((size_t)p->slots * sizeof *p->busy);
     p->out_req = calloc((size_t)p->slots, sizeof *p->out_req);
     p->in_req = calloc((size_t)p->slots, sizeof *p->in_req);
+    p->out_xreq = calloc((size_t)p->slots, sizeof *p->out_xreq);
+    p->in_xreq = calloc((size_t)p->slots, sizeof *p->in_xreq);
+    p->nx = dt_model_stage_extra_floats(&tr->model.cfg);
     p->slot_of = malloc((size_t)m * v * sizeof *p->slot_of);
     p->bscale = calloc((size_t)m, sizeof *p->bscale);
-    if (!p->acts || !p->slab || !p->busy || !p->out_req || !p->in_req || !p->slot_of || !p->bscale)
+    if (!p->acts || !p->slab || !p->busy || !p->out_req || !p->in_req || !p->out_xreq || !p->in_xreq || !p->slot_of ||
+        !p->bscale)
         return dt_fail(ctx, DT_ERR_NOMEM, "pipeline: out of memory");
     if (v > 1) { /* the chunks after the first read micro-batch k after the data source moved on */
         DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, dt_pp_tokens_bytes(cfg), (void **)&p->tok));
@@ -142,7 +147,7 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
          * its last message has not been received (its receiver waits on another stage): every
          * message of a step leaves from its own copy, so no send ever waits for a receive
          * before the step's end (the schedules are deadlock-free with such sends: decision 75). */
-        p->pool_n = 2 * m * v;
+        p->pool_n = 2 * m * v * (p->nx ? 2 : 1); /* and the side values' */
         p->pool_req = calloc((size_t)p->pool_n, sizeof *p->pool_req);
         if (!p->pool_req) return dt_fail(ctx, DT_ERR_NOMEM, "pipeline: out of memory");
         DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_COMM, dt_pp_pool_bytes(cfg, dt_model_stage_floats(&tr->model)),
@@ -191,7 +196,9 @@ void dt_pp_free(dt_trainer *tr) {
     free(p->pool_req);
     p->tok = NULL, p->pool = NULL, p->pool_req = NULL;
     free(p->acts), free(p->slab), free(p->busy), free(p->out_req), free(p->in_req), free(p->slot_of), free(p->bscale);
+    free(p->out_xreq), free(p->in_xreq);
     p->acts = NULL, p->slab = NULL, p->busy = NULL, p->out_req = p->in_req = NULL, p->slot_of = NULL, p->bscale = NULL;
+    p->out_xreq = p->in_xreq = NULL;
 }
 
 /* Completes a send in flight (NULL: none). */
@@ -216,7 +223,8 @@ static dt_status recv_from(dt_ctx *ctx, dt_trainer *tr, float *buf, size_t n, in
 }
 
 size_t dt_pp_pool_bytes(const dt_train_cfg *cfg, size_t stage_floats) {
-    return 2 * (size_t)cfg->accum * (size_t)dt_pp_chunks(cfg) * stage_floats * sizeof(float);
+    const size_t per = stage_floats + dt_model_stage_extra_floats(&cfg->model); /* and the side values */
+    return 2 * (size_t)cfg->accum * (size_t)dt_pp_chunks(cfg) * per * sizeof(float);
 }
 
 size_t dt_pp_tokens_bytes(const dt_train_cfg *cfg) {
@@ -228,9 +236,9 @@ static dt_status send_to(dt_ctx *ctx, dt_trainer *tr, const float *buf, size_t n
     dt_pp_link *p = &tr->pp;
     if (p->pool && req != &p->tied_req) { /* interleaved: from the message's own copy */
         if (p->pool_used >= p->pool_n) return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: more messages than a step sends");
-        float *copy = p->pool + (size_t)p->pool_used * n;
+        float *copy = p->pool + p->pool_off;
         dt_copy(copy, buf, n * sizeof(float));
-        buf = copy, req = &p->pool_req[p->pool_used++];
+        buf = copy, req = &p->pool_req[p->pool_used++], p->pool_off += n;
     }
     double t0 = dt_now();
     dt_status st = dt_comm_isend(ctx, tr->comm, tr->pp.group, buf, n * sizeof(float), peer, tag, req);
@@ -239,7 +247,8 @@ static dt_status send_to(dt_ctx *ctx, dt_trainer *tr, const float *buf, size_t n
     return st;
 }
 
-dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, dt_step_stats *out) {
+dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, double moe_sum[4],
+                            dt_step_stats *out) {
     dt_pp_link *p = &tr->pp;
     dt_model *m = &tr->model;
     const int P = p->n, r = p->stage, M = tr->cfg.accum, v = p->v, V = P * v;
@@ -260,6 +269,8 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             if (s == p->slots) return dt_fail(ctx, DT_ERR_INTERNAL, "pipeline: stage %d has no free activation set", r);
             DT_CHECK(wait_send(ctx, tr, &p->in_req[s])); /* the set's last gradient has left */
             DT_CHECK(wait_send(ctx, tr, &p->out_req[s]));
+            DT_CHECK(wait_send(ctx, tr, &p->in_xreq[s]));
+            DT_CHECK(wait_send(ctx, tr, &p->out_xreq[s]));
             p->busy[s] = k * v + c, p->slot_of[k * v + c] = s;
             if (v > 1) dt_model_set_chunk(m, c);
             dt_model_use_acts(m, p->slab[s]);
@@ -277,6 +288,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             dt_trace_end(td, "data", "data %d", k);
             out->data_seconds += dt_now() - t0;
             if (!first) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, prev, TAG_ACT + c));
+            if (!first && p->nx) DT_CHECK(recv_from(ctx, tr, dt_model_stage_extra(m), p->nx, prev, TAG_XACT + c));
             t0 = dt_now(), td = dt_trace_begin();
             if (c == 0 && tr->slow_rank >= 0 && tr->slow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
                 usleep((useconds_t)tr->slow_ms * 1000);
@@ -288,8 +300,15 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             if (v > 1) dt_trace_end(td, "fwd", "forward %d chunk %d", k, c);
             else dt_trace_end(td, "fwd", "forward %d", k);
             out->fwd_seconds += dt_now() - t0;
-            if (last) *loss_sum += mi->masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
-            else DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, next, TAG_ACT + (vs + 1) / P, &p->out_req[s]));
+            moe_sum[3] += (double)m->moe_dropped; /* this stage's layers' */
+            if (last) {
+                *loss_sum += mi->masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
+                moe_sum[0] += m->moe_ce, moe_sum[1] += m->moe_aux, moe_sum[2] += m->moe_z;
+            } else {
+                DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, next, TAG_ACT + (vs + 1) / P, &p->out_req[s]));
+                if (p->nx) /* the router totals so far (moe.h) */
+                    DT_CHECK(send_to(ctx, tr, dt_model_stage_extra(m), p->nx, next, TAG_XACT + (vs + 1) / P, &p->out_xreq[s]));
+            }
         } else if (a.op == DT_PP_B) {
             const int s = p->slot_of[k * v + c];
             if (s < 0 || c >= 16 || k != next_b[c])
@@ -298,6 +317,10 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             if (v > 1) dt_model_set_chunk(m, c);
             dt_model_use_acts(m, p->slab[s]);
             if (!last) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DOUT), nf, next, TAG_GRAD + c));
+            if (!last && p->nx) { /* every layer's router totals, over this set's own (sent on) */
+                DT_CHECK(wait_send(ctx, tr, &p->out_xreq[s]));
+                DT_CHECK(recv_from(ctx, tr, dt_model_stage_extra(m), p->nx, next, TAG_XGRAD + c));
+            }
             /* a tied head: the first stage adds the last stage's head gradients of the whole step
              * to the embedding's in the last backward (model.h tied_h) */
             if (m->tied_h && first && k == M - 1)
@@ -320,6 +343,8 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             else dt_trace_end(td, "bwd", "backward %d", k);
             out->bwd_seconds += dt_now() - t0;
             if (!first) DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DIN), nf, prev, TAG_GRAD + (vs - 1) / P, &p->in_req[s]));
+            if (!first && p->nx)
+                DT_CHECK(send_to(ctx, tr, dt_model_stage_extra(m), p->nx, prev, TAG_XGRAD + (vs - 1) / P, &p->in_xreq[s]));
             if (m->tied_h && last && k == M - 1) DT_CHECK(send_to(ctx, tr, m->tied_h, p->tied_n, 0, TAG_TIED_HEAD, &p->tied_req));
             if (!p->defer) p->busy[s] = -1; /* zb-h1: the set is held until its W */
         } else if (a.op == DT_PP_W && p->defer) {
@@ -344,9 +369,11 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
     for (int s = 0; s < p->slots; s++) {
         DT_CHECK(wait_send(ctx, tr, &p->out_req[s]));
         DT_CHECK(wait_send(ctx, tr, &p->in_req[s]));
+        DT_CHECK(wait_send(ctx, tr, &p->out_xreq[s]));
+        DT_CHECK(wait_send(ctx, tr, &p->in_xreq[s]));
     }
     for (int q = 0; q < p->pool_used; q++) DT_CHECK(wait_send(ctx, tr, &p->pool_req[q]));
-    p->pool_used = 0;
+    p->pool_used = 0, p->pool_off = 0;
     DT_CHECK(wait_send(ctx, tr, &p->tied_req));
     if (v > 1) dt_model_set_chunk(m, 0);
     dt_model_use_acts(m, p->slab[0]);
@@ -367,17 +394,23 @@ dt_status dt_pp_eval_xfer(dt_ctx *ctx, void *ud, int before, int c) {
     if (before) {
         if (tr->pp.v > 1) dt_model_set_chunk(m, c);
         if (vs > 0) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_IN), nf, (r + P - 1) % P, TAG_ACT + c));
+        if (vs > 0 && tr->pp.nx)
+            DT_CHECK(recv_from(ctx, tr, dt_model_stage_extra(m), tr->pp.nx, (r + P - 1) % P, TAG_XACT + c));
+        DT_CHECK(wait_send(ctx, tr, &tr->pp.out_xreq[0]));
         return wait_send(ctx, tr, &tr->pp.out_req[0]); /* the forward overwrites the last output sent */
     }
     if (vs == P * tr->pp.v - 1) return DT_OK;
     /* posted, and completed before this stage's next forward (after its next receive: so no
      * ring of stages can wait on each other's sends) */
-    return send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, (r + 1) % P, TAG_ACT + (vs + 1) / P,
-                   &tr->pp.out_req[0]);
+    DT_CHECK(send_to(ctx, tr, dt_model_stage_buf(m, DT_STAGE_OUT), nf, (r + 1) % P, TAG_ACT + (vs + 1) / P,
+                     &tr->pp.out_req[0]));
+    if (!tr->pp.nx) return DT_OK;
+    return send_to(ctx, tr, dt_model_stage_extra(m), tr->pp.nx, (r + 1) % P, TAG_XACT + (vs + 1) / P, &tr->pp.out_xreq[0]);
 }
 
 dt_status dt_pp_eval_done(dt_ctx *ctx, dt_trainer *tr) {
     DT_CHECK(wait_send(ctx, tr, &tr->pp.out_req[0]));
+    DT_CHECK(wait_send(ctx, tr, &tr->pp.out_xreq[0]));
     if (tr->pp.v > 1) dt_model_set_chunk(&tr->model, 0);
     return DT_OK;
 }

@@ -612,7 +612,11 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     out->pp_span = 0;
     if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
         const double ps0 = dt_now();
-        DT_CHECK(dt_pp_micro_steps(ctx, tr, &mi, &loss_sum, out));
+        DT_CHECK(dt_pp_micro_steps(ctx, tr, &mi, &loss_sum, moe_sum, out));
+        if (m->cfg.n_experts) { /* the last stage's losses, every stage's dropped choices */
+            DT_CHECK(dt_pp_share(ctx, tr, moe_sum, 3));
+            DT_CHECK(dt_comm_allreduce(ctx, tr->comm, tr->pp.group, &moe_sum[3], 1, DT_F64, DT_SUM));
+        }
         ex = exposed_now(tr);
         tp = dt_now();
         out->pp_span = tp - ps0;

@@ -94,6 +94,7 @@ typedef struct dt_pp_link {
     int defer_items;
     dt_comm_req **pool_req;
     int pool_n, pool_used;
+    size_t pool_off;          /* floats of pool the step's messages took */
     dt_group group;           /* the PP group (same t, c, d): stage = group rank */
     dt_pp_action *acts;       /* this stage's schedule for accum micro-batches */
     int n_acts;
@@ -102,6 +103,8 @@ typedef struct dt_pp_link {
     int *slot_of;             /* micro-batch -> slot (-1: none) */
     int *busy;                /* slot -> micro-batch holding it (-1: free) */
     dt_comm_req **out_req, **in_req; /* per slot: its output's and its input gradient's sends */
+    dt_comm_req **out_xreq, **in_xreq; /* and those of its side values (dt_model_stage_extra) */
+    size_t nx;                /* side values' floats (0: none) */
     float *bscale;            /* per micro-batch: the backward's loss scale */
     double seconds, bytes;    /* waiting for and sent into the stage transfers since init */
     double idle;              /* of seconds: waiting for a neighbour's data (receives) */

@@ -54,7 +54,8 @@ void dt_pp_free(dt_trainer *tr);
  * stage's activations (or the tokens), backwards from the next stage's gradients (or the
  * loss); gradients accumulate in micro-batch order, as one rank's. *loss_sum: the last
  * stage's sum (as run_step sums), 0 on the others. Fills out's fwd/bwd/data seconds. */
-dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, dt_step_stats *out);
+dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, double *loss_sum, double moe_sum[4],
+                            dt_step_stats *out);
 /* The last stage's value of *x on every stage; of x[0..n) (dt_pp_share). */
 dt_status dt_pp_share_loss(dt_ctx *ctx, dt_trainer *tr, double *x);
 dt_status dt_pp_share(dt_ctx *ctx, dt_trainer *tr, double *x, int n);

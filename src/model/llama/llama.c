@@ -371,10 +371,12 @@ static const float *llama_logits(const dt_model *m) { return ((const dt_llama_ac
 
 const int32_t *dt_llama_moe_choices(const dt_model *m, int l) {
     const dt_model_config *c = &m->cfg;
-    if (m->fam != &dt_family_llama || !c->n_experts || l < 0 || l >= c->n_layer) return NULL;
-    return ((const dt_llama_acts *)m->impl)->moe.sel +
-           dt_act_slot(&m->opts, c->n_layer, DT_ACT_SEL, l) * m->B * m->T * c->experts_topk;
+    const int L = dt_stage_layers(c, &m->opts);
+    if (m->fam != &dt_family_llama || !c->n_experts || l < 0 || l >= L) return NULL;
+    return ((const dt_llama_acts *)m->impl)->moe.sel + dt_act_slot(&m->opts, L, DT_ACT_SEL, l) * m->B * m->T * c->experts_topk;
 }
+
+static float *llama_stage_extra(dt_model *m) { return (float *)((dt_llama_acts *)m->impl)->moe.count; }
 
 /* ------------------------------------------------------------------ forward / backward */
 
@@ -680,4 +682,6 @@ const dt_model_family dt_family_llama = {
     .tp_divides = tp_divides,
     .sp = 1,
     .stage_buf = llama_stage_buf,
+    .stage_extra_floats = dt_moe_stage_floats,
+    .stage_extra = llama_stage_extra,
 };

@@ -13,7 +13,7 @@
 
 extern const dt_model_family dt_family_llama;
 
-/* A mixture of experts (model/llama/moe.h): layer l's chosen experts in the last forward,
+/* A mixture of experts (model/llama/moe.h): layer l's (of a pipeline stage's layers) chosen experts in the last forward,
  * (B T, experts_topk) by decreasing router probability; NULL for a dense model. */
 const int32_t *dt_llama_moe_choices(const dt_model *m, int l);
 

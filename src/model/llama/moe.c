@@ -10,8 +10,10 @@
 
 void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, const dt_model_opts *o,
                    int B, int T) {
-    /* L slots: the layers that keep their MoE state, and one shared by those that recompute it */
-    const size_t L = dt_act_slot(o, c->n_layer, DT_ACT_SEL, c->n_layer), BT = (size_t)B * T, E = c->n_experts,
+    /* L slots: the stage's layers that keep their MoE state, and one shared by those that
+     * recompute it */
+    const int SL = dt_stage_layers(c, o);
+    const size_t L = dt_act_slot(o, SL, DT_ACT_SEL, SL), BT = (size_t)B * T, E = c->n_experts,
                  k = c->experts_topk;
     const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
     a->probs = dt_act_take(base, off, L * BT * E);
@@ -32,12 +34,17 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     a->logit = dt_act_take(base, off, BT * E);
     a->dw = dt_act_take(base, off, BT * k);
     a->cand = dt_act_take(base, off, BT * 2);
+    a->count = (double *)dt_act_take(base, off, dt_moe_stage_floats(c)); /* 64-byte aligned */
+    a->psum = a->count ? a->count + E : NULL;
+    a->zsum = a->count ? a->count + 2 * E : NULL;
+}
+
+size_t dt_moe_stage_floats(const dt_model_config *c) {
+    return c->n_experts ? (2 * (size_t)c->n_experts + 1) * sizeof(double) / sizeof(float) : 0;
 }
 
 void dt_moe_begin(dt_model *m, dt_moe_acts *a) {
-    memset(a->count, 0, sizeof a->count);
-    memset(a->psum, 0, sizeof a->psum);
-    a->zsum = 0.0;
+    if (dt_stage_first(&m->opts)) memset(a->count, 0, dt_moe_stage_floats(&m->cfg) * sizeof(float));
     m->moe_dropped = 0;
 }
 
@@ -82,7 +89,7 @@ typedef struct moe_views {
 
 static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
     const dt_model_config *c = &m->cfg;
-    const size_t s = dt_act_slot(&m->opts, c->n_layer, DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
+    const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
     const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = c->expert_d_ff;
     moe_views v = {a->probs + s * BT * E, a->lse + s * BT,          a->w + s * R,
                    a->gu + s * R * 2 * Fe, a->h + s * R * Fe,        a->y + s * R * c->d_model,
@@ -104,7 +111,7 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int BT, int r
         lse[t] = route_row(a->logit + (size_t)t * E, E, k, probs + (size_t)t * E, sel + (size_t)t * k, w + (size_t)t * k);
         for (int j = 0; j < k; j++) cnt[sel[(size_t)t * k + j]]++;
         if (recompute) continue;
-        a->zsum += (double)lse[t] * lse[t];
+        *a->zsum += (double)lse[t] * lse[t];
         for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
     }
     for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
@@ -197,7 +204,7 @@ double dt_moe_finish(dt_model *m, dt_moe_acts *a) {
     for (int e = 0; e < c->n_experts; e++) aux += (a->count[e] / N) * (a->psum[e] / N);
     aux *= c->n_experts;
     m->moe_aux = (float)aux;
-    m->moe_z = (float)(a->zsum / N);
+    m->moe_z = (float)(*a->zsum / N);
     return (double)m->moe_aux_coef * m->moe_aux + (double)m->moe_z_coef * m->moe_z;
 }
 

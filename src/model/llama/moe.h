@@ -56,8 +56,12 @@ typedef struct dt_moe_acts {
     float *logit;        /* (BT, E) router logits; their gradient in the backward */
     float *dw;           /* (BT, k) gradients of the weights */
     float *cand;         /* (BT, 2) capacity: an expert's candidates (weight, row) */
-    /* the micro-batch's totals over the layers (forward), for the losses and their gradients */
-    double count[DT_MOE_MAX_EXPERTS], psum[DT_MOE_MAX_EXPERTS], zsum;
+    /* The micro-batch's totals over the layers (forward), for the losses and their gradients:
+     * E choice counts, E probability sums, the sum of squared logsumexps (2E + 1 doubles, in
+     * the activation set: each micro-batch in flight has its own). A pipeline stage starts
+     * from the previous stage's totals and hands its own on with its output; the last stage's
+     * (every layer's) travel back with the gradients (dt_moe_stage_floats). */
+    double *count, *psum, *zsum;
 } dt_moe_acts;
 
 /* Lays the buffers out after *off (dt_act_take; base NULL: only counts). The per-layer ones
@@ -65,8 +69,12 @@ typedef struct dt_moe_acts {
  * checkpointing recomputes, which share one slot. */
 void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_config *c, const dt_model_opts *o,
                    int B, int T);
-/* Before the first layer of a forward. */
+/* Before the first layer of a forward: the totals start at zero on the first stage (on a
+ * later one they arrived from the previous stage). */
 void dt_moe_begin(dt_model *m, dt_moe_acts *a);
+/* The floats of the totals (2E + 1 doubles) that cross between pipeline stages; they start at
+ * a->count. */
+size_t dt_moe_stage_floats(const dt_model_config *c);
 /* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2). Its post-attention norm's unit has been
  * announced; this announces each expert's unit (`next`: the unit read after the layer). out
  * NULL: a recompute in the backward (activation checkpointing): the layer's routing and
