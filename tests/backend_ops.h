@@ -65,6 +65,7 @@ void run_matmul(run *r);
 void run_nf4_matmul(run *r);
 void run_nf4(run *r);
 void run_attention(run *r);
+void run_attention_block(run *r);
 void run_rope(run *r);
 void run_swiglu(run *r);
 void run_gelu(run *r);

@@ -264,6 +264,46 @@ void run_attention(run *r) {
     BE->attention_backward(dq, g, qkv, o, lse, B, T, NH, NKV, hs, causal, r->c->dt);
     out(r, "dqkv", dq, nq);
 }
+/* The ring's blocks (ops.h): Tq, Tk, NH, NKV, hs, with strides wider than the rows (q inside a
+ * qkv row, kv rows padded by 3, out by 5, lse by 2) so a kernel that ignores a stride fails;
+ * F_CAUSAL: a diagonal block (Tq = Tk). The backward's merged out and lse come from the
+ * reference forward of the block; dq and dkv start non-zero (the op adds). attention_merge:
+ * T = Tq rows, the running state from one block, the merged-in block's lse -inf on every 5th
+ * row (a row it holds no key for) and the running -inf on every 7th. */
+void run_attention_block(run *r) {
+    int Tq = D(0), Tk = D(1), NH = D(2), NKV = D(3), hs = D(4), causal = FL(F_CAUSAL) != 0;
+    const int ldq = (NH + 2 * NKV) * hs, ldkv = 2 * NKV * hs + 3, ldo = NH * hs + 5, ldl = Tq + 2;
+    const size_t nq = (size_t)Tq * ldq, nkv = (size_t)Tk * ldkv, no = (size_t)Tq * ldo, nl = (size_t)NH * ldl;
+    float *q = uni(r, nq, 1.5f, 0, 71), *kv = uni(r, nkv, 1.5f, 0, 72), *o = val(r, no, 1e6f), *lse = val(r, nl, 1e6f);
+    if (!strcmp(r->c->op, "attention_block_forward")) {
+        BE->attention_block_forward(o, ldo, lse, ldl, q, ldq, kv, ldkv, Tq, Tk, NH, NKV, hs, causal, r->c->dt);
+        out(r, "out", o, no), out(r, "lse", lse, nl);
+        return;
+    }
+    if (!strcmp(r->c->op, "attention_block_backward")) {
+        dt_backend_ref.attention_block_forward(o, ldo, lse, ldl, q, ldq, kv, ldkv, Tq, Tk, NH, NKV, hs, causal, r->c->dt);
+        float *g = uni(r, no, 1, 0, 73), *dq = uni(r, nq, 1, 0, 74), *dkv = uni(r, nkv, 1, 0, 75);
+        BE->attention_block_backward(dq, ldq, dkv, ldkv, g, o, ldo, lse, ldl, q, ldq, kv, ldkv, Tq, Tk, NH, NKV, hs, causal,
+                                     r->c->dt);
+        out(r, "dq", dq, nq), out(r, "dkv", dkv, nkv);
+        return;
+    }
+    float *ob = val(r, no, 1e6f), *lb = val(r, nl, 1e6f);
+    dt_backend_ref.attention_block_forward(o, ldo, lse, ldl, q, ldq, kv, ldkv, Tq, Tk, NH, NKV, hs, 0, DT_F32);
+    float *q2 = uni(r, nq, 1.5f, 0, 76);
+    dt_backend_ref.attention_block_forward(ob, ldo, lb, ldl, q2, ldq, kv, ldkv, Tq, Tk, NH, NKV, hs, 0, DT_F32);
+    float *hl = tu_malloc(nl * 4), *hb = tu_malloc(nl * 4);
+    r->be->copy(hl, lse, nl * 4), r->be->copy(hb, lb, nl * 4);
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < Tq; t++) {
+            if (t % 5 == 2) hb[(size_t)h * ldl + t] = -INFINITY;
+            if (t % 7 == 3 && t % 5 != 2) hl[(size_t)h * ldl + t] = -INFINITY; /* never both: -inf stays */
+        }
+    r->be->copy(lse, hl, nl * 4), r->be->copy(lb, hb, nl * 4);
+    free(hl), free(hb);
+    BE->attention_merge(o, ldo, lse, ldl, ob, ldo, lb, ldl, Tq, NH, hs);
+    out(r, "out", o, no), out(r, "lse", lse, nl);
+}
 /* B, T, NH, NKV, hs; F_SCALE: YaRN's attention factor 1.25. */
 void run_rope(run *r) {
     int B = D(0), T = D(1), NH = D(2), NKV = D(3), hs = D(4);

@@ -85,6 +85,28 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                            const float *lse, int B, int T, int NH, int NKV, int hs,
                            int causal, dt_dtype op);
 
+/* Context parallelism's ring attention (decision 83), one sequence at a time: the Tq query
+ * rows q (stride ldq floats; query head h at q + h hs) against a block of Tk key/value rows kv
+ * (stride ldkv; key head g at kv + g hs, value head g at kv + (NKV + g) hs), which may be
+ * another rank's. causal = 1: a block on the diagonal (Tq == Tk, row i sees keys 0..i); 0: every
+ * key of the block. out (stride ldo, head h at out + h hs) = the block's softmax(q k^T /
+ * sqrt(hs)) v, lse (head h's row i at lse[h ldl + i]) its log-sum-exp; op as for
+ * dt_attention_forward (the same tiles and roundings). */
+void dt_attention_block_forward(float *out, int ldo, float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op);
+/* The block's share of the gradient, given the rows' merged (final) out and lse: dq (stride
+ * lddq, laid out as q) += and dkv (stride lddkv, laid out as kv) +=; dout has out's stride ldo.
+ * P = exp(S - lse) and D = rowsum(dO O) as dt_attention_backward, so the blocks' shares add up
+ * to the whole attention's gradient. */
+void dt_attention_block_backward(float *dq, int lddq, float *dkv, int lddkv, const float *dout, const float *out, int ldo,
+                                 const float *lse, int ldl, const float *q, int ldq, const float *kv, int ldkv, int Tq,
+                                 int Tk, int NH, int NKV, int hs, int causal, dt_dtype op);
+/* Merges a block's (ob, lb) into the running (out, lse) of T rows and NH heads (strides as
+ * above): lse' = log(e^lse + e^lb), out' = out e^(lse - lse') + ob e^(lb - lse'); a row whose
+ * lb is -inf is left alone, one whose lse is -inf takes the block's. */
+void dt_attention_merge(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb, int ldlb,
+                        int T, int NH, int hs);
+
 /* RMSNorm (LLaMA): out (N,C) = inp * rstd * w, rstd (N) = 1/sqrt(mean(inp^2) + eps), saved. */
 void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps);

@@ -49,6 +49,25 @@ void dt_cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
                                              causal, (int)op);
 }
 
+void dt_cpu_attention_block_forward(float *out, int ldo, float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                    int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op) {
+    DT_ASSERT(op == DT_F32 || op == DT_BF16 || op == DT_F16);
+    dt_cpu_kernels_get()->attention_block_forward(out, ldo, lse, ldl, q, ldq, kv, ldkv, Tq, Tk, NH, NKV, hs, causal, (int)op);
+}
+
+void dt_cpu_attention_block_backward(float *dq, int lddq, float *dkv, int lddkv, const float *dout, const float *out,
+                                     int ldo, const float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                     int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op) {
+    DT_ASSERT(op == DT_F32 || op == DT_BF16 || op == DT_F16);
+    dt_cpu_kernels_get()->attention_block_backward(dq, lddq, dkv, lddkv, dout, out, ldo, lse, ldl, q, ldq, kv, ldkv, Tq, Tk,
+                                                   NH, NKV, hs, causal, (int)op);
+}
+
+void dt_cpu_attention_merge(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb, int ldlb,
+                            int T, int NH, int hs) {
+    dt_cpu_kernels_get()->attention_merge(out, ldo, lse, ldl, ob, ldob, lb, ldlb, T, NH, hs);
+}
+
 void dt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps) {
     dt_cpu_kernels_get()->rmsnorm_forward(out, rstd, inp, w, N, C, eps);

@@ -35,6 +35,15 @@ typedef struct dt_cpu_kernels {
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
                                const float *out, const float *lse, int B, int T, int NH,
                                int NKV, int hs, int causal, int op);
+    void (*attention_block_forward)(float *out, int ldo, float *lse, int ldl, const float *q, int ldq,
+                                    const float *kv, int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal,
+                                    int op);
+    void (*attention_block_backward)(float *dq, int lddq, float *dkv, int lddkv, const float *dout,
+                                     const float *out, int ldo, const float *lse, int ldl, const float *q, int ldq,
+                                     const float *kv, int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal,
+                                     int op);
+    void (*attention_merge)(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb,
+                            int ldlb, int T, int NH, int hs);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
                             int C, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
@@ -117,6 +126,9 @@ void dt_cpu_matmul_forward_ld(float *out, int ldo, const float *inp, const float
 void dt_cpu_matmul_backward_ld(float *dinp, int accumulate, float *dw, const float *dout, int ldd, const float *inp, const float *w, int N, int C, int OC);
 void dt_cpu_attention_forward(float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, int causal, dt_dtype op);
 void dt_cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse, int B, int T, int NH, int NKV, int hs, int causal, dt_dtype op);
+void dt_cpu_attention_block_forward(float *out, int ldo, float *lse, int ldl, const float *q, int ldq, const float *kv, int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op);
+void dt_cpu_attention_block_backward(float *dq, int lddq, float *dkv, int lddkv, const float *dout, const float *out, int ldo, const float *lse, int ldl, const float *q, int ldq, const float *kv, int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op);
+void dt_cpu_attention_merge(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb, int ldlb, int T, int NH, int hs);
 void dt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 void dt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
 void dt_cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);

@@ -463,6 +463,89 @@ static void ref_attention_backward(float *dqkv, const float *dout, const float *
     free(q), free(g);
 }
 
+/* Blocks of the ring (ops.h): the definition, in double, over strided float rows; the
+ * 16-bit operand types round q, k, v and dO first, as above. */
+static double rd(dt_dtype op, float x) { return round_to(op, (double)x); }
+
+static void ref_attention_block_forward(float *out, int ldo, float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                        int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op) {
+    const double scale = 1.0 / sqrt((double)hs);
+    double *s = dalloc((size_t)Tk), *acc = dalloc((size_t)hs);
+    for (int h = 0; h < NH; h++) {
+        const int g = h / (NH / NKV);
+        for (int i = 0; i < Tq; i++) {
+            const int nk = causal ? i + 1 : Tk;
+            double m = -INFINITY, sum = 0.0;
+            for (int j = 0; j < nk; j++) {
+                double d = 0.0;
+                for (int x = 0; x < hs; x++)
+                    d += rd(op, q[(size_t)i * ldq + (size_t)h * hs + x]) * rd(op, kv[(size_t)j * ldkv + (size_t)g * hs + x]);
+                s[j] = d * scale;
+                m = s[j] > m ? s[j] : m;
+            }
+            for (int j = 0; j < nk; j++) sum += exp(s[j] - m);
+            for (int x = 0; x < hs; x++) acc[x] = 0.0;
+            for (int j = 0; j < nk; j++) {
+                const double p = exp(s[j] - m) / sum;
+                for (int x = 0; x < hs; x++) acc[x] += p * rd(op, kv[(size_t)j * ldkv + (size_t)(NKV + g) * hs + x]);
+            }
+            for (int x = 0; x < hs; x++) out[(size_t)i * ldo + (size_t)h * hs + x] = (float)acc[x];
+            lse[(size_t)h * ldl + i] = (float)(m + log(sum));
+        }
+    }
+    free(s), free(acc);
+}
+
+static void ref_attention_block_backward(float *dq, int lddq, float *dkv, int lddkv, const float *dout, const float *out,
+                                         int ldo, const float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                         int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, dt_dtype op) {
+    const double scale = 1.0 / sqrt((double)hs);
+    double *gq = dalloc((size_t)Tq * NH * hs), *gkv = dalloc((size_t)Tk * 2 * NKV * hs);
+    for (int h = 0; h < NH; h++) {
+        const int g = h / (NH / NKV);
+        for (int i = 0; i < Tq; i++) {
+            const int nk = causal ? i + 1 : Tk;
+            const float *oi = out + (size_t)i * ldo + (size_t)h * hs, *di = dout + (size_t)i * ldo + (size_t)h * hs;
+            double D = 0.0; /* rowsum(dO O) over the merged output: this block's share of the softmax */
+            for (int x = 0; x < hs; x++) D += rd(op, di[x]) * (double)oi[x];
+            for (int j = 0; j < nk; j++) {
+                const float *kj = kv + (size_t)j * ldkv + (size_t)g * hs, *vj = kv + (size_t)j * ldkv + (size_t)(NKV + g) * hs;
+                double sdot = 0.0, dp = 0.0;
+                for (int x = 0; x < hs; x++) {
+                    sdot += rd(op, q[(size_t)i * ldq + (size_t)h * hs + x]) * rd(op, kj[x]);
+                    dp += rd(op, di[x]) * rd(op, vj[x]);
+                }
+                const double p = exp(sdot * scale - (double)lse[(size_t)h * ldl + i]), ds = p * (dp - D) * scale;
+                for (int x = 0; x < hs; x++) {
+                    gq[((size_t)i * NH + h) * hs + x] += ds * rd(op, kj[x]);
+                    gkv[((size_t)j * 2 * NKV + g) * hs + x] += ds * rd(op, q[(size_t)i * ldq + (size_t)h * hs + x]);
+                    gkv[((size_t)j * 2 * NKV + NKV + g) * hs + x] += p * rd(op, di[x]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < Tq; i++)
+        for (int c = 0; c < NH * hs; c++) dq[(size_t)i * lddq + c] += (float)gq[(size_t)i * NH * hs + c];
+    for (int j = 0; j < Tk; j++)
+        for (int c = 0; c < 2 * NKV * hs; c++) dkv[(size_t)j * lddkv + c] += (float)gkv[(size_t)j * 2 * NKV * hs + c];
+    free(gq), free(gkv);
+}
+
+static void ref_attention_merge(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb,
+                                int ldlb, int T, int NH, int hs) {
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+            const double a = lse[(size_t)h * ldl + t], b = lb[(size_t)h * ldlb + t];
+            if (b == -INFINITY) continue;
+            float *o = out + (size_t)t * ldo + (size_t)h * hs;
+            const float *x = ob + (size_t)t * ldob + (size_t)h * hs;
+            const double l = a == -INFINITY ? b : (a > b ? a : b) + log(exp(a - (a > b ? a : b)) + exp(b - (a > b ? a : b)));
+            const double wa = a == -INFINITY ? 0.0 : exp(a - l), wb = exp(b - l);
+            for (int d = 0; d < hs; d++) o[d] = (float)(wa * o[d] + wb * x[d]);
+            lse[(size_t)h * ldl + t] = (float)l;
+        }
+}
+
 /* ------------------------------------------------------------------ RoPE, activations, loss */
 
 static void rope(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale, int backward) {
@@ -595,6 +678,9 @@ const dt_backend dt_backend_ref = {
     .matmul_backward_ld = ref_matmul_backward_ld,
     .attention_forward = ref_attention_forward,
     .attention_backward = ref_attention_backward,
+    .attention_block_forward = ref_attention_block_forward,
+    .attention_block_backward = ref_attention_block_backward,
+    .attention_merge = ref_attention_merge,
     .rmsnorm_forward = ref_rmsnorm_forward,
     .rmsnorm_backward = ref_rmsnorm_backward,
     .rope_forward = ref_rope_forward,

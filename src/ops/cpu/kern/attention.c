@@ -358,3 +358,174 @@ void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
         free(w.kt), free(w.vt), free(w.D), free(w.L), free(w.p), free(w.ds);
     }
 }
+
+/* ---- Blocks of a ring (context parallelism, decision 83): the query rows of one sequence
+ * against a block of key/value rows that may be another rank's. The same tiles, masks,
+ * online softmax and products as above, with Tq query rows and Tk key rows of their own
+ * strides; causal = 1 is a block on the diagonal (Tq == Tk, aligned tiles), 0 a block every
+ * query row sees whole. The backward takes the merged out and lse of the rows (what the
+ * forward's merges ended with), so P = exp(S - lse) is each block's share of the final
+ * softmax and the blocks' gradients add up to the whole attention's. */
+
+typedef struct blk_geom {
+    int Tq, Tk, Tqp, Tkp, nbq, nbk, NH, NKV, hs, hsp, causal;
+    float scale;
+} blk_geom;
+
+static blk_geom blk_geom_of(int Tq, int Tk, int NH, int NKV, int hs, int causal) {
+    DT_ASSERT(NKV > 0 && NH % NKV == 0 && hs > 0 && Tq > 0 && Tk > 0 && (!causal || Tq == Tk));
+    blk_geom g;
+    g.Tq = Tq, g.Tk = Tk, g.Tqp = round_up(Tq, DT_ATT_BLK), g.Tkp = round_up(Tk, DT_ATT_BLK);
+    g.nbq = g.Tqp / DT_ATT_BLK, g.nbk = g.Tkp / DT_ATT_BLK;
+    g.NH = NH, g.NKV = NKV, g.hs = hs, g.hsp = round_up(hs, 16), g.causal = causal;
+    g.scale = 1.0f / sqrtf((float)hs);
+    return g;
+}
+
+void DT_K(attention_block_forward)(float *out, int ldo, float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                   int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, int op) {
+    const blk_geom g = blk_geom_of(Tq, Tk, NH, NKV, hs, causal);
+    const int hsp = g.hsp, BL = DT_ATT_BLK, group = NH / NKV;
+#pragma omp parallel
+    {
+        float *qs = scratch((size_t)g.Tqp * hsp), *v = scratch((size_t)g.Tkp * hsp);
+        float *kt = scratch((size_t)hs * g.Tkp), *s = scratch((size_t)BL * BL);
+        float *o = scratch((size_t)BL * hsp);
+        float m[DT_ATT_BLK], l[DT_ATT_BLK];
+#pragma omp for schedule(static)
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / group;
+            gather_rows(qs, q + (size_t)h * hs, (size_t)ldq, Tq, g.Tqp, hs, hsp);
+            gather_cols(kt, kv + (size_t)kvh * hs, (size_t)ldkv, Tk, g.Tkp, hs);
+            gather_rows(v, kv + (size_t)(NKV + kvh) * hs, (size_t)ldkv, Tk, g.Tkp, hs, hsp);
+            round_op(qs, (size_t)g.Tqp * hsp, op), round_op(kt, (size_t)hs * g.Tkp, op);
+            round_op(v, (size_t)g.Tkp * hsp, op);
+            for (int ib = 0; ib < g.nbq; ib++) {
+                const int i0 = ib * BL, jend = causal ? ib : g.nbk - 1;
+                memset(o, 0, (size_t)BL * hsp * sizeof(float));
+                for (int r = 0; r < BL; r++) m[r] = -INFINITY, l[r] = 0.0f;
+                for (int jb = 0; jb <= jend; jb++) {
+                    const int j0 = jb * BL;
+                    tile_mm(s, BL, qs + (size_t)i0 * hsp, hsp, 1, kt + j0, g.Tkp, BL, BL, hs, 0);
+                    for (int r = 0; r < BL; r++) {
+                        float *sr = s + r * BL;
+                        scale_mask_row(sr, g.scale, keys_seen(causal, i0, j0, r, Tk));
+                        float mnew = fmaxf(m[r], vk_max(sr, BL));
+                        float corr = dt_k_expf(m[r] - mnew);
+                        l[r] = l[r] * corr + vk_exp_sum(sr, sr, mnew, BL);
+                        m[r] = mnew;
+                        if (corr != 1.0f) vk_scale(o + (size_t)r * hsp, corr, hsp);
+                    }
+                    round_op(s, (size_t)BL * BL, op);
+                    tile_mm(o, hsp, s, BL, 1, v + (size_t)j0 * hsp, hsp, BL, hsp, BL, 1);
+                }
+                for (int r = 0; r < BL && i0 + r < Tq; r++) {
+                    const int t = i0 + r;
+                    const float inv = 1.0f / l[r];
+                    float *dst = out + (size_t)t * ldo + (size_t)h * hs;
+                    for (int d = 0; d < hs; d++) dst[d] = o[(size_t)r * hsp + d] * inv;
+                    lse[(size_t)h * ldl + t] = m[r] + logf(l[r]);
+                }
+            }
+        }
+        free(qs), free(v), free(kt), free(s), free(o);
+    }
+}
+
+/* One (query tile i0, key tile j0) step of a block's backward (bwd_tile with the block's
+ * two row counts: K^T and V^T are (hs, Tkp)). */
+static void blk_tile(att_bwd_buf *w, const blk_geom *g, int i0, int j0) {
+    const int BL = DT_ATT_BLK, Tkp = g->Tkp, hs = g->hs, hsp = g->hsp;
+    float *p = w->p, *ds = w->ds;
+    tile_mm(p, BL, w->q + (size_t)i0 * hsp, hsp, 1, w->kt + j0, Tkp, BL, BL, hs, 0);
+    tile_mm(ds, BL, w->dout + (size_t)i0 * hsp, hsp, 1, w->vt + j0, Tkp, BL, BL, hs, 0);
+    for (int r = 0; r < BL; r++) {
+        float *pr = p + r * BL, *dr = ds + r * BL;
+        scale_mask_row(pr, g->scale, keys_seen(g->causal, i0, j0, r, g->Tk));
+        vk_exp_sum(pr, pr, w->L[i0 + r], BL);
+        const vf vd = vf_set1(w->D[i0 + r]), vs = vf_set1(g->scale);
+        for (int c = 0; c < BL; c += VW)
+            vf_store(dr + c, vf_mul(vf_mul(vf_load(pr + c), vf_sub(vf_load(dr + c), vd)), vs));
+    }
+    round_op(p, (size_t)BL * BL, w->op), round_op(ds, (size_t)BL * BL, w->op);
+    tile_mm(w->dv + (size_t)j0 * hsp, hsp, p, 1, BL, w->dout + (size_t)i0 * hsp, hsp, BL, hsp, BL, 1);
+    tile_mm(w->dk + (size_t)j0 * hsp, hsp, ds, 1, BL, w->q + (size_t)i0 * hsp, hsp, BL, hsp, BL, 1);
+    tile_mm(w->dq + (size_t)i0 * hsp, hsp, ds, BL, 1, w->k + (size_t)j0 * hsp, hsp, BL, hsp, BL, 1);
+}
+
+/* dst rows (n of them, stride ld) += acc rows (stride hsp), hs floats each. */
+static void blk_add_rows(float *dst, size_t ld, const float *acc, int n, int hs, int hsp) {
+    for (int t = 0; t < n; t++) {
+        float *d = dst + (size_t)t * ld;
+        const float *a = acc + (size_t)t * hsp;
+        for (int i = 0; i < hs; i++) d[i] += a[i];
+    }
+}
+
+void DT_K(attention_block_backward)(float *dq, int lddq, float *dkv, int lddkv, const float *dout, const float *out,
+                                    int ldo, const float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                    int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, int op) {
+    const blk_geom g = blk_geom_of(Tq, Tk, NH, NKV, hs, causal);
+    const int hsp = g.hsp, BL = DT_ATT_BLK, group = NH / NKV;
+    /* dq rows of different kv heads' query heads are disjoint, and each kv head's dk, dv its
+     * own: one task per kv head writes only its own slices. */
+#pragma omp parallel
+    {
+        att_bwd_buf w;
+        const size_t nq = (size_t)g.Tqp * hsp, nk = (size_t)g.Tkp * hsp, ncol = (size_t)hs * g.Tkp;
+        w.q = scratch(nq), w.dout = scratch(nq), w.dq = scratch(nq);
+        w.k = scratch(nk), w.dk = scratch(nk), w.dv = scratch(nk);
+        w.kt = scratch(ncol), w.vt = scratch(ncol);
+        w.D = scratch((size_t)g.Tqp), w.L = scratch((size_t)g.Tqp);
+        w.p = scratch((size_t)BL * BL), w.ds = scratch((size_t)BL * BL);
+        w.op = op;
+#pragma omp for schedule(static)
+        for (int kvh = 0; kvh < NKV; kvh++) {
+            const float *kb = kv + (size_t)kvh * hs, *vb = kv + (size_t)(NKV + kvh) * hs;
+            gather_rows(w.k, kb, (size_t)ldkv, Tk, g.Tkp, hs, hsp);
+            gather_cols(w.kt, kb, (size_t)ldkv, Tk, g.Tkp, hs);
+            gather_cols(w.vt, vb, (size_t)ldkv, Tk, g.Tkp, hs);
+            round_op(w.k, nk, op), round_op(w.kt, ncol, op), round_op(w.vt, ncol, op);
+            memset(w.dk, 0, nk * sizeof(float)), memset(w.dv, 0, nk * sizeof(float));
+            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                const float *ob = out + (size_t)h * hs, *db = dout + (size_t)h * hs;
+                gather_rows(w.q, q + (size_t)h * hs, (size_t)ldq, Tq, g.Tqp, hs, hsp);
+                gather_rows(w.dout, db, (size_t)ldo, Tq, g.Tqp, hs, hsp);
+                round_op(w.q, nq, op), round_op(w.dout, nq, op);
+                for (int t = 0; t < g.Tqp; t++) {
+                    w.D[t] = t < Tq ? vk_dot(w.dout + (size_t)t * hsp, ob + (size_t)t * ldo, hs) : 0.0f;
+                    w.L[t] = t < Tq ? lse[(size_t)h * ldl + t] : 0.0f;
+                }
+                memset(w.dq, 0, nq * sizeof(float));
+                for (int jb = 0; jb < g.nbk; jb++)
+                    for (int ib = causal ? jb : 0; ib < g.nbq; ib++) blk_tile(&w, &g, ib * BL, jb * BL);
+                blk_add_rows(dq + (size_t)h * hs, (size_t)lddq, w.dq, Tq, hs, hsp);
+            }
+            blk_add_rows(dkv + (size_t)kvh * hs, (size_t)lddkv, w.dk, Tk, hs, hsp);
+            blk_add_rows(dkv + (size_t)(NKV + kvh) * hs, (size_t)lddkv, w.dv, Tk, hs, hsp);
+        }
+        free(w.q), free(w.dout), free(w.dq), free(w.k), free(w.dk), free(w.dv);
+        free(w.kt), free(w.vt), free(w.D), free(w.L), free(w.p), free(w.ds);
+    }
+}
+
+void DT_K(attention_merge)(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb, int ldlb,
+                           int T, int NH, int hs) {
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+            float *l = lse + (size_t)h * ldl + t;
+            const float b = lb[(size_t)h * ldlb + t];
+            if (b == -INFINITY) continue; /* the block held no key this row sees */
+            float *o = out + (size_t)t * ldo + (size_t)h * hs;
+            const float *x = ob + (size_t)t * ldob + (size_t)h * hs;
+            if (*l == -INFINITY) { /* the first block this row sees */
+                for (int d = 0; d < hs; d++) o[d] = x[d];
+                *l = b;
+                continue;
+            }
+            const float mx = fmaxf(*l, b), ea = dt_k_expf(*l - mx), eb = dt_k_expf(b - mx), s = ea + eb;
+            const float wa = ea / s, wb = eb / s;
+            for (int d = 0; d < hs; d++) o[d] = wa * o[d] + wb * x[d];
+            *l = mx + logf(s);
+        }
+}

@@ -26,6 +26,13 @@ void DT_K(attention_forward)(float *out, float *lse, const float *qkv, int B, in
 void DT_K(attention_backward)(float *dqkv, const float *dout, const float *qkv,
                               const float *out, const float *lse, int B, int T, int NH,
                               int NKV, int hs, int causal, int op);
+void DT_K(attention_block_forward)(float *out, int ldo, float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                   int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, int op);
+void DT_K(attention_block_backward)(float *dq, int lddq, float *dkv, int lddkv, const float *dout, const float *out,
+                                    int ldo, const float *lse, int ldl, const float *q, int ldq, const float *kv,
+                                    int ldkv, int Tq, int Tk, int NH, int NKV, int hs, int causal, int op);
+void DT_K(attention_merge)(float *out, int ldo, float *lse, int ldl, const float *ob, int ldob, const float *lb, int ldlb,
+                           int T, int NH, int hs);
 void DT_K(rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N,
                            int C, float eps);
 void DT_K(rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
