@@ -304,15 +304,18 @@ void run_attention_block(run *r) {
     BE->attention_merge(o, ldo, lse, ldl, ob, ldo, lb, ldl, Tq, NH, hs);
     out(r, "out", o, no), out(r, "lse", lse, nl);
 }
-/* B, T, NH, NKV, hs; F_SCALE: YaRN's attention factor 1.25. */
+/* B, T, NH, NKV, hs (and pos0 for the _at forms); F_SCALE: YaRN's attention factor 1.25. */
 void run_rope(run *r) {
     int B = D(0), T = D(1), NH = D(2), NKV = D(3), hs = D(4);
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * hs;
     float inv[256];
     dt_rope_inv_freq(inv, hs, 10000.0f);
     float *x = uni(r, nq, 1, 0, 63), *f = put(r, inv, (size_t)hs / 2 * 4);
-    if (!strcmp(r->c->op, "rope_forward")) BE->rope_forward(x, B, T, NH, NKV, hs, f, FL(F_SCALE) ? 1.25f : 1.0f);
-    else BE->rope_backward(x, B, T, NH, NKV, hs, f, FL(F_SCALE) ? 1.25f : 1.0f);
+    const float sc = FL(F_SCALE) ? 1.25f : 1.0f;
+    if (!strcmp(r->c->op, "rope_forward")) BE->rope_forward(x, B, T, NH, NKV, hs, f, sc);
+    else if (!strcmp(r->c->op, "rope_backward")) BE->rope_backward(x, B, T, NH, NKV, hs, f, sc);
+    else if (!strcmp(r->c->op, "rope_forward_at")) BE->rope_forward_at(x, B, T, D(5), NH, NKV, hs, f, sc);
+    else BE->rope_backward_at(x, B, T, D(5), NH, NKV, hs, f, sc);
     out(r, "qkv (in place)", x, nq);
 }
 /* N, F, gate: the gate halves ~ U(-gate, gate) (120: exp(-g) overflows or underflows in fp32

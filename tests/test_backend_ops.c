@@ -34,7 +34,7 @@ static const op_slot k_ops[] = {
     SLOT(layernorm_forward), SLOT(layernorm_backward), SLOT(matmul_forward), SLOT(matmul_backward),
     SLOT(matmul_forward_ld), SLOT(matmul_backward_ld), SLOT(attention_forward), SLOT(attention_backward),
     SLOT(attention_block_forward), SLOT(attention_block_backward), SLOT(attention_merge),
-    SLOT(rmsnorm_forward), SLOT(rmsnorm_backward), SLOT(rope_forward), SLOT(rope_backward),
+    SLOT(rmsnorm_forward), SLOT(rmsnorm_backward), SLOT(rope_forward), SLOT(rope_backward), SLOT(rope_forward_at), SLOT(rope_backward_at),
     SLOT(swiglu_forward), SLOT(swiglu_backward), SLOT(gelu_forward), SLOT(gelu_backward),
     SLOT(residual_forward), SLOT(crossentropy_forward), SLOT(crossentropy_backward), SLOT(exp_sum),
     SLOT(f32_to_bf16), SLOT(bf16_to_f32), SLOT(f32_to_f16), SLOT(f16_to_f32), SLOT(count_nonfinite_f32),
@@ -150,6 +150,9 @@ static const op_case k_cases[] = {
     E("rope_forward", run_rope, "B,T,NH,NKV,hs", {1, 9, 3, 1, 6}, DT_F32, F_SCALE, 1e-5, 1e-5),
     E("rope_backward", run_rope, "B,T,NH,NKV,hs", {2, 37, 4, 2, 16}, DT_F32, 0, 1e-5, 1e-5),
     E("rope_backward", run_rope, "B,T,NH,NKV,hs", {1, 9, 3, 1, 6}, DT_F32, F_SCALE, 1e-5, 1e-5),
+    /* positions pos0.. (a context-parallel chunk): fl(t f) of t ~ 100 is ~4e-6 rad from t f */
+    E("rope_forward_at", run_rope, "B,T,NH,NKV,hs,pos0", {2, 37, 4, 2, 16, 91}, DT_F32, 0, 1e-5, 3e-5),
+    E("rope_backward_at", run_rope, "B,T,NH,NKV,hs,pos0", {1, 9, 3, 1, 6, 130}, DT_F32, F_SCALE, 1e-5, 3e-5),
     E("swiglu_forward", run_swiglu, "N,F,gate", {1, 1, 6}, DT_F32, 0, 1e-6, 1e-6),
     E("swiglu_forward", run_swiglu, "N,F,gate", {3, 13, 6}, DT_F32, 0, 1e-6, 1e-6),
     E("swiglu_forward", run_swiglu, "N,F,gate", {5, 2731, 6}, DT_F32, 0, 1e-6, 1e-6),

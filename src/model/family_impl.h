@@ -340,6 +340,17 @@ static inline float *dt_fam_stage_buf(dt_model *m, dt_stage_buf which, float *en
     }
 }
 
+/* Context parallelism (model/cp.h; dt_model_opts.cp > 1): RoPE at the held rows' global
+ * positions (the two chunks' ranges; backward: the transposed rotation), and the causal
+ * attention around the CP ring with scratch cps (dt_cp_scratch_floats; a failed exchange sets
+ * m->cp_failed). Without context parallelism: the plain operations. */
+void dt_fam_rope(dt_model *m, float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv, float scale,
+                 int backward);
+void dt_fam_attention_forward(dt_model *m, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
+                              float *cps);
+void dt_fam_attention_backward(dt_model *m, float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *lse, int B, int T, int NH, int NKV, int hs, float *cps);
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "model/cp.h"
 #include "model/params.h"
 
 /* One config for every family; a family uses the fields it needs and refuses the others
@@ -198,14 +199,18 @@ typedef struct dt_model_opts {
      * pp_l1) is then the current chunk pp_c's range (dt_model_set_chunk), the store holds all of
      * them (params.h lchunk, lstride) and the family runs the current one. 0: one range. */
     int pp_v, pp_stride, pp_c;
+    /* Context parallelism (parallel.cp; ARCHITECTURE decision 83): this process holds chunks
+     * cp_rank and 2 cp - 1 - cp_rank of every sequence's 2 cp chunks (the model's T is their
+     * rows, the sequence's T / cp; model/cp.h), positions are global and the attention runs
+     * around the CP ring (dt_model.cp_ring). 0 or 1: none. */
+    int cp, cp_rank;
 } dt_model_opts;
 
 /* A pipeline stage's table (o->pp_l1 > 0): the PRE tensors of a stage that is not the first
  * and the POST tensors of one that is not the last lose their rows (params.h
  * dt_tensor_absent), but for a head tied to the embedding, of which the last stage holds a
  * copy (dt_model.tied_h; decision 74). Refuses, naming the key, a layer range outside the
- * model, LoRA and experts (not built under pipeline parallelism yet). Nothing happens
- * without a pipeline. */
+ * model. Nothing happens without a pipeline. */
 dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *table,
                                int n);
 /* The embedding a family's lm_head is tied to (a PRE vocabulary matmul tensor), or -1. */
@@ -436,6 +441,8 @@ struct dt_model {
     struct dt_lora_nf4 *lora_q; /* QLoRA: the base's NF4 tensors (NULL: fp32 base) */
     dt_model_tp_ops tp_ops; /* tensor parallelism's group (model.h dt_model_opts.tp) */
     int tp_failed;          /* a tp_ops call failed (the trainer checks it after each pass) */
+    dt_cp_ring cp_ring;     /* context parallelism's ring (model/cp.h; installed by the trainer) */
+    int cp_failed;          /* an exchange of the ring failed (the trainer checks it after each pass) */
     float *tp_scratch;      /* (B T, d_model) a shard's partial sum when several are held (the
                                family binds it; NULL otherwise) */
     float *tp_stat;         /* (2 B T) the vocabulary-parallel cross-entropy's row statistics

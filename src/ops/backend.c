@@ -73,6 +73,8 @@ void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *
 void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C) { dt_backend_cur->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); }
 void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale) { dt_backend_cur->rope_forward(qkv, B, T, NH, NKV, hs, inv_freq, scale); }
 void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale) { dt_backend_cur->rope_backward(dqkv, B, T, NH, NKV, hs, inv_freq, scale); }
+void dt_rope_forward_at(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale) { dt_backend_cur->rope_forward_at(qkv, B, T, pos0, NH, NKV, hs, inv_freq, scale); }
+void dt_rope_backward_at(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale) { dt_backend_cur->rope_backward_at(dqkv, B, T, pos0, NH, NKV, hs, inv_freq, scale); }
 void dt_swiglu_forward(float *out, const float *inp, int N, int F) { dt_backend_cur->swiglu_forward(out, inp, N, F); }
 void dt_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F) { dt_backend_cur->swiglu_backward(dinp, inp, dout, N, F); }
 void dt_gelu_forward(float *out, const float *inp, int N) { dt_backend_cur->gelu_forward(out, inp, N); }

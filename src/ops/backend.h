@@ -49,6 +49,8 @@ typedef struct dt_backend {
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
     void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
     void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
+    void (*rope_forward_at)(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
+    void (*rope_backward_at)(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
     void (*swiglu_forward)(float *out, const float *inp, int N, int F);
     void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
     void (*gelu_forward)(float *out, const float *inp, int N);

@@ -125,6 +125,11 @@ void dt_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const fl
 /* The backward: the transposed rotation of the q and k slices of dqkv, in place. */
 void dt_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
                       float scale);
+/* As dt_rope_forward / dt_rope_backward for positions pos0 .. pos0 + T - 1 of each of the B
+ * sequences (context parallelism: a chunk of the sequence; the angles fl(t f_i) are those of
+ * position t in the whole sequence, the same bits). */
+void dt_rope_forward_at(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
+void dt_rope_backward_at(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
 /* inv[0..hs/2) = plain RoPE's frequencies as Hugging Face's LlamaRotaryEmbedding computes them
  * in float32: fl(1 / fl(theta ^ fl(2i / hs))), the power evaluated in double. */
 void dt_rope_inv_freq(float *inv, int hs, float theta);

@@ -46,6 +46,9 @@ void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, con
 void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
                           double scale);
 /* inv[0..hs/2) = theta^(-2i/hs) in double. */
+/* Positions pos0 .. pos0 + T - 1 (dt_rope_forward_at); backward: the transposed rotation. */
+void dt_ref_rope_at(double *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const double *inv_freq, double scale,
+                    int backward);
 void dt_ref_rope_inv_freq(double *inv, int hs, double theta);
 
 void dt_ref_swiglu_forward(double *out, const double *inp, int N, int F);

@@ -29,7 +29,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
 }
 

@@ -263,6 +263,7 @@ typedef struct dt_llama_acts {
     float rope_inv[DT_LLAMA_ROPE_PAIRS]; /* the RoPE frequencies (hs/2 of them), computed at bind */
     float rope_scale;                /* and the cos/sin scale (model/rope.h) */
     dt_moe_acts moe;                 /* with experts (moe.h; then gu, hmid, dmid are empty) */
+    float *cps;                      /* context parallelism: the ring attention's scratch (model/cp.h) */
 } dt_llama_acts;
 
 /* Class (family_impl.h) of res2, the attention block's output. Under mixed precision the norm
@@ -337,6 +338,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(spb, SP * BT * C);
     TAKE(sptmp, SP * 2 * C);
     TAKE16(spah, SP * H * BT * C); /* a norm output's 16-bit copy, every row (mixed precision) */
+    TAKE(cps, o->cp > 1 ? dt_cp_scratch_floats(B, T, d.NHl, d.NKVl, C / c->n_head) : 0);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -458,9 +460,9 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, v.qkv, x, qkv_ids, 3, l, BT, C, d.QWl));
     for (int j = 0; j < d.nb; j++) {
         float *qkv = v.qkv + (size_t)j * BT * d.QWl;
-        DT_PROF_TO(m, pf, DT_OP_ROPE, dt_rope_forward(qkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
-        DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
-                                                                qkv, B, T, d.NHl, d.NKVl, hs, 1, m->opts.compute));
+        DT_PROF_TO(m, pf, DT_OP_ROPE, dt_fam_rope(m, qkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale, 0));
+        DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_fam_attention_forward(m, v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
+                                                                    qkv, B, T, d.NHl, d.NKVl, hs, a->cps));
     }
     dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Ql);
     if (res2) {
@@ -600,10 +602,11 @@ static void llama_backward(dt_model *m, float scale) {
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(WO), l, NULL, dout, MMIN(atty), BT, d.Ql, C));
         for (int j = 0; j < d.nb; j++) {
             float *dqkv = a->dbig + (size_t)j * BT * d.QWl;
-            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(dqkv, a->dbtc + (size_t)j * BT * d.Ql, v.qkv + (size_t)j * BT * d.QWl,
-                                                                   v.atty + (size_t)j * BT * d.Ql, v.lse + (size_t)j * BT * d.NHl,
-                                                                   B, T, d.NHl, d.NKVl, hs, 1, m->opts.compute));
-            DT_PROF(m, bwd, DT_OP_ROPE, dt_rope_backward(dqkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale));
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_fam_attention_backward(m, dqkv, a->dbtc + (size_t)j * BT * d.Ql,
+                                                                       v.qkv + (size_t)j * BT * d.QWl, v.atty + (size_t)j * BT * d.Ql,
+                                                                       v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NKVl, hs,
+                                                                       a->cps));
+            DT_PROF(m, bwd, DT_OP_ROPE, dt_fam_rope(m, dqkv, B, T, d.NHl, d.NKVl, hs, a->rope_inv, a->rope_scale, 1));
         }
         const dt_mmin x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C); /* the q|k|v input, every row */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_cols_backward(m, a->dbtc, qkv_ids, 3, l, a->dbig, x, BT, C, d.QWl, a->spb, a->tpx));

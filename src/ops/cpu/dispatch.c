@@ -82,6 +82,16 @@ void dt_cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, cons
     dt_cpu_kernels_get()->rope_forward(qkv, B, T, NH, NKV, hs, inv_freq, scale);
 }
 
+void dt_cpu_rope_forward_at(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq,
+                            float scale) {
+    dt_cpu_kernels_get()->rope_forward_at(qkv, B, T, pos0, NH, NKV, hs, inv_freq, scale);
+}
+
+void dt_cpu_rope_backward_at(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq,
+                             float scale) {
+    dt_cpu_kernels_get()->rope_backward_at(dqkv, B, T, pos0, NH, NKV, hs, inv_freq, scale);
+}
+
 void dt_cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
                       float scale) {
     dt_cpu_kernels_get()->rope_backward(dqkv, B, T, NH, NKV, hs, inv_freq, scale);

@@ -50,6 +50,8 @@ typedef struct dt_cpu_kernels {
                              const float *w, const float *rstd, int N, int C);
     void (*rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
     void (*rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
+    void (*rope_forward_at)(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
+    void (*rope_backward_at)(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
     void (*swiglu_forward)(float *out, const float *inp, int N, int F);
     void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
     void (*gelu_forward)(float *out, const float *inp, int N);
@@ -133,6 +135,8 @@ void dt_cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const flo
 void dt_cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N, int C);
 void dt_cpu_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
 void dt_cpu_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
+void dt_cpu_rope_forward_at(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
+void dt_cpu_rope_backward_at(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
 void dt_cpu_swiglu_forward(float *out, const float *inp, int N, int F);
 void dt_cpu_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
 void dt_cpu_gelu_forward(float *out, const float *inp, int N);

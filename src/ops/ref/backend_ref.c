@@ -562,6 +562,22 @@ static void ref_rope_forward(float *qkv, int B, int T, int NH, int NKV, int hs, 
 static void ref_rope_backward(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale) {
     rope(dqkv, B, T, NH, NKV, hs, inv_freq, scale, 1);
 }
+static void rope_at(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale,
+                    int backward) {
+    const size_t n = (size_t)B * T * (NH + 2 * NKV) * hs;
+    double *x = wid(qkv, n), *inv = wid(inv_freq, (size_t)hs / 2);
+    dt_ref_rope_at(x, B, T, pos0, NH, NKV, hs, inv, scale, backward);
+    nar_free(qkv, x, n);
+    free(inv);
+}
+static void ref_rope_forward_at(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq,
+                                float scale) {
+    rope_at(qkv, B, T, pos0, NH, NKV, hs, inv_freq, scale, 0);
+}
+static void ref_rope_backward_at(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq,
+                                 float scale) {
+    rope_at(dqkv, B, T, pos0, NH, NKV, hs, inv_freq, scale, 1);
+}
 
 static void ref_swiglu_forward(float *out, const float *inp, int N, int F) {
     double *x = wid(inp, (size_t)N * 2 * F), *o = dalloc((size_t)N * F);
@@ -685,6 +701,8 @@ const dt_backend dt_backend_ref = {
     .rmsnorm_backward = ref_rmsnorm_backward,
     .rope_forward = ref_rope_forward,
     .rope_backward = ref_rope_backward,
+    .rope_forward_at = ref_rope_forward_at,
+    .rope_backward_at = ref_rope_backward_at,
     .swiglu_forward = ref_swiglu_forward,
     .swiglu_backward = ref_swiglu_backward,
     .gelu_forward = ref_gelu_forward,

@@ -163,7 +163,7 @@ void dt_ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const
     }
 }
 
-static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, const double *inv,
+static void ref_rope(double *qkv, int B, int T, int t0, int NH, int NKV, int hs, const double *inv,
                      double scale, double sign) {
     const int h2 = hs / 2;
     const size_t ld = (size_t)(NH + 2 * NKV) * hs;
@@ -172,7 +172,7 @@ static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, const d
             for (int h = 0; h < NH + NKV; h++) {
                 double *x = qkv + ((size_t)b * T + t) * ld + (size_t)h * hs;
                 for (int i = 0; i < h2; i++) {
-                    const double a = t * inv[i];
+                    const double a = (t0 + t) * inv[i];
                     const double c = scale * cos(a), s = sign * scale * sin(a);
                     const double lo = x[i], hi = x[i + h2];
                     x[i] = lo * c - hi * s;
@@ -183,12 +183,17 @@ static void ref_rope(double *qkv, int B, int T, int NH, int NKV, int hs, const d
 
 void dt_ref_rope_forward(double *qkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
                          double scale) {
-    ref_rope(qkv, B, T, NH, NKV, hs, inv_freq, scale, 1.0);
+    ref_rope(qkv, B, T, 0, NH, NKV, hs, inv_freq, scale, 1.0);
 }
 
 void dt_ref_rope_backward(double *dqkv, int B, int T, int NH, int NKV, int hs, const double *inv_freq,
                           double scale) {
-    ref_rope(dqkv, B, T, NH, NKV, hs, inv_freq, scale, -1.0);
+    ref_rope(dqkv, B, T, 0, NH, NKV, hs, inv_freq, scale, -1.0);
+}
+
+void dt_ref_rope_at(double *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const double *inv_freq, double scale,
+                    int backward) {
+    ref_rope(qkv, B, T, pos0, NH, NKV, hs, inv_freq, scale, backward ? -1.0 : 1.0);
 }
 
 void dt_ref_rope_inv_freq(double *inv, int hs, double theta) {

@@ -39,6 +39,8 @@ void DT_K(rmsnorm_backward)(float *dinp, float *dw, const float *dout, const flo
                             const float *w, const float *rstd, int N, int C);
 void DT_K(rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
 void DT_K(rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq, float scale);
+void DT_K(rope_forward_at)(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
+void DT_K(rope_backward_at)(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq, float scale);
 void DT_K(swiglu_forward)(float *out, const float *inp, int N, int F);
 void DT_K(swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 void DT_K(gelu_forward)(float *out, const float *inp, int N);

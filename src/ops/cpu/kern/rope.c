@@ -17,8 +17,9 @@
 #include "core/status.h"
 #include "ops/cpu/kern/kern.h"
 
-/* cs (T, hs/2, 2) interleaved scale cos, sign scale sin of the float32 angles above. */
-static float *rope_table(int T, int hs, const float *inv, float scale, float sign) {
+/* cs (T, hs/2, 2) interleaved scale cos, sign scale sin of the float32 angles above, for
+ * positions t0 .. t0 + T - 1. */
+static float *rope_table(int T, int t0, int hs, const float *inv, float scale, float sign) {
     const int h2 = hs / 2;
     float *cs = malloc((size_t)T * h2 * 2 * sizeof(float) + 1);
     DT_ASSERT(cs != NULL);
@@ -26,7 +27,7 @@ static float *rope_table(int T, int hs, const float *inv, float scale, float sig
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < T; t++)
         for (int i = 0; i < h2; i++) {
-            const double a = (double)((float)t * inv[i]);
+            const double a = (double)((float)(t0 + t) * inv[i]);
             cs[((size_t)t * h2 + i) * 2] = (float)(cos(a) * m);
             cs[((size_t)t * h2 + i) * 2 + 1] = sign * (float)(sin(a) * m);
         }
@@ -40,12 +41,12 @@ static inline void rotate_v(float *lo, float *hi, vf c, vf s, int n) {
     vf_store_n(hi, vf_fma(a, s, vf_mul(b, c)), n);
 }
 
-static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv,
+static void rope_apply(float *qkv, int B, int T, int t0, int NH, int NKV, int hs, const float *inv,
                        float scale, float sign) {
     DT_ASSERT(hs % 2 == 0 && NH > 0 && NKV > 0);
     const int h2 = hs / 2, nrot = NH + NKV; /* q and k heads: the first nrot of the row */
     const size_t ld = (size_t)(NH + 2 * NKV) * hs;
-    float *cs = rope_table(T, hs, inv, scale, sign);
+    float *cs = rope_table(T, t0, hs, inv, scale, sign);
     /* Split the table row into cos and sin vectors once per row: (h2) each. */
 #pragma omp parallel
     {
@@ -75,10 +76,20 @@ static void rope_apply(float *qkv, int B, int T, int NH, int NKV, int hs, const 
 
 void DT_K(rope_forward)(float *qkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
                         float scale) {
-    rope_apply(qkv, B, T, NH, NKV, hs, inv_freq, scale, 1.0f);
+    rope_apply(qkv, B, T, 0, NH, NKV, hs, inv_freq, scale, 1.0f);
+}
+
+void DT_K(rope_forward_at)(float *qkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq,
+                           float scale) {
+    rope_apply(qkv, B, T, pos0, NH, NKV, hs, inv_freq, scale, 1.0f);
 }
 
 void DT_K(rope_backward)(float *dqkv, int B, int T, int NH, int NKV, int hs, const float *inv_freq,
                          float scale) {
-    rope_apply(dqkv, B, T, NH, NKV, hs, inv_freq, scale, -1.0f);
+    rope_apply(dqkv, B, T, 0, NH, NKV, hs, inv_freq, scale, -1.0f);
+}
+
+void DT_K(rope_backward_at)(float *dqkv, int B, int T, int pos0, int NH, int NKV, int hs, const float *inv_freq,
+                            float scale) {
+    rope_apply(dqkv, B, T, pos0, NH, NKV, hs, inv_freq, scale, -1.0f);
 }
