@@ -15,7 +15,8 @@
 #  - parallel.layout auto with parallel.pp fixed runs the planner's fastest pipeline;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
 #  - memory: the allocator's high-water equals the plan on every run (rank 0 logs it); stage 0
-#    holds pp micro-batches' activations under 1f1b and all m under gpipe;
+#    holds pp micro-batches' activations under 1f1b and all m under gpipe, and under zb-h1
+#    exactly 1f1b's (pp 2 and 4);
 #  - checkpoints in the canonical index space: a pp 2 checkpoint resumed at pp 1 and pp 4
 #    continues bitwise; a round trip pp 4 -> 2 -> 1 -> 4, each a resume that only reshards,
 #    holds exactly the original's weights, moments and data position;
@@ -196,12 +197,18 @@ done
 # The zero-bubble schedule (zb-h1): the backward split into an input-gradient pass B and a
 # weight-gradient pass W (the matmuls' dW GEMMs deferred, replayed from their douts), W filling
 # 1F1B's cool-down: bitwise pp 1 (llama pp 2 and 4, vit, bf16), its blocks mode with a tied
-# head and clipping binding (gpt2), and dp 2 x pp 2 with zero1 and zero3.
+# head and clipping binding (gpt2), and dp 2 x pp 2 with zero1 and zero3; stage 0 at 1f1b's
+# activation memory (the douts in dead activations).
 zb=(--set parallel.pp_schedule=zb-h1)
 for pp in 2 4; do
   run "zb_pp$pp" $pp --set parallel.pp=$pp "${zb[@]}" --save-weights "$dir/zb_pp$pp.st"
   check "llama zb-h1 pp $pp == pp 1, bitwise" ref "zb_pp$pp" bitwise 8
   same_file "llama zb-h1 pp $pp" ref "zb_pp$pp"
+  # its douts live in activations the backward made dead (decision 81): stage 0's activations
+  # (the allocator's, = the plan) are 1f1b's, to the byte
+  z=$(acts "zb_pp$pp") o=$(acts "pp${pp}_1f1b")
+  [ -n "$z" ] && [ "$z" = "$o" ] && pass "llama zb-h1 pp $pp: stage 0's activations $z bytes == 1f1b's" \
+    || fail "llama zb-h1 pp $pp: stage 0's activations '$z' bytes, 1f1b's '$o'"
 done
 for z in zero1 zero3; do # the bias's gradient found in its unit's window at W (ZeRO-2/3 move them)
   run "zb_dp2$z" 4 --set parallel.pp=2 "${zb[@]}" --set parallel.strategy=$z --save-weights "$dir/zb_dp2$z.st"
