@@ -14,7 +14,8 @@
  *     the comparison can fail;
  *   - zb-h1's split backward (decisions 79, 81): B0 B1 W0 B2 W1 W2 with the douts placed by
  *     dt_model_defer_plan gives the plain backward's losses, gradients and input gradients
- *     bitwise, for llama, gpt2 and vit, fp32 and bf16, a whole model, a first and a last stage;
+ *     bitwise, for llama, gpt2 and vit, fp32 and bf16, a whole model, a first and a last stage,
+ *     with full and selective activation checkpointing (the recomputed layers defer nothing);
  *     no placed dout overlaps another or a deferred GEMM's input; the fallback is 0 floats but
  *     for vit's last stage (its head's B x classes douts, 16-aligned); a dout placed over a
  *     live span (the top layer's q|k|v) changes the gradients: the comparison can fail;
@@ -357,14 +358,14 @@ static int run_zb(dt_model *m, int zb, const dt_wdefer_place *place, int items, 
 }
 
 /* Layers [l0, l1) of a model of `layers` (0, 0: the whole model). */
-static void check_zb(int layers, int l0, int l1, dt_dtype compute) {
+static void check_zb(int layers, int l0, int l1, dt_dtype compute, dt_recompute rc) {
     dt_alloc aw, az;
     dt_model w, z;
-    make(&w, &aw, layers, l0, l1, compute, DT_RECOMPUTE_NONE);
-    make(&z, &az, layers, l0, l1, compute, DT_RECOMPUTE_NONE);
+    make(&w, &aw, layers, l0, l1, compute, rc);
+    make(&z, &az, layers, l0, l1, compute, rc);
     int items = 0;
     const size_t fb = dt_model_defer_plan(&z, NULL, &items);
-    dt_wdefer_place *place = tu_malloc((size_t)items * sizeof *place);
+    dt_wdefer_place *place = tu_malloc((size_t)(items + 1) * sizeof *place);
     int again = -1;
     assert_int_equal((int)dt_model_defer_plan(&z, place, &again), (int)fb);
     assert_int_equal(again, items);
@@ -393,17 +394,26 @@ static void check_zb(int layers, int l0, int l1, dt_dtype compute) {
     if (memcmp(w.ps.grads, z.ps.grads, w.ps.n_params * sizeof(float))) fail_msg("%s: B + W's gradients differ", g_preset);
     int placed = 0;
     for (int i = 0; i < items; i++) placed += place[i].layer >= 0;
-    printf("    %s layers [%d, %d) of %d (%s): B0 B1 W0 B2 W1 W2 == the plain backward, bitwise; %d of %d douts in dead "
-           "activations, fallback %zu floats\n", g_preset, l0, l1 ? l1 : layers, layers, dt_dtype_name(compute), placed, items, fb);
+    printf("    %s layers [%d, %d) of %d (%s, %s every %d): B0 B1 W0 B2 W1 W2 == the plain backward, bitwise; %d of %d "
+           "douts in dead activations, fallback %zu floats\n", g_preset, l0, l1 ? l1 : layers, layers, dt_dtype_name(compute),
+           dt_recompute_name(rc), g_every, placed, items, fb);
     /* a wrong placement: the top layer's first dout over its q|k|v, which the attention's
-     * backward still reads - the comparison fails */
+     * backward still reads - the comparison fails (when the top layer defers: it does not
+     * recompute its forward) */
     int top = 0;
     while (top < items && place[top].layer < 0) top++; /* past the head's */
+    if (dt_model_recomputes(&z.opts, dt_stage_layers(&z.cfg, &z.opts) - 1)) {
+        for (int k = 0; k < MB; k++) free(dw[k]), free(dz[k]);
+        free(place);
+        dt_model_free(&w);
+        dt_model_free(&z);
+        return;
+    }
     dt_act_span sp[DT_DEFER_MAX];
     const int ns = z.fam->defer_spans(&z, place[top].layer, sp), L = place[top].layer;
     int live = -1;
     for (int j = 0; j < ns; j++)
-        if (sp[j].from == 3 && sp[j].n >= place[top].n) live = j;
+        if (sp[j].from == 3 && sp[j].n >= place[top].n && live < 0) live = j; /* q|k|v: its dout's place too */
     assert_true(live >= 0 && L == dt_stage_layers(&z.cfg, &z.opts) - 1);
     place[top].span = live, place[top].off = 0;
     dt_params_zero_grad(&z.ps);
@@ -422,10 +432,18 @@ static void check_zb(int layers, int l0, int l1, dt_dtype compute) {
 static void test_zb_placement(void **state) {
     g_preset = *state;
     T = strcmp(g_preset, "vit-tiny") ? 32 : 64;
-    check_zb(3, 0, 0, DT_F32);
-    check_zb(3, 0, 0, DT_BF16);
-    check_zb(3, 0, 2, DT_F32);
-    check_zb(3, 1, 3, DT_BF16);
+    check_zb(3, 0, 0, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 0, 0, DT_BF16, DT_RECOMPUTE_NONE);
+    check_zb(3, 0, 2, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 1, 3, DT_BF16, DT_RECOMPUTE_NONE);
+    /* activation checkpointing: the recomputed layers' weight gradients in B (every 2: layers
+     * 0 and 2 recompute; every 1: all, W keeps only vit's head and patch embedding) */
+    check_zb(4, 0, 0, DT_F32, DT_RECOMPUTE_FULL);
+    check_zb(4, 0, 2, DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    check_zb(4, 2, 4, DT_F32, DT_RECOMPUTE_SELECTIVE);
+    g_every = 1;
+    check_zb(3, 0, 0, DT_BF16, DT_RECOMPUTE_FULL);
+    g_every = 2;
 }
 
 static void expect_refused(const char *preset, int untied, int l0, int l1, const char *key, const char *what) {

@@ -84,7 +84,10 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
     }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
-    if (m->wdefer) { /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h) */
+    /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h); a layer that
+     * recomputes its forward forms them now (its inputs are in working slots the next
+     * recompute overwrites: decision 81) */
+    if (m->wdefer && (m->ps.tensors[id].group != DT_PG_LAYER || !dt_model_recomputes(&m->opts, l))) {
         dt_wdefer *d = m->wdefer;
         /* the plan's next place (model.c dt_model_defer_plan): a dout of this size */
         DT_ASSERT(d->n < d->cap_items && d->place[d->n].n == (size_t)N * OC);

@@ -52,8 +52,7 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
     if (cfg->pp_kind == DT_PP_ZBH1) { /* its weight-gradient passes (decision 79): what they are built for */
-        const char *why = cfg->model_opts.recompute != DT_RECOMPUTE_NONE        ? "memory.activation_checkpointing=none"
-                          : cfg->parallel.tp > 1 || cfg->model_opts.tp > 1        ? "parallel.tp=1"
+        const char *why = cfg->parallel.tp > 1 || cfg->model_opts.tp > 1          ? "parallel.tp=1"
                           : cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4 ? "no LoRA"
                                                                                    : NULL;
         if (why)

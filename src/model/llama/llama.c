@@ -620,9 +620,11 @@ static void llama_backward(dt_model *m, float scale) {
                             (dt_mmin){a->lnf, a->lnfh});
 }
 
-/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard, no checkpointing, no
- * experts): a layer's backward defers down's, gate|up's, o's and q|k|v's douts in that order
- * (the head and the embedding are vocabulary tensors, formed in the backward). Dead by then:
+/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard, no experts; a layer
+ * that recomputes its forward defers nothing and frees only its output and layer 0's input,
+ * the rest of it being the working slots the next recompute overwrites): a layer's backward
+ * defers down's, gate|up's, o's and q|k|v's douts in that order (the head and the embedding
+ * are vocabulary tensors, formed in the backward). Dead by then:
  * the layer's output res3 (read by the layer above's backward, or the final norm's), gate|up
  * once the SwiGLU's backward read it (before the 2nd dout), res2 and rstd2 once the
  * post-attention norm's did (before the 3rd), q|k|v, the log-sum-exp and (16-bit copies kept
@@ -631,20 +633,25 @@ static void llama_backward(dt_model *m, float scale) {
 static int llama_defer_douts(const dt_model *m, int l, size_t *n) {
     const tp_dims d = dims_of(&m->cfg, &m->opts);
     const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
-    if (l < 0 || l >= dt_stage_layers(&m->cfg, &m->opts)) return 0;
+    if (l < 0 || l >= dt_stage_layers(&m->cfg, &m->opts) || dt_model_recomputes(&m->opts, l)) return 0;
     n[0] = BT * C, n[1] = BT * 2 * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * (size_t)d.QWl;
     return 4;
 }
 
 static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
     const dt_model_config *c = &m->cfg;
-    DT_ASSERT(dt_tp_size(&m->opts) == 1 && m->opts.recompute == DT_RECOMPUTE_NONE && !c->n_experts);
+    DT_ASSERT(dt_tp_size(&m->opts) == 1 && !c->n_experts);
     const tp_dims d = dims_of(c, &m->opts);
     const size_t BT = (size_t)m->B * m->T, C = (size_t)c->d_model;
     layer_views v = {0};
     if (m->acts) v = views(m, l);
     int n = 0;
 #define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
+    if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
+        SPAN(v.res3, BT * C, 0);
+        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 0);
+        return n;
+    }
     SPAN(v.res3, BT * C, 0);
     SPAN(v.gu, BT * 2 * (size_t)d.Fl, 1);
     SPAN(v.res2, BT * C, 2);
