@@ -390,8 +390,8 @@ void dt_model_weight_pass(dt_model *m, dt_wdefer *d) {
     d->n = 0;
 }
 
-/* One level's douts (dt_model_defer_plan), first-fit into the spans dead so far (free[0..nf),
- * their layer and index in lay/idx, `used` floats of each taken), else the fallback. */
+/* dt_model_defer_plan's walk: the spans dead so far (free[0..nf), their layer and index in
+ * lay/idx, `used` floats of each taken), the fallback's floats, the places made. */
 typedef struct defer_walk {
     dt_act_span *free; /* room for every layer's spans */
     int *lay, *idx;
@@ -403,6 +403,7 @@ typedef struct defer_walk {
 
 static size_t defer_round(size_t n) { return (n + 15) / 16 * 16; } /* dt_act_take's alignment */
 
+/* The next dout (n floats): first-fit into the dead spans, else the fallback. */
 static void defer_put(defer_walk *w, size_t n) {
     dt_wdefer_place pl = {-1, -1, w->fallback, n};
     int k = 0;
