@@ -15,7 +15,8 @@
 #  - parallel.layout auto with parallel.pp fixed runs the planner's fastest pipeline;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
 #  - memory: the allocator's high-water equals the plan on every run (rank 0 logs it); stage 0
-#    holds pp micro-batches' activations under 1f1b and all m under gpipe;
+#    holds pp micro-batches' activations under 1f1b and all m under gpipe, and under zb-h1
+#    exactly 1f1b's (pp 2 and 4);
 #  - checkpoints in the canonical index space: a pp 2 checkpoint resumed at pp 1 and pp 4
 #    continues bitwise; a round trip pp 4 -> 2 -> 1 -> 4, each a resume that only reshards,
 #    holds exactly the original's weights, moments and data position;
@@ -195,13 +196,19 @@ done
 
 # The zero-bubble schedule (zb-h1): the backward split into an input-gradient pass B and a
 # weight-gradient pass W (the matmuls' dW GEMMs deferred, replayed from their douts), W filling
-# 1F1B's cool-down: bitwise pp 1 (llama pp 2 and 4, vit, bf16), its blocks mode with a tied
-# head and clipping binding (gpt2), and dp 2 x pp 2 with zero1 and zero3.
+# 1F1B's cool-down: bitwise pp 1 (llama pp 2 and 4, vit, bf16, full checkpointing every 2),
+# its blocks mode with a tied head and clipping binding (gpt2), and dp 2 x pp 2 with zero1 and
+# zero3; stage 0 at 1f1b's activation memory (the douts in dead activations).
 zb=(--set parallel.pp_schedule=zb-h1)
 for pp in 2 4; do
   run "zb_pp$pp" $pp --set parallel.pp=$pp "${zb[@]}" --save-weights "$dir/zb_pp$pp.st"
   check "llama zb-h1 pp $pp == pp 1, bitwise" ref "zb_pp$pp" bitwise 8
   same_file "llama zb-h1 pp $pp" ref "zb_pp$pp"
+  # its douts live in activations the backward made dead (decision 81): stage 0's activations
+  # (the allocator's, = the plan) are 1f1b's, to the byte
+  z=$(acts "zb_pp$pp") o=$(acts "pp${pp}_1f1b")
+  [ -n "$z" ] && [ "$z" = "$o" ] && pass "llama zb-h1 pp $pp: stage 0's activations $z bytes == 1f1b's" \
+    || fail "llama zb-h1 pp $pp: stage 0's activations '$z' bytes, 1f1b's '$o'"
 done
 for z in zero1 zero3; do # the bias's gradient found in its unit's window at W (ZeRO-2/3 move them)
   run "zb_dp2$z" 4 --set parallel.pp=2 "${zb[@]}" --set parallel.strategy=$z --save-weights "$dir/zb_dp2$z.st"
@@ -212,6 +219,17 @@ run zb_bf16 2 --set parallel.pp=2 "${zb[@]}" "${lowp[@]}" --set memory.activatio
 run bf_nock 1 "${lowp[@]}" --set memory.activation_checkpointing=none --save-weights "$dir/bf_nock.st"
 check "llama zb-h1 in bf16 (the 16-bit douts narrowed again at W) == pp 1 bf16, bitwise" bf_nock zb_bf16 bitwise 8
 same_file "llama zb-h1 in bf16" bf_nock zb_bf16
+# with activation checkpointing (every 2: layers 0 and 2 recompute, their weight gradients in
+# B; decision 81): bitwise pp 1 with the same checkpointing, stage 0 at 1f1b's activations
+ck=(--set memory.activation_checkpointing=full --set memory.activation_checkpointing_every=2)
+run ck_ref 1 "${ck[@]}" --save-weights "$dir/ck_ref.st"
+run zb_ck 2 --set parallel.pp=2 "${zb[@]}" "${ck[@]}" --save-weights "$dir/zb_ck.st"
+check "llama zb-h1 with full checkpointing every 2 == pp 1 with it, bitwise" ck_ref zb_ck bitwise 8
+same_file "llama zb-h1 with checkpointing" ck_ref zb_ck
+run ck_1f1b 2 --set parallel.pp=2 "${ck[@]}"
+z=$(acts zb_ck) o=$(acts ck_1f1b)
+[ -n "$z" ] && [ "$z" = "$o" ] && pass "llama zb-h1 with checkpointing: stage 0's activations $z bytes == 1f1b's" \
+  || fail "llama zb-h1 with checkpointing: stage 0's activations '$z' bytes, 1f1b's '$o'"
 model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
 run zb_gpt2 2 --set parallel.pp=2 "${zb[@]}" "${clip[@]}" --save-weights "$dir/zb_gpt2.st"
 check "gpt2 (tied head) zb-h1 pp 2 with clipping binding == blocks mode, bitwise" gpt2_blk2 zb_gpt2 bitwise 8
@@ -301,8 +319,8 @@ refused() { # WHAT NRANKS PATTERN ARGS...
 }
 refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
-refused "zb-h1 with activation checkpointing" 2 "parallel.pp_schedule=zb-h1 runs with memory.activation_checkpointing=none" \
-  --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --set memory.activation_checkpointing=full
+refused "zb-h1 with tensor parallelism" 4 "parallel.pp_schedule=zb-h1 runs with parallel.tp=1" \
+  --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --set parallel.tp=2
 refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=3
 refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4

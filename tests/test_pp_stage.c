@@ -12,6 +12,13 @@
  *     bitwise;
  *   - two backward passes swapped on the first stage (a wrong schedule) change the gradients:
  *     the comparison can fail;
+ *   - zb-h1's split backward (decisions 79, 81): B0 B1 W0 B2 W1 W2 with the douts placed by
+ *     dt_model_defer_plan gives the plain backward's losses, gradients and input gradients
+ *     bitwise, for llama, gpt2 and vit, fp32 and bf16, a whole model, a first and a last stage,
+ *     with full and selective activation checkpointing (the recomputed layers defer nothing);
+ *     no placed dout overlaps another or a deferred GEMM's input; the fallback is 0 floats but
+ *     for vit's last stage (its head's B x classes douts, 16-aligned); a dout placed over a
+ *     live span (the top layer's q|k|v) changes the gradients: the comparison can fail;
  *   - a layer range outside the model is refused naming the key (a tied head over stages runs
  *     through the trainer: tests/test_pp.sh). */
 #include <math.h>
@@ -272,6 +279,173 @@ static void test_stages_bitwise(void **state) {
     check_interleaved(3, 2, 1, DT_F32, DT_RECOMPUTE_SELECTIVE);
 }
 
+/* ---- zb-h1 (model.h wdefer; ARCHITECTURE decisions 79, 81): the backward as B (input
+ * gradients, the matmuls' douts placed by dt_model_defer_plan into activations made dead)
+ * and W (the deferred weight GEMMs), in zb-h1's order B0 B1 W0 B2 W1 W2, against the plain
+ * backward of the same model: the same losses, gradients and input gradient, bitwise. */
+
+/* A stage's input and output gradient when it has neighbours (the same for both models). */
+static void fill_stage(dt_model *m, dt_stage_buf which, int k) {
+    float *x = dt_model_stage_buf(m, which);
+    const size_t n = dt_model_stage_floats(m);
+    for (size_t i = 0; i < n; i++) x[i] = (float)((int)((i * 7 + 3 * (size_t)k) % 23) - 11) * (which == DT_STAGE_IN ? 0.05f : 1e-3f);
+}
+
+/* Whether [a, a + na) and [b, b + nb) (bytes) overlap. */
+static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
+    const char *x = a, *y = b;
+    return x < y + nb && y < x + na;
+}
+
+/* Runs the micro-batches through m (zb: B and W apart, placed as `place`), leaving the losses
+ * and each micro-batch's input gradient (a stage that is not the first); returns the douts
+ * found over another or over a deferred GEMM's input, after each B. */
+static int run_zb(dt_model *m, int zb, const dt_wdefer_place *place, int items, size_t fb, float *loss,
+                   float *din[MB]) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    const int first = dt_stage_first(&m->opts), last = dt_stage_last(&m->cfg, &m->opts);
+    const size_t nf = dt_model_stage_floats(m);
+    float *slab[MB];
+    dt_wdefer d[MB];
+    slab[0] = m->acts;
+    for (int k = 0; k < MB; k++) {
+        if (k > 0) slab[k] = tu_malloc(m->n_acts * sizeof(float));
+        d[k] = (dt_wdefer){fb ? tu_malloc(fb * sizeof(float)) : NULL, place, tu_malloc((size_t)items * sizeof(dt_wdefer_item)),
+                           0, items};
+    }
+    int32_t in[MB][B * 64], tg[MB][B * 64];
+    int bad = 0;
+    for (int k = 0; k < MB; k++) {
+        batch(k, in[k], tg[k]);
+        dt_model_use_acts(m, slab[k]);
+        if (!first) fill_stage(m, DT_STAGE_IN, k);
+        loss[k] = -1.0f;
+        assert_int_equal(dt_model_forward(&ctx, m, in[k], tg[k], &loss[k]), DT_OK);
+    }
+    static const int order[] = {'B', 0, 'B', 1, 'W', 0, 'B', 2, 'W', 1, 'W', 2}; /* zb-h1's, pp 2 stage 0 */
+    for (int i = 0; i < 2 * 2 * MB; i += 2) {
+        const int k = order[i + 1];
+        dt_model_use_acts(m, slab[k]);
+        if (order[i] == 'W') {
+            if (zb) dt_model_weight_pass(m, &d[k]);
+            continue;
+        }
+        m->has_targets = 1;
+        if (!last) fill_stage(m, DT_STAGE_DOUT, k);
+        m->wdefer = zb ? &d[k] : NULL;
+        dt_model_backward(m, 0.5f);
+        m->wdefer = NULL;
+        if (!first) memcpy(din[k], dt_model_stage_buf(m, DT_STAGE_DIN), nf * sizeof(float));
+        if (!zb) continue;
+        assert_int_equal(d[k].n, items); /* every place of the plan taken, in its order */
+        for (int a = 0; a < d[k].n; a++) { /* no dout over another, or over what W reads */
+            const dt_wdefer_item *x = &d[k].items[a];
+            for (int b = 0; b < d[k].n; b++) {
+                const dt_wdefer_item *y = &d[k].items[b];
+                const size_t xb = (size_t)y->N * y->C * (y->xh ? 2 : 4);
+                bad += overlaps(x->dout, (size_t)x->N * x->OC * 4, y->xh ? (const void *)y->xh : y->x, xb);
+                bad += a != b && overlaps(x->dout, (size_t)x->N * x->OC * 4, y->dout, (size_t)y->N * y->OC * 4);
+            }
+        }
+    }
+    dt_model_use_acts(m, slab[0]);
+    for (int k = 0; k < MB; k++) {
+        if (k > 0) free(slab[k]);
+        free(d[k].buf), free(d[k].items);
+    }
+    return bad;
+}
+
+/* Layers [l0, l1) of a model of `layers` (0, 0: the whole model). */
+static void check_zb(int layers, int l0, int l1, dt_dtype compute, dt_recompute rc) {
+    dt_alloc aw, az;
+    dt_model w, z;
+    make(&w, &aw, layers, l0, l1, compute, rc);
+    make(&z, &az, layers, l0, l1, compute, rc);
+    int items = 0;
+    const size_t fb = dt_model_defer_plan(&z, NULL, &items);
+    dt_wdefer_place *place = tu_malloc((size_t)(items + 1) * sizeof *place);
+    int again = -1;
+    assert_int_equal((int)dt_model_defer_plan(&z, place, &again), (int)fb);
+    assert_int_equal(again, items);
+    /* the stated bound (decision 81): nothing beside the activations but vit's head douts */
+    const int last = dt_stage_last(&z.cfg, &z.opts), vit = !strcmp(g_preset, "vit-tiny");
+    const size_t bound = vit && last ? ((size_t)B * z.cfg.n_classes + 15) / 16 * 16 : 0;
+    if (fb != bound) fail_msg("%s: the douts' fallback is %zu floats, not %zu", g_preset, fb, bound);
+    const size_t nf = dt_model_stage_floats(&z);
+    float lw[MB], lz[MB], *dw[MB], *dz[MB];
+    for (int k = 0; k < MB; k++) dw[k] = tu_malloc(nf * sizeof(float)), dz[k] = tu_malloc(nf * sizeof(float));
+    run_zb(&w, 0, NULL, 0, 0, lw, dw);
+    assert_int_equal(run_zb(&z, 1, place, items, fb, lz, dz), 0);
+    const int first = dt_stage_first(&z.opts);
+    for (int k = 0; k < MB; k++) {
+        assert_true(isfinite(lw[k]));
+        if (memcmp(&lw[k], &lz[k], sizeof(float))) fail_msg("micro-batch %d: loss %.9g vs %.9g", k, lz[k], lw[k]);
+        if (!first && memcmp(dw[k], dz[k], nf * sizeof(float))) fail_msg("micro-batch %d: the input gradient differs", k);
+    }
+    assert_int_equal((int)w.ps.n_params, (int)z.ps.n_params);
+    double sq = 0;
+    for (size_t i = 0; i < w.ps.n_params; i++) {
+        assert_true(isfinite(z.ps.grads[i]));
+        sq += (double)w.ps.grads[i] * w.ps.grads[i];
+    }
+    assert_true(sq > 0);
+    if (memcmp(w.ps.grads, z.ps.grads, w.ps.n_params * sizeof(float))) fail_msg("%s: B + W's gradients differ", g_preset);
+    int placed = 0;
+    for (int i = 0; i < items; i++) placed += place[i].layer >= 0;
+    printf("    %s layers [%d, %d) of %d (%s, %s every %d): B0 B1 W0 B2 W1 W2 == the plain backward, bitwise; %d of %d "
+           "douts in dead activations, fallback %zu floats\n", g_preset, l0, l1 ? l1 : layers, layers, dt_dtype_name(compute),
+           dt_recompute_name(rc), g_every, placed, items, fb);
+    /* a wrong placement: the top layer's first dout over its q|k|v, which the attention's
+     * backward still reads - the comparison fails (when the top layer defers: it does not
+     * recompute its forward) */
+    int top = 0;
+    while (top < items && place[top].layer < 0) top++; /* past the head's */
+    if (dt_model_recomputes(&z.opts, dt_stage_layers(&z.cfg, &z.opts) - 1)) {
+        for (int k = 0; k < MB; k++) free(dw[k]), free(dz[k]);
+        free(place);
+        dt_model_free(&w);
+        dt_model_free(&z);
+        return;
+    }
+    dt_act_span sp[DT_DEFER_MAX];
+    const int ns = z.fam->defer_spans(&z, place[top].layer, sp), L = place[top].layer;
+    int live = -1;
+    for (int j = 0; j < ns; j++)
+        if (sp[j].from == 3 && sp[j].n >= place[top].n && live < 0) live = j; /* q|k|v: its dout's place too */
+    assert_true(live >= 0 && L == dt_stage_layers(&z.cfg, &z.opts) - 1);
+    place[top].span = live, place[top].off = 0;
+    dt_params_zero_grad(&z.ps);
+    const int bad = run_zb(&z, 1, place, items, fb, lz, dz);
+    size_t diff = 0;
+    for (size_t i = 0; i < w.ps.n_params; i++) diff += w.ps.grads[i] != z.ps.grads[i];
+    printf("    the top layer's first dout placed over its live q|k|v: %zu gradient elements differ, %d overlaps found\n",
+           diff, bad);
+    assert_true(diff > 0 && bad > 0);
+    for (int k = 0; k < MB; k++) free(dw[k]), free(dz[k]);
+    free(place);
+    dt_model_free(&w);
+    dt_model_free(&z);
+}
+
+static void test_zb_placement(void **state) {
+    g_preset = *state;
+    T = strcmp(g_preset, "vit-tiny") ? 32 : 64;
+    check_zb(3, 0, 0, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 0, 0, DT_BF16, DT_RECOMPUTE_NONE);
+    check_zb(3, 0, 2, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 1, 3, DT_BF16, DT_RECOMPUTE_NONE);
+    /* activation checkpointing: the recomputed layers' weight gradients in B (every 2: layers
+     * 0 and 2 recompute; every 1: all, W keeps only vit's head and patch embedding) */
+    check_zb(4, 0, 0, DT_F32, DT_RECOMPUTE_FULL);
+    check_zb(4, 0, 2, DT_BF16, DT_RECOMPUTE_SELECTIVE);
+    check_zb(4, 2, 4, DT_F32, DT_RECOMPUTE_SELECTIVE);
+    g_every = 1;
+    check_zb(3, 0, 0, DT_BF16, DT_RECOMPUTE_FULL);
+    g_every = 2;
+}
+
 static void expect_refused(const char *preset, int untied, int l0, int l1, const char *key, const char *what) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
@@ -301,6 +475,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_stages_bitwise, (void *)"llama-tiny"),
         cmocka_unit_test_prestate(test_stages_bitwise, (void *)"vit-tiny"),
+        cmocka_unit_test_prestate(test_zb_placement, (void *)"llama-tiny"),
+        cmocka_unit_test_prestate(test_zb_placement, (void *)"gpt2-tiny"),
+        cmocka_unit_test_prestate(test_zb_placement, (void *)"vit-tiny"),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -84,19 +84,29 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
     }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
-    if (m->wdefer) { /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h) */
+    /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h); a layer that
+     * recomputes its forward forms them now (its inputs are in working slots the next
+     * recompute overwrites: decision 81) */
+    if (m->wdefer && (m->ps.tensors[id].group != DT_PG_LAYER || !dt_model_recomputes(&m->opts, l))) {
         dt_wdefer *d = m->wdefer;
-        DT_ASSERT(d->n < d->cap_items && d->used + (size_t)N * OC <= d->cap);
+        /* the plan's next place (model.c dt_model_defer_plan): a dout of this size */
+        DT_ASSERT(d->n < d->cap_items && d->place[d->n].n == (size_t)N * OC);
+        const dt_wdefer_place *pl = &d->place[d->n];
+        float *dst = d->buf + pl->off;
+        if (pl->layer >= 0) {
+            dt_act_span sp[DT_DEFER_MAX];
+            DT_ASSERT(m->fam->defer_spans(m, pl->layer, sp) > pl->span);
+            dst = sp[pl->span].p + pl->off;
+        }
         size_t off;
         dt_wdefer_item *it = &d->items[d->n++];
-        *it = (dt_wdefer_item){id, dt_fam_layer(m, l), dt_params_unit_of(&m->ps, id, dt_fam_layer(m, l), &off), d->used,
+        *it = (dt_wdefer_item){id, dt_fam_layer(m, l), dt_params_unit_of(&m->ps, id, dt_fam_layer(m, l), &off), dst,
                                dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, -1, 0, N, C, OC};
         for (int u = 0; dbias && u < m->ps.n_units; u++) /* the bias's unit and place in it */
             if (dbias >= m->ps.unit_grads[u] && dbias < m->ps.unit_grads[u] + m->ps.unit_len[u])
                 it->bias_unit = u, it->bias_off = (size_t)(dbias - m->ps.unit_grads[u]);
         DT_ASSERT(!dbias || it->bias_unit >= 0);
-        dt_copy(d->buf + d->used, dout, (size_t)N * OC * sizeof(float));
-        d->used += (size_t)N * OC;
+        dt_copy(dst, dout, (size_t)N * OC * sizeof(float));
         if (!dinp) return;
         if (!dt_lowp(m)) {
             dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, x.f,

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/family_impl.h"
@@ -377,28 +378,83 @@ void dt_model_weight_pass(dt_model *m, dt_wdefer *d) {
         float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, it->id, it->l);
         float *db = it->bias_unit >= 0 ? m->ps.unit_grads[it->bias_unit] + it->bias_off : NULL;
         if (it->xh) /* dt_matmul_backward_lp's dW and dbias: the dout narrowed again alike */
-            dt_matmul_backward_lp(m->opts.compute, NULL, dw, db, d->buf + it->dout, m->lp_scratch, it->xh, NULL, it->N, it->C,
+            dt_matmul_backward_lp(m->opts.compute, NULL, dw, db, it->dout, m->lp_scratch, it->xh, NULL, it->N, it->C,
                                   it->OC);
         else
-            dt_matmul_backward(NULL, dw, db, d->buf + it->dout, it->x, NULL, it->N, it->C, it->OC);
+            dt_matmul_backward(NULL, dw, db, it->dout, it->x, NULL, it->N, it->C, it->OC);
     }
     if (open >= 0) dt_unit_grads_end(m, open);
-    d->n = 0, d->used = 0;
+    d->n = 0;
 }
 
-size_t dt_model_defer_floats(const dt_model *m, int *items) {
-    const dt_params *ps = &m->ps;
-    const int N = m->fam->token_rows ? m->fam->token_rows(&m->cfg, m->B, m->T) : m->B * m->T;
-    size_t rows = 0;
-    int n = 0;
-    for (int id = 0; id < ps->n_tensors; id++) {
-        const dt_tensor_info *t = &ps->tensors[id];
-        if (!t->matmul || t->vocab || dt_tensor_absent(t)) continue; /* the vocabulary's are formed in the backward */
-        rows += t->rows * (size_t)dt_params_copies(ps, id);
-        n += dt_params_copies(ps, id);
+/* dt_model_defer_plan's walk: the spans dead so far (free[0..nf), their layer and index in
+ * lay/idx, `used` floats of each taken), the fallback's floats, the places made. */
+typedef struct defer_walk {
+    dt_act_span *free; /* room for every layer's spans */
+    int *lay, *idx;
+    size_t *used;
+    int nf, cap, items;
+    size_t fallback;
+    dt_wdefer_place *out;
+} defer_walk;
+
+static size_t defer_round(size_t n) { return (n + 15) / 16 * 16; } /* dt_act_take's alignment */
+
+/* The next dout (n floats): first-fit into the dead spans, else the fallback. */
+static void defer_put(defer_walk *w, size_t n) {
+    dt_wdefer_place pl = {-1, -1, w->fallback, n};
+    int k = 0;
+    while (k < w->nf && w->used[k] + n > w->free[k].n) k++;
+    if (k < w->nf) {
+        pl = (dt_wdefer_place){w->lay[k], w->idx[k], w->used[k], n};
+        w->used[k] = defer_round(w->used[k] + n);
+    } else {
+        w->fallback += defer_round(n);
     }
-    if (items) *items = n;
-    return rows * (size_t)N;
+    if (w->out) w->out[w->items] = pl;
+    w->items++;
+}
+
+/* Span j of layer l (n of them in sp) joins the free ones. */
+static void defer_free(defer_walk *w, const dt_act_span *sp, int l, int j) {
+    DT_ASSERT(w->nf < w->cap);
+    w->free[w->nf] = sp[j], w->lay[w->nf] = l, w->idx[w->nf] = j, w->used[w->nf] = 0;
+    w->nf++;
+}
+
+size_t dt_model_defer_plan(const dt_model *m, dt_wdefer_place *out, int *items) {
+    const dt_model_family *f = m->fam;
+    DT_ASSERT(f->defer_douts && f->defer_spans);
+    const int L = dt_stage_layers(&m->cfg, &m->opts);
+    defer_walk wk = {0}, *w = &wk;
+    w->cap = L * DT_DEFER_MAX;
+    w->free = malloc((size_t)w->cap * sizeof *w->free);
+    w->lay = malloc((size_t)w->cap * sizeof *w->lay);
+    w->idx = malloc((size_t)w->cap * sizeof *w->idx);
+    w->used = malloc((size_t)w->cap * sizeof *w->used);
+    DT_ASSERT(w->free && w->lay && w->idx && w->used);
+    w->out = out;
+    dt_model probe = *m; /* the spans' sizes only: no activations read */
+    probe.acts = NULL;
+    size_t n[DT_DEFER_MAX];
+    dt_act_span sp[DT_DEFER_MAX];
+    int nd = f->defer_douts(m, L, n); /* the head's: before any layer's activations die */
+    for (int i = 0; i < nd; i++) defer_put(w, n[i]);
+    for (int l = L - 1; l >= 0; l--) {
+        nd = f->defer_douts(m, l, n);
+        const int ns = f->defer_spans(&probe, l, sp);
+        DT_ASSERT(nd <= DT_DEFER_MAX && ns <= DT_DEFER_MAX);
+        for (int i = 0; i <= nd; i++) {
+            for (int j = 0; j < ns; j++) /* dead before its i-th dout (i = nd: after the layer) */
+                if (sp[j].from == i || (i == nd && sp[j].from > nd)) defer_free(w, sp, l, j);
+            if (i < nd) defer_put(w, n[i]);
+        }
+    }
+    nd = f->defer_douts(m, -1, n); /* the embedding's: after every layer */
+    for (int i = 0; i < nd; i++) defer_put(w, n[i]);
+    if (items) *items = w->items;
+    free(w->free), free(w->lay), free(w->idx), free(w->used);
+    return w->fallback;
 }
 
 float *dt_model_stage_buf(dt_model *m, dt_stage_buf which) {

@@ -289,16 +289,30 @@ typedef struct dt_hf_json dt_hf_json; /* model/hf_json.h */
  * its input (a saved activation of the micro-batch's set) and where its dW and dbias go. */
 typedef struct dt_wdefer_item {
     int id, l, unit;     /* the tensor, its store layer, its unit */
-    size_t dout;         /* offset of the dout copy (N x OC, fp32) in buf */
+    const float *dout;   /* the dout copy (N x OC, fp32): in dead activations or buf */
     const float *x;      /* the input (N x C), in the activation set (fp32) */
     const uint16_t *xh;  /* or its 16-bit copy (mixed precision) */
     int bias_unit;       /* the bias gradient: its unit (-1: none) and offset there (a strategy's */
     size_t bias_off;     /* windows move between passes: the unit's pointer is read at W) */
     int N, C, OC;
 } dt_wdefer_item;
+/* A part of an activation set that a backward has made dead (dt_model_family defer_spans):
+ * n floats at p, dead from the `from`-th deferred dout of its layer on. */
+typedef struct dt_act_span {
+    float *p;
+    size_t n;
+    int from;
+} dt_act_span;
+enum { DT_DEFER_MAX = 16 }; /* douts of one level, spans of one layer, at most */
+/* Where the i-th dout a backward defers goes (dt_model_defer_plan): span `span` of layer
+ * `layer`'s dead activations (layer -1: the set's fallback buffer buf), at float `off`. */
+typedef struct dt_wdefer_place {
+    int layer, span;
+    size_t off, n;
+} dt_wdefer_place;
 typedef struct dt_wdefer {
-    float *buf;
-    size_t cap, used;    /* floats */
+    float *buf;                    /* the fallback: the douts no dead span takes */
+    const dt_wdefer_place *place;  /* the plan, shared by the sets: cap_items entries */
     dt_wdefer_item *items;
     int n, cap_items;
 } dt_wdefer;
@@ -385,6 +399,16 @@ typedef struct dt_model_family {
      * gradient (dt_model_stage_extra); NULL or 0 floats: none. */
     size_t (*stage_extra_floats)(const dt_model_config *c);
     float *(*stage_extra)(dt_model *m);
+    /* (optional) zb-h1's deferred douts placed in dead activations (ARCHITECTURE decision 81;
+     * model.c dt_model_defer_plan). defer_douts: the floats of each dout the backward of
+     * level l defers, in record order (l in [0, L): layer l; L: the head's, before the
+     * layers; -1: the embedding's, after them; at most DT_DEFER_MAX). defer_spans: the parts
+     * of layer l's activations (l in [0, L)) that no later backward step and no deferred
+     * weight GEMM reads, each dead from its `from`-th dout of layer l on (the layer's count:
+     * once its backward ended); p is NULL when m->acts is (the planner). NULL: zb-h1
+     * refused. */
+    int (*defer_douts)(const dt_model *m, int l, size_t *n);
+    int (*defer_spans)(const dt_model *m, int l, dt_act_span *out);
 } dt_model_family;
 
 #define DT_MODEL_MAX_TENSORS 64
@@ -566,9 +590,14 @@ void dt_model_set_chunk(dt_model *m, int c);
  * gradient hooks (every unit the backward ended that has a matmul ends again, descending);
  * the same kernel calls, so the gradients are the whole backward's bits. Empties d. */
 void dt_model_weight_pass(dt_model *m, dt_wdefer *d);
-/* Floats (and items) of the dout copies one backward of m defers at most (its matmul tensors'
- * rows x the token rows). */
-size_t dt_model_defer_floats(const dt_model *m, int *items);
+/* zb-h1's placement of the douts one backward of m defers (ARCHITECTURE decision 81), the same
+ * rule for the planner (m->acts NULL: m needs cfg, opts, fam, B and T only) and the pipeline:
+ * walking the backward's levels in order (the head's douts, layers L-1 down to 0, the
+ * embedding's), each dout goes first-fit into the spans dead by then (defer_spans: a layer's
+ * as its backward frees them, each span filled from its start, 16-float aligned), else into
+ * the fallback. Fills out (NULL: count only) with *items entries, in record order; returns the
+ * fallback's floats. */
+size_t dt_model_defer_plan(const dt_model *m, dt_wdefer_place *out, int *items);
 size_t dt_model_stage_floats(const dt_model *m);
 /* A stage's side values (a mixture of experts: the micro-batch's router totals, moe.h), in the
  * activations in use: dt_model_stage_extra_floats of them (0: none). They are written before a

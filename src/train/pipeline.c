@@ -52,8 +52,7 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
     if (cfg->pp_kind == DT_PP_ZBH1) { /* its weight-gradient passes (decision 79): what they are built for */
-        const char *why = cfg->model_opts.recompute != DT_RECOMPUTE_NONE        ? "memory.activation_checkpointing=none"
-                          : cfg->parallel.tp > 1 || cfg->model_opts.tp > 1        ? "parallel.tp=1"
+        const char *why = cfg->parallel.tp > 1 || cfg->model_opts.tp > 1          ? "parallel.tp=1"
                           : cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4 ? "no LoRA"
                           : cfg->model.n_experts > 0 ? "no experts (model.n_experts=0)"
                                                      : NULL;
@@ -165,10 +164,16 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
     if (k == DT_PP_ZBH1) { /* each set's deferred weight GEMMs (model.h dt_wdefer) */
         p->defer = calloc((size_t)p->slots, sizeof *p->defer);
         if (!p->defer) return dt_fail(ctx, DT_ERR_NOMEM, "pipeline: out of memory");
-        p->defer_floats = dt_model_defer_floats(&tr->model, &p->defer_items);
+        /* the douts go into activations the backward made dead, the rest into each set's
+         * fallback (decision 81): one plan for every set */
+        p->defer_floats = dt_model_defer_plan(&tr->model, NULL, &p->defer_items);
+        DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, (size_t)p->defer_items * sizeof(dt_wdefer_place),
+                              (void **)&p->defer_place));
+        dt_model_defer_plan(&tr->model, p->defer_place, &p->defer_items);
         for (int s = 0; s < p->slots; s++) {
-            p->defer[s].cap = p->defer_floats, p->defer[s].cap_items = p->defer_items;
-            DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_ACTS, p->defer_floats * sizeof(float), (void **)&p->defer[s].buf));
+            p->defer[s].place = p->defer_place, p->defer[s].cap_items = p->defer_items;
+            if (p->defer_floats)
+                DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_ACTS, p->defer_floats * sizeof(float), (void **)&p->defer[s].buf));
             DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, (size_t)p->defer_items * sizeof(dt_wdefer_item),
                                   (void **)&p->defer[s].items));
         }
@@ -189,6 +194,9 @@ void dt_pp_free(dt_trainer *tr) {
         if (p->defer[s].items)
             dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->defer[s].items, (size_t)p->defer_items * sizeof(dt_wdefer_item));
     }
+    if (p->defer_place)
+        dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->defer_place, (size_t)p->defer_items * sizeof(dt_wdefer_place));
+    p->defer_place = NULL;
     free(p->defer);
     p->defer = NULL;
     if (p->tok) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->tok, dt_pp_tokens_bytes(&tr->cfg));
@@ -317,6 +325,9 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             if (v > 1) dt_model_set_chunk(m, c);
             dt_model_use_acts(m, p->slab[s]);
             if (!last) DT_CHECK(recv_from(ctx, tr, dt_model_stage_buf(m, DT_STAGE_DOUT), nf, next, TAG_GRAD + c));
+            /* zb-h1: the output sent is a dead span of the backward (decision 81); received by
+             * now (the gradient answering it came), its request is completed before reuse */
+            if (p->defer) DT_CHECK(wait_send(ctx, tr, &p->out_req[s]));
             if (!last && p->nx) { /* every layer's router totals, over this set's own (sent on) */
                 DT_CHECK(wait_send(ctx, tr, &p->out_xreq[s]));
                 DT_CHECK(recv_from(ctx, tr, dt_model_stage_extra(m), p->nx, next, TAG_XGRAD + c));

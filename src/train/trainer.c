@@ -196,15 +196,16 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     /* a head tied to the embedding under a pipeline or its blocks mode: its gradients apart */
     if (cfg->pp > 1 && lora->rank <= 0) bytes[DT_MEM_GRADS] += dt_pp_tied_floats(&ps) * F;
     /* a pipeline stage: an activation set per micro-batch in flight (pipeline.c); zb-h1: each
-     * with its deferred weight GEMMs' douts */
+     * with its deferred weight GEMMs' douts where dead activations do not take them (their
+     * placement: decision 81) */
     bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
     if (pp > 1 && cfg->pp_kind == DT_PP_ZBH1) {
-        dt_model shape; /* what dt_model_defer_floats reads: the store, the family, the batch */
+        dt_model shape; /* what dt_model_defer_plan reads: the family, its options, the batch */
         memset(&shape, 0, sizeof shape);
-        shape.ps = ps, shape.fam = dt_model_family_of(&mc), shape.cfg = mc, shape.B = cfg->micro_batch, shape.T = cfg->seq_len;
+        shape.fam = dt_model_family_of(&mc), shape.cfg = mc, shape.opts = mo, shape.B = cfg->micro_batch, shape.T = cfg->seq_len;
         int items;
-        bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_defer_floats(&shape, &items) * F;
-        bytes[DT_MEM_OTHER] += (size_t)slots * (size_t)items * sizeof(dt_wdefer_item);
+        bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_defer_plan(&shape, NULL, &items) * F;
+        bytes[DT_MEM_OTHER] += (size_t)slots * (size_t)items * sizeof(dt_wdefer_item) + (size_t)items * sizeof(dt_wdefer_place);
     }
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */

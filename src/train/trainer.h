@@ -90,8 +90,9 @@ typedef struct dt_pp_link {
     int32_t *tok;             /* interleaved: the step's micro-batches' tokens (inputs, targets) */
     float *pool;              /* interleaved: a copy of every message a step sends (pipeline.c) */
     dt_wdefer *defer;         /* zb-h1: per activation set, its backward's deferred weight GEMMs */
-    size_t defer_floats;
+    size_t defer_floats;      /* each set's fallback for the douts no dead span takes */
     int defer_items;
+    dt_wdefer_place *defer_place; /* where each dout goes (model.h dt_model_defer_plan) */
     dt_comm_req **pool_req;
     int pool_n, pool_used;
     size_t pool_off;          /* floats of pool the step's messages took */

@@ -517,6 +517,53 @@ static void gpt2_backward(dt_model *m, float scale) {
 }
 
 /* Hugging Face config.json -> config (src/ckpt/hf_import.c calls it by model_type). */
+/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard; a layer that recomputes
+ * its forward defers nothing and frees only its output and layer 0's input, the rest of it
+ * being the working slots the next recompute overwrites): a
+ * layer's backward defers c_proj's (MLP), c_fc's, the attention c_proj's and c_attn's douts
+ * in that order (the tied head and the embeddings: formed in the backward). Dead by then: the
+ * layer's output res3 (read by the layer above's backward or the final norm's), fch once the
+ * GELU's backward read it (before the 2nd dout), res2 and ln_2's statistics once ln_2's
+ * backward did (before the 3rd), q|k|v, the log-sum-exp and (16-bit copies kept for W) the fp32
+ * attention output once the attention's did (before the 4th), ln_1's statistics and the
+ * embedding output after the layer. W reads ln1, atty, ln2, fch_gelu (or 16-bit copies). */
+static int gpt2_defer_douts(const dt_model *m, int l, size_t *n) {
+    const tp_dims d = dims_of(&m->cfg, &m->opts);
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const int L = dt_stage_layers(&m->cfg, &m->opts);
+    if (l < 0 || l >= L || dt_model_recomputes(&m->opts, l)) return 0;
+    n[0] = BT * C, n[1] = BT * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * 3 * (size_t)d.Cl;
+    return 4;
+}
+
+static int gpt2_defer_spans(const dt_model *m, int l, dt_act_span *out) {
+    DT_ASSERT(dt_tp_size(&m->opts) == 1);
+    const tp_dims d = dims_of(&m->cfg, &m->opts);
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    layer_views v = {0};
+    if (m->acts) v = views(m, l);
+    int n = 0;
+#define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
+    if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
+        SPAN(v.res3, BT * C, 0);
+        if (l == 0) SPAN(m->acts ? ((dt_gpt2_acts *)m->impl)->encoded : NULL, BT * C, 0);
+        return n;
+    }
+    SPAN(v.res3, BT * C, 0);
+    SPAN(v.fch, BT * (size_t)d.Fl, 1);
+    SPAN(v.res2, BT * C, 2);
+    SPAN(v.ln2m, BT, 2);
+    SPAN(v.ln2r, BT, 2);
+    SPAN(v.qkv, BT * 3 * (size_t)d.Cl, 3);
+    SPAN(v.lse, BT * (size_t)d.NHl, 3);
+    if (dt_lowp(m)) SPAN(v.atty, BT * (size_t)d.Cl, 3);
+    SPAN(v.ln1m, BT, 4);
+    SPAN(v.ln1r, BT, 4);
+    if (l == 0) SPAN(m->acts ? ((dt_gpt2_acts *)m->impl)->encoded : NULL, BT * C, 4);
+#undef SPAN
+    return n;
+}
+
 static dt_status gpt2_hf_read(dt_ctx *ctx, const dt_hf_json *j, dt_model_config *c) {
     int inner, tied;
     DT_CHECK(dt_hf_json_int(ctx, j, "n_embd", -1, &c->d_model));
@@ -595,4 +642,6 @@ const dt_model_family dt_family_gpt2 = {
     .tp_divides = tp_divides,
     .sp = 1,
     .stage_buf = gpt2_stage_buf,
+    .defer_douts = gpt2_defer_douts,
+    .defer_spans = gpt2_defer_spans,
 };

@@ -625,6 +625,51 @@ static void llama_backward(dt_model *m, float scale) {
                             (dt_mmin){a->lnf, a->lnfh});
 }
 
+/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard, no experts; a layer
+ * that recomputes its forward defers nothing and frees only its output and layer 0's input,
+ * the rest of it being the working slots the next recompute overwrites): a layer's backward
+ * defers down's, gate|up's, o's and q|k|v's douts in that order (the head and the embedding
+ * are vocabulary tensors, formed in the backward). Dead by then:
+ * the layer's output res3 (read by the layer above's backward, or the final norm's), gate|up
+ * once the SwiGLU's backward read it (before the 2nd dout), res2 and rstd2 once the
+ * post-attention norm's did (before the 3rd), q|k|v, the log-sum-exp and (16-bit copies kept
+ * for W) the fp32 attention output once the attention's did (before the 4th), rstd1 and the
+ * embedding output after the layer. W reads ln1, atty, ln2, hmid (or their 16-bit copies). */
+static int llama_defer_douts(const dt_model *m, int l, size_t *n) {
+    const tp_dims d = dims_of(&m->cfg, &m->opts);
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    if (l < 0 || l >= dt_stage_layers(&m->cfg, &m->opts) || dt_model_recomputes(&m->opts, l)) return 0;
+    n[0] = BT * C, n[1] = BT * 2 * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * (size_t)d.QWl;
+    return 4;
+}
+
+static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
+    const dt_model_config *c = &m->cfg;
+    DT_ASSERT(dt_tp_size(&m->opts) == 1 && !c->n_experts);
+    const tp_dims d = dims_of(c, &m->opts);
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)c->d_model;
+    layer_views v = {0};
+    if (m->acts) v = views(m, l);
+    int n = 0;
+#define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
+    if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
+        SPAN(v.res3, BT * C, 0);
+        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 0);
+        return n;
+    }
+    SPAN(v.res3, BT * C, 0);
+    SPAN(v.gu, BT * 2 * (size_t)d.Fl, 1);
+    SPAN(v.res2, BT * C, 2);
+    SPAN(v.rstd2, BT, 2);
+    SPAN(v.qkv, BT * (size_t)d.QWl, 3);
+    SPAN(v.lse, BT * (size_t)d.NHl, 3);
+    if (dt_lowp(m)) SPAN(v.atty, BT * (size_t)d.Ql, 3);
+    SPAN(v.rstd1, BT, 4);
+    if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 4);
+#undef SPAN
+    return n;
+}
+
 /* LoRA sites: every projection is its own tensor (q|k|v and gate|up are read fused; the
  * adapters write their column blocks). Names are PEFT's. */
 static int llama_lora_sites(const dt_model_config *c, dt_lora_site *out) {
@@ -687,4 +732,6 @@ const dt_model_family dt_family_llama = {
     .stage_buf = llama_stage_buf,
     .stage_extra_floats = dt_moe_stage_floats,
     .stage_extra = llama_stage_extra,
+    .defer_douts = llama_defer_douts,
+    .defer_spans = llama_defer_spans,
 };

@@ -525,6 +525,56 @@ static float *vit_stage_buf(dt_model *m, dt_stage_buf which) {
     return dt_fam_stage_buf(m, which, a->encoded, a->res3, a->dres, m->B * (n_patches(&m->cfg) + 1));
 }
 
+/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard; a layer that recomputes
+ * its forward defers nothing and frees only its output and layer 0's input, the rest of it
+ * being the working slots the next recompute overwrites): the
+ * last stage's head defers its dout (B x classes) before any layer's activations die: the
+ * fallback's; a layer's backward defers fc2's, fc1's, proj's and qkv's douts in that order,
+ * the first stage's patch embedding its dout after the layers. Dead by then, as gpt2's: the
+ * layer's output res3 (read by the layer above's backward; the head reads clsx), fch once the
+ * GELU's backward read it, res2 and ln_2's statistics once ln_2's backward did, q|k|v, the
+ * log-sum-exp and (16-bit copies kept for W) the fp32 attention output once the attention's
+ * did, ln_1's statistics and the encoded rows after the layer. W reads ln1, atty, ln2,
+ * fch_gelu, the patches (or 16-bit copies). */
+static int vit_defer_douts(const dt_model *m, int l, size_t *n) {
+    const tp_dims d = dims_of(&m->cfg, &m->opts);
+    const size_t BT = (size_t)m->B * (n_patches(&m->cfg) + 1), C = (size_t)m->cfg.d_model;
+    const int L = dt_stage_layers(&m->cfg, &m->opts);
+    if (l == L) return dt_stage_last(&m->cfg, &m->opts) ? (n[0] = (size_t)m->B * m->cfg.n_classes, 1) : 0;
+    if (l == -1) return dt_stage_first(&m->opts) ? (n[0] = (size_t)m->B * n_patches(&m->cfg) * C, 1) : 0;
+    if (l < 0 || l >= L || dt_model_recomputes(&m->opts, l)) return 0;
+    n[0] = BT * C, n[1] = BT * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * 3 * (size_t)d.Cl;
+    return 4;
+}
+
+static int vit_defer_spans(const dt_model *m, int l, dt_act_span *out) {
+    DT_ASSERT(dt_tp_size(&m->opts) == 1);
+    const tp_dims d = dims_of(&m->cfg, &m->opts);
+    const size_t BT = (size_t)m->B * (n_patches(&m->cfg) + 1), C = (size_t)m->cfg.d_model;
+    layer_views v = {0};
+    if (m->acts) v = views(m, l);
+    int n = 0;
+#define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
+    if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
+        SPAN(v.res3, BT * C, 0);
+        if (l == 0) SPAN(m->acts ? ((dt_vit_acts *)m->impl)->encoded : NULL, BT * C, 0);
+        return n;
+    }
+    SPAN(v.res3, BT * C, 0);
+    SPAN(v.fch, BT * (size_t)d.Fl, 1);
+    SPAN(v.res2, BT * C, 2);
+    SPAN(v.ln2m, BT, 2);
+    SPAN(v.ln2r, BT, 2);
+    SPAN(v.qkv, BT * 3 * (size_t)d.Cl, 3);
+    SPAN(v.lse, BT * (size_t)d.NHl, 3);
+    if (dt_lowp(m)) SPAN(v.atty, BT * (size_t)d.Cl, 3);
+    SPAN(v.ln1m, BT, 4);
+    SPAN(v.ln1r, BT, 4);
+    if (l == 0) SPAN(m->acts ? ((dt_vit_acts *)m->impl)->encoded : NULL, BT * C, 4);
+#undef SPAN
+    return n;
+}
+
 /* A micro-batch's token rows: B images of n_patches + 1 tokens (the class token). */
 static int vit_token_rows(const dt_model_config *c, int B, int T) {
     (void)T;
@@ -558,6 +608,8 @@ const dt_model_family dt_family_vit = {
     .sp = 1,
     .token_rows = vit_token_rows,
     .stage_buf = vit_stage_buf,
+    .defer_douts = vit_defer_douts,
+    .defer_spans = vit_defer_spans,
     /* No Hugging Face export: HF's ViT stores the patch projection as a 4-D convolution
      * and names everything differently; not written until a test can load it. */
 };
