@@ -49,6 +49,12 @@ static int pairs_of(int r, int j, int c, cp_pair *p) {
     return 1;
 }
 
+void dt_cp_rows(int32_t *dst, const int32_t *src, int B, int T, int cp, int r) {
+    const int Tl = T / cp;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tl; i++) dst[(size_t)b * Tl + i] = src[(size_t)b * T + dt_cp_pos(cp, r, Tl, i)];
+}
+
 int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, float *lse, const float *qkv, int B,
                             int Tl, int NH, int NKV, int hs, dt_dtype op) {
     const int P = ring->n, r = ring->rank, c = Tl / 2;

@@ -53,6 +53,9 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
 int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv, const float *dout, const float *qkv,
                              const float *out, const float *lse, int B, int Tl, int NH, int NKV, int hs, dt_dtype op);
 
+/* dst (B, T / cp): the rows of src (B, T) CP rank r holds, in its order. */
+void dt_cp_rows(int32_t *dst, const int32_t *src, int B, int T, int cp, int r);
+
 /* Global position of local row i (of Tl) on CP rank r of cp. */
 static inline int dt_cp_pos(int cp, int r, int Tl, int i) {
     const int c = Tl / 2;

@@ -1,7 +1,9 @@
 /* Validation loss and the dataset-model check (run.h), shared by `dtrain train` (run.c) and
  * `dtrain eval` (cmd_eval.c). */
 #include <math.h>
+#include <stdlib.h>
 
+#include "model/cp.h"
 #include "model/model.h"
 #include "train/run.h"
 
@@ -16,12 +18,27 @@ dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eva
     int32_t *in, *tg;
     double sum = 0.0, wsum = 0.0, counted = 0.0;
     long n = 0, right = 0;
+    const int cp = m->opts.cp > 1 ? m->opts.cp : 1;
+    const size_t bt = (size_t)m->B * m->T; /* context parallelism: this rank's rows of each sequence */
+    int32_t *rows = cp > 1 ? malloc(2 * bt * sizeof *rows) : NULL;
+    if (cp > 1 && !rows) return dt_fail(ctx, DT_ERR_NOMEM, "validation: out of memory");
     while (dt_val_loader_next(vl, &in, &tg)) {
+        if (rows) {
+            dt_cp_rows(rows, in, m->B, m->T * cp, cp, m->opts.cp_rank);
+            dt_cp_rows(rows + bt, tg, m->B, m->T * cp, cp, m->opts.cp_rank);
+            in = rows, tg = rows + bt;
+        }
         float l = 0.0f;
         for (int c = 0; c < chunks; c++) { /* an interleaved stage: each chunk in turn */
-            if (xfer) DT_CHECK(xfer(ctx, ud, 1, c));
-            DT_CHECK(dt_model_forward(ctx, m, in, tg, &l));
-            if (xfer) DT_CHECK(xfer(ctx, ud, 0, c));
+            dt_status st = xfer ? xfer(ctx, ud, 1, c) : DT_OK;
+            if (st == DT_OK) st = dt_model_forward(ctx, m, in, tg, &l);
+            if (st == DT_OK && m->cp_failed)
+                st = dt_fail(ctx, DT_ERR_BACKEND, "validation: a transfer of the context-parallel ring failed");
+            if (st == DT_OK && xfer) st = xfer(ctx, ud, 0, c);
+            if (st != DT_OK) {
+                free(rows);
+                return st;
+            }
         }
         if (m->cfg.n_experts) l = m->moe_ce; /* a mixture of experts: the cross-entropy, without the router losses */
         int c = m->cfg.n_classes > 0 ? m->B : dt_count_targets(tg, m->B * m->T);
@@ -31,6 +48,7 @@ dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eva
         n++;
         right += dt_model_correct(m);
     }
+    free(rows);
     *accuracy = m->cfg.n_classes > 0 && n > 0 ? (double)right / ((double)n * m->B) : NAN;
     if (n == 0) return dt_fail(ctx, DT_ERR_CONFIG, "data.val: no complete validation batch");
     *tokens = (double)n * m->B * m->T;

@@ -139,7 +139,7 @@ static const key_def keys[] = {
     STR("parallel.layout_catalog", layout_catalog, "parallel.layout auto: the hardware catalog file"),
     NUM("parallel.sequence_parallel", K_BOOL, sp, "with parallel.tp > 1: the residual stream and the norms hold each TP rank's share of the token rows (Megatron's sequence parallelism: gathered before each column-parallel GEMM, reduce-scattered after each row-parallel one; the norms' weight gradients summed over the group); gpt2, llama and vit, in every precision, with activation checkpointing"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
-    NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order; not built yet: > 1 is refused)"),
+    NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order): rank r holds chunks r and 2 cp - 1 - r of its 2 cp chunks (the causal work balanced), the attention runs around the CP ring (ring attention: keys and values travel, their gradients come back), the gradients are summed over data- and context-parallel ranks; llama, with ddp and zero1-3, bf16/fp16, activation checkpointing; training.seq_len a multiple of 2 cp"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order), cut by their cost (the embedding on the first stage and the head and loss on the last counted; or parallel.pp_layers); gpt2, llama and vit (a head tied to the embedding: the last stage holds a copy), ddp or zero1-3 over each stage's data-parallel ranks, with tensor parallelism, bf16/fp16, activation checkpointing and LoRA/QLoRA; a step's micro-batches are training.grad_accum; checkpoints resume onto any pp"),
     ENUM("parallel.pp_schedule", pp_schedule, "1f1b|gpipe|interleaved|zb-h1", "with parallel.pp > 1: the order of a stage's forward and backward passes (1f1b: pp - stage - 1 forwards, then one forward one backward, then the backwards: at most pp micro-batches' activations on stage 0; gpipe: every forward, then every backward: training.grad_accum micro-batches' activations); interleaved: parallel.pp_virtual chunks per stage, virtual stage c pp + s on stage s (Megatron's interleaving; pp x pp_virtual divides model.n_layer); every schedule runs each stage's backwards in micro-batch order, so a pipeline accumulates gradients as one rank does (bitwise; the gradient norm and a tied head's sums as parallel.pp_blocks); zb-h1: 1f1b with each backward split into its input-gradient pass and its matmuls' weight-gradient pass, deferred to fill the cool-down, at 1f1b's activation memory (Qi et al.'s ZB-H1; tp 1, no LoRA; under activation checkpointing the recomputed layers' weight gradients stay in the input-gradient pass)"),
     NUM("parallel.pp_virtual", K_INT, pp_virtual, "with parallel.pp_schedule=interleaved: chunks (virtual stages) per stage, >= 2"),
@@ -568,13 +568,36 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
 static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     dt_mesh m;
     DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp_blocks ? 1 : c->pp, c->ep));
-    static const char *const what[4][2] = {{"tp", "tensor"}, {"cp", "context"}, {"pp", "pipeline"}, {"ep", "expert"}};
-    const int deg[4] = {1, c->cp, 1, c->ep};
-    for (int i = 0; i < 4; i++)
-        if (deg[i] > 1)
-            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.%s=%d: %s parallelism is not built yet (issues 33, 34); only "
-                           "the process mesh, tensor and pipeline parallelism are (set parallel.cp and ep to 1)", what[i][0],
-                           deg[i], what[i][1]);
+    if (c->ep > 1)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d: expert parallelism is not built yet (issue 34); the process "
+                       "mesh, tensor, pipeline and context parallelism are (set parallel.ep to 1)", c->ep);
+    return DT_OK;
+}
+
+/* Context parallelism (decision 83) against the model and what it composes with so far: one
+ * line naming the keys, before anything is allocated. */
+static dt_status check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
+    const dt_train_cfg *t = &c->train;
+    const int cp = c->cp;
+    if (cp < 2) return DT_OK;
+    const dt_model_family *f = dt_model_family_of(&t->model);
+    if (!f || strcmp(f->name, "llama"))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: context parallelism is built for the llama family (model.family "
+                       "is %s; vit's bidirectional ring and gpt2's learned positions are not built)", cp,
+                       f ? f->name : t->model.family);
+    if (t->seq_len % (2 * cp))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
+                       "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
+    const char *why = c->tp > 1                                   ? "parallel.tp"
+                      : c->pp > 1                                 ? "parallel.pp"
+                      : c->hybrid                                 ? "parallel.hybrid"
+                      : t->model.n_experts > 0                    ? "model.n_experts"
+                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
+                      : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
+                                                                  : NULL;
+    if (why)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d with %s: not built yet (issue 33; context parallelism runs "
+                       "with data parallelism, every ZeRO stage, bf16/fp16 and activation checkpointing)", cp, why);
     return DT_OK;
 }
 
@@ -637,6 +660,11 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
             if (deg[i] < 1 || deg[i] > DT_MESH_MAX_WORLD) return dt_mesh_init(ctx, &m, 1, 0, c->tp, c->cp, c->pp, c->ep);
     }
     DT_CHECK(check_pp(ctx, c));
+    /* context parallelism: each rank the rows of its two chunks of every sequence */
+    t->cp = c->cp > 1 ? c->cp : 1;
+    t->model_opts.cp = c->cp > 1 ? c->cp : 0;
+    t->model_opts.cp_rank = 0; /* the trainer sets its CP rank */
+    DT_CHECK(check_cp(ctx, c));
     /* explicit stage layers; else the trainer cuts them by the cost rule (pp_first all 0) */
     memset(t->pp_first, 0, sizeof t->pp_first);
     if (c->pp_layers.n && t->pp > 1)

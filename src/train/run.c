@@ -240,6 +240,22 @@ static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *
     return st;
 }
 
+/* Test aid: DTRAIN_TEST_SAVE_GRADS=FILE writes the last step's reduced gradients (the whole
+ * model's, DDP without tensor or pipeline parallelism: every rank holds them) from rank 0 as a
+ * weights file, so tests compare gradients tensor by tensor (context parallelism against one
+ * rank). Other layouts are refused in one line. */
+static dt_status save_grads_file(dt_ctx *ctx, run_state *r, long step) {
+    const char *file = getenv("DTRAIN_TEST_SAVE_GRADS");
+    if (!file || !file[0]) return DT_OK;
+    if (r->tr.cfg.parallel.strategy != DT_STRAT_DDP || r->tpc.on || r->tr.model.lora || !r->tr.model.ps.grads)
+        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_TEST_SAVE_GRADS: parallel.strategy=ddp without tensor or pipeline "
+                       "parallelism or LoRA only");
+    if (ctx->rank != 0) return DT_OK;
+    dt_model view = r->tr.model;
+    view.ps.params = r->tr.model.ps.grads;
+    return dt_model_file_save(ctx, &view, file, NULL, step);
+}
+
 /* The step-boundary agreement of all ranks, one small all-reduce (max): [0] a preemption
  * signal arrived somewhere, [1] a background save is still writing somewhere, [2] rank 0's
  * clock says a timed checkpoint is due. */
@@ -261,11 +277,12 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     const dt_train_cfg *t = &cfg->train;
     dt_status st = DT_OK;
     int world = dt_comm_size(comm, DT_GROUP_WORLD), rank = dt_comm_rank(comm, DT_GROUP_WORLD);
-    /* the data-parallel ranks read the data (each TP group's ranks and each pipeline's stages the
-     * same batches; parallel/mesh.h: tp fastest, then dp, then pp) */
+    /* the data-parallel ranks read the data (each TP group's ranks, each CP group's and each
+     * pipeline's stages the same batches; parallel/mesh.h: tp fastest, then cp, dp, pp) */
     const int tp_ranks = cfg->tp > 1 && !cfg->tp_blocks ? cfg->tp : 1, pp = cfg->pp > 1 && !cfg->pp_blocks ? cfg->pp : 1;
-    int dp_world = world / (tp_ranks * pp);
-    int dp_rank = (rank / tp_ranks) % dp_world;
+    const int cp = cfg->cp > 1 ? cfg->cp : 1, mp_in = tp_ranks * cp; /* consecutive ranks of one batch */
+    int dp_world = world / (mp_in * pp);
+    int dp_rank = (rank / mp_in) % dp_world;
     DT_CHECK_GOTO(open_data(ctx, &r, cfg, dp_world, dp_rank));
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
@@ -317,9 +334,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     if (cfg->resume[0]) DT_CHECK_GOTO(run_resume(ctx, &r, cfg, comm, world, &start, &resumed));
     if (cfg->init_from[0] && !resumed && !r.tr.model.lora) DT_CHECK_GOTO(init_weights(ctx, &r, cfg));
     DT_CHECK_GOTO(run_saver_open(ctx, &r, cfg, world, rank));
-    /* a data-parallel rank's samples, recorded by the first rank of its TP group on the first
-     * stage (the others read the same ones): the ledger's files are one per data-parallel rank */
-    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, dp_rank, rank == dp_rank * tp_ranks));
+    /* a data-parallel rank's samples, recorded by the first rank of its TP x CP ranks on the
+     * first stage (the others read the same ones): the ledger's files are one per data-parallel
+     * rank */
+    DT_CHECK_GOTO(ledger_open(ctx, &r, cfg, comm, dp_rank, rank == dp_rank * mp_in));
     dt_progress mode;
     DT_CHECK_GOTO(dt_progress_parse(ctx, cfg->progress, &mode));
     /* logging.metrics auto: next to the checkpoints (the run's own folder), never into the
@@ -367,6 +385,10 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                     "column-parallel, output projections row-parallel, vocabulary-parallel embedding and loss)",
                     t->model_opts.tp, dp_world,
                     cfg->tp_blocks ? ", all tp shards in each process (parallel.tp_blocks)" : "");
+    if (t->cp > 1)
+        dt_log_info(ctx, "context parallelism: cp %d x dp %d, %d rows of each %d-token sequence per rank (chunks r and "
+                    "%d - r of %d), ring attention; gradients summed over %d ranks", t->cp, dp_world, t->seq_len / t->cp,
+                    t->seq_len, 2 * t->cp - 1, 2 * t->cp, t->cp * dp_world);
     if (t->pp > 1) { /* the stages' layers (trainer.c: pp_first, cut by the cost rule or given) */
         char cut[256];
         size_t len = 0;
@@ -586,6 +608,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                     r.replica_step);
     if (r.steps_run > 0) DT_CHECK_GOTO(log_memory(ctx, &r, comm));
     if (save_weights && !preempted) DT_CHECK_GOTO(save_weights_file(ctx, &r, cfg, t->steps, save_weights));
+    if (!preempted) DT_CHECK_GOTO(save_grads_file(ctx, &r, t->steps));
     if (cfg->trace[0]) {
         dt_trace_disable();
         DT_CHECK_GOTO(dt_trace_write_merged(ctx, comm, cfg->trace));

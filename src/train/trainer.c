@@ -96,6 +96,11 @@ static dt_model_opts model_opts(const dt_train_cfg *cfg) {
     return o;
 }
 
+/* Context parallelism: the rows of a micro-batch this rank holds (inputs and targets). */
+static size_t cp_tok_bytes(const dt_train_cfg *cfg) {
+    return cfg->cp > 1 ? 2 * (size_t)cfg->micro_batch * (size_t)dt_train_local_T(cfg) * sizeof(int32_t) : 0;
+}
+
 /* Before anything is allocated: a lower bound of what a rank needs (activations of one
  * micro-batch, and model state fully sharded: 16 bytes per parameter over all ranks; LoRA:
  * per adapter parameter, plus the frozen base every rank holds whole) against
@@ -110,7 +115,7 @@ static dt_status check_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *com
     int world = comm ? dt_comm_size(comm, DT_GROUP_WORLD) : 1, local = comm ? dt_comm_size(comm, DT_GROUP_NODE) : 1;
     double psi = (double)dt_model_num_params(&cfg->model);
     dt_model_opts mo = model_opts(cfg);
-    double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &mo, cfg->micro_batch, cfg->seq_len);
+    double acts = 4.0 * (double)dt_model_act_floats_opts(&cfg->model, &mo, cfg->micro_batch, dt_train_local_T(cfg));
     double state = 16.0 * psi / world;
     if (mo.lora.rank > 0) { /* LoRA: the adapters' state sharded, plus the whole frozen base */
         size_t b[DT_MEM_NKINDS] = {0};
@@ -159,8 +164,8 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
         DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
         if (dt_pp_chunks(cfg) > 1) { /* token copies; a copy of every message (pipeline.c) */
             bytes[DT_MEM_OTHER] += dt_pp_tokens_bytes(cfg);
-            const int N = dt_model_family_of(&mc)->token_rows ? dt_model_family_of(&mc)->token_rows(&mc, cfg->micro_batch, cfg->seq_len)
-                                                                : cfg->micro_batch * cfg->seq_len;
+            const int N = dt_model_family_of(&mc)->token_rows ? dt_model_family_of(&mc)->token_rows(&mc, cfg->micro_batch, dt_train_local_T(cfg))
+                                                                : cfg->micro_batch * dt_train_local_T(cfg);
             const size_t rows = mo.sp ? (size_t)N / (size_t)(mo.tp > 1 ? mo.tp : 1) : (size_t)N;
             bytes[DT_MEM_COMM] += dt_pp_pool_bytes(cfg, rows * (size_t)mc.d_model);
         }
@@ -198,11 +203,11 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     /* a pipeline stage: an activation set per micro-batch in flight (pipeline.c); zb-h1: each
      * with its deferred weight GEMMs' douts where dead activations do not take them (their
      * placement: decision 81) */
-    bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, cfg->seq_len) * F;
+    bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_act_floats_opts(&mc, &mo, cfg->micro_batch, dt_train_local_T(cfg)) * F;
     if (pp > 1 && cfg->pp_kind == DT_PP_ZBH1) {
         dt_model shape; /* what dt_model_defer_plan reads: the family, its options, the batch */
         memset(&shape, 0, sizeof shape);
-        shape.fam = dt_model_family_of(&mc), shape.cfg = mc, shape.opts = mo, shape.B = cfg->micro_batch, shape.T = cfg->seq_len;
+        shape.fam = dt_model_family_of(&mc), shape.cfg = mc, shape.opts = mo, shape.B = cfg->micro_batch, shape.T = dt_train_local_T(cfg);
         int items;
         bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_defer_plan(&shape, NULL, &items) * F;
         bytes[DT_MEM_OTHER] += (size_t)slots * (size_t)items * sizeof(dt_wdefer_item) + (size_t)items * sizeof(dt_wdefer_place);
@@ -210,19 +215,19 @@ dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, i
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */
     if (lora->rank > 0) { /* the windows narrow the base, which every strategy holds whole */
-        dt_model_lowp_plan(&base, &mo, DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len, bytes);
+        dt_model_lowp_plan(&base, &mo, DT_SLAB_PARAMS, cfg->micro_batch, dt_train_local_T(cfg), bytes);
         dt_lora_plan(&mc, &mo, bytes);
         dt_params_free(&base);
     } else {
-        dt_model_lowp_plan(&ps, &mo, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, cfg->micro_batch, cfg->seq_len,
-                           bytes);
+        dt_model_lowp_plan(&ps, &mo, strat == DT_STRAT_ZERO3 ? 0 : DT_SLAB_PARAMS, cfg->micro_batch,
+                           dt_train_local_T(cfg), bytes);
     }
     dt_parallel_cfg pc = cfg->parallel;
     pc.accum = cfg->accum * dt_pp_passes(cfg);
     pc.compute = cfg->model_opts.compute;
-    pc.tokens = cfg->micro_batch * cfg->seq_len;
+    pc.tokens = cfg->micro_batch * dt_train_local_T(cfg);
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
-    bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);
+    bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t) + cp_tok_bytes(cfg);
     dt_params_free(&ps);
     return DT_OK;
 }
@@ -236,7 +241,7 @@ dt_status dt_trainer_mem_plan_here(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm
 
 size_t dt_trainer_tp_scratch(const dt_train_cfg *cfg) {
     size_t tp = cfg->parallel.tp > 1 ? (size_t)cfg->parallel.tp : 1;
-    size_t n = (size_t)cfg->micro_batch * cfg->seq_len * (size_t)cfg->model.d_model; /* the largest TP sum */
+    size_t n = (size_t)cfg->micro_batch * dt_train_local_T(cfg) * (size_t)cfg->model.d_model; /* the largest TP sum */
     return tp > 1 ? tp * ((n + tp - 1) / tp) : 0;
 }
 
@@ -315,6 +320,31 @@ static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh,
     return st;
 }
 
+/* Context parallelism's ring (model/cp.h): point-to-point over the CP group, one tag per slot. */
+enum { TAG_CP = 6000 };
+static int cp_start(void *ud, int slot, const float *send, float *recv, size_t n) {
+    dt_cp_link *c = ud;
+    const int next = (c->rank + 1) % c->n, prev = (c->rank + c->n - 1) % c->n;
+    double t0 = dt_now();
+    dt_status st = dt_comm_irecv(&c->ctx, c->comm, c->group, recv, n * sizeof(float), prev, TAG_CP + slot, &c->rreq[slot]);
+    if (st == DT_OK)
+        st = dt_comm_isend(&c->ctx, c->comm, c->group, send, n * sizeof(float), next, TAG_CP + slot, &c->sreq[slot]);
+    c->seconds += dt_now() - t0;
+    c->bytes += (double)n * sizeof(float);
+    return st != DT_OK;
+}
+static int cp_wait(void *ud, int slot) {
+    dt_cp_link *c = ud;
+    double t0 = dt_now(), tr = dt_trace_begin();
+    dt_status st = DT_OK;
+    if (c->rreq[slot]) st = dt_comm_wait(&c->ctx, c->comm, c->rreq[slot]);
+    if (c->sreq[slot] && st == DT_OK) st = dt_comm_wait(&c->ctx, c->comm, c->sreq[slot]);
+    c->rreq[slot] = c->sreq[slot] = NULL;
+    c->seconds += dt_now() - t0;
+    dt_trace_end(tr, "cp", "ring %s", slot == DT_CP_KV ? "k|v" : "dk|dv");
+    return st != DT_OK;
+}
+
 /* The process mesh of a tensor- or pipeline-parallel run (parallel/mesh.h; cp = ep = 1 so far):
  * the TP group (consecutive ranks), the data-parallel group, the PP group (the stages, tp x dp
  * apart) and the model-parallel group (the tp x pp ranks holding one model together, for
@@ -324,8 +354,9 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
     dt_comm *comm = tr->comm;
     dt_mesh mesh;
     const int pp = tr->cfg.pp > 1 && !tr->cfg.pp_blocks ? tr->cfg.pp : 1;
+    const int cp = tr->cfg.cp > 1 ? tr->cfg.cp : 1;
     DT_CHECK(dt_mesh_init(ctx, &mesh, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_rank(comm, DT_GROUP_WORLD),
-                          pc->tp > 1 ? pc->tp : 1, 1, pp, 1));
+                          pc->tp > 1 ? pc->tp : 1, cp, pp, 1));
     int *ranks = malloc((size_t)mesh.world * sizeof *ranks);
     if (!ranks) return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
     int n;
@@ -337,6 +368,16 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
     if (st == DT_OK) {
         n = dt_mesh_group(&mesh, DT_MESH_DP, ranks);
         st = dt_comm_group_split(ctx, comm, ranks, n, &tr->dp_group);
+    }
+    dt_group dpcp = tr->dp_group; /* the ranks a gradient is summed over: data and context parallel */
+    if (st == DT_OK && cp > 1) {
+        n = dt_mesh_group(&mesh, DT_MESH_CP, ranks);
+        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->cp.group);
+        tr->cp.n = cp, tr->cp.rank = mesh.coord[DT_AXIS_CP];
+        if (st == DT_OK) {
+            n = dt_mesh_group(&mesh, DT_MESH_DPCP, ranks);
+            st = dt_comm_group_split(ctx, comm, ranks, n, &dpcp);
+        }
     }
     if (st == DT_OK && pp > 1) {
         n = dt_mesh_group(&mesh, DT_MESH_PP, ranks);
@@ -358,7 +399,13 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
     dt_ctx_init(&tr->tp.ctx);
     tr->tp.ctx.rank = ctx->rank, tr->tp.ctx.world = ctx->world;
     mo->tp_first = pc->tp > 1 ? mesh.coord[DT_AXIS_TP] : 0;
-    pc->dp_group = tr->dp_group;
+    pc->dp_group = dpcp;
+    if (cp > 1) {
+        mo->cp = cp, mo->cp_rank = tr->cp.rank;
+        tr->cp.comm = comm;
+        dt_ctx_init(&tr->cp.ctx);
+        tr->cp.ctx.rank = ctx->rank, tr->cp.ctx.world = ctx->world;
+    }
     pc->tp_group = tr->tp.group;
     if (pp > 1) {
         mo->pp_l0 = tr->cfg.pp_first[tr->pp.stage];
@@ -368,8 +415,10 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
     return DT_OK;
 }
 
-/* After a pass: a TP collective that failed stops the run, naming it. */
+/* After a pass: a TP collective or a CP ring transfer that failed stops the run, naming it. */
 dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
+    if (tr->model.cp_failed)
+        return dt_fail(ctx, DT_ERR_BACKEND, "context parallelism: a transfer of the CP ring failed: %s", tr->cp.ctx.err);
     if (!tr->model.tp_failed) return DT_OK;
     return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
 }
@@ -419,17 +468,23 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->comm = comm;
     tr->dp_group = DT_GROUP_WORLD;
     tr->pp.n = 1;
+    tr->cp.n = 1;
     tr->mp_ranks = 1;
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_cfg_stages(ctx, &tr->cfg)); /* the stages' layers */
-    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks)) DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
+    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks) || cfg->cp > 1)
+        DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
     DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
-                                         cfg->seq_len,
+                                         dt_train_local_T(cfg),
                                          strat == DT_STRAT_ZERO3   ? 0
                                          : strat == DT_STRAT_ZERO2 ? DT_SLAB_PARAMS
                                                                    : DT_SLAB_PARAMS | DT_SLAB_GRADS));
     tr->model.moe_aux_coef = cfg->moe_aux_coef;
     tr->model.moe_z_coef = cfg->moe_z_coef;
     tr->model.moe_capacity = cfg->moe_capacity;
+    if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
+        tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, &tr->cp, cp_start, cp_wait};
+        DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, cp_tok_bytes(cfg), (void **)&tr->cp.tok));
+    }
     if (cfg->parallel.tp > 1) {
         size_t n = dt_trainer_tp_scratch(cfg) * sizeof(float);
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
@@ -457,6 +512,8 @@ void dt_trainer_free(dt_trainer *tr) {
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->targets, bt);
+    if (tr->cp.tok) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->cp.tok, cp_tok_bytes(&tr->cfg));
+    tr->cp.tok = NULL;
     if (tr->tp.scratch) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->tp.scratch, dt_trainer_tp_scratch(&tr->cfg) * sizeof(float));
     tr->tp.scratch = NULL;
     dt_model_free(&tr->model);
@@ -536,7 +593,8 @@ static void add_phase(const dt_trainer *tr, double *tp, double *ex, double *acc)
 dt_status dt_trainer_micro_batch(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, int k, int32_t **inp,
                                  int32_t **tgp) {
     dt_model *m = &tr->model;
-    size_t bt = (size_t)m->B * m->T;
+    const int T = tr->cfg.seq_len; /* whole sequences (context parallelism: this rank's rows below) */
+    size_t bt = (size_t)m->B * T;
     int32_t *in = tr->inputs, *tg = tr->targets;
     if (mi->inputs) {
         in = (int32_t *)mi->inputs + k * bt;
@@ -547,11 +605,16 @@ dt_status dt_trainer_micro_batch(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi
         /* Global micro-batch index: rank r's micro-step k reads what 1 rank's micro-step
          * k*W + r would (the sampler's order). */
         uint64_t micro = ((uint64_t)tr->step * (uint64_t)tr->cfg.accum + (uint64_t)k) * (uint64_t)mi->W + (uint64_t)mi->R;
-        dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, m->T, in, tg);
+        dt_synthetic_batch(tr->cfg.seed, m->cfg.vocab, micro, m->B, T, in, tg);
         if (m->cfg.n_classes > 0) /* a classifier: a label per image, in every slot */
             for (int b = 0; b < m->B; b++)
-                for (int t = 0; t < m->T; t++)
-                    tg[(size_t)b * m->T + t] = tg[(size_t)b * m->T] % m->cfg.n_classes;
+                for (int t = 0; t < T; t++)
+                    tg[(size_t)b * T + t] = tg[(size_t)b * T] % m->cfg.n_classes;
+    }
+    if (tr->cp.n > 1) { /* this rank's two chunks of each sequence (model/cp.h) */
+        dt_cp_rows(tr->cp.tok, in, m->B, T, tr->cp.n, tr->cp.rank);
+        dt_cp_rows(tr->cp.tok + (size_t)m->B * m->T, tg, m->B, T, tr->cp.n, tr->cp.rank);
+        in = tr->cp.tok, tg = tr->cp.tok + (size_t)m->B * m->T;
     }
     *inp = in, *tgp = tg;
     return DT_OK;
@@ -561,7 +624,7 @@ float dt_trainer_micro_scale(const dt_trainer *tr, const dt_micro *mi, int k) {
     const size_t bt = (size_t)tr->model.B * tr->model.T;
     /* Mean over the global batch, times the loss scale (1 unless fp16). */
     float bscale = mi->masked ? (mi->counted ? (float)((double)tr->scaler.scale * (double)bt / (double)mi->counted) : 0.0f)
-                              : tr->scaler.scale / ((float)tr->cfg.accum * (float)mi->W);
+                              : tr->scaler.scale / ((float)tr->cfg.accum * (float)mi->G);
     if ((tr->overflow_step == tr->step + 1 || tr->overflow_step == 0) && k == 0 &&
         tr->overflow_rank == dt_comm_rank(tr->comm, DT_GROUP_WORLD))
         bscale = INFINITY; /* test aid: this rank's gradients overflow (Inf/NaN), its loss stays */
@@ -583,7 +646,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
                           const int32_t *targets, dt_step_stats *out) {
     double t0 = dt_now(), trs = dt_trace_begin();
     dt_model *m = &tr->model;
-    size_t bt = (size_t)m->B * m->T;
+    size_t bt = (size_t)m->B * m->T, bt_all = (size_t)m->B * tr->cfg.seq_len; /* held rows; whole sequences */
     /* Top-K after parallel.compression_warmup dense steps (step numbers are 1-based). */
     if (tr->cfg.parallel.compression == DT_COMPRESS_TOPK)
         dt_parallel_set_compression(tr->par, tr->step >= tr->cfg.parallel.topk_warmup);
@@ -597,8 +660,9 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     int masked = tr->next_batch && tr->step_targets && !inputs;
     uint64_t counted = masked ? tr->step_targets(tr->batch_ud) : 0;
     if (inputs) {
-        for (int k = 0; k < tr->cfg.accum; k++) counted += (uint64_t)dt_count_targets(targets + k * bt, (int)bt);
-        masked = counted != (uint64_t)tr->cfg.accum * bt;
+        for (int k = 0; k < tr->cfg.accum; k++)
+            counted += (uint64_t)dt_count_targets(targets + k * bt_all, (int)bt_all);
+        masked = counted != (uint64_t)tr->cfg.accum * bt_all;
         if (masked && W > 1)
             return dt_fail(ctx, DT_ERR_CONFIG, "masked targets in explicit batches need one process (world is %d)", W);
     }
@@ -609,7 +673,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     ex0 = exposed_now(tr);
     ex = ex0;
     out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
-    dt_micro mi = {inputs, targets, masked, counted, W, R};
+    dt_micro mi = {inputs, targets, masked, counted, W, R, W * tr->cp.n};
     out->pp_span = 0;
     if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
         const double ps0 = dt_now();
@@ -669,7 +733,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     }
     out->opt_seconds = 0;
     /* masked: this rank's share of the global mean, so the mean over ranks is that mean */
-    double mean_loss = masked ? (counted ? loss_sum * W / (double)counted : 0.0) : loss_sum / tr->cfg.accum;
+    double mean_loss = masked ? (counted ? loss_sum * mi.G / (double)counted : 0.0) : loss_sum / tr->cfg.accum;
     DT_CHECK(finish_step(ctx, tr, &mean_loss, out));
     out->moe = m->cfg.n_experts > 0;
     if (out->moe) { /* the same collectives on every rank (one model everywhere) */

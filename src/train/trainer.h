@@ -55,7 +55,14 @@ typedef struct dt_train_cfg {
      * of pp stages - the gradient norm summed stage by stage, a tied head's two gradients
      * apart (model.h tied_h) - so a pipeline's results are bitwise its own. */
     int pp_blocks;
+    /* Context parallelism (parallel.cp > 1; ARCHITECTURE decision 83): the ranks of a CP group
+     * split every sequence (model/cp.h: 2 chunks each), their gradients summed with the
+     * data-parallel ranks'. <= 1: none. */
+    int cp;
 } dt_train_cfg;
+
+/* The rows of each sequence a rank holds: training.seq_len / parallel.cp (model/cp.h). */
+static inline int dt_train_local_T(const dt_train_cfg *c) { return c->cp > 1 ? c->seq_len / c->cp : c->seq_len; }
 
 void dt_train_cfg_defaults(dt_train_cfg *c);
 /* Checks the training fields, naming the key of a bad one. c->model must be validated
@@ -68,6 +75,18 @@ typedef dt_status (*dt_batch_fn)(dt_ctx *ctx, void *ud, int k, int32_t **inputs,
 /* A data source with a loss mask: the targets of the step about to start that count, over
  * every rank and micro-step (the same number on every rank, without a collective). */
 typedef uint64_t (*dt_count_fn)(void *ud);
+
+/* Context parallelism's ring (model/cp.h) over the CP group (trainer.c): each slot's send to
+ * the next rank and receive from the previous in flight. */
+typedef struct dt_cp_link {
+    dt_comm *comm;
+    dt_group group;
+    int n, rank;
+    dt_comm_req *sreq[2], *rreq[2];
+    dt_ctx ctx;             /* a failure's message */
+    double seconds, bytes;  /* waiting for the ring's transfers / sent into them, since init */
+    int32_t *tok;           /* (2, B, T / cp) the micro-batch's rows this rank holds */
+} dt_cp_link;
 
 /* Tensor parallelism's group as the model's collectives see it (trainer.c). */
 typedef struct dt_tp_link {
@@ -142,6 +161,7 @@ typedef struct dt_trainer {
     dt_group dp_group;         /* the data-parallel ranks (the world without a process mesh) */
     dt_tp_link tp;             /* parallel.tp > 1: the TP group */
     dt_pp_link pp;             /* parallel.pp > 1: the pipeline (n = 1 otherwise) */
+    dt_cp_link cp;             /* parallel.cp > 1: the ring (n = 1 otherwise) */
     dt_group mp_group;         /* the model-parallel ranks (same c, d: tp x pp) holding one whole
                                   model together (DT_GROUP_SELF-like without model parallelism:
                                   valid only when mp_ranks > 1) */

@@ -13,6 +13,7 @@ typedef struct dt_micro {
     int masked;
     uint64_t counted;
     int W, R;
+    int G; /* the ranks a gradient is summed over: W x parallel.cp (each holds part of the rows) */
 } dt_micro;
 
 /* Micro-batch k's tokens (valid until the next call). */
