@@ -13,8 +13,10 @@
 #    allocator's high-water equals the plan on every run;
 #  - validation through every CP rank equals cp 1's to 1e-5; a cp 2 checkpoint resumes at cp 2
 #    bitwise and at cp 1 within 1e-5;
+#  - gpt2 (learned positions, tied head) cp 2 against cp 1: losses 1e-5, gradients 1e-4;
+#  - tp 2 x cp 2 against tp 2 (1e-5), pp 2 x cp 2 bitwise cp 2, tp 2 x cp 2 x pp 2 bitwise tp 2 x cp 2;
 #  - refused in one line naming the key: a sequence not divisible by 2 cp, a sequence longer
-#    than the context, gpt2 (learned positions), cp with tp.
+#    than the context, vit (bidirectional), cp with sequence parallelism.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -45,7 +47,10 @@ grep -q "context parallelism: cp 2 x dp 1, 2048 rows of each 4096-token sequence
 for n in 1 2 4; do
   DTRAIN_TEST_SAVE_GRADS="$dir/g$n.st" run "g$n" "$n" --steps 1 --warmup 0 --set parallel.cp=$n
 done
-/usr/bin/python3 - "$dir/g1.st" "$dir/g2.st" "$dir/g4.st" <<'PY' && pass "first-step gradients of cp 2 and cp 4 within 1e-4 normwise of cp 1, every tensor" || fail "gradients differ"
+grads_close() { # WHAT REF OTHER...: every tensor within 1e-4 normwise of REF's
+  local what=$1 out; shift
+  if out=$(/usr/bin/python3 - "$@" 2>&1 <<'PY'
+
 import json, struct, sys
 import numpy as np
 def st(p):
@@ -68,10 +73,25 @@ for p in sys.argv[2:]:
         e = np.linalg.norm(g - r) / nr
         worst = max(worst, e)
         assert e <= 1e-4, (p, k, e)
-    print(f"{p}: worst tensor {worst:.2e}")
+    print(f"{p.rsplit('/', 1)[-1]}: worst tensor {worst:.2e}")
 PY
+  ); then pass "$what: $(echo $out)"; else fail "$what: $out"; fi
+}
+grads_close "llama first-step gradients of cp 2 and cp 4 within 1e-4 of cp 1, every tensor" "$dir/g1.st" "$dir/g2.st" "$dir/g4.st"
 
-# dp 2 x cp 2 against dp 2 (each DP rank's sequences; gradients summed over the 4 ranks).
+# gpt2 (learned positions at the rows' global positions, the head tied to the embedding).
+model=(--set model.preset= --set model.family=gpt2 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
+       --set model.context=1024 --set model.vocab_size=256 --seq 1024)
+for n in 1 2; do
+  DTRAIN_TEST_SAVE_GRADS="$dir/gg$n.st" run "gg$n" "$n" --steps 1 --warmup 0 --batch 2 --set parallel.cp=$n
+done
+run gref 1 --batch 2 --steps 10
+run gcp2 2 --batch 2 --steps 10 --set parallel.cp=2
+check "gpt2 T 1024: cp 2 == cp 1 within 1e-5" gref gcp2 1e-5 10
+grads_close "gpt2 first-step gradients of cp 2 within 1e-4 of cp 1, every tensor (wpe at global positions)" "$dir/gg1.st" "$dir/gg2.st"
+model=(--set model.preset=llama-tiny --set model.n_layer=2 --set model.context=4096 --seq 4096)
+
+# dp 2 x cp 2 (4 ranks) against dp 2 (each DP rank's sequences; gradients summed over the 4 ranks).
 run dp2 2
 run dp2cp2 4 --set parallel.cp=2
 check "dp 2 x cp 2 == dp 2 within 1e-5" dp2 dp2cp2 1e-5
@@ -86,6 +106,23 @@ done
 run cp_ck 2 --set parallel.cp=2 --steps 8 --set memory.activation_checkpointing=full --save-weights "$dir/cp_ck.st"
 check "cp 2 with full activation checkpointing == cp 2, bitwise" cpw cp_ck bitwise 8
 same_file "cp 2 with full activation checkpointing" cpw cp_ck
+
+# With tensor and pipeline parallelism (4 layers, T 1024, 4 micro-batches): tp 2 x cp 2 against
+# tp 2 within 1e-5 (the ring per TP shard's heads); pp 2 x cp 2 bitwise cp 2 (a stage's rows
+# are its CP rank's); tp 2 x cp 2 x pp 2 on 8 ranks bitwise tp 2 x cp 2.
+model=(--set model.preset=llama-tiny --set model.n_layer=4 --set model.context=1024 --seq 1024)
+mix=(--steps 6 --set training.grad_accum=4)
+run m_tp2 2 "${mix[@]}" --set parallel.tp=2
+run m_tp2cp2 4 "${mix[@]}" --set parallel.tp=2 --set parallel.cp=2 --save-weights "$dir/m_tp2cp2.st"
+check "tp 2 x cp 2 == tp 2 within 1e-5" m_tp2 m_tp2cp2 1e-5 6
+run m_cp2 2 "${mix[@]}" --set parallel.cp=2 --save-weights "$dir/m_cp2.st"
+run m_pp2cp2 4 "${mix[@]}" --set parallel.cp=2 --set parallel.pp=2 --save-weights "$dir/m_pp2cp2.st"
+check "pp 2 x cp 2 == cp 2, bitwise" m_cp2 m_pp2cp2 bitwise 6
+same_file "pp 2 x cp 2" m_cp2 m_pp2cp2
+run m_3d 8 "${mix[@]}" --set parallel.tp=2 --set parallel.cp=2 --set parallel.pp=2 --save-weights "$dir/m_3d.st"
+check "tp 2 x cp 2 x pp 2 (8 ranks) == tp 2 x cp 2, bitwise" m_tp2cp2 m_3d bitwise 6
+same_file "tp 2 x cp 2 x pp 2" m_tp2cp2 m_3d
+model=(--set model.preset=llama-tiny --set model.n_layer=2 --set model.context=4096 --seq 4096)
 
 # bf16: the same 16-bit roundings per block, merges in fp32.
 run b1 1 --steps 8 --set training.precision=bf16
@@ -132,9 +169,10 @@ refused "a sequence not divisible by 2 cp" 2 "training.seq_len=4094 must be a mu
   --set parallel.cp=2 --seq 4094
 refused "a sequence longer than the context" 2 "training.seq_len must be in \[1, model.context=2048\]" \
   --set parallel.cp=2 --set model.context=2048
-refused "gpt2 (learned positions)" 2 "parallel.cp=2: context parallelism is built for the llama family" \
-  --set parallel.cp=2 --set model.preset=gpt2-tiny --set model.context=64 --seq 64
-refused "cp with tp" 4 "parallel.cp=2 with parallel.tp: not built yet" --set parallel.cp=2 --set parallel.tp=2
+refused "cp with sequence parallelism" 4 "parallel.cp=2 with parallel.sequence_parallel: not built yet" --set parallel.cp=2 \
+  --set parallel.tp=2 --set parallel.sequence_parallel=true
+model=(--set model.preset=vit-tiny) train=(--steps 2)
+refused "vit (bidirectional)" 2 "parallel.cp=2: context parallelism is built for the causal families" --set parallel.cp=2
 
 echo "test_cp: $fails failure(s)"
 [ $fails -eq 0 ]

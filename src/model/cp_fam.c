@@ -43,3 +43,18 @@ void dt_fam_attention_backward(dt_model *m, float *dqkv, const float *dout, cons
     if (dt_cp_attention_backward(&m->cp_ring, cps, dqkv, dout, qkv, out, lse, B, T, NH, NKV, hs, m->opts.compute))
         m->cp_failed = 1;
 }
+
+void dt_fam_pos(dt_model *m, float *x, float *wpe, int B, int T, int C, int backward) {
+    if (!cp_on(m)) {
+        if (backward) dt_pos_backward(wpe, x, B, T, C);
+        else dt_pos_forward(x, wpe, B, T, C);
+        return;
+    }
+    const int c = T / 2, P = m->opts.cp, r = m->opts.cp_rank;
+    for (int b = 0; b < B; b++)
+        for (int half = 0; half < 2; half++) {
+            float *rows = x + ((size_t)b * T + (size_t)half * c) * C, *w = wpe + (size_t)dt_cp_pos(P, r, T, half * c) * C;
+            if (backward) dt_pos_backward(w, rows, 1, c, C);
+            else dt_pos_forward(rows, w, 1, c, C);
+        }
+}

@@ -350,6 +350,9 @@ void dt_fam_attention_forward(dt_model *m, float *out, float *lse, const float *
                               float *cps);
 void dt_fam_attention_backward(dt_model *m, float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *lse, int B, int T, int NH, int NKV, int hs, float *cps);
+/* Learned positions at the held rows' global positions: forward, x (B,T,C) += wpe[pos] (wpe
+ * const); backward, wpe (the gradient) += x rows at their positions, sequences in order. */
+void dt_fam_pos(dt_model *m, float *x, float *wpe, int B, int T, int C, int backward);
 
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,

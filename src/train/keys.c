@@ -581,15 +581,13 @@ static dt_status check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
     const int cp = c->cp;
     if (cp < 2) return DT_OK;
     const dt_model_family *f = dt_model_family_of(&t->model);
-    if (!f || strcmp(f->name, "llama"))
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: context parallelism is built for the llama family (model.family "
-                       "is %s; vit's bidirectional ring and gpt2's learned positions are not built)", cp,
-                       f ? f->name : t->model.family);
+    if (!f || (strcmp(f->name, "llama") && strcmp(f->name, "gpt2")))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: context parallelism is built for the causal families llama "
+                       "and gpt2 (model.family is %s; a bidirectional ring is not built)", cp, f ? f->name : t->model.family);
     if (t->seq_len % (2 * cp))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
                        "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
-    const char *why = c->tp > 1                                   ? "parallel.tp"
-                      : c->pp > 1                                 ? "parallel.pp"
+    const char *why = c->sp                                       ? "parallel.sequence_parallel"
                       : c->hybrid                                 ? "parallel.hybrid"
                       : t->model.n_experts > 0                    ? "model.n_experts"
                       : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"

@@ -163,6 +163,7 @@ typedef struct dt_gpt2_acts {
     uint16_t *spah;                       /* (B,T,C) sequence parallelism under mixed precision:
                                              a norm output's 16-bit copy, every row */
     int32_t *inputs, *targets;            /* (B,T) copies kept for the backward */
+    float *cps;                           /* context parallelism: the ring attention's scratch (model/cp.h) */
 } dt_gpt2_acts;
 
 /* Classes (family_impl.h) of the attention's outputs (atty, att_lse, res2) and of fch. Under
@@ -245,6 +246,7 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(spb, SP * BT * C);
     TAKE16(spah, SP * H * BT * C); /* the gathered 16-bit copy (mixed precision) */
     TAKE(sptmp, SP * (4 * C > 2 * (size_t)T * C ? 4 * C : 2 * (size_t)T * C));
+    TAKE(cps, o->cp > 1 ? dt_cp_scratch_floats(B, T, d.NHl, d.NHl, C / c->n_head) : 0);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
@@ -350,9 +352,10 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     }
     if (att)
         for (int j = 0; j < d.nb; j++)
-            DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_attention_forward(v.atty + (size_t)j * BT * d.Cl, v.lse + (size_t)j * BT * d.NHl,
-                                                                    v.qkv + (size_t)j * BT * 3 * d.Cl, B, T, d.NHl, d.NHl,
-                                                                    C / NH, 1, o->compute));
+            DT_PROF_TO(m, pf, DT_OP_ATTENTION, dt_fam_attention_forward(m, v.atty + (size_t)j * BT * d.Cl,
+                                                                        v.lse + (size_t)j * BT * d.NHl,
+                                                                        v.qkv + (size_t)j * BT * 3 * d.Cl, B, T, d.NHl, d.NHl,
+                                                                        C / NH, a->cps));
     dt_fam_narrow(m, v.attyh, v.atty, (size_t)BT * d.nb * d.Cl);
     if (att) {
         DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_sp_row_forward(m, v.res2, MMIN(atty), ID(ATTPROJW), l, P(ATTPROJB, l), BT, d.Cl, C,
@@ -386,7 +389,7 @@ static void embed_forward(dt_model *m, const int32_t *inputs) {
     if (!m->opts.sp) {
         dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->encoded, inputs, BT, UNIT(WPE));
         dt_unit_need(m, UNIT(WPE), LAYER(0));
-        DT_PROF(m, fwd, DT_OP_ENCODER, dt_pos_forward(a->encoded, P(WPE, 0), B, T, C));
+        DT_PROF(m, fwd, DT_OP_ENCODER, dt_fam_pos(m, a->encoded, P(WPE, 0), B, T, C, 0));
         return;
     }
     dt_vocab_embed_forward(m, DT_GPT2_P_WTE, a->spa, inputs, BT, UNIT(WPE));
@@ -487,10 +490,11 @@ static void gpt2_backward(dt_model *m, float scale) {
         dout = dt_sp_dout(m, a->dres, a->spa, BT, C);
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_tp_row_backward(m, a->dbtc, ID(ATTPROJW), l, G(ATTPROJB, l), dout, MMIN(atty), BT, d.Cl, C));
         for (int j = 0; j < d.nb; j++)
-            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_attention_backward(a->dbig + (size_t)j * BT * 3 * d.Cl, a->dbtc + (size_t)j * BT * d.Cl,
-                                                                   v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
-                                                                   v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH, 1,
-                                                                   m->opts.compute));
+            DT_PROF(m, bwd, DT_OP_ATTENTION, dt_fam_attention_backward(m, a->dbig + (size_t)j * BT * 3 * d.Cl,
+                                                                       a->dbtc + (size_t)j * BT * d.Cl,
+                                                                       v.qkv + (size_t)j * BT * 3 * d.Cl, v.atty + (size_t)j * BT * d.Cl,
+                                                                       v.lse + (size_t)j * BT * d.NHl, B, T, d.NHl, d.NHl, C / NH,
+                                                                       a->cps));
         x = dt_sp_col_input(m, MMIN(ln1), a->spa, a->spah, BT, C); /* the q|k|v input, every row */
         DT_PROF(m, bwd, DT_OP_MATMUL, dt_sp_col_backward(m, a->dbtc, ID(QKVW), l, G(QKVB, l), a->dbig, x, BT, C, 3 * d.Cl, a->spb,
                                                          a->tpx));
@@ -509,7 +513,7 @@ static void gpt2_backward(dt_model *m, float scale) {
     if (m->opts.sp)
         DT_PROF(m, bwd, DT_OP_ENCODER, dt_sp_pos_backward(m, G(WPE, 0), a->dres, BT, T, C, a->sptmp));
     else
-        DT_PROF(m, bwd, DT_OP_ENCODER, dt_pos_backward(G(WPE, 0), a->dres, B, T, C));
+        DT_PROF(m, bwd, DT_OP_ENCODER, dt_fam_pos(m, a->dres, G(WPE, 0), B, T, C, 1));
     dt_unit_grads_end(m, UNIT(WPE));
     /* d(encoded) of every row (gathered): each rank's vocabulary rows */
     dt_vocab_embed_backward(m, DT_GPT2_P_WTE, dt_sp_dout(m, a->dres, a->spa, BT, C), a->inputs, BT, dlogits,
