@@ -7,9 +7,12 @@
  *   ZeRO-1                        same all-reduce; each rank keeps AdamW state for its shard
  *                                 of every unit only, updates it, then all-gathers.
  *   ZeRO-2 (SHARD_GRAD_OP)        gradients reduce-scattered per unit into the shard; no
- *                                 full gradient buffer (double-buffered unit windows).
+ *                                 full gradient buffer (double-buffered unit windows); or,
+ *                                 with cfg.zero_reduce step, accumulated in a full buffer
+ *                                 and reduce-scattered once per step (zero_step.c).
  *   ZeRO-3 (FULL_SHARD)           parameters sharded too; each unit (a layer, a vocabulary
- *                                 chunk, ...) all-gathered where the model reads it.
+ *                                 chunk, ...) all-gathered where the model reads it (or, with
+ *                                 cfg.zero3_gather step, once per step into a resident copy).
  *   hybrid (HYBRID_SHARD)         any ZeRO stage sharded inside a node, replicated across.
  * Every reduction sums in rank order: all strategies give bitwise the same result as DDP,
  * and as one rank with world x accum micro-steps, when accum = 1 (see docs/ARCHITECTURE.md).
@@ -22,7 +25,8 @@
  * reduces once over the whole world too (the owner of a sub-chunk sums all W ranks'
  * rounded contributions, of every node, and rounds once); its cross-node step only gathers
  * those bf16 sums among the replicas, as bf16, with no arithmetic and nothing re-rounded.
- * So DDP, ZeRO-1/2/3 and hybrid stay bitwise equal to each other when accum = 1. Only the
+ * So DDP, ZeRO-1/2/3 and hybrid stay bitwise equal to each other when accum = 1 (for any
+ * accum when ZeRO-2/3 reduce once per step: cfg.zero_reduce). Only the
  * wire is 16-bit: gradients accumulate over micro-steps in f32 (DDP/ZeRO-1 before the one
  * reduction, ZeRO-2/3 after each micro-step's), parameters and optimizer state stay f32.
  * One rank communicates nothing and rounds nothing, so in bf16 1 rank is not bitwise N

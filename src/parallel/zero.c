@@ -7,8 +7,9 @@
  *                         with ZeRO-3's parameter shard and the 16-bit gathers).
  *   grads_begin(u)        point u's gradients at the next gradient window, once the
  *                         reduction still reading that window has finished, zeroed.
- *   grads_end(u)          reduce-scatter the window (rank order) into the gradient shard,
- *                         += over micro-steps.
+ *   grads_end(u)          reduce-scatter the window (rank order) into the gradient shard:
+ *                         the unit's first reduction of the step writes it, later ones +=.
+ * (parallel.zero_reduce=step replaces the gradient hooks: zero_step.c.)
  * No unit is larger than the largest sub-layer unit (params.h), so the windows hold two of
  * those (a third to a half of a layer each), and the embeddings
  * are never whole on a rank (the tied wte is gathered chunk by chunk at both ends of the
