@@ -19,6 +19,7 @@
  * bf16 and fp16 (whose layout is bf16's); 16-bit selective holds fewer bytes than fp32's and
  * 16-bit none fewer than fp32's none. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -200,9 +201,74 @@ static void test_topk_plan(void **state) {
             }
 }
 
+/* parallel.zero_reduce and parallel.zero3_gather (decision 80) in the plan: gradients once per
+ * step add exactly the step's full gradient (Psi floats) and nothing else; ZeRO-3's resident
+ * parameters replace the two unit windows by Psi floats (no vocabulary row lookup: no larger
+ * communication); auto is micro / use without a pipeline, and under pp 2 step / step when the
+ * plan fits the host's physical memory per rank (DTRAIN_MEM_PHYSICAL), else step / use. */
+static void test_zero_modes_plan(void **state) {
+    (void)state;
+    const char *const presets[] = {"gpt2-tiny", "llama-tiny"};
+    for (int i = 0; i < 2; i++)
+        for (int s = DT_STRAT_ZERO2; s <= DT_STRAT_ZERO3; s++)
+            for (int N = 1; N <= 4; N++) {
+                dt_ctx ctx;
+                dt_ctx_init(&ctx);
+                dt_train_cfg c;
+                dt_train_cfg_defaults(&c);
+                assert_int_equal(dt_model_preset(&ctx, presets[i], &c.model), DT_OK);
+                c.micro_batch = 1;
+                c.seq_len = c.model.context < 64 ? c.model.context : 64;
+                c.accum = 4;
+                c.parallel.strategy = (dt_strategy)s;
+                size_t a[DT_MEM_NKINDS], m[DT_MEM_NKINDS], st[DT_MEM_NKINDS], g[DT_MEM_NKINDS];
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, a), DT_OK);
+                c.parallel.zero_reduce = DT_ZR_MICRO, c.parallel.zero3_gather = DT_ZG_USE;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, m), DT_OK);
+                c.parallel.zero_reduce = DT_ZR_STEP;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, st), DT_OK);
+                c.parallel.zero3_gather = DT_ZG_STEP;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, g), DT_OK);
+                dt_model_config mc = c.model;
+                dt_alloc al;
+                dt_params ps;
+                layout_of(&mc, &al, &ps);
+                size_t psi = ps.n_params, mu = 0;
+                for (int u = 0; u < ps.n_units; u++) mu = ps.unit_len[u] > mu ? ps.unit_len[u] : mu;
+                dt_params_free(&ps);
+                for (int k = 0; k < DT_MEM_NKINDS; k++) {
+                    assert_true(a[k] == m[k]); /* no pipeline: today's modes */
+                    assert_true(st[k] == m[k] + (k == DT_MEM_GRADS ? psi * sizeof(float) : 0));
+                    if (s == DT_STRAT_ZERO2 || k == DT_MEM_OTHER || k == DT_MEM_ACTS || k == DT_MEM_GRADS || k == DT_MEM_OPTIM)
+                        assert_true(g[k] == st[k]);
+                    else if (k == DT_MEM_PARAMS)
+                        assert_true(g[k] + 2 * mu * sizeof(float) == st[k] + psi * sizeof(float));
+                    else
+                        assert_true(g[k] <= st[k]);
+                }
+                if (s != DT_STRAT_ZERO3 || N != 2) continue;
+                /* auto under a pipeline of 2 stages (N = 2: one rank each) */
+                size_t big[DT_MEM_NKINDS], small[DT_MEM_NKINDS], ss[DT_MEM_NKINDS], su[DT_MEM_NKINDS];
+                c.model.n_layer = 4, c.pp = 2;
+                c.parallel.zero_reduce = DT_ZR_STEP, c.parallel.zero3_gather = DT_ZG_STEP;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, ss), DT_OK);
+                c.parallel.zero3_gather = DT_ZG_USE;
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, su), DT_OK);
+                c.parallel.zero_reduce = DT_ZR_AUTO, c.parallel.zero3_gather = DT_ZG_AUTO;
+                setenv("DTRAIN_MEM_PHYSICAL", "1e15", 1);
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, big), DT_OK);
+                setenv("DTRAIN_MEM_PHYSICAL", "1e6", 1);
+                assert_int_equal(dt_trainer_mem_plan(&ctx, &c, N, N, 0, small), DT_OK);
+                unsetenv("DTRAIN_MEM_PHYSICAL");
+                assert_memory_equal(big, ss, sizeof big);
+                assert_memory_equal(small, su, sizeof small);
+                assert_true(ss[DT_MEM_PARAMS] != su[DT_MEM_PARAMS]);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest t[] = {cmocka_unit_test(test_every_preset_orders_and_bounds),
                                    cmocka_unit_test(test_checkpointing_savings),
-                                   cmocka_unit_test(test_topk_plan)};
+                                   cmocka_unit_test(test_topk_plan), cmocka_unit_test(test_zero_modes_plan)};
     return cmocka_run_group_tests(t, NULL, NULL);
 }

@@ -10,7 +10,12 @@
 #    head's gradients of a step added to the embedding's once): pp 2 and pp 4, both schedules,
 #    bitwise the blocks mode with clipping binding, and the blocks mode within 1e-5 of pp 1;
 #  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2; dp 2 x pp 2
-#    against dp 2 with ddp and each ZeRO stage, pp 2 x dp 4 hybrid against dp 4 hybrid: bitwise;
+#    against dp 2 with ddp and each ZeRO stage, pp 2 x dp 4 hybrid against dp 4 hybrid: bitwise
+#    (ZeRO-2/3 under a pipeline reduce gradients once per step: the references at pp 1 do too);
+#  - ZeRO's once-per-step modes (decision 80): one reduce-scatter per unit and step (micro mode:
+#    one per micro-batch), one gather per unit and step with resident parameters (zero3, auto;
+#    per use when the plan does not fit DTRAIN_MEM_PHYSICAL), the same bits either way, in bf16
+#    and with bf16 gradients; zero2 step == ddp; interleaved stages in micro mode;
 #  - the interleaved schedule; fp16's overflow on one stage skips the step on all;
 #  - parallel.layout auto with parallel.pp fixed runs the planner's fastest pipeline;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
@@ -183,16 +188,66 @@ check "dp 2 x pp 2 (ddp) == dp 2, bitwise" dp2 dp2pp2 bitwise 8
 same_file "dp 2 x pp 2" dp2 dp2pp2
 # hybrid sharding over a stage's data-parallel ranks: pp 2 x dp 4 on 4 simulated nodes of 2 (each
 # stage's 4 ranks span 2 nodes) == dp 4 hybrid, bitwise
-PPN=2 run hyb_dp4 4 --set parallel.strategy=zero3 --set parallel.hybrid=true --save-weights "$dir/hyb_dp4.st"
+PPN=2 run hyb_dp4 4 --set parallel.strategy=zero3 --set parallel.hybrid=true --set parallel.zero_reduce=step \
+  --save-weights "$dir/hyb_dp4.st"
 PPN=2 run hyb_pp2 8 --set parallel.strategy=zero3 --set parallel.hybrid=true --set parallel.pp=2 --save-weights "$dir/hyb_pp2.st"
 check "pp 2 x dp 4 hybrid zero3 (4 nodes) == dp 4 hybrid zero3, bitwise" hyb_dp4 hyb_pp2 bitwise 8
 same_file "pp 2 x dp 4 hybrid zero3" hyb_dp4 hyb_pp2
-for z in zero1 zero2 zero3; do # each ZeRO stage over a stage's data-parallel ranks
-  run "dp2_$z" 2 --set parallel.strategy=$z --save-weights "$dir/dp2_$z.st"
+for z in zero1 zero2 zero3; do # each ZeRO stage over a stage's data-parallel ranks (zero2/3: once a step)
+  run "dp2_$z" 2 --set parallel.strategy=$z --set parallel.zero_reduce=step --save-weights "$dir/dp2_$z.st"
   run "dp2pp2_$z" 4 --set parallel.strategy=$z --set parallel.pp=2 --save-weights "$dir/dp2pp2_$z.st"
   check "dp 2 x pp 2 ($z) == dp 2 ($z), bitwise" "dp2_$z" "dp2pp2_$z" bitwise 8
   same_file "dp 2 x pp 2 ($z)" "dp2_$z" "dp2pp2_$z"
 done
+
+# ZeRO's once-per-step modes (decision 80). Counts from rank 0's log line "zero: R unit
+# reduce-scatters, G unit gathers in S steps of U units": under a pipeline (auto) one
+# reduce-scatter per unit and step, and zero3 gathers each unit once per step into its resident
+# copy; micro mode reduces each unit at each of the 4 micro-batches, per-use gathers are many
+# more, with the same bits. zero2 reducing once a step is ddp's arithmetic: bitwise dp 2 ddp.
+counts() { sed -n 's/.*zero: \([0-9]*\) unit reduce-scatters, \([0-9]*\) unit gathers in \([0-9]*\) steps of \([0-9]*\) units.*/\1 \2 \3 \4/p' "$dir/$1.log"; }
+zcount() { # WHAT NAME REDUCES-PER-UNIT-STEP GATHERS(eq N | gt N per unit and step)
+  local c; c=$(counts "$2")
+  if /usr/bin/python3 - $c "$3" "$4" <<'PY'; then pass "$1: $c (reduces, gathers, steps, units)"; else fail "$1: counts '$c'"; fi
+import sys
+r, g, s, u, per, gat = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+assert s == 8 and u > 0 and r == per * s * u, (r, s, u)
+op, n = gat.split()
+assert (g == int(n) * s * u) if op == "eq" else (g > int(n) * s * u), (g, s, u)
+PY
+}
+check "zero2 reducing once a step (dp 2, 4 micro-batches) == ddp, bitwise" dp2 dp2_zero2 bitwise 8
+zcount "zero2 under pp 2 (auto: step): one reduce-scatter per unit and step" dp2pp2_zero2 1 "eq 0"
+zcount "zero3 under pp 2 (auto: step, step): one reduce-scatter and one gather per unit and step" dp2pp2_zero3 1 "eq 1"
+grep -q "zero: gradients reduce-scattered once a step.*parallel.zero3_gather=step" "$dir/dp2pp2_zero3.log" &&
+  pass "zero3 under pp 2: the modes chosen are logged at start" || fail "zero3 modes not logged: $(grep -m1 'zero:' "$dir/dp2pp2_zero3.log")"
+mpi_saved=("${mpi[@]}")
+mpi+=(-x DTRAIN_MEM_PHYSICAL)
+DTRAIN_MEM_PHYSICAL=1000000 run z3_small 4 --set parallel.strategy=zero3 --set parallel.pp=2 --save-weights "$dir/z3_small.st"
+mpi=("${mpi_saved[@]}")
+grep -q "parallel.zero3_gather=use" "$dir/z3_small.log" && pass "zero3_gather auto: use when the plan with resident parameters exceeds the memory" ||
+  fail "zero3_gather auto with 1 MB: $(grep -m1 'zero:' "$dir/z3_small.log")"
+check "zero3 under pp 2, gathered per use == resident for the step, bitwise" dp2pp2_zero3 z3_small bitwise 8
+same_file "zero3 per use vs per step" dp2pp2_zero3 z3_small
+zcount "zero3 gathered per use: more than one gather per unit and step" z3_small 1 "gt 1"
+run dp2m_zero2 2 --set parallel.strategy=zero2 --save-weights "$dir/dp2m_zero2.st"
+run z2_micro 4 --set parallel.strategy=zero2 --set parallel.pp=2 --set parallel.zero_reduce=micro
+check "zero2 micro under pp 2 == dp 2 micro, bitwise" dp2m_zero2 z2_micro bitwise 8
+zcount "zero2 micro under pp 2: a reduce-scatter per unit and micro-batch" z2_micro 4 "eq 0"
+run il_z2m 4 --set parallel.strategy=zero2 --set parallel.pp=2 --set parallel.zero_reduce=micro \
+  --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2 --save-weights "$dir/il_z2m.st"
+check "zero2 micro, interleaved pp 2 x v 2 (a chunk's first reduction writes the shard) == dp 2 micro, bitwise" dp2m_zero2 il_z2m bitwise 8
+same_file "zero2 micro, interleaved" dp2m_zero2 il_z2m
+bfz=(--set training.precision=bf16 --set parallel.strategy=zero3 --set parallel.pp=2)
+run bf_z3s 4 "${bfz[@]}" --set parallel.zero3_gather=step --save-weights "$dir/bf_z3s.st"
+run bf_z3u 4 "${bfz[@]}" --set parallel.zero3_gather=use --save-weights "$dir/bf_z3u.st"
+check "bf16 zero3 under pp 2: gathered per step (16-bit copies narrowed locally) == per use (16-bit gathers), bitwise" bf_z3u bf_z3s bitwise 8
+same_file "bf16 zero3 per step vs per use" bf_z3u bf_z3s
+gbf=(--set parallel.grad_dtype=bf16 --set parallel.strategy=zero2)
+run bg_dp2 2 "${gbf[@]}" --set parallel.zero_reduce=step --save-weights "$dir/bg_dp2.st"
+run bg_pp2 4 "${gbf[@]}" --set parallel.pp=2 --save-weights "$dir/bg_pp2.st"
+check "bf16 gradients, zero2 once a step: pp 2 x dp 2 == dp 2, bitwise" bg_dp2 bg_pp2 bitwise 8
+same_file "bf16 gradients, zero2 once a step" bg_dp2 bg_pp2
 
 # The zero-bubble schedule (zb-h1): the backward split into an input-gradient pass B and a
 # weight-gradient pass W (the matmuls' dW GEMMs deferred, replayed from their douts), W filling
@@ -323,6 +378,8 @@ refused "zb-h1 with tensor parallelism" 4 "parallel.pp_schedule=zb-h1 runs with 
   --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --set parallel.tp=2
 refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=3
+refused "a bad parallel.zero_reduce" 1 "parallel.zero_reduce: 'sometimes' is not one of" --set parallel.zero_reduce=sometimes
+refused "a bad parallel.zero3_gather" 1 "parallel.zero3_gather: 'never' is not one of" --set parallel.zero3_gather=never
 refused "more stages than layers" 4 "parallel.pp=4: more stages than layers" --set model.n_layer=2 --set parallel.pp=4
 
 echo "test_pp: $fails failure(s)"

@@ -187,9 +187,13 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
     dt_par_sizes_of(ps, cfg, world, G, j, n_rep, &z);
     const size_t F = sizeof(float), H = sizeof(uint16_t);
     bytes[DT_MEM_OPTIM] += (2 * z.S + z.age) * F;
-    if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init, dt_par_params_init */
+    if (cfg->strategy >= DT_STRAT_ZERO2) { /* as dt_par_zero_init, dt_par_params_init, dt_par_step_init */
         bytes[DT_MEM_GRADS] += (z.S + 2 * z.max_unit) * F;
-        if (cfg->strategy == DT_STRAT_ZERO3) bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F + 2 * z.lpwin * H;
+        if (cfg->zero_reduce == DT_ZR_STEP) bytes[DT_MEM_GRADS] += ps->n_params * F; /* the step's gradient */
+        if (cfg->strategy == DT_STRAT_ZERO3 && cfg->zero3_gather == DT_ZG_STEP) /* resident, no windows */
+            bytes[DT_MEM_PARAMS] += (z.S + ps->n_params) * F + (z.lpwin ? ps->n_params : 0) * H;
+        else if (cfg->strategy == DT_STRAT_ZERO3)
+            bytes[DT_MEM_PARAMS] += (z.S + 2 * z.max_unit) * F + 2 * z.lpwin * H;
         if (world > 1)
             bytes[DT_MEM_COMM] += z.rs_scr * F + (z.rs_round + (n_rep > 1 ? z.max_ns : 0)) * z.esize + z.lp * H;
         bytes[DT_MEM_COMM] += z.lk_bytes; /* ZeRO-3's vocabulary row lookup */
@@ -206,8 +210,9 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
 dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t) {
     switch (t->kind) {
     case DT_TASK_BUCKET: return dt_par_reduce_bucket(ctx, p, t->a);
-    case DT_TASK_GATHER: return dt_par_gather_unit(ctx, p, t->a, p->pwin[t->b]);
-    case DT_TASK_GATHER_LP: return dt_par_gather_unit_lp(ctx, p, t->a, t->b);
+    case DT_TASK_GATHER: p->n_gather++; return dt_par_gather_unit(ctx, p, t->a, p->pwin[t->b]);
+    case DT_TASK_GATHER_LP: p->n_gather++; return dt_par_gather_unit_lp(ctx, p, t->a, t->b);
+    case DT_TASK_GATHER_RES: p->n_gather++; return dt_par_gather_resident(ctx, p, t->a);
     case DT_TASK_REDUCE: return dt_par_reduce_unit(ctx, p, t->a, t->b);
     case DT_TASK_LOOKUP: return dt_par_lookup(ctx, p);
     }
@@ -227,6 +232,7 @@ static void run_one(dt_parallel *p, const dt_par_task *t) {
     else
         dt_trace_end(tt, "comm", "unit %d %s", t->a,
                      t->kind == DT_TASK_GATHER      ? "all-gather"
+                     : t->kind == DT_TASK_GATHER_RES ? "all-gather (resident)"
                      : t->kind == DT_TASK_GATHER_LP ? "all-gather 16-bit"
                      : t->kind == DT_TASK_LOOKUP    ? "vocabulary rows"
                                                     : "reduce-scatter");
@@ -369,6 +375,8 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
     p->rank = dt_comm_rank(comm, p->g_dp);
     p->sharded_grads = cfg->strategy >= DT_STRAT_ZERO2;
     p->sharded_params = cfg->strategy == DT_STRAT_ZERO3;
+    p->zr_step = p->sharded_grads && cfg->zero_reduce == DT_ZR_STEP; /* the once-per-step modes (zero_step.c) */
+    p->zg_step = p->sharded_params && cfg->zero3_gather == DT_ZG_STEP;
     p->last_micro = 1;
     p->err_ctx = *ctx;
     pthread_mutex_init(&p->mu, NULL);
@@ -707,6 +715,12 @@ void dt_parallel_residual_adjust(dt_parallel *p, float factor) {
         return;
     }
     dt_scale_f32(p->res, factor, p->z.res);
+}
+
+void dt_parallel_unit_counts(dt_parallel *p, long *reduces, long *gathers) {
+    dt_par_wait(p, p->queued - 1);
+    *reduces = p->n_reduce;
+    *gathers = p->n_gather;
 }
 
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total) {

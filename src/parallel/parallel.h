@@ -7,9 +7,12 @@
  *   ZeRO-1                        same all-reduce; each rank keeps AdamW state for its shard
  *                                 of every unit only, updates it, then all-gathers.
  *   ZeRO-2 (SHARD_GRAD_OP)        gradients reduce-scattered per unit into the shard; no
- *                                 full gradient buffer (double-buffered unit windows).
+ *                                 full gradient buffer (double-buffered unit windows); or,
+ *                                 with cfg.zero_reduce step, accumulated in a full buffer
+ *                                 and reduce-scattered once per step (zero_step.c).
  *   ZeRO-3 (FULL_SHARD)           parameters sharded too; each unit (a layer, a vocabulary
- *                                 chunk, ...) all-gathered where the model reads it.
+ *                                 chunk, ...) all-gathered where the model reads it (or, with
+ *                                 cfg.zero3_gather step, once per step into a resident copy).
  *   hybrid (HYBRID_SHARD)         any ZeRO stage sharded inside a node, replicated across.
  * Every reduction sums in rank order: all strategies give bitwise the same result as DDP,
  * and as one rank with world x accum micro-steps, when accum = 1 (see docs/ARCHITECTURE.md).
@@ -22,7 +25,8 @@
  * reduces once over the whole world too (the owner of a sub-chunk sums all W ranks'
  * rounded contributions, of every node, and rounds once); its cross-node step only gathers
  * those bf16 sums among the replicas, as bf16, with no arithmetic and nothing re-rounded.
- * So DDP, ZeRO-1/2/3 and hybrid stay bitwise equal to each other when accum = 1. Only the
+ * So DDP, ZeRO-1/2/3 and hybrid stay bitwise equal to each other when accum = 1 (for any
+ * accum when ZeRO-2/3 reduce once per step: cfg.zero_reduce). Only the
  * wire is 16-bit: gradients accumulate over micro-steps in f32 (DDP/ZeRO-1 before the one
  * reduction, ZeRO-2/3 after each micro-step's), parameters and optimizer state stay f32.
  * One rank communicates nothing and rounds nothing, so in bf16 1 rank is not bitwise N
@@ -96,7 +100,20 @@ typedef struct dt_parallel_cfg {
     int tokens;          /* token positions per micro-batch, B x T (set by the trainer;
                             dt_parallel_init takes the model's): sizes ZeRO-3's vocabulary
                             row lookup (zero_lookup.c) */
+    int zero_reduce;     /* ZeRO-2/3's gradients (parallel.zero_reduce): DT_ZR_MICRO reduce-scatters
+                            every unit at every micro-step into the fp32 shard (+= in micro order);
+                            DT_ZR_STEP accumulates the full gradient locally over the step (DDP's
+                            scheme: zero_step.c) and reduce-scatters each unit once, in the last
+                            micro-step that forms it. DT_ZR_AUTO (the trainer resolves it: step
+                            under parallel.pp > 1) is micro here */
+    int zero3_gather;    /* ZeRO-3's parameters (parallel.zero3_gather): DT_ZG_USE gathers a unit
+                            into one of two windows at every use; DT_ZG_STEP into a resident full
+                            buffer once per step (and its 16-bit copy under mixed precision), read
+                            without communication until the update. DT_ZG_AUTO (resolved by the
+                            trainer from the memory plan) is use here */
 } dt_parallel_cfg;
+enum { DT_ZR_AUTO, DT_ZR_STEP, DT_ZR_MICRO };
+enum { DT_ZG_AUTO, DT_ZG_STEP, DT_ZG_USE };
 enum { DT_AR_AUTO, DT_AR_FLAT, DT_AR_HIER };
 enum { DT_COMPRESS_NONE, DT_COMPRESS_TOPK };
 
@@ -202,5 +219,9 @@ void dt_parallel_shard(const dt_parallel *p, size_t *count);
 /* Seconds spent waiting for communication in finish_grads/update (exposed), and in the
  * collectives themselves (total), since init. */
 void dt_parallel_comm_time(const dt_parallel *p, double *exposed, double *total);
+/* ZeRO-2/3: unit reduce-scatters and unit parameter gathers (ZeRO-3's windows or resident
+ * buffer; not the vocabulary row lookups, nor full-parameter gathers for checkpoints) run since
+ * init; 0 for DDP/ZeRO-1. Waits for the tasks in flight. */
+void dt_parallel_unit_counts(dt_parallel *p, long *reduces, long *gathers);
 
 #endif

@@ -17,10 +17,13 @@
 
 #include "parallel/parallel.h"
 
-typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_GATHER_LP, DT_TASK_REDUCE, DT_TASK_LOOKUP } dt_task_kind;
+typedef enum dt_task_kind { DT_TASK_BUCKET, DT_TASK_GATHER, DT_TASK_GATHER_LP, DT_TASK_REDUCE, DT_TASK_LOOKUP,
+                             DT_TASK_GATHER_RES } dt_task_kind;
 
 /* A communication task: reduce bucket a; gather unit a into parameter window b (in fp32, or
- * _LP: its matmul tensors in 16 bits, zero_params.c); reduce unit a from gradient window b;
+ * _LP: its matmul tensors in 16 bits, zero_params.c; _RES: into the resident step buffer,
+ * zero_step.c); reduce unit a from gradient window b & 1, b & 2 set when it is the unit's first
+ * reduction of the step (it writes the shard; b < 0: once from the step's gradient acc);
  * gather the rows of vocabulary tensor a that the micro-batch's tokens name (zero_lookup.c). */
 typedef struct dt_par_task {
     dt_task_kind kind;
@@ -137,6 +140,20 @@ struct dt_parallel {
     size_t *run_off, *run_len; /* runs in unit offsets (params.h dt_params_matmul_runs) */
     size_t *mm_cnt, *mm_off; /* [U x G] matmul elements of each node-shard, and of those before */
     size_t *nm_cnt, *nm_off; /* [U x G] the same for the other elements */
+    /* parallel.zero_reduce=step (zero_step.c): the step's full gradient acc (DDP/ZeRO-1's
+     * field, n_params floats, kept between steps), which units a micro-step of this step formed
+     * (touched[u]); in both modes which units were reduced this step (reduced[u]) */
+    int zr_step;
+    unsigned char *touched, *reduced;
+    /* parallel.zero3_gather=step (zero_step.c): the resident parameters (n_params floats at
+     * the store's offsets; 16-bit copies of the matmul runs beside under mixed precision),
+     * unit u current since the shard last changed (res_ok[u]) and the task filling it */
+    int zg_step;
+    float *pres;
+    uint16_t *pres16;
+    unsigned char *res_ok;
+    long *res_task;
+    long n_reduce, n_gather; /* unit reductions and gathers run (dt_parallel_unit_counts) */
     /* ZeRO-3's vocabulary row lookup (zero_lookup.c): one block of z.lk_bytes */
     void *lk_block;
     float *lk_recv;               /* what arrived: every rank's pieces of the rows (z.lk_rows x cols) */
@@ -177,6 +194,16 @@ dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst);
 dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w);
 /* The master shard changed: no window holds a current unit. */
 void dt_par_params_stale(dt_parallel *p);
+/* zero_step.c: the once-per-step modes */
+dt_status dt_par_step_init(dt_ctx *ctx, dt_parallel *p);
+void dt_par_step_free(dt_parallel *p);
+/* Hooks of the step modes, installed by dt_par_step_init over zero.c's / zero_params.c's. */
+/* After the last micro-step (finish_grads): reduces the units the last micro-step did not. */
+void dt_par_step_finish(dt_parallel *p);
+/* ZeRO-3, step gathers: unit u into the resident buffer (the task). */
+dt_status dt_par_gather_resident(dt_ctx *ctx, dt_parallel *p, int u);
+/* The resident copies are stale (the shard changed). */
+void dt_par_step_stale(dt_parallel *p);
 /* zero_lookup.c: p->lk_out's rows = the rows of vocabulary tensor p->lk_id that p->lk_tokens
  * name (the task) */
 dt_status dt_par_lookup(dt_ctx *ctx, dt_parallel *p);

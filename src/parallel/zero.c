@@ -7,8 +7,9 @@
  *                         with ZeRO-3's parameter shard and the 16-bit gathers).
  *   grads_begin(u)        point u's gradients at the next gradient window, once the
  *                         reduction still reading that window has finished, zeroed.
- *   grads_end(u)          reduce-scatter the window (rank order) into the gradient shard,
- *                         += over micro-steps.
+ *   grads_end(u)          reduce-scatter the window (rank order) into the gradient shard:
+ *                         the unit's first reduction of the step writes it, later ones +=.
+ * (parallel.zero_reduce=step replaces the gradient hooks: zero_step.c.)
  * No unit is larger than the largest sub-layer unit (params.h), so the windows hold two of
  * those (a third to a half of a layer each), and the embeddings
  * are never whole on a rank (the tied wte is gathered chunk by chunk at both ends of the
@@ -55,11 +56,15 @@ static void accumulate_lp(dt_dtype t, float *dst, const uint16_t *src, size_t n,
  * which the replicas then gather across nodes as bf16 (nothing more is rounded there). */
 dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
     double t0 = dt_now();
-    const float *win = p->gwin[buf];
+    /* buf < 0 (parallel.zero_reduce=step): the unit's part of the step's gradient, reduced once
+     * into the shard, which it overwrites (zero_step.c) */
+    const float *win = buf < 0 ? p->acc + p->m->ps.unit_lo[u] : p->gwin[buf & 1];
+    const int first = buf < 0 || (buf & 2); /* the unit's first reduction of the step: it writes */
     size_t n = G_cnt(p, u);
     float *dst = p->gshard + p->sb[u];
+    p->n_reduce++;
     if (p->world == 1) { /* my shard is the whole unit */
-        accumulate(dst, win + G_off(p, u), n, p->micro == 0);
+        accumulate(dst, win + G_off(p, u), n, first);
         p->t_total += dt_now() - t0;
         return DT_OK;
     }
@@ -83,20 +88,20 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
         if (bf16) {
             uint16_t *out = mine16 ? mine16 + done : p->rs16;
             DT_CHECK(dt_comm_reduce_scatter_ordered_lp(ctx, p->comm, p->g_dp, lt, win, rc, rd, out, p->lp));
-            if (!mine16) accumulate_lp(lt, dst + done, p->rs16, rc[p->rank], p->micro == 0);
+            if (!mine16) accumulate_lp(lt, dst + done, p->rs16, rc[p->rank], first);
             continue;
         }
         DT_CHECK(dt_comm_reduce_scatter_ordered(ctx, p->comm, p->g_dp, win, rc, rd, p->rs_out, p->rs_scratch));
         if (mine) dt_copy(mine + done, p->rs_out, rc[p->rank] * sizeof(float));
-        else accumulate(dst + done, p->rs_out, rc[p->rank], p->micro == 0);
+        else accumulate(dst + done, p->rs_out, rc[p->rank], first);
     }
     if (mine) {
         DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_cross, p->ns_buf, sc, so));
-        accumulate(dst, p->ns_buf, n, p->micro == 0);
+        accumulate(dst, p->ns_buf, n, first);
     }
     if (mine16) {
         DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, p->g_cross, p->ns16, sc, so));
-        accumulate_lp(lt, dst, p->ns16, n, p->micro == 0);
+        accumulate_lp(lt, dst, p->ns16, n, first);
     }
     p->t_total += dt_now() - t0;
     return DT_OK;
@@ -114,15 +119,21 @@ static void z_grads_begin(void *ud, int u) {
 static void z_grads_end(void *ud, int u) {
     dt_parallel *p = ud;
     DT_ASSERT(p->m->ps.unit_grads[u] == p->gwin[p->gw_cur]);
-    p->gwin_task[p->gw_cur] = dt_par_submit(p, DT_TASK_REDUCE, u, p->gw_cur);
+    /* the first reduction of u in the step writes the shard, later ones add: the first
+     * micro-step's, except for an interleaved stage's chunks that micro-step does not form */
+    int first = !p->reduced[u];
+    p->reduced[u] = 1;
+    p->gwin_task[p->gw_cur] = dt_par_submit(p, DT_TASK_REDUCE, u, p->gw_cur | first << 1);
 }
 
 void dt_par_zero_begin_micro(dt_parallel *p) {
     /* No unit has a gradient buffer until its grads_begin. */
     for (int u = 0; u < p->U; u++) p->m->ps.unit_grads[u] = NULL;
+    if (p->micro == 0) memset(p->touched, 0, 2 * (size_t)p->U); /* a new step (zero_step.c) */
 }
 
 dt_status dt_par_zero_finish(dt_ctx *ctx, dt_parallel *p) {
+    if (p->zr_step) dt_par_step_finish(p); /* the units the last micro-step did not reduce */
     dt_par_wait(p, p->queued - 1);
     if (p->err == DT_OK) return DT_OK;
     memcpy(ctx->err, p->err_ctx.err, sizeof ctx->err);
@@ -158,6 +169,7 @@ dt_status dt_par_zero_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     m->hooks.grads_begin = z_grads_begin;
     m->hooks.grads_end = z_grads_end;
     if (p->sharded_params) DT_CHECK(dt_par_params_init(ctx, p, seed));
+    DT_CHECK(dt_par_step_init(ctx, p)); /* the once-per-step modes, when chosen */
     dt_par_zero_begin_micro(p);
     return DT_OK;
 }
@@ -174,5 +186,6 @@ void dt_par_zero_free(dt_parallel *p) {
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->rs16, p->z.rs_round * sizeof(uint16_t));
     dt_alloc_put(p->alloc, DT_MEM_COMM, p->ns16, p->z.max_ns * sizeof(uint16_t));
 #undef PUT
+    dt_par_step_free(p);
     if (p->sharded_params) dt_par_params_free(p);
 }

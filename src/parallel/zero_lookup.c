@@ -28,7 +28,8 @@
 
 void dt_par_lookup_sizes(const dt_params *ps, const dt_parallel_cfg *cfg, int G, dt_par_sizes *z) {
     z->lk_rows = z->lk_cols = z->lk_words = z->lk_bytes = 0;
-    if (cfg->strategy != DT_STRAT_ZERO3 || G < 2 || cfg->tokens <= 0) return;
+    /* gathers per step read the resident copy (zero_step.c): no lookup */
+    if (cfg->strategy != DT_STRAT_ZERO3 || G < 2 || cfg->tokens <= 0 || cfg->zero3_gather == DT_ZG_STEP) return;
     size_t rows = 0, cols = 0;
     for (int i = 0; i < ps->n_tensors; i++) {
         const dt_tensor_info *t = &ps->tensors[i];

@@ -151,6 +151,7 @@ static int z_lookup(void *ud, int id, const int32_t *tokens, int N, int next, fl
 void dt_par_params_stale(dt_parallel *p) {
     p->pwin_unit[0] = p->pwin_unit[1] = -1; /* units are gathered when next used */
     for (int u = 0; u < p->U; u++) p->m->ps.unit_params_lp[u] = NULL;
+    dt_par_step_stale(p); /* the resident copies too (zero_step.c) */
 }
 
 /* The 16-bit gather layout: each unit's matmul runs, and per node-shard its matmul and
@@ -189,7 +190,7 @@ static dt_status get(dt_ctx *ctx, dt_parallel *p, size_t n, size_t esize, void *
 dt_status dt_par_params_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
     dt_model *m = p->m;
     DT_CHECK(get(ctx, p, p->S, sizeof(float), (void **)&p->pshard));
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2 && !p->zg_step; w++) { /* gathers per step: no windows (zero_step.c) */
         DT_CHECK(get(ctx, p, p->z.max_unit, sizeof(float), (void **)&p->pwin[w]));
         DT_CHECK(get(ctx, p, p->z.lpwin, sizeof(uint16_t), (void **)&p->lpwin[w]));
     }
@@ -217,7 +218,7 @@ dt_status dt_par_params_init(dt_ctx *ctx, dt_parallel *p, uint64_t seed) {
 void dt_par_params_free(dt_parallel *p) {
     for (int u = 0; u < p->U; u++) p->m->ps.unit_params_lp[u] = NULL; /* no dangling pointers */
     dt_alloc_put(p->alloc, DT_MEM_PARAMS, p->pshard, p->S * sizeof(float));
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 2 && !p->zg_step; w++) {
         dt_alloc_put(p->alloc, DT_MEM_PARAMS, p->pwin[w], p->z.max_unit * sizeof(float));
         dt_alloc_put(p->alloc, DT_MEM_PARAMS, p->lpwin[w], p->z.lpwin * sizeof(uint16_t));
     }

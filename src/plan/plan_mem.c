@@ -181,18 +181,28 @@ static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
     memset(c.pp_first, 0, sizeof c.pp_first);
     int world = l->dp * l->tp * l->pp, node = world < job->dpn ? world : job->dpn;
     if (node < 1 || world % node) node = world;
-    double best = -1;
-    for (int q = 0; q < 2 * l->pp; q++) { /* each stage's first and last data-parallel rank */
-        const int p = q / 2, d = q % 2 ? l->dp - 1 : 0;
-        if (q % 2 && l->dp == 1) continue;
-        size_t b[DT_MEM_NKINDS];
-        DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, (d + l->dp * p) * l->tp, b));
-        double tot = 0;
-        for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
-        if (tot > best) {
-            best = tot;
-            for (int k = 0; k < DT_MEM_NKINDS; k++) r->mem[k] = (double)b[k];
+    /* ZeRO's modes (decision 80): parallel.zero_reduce's auto is the trainer's (step under a
+     * pipeline); parallel.zero3_gather's auto is step when every rank's plan with the resident
+     * parameters fits the device's memory, else use (the trainer's rule with the device for the
+     * host's share) */
+    const int try_step = c.parallel.zero3_gather == DT_ZG_AUTO && l->zero == DT_STRAT_ZERO3 && l->pp > 1;
+    if (c.parallel.zero3_gather == DT_ZG_AUTO) c.parallel.zero3_gather = try_step ? DT_ZG_STEP : DT_ZG_USE;
+    for (int pass = 0; pass < 2; pass++) {
+        double best = -1;
+        for (int q = 0; q < 2 * l->pp; q++) { /* each stage's first and last data-parallel rank */
+            const int p = q / 2, d = q % 2 ? l->dp - 1 : 0;
+            if (q % 2 && l->dp == 1) continue;
+            size_t b[DT_MEM_NKINDS];
+            DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, (d + l->dp * p) * l->tp, b));
+            double tot = 0;
+            for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
+            if (tot > best) {
+                best = tot;
+                for (int k = 0; k < DT_MEM_NKINDS; k++) r->mem[k] = (double)b[k];
+            }
         }
+        if (!try_step || c.parallel.zero3_gather != DT_ZG_STEP || best <= job->hw->memory_bytes) break;
+        c.parallel.zero3_gather = DT_ZG_USE; /* the resident parameters do not fit: per use */
     }
     r->dtrain_sizing = 1;
     return DT_OK;

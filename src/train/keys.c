@@ -132,6 +132,8 @@ static const key_def keys[] = {
     ENUM("parallel.compression", compression, "none|topk", "topk: each bucket sends only its largest parallel.compression_ratio of elements (per block of 65536) as (index, value) pairs, values in parallel.grad_dtype, all-gathered and summed in rank order; what was not sent is kept per rank (error feedback, saved in checkpoints) and added to the next step's gradients; ddp and zero1 only"),
     NUM("parallel.compression_ratio", K_FLOAT, compression_ratio, "the part of each block of gradients Top-K sends, in (0, 1]"),
     ENUM("parallel.compression_adam", compression_adam, "age|plain", "Top-K with parallel.compression_ratio < 1: how AdamW takes the sparse, delayed sums (age: an element whose sum arrives after a steps takes it as a steps of its mean gradient - moments advanced by a steps, a steps of movement at once - and otherwise waits, its age kept per element in the optimizer state and checkpoints; plain: the sums as ordinary gradients, the elements that received nothing decaying their moments, one step of movement per burst)"),
+    ENUM("parallel.zero_reduce", zero_reduce, "auto|step|micro", "zero2/zero3: when gradients are reduce-scattered - step: each rank accumulates its full gradient over the step's micro-batches (DDP's scheme, a gradient buffer of the rank's parameters kept between steps) and reduce-scatters each unit once, in the last micro-step's backward (the bits of ddp and zero1); micro: every unit at every micro-step into the fp32 shard (no full gradient buffer); auto: step with parallel.pp > 1, micro otherwise"),
+    ENUM("parallel.zero3_gather", zero3_gather, "auto|step|use", "zero3: when parameters are all-gathered - step: each unit once per step into a resident copy of the rank's parameters (and their 16-bit copy under bf16/fp16), read without communication until the update; use: at every use into one of two unit windows (each forward and backward of each micro-batch); the same bits; auto: step with parallel.pp > 1 when the trainer's memory plan with the resident copy fits this rank's share of the host's physical memory (total / ranks on the node), use otherwise"),
     NUM("parallel.compression_warmup", K_LONG, compression_warmup, "Top-K: the first N steps are reduced uncompressed (Deep Gradient Compression's warm-up: the early, fast-changing gradients are not delayed by the residual); the bits are those of parallel.compression=none for those steps"),
     NUM("parallel.tp", K_INT, tp, "tensor-parallel degree: ranks that split each layer's matmuls (Megatron's column- and row-parallel layers, the vocabulary-parallel embedding and loss; consecutive ranks, inside a node); gpt2, llama and vit, with ddp, zero1-3, hybrid sharding and Top-K compression over the data-parallel ranks"),
     STR("parallel.layout", layout, "auto: rank 0 plans the job on parallel.layout_hardware (dtrain plan's model, docs/planner.md) and every rank runs the fastest fitting layout dtrain can run (strategy, hybrid, tp, pp), logging the plan's top 3; an explicit parallel.tp, parallel.pp or parallel.strategy keeps its value; '' = the keys as given"),
@@ -199,6 +201,8 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->allreduce, "auto");
     strcpy(c->compression, "none");
     strcpy(c->compression_adam, "age");
+    strcpy(c->zero_reduce, "auto");
+    strcpy(c->zero3_gather, "auto");
     strcpy(c->pp_schedule, "1f1b");
     c->pp_virtual = 1;
     c->compression_ratio = 0.01f;
@@ -508,6 +512,8 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     t->parallel.topk_ratio = c->compression_ratio;
     t->parallel.topk_warmup = c->compression_warmup;
     t->parallel.topk_age = !strcmp(c->compression_adam, "age");
+    t->parallel.zero_reduce = !strcmp(c->zero_reduce, "step") ? DT_ZR_STEP : !strcmp(c->zero_reduce, "micro") ? DT_ZR_MICRO : DT_ZR_AUTO;
+    t->parallel.zero3_gather = !strcmp(c->zero3_gather, "step") ? DT_ZG_STEP : !strcmp(c->zero3_gather, "use") ? DT_ZG_USE : DT_ZG_AUTO;
     if (c->compression_warmup < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.compression_warmup must be >= 0 (got %ld)", c->compression_warmup);
     if (!(c->compression_ratio > 0 && c->compression_ratio <= 1))

@@ -77,6 +77,8 @@ typedef struct dt_run_cfg {
     float compression_ratio;   /* parallel.compression_ratio: part of each block Top-K sends */
     long compression_warmup;   /* parallel.compression_warmup: dense steps before Top-K */
     char compression_adam[8];  /* parallel.compression_adam: age | plain */
+    char zero_reduce[8];       /* parallel.zero_reduce: auto | step | micro */
+    char zero3_gather[8];      /* parallel.zero3_gather: auto | step | use */
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */

@@ -177,6 +177,12 @@ static dt_status log_memory(dt_ctx *ctx, run_state *r, dt_comm *comm) {
     dt_log_info(ctx, "memory high-water: allocator=%zu plan=%zu params=%zu grads=%zu optimizer=%zu activations=%zu "
                 "comm=%zu other=%zu", r->tr.alloc.total_peak, tot, pk[DT_MEM_PARAMS], pk[DT_MEM_GRADS],
                 pk[DT_MEM_OPTIM], pk[DT_MEM_ACTS], pk[DT_MEM_COMM], pk[DT_MEM_OTHER]);
+    if (r->tr.cfg.parallel.strategy >= DT_STRAT_ZERO2) { /* how often units were reduced and gathered (decision 80) */
+        long red, gat;
+        dt_parallel_unit_counts(r->tr.par, &red, &gat);
+        dt_log_info(ctx, "zero: %ld unit reduce-scatters, %ld unit gathers in %ld steps of %d units", red, gat,
+                    r->steps_run, r->tr.model.ps.n_units);
+    }
     return DT_OK;
 }
 
@@ -401,6 +407,14 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
                     t->pp_kind == DT_PP_INTERLEAVED ? " (chunks of them around a ring)" : "", cut,
                     t->pp_blocks ? ", all stages in each process (parallel.pp_blocks)" : "", t->accum);
     }
+    const dt_parallel_cfg *zc = &r.tr.cfg.parallel; /* the ZeRO modes as resolved (decision 80) */
+    if (zc->strategy >= DT_STRAT_ZERO2)
+        dt_log_info(ctx, "zero: gradients reduce-scattered once a %s (parallel.zero_reduce=%s)%s",
+                    zc->zero_reduce == DT_ZR_STEP ? "step, accumulated locally" : "micro-step",
+                    zc->zero_reduce == DT_ZR_STEP ? "step" : "micro",
+                    zc->strategy != DT_STRAT_ZERO3    ? ""
+                    : zc->zero3_gather == DT_ZG_STEP ? "; parameters gathered once a step into a resident copy (parallel.zero3_gather=step)"
+                                                     : "; parameters gathered at every use (parallel.zero3_gather=use)");
     dt_log_info(ctx, "batch %d x %d tokens x %d accumulation per rank, %ld steps; data %s (%s)%s%s; MFU vs %.1f GFLOP/s",
                 t->micro_batch, t->seq_len, t->accum, t->steps,
                 cfg->data_train[0] ? cfg->data_train : "synthetic",

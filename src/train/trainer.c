@@ -27,7 +27,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO};
     c->seed = 1337;
     c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
@@ -138,8 +138,56 @@ void dt_test_aid(const char *name, long *a, int *b) {
     if (!v || sscanf(v, "%ld:%d", a, b) != 2) *a = -1;
 }
 
+/* This host's physical memory in bytes (DTRAIN_MEM_PHYSICAL overrides it: tests). */
+static double phys_bytes(void) {
+    const char *ov = getenv("DTRAIN_MEM_PHYSICAL");
+    if (ov) return strtod(ov, NULL);
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
+}
+
+static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
+                           size_t bytes[DT_MEM_NKINDS]);
+
+dt_status dt_trainer_zero3_fits(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
+                                double budget, int *fits) {
+    dt_train_cfg c = *cfg;
+    c.parallel.zero3_gather = DT_ZG_STEP;
+    if (c.parallel.zero_reduce == DT_ZR_AUTO) c.parallel.zero_reduce = cfg->pp > 1 ? DT_ZR_STEP : DT_ZR_MICRO;
+    size_t b[DT_MEM_NKINDS];
+    DT_CHECK(plan_body(ctx, &c, world, node_ranks, rank, b));
+    double tot = 0;
+    for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
+    *fits = tot <= budget;
+    return DT_OK;
+}
+
+/* parallel.zero_reduce and parallel.zero3_gather's auto, by this rank's rule (decision 80):
+ * gradients once per step under a pipeline; ZeRO-3's parameters resident for the step under a
+ * pipeline when the plan with them fits this rank's share of the host's physical memory. */
+static dt_status resolve_zero(dt_ctx *ctx, dt_train_cfg *c, int world, int node_ranks, int rank) {
+    if (c->parallel.zero_reduce == DT_ZR_AUTO) c->parallel.zero_reduce = c->pp > 1 ? DT_ZR_STEP : DT_ZR_MICRO;
+    if (c->parallel.zero3_gather != DT_ZG_AUTO) return DT_OK;
+    int fits = 0;
+    if (c->parallel.strategy == DT_STRAT_ZERO3 && c->pp > 1)
+        DT_CHECK(dt_trainer_zero3_fits(ctx, c, world, node_ranks, rank, phys_bytes() / node_ranks, &fits));
+    c->parallel.zero3_gather = fits ? DT_ZG_STEP : DT_ZG_USE;
+    return DT_OK;
+}
+
 dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
                               size_t bytes[DT_MEM_NKINDS]) {
+    memset(bytes, 0, DT_MEM_NKINDS * sizeof bytes[0]);
+    if (world < 1 || node_ranks < 1 || world % node_ranks || rank < 0 || rank >= world)
+        return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: %d ranks cannot be %d per node (rank %d)", world,
+                       node_ranks, rank);
+    dt_train_cfg c = *cfg;
+    DT_CHECK(resolve_zero(ctx, &c, world, node_ranks, rank));
+    return plan_body(ctx, &c, world, node_ranks, rank, bytes);
+}
+
+static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
+                           size_t bytes[DT_MEM_NKINDS]) {
     memset(bytes, 0, DT_MEM_NKINDS * sizeof bytes[0]);
     dt_model_config mc = cfg->model;
     DT_CHECK(dt_model_config_validate(ctx, &mc));
@@ -423,6 +471,22 @@ dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
     return dt_fail(ctx, DT_ERR_BACKEND, "tensor parallelism: a collective of the TP group failed: %s", tr->tp.ctx.err);
 }
 
+/* Resolves the ZeRO modes' auto in tr->cfg (so the memory plan sees what runs): each rank's rule,
+ * then one verdict for the world (resident parameters only if they fit on every rank), since the
+ * ranks of a data-parallel group must issue the same gathers. */
+static dt_status zero_modes(dt_ctx *ctx, dt_trainer *tr, dt_comm *comm) {
+    dt_train_cfg *c = &tr->cfg;
+    const int was_auto = c->parallel.zero3_gather == DT_ZG_AUTO;
+    const int node = dt_comm_size(comm, DT_GROUP_NODE), world = dt_comm_size(comm, DT_GROUP_WORLD);
+    const int me = dt_comm_rank(comm, DT_GROUP_CROSS) * node + dt_comm_rank(comm, DT_GROUP_NODE);
+    DT_CHECK(resolve_zero(ctx, c, world, node, me));
+    if (!was_auto || c->parallel.strategy != DT_STRAT_ZERO3 || c->pp <= 1 || world <= 1) return DT_OK;
+    int64_t fits = c->parallel.zero3_gather == DT_ZG_STEP;
+    DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, &fits, 1, DT_I64, DT_MIN));
+    c->parallel.zero3_gather = fits ? DT_ZG_STEP : DT_ZG_USE;
+    return DT_OK;
+}
+
 dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, dt_comm *comm) {
     memset(tr, 0, sizeof *tr);
     tr->cfg = *cfg;
@@ -492,6 +556,8 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     }
     pc.accum = cfg->accum * dt_pp_passes(cfg); /* a micro-step per pass (a chunk's; zb-h1's B and W) */
     pc.compute = cfg->model_opts.compute;
+    DT_CHECK_GOTO(zero_modes(ctx, tr, comm)); /* parallel.zero_reduce / zero3_gather's auto */
+    pc.zero_reduce = tr->cfg.parallel.zero_reduce, pc.zero3_gather = tr->cfg.parallel.zero3_gather;
     DT_CHECK_GOTO(dt_parallel_init(ctx, &tr->par, comm, &tr->model, &tr->alloc, &pc, cfg->seed));
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_init(ctx, tr));
     size_t bt = (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t);

@@ -213,6 +213,11 @@ void dt_test_aid(const char *name, long *a, int *b);
  * every strategy); the formula per strategy is in docs/ARCHITECTURE.md. */
 dt_status dt_trainer_mem_plan(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
                               size_t bytes[DT_MEM_NKINDS]);
+/* Whether rank's memory plan with parallel.zero3_gather=step (parallel.zero_reduce's auto
+ * resolved) is at most budget bytes: parallel.zero3_gather=auto's rule (decision 80; the trainer
+ * takes this host's physical memory over its ranks, dtrain plan the device's memory). */
+dt_status dt_trainer_zero3_fits(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
+                                double budget, int *fits);
 /* The same for the calling rank of comm (its world, node size and place). */
 dt_status dt_trainer_mem_plan_here(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
                                    size_t bytes[DT_MEM_NKINDS]);
