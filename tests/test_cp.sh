@@ -129,6 +129,18 @@ run b1 1 --steps 8 --set training.precision=bf16
 run b2 2 --steps 8 --set training.precision=bf16 --set parallel.cp=2
 check "bf16 cp 2 == bf16 cp 1 within 2e-3" b1 b2 2e-3 8
 
+# The planner runs cp layouts on dtrain's own memory plan: equal to cp 2's allocator high-water.
+src=$(cd "$(dirname "$0")/.." && pwd)
+hw=$(sed -n 's/.*memory high-water: allocator=\([0-9]*\) .*/\1/p' "$dir/cp2.log" | head -1)
+pl=$("$bin" plan "${model[@]}" --batch 1 --global-batch 1 --gpus 2 --nodes 1 --hardware cpu-core \
+       --catalog "$src/configs/hardware.yaml" --cp 2 --json 2>/dev/null | /usr/bin/python3 -c "
+import json, sys
+l = [x for x in json.load(sys.stdin)['layouts'] if x['cp'] == 2 and x['strategy'] == 'ddp' and x['dp'] == 1][0]
+assert l['dtrain_runs'] and l['memory_source'] == 'dtrain', l
+print(l['memory_bytes']['total'])")
+[ -n "$hw" ] && [ "$pl" = "$hw" ] && pass "dtrain plan --cp 2 runs the layout, its memory $pl bytes = the allocator's high-water" ||
+  fail "dtrain plan --cp 2: memory '$pl' against the allocator's '$hw'"
+
 a1=$(acts ref) a2=$(acts cp2)
 /usr/bin/python3 -c "import sys; a1, a2 = int(sys.argv[1]), int(sys.argv[2]); sys.exit(0 if a2 <= 0.6 * a1 else 1)" "$a1" "$a2" &&
   pass "activations per rank: cp 2 $a2 bytes = $(/usr/bin/python3 -c "print(f'{$a2/$a1:.3f}')") of cp 1's $a1" ||

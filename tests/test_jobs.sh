@@ -52,7 +52,7 @@ bad() {  # WANT(grep -E) ARGS...
 bad "--emit yaml: unknown kind" "${big[@]}" --emit yaml --set checkpoint.dir=ck
 bad "--emit-out /nonexistent/dir/job.sh: No such file" "${big[@]}" --emit slurm --set checkpoint.dir=ck --emit-out /nonexistent/dir/job.sh
 bad "--emit needs checkpoint.dir" "${big[@]}" --emit slurm
-bad "--emit: no layout a dtrain job can run .* \(context- or expert-parallel layouts do" "${big[@]}" --cp 2 --emit slurm \
+bad "--emit: no layout a dtrain job can run .* \(layouts a job cannot run yet do" "${big[@]}" --seq 1000 --cp 8 --emit slurm \
   --set checkpoint.dir=ck
 bad "--hosts names 3 host\(s\); the plan has 2 node" "${big[@]}" --emit mpirun --hosts a,b,c --set checkpoint.dir=ck
 bad "--emit mpirun needs the nodes: --hosts" "${big[@]}" --emit mpirun --set checkpoint.dir=ck

@@ -251,6 +251,10 @@ static dt_status train_args(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_ru
     DT_CHECK(cmd_add(ctx, c, "parallel.tp=%d", l->tp));
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "parallel.pp=%d", l->pp));
+    if (l->cp > 1) {
+        DT_CHECK(cmd_add(ctx, c, "--set"));
+        DT_CHECK(cmd_add(ctx, c, "parallel.cp=%d", l->cp));
+    }
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "training.batch=%ld", job->global_batch));
     if (e->kind == DT_EMIT_K8S) {
@@ -489,8 +493,9 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     }
     if (best < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout a dtrain job can run (data parallel: ddp, "
-                       "zero1-3, hybrid; tensor parallel dividing the heads; pipeline parallel; cp = ep = 1) fits %d x %s%s",
-                       job->gpus, job->hw->key, fastest >= 0 ? " (context- or expert-parallel layouts do: a job cannot run them yet)" : "");
+                       "zero1-3, hybrid; tensor parallel dividing the heads; pipeline parallel; context parallel over "
+                       "sequences of a multiple of 2 cp; ep = 1) fits %d x %s%s", job->gpus, job->hw->key,
+                       fastest >= 0 ? " (layouts a job cannot run yet do: marked * in the table)" : "");
     if (!rc->ckpt_dir[0])
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit needs checkpoint.dir (in the config or --set "
                        "checkpoint.dir=DIR): a restarted or requeued job resumes from it");

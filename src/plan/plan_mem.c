@@ -149,7 +149,12 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->cp != 1 || l->ep != 1) return 0;
+    if (l->ep != 1) return 0;
+    if (l->cp > 1) { /* context parallelism (decision 83): the causal families, dense, no hybrid sharding */
+        const char *fam = m->is_dtrain ? m->mc.family : "";
+        if (m->experts > 0 || l->hybrid || job->train.seq_len % (2 * l->cp)) return 0;
+        if (m->is_dtrain && strcmp(fam, "llama") && strcmp(fam, "gpt2")) return 0;
+    }
     /* pipeline parallelism (decision 74): a stage holds a layer at least; experts too (82) */
     if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX)) return 0;
     if (l->tp <= 1) return 1;
@@ -179,7 +184,9 @@ static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
      * last stage's head) */
     c.pp = l->pp, c.pp_kind = DT_PP_1F1B, c.pp_virtual = 1, c.pp_blocks = 0;
     memset(c.pp_first, 0, sizeof c.pp_first);
-    int world = l->dp * l->tp * l->pp, node = world < job->dpn ? world : job->dpn;
+    /* context parallelism: each rank T / cp rows of every sequence (decision 83) */
+    c.cp = l->cp > 1 ? l->cp : 1, c.model_opts.cp = l->cp > 1 ? l->cp : 0, c.model_opts.cp_rank = 0;
+    int world = l->dp * l->tp * l->pp * c.cp, node = world < job->dpn ? world : job->dpn;
     if (node < 1 || world % node) node = world;
     /* ZeRO's modes (decision 80): parallel.zero_reduce's auto is the trainer's (step under a
      * pipeline); parallel.zero3_gather's auto is step when every rank's plan with the resident
@@ -193,7 +200,7 @@ static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
             const int p = q / 2, d = q % 2 ? l->dp - 1 : 0;
             if (q % 2 && l->dp == 1) continue;
             size_t b[DT_MEM_NKINDS];
-            DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, (d + l->dp * p) * l->tp, b));
+            DT_CHECK(dt_trainer_mem_plan(ctx, &c, world, node, (d + l->dp * p) * c.cp * l->tp, b)); /* tp, cp, dp, pp */
             double tot = 0;
             for (int k = 0; k < DT_MEM_NKINDS; k++) tot += (double)b[k];
             if (tot > best) {
