@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Context parallelism through `dtrain train` under MPI (parallel.cp; ARCHITECTURE decision 83).
 # A custom llama (2 layers, d 64, grouped-query heads) at T = 4096, one sequence per rank:
-#  - cp 2 and cp 4 against cp 1: the losses of 20 steps within 1e-5 relative, and the first
+#  - cp 2 and cp 4 (and cp 2 with parallel.cp_split=contiguous) against cp 1: the losses of 20 steps within 1e-5 relative, and the first
 #    step's gradients within 1e-4 normwise tensor by tensor (the ring's merges round
 #    differently from one flash pass over the whole row: tolerance, not bitwise - decision 83);
 #  - dp 2 x cp 2 (4 ranks) against dp 2: 20 losses within 1e-5;
@@ -40,6 +40,8 @@ run cp2 2 --set parallel.cp=2
 run cp4 4 --set parallel.cp=4
 check "llama T 4096: cp 2 == cp 1 within 1e-5" ref cp2 1e-5
 check "llama T 4096: cp 4 == cp 1 within 1e-5" ref cp4 1e-5
+run cpc 2 --set parallel.cp=2 --set parallel.cp_split=contiguous
+check "llama T 4096: cp 2 with contiguous chunks (parallel.cp_split) == cp 1 within 1e-5" ref cpc 1e-5
 grep -q "context parallelism: cp 2 x dp 1, 2048 rows of each 4096-token sequence" "$dir/cp2.log" &&
   pass "cp 2 logs its layout" || fail "cp 2 did not log its layout: $(grep -m1 context "$dir/cp2.log")"
 

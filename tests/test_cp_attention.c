@@ -7,8 +7,9 @@
  *    blocks is tests/test_backend_ops.c's);
  *  - each rank's dqkv, scattered to the global positions, equals dt_attention_backward's, to
  *    2e-5 (the gradients of the keys and values summed around the ring);
- *  - a wrong chunk layout (rank r holding chunks r and r + cp, the contiguous halves) fails
- *    the comparison: the test sees the layout. */
+ *  - the contiguous layout (parallel.cp_split=contiguous: rank r the r-th cp-th) with its own
+ *    pairs matches too, and contiguous rows given to the balanced ring fail the comparison:
+ *    the test sees the layout. */
 #include "testutil.h"
 
 #include <math.h>
@@ -59,24 +60,24 @@ typedef struct job {
     int B, Tl, NH, NKV, hs;
     dt_dtype op;
     float *qkv, *out, *lse, *dout, *dqkv, *scratch;
+    int contiguous; /* the ring's chunk layout (parallel.cp_split) */
     int rc;
 } job;
 
 static void *run_rank(void *arg) {
     job *j = arg;
-    dt_cp_ring ring = {j->ud.sim->P, j->ud.r, &j->ud, sim_start, sim_wait};
+    dt_cp_ring ring = {j->ud.sim->P, j->ud.r, j->contiguous, &j->ud, sim_start, sim_wait};
     j->rc = dt_cp_attention_forward(&ring, j->scratch, j->out, j->lse, j->qkv, j->B, j->Tl, j->NH, j->NKV, j->hs, j->op);
     j->rc |= dt_cp_attention_backward(&ring, j->scratch, j->dqkv, j->dout, j->qkv, j->out, j->lse, j->B, j->Tl, j->NH,
                                       j->NKV, j->hs, j->op);
     return NULL;
 }
 
-/* Global position of local row i of rank r: the balanced layout, or (wrong = 1) contiguous
- * chunks r and r + cp. */
-static int pos_of(int P, int r, int Tl, int i, int wrong) {
-    if (!wrong) return dt_cp_pos(P, r, Tl, i);
-    const int c = Tl / 2;
-    return i < c ? r * c + i : (r + P) * c + (i - c);
+/* Global position of local row i of rank r: the balanced layout (mode 0), contiguous rows
+ * given to the balanced ring (1: wrong), or the contiguous layout and ring (2:
+ * parallel.cp_split=contiguous). */
+static int pos_of(int P, int r, int Tl, int i, int mode) {
+    return dt_cp_pos(P, r, Tl, i, mode != 0);
 }
 
 /* Runs the ring at cp = P for chunk size c; returns 1 when every rank's results match the
@@ -99,6 +100,7 @@ static int ring_matches(int P, int B, int c, int NH, int NKV, int hs, dt_dtype o
         job *j = &jobs[r];
         memset(j, 0, sizeof *j);
         j->ud = (rank_ud){&sim, r}, j->B = B, j->Tl = Tl, j->NH = NH, j->NKV = NKV, j->hs = hs, j->op = op;
+        j->contiguous = wrong == 2;
         j->qkv = tu_malloc((size_t)B * Tl * ldq * 4), j->dout = tu_malloc((size_t)B * Tl * ldo * 4);
         j->out = tu_malloc((size_t)B * Tl * ldo * 4), j->lse = tu_malloc((size_t)B * NH * Tl * 4);
         j->dqkv = tu_malloc((size_t)B * Tl * ldq * 4);
@@ -136,11 +138,12 @@ static int ring_matches(int P, int B, int c, int NH, int NKV, int hs, dt_dtype o
     for (size_t i = 0; i < (size_t)B * T * ldq; i++) wd[i] = dqkv[i];
     char what[160];
     const double tol = op == DT_F32 ? 1e-5 : 2e-3;
-    snprintf(what, sizeof what, "cp %d c %d %s%s out", P, c, dt_dtype_name(op), wrong ? " (contiguous chunks)" : "");
+    const char *lay = wrong == 1 ? " (contiguous rows, balanced ring)" : wrong == 2 ? " (contiguous)" : "";
+    snprintf(what, sizeof what, "cp %d c %d %s%s out", P, c, dt_dtype_name(op), lay);
     int ok = tu_close(what, go, wo, (size_t)B * T * ldo, tol, tol);
-    snprintf(what, sizeof what, "cp %d c %d %s%s lse", P, c, dt_dtype_name(op), wrong ? " (contiguous chunks)" : "");
+    snprintf(what, sizeof what, "cp %d c %d %s%s lse", P, c, dt_dtype_name(op), lay);
     ok &= tu_close(what, gl, wl, (size_t)B * NH * T, tol, tol);
-    snprintf(what, sizeof what, "cp %d c %d %s%s dqkv", P, c, dt_dtype_name(op), wrong ? " (contiguous chunks)" : "");
+    snprintf(what, sizeof what, "cp %d c %d %s%s dqkv", P, c, dt_dtype_name(op), lay);
     ok &= tu_close(what, gd, wd, (size_t)B * T * ldq, 2 * tol, 2 * tol);
     for (int r = 0; r < P; r++) {
         free(jobs[r].qkv), free(jobs[r].dout), free(jobs[r].out), free(jobs[r].lse), free(jobs[r].dqkv);
@@ -161,6 +164,9 @@ static void test_ring_equals_whole_attention(void **state) {
     }
     assert_true(ring_matches(2, 2, 24, 4, 2, 16, DT_BF16, 0));
     assert_true(ring_matches(4, 1, 33, 4, 2, 16, DT_BF16, 0));
+    /* parallel.cp_split=contiguous: its own pairs (an earlier rank's block whole, a later one never) */
+    assert_true(ring_matches(2, 2, 24, 4, 2, 16, DT_F32, 2));
+    assert_true(ring_matches(3, 1, 17, 4, 1, 8, DT_F32, 2));
 }
 
 static void test_wrong_layout_fails(void **state) {

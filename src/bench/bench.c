@@ -110,6 +110,8 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->exposed_s += ss.comm_seconds;
         r->tp_s += ss.tp_seconds / steps;
         r->tp_bytes_step += ss.tp_bytes / steps;
+        r->cp_s += ss.cp_seconds / steps;
+        r->cp_bytes_step += ss.cp_bytes / steps;
         r->pp_s += ss.pp_seconds / steps;
         r->pp_bytes_step += ss.pp_bytes / steps;
         r->pp_idle_s += ss.pp_idle / steps;
@@ -180,7 +182,16 @@ static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *co
     /* Exposed communication per rank: the rank that waits least (the last to arrive) waits
      * only for the collectives themselves. */
     s->exposed_ms = calloc((size_t)W, sizeof *s->exposed_ms);
-    if (!s->exposed_ms) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    s->attn_ms = calloc((size_t)W, sizeof *s->attn_ms);
+    s->cp_wait_ms = calloc((size_t)W, sizeof *s->cp_wait_ms);
+    if (!s->exposed_ms || !s->attn_ms || !s->cp_wait_ms) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    for (int i = 0; i < s->opts.repeats; i++) { /* the attention (context parallelism: per rank, its balance) */
+        const dt_model_prof *p = &s->runs[i].prof;
+        s->attn_ms[me] += 1e3 * (p->fwd[DT_OP_ATTENTION] + p->bwd[DT_OP_ATTENTION]) / ((double)s->opts.repeats * s->opts.steps);
+        s->cp_wait_ms[me] += 1e3 * s->runs[i].cp_s / s->opts.repeats;
+    }
+    if (W > 1) DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->attn_ms, (size_t)W, DT_F64, DT_SUM));
+    if (W > 1) DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->cp_wait_ms, (size_t)W, DT_F64, DT_SUM));
     for (int i = 0; i < s->opts.repeats; i++) s->exposed_ms[me] += 1e3 * s->runs[i].comm_exposed_s / s->opts.repeats;
     if (W > 1) DT_CHECK(dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, s->exposed_ms, (size_t)W, DT_F64, DT_SUM));
     s->comm_exposed_min_s = s->exposed_ms[0] / 1e3;
@@ -218,6 +229,8 @@ static void reduce(dt_bench_suite *s) {
         s->comm_bytes_step += r->comm_bytes_step / o->repeats;
         s->tp_s += r->tp_s / o->repeats;
         s->tp_bytes_step += r->tp_bytes_step / o->repeats;
+        s->cp_s += r->cp_s / o->repeats;
+        s->cp_bytes_step += r->cp_bytes_step / o->repeats;
         s->comm_predicted_s = r->comm_predicted_s < 0 ? -1.0 : s->comm_predicted_s + r->comm_predicted_s / o->repeats;
         if (r->loss_hash != s->runs[0].loss_hash) s->hash_mismatch++;
     }
@@ -259,7 +272,8 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
     }
     s->tp = cfg->model_opts.tp > 1 ? cfg->model_opts.tp : 1;
     /* the blocks mode: every rank data-parallel; a pipeline's stages hold one model together */
-    s->dp = s->world / (cfg->parallel.tp > 1 ? cfg->parallel.tp : 1) / (cfg->pp > 1 ? cfg->pp : 1);
+    s->cp = cfg->cp > 1 ? cfg->cp : 1; /* context parallelism: its ranks share each sequence */
+    s->dp = s->world / (cfg->parallel.tp > 1 ? cfg->parallel.tp : 1) / (cfg->pp > 1 ? cfg->pp : 1) / s->cp;
     s->samples_step = (long)cfg->micro_batch * cfg->accum * s->dp;
     s->tokens_step = s->samples_step * cfg->seq_len;
     s->flops_per_token = s->runs[0].flops_per_token;
@@ -275,6 +289,8 @@ void dt_bench_suite_free(dt_bench_suite *s) {
     free(s->mem);
     free(s->compute_ms);
     free(s->exposed_ms);
+    free(s->attn_ms);
+    free(s->cp_wait_ms);
     free(s->pp.rank), free(s->pp.f), free(s->pp.b), free(s->pp.w), free(s->pp.replay_idle);
     memset(s, 0, sizeof *s);
 }

@@ -237,6 +237,8 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(su, "comm_bytes_step", s->comm_bytes_step);
     cJSON_AddNumberToObject(su, "tp_comm_s", s->tp_s);
     cJSON_AddNumberToObject(su, "tp_bytes_step", s->tp_bytes_step);
+    cJSON_AddNumberToObject(su, "cp_comm_s", s->cp_s);
+    cJSON_AddNumberToObject(su, "cp_bytes_step", s->cp_bytes_step);
     if (s->comm_predicted_s >= 0) cJSON_AddNumberToObject(su, "comm_predicted_s", s->comm_predicted_s);
     cJSON *bd = cJSON_AddObjectToObject(su, "breakdown_s");
     cJSON_AddNumberToObject(bd, "forward", s->bd_forward);
@@ -264,6 +266,8 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
         cJSON_AddNumberToObject(ro, "rank", r);
         cJSON_AddNumberToObject(ro, "compute_ms", s->compute_ms[r]);
         if (s->exposed_ms) cJSON_AddNumberToObject(ro, "exposed_ms", s->exposed_ms[r]);
+        if (s->attn_ms) cJSON_AddNumberToObject(ro, "attention_ms", s->attn_ms[r]);
+        if (s->cp_wait_ms) cJSON_AddNumberToObject(ro, "cp_wait_ms", s->cp_wait_ms[r]);
         cJSON_AddItemToArray(rk, ro);
     }
     if (s->pp.n > 1 && s->pp.rank) cJSON_AddItemToObject(o, "pipeline", dt_bench_pp_json(s));

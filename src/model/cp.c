@@ -39,7 +39,16 @@ static void pack_kv(float *kv, const float *qkv, int rows, int NH, int NKV, int 
  * rank's (j < r): both local chunks see chunk j whole and not chunk 2 cp - 1 - j (later than
  * both). A later rank's (j > r): only hi sees the block, both of its chunks whole. */
 typedef struct cp_pair { int q0, nq, k0, nk, causal; } cp_pair;
-static int pairs_of(int r, int j, int c, cp_pair *p) {
+static int pairs_of(int r, int j, int c, int contiguous, cp_pair *p) {
+    if (contiguous) { /* chunks 2r, 2r + 1: an earlier rank's block is seen whole, a later one not */
+        if (j > r) return 0;
+        if (j < r) {
+            p[0] = (cp_pair){0, 2 * c, 0, 2 * c, 0};
+            return 1;
+        }
+        p[0] = (cp_pair){0, c, 0, c, 1}, p[1] = (cp_pair){c, c, c, c, 1}, p[2] = (cp_pair){c, c, 0, c, 0};
+        return 3;
+    }
     if (j == r) {
         p[0] = (cp_pair){0, c, 0, c, 1}, p[1] = (cp_pair){c, c, c, c, 1}, p[2] = (cp_pair){c, c, 0, c, 0};
         return 3;
@@ -49,10 +58,10 @@ static int pairs_of(int r, int j, int c, cp_pair *p) {
     return 1;
 }
 
-void dt_cp_rows(int32_t *dst, const int32_t *src, int B, int T, int cp, int r) {
+void dt_cp_rows(int32_t *dst, const int32_t *src, int B, int T, int cp, int r, int contiguous) {
     const int Tl = T / cp;
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < Tl; i++) dst[(size_t)b * Tl + i] = src[(size_t)b * T + dt_cp_pos(cp, r, Tl, i)];
+        for (int i = 0; i < Tl; i++) dst[(size_t)b * Tl + i] = src[(size_t)b * T + dt_cp_pos(cp, r, Tl, i, contiguous)];
 }
 
 int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, float *lse, const float *qkv, int B,
@@ -68,7 +77,7 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
         if (s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
         const int j = ((r - s) % P + P) % P;
         cp_pair pr[3];
-        const int np = pairs_of(r, j, c, pr);
+        const int np = pairs_of(r, j, c, ring->contiguous, pr);
         for (int b = 0; b < B; b++) {
             const float *qb = qkv + (size_t)b * Tl * ldq, *kb = kv + (size_t)b * Tl * kvw;
             float *obase = out + (size_t)b * Tl * ldo, *lbase = lse + (size_t)b * NH * Tl;
@@ -97,7 +106,7 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
         if (s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
         const int j = ((r - s) % P + P) % P;
         cp_pair pr[3];
-        const int np = pairs_of(r, j, c, pr);
+        const int np = pairs_of(r, j, c, ring->contiguous, pr);
         /* this rank's share of block j's gradient, formed while its earlier shares travel here */
         float *mine = s == 0 ? w.dkv[0] : w.mine;
         dt_fill(mine, 0, w.n * sizeof(float));

@@ -33,6 +33,8 @@
 enum { DT_CP_KV = 0, DT_CP_DKV = 1 };
 typedef struct dt_cp_ring {
     int n, rank; /* ring size (parallel.cp) and this rank's place */
+    int contiguous; /* parallel.cp_split=contiguous: rank r holds chunks 2r and 2r + 1 (the
+                       sequence's r-th cp-th, unbalanced: for comparison) */
     void *ud;
     int (*start)(void *ud, int slot, const float *send, float *recv, size_t n);
     int (*wait)(void *ud, int slot);
@@ -54,12 +56,14 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
                              const float *out, const float *lse, int B, int Tl, int NH, int NKV, int hs, dt_dtype op);
 
 /* dst (B, T / cp): the rows of src (B, T) CP rank r holds, in its order. */
-void dt_cp_rows(int32_t *dst, const int32_t *src, int B, int T, int cp, int r);
+void dt_cp_rows(int32_t *dst, const int32_t *src, int B, int T, int cp, int r, int contiguous);
 
-/* Global position of local row i (of Tl) on CP rank r of cp. */
-static inline int dt_cp_pos(int cp, int r, int Tl, int i) {
+/* Global position of local row i (of Tl) on CP rank r of cp (contiguous: rows r Tl ...). */
+static inline int dt_cp_pos(int cp, int r, int Tl, int i, int contiguous) {
     const int c = Tl / 2;
-    return cp <= 1 ? i : i < c ? r * c + i : (2 * cp - 1 - r) * c + (i - c);
+    if (cp <= 1) return i;
+    if (contiguous) return r * Tl + i;
+    return i < c ? r * c + i : (2 * cp - 1 - r) * c + (i - c);
 }
 
 #endif

@@ -19,7 +19,7 @@ void dt_fam_rope(dt_model *m, float *qkv, int B, int T, int NH, int NKV, int hs,
     for (int b = 0; b < B; b++)
         for (int half = 0; half < 2; half++) {
             float *x = qkv + ((size_t)b * T + (size_t)half * c) * ld;
-            const int pos0 = dt_cp_pos(P, r, T, half * c);
+            const int pos0 = dt_cp_pos(P, r, T, half * c, m->cp_ring.contiguous);
             if (backward) dt_rope_backward_at(x, 1, c, pos0, NH, NKV, hs, inv, scale);
             else dt_rope_forward_at(x, 1, c, pos0, NH, NKV, hs, inv, scale);
         }
@@ -53,7 +53,7 @@ void dt_fam_pos(dt_model *m, float *x, float *wpe, int B, int T, int C, int back
     const int c = T / 2, P = m->opts.cp, r = m->opts.cp_rank;
     for (int b = 0; b < B; b++)
         for (int half = 0; half < 2; half++) {
-            float *rows = x + ((size_t)b * T + (size_t)half * c) * C, *w = wpe + (size_t)dt_cp_pos(P, r, T, half * c) * C;
+            float *rows = x + ((size_t)b * T + (size_t)half * c) * C, *w = wpe + (size_t)dt_cp_pos(P, r, T, half * c, m->cp_ring.contiguous) * C;
             if (backward) dt_pos_backward(w, rows, 1, c, C);
             else dt_pos_forward(rows, w, 1, c, C);
         }

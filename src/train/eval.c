@@ -24,8 +24,8 @@ dt_status dt_eval_loss_stage(dt_ctx *ctx, dt_model *m, dt_val_loader *vl, dt_eva
     if (cp > 1 && !rows) return dt_fail(ctx, DT_ERR_NOMEM, "validation: out of memory");
     while (dt_val_loader_next(vl, &in, &tg)) {
         if (rows) {
-            dt_cp_rows(rows, in, m->B, m->T * cp, cp, m->opts.cp_rank);
-            dt_cp_rows(rows + bt, tg, m->B, m->T * cp, cp, m->opts.cp_rank);
+            dt_cp_rows(rows, in, m->B, m->T * cp, cp, m->opts.cp_rank, m->cp_ring.contiguous);
+            dt_cp_rows(rows + bt, tg, m->B, m->T * cp, cp, m->opts.cp_rank, m->cp_ring.contiguous);
             in = rows, tg = rows + bt;
         }
         float l = 0.0f;

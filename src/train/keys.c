@@ -141,7 +141,8 @@ static const key_def keys[] = {
     STR("parallel.layout_catalog", layout_catalog, "parallel.layout auto: the hardware catalog file"),
     NUM("parallel.sequence_parallel", K_BOOL, sp, "with parallel.tp > 1: the residual stream and the norms hold each TP rank's share of the token rows (Megatron's sequence parallelism: gathered before each column-parallel GEMM, reduce-scattered after each row-parallel one; the norms' weight gradients summed over the group); gpt2, llama and vit, in every precision, with activation checkpointing"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
-    NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order): rank r holds chunks r and 2 cp - 1 - r of its 2 cp chunks (the causal work balanced), the attention runs around the CP ring (ring attention: keys and values travel, their gradients come back), the gradients are summed over data- and context-parallel ranks; llama, with ddp and zero1-3, bf16/fp16, activation checkpointing; training.seq_len a multiple of 2 cp"),
+    NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order): rank r holds chunks r and 2 cp - 1 - r of its 2 cp chunks (the causal work balanced), the attention runs around the CP ring (ring attention: keys and values travel, their gradients come back), the gradients are summed over data- and context-parallel ranks; llama and gpt2, with ddp and zero1-3, tensor and pipeline parallelism, bf16/fp16, activation checkpointing; training.seq_len a multiple of 2 cp"),
+    ENUM("parallel.cp_split", cp_split, "balanced|contiguous", "context parallelism's chunks: balanced = rank r holds chunks r and 2 cp - 1 - r (every rank the same causal work), contiguous = the r-th cp-th of each sequence (the last rank does most of the attention: kept for comparison)"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order), cut by their cost (the embedding on the first stage and the head and loss on the last counted; or parallel.pp_layers); gpt2, llama and vit (a head tied to the embedding: the last stage holds a copy), ddp or zero1-3 over each stage's data-parallel ranks, with tensor parallelism, bf16/fp16, activation checkpointing and LoRA/QLoRA; a step's micro-batches are training.grad_accum; checkpoints resume onto any pp"),
     ENUM("parallel.pp_schedule", pp_schedule, "1f1b|gpipe|interleaved|zb-h1", "with parallel.pp > 1: the order of a stage's forward and backward passes (1f1b: pp - stage - 1 forwards, then one forward one backward, then the backwards: at most pp micro-batches' activations on stage 0; gpipe: every forward, then every backward: training.grad_accum micro-batches' activations); interleaved: parallel.pp_virtual chunks per stage, virtual stage c pp + s on stage s (Megatron's interleaving; pp x pp_virtual divides model.n_layer); every schedule runs each stage's backwards in micro-batch order, so a pipeline accumulates gradients as one rank does (bitwise; the gradient norm and a tied head's sums as parallel.pp_blocks); zb-h1: 1f1b with each backward split into its input-gradient pass and its matmuls' weight-gradient pass, deferred to fill the cool-down, at 1f1b's activation memory (Qi et al.'s ZB-H1; tp 1, no LoRA; under activation checkpointing the recomputed layers' weight gradients stay in the input-gradient pass)"),
     NUM("parallel.pp_virtual", K_INT, pp_virtual, "with parallel.pp_schedule=interleaved: chunks (virtual stages) per stage, >= 2"),
@@ -184,6 +185,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->nonfinite, "stop");
     strcpy(c->recompute, "none");
     strcpy(c->precision, "fp32");
+    strcpy(c->cp_split, "balanced");
     strcpy(c->lora_targets, "q,v");
     strcpy(c->lora_base, "fp32");
     c->eval_batches = 20;
@@ -668,6 +670,7 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->cp = c->cp > 1 ? c->cp : 1;
     t->model_opts.cp = c->cp > 1 ? c->cp : 0;
     t->model_opts.cp_rank = 0; /* the trainer sets its CP rank */
+    t->cp_contiguous = !strcmp(c->cp_split, "contiguous");
     DT_CHECK(check_cp(ctx, c));
     /* explicit stage layers; else the trainer cuts them by the cost rule (pp_first all 0) */
     memset(t->pp_first, 0, sizeof t->pp_first);

@@ -546,7 +546,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->model.moe_z_coef = cfg->moe_z_coef;
     tr->model.moe_capacity = cfg->moe_capacity;
     if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
-        tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, &tr->cp, cp_start, cp_wait};
+        tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait};
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, cp_tok_bytes(cfg), (void **)&tr->cp.tok));
     }
     if (cfg->parallel.tp > 1) {
@@ -645,7 +645,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
 static double exposed_now(const dt_trainer *tr) {
     double ex, tot;
     dt_parallel_comm_time(tr->par, &ex, &tot);
-    return ex + tr->tp.seconds + tr->pp.seconds;
+    return ex + tr->tp.seconds + tr->pp.seconds + tr->cp.seconds;
 }
 
 /* Adds the time since *tp, less the exposed communication waits since *ex, to *acc. */
@@ -678,8 +678,8 @@ dt_status dt_trainer_micro_batch(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi
                     tg[(size_t)b * T + t] = tg[(size_t)b * T] % m->cfg.n_classes;
     }
     if (tr->cp.n > 1) { /* this rank's two chunks of each sequence (model/cp.h) */
-        dt_cp_rows(tr->cp.tok, in, m->B, T, tr->cp.n, tr->cp.rank);
-        dt_cp_rows(tr->cp.tok + (size_t)m->B * m->T, tg, m->B, T, tr->cp.n, tr->cp.rank);
+        dt_cp_rows(tr->cp.tok, in, m->B, T, tr->cp.n, tr->cp.rank, m->cp_ring.contiguous);
+        dt_cp_rows(tr->cp.tok + (size_t)m->B * m->T, tg, m->B, T, tr->cp.n, tr->cp.rank, m->cp_ring.contiguous);
         in = tr->cp.tok, tg = tr->cp.tok + (size_t)m->B * m->T;
     }
     *inp = in, *tgp = tg;
@@ -734,7 +734,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     }
     /* Phase times for the benchmark's breakdown: wall time minus the exposed communication
      * waits (dt_parallel_comm_time) that fell inside the phase. */
-    double ex0, ex, tp = t0, td, tps0 = tr->tp.seconds, tpb0 = tr->tp.bytes;
+    double ex0, ex, tp = t0, td, tps0 = tr->tp.seconds, tpb0 = tr->tp.bytes, cps0 = tr->cp.seconds, cpb0 = tr->cp.bytes;
     const double pps0 = tr->pp.seconds, ppb0 = tr->pp.bytes, ppi0 = tr->pp.idle;
     ex0 = exposed_now(tr);
     ex = ex0;
@@ -817,6 +817,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     out->pp_idle = tr->pp.idle - ppi0;
     out->tp_seconds = tr->tp.seconds - tps0;
     out->tp_bytes = tr->tp.bytes - tpb0;
+    out->cp_seconds = tr->cp.seconds - cps0;
+    out->cp_bytes = tr->cp.bytes - cpb0;
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     dt_trace_end(trs, "step", "step %ld", tr->step);

@@ -59,6 +59,7 @@ typedef struct dt_train_cfg {
      * split every sequence (model/cp.h: 2 chunks each), their gradients summed with the
      * data-parallel ranks'. <= 1: none. */
     int cp;
+    int cp_contiguous; /* parallel.cp_split=contiguous (model/cp.h) */
 } dt_train_cfg;
 
 /* The rows of each sequence a rank holds: training.seq_len / parallel.cp (model/cp.h). */
@@ -185,6 +186,10 @@ typedef struct dt_step_stats {
     /* Of comm_seconds: tensor parallelism's collectives (parallel.tp > 1 ranks), and the bytes
      * this rank sent into them. */
     double tp_seconds, tp_bytes;
+    /* Of comm_seconds: context parallelism's ring (parallel.cp > 1): the time this rank waited
+     * for blocks and their gradients to arrive (the transfers not hidden behind the blocks'
+     * compute), and the bytes it sent. */
+    double cp_seconds, cp_bytes;
     /* Of comm_seconds: pipeline parallelism's transfers between stages (parallel.pp > 1): the
      * time this stage waited for them, the bytes it sent, and of the time the part spent
      * waiting for a neighbour's activations or gradients (the bubble). */
