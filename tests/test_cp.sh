@@ -6,7 +6,8 @@
 #    differently from one flash pass over the whole row: tolerance, not bitwise - decision 83);
 #  - dp 2 x cp 2 (4 ranks) against dp 2: 20 losses within 1e-5;
 #  - ZeRO-1 and ZeRO-3 over the data x context ranks give cp 2 DDP's bits; full activation
-#    checkpointing too (the ring is walked again, in the same order);
+#    checkpointing too (the ring is walked again, in the same order), and parallel.cp_comm=
+#    all_gather (the same blocks in the same order, the shares added in the ring's order);
 #  - bf16 cp 2 against bf16 cp 1 within 2e-3 (16-bit products, the same roundings per block);
 #  - activation memory per rank at cp 2 <= 0.6 of cp 1 at this small width (the scratch of
 #    the ring is a larger share here than at the benchmark's; docs/benchmarks.md), and the
@@ -105,6 +106,9 @@ for z in zero1 zero3; do
   check "cp 2 with $z == cp 2 ddp, bitwise" cpw "cp_$z" bitwise 8
   same_file "cp 2 with $z" cpw "cp_$z"
 done
+run cp_ag 2 --set parallel.cp=2 --steps 8 --set parallel.cp_comm=all_gather --save-weights "$dir/cp_ag.st"
+check "cp 2 with parallel.cp_comm=all_gather == the ring (p2p), bitwise" cpw cp_ag bitwise 8
+same_file "cp 2 with all_gather" cpw cp_ag
 run cp_ck 2 --set parallel.cp=2 --steps 8 --set memory.activation_checkpointing=full --save-weights "$dir/cp_ck.st"
 check "cp 2 with full activation checkpointing == cp 2, bitwise" cpw cp_ck bitwise 8
 same_file "cp 2 with full activation checkpointing" cpw cp_ck

@@ -7,6 +7,8 @@
  *    blocks is tests/test_backend_ops.c's);
  *  - each rank's dqkv, scattered to the global positions, equals dt_attention_backward's, to
  *    2e-5 (the gradients of the keys and values summed around the ring);
+ *  - parallel.cp_comm=all_gather (the blocks gathered at once, the shares home by all-to-all)
+ *    gives the ring's bits exactly;
  *  - the contiguous layout (parallel.cp_split=contiguous: rank r the r-th cp-th) with its own
  *    pairs matches too, and contiguous rows given to the balanced ring fail the comparison:
  *    the test sees the layout. */
@@ -33,6 +35,8 @@ typedef struct ring_sim {
     const float *send[2][MAXP];
     float *recv[2][MAXP];
     size_t n[2][MAXP];
+    float *gbuf[MAXP];         /* all_gather: each rank's in-place buffer */
+    const float *a2a[MAXP];    /* and its all-to-all send */
 } ring_sim;
 typedef struct rank_ud {
     ring_sim *sim;
@@ -55,18 +59,42 @@ static int sim_wait(void *ud, int slot) {
     return 0;
 }
 
+/* parallel.cp_comm=all_gather's collectives over the threads: meet, copy the others' parts,
+ * meet again. */
+static int sim_allgather(void *ud, float *buf, size_t n) {
+    rank_ud *u = ud;
+    ring_sim *s = u->sim;
+    s->gbuf[u->r] = buf;
+    pthread_barrier_wait(&s->bar);
+    for (int q = 0; q < s->P; q++)
+        if (q != u->r) memcpy(buf + (size_t)q * n, s->gbuf[q] + (size_t)q * n, n * sizeof(float));
+    pthread_barrier_wait(&s->bar);
+    return 0;
+}
+static int sim_alltoall(void *ud, const float *send, float *recv, size_t n) {
+    rank_ud *u = ud;
+    ring_sim *s = u->sim;
+    s->a2a[u->r] = send;
+    pthread_barrier_wait(&s->bar);
+    for (int q = 0; q < s->P; q++) memcpy(recv + (size_t)q * n, s->a2a[q] + (size_t)u->r * n, n * sizeof(float));
+    pthread_barrier_wait(&s->bar);
+    return 0;
+}
+
 typedef struct job {
     rank_ud ud;
     int B, Tl, NH, NKV, hs;
     dt_dtype op;
     float *qkv, *out, *lse, *dout, *dqkv, *scratch;
     int contiguous; /* the ring's chunk layout (parallel.cp_split) */
+    int all_gather; /* parallel.cp_comm=all_gather */
     int rc;
 } job;
 
 static void *run_rank(void *arg) {
     job *j = arg;
-    dt_cp_ring ring = {j->ud.sim->P, j->ud.r, j->contiguous, &j->ud, sim_start, sim_wait};
+    dt_cp_ring ring = {j->ud.sim->P, j->ud.r, j->contiguous, &j->ud, sim_start, sim_wait,
+                       j->all_gather ? sim_allgather : NULL, j->all_gather ? sim_alltoall : NULL};
     j->rc = dt_cp_attention_forward(&ring, j->scratch, j->out, j->lse, j->qkv, j->B, j->Tl, j->NH, j->NKV, j->hs, j->op);
     j->rc |= dt_cp_attention_backward(&ring, j->scratch, j->dqkv, j->dout, j->qkv, j->out, j->lse, j->B, j->Tl, j->NH,
                                       j->NKV, j->hs, j->op);
@@ -82,7 +110,11 @@ static int pos_of(int P, int r, int Tl, int i, int mode) {
 
 /* Runs the ring at cp = P for chunk size c; returns 1 when every rank's results match the
  * whole sequence's (printing the comparisons). */
-static int ring_matches(int P, int B, int c, int NH, int NKV, int hs, dt_dtype op, int wrong) {
+/* The last run's results at their global positions (all_gather against the ring). */
+static float *g_last[3];
+static size_t g_last_n[3];
+
+static int ring_run(int P, int B, int c, int NH, int NKV, int hs, dt_dtype op, int wrong, int all_gather) {
     const int T = 2 * P * c, Tl = 2 * c, ldq = (NH + 2 * NKV) * hs, ldo = NH * hs;
     float *qkv = tu_malloc((size_t)B * T * ldq * 4), *dout = tu_malloc((size_t)B * T * ldo * 4);
     tu_fill_uniform(qkv, (size_t)B * T * ldq, 1.5f, 91 + (uint64_t)P);
@@ -100,11 +132,11 @@ static int ring_matches(int P, int B, int c, int NH, int NKV, int hs, dt_dtype o
         job *j = &jobs[r];
         memset(j, 0, sizeof *j);
         j->ud = (rank_ud){&sim, r}, j->B = B, j->Tl = Tl, j->NH = NH, j->NKV = NKV, j->hs = hs, j->op = op;
-        j->contiguous = wrong == 2;
+        j->contiguous = wrong == 2, j->all_gather = all_gather;
         j->qkv = tu_malloc((size_t)B * Tl * ldq * 4), j->dout = tu_malloc((size_t)B * Tl * ldo * 4);
         j->out = tu_malloc((size_t)B * Tl * ldo * 4), j->lse = tu_malloc((size_t)B * NH * Tl * 4);
         j->dqkv = tu_malloc((size_t)B * Tl * ldq * 4);
-        j->scratch = tu_malloc(dt_cp_scratch_floats(B, Tl, NH, NKV, hs) * 4);
+        j->scratch = tu_malloc(dt_cp_scratch_floats(B, Tl, NH, NKV, hs, P, all_gather) * 4);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < Tl; i++) {
                 const int t = pos_of(P, r, Tl, i, wrong);
@@ -149,8 +181,15 @@ static int ring_matches(int P, int B, int c, int NH, int NKV, int hs, dt_dtype o
         free(jobs[r].qkv), free(jobs[r].dout), free(jobs[r].out), free(jobs[r].lse), free(jobs[r].dqkv);
         free(jobs[r].scratch);
     }
-    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(wo), free(wl), free(wd), free(go), free(gl), free(gd);
+    float *keep[3] = {go, gl, gd};
+    const size_t kn[3] = {(size_t)B * T * ldo, (size_t)B * NH * T, (size_t)B * T * ldq};
+    for (int k = 0; k < 3; k++) free(g_last[k]), g_last[k] = keep[k], g_last_n[k] = kn[k];
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(wo), free(wl), free(wd);
     return ok && rc == 0;
+}
+
+static int ring_matches(int P, int B, int c, int NH, int NKV, int hs, dt_dtype op, int wrong) {
+    return ring_run(P, B, c, NH, NKV, hs, op, wrong, 0);
 }
 
 static void test_ring_equals_whole_attention(void **state) {
@@ -169,6 +208,27 @@ static void test_ring_equals_whole_attention(void **state) {
     assert_true(ring_matches(3, 1, 17, 4, 1, 8, DT_F32, 2));
 }
 
+/* parallel.cp_comm=all_gather visits the same blocks in the same order and adds the gradient
+ * shares in the ring's order: the ring's bits (and the whole attention to tolerance). */
+static void test_all_gather_equals_ring(void **state) {
+    (void)state;
+    static const int cases[][6] = {{2, 2, 24, 4, 2, 16}, {3, 2, 17, 4, 1, 8}, {4, 1, 33, 4, 2, 16}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int *k = cases[i];
+        for (int contig = 0; contig <= 2; contig += 2) {
+            assert_true(ring_run(k[0], k[1], k[2], k[3], k[4], k[5], DT_F32, contig, 0));
+            float *ring[3];
+            for (int q = 0; q < 3; q++) ring[q] = g_last[q], g_last[q] = NULL;
+            assert_true(ring_run(k[0], k[1], k[2], k[3], k[4], k[5], DT_F32, contig, 1));
+            for (int q = 0; q < 3; q++) {
+                assert_memory_equal(ring[q], g_last[q], g_last_n[q] * sizeof(float));
+                free(ring[q]);
+            }
+        }
+    }
+    printf("  all_gather: bitwise the ring's out, lse and dqkv (cp 2, 3, 4; balanced and contiguous)\n");
+}
+
 static void test_wrong_layout_fails(void **state) {
     (void)state;
     /* the kernel computes the balanced layout's masks: contiguous chunks give other rows */
@@ -178,6 +238,7 @@ static void test_wrong_layout_fails(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_equals_whole_attention),
+        cmocka_unit_test(test_all_gather_equals_ring),
         cmocka_unit_test(test_wrong_layout_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,19 +11,27 @@
  * and log-sum-exp. */
 typedef struct cp_bufs {
     float *kv[2], *dkv[2], *mine, *ob, *lb;
+    float *all, *share, *home; /* all_gather: every rank's blocks, this rank's shares of them, ours back */
     size_t n; /* floats of one block buffer */
 } cp_bufs;
 
-static cp_bufs bufs_of(float *s, int B, int Tl, int NH, int NKV, int hs) {
-    cp_bufs b;
+static cp_bufs bufs_of(float *s, int B, int Tl, int NH, int NKV, int hs, int cp, int all_gather) {
+    cp_bufs b = {0};
     b.n = (size_t)B * Tl * 2 * NKV * hs;
-    b.kv[0] = s, b.kv[1] = s + b.n, b.dkv[0] = s + 2 * b.n, b.dkv[1] = s + 3 * b.n, b.mine = s + 4 * b.n;
-    b.ob = s + 5 * b.n, b.lb = b.ob + (size_t)Tl * NH * hs;
+    if (all_gather) {
+        b.all = s, b.share = s + (size_t)cp * b.n, b.home = s + 2 * (size_t)cp * b.n;
+        b.ob = s + 3 * (size_t)cp * b.n;
+    } else {
+        b.kv[0] = s, b.kv[1] = s + b.n, b.dkv[0] = s + 2 * b.n, b.dkv[1] = s + 3 * b.n, b.mine = s + 4 * b.n;
+        b.ob = s + 5 * b.n;
+    }
+    b.lb = b.ob + (size_t)Tl * NH * hs;
     return b;
 }
 
-size_t dt_cp_scratch_floats(int B, int Tl, int NH, int NKV, int hs) {
-    return 5 * (size_t)B * Tl * 2 * NKV * hs + (size_t)Tl * NH * hs + (size_t)NH * Tl;
+size_t dt_cp_scratch_floats(int B, int Tl, int NH, int NKV, int hs, int cp, int all_gather) {
+    const size_t n = (size_t)B * Tl * 2 * NKV * hs;
+    return (all_gather ? 3 * (size_t)cp * n : 5 * n) + (size_t)Tl * NH * hs + (size_t)NH * Tl;
 }
 
 /* The keys and values of the local rows, packed (B Tl rows of k heads | v heads). */
@@ -68,13 +76,20 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
                             int Tl, int NH, int NKV, int hs, dt_dtype op) {
     const int P = ring->n, r = ring->rank, c = Tl / 2;
     const int ldq = (NH + 2 * NKV) * hs, kvw = 2 * NKV * hs, ldo = NH * hs;
-    cp_bufs w = bufs_of(scratch, B, Tl, NH, NKV, hs);
-    pack_kv(w.kv[0], qkv, B * Tl, NH, NKV, hs);
-    for (size_t i = 0; i < (size_t)B * NH * Tl; i++) lse[i] = -INFINITY; /* nothing merged yet */
+    const int ag = ring->allgather != NULL;
+    cp_bufs w = bufs_of(scratch, B, Tl, NH, NKV, hs, P, ag);
     int err = 0;
+    if (ag) { /* every rank's blocks at once */
+        pack_kv(w.all + (size_t)r * w.n, qkv, B * Tl, NH, NKV, hs);
+        err |= ring->allgather(ring->ud, w.all, w.n);
+    } else {
+        pack_kv(w.kv[0], qkv, B * Tl, NH, NKV, hs);
+    }
+    for (size_t i = 0; i < (size_t)B * NH * Tl; i++) lse[i] = -INFINITY; /* nothing merged yet */
     for (int s = 0; s < P; s++) {
-        const float *kv = w.kv[s % 2];
-        if (s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
+        const int jj = ((r - s) % P + P) % P;
+        const float *kv = ag ? w.all + (size_t)jj * w.n : w.kv[s % 2];
+        if (!ag && s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
         const int j = ((r - s) % P + P) % P;
         cp_pair pr[3];
         const int np = pairs_of(r, j, c, ring->contiguous, pr);
@@ -88,7 +103,7 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
                 dt_attention_merge(obase + (size_t)x->q0 * ldo, ldo, lbase + x->q0, Tl, w.ob, ldo, w.lb, Tl, x->nq, NH, hs);
             }
         }
-        if (s + 1 < P) err |= ring->wait(ring->ud, DT_CP_KV);
+        if (!ag && s + 1 < P) err |= ring->wait(ring->ud, DT_CP_KV);
     }
     return err;
 }
@@ -97,18 +112,25 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
                              const float *out, const float *lse, int B, int Tl, int NH, int NKV, int hs, dt_dtype op) {
     const int P = ring->n, r = ring->rank, c = Tl / 2;
     const int ldq = (NH + 2 * NKV) * hs, kvw = 2 * NKV * hs, ldo = NH * hs;
-    cp_bufs w = bufs_of(scratch, B, Tl, NH, NKV, hs);
-    pack_kv(w.kv[0], qkv, B * Tl, NH, NKV, hs);
-    dt_fill(dqkv, 0, (size_t)B * Tl * ldq * sizeof(float));
+    const int ag = ring->allgather != NULL;
+    cp_bufs w = bufs_of(scratch, B, Tl, NH, NKV, hs, P, ag);
     int err = 0;
+    if (ag) {
+        pack_kv(w.all + (size_t)r * w.n, qkv, B * Tl, NH, NKV, hs);
+        err |= ring->allgather(ring->ud, w.all, w.n);
+    } else {
+        pack_kv(w.kv[0], qkv, B * Tl, NH, NKV, hs);
+    }
+    dt_fill(dqkv, 0, (size_t)B * Tl * ldq * sizeof(float));
     for (int s = 0; s < P; s++) {
-        const float *kv = w.kv[s % 2];
-        if (s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
         const int j = ((r - s) % P + P) % P;
+        const float *kv = ag ? w.all + (size_t)j * w.n : w.kv[s % 2];
+        if (!ag && s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
         cp_pair pr[3];
         const int np = pairs_of(r, j, c, ring->contiguous, pr);
-        /* this rank's share of block j's gradient, formed while its earlier shares travel here */
-        float *mine = s == 0 ? w.dkv[0] : w.mine;
+        /* this rank's share of block j's gradient, formed while its earlier shares travel here
+         * (all_gather: kept for the all-to-all) */
+        float *mine = ag ? w.share + (size_t)j * w.n : s == 0 ? w.dkv[0] : w.mine;
         dt_fill(mine, 0, w.n * sizeof(float));
         for (int b = 0; b < B; b++) {
             const size_t qo = (size_t)b * Tl * ldq, ko = (size_t)b * Tl * kvw, oo = (size_t)b * Tl * ldo;
@@ -121,6 +143,7 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
                                             x->nk, NH, NKV, hs, x->causal, op);
             }
         }
+        if (ag) continue;
         float *acc = w.dkv[s % 2];
         if (s > 0) { /* the shares of the ranks before, then this one's */
             err |= ring->wait(ring->ud, DT_CP_DKV);
@@ -130,8 +153,16 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
         /* on to the next rank; after the last step the block goes home, and ours arrives */
         if (P > 1) err |= ring->start(ring->ud, DT_CP_DKV, acc, w.dkv[(s + 1) % 2], w.n);
     }
-    if (P > 1) err |= ring->wait(ring->ud, DT_CP_DKV);
-    const float *home = w.dkv[P > 1 ? P % 2 : 0]; /* every rank's share of our keys' and values' gradient */
+    const float *home;
+    if (ag) { /* every rank's share of our block, added in the ring's order: ours first, then r + 1's ... */
+        err |= ring->alltoall(ring->ud, w.share, w.home, w.n);
+        float *h = w.home + (size_t)r * w.n;
+        for (int s = 1; s < P; s++) dt_add_f32(h, w.home + (size_t)((r + s) % P) * w.n, w.n);
+        home = h;
+    } else {
+        if (P > 1) err |= ring->wait(ring->ud, DT_CP_DKV);
+        home = w.dkv[P > 1 ? P % 2 : 0]; /* every rank's share of our keys' and values' gradient */
+    }
     for (int t = 0; t < B * Tl; t++)
         memcpy(dqkv + (size_t)t * ldq + (size_t)NH * hs, home + (size_t)t * kvw, (size_t)kvw * sizeof(float));
     return err;

@@ -17,6 +17,11 @@
  * which is added to the share the block brought along (dkv travels with it: owner first, then
  * r + 1, ...) and sent on; after cp steps each block's gradient returns to its owner.
  *
+ * parallel.cp_comm=all_gather (Megatron-Core's all-gather variant): the blocks are gathered
+ * once and visited in the ring's order, and the gradient shares go home with one all-to-all and
+ * are added there in the ring's order (the owner's first): the same bits as the ring, with cp
+ * blocks of memory instead of two and no overlap.
+ *
  * The exchange is the caller's (the trainer installs point-to-point over the CP group; a test
  * may run the ranks as threads): start(slot) sends `send` to rank + 1 and receives `recv` from
  * rank - 1 (n floats each), wait(slot) completes both; slot DT_CP_KV carries the blocks, slot
@@ -31,6 +36,7 @@
 #include "core/dtype.h"
 
 enum { DT_CP_KV = 0, DT_CP_DKV = 1 };
+#define DT_CP_MAX 1024 /* parallel.cp at most */
 typedef struct dt_cp_ring {
     int n, rank; /* ring size (parallel.cp) and this rank's place */
     int contiguous; /* parallel.cp_split=contiguous: rank r holds chunks 2r and 2r + 1 (the
@@ -38,11 +44,16 @@ typedef struct dt_cp_ring {
     void *ud;
     int (*start)(void *ud, int slot, const float *send, float *recv, size_t n);
     int (*wait)(void *ud, int slot);
+    /* parallel.cp_comm=all_gather: every rank's blocks gathered once (in place: this rank's n
+     * floats at buf + rank n), and the blocks' gradient shares sent home with one all-to-all
+     * (send and recv: n floats per rank, in rank order). NULL: the ring (p2p). */
+    int (*allgather)(void *ud, float *buf, size_t n);
+    int (*alltoall)(void *ud, const float *send, float *recv, size_t n);
 } dt_cp_ring;
 
 /* Floats of scratch the ring attention of one TP shard's heads needs (B sequences of Tl local
- * rows). */
-size_t dt_cp_scratch_floats(int B, int Tl, int NH, int NKV, int hs);
+ * rows; all_gather: every rank's blocks and gradient shares at once, cp of each). */
+size_t dt_cp_scratch_floats(int B, int Tl, int NH, int NKV, int hs, int cp, int all_gather);
 
 /* out (B, Tl, NH hs) and lse (B, NH, Tl) of the local rows' queries of qkv (B, Tl, (NH + 2 NKV)
  * hs) against every rank's keys, as dt_attention_forward's causal attention over the whole

@@ -204,6 +204,7 @@ typedef struct dt_model_opts {
      * rows, the sequence's T / cp; model/cp.h), positions are global and the attention runs
      * around the CP ring (dt_model.cp_ring). 0 or 1: none. */
     int cp, cp_rank;
+    int cp_all_gather; /* parallel.cp_comm=all_gather: the blocks gathered at once (model/cp.h) */
 } dt_model_opts;
 
 /* A pipeline stage's table (o->pp_l1 > 0): the PRE tensors of a stage that is not the first

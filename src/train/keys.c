@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "comm/comm_fit.h"
+#include "model/cp.h"
 #include "model/lora.h"
 #include "model/rope.h"
 #include "parallel/mesh.h"
@@ -142,6 +143,7 @@ static const key_def keys[] = {
     NUM("parallel.sequence_parallel", K_BOOL, sp, "with parallel.tp > 1: the residual stream and the norms hold each TP rank's share of the token rows (Megatron's sequence parallelism: gathered before each column-parallel GEMM, reduce-scattered after each row-parallel one; the norms' weight gradients summed over the group); gpt2, llama and vit, in every precision, with activation checkpointing"),
     NUM("parallel.tp_blocks", K_BOOL, tp_blocks, "test mode: one process holds all parallel.tp shards and runs exactly the arithmetic of tp ranks (each shard's GEMMs alone, partial sums added in shard order), so its results are bitwise those of a tp-rank run"),
     NUM("parallel.cp", K_INT, cp, "context-parallel degree: ranks that split each sequence (next to tp in rank order): rank r holds chunks r and 2 cp - 1 - r of its 2 cp chunks (the causal work balanced), the attention runs around the CP ring (ring attention: keys and values travel, their gradients come back), the gradients are summed over data- and context-parallel ranks; llama and gpt2, with ddp and zero1-3, tensor and pipeline parallelism, bf16/fp16, activation checkpointing; training.seq_len a multiple of 2 cp"),
+    ENUM("parallel.cp_comm", cp_comm, "p2p|all_gather", "context parallelism's exchange: p2p = the ring (each block sent on to the next rank while the current one is computed; two blocks of memory), all_gather = every rank's keys and values gathered once and the gradient shares sent home by one all-to-all (cp blocks of memory, nothing overlapped); the same bits"),
     ENUM("parallel.cp_split", cp_split, "balanced|contiguous", "context parallelism's chunks: balanced = rank r holds chunks r and 2 cp - 1 - r (every rank the same causal work), contiguous = the r-th cp-th of each sequence (the last rank does most of the attention: kept for comparison)"),
     NUM("parallel.pp", K_INT, pp, "pipeline-parallel degree: stages of consecutive layers (slowest in rank order), cut by their cost (the embedding on the first stage and the head and loss on the last counted; or parallel.pp_layers); gpt2, llama and vit (a head tied to the embedding: the last stage holds a copy), ddp or zero1-3 over each stage's data-parallel ranks, with tensor parallelism, bf16/fp16, activation checkpointing and LoRA/QLoRA; a step's micro-batches are training.grad_accum; checkpoints resume onto any pp"),
     ENUM("parallel.pp_schedule", pp_schedule, "1f1b|gpipe|interleaved|zb-h1", "with parallel.pp > 1: the order of a stage's forward and backward passes (1f1b: pp - stage - 1 forwards, then one forward one backward, then the backwards: at most pp micro-batches' activations on stage 0; gpipe: every forward, then every backward: training.grad_accum micro-batches' activations); interleaved: parallel.pp_virtual chunks per stage, virtual stage c pp + s on stage s (Megatron's interleaving; pp x pp_virtual divides model.n_layer); every schedule runs each stage's backwards in micro-batch order, so a pipeline accumulates gradients as one rank does (bitwise; the gradient norm and a tied head's sums as parallel.pp_blocks); zb-h1: 1f1b with each backward split into its input-gradient pass and its matmuls' weight-gradient pass, deferred to fill the cool-down, at 1f1b's activation memory (Qi et al.'s ZB-H1; tp 1, no LoRA; under activation checkpointing the recomputed layers' weight gradients stay in the input-gradient pass)"),
@@ -186,6 +188,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->recompute, "none");
     strcpy(c->precision, "fp32");
     strcpy(c->cp_split, "balanced");
+    strcpy(c->cp_comm, "p2p");
     strcpy(c->lora_targets, "q,v");
     strcpy(c->lora_base, "fp32");
     c->eval_batches = 20;
@@ -592,6 +595,8 @@ static dt_status check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (!f || (strcmp(f->name, "llama") && strcmp(f->name, "gpt2")))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: context parallelism is built for the causal families llama "
                        "and gpt2 (model.family is %s; a bidirectional ring is not built)", cp, f ? f->name : t->model.family);
+    if (cp > DT_CP_MAX)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: at most %d context-parallel ranks", cp, DT_CP_MAX);
     if (t->seq_len % (2 * cp))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
                        "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
@@ -671,6 +676,7 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->model_opts.cp = c->cp > 1 ? c->cp : 0;
     t->model_opts.cp_rank = 0; /* the trainer sets its CP rank */
     t->cp_contiguous = !strcmp(c->cp_split, "contiguous");
+    t->model_opts.cp_all_gather = c->cp > 1 && !strcmp(c->cp_comm, "all_gather");
     DT_CHECK(check_cp(ctx, c));
     /* explicit stage layers; else the trainer cuts them by the cost rule (pp_first all 0) */
     memset(t->pp_first, 0, sizeof t->pp_first);

@@ -29,7 +29,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->clip = 1.0f;
     c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
 }
 
@@ -393,6 +393,28 @@ static int cp_wait(void *ud, int slot) {
     return st != DT_OK;
 }
 
+/* parallel.cp_comm=all_gather: the blocks gathered, the gradient shares sent home (model/cp.h). */
+static int cp_allgather(void *ud, float *buf, size_t n) {
+    dt_cp_link *c = ud;
+    size_t counts[DT_CP_MAX];
+    for (int q = 0; q < c->n; q++) counts[q] = n;
+    double t0 = dt_now(), tr = dt_trace_begin();
+    dt_status st = dt_comm_allgather(&c->ctx, c->comm, c->group, buf, counts);
+    c->seconds += dt_now() - t0;
+    c->bytes += (double)n * sizeof(float) * (c->n - 1);
+    dt_trace_end(tr, "cp", "all-gather k|v");
+    return st != DT_OK;
+}
+static int cp_alltoall(void *ud, const float *send, float *recv, size_t n) {
+    dt_cp_link *c = ud;
+    double t0 = dt_now(), tr = dt_trace_begin();
+    dt_status st = dt_comm_alltoall(&c->ctx, c->comm, c->group, send, recv, n, sizeof(float));
+    c->seconds += dt_now() - t0;
+    c->bytes += (double)n * sizeof(float) * (c->n - 1);
+    dt_trace_end(tr, "cp", "all-to-all dk|dv");
+    return st != DT_OK;
+}
+
 /* The process mesh of a tensor- or pipeline-parallel run (parallel/mesh.h; cp = ep = 1 so far):
  * the TP group (consecutive ranks), the data-parallel group, the PP group (the stages, tp x dp
  * apart) and the model-parallel group (the tp x pp ranks holding one model together, for
@@ -546,7 +568,9 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->model.moe_z_coef = cfg->moe_z_coef;
     tr->model.moe_capacity = cfg->moe_capacity;
     if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
-        tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait};
+        tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait,
+                                         cfg->model_opts.cp_all_gather ? cp_allgather : NULL,
+                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL};
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, cp_tok_bytes(cfg), (void **)&tr->cp.tok));
     }
     if (cfg->parallel.tp > 1) {

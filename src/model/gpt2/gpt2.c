@@ -246,7 +246,7 @@ static size_t layout_acts(dt_gpt2_acts *a, float *base, const dt_model_config *c
     TAKE(spb, SP * BT * C);
     TAKE16(spah, SP * H * BT * C); /* the gathered 16-bit copy (mixed precision) */
     TAKE(sptmp, SP * (4 * C > 2 * (size_t)T * C ? 4 * C : 2 * (size_t)T * C));
-    TAKE(cps, o->cp > 1 ? dt_cp_scratch_floats(B, T, d.NHl, d.NHl, C / c->n_head) : 0);
+    TAKE(cps, o->cp > 1 ? dt_cp_scratch_floats(B, T, d.NHl, d.NHl, C / c->n_head, o->cp, o->cp_all_gather) : 0);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;

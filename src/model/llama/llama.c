@@ -338,7 +338,7 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     TAKE(spb, SP * BT * C);
     TAKE(sptmp, SP * 2 * C);
     TAKE16(spah, SP * H * BT * C); /* a norm output's 16-bit copy, every row (mixed precision) */
-    TAKE(cps, o->cp > 1 ? dt_cp_scratch_floats(B, T, d.NHl, d.NKVl, C / c->n_head) : 0);
+    TAKE(cps, o->cp > 1 ? dt_cp_scratch_floats(B, T, d.NHl, d.NKVl, C / c->n_head, o->cp, o->cp_all_gather) : 0);
     float *ids = dt_act_take(base, &off, 2 * BT);
     a->inputs = (int32_t *)ids;
     a->targets = ids ? (int32_t *)ids + BT : NULL;
