@@ -4,6 +4,8 @@
 #    are exactly the assistant turns and what closes them (chatml), checked from the files;
 #  - training on them: 2 ranks == 1 rank x 2 micro-steps, bitwise, under DDP and ZeRO-3 (the
 #    loss is the mean over the global batch's counted targets, whichever rank holds them);
+#  - context parallelism (cp 2, each rank part of every sequence): the losses and validation
+#    losses within 1e-5 of one rank's;
 #  - stop at step 10 + resume == an uninterrupted run, bitwise; the loss goes down;
 #  - bad flags and a bad line refused with one line naming the flag or file:line.
 # Usage: tests/test_instruct.sh DTRAIN_BIN
@@ -66,6 +68,23 @@ for s in ddp zero3; do
     pass "$s with a loss mask: 2 ranks == 1 rank x 2 micro-steps, weights and validation losses bitwise"
   else fail "$s with a loss mask: 2 ranks and 1 rank x 2 differ"; fi
 done
+# Context parallelism (decision 83) with a loss mask: each CP rank holds part of every
+# sequence's counted targets; the loss is still the mean over the global batch's counted ones.
+timeout 120 "$bin" train "${common[@]}" --batch 4 --steps 20 --set logging.metrics=cp1.jsonl >cp1.log 2>&1 ||
+  fail "cp reference: $(tail -2 cp1.log)"
+timeout 120 "${mpi[@]}" -n 2 "$bin" train "${common[@]}" --batch 4 --steps 20 --set parallel.cp=2 \
+  --set logging.metrics=cp2.jsonl >cp2.log 2>&1 || fail "cp 2: $(tail -2 cp2.log)"
+if /usr/bin/python3 - <<'PY'
+import json, math
+def rows(p, k):
+    return [j[k] for j in map(json.loads, open(p)) if k in j]
+for k in ("loss", "val_loss"):
+    a, b = rows("cp1.jsonl", k), rows("cp2.jsonl", k)
+    assert len(a) == len(b) and len(a) >= (20 if k == "loss" else 2), (k, len(a), len(b))
+    assert all(math.isfinite(x) and math.isfinite(y) and abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (k, a, b)
+PY
+then pass "cp 2 with a loss mask: 20 losses and the validation losses within 1e-5 of 1 rank's"
+else fail "cp 2 with a loss mask differs from 1 rank"; fi
 first=$(sed -n 's/.*step 1\/20 | loss \([0-9.]*\).*/\1/p' ddp-1.log)
 last=$(sed -n 's/.*step 20\/20 | loss \([0-9.]*\).*/\1/p' ddp-1.log)
 if [ -n "$first" ] && [ -n "$last" ] && /usr/bin/python3 -c "import sys; sys.exit(not $last < 0.75 * $first)"; then
