@@ -8,7 +8,7 @@
 #  - ZeRO-1 and ZeRO-3 over the data x context ranks give cp 2 DDP's bits; full activation
 #    checkpointing too (the ring is walked again, in the same order), and parallel.cp_comm=
 #    all_gather (the same blocks in the same order, the shares added in the ring's order);
-#  - bf16 cp 2 against bf16 cp 1 within 2e-3 (16-bit products, the same roundings per block);
+#  - bf16 and fp16 cp 2 against cp 1 within 2e-3 (16-bit products, the same roundings per block);
 #  - activation memory per rank at cp 2 <= 0.6 of cp 1 at this small width (the scratch of
 #    the ring is a larger share here than at the benchmark's; docs/benchmarks.md), and the
 #    allocator's high-water equals the plan on every run;
@@ -134,6 +134,9 @@ model=(--set model.preset=llama-tiny --set model.n_layer=2 --set model.context=4
 run b1 1 --steps 8 --set training.precision=bf16
 run b2 2 --steps 8 --set training.precision=bf16 --set parallel.cp=2
 check "bf16 cp 2 == bf16 cp 1 within 2e-3" b1 b2 2e-3 8
+run h1 1 --steps 8 --set training.precision=fp16
+run h2 2 --steps 8 --set training.precision=fp16 --set parallel.cp=2
+check "fp16 (loss scaling, overflow agreed over the data x context ranks) cp 2 == fp16 cp 1 within 2e-3" h1 h2 2e-3 8
 
 # The planner runs cp layouts on dtrain's own memory plan: equal to cp 2's allocator high-water.
 src=$(cd "$(dirname "$0")/.." && pwd)
