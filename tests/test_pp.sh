@@ -9,13 +9,16 @@
 #  - gpt2 and llama with the head tied to the embedding (the last stage holds a copy; the
 #    head's gradients of a step added to the embedding's once): pp 2 and pp 4, both schedules,
 #    bitwise the blocks mode with clipping binding, and the blocks mode within 1e-5 of pp 1;
-#  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2; dp 2 x pp 2
+#  - vit pp 2; bf16 with full activation checkpointing; tp 2 x pp 2 against tp 2 (zb-h1 too, with
+#    and without sequence parallelism); dp 2 x pp 2
 #    against dp 2 with ddp and each ZeRO stage, pp 2 x dp 4 hybrid against dp 4 hybrid: bitwise
 #    (ZeRO-2/3 under a pipeline reduce gradients once per step: the references at pp 1 do too);
 #  - ZeRO's once-per-step modes (decision 80): one reduce-scatter per unit and step (micro mode:
 #    one per micro-batch), one gather per unit and step with resident parameters (zero3, auto;
 #    per use when the plan does not fit DTRAIN_MEM_PHYSICAL), the same bits either way, in bf16
 #    and with bf16 gradients; zero2 step == ddp; interleaved stages in micro mode;
+#  - zb-h1 with LoRA and QLoRA (gpt2, llama) == pp 1, with LoRA dropout on every projection at
+#    pp 2 == pp 1 and tp 2 x pp 2 == tp 2 (decision 84);
 #  - the interleaved schedule; fp16's overflow on one stage skips the step on all;
 #  - parallel.layout auto with parallel.pp fixed runs the planner's fastest pipeline;
 #  - validation through the pipeline: pp 2's eval losses are pp 1's;
@@ -106,8 +109,20 @@ for fam in gpt2 llama; do
     run "lora_${fam}_$b" 1 "${lora[@]}"
     run "lora_${fam}_${b}_pp2" 2 "${lora[@]}" --set parallel.pp=2
     check "$fam LoRA (base $b) pp 2 == pp 1, bitwise" "lora_${fam}_$b" "lora_${fam}_${b}_pp2" bitwise 8
+    # zb-h1 (decision 84): the adapters' dA and dB deferred to W, the base's input gradient in B
+    run "lora_${fam}_${b}_zb" 2 "${lora[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb-h1
+    check "$fam LoRA (base $b) zb-h1 pp 2 == pp 1, bitwise" "lora_${fam}_$b" "lora_${fam}_${b}_zb" bitwise 8
   done
 done
+# zb-h1 with LoRA's dropout (each micro-batch's masks again at its W) and under tp 2 x pp 2 (a
+# replicated adapter's per-shard contributions summed over the TP group at W)
+ld=(--set lora.rank=4 --set lora.dropout=0.1 --set lora.targets=q,k,v,o,gate,up,down)
+run lora_drop 1 "${ld[@]}"
+run lora_drop_zb 2 "${ld[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb-h1
+check "llama LoRA with dropout, zb-h1 pp 2 == pp 1, bitwise" lora_drop lora_drop_zb bitwise 8
+run lora_tp2 2 "${ld[@]}" --set parallel.tp=2
+run lora_tp2_zb 4 "${ld[@]}" --set parallel.tp=2 --set parallel.pp=2 --set parallel.pp_schedule=zb-h1
+check "llama LoRA with dropout, zb-h1 tp 2 x pp 2 == tp 2, bitwise" lora_tp2 lora_tp2_zb bitwise 8
 model=(--set model.preset=gpt2-tiny --set model.n_layer=4 --seq 32)
 lck=(--set lora.rank=4 --set checkpoint.every=4 --set checkpoint.keep_last=0 --set checkpoint.async=false)
 run lck1 1 "${lck[@]}" --set checkpoint.dir="$dir/lck1"
@@ -177,6 +192,20 @@ run tp2 2 --set parallel.tp=2 --save-weights "$dir/tp2.st"
 run tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2 --save-weights "$dir/tp2pp2.st"
 check "tp 2 x pp 2 == tp 2, bitwise" tp2 tp2pp2 bitwise 8
 same_file "tp 2 x pp 2" tp2 tp2pp2
+# zb-h1 under tensor parallelism (decision 84): each shard's weight GEMMs deferred (a row-parallel
+# GEMM's one dout for both shards), stage 0 at 1f1b's activations; with sequence parallelism the
+# column-parallel GEMMs' inputs are gathered again at W
+run zb_tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --save-weights "$dir/zb_tp2pp2.st"
+check "zb-h1 tp 2 x pp 2 == tp 2, bitwise" tp2 zb_tp2pp2 bitwise 8
+same_file "zb-h1 tp 2 x pp 2" tp2 zb_tp2pp2
+z=$(acts zb_tp2pp2) o=$(acts tp2pp2)
+[ -n "$z" ] && [ "$z" = "$o" ] && pass "zb-h1 tp 2 x pp 2: stage 0's activations $z bytes == 1f1b's" \
+  || fail "zb-h1 tp 2 x pp 2: stage 0's activations '$z' bytes, 1f1b's '$o'"
+sp=(--set parallel.tp=2 --set parallel.sequence_parallel=true)
+run tp2sp 2 "${sp[@]}" --save-weights "$dir/tp2sp.st"
+run zb_tp2sp 4 "${sp[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --save-weights "$dir/zb_tp2sp.st"
+check "zb-h1 tp 2 x pp 2 with sequence parallelism == tp 2 with it, bitwise" tp2sp zb_tp2sp bitwise 8
+same_file "zb-h1 tp 2 x pp 2 with sequence parallelism" tp2sp zb_tp2sp
 # 3-D: tp 2 x pp 2 x dp 2 on 8 ranks, zero1 over dp == tp 2 x dp 2 on 4, bitwise
 run t3_ref 4 --set parallel.tp=2 --set parallel.strategy=zero1 --save-weights "$dir/t3_ref.st"
 run t3 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.strategy=zero1 --save-weights "$dir/t3.st"
@@ -374,8 +403,6 @@ refused() { # WHAT NRANKS PATTERN ARGS...
 }
 refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
-refused "zb-h1 with tensor parallelism" 4 "parallel.pp_schedule=zb-h1 runs with parallel.tp=1" \
-  --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --set parallel.tp=2
 refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \
   --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=3
 refused "a bad parallel.zero_reduce" 1 "parallel.zero_reduce: 'sometimes' is not one of" --set parallel.zero_reduce=sometimes

@@ -19,6 +19,11 @@
  *     no placed dout overlaps another or a deferred GEMM's input; the fallback is 0 floats but
  *     for vit's last stage (its head's B x classes douts, 16-aligned); a dout placed over a
  *     live span (the top layer's q|k|v) changes the gradients: the comparison can fail;
+ *   - the same under tensor parallelism's blocks mode (tp 2, both shards in one process; each
+ *     shard's GEMMs deferred, a fused projection's columns at their stride) for llama, gpt2 and
+ *     vit, fp32 and bf16, with checkpointing and with sequence parallelism (the column-parallel
+ *     inputs gathered again at W), and for a mixture of experts (mixtral-tiny, fp32: the
+ *     experts' douts and gathered inputs in blocks of the plan; decision 84);
  *   - a layer range outside the model is refused naming the key (a tied head over stages runs
  *     through the trainer: tests/test_pp.sh). */
 #include <math.h>
@@ -44,12 +49,13 @@ static dt_model_config cfg(int layers) {
 }
 
 static int g_v = 0, g_stride = 0, g_every = 2; /* an interleaved stage's chunks (make) */
+static int g_tp = 0, g_sp = 0; /* tensor parallelism's blocks mode (every shard here), sequence parallelism */
 
 static void make(dt_model *m, dt_alloc *al, int layers, int l0, int l1, dt_dtype compute, dt_recompute rc) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c = cfg(layers);
-    dt_model_opts o = {rc, g_every, compute, 0, 0, {0}, 0, 0, 0, 0, l0, l1, g_v, g_stride, 0, 0, 0, 0};
+    dt_model_opts o = {rc, g_every, compute, 0, 0, {0}, g_tp, g_tp, 0, g_sp, l0, l1, g_v, g_stride, 0, 0, 0, 0};
     dt_alloc_init(al);
     dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
     if (st != DT_OK) fail_msg("init: %s", ctx.err);
@@ -311,8 +317,9 @@ static int run_zb(dt_model *m, int zb, const dt_wdefer_place *place, int items, 
     slab[0] = m->acts;
     for (int k = 0; k < MB; k++) {
         if (k > 0) slab[k] = tu_malloc(m->n_acts * sizeof(float));
-        d[k] = (dt_wdefer){fb ? tu_malloc(fb * sizeof(float)) : NULL, place, tu_malloc((size_t)items * sizeof(dt_wdefer_item)),
-                           0, items};
+        const int gemms = dt_model_defer_gemms(m, items);
+        d[k] = (dt_wdefer){fb ? tu_malloc(fb * sizeof(float)) : NULL, place, tu_malloc((size_t)gemms * sizeof(dt_wdefer_item)),
+                           0, gemms, 0, items, NULL, NULL};
     }
     int32_t in[MB][B * 64], tg[MB][B * 64];
     int bad = 0;
@@ -338,14 +345,18 @@ static int run_zb(dt_model *m, int zb, const dt_wdefer_place *place, int items, 
         m->wdefer = NULL;
         if (!first) memcpy(din[k], dt_model_stage_buf(m, DT_STAGE_DIN), nf * sizeof(float));
         if (!zb) continue;
-        assert_int_equal(d[k].n, items); /* every place of the plan taken, in its order */
+        assert_int_equal(d[k].nd, items); /* every place of the plan taken, in its order */
         for (int a = 0; a < d[k].n; a++) { /* no dout over another, or over what W reads */
             const dt_wdefer_item *x = &d[k].items[a];
+            /* a dout's bytes (its columns of ld-wide rows: a fused projection's tensors share rows) */
+            const size_t xn = ((size_t)(x->N - 1) * x->ld + x->OC) * 4;
             for (int b = 0; b < d[k].n; b++) {
                 const dt_wdefer_item *y = &d[k].items[b];
-                const size_t xb = (size_t)y->N * y->C * (y->xh ? 2 : 4);
-                bad += overlaps(x->dout, (size_t)x->N * x->OC * 4, y->xh ? (const void *)y->xh : y->x, xb);
-                bad += a != b && overlaps(x->dout, (size_t)x->N * x->OC * 4, y->dout, (size_t)y->N * y->OC * 4);
+                const size_t xb = (size_t)y->N * y->C * (y->xh ? 2 : 4), yn = ((size_t)(y->N - 1) * y->ld + y->OC) * 4;
+                /* a gathered input (sequence parallelism) is a working buffer, gathered again at W */
+                if (!y->gsrc) bad += overlaps(x->dout, xn, y->xh ? (const void *)y->xh : y->x, xb);
+                else bad += overlaps(x->dout, xn, y->gsrc, xb); /* the rows gathered (blocks mode: all) */
+                bad += x->di != y->di && overlaps(x->dout, xn, y->dout, yn);
             }
         }
     }
@@ -372,7 +383,8 @@ static void check_zb(int layers, int l0, int l1, dt_dtype compute, dt_recompute 
     /* the stated bound (decision 81): nothing beside the activations but vit's head douts */
     const int last = dt_stage_last(&z.cfg, &z.opts), vit = !strcmp(g_preset, "vit-tiny");
     const size_t bound = vit && last ? ((size_t)B * z.cfg.n_classes + 15) / 16 * 16 : 0;
-    if (fb != bound) fail_msg("%s: the douts' fallback is %zu floats, not %zu", g_preset, fb, bound);
+    /* experts (decision 84): blocks of B T k rows that the layer's dead spans do not all take */
+    if (!z.cfg.n_experts && fb != bound) fail_msg("%s: the douts' fallback is %zu floats, not %zu", g_preset, fb, bound);
     const size_t nf = dt_model_stage_floats(&z);
     float lw[MB], lz[MB], *dw[MB], *dz[MB];
     for (int k = 0; k < MB; k++) dw[k] = tu_malloc(nf * sizeof(float)), dz[k] = tu_malloc(nf * sizeof(float));
@@ -394,15 +406,16 @@ static void check_zb(int layers, int l0, int l1, dt_dtype compute, dt_recompute 
     if (memcmp(w.ps.grads, z.ps.grads, w.ps.n_params * sizeof(float))) fail_msg("%s: B + W's gradients differ", g_preset);
     int placed = 0;
     for (int i = 0; i < items; i++) placed += place[i].layer >= 0;
-    printf("    %s layers [%d, %d) of %d (%s, %s every %d): B0 B1 W0 B2 W1 W2 == the plain backward, bitwise; %d of %d "
-           "douts in dead activations, fallback %zu floats\n", g_preset, l0, l1 ? l1 : layers, layers, dt_dtype_name(compute),
-           dt_recompute_name(rc), g_every, placed, items, fb);
+    printf("    %s layers [%d, %d) of %d (%s, %s every %d, tp %d%s): B0 B1 W0 B2 W1 W2 == the plain backward, bitwise; "
+           "%d of %d douts in dead activations, fallback %zu floats\n", g_preset, l0, l1 ? l1 : layers, layers,
+           dt_dtype_name(compute), dt_recompute_name(rc), g_every, g_tp ? g_tp : 1, g_sp ? " sp" : "", placed, items, fb);
     /* a wrong placement: the top layer's first dout over its q|k|v, which the attention's
      * backward still reads - the comparison fails (when the top layer defers: it does not
      * recompute its forward) */
-    int top = 0;
-    while (top < items && place[top].layer < 0) top++; /* past the head's */
-    if (dt_model_recomputes(&z.opts, dt_stage_layers(&z.cfg, &z.opts) - 1)) {
+    const int L = dt_stage_layers(&z.cfg, &z.opts) - 1;
+    size_t dn[DT_DEFER_MAX];
+    const int top = z.fam->defer_douts(&z, L + 1, dn); /* past the head's (a fallback's, experts': too) */
+    if (dt_model_recomputes(&z.opts, L)) {
         for (int k = 0; k < MB; k++) free(dw[k]), free(dz[k]);
         free(place);
         dt_model_free(&w);
@@ -410,19 +423,22 @@ static void check_zb(int layers, int l0, int l1, dt_dtype compute, dt_recompute 
         return;
     }
     dt_act_span sp[DT_DEFER_MAX];
-    const int ns = z.fam->defer_spans(&z, place[top].layer, sp), L = place[top].layer;
+    const int ns = z.fam->defer_spans(&z, L, sp);
+    const int last_dout = z.fam->defer_douts(&z, L, dn) - 1; /* q|k|v's: it frees q|k|v */
     int live = -1;
     for (int j = 0; j < ns; j++)
-        if (sp[j].from == 3 && sp[j].n >= place[top].n && live < 0) live = j; /* q|k|v: its dout's place too */
-    assert_true(live >= 0 && L == dt_stage_layers(&z.cfg, &z.opts) - 1);
-    place[top].span = live, place[top].off = 0;
+        if (sp[j].from == last_dout && sp[j].n >= place[top].n && live < 0) live = j; /* q|k|v: its dout's place too */
+    assert_true(live >= 0);
+    place[top].layer = L, place[top].span = live, place[top].off = 0;
     dt_params_zero_grad(&z.ps);
     const int bad = run_zb(&z, 1, place, items, fb, lz, dz);
     size_t diff = 0;
     for (size_t i = 0; i < w.ps.n_params; i++) diff += w.ps.grads[i] != z.ps.grads[i];
     printf("    the top layer's first dout placed over its live q|k|v: %zu gradient elements differ, %d overlaps found\n",
            diff, bad);
-    assert_true(diff > 0 && bad > 0);
+    /* experts: the plan puts q|k|v's dout in a larger span freed before, so no other dout meets
+     * the moved one - the attention's read of q|k|v (no GEMM input) shows in the gradients */
+    assert_true(diff > 0 && (bad > 0 || z.cfg.n_experts));
     for (int k = 0; k < MB; k++) free(dw[k]), free(dz[k]);
     free(place);
     dt_model_free(&w);
@@ -444,6 +460,34 @@ static void test_zb_placement(void **state) {
     g_every = 1;
     check_zb(3, 0, 0, DT_BF16, DT_RECOMPUTE_FULL);
     g_every = 2;
+}
+
+/* Tensor parallelism (decision 84), its blocks mode: one process holds both shards, each
+ * shard's GEMMs deferred alone (a row-parallel GEMM's one dout for both, a fused projection's
+ * columns at their stride); with sequence parallelism the column-parallel inputs are gathered
+ * again at W. */
+static void test_zb_tp(void **state) {
+    g_preset = *state;
+    T = strcmp(g_preset, "vit-tiny") ? 32 : 64;
+    g_tp = 2;
+    check_zb(3, 0, 0, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 1, 3, DT_BF16, DT_RECOMPUTE_NONE);
+    check_zb(4, 0, 2, DT_F32, DT_RECOMPUTE_FULL);
+    g_sp = 1;
+    check_zb(3, 0, 2, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 1, 3, DT_BF16, DT_RECOMPUTE_NONE);
+    g_tp = g_sp = 0;
+}
+
+/* A mixture of experts (decision 84; fp32): each expert's douts and gathered input in blocks of
+ * the plan, its GEMMs and the router's deferred. */
+static void test_zb_moe(void **state) {
+    (void)state;
+    g_preset = "mixtral-tiny";
+    T = 32;
+    check_zb(3, 0, 0, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(3, 1, 3, DT_F32, DT_RECOMPUTE_NONE);
+    check_zb(4, 0, 2, DT_F32, DT_RECOMPUTE_FULL);
 }
 
 static void expect_refused(const char *preset, int untied, int l0, int l1, const char *key, const char *what) {
@@ -478,6 +522,10 @@ int main(void) {
         cmocka_unit_test_prestate(test_zb_placement, (void *)"llama-tiny"),
         cmocka_unit_test_prestate(test_zb_placement, (void *)"gpt2-tiny"),
         cmocka_unit_test_prestate(test_zb_placement, (void *)"vit-tiny"),
+        cmocka_unit_test_prestate(test_zb_tp, (void *)"llama-tiny"),
+        cmocka_unit_test_prestate(test_zb_tp, (void *)"gpt2-tiny"),
+        cmocka_unit_test_prestate(test_zb_tp, (void *)"vit-tiny"),
+        cmocka_unit_test(test_zb_moe),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -59,6 +59,31 @@ void dt_fam_mm_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const 
  * of dout (NULL: skipped). Mixed precision narrows dout into m->lp_scratch (N x OC). */
 void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                         int N, int C, int OC);
+/* zb-h1's input-gradient pass (m->wdefer; ARCHITECTURE decisions 79, 81, 84): whether tensor
+ * id of layer l has its weight GEMMs deferred to W (a layer that recomputes its forward forms
+ * them in B: its inputs are in working slots the next recompute overwrites). */
+int dt_wdefer_on(const dt_model *m, int id, int l);
+/* The backward's next deferred dout (n floats, as the family's defer_douts lists it) copied
+ * into its place of the plan (dead activations, or the set's fallback); returns the copy
+ * (dout NULL: the place only, which the caller fills - a mixture of experts' blocks). */
+float *dt_wdefer_dout(dt_model *m, const float *dout, size_t n);
+/* Records dW[woff...] (OC x C) += dout^T x and dbias (NULL: none) += dout's column sums for
+ * W: dout a copy from dt_wdefer_dout (N rows at stride ld, at column col of them), x a saved
+ * activation held until W (or a sequence-parallel gather, done again at W). */
+dt_wdefer_item *dt_wdefer_gemm(dt_model *m, int id, int l, size_t woff, const float *dout, int ld, int col, dt_mmin x,
+                               float *dbias, int N, int C, int OC);
+/* dt_fam_mm_backward's input-gradient pass on a dout kept until W where it lies (a place of
+ * the plan): dinp (NULL: none) formed, dW and dbias recorded. */
+void dt_fam_mm_backward_kept(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                             int N, int C, int OC);
+/* LoRA (lora_mm.c): B's part of the adapters of the base matmul over tensor id (shard j) -
+ * dinp += their input gradient (NULL: none) - and their dA, dB recorded for W, reading c, the
+ * dout's deferred copy (N x OC). */
+void dt_lora_mm_backward_defer(dt_model *m, float *dinp, const float *dout, const float *c, dt_mmin x, int id, int l,
+                               int j, int N, int C, int OC);
+/* W's part: the dA and dB of item it (it->site >= 0), the whole backward's arithmetic (a
+ * replicated adapter's per-shard contributions summed in shard order, then over the TP group). */
+void dt_lora_mm_weights(dt_model *m, const dt_wdefer_item *it);
 
 /* ---- activation checkpointing (model.h dt_model_opts). A layer's saved activations are of
  * three classes:

@@ -20,15 +20,17 @@ static inline uint64_t drop_thresh(float p) { return (uint64_t)((double)p * 4294
 int dt_lora_drop_keep(uint64_t key, int c, float p) { return (dt_rng_u64(key, (uint64_t)c, 0) >> 32) >= drop_thresh(p); }
 
 /* The dropout of site `site`'s adapters of layer l in this forward or backward (ops.h
- * dt_dropout: the key of row n is dt_lora_drop_key's; on = 0: none); coff: the layer input's
- * feature index of x's column 0. */
+ * dt_dropout: the key of row n is dt_lora_drop_key's with the model's layer index - a pipeline
+ * stage's layer l is the model's layer0 + l, so every stage draws pp 1's masks; on = 0: none);
+ * coff: the layer input's feature index of x's column 0. */
 static dt_dropout drop_of(const dt_model *m, int l, int site, int coff) {
     dt_dropout d = {0};
     if (!m->lora_drop_on) return d;
     const float p = m->opts.lora.dropout;
     d.on = 1, d.T = m->T, d.coff = coff, d.inv = 1.0f / (1.0f - p), d.thresh = drop_thresh(p);
     d.seed = m->lora_drop_seed, d.seq0 = m->lora_drop_seq0, d.salt = LORA_DROP_SALT;
-    d.stream = LORA_DROP_SALT + (uint64_t)l * DT_LORA_MAX_SITES + (uint64_t)site;
+    const int gl = dt_params_layer(&m->ps, dt_fam_layer(m, l)); /* the model's layer */
+    d.stream = LORA_DROP_SALT + (uint64_t)gl * DT_LORA_MAX_SITES + (uint64_t)site;
     return d;
 }
 
@@ -107,6 +109,62 @@ static void site_backward(dt_model *m, float *dinp, const float *dout, const flo
     dt_lowrank_down_forward(m->lora_u, xf, xh, m->opts.compute, g->A, N, C, r, dr);
     dt_lowrank_up_backward(dB, m->lora_du, dout + g->col, OC, m->lora_u, g->B, m->lora_scale, N, g->rows, r);
     dt_lowrank_down_backward(dA, dinp, m->lora_du, xf, xh, m->opts.compute, g->A, N, C, r, dr);
+}
+
+/* zb-h1's split of site_backward: B forms du and dinp (du needs only dout and B), W forms u,
+ * dB, du again and dA - the same kernels on the same operands, so the same bits. */
+static void site_weights(dt_model *m, const float *dout, const float *xf, const uint16_t *xh, int N, int C, int OC,
+                         const site_geo *g, const dt_dropout *dr, float *dA, float *dB) {
+    const int r = m->opts.lora.rank;
+    dt_lowrank_down_forward(m->lora_u, xf, xh, m->opts.compute, g->A, N, C, r, dr);
+    dt_lowrank_up_backward(dB, m->lora_du, dout + g->col, OC, m->lora_u, g->B, m->lora_scale, N, g->rows, r);
+    dt_lowrank_down_backward(dA, NULL, m->lora_du, xf, xh, m->opts.compute, g->A, N, C, r, dr);
+}
+
+void dt_lora_mm_backward_defer(dt_model *m, float *dinp, const float *dout, const float *c, dt_mmin x, int id, int l,
+                               int j, int N, int C, int OC) {
+    const int r = m->opts.lora.rank;
+    const float *xf = dt_lowp(m) ? NULL : x.f;
+    const uint16_t *xh = dt_lowp(m) ? x.h : NULL;
+    for (int i = 0; i < m->n_sites; i++) {
+        site_geo g;
+        if (!site_geo_of(m, i, id, l, j, OC, C, 1, &g)) continue;
+        const dt_dropout dr = drop_of(m, l, i, g.coff);
+        if (dinp) {
+            dt_lowrank_up_backward(NULL, m->lora_du, dout + g.col, OC, NULL, g.B, m->lora_scale, N, g.rows, r);
+            dt_lowrank_down_backward(NULL, dinp, m->lora_du, xf, xh, m->opts.compute, g.A, N, C, r, &dr);
+        }
+        dt_wdefer_item *it = dt_wdefer_gemm(m, m->site_a[i], l, 0, c, OC, 0, x, NULL, N, C, OC);
+        it->site = i, it->bid = id, it->j = j;
+        it->drop_on = m->lora_drop_on, it->drop_seed = m->lora_drop_seed, it->drop_seq0 = m->lora_drop_seq0;
+    }
+}
+
+void dt_lora_mm_weights(dt_model *m, const dt_wdefer_item *it) {
+    const int on = m->lora_drop_on; /* the micro-batch's dropout masks, as at its backward */
+    const uint64_t seed = m->lora_drop_seed, seq0 = m->lora_drop_seq0;
+    m->lora_drop_on = it->drop_on, m->lora_drop_seed = it->drop_seed, m->lora_drop_seq0 = it->drop_seq0;
+    const int i = it->site, j = it->j, l = it->fl, N = it->N, C = it->C, OC = it->OC;
+    site_geo g;
+    DT_ASSERT(site_geo_of(m, i, it->bid, l, j, OC, C, 1, &g));
+    const dt_dropout dr = drop_of(m, l, i, g.coff);
+    if (g.dA && g.dB) {
+        site_weights(m, it->dout, it->x, it->xh, N, C, OC, &g, &dr, g.dA, g.dB);
+    } else { /* a replicated adapter: as dt_lora_mm_backward_sh */
+        const size_t r = (size_t)m->opts.lora.rank;
+        const int rep_a = g.dA == NULL;
+        const size_t n = rep_a ? r * (size_t)C : (size_t)g.rows * r;
+        float *acc = m->lora_red + m->lora_red_off[i], *part = j == 0 ? acc : m->lora_red_part;
+        dt_fill(part, 0, n * sizeof(float));
+        site_weights(m, it->dout, it->x, it->xh, N, C, OC, &g, &dr, rep_a ? part : g.dA, rep_a ? g.dB : part);
+        if (j > 0) dt_tp_add(acc, part, n);
+        if (j == dt_tp_local(&m->opts) - 1) {
+            dt_tp_sum(m, acc, n);
+            float *dst = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, m->site_a[i] + !rep_a, dt_fam_layer(m, l));
+            dt_tp_add(dst, acc, n);
+        }
+    }
+    m->lora_drop_on = on, m->lora_drop_seed = seed, m->lora_drop_seq0 = seq0;
 }
 
 void dt_lora_mm_forward_sh(dt_model *m, float *out, const float *xf, const uint16_t *xh, int id, int l, int j,

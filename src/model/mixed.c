@@ -68,6 +68,8 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
                         int N, int C, int OC) {
     if (m->lora) { /* a frozen base: dinp only (no dW, no dbias), then the adapters */
         dt_params *w = dt_model_weights(m);
+        /* zb-h1: the adapters' dA and dB wait for W (lora.h), with this dout's copy */
+        const float *c = dt_wdefer_on(m, id, l) ? dt_wdefer_dout(m, dout, (size_t)N * OC) : NULL;
         if (!dinp) {
         } else if (dt_lora_nf4(m, id, l)) {
             nf4_backward(m, dinp, id, l, dout, N, C, OC);
@@ -79,43 +81,15 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
             dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, NULL, dt_model_lp_tensor(m, id, l),
                                      N, C, OC);
         }
-        dt_lora_mm_backward(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
+        if (c) dt_lora_mm_backward_defer(m, dinp, dout, c, x, id, l, 0, N, C, OC);
+        else dt_lora_mm_backward(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
         return;
     }
     /* W is read only for dinp (the patch embedding has none: its unit is not gathered). */
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l));
-    /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h); a layer that
-     * recomputes its forward forms them now (its inputs are in working slots the next
-     * recompute overwrites: decision 81) */
-    if (m->wdefer && (m->ps.tensors[id].group != DT_PG_LAYER || !dt_model_recomputes(&m->opts, l))) {
-        dt_wdefer *d = m->wdefer;
-        /* the plan's next place (model.c dt_model_defer_plan): a dout of this size */
-        DT_ASSERT(d->n < d->cap_items && d->place[d->n].n == (size_t)N * OC);
-        const dt_wdefer_place *pl = &d->place[d->n];
-        float *dst = d->buf + pl->off;
-        if (pl->layer >= 0) {
-            dt_act_span sp[DT_DEFER_MAX];
-            DT_ASSERT(m->fam->defer_spans(m, pl->layer, sp) > pl->span);
-            dst = sp[pl->span].p + pl->off;
-        }
-        size_t off;
-        dt_wdefer_item *it = &d->items[d->n++];
-        *it = (dt_wdefer_item){id, dt_fam_layer(m, l), dt_params_unit_of(&m->ps, id, dt_fam_layer(m, l), &off), dst,
-                               dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, -1, 0, N, C, OC};
-        for (int u = 0; dbias && u < m->ps.n_units; u++) /* the bias's unit and place in it */
-            if (dbias >= m->ps.unit_grads[u] && dbias < m->ps.unit_grads[u] + m->ps.unit_len[u])
-                it->bias_unit = u, it->bias_off = (size_t)(dbias - m->ps.unit_grads[u]);
-        DT_ASSERT(!dbias || it->bias_unit >= 0);
-        dt_copy(dst, dout, (size_t)N * OC * sizeof(float));
-        if (!dinp) return;
-        if (!dt_lowp(m)) {
-            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, x.f,
-                                  dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)), N, C, OC);
-        } else { /* dt_matmul_backward_lp's dinp: the same narrowing, the same GEMM */
-            dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
-            dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, x.h, dt_model_lp_tensor(m, id, l), N, C,
-                                     OC);
-        }
+    /* zb-h1's input-gradient pass: dinp now, dW and dbias later (model.h) */
+    if (dt_wdefer_on(m, id, l)) {
+        dt_fam_mm_backward_kept(m, dinp, id, l, dbias, dt_wdefer_dout(m, dout, (size_t)N * OC), x, N, C, OC);
         return;
     }
     if (!dt_lowp(m)) {
@@ -125,6 +99,60 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
     }
     dt_matmul_backward_lp(m->opts.compute, dinp, dw, dbias, dout, m->lp_scratch, x.h,
                           dinp ? dt_model_lp_tensor(m, id, l) : NULL, N, C, OC);
+}
+
+void dt_fam_mm_backward_kept(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
+                             int N, int C, int OC) {
+    dt_wdefer_gemm(m, id, l, 0, dout, OC, 0, x, dbias, N, C, OC);
+    if (!dinp) return;
+    if (!dt_lowp(m)) {
+        dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, x.f,
+                              dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)), N, C, OC);
+    } else { /* dt_matmul_backward_lp's dinp: the same narrowing, the same GEMM */
+        dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
+        dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, x.h, dt_model_lp_tensor(m, id, l), N, C,
+                                 OC);
+    }
+}
+
+/* ---- zb-h1's deferred weight GEMMs (family_impl.h; model.h dt_wdefer) */
+
+int dt_wdefer_on(const dt_model *m, int id, int l) {
+    return m->wdefer && (dt_model_weights(m)->tensors[id].group != DT_PG_LAYER || !dt_model_recomputes(&m->opts, l));
+}
+
+float *dt_wdefer_dout(dt_model *m, const float *dout, size_t n) {
+    dt_wdefer *d = m->wdefer;
+    /* the plan's next place (model.c dt_model_defer_plan): a dout of this size */
+    DT_ASSERT(d->nd < d->cap_douts && d->place[d->nd].n == n);
+    const dt_wdefer_place *pl = &d->place[d->nd++];
+    float *dst = d->buf + pl->off;
+    if (pl->layer >= 0) {
+        dt_act_span sp[DT_DEFER_MAX];
+        DT_ASSERT(m->fam->defer_spans(m, pl->layer, sp) > pl->span);
+        dst = sp[pl->span].p + pl->off;
+    }
+    if (dout) dt_copy(dst, dout, n * sizeof(float));
+    return dst;
+}
+
+dt_wdefer_item *dt_wdefer_gemm(dt_model *m, int id, int l, size_t woff, const float *dout, int ld, int col, dt_mmin x,
+                               float *dbias, int N, int C, int OC) {
+    dt_wdefer *d = m->wdefer;
+    DT_ASSERT(d->n < d->cap_items);
+    size_t off;
+    dt_wdefer_item *it = &d->items[d->n++];
+    const int L = dt_fam_layer(m, l);
+    DT_ASSERT(d->nd > 0);
+    *it = (dt_wdefer_item){id, L, dt_params_unit_of(&m->ps, id, L, &off), woff, dout, ld, col, d->nd - 1,
+                           dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, NULL, -1, 0, N, C, OC, -1, id, l, 0, 0, 0, 0};
+    const void *xp = it->xh ? (const void *)it->xh : (const void *)it->x;
+    if (d->g_full && xp == d->g_full) it->gsrc = d->g_loc; /* a gathered input: gathered again at W */
+    for (int u = 0; dbias && u < m->ps.n_units; u++) /* the bias's unit and place in it */
+        if (dbias >= m->ps.unit_grads[u] && dbias < m->ps.unit_grads[u] + m->ps.unit_len[u])
+            it->bias_unit = u, it->bias_off = (size_t)(dbias - m->ps.unit_grads[u]);
+    DT_ASSERT(!dbias || it->bias_unit >= 0);
+    return it;
 }
 
 /* ---- LoRA under tensor parallelism (family_impl.h): the frozen base's shard j */

@@ -368,6 +368,8 @@ void dt_model_set_chunk(dt_model *m, int c) {
 
 void dt_model_weight_pass(dt_model *m, dt_wdefer *d) {
     int open = -1;
+    const void *gathered = NULL;
+    const dt_dtype dt = m->opts.compute;
     for (int i = 0; i < d->n; i++) {
         const dt_wdefer_item *it = &d->items[i];
         if (it->unit != open) { /* the units in the backward's (descending) order */
@@ -375,16 +377,41 @@ void dt_model_weight_pass(dt_model *m, dt_wdefer *d) {
             dt_unit_grads_begin(m, it->unit);
             open = it->unit;
         }
-        float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, it->id, it->l);
+        if (it->gsrc && it->gsrc != gathered) { /* sequence parallelism: the input's rows again */
+            if (it->xh) dt_sp_gather16(m, (uint16_t *)it->xh, it->gsrc, it->N, it->C);
+            else dt_sp_gather(m, (float *)it->x, it->gsrc, it->N, it->C);
+            gathered = it->gsrc;
+        }
+        if (it->site >= 0) { /* LoRA: a site's adapters */
+            dt_lora_mm_weights(m, it);
+            continue;
+        }
+        float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, it->id, it->l) + it->woff;
         float *db = it->bias_unit >= 0 ? m->ps.unit_grads[it->bias_unit] + it->bias_off : NULL;
-        if (it->xh) /* dt_matmul_backward_lp's dW and dbias: the dout narrowed again alike */
-            dt_matmul_backward_lp(m->opts.compute, NULL, dw, db, it->dout, m->lp_scratch, it->xh, NULL, it->N, it->C,
-                                  it->OC);
-        else
+        if (it->ld != it->OC) { /* a fused projection's tensor: the whole backward's strided GEMM */
+            DT_ASSERT(!db);
+            if (!it->xh) {
+                dt_matmul_backward_ld(NULL, 0, dw, it->dout, it->ld, it->x, NULL, it->N, it->C, it->OC);
+                continue;
+            }
+            uint16_t *h = m->lp_scratch + it->col; /* its columns narrowed where the backward had them */
+            for (int n = 0; n < it->N; n++)
+                dt_to_lowp(dt, h + (size_t)n * it->ld, it->dout + (size_t)n * it->ld, (size_t)it->OC);
+            dt_matmul_backward_ld_lp(dt, NULL, 0, dw, h, it->ld, it->xh, NULL, it->N, it->C, it->OC);
+        } else if (it->xh) { /* dt_matmul_backward_lp's dW and dbias: the dout narrowed again alike */
+            dt_matmul_backward_lp(dt, NULL, dw, db, it->dout, m->lp_scratch, it->xh, NULL, it->N, it->C, it->OC);
+        } else {
             dt_matmul_backward(NULL, dw, db, it->dout, it->x, NULL, it->N, it->C, it->OC);
+        }
     }
     if (open >= 0) dt_unit_grads_end(m, open);
-    d->n = 0;
+    d->n = d->nd = 0;
+    d->g_full = d->g_loc = NULL;
+}
+
+int dt_model_defer_gemms(const dt_model *m, int douts) {
+    if (m->cfg.n_experts) return douts * (m->cfg.n_experts + 1); /* a layer's 6: its experts' 2 E GEMMs and 3 */
+    return dt_tp_size(&m->opts) > 1 || m->opts.lora.rank > 0 ? douts * dt_tp_local(&m->opts) * 3 : douts;
 }
 
 /* dt_model_defer_plan's walk: the spans dead so far (free[0..nf), their layer and index in

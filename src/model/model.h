@@ -290,12 +290,22 @@ typedef struct dt_hf_json dt_hf_json; /* model/hf_json.h */
  * its input (a saved activation of the micro-batch's set) and where its dW and dbias go. */
 typedef struct dt_wdefer_item {
     int id, l, unit;     /* the tensor, its store layer, its unit */
-    const float *dout;   /* the dout copy (N x OC, fp32): in dead activations or buf */
+    size_t woff;         /* the tensor-parallel shard's offset in the tensor (0: one shard) */
+    const float *dout;   /* the dout copy (N rows of OC fp32 at stride ld): in dead activations or buf */
+    int ld, col;         /* col: dout's column in its ld-wide rows (a fused projection's tensor) */
+    int di;              /* the dout's index in the plan (the GEMMs of one dout share it) */
     const float *x;      /* the input (N x C), in the activation set (fp32) */
     const uint16_t *xh;  /* or its 16-bit copy (mixed precision) */
+    const void *gsrc;    /* sequence parallelism: x (or xh) is the rows gathered from this, again at W */
     int bias_unit;       /* the bias gradient: its unit (-1: none) and offset there (a strategy's */
     size_t bias_off;     /* windows move between passes: the unit's pointer is read at W) */
     int N, C, OC;
+    /* LoRA (site >= 0): the adapters of site `site` of the base matmul over tensor bid, family
+     * layer fl, shard j: their dA and dB (id: the site's A in the adapters' store), with the
+     * micro-batch's dropout (lora.h dt_lora_mm_weights); -1: a matmul's dW */
+    int site, bid, fl, j;
+    int drop_on;
+    uint64_t drop_seed, drop_seq0;
 } dt_wdefer_item;
 /* A part of an activation set that a backward has made dead (dt_model_family defer_spans):
  * n floats at p, dead from the `from`-th deferred dout of its layer on. */
@@ -313,9 +323,11 @@ typedef struct dt_wdefer_place {
 } dt_wdefer_place;
 typedef struct dt_wdefer {
     float *buf;                    /* the fallback: the douts no dead span takes */
-    const dt_wdefer_place *place;  /* the plan, shared by the sets: cap_items entries */
-    dt_wdefer_item *items;
-    int n, cap_items;
+    const dt_wdefer_place *place;  /* the plan, shared by the sets: cap_douts entries */
+    dt_wdefer_item *items;         /* the GEMMs (a dout's shards and fused tensors: several) */
+    int n, cap_items;              /* GEMMs recorded, room (dt_model_defer_gemms) */
+    int nd, cap_douts;             /* douts placed, the plan's */
+    const void *g_full, *g_loc;    /* sequence parallelism: the last gather (family_impl.h dt_sp_col_input) */
 } dt_wdefer;
 
 /* LoRA targets (lora.targets names, in this order) and a family's adaptable sub-projections:
@@ -503,7 +515,8 @@ struct dt_model {
     int chunk_l0;
     /* Set around a backward (zb-h1's input-gradient pass): the matmuls' weight and bias
      * gradients are not formed but recorded here (mixed.c), for dt_model_weight_pass. NULL: a
-     * whole backward. One tensor-parallel shard, no LoRA, no checkpointing. */
+     * whole backward. Every tensor-parallel shard's, LoRA's adapters', the experts' (ARCHITECTURE
+     * decision 84); a layer that recomputes its forward forms its own in the backward. */
     dt_wdefer *wdefer;
 };
 
@@ -599,6 +612,9 @@ void dt_model_weight_pass(dt_model *m, dt_wdefer *d);
  * the fallback. Fills out (NULL: count only) with *items entries, in record order; returns the
  * fallback's floats. */
 size_t dt_model_defer_plan(const dt_model *m, dt_wdefer_place *out, int *items);
+/* The GEMM records a backward of m defers for `douts` douts, at most: one per dout, or each
+ * tensor-parallel shard's of each tensor of a fused projection (q|k|v: 3). */
+int dt_model_defer_gemms(const dt_model *m, int douts);
 size_t dt_model_stage_floats(const dt_model *m);
 /* A stage's side values (a mixture of experts: the micro-batch's router totals, moe.h), in the
  * activations in use: dt_model_stage_extra_floats of them (0: none). They are written before a

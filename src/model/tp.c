@@ -29,18 +29,34 @@ void dt_fam_mm_forward_sh(dt_model *m, float *out, dt_mmin x, int id, int l, int
         dt_matmul_forward_lp(m->opts.compute, out, x.h, dt_model_lp_tensor(m, id, l) + off, bias, N, C, OC);
 }
 
-void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float *dbias, const float *dout,
-                           dt_mmin x, int N, int C, int OC) {
+/* Shard j's backward; c (zb-h1, m->wdefer): dout's deferred copy (dt_wdefer_dout), its dW and
+ * dbias recorded for W and dinp formed alone (the whole backward's GEMM); NULL: all now. */
+static void sh_backward(dt_model *m, float *dinp, int id, int l, int j, float *dbias, const float *dout, dt_mmin x,
+                        int N, int C, int OC, const float *c) {
     if (dt_tp_size(&m->opts) <= 1) {
         dt_fam_mm_backward(m, dinp, id, l, dbias, dout, x, N, C, OC);
         return;
     }
     if (m->lora) { /* a frozen base: dinp only (no dW, no dbias), then the adapters */
         if (dinp) dt_lora_base_backward_sh(m, dinp, 0, id, l, j, dout, OC, N, C, OC);
-        dt_lora_mm_backward_sh(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, j, N, C, OC);
+        if (c) dt_lora_mm_backward_defer(m, dinp, dout, c, x, id, l, j, N, C, OC);
+        else dt_lora_mm_backward_sh(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, j, N, C, OC);
         return;
     }
     size_t off = (size_t)j * shard_len(m, id);
+    if (c) {
+        dt_wdefer_gemm(m, id, l, off, c, OC, 0, x, dbias, N, C, OC);
+        if (!dinp) return;
+        if (!dt_lowp(m)) {
+            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, NULL,
+                                  dt_params_unit_tensor(&m->ps, m->ps.unit_params, id, dt_fam_layer(m, l)) + off, N, C, OC);
+        } else {
+            dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
+            dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, NULL, dt_model_lp_tensor(m, id, l) + off,
+                                     N, C, OC);
+        }
+        return;
+    }
     float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, id, dt_fam_layer(m, l)) + off;
     if (!dt_lowp(m)) {
         dt_matmul_backward(dinp, dw, dbias, dout, x.f,
@@ -49,6 +65,18 @@ void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float
     }
     dt_matmul_backward_lp(m->opts.compute, dinp, dw, dbias, dout, m->lp_scratch, x.h,
                           dinp ? dt_model_lp_tensor(m, id, l) + off : NULL, N, C, OC);
+}
+
+/* zb-h1 under tensor parallelism: the copy of a split GEMM's dout (n floats: every shard's)
+ * when its weight gradients wait for W, else NULL (one shard: dt_fam_mm_backward's own). */
+static const float *defer_copy(dt_model *m, int id, int l, const float *dout, size_t n) {
+    if (dt_tp_size(&m->opts) <= 1 || !dt_wdefer_on(m, id, l)) return NULL;
+    return dt_wdefer_dout(m, dout, n);
+}
+
+void dt_fam_mm_backward_sh(dt_model *m, float *dinp, int id, int l, int j, float *dbias, const float *dout,
+                           dt_mmin x, int N, int C, int OC) {
+    sh_backward(m, dinp, id, l, j, dbias, dout, x, N, C, OC, defer_copy(m, id, l, dout, (size_t)N * OC));
 }
 
 void dt_tp_add(float *acc, const float *part, size_t n) {
@@ -73,10 +101,11 @@ void dt_tp_col_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const 
 void dt_tp_col_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                         int N, int C, int OCl, float *scratch) {
     const int nb = dt_tp_local(&m->opts);
+    const float *c = defer_copy(m, id, l, dout, (size_t)nb * N * OCl);
     for (int j = 0; j < nb; j++) {
         float *dst = dinp && j > 0 ? scratch : dinp;
-        dt_fam_mm_backward_sh(m, dst, id, l, j, dbias ? dbias + (size_t)j * OCl : NULL, dout + (size_t)j * N * OCl, x,
-                              N, C, OCl);
+        sh_backward(m, dst, id, l, j, dbias ? dbias + (size_t)j * OCl : NULL, dout + (size_t)j * N * OCl, x, N, C, OCl,
+                    c ? c + (size_t)j * N * OCl : NULL);
         if (dinp && j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
     }
     if (dinp && dt_tp_size(&m->opts) > 1) dt_tp_sum(m, dinp, (size_t)N * C);
@@ -104,9 +133,10 @@ void dt_tp_row_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const 
 
 void dt_tp_row_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                         int N, int Cl, int OC) {
+    const float *c = defer_copy(m, id, l, dout, (size_t)N * OC); /* one dout for every shard */
     for (int j = 0; j < dt_tp_local(&m->opts); j++)
-        dt_fam_mm_backward_sh(m, dinp ? dinp + (size_t)j * N * Cl : NULL, id, l, j, j == 0 ? dbias : NULL, dout,
-                              dt_mmin_shard(x, j, (size_t)N * Cl), N, Cl, OC);
+        sh_backward(m, dinp ? dinp + (size_t)j * N * Cl : NULL, id, l, j, j == 0 ? dbias : NULL, dout,
+                    dt_mmin_shard(x, j, (size_t)N * Cl), N, Cl, OC, c);
 }
 
 /* Adjacent column-parallel tensors read as one projection (llama's q|k|v, gate|up): without
@@ -144,6 +174,7 @@ static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int 
                                   int N, int C, int W, float *scratch) {
     const dt_params *w = dt_model_weights(m);
     const int nb = dt_tp_local(&m->opts);
+    const float *cp = defer_copy(m, ids[0], l, dout, (size_t)nb * N * W); /* zb-h1: the dWs at W */
     for (int j = 0; j < nb; j++) {
         float *dst = j > 0 ? scratch : dinp;
         const float *d = dout + (size_t)j * N * W;
@@ -158,6 +189,10 @@ static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int 
                 continue;
             }
             float *dw = dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ids[t], dt_fam_layer(m, l)) + off;
+            if (cp) {
+                dt_wdefer_gemm(m, ids[t], l, off, cp + (size_t)j * N * W + col, W, col, x, NULL, N, C, rows);
+                dw = NULL;
+            }
             if (!dt_lowp(m))
                 dt_matmul_backward_ld(dst, t > 0, dw, d + col, W, x.f,
                                       dt_params_unit_tensor(w, w->unit_params, ids[t], dt_fam_layer(m, l)) + off, N, C, rows);
@@ -166,7 +201,8 @@ static void cols_backward_partial(dt_model *m, float *dinp, const int *ids, int 
                                          dt_model_lp_tensor(m, ids[t], l) + off, N, C, rows);
             col += rows;
         }
-        if (m->lora) dt_lora_mm_backward_sh(m, dst, d, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, ids[0], l, j, N, C, W);
+        if (m->lora && cp) dt_lora_mm_backward_defer(m, dst, d, cp + (size_t)j * N * W, x, ids[0], l, j, N, C, W);
+        else if (m->lora) dt_lora_mm_backward_sh(m, dst, d, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, ids[0], l, j, N, C, W);
         if (j > 0) dt_tp_add(dinp, scratch, (size_t)N * C);
     }
 }
@@ -201,6 +237,10 @@ void dt_sp_gather16(dt_model *m, uint16_t *full, const uint16_t *loc, int N, int
 
 dt_mmin dt_sp_col_input(dt_model *m, dt_mmin x, float *full, uint16_t *full16, int N, int C) {
     if (!m->opts.sp) return x;
+    if (m->wdefer) { /* zb-h1: a GEMM deferred on these rows gathers them again at W (model.c) */
+        m->wdefer->g_full = dt_lowp(m) ? (const void *)full16 : (const void *)full;
+        m->wdefer->g_loc = dt_lowp(m) ? (const void *)x.h : (const void *)x.f;
+    }
     if (dt_lowp(m)) {
         dt_sp_gather16(m, full16, x.h, N, C);
         return (dt_mmin){NULL, full16};
@@ -262,10 +302,11 @@ void dt_sp_col_backward(dt_model *m, float *dinp_loc, int id, int l, float *dbia
         return;
     }
     const int nb = dt_tp_local(&m->opts);
+    const float *c = defer_copy(m, id, l, dout, (size_t)nb * N * OCl);
     for (int j = 0; j < nb; j++) {
         float *dst = j > 0 ? scratch : full;
-        dt_fam_mm_backward_sh(m, dst, id, l, j, dbias ? dbias + (size_t)j * OCl : NULL, dout + (size_t)j * N * OCl, x, N,
-                              C, OCl);
+        sh_backward(m, dst, id, l, j, dbias ? dbias + (size_t)j * OCl : NULL, dout + (size_t)j * N * OCl, x, N, C, OCl,
+                    c ? c + (size_t)j * N * OCl : NULL);
         if (j > 0) dt_tp_add(full, scratch, (size_t)N * C);
     }
     sp_scatter(m, dinp_loc, full, N, C);

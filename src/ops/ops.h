@@ -416,12 +416,12 @@ void dt_lowrank_down_forward(float *u, const float *xf, const uint16_t *xh, dt_d
 /* out (N rows of stride ldo, columns [0, rows)) += s (u B^T): the sum over k, then scaled. */
 void dt_lowrank_up_forward(float *out, int ldo, const float *u, const float *B, float s, int N, int rows, int r);
 /* From dout (N rows of stride ldd, columns [0, rows)): dB (rows, r) += s (dout^T u) (the sum
- * over n, then scaled), and du (N, r) = s (dout B) (overwritten; the sum over j, then
- * scaled). */
+ * over n, then scaled; dB NULL: skipped, u unread), and du (N, r) = s (dout B) (overwritten;
+ * the sum over j, then scaled). */
 void dt_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd, const float *u, const float *B, float s,
                             int N, int rows, int r);
-/* dA (r, C) += du^T drop(x) (a sum over n), and dinp (N, C) += the masked, scaled (du A)
- * (the sum over k formed apart, then added; dinp NULL: skipped). */
+/* dA (r, C) += du^T drop(x) (a sum over n; dA NULL: skipped), and dinp (N, C) += the masked,
+ * scaled (du A) (the sum over k formed apart, then added; dinp NULL: skipped). */
 void dt_lowrank_down_backward(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh,
                               dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d);
 

@@ -51,15 +51,6 @@ dt_status dt_pp_cfg_stages(dt_ctx *ctx, dt_train_cfg *cfg) {
     if (!f || !f->stage_buf)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp=%d: pipeline stages are not built for the %s family yet "
                        "(issue 32)", pp, f ? f->name : cfg->model.family);
-    if (cfg->pp_kind == DT_PP_ZBH1) { /* its weight-gradient passes (decision 79): what they are built for */
-        const char *why = cfg->parallel.tp > 1 || cfg->model_opts.tp > 1          ? "parallel.tp=1"
-                          : cfg->model_opts.lora.rank > 0 || cfg->model_opts.lora.nf4 ? "no LoRA"
-                          : cfg->model.n_experts > 0 ? "no experts (model.n_experts=0)"
-                                                     : NULL;
-        if (why)
-            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp_schedule=zb-h1 runs with %s so far (its deferred weight "
-                           "GEMMs are built for that case; issue 32)", why);
-    }
     const int v = cfg->pp_virtual > 0 ? cfg->pp_virtual : 1;
     DT_CHECK(dt_pp_schedule_check(ctx, (dt_pp_kind)cfg->pp_kind, pp, v, cfg->accum));
     if (cfg->pp_kind == DT_PP_INTERLEAVED) {
@@ -170,11 +161,13 @@ dt_status dt_pp_init(dt_ctx *ctx, dt_trainer *tr) {
         DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, (size_t)p->defer_items * sizeof(dt_wdefer_place),
                               (void **)&p->defer_place));
         dt_model_defer_plan(&tr->model, p->defer_place, &p->defer_items);
+        p->defer_gemms = dt_model_defer_gemms(&tr->model, p->defer_items);
         for (int s = 0; s < p->slots; s++) {
-            p->defer[s].place = p->defer_place, p->defer[s].cap_items = p->defer_items;
+            p->defer[s].place = p->defer_place, p->defer[s].cap_douts = p->defer_items;
+            p->defer[s].cap_items = p->defer_gemms;
             if (p->defer_floats)
                 DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_ACTS, p->defer_floats * sizeof(float), (void **)&p->defer[s].buf));
-            DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, (size_t)p->defer_items * sizeof(dt_wdefer_item),
+            DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, (size_t)p->defer_gemms * sizeof(dt_wdefer_item),
                                   (void **)&p->defer[s].items));
         }
     }
@@ -192,7 +185,7 @@ void dt_pp_free(dt_trainer *tr) {
     for (int s = 0; p->defer && s < p->slots; s++) {
         if (p->defer[s].buf) dt_alloc_put(&tr->alloc, DT_MEM_ACTS, p->defer[s].buf, p->defer_floats * sizeof(float));
         if (p->defer[s].items)
-            dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->defer[s].items, (size_t)p->defer_items * sizeof(dt_wdefer_item));
+            dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->defer[s].items, (size_t)p->defer_gemms * sizeof(dt_wdefer_item));
     }
     if (p->defer_place)
         dt_alloc_put(&tr->alloc, DT_MEM_OTHER, p->defer_place, (size_t)p->defer_items * sizeof(dt_wdefer_place));
@@ -368,6 +361,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             dt_parallel_begin_micro(tr->par, pass, pass == M * p->passes - 1);
             pass++;
             dt_model_weight_pass(m, &p->defer[s]);
+            DT_CHECK(dt_trainer_tp_check(ctx, tr)); /* sequence parallelism gathers inputs again */
             dt_parallel_end_micro(tr->par);
             dt_trace_end(td, "bwd", "weights %d", k);
             out->bwd_seconds += dt_now() - t0;

@@ -258,7 +258,8 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         shape.fam = dt_model_family_of(&mc), shape.cfg = mc, shape.opts = mo, shape.B = cfg->micro_batch, shape.T = dt_train_local_T(cfg);
         int items;
         bytes[DT_MEM_ACTS] += (size_t)slots * dt_model_defer_plan(&shape, NULL, &items) * F;
-        bytes[DT_MEM_OTHER] += (size_t)slots * (size_t)items * sizeof(dt_wdefer_item) + (size_t)items * sizeof(dt_wdefer_place);
+        bytes[DT_MEM_OTHER] += (size_t)slots * (size_t)dt_model_defer_gemms(&shape, items) * sizeof(dt_wdefer_item) +
+                              (size_t)items * sizeof(dt_wdefer_place);
     }
     bytes[DT_MEM_OTHER] += dt_model_family_of(&mc)->impl_bytes;
     /* as dt_trainer_init: ZeRO-3's model has no slabs (and gathers the 16-bit weights) */

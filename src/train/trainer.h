@@ -111,7 +111,8 @@ typedef struct dt_pp_link {
     float *pool;              /* interleaved: a copy of every message a step sends (pipeline.c) */
     dt_wdefer *defer;         /* zb-h1: per activation set, its backward's deferred weight GEMMs */
     size_t defer_floats;      /* each set's fallback for the douts no dead span takes */
-    int defer_items;
+    int defer_items;          /* the douts of a backward (the plan's places) */
+    int defer_gemms;          /* their GEMM records (model.h dt_model_defer_gemms) */
     dt_wdefer_place *defer_place; /* where each dout goes (model.h dt_model_defer_plan) */
     dt_comm_req **pool_req;
     int pool_n, pool_used;

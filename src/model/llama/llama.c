@@ -625,7 +625,7 @@ static void llama_backward(dt_model *m, float scale) {
                             (dt_mmin){a->lnf, a->lnfh});
 }
 
-/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard, no experts; a layer
+/* zb-h1's deferred douts (model.h defer_douts / defer_spans; every shard held, decision 84; a layer
  * that recomputes its forward defers nothing and frees only its output and layer 0's input,
  * the rest of it being the working slots the next recompute overwrites): a layer's backward
  * defers down's, gate|up's, o's and q|k|v's douts in that order (the head and the embedding
@@ -634,38 +634,66 @@ static void llama_backward(dt_model *m, float scale) {
  * once the SwiGLU's backward read it (before the 2nd dout), res2 and rstd2 once the
  * post-attention norm's did (before the 3rd), q|k|v, the log-sum-exp and (16-bit copies kept
  * for W) the fp32 attention output once the attention's did (before the 4th), rstd1 and the
- * embedding output after the layer. W reads ln1, atty, ln2, hmid (or their 16-bit copies). */
+ * embedding output after the layer. W reads ln1, atty, ln2, hmid (or their 16-bit copies).
+ * A layer of experts (fp32, one shard) defers instead three blocks of B T k rows (moe.c: each
+ * expert's dy, dgu and gathered input at its rows), then the router's, o's and q|k|v's douts;
+ * its experts' gate|up and outputs are dead after the blocks (W reads h), res2 and rstd2
+ * before o's, q|k|v and the log-sum-exp before q|k|v's. */
 static int llama_defer_douts(const dt_model *m, int l, size_t *n) {
     const tp_dims d = dims_of(&m->cfg, &m->opts);
-    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model, nb = (size_t)d.nb;
     if (l < 0 || l >= dt_stage_layers(&m->cfg, &m->opts) || dt_model_recomputes(&m->opts, l)) return 0;
-    n[0] = BT * C, n[1] = BT * 2 * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * (size_t)d.QWl;
+    if (m->cfg.n_experts) { /* the experts' blocks (R rows: dy, dgu, the gathered input), the router's, o's, q|k|v's */
+        const size_t R = BT * (size_t)m->cfg.experts_topk, Fe = (size_t)m->cfg.expert_d_ff;
+        n[0] = R * C, n[1] = R * 2 * Fe, n[2] = R * C, n[3] = BT * (size_t)m->cfg.n_experts, n[4] = BT * C;
+        n[5] = BT * (size_t)d.QWl;
+        return 6;
+    }
+    /* every row (a row-parallel GEMM's dout is gathered under sequence parallelism), the shards held */
+    n[0] = BT * C, n[1] = BT * 2 * nb * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * nb * (size_t)d.QWl;
     return 4;
 }
 
 static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
     const dt_model_config *c = &m->cfg;
-    DT_ASSERT(dt_tp_size(&m->opts) == 1 && !c->n_experts);
     const tp_dims d = dims_of(c, &m->opts);
-    const size_t BT = (size_t)m->B * m->T, C = (size_t)c->d_model;
+    /* the split activations: every row, the shards held; the residual stream and the norms'
+     * statistics: the rows held (RW, sequence parallelism) */
+    const size_t nb = (size_t)d.nb, BT = (size_t)m->B * m->T, RW = (size_t)dt_sp_rows(m, m->B * m->T),
+                 C = (size_t)c->d_model;
     layer_views v = {0};
     if (m->acts) v = views(m, l);
     int n = 0;
 #define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
     if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
-        SPAN(v.res3, BT * C, 0);
-        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 0);
+        SPAN(v.res3, RW * C, 0);
+        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, RW * C, 0);
         return n;
     }
-    SPAN(v.res3, BT * C, 0);
-    SPAN(v.gu, BT * 2 * (size_t)d.Fl, 1);
-    SPAN(v.res2, BT * C, 2);
-    SPAN(v.rstd2, BT, 2);
-    SPAN(v.qkv, BT * (size_t)d.QWl, 3);
-    SPAN(v.lse, BT * (size_t)d.NHl, 3);
-    if (dt_lowp(m)) SPAN(v.atty, BT * (size_t)d.Ql, 3);
-    SPAN(v.rstd1, BT, 4);
-    if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 4);
+    if (c->n_experts) { /* fp32, one shard; the MoE state of the layer's slot (moe.h) */
+        const size_t R = BT * (size_t)c->experts_topk, Fe = (size_t)c->expert_d_ff;
+        const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l);
+        const dt_moe_acts *e = m->acts ? &((dt_llama_acts *)m->impl)->moe : NULL;
+        SPAN(v.res3, BT * C, 0);
+        SPAN(e ? e->gu + s * R * 2 * Fe : NULL, R * 2 * Fe, 3); /* read by the SwiGLU's backward, y by */
+        SPAN(e ? e->y + s * R * C : NULL, R * C, 3);            /* the weights' (W reads h) */
+        SPAN(v.res2, BT * C, 4);
+        SPAN(v.rstd2, BT, 4);
+        SPAN(v.qkv, BT * (size_t)d.QWl, 5);
+        SPAN(v.lse, BT * (size_t)d.NHl, 5);
+        SPAN(v.rstd1, BT, 6);
+        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 6);
+        return n;
+    }
+    SPAN(v.res3, RW * C, 0);
+    SPAN(v.gu, BT * 2 * nb * (size_t)d.Fl, 1);
+    SPAN(v.res2, RW * C, 2);
+    SPAN(v.rstd2, RW, 2);
+    SPAN(v.qkv, BT * nb * (size_t)d.QWl, 3);
+    SPAN(v.lse, BT * nb * (size_t)d.NHl, 3);
+    if (dt_lowp(m)) SPAN(v.atty, BT * nb * (size_t)d.Ql, 3);
+    SPAN(v.rstd1, RW, 4);
+    if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, RW * C, 4);
 #undef SPAN
     return n;
 }

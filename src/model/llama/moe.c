@@ -227,26 +227,43 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
     }
     dt_fill(dln2, 0, (size_t)BT * C * sizeof(float));
     const int router_unit = dt_fam_unit(m, DT_LLAMA_MOE_ROUTER, l);
+    /* zb-h1 (ARCHITECTURE decision 84): each expert's douts and gathered input formed straight
+     * into three blocks of the plan (R rows each, expert e's at row off[e]), kept for W */
+    float *kdy = NULL, *kdgu = NULL, *kxe = NULL;
+    if (dt_wdefer_on(m, DT_LLAMA_MOE_W1(0), l)) {
+        kdy = dt_wdefer_dout(m, NULL, R * C);
+        kdgu = dt_wdefer_dout(m, NULL, R * 2 * Fe);
+        kxe = dt_wdefer_dout(m, NULL, R * C);
+    }
     for (int e = E - 1; e >= 0; e--) {
         const int u = dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l);
         dt_unit_need(m, u, e > 0 ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e - 1), l) : router_unit);
         dt_unit_grads_begin(m, u);
         const int n = off[e + 1] - off[e];
         if (n > 0) {
+            float *ye = kdy ? kdy + (size_t)off[e] * C : a->dy, *xe = kxe ? kxe + (size_t)off[e] * C : a->xe;
+            float *ge = kdgu ? kdgu + (size_t)off[e] * 2 * Fe : a->dgu;
             for (int i = 0; i < n; i++) {
                 const int32_t r = rows[off[e] + i];
                 const float wr = w[r], *d = dout + (size_t)(r / k) * C;
-                float *dy = a->dy + (size_t)i * C;
+                float *dy = ye + (size_t)i * C;
                 for (int q = 0; q < C; q++) dy[q] = wr * d[q];
-                dt_copy(a->xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
+                dt_copy(xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
             }
             const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe;
-            DT_PROF(m, bwd, DT_OP_MATMUL,
-                    dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, a->dy, (dt_mmin){he, NULL}, n, Fe, C));
-            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dgu, gue, a->dh, n, Fe));
-            DT_PROF(m, bwd, DT_OP_MATMUL,
-                    dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, a->dgu, (dt_mmin){a->xe, NULL}, n, C,
-                                       2 * Fe));
+            if (kdy)
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_fam_mm_backward_kept(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fe, C));
+            else
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fe, C));
+            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge, gue, a->dh, n, Fe));
+            if (kdy)
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_fam_mm_backward_kept(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fe));
+            else
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fe));
             for (int i = 0; i < n; i++) {
                 float *d = dln2 + (size_t)(rows[off[e] + i] / k) * C;
                 const float *dx = a->dx + (size_t)i * C;

@@ -525,7 +525,7 @@ static float *vit_stage_buf(dt_model *m, dt_stage_buf which) {
     return dt_fam_stage_buf(m, which, a->encoded, a->res3, a->dres, m->B * (n_patches(&m->cfg) + 1));
 }
 
-/* zb-h1's deferred douts (model.h defer_douts / defer_spans; one shard; a layer that recomputes
+/* zb-h1's deferred douts (model.h defer_douts / defer_spans; every shard held, decision 84; a layer that recomputes
  * its forward defers nothing and frees only its output and layer 0's input, the rest of it
  * being the working slots the next recompute overwrites): the
  * last stage's head defers its dout (B x classes) before any layer's activations die: the
@@ -543,34 +543,37 @@ static int vit_defer_douts(const dt_model *m, int l, size_t *n) {
     if (l == L) return dt_stage_last(&m->cfg, &m->opts) ? (n[0] = (size_t)m->B * m->cfg.n_classes, 1) : 0;
     if (l == -1) return dt_stage_first(&m->opts) ? (n[0] = (size_t)m->B * n_patches(&m->cfg) * C, 1) : 0;
     if (l < 0 || l >= L || dt_model_recomputes(&m->opts, l)) return 0;
-    n[0] = BT * C, n[1] = BT * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * 3 * (size_t)d.Cl;
+    const size_t nb = (size_t)d.nb; /* every row (gathered under sequence parallelism), the shards held */
+    n[0] = BT * C, n[1] = BT * nb * (size_t)d.Fl, n[2] = BT * C, n[3] = BT * 3 * nb * (size_t)d.Cl;
     return 4;
 }
 
 static int vit_defer_spans(const dt_model *m, int l, dt_act_span *out) {
-    DT_ASSERT(dt_tp_size(&m->opts) == 1);
     const tp_dims d = dims_of(&m->cfg, &m->opts);
-    const size_t BT = (size_t)m->B * (n_patches(&m->cfg) + 1), C = (size_t)m->cfg.d_model;
+    /* the split activations: every row, the shards held; the residual stream and the norms'
+     * statistics: the rows held (RW, sequence parallelism) */
+    const size_t BT = (size_t)m->B * (n_patches(&m->cfg) + 1), C = (size_t)m->cfg.d_model, nb = (size_t)d.nb,
+                 RW = (size_t)dt_sp_rows(m, (int)BT);
     layer_views v = {0};
     if (m->acts) v = views(m, l);
     int n = 0;
 #define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
     if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
-        SPAN(v.res3, BT * C, 0);
-        if (l == 0) SPAN(m->acts ? ((dt_vit_acts *)m->impl)->encoded : NULL, BT * C, 0);
+        SPAN(v.res3, RW * C, 0);
+        if (l == 0) SPAN(m->acts ? ((dt_vit_acts *)m->impl)->encoded : NULL, RW * C, 0);
         return n;
     }
-    SPAN(v.res3, BT * C, 0);
-    SPAN(v.fch, BT * (size_t)d.Fl, 1);
-    SPAN(v.res2, BT * C, 2);
-    SPAN(v.ln2m, BT, 2);
-    SPAN(v.ln2r, BT, 2);
-    SPAN(v.qkv, BT * 3 * (size_t)d.Cl, 3);
-    SPAN(v.lse, BT * (size_t)d.NHl, 3);
-    if (dt_lowp(m)) SPAN(v.atty, BT * (size_t)d.Cl, 3);
-    SPAN(v.ln1m, BT, 4);
-    SPAN(v.ln1r, BT, 4);
-    if (l == 0) SPAN(m->acts ? ((dt_vit_acts *)m->impl)->encoded : NULL, BT * C, 4);
+    SPAN(v.res3, RW * C, 0);
+    SPAN(v.fch, BT * nb * (size_t)d.Fl, 1);
+    SPAN(v.res2, RW * C, 2);
+    SPAN(v.ln2m, RW, 2);
+    SPAN(v.ln2r, RW, 2);
+    SPAN(v.qkv, BT * 3 * nb * (size_t)d.Cl, 3);
+    SPAN(v.lse, BT * nb * (size_t)d.NHl, 3);
+    if (dt_lowp(m)) SPAN(v.atty, BT * nb * (size_t)d.Cl, 3);
+    SPAN(v.ln1m, RW, 4);
+    SPAN(v.ln1r, RW, 4);
+    if (l == 0) SPAN(m->acts ? ((dt_vit_acts *)m->impl)->encoded : NULL, RW * C, 4);
 #undef SPAN
     return n;
 }

@@ -66,7 +66,7 @@ void dt_cpu_lowrank_up_forward(float *out, int ldo, const float *u, const float 
 void dt_cpu_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd, const float *u, const float *B,
                                 float s, int N, int rows, int r) {
     /* dB[j, k] += s sum_n g[n, j] u[n, k]: JB output rows at a time (dout read by rows) */
-    int nj = (rows + JB - 1) / JB;
+    int nj = dB ? (rows + JB - 1) / JB : 0; /* dB NULL: skipped */
 #pragma omp parallel for schedule(static)
     for (int jb = 0; jb < nj; jb++) {
         int j0 = jb * JB, nr = rows - j0 < JB ? rows - j0 : JB;
@@ -101,7 +101,7 @@ void dt_cpu_lowrank_down_backward(float *dA, float *dinp, const float *du, const
     DT_ASSERT(!xh || xdt == DT_BF16 || xdt == DT_F16);
     /* dA[k, c] += sum_n du[n, k] drop(x)[n, c]: blocks of XB columns x KB ranks, x widened once
      * per row and block */
-    int nblk = (C + XB - 1) / XB;
+    int nblk = dA ? (C + XB - 1) / XB : 0; /* dA NULL: skipped */
 #pragma omp parallel for schedule(static)
     for (int bi = 0; bi < nblk; bi++) {
         int c0 = bi * XB, len = C - c0 < XB ? C - c0 : XB;

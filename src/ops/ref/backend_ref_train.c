@@ -179,7 +179,7 @@ void dt_ref_be_lowrank_up_forward(float *out, int ldo, const float *u, const flo
 
 void dt_ref_be_lowrank_up_backward(float *dB, float *du, const float *dout, int ldd, const float *u, const float *B,
                                    float s, int N, int rows, int r) {
-    for (int j = 0; j < rows; j++)
+    for (int j = 0; dB && j < rows; j++) /* dB NULL: skipped */
         for (int k = 0; k < r; k++) {
             double a = 0.0;
             for (int n = 0; n < N; n++) a += (double)dout[(size_t)n * ldd + j] * u[(size_t)n * r + k];
@@ -195,8 +195,8 @@ void dt_ref_be_lowrank_up_backward(float *dB, float *du, const float *dout, int 
 
 void dt_ref_be_lowrank_down_backward(float *dA, float *dinp, const float *du, const float *xf, const uint16_t *xh,
                                      dt_dtype xdt, const float *A, int N, int C, int r, const dt_dropout *d) {
-    double *x = xdrop(xf, xh, xdt, N, C, d);
-    for (int k = 0; k < r; k++)
+    double *x = dA ? xdrop(xf, xh, xdt, N, C, d) : NULL;
+    for (int k = 0; dA && k < r; k++) /* dA NULL: skipped */
         for (int c = 0; c < C; c++) {
             double a = dA[(size_t)k * C + c];
             for (int n = 0; n < N; n++) a += (double)du[(size_t)n * r + k] * x[(size_t)n * C + c];
