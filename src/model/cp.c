@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/trace.h"
 #include "ops/ops.h"
 
 /* The scratch: two block buffers and two gradient buffers of B Tl key/value rows (2 NKV hs
@@ -93,6 +94,7 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
         const int j = ((r - s) % P + P) % P;
         cp_pair pr[3];
         const int np = pairs_of(r, j, c, ring->contiguous, pr);
+        const double tb = dt_trace_begin(); /* the block's compute, beside the ring's waits */
         for (int b = 0; b < B; b++) {
             const float *qb = qkv + (size_t)b * Tl * ldq, *kb = kv + (size_t)b * Tl * kvw;
             float *obase = out + (size_t)b * Tl * ldo, *lbase = lse + (size_t)b * NH * Tl;
@@ -103,6 +105,7 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
                 dt_attention_merge(obase + (size_t)x->q0 * ldo, ldo, lbase + x->q0, Tl, w.ob, ldo, w.lb, Tl, x->nq, NH, hs);
             }
         }
+        dt_trace_end(tb, "attn", "attention block of cp rank %d", j);
         if (!ag && s + 1 < P) err |= ring->wait(ring->ud, DT_CP_KV);
     }
     return err;
@@ -132,6 +135,7 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
          * (all_gather: kept for the all-to-all) */
         float *mine = ag ? w.share + (size_t)j * w.n : s == 0 ? w.dkv[0] : w.mine;
         dt_fill(mine, 0, w.n * sizeof(float));
+        const double tb = dt_trace_begin();
         for (int b = 0; b < B; b++) {
             const size_t qo = (size_t)b * Tl * ldq, ko = (size_t)b * Tl * kvw, oo = (size_t)b * Tl * ldo;
             const float *lb = lse + (size_t)b * NH * Tl;
@@ -143,6 +147,7 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
                                             x->nk, NH, NKV, hs, x->causal, op);
             }
         }
+        dt_trace_end(tb, "attn", "attention backward block of cp rank %d", j);
         if (ag) continue;
         float *acc = w.dkv[s % 2];
         if (s > 0) { /* the shares of the ranks before, then this one's */
