@@ -27,9 +27,9 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO, 0, 0, 0, 0};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
 }
 
@@ -224,6 +224,11 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         world = tp * dpw, rank = rank % (tp * dpw);
         node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
+    if (mo.ep > 1) { /* expert parallelism (tp = cp = pp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
+        mo.ep_rank = rank % mo.ep;
+        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
+        dt_ep_plan(cfg, &mo, world, mc.n_layer, bytes);
+    }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
         world /= tp, rank /= tp;
@@ -402,9 +407,9 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
     dt_comm *comm = tr->comm;
     dt_mesh mesh;
     const int pp = tr->cfg.pp > 1 && !tr->cfg.pp_blocks ? tr->cfg.pp : 1;
-    const int cp = tr->cfg.cp > 1 ? tr->cfg.cp : 1;
+    const int cp = tr->cfg.cp > 1 ? tr->cfg.cp : 1, ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
     DT_CHECK(dt_mesh_init(ctx, &mesh, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_rank(comm, DT_GROUP_WORLD),
-                          pc->tp > 1 ? pc->tp : 1, cp, pp, 1));
+                          pc->tp > 1 ? pc->tp : 1, cp, pp, ep));
     int *ranks = malloc((size_t)mesh.world * sizeof *ranks);
     if (!ranks) return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
     int n;
@@ -427,6 +432,17 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
             st = dt_comm_group_split(ctx, comm, ranks, n, &dpcp);
         }
     }
+    if (st == DT_OK && ep > 1) { /* the experts' groups (decision 85) */
+        n = dt_mesh_group(&mesh, DT_MESH_EP, ranks);
+        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->ep.group);
+        tr->ep.n = ep, tr->ep.rank = dt_mesh_group_rank(&mesh, DT_MESH_EP);
+        if (st == DT_OK) {
+            n = dt_mesh_group(&mesh, DT_MESH_EDP, ranks);
+            st = dt_comm_group_split(ctx, comm, ranks, n, &tr->ep.edp);
+            tr->ep.edp_n = n, tr->ep.edp_rank = dt_mesh_group_rank(&mesh, DT_MESH_EDP);
+        }
+        mo->ep = ep, mo->ep_rank = tr->ep.rank;
+    }
     if (st == DT_OK && pp > 1) {
         n = dt_mesh_group(&mesh, DT_MESH_PP, ranks);
         st = dt_comm_group_split(ctx, comm, ranks, n, &tr->pp.group);
@@ -441,6 +457,10 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
         if (k > 1) st = dt_comm_group_split(ctx, comm, ranks, k, &tr->mp_group);
     }
     free(ranks);
+    if (st == DT_OK && ep > 1) { /* the ranks holding one whole model: the EP group (tp = pp = 1) */
+        tr->mp_ranks = ep;
+        tr->mp_group = tr->ep.group;
+    }
     if (st == DT_OK && pc->hybrid && pc->strategy != DT_STRAT_DDP) st = hybrid_groups(ctx, tr, &mesh, pc);
     DT_CHECK(st);
     tr->tp.comm = comm;
@@ -465,6 +485,8 @@ static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_
 
 /* After a pass: a TP collective or a CP ring transfer that failed stops the run, naming it. */
 dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
+    if (tr->model.ep_failed)
+        return dt_fail(ctx, DT_ERR_BACKEND, "expert parallelism: an all-to-all of the EP group failed: %s", tr->ep.ctx.err);
     if (tr->model.cp_failed)
         return dt_fail(ctx, DT_ERR_BACKEND, "context parallelism: a transfer of the CP ring failed: %s", tr->cp.ctx.err);
     if (!tr->model.tp_failed) return DT_OK;
@@ -533,9 +555,10 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->dp_group = DT_GROUP_WORLD;
     tr->pp.n = 1;
     tr->cp.n = 1;
+    tr->ep.n = 1;
     tr->mp_ranks = 1;
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_cfg_stages(ctx, &tr->cfg)); /* the stages' layers */
-    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks) || cfg->cp > 1)
+    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks) || cfg->cp > 1 || cfg->ep > 1)
         DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
     DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
                                          dt_train_local_T(cfg),
@@ -553,6 +576,11 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
         size_t n = dt_trainer_tp_scratch(cfg) * sizeof(float);
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
         tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max, tp_allgather, tp_reduce_scatter};
+    }
+    DT_CHECK_GOTO(dt_ep_init(ctx, tr)); /* expert parallelism: the all-to-all, the gradient segments */
+    if (tr->ep.n > 1) { /* the experts: reduced by dt_ep_reduce, held by the EDP group */
+        pc.skip_off = tr->ep.off, pc.skip_len = tr->ep.len;
+        pc.skip_ranks = tr->ep.edp_n, pc.skip_rank = tr->ep.edp_rank;
     }
     pc.accum = cfg->accum * dt_pp_passes(cfg); /* a micro-step per pass (a chunk's; zb-h1's B and W) */
     pc.compute = cfg->model_opts.compute;
@@ -574,6 +602,7 @@ fail:
 void dt_trainer_free(dt_trainer *tr) {
     size_t bt = (size_t)tr->cfg.micro_batch * tr->cfg.seq_len * sizeof(int32_t);
     dt_pp_free(tr);
+    dt_ep_free(tr);
     dt_parallel_free(tr->par);
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
@@ -598,6 +627,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     double tr0 = dt_trace_begin();
     double t0 = dt_now();
     DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
+    DT_CHECK(dt_ep_reduce(ctx, tr)); /* the experts' gradients, over their EDP group */
     if (tr->pp.n > 1) DT_CHECK(dt_pp_share_loss(ctx, tr, mean_loss)); /* the last stage's, on every stage */
     DT_CHECK(dt_parallel_mean(ctx, tr->par, mean_loss));
     out->sync_seconds = dt_now() - t0;
@@ -605,7 +635,9 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     double sumsq;
     /* under a pipeline (or its blocks mode): summed stage by stage; then the tied embedding's
      * gradient to the last stage's copy */
-    DT_CHECK(tr->cfg.pp > 1 ? dt_pp_sumsq(ctx, tr, &sumsq) : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
+    DT_CHECK(tr->cfg.pp > 1   ? dt_pp_sumsq(ctx, tr, &sumsq)
+             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, &sumsq)
+                            : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     if (tr->pp.n > 1) DT_CHECK(dt_pp_tied_grads(ctx, tr));
     const float S = tr->scaler.scale;
     double norm = sqrt(sumsq) / S; /* of the unscaled gradients */
@@ -740,6 +772,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     ex = ex0;
     out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
     dt_micro mi = {inputs, targets, masked, counted, W, R, W * tr->cp.n};
+    const long ep_rows0 = m->ep_rows_sent;
     out->pp_span = 0;
     if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
         const double ps0 = dt_now();
@@ -779,6 +812,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
         if (!early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
+        dt_ep_begin_micro(tr, k);
         m->tied_add = k == tr->cfg.accum - 1; /* pp_blocks: the head's gradients join the embedding's once */
         dt_model_backward(m, bscale);
         m->tied_add = 0;
@@ -791,6 +825,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
             tr->spike_step = -1; /* once: a rollback re-runs the step */
         }
         dt_parallel_end_micro(tr->par);
+        dt_ep_end_micro(tr, k);
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);
         loss_sum += masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
@@ -817,6 +852,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     out->pp_idle = tr->pp.idle - ppi0;
     out->tp_seconds = tr->tp.seconds - tps0;
     out->tp_bytes = tr->tp.bytes - tpb0;
+    out->ep_rows = tr->ep.n > 1 ? (double)(m->ep_rows_sent - ep_rows0) : -1.0;
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     dt_trace_end(trs, "step", "step %ld", tr->step);
