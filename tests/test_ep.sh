@@ -11,6 +11,7 @@
 #    rank) alike; full activation checkpointing (the routing and the all-to-alls again in the
 #    backward) alike;
 #  - the all-to-all moved rows: ep_rows_sent > 0 in every step of an ep run, absent at ep 1;
+#  - on real data, validation (whose forwards exchange rows too) gives ep 1's losses;
 #  - a checkpoint written at dp 4 ep 2 resumed at ep 1 (and one written at ep 1 resumed at ep 2)
 #    continues bitwise;
 #  - the allocator's high-water equals the memory plan on every run (the EP buffers included);
@@ -106,6 +107,21 @@ run r2e2 2 --set parallel.ep=2 --resume "$dir/ck2/step-00000005" --set checkpoin
   --save-weights "$dir/r2e2.st"
 check "an ep 1 checkpoint resumed at dp 2 ep 2 continues bitwise" d2 r2e2 bitwise 5
 same_file "an ep 1 checkpoint resumed at dp 2 ep 2" d2 r2e2
+
+# Validation on real data: every rank's evaluation forwards exchange rows as training does.
+printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
+  | awk '{for (i = 0; i < 300; i++) { print $0 " " i; if (i % 20 == 19) print "%" }}' >"$dir/text.txt"
+"$bin" prepare --tokenizer byte --doc-sep % --val-fraction 0.1 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
+  fail "prepare the corpus"
+val=(--data "$dir/corpus_train_*.bin" --set data.val="$dir/corpus_val_*.bin" --set training.eval_interval=5
+     --set training.eval_batches=2 --model.vocab_size 256)
+evals() { /usr/bin/python3 -c "import json,sys; print([j['val_loss'] for j in map(json.loads, open(sys.argv[1])) if 'val_loss' in j])" "$dir/$1.jsonl"; }
+run v1 2 "${val[@]}"
+run v2 2 --set parallel.ep=2 "${val[@]}"
+check "mixtral-tiny dp 2 ep 2 on real data with validation == ep 1, bitwise" v1 v2 bitwise 10
+e1=$(evals v1) e2=$(evals v2)
+[ "$e1" = "$e2" ] && [ "$e1" != "[]" ] && pass "validation at ep 2: the losses $e2 are ep 1's" ||
+  fail "validation losses: ep 1 $e1, ep 2 $e2"
 
 refused() { # WHAT NRANKS PATTERN ARGS...
   local what=$1 n=$2 pat=$3; shift 3
