@@ -26,6 +26,11 @@ dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr);
 /* LoRA dropout's keys for micro-batch k (model.h lora_drop_*). */
 void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
 
+/* The process mesh (mesh_groups.c; parallel/mesh.h): splits this run's groups (TP, DP, CP and
+ * DP x CP, EP and EDP, PP, the model-parallel group; hybrid sharding's), sets the model's ranks
+ * in mo and the gradients' group in pc. */
+dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc);
+
 /* ---- expert parallelism (ep.c; ARCHITECTURE decision 85) */
 
 /* After the model (tr->ep's groups set by the mesh): installs the EP group's all-to-all and
