@@ -30,7 +30,7 @@ static int run(dt_ctx *ctx, const char *dir, const char *cs) {
     } else {
         return dt_fail(ctx, DT_ERR_CONFIG, "unknown case '%s' (llama, llama-mqa, gpt2, gpt2-kv)", cs);
     }
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 12.0f, 0.0f, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 12.0f, 0.0f, 0, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     DT_CHECK(dt_lora_parse_targets(ctx, targets, &o.lora.targets));
     dt_alloc al;
     dt_alloc_init(&al);

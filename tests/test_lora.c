@@ -64,7 +64,7 @@ static void check_branch(dt_model_config mc, int id, int OC, int with_bias, int 
     dt_ctx_init(&ctx);
     dt_alloc al;
     dt_alloc_init(&al);
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {3, 6.0f, p, ALL, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {3, 6.0f, p, ALL, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (!strcmp(mc.family, "gpt2")) o.lora.targets &= ~(1u << DT_LORA_GATE);
     dt_model m;
     const int B = 2, T = 5, N = B * T, l = 1;
@@ -198,7 +198,7 @@ static void test_thread_bits(void **state) {
         dt_alloc al;
         dt_alloc_init(&al);
         dt_model_config mc = llama_cfg();
-        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {20, 6.0f, 0.0f, ALL, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, lowp ? DT_BF16 : DT_F32, 0, 0, {20, 6.0f, 0.0f, ALL, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         dt_model m;
         const int B = 3, T = 16, N = B * T, C = 48, OC = 96;
         assert_int_equal(dt_model_init_opts(&ctx, &m, &mc, &o, &al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
@@ -412,7 +412,7 @@ static void nf4_vs_dequantized(dt_dtype prec, int fused) {
     dt_alloc aq, af;
     dt_alloc_init(&aq), dt_alloc_init(&af);
     /* fused: the fused loss in blocks of 5 rows (bf16: a 16-bit copy of the whole head) */
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, prec, fused, 5, {4, 8.0f, 0.0f, ALL, 1, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, prec, fused, 5, {4, 8.0f, 0.0f, ALL, 1, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     assert_int_equal(dt_model_init_opts(&ctx, &q, &mc, &o, &aq, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
     o.lora.nf4 = 0;
     assert_int_equal(dt_model_init_opts(&ctx, &f, &mc, &o, &af, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
@@ -501,7 +501,7 @@ static void test_dropout_eval(void **state) {
     for (int d = 0; d < 2; d++) {
         dt_alloc al;
         dt_alloc_init(&al);
-        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 8.0f, d ? 0.5f : 0.0f, ALL, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {4, 8.0f, d ? 0.5f : 0.0f, ALL, 0, 0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         dt_model m;
         assert_int_equal(dt_model_init_opts(&ctx, &m, &mc, &o, &al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS), DT_OK);
         dt_model_init_weights(&m, 11);

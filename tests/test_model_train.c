@@ -245,7 +245,7 @@ static void test_fused_loss_is_bitwise_the_stored_one(void **state) {
                 c.steps = 6;
                 c.sched.total = 6;
                 c.accum = 2;
-                c.model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, precs[pi], fused, rows, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+                c.model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, precs[pi], fused, rows, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
                 acts[fused] = train_planned(c, l[fused], &p[fused], &n[fused], NULL);
             }
             printf("  %s rows %d: activations %zu (stored) vs %zu (fused) bytes, loss %.6f\n",
@@ -262,7 +262,7 @@ static void test_fused_loss_is_bitwise_the_stored_one(void **state) {
     /* The model API: after a plain forward the backward forms the head's gradients itself, to
      * the bits of a training forward's; and the fused and stored losses agree there too. */
     for (int pi = 0; pi < 2 && strcmp(fam, "vit"); pi++) {
-        dt_model_opts fo = {DT_RECOMPUTE_NONE, 1, precs[pi], 1, 5, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, so = fo;
+        dt_model_opts fo = {DT_RECOMPUTE_NONE, 1, precs[pi], 1, 5, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, so = fo;
         so.fused_loss = 0;
         size_t n1, n2, n3;
         float *g1 = fused_grads(&fo, 1, &n1), *g2 = fused_grads(&fo, 0, &n2), *g3 = fused_grads(&so, 1, &n3);
@@ -301,7 +301,7 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
             c.sched.total = 6;
             c.micro_batch = 2;
             c.accum = 2;
-            c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, precs[pi], 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+            c.model_opts = (dt_model_opts){modes[k].r, modes[k].every, precs[pi], 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
             float l[6], *p;
             size_t n;
             acts[k] = train_planned(c, l, &p, &n, NULL);
@@ -326,7 +326,7 @@ static void test_activation_checkpointing_is_bitwise(void **state) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_train_cfg c = small_cfg();
-    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    c.model_opts = (dt_model_opts){DT_RECOMPUTE_FULL, 0, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     dt_trainer tr;
     assert_int_equal(dt_trainer_init(&ctx, &tr, &c, NULL), DT_ERR_CONFIG);
     assert_non_null(strstr(ctx.err, "memory.activation_checkpointing_every"));

@@ -55,7 +55,7 @@ static void make(dt_model *m, dt_alloc *al, int layers, int l0, int l1, dt_dtype
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c = cfg(layers);
-    dt_model_opts o = {rc, g_every, compute, 0, 0, {0}, g_tp, g_tp, 0, g_sp, l0, l1, g_v, g_stride, 0, 0, 0, 0};
+    dt_model_opts o = {rc, g_every, compute, 0, 0, {0}, g_tp, g_tp, 0, g_sp, l0, l1, g_v, g_stride, 0, 0, 0, 0, 0, 0};
     dt_alloc_init(al);
     dt_status st = dt_model_init_opts(&ctx, m, &c, &o, al, B, T, DT_SLAB_PARAMS | DT_SLAB_GRADS);
     if (st != DT_OK) fail_msg("init: %s", ctx.err);
@@ -497,7 +497,7 @@ static void expect_refused(const char *preset, int untied, int l0, int l1, const
     assert_int_equal(dt_model_preset(&ctx, preset, &c), DT_OK);
     c.n_layer = 3;
     c.untied = untied;
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, l0, l1, 0, 0, 0, 0, 0, 0};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, l0, l1, 0, 0, 0, 0, 0, 0, 0, 0};
     dt_alloc al;
     dt_alloc_init(&al);
     dt_model m;

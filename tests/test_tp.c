@@ -110,7 +110,7 @@ static void make(dt_model *m, dt_alloc *al, int tp, int local, int first, dt_dty
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config c = tiny();
-    dt_model_opts o = {rc, 1, compute, g_fused, g_rows, {0}, tp, local, first, tp > 1 ? g_sp : 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    dt_model_opts o = {rc, 1, compute, g_fused, g_rows, {0}, tp, local, first, tp > 1 ? g_sp : 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (g_lora) {
         unsigned t;
         assert_int_equal(dt_lora_parse_targets(&ctx, strcmp(g_preset, "llama-tiny") ? "q,k,v,o,up,down"
@@ -348,7 +348,7 @@ static void expect_refused(const char *preset, int tp, int fused, const char *wa
     dt_ctx_init(&ctx);
     dt_model_config c;
     assert_int_equal(dt_model_preset(&ctx, preset, &c), DT_OK);
-    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, fused, 0, {0}, tp, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    dt_model_opts o = {DT_RECOMPUTE_NONE, 1, DT_F32, fused, 0, {0}, tp, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (g_lora) o.lora = (dt_lora_cfg){g_lora, 0.0f, 0.0f, 1u << DT_LORA_Q, g_nf4, 0};
     dt_model m;
     dt_alloc al;

@@ -573,7 +573,7 @@ int dt_cmd_bench(dt_ctx *ctx, int argc, char **argv) {
 
     dt_comm *comm;
     /* tensor-parallel ranks run their TP collectives beside the gradient buckets' thread */
-    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || !strcmp(cfg.layout, "auto")));
+    st = dt_cli_comm_init_mesh(ctx, &comm, st, st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || cfg.ep > 1 || !strcmp(cfg.layout, "auto")));
     if (st != DT_OK) {
         dt_prices_free(&prices);
         return dt_cli_exit_code(st);

@@ -98,10 +98,11 @@ int dt_cmd_train(dt_ctx *ctx, int argc, char **argv) {
     if (st == DT_OK && dt_preempt_setup() != 0)
         dt_log_warn(ctx, "cannot start the preemption signal thread: SIGTERM ends the run");
     dt_comm *comm;
-    /* tensor-parallel ranks run their TP collectives, pipeline stages their transfers, beside
-     * the gradient buckets' thread */
+    /* tensor-parallel ranks run their TP collectives, pipeline stages their transfers, expert-
+     * parallel ranks their all-to-alls, beside the gradient buckets' thread */
     st = dt_cli_comm_init_mesh(ctx, &comm, st,
-                               st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || (cfg.pp > 1 && !cfg.pp_blocks) || !strcmp(cfg.layout, "auto")));
+                               st == DT_OK && ((cfg.tp > 1 && !cfg.tp_blocks) || (cfg.pp > 1 && !cfg.pp_blocks) || cfg.ep > 1 ||
+                                               !strcmp(cfg.layout, "auto")));
     if (st == DT_OK && cfg.ckpt_dir[0] && env_rank < 0) { /* the rank is known only now */
         dt_status lst = DT_OK;
         if (dt_comm_rank(comm, DT_GROUP_WORLD) == 0)

@@ -193,7 +193,7 @@ size_t dt_model_act_floats(const dt_model_config *c, int B, int T) {
 }
 
 size_t dt_model_act_floats_opts(const dt_model_config *c, const dt_model_opts *o, int B, int T) {
-    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const dt_model_opts none = {DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     const dt_model_opts *oo = o ? o : &none;
     size_t mx = 0;
     for (int k = 0; k < dt_stage_chunks(oo); k++) { /* an interleaved stage: its largest chunk's */
@@ -251,7 +251,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
                              const dt_model_opts *opts, dt_alloc *alloc, int B, int T, int slabs) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    m->opts = opts ? *opts : (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 0, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     if (m->opts.recompute_every == 0) m->opts.recompute_every = 1;
     if (m->opts.compute != DT_F32 && m->opts.compute != DT_BF16 && m->opts.compute != DT_F16)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.precision must be fp32, bf16 or fp16");
@@ -336,6 +336,13 @@ int dt_model_tied_head(const dt_tensor_info *table, int n) {
 
 dt_status dt_model_stage_table(dt_ctx *ctx, const dt_model_config *c, const dt_model_opts *o, dt_tensor_info *table,
                                int n) {
+    if (o && o->ep > 1) { /* expert parallelism: the experts of this rank only (decision 85) */
+        if (c->n_experts < o->ep || c->n_experts % o->ep || o->ep_rank < 0 || o->ep_rank >= o->ep)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d", o->ep, c->n_experts);
+        const int per = c->n_experts / o->ep;
+        for (int i = 0; i < n; i++)
+            if (table[i].expert && (table[i].expert - 1) / per != o->ep_rank) table[i].rows = table[i].file_rows = 0;
+    }
     if (!o || o->pp_l1 <= 0) return DT_OK;
     if (o->pp_l0 < 0 || o->pp_l0 >= o->pp_l1 || o->pp_l1 > c->n_layer)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp: a stage's layers [%d, %d) are not inside the model's %d",

@@ -205,6 +205,12 @@ typedef struct dt_model_opts {
      * around the CP ring (dt_model.cp_ring). 0 or 1: none. */
     int cp, cp_rank;
     int cp_all_gather; /* parallel.cp_comm=all_gather: the blocks gathered at once (model/cp.h) */
+    /* Expert parallelism (parallel.ep; ARCHITECTURE decision 85): the ep ranks of an EP group
+     * split each layer's n_experts experts, E / ep consecutive ones each; this process holds
+     * experts [ep_rank E / ep, (ep_rank + 1) E / ep) (the store lays out only theirs: the others
+     * are absent, params.h) and computes every source rank's rows of them, the rows travelling
+     * through dt_model.ep_ops (model/llama/moe.h). 0 or 1: none. */
+    int ep, ep_rank;
 } dt_model_opts;
 
 /* A pipeline stage's table (o->pp_l1 > 0): the PRE tensors of a stage that is not the first
@@ -262,6 +268,14 @@ typedef struct dt_model_tp_ops {
      * in[rank' n ...] block for this rank (in holds size x n) */
     int (*reduce_scatter)(void *ud, const float *in, float *out, size_t n);
 } dt_model_tp_ops;
+/* An EP group's all-to-all (installed by the trainer; expert parallelism, model.h
+ * dt_model_opts.ep): rank r's scounts[q] esize-byte elements at send + sdispls[q] land at rank
+ * q's recv + rdispls[r] (comm.h dt_comm_alltoallv). Returns 0, or non-zero after a failure. */
+typedef struct dt_model_ep_ops {
+    void *ud;
+    int (*alltoallv)(void *ud, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                     const size_t *rcounts, const size_t *rdispls, size_t esize);
+} dt_model_ep_ops;
 /* Rows per block of the lm_head and loss for N token rows under o (NULL: defaults). */
 int dt_model_head_rows(const dt_model_opts *o, int N);
 /* Rows of logits a language model stores: one block under the fused loss, else N. */
@@ -480,6 +494,14 @@ struct dt_model {
     int tp_failed;          /* a tp_ops call failed (the trainer checks it after each pass) */
     dt_cp_ring cp_ring;     /* context parallelism's ring (model/cp.h; installed by the trainer) */
     int cp_failed;          /* an exchange of the ring failed (the trainer checks it after each pass) */
+    dt_model_ep_ops ep_ops; /* expert parallelism's group (dt_model_opts.ep; installed by the trainer) */
+    int ep_failed;          /* an ep_ops call failed (the trainer checks it after each pass) */
+    /* Expert parallelism: where the backward accumulates each local expert's weight gradient,
+     * one segment per source rank of the EP group (set by the trainer before each micro-step's
+     * backward): ep x dt_moe_ep_segment floats, segment s holding, per store layer, the local
+     * experts' [w1 | w3 | w2] gradients formed from source s's rows (moe.h). */
+    float *ep_grads;
+    long ep_rows_sent;      /* expert rows this rank sent to other ranks of the EP group since init */
     float *tp_scratch;      /* (B T, d_model) a shard's partial sum when several are held (the
                                family binds it; NULL otherwise) */
     float *tp_stat;         /* (2 B T) the vocabulary-parallel cross-entropy's row statistics

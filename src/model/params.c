@@ -148,9 +148,14 @@ static void layout(dt_params *ps) {
 }
 
 /* A LAYER tensor that starts a unit: the layer's first tensor, and those the family marks. */
+/* An expert tensor the store does not hold (another expert-parallel rank's: params.h `expert`)
+ * starts no unit and belongs to none. Other empty layer tensors keep their (empty) units: a
+ * LoRA base whose matmuls live elsewhere relies on the full layout's unit numbering. */
+static int absent_expert(const dt_tensor_info *t) { return t->expert && dt_tensor_absent(t); }
 static int table_starts_unit(const dt_tensor_info *table, int i) {
+    if (absent_expert(&table[i])) return 0;
     for (int k = 0; k < i; k++)
-        if (table[k].group == DT_PG_LAYER) return table[i].unit_start;
+        if (table[k].group == DT_PG_LAYER && !absent_expert(&table[k])) return table[i].unit_start;
     return 1;
 }
 static int starts_unit(const dt_params *ps, int i) { return table_starts_unit(ps->tensors, i); }
@@ -176,7 +181,7 @@ static void count_layer_units(dt_params *ps) {
 int dt_params_table_layer_units(const dt_tensor_info *table, int n) {
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (table[i].group == DT_PG_LAYER) k += k == 0 || table[i].unit_start;
+        if (table[i].group == DT_PG_LAYER && !absent_expert(&table[i])) k += k == 0 || table[i].unit_start;
     return k > 0 ? k : 1;
 }
 
@@ -207,7 +212,7 @@ static int make_units(dt_params *ps, size_t *lo) {
                     dt_tensor_info *t = &ps->tensors[i];
                     if (t->group != DT_PG_LAYER) continue;
                     if (starts_unit(ps, i)) START(t->offset + base), k++;
-                    t->unit = ps->n_pre_units + k - 1; /* layer 0's unit */
+                    t->unit = absent_expert(t) ? -1 : ps->n_pre_units + k - 1; /* layer 0's unit */
                     t->chunk_rows = t->rows;
                 }
                 if (k == 0) START(ps->layers_offset + base);

@@ -77,6 +77,9 @@ typedef struct dt_tensor_info {
     int tp_k, tp_nb, tp_first;
     size_t g_rows, g_cols, g_file_rows; /* the canonical shape (and real rows) */
     size_t shard_rows;    /* rows of one shard as stored (= rows when not split) */
+    int expert;           /* (family) 1 + the expert of a mixture-of-experts expert's tensor, 0
+                             otherwise: expert parallelism's store holds only its rank's experts
+                             (model.h dt_model_opts.ep; the others absent) */
 } dt_tensor_info;
 
 /* The split column (tensor parallelism, decision 62):
@@ -106,8 +109,8 @@ typedef struct dt_canon_run {
 } dt_canon_run;
 
 /* A tensor this store does not hold (a pipeline stage's store keeps the PRE tensors on the
- * first stage only and the POST tensors on the last: the others have no rows, no elements
- * and no unit, unit = -1). */
+ * first stage only and the POST tensors on the last; an expert-parallel rank's store only its
+ * experts: the others have no rows, no elements and no unit, unit = -1). */
 static inline int dt_tensor_absent(const dt_tensor_info *t) { return t->rows == 0 || t->cols == 0; }
 
 /* Elements of one stored shard of t (the whole tensor when not split). */

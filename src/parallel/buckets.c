@@ -102,8 +102,19 @@ dt_status dt_par_buckets_init(dt_ctx *ctx, dt_parallel *p) {
     if (!p->b) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     /* From the end downwards; a bucket never spans the embeddings and a layer, so the big
      * embedding buckets (ready last) do not delay the last layer's gradients. */
+    const size_t L0 = m->ps.layers_offset, LF = m->ps.layer_floats, SO = p->cfg.skip_off, SL = p->cfg.skip_len;
+    const size_t L1 = L0 + LF * (size_t)m->ps.n_layer;
     for (size_t hi = n; hi > 0;) {
         size_t lo = hi > per ? hi - per : 0;
+        if (SL && hi > L0 && hi <= L1) { /* expert parallelism: no bucket holds the local experts */
+            const size_t l = (hi - 1 - L0) / LF, r = (hi - 1 - L0) % LF, b = L0 + l * LF;
+            if (r >= SO && r < SO + SL) { /* inside: go below them */
+                hi = b + SO;
+                continue;
+            }
+            const size_t below = r >= SO + SL ? b + SO + SL : l > 0 ? b - LF + SO + SL : 0;
+            lo = lo > below ? lo : below;
+        }
         int u = unit_at(m, hi - 1);
         /* Never across the embeddings/layer boundary; for ZeRO-1 never across any unit. */
         if (p->cfg.strategy != DT_STRAT_DDP) lo = lo > m->ps.unit_lo[u] ? lo : m->ps.unit_lo[u];

@@ -659,8 +659,15 @@ int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out) {
     int R = p->cfg.strategy == DT_STRAT_DDP ? p->world : p->n_rep;
     int idx = p->cfg.strategy == DT_STRAT_DDP ? p->rank : p->k;
     int n = 0;
+    const dt_params *ps = &p->m->ps;
+    const int R0 = R, idx0 = idx;
     for (int u = 0; u < p->U; u++) {
         size_t i = (size_t)u * p->G + p->j, cnt[1], off[1];
+        R = R0, idx = idx0;
+        if (p->cfg.skip_len && ps->unit_lo[u] >= ps->layers_offset && u < DT_UNIT_POST0(ps) &&
+            (ps->unit_lo[u] - ps->layers_offset) % ps->layer_floats >= p->cfg.skip_off &&
+            (ps->unit_lo[u] - ps->layers_offset) % ps->layer_floats < p->cfg.skip_off + p->cfg.skip_len)
+            R = p->cfg.skip_ranks, idx = p->cfg.skip_rank; /* an expert's unit (expert parallelism) */
         size_t *c = R <= 1 ? cnt : malloc((size_t)R * 2 * sizeof(size_t));
         if (!c) return -1;
         size_t *o = R <= 1 ? off : c + R;

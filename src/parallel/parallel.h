@@ -111,6 +111,12 @@ typedef struct dt_parallel_cfg {
                             buffer once per step (and its 16-bit copy under mixed precision), read
                             without communication until the update. DT_ZG_AUTO (resolved by the
                             trainer from the memory plan) is use here */
+    size_t skip_off, skip_len; /* expert parallelism (set by the trainer; DDP only): every layer
+                            block's floats [skip_off, skip_off + skip_len), the local experts, are
+                            left out of the data-parallel reduction (the trainer sums them over
+                            their expert-data-parallel group: train/ep.c); skip_len 0: none */
+    int skip_ranks, skip_rank; /* the ranks holding those floats alike (the EDP group) and my place
+                            among them: checkpoints spread their writing over them (save_pieces) */
 } dt_parallel_cfg;
 enum { DT_ZR_AUTO, DT_ZR_STEP, DT_ZR_MICRO };
 enum { DT_ZG_AUTO, DT_ZG_STEP, DT_ZG_USE };

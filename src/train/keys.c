@@ -150,7 +150,7 @@ static const key_def keys[] = {
     NUM("parallel.pp_virtual", K_INT, pp_virtual, "with parallel.pp_schedule=interleaved: chunks (virtual stages) per stage, >= 2"),
     NUM("parallel.pp_blocks", K_BOOL, pp_blocks, "test mode: with parallel.pp > 1, one process (no pipeline ranks) runs exactly the arithmetic of the pp stages - the gradient norm summed stage by stage, a head tied to the embedding accumulating its two gradients apart and adding them once per step - so a pipeline's results are bitwise its own (ddp)"),
     NUM("parallel.pp_layers", K_INTS, pp_layers, "layers per pipeline stage, one count >= 1 per parallel.pp stage summing to model.n_layer ([2, 3] in YAML, 2,3 in --set); [] = the cost rule: the split whose most expensive stage is cheapest, counting each stage's layers, the embedding on the first and the final norm, head and loss on the last in training FLOPs (ties: the most even counts, then fewer layers on the last stage, then on the earlier ones)"),
-    NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size: ranks that split a layer's experts (not built yet: > 1 is refused)"),
+    NUM("parallel.ep", K_INT, ep, "expert-parallel degree, dividing the data-parallel size and model.n_experts: ep consecutive data-parallel ranks split each layer's experts (n_experts / ep each), tokens sent to their experts' ranks by all-to-all; bitwise ep = 1's results; with parallel.strategy=ddp and fp32 gradients only (decision 85)"),
     NUM("parallel.check_replicas", K_INT, check_replicas, "every N steps and at the end compare a hash of every rank's parameters; stop naming the ranks that differ (0 = off)"),
     NUM("runtime.threads", K_INT, threads, "OpenMP threads (0 = OMP_NUM_THREADS or all cores)"),
 };
@@ -579,9 +579,33 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
 static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
     dt_mesh m;
     DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp_blocks ? 1 : c->pp, c->ep));
-    if (c->ep > 1)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d: expert parallelism is not built yet (issue 34); the process "
-                       "mesh, tensor, pipeline and context parallelism are (set parallel.ep to 1)", c->ep);
+    return DT_OK;
+}
+
+/* Expert parallelism (decision 85) against the model and what it composes with so far: one
+ * line naming the keys, before anything is allocated. */
+static dt_status check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
+    const dt_train_cfg *t = &c->train;
+    const int ep = c->ep;
+    if (ep < 2) return DT_OK;
+    if (t->model.n_experts <= 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d needs a mixture of experts (model.n_experts > 0): a dense "
+                       "model has no experts to split", ep);
+    if (t->model.n_experts % ep)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d (each rank of an EP group holds "
+                       "n_experts / ep experts)", ep, t->model.n_experts);
+    const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
+                      : c->pp > 1 || c->pp_blocks                 ? "parallel.pp"
+                      : c->cp > 1                                 ? "parallel.cp"
+                      : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
+                      : t->parallel.grad_dtype != DT_F32          ? "parallel.grad_dtype"
+                      : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
+                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
+                                                                  : NULL;
+    if (why)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism with "
+                       "parallel.strategy=ddp and fp32 gradients only (not with tensor, pipeline or context parallelism, "
+                       "ZeRO, 16-bit or compressed gradients, or LoRA)", ep, why);
     return DT_OK;
 }
 
@@ -647,6 +671,10 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->model_opts.tp_first = 0; /* the trainer sets its TP rank */
     t->model_opts.sp = c->sp;
     t->parallel.tp = tp_ranks;
+    DT_CHECK(check_ep(ctx, c)); /* before the others: a composition with ep names parallel.ep */
+    t->ep = c->ep > 1 ? c->ep : 1;
+    t->model_opts.ep = c->ep > 1 ? c->ep : 0;
+    t->model_opts.ep_rank = 0; /* the trainer sets its EP rank */
     DT_CHECK(check_tp(ctx, c));
     /* pipeline parallelism: the stages' layers are cut by the trainer (dt_pp_cfg_stages) */
     t->pp = c->pp > 1 ? c->pp : 1;

@@ -247,19 +247,27 @@ static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *
 }
 
 /* Test aid: DTRAIN_TEST_SAVE_GRADS=FILE writes the last step's reduced gradients (the whole
- * model's, DDP without tensor or pipeline parallelism: every rank holds them) from rank 0 as a
- * weights file, so tests compare gradients tensor by tensor (context parallelism against one
- * rank). Other layouts are refused in one line. */
+ * model's, DDP without tensor or pipeline parallelism: every rank holds them; under expert
+ * parallelism the EP group's stores gathered as the whole model, as the weights are) from rank
+ * 0 as a weights file, so tests compare gradients tensor by tensor (context or expert
+ * parallelism against none). Other layouts are refused in one line. */
 static dt_status save_grads_file(dt_ctx *ctx, run_state *r, long step) {
     const char *file = getenv("DTRAIN_TEST_SAVE_GRADS");
     if (!file || !file[0]) return DT_OK;
-    if (r->tr.cfg.parallel.strategy != DT_STRAT_DDP || r->tpc.on || r->tr.model.lora || !r->tr.model.ps.grads)
+    const int ep = r->tr.ep.n > 1;
+    if (r->tr.cfg.parallel.strategy != DT_STRAT_DDP || (r->tpc.on && !ep) || r->tr.model.lora || !r->tr.model.ps.grads)
         return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_TEST_SAVE_GRADS: parallel.strategy=ddp without tensor or pipeline "
                        "parallelism or LoRA only");
-    if (ctx->rank != 0) return DT_OK;
-    dt_model view = r->tr.model;
-    view.ps.params = r->tr.model.ps.grads;
-    return dt_model_file_save(ctx, &view, file, NULL, step);
+    float *canon = NULL;
+    if (ep) DT_CHECK(dt_tp_ckpt_gather(ctx, &r->tpc, r->tr.model.ps.grads, &canon)); /* every EP rank */
+    dt_status st = DT_OK;
+    if (ctx->rank == 0) {
+        dt_model view = ep ? r->tpc.view : r->tr.model;
+        view.ps.params = ep ? canon : r->tr.model.ps.grads;
+        st = dt_model_file_save(ctx, &view, file, NULL, step);
+    }
+    free(canon);
+    return st;
 }
 
 /* The step-boundary agreement of all ranks, one small all-reduce (max): [0] a preemption

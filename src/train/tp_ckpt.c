@@ -1,4 +1,5 @@
-/* Checkpoints of a tensor-parallel run in the canonical index space (tp_ckpt.h). */
+/* Checkpoints of a tensor-, pipeline- or expert-parallel run in the canonical index space
+ * (tp_ckpt.h). */
 #include "train/tp_ckpt.h"
 
 #include <stdlib.h>
@@ -27,6 +28,7 @@ static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr, int
                            size_t *len) {
     const dt_model *m = &tr->model;
     dt_model_opts o = m->opts;
+    if (o.ep > 1) o.ep_rank = i; /* expert parallelism: the EP group (tp = pp = 1) */
     if (c->tp_ranks > 1) o.tp_local = 1, o.tp_first = i % c->tp_ranks;
     if (tr->pp.n > 1) {
         const int p = i / c->tp_ranks;
@@ -43,7 +45,7 @@ static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr, int
 dt_status dt_tp_ckpt_init(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr) {
     memset(c, 0, sizeof *c);
     const dt_model *m = &tr->model;
-    c->on = dt_tp_size(&m->opts) > 1 || tr->pp.n > 1;
+    c->on = dt_tp_size(&m->opts) > 1 || tr->pp.n > 1 || m->opts.ep > 1;
     c->live = 1;
     dt_alloc_init(&c->alloc);
     dt_model_config cc = tr->cfg.model; /* the unsplit model: its own vocabulary padding */
@@ -51,6 +53,7 @@ dt_status dt_tp_ckpt_init(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr) {
     dt_model_opts o1 = m->opts; /* no tensor parallelism, no pipeline */
     o1.tp = o1.tp_local = o1.tp_first = o1.sp = 0;
     o1.pp_l0 = o1.pp_l1 = 0;
+    o1.ep = o1.ep_rank = 0; /* every expert */
     DT_CHECK(store_layout(ctx, c, m, &cc, &o1, &c->canon));
     c->view.fam = m->fam;
     c->view.cfg = cc;

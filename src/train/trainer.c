@@ -27,9 +27,9 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO, 0, 0, 0, 0};
     c->seed = 1337;
-    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
 }
 
@@ -224,6 +224,11 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         world = tp * dpw, rank = rank % (tp * dpw);
         node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
+    if (mo.ep > 1) { /* expert parallelism (tp = cp = pp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
+        mo.ep_rank = rank % mo.ep;
+        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
+        dt_ep_plan(cfg, &mo, world, mc.n_layer, bytes);
+    }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
         world /= tp, rank /= tp;
@@ -337,38 +342,6 @@ static int tp_blocks_op(dt_tp_link *t, const float *in, float *buf, size_t n) {
 static int tp_allgather(void *ud, float *buf, size_t n) { return tp_blocks_op(ud, NULL, buf, n); }
 static int tp_reduce_scatter(void *ud, const float *in, float *out, size_t n) { return tp_blocks_op(ud, in, out, n); }
 
-/* Hybrid sharding over the data-parallel ranks (parallel/mesh.h dt_mesh_hybrid): every rank
- * learns every rank's node (the lowest world rank on it), checks that each DP group spreads
- * evenly over its nodes, the same on all (one verdict for the world, so no rank splits alone),
- * and splits its node's part of its DP group and its place's replicas across nodes. */
-static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh, dt_parallel_cfg *pc) {
-    dt_comm *comm = tr->comm;
-    const int W = mesh->world;
-    int64_t mine = mesh->rank, v[3];
-    int64_t *all = malloc((size_t)W * sizeof *all);
-    int *node = malloc((size_t)W * 3 * sizeof *node);
-    if (!all || !node) {
-        free(all), free(node);
-        return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
-    }
-    int *shard = node + W, *cross = node + 2 * (size_t)W, ns = 0, nc = 0;
-    dt_status st = dt_comm_allreduce(ctx, comm, DT_GROUP_NODE, &mine, 1, DT_I64, DT_MIN);
-    if (st == DT_OK) st = dt_comm_allgather_words(ctx, comm, DT_GROUP_WORLD, &mine, 1, all);
-    for (int r = 0; r < W && st == DT_OK; r++) node[r] = (int)all[r];
-    int bad = st == DT_OK ? dt_mesh_hybrid(mesh, node, shard, &ns, cross, &nc) : -1;
-    v[0] = bad ? 1 : 0, v[1] = ns, v[2] = -(int64_t)ns; /* any failure; the largest and smallest shard group */
-    if (st == DT_OK) st = dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, v, 3, DT_I64, DT_MAX);
-    if (st == DT_OK && (v[0] || v[1] != -v[2]))
-        st = dt_fail(ctx, DT_ERR_CONFIG,
-                     "parallel.hybrid with parallel.tp=%d: every node must hold the same number of each "
-                     "data-parallel group's ranks (%d ranks on %d node(s); this rank's group has %d on its node)",
-                     pc->tp, W, dt_comm_num_nodes(comm), ns);
-    if (st == DT_OK) st = dt_comm_group_split(ctx, comm, shard, ns, &pc->node_group);
-    if (st == DT_OK) st = dt_comm_group_split(ctx, comm, cross, nc, &pc->cross_group);
-    free(all), free(node);
-    return st;
-}
-
 /* Context parallelism's ring (model/cp.h): point-to-point over the CP group, one tag per slot. */
 enum { TAG_CP = 6000 };
 static int cp_start(void *ud, int slot, const float *send, float *recv, size_t n) {
@@ -416,78 +389,10 @@ static int cp_alltoall(void *ud, const float *send, float *recv, size_t n) {
     return st != DT_OK;
 }
 
-/* The process mesh of a tensor- or pipeline-parallel run (parallel/mesh.h; cp = ep = 1 so far):
- * the TP group (consecutive ranks), the data-parallel group, the PP group (the stages, tp x dp
- * apart) and the model-parallel group (the tp x pp ranks holding one model together, for
- * checkpoints), split once (hybrid sharding: its shard and replica groups too); the model holds
- * the shard of its TP rank and the layers of its stage. */
-static dt_status mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
-    dt_comm *comm = tr->comm;
-    dt_mesh mesh;
-    const int pp = tr->cfg.pp > 1 && !tr->cfg.pp_blocks ? tr->cfg.pp : 1;
-    const int cp = tr->cfg.cp > 1 ? tr->cfg.cp : 1;
-    DT_CHECK(dt_mesh_init(ctx, &mesh, dt_comm_size(comm, DT_GROUP_WORLD), dt_comm_rank(comm, DT_GROUP_WORLD),
-                          pc->tp > 1 ? pc->tp : 1, cp, pp, 1));
-    int *ranks = malloc((size_t)mesh.world * sizeof *ranks);
-    if (!ranks) return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
-    int n;
-    dt_status st = DT_OK;
-    if (pc->tp > 1) {
-        n = dt_mesh_group(&mesh, DT_MESH_TP, ranks);
-        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->tp.group);
-    }
-    if (st == DT_OK) {
-        n = dt_mesh_group(&mesh, DT_MESH_DP, ranks);
-        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->dp_group);
-    }
-    dt_group dpcp = tr->dp_group; /* the ranks a gradient is summed over: data and context parallel */
-    if (st == DT_OK && cp > 1) {
-        n = dt_mesh_group(&mesh, DT_MESH_CP, ranks);
-        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->cp.group);
-        tr->cp.n = cp, tr->cp.rank = mesh.coord[DT_AXIS_CP];
-        if (st == DT_OK) {
-            n = dt_mesh_group(&mesh, DT_MESH_DPCP, ranks);
-            st = dt_comm_group_split(ctx, comm, ranks, n, &dpcp);
-        }
-    }
-    if (st == DT_OK && pp > 1) {
-        n = dt_mesh_group(&mesh, DT_MESH_PP, ranks);
-        st = dt_comm_group_split(ctx, comm, ranks, n, &tr->pp.group);
-        tr->pp.n = pp, tr->pp.stage = mesh.coord[DT_AXIS_PP];
-    }
-    if (st == DT_OK) { /* same c and d: stage after stage, tp ranks each (ascending world ranks) */
-        int c[DT_AXIS_N], k = 0;
-        memcpy(c, mesh.coord, sizeof c);
-        for (int p = 0; p < pp; p++)
-            for (int t = 0; t < mesh.size[DT_AXIS_TP]; t++) c[DT_AXIS_PP] = p, c[DT_AXIS_TP] = t, ranks[k++] = dt_mesh_rank_at(&mesh, c);
-        tr->mp_ranks = k;
-        if (k > 1) st = dt_comm_group_split(ctx, comm, ranks, k, &tr->mp_group);
-    }
-    free(ranks);
-    if (st == DT_OK && pc->hybrid && pc->strategy != DT_STRAT_DDP) st = hybrid_groups(ctx, tr, &mesh, pc);
-    DT_CHECK(st);
-    tr->tp.comm = comm;
-    dt_ctx_init(&tr->tp.ctx);
-    tr->tp.ctx.rank = ctx->rank, tr->tp.ctx.world = ctx->world;
-    mo->tp_first = pc->tp > 1 ? mesh.coord[DT_AXIS_TP] : 0;
-    pc->dp_group = dpcp;
-    if (cp > 1) {
-        mo->cp = cp, mo->cp_rank = tr->cp.rank;
-        tr->cp.comm = comm;
-        dt_ctx_init(&tr->cp.ctx);
-        tr->cp.ctx.rank = ctx->rank, tr->cp.ctx.world = ctx->world;
-    }
-    pc->tp_group = tr->tp.group;
-    if (pp > 1) {
-        mo->pp_l0 = tr->cfg.pp_first[tr->pp.stage];
-        mo->pp_l1 = tr->cfg.pp_first[tr->pp.stage + 1];
-        dt_pp_chunk_opts(&tr->cfg, mo);
-    }
-    return DT_OK;
-}
-
 /* After a pass: a TP collective or a CP ring transfer that failed stops the run, naming it. */
 dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
+    if (tr->model.ep_failed)
+        return dt_fail(ctx, DT_ERR_BACKEND, "expert parallelism: an all-to-all of the EP group failed: %s", tr->ep.ctx.err);
     if (tr->model.cp_failed)
         return dt_fail(ctx, DT_ERR_BACKEND, "context parallelism: a transfer of the CP ring failed: %s", tr->cp.ctx.err);
     if (!tr->model.tp_failed) return DT_OK;
@@ -556,10 +461,11 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->dp_group = DT_GROUP_WORLD;
     tr->pp.n = 1;
     tr->cp.n = 1;
+    tr->ep.n = 1;
     tr->mp_ranks = 1;
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_cfg_stages(ctx, &tr->cfg)); /* the stages' layers */
-    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks) || cfg->cp > 1)
-        DT_CHECK_GOTO(mesh_groups(ctx, tr, &mo, &pc));
+    if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks) || cfg->cp > 1 || cfg->ep > 1)
+        DT_CHECK_GOTO(dt_trainer_mesh_groups(ctx, tr, &mo, &pc));
     DT_CHECK_GOTO(dt_model_init_opts(ctx, &tr->model, &cfg->model, &mo, &tr->alloc, cfg->micro_batch,
                                          dt_train_local_T(cfg),
                                          strat == DT_STRAT_ZERO3   ? 0
@@ -578,6 +484,11 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
         size_t n = dt_trainer_tp_scratch(cfg) * sizeof(float);
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->tp.scratch));
         tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max, tp_allgather, tp_reduce_scatter};
+    }
+    DT_CHECK_GOTO(dt_ep_init(ctx, tr)); /* expert parallelism: the all-to-all, the gradient segments */
+    if (tr->ep.n > 1) { /* the experts: reduced by dt_ep_reduce, held by the EDP group */
+        pc.skip_off = tr->ep.off, pc.skip_len = tr->ep.len;
+        pc.skip_ranks = tr->ep.edp_n, pc.skip_rank = tr->ep.edp_rank;
     }
     pc.accum = cfg->accum * dt_pp_passes(cfg); /* a micro-step per pass (a chunk's; zb-h1's B and W) */
     pc.compute = cfg->model_opts.compute;
@@ -599,6 +510,7 @@ fail:
 void dt_trainer_free(dt_trainer *tr) {
     size_t bt = (size_t)tr->cfg.micro_batch * tr->cfg.seq_len * sizeof(int32_t);
     dt_pp_free(tr);
+    dt_ep_free(tr);
     dt_parallel_free(tr->par);
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
@@ -623,6 +535,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     double tr0 = dt_trace_begin();
     double t0 = dt_now();
     DT_CHECK(dt_parallel_finish_grads(ctx, tr->par));
+    DT_CHECK(dt_ep_reduce(ctx, tr)); /* the experts' gradients, over their EDP group */
     if (tr->pp.n > 1) DT_CHECK(dt_pp_share_loss(ctx, tr, mean_loss)); /* the last stage's, on every stage */
     DT_CHECK(dt_parallel_mean(ctx, tr->par, mean_loss));
     out->sync_seconds = dt_now() - t0;
@@ -630,7 +543,9 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     double sumsq;
     /* under a pipeline (or its blocks mode): summed stage by stage; then the tied embedding's
      * gradient to the last stage's copy */
-    DT_CHECK(tr->cfg.pp > 1 ? dt_pp_sumsq(ctx, tr, &sumsq) : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
+    DT_CHECK(tr->cfg.pp > 1   ? dt_pp_sumsq(ctx, tr, &sumsq)
+             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, &sumsq)
+                            : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     if (tr->pp.n > 1) DT_CHECK(dt_pp_tied_grads(ctx, tr));
     const float S = tr->scaler.scale;
     double norm = sqrt(sumsq) / S; /* of the unscaled gradients */
@@ -765,6 +680,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     ex = ex0;
     out->data_seconds = out->fwd_seconds = out->bwd_seconds = 0;
     dt_micro mi = {inputs, targets, masked, counted, W, R, W * tr->cp.n};
+    const long ep_rows0 = m->ep_rows_sent;
     out->pp_span = 0;
     if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
         const double ps0 = dt_now();
@@ -804,6 +720,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         add_phase(tr, &tp, &ex, &out->fwd_seconds);
         td = dt_trace_begin();
         if (!early) dt_parallel_begin_micro(tr->par, k, k == tr->cfg.accum - 1);
+        dt_ep_begin_micro(tr, k);
         m->tied_add = k == tr->cfg.accum - 1; /* pp_blocks: the head's gradients join the embedding's once */
         dt_model_backward(m, bscale);
         m->tied_add = 0;
@@ -816,6 +733,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
             tr->spike_step = -1; /* once: a rollback re-runs the step */
         }
         dt_parallel_end_micro(tr->par);
+        dt_ep_end_micro(tr, k);
         dt_trace_end(td, "bwd", "backward %d", k);
         add_phase(tr, &tp, &ex, &out->bwd_seconds);
         loss_sum += masked ? (double)loss * dt_count_targets(tg, (int)bt) : (double)loss;
@@ -844,6 +762,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     out->tp_bytes = tr->tp.bytes - tpb0;
     out->cp_seconds = tr->cp.seconds - cps0;
     out->cp_bytes = tr->cp.bytes - cpb0;
+    out->ep_rows = tr->ep.n > 1 ? (double)(m->ep_rows_sent - ep_rows0) : -1.0;
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     dt_trace_end(trs, "step", "step %ld", tr->step);

@@ -60,6 +60,10 @@ typedef struct dt_train_cfg {
      * data-parallel ranks'. <= 1: none. */
     int cp;
     int cp_contiguous; /* parallel.cp_split=contiguous (model/cp.h) */
+    /* Expert parallelism (parallel.ep > 1; ARCHITECTURE decision 85): the ranks of an EP group
+     * (ep consecutive data-parallel ranks) split each layer's experts (model/llama/moe.h); the
+     * experts' gradients are summed over the expert-data-parallel group (train/ep.c). <= 1: none. */
+    int ep;
 } dt_train_cfg;
 
 /* The rows of each sequence a rank holds: training.seq_len / parallel.cp (model/cp.h). */
@@ -100,6 +104,23 @@ typedef struct dt_tp_link {
                        thread waits for their results) */
     double bytes;   /* sent into them (ring accounting, as comm.h dt_comm_bytes) */
 } dt_tp_link;
+
+/* Expert parallelism's state (train/ep.c): the EP group (its all-to-alls for the model) and
+ * the expert-data-parallel group (EDP: the ranks holding the same experts), and the local
+ * experts' weight-gradient segments, one per source rank of the EP group (model.h
+ * dt_model.ep_grads): seg the step's, micro a later micro-step's (training.grad_accum > 1),
+ * fold the EDP chain's partial sum (more than one EDP rank). */
+typedef struct dt_ep_link {
+    dt_comm *comm;
+    dt_group group, edp;
+    int n, rank;            /* ep, this rank's EP rank (n = 1: none) */
+    int edp_n, edp_rank;    /* the EDP group */
+    size_t seg_n;           /* floats of one segment (moe.h dt_moe_ep_segment) */
+    size_t off, len;        /* the local experts' floats in every layer block of the store */
+    float *seg, *micro, *fold;
+    dt_ctx ctx;             /* a failure's message */
+    double bytes;           /* sent into the EP group's all-to-alls since init */
+} dt_ep_link;
 
 /* Pipeline parallelism's state on a stage (trainer.c, pipeline.c): the PP group, this stage's
  * action list, an activation set per micro-batch in flight, the transfers in flight. */
@@ -164,6 +185,7 @@ typedef struct dt_trainer {
     dt_tp_link tp;             /* parallel.tp > 1: the TP group */
     dt_pp_link pp;             /* parallel.pp > 1: the pipeline (n = 1 otherwise) */
     dt_cp_link cp;             /* parallel.cp > 1: the ring (n = 1 otherwise) */
+    dt_ep_link ep;             /* parallel.ep > 1: the EP and EDP groups (n = 1 otherwise) */
     dt_group mp_group;         /* the model-parallel ranks (same c, d: tp x pp) holding one whole
                                   model together (DT_GROUP_SELF-like without model parallelism:
                                   valid only when mp_ranks > 1) */
@@ -206,6 +228,9 @@ typedef struct dt_step_stats {
     int moe;
     float moe_ce, moe_aux, moe_z;
     double moe_dropped;
+    /* expert parallelism (parallel.ep > 1): the expert rows this rank sent to the other ranks
+     * of its EP group in the step's forward passes (-1: no expert parallelism) */
+    double ep_rows;
 } dt_step_stats;
 
 /* A test aid "A:B" from the environment variable `name` (read once at start); *a = -1 when

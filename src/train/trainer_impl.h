@@ -26,6 +26,32 @@ dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr);
 /* LoRA dropout's keys for micro-batch k (model.h lora_drop_*). */
 void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
 
+/* The process mesh (mesh_groups.c; parallel/mesh.h): splits this run's groups (TP, DP, CP and
+ * DP x CP, EP and EDP, PP, the model-parallel group; hybrid sharding's), sets the model's ranks
+ * in mo and the gradients' group in pc. */
+dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc);
+
+/* ---- expert parallelism (ep.c; ARCHITECTURE decision 85) */
+
+/* After the model (tr->ep's groups set by the mesh): installs the EP group's all-to-all and
+ * allocates the gradient segments. Nothing without expert parallelism. */
+dt_status dt_ep_init(dt_ctx *ctx, dt_trainer *tr);
+void dt_ep_free(dt_trainer *tr);
+/* The bytes dt_ep_init allocates (the memory plan), added into bytes[]: the segments (kind
+ * GRADS), for a store of store_layers layers on a data-parallel group of dp ranks. */
+void dt_ep_plan(const dt_train_cfg *cfg, const dt_model_opts *o, int dp, int store_layers, size_t bytes[DT_MEM_NKINDS]);
+/* Around micro-step k's backward: where its expert gradients go (the step's segments, or a
+ * zeroed buffer added into them afterwards, as DDP accumulates: parallel.c). */
+void dt_ep_begin_micro(dt_trainer *tr, int k);
+void dt_ep_end_micro(dt_trainer *tr, int k);
+/* After the data-parallel reduction (which leaves the experts out): each local expert's
+ * gradient, the segments of every data-parallel rank summed in data-parallel rank order down
+ * the EDP group, into the store's gradients on every rank holding the expert. */
+dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr);
+/* The gradient's sum of squares: the dense tensors (EP rank 0's part) and each rank's
+ * experts, exchanged exactly and added in EP rank order. */
+dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, double *out);
+
 /* ---- pipeline parallelism (pipeline.c; ARCHITECTURE decision 74) */
 
 /* The stages' layers of cfg (cfg->pp > 1): pp_first as given (parallel.pp_layers) or cut by

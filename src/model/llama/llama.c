@@ -161,6 +161,7 @@ static int moe_tensors(const dt_model_config *c, dt_tensor_info *out) {
         out[DT_LLAMA_MOE_W1(e)].unit_start = 1;
         out[DT_LLAMA_MOE_W3(e)] = ROW(moe_w3[e], Fe, C);
         out[DT_LLAMA_MOE_W2(e)] = ROW(moe_w2[e], C, Fe);
+        out[DT_LLAMA_MOE_W1(e)].expert = out[DT_LLAMA_MOE_W3(e)].expert = out[DT_LLAMA_MOE_W2(e)].expert = e + 1;
     }
 #undef ROW
     out[DT_LLAMA_MOE_NORM(E)] = norm;
@@ -396,8 +397,13 @@ static float *llama_stage_extra(dt_model *m) { return (float *)((dt_llama_acts *
 /* Layer l's unit holding tensor id (sub-layer units: family_impl.h). */
 #define SUB(id, l) dt_fam_unit(m, DT_LLAMA_P_##id, l)
 /* The unit of layer l's MLP read first (after the post-attention norm's) and last. */
-#define MLP_FIRST(l) (m->cfg.n_experts ? dt_fam_unit(m, DT_LLAMA_MOE_W1(0), l) : SUB(WDOWN, l))
-#define MLP_LAST(l) (m->cfg.n_experts ? dt_fam_unit(m, DT_LLAMA_MOE_W1(m->cfg.n_experts - 1), l) : SUB(WDOWN, l))
+/* (a MoE layer: its first and last expert held; expert parallelism holds some: moe.h) */
+#define MLP_FIRST(l) \
+    (m->cfg.n_experts ? dt_fam_unit(m, DT_LLAMA_MOE_W1(dt_moe_first(&m->cfg, &m->opts)), l) : SUB(WDOWN, l))
+#define MLP_LAST(l)                                                                                            \
+    (m->cfg.n_experts                                                                                         \
+         ? dt_fam_unit(m, DT_LLAMA_MOE_W1(dt_moe_first(&m->cfg, &m->opts) + dt_moe_local(&m->cfg, &m->opts) - 1), l) \
+         : SUB(WDOWN, l))
 /* The unit layer l's backward reads first. */
 #define BWD_FIRST(l) dt_fam_bwd_first(m, l, SUB(LN1, l), MLP_LAST(l))
 /* A matmul input of layer views v: fp32 and 16-bit copies (one of them used). */

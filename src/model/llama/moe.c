@@ -16,6 +16,7 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     const size_t L = dt_act_slot(o, SL, DT_ACT_SEL, SL), BT = (size_t)B * T, E = c->n_experts,
                  k = c->experts_topk;
     const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
+    const size_t RR = dt_moe_expert_rows(c, o, BT); /* the rows of gu and h (expert parallelism: received) */
     a->probs = dt_act_take(base, off, L * BT * E);
     a->lse = dt_act_take(base, off, L * BT);
     a->sel = (int32_t *)dt_act_take(base, off, L * BT * k);
@@ -23,8 +24,8 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     a->pos = (int32_t *)dt_act_take(base, off, L * BT * k);
     a->rows = (int32_t *)dt_act_take(base, off, L * R);
     a->off = (int32_t *)dt_act_take(base, off, L * (E + 1));
-    a->gu = dt_act_take(base, off, L * R * 2 * Fe);
-    a->h = dt_act_take(base, off, L * R * Fe);
+    a->gu = dt_act_take(base, off, L * RR * 2 * Fe);
+    a->h = dt_act_take(base, off, L * RR * Fe);
     a->y = dt_act_take(base, off, L * R * C);
     a->xe = dt_act_take(base, off, BT * C);
     a->dy = dt_act_take(base, off, BT * C);
@@ -37,6 +38,26 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     a->count = (double *)dt_act_take(base, off, dt_moe_stage_floats(c)); /* 64-byte aligned */
     a->psum = a->count ? a->count + E : NULL;
     a->zsum = a->count ? a->count + 2 * E : NULL;
+    a->xr = a->sx = a->ox = a->ox2 = NULL;
+    a->rc = NULL;
+    if (o && o->ep > 1) { /* expert parallelism (moe_ep.c) */
+        a->xr = dt_act_take(base, off, L * RR * C);
+        a->rc = (int32_t *)dt_act_take(base, off, L * (size_t)E);
+        a->sx = dt_act_take(base, off, R * C);
+        a->ox = dt_act_take(base, off, RR * C);
+        a->ox2 = dt_act_take(base, off, RR * C);
+    }
+}
+
+size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size_t BT) {
+    const size_t k = (size_t)c->experts_topk;
+    if (!o || o->ep <= 1) return BT * k;
+    const size_t per = (size_t)(c->n_experts / o->ep);
+    return (size_t)o->ep * BT * (k < per ? k : per);
+}
+
+size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers) {
+    return (size_t)store_layers * (size_t)dt_moe_local(c, o) * 3 * (size_t)c->expert_d_ff * (size_t)c->d_model;
 }
 
 size_t dt_moe_stage_floats(const dt_model_config *c) {
@@ -82,19 +103,18 @@ static int cand_cmp(const void *pa, const void *pb) {
 
 /* Layer l's state: its slot of each per-layer buffer (family_impl.h: class DT_ACT_SEL, kept
  * unless the layer is fully recomputed). */
-typedef struct moe_views {
-    float *probs, *lse, *w, *gu, *h, *y;
-    int32_t *sel, *pos, *rows, *off;
-} moe_views;
+typedef dt_moe_views moe_views;
 
 static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
     const dt_model_config *c = &m->cfg;
     const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
     const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = c->expert_d_ff;
+    const size_t RR = dt_moe_expert_rows(c, &m->opts, BT);
     moe_views v = {a->probs + s * BT * E, a->lse + s * BT,          a->w + s * R,
-                   a->gu + s * R * 2 * Fe, a->h + s * R * Fe,        a->y + s * R * c->d_model,
+                   a->gu + s * RR * 2 * Fe, a->h + s * RR * Fe,      a->y + s * R * c->d_model,
+                   a->xr ? a->xr + s * RR * c->d_model : NULL,
                    a->sel + s * R,         a->pos + s * R,           a->rows + s * R,
-                   a->off + s * (E + 1)};
+                   a->off + s * (E + 1),   a->rc ? a->rc + s * E : NULL};
     return v;
 }
 
@@ -166,7 +186,8 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
     route(m, a, &v, BT, recompute);
     const int32_t *rows = v.rows, *off = v.off, *pos = v.pos;
     float *gu = v.gu, *h = v.h, *y = v.y;
-    for (int e = 0; e < E; e++) {
+    if (m->opts.ep > 1) dt_moe_ep_forward(m, a, &v, l, ln2, next); /* the experts of the EP group */
+    for (int e = 0; e < E && m->opts.ep <= 1; e++) {
         dt_unit_need(m, dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l),
                      e + 1 < E ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e + 1), l) : next);
         const int n = off[e + 1] - off[e];
@@ -228,14 +249,16 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
     dt_fill(dln2, 0, (size_t)BT * C * sizeof(float));
     const int router_unit = dt_fam_unit(m, DT_LLAMA_MOE_ROUTER, l);
     /* zb-h1 (ARCHITECTURE decision 84): each expert's douts and gathered input formed straight
-     * into three blocks of the plan (R rows each, expert e's at row off[e]), kept for W */
+     * into three blocks of the plan (R rows each, expert e's at row off[e]), kept for W (expert
+     * parallelism runs without a pipeline: decision 85) */
     float *kdy = NULL, *kdgu = NULL, *kxe = NULL;
-    if (dt_wdefer_on(m, DT_LLAMA_MOE_W1(0), l)) {
+    if (m->opts.ep <= 1 && dt_wdefer_on(m, DT_LLAMA_MOE_W1(0), l)) {
         kdy = dt_wdefer_dout(m, NULL, R * C);
         kdgu = dt_wdefer_dout(m, NULL, R * 2 * Fe);
         kxe = dt_wdefer_dout(m, NULL, R * C);
     }
-    for (int e = E - 1; e >= 0; e--) {
+    if (m->opts.ep > 1) dt_moe_ep_backward(m, a, &v, l, dout, dln2, router_unit); /* the experts of the EP group */
+    for (int e = m->opts.ep > 1 ? -1 : E - 1; e >= 0; e--) {
         const int u = dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l);
         dt_unit_need(m, u, e > 0 ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e - 1), l) : router_unit);
         dt_unit_grads_begin(m, u);

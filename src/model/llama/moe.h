@@ -62,7 +62,41 @@ typedef struct dt_moe_acts {
      * from the previous stage's totals and hands its own on with its output; the last stage's
      * (every layer's) travel back with the gradients (dt_moe_stage_floats). */
     double *count, *psum, *zsum;
+    /* Expert parallelism (model.h dt_model_opts.ep > 1; moe_ep.c): gu and h hold, per layer, the
+     * rows this rank's experts received from the EP group's source ranks (at most
+     * dt_moe_expert_rows: ep x B T x min(k, E / ep)), not this rank's own rows; then per layer */
+    float *xr;      /* (L, Rr, C) the received inputs, source by source, each expert by expert */
+    int32_t *rc;    /* (L, ep, E / ep) the rows of each source rank for each local expert */
+    /* and scratch */
+    float *sx;      /* (BT k, C) a source's rows in expert order: inputs out, dy out, dx back */
+    float *ox, *ox2;/* (Rr, C) an owner's rows: outputs out and dy in; dx out */
 } dt_moe_acts;
+
+/* Layer l's per-layer views (family_impl.h: class DT_ACT_SEL). */
+typedef struct dt_moe_views {
+    float *probs, *lse, *w, *gu, *h, *y, *xr;
+    int32_t *sel, *pos, *rows, *off, *rc;
+} dt_moe_views;
+
+/* The experts this process holds: [dt_moe_first, dt_moe_first + dt_moe_local) (all of them
+ * without expert parallelism). */
+static inline int dt_moe_local(const dt_model_config *c, const dt_model_opts *o) {
+    return o && o->ep > 1 ? c->n_experts / o->ep : c->n_experts;
+}
+static inline int dt_moe_first(const dt_model_config *c, const dt_model_opts *o) {
+    return o && o->ep > 1 ? o->ep_rank * (c->n_experts / o->ep) : 0;
+}
+/* Expert rows a layer's gu and h hold: B T k, or under expert parallelism the most this rank's
+ * experts can receive, ep x B T x min(k, E / ep) (a token's k choices are distinct experts). */
+size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size_t BT);
+/* Floats of one source rank's segment of the local experts' weight gradients (model.h
+ * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C. */
+size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers);
+/* Expert parallelism's halves of dt_moe_forward and dt_moe_backward (moe_ep.c), after the
+ * routing (forward) and the routing weights' gradients (backward). */
+void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2, int next);
+void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *dout, float *dln2,
+                        int router_unit);
 
 /* Lays the buffers out after *off (dt_act_take; base NULL: only counts). The per-layer ones
  * are of class DT_ACT_SEL (family_impl.h): kept by every layer but those `full` activation

@@ -1,0 +1,145 @@
+/* Expert parallelism of the mixture-of-experts MLP (moe.h; ARCHITECTURE decision 85).
+ *
+ * The ep ranks of an EP group hold E / ep consecutive experts each. Every rank routes its own
+ * tokens as without expert parallelism (moe.c: the router, its losses and the capacity are
+ * the source rank's), then
+ *   forward:  the per-expert row counts and the rows (expert by expert, tokens ascending: the
+ *             order of moe.c's expert rows) go to each expert's owner (all-to-all); the owner
+ *             runs, for each local expert and each source rank in rank order, the GEMMs over
+ *             that source's rows - exactly the GEMMs the source runs without expert
+ *             parallelism - and sends the outputs back into the source's expert rows;
+ *   backward: the routing-weighted output gradients go to the owners, which run each source's
+ *             GEMMs again (input gradients, and the weight gradients into the source's own
+ *             segment of model.h dt_model.ep_grads), and send the input gradients back; the
+ *             source adds them into dln2 in moe.c's order (experts descending, rows ascending).
+ * So every row sees the arithmetic it sees at ep = 1, and each expert's weight gradient per
+ * source rank is bitwise the one that source forms alone; the trainer sums the segments in
+ * data-parallel rank order (train/ep.c). */
+#include <string.h>
+
+#include "model/family_impl.h"
+#include "model/llama/moe.h"
+#include "ops/ops.h"
+
+/* The layer's exchange: sc/sd (rows to, and where from, each owner), rn/rd (rows from each
+ * source, and where they land); rows of local expert j from source s start at row
+ * base[s * El + j] of the received block. */
+typedef struct ep_plan {
+    size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rn[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
+    size_t base[DT_MOE_MAX_EXPERTS * DT_MOE_MAX_EXPERTS];
+} ep_plan;
+
+static int a2a(dt_model *m, const void *send, const size_t *sc, const size_t *sd, void *recv, const size_t *rc,
+               const size_t *rd, size_t esize) {
+    if (m->ep_failed) return 1;
+    if (m->ep_ops.alltoallv(m->ep_ops.ud, send, sc, sd, recv, rc, rd, esize)) m->ep_failed = 1;
+    return m->ep_failed;
+}
+
+static void plan_of(const dt_model *m, const dt_moe_views *v, ep_plan *p) {
+    const int P = m->opts.ep, El = m->cfg.n_experts / P;
+    for (int d = 0; d < P; d++) {
+        p->sd[d] = (size_t)v->off[d * El];
+        p->sc[d] = (size_t)(v->off[(d + 1) * El] - v->off[d * El]);
+    }
+    size_t at = 0;
+    for (int s = 0; s < P; s++) {
+        p->rd[s] = at;
+        for (int j = 0; j < El; j++) p->base[s * El + j] = at, at += (size_t)v->rc[s * El + j];
+        p->rn[s] = at - p->rd[s];
+    }
+}
+
+/* counts and displacements in rows -> in elements of `width` */
+static void scaled(const size_t *x, size_t *out, int P, size_t width) {
+    for (int i = 0; i < P; i++) out[i] = x[i] * width;
+}
+
+void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2, int next) {
+    const dt_model_config *c = &m->cfg;
+    const int C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int P = m->opts.ep, me = m->opts.ep_rank, El = E / P, e0 = dt_moe_first(c, &m->opts);
+    double *pf = m->prof.fwd;
+    /* each owner's row counts of its experts */
+    int32_t cnt[DT_MOE_MAX_EXPERTS];
+    for (int e = 0; e < E; e++) cnt[e] = v->off[e + 1] - v->off[e];
+    size_t ec[DT_MOE_MAX_EXPERTS], ed[DT_MOE_MAX_EXPERTS];
+    for (int d = 0; d < P; d++) ec[d] = (size_t)El, ed[d] = (size_t)d * El;
+    if (a2a(m, cnt, ec, ed, v->rc, ec, ed, sizeof(int32_t))) return;
+    ep_plan p;
+    plan_of(m, v, &p);
+    /* the rows, in expert order, to their owners */
+    for (int i = 0; i < v->off[E]; i++)
+        dt_copy(a->sx + (size_t)i * C, ln2 + (size_t)(v->rows[i] / k) * C, (size_t)C * sizeof(float));
+    size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rn[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
+    scaled(p.sc, sc, P, C), scaled(p.sd, sd, P, C), scaled(p.rn, rn, P, C), scaled(p.rd, rd, P, C);
+    if (a2a(m, a->sx, sc, sd, v->xr, rn, rd, sizeof(float))) return;
+    for (int d = 0; d < P; d++)
+        if (d != me) m->ep_rows_sent += (long)p.sc[d];
+    /* each local expert, each source's rows in rank order: that source's own GEMMs */
+    for (int j = 0; j < El; j++) {
+        const int e = e0 + j;
+        dt_unit_need(m, dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l), j + 1 < El ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e + 1), l) : next);
+        for (int s = 0; s < P; s++) {
+            const int n = v->rc[s * El + j];
+            if (n == 0) continue;
+            const size_t b = p.base[s * El + j];
+            float *gue = v->gu + b * 2 * Fe, *he = v->h + b * Fe, *ye = a->ox + b * C;
+            DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                       dt_fam_mm_forward(m, gue, (dt_mmin){v->xr + b * C, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+            DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+            DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                       dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+        }
+    }
+    /* the outputs back into the source's expert rows */
+    (void)a2a(m, a->ox, rn, rd, v->y, sc, sd, sizeof(float));
+}
+
+void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *dout, float *dln2,
+                        int router_unit) {
+    const dt_model_config *c = &m->cfg;
+    const int C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int P = m->opts.ep, El = E / P, e0 = dt_moe_first(c, &m->opts);
+    const size_t X = 3 * (size_t)Fe * C, Ls = (size_t)m->ps.n_layer, ls = (size_t)dt_fam_layer(m, l);
+    ep_plan p;
+    plan_of(m, v, &p);
+    size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rn[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
+    scaled(p.sc, sc, P, C), scaled(p.sd, sd, P, C), scaled(p.rn, rn, P, C), scaled(p.rd, rd, P, C);
+    /* the routing-weighted output gradients of the expert rows, to their owners */
+    for (int i = 0; i < v->off[E]; i++) {
+        const int32_t r = v->rows[i];
+        const float wr = v->w[r], *d = dout + (size_t)(r / k) * C;
+        float *dy = a->sx + (size_t)i * C;
+        for (int q = 0; q < C; q++) dy[q] = wr * d[q];
+    }
+    const int ok = !a2a(m, a->sx, sc, sd, a->ox, rn, rd, sizeof(float));
+    for (int j = El - 1; j >= 0; j--) {
+        const int e = e0 + j, u = dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l);
+        dt_unit_need(m, u, j > 0 ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e - 1), l) : router_unit);
+        dt_unit_grads_begin(m, u);
+        const float *w1 = dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W1(e), (int)ls);
+        const float *w2 = dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W2(e), (int)ls);
+        for (int s = 0; s < P && ok; s++) {
+            const int n = v->rc[s * El + j];
+            if (n == 0) continue;
+            const size_t b = p.base[s * El + j];
+            /* source s's segment: this layer's local expert j, [w1 | w3 | w2] */
+            float *seg = m->ep_grads + (((size_t)s * Ls + ls) * (size_t)El + (size_t)j) * X;
+            DT_PROF(m, bwd, DT_OP_MATMUL,
+                    dt_matmul_backward(a->dh, seg + 2 * (size_t)Fe * C, NULL, a->ox + b * C, v->h + b * Fe, w2, n, Fe, C));
+            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dgu, v->gu + b * 2 * Fe, a->dh, n, Fe));
+            DT_PROF(m, bwd, DT_OP_MATMUL,
+                    dt_matmul_backward(a->ox2 + b * C, seg, NULL, a->dgu, v->xr + b * C, w1, n, C, 2 * Fe));
+        }
+        dt_unit_grads_end(m, u);
+    }
+    /* the input gradients back; added as moe.c adds them: experts descending, rows ascending */
+    if (!ok || a2a(m, a->ox2, rn, rd, a->sx, sc, sd, sizeof(float))) return;
+    for (int e = E - 1; e >= 0; e--)
+        for (int i = v->off[e]; i < v->off[e + 1]; i++) {
+            float *d = dln2 + (size_t)(v->rows[i] / k) * C;
+            const float *dx = a->sx + (size_t)i * C;
+            for (int q = 0; q < C; q++) d[q] += dx[q];
+        }
+}
