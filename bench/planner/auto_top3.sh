@@ -7,16 +7,17 @@
 # measured fastest, and by how much it missed if not. A benchmark, not a test: run it on a
 # QUIET machine.
 #   bash bench/planner/auto_top3.sh build/dtrain [OUT_DIR]
-# Environment: W (4 ranks), HW (cpu-core; a calibrated entry from `dtrain plan --calibrate`
+# Environment: W (2 ranks: this machine's cores; the cpu-core entry holds 2 devices a node, so
+# W = 4 needs NODES=2, which simulates the nodes with DTRAIN_NODE_ID as the tests do), NODES (1), HW (cpu-core; a calibrated entry from `dtrain plan --calibrate`
 # is better), CATALOG (configs/hardware.yaml), MODEL (the model keys; default a 4-layer llama
-# d 128), SEQ (256), MICRO (2), BATCH (global, 16), STEPS (6 timed), WARMUP (2), PASSES (3).
+# d 256, context 256), SEQ (256), MICRO (2), BATCH (global, 16), STEPS (10 timed), WARMUP (2), PASSES (3).
 set -u
 bin=$(readlink -f "$1") out=${2:-$(mktemp -d /tmp/dt_autotop3_XXXXXX)}
 mkdir -p "$out" && out=$(readlink -f "$out") || exit 1
 src=$(cd "$(dirname "$0")/../.." && pwd)
-W=${W:-4} hw=${HW:-cpu-core} cat=${CATALOG:-$src/configs/hardware.yaml}
-seq=${SEQ:-256} micro=${MICRO:-2} batch=${BATCH:-16} steps=${STEPS:-6} warmup=${WARMUP:-2} passes=${PASSES:-3}
-read -r -a model <<<"${MODEL:---set model.preset=llama-tiny --set model.n_layer=4 --set model.d_model=128 --set model.n_head=4 --set model.n_kv_head=2}"
+W=${W:-2} hw=${HW:-cpu-core} cat=${CATALOG:-$src/configs/hardware.yaml}
+seq=${SEQ:-256} micro=${MICRO:-2} batch=${BATCH:-16} steps=${STEPS:-10} warmup=${WARMUP:-2} passes=${PASSES:-3}
+read -r -a model <<<"${MODEL:---set model.preset=llama-tiny --set model.n_layer=4 --set model.d_model=256 --set model.n_head=4 --set model.n_kv_head=2 --set model.context=256}"
 . "$src/tests/lib.sh"
 mpi_env
 common=("${model[@]}" --seq "$seq" --set training.micro_batch="$micro")
@@ -24,35 +25,38 @@ echo "# auto_top3: W=$W HW=$hw seq=$seq micro=$micro batch=$batch; $(date -u +%F
 echo "# cpu flags: $(grep -o -w 'avx512[a-z_0-9]*\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 
 # 1. the plan's top 3 fitting layouts dtrain runs
-"$bin" plan "${common[@]}" --global-batch "$batch" --gpus "$W" --nodes 1 --hardware "$hw" --catalog "$cat" --json \
+nodes=${NODES:-1} per=$((W / ${NODES:-1}))
+mpi+=(-x DTRAIN_NODE_ID)
+"$bin" plan "${common[@]}" --global-batch "$batch" --gpus "$W" --nodes "$nodes" --hardware "$hw" --catalog "$cat" --json \
   >"$out/plan.json" 2>"$out/plan.err" || { echo "plan failed: $(tail -2 "$out/plan.err")"; exit 1; }
 /usr/bin/python3 - "$out/plan.json" >"$out/top3.txt" <<'PY' || exit 1
 import json, sys
 ls = [l for l in json.load(open(sys.argv[1]))["layouts"] if l["fits"] and l["dtrain_runs"]]
 ls.sort(key=lambda l: l["step_s"])
 for l in ls[:3]:
-    print(l["layout"], l["strategy"], str(l["hybrid"]).lower(), l["tp"], l["pp"], l["cp"], f"{l['step_s']:.6g}")
+    print(l["layout"].replace(" ", "_"), l["strategy"], str(l["hybrid"]).lower(), l["tp"], l["pp"], l["cp"], f"{l['step_s']:.6g}")
 PY
 [ -s "$out/top3.txt" ] || { echo "no runnable layout fits"; exit 1; }
 echo "# the plan's top 3 (layout, predicted step s):"
-awk '{print "#   " $1 " " $2 " " $3 " " $4 " " $5 " " $6 ": " $NF}' "$out/top3.txt"
+awk '{gsub("_", " ", $1); print "#   " $1 ": " $NF}' "$out/top3.txt"
 
 # 2. what parallel.layout=auto picks on these ranks
-timeout 600 "${mpi[@]}" -n "$W" "$bin" train "${common[@]}" --set training.batch="$batch" --steps 1 \
+timeout 600 "${mpi[@]}" -n "$W" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / '"$per"')) exec "$0" "$@"' "$bin" train "${common[@]}" --set training.batch="$batch" --steps 1 \
   --set parallel.layout=auto --set parallel.layout_hardware="$hw" --set parallel.layout_catalog="$cat" \
   >"$out/auto.log" 2>&1 || { echo "auto run failed: $(tail -3 "$out/auto.log")"; exit 1; }
 auto=$(sed -n 's/.*parallel.layout auto on [^:]*: \([^,]*\), the fastest.*/\1/p' "$out/auto.log" | head -1)
 echo "# layout auto picked: $auto"
+auto=${auto// /_}
 
 # 3. each of the three, PASSES passes in turn
 for p in $(seq 1 "$passes"); do
   i=0
   while read -r name zero hyb tp pp cp pred; do
     i=$((i + 1))
-    timeout 900 "${mpi[@]}" -n "$W" "$bin" bench "${common[@]}" --set training.batch="$batch" \
+    timeout 900 "${mpi[@]}" -n "$W" bash -c 'DTRAIN_NODE_ID=node$((OMPI_COMM_WORLD_RANK / '"$per"')) exec "$0" "$@"' "$bin" bench "${common[@]}" --set training.batch="$batch" \
       --set parallel.strategy="$zero" --set parallel.hybrid="$hyb" --set parallel.tp="$tp" --set parallel.pp="$pp" \
       --set parallel.cp="$cp" --warmup-steps "$warmup" --bench-steps "$steps" --repeats 1 \
-      --json "$out/l$i.p$p.json" >"$out/l$i.p$p.log" 2>&1 || echo "# bench of $name failed: $(tail -2 "$out/l$i.p$p.log")"
+      --json "$out/l$i.p$p.json" >"$out/l$i.p$p.log" 2>&1 </dev/null || echo "# bench of $name failed: $(tail -2 "$out/l$i.p$p.log")"
   done <"$out/top3.txt"
 done
 
@@ -72,14 +76,15 @@ for i, r in enumerate(rows, 1):
 print("| layout | predicted step (s) | measured tokens/s (median of passes) |")
 print("|---|---|---|")
 for r, m in zip(rows, meas):
-    print(f"| {r[0]}{' (auto)' if r[0] == auto else ''} | {float(r[-1]):.4g} | {m:.4g} |")
+    print(f"| {r[0].replace('_', ' ')}{' (auto)' if r[0] == auto else ''} | {float(r[-1]):.4g} | {m:.4g} |")
 ok = [m for m in meas if m == m]
 if not ok or auto not in [r[0] for r in rows]:
     sys.exit(f"auto's choice {auto!r} is not among the plan's top 3, or no measurement")
 best = max(range(len(meas)), key=lambda i: meas[i] if meas[i] == meas[i] else -1)
 a = [r[0] for r in rows].index(auto)
 if a == best:
-    print(f"auto's choice {auto} was the measured fastest")
+    print(f"auto's choice {auto.replace('_', ' ')} was the measured fastest")
 else:
-    print(f"auto's choice {auto} was not the measured fastest: {rows[best][0]} ran {meas[best] / meas[a]:.3f}x its tokens/s")
+    print(f"auto's choice {auto.replace('_', ' ')} was not the measured fastest: {rows[best][0].replace('_', ' ')} "
+          f"ran {meas[best] / meas[a]:.3f}x its tokens/s")
 PY
