@@ -405,7 +405,7 @@ if ppplan c4.yaml --json >c4.pp.json 2>err.txt && ppplan c4-nopp.yaml --json >c4
    ppplan c4.yaml >c4.pp.txt 2>>err.txt && out=$(python3 - c4.yaml c4.pp.json c4.nopp.json c4.pp.txt c4.log <<'EOF' 2>&1
 import json, math, re, sys
 y, txt, log = open(sys.argv[1]).read(), open(sys.argv[4]).read(), open(sys.argv[5]).read()
-assert re.search(r"^    pp_link: pp-fit +# pipeline stages' sends of activations \(128 KiB\) inside a node", y, re.M), y
+assert re.search(r"^    pp_link: pp-fit +# pipeline stages' sends of activations \(128 KiB\) and context parallelism's ring inside a node", y, re.M), y
 m = re.search(r"^  pp-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}.*node group's pingpong .*B = 1 / beta at 128 KiB", y, re.M)
 bw, lat = float(m.group(1)), float(m.group(2))
 assert math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0, (bw, lat)
@@ -428,6 +428,23 @@ print(f"pp-fit {bw:.4g} GB/s {lat:.4g} us: a stage send of {S:.0f} bytes {t * 1e
 EOF
 ); then pass "calibrate: the PP link ($out)"
 else fail "calibrate, PP link: $out $(head -2 err.txt)"; fi
+# Context parallelism's ring (decision 83) runs on the same point-to-point link: a cp 2 plan's
+# K/V term is priced on pp-fit, and on the intra-node link once pp_link is taken away.
+cpplan() { "$bin" plan --catalog "$1" --hardware cpu-calibrated --gpus 2 --nodes 1 --model gpt2-tiny --seq 16 \
+  --micro-batch 1 --strategy ddp --tp 1 --pp 1 --cp 2 --json; }
+if cpplan c4.yaml >c4.cp.json 2>err.txt && cpplan c4-nopp.yaml >c4.cpno.json 2>>err.txt &&
+   out=$(python3 - c4.cp.json c4.cpno.json <<'EOF' 2>&1
+import json, math, sys
+def term(f):
+    p = json.load(open(f))
+    (t,) = [c for c in p["layouts"][0]["comm"] if c["what"] == "cp all-gather kv"]
+    return t["intra_s"]
+a, b = term(sys.argv[1]), term(sys.argv[2])
+assert math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0 and a != b, (a, b)
+print(f"the ring's K/V {a * 1e6:.4g} us a step on pp-fit, {b * 1e6:.4g} us on shm-fit")
+EOF
+); then pass "calibrate: context parallelism's ring on the PP link ($out)"
+else fail "calibrate, CP on the PP link: $out $(head -2 err.txt)"; fi
 
 echo "test_plan: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -251,7 +251,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     const int pp = dt_plan_cal_pp_link(&pctx, c, &pbw, &plat) == DT_OK;
     if (pp)
         snprintf(tpl + strlen(tpl), sizeof tpl - strlen(tpl), "    pp_link: pp-fit             # pipeline stages' "
-                 "sends of activations (%g KiB) inside a node\n", c->tp_bytes / 1024);
+                 "sends of activations (%g KiB) and context parallelism's ring inside a node\n", c->tp_bytes / 1024);
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     fprintf(f,

@@ -161,10 +161,15 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
         r->comm_s += c->exposed - all;
     }
     if (l->cp > 1) { /* ring attention: K and V gathered (forward, backward), dK dV reduce-scattered,
-                        each behind its layer's attention */
+                        each behind its layer's attention; the ring's cp - 1 point-to-point steps move
+                        an all-gather's bytes, so inside a node on the point-to-point link (the
+                        catalog's pp_link, calibrated by plan --calibrate's ping-pong: decision 83),
+                        else the intra-node one */
         double kv = 2.0 * e * b * T * m->n_kv_head * (double)(m->d_model / m->n_head) / l->tp;
         double attn = 12.0 * (double)T * m->d_model * b * T / (l->tp * l->cp) / rate; /* one layer, one micro-batch */
-        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &net, 3, layers * mstep, attn);
+        dt_plan_net cnet = net;
+        if (job->pp) cnet.bw_intra = job->pp->bw_gbs * 1e9 * job->pp_eff, cnet.a_intra = job->pp->latency_us * 1e-6;
+        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &cnet, 3, layers * mstep, attn);
     }
     if (l->ep > 1 && m->experts > 0) /* dispatch and combine, forward and backward */
         coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &net,
