@@ -14,7 +14,8 @@
 #    allocator's high-water equals the plan on every run;
 #  - validation through every CP rank equals cp 1's to 1e-5; a cp 2 checkpoint resumes at cp 2
 #    bitwise and at cp 1 within 1e-5;
-#  - gpt2 (learned positions, tied head) cp 2 against cp 1: losses 1e-5, gradients 1e-4;
+#  - gpt2 (learned positions, tied head) at T = 4096, cp 2 and cp 4 against cp 1: losses 1e-5,
+#    gradients 1e-4;
 #  - tp 2 x cp 2 against tp 2 (1e-5), pp 2 x cp 2 bitwise cp 2, tp 2 x cp 2 x pp 2 bitwise tp 2 x cp 2;
 #  - refused in one line naming the key: a sequence not divisible by 2 cp, a sequence longer
 #    than the context, vit (bidirectional), cp with sequence parallelism.
@@ -84,14 +85,17 @@ grads_close "llama first-step gradients of cp 2 and cp 4 within 1e-4 of cp 1, ev
 
 # gpt2 (learned positions at the rows' global positions, the head tied to the embedding).
 model=(--set model.preset= --set model.family=gpt2 --set model.n_layer=2 --set model.d_model=64 --set model.n_head=4
-       --set model.context=1024 --set model.vocab_size=256 --seq 1024)
-for n in 1 2; do
-  DTRAIN_TEST_SAVE_GRADS="$dir/gg$n.st" run "gg$n" "$n" --steps 1 --warmup 0 --batch 2 --set parallel.cp=$n
+       --set model.context=4096 --set model.vocab_size=256 --seq 4096)
+for n in 1 2 4; do
+  DTRAIN_TEST_SAVE_GRADS="$dir/gg$n.st" run "gg$n" "$n" --steps 1 --warmup 0 --set parallel.cp=$n
 done
-run gref 1 --batch 2 --steps 10
-run gcp2 2 --batch 2 --steps 10 --set parallel.cp=2
-check "gpt2 T 1024: cp 2 == cp 1 within 1e-5" gref gcp2 1e-5 10
-grads_close "gpt2 first-step gradients of cp 2 within 1e-4 of cp 1, every tensor (wpe at global positions)" "$dir/gg1.st" "$dir/gg2.st"
+run gref 1 --steps 10
+run gcp2 2 --steps 10 --set parallel.cp=2
+run gcp4 4 --steps 10 --set parallel.cp=4
+check "gpt2 T 4096: cp 2 == cp 1 within 1e-5" gref gcp2 1e-5 10
+check "gpt2 T 4096: cp 4 == cp 1 within 1e-5" gref gcp4 1e-5 10
+grads_close "gpt2 first-step gradients of cp 2 and cp 4 within 1e-4 of cp 1, every tensor (wpe at global positions)" \
+  "$dir/gg1.st" "$dir/gg2.st" "$dir/gg4.st"
 model=(--set model.preset=llama-tiny --set model.n_layer=2 --set model.context=4096 --seq 4096)
 
 # dp 2 x cp 2 (4 ranks) against dp 2 (each DP rank's sequences; gradients summed over the 4 ranks).
