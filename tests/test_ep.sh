@@ -123,6 +123,20 @@ e1=$(evals v1) e2=$(evals v2)
 [ "$e1" = "$e2" ] && [ "$e1" != "[]" ] && pass "validation at ep 2: the losses $e2 are ep 1's" ||
   fail "validation losses: ep 1 $e1, ep 2 $e2"
 
+# The planner runs ep layouts (ddp) on dtrain's own memory plan: equal to the allocator's
+# high-water of the same layout's run.
+src=$(cd "$(dirname "$0")/.." && pwd)
+run pl2 2 --set parallel.ep=2 --steps 1 --warmup 0 --set training.micro_batch=1
+hw=$(sed -n 's/.*memory high-water: allocator=\([0-9]*\) .*/\1/p' "$dir/pl2.log" | head -1)
+pl=$("$bin" plan "${model[@]}" --micro-batch 1 --global-batch 2 --gpus 2 --nodes 1 --hardware cpu-core \
+       --catalog "$src/configs/hardware.yaml" --ep 2 --json 2>/dev/null | /usr/bin/python3 -c "
+import json, sys
+l = [x for x in json.load(sys.stdin)['layouts'] if x['ep'] == 2 and x['strategy'] == 'ddp' and x['dp'] == 2][0]
+assert l['dtrain_runs'] and l['memory_source'] == 'dtrain', l
+print(l['memory_bytes']['total'])")
+[ -n "$hw" ] && [ "$pl" = "$hw" ] && pass "dtrain plan --ep 2 runs the ddp layout, its memory $pl bytes = the allocator's high-water" ||
+  fail "dtrain plan --ep 2: memory '$pl' against the allocator's '$hw'"
+
 refused() { # WHAT NRANKS PATTERN ARGS...
   local what=$1 n=$2 pat=$3; shift 3
   local out

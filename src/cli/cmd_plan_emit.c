@@ -255,6 +255,10 @@ static dt_status train_args(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_ru
         DT_CHECK(cmd_add(ctx, c, "--set"));
         DT_CHECK(cmd_add(ctx, c, "parallel.cp=%d", l->cp));
     }
+    if (l->ep > 1) {
+        DT_CHECK(cmd_add(ctx, c, "--set"));
+        DT_CHECK(cmd_add(ctx, c, "parallel.ep=%d", l->ep));
+    }
     DT_CHECK(cmd_add(ctx, c, "--set"));
     DT_CHECK(cmd_add(ctx, c, "training.batch=%ld", job->global_batch));
     if (e->kind == DT_EMIT_K8S) {
@@ -494,7 +498,7 @@ dt_status dt_plan_emit(dt_ctx *ctx, const dt_plan_emit_opts *e, const dt_run_cfg
     if (best < 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit: no layout a dtrain job can run (data parallel: ddp, "
                        "zero1-3, hybrid; tensor parallel dividing the heads; pipeline parallel; context parallel over "
-                       "sequences of a multiple of 2 cp; ep = 1) fits %d x %s%s", job->gpus, job->hw->key,
+                       "sequences of a multiple of 2 cp; expert parallel with ddp) fits %d x %s%s", job->gpus, job->hw->key,
                        fastest >= 0 ? " (layouts a job cannot run yet do: marked * in the table)" : "");
     if (!rc->ckpt_dir[0])
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: --emit needs checkpoint.dir (in the config or --set "

@@ -38,9 +38,9 @@ static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int pe
         job.dpn = per_node > 0 && per_node <= world ? per_node : world;
         job.global_batch = cfg->global_batch > 0 ? cfg->global_batch : (long)cfg->train.micro_batch * cfg->train.accum * world;
     }
-    /* an explicit parallel.tp, parallel.pp or parallel.strategy stays; context parallelism is
-     * the configuration's (1 unless parallel.cp is given), expert parallelism is not built (1) */
-    dt_plan_fix fix = {cfg->tp_set ? cfg->tp : 0, cfg->pp_set ? cfg->pp : 0, cfg->cp > 1 ? cfg->cp : 1, 1,
+    /* an explicit parallel.tp, parallel.pp or parallel.strategy stays; context and expert
+     * parallelism are the configuration's (1 unless parallel.cp / parallel.ep is given) */
+    dt_plan_fix fix = {cfg->tp_set ? cfg->tp : 0, cfg->pp_set ? cfg->pp : 0, cfg->cp > 1 ? cfg->cp : 1, cfg->ep > 1 ? cfg->ep : 1,
                        cfg->strategy_set ? (int)cfg->train.parallel.strategy : -1, cfg->strategy_set ? cfg->train.parallel.hybrid : -1};
     if (st == DT_OK) st = dt_plan_search(ctx, &job, &fix, &r, &n);
     int pick = -1, shown = 0;

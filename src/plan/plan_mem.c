@@ -149,7 +149,13 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->ep != 1) return 0;
+    if (l->ep > 1) { /* expert parallelism (decision 85): DDP over the data-parallel ranks, fp32 gradients */
+        const dt_train_cfg *t = &job->train;
+        if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->zero != DT_STRAT_DDP || l->hybrid ||
+            l->tp > 1 || l->pp > 1 || l->cp > 1 || t->parallel.grad_dtype != DT_F32 || t->model_opts.lora.rank > 0 ||
+            t->model_opts.lora.nf4 || t->parallel.compression != DT_COMPRESS_NONE)
+            return 0;
+    }
     if (l->cp > 1) { /* context parallelism (decision 83): the causal families, dense, no hybrid sharding */
         const char *fam = m->is_dtrain ? m->mc.family : "";
         if (m->experts > 0 || l->hybrid || job->train.seq_len % (2 * l->cp)) return 0;
@@ -186,6 +192,8 @@ static dt_status dtrain_memory(dt_ctx *ctx, const dt_plan_job *job, const dt_pla
     memset(c.pp_first, 0, sizeof c.pp_first);
     /* context parallelism: each rank T / cp rows of every sequence (decision 83) */
     c.cp = l->cp > 1 ? l->cp : 1, c.model_opts.cp = l->cp > 1 ? l->cp : 0, c.model_opts.cp_rank = 0;
+    /* expert parallelism: each rank n_experts / ep of them (decision 85) */
+    c.ep = l->ep > 1 ? l->ep : 1, c.model_opts.ep = l->ep > 1 ? l->ep : 0, c.model_opts.ep_rank = 0;
     int world = l->dp * l->tp * l->pp * c.cp, node = world < job->dpn ? world : job->dpn;
     if (node < 1 || world % node) node = world;
     /* ZeRO's modes (decision 80): parallel.zero_reduce's auto is the trainer's (step under a

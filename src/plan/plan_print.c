@@ -66,9 +66,10 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
         fputc('\n', f);
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
-    fprintf(f, "# * dtrain cannot run this layout yet (expert parallelism; context parallelism with experts, hybrid "
-               "sharding, vit or a sequence not a multiple of 2 cp; tensor parallelism not dividing the heads and MLP, "
-               "or with experts; a pipeline of more stages than layers)\n");
+    fprintf(f, "# * dtrain cannot run this layout yet (expert parallelism with ZeRO, hybrid sharding or another "
+               "model-parallel degree; context parallelism with experts, hybrid sharding, vit or a sequence not a "
+               "multiple of 2 cp; tensor parallelism not dividing the heads and MLP, or with experts; a pipeline of more "
+               "stages than layers)\n");
 }
 
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest) {
@@ -91,8 +92,9 @@ void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r,
     char launch[96];
     if (nodes > 1) snprintf(launch, sizeof launch, "dtrain launch -n %d --ranks-per-node %d --", job->gpus, per);
     else snprintf(launch, sizeof launch, "mpirun -n %d", job->gpus);
-    char cpk[48] = "";
+    char cpk[96] = "";
     if (l->cp > 1) snprintf(cpk, sizeof cpk, " --set parallel.cp=%d", l->cp);
+    if (l->ep > 1) snprintf(cpk + strlen(cpk), sizeof cpk - strlen(cpk), " --set parallel.ep=%d", l->ep);
     fprintf(f, "run it: %s dtrain train CONFIG --set parallel.strategy=%s --set parallel.hybrid=%s --set parallel.tp=%d "
                "--set parallel.pp=%d%s --set training.batch=%ld   (%ld %s per rank; or --set parallel.layout=auto)\n",
             launch, dt_strategy_name(l->zero), l->hybrid ? "true" : "false", l->tp, l->pp, cpk, job->global_batch,
