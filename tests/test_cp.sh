@@ -183,13 +183,6 @@ check "a cp 2 checkpoint resumed at cp 2 continues bitwise" evC evC2 bitwise 4
 run evC1 1 --resume "$dir/evC/step-00000004" --set checkpoint.dir="$dir/evC1" "${ck[@]}"
 check "a cp 2 checkpoint resumed at cp 1 continues within 1e-5" evC evC1 1e-5 4
 
-refused() { # WHAT NRANKS PATTERN ARGS...
-  local what=$1 n=$2 pat=$3; shift 3
-  local out
-  out=$(timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${model[@]}" "${train[@]}" "$@" 2>&1)
-  if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
-  else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
-}
 refused "a sequence not divisible by 2 cp" 2 "training.seq_len=4094 must be a multiple of 2 x parallel.cp = 4" \
   --set parallel.cp=2 --seq 4094
 refused "a sequence longer than the context" 2 "training.seq_len must be in \[1, model.context=2048\]" \

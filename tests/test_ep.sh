@@ -38,20 +38,6 @@ same_file() { # WHAT A B [grads]: the weights files (and with `grads` the last s
       fail "$1: the last step's gradients differ"
   fi
 }
-moe_rows() {
-  /usr/bin/python3 -c "
-import json, math, sys
-rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'])
-        for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
-assert rows and all(math.isfinite(v) for r in rows for v in r[1:4]), rows
-print(rows)" "$dir/$1.jsonl"
-}
-same_moe() { # WHAT A B
-  local a b
-  a=$(moe_rows "$2") b=$(moe_rows "$3")
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z and dropped choices of every step identical"
-  else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
-}
 # rows_sent NAME WANT: every step of an ep run logs ep_rows_sent > 0 (want "moved"), or none at
 # ep 1 ("none")
 rows_sent() {
@@ -137,13 +123,6 @@ print(l['memory_bytes']['total'])")
 [ -n "$hw" ] && [ "$pl" = "$hw" ] && pass "dtrain plan --ep 2 runs the ddp layout, its memory $pl bytes = the allocator's high-water" ||
   fail "dtrain plan --ep 2: memory '$pl' against the allocator's '$hw'"
 
-refused() { # WHAT NRANKS PATTERN ARGS...
-  local what=$1 n=$2 pat=$3; shift 3
-  local out
-  out=$(timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${model[@]}" "${train[@]}" --steps 3 "$@" 2>&1)
-  if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
-  else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
-}
 refused "ep not dividing n_experts" 3 "parallel.ep=3 must divide model.n_experts=4" --set parallel.ep=3
 refused "ep not dividing dp" 2 "parallel.ep=4 does not divide the data-parallel size 2" --set parallel.ep=4
 refused "ep on a dense model" 2 "parallel.ep=2 needs a mixture of experts" --set model.preset=llama-tiny --set parallel.ep=2

@@ -394,13 +394,6 @@ if [ -n "$want" ] && [ "$got" = "$want" ] && grep -q "pipeline: pp 2 x tp " "$di
 else fail "layout auto with pp=2: got '$got', plan says '$want': $(grep -m1 'layout auto\|error' "$dir/autopp.log")"; fi
 
 # Refusals: one line naming the key, before training.
-refused() { # WHAT NRANKS PATTERN ARGS...
-  local what=$1 n=$2 pat=$3; shift 3
-  local out
-  out=$(timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${model[@]}" "${train[@]}" "$@" 2>&1)
-  if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
-  else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
-}
 refused "the blocks mode without stages" 1 "parallel.pp_blocks needs parallel.pp >= 2" --set parallel.pp_blocks=true
 refused "Top-K compression under a pipeline" 4 "parallel.compression with parallel.pp=2" --set parallel.compression=topk --set parallel.pp=2
 refused "interleaved chunks that do not divide the layers" 2 "must divide model.n_layer=4" --set parallel.pp=2 \

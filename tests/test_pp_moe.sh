@@ -33,22 +33,6 @@ train=(--batch 2 --steps 6 --lr 3e-3 --warmup 2 --seed 11 --set training.grad_ac
 same_file() { # WHAT A B
   cmp -s "$dir/$2.st" "$dir/$3.st" && pass "$1: the final weights file is identical" || fail "$1: the final weights differ"
 }
-# the router's numbers of every step: cross-entropy, aux, z, dropped choices
-moe_rows() {
-  /usr/bin/python3 -c "
-import json, math, sys
-rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'])
-        for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
-assert rows and all(math.isfinite(v) for r in rows for v in r[1:4]), rows
-print(rows)" "$dir/$1.jsonl"
-}
-same_moe() { # WHAT A B
-  local a b
-  a=$(moe_rows "$2") b=$(moe_rows "$3")
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z and dropped choices of every step identical"
-  else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
-}
-
 run ref 1 --save-weights "$dir/ref.st"
 /usr/bin/python3 -c "
 import json, sys

@@ -1,5 +1,6 @@
-# Helpers of the tensor-parallel tests (tests/test_tp.sh, tests/long/tp.sh), sourced after
-# lib.sh with these set: bin, dir, mpi (mpi_env), model and train (argument arrays).
+# Helpers of the model-parallel tests (tests/test_tp.sh, test_pp.sh, test_pp_moe.sh, test_cp.sh,
+# test_ep.sh, tests/long/tp.sh), sourced after lib.sh with these set: bin, dir, mpi (mpi_env),
+# model and train (argument arrays).
 run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-water; ranks per
         # simulated node: PPN, 2 by default)
   local name=$1 n=$2; shift 2
@@ -39,4 +40,26 @@ check() { # WHAT A B MODE [N]
   local out
   if out=$(compare "$2" "$3" "$4" "${5:-20}" 2>&1); then pass "$1: $out"; else fail "$1: $out"; fi
 }
-
+refused() { # WHAT NRANKS PATTERN ARGS...: the run stops before training, one line matching PATTERN
+  local what=$1 n=$2 pat=$3; shift 3
+  local out
+  out=$(timeout 120 "${mpi[@]}" -n "$n" "$bin" train "${model[@]}" "${train[@]}" "$@" 2>&1)
+  if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
+  else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
+}
+# A mixture of experts' numbers of every step of run NAME (cross-entropy, aux, z, dropped), and
+# two runs' compared exactly.
+moe_rows() {
+  /usr/bin/python3 -c "
+import json, math, sys
+rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'])
+        for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
+assert rows and all(math.isfinite(v) for r in rows for v in r[1:4]), rows
+print(rows)" "$dir/$1.jsonl"
+}
+same_moe() { # WHAT A B
+  local a b
+  a=$(moe_rows "$2") b=$(moe_rows "$3")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z and dropped choices of every step identical"
+  else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
+}
