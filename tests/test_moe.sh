@@ -121,6 +121,33 @@ print("dropped per step at capacity 0.5:", [r["moe_dropped"] for r in b])
 sys.exit(0 if ok else 1)
 EOF
 
+# the expert load (ARCHITECTURE decision 86): every step, each layer's counts add up to
+# B T k x accumulation x ranks (2 x 32 x 2 x 2), max/mean is theirs; 2 ranks (the sum of both
+# ranks' counts) equal 1 rank accumulating their two micro-batches, as does checkpointing
+if $py - "$dir" <<'EOF'; then pass "expert load: per layer B T k x accum x ranks every step, max/mean recomputed, 2 ranks (DDP, ZeRO-1/2/3) = 1 rank x 2 accumulation, checkpointing = none"; else fail "expert load (moe_load)"; fi
+import json, math, sys
+d = sys.argv[1]
+def steps(n):
+    return [r for r in map(json.loads, open(f"{d}/{n}.jsonl")) if r.get("type") == "step"]
+def loads(n):
+    out = []
+    for r in steps(n):
+        ld, mm = r["moe_load"], r["moe_load_max_mean"]
+        assert len(ld) == 2 and all(len(x) == 4 and sum(x) == 2 * 32 * 2 * 2 for x in ld), (n, ld)
+        assert all(isinstance(v, int) and v >= 0 for x in ld for v in x), (n, ld)
+        want = max(max(x) * len(x) / sum(x) for x in ld)
+        assert math.isfinite(mm) and abs(mm - want) <= 1e-5 * want and mm >= 1, (n, mm, want)
+        out.append(ld)
+    assert len(out) == 10, n
+    return out
+one, cap = loads("one"), loads("one_cap")
+assert len({str(x) for x in one}) > 1, "the load changes over the steps"
+for n in ("ddp", "zero1", "zero2", "zero3", "zero3_full", "one_sel", "one_full"):
+    assert loads(n) == one, n
+assert loads("ddp_cap") == cap and loads("zero3_cap") == cap
+print("step 1 load:", one[0], "max/mean", steps("one")[0]["moe_load_max_mean"])
+EOF
+
 # ---- a checkpoint resumes bitwise (capacity on): steps 4-6 resumed from step 3 = the run's own
 res=(--set model.preset=mixtral-tiny --seq 32 --batch 2 --steps 6 --set training.moe_aux_loss_coef=0.05
      --set parallel.moe_capacity_factor=1.0 --set logging.every=1 --set logging.progress=lines)
