@@ -5,7 +5,8 @@
 # each source's weight gradient apart; the segments are summed in data-parallel rank order down
 # the expert-data-parallel group. Against ep = 1 at the same dp, mixtral-tiny (4 experts, top-2,
 # dropless, the router's aux and z losses on, clipping on), 10 steps:
-#  - dp 2 ep 2, dp 4 ep 4 and dp 4 ep 2: losses, gradient norms, ce/aux/z every step, the last
+#  - dp 2 ep 2, dp 4 ep 4 and dp 4 ep 2: losses, gradient norms, ce/aux/z and the expert load
+#    (decision 86) every step, the last
 #    step's reduced gradients (DTRAIN_TEST_SAVE_GRADS, the whole model) and the final weights
 #    file bitwise; grad_accum 2 and a capacity factor that drops choices (decided on the source
 #    rank) alike; full activation checkpointing (the routing and the all-to-alls again in the
@@ -38,18 +39,21 @@ same_file() { # WHAT A B [grads]: the weights files (and with `grads` the last s
       fail "$1: the last step's gradients differ"
   fi
 }
+# the router's numbers of every step, the expert load (decision 86: every layer's counts, each
+# layer's sum the same) included
 moe_rows() {
   /usr/bin/python3 -c "
 import json, math, sys
-rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'])
-        for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
-assert rows and all(math.isfinite(v) for r in rows for v in r[1:4]), rows
+rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'], j['moe_load'],
+         j['moe_load_max_mean']) for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
+assert rows and all(math.isfinite(v) for r in rows for v in r[1:4] + (r[6],)), rows
+assert all(len({sum(x) for x in r[5]}) == 1 and sum(r[5][0]) > 0 for r in rows), rows
 print(rows)" "$dir/$1.jsonl"
 }
 same_moe() { # WHAT A B
   local a b
   a=$(moe_rows "$2") b=$(moe_rows "$3")
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z and dropped choices of every step identical"
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z, dropped choices and every layer's expert load of every step identical"
   else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
 }
 # rows_sent NAME WANT: every step of an ep run logs ep_rows_sent > 0 (want "moved"), or none at

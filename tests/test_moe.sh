@@ -15,7 +15,10 @@
 #    counted; with parallel.moe_capacity_factor 1.0 the loss and the dropped count equal the
 #    reference's (its capacity rule written from the key's definition); `dtrain eval DIR` gives
 #    the same loss; a validation pass during training reports the cross-entropy alone; a trained model exported (ckpt export --hf)
-#    gives dtrain's eval loss in the same reference, and imports back to the same results.
+#    gives dtrain's eval loss in the same reference, and imports back to the same results;
+#  - the expert load (decision 86): each step's per-layer counts add up to B T k x accumulation,
+#    2 ranks equal 1 rank accumulating, checkpointing equals none; the bench JSON's moe section
+#    (keys documented) and the report's heat map, absent for a dense model.
 set -uo pipefail
 bin=$1
 dump=$2
@@ -209,6 +212,33 @@ v_train=$(grep '"type":"eval","step":3' "$dir/val.jsonl" | grep -o '"val_loss":[
 if o=$($py "$ref/hf_llama_check.py" compare "${v_train:-nan}" "$dir/val.eval" 2e-7 48); then
   pass "validation loss = cross-entropy (dtrain eval of the same weights): $o"
 else fail "validation loss with an aux coefficient: ${v_train:-none} vs $(tail -1 "$dir/val.eval") ($o)"; fi
+
+# ---- the expert load in dtrain bench and dtrain report (decision 86): the bench JSON's moe
+# section (its keys FORMATS.md's; each layer's mean load adds up to B T k x accumulation), the
+# report's heat map (layers x experts cells) for it; a dense model's bench and report have none
+bargs=(--seq 32 --batch 2 --accum 2 --bench-steps 2 --warmup-steps 1 --repeats 1 --peak 100)
+if "$bin" bench --model mixtral-tiny "${bargs[@]}" --json "$dir/bench_moe.json" >"$dir/bench_moe.log" 2>&1 &&
+   "$bin" bench --model llama-tiny "${bargs[@]}" --json "$dir/bench_dense.json" >"$dir/bench_dense.log" 2>&1; then
+  if o=$($py "$src/tests/check_bench.py" keys "$dir/bench_moe.json" "$src/docs/FORMATS.md" 2>&1) &&
+     o2=$($py "$src/tests/check_bench.py" keys "$dir/bench_dense.json" "$src/docs/FORMATS.md" 2>&1) &&
+     $py - "$dir/bench_moe.json" "$dir/bench_dense.json" <<'EOF'; then
+import json, math, sys
+m, d = json.load(open(sys.argv[1]))["moe"], json.load(open(sys.argv[2]))
+assert "moe" not in d
+assert len(m["load"]) == 2 and all(len(x) == 4 and sum(x) == 2 * 32 * 2 * 2 for x in m["load"]), m["load"]
+assert all(math.isfinite(v) for v in (m["load_max_mean"], m["aux_loss"], m["z_loss"])) and m["load_max_mean"] >= 1
+assert m["dropped"] == 0
+EOF
+    pass "bench JSON: moe.load (each layer's mean adds up to B T k x accum), load_max_mean, dropped, aux and z; keys documented ($o, dense: $o2)"
+  else fail "bench JSON's moe section: $o ${o2:-}"; fi
+  if "$bin" report "$dir/bench_moe.json" "$dir/bench_dense.json" -o "$dir/report.html" >"$dir/report.log" 2>&1 &&
+     grep -q 'id="chart-moe-load-0"' "$dir/report.html" && [ "$(grep -o 'class="mark heat-cell"' "$dir/report.html" | wc -l)" -eq 8 ] &&
+     ! grep -q 'id="chart-moe-load-1"' "$dir/report.html" &&
+     "$bin" report "$dir/bench_dense.json" -o "$dir/report_dense.html" >>"$dir/report.log" 2>&1 &&
+     ! grep -q 'chart-moe-load\|heat-cell' "$dir/report_dense.html"; then
+    pass "report: the MoE run's expert-load heat map (2 layers x 4 experts), none for the dense run"
+  else fail "report's expert-load heat map: $(tail -1 "$dir/report.log")"; fi
+else fail "bench of mixtral-tiny / llama-tiny: $(tail -1 "$dir/bench_moe.log") $(tail -1 "$dir/bench_dense.log")"; fi
 
 echo "test_moe: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -7,8 +7,8 @@
 # rank running the same micro-batches (training.grad_accum), with both router losses and a
 # capacity factor that drops choices:
 #  - mixtral-tiny (4 layers) pp 2 1f1b, pp 4 gpipe, pp 2 interleaved (v 2): the losses,
-#    gradient norms, cross-entropy, aux, z and dropped counts of every step and the final
-#    weights file bitwise pp 1's (clipping off);
+#    gradient norms, cross-entropy, aux, z and dropped counts, every layer's expert load
+#    (decision 86) of every step and the final weights file bitwise pp 1's (clipping off);
 #  - full activation checkpointing (the routing recomputed in the backward) pp 2 == pp 1;
 #  - dp 2 x pp 2 with ZeRO-1 == dp 2; the router losses at their coefficients 0 leave the
 #    totals unused, and a run with them on must differ from it (the totals reach the loss);
@@ -33,19 +33,21 @@ train=(--batch 2 --steps 6 --lr 3e-3 --warmup 2 --seed 11 --set training.grad_ac
 same_file() { # WHAT A B
   cmp -s "$dir/$2.st" "$dir/$3.st" && pass "$1: the final weights file is identical" || fail "$1: the final weights differ"
 }
-# the router's numbers of every step: cross-entropy, aux, z, dropped choices
+# the router's numbers of every step: cross-entropy, aux, z, dropped choices, and the expert
+# load (decision 86: every layer's counts, gathered from the stages; each layer's sum the same)
 moe_rows() {
   /usr/bin/python3 -c "
 import json, math, sys
-rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'])
-        for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
-assert rows and all(math.isfinite(v) for r in rows for v in r[1:4]), rows
+rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'], j['moe_load'],
+         j['moe_load_max_mean']) for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
+assert rows and all(math.isfinite(v) for r in rows for v in r[1:4] + (r[6],)), rows
+assert all(len(r[5]) == 4 and len({sum(x) for x in r[5]}) == 1 and sum(r[5][0]) > 0 for r in rows), rows
 print(rows)" "$dir/$1.jsonl"
 }
 same_moe() { # WHAT A B
   local a b
   a=$(moe_rows "$2") b=$(moe_rows "$3")
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z and dropped choices of every step identical"
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z, dropped choices and every layer's expert load of every step identical"
   else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
 }
 
