@@ -177,8 +177,11 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     fmt_hms(eta_s, sizeof eta_s, eta);
     if (!isnan(mfu)) snprintf(mfu_txt, sizeof mfu_txt, " | MFU %.1f%%", 100 * mfu);
     if (m->bar) {
-        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s%s | ETA %s%s", r->step,
-               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, scale_t, eta_s, skip_t);
+        char load_t[48] = ""; /* a mixture of experts: the expert load's balance */
+        if (r->stats && r->stats->moe && r->stats->moe_load)
+            snprintf(load_t, sizeof load_t, " | load max/mean %.3f", r->stats->moe_load_max_mean);
+        printf("\r\033[Kstep %ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s%s%s | ETA %s%s", r->step,
+               m->total_steps, (double)r->loss, load_t, (double)r->lr, tps, mfu_txt, scale_t, eta_s, skip_t);
         fflush(stdout);
         m->bar_dirty = 1;
     } else {
