@@ -78,6 +78,8 @@ def cmd_keys(f, formats, group="train"):
             doc.discard("summary.comm_predicted_s")
         if "pipeline" not in d:  # only under a pipeline (parallel.pp > 1)
             doc -= {k for k in doc if k == "pipeline" or k.startswith("pipeline.")} | {"parallel.pp"}
+        if "moe" not in d:  # only for a mixture of experts (model.n_experts > 0)
+            doc -= {k for k in doc if k == "moe" or k.startswith("moe.")}
         if "lora" not in d["model"]:  # only under LoRA (lora.rank > 0)
             doc -= {k for k in doc if k.startswith("model.lora")}
     elif group == "commfit":

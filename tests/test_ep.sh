@@ -5,7 +5,8 @@
 # each source's weight gradient apart; the segments are summed in data-parallel rank order down
 # the expert-data-parallel group. Against ep = 1 at the same dp, mixtral-tiny (4 experts, top-2,
 # dropless, the router's aux and z losses on, clipping on), 10 steps:
-#  - dp 2 ep 2, dp 4 ep 4 and dp 4 ep 2: losses, gradient norms, ce/aux/z every step, the last
+#  - dp 2 ep 2, dp 4 ep 4 and dp 4 ep 2: losses, gradient norms, ce/aux/z and the expert load
+#    (decision 86) every step, the last
 #    step's reduced gradients (DTRAIN_TEST_SAVE_GRADS, the whole model) and the final weights
 #    file bitwise; grad_accum 2 and a capacity factor that drops choices (decided on the source
 #    rank) alike; full activation checkpointing (the routing and the all-to-alls again in the

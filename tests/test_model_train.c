@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/llama/llama.h"
 #include "model/model.h"
 #include "ops/ops.h"
 #include "data/synthetic.h"
@@ -391,9 +392,80 @@ static void test_static_loss_scale_is_exact(void **state) {
     free(p0);
 }
 
+/* A mixture of experts' expert load (dt_step_stats moe_load; ARCHITECTURE decision 86): each
+ * step's counts equal a tally of the router's choices (dt_llama_moe_choices) of forwards of the
+ * step's micro-batches on the weights the step starts from, made apart before it; each layer's
+ * counts add up to B T k x accumulation; max/mean is recomputed. With full activation
+ * checkpointing (the routing formed again in the backward) the counts are the same. */
+static void test_moe_load_counts(void **state) {
+    (void)state;
+    for (int ck = 0; ck < 2; ck++) {
+        dt_ctx ctx;
+        dt_ctx_init(&ctx);
+        g_family = "llama";
+        dt_train_cfg c = small_cfg();
+        c.model.n_experts = 4, c.model.experts_topk = 2, c.model.expert_d_ff = 32, c.model.d_ff = 0;
+        c.micro_batch = 2, c.accum = 2, c.steps = 3, c.sched.total = 3, c.sched.warmup = 1;
+        c.model_opts.recompute = ck ? DT_RECOMPUTE_FULL : DT_RECOMPUTE_NONE;
+        dt_trainer tr;
+        dt_status ist = dt_trainer_init(&ctx, &tr, &c, NULL);
+        if (ist != DT_OK) printf("  %s\n", ctx.err);
+        assert_int_equal(ist, DT_OK);
+        const int B = c.micro_batch, T = c.seq_len, L = c.model.n_layer, E = 4, K = 2;
+        const size_t bt = (size_t)B * T;
+        int32_t *in = tu_malloc(bt * c.accum * 4), *tg = tu_malloc(bt * c.accum * 4);
+        /* a model of its own, on the trainer's weights before each step, counts apart */
+        dt_alloc alloc;
+        dt_alloc_init(&alloc);
+        dt_model m2;
+        assert_int_equal(dt_model_init(&ctx, &m2, &tr.model.cfg, &alloc, B, T, DT_SLAB_PARAMS), DT_OK);
+        assert_int_equal(m2.ps.n_params, tr.model.ps.n_params);
+        for (long s = 0; s < c.steps; s++) {
+            for (int k = 0; k < c.accum; k++)
+                dt_synthetic_batch(c.seed, c.model.vocab, s * c.accum + k, B, T, in + k * bt, tg + k * bt);
+            int64_t tally[4 * 4] = {0};
+            memcpy(m2.ps.params, tr.model.ps.params, m2.ps.n_params * sizeof(float));
+            for (int k = 0; k < c.accum; k++) {
+                float loss;
+                assert_int_equal(dt_model_forward(&ctx, &m2, in + k * bt, tg + k * bt, &loss), DT_OK);
+                for (int l = 0; l < L; l++) {
+                    const int32_t *ch = dt_llama_moe_choices(&m2, l);
+                    for (size_t i = 0; i < bt * K; i++) tally[l * E + ch[i]]++;
+                }
+            }
+            dt_step_stats st;
+            assert_int_equal(dt_trainer_step_on(&ctx, &tr, in, tg, &st), DT_OK);
+            assert_non_null(st.moe_load);
+            assert_int_equal(st.moe_layers, L);
+            assert_int_equal(st.moe_experts, E);
+            double worst = 0;
+            for (int l = 0; l < L; l++) {
+                int64_t sum = 0, mx = 0;
+                for (int e = 0; e < E; e++) {
+                    assert_int_equal(st.moe_load[l * E + e], tally[l * E + e]);
+                    sum += st.moe_load[l * E + e];
+                    mx = st.moe_load[l * E + e] > mx ? st.moe_load[l * E + e] : mx;
+                }
+                assert_int_equal(sum, (int64_t)bt * K * c.accum);
+                worst = (double)mx * E / (double)sum > worst ? (double)mx * E / (double)sum : worst;
+            }
+            assert_true(isfinite(st.moe_load_max_mean) && st.moe_load_max_mean >= 1.0);
+            assert_true(st.moe_load_max_mean == worst);
+            printf("  %s step %ld: layer 0 load %lld %lld %lld %lld, max/mean %.4f\n", ck ? "full ckpt" : "no ckpt", s + 1,
+                   (long long)st.moe_load[0], (long long)st.moe_load[1], (long long)st.moe_load[2],
+                   (long long)st.moe_load[3], st.moe_load_max_mean);
+        }
+        free(in);
+        free(tg);
+        dt_model_free(&m2);
+        dt_trainer_free(&tr);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_static_loss_scale_is_exact),
+        cmocka_unit_test(test_moe_load_counts),
 #define BOTH(t)                                                                              \
     cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"gpt2"),           \
         cmocka_unit_test_prestate_setup_teardown(t, use_family, NULL, (void *)"llama"),          \

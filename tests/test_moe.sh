@@ -15,7 +15,10 @@
 #    counted; with parallel.moe_capacity_factor 1.0 the loss and the dropped count equal the
 #    reference's (its capacity rule written from the key's definition); `dtrain eval DIR` gives
 #    the same loss; a validation pass during training reports the cross-entropy alone; a trained model exported (ckpt export --hf)
-#    gives dtrain's eval loss in the same reference, and imports back to the same results.
+#    gives dtrain's eval loss in the same reference, and imports back to the same results;
+#  - the expert load (decision 86): each step's per-layer counts add up to B T k x accumulation,
+#    2 ranks equal 1 rank accumulating, checkpointing equals none; the bench JSON's moe section
+#    (keys documented) and the report's heat map, absent for a dense model.
 set -uo pipefail
 bin=$1
 dump=$2
@@ -121,6 +124,33 @@ print("dropped per step at capacity 0.5:", [r["moe_dropped"] for r in b])
 sys.exit(0 if ok else 1)
 EOF
 
+# the expert load (ARCHITECTURE decision 86): every step, each layer's counts add up to
+# B T k x accumulation x ranks (2 x 32 x 2 x 2), max/mean is theirs; 2 ranks (the sum of both
+# ranks' counts) equal 1 rank accumulating their two micro-batches, as does checkpointing
+if $py - "$dir" <<'EOF'; then pass "expert load: per layer B T k x accum x ranks every step, max/mean recomputed, 2 ranks (DDP, ZeRO-1/2/3) = 1 rank x 2 accumulation, checkpointing = none"; else fail "expert load (moe_load)"; fi
+import json, math, sys
+d = sys.argv[1]
+def steps(n):
+    return [r for r in map(json.loads, open(f"{d}/{n}.jsonl")) if r.get("type") == "step"]
+def loads(n):
+    out = []
+    for r in steps(n):
+        ld, mm = r["moe_load"], r["moe_load_max_mean"]
+        assert len(ld) == 2 and all(len(x) == 4 and sum(x) == 2 * 32 * 2 * 2 for x in ld), (n, ld)
+        assert all(isinstance(v, int) and v >= 0 for x in ld for v in x), (n, ld)
+        want = max(max(x) * len(x) / sum(x) for x in ld)
+        assert math.isfinite(mm) and abs(mm - want) <= 1e-5 * want and mm >= 1, (n, mm, want)
+        out.append(ld)
+    assert len(out) == 10, n
+    return out
+one, cap = loads("one"), loads("one_cap")
+assert len({str(x) for x in one}) > 1, "the load changes over the steps"
+for n in ("ddp", "zero1", "zero2", "zero3", "zero3_full", "one_sel", "one_full"):
+    assert loads(n) == one, n
+assert loads("ddp_cap") == cap and loads("zero3_cap") == cap
+print("step 1 load:", one[0], "max/mean", steps("one")[0]["moe_load_max_mean"])
+EOF
+
 # ---- a checkpoint resumes bitwise (capacity on): steps 4-6 resumed from step 3 = the run's own
 res=(--set model.preset=mixtral-tiny --seq 32 --batch 2 --steps 6 --set training.moe_aux_loss_coef=0.05
      --set parallel.moe_capacity_factor=1.0 --set logging.every=1 --set logging.progress=lines)
@@ -182,6 +212,33 @@ v_train=$(grep '"type":"eval","step":3' "$dir/val.jsonl" | grep -o '"val_loss":[
 if o=$($py "$ref/hf_llama_check.py" compare "${v_train:-nan}" "$dir/val.eval" 2e-7 48); then
   pass "validation loss = cross-entropy (dtrain eval of the same weights): $o"
 else fail "validation loss with an aux coefficient: ${v_train:-none} vs $(tail -1 "$dir/val.eval") ($o)"; fi
+
+# ---- the expert load in dtrain bench and dtrain report (decision 86): the bench JSON's moe
+# section (its keys FORMATS.md's; each layer's mean load adds up to B T k x accumulation), the
+# report's heat map (layers x experts cells) for it; a dense model's bench and report have none
+bargs=(--seq 32 --batch 2 --accum 2 --bench-steps 2 --warmup-steps 1 --repeats 1 --peak 100)
+if "$bin" bench --model mixtral-tiny "${bargs[@]}" --json "$dir/bench_moe.json" >"$dir/bench_moe.log" 2>&1 &&
+   "$bin" bench --model llama-tiny "${bargs[@]}" --json "$dir/bench_dense.json" >"$dir/bench_dense.log" 2>&1; then
+  if o=$($py "$src/tests/check_bench.py" keys "$dir/bench_moe.json" "$src/docs/FORMATS.md" 2>&1) &&
+     o2=$($py "$src/tests/check_bench.py" keys "$dir/bench_dense.json" "$src/docs/FORMATS.md" 2>&1) &&
+     $py - "$dir/bench_moe.json" "$dir/bench_dense.json" <<'EOF'; then
+import json, math, sys
+m, d = json.load(open(sys.argv[1]))["moe"], json.load(open(sys.argv[2]))
+assert "moe" not in d
+assert len(m["load"]) == 2 and all(len(x) == 4 and sum(x) == 2 * 32 * 2 * 2 for x in m["load"]), m["load"]
+assert all(math.isfinite(v) for v in (m["load_max_mean"], m["aux_loss"], m["z_loss"])) and m["load_max_mean"] >= 1
+assert m["dropped"] == 0
+EOF
+    pass "bench JSON: moe.load (each layer's mean adds up to B T k x accum), load_max_mean, dropped, aux and z; keys documented ($o, dense: $o2)"
+  else fail "bench JSON's moe section: $o ${o2:-}"; fi
+  if "$bin" report "$dir/bench_moe.json" "$dir/bench_dense.json" -o "$dir/report.html" >"$dir/report.log" 2>&1 &&
+     grep -q 'id="chart-moe-load-0"' "$dir/report.html" && [ "$(grep -o 'class="mark heat-cell"' "$dir/report.html" | wc -l)" -eq 8 ] &&
+     ! grep -q 'id="chart-moe-load-1"' "$dir/report.html" &&
+     "$bin" report "$dir/bench_dense.json" -o "$dir/report_dense.html" >>"$dir/report.log" 2>&1 &&
+     ! grep -q 'chart-moe-load\|heat-cell' "$dir/report_dense.html"; then
+    pass "report: the MoE run's expert-load heat map (2 layers x 4 experts), none for the dense run"
+  else fail "report's expert-load heat map: $(tail -1 "$dir/report.log")"; fi
+else fail "bench of mixtral-tiny / llama-tiny: $(tail -1 "$dir/bench_moe.log") $(tail -1 "$dir/bench_dense.log")"; fi
 
 echo "test_moe: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -7,8 +7,8 @@
 # rank running the same micro-batches (training.grad_accum), with both router losses and a
 # capacity factor that drops choices:
 #  - mixtral-tiny (4 layers) pp 2 1f1b, pp 4 gpipe, pp 2 interleaved (v 2): the losses,
-#    gradient norms, cross-entropy, aux, z and dropped counts of every step and the final
-#    weights file bitwise pp 1's (clipping off);
+#    gradient norms, cross-entropy, aux, z and dropped counts, every layer's expert load
+#    (decision 86) of every step and the final weights file bitwise pp 1's (clipping off);
 #  - full activation checkpointing (the routing recomputed in the backward) pp 2 == pp 1;
 #  - dp 2 x pp 2 with ZeRO-1 == dp 2; the router losses at their coefficients 0 leave the
 #    totals unused, and a run with them on must differ from it (the totals reach the loss);

@@ -47,19 +47,21 @@ refused() { # WHAT NRANKS PATTERN ARGS...: the run stops before training, one li
   if [ $? -ne 0 ] && grep -q -- "$pat" <<<"$out"; then pass "refused: $what ($(grep -m1 -o -- "$pat.*" <<<"$out" | head -c 150))"
   else fail "$what: not refused as expected: $(tail -2 <<<"$out")"; fi
 }
-# A mixture of experts' numbers of every step of run NAME (cross-entropy, aux, z, dropped), and
-# two runs' compared exactly.
+# A mixture of experts' numbers of every step of run NAME: cross-entropy, aux, z, dropped, and the
+# expert load (decision 86: every layer's counts, each layer's sum the same), and two runs'
+# compared exactly.
 moe_rows() {
   /usr/bin/python3 -c "
 import json, math, sys
-rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'])
-        for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
-assert rows and all(math.isfinite(v) for r in rows for v in r[1:4]), rows
+rows = [(j['step'], j['ce_loss'], j['moe_aux_loss'], j['moe_z_loss'], j['moe_dropped'], j['moe_load'],
+         j['moe_load_max_mean']) for j in map(json.loads, open(sys.argv[1])) if 'moe_aux_loss' in j]
+assert rows and all(math.isfinite(v) for r in rows for v in r[1:4] + (r[6],)), rows
+assert all(len({sum(x) for x in r[5]}) == 1 and sum(r[5][0]) > 0 for r in rows), rows
 print(rows)" "$dir/$1.jsonl"
 }
 same_moe() { # WHAT A B
   local a b
   a=$(moe_rows "$2") b=$(moe_rows "$3")
-  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z and dropped choices of every step identical"
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z, dropped choices and every layer's expert load of every step identical"
   else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
 }

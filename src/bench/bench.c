@@ -66,6 +66,22 @@ void dt_bench_peak(dt_peak *out, dt_dtype dt, int n, int reps) {
                                : dt_matmul_peak_gflops_lp(dt, n, reps, &out->best);
 }
 
+/* A timed step's expert load (a mixture of experts) added to the run's sums. */
+static dt_status add_moe(dt_ctx *ctx, dt_bench_result *r, const dt_step_stats *ss) {
+    if (!ss->moe_load) return DT_OK;
+    const size_t n = (size_t)ss->moe_layers * ss->moe_experts;
+    if (!r->moe_load) {
+        r->moe_load = calloc(n, sizeof *r->moe_load);
+        if (!r->moe_load) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+        r->moe_layers = ss->moe_layers, r->moe_experts = ss->moe_experts;
+    }
+    for (size_t i = 0; i < n; i++) r->moe_load[i] += (double)ss->moe_load[i];
+    r->moe_max_mean += ss->moe_load_max_mean;
+    r->moe_dropped += ss->moe_dropped;
+    r->moe_aux += ss->moe_aux, r->moe_z += ss->moe_z;
+    return DT_OK;
+}
+
 dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, int warmup,
                          int steps, int trace, dt_bench_result *r) {
     memset(r, 0, sizeof *r);
@@ -117,6 +133,7 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->pp_idle_s += ss.pp_idle / steps;
         r->pp_span_s += ss.pp_span / steps;
         r->pp_wgrad_s += ss.pp_wgrad;
+        DT_CHECK_GOTO(add_moe(ctx, r, &ss));
     }
     r->pp_stage = tr.pp.n > 1 ? tr.pp.stage : 0;
     if (trace) dt_trace_disable();
@@ -255,6 +272,18 @@ static void reduce(dt_bench_suite *s) {
     s->loss_avg = loss / o->steps;
     s->loss_final = s->runs[0].loss[o->steps - 1];
     s->loss_hash = s->runs[0].loss_hash;
+    if (!s->runs[0].moe_load) return;
+    /* a mixture of experts: the means over every timed step of every repeat */
+    const size_t ne = (size_t)s->runs[0].moe_layers * s->runs[0].moe_experts;
+    s->moe_load = calloc(ne, sizeof *s->moe_load);
+    if (!s->moe_load) return; /* (no memory: the section is left out) */
+    s->moe_layers = s->runs[0].moe_layers, s->moe_experts = s->runs[0].moe_experts;
+    for (int i = 0; i < o->repeats; i++) {
+        const dt_bench_result *r = &s->runs[i];
+        for (size_t j = 0; j < ne && r->moe_load; j++) s->moe_load[j] += r->moe_load[j] / n;
+        s->moe_max_mean += r->moe_max_mean / n, s->moe_dropped += r->moe_dropped / n;
+        s->moe_aux += r->moe_aux / n, s->moe_z += r->moe_z / n;
+    }
 }
 
 dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm,
@@ -285,7 +314,9 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
 }
 
 void dt_bench_suite_free(dt_bench_suite *s) {
+    for (int i = 0; s->runs && i < s->opts.repeats; i++) free(s->runs[i].moe_load);
     free(s->runs);
+    free(s->moe_load);
     free(s->mem);
     free(s->compute_ms);
     free(s->exposed_ms);

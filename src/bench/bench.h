@@ -85,6 +85,12 @@ typedef struct dt_bench_result {
     int pp_stage;
     double pp_s, pp_bytes_step, pp_idle_s, pp_span_s;
     double pp_wgrad_s; /* of bwd_s: zb-h1's weight-gradient passes (a sum over timed steps, as bwd_s) */
+    /* a mixture of experts (dt_step_stats moe_load; NULL otherwise): the expert load
+     * (moe_layers x moe_experts, malloc'd: dt_bench_suite_free) and its max/mean, the dropped
+     * choices, the aux and z-losses, each summed over the timed steps */
+    double *moe_load;
+    int moe_layers, moe_experts;
+    double moe_max_mean, moe_dropped, moe_aux, moe_z;
 } dt_bench_result;
 
 /* Runs warmup + steps optimizer steps of cfg on the ranks of comm (NULL: one process) and
@@ -158,6 +164,12 @@ typedef struct dt_bench_suite {
     /* per step, mean over all timed steps; adds up to step_s.mean */
     double bd_forward, bd_backward, bd_optimizer, bd_comm, bd_data, bd_idle;
     double loss_avg, loss_final;
+    /* a mixture of experts (runs[].moe_load non-NULL): means over every timed step of every
+     * repeat of the expert load (moe_layers x moe_experts, malloc'd), of its max/mean, of the
+     * dropped choices and of the aux and z-losses (dt_step_stats) */
+    double *moe_load;
+    int moe_layers, moe_experts;
+    double moe_max_mean, moe_dropped, moe_aux, moe_z;
     unsigned long long loss_hash; /* of the first repeat */
     int hash_mismatch;            /* repeats whose hash differs from the first's */
     int64_t *mem;                 /* [world x DT_BENCH_MEM_N], every rank's (rank 0 has all) */

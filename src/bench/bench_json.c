@@ -271,6 +271,16 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
         cJSON_AddItemToArray(rk, ro);
     }
     if (s->pp.n > 1 && s->pp.rank) cJSON_AddItemToObject(o, "pipeline", dt_bench_pp_json(s));
+    if (s->moe_load) { /* a mixture of experts (decision 86) */
+        cJSON *me = cJSON_AddObjectToObject(o, "moe");
+        cJSON *ld = cJSON_AddArrayToObject(me, "load");
+        for (int l = 0; l < s->moe_layers; l++)
+            cJSON_AddItemToArray(ld, cJSON_CreateDoubleArray(s->moe_load + (size_t)l * s->moe_experts, s->moe_experts));
+        cJSON_AddNumberToObject(me, "load_max_mean", s->moe_max_mean);
+        cJSON_AddNumberToObject(me, "dropped", s->moe_dropped);
+        cJSON_AddNumberToObject(me, "aux_loss", s->moe_aux);
+        cJSON_AddNumberToObject(me, "z_loss", s->moe_z);
+    }
     cJSON_AddArrayToObject(o, "cost");
     return o;
 }

@@ -517,6 +517,11 @@ struct dt_model {
      * (last_loss = ce + aux_coef aux + z_coef z), and the routed choices the capacity dropped. */
     float moe_ce, moe_aux, moe_z;
     long moe_dropped;
+    /* Mixture of experts, the expert load (set by the trainer; NULL: not counted): (n_layer,
+     * n_experts) counts indexed by the model's layer (a pipeline stage adds to its layers'
+     * rows only), to which every forward that is not a recompute adds each layer's router
+     * choices per expert, before any capacity drop (moe.h; ARCHITECTURE decision 86). */
+    int64_t *moe_load;
     /* Mixture of experts, set after init (0: off; the trainer sets them from its config, which
      * checks them): the coefficients of the load-balancing loss (training.moe_aux_loss_coef)
      * and of the router z-loss (training.moe_z_loss_coef) added to the loss, and the capacity

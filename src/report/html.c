@@ -242,6 +242,34 @@ static void chart_loss(FILE *f, const dt_report *r) {
     free(s);
 }
 
+/* A mixture of experts' expert load (ARCHITECTURE decision 86), one heat map per run that has
+ * one: layers x experts, each cell the mean tokens per step / the layer's mean over its experts. */
+static void chart_moe_load(FILE *f, const dt_report *r) {
+    for (int i = 0; i < r->ntrain; i++) {
+        const dt_rep_train *t = &r->train[i];
+        if (!t->moe_load) continue;
+        const int L = t->moe_layers, E = t->moe_experts;
+        double *v = calloc((size_t)L * E, sizeof *v);
+        if (!v) continue;
+        for (int l = 0; l < L; l++) {
+            double mean = 0;
+            for (int e = 0; e < E; e++) mean += t->moe_load[(size_t)l * E + e] / E;
+            for (int e = 0; e < E; e++) v[(size_t)l * E + e] = mean > 0 ? t->moe_load[(size_t)l * E + e] / mean : NAN;
+        }
+        char id[32], title[256];
+        snprintf(id, sizeof id, "moe-load-%d", i);
+        fprintf(f, "<figure class=\"chart\" id=\"chart-%s\"><figcaption>Expert load, ", id);
+        esc(f, t->label);
+        snprintf(title, sizeof title, ": tokens per expert / the layer's mean (mean over the timed steps; max/mean %.3f)",
+                 t->moe_max_mean);
+        fputs(title, f);
+        fputs("</figcaption>", f);
+        dt_svg_heat hm = {L, E, "layer", "expert", v, t->moe_load};
+        figure_close(f, dt_svg_heatmap(f, &hm), "no layer routed any token.");
+        free(v);
+    }
+}
+
 static void chart_busbw(FILE *f, const dt_report *r) {
     int total = 0, wrong = 0;
     for (int c = 0; c < r->ncomm; c++) total += r->comm[c].nrows;
@@ -680,6 +708,7 @@ void dt_report_html(FILE *f, const dt_report *r) {
     chart_memory(f, r);
     chart_loss(f, r);
     chart_busbw(f, r);
+    chart_moe_load(f, r);
     fputs("</div>\n", f);
     if (r->ntrain) table_runs(f, r);
     table_tp(f, r);

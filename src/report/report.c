@@ -356,6 +356,38 @@ static dt_status read_ranks(jpath *j, const cJSON *root, dt_rep_train *t) {
     return DT_OK;
 }
 
+/* A mixture of experts' expert load (optional "moe": ARCHITECTURE decision 86): moe.load, L
+ * rows of E finite counts >= 0, and moe.load_max_mean. */
+static dt_status read_moe(jpath *j, const cJSON *root, dt_rep_train *t) {
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(root, "moe"), *a, *row, *x;
+    if (!mo) return DT_OK;
+    if (!cJSON_IsObject(mo)) return missing(j, "", "moe", "must be an object");
+    JCHECK(need_arr(j, mo, "moe", "load", &a));
+    JCHECK(need_num(j, mo, "moe", "load_max_mean", &t->moe_max_mean));
+    const int L = cJSON_GetArraySize(a);
+    const cJSON *r0 = cJSON_GetArrayItem(a, 0);
+    const int E = cJSON_IsArray(r0) ? cJSON_GetArraySize(r0) : 0;
+    if (L < 1 || L > 1024 || E < 1 || E > 64)
+        return missing(j, "moe", "load", "must be 1..1024 rows (layers) of 1..64 numbers (experts)");
+    t->moe_load = calloc((size_t)L * E, sizeof *t->moe_load);
+    if (!t->moe_load) return dt_fail(j->ctx, DT_ERR_NOMEM, "%s: out of memory", j->file);
+    t->moe_layers = L, t->moe_experts = E;
+    int l = 0;
+    cJSON_ArrayForEach(row, a) {
+        int e = 0;
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != E)
+            return dt_fail(j->ctx, DT_ERR_FORMAT, "%s: key 'moe.load[%d]' must be an array of %d numbers", j->file, l, E);
+        cJSON_ArrayForEach(x, row) {
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || x->valuedouble < 0)
+                return dt_fail(j->ctx, DT_ERR_FORMAT, "%s: key 'moe.load[%d][%d]' must be a finite number >= 0", j->file,
+                               l, e);
+            t->moe_load[(size_t)l * E + e++] = x->valuedouble;
+        }
+        l++;
+    }
+    return DT_OK;
+}
+
 static dt_status read_cost(jpath *j, const cJSON *root, dt_rep_train *t) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "cost"), *e;
     if (!a || cJSON_IsNull(a)) return DT_OK; /* optional */
@@ -429,6 +461,7 @@ static dt_status read_train(jpath *j, const cJSON *root, dt_rep_train *t) {
     JCHECK(read_memory(j, root, t));
     JCHECK(read_ranks(j, root, t));
     JCHECK(read_cost(j, root, t));
+    JCHECK(read_moe(j, root, t));
     JCHECK(read_sweep(j, root, t));
     t->weak_calc = t->strong_calc = NAN;
     t->weak_base = t->strong_base = -1;
@@ -591,6 +624,7 @@ static void free_train(dt_rep_train *t) {
     free(t->mem);
     free(t->compute_ms);
     free(t->cost);
+    free(t->moe_load);
 }
 
 void dt_report_free(dt_report *r) {

@@ -101,6 +101,11 @@ typedef struct dt_rep_train {
     double straggler_factor;  /* config's logging.straggler_factor (1.5 when absent) */
     int ncost;
     dt_rep_cost *cost;
+    /* a mixture of experts (the optional "moe" object; NULL / 0 otherwise): the mean expert
+     * load per layer and expert over the timed steps (moe_layers x moe_experts) and its max/mean */
+    double *moe_load;
+    int moe_layers, moe_experts;
+    double moe_max_mean;
     int has_sweep;
     const char *sweep_id;
     double weak_eff, strong_eff; /* from the file; NaN when null or absent */

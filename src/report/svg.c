@@ -463,3 +463,56 @@ int dt_svg_stacked_bars(FILE *f, const dt_svg_bars *b) {
     fputs("</svg>", f);
     return marks;
 }
+
+/* ---- heat map ---------------------------------------------------------------------- */
+
+/* White at 1, towards red above (2 and more: full), towards blue below (0: full). */
+static void heat_color(double v, char *buf, size_t n) {
+    double t = v >= 1 ? fmin(v - 1, 1) : fmin(1 - v, 1);
+    int dim = (int)(255 - 200 * t + 0.5);
+    if (v >= 1) snprintf(buf, n, "#ff%02x%02x", dim, dim);
+    else snprintf(buf, n, "#%02x%02xff", dim, dim);
+}
+
+int dt_svg_heatmap(FILE *f, const dt_svg_heat *hm) {
+    int marks = 0;
+    for (int i = 0; i < hm->nrows * hm->ncols; i++) marks += isfinite(hm->v[i]);
+    if (!marks || hm->nrows < 1 || hm->ncols < 1) return 0;
+    const double lw = fmax(text_w(hm->row_label) + 24, 64), x0 = lw, x1 = W - MR;
+    const double cw = (x1 - x0) / hm->ncols, ch = hm->nrows > 32 ? 8 : ROW_H, top = MT + 18;
+    const double h = top + hm->nrows * ch + MB;
+    open_svg(f, h, marks);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">", (x0 + x1) / 2, MT);
+    dt_svg_escape(f, hm->col_label);
+    fputs("</text>", f);
+    for (int c = 0; c < hm->ncols; c++)
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%d</text>", x0 + (c + 0.5) * cw,
+                top - 3, c);
+    for (int r = 0; r < hm->nrows; r++) {
+        if (ch >= ROW_H || r % 4 == 0)
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%d</text>", x0 - 6,
+                    top + (r + 0.5) * ch + 4, r);
+        for (int c = 0; c < hm->ncols; c++) {
+            const double v = hm->v[r * hm->ncols + c];
+            if (!isfinite(v)) continue;
+            char col[16];
+            heat_color(v, col, sizeof col);
+            fprintf(f, "<rect class=\"mark heat-cell\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
+                       "stroke=\"#fff\"><title>", x0 + c * cw, top + r * ch, cw, ch, col);
+            dt_svg_escape(f, hm->row_label);
+            fprintf(f, " %d, ", r);
+            dt_svg_escape(f, hm->col_label);
+            fprintf(f, " %d: %.3f", c, v);
+            if (hm->count) fprintf(f, " (%.6g)", hm->count[r * hm->ncols + c]);
+            fputs("</title></rect>", f);
+            if (ch >= ROW_H && cw >= 36)
+                fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\">%.2f</text>",
+                        x0 + (c + 0.5) * cw, top + (r + 0.5) * ch + 4, v);
+        }
+    }
+    fprintf(f, "<text x=\"14\" y=\"%.1f\" font-size=\"12\" transform=\"rotate(-90 14 %.1f)\" text-anchor=\"middle\">",
+            top + hm->nrows * ch / 2, top + hm->nrows * ch / 2);
+    dt_svg_escape(f, hm->row_label);
+    fputs("</text></svg>", f);
+    return marks;
+}

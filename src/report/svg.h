@@ -41,6 +41,15 @@ typedef struct dt_svg_bars {
     double scale;            /* displayed value = v * scale (0 means 1) */
 } dt_svg_bars;
 
+/* A heat map: nrows x ncols values v (row-major) coloured white at 1, red above (2 and more:
+ * full), blue below (0: full), each cell's value (and count, if given) in its tooltip. */
+typedef struct dt_svg_heat {
+    int nrows, ncols;
+    const char *row_label, *col_label; /* "layer", "expert" */
+    const double *v;
+    const double *count; /* optional: shown beside each value */
+} dt_svg_heat;
+
 /* Colour i of the palette (cycles). */
 const char *dt_svg_color(int i);
 
@@ -60,6 +69,9 @@ int dt_svg_lines(FILE *f, const dt_svg_axis *xa, const dt_svg_axis *ya, const dt
  * 0 means nothing was written. */
 int dt_svg_stacked_bars(FILE *f, const dt_svg_bars *b);
 
+/* Writes a heat map (cells of class "mark heat-cell"); returns the cells drawn (finite
+ * values), 0: nothing written. */
+int dt_svg_heatmap(FILE *f, const dt_svg_heat *hm);
 /* Writes s with &, <, >, " escaped. */
 void dt_svg_escape(FILE *f, const char *s);
 

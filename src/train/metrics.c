@@ -91,6 +91,24 @@ double dt_train_mfu(double flops_per_token, double tokens_per_s_rank, double pea
     return mfu <= 1 ? mfu : NAN; /* (also NaN) */
 }
 
+/* ",\"moe_load\":[[...],...],\"moe_load_max_mean\":x" of a mixture of experts' step ("" otherwise),
+ * malloc'd; NULL: out of memory. */
+static char *moe_load_json(const dt_step_stats *s) {
+    if (!s || !s->moe || !s->moe_load) return calloc(1, 1);
+    const size_t L = (size_t)s->moe_layers, E = (size_t)s->moe_experts, cap = 64 + L * (3 + E * 21);
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    size_t at = (size_t)snprintf(b, cap, ",\"moe_load\":[");
+    for (size_t l = 0; l < L; l++) {
+        at += (size_t)snprintf(b + at, cap - at, "%s[", l ? "," : "");
+        for (size_t e = 0; e < E; e++)
+            at += (size_t)snprintf(b + at, cap - at, "%s%lld", e ? "," : "", (long long)s->moe_load[l * E + e]);
+        at += (size_t)snprintf(b + at, cap - at, "]");
+    }
+    snprintf(b + at, cap - at, "],\"moe_load_max_mean\":%.6g", s->moe_load_max_mean);
+    return b;
+}
+
 dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
     double elapsed = dt_now() - m->t_start;
     double tps = r->tokens / r->step_s;
@@ -103,7 +121,6 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
                     r->flops_per_token * tps / 1e9, r->peak_gflops);
     }
     double eta = r->step > 0 ? elapsed / (double)r->step * (double)(m->total_steps - r->step) : NAN;
-    char line[1100];
     char scale_j[48] = "", scale_t[48] = "";
     if (r->loss_scale != 1.0f && r->loss_scale > 0) {
         snprintf(scale_j, sizeof scale_j, ",\"loss_scale\":%.9g", (double)r->loss_scale);
@@ -133,23 +150,38 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
             size_t at = strlen(moe_j);
             snprintf(moe_j + at, sizeof moe_j - at, ",\"ep_rows_sent\":%.0f", s->ep_rows);
         }
-        snprintf(moe_t, sizeof moe_t, " | ce %.4f aux %.4f z %.4f dropped %.0f", (double)s->moe_ce,
-                 (double)s->moe_aux, (double)s->moe_z, s->moe_dropped);
+        snprintf(moe_t, sizeof moe_t, " | ce %.4f aux %.4f z %.4f dropped %.0f load max/mean %.3f", (double)s->moe_ce,
+                 (double)s->moe_aux, (double)s->moe_z, s->moe_dropped, s->moe_load_max_mean);
     }
-    snprintf(line, sizeof line,
+    /* the expert load (decision 86): [[choices per expert] per layer], and its max/mean */
+    char *load_j = moe_load_json(r->stats);
+    if (!load_j) return dt_fail(ctx, DT_ERR_NOMEM, "logging.metrics: out of memory");
+    const size_t cap = 1100 + strlen(load_j);
+    char *line = malloc(cap);
+    if (!line) {
+        free(load_j);
+        return dt_fail(ctx, DT_ERR_NOMEM, "logging.metrics: out of memory");
+    }
+    snprintf(line, cap,
              "{\"type\":\"step\",\"step\":%ld,\"steps\":%ld,\"loss\":%s,\"lr\":%.9g,"
              "\"grad_norm\":%s,\"step_ms\":%.3f,\"tokens\":%.0f,\"tokens_seen\":%.0f,"
-             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s%s%s%s}\n",
+             "\"tokens_per_s\":%.2f,\"mfu\":%s,\"elapsed_s\":%.3f,\"eta_s\":%.1f%s%s%s%s%s}\n",
              r->step, m->total_steps, loss_s, (double)r->lr, norm_s,
              r->step_s * 1e3, r->tokens, r->tokens_seen, tps, mfu_s, elapsed, isnan(eta) ? 0.0 : eta,
-             r->skipped ? ",\"skipped\":true" : "", r->skipped == 2 ? ",\"overflow\":true" : "", scale_j, moe_j);
-    DT_CHECK(write_line(ctx, m, line));
+             r->skipped ? ",\"skipped\":true" : "", r->skipped == 2 ? ",\"overflow\":true" : "", scale_j, moe_j, load_j);
+    free(load_j);
+    dt_status st = write_line(ctx, m, line);
+    free(line);
+    DT_CHECK(st);
     char eta_s[48], mfu_txt[32] = "";
     fmt_hms(eta_s, sizeof eta_s, eta);
     if (!isnan(mfu)) snprintf(mfu_txt, sizeof mfu_txt, " | MFU %.1f%%", 100 * mfu);
     if (m->bar) {
-        printf("\r\033[Kstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s%s%s | ETA %s%s", r->step,
-               m->total_steps, (double)r->loss, (double)r->lr, tps, mfu_txt, scale_t, eta_s, skip_t);
+        char load_t[48] = ""; /* a mixture of experts: the expert load's balance */
+        if (r->stats && r->stats->moe && r->stats->moe_load)
+            snprintf(load_t, sizeof load_t, " | load max/mean %.3f", r->stats->moe_load_max_mean);
+        printf("\r\033[Kstep %ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s%s%s | ETA %s%s", r->step,
+               m->total_steps, (double)r->loss, load_t, (double)r->lr, tps, mfu_txt, scale_t, eta_s, skip_t);
         fflush(stdout);
         m->bar_dirty = 1;
     } else {

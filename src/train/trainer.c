@@ -281,7 +281,8 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
     pc.compute = cfg->model_opts.compute;
     pc.tokens = cfg->micro_batch * dt_train_local_T(cfg);
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
-    bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t) + cp_tok_bytes(cfg);
+    bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t) + cp_tok_bytes(cfg) +
+                           dt_moe_load_bytes(cfg);
     dt_params_free(&ps);
     return DT_OK;
 }
@@ -486,6 +487,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
         tr->model.tp_ops = (dt_model_tp_ops){&tr->tp, tp_sum, tp_max, tp_allgather, tp_reduce_scatter};
     }
     DT_CHECK_GOTO(dt_ep_init(ctx, tr)); /* expert parallelism: the all-to-all, the gradient segments */
+    DT_CHECK_GOTO(dt_moe_load_init(ctx, tr)); /* a mixture of experts: the step's expert load */
     if (tr->ep.n > 1) { /* the experts: reduced by dt_ep_reduce, held by the EDP group */
         pc.skip_off = tr->ep.off, pc.skip_len = tr->ep.len;
         pc.skip_ranks = tr->ep.edp_n, pc.skip_rank = tr->ep.edp_rank;
@@ -511,6 +513,7 @@ void dt_trainer_free(dt_trainer *tr) {
     size_t bt = (size_t)tr->cfg.micro_batch * tr->cfg.seq_len * sizeof(int32_t);
     dt_pp_free(tr);
     dt_ep_free(tr);
+    dt_moe_load_free(tr);
     dt_parallel_free(tr->par);
     dt_comm_free(tr->own_comm);
     dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->inputs, bt);
@@ -682,6 +685,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     dt_micro mi = {inputs, targets, masked, counted, W, R, W * tr->cp.n};
     const long ep_rows0 = m->ep_rows_sent;
     out->pp_span = 0;
+    dt_moe_load_begin(tr);
     if (tr->pp.n > 1) { /* a pipeline stage: its schedule's passes over the micro-batches */
         const double ps0 = dt_now();
         DT_CHECK(dt_pp_micro_steps(ctx, tr, &mi, &loss_sum, moe_sum, out));
@@ -753,6 +757,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
         out->moe_ce = (float)moe_sum[0], out->moe_aux = (float)moe_sum[1], out->moe_z = (float)moe_sum[2];
         out->moe_dropped = moe_sum[3] * tr->cfg.accum * W;
     }
+    DT_CHECK(dt_moe_load_finish(ctx, tr, out)); /* every rank alike */
     add_phase(tr, &tp, &ex, &out->opt_seconds);
     out->comm_seconds = ex - ex0;
     out->pp_seconds = tr->pp.seconds - pps0;

@@ -228,6 +228,14 @@ typedef struct dt_step_stats {
     int moe;
     float moe_ce, moe_aux, moe_z;
     double moe_dropped;
+    /* the expert load (ARCHITECTURE decision 86): moe_load (moe_layers x moe_experts) holds
+       each layer's router choices per expert in the step (the top-k of every token, before
+       any capacity drop), summed over the micro-steps and all ranks (the trainer's buffer:
+       valid until its next step; NULL for a dense model), and moe_load_max_mean the largest
+       over the layers of max / mean over the experts */
+    const int64_t *moe_load;
+    int moe_layers, moe_experts;
+    double moe_load_max_mean;
     /* expert parallelism (parallel.ep > 1): the expert rows this rank sent to the other ranks
      * of its EP group in the step's forward passes (-1: no expert parallelism) */
     double ep_rows;
@@ -261,6 +269,9 @@ void dt_trainer_free(dt_trainer *tr);
 
 /* One optimizer step on the next `accum` micro-batches of next_batch (or synthetic data). */
 dt_status dt_trainer_step(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
+/* A mixture of experts' load balance (dt_step_stats moe_load): the largest over the L layers of
+ * (the most choices any of the E experts took) / (their mean); 0 when no layer has any. */
+double dt_moe_load_max_mean(const int64_t *load, int L, int E);
 /* One optimizer step on given micro-batches: inputs/targets hold accum x (B,T) tokens. */
 dt_status dt_trainer_step_on(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
                              const int32_t *targets, dt_step_stats *out);

@@ -31,6 +31,19 @@ void dt_trainer_micro_drop(dt_trainer *tr, const dt_micro *mi, int k);
  * in mo and the gradients' group in pc. */
 dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc);
 
+/* ---- the expert load of a mixture of experts (moe_load.c; ARCHITECTURE decision 86) */
+
+/* The bytes of the step's counts (n_layer x n_experts int64, kind OTHER; 0 for a dense model):
+ * dt_moe_load_init allocates them and points the model's moe_load at them. */
+size_t dt_moe_load_bytes(const dt_train_cfg *cfg);
+dt_status dt_moe_load_init(dt_ctx *ctx, dt_trainer *tr);
+void dt_moe_load_free(dt_trainer *tr);
+/* At the step's start: the counts zeroed (the model adds each forward's choices). */
+void dt_moe_load_begin(dt_trainer *tr);
+/* At the step's end (every rank alike): the counts summed over the world, out's moe_load,
+ * moe_layers, moe_experts and moe_load_max_mean set (NULL and 0 for a dense model). */
+dt_status dt_moe_load_finish(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
+
 /* ---- expert parallelism (ep.c; ARCHITECTURE decision 85) */
 
 /* After the model (tr->ep's groups set by the mesh): installs the EP group's all-to-all and

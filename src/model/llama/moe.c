@@ -120,7 +120,7 @@ static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
 
 /* Layer l's routing: probs, lse, sel, w; then the expert rows, capacity applied. A recompute
  * (activation checkpointing) forms the same again without adding to the micro-batch's totals. */
-static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int BT, int recompute) {
+static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int l, int BT, int recompute) {
     const dt_model_config *c = &m->cfg;
     const int E = c->n_experts, k = c->experts_topk;
     const size_t R = (size_t)BT * k;
@@ -135,6 +135,10 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int BT, int r
         for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
     }
     for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
+    if (m->moe_load && !recompute) { /* the expert load, by the model's layer (decision 86) */
+        int64_t *ld = m->moe_load + (size_t)dt_params_layer(&m->ps, m->chunk_l0 + l) * E;
+        for (int e = 0; e < E; e++) ld[e] += cnt[e];
+    }
     /* candidates, expert by expert, tokens ascending */
     off[0] = 0;
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + cnt[e];
@@ -183,7 +187,7 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
     const moe_views v = views_of(m, a, l);
     DT_PROF_TO(m, pf, DT_OP_MATMUL,
                dt_fam_mm_forward(m, a->logit, (dt_mmin){ln2, NULL}, DT_LLAMA_MOE_ROUTER, l, NULL, BT, C, E));
-    route(m, a, &v, BT, recompute);
+    route(m, a, &v, l, BT, recompute);
     const int32_t *rows = v.rows, *off = v.off, *pos = v.pos;
     float *gu = v.gu, *h = v.h, *y = v.y;
     if (m->opts.ep > 1) dt_moe_ep_forward(m, a, &v, l, ln2, next); /* the experts of the EP group */

@@ -1,0 +1,52 @@
+/* The expert load of a mixture of experts (trainer_impl.h; ARCHITECTURE decision 86): each
+ * layer's router choices per expert in a step, counted by the model (model.h moe_load) over
+ * the step's forwards and summed over the ranks. */
+#include <string.h>
+
+#include "train/trainer_impl.h"
+
+size_t dt_moe_load_bytes(const dt_train_cfg *cfg) {
+    return cfg->model.n_experts ? (size_t)cfg->model.n_layer * (size_t)cfg->model.n_experts * sizeof(int64_t) : 0;
+}
+
+dt_status dt_moe_load_init(dt_ctx *ctx, dt_trainer *tr) {
+    const size_t n = dt_moe_load_bytes(&tr->cfg);
+    if (!n) return DT_OK;
+    DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, n, (void **)&tr->model.moe_load));
+    return DT_OK;
+}
+
+void dt_moe_load_free(dt_trainer *tr) {
+    if (tr->model.moe_load) dt_alloc_put(&tr->alloc, DT_MEM_OTHER, tr->model.moe_load, dt_moe_load_bytes(&tr->cfg));
+    tr->model.moe_load = NULL;
+}
+
+void dt_moe_load_begin(dt_trainer *tr) {
+    if (tr->model.moe_load) memset(tr->model.moe_load, 0, dt_moe_load_bytes(&tr->cfg));
+}
+
+double dt_moe_load_max_mean(const int64_t *load, int L, int E) {
+    double worst = 0.0;
+    for (int l = 0; l < L; l++) {
+        const int64_t *x = load + (size_t)l * E;
+        int64_t mx = 0, sum = 0;
+        for (int e = 0; e < E; e++) mx = x[e] > mx ? x[e] : mx, sum += x[e];
+        if (sum > 0 && (double)mx * E / (double)sum > worst) worst = (double)mx * E / (double)sum;
+    }
+    return worst;
+}
+
+dt_status dt_moe_load_finish(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
+    dt_model *m = &tr->model;
+    out->moe_load = NULL, out->moe_layers = out->moe_experts = 0, out->moe_load_max_mean = 0.0;
+    if (!m->moe_load) return DT_OK;
+    const int L = m->cfg.n_layer, E = m->cfg.n_experts;
+    /* Every rank of the world holds a data- (or context-) parallel rank's tokens of the layers
+     * of its pipeline stage (a mixture of experts has no tensor parallelism; expert parallelism
+     * routes on the source rank), zero elsewhere: one sum over the world is the step's load. */
+    if (dt_comm_size(tr->comm, DT_GROUP_WORLD) > 1)
+        DT_CHECK(dt_comm_allreduce(ctx, tr->comm, DT_GROUP_WORLD, m->moe_load, (size_t)L * E, DT_I64, DT_SUM));
+    out->moe_load = m->moe_load, out->moe_layers = L, out->moe_experts = E;
+    out->moe_load_max_mean = dt_moe_load_max_mean(m->moe_load, L, E);
+    return DT_OK;
+}
