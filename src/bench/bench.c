@@ -128,6 +128,8 @@ dt_status dt_bench_train(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, in
         r->tp_bytes_step += ss.tp_bytes / steps;
         r->cp_s += ss.cp_seconds / steps;
         r->cp_bytes_step += ss.cp_bytes / steps;
+        r->ep_s += ss.ep_seconds / steps;
+        r->ep_bytes_step += ss.ep_bytes / steps;
         r->pp_s += ss.pp_seconds / steps;
         r->pp_bytes_step += ss.pp_bytes / steps;
         r->pp_idle_s += ss.pp_idle / steps;
@@ -248,6 +250,8 @@ static void reduce(dt_bench_suite *s) {
         s->tp_bytes_step += r->tp_bytes_step / o->repeats;
         s->cp_s += r->cp_s / o->repeats;
         s->cp_bytes_step += r->cp_bytes_step / o->repeats;
+        s->ep_s += r->ep_s / o->repeats;
+        s->ep_bytes_step += r->ep_bytes_step / o->repeats;
         s->comm_predicted_s = r->comm_predicted_s < 0 ? -1.0 : s->comm_predicted_s + r->comm_predicted_s / o->repeats;
         if (r->loss_hash != s->runs[0].loss_hash) s->hash_mismatch++;
     }

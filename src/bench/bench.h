@@ -73,6 +73,8 @@ typedef struct dt_bench_result {
     double tokens_per_s_rank;   /* per rank */
     double comm_exposed_s, comm_total_s; /* per timed step (mean): waited for / spent in collectives */
     double comm_bytes_step;     /* bytes this rank sent into collectives per step */
+    double ep_s, ep_bytes_step; /* per timed step: expert parallelism's all-to-alls (exposed) and
+                                   the bytes this rank sent into them (0 without EP ranks) */
     double cp_s, cp_bytes_step; /* per timed step: context parallelism's ring waits (exposed) and
                                    the bytes this rank sent around the ring (0 without CP ranks) */
     double tp_s, tp_bytes_step; /* per timed step: tensor parallelism's collectives (all exposed)
@@ -157,6 +159,7 @@ typedef struct dt_bench_suite {
     int tp, dp;                 /* the layout: tensor-parallel degree (1: none) and data-parallel ranks */
     double tp_s, tp_bytes_step; /* tensor parallelism's collectives per step, mean over repeats */
     double cp_s, cp_bytes_step; /* context parallelism's ring waits and bytes per step, mean over repeats */
+    double ep_s, ep_bytes_step; /* expert parallelism's all-to-alls and bytes per step, mean over repeats */
     int cp;                     /* context-parallel degree (1: none) */
     double *attn_ms, *cp_wait_ms; /* [world] per timed step: the attention's time (the ring's waits
                                      inside it) and the ring's waits */

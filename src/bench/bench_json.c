@@ -239,6 +239,8 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     cJSON_AddNumberToObject(su, "tp_bytes_step", s->tp_bytes_step);
     cJSON_AddNumberToObject(su, "cp_comm_s", s->cp_s);
     cJSON_AddNumberToObject(su, "cp_bytes_step", s->cp_bytes_step);
+    cJSON_AddNumberToObject(su, "ep_comm_s", s->ep_s);
+    cJSON_AddNumberToObject(su, "ep_bytes_step", s->ep_bytes_step);
     if (s->comm_predicted_s >= 0) cJSON_AddNumberToObject(su, "comm_predicted_s", s->comm_predicted_s);
     cJSON *bd = cJSON_AddObjectToObject(su, "breakdown_s");
     cJSON_AddNumberToObject(bd, "forward", s->bd_forward);

@@ -133,6 +133,9 @@ void dt_bench_suite_print(FILE *f, const dt_bench_suite *s, const dt_train_cfg *
         fprintf(f, "# tensor parallelism: tp %d x dp %d; TP collectives %.2f ms per step (exposed: the compute thread "
                    "waits for them; %.1f%% of the step), %.3f MB sent by rank 0\n",
                 s->tp, s->dp, s->tp_s * 1e3, 100 * s->tp_s / total, s->tp_bytes_step / 1e6);
+    if (s->ep_bytes_step > 0)
+        fprintf(f, "# expert parallelism: all-to-alls %.2f ms per step (exposed: %.1f%% of the step), %.3f MB sent by "
+                   "rank 0\n", s->ep_s * 1e3, 100 * s->ep_s / total, s->ep_bytes_step / 1e6);
     if (s->cp > 1 && s->attn_ms && s->cp_wait_ms) {
         fprintf(f, "# context parallelism: cp %d; the ring's waits %.2f ms per step (%.1f%% of the step), %.3f MB sent by "
                    "rank 0; per rank, attention ms (of it ring waits):", s->cp, s->cp_s * 1e3, 100 * s->cp_s / total,

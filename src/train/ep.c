@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 #include "model/llama/moe.h"
 #include "ops/ops.h"
 #include "optim/optim.h"
@@ -22,7 +23,11 @@
 static int ep_a2a(void *ud, const void *send, const size_t *sc, const size_t *sd, void *recv, const size_t *rc,
                   const size_t *rd, size_t esize) {
     dt_ep_link *e = ud;
-    if (dt_comm_alltoallv(&e->ctx, e->comm, e->group, send, sc, sd, recv, rc, rd, esize) != DT_OK) return 1;
+    const double t0 = dt_now(), tr = dt_trace_begin();
+    const dt_status st = dt_comm_alltoallv(&e->ctx, e->comm, e->group, send, sc, sd, recv, rc, rd, esize);
+    e->seconds += dt_now() - t0; /* the compute thread waits for it: exposed */
+    dt_trace_end(tr, "ep", "all-to-all of expert rows");
+    if (st != DT_OK) return 1;
     for (int q = 0; q < e->n; q++)
         if (q != e->rank) e->bytes += (double)(sc[q] * esize);
     return 0;

@@ -588,7 +588,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
 static double exposed_now(const dt_trainer *tr) {
     double ex, tot;
     dt_parallel_comm_time(tr->par, &ex, &tot);
-    return ex + tr->tp.seconds + tr->pp.seconds + tr->cp.seconds;
+    return ex + tr->tp.seconds + tr->pp.seconds + tr->cp.seconds + tr->ep.seconds;
 }
 
 /* Adds the time since *tp, less the exposed communication waits since *ex, to *acc. */
@@ -678,6 +678,7 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     /* Phase times for the benchmark's breakdown: wall time minus the exposed communication
      * waits (dt_parallel_comm_time) that fell inside the phase. */
     double ex0, ex, tp = t0, td, tps0 = tr->tp.seconds, tpb0 = tr->tp.bytes, cps0 = tr->cp.seconds, cpb0 = tr->cp.bytes;
+    const double eps0 = tr->ep.seconds, epb0 = tr->ep.bytes;
     const double pps0 = tr->pp.seconds, ppb0 = tr->pp.bytes, ppi0 = tr->pp.idle;
     ex0 = exposed_now(tr);
     ex = ex0;
@@ -768,6 +769,8 @@ static dt_status run_step(dt_ctx *ctx, dt_trainer *tr, const int32_t *inputs,
     out->cp_seconds = tr->cp.seconds - cps0;
     out->cp_bytes = tr->cp.bytes - cpb0;
     out->ep_rows = tr->ep.n > 1 ? (double)(m->ep_rows_sent - ep_rows0) : -1.0;
+    out->ep_seconds = tr->ep.seconds - eps0;
+    out->ep_bytes = tr->ep.bytes - epb0;
     out->loss = (float)mean_loss;
     out->seconds = dt_now() - t0;
     dt_trace_end(trs, "step", "step %ld", tr->step);

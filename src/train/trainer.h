@@ -120,6 +120,7 @@ typedef struct dt_ep_link {
     float *seg, *micro, *fold;
     dt_ctx ctx;             /* a failure's message */
     double bytes;           /* sent into the EP group's all-to-alls since init */
+    double seconds;         /* spent in them (exposed: the compute thread waits) */
 } dt_ep_link;
 
 /* Pipeline parallelism's state on a stage (trainer.c, pipeline.c): the PP group, this stage's
@@ -237,8 +238,10 @@ typedef struct dt_step_stats {
     int moe_layers, moe_experts;
     double moe_load_max_mean;
     /* expert parallelism (parallel.ep > 1): the expert rows this rank sent to the other ranks
-     * of its EP group in the step's forward passes (-1: no expert parallelism) */
+     * of its EP group in the step's forward passes (-1: no expert parallelism), and of
+     * comm_seconds the time in the EP group's all-to-alls and the bytes this rank sent into them */
     double ep_rows;
+    double ep_seconds, ep_bytes;
 } dt_step_stats;
 
 /* A test aid "A:B" from the environment variable `name` (read once at start); *a = -1 when
