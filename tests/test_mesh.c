@@ -200,7 +200,7 @@ static void test_hybrid_groups(void **state) {
     expect_list("replicas", 0, cross, nc, (int[]){0, 2}, 2);
 }
 
-static void test_keys_refuse_until_built(void **state) {
+static void test_keys_of_the_built_layouts(void **state) {
     (void)state;
     dt_ctx ctx;
     dt_ctx_init(&ctx);
@@ -224,15 +224,18 @@ static void test_keys_refuse_until_built(void **state) {
     assert_int_equal(dt_cfg_finish(&ctx, &c), DT_OK);
     assert_int_equal(dt_cfg_apply_world(&ctx, &c, 4), DT_OK);
     assert_int_equal(c.train.pp, 2);
-    static const char *const keys[][2] = {{"parallel.cp", "parallel.cp=2: context parallelism is not built yet"},
-                                          {"parallel.ep", "parallel.ep=2: expert parallelism is not built yet"}};
-    for (int i = 0; i < 2; i++) {
-        dt_run_cfg_defaults(&c);
-        assert_int_equal(dt_cfg_set(&ctx, &c, keys[i][0], "2"), DT_OK);
-        assert_int_equal(dt_cfg_finish(&ctx, &c), DT_OK);
-        assert_int_equal(dt_cfg_apply_world(&ctx, &c, 4), DT_ERR_CONFIG);
-        if (!strstr(ctx.err, keys[i][1])) fail_msg("%s", ctx.err);
-    }
+    /* context parallelism is built: cp 2 on 4 ranks is 2 data-parallel ranks of 2 CP ranks each */
+    dt_run_cfg_defaults(&c);
+    assert_int_equal(dt_cfg_set(&ctx, &c, "parallel.cp", "2"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &c), DT_OK);
+    assert_int_equal(dt_cfg_apply_world(&ctx, &c, 4), DT_OK);
+    assert_int_equal(c.train.cp, 2);
+    assert_int_equal(c.train.model_opts.cp, 2);
+    /* expert parallelism is built for a mixture of experts: a dense model is refused, naming the key */
+    dt_run_cfg_defaults(&c);
+    assert_int_equal(dt_cfg_set(&ctx, &c, "parallel.ep", "2"), DT_OK);
+    assert_int_equal(dt_cfg_finish(&ctx, &c), DT_ERR_CONFIG); /* before any world */
+    if (!strstr(ctx.err, "parallel.ep=2 needs a mixture of experts")) fail_msg("%s", ctx.err);
     dt_run_cfg_defaults(&c);
     assert_int_equal(dt_cfg_set(&ctx, &c, "parallel.pp", "0"), DT_OK);
     assert_int_equal(dt_cfg_finish(&ctx, &c), DT_ERR_CONFIG); /* refused before any world */
@@ -247,7 +250,7 @@ int main(void) {
         cmocka_unit_test(test_groups_partition_the_world),
         cmocka_unit_test(test_refusals_name_the_keys),
         cmocka_unit_test(test_hybrid_groups),
-        cmocka_unit_test(test_keys_refuse_until_built),
+        cmocka_unit_test(test_keys_of_the_built_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

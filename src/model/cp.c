@@ -2,7 +2,6 @@
 #include "model/cp.h"
 
 #include <math.h>
-#include <string.h>
 
 #include "core/trace.h"
 #include "ops/ops.h"
@@ -38,7 +37,7 @@ size_t dt_cp_scratch_floats(int B, int Tl, int NH, int NKV, int hs, int cp, int 
 /* The keys and values of the local rows, packed (B Tl rows of k heads | v heads). */
 static void pack_kv(float *kv, const float *qkv, int rows, int NH, int NKV, int hs) {
     const size_t ld = (size_t)(NH + 2 * NKV) * hs, w = 2 * (size_t)NKV * hs;
-    for (int t = 0; t < rows; t++) memcpy(kv + t * w, qkv + t * ld + (size_t)NH * hs, w * sizeof(float));
+    for (int t = 0; t < rows; t++) dt_copy(kv + t * w, qkv + t * ld + (size_t)NH * hs, w * sizeof(float));
 }
 
 /* The chunk pairs of one step, for one sequence: which local query rows [q0, q0 + nq) see which
@@ -88,10 +87,9 @@ int dt_cp_attention_forward(const dt_cp_ring *ring, float *scratch, float *out, 
     }
     for (size_t i = 0; i < (size_t)B * NH * Tl; i++) lse[i] = -INFINITY; /* nothing merged yet */
     for (int s = 0; s < P; s++) {
-        const int jj = ((r - s) % P + P) % P;
-        const float *kv = ag ? w.all + (size_t)jj * w.n : w.kv[s % 2];
+        const int j = ((r - s) % P + P) % P; /* the block held: rank j's */
+        const float *kv = ag ? w.all + (size_t)j * w.n : w.kv[s % 2];
         if (!ag && s + 1 < P) err |= ring->start(ring->ud, DT_CP_KV, kv, w.kv[(s + 1) % 2], w.n);
-        const int j = ((r - s) % P + P) % P;
         cp_pair pr[3];
         const int np = pairs_of(r, j, c, ring->contiguous, pr);
         const double tb = dt_trace_begin(); /* the block's compute, beside the ring's waits */
@@ -169,6 +167,6 @@ int dt_cp_attention_backward(const dt_cp_ring *ring, float *scratch, float *dqkv
         home = w.dkv[P > 1 ? P % 2 : 0]; /* every rank's share of our keys' and values' gradient */
     }
     for (int t = 0; t < B * Tl; t++)
-        memcpy(dqkv + (size_t)t * ldq + (size_t)NH * hs, home + (size_t)t * kvw, (size_t)kvw * sizeof(float));
+        dt_copy(dqkv + (size_t)t * ldq + (size_t)NH * hs, home + (size_t)t * kvw, (size_t)kvw * sizeof(float));
     return err;
 }

@@ -65,7 +65,7 @@ size_t dt_moe_stage_floats(const dt_model_config *c) {
 }
 
 void dt_moe_begin(dt_model *m, dt_moe_acts *a) {
-    if (dt_stage_first(&m->opts)) memset(a->count, 0, dt_moe_stage_floats(&m->cfg) * sizeof(float));
+    if (dt_stage_first(&m->opts)) dt_fill(a->count, 0, dt_moe_stage_floats(&m->cfg) * sizeof(float));
     m->moe_dropped = 0;
 }
 
