@@ -1,4 +1,5 @@
 #include "train/keys.h"
+#include "train/keys_layout.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -8,7 +9,6 @@
 
 #include "comm/comm.h"
 #include "comm/comm_fit.h"
-#include "model/cp.h"
 #include "model/lora.h"
 #include "model/rope.h"
 #include "parallel/mesh.h"
@@ -573,92 +573,6 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c) {
     return apply_world(ctx, c, launch_world(), 0);
 }
 
-/* The mesh's degrees against the world (parallel/mesh.h), then the refusal of what is not
- * built yet: a run with tp, cp, pp or ep > 1 would otherwise train as plain data parallelism,
- * silently not the model the user asked for. */
-static dt_status check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
-    dt_mesh m;
-    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp_blocks ? 1 : c->pp, c->ep));
-    return DT_OK;
-}
-
-/* Expert parallelism (decision 85) against the model and what it composes with so far: one
- * line naming the keys, before anything is allocated. */
-static dt_status check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
-    const dt_train_cfg *t = &c->train;
-    const int ep = c->ep;
-    if (ep < 2) return DT_OK;
-    if (t->model.n_experts <= 0)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d needs a mixture of experts (model.n_experts > 0): a dense "
-                       "model has no experts to split", ep);
-    if (t->model.n_experts % ep)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d (each rank of an EP group holds "
-                       "n_experts / ep experts)", ep, t->model.n_experts);
-    const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
-                      : c->pp > 1 || c->pp_blocks                 ? "parallel.pp"
-                      : c->cp > 1                                 ? "parallel.cp"
-                      : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
-                      : t->parallel.grad_dtype != DT_F32          ? "parallel.grad_dtype"
-                      : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
-                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
-                                                                  : NULL;
-    if (why)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism with "
-                       "parallel.strategy=ddp and fp32 gradients only (not with tensor, pipeline or context parallelism, "
-                       "ZeRO, 16-bit or compressed gradients, or LoRA)", ep, why);
-    return DT_OK;
-}
-
-/* Context parallelism (decision 83) against the model and what it composes with so far: one
- * line naming the keys, before anything is allocated. */
-static dt_status check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
-    const dt_train_cfg *t = &c->train;
-    const int cp = c->cp;
-    if (cp < 2) return DT_OK;
-    const dt_model_family *f = dt_model_family_of(&t->model);
-    if (!f || (strcmp(f->name, "llama") && strcmp(f->name, "gpt2")))
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: context parallelism is built for the causal families llama "
-                       "and gpt2 (model.family is %s; a bidirectional ring is not built)", cp, f ? f->name : t->model.family);
-    if (cp > DT_CP_MAX)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: at most %d context-parallel ranks", cp, DT_CP_MAX);
-    if (t->seq_len % (2 * cp))
-        return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
-                       "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
-    const char *why = c->sp                                       ? "parallel.sequence_parallel"
-                      : c->hybrid                                 ? "parallel.hybrid"
-                      : t->model.n_experts > 0                    ? "model.n_experts"
-                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
-                      : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
-                                                                  : NULL;
-    if (why)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d with %s: not built yet (issue 33; context parallelism runs "
-                       "with data parallelism, every ZeRO stage, bf16/fp16 and activation checkpointing)", cp, why);
-    return DT_OK;
-}
-
-/* Tensor parallelism's degree against the model and what it composes with (decision 62):
- * one line naming the keys, before anything is allocated. Every data-parallel strategy works
- * over the DP ranks (hybrid sharding and Top-K compression included: decision 70). */
-static dt_status check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
-    const dt_train_cfg *t = &c->train;
-    if (c->tp_blocks && c->tp < 2)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
-    if (c->tp < 2) return DT_OK;
-    return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
-}
-
-/* Pipeline stages against the model (parallel/pp_split.h): at most DT_PP_MAX and at most one
- * per layer; explicit layer counts (parallel.pp_layers) one per stage, each >= 1, summing to
- * model.n_layer. */
-static dt_status check_pp(dt_ctx *ctx, const dt_run_cfg *c) {
-    const int L = c->train.model.n_layer;
-    if (c->pp_layers.n) {
-        int first[DT_PP_MAX + 1];
-        return dt_pp_split_explicit(ctx, c->pp_layers.v, c->pp_layers.n, c->pp, L, first);
-    }
-    return dt_pp_check_degree(ctx, c->pp, L);
-}
-
 /* world = 0: not known yet (1 outside MPI, the launcher's announced size under it; 0 when
  * none is announced: training.batch waits). mesh = 0 (dt_cfg_finish): the degrees alone; the
  * mesh against the world only when the run applies its world, once the communicator is up. */
@@ -671,11 +585,11 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->model_opts.tp_first = 0; /* the trainer sets its TP rank */
     t->model_opts.sp = c->sp;
     t->parallel.tp = tp_ranks;
-    DT_CHECK(check_ep(ctx, c)); /* before the others: a composition with ep names parallel.ep */
+    DT_CHECK(dt_cfg_check_ep(ctx, c)); /* before the others: a composition with ep names parallel.ep */
     t->ep = c->ep > 1 ? c->ep : 1;
     t->model_opts.ep = c->ep > 1 ? c->ep : 0;
     t->model_opts.ep_rank = 0; /* the trainer sets its EP rank */
-    DT_CHECK(check_tp(ctx, c));
+    DT_CHECK(dt_cfg_check_tp(ctx, c));
     /* pipeline parallelism: the stages' layers are cut by the trainer (dt_pp_cfg_stages) */
     t->pp = c->pp > 1 ? c->pp : 1;
     dt_pp_kind kind;
@@ -691,21 +605,21 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     const int world_all = world;
     if (world > 0 && mp > 0 && world % mp == 0) world /= (int)mp;
     if (mesh && world > 0) {
-        DT_CHECK(check_mesh(ctx, c, world_all));
+        DT_CHECK(dt_cfg_check_mesh(ctx, c, world_all));
     } else {
         dt_mesh m; /* the degrees alone: a mesh of exactly their product */
         int deg[4] = {c->tp, c->cp, c->pp, c->ep};
         for (int i = 0; i < 4; i++)
             if (deg[i] < 1 || deg[i] > DT_MESH_MAX_WORLD) return dt_mesh_init(ctx, &m, 1, 0, c->tp, c->cp, c->pp, c->ep);
     }
-    DT_CHECK(check_pp(ctx, c));
+    DT_CHECK(dt_cfg_check_pp(ctx, c));
     /* context parallelism: each rank the rows of its two chunks of every sequence */
     t->cp = c->cp > 1 ? c->cp : 1;
     t->model_opts.cp = c->cp > 1 ? c->cp : 0;
     t->model_opts.cp_rank = 0; /* the trainer sets its CP rank */
     t->cp_contiguous = !strcmp(c->cp_split, "contiguous");
     t->model_opts.cp_all_gather = c->cp > 1 && !strcmp(c->cp_comm, "all_gather");
-    DT_CHECK(check_cp(ctx, c));
+    DT_CHECK(dt_cfg_check_cp(ctx, c));
     /* explicit stage layers; else the trainer cuts them by the cost rule (pp_first all 0) */
     memset(t->pp_first, 0, sizeof t->pp_first);
     if (c->pp_layers.n && t->pp > 1)

@@ -1,0 +1,96 @@
+/* The parallel layout's checks of the configuration (keys_layout.h). */
+#include "train/keys_layout.h"
+
+#include <string.h>
+
+#include "model/cp.h"
+#include "model/model.h"
+#include "parallel/mesh.h"
+#include "parallel/pp_split.h"
+
+/* The mesh's degrees against the world (parallel/mesh.h), then the refusal of what is not
+ * built yet: a run with tp, cp, pp or ep > 1 would otherwise train as plain data parallelism,
+ * silently not the model the user asked for. */
+dt_status dt_cfg_check_mesh(dt_ctx *ctx, const dt_run_cfg *c, int world) {
+    dt_mesh m;
+    DT_CHECK(dt_mesh_init(ctx, &m, world, 0, c->tp_blocks ? 1 : c->tp, c->cp, c->pp_blocks ? 1 : c->pp, c->ep));
+    return DT_OK;
+}
+
+/* Expert parallelism (decision 85) against the model and what it composes with so far: one
+ * line naming the keys, before anything is allocated. */
+dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
+    const dt_train_cfg *t = &c->train;
+    const int ep = c->ep;
+    if (ep < 2) return DT_OK;
+    if (t->model.n_experts <= 0)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d needs a mixture of experts (model.n_experts > 0): a dense "
+                       "model has no experts to split", ep);
+    if (t->model.n_experts % ep)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d (each rank of an EP group holds "
+                       "n_experts / ep experts)", ep, t->model.n_experts);
+    const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
+                      : c->pp > 1 || c->pp_blocks                 ? "parallel.pp"
+                      : c->cp > 1                                 ? "parallel.cp"
+                      : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
+                      : t->parallel.grad_dtype != DT_F32          ? "parallel.grad_dtype"
+                      : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
+                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
+                                                                  : NULL;
+    if (why)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism with "
+                       "parallel.strategy=ddp and fp32 gradients only (not with tensor, pipeline or context parallelism, "
+                       "ZeRO, 16-bit or compressed gradients, or LoRA)", ep, why);
+    return DT_OK;
+}
+
+/* Context parallelism (decision 83) against the model and what it composes with so far: one
+ * line naming the keys, before anything is allocated. */
+dt_status dt_cfg_check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
+    const dt_train_cfg *t = &c->train;
+    const int cp = c->cp;
+    if (cp < 2) return DT_OK;
+    const dt_model_family *f = dt_model_family_of(&t->model);
+    if (!f || (strcmp(f->name, "llama") && strcmp(f->name, "gpt2")))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: context parallelism is built for the causal families llama "
+                       "and gpt2 (model.family is %s; a bidirectional ring is not built)", cp, f ? f->name : t->model.family);
+    if (cp > DT_CP_MAX)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d: at most %d context-parallel ranks", cp, DT_CP_MAX);
+    if (t->seq_len % (2 * cp))
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
+                       "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
+    const char *why = c->sp                                       ? "parallel.sequence_parallel"
+                      : c->hybrid                                 ? "parallel.hybrid"
+                      : t->model.n_experts > 0                    ? "model.n_experts"
+                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
+                      : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
+                                                                  : NULL;
+    if (why)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d with %s: not built yet (issue 33; context parallelism runs "
+                       "with data parallelism, every ZeRO stage, bf16/fp16 and activation checkpointing)", cp, why);
+    return DT_OK;
+}
+
+/* Tensor parallelism's degree against the model and what it composes with (decision 62):
+ * one line naming the keys, before anything is allocated. Every data-parallel strategy works
+ * over the DP ranks (hybrid sharding and Top-K compression included: decision 70). */
+dt_status dt_cfg_check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
+    const dt_train_cfg *t = &c->train;
+    if (c->tp_blocks && c->tp < 2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
+    if (c->tp < 2) return DT_OK;
+    return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
+}
+
+/* Pipeline stages against the model (parallel/pp_split.h): at most DT_PP_MAX and at most one
+ * per layer; explicit layer counts (parallel.pp_layers) one per stage, each >= 1, summing to
+ * model.n_layer. */
+dt_status dt_cfg_check_pp(dt_ctx *ctx, const dt_run_cfg *c) {
+    const int L = c->train.model.n_layer;
+    if (c->pp_layers.n) {
+        int first[DT_PP_MAX + 1];
+        return dt_pp_split_explicit(ctx, c->pp_layers.v, c->pp_layers.n, c->pp, L, first);
+    }
+    return dt_pp_check_degree(ctx, c->pp, L);
+}
+
