@@ -102,7 +102,6 @@ printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with fiv
   fail "prepare the corpus"
 val=(--data "$dir/corpus_train_*.bin" --set data.val="$dir/corpus_val_*.bin" --set training.eval_interval=5
      --set training.eval_batches=2 --model.vocab_size 256)
-evals() { /usr/bin/python3 -c "import json,sys; print([j['val_loss'] for j in map(json.loads, open(sys.argv[1])) if 'val_loss' in j])" "$dir/$1.jsonl"; }
 run v1 2 "${val[@]}"
 run v2 2 --set parallel.ep=2 "${val[@]}"
 check "mixtral-tiny dp 2 ep 2 on real data with validation == ep 1, bitwise" v1 v2 bitwise 10

@@ -325,14 +325,10 @@ same_file "vit zb-h1 pp 2" vit_ref zb_vit
 model=("${llama[@]}")
 
 # Real data through the shuffling sampler, with validation and checkpoints.
-printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
-  | awk '{for (i = 0; i < 400; i++) { print $0 " " i; if (i % 20 == 19) print "%" }}' >"$dir/text.txt"
-"$bin" prepare --tokenizer byte --doc-sep % --val-fraction 0.1 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
-  fail "prepare the corpus"
+pangram_corpus 400 20 0.1
 ck=(--data "$dir/corpus_train_*.bin" --set data.val="$dir/corpus_val_*.bin" --set training.eval_interval=5
     --set training.eval_batches=2 --model.vocab_size 256 --set checkpoint.every=4 --set checkpoint.keep_last=0
     --set checkpoint.async=false)
-evals() { /usr/bin/python3 -c "import json,sys; print([j['val_loss'] for j in map(json.loads, open(sys.argv[1])) if 'val_loss' in j])" "$dir/$1.jsonl"; }
 run ckR 1 --set checkpoint.dir="$dir/ckR" "${ck[@]}"
 run ckU 2 --set parallel.pp=2 --set checkpoint.dir="$dir/ckU" "${ck[@]}"
 check "pp 2 on real data with validation == pp 1, bitwise" ckR ckU bitwise 8

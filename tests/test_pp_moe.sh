@@ -91,14 +91,10 @@ cmp -s "$dir/noaux.st" "$dir/pp2_1f1b.st" && fail "the load-balancing loss chang
   pass "the load-balancing loss's gradient (from every stage's totals) changes the weights"
 
 # Validation through the pipeline and a pp 2 checkpoint resumed at pp 1.
-printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
-  | awk '{for (i = 0; i < 300; i++) { print $0 " " i; if (i % 20 == 19) print "%" }}' >"$dir/text.txt"
-"$bin" prepare --tokenizer byte --doc-sep % --val-fraction 0.1 --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
-  fail "prepare the corpus"
+pangram_corpus 300 20 0.1
 ck=(--data "$dir/corpus_train_*.bin" --set data.val="$dir/corpus_val_*.bin" --set training.eval_interval=3
     --set training.eval_batches=2 --model.vocab_size 256 --set checkpoint.every=3 --set checkpoint.keep_last=0
     --set checkpoint.async=false)
-evals() { /usr/bin/python3 -c "import json,sys; print([j['val_loss'] for j in map(json.loads, open(sys.argv[1])) if 'val_loss' in j])" "$dir/$1.jsonl"; }
 run evR 1 --set checkpoint.dir="$dir/evR" "${ck[@]}"
 run evP 2 --set parallel.pp=2 --set checkpoint.dir="$dir/evP" "${ck[@]}"
 check "mixtral-tiny pp 2 on real data with validation == pp 1, bitwise" evR evP bitwise 6

@@ -65,3 +65,14 @@ same_moe() { # WHAT A B
   if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z, dropped choices and every layer's expert load of every step identical"
   else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
 }
+# A byte-level corpus of LINES numbered pangram lines, a document every EVERY of them, prepared
+# into $dir/corpus_{train,val}_*.bin with VALFRAC of the documents held out (real data for the
+# sampler, validation and checkpoints).
+pangram_corpus() { # LINES EVERY VALFRAC
+  printf '%s\n' "the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs." \
+    | awk -v n="$1" -v e="$2" '{for (i = 0; i < n; i++) { print $0 " " i; if (i % e == e - 1) print "%" }}' >"$dir/text.txt"
+  "$bin" prepare --tokenizer byte --doc-sep % --val-fraction "$3" --out "$dir/corpus" "$dir/text.txt" >/dev/null 2>&1 ||
+    fail "prepare the corpus"
+}
+# The validation losses run NAME logged, as a list.
+evals() { /usr/bin/python3 -c "import json,sys; print([j['val_loss'] for j in map(json.loads, open(sys.argv[1])) if 'val_loss' in j])" "$dir/$1.jsonl"; }
