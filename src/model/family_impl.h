@@ -379,6 +379,16 @@ void dt_fam_attention_backward(dt_model *m, float *dqkv, const float *dout, cons
  * const); backward, wpe (the gradient) += x rows at their positions, sequences in order. */
 void dt_fam_pos(dt_model *m, float *x, float *wpe, int B, int T, int C, int backward);
 
+/* zb-h1's dead spans of a layer that recomputes its forward (decision 81): its output and, for
+ * layer 0, the embedding output (rwc floats each; the rest of it is working slots); res3 and
+ * encoded are NULL for the planner (no activations). Returns the spans written. */
+static inline int dt_fam_recomputed_spans(int l, float *res3, float *encoded, size_t rwc, dt_act_span *out) {
+    int n = 0;
+    out[n++] = (dt_act_span){res3, rwc, 0};
+    if (l == 0) out[n++] = (dt_act_span){encoded, rwc, 0};
+    return n;
+}
+
 /* Token ids come from files: refuses any outside [0, V), naming the position. */
 dt_status dt_model_check_tokens(dt_ctx *ctx, const int32_t *inputs, const int32_t *targets, int n,
                                 int V);

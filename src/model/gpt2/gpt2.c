@@ -551,11 +551,8 @@ static int gpt2_defer_spans(const dt_model *m, int l, dt_act_span *out) {
     if (m->acts) v = views(m, l);
     int n = 0;
 #define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
-    if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
-        SPAN(v.res3, RW * C, 0);
-        if (l == 0) SPAN(m->acts ? ((dt_gpt2_acts *)m->impl)->encoded : NULL, RW * C, 0);
-        return n;
-    }
+    if (dt_model_recomputes(&m->opts, l))
+        return dt_fam_recomputed_spans(l, m->acts ? v.res3 : NULL, m->acts ? ((dt_gpt2_acts *)m->impl)->encoded : NULL, RW * C, out);
     SPAN(v.res3, RW * C, 0);
     SPAN(v.fch, BT * nb * (size_t)d.Fl, 1);
     SPAN(v.res2, RW * C, 2);

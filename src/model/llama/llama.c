@@ -671,11 +671,8 @@ static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
     if (m->acts) v = views(m, l);
     int n = 0;
 #define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
-    if (dt_model_recomputes(&m->opts, l)) { /* the rest: working slots the next recompute overwrites */
-        SPAN(v.res3, RW * C, 0);
-        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, RW * C, 0);
-        return n;
-    }
+    if (dt_model_recomputes(&m->opts, l))
+        return dt_fam_recomputed_spans(l, m->acts ? v.res3 : NULL, m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, RW * C, out);
     if (c->n_experts) { /* fp32, one shard; the MoE state of the layer's slot (moe.h) */
         const size_t R = BT * (size_t)c->experts_topk, Fe = (size_t)c->expert_d_ff;
         const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l);
