@@ -261,10 +261,7 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be >= 1 (got %d)",
                        m->opts.recompute_every);
     DT_CHECK(dt_model_config_validate(ctx, &m->cfg));
-    if (m->cfg.n_experts > 0) { /* ARCHITECTURE decision 63 */
-        if (m->opts.compute != DT_F32)
-            return dt_fail(ctx, DT_ERR_CONFIG, "training.precision: %s is not supported with model.n_experts > 0 "
-                           "(mixture of experts runs in fp32)", m->opts.compute == DT_BF16 ? "bf16" : "fp16");
+    if (m->cfg.n_experts > 0) { /* ARCHITECTURE decision 63 (16-bit precision: decision 87) */
         if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
             return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA is not supported with model.n_experts > 0 "
                            "(mixture of experts)");

@@ -9,7 +9,14 @@
  * the same order: data-parallel rank d is EP rank d % ep of EDP rank d / ep (parallel/mesh.h:
  * an EP group is ep consecutive data-parallel ranks), and the EDP group's ranks add their
  * segments in turn down a chain - EDP rank 0 folds its segments, each next one adds its own
- * onto the partial sum it receives - and the last broadcasts the total. */
+ * onto the partial sum it receives - and the last broadcasts the total.
+ *
+ * With 16-bit gradients (parallel.grad_dtype bf16/fp16; decision 87) DDP's all-reduce gives
+ * t( ((w(t(g_0)) + w(t(g_1))) + w(t(g_2))) + ... ) (comm.h: each rank's contribution rounded to
+ * t, the widened values summed in fp32 in rank order, the sum rounded once), so the chain does
+ * the same: each segment is rounded to t before it is added, the fp32 partial sums travel down
+ * the chain unrounded (they are DDP's fp32 accumulator), and the last rank rounds the total
+ * once before it broadcasts. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,10 +108,24 @@ void dt_ep_end_micro(dt_trainer *tr, int k) {
     tr->model.ep_grads = e->seg;
 }
 
+/* x <- w(t(x)) in place: comm.h's rounding of a contribution (t DT_BF16 or DT_F16; fp32: none). */
+static void round_lp(dt_dtype t, float *x, size_t n) {
+    if (t == DT_F32) return;
+    enum { BLOCK = 512 };
+    uint16_t h[BLOCK];
+    for (size_t i = 0; i < n; i += BLOCK) {
+        const size_t m = n - i < BLOCK ? n - i : BLOCK;
+        dt_to_lowp(t, h, x + i, m);
+        dt_from_lowp(t, x + i, h, m);
+    }
+}
+
 dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
     dt_ep_link *e = &tr->ep;
     if (e->n <= 1) return DT_OK;
     const size_t n = e->seg_n;
+    const dt_dtype t = tr->cfg.parallel.grad_dtype; /* DT_F32, or the 16-bit type DDP rounds to */
+    for (int s = 0; s < e->n; s++) round_lp(t, e->seg + (size_t)s * n, n); /* each data-parallel rank's g_d */
     float *acc = e->seg; /* EDP rank 0: its segments folded into segment 0 */
     if (e->edp_rank > 0) {
         acc = e->fold;
@@ -112,6 +133,7 @@ dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
         dt_add_f32(acc, e->seg, n);
     }
     for (int s = 1; s < e->n; s++) dt_add_f32(acc, e->seg + (size_t)s * n, n);
+    if (e->edp_rank + 1 == e->edp_n) round_lp(t, acc, n); /* the total, rounded once */
     if (e->edp_n > 1) {
         if (e->edp_rank + 1 < e->edp_n)
             DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_rank + 1, 0));

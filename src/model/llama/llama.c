@@ -296,6 +296,10 @@ static size_t layout_acts(dt_llama_acts *a, float *base, const dt_model_config *
     size_t NH = nb * d.NHl, F = nb * d.Fl, QW = nb * d.QWl, A = nb * d.Ql;
     size_t big = QW > 2 * F ? QW : 2 * F, call = (size_t)(d.QWl > 2 * d.Fl ? d.QWl : 2 * d.Fl);
     big = big > C ? big : C, call = call > C ? call : C; /* a shard's projection; the norms' fp32 */
+    if (c->n_experts) { /* a GEMM's narrowed dout (moe.h): an expert's gate|up, the router's */
+        const size_t Fe2 = 2 * (size_t)c->expert_d_ff, E = (size_t)c->n_experts;
+        call = call > Fe2 ? call : Fe2, call = call > E ? call : E;
+    }
     int L = dt_stage_layers(c, o);
     const size_t LAST = (size_t)dt_stage_last(c, o); /* a pipeline stage that runs the head */
     size_t R = dt_act_slot(o, L, DT_ACT_RECOMP, L), M = dt_act_slot(o, L, DT_ACT_SEL, L);
@@ -478,9 +482,10 @@ static void block_forward(dt_model *m, int l, int recompute, int next) {
     dt_unit_need(m, SUB(LN2, l), MLP_FIRST(l));
     DT_PROF_TO(m, pf, DT_OP_RMSNORM, dt_rmsnorm_forward(v.ln2, v.rstd2, v.res2, P(LN2, l), RW, C, eps));
     dt_fam_narrow(m, v.ln2h, v.ln2, rwc);
-    if (c->n_experts) { /* fp32 (model.c refuses 16 bits); its state is of class SEL (moe.h) */
+    if (c->n_experts) { /* its state is of class SEL; under mixed precision it reads ln2h (moe.h) */
         if (dt_act_forms(&m->opts, l, recompute, DT_ACT_SEL))
-            dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, v.res2, recompute ? NULL : v.res3, next);
+            dt_moe_forward(m, &((dt_llama_acts *)m->impl)->moe, l, v.ln2, dt_lowp(m) ? v.ln2h : NULL, v.res2,
+                           recompute ? NULL : v.res3, next);
         return;
     }
     /* gate_proj, up_proj: one (2F x C) projection (per shard: its gate | up columns). */
@@ -582,7 +587,7 @@ static void llama_backward(dt_model *m, float scale) {
         const int u2 = SUB(WDOWN, l), u1 = SUB(LN2, l), u0 = SUB(LN1, l);
         if (c->n_experts) {
             /* dres holds d(res3); the residual passes it to res2 unchanged. */
-            dt_moe_backward(m, &a->moe, l, v.ln2, a->dres, a->dbtc, scale, u0);
+            dt_moe_backward(m, &a->moe, l, v.ln2, dt_lowp(m) ? v.ln2h : NULL, a->dres, a->dbtc, scale, u0);
         } else {
             dt_unit_need(m, u2, u1);
             dt_unit_grads_begin(m, u2);
@@ -673,7 +678,7 @@ static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
 #define SPAN(ptr, len, at) (out[n++] = (dt_act_span){m->acts ? (float *)(ptr) : NULL, (len), (at)})
     if (dt_model_recomputes(&m->opts, l))
         return dt_fam_recomputed_spans(l, m->acts ? v.res3 : NULL, m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, RW * C, out);
-    if (c->n_experts) { /* fp32, one shard; the MoE state of the layer's slot (moe.h) */
+    if (c->n_experts) { /* one shard; the MoE state of the layer's slot (moe.h; mixed precision: W reads hh) */
         const size_t R = BT * (size_t)c->experts_topk, Fe = (size_t)c->expert_d_ff;
         const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l);
         const dt_moe_acts *e = m->acts ? &((dt_llama_acts *)m->impl)->moe : NULL;

@@ -17,6 +17,7 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
                  k = c->experts_topk;
     const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
     const size_t RR = dt_moe_expert_rows(c, o, BT); /* the rows of gu and h (expert parallelism: received) */
+    const size_t H = o && o->compute != DT_F32, F32 = !H; /* mixed precision: 16-bit h, xe, xr (moe.h) */
     a->probs = dt_act_take(base, off, L * BT * E);
     a->lse = dt_act_take(base, off, L * BT);
     a->sel = (int32_t *)dt_act_take(base, off, L * BT * k);
@@ -25,9 +26,11 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     a->rows = (int32_t *)dt_act_take(base, off, L * R);
     a->off = (int32_t *)dt_act_take(base, off, L * (E + 1));
     a->gu = dt_act_take(base, off, L * RR * 2 * Fe);
-    a->h = dt_act_take(base, off, L * RR * Fe);
+    a->h = dt_act_take(base, off, F32 * L * RR * Fe);
+    a->hh = dt_act_take16(base, off, H * L * RR * Fe);
     a->y = dt_act_take(base, off, L * R * C);
-    a->xe = dt_act_take(base, off, BT * C);
+    a->xe = dt_act_take(base, off, F32 * BT * C);
+    a->xh = dt_act_take16(base, off, H * BT * C);
     a->dy = dt_act_take(base, off, BT * C);
     a->dx = dt_act_take(base, off, BT * C);
     a->dh = dt_act_take(base, off, BT * Fe);
@@ -39,9 +42,11 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     a->psum = a->count ? a->count + E : NULL;
     a->zsum = a->count ? a->count + 2 * E : NULL;
     a->xr = a->sx = a->ox = a->ox2 = NULL;
+    a->xrh = NULL;
     a->rc = NULL;
     if (o && o->ep > 1) { /* expert parallelism (moe_ep.c) */
-        a->xr = dt_act_take(base, off, L * RR * C);
+        a->xr = dt_act_take(base, off, F32 * L * RR * C);
+        a->xrh = dt_act_take16(base, off, H * L * RR * C);
         a->rc = (int32_t *)dt_act_take(base, off, L * (size_t)E);
         a->sx = dt_act_take(base, off, R * C);
         a->ox = dt_act_take(base, off, RR * C);
@@ -114,7 +119,8 @@ static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
                    a->gu + s * RR * 2 * Fe, a->h + s * RR * Fe,      a->y + s * R * c->d_model,
                    a->xr ? a->xr + s * RR * c->d_model : NULL,
                    a->sel + s * R,         a->pos + s * R,           a->rows + s * R,
-                   a->off + s * (E + 1),   a->rc ? a->rc + s * E : NULL};
+                   a->off + s * (E + 1),   a->rc ? a->rc + s * E : NULL,
+                   a->hh ? a->hh + s * RR * Fe : NULL, a->xrh ? a->xrh + s * RR * c->d_model : NULL};
     return v;
 }
 
@@ -178,33 +184,40 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int l, int BT
     for (int i = 0; i < off[E]; i++) pos[rows[i]] = i;
 }
 
-void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *res2, float *out,
-                    int next) {
+void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const uint16_t *ln2h, const float *res2,
+                    float *out, int next) {
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
     const int recompute = out == NULL;
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     const moe_views v = views_of(m, a, l);
     DT_PROF_TO(m, pf, DT_OP_MATMUL,
-               dt_fam_mm_forward(m, a->logit, (dt_mmin){ln2, NULL}, DT_LLAMA_MOE_ROUTER, l, NULL, BT, C, E));
+               dt_fam_mm_forward(m, a->logit, (dt_mmin){ln2, ln2h}, DT_LLAMA_MOE_ROUTER, l, NULL, BT, C, E));
     route(m, a, &v, l, BT, recompute);
     const int32_t *rows = v.rows, *off = v.off, *pos = v.pos;
     float *gu = v.gu, *h = v.h, *y = v.y;
-    if (m->opts.ep > 1) dt_moe_ep_forward(m, a, &v, l, ln2, next); /* the experts of the EP group */
+    const int lp = dt_lowp(m);
+    if (m->opts.ep > 1) dt_moe_ep_forward(m, a, &v, l, ln2, ln2h, next); /* the experts of the EP group */
     for (int e = 0; e < E && m->opts.ep <= 1; e++) {
         dt_unit_need(m, dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l),
                      e + 1 < E ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e + 1), l) : next);
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
-        for (int i = 0; i < n; i++)
-            dt_copy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
-        float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe, *ye = y + (size_t)off[e] * C;
+        for (int i = 0; i < n; i++) { /* mixed precision: the rows of the norm's 16-bit copy */
+            const size_t t = (size_t)(rows[off[e] + i] / k);
+            if (lp) dt_copy(a->xh + (size_t)i * C, ln2h + t * C, (size_t)C * sizeof(uint16_t));
+            else dt_copy(a->xe + (size_t)i * C, ln2 + t * C, (size_t)C * sizeof(float));
+        }
+        float *gue = gu + (size_t)off[e] * 2 * Fe, *ye = y + (size_t)off[e] * C;
+        float *he = lp ? a->dh : h + (size_t)off[e] * Fe; /* mixed precision: kept in hh only */
+        uint16_t *hhe = lp ? v.hh + (size_t)off[e] * Fe : NULL;
         /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
         DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                   dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+                   dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, a->xh}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
         DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+        dt_fam_narrow(m, hhe, he, (size_t)n * Fe);
         DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                   dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+                   dt_fam_mm_forward(m, ye, (dt_mmin){he, hhe}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
     }
     if (recompute) return;
     /* out = res2 + the weighted outputs, each token's choices in slot order */
@@ -233,14 +246,15 @@ double dt_moe_finish(dt_model *m, dt_moe_acts *a) {
     return (double)m->moe_aux_coef * m->moe_aux + (double)m->moe_z_coef * m->moe_z;
 }
 
-void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *dout, float *dln2,
-                     float scale, int next) {
+void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const uint16_t *ln2h, const float *dout,
+                     float *dln2, float scale, int next) {
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
     const size_t R = (size_t)BT * k;
     const moe_views v = views_of(m, a, l);
     const int32_t *rows = v.rows, *off = v.off, *pos = v.pos, *sel = v.sel;
     const float *w = v.w, *probs = v.probs, *lse = v.lse, *gu = v.gu, *h = v.h, *y = v.y;
+    const int lp = dt_lowp(m);
     /* the weights' gradients: dout . y of each kept choice */
     for (size_t r = 0; r < R; r++) {
         a->dw[r] = 0.0f;
@@ -268,29 +282,35 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
         dt_unit_grads_begin(m, u);
         const int n = off[e + 1] - off[e];
         if (n > 0) {
-            float *ye = kdy ? kdy + (size_t)off[e] * C : a->dy, *xe = kxe ? kxe + (size_t)off[e] * C : a->xe;
+            float *ye = kdy ? kdy + (size_t)off[e] * C : a->dy;
             float *ge = kdgu ? kdgu + (size_t)off[e] * 2 * Fe : a->dgu;
+            /* the gathered input: fp32, or mixed precision's 16-bit rows (zb-h1: in the first
+             * half of the block, expert e's at row off[e]) */
+            float *xe = lp ? NULL : kxe ? kxe + (size_t)off[e] * C : a->xe;
+            uint16_t *xeh = !lp ? NULL : kxe ? (uint16_t *)kxe + (size_t)off[e] * C : a->xh;
             for (int i = 0; i < n; i++) {
                 const int32_t r = rows[off[e] + i];
                 const float wr = w[r], *d = dout + (size_t)(r / k) * C;
                 float *dy = ye + (size_t)i * C;
                 for (int q = 0; q < C; q++) dy[q] = wr * d[q];
-                dt_copy(xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
+                if (lp) dt_copy(xeh + (size_t)i * C, ln2h + (size_t)(r / k) * C, (size_t)C * sizeof(uint16_t));
+                else dt_copy(xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
             }
-            const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe;
+            const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = lp ? NULL : h + (size_t)off[e] * Fe;
+            const uint16_t *hhe = lp ? v.hh + (size_t)off[e] * Fe : NULL;
             if (kdy)
                 DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward_kept(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fe, C));
+                        dt_fam_mm_backward_kept(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, hhe}, n, Fe, C));
             else
                 DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fe, C));
+                        dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, hhe}, n, Fe, C));
             DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge, gue, a->dh, n, Fe));
             if (kdy)
                 DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward_kept(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fe));
+                        dt_fam_mm_backward_kept(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, xeh}, n, C, 2 * Fe));
             else
                 DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fe));
+                        dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, xeh}, n, C, 2 * Fe));
             for (int i = 0; i < n; i++) {
                 float *d = dln2 + (size_t)(rows[off[e] + i] / k) * C;
                 const float *dx = a->dx + (size_t)i * C;
@@ -320,6 +340,6 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
         for (int e = 0; e < E; e++) dl[e] = p[e] * (dp[e] - pdp) + zg * lse[t] * p[e];
     }
     DT_PROF(m, bwd, DT_OP_MATMUL,
-            dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_ROUTER, l, NULL, a->logit, (dt_mmin){ln2, NULL}, BT, C, E));
+            dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_ROUTER, l, NULL, a->logit, (dt_mmin){ln2, ln2h}, BT, C, E));
     for (size_t i = 0; i < (size_t)BT * C; i++) dln2[i] += a->dx[i];
 }

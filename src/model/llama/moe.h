@@ -23,7 +23,14 @@
  * The model's loss is cross-entropy + training.moe_aux_loss_coef aux + training.moe_z_loss_coef z.
  *
  * Buffers are sized for the worst case: B T k expert rows per layer whatever the routing (each
- * token's k choices are distinct experts), so the plan equals the allocation. */
+ * token's k choices are distinct experts), so the plan equals the allocation.
+ *
+ * Mixed precision (training.precision bf16/fp16; ARCHITECTURE decision 87): every GEMM as the
+ * dense layers run theirs (mixed.c: 16-bit inputs and weights, fp32 results), the router's on
+ * the post-attention norm's 16-bit copy; the routing (softmax, top-k, weights) from its fp32
+ * logits. An expert's gathered input is gathered from that copy (xh, or the received rows xrh),
+ * and its SwiGLU output is kept in 16 bits only (hh: the W2 GEMM's input, forward and backward),
+ * as the dense MLP keeps hmid. */
 #ifndef DT_LLAMA_MOE_H
 #define DT_LLAMA_MOE_H
 
@@ -47,10 +54,12 @@ typedef struct dt_moe_acts {
     int32_t *rows;  /* (L, BT k) the expert rows: token x k + slot, expert by expert, tokens ascending */
     int32_t *off;   /* (L, E + 1) expert e's rows are [off[e], off[e + 1]) */
     float *gu;      /* (L, BT k, 2 Fe) gate | up of each row */
-    float *h;       /* (L, BT k, Fe) silu(gate) up */
+    float *h;       /* (L, BT k, Fe) silu(gate) up (fp32 runs) */
+    uint16_t *hh;   /* (L, BT k, Fe) its 16-bit copy (mixed precision, in place of h) */
     float *y;       /* (L, BT k, C) the expert's output */
     /* scratch */
     float *xe, *dy, *dx; /* (BT, C) gathered inputs, output gradients, input gradients */
+    uint16_t *xh;        /* (BT, C) mixed precision: the gathered inputs (in place of xe) */
     float *dh;           /* (BT, Fe) */
     float *dgu;          /* (BT, 2 Fe) */
     float *logit;        /* (BT, E) router logits; their gradient in the backward */
@@ -66,9 +75,11 @@ typedef struct dt_moe_acts {
      * rows this rank's experts received from the EP group's source ranks (at most
      * dt_moe_expert_rows: ep x B T x min(k, E / ep)), not this rank's own rows; then per layer */
     float *xr;      /* (L, Rr, C) the received inputs, source by source, each expert by expert */
+    uint16_t *xrh;  /* (L, Rr, C) mixed precision: the same in 16 bits (in place of xr) */
     int32_t *rc;    /* (L, ep, E / ep) the rows of each source rank for each local expert */
     /* and scratch */
-    float *sx;      /* (BT k, C) a source's rows in expert order: inputs out, dy out, dx back */
+    float *sx;      /* (BT k, C) a source's rows in expert order: inputs out (16-bit under mixed
+                       precision), dy out, dx back */
     float *ox, *ox2;/* (Rr, C) an owner's rows: outputs out and dy in; dx out */
 } dt_moe_acts;
 
@@ -76,6 +87,7 @@ typedef struct dt_moe_acts {
 typedef struct dt_moe_views {
     float *probs, *lse, *w, *gu, *h, *y, *xr;
     int32_t *sel, *pos, *rows, *off, *rc;
+    uint16_t *hh, *xrh;
 } dt_moe_views;
 
 /* The experts this process holds: [dt_moe_first, dt_moe_first + dt_moe_local) (all of them
@@ -94,7 +106,8 @@ size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers);
 /* Expert parallelism's halves of dt_moe_forward and dt_moe_backward (moe_ep.c), after the
  * routing (forward) and the routing weights' gradients (backward). */
-void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2, int next);
+void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2,
+                       const uint16_t *ln2h, int next);
 void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *dout, float *dln2,
                         int router_unit);
 
@@ -109,12 +122,13 @@ void dt_moe_begin(dt_model *m, dt_moe_acts *a);
 /* The floats of the totals (2E + 1 doubles) that cross between pipeline stages; they start at
  * a->count. */
 size_t dt_moe_stage_floats(const dt_model_config *c);
-/* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2). Its post-attention norm's unit has been
+/* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2) (ln2h: its 16-bit copy under mixed
+ * precision, read instead of ln2, which may then hold anything). Its post-attention norm's unit has been
  * announced; this announces each expert's unit (`next`: the unit read after the layer). out
  * NULL: a recompute in the backward (activation checkpointing): the layer's routing and
  * expert rows formed again, bitwise the same, the micro-batch's totals left alone. */
-void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *res2, float *out,
-                    int next);
+void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const uint16_t *ln2h, const float *res2,
+                    float *out, int next);
 /* After the last layer: sets m->moe_aux, m->moe_z, m->moe_dropped; returns the loss terms
  * aux_coef aux + z_coef z. */
 double dt_moe_finish(dt_model *m, dt_moe_acts *a);
@@ -122,7 +136,7 @@ double dt_moe_finish(dt_model *m, dt_moe_acts *a);
  * ln2 (overwritten). Announces and ends each expert's unit (descending), then announces the
  * router's unit (`next`: the unit read after it) and begins its gradients: the caller ends
  * them after the post-attention norm's backward. */
-void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *dout, float *dln2,
-                     float scale, int next);
+void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const uint16_t *ln2h, const float *dout,
+                     float *dln2, float scale, int next);
 
 #endif

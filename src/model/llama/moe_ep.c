@@ -14,7 +14,9 @@
  *             source adds them into dln2 in moe.c's order (experts descending, rows ascending).
  * So every row sees the arithmetic it sees at ep = 1, and each expert's weight gradient per
  * source rank is bitwise the one that source forms alone; the trainer sums the segments in
- * data-parallel rank order (train/ep.c). */
+ * data-parallel rank order (train/ep.c). Under mixed precision the rows travel as the 16-bit
+ * values the GEMMs read (the norm's copy) and the owner keeps them (xrh) and its SwiGLU outputs
+ * (hh) in 16 bits: the GEMMs are dt_fam_mm_forward's and dt_matmul_backward_lp's as at ep = 1. */
 #include <string.h>
 
 #include "model/family_impl.h"
@@ -55,11 +57,14 @@ static void scaled(const size_t *x, size_t *out, int P, size_t width) {
     for (int i = 0; i < P; i++) out[i] = x[i] * width;
 }
 
-void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2, int next) {
+void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2,
+                       const uint16_t *ln2h, int next) {
     const dt_model_config *c = &m->cfg;
     const int C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
     const int P = m->opts.ep, me = m->opts.ep_rank, El = E / P, e0 = dt_moe_first(c, &m->opts);
     double *pf = m->prof.fwd;
+    const int lp = dt_lowp(m);
+    const size_t es = lp ? sizeof(uint16_t) : sizeof(float); /* a row's element: what the GEMM reads */
     /* each owner's row counts of its experts */
     int32_t cnt[DT_MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) cnt[e] = v->off[e + 1] - v->off[e];
@@ -69,11 +74,14 @@ void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l
     ep_plan p;
     plan_of(m, v, &p);
     /* the rows, in expert order, to their owners */
-    for (int i = 0; i < v->off[E]; i++)
-        dt_copy(a->sx + (size_t)i * C, ln2 + (size_t)(v->rows[i] / k) * C, (size_t)C * sizeof(float));
+    for (int i = 0; i < v->off[E]; i++) {
+        const size_t t = (size_t)(v->rows[i] / k);
+        if (lp) dt_copy((uint16_t *)a->sx + (size_t)i * C, ln2h + t * C, (size_t)C * es);
+        else dt_copy(a->sx + (size_t)i * C, ln2 + t * C, (size_t)C * es);
+    }
     size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rn[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
     scaled(p.sc, sc, P, C), scaled(p.sd, sd, P, C), scaled(p.rn, rn, P, C), scaled(p.rd, rd, P, C);
-    if (a2a(m, a->sx, sc, sd, v->xr, rn, rd, sizeof(float))) return;
+    if (a2a(m, a->sx, sc, sd, lp ? (void *)v->xrh : (void *)v->xr, rn, rd, es)) return;
     for (int d = 0; d < P; d++)
         if (d != me) m->ep_rows_sent += (long)p.sc[d];
     /* each local expert, each source's rows in rank order: that source's own GEMMs */
@@ -84,12 +92,15 @@ void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l
             const int n = v->rc[s * El + j];
             if (n == 0) continue;
             const size_t b = p.base[s * El + j];
-            float *gue = v->gu + b * 2 * Fe, *he = v->h + b * Fe, *ye = a->ox + b * C;
-            DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                       dt_fam_mm_forward(m, gue, (dt_mmin){v->xr + b * C, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+            float *gue = v->gu + b * 2 * Fe, *ye = a->ox + b * C;
+            float *he = lp ? a->dh : v->h + b * Fe; /* mixed precision: kept in hh only (moe.c) */
+            uint16_t *hhe = lp ? v->hh + b * Fe : NULL;
+            const dt_mmin x = lp ? (dt_mmin){NULL, v->xrh + b * C} : (dt_mmin){v->xr + b * C, NULL};
+            DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, gue, x, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
             DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+            dt_fam_narrow(m, hhe, he, (size_t)n * Fe);
             DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                       dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+                       dt_fam_mm_forward(m, ye, (dt_mmin){he, hhe}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
         }
     }
     /* the outputs back into the source's expert rows */
@@ -102,6 +113,8 @@ void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int 
     const int C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
     const int P = m->opts.ep, El = E / P, e0 = dt_moe_first(c, &m->opts);
     const size_t X = 3 * (size_t)Fe * C, Ls = (size_t)m->ps.n_layer, ls = (size_t)dt_fam_layer(m, l);
+    const int lp = dt_lowp(m);
+    const dt_dtype dt = m->opts.compute;
     ep_plan p;
     plan_of(m, v, &p);
     size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rn[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
@@ -120,17 +133,31 @@ void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int 
         dt_unit_grads_begin(m, u);
         const float *w1 = dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W1(e), (int)ls);
         const float *w2 = dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W2(e), (int)ls);
+        /* mixed precision: the 16-bit copies dt_fam_mm_backward reads at ep = 1 */
+        const uint16_t *w1h = lp ? dt_model_lp_tensor(m, DT_LLAMA_MOE_W1(e), l) : NULL;
+        const uint16_t *w2h = lp ? dt_model_lp_tensor(m, DT_LLAMA_MOE_W2(e), l) : NULL;
         for (int s = 0; s < P && ok; s++) {
             const int n = v->rc[s * El + j];
             if (n == 0) continue;
             const size_t b = p.base[s * El + j];
             /* source s's segment: this layer's local expert j, [w1 | w3 | w2] */
             float *seg = m->ep_grads + (((size_t)s * Ls + ls) * (size_t)El + (size_t)j) * X;
-            DT_PROF(m, bwd, DT_OP_MATMUL,
-                    dt_matmul_backward(a->dh, seg + 2 * (size_t)Fe * C, NULL, a->ox + b * C, v->h + b * Fe, w2, n, Fe, C));
+            if (lp)
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_matmul_backward_lp(dt, a->dh, seg + 2 * (size_t)Fe * C, NULL, a->ox + b * C, m->lp_scratch,
+                                              v->hh + b * Fe, w2h, n, Fe, C));
+            else
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_matmul_backward(a->dh, seg + 2 * (size_t)Fe * C, NULL, a->ox + b * C, v->h + b * Fe, w2, n, Fe,
+                                           C));
             DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dgu, v->gu + b * 2 * Fe, a->dh, n, Fe));
-            DT_PROF(m, bwd, DT_OP_MATMUL,
-                    dt_matmul_backward(a->ox2 + b * C, seg, NULL, a->dgu, v->xr + b * C, w1, n, C, 2 * Fe));
+            if (lp)
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_matmul_backward_lp(dt, a->ox2 + b * C, seg, NULL, a->dgu, m->lp_scratch, v->xrh + b * C, w1h, n,
+                                              C, 2 * Fe));
+            else
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_matmul_backward(a->ox2 + b * C, seg, NULL, a->dgu, v->xr + b * C, w1, n, C, 2 * Fe));
         }
         dt_unit_grads_end(m, u);
     }
