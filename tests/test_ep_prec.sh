@@ -7,6 +7,7 @@
 #    margin is below the 16-bit router's rounding picks another expert, which moves its rows'
 #    gradients; measured here 3.6e-3 bf16, 8.5e-4 fp16, and 5.7e-3 bf16 without the router
 #    losses), not the fp32 bits, with fewer bytes of activations;
+#  - bf16 with full activation checkpointing == none, bitwise (losses, norms, weights);
 #  - dp 2: ep 2 == ep 1 in bf16 with parallel.grad_dtype bf16, bitwise: losses, gradient norms,
 #    ce/aux/z and the expert load every step, the last step's reduced gradients and the final
 #    weights (the expert-data-parallel chain rounds as DDP's 16-bit all-reduce);
@@ -62,6 +63,12 @@ PY
   ); then pass "mixtral-tiny $p vs fp32: $out"; else fail "mixtral-tiny $p vs fp32: $out"; fi
 done
 grep -q "scale 65536" "$dir/p_fp16.log" && pass "fp16 ran with loss scaling" || fail "fp16: no loss scale in the log"
+# full activation checkpointing: the routing and the expert rows formed again from the recomputed 16-bit norm
+run p_bf16_full 1 "${one[@]}" --set training.precision=bf16 --set memory.activation_checkpointing=full \
+  --save-weights "$dir/p_bf16_full.st"
+check "bf16, full activation checkpointing == none, bitwise" p_bf16 p_bf16_full bitwise 8
+cmp -s "$dir/p_bf16.st" "$dir/p_bf16_full.st" && pass "bf16, full checkpointing: the final weights file is identical" ||
+  fail "bf16, full checkpointing: the final weights differ"
 
 # ---- expert parallelism against ep 1 at the same dp, bitwise
 ept=(--batch 2 --steps 6 --lr 3e-3 --warmup 2 --seed 11 --set optimizer.grad_clip=1.0)

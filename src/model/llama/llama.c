@@ -646,9 +646,10 @@ static void llama_backward(dt_model *m, float scale) {
  * post-attention norm's did (before the 3rd), q|k|v, the log-sum-exp and (16-bit copies kept
  * for W) the fp32 attention output once the attention's did (before the 4th), rstd1 and the
  * embedding output after the layer. W reads ln1, atty, ln2, hmid (or their 16-bit copies).
- * A layer of experts (fp32, one shard) defers instead three blocks of B T k rows (moe.c: each
- * expert's dy, dgu and gathered input at its rows), then the router's, o's and q|k|v's douts;
- * its experts' gate|up and outputs are dead after the blocks (W reads h), res2 and rstd2
+ * A layer of experts (one shard, either precision) defers instead three blocks of B T k rows
+ * (moe.c: each expert's dy, dgu and gathered input at its rows, 16-bit in the block's first half
+ * under mixed precision), then the router's, o's and q|k|v's douts; its experts' gate|up and
+ * outputs are dead after the blocks (W reads h, or hh), res2 and rstd2
  * before o's, q|k|v and the log-sum-exp before q|k|v's. */
 static int llama_defer_douts(const dt_model *m, int l, size_t *n) {
     const tp_dims d = dims_of(&m->cfg, &m->opts);
