@@ -161,6 +161,31 @@ print(f"gpu-a {a['gemm_eff']['gpu-a']} both times (all rows fitted: {c['gemm_eff
 EOF
 ); then pass "--validate --fit: held-out rows are never fitted ($out)"; else fail "held-out rows and the fit: $out $(cat err.txt)"; fi
 
+# same_compute_as (decision 65): a type with no fitting row takes the fitted efficiency of the
+# type its catalog entry names as the same compute (same peaks); without the key, the catalog's.
+# gpu-twin is gpu-a's twin; source hb's rows run on it: fitted gpu-a 0.4 (as above), so gpu-twin
+# 0.4 with the key and the fixture's default 0.5 without it.
+twin_entry='  gpu-twin:\n    name: "twin of test GPU A"\n    kind: gpu\n    peak_tflops: {fp32: 100, bf16: 400, fp16: 400}\n    memory_gib: 80\n    devices_per_node: 8\n    intra_node: fast\n    inter_node: net\n    nics_per_node: 4\n'
+sed "s/^accelerators:\$/accelerators:\n${twin_entry}    same_compute_as: gpu-a/" "$src/tests/data/plan/hardware.yaml" >twin.yaml
+sed "s/^accelerators:\$/accelerators:\n${twin_entry}/" "$src/tests/data/plan/hardware.yaml" >notwin.yaml
+sed 's/^\(hb-[0-9],.*\),gpu-a,/\1,gpu-twin,/' "$held" >twin.csv
+"$bin" plan --validate twin.csv --catalog twin.yaml --fit >twin.txt 2>err.txt &&
+  "$bin" plan --validate twin.csv --catalog twin.yaml --fit --json >twin.json 2>>err.txt &&
+  "$bin" plan --validate twin.csv --catalog notwin.yaml --fit --json >notwin.json 2>>err.txt
+if [ $? -eq 0 ] && grep -q "^# gpu-twin has no fitting row and the same compute as gpu-a (same_compute_as): its fitted 0.4$" twin.txt \
+   && out=$(python3 - twin.json notwin.json <<'EOF2' 2>&1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert sum(r["gpu"] == "gpu-twin" for r in a["rows"]) == 3, [r["gpu"] for r in a["rows"]]
+assert a["gemm_eff"]["gpu-twin"] == 0.4 and a["gemm_eff"]["gpu-a"] == 0.4, a["gemm_eff"]
+assert b["gemm_eff"]["gpu-twin"] == 0.5 and b["gemm_eff"]["gpu-a"] == 0.4, b["gemm_eff"]
+assert all(r["gemm_eff"] == 0.4 for r in a["rows"]), [r["gemm_eff"] for r in a["rows"]]
+assert a["in_sample"] == b["in_sample"] and a["leave_one_source_out"] == b["leave_one_source_out"]
+print(f"gpu-twin {a['gemm_eff']['gpu-twin']} with same_compute_as, {b['gemm_eff']['gpu-twin']} without")
+EOF2
+); then pass "--validate --fit: same_compute_as gives a type without fitting rows its twin's fit ($out)"
+else fail "same_compute_as: $(cat err.txt) ${out:-} $(grep '^#' twin.txt | head -3)"; fi
+
 # docs/planner.md quotes the result on the repository's CSV: it must be the tool's.
 "$bin" plan --validate "$src/bench/planner/published_runs.csv" --catalog "$src/configs/hardware.yaml" --fit >pub.txt 2>err.txt
 got=$(sed -n 's/^# median |error| of TFLOP\/s per GPU over \([0-9]*\) rows (impossible claims excluded): \([0-9.]*%\)/\2 over \1 rows/p' pub.txt)
@@ -190,6 +215,12 @@ bad() { # WHAT PATTERN ARGS...
   if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" = 1 ] && grep -qE -- "$pat" err.txt; then pass "bad input: $what"
   else fail "bad input: $what (rc $rc): $(cat err.txt)"; fi
 }
+sed 's/same_compute_as: gpu-a/same_compute_as: gpu-nope/' twin.yaml >twin_bad1.yaml
+bad "catalog: same_compute_as names no entry" "twin_bad1.yaml: accelerators.gpu-twin.same_compute_as: 'gpu-nope' is not another entry under accelerators$" \
+  --validate twin.csv --catalog twin_bad1.yaml
+sed '0,/bf16: 400/s//bf16: 399/' twin.yaml >twin_bad2.yaml
+bad "catalog: same_compute_as with other peaks" "twin_bad2.yaml: accelerators.gpu-twin.same_compute_as: gpu-a's peak_tflops.bf16 is 400, this entry's 399 \(the same compute has the same peaks\)$" \
+  --validate twin.csv --catalog twin_bad2.yaml
 bad "unknown hardware, did-you-mean" "--hardware gpu-b: not in .*hardware.yaml \(did you mean gpu-a\?" \
   "${gpt2[@]}" --gpus 8 --hardware gpu-b "${cat[@]}"
 bad "layout product != gpus" "tp x pp x cp x dp = 12 != --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 2 --pp 2 --dp 3

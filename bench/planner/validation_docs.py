@@ -13,7 +13,9 @@ NAMES = {"megatron": "Megatron-LM README 2024 (H100)", "narayanan21": "Narayanan
          "nemo2407": "NeMo 24.07 summary (H100, FP8)", "nemolong": "NeMo long-sequence page (H100, FP8)",
          "mbridge": "Megatron-Bridge archive (H100, FP8)", "ttasync": "torchtitan asyncTP (H100)",
          "tth200": "torchtitan H200 (Trainy)", "automodel": "NeMo AutoModel (H100)", "fmsfsdp": "IBM fms-fsdp (A100/H100)",
-         "mlmex": "Megatron-LM examples/llama (H100, FP8)"}
+         "mlmex": "Megatron-LM examples/llama (H100, FP8)", "mlperf30": "MLPerf Training v3.0 GPT-3 (H100, FP8)",
+         "mlperf31": "MLPerf Training v3.1 GPT-3 (H100, FP8)", "mlperf40": "MLPerf Training v4.0 GPT-3 (H100, FP8)",
+         "mlperf41": "MLPerf Training v4.1 GPT-3 (H100, FP8)", "dsazure": "DeepSpeed on Azure (A100, ZeRO-3)"}
 
 
 def run(*args):

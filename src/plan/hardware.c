@@ -104,11 +104,12 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
         else if (!strcmp(f, "inter_node")) DT_CHECK(str(L, v, key, a->inter, sizeof a->inter));
         else if (!strcmp(f, "tp_link")) DT_CHECK(str(L, v, key, a->tp_link, sizeof a->tp_link));
         else if (!strcmp(f, "pp_link")) DT_CHECK(str(L, v, key, a->pp_link, sizeof a->pp_link));
+        else if (!strcmp(f, "same_compute_as")) DT_CHECK(str(L, v, key, a->same_compute_as, sizeof a->same_compute_as));
         else
             return dt_fail(L->ctx, DT_ERR_CONFIG,
                            "%s:%lu: %s: unknown key (name, kind, peak_tflops, memory_gib|memory_gb, memory_bw_gbs, "
                            "devices_per_node, intra_node, inter_node, tp_link, pp_link, nics_per_node, step_overhead_us, "
-                           "collective_call_us, optimizer_bw_gbs)",
+                           "collective_call_us, optimizer_bw_gbs, same_compute_as)",
                            L->path, line_of(k), key);
     }
     const char *miss = !a->name[0] ? "name" : !have_mem ? "memory_gib" : !a->devices_per_node ? "devices_per_node"
@@ -249,6 +250,28 @@ dt_status dt_hw_load(dt_ctx *ctx, const char *path, dt_hw_catalog *c) {
     if (c->n_acc == 0) {
         st = dt_fail(ctx, DT_ERR_CONFIG, "%s: accelerators: none listed", path);
         goto done;
+    }
+    /* same_compute_as names another entry with the same peaks on every dtype (the same die and clocks) */
+    for (int i = 0; i < c->n_acc; i++) {
+        dt_hw_accel *a = &c->acc[i];
+        a->compute_twin = -1;
+        if (!a->same_compute_as[0]) continue;
+        for (int j = 0; j < c->n_acc; j++)
+            if (j != i && !strcasecmp(c->acc[j].key, a->same_compute_as)) a->compute_twin = j;
+        if (a->compute_twin < 0) {
+            st = dt_fail(ctx, DT_ERR_CONFIG, "%s: accelerators.%s.same_compute_as: '%s' is not another entry under accelerators",
+                         path, a->key, a->same_compute_as);
+            goto done;
+        }
+        const dt_hw_accel *t = &c->acc[a->compute_twin];
+        for (int p = 0; p < DT_HW_NPREC; p++)
+            if (a->peak_tflops[p] != t->peak_tflops[p]) {
+                st = dt_fail(ctx, DT_ERR_CONFIG,
+                             "%s: accelerators.%s.same_compute_as: %s's peak_tflops.%s is %g, this entry's %g (the same "
+                             "compute has the same peaks)", path, a->key, t->key, dt_hw_prec_names[p], t->peak_tflops[p],
+                             a->peak_tflops[p]);
+                goto done;
+            }
     }
     if (eff && (st = load_eff(&L, eff, c))) goto done;
     for (int i = 0; i < c->n_acc; i++)

@@ -40,6 +40,11 @@ typedef struct dt_hw_accel {
                                         `plan --calibrate` writes pp-fit, its ping-pong fit read at the
                                         activation's size (decision 77) */
     double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
+    char same_compute_as[48];        /* another entry with the same compute die, clocks and peaks (H200 =
+                                        H100 SXM: GH100): `plan --validate --fit` gives this type, when
+                                        no fitting row is of it, that entry's fitted GEMM efficiency
+                                        (decision 65); "" = none */
+    int compute_twin;                /* index of same_compute_as in the catalog, -1 = none */
     double step_overhead_us;         /* fixed time per micro-batch no FLOP or byte term carries (kernel
                                         calls, thread hand-offs, the optimizer's per-tensor loop): measured
                                         by `plan --calibrate` (decision 55); 0 when not given */

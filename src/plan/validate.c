@@ -479,6 +479,13 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
             for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a && (!fit || !rows[i].heldout);
             if (used) fprintf(out, " %s %.4g", cat->acc[a].key, eff[a]);
         }
+        for (int a = 0; fit && a < cat->n_acc; a++) {
+            int used = 0;
+            for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a;
+            if (used && dt_val_twin_fitted(cat, rows, n, a))
+                fprintf(out, "\n# %s has no fitting row and the same compute as %s (same_compute_as): its fitted %.4g",
+                        cat->acc[a].key, cat->acc[cat->acc[a].compute_twin].key, eff[a]);
+        }
         fprintf(out, "\n# median |error| of TFLOP/s per GPU over %d rows (impossible claims excluded): %.1f%%\n", in.n,
                 100 * in.median);
         char tail[96];

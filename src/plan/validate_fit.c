@@ -60,6 +60,7 @@ int dt_val_scored(const dt_val_row *w) {
 
 void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src, double *eff) {
     double err[DT_VAL_MAX_ROWS];
+    int *had = calloc((size_t)(cat->n_acc > 0 ? cat->n_acc : 1), sizeof *had); /* types fitted on rows */
     for (int a = 0; a < cat->n_acc; a++) {
         eff[a] = cat->acc[a].gemm_eff;
         double best = INFINITY;
@@ -73,10 +74,28 @@ void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src,
                 err[k++] = dt_val_rel(w->pred_tflops, w->rep_tflops);
             }
             if (k == 0) break;
+            if (had) had[a] = 1;
             double med = dt_median_abs(err, k);
             if (med < best - 1e-12) best = med, eff[a] = e;
         }
     }
+    /* a type without fitting rows whose catalog entry has the same compute as a fitted type
+     * (same_compute_as: same die, clocks and peaks) takes that type's efficiency */
+    for (int a = 0; had && a < cat->n_acc; a++) {
+        int t = cat->acc[a].compute_twin;
+        if (!had[a] && t >= 0 && had[t]) eff[a] = eff[t];
+    }
+    free(had);
+}
+
+int dt_val_twin_fitted(const dt_hw_catalog *cat, const dt_val_row *rows, int n, int a) {
+    int t = cat->acc[a].compute_twin, own = 0, twin = 0;
+    if (t < 0) return 0;
+    for (int i = 0; i < n; i++) {
+        if (rows[i].heldout || !dt_val_scored(&rows[i])) continue;
+        own |= rows[i].acc == a, twin |= rows[i].acc == t;
+    }
+    return !own && twin;
 }
 
 /* The median and worst of the first k errors (reordered). */

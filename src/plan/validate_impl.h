@@ -48,6 +48,8 @@ int dt_val_scored(const dt_val_row *w);
  * (split fit), leaving out the rows of source skip_src (-1: none). A type without such rows
  * keeps the catalog's value. Held-out rows are never read. */
 void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src, double *eff);
+/* 1 when type a has no fitting row and takes its same_compute_as twin's fitted efficiency */
+int dt_val_twin_fitted(const dt_hw_catalog *cat, const dt_val_row *rows, int n, int a);
 /* The errors of the scored rows with heldout == which, predicted with eff. */
 dt_val_err dt_val_score(dt_val_row *rows, int n, const double *eff, int which);
 /* Leave one source out: each fitting source's scored rows predicted by a fit on the other
