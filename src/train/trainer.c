@@ -199,6 +199,8 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
     int n = dt_model_tensors_tp(&mc, &mo, table); /* tensor parallelism: one rank's shards */
     const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1, pp = cfg->pp > 1 && !cfg->pp_blocks ? cfg->pp : 1;
     int stage = 0, slots = 1;
+    if (mo.ep > 1) /* expert parallelism (tp = cp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
+        mo.ep_rank = rank % (world / pp) % mo.ep;
     if (pp > 1) { /* a pipeline stage (parallel/mesh.h: tp fastest, then dp, then pp) */
         if (world % (tp * pp))
             return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: parallel.tp=%d x parallel.pp=%d does not divide %d ranks",
@@ -224,10 +226,9 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         world = tp * dpw, rank = rank % (tp * dpw);
         node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
-    if (mo.ep > 1) { /* expert parallelism (tp = cp = pp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
-        mo.ep_rank = rank % mo.ep;
+    if (mo.ep > 1) { /* this EP rank's experts (a stage's: its dp ranks are the world now) */
         DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
-        dt_ep_plan(cfg, &mo, world, mc.n_layer, bytes);
+        dt_ep_plan(cfg, &mo, world, dt_stage_chunks(&mo) * dt_stage_layers(&mc, &mo), bytes);
     }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
@@ -390,6 +391,29 @@ static int cp_alltoall(void *ud, const float *send, float *recv, size_t n) {
     return st != DT_OK;
 }
 
+/* A sum over the CP group in rank order (model/cp.h `sum`): each rank's values in its own slot,
+ * the others zero, so the all-reduce adds exact zeros; then the slots are added in rank order. */
+static int cp_sum(void *ud, double *x, size_t n) {
+    dt_cp_link *c = ud;
+    double *all = calloc((size_t)c->n * n, sizeof *all);
+    if (!all) {
+        dt_fail(&c->ctx, DT_ERR_NOMEM, "context parallelism: out of memory for the router totals");
+        return 1;
+    }
+    memcpy(all + (size_t)c->rank * n, x, n * sizeof *x);
+    double t0 = dt_now();
+    dt_status st = dt_comm_allreduce(&c->ctx, c->comm, c->group, all, (size_t)c->n * n, DT_F64, DT_SUM);
+    c->seconds += dt_now() - t0;
+    c->bytes += (double)(c->n * n * sizeof *x);
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        double s = all[i];
+        for (int q = 1; q < c->n; q++) s += all[(size_t)q * n + i];
+        x[i] = s;
+    }
+    free(all);
+    return st != DT_OK;
+}
+
 /* After a pass: a TP collective or a CP ring transfer that failed stops the run, naming it. */
 dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
     if (tr->model.ep_failed)
@@ -478,7 +502,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
         tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait,
                                          cfg->model_opts.cp_all_gather ? cp_allgather : NULL,
-                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL};
+                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL, cp_sum};
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, cp_tok_bytes(cfg), (void **)&tr->cp.tok));
     }
     if (cfg->parallel.tp > 1) {
@@ -547,7 +571,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     /* under a pipeline (or its blocks mode): summed stage by stage; then the tied embedding's
      * gradient to the last stage's copy */
     DT_CHECK(tr->cfg.pp > 1   ? dt_pp_sumsq(ctx, tr, &sumsq)
-             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, &sumsq)
+             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, 1, 1, &sumsq)
                             : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     if (tr->pp.n > 1) DT_CHECK(dt_pp_tied_grads(ctx, tr));
     const float S = tr->scaler.scale;

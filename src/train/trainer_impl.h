@@ -62,8 +62,9 @@ void dt_ep_end_micro(dt_trainer *tr, int k);
  * the EDP group, into the store's gradients on every rank holding the expert. */
 dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr);
 /* The gradient's sum of squares: the dense tensors (EP rank 0's part) and each rank's
- * experts, exchanged exactly and added in EP rank order. */
-dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, double *out);
+ * experts, exchanged exactly and added in EP rank order. pre / post: the tensors before the
+ * layers (the embedding) and after them count (a pipeline stage: the first / the last). */
+dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, int pre, int post, double *out);
 
 /* ---- pipeline parallelism (pipeline.c; ARCHITECTURE decision 74) */
 
