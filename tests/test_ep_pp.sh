@@ -14,6 +14,7 @@
 #    group before the losses): 6 losses within 1e-5 relative, the aux and z losses of every step
 #    within 1e-5, and the last step's gradients within 1e-4 normwise, tensor by tensor (the
 #    routers' take the load-balancing and z-loss gradients); cp 2 x pp 2 against cp 2 bitwise;
+#    `dtrain plan --cp 2` marks the layout runnable with the allocator's memory;
 #  - refused in one line naming the key: ep with cp, cp with a capacity factor, ep with the
 #    pipeline's blocks mode.
 set -uo pipefail
@@ -89,6 +90,15 @@ for s in r[0]:
 print(r[1])
 PY
 grads_close "mixtral-tiny last-step gradients of cp 2 within 1e-4 of cp 1, every tensor (the routers' too)" "$dir/c1.grads" "$dir/c2.grads"
+hw=$(sed -n 's/.*memory high-water: allocator=\([0-9]*\) .*/\1/p' "$dir/c2.log" | head -1)
+pl=$("$bin" plan "${model[@]}" --micro-batch 2 --global-batch 4 --gpus 2 --nodes 1 --hardware cpu-core \
+       --catalog "$src/configs/hardware.yaml" --cp 2 --json 2>/dev/null | /usr/bin/python3 -c "
+import json, sys
+l = [x for x in json.load(sys.stdin)['layouts'] if x['cp'] == 2 and x['strategy'] == 'ddp'][0]
+assert l['dtrain_runs'] and l['memory_source'] == 'dtrain', l
+print(l['memory_bytes']['total'])")
+[ -n "$hw" ] && [ "$pl" = "$hw" ] && pass "dtrain plan --cp 2 runs mixtral-tiny's ddp layout, its memory $pl bytes = the allocator's high-water" ||
+  fail "dtrain plan --cp 2 (experts): memory '$pl' against the allocator's '$hw'"
 run c2p2 4 --set parallel.cp=2 "${pp[@]}"
 check "mixtral-tiny cp 2 x pp 2 == cp 2, bitwise" c2 c2p2 bitwise 6
 same_moe "mixtral-tiny cp 2 x pp 2" c2 c2p2

@@ -391,29 +391,6 @@ static int cp_alltoall(void *ud, const float *send, float *recv, size_t n) {
     return st != DT_OK;
 }
 
-/* A sum over the CP group in rank order (model/cp.h `sum`): each rank's values in its own slot,
- * the others zero, so the all-reduce adds exact zeros; then the slots are added in rank order. */
-static int cp_sum(void *ud, double *x, size_t n) {
-    dt_cp_link *c = ud;
-    double *all = calloc((size_t)c->n * n, sizeof *all);
-    if (!all) {
-        dt_fail(&c->ctx, DT_ERR_NOMEM, "context parallelism: out of memory for the router totals");
-        return 1;
-    }
-    memcpy(all + (size_t)c->rank * n, x, n * sizeof *x);
-    double t0 = dt_now();
-    dt_status st = dt_comm_allreduce(&c->ctx, c->comm, c->group, all, (size_t)c->n * n, DT_F64, DT_SUM);
-    c->seconds += dt_now() - t0;
-    c->bytes += (double)(c->n * n * sizeof *x);
-    for (size_t i = 0; i < n && st == DT_OK; i++) {
-        double s = all[i];
-        for (int q = 1; q < c->n; q++) s += all[(size_t)q * n + i];
-        x[i] = s;
-    }
-    free(all);
-    return st != DT_OK;
-}
-
 /* After a pass: a TP collective or a CP ring transfer that failed stops the run, naming it. */
 dt_status dt_trainer_tp_check(dt_ctx *ctx, dt_trainer *tr) {
     if (tr->model.ep_failed)
@@ -502,7 +479,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
         tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait,
                                          cfg->model_opts.cp_all_gather ? cp_allgather : NULL,
-                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL, cp_sum};
+                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL, dt_moe_cp_sum};
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, cp_tok_bytes(cfg), (void **)&tr->cp.tok));
     }
     if (cfg->parallel.tp > 1) {

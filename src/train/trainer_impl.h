@@ -43,6 +43,10 @@ void dt_moe_load_begin(dt_trainer *tr);
 /* At the step's end (every rank alike): the counts summed over the world, out's moe_load,
  * moe_layers, moe_experts and moe_load_max_mean set (NULL and 0 for a dense model). */
 dt_status dt_moe_load_finish(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
+/* Context parallelism's `sum` (model/cp.h; decision 89): x (n doubles, a mixture of experts'
+ * router totals) replaced by its sum over the CP group (ud: the trainer's dt_cp_link), added
+ * in rank order; nonzero on a failure (its message in the link's ctx). */
+int dt_moe_cp_sum(void *ud, double *x, size_t n);
 
 /* ---- expert parallelism (ep.c; ARCHITECTURE decision 85) */
 
