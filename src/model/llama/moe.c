@@ -233,8 +233,9 @@ double dt_moe_finish(dt_model *m, dt_moe_acts *a) {
     const dt_model_config *c = &m->cfg;
     /* context parallelism: the totals of the whole sequences, summed over the CP group before
      * the losses are formed; the backward's gradients then read the same */
-    if (m->cp_ring.n > 1 && m->cp_ring.sum(m->cp_ring.ud, a->count, dt_moe_stage_floats(c) * sizeof(float) / sizeof(double)))
-        m->cp_failed = 1;
+    if (m->cp_ring.n > 1 &&
+        (!m->cp_ring.sum || m->cp_ring.sum(m->cp_ring.ud, a->count, dt_moe_stage_floats(c) * sizeof(float) / sizeof(double))))
+        m->cp_failed = 1; /* a ring without the sum cannot form the sequence's losses */
     const double N = rows_total(m);
     double aux = 0.0;
     for (int e = 0; e < c->n_experts; e++) aux += (a->count[e] / N) * (a->psum[e] / N);
