@@ -94,7 +94,7 @@ typedef struct job {
 static void *run_rank(void *arg) {
     job *j = arg;
     dt_cp_ring ring = {j->ud.sim->P, j->ud.r, j->contiguous, &j->ud, sim_start, sim_wait,
-                       j->all_gather ? sim_allgather : NULL, j->all_gather ? sim_alltoall : NULL};
+                       j->all_gather ? sim_allgather : NULL, j->all_gather ? sim_alltoall : NULL, NULL};
     j->rc = dt_cp_attention_forward(&ring, j->scratch, j->out, j->lse, j->qkv, j->B, j->Tl, j->NH, j->NKV, j->hs, j->op);
     j->rc |= dt_cp_attention_backward(&ring, j->scratch, j->dqkv, j->dout, j->qkv, j->out, j->lse, j->B, j->Tl, j->NH,
                                       j->NKV, j->hs, j->op);

@@ -1,5 +1,5 @@
 # Helpers of the model-parallel tests (tests/test_tp.sh, test_pp.sh, test_pp_moe.sh, test_cp.sh,
-# test_ep.sh, tests/long/tp.sh), sourced after lib.sh with these set: bin, dir, mpi (mpi_env),
+# test_ep.sh, test_ep_pp.sh, tests/long/tp.sh), sourced after lib.sh with these set: bin, dir, mpi (mpi_env),
 # model and train (argument arrays).
 run() { # NAME NRANKS [args...] (nohw=1: a run that trains nothing logs no high-water; ranks per
         # simulated node: PPN, 2 by default)
@@ -64,6 +64,38 @@ same_moe() { # WHAT A B
   a=$(moe_rows "$2") b=$(moe_rows "$3")
   if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "$1: ce, aux, z, dropped choices and every layer's expert load of every step identical"
   else fail "$1: the router's numbers differ: ${a:0:200} vs ${b:0:200}"; fi
+}
+# grads_close WHAT REF OTHER...: every tensor of the gradient files OTHER (DTRAIN_TEST_SAVE_GRADS)
+# within 1e-4 normwise of REF's (the context-parallel tests)
+grads_close() {
+  local what=$1 out; shift
+  if out=$(/usr/bin/python3 - "$@" 2>&1 <<'PY'
+
+import json, struct, sys
+import numpy as np
+def st(p):
+    raw = open(p, "rb").read()
+    n, = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+    return {k: np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32).astype(np.float64)
+            for k, v in h.items()}
+ref = st(sys.argv[1])
+assert len(ref) >= 10
+for p in sys.argv[2:]:
+    got = st(p)
+    assert set(got) == set(ref), p
+    worst = 0.0
+    for k, r in ref.items():
+        g = got[k]
+        assert np.all(np.isfinite(g)) and np.all(np.isfinite(r)), k
+        nr = np.linalg.norm(r)
+        assert nr > 0, k
+        e = np.linalg.norm(g - r) / nr
+        worst = max(worst, e)
+        assert e <= 1e-4, (p, k, e)
+    print(f"{p.rsplit('/', 1)[-1]}: worst tensor {worst:.2e}")
+PY
+  ); then pass "$what: $(echo $out)"; else fail "$what: $out"; fi
 }
 # A byte-level corpus of LINES numbered pangram lines, a document every EVERY of them, prepared
 # into $dir/corpus_{train,val}_*.bin with VALFRAC of the documents held out (real data for the

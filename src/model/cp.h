@@ -49,6 +49,9 @@ typedef struct dt_cp_ring {
      * (send and recv: n floats per rank, in rank order). NULL: the ring (p2p). */
     int (*allgather)(void *ud, float *buf, size_t n);
     int (*alltoall)(void *ud, const float *send, float *recv, size_t n);
+    /* x (n doubles) replaced by its sum over the ring's ranks, added in rank order (the same
+     * bits on every rank): a mixture of experts' router totals (moe.h; decision 89) */
+    int (*sum)(void *ud, double *x, size_t n);
 } dt_cp_ring;
 
 /* Floats of scratch the ring attention of one TP shard's heads needs (B sequences of Tl local

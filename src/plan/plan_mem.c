@@ -149,16 +149,18 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->ep > 1) { /* expert parallelism (decisions 85, 87): DDP over the data-parallel ranks */
+    if (l->ep > 1) { /* expert parallelism (decisions 85, 87, 89): DDP over the data-parallel ranks,
+                        pipeline stages */
         const dt_train_cfg *t = &job->train;
         if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->zero != DT_STRAT_DDP || l->hybrid ||
-            l->tp > 1 || l->pp > 1 || l->cp > 1 || t->model_opts.lora.rank > 0 ||
+            l->tp > 1 || l->cp > 1 || t->model_opts.lora.rank > 0 ||
             t->model_opts.lora.nf4 || t->parallel.compression != DT_COMPRESS_NONE)
             return 0;
     }
-    if (l->cp > 1) { /* context parallelism (decision 83): the causal families, dense, no hybrid sharding */
+    if (l->cp > 1) { /* context parallelism (decision 83): the causal families, no hybrid sharding; a
+                        mixture of experts dropless (decision 89) */
         const char *fam = m->is_dtrain ? m->mc.family : "";
-        if (m->experts > 0 || l->hybrid || job->train.seq_len % (2 * l->cp)) return 0;
+        if ((m->experts > 0 && job->train.moe_capacity > 0.0f) || l->hybrid || job->train.seq_len % (2 * l->cp)) return 0;
         if (m->is_dtrain && strcmp(fam, "llama") && strcmp(fam, "gpt2")) return 0;
     }
     /* pipeline parallelism (decision 74): a stage holds a layer at least; experts too (82) */

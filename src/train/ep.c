@@ -147,21 +147,21 @@ dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
     return DT_OK;
 }
 
-dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, double *out) {
+dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, int pre, int post, double *out) {
     dt_ep_link *e = &tr->ep;
     const dt_params *ps = &tr->model.ps;
     const float *g = ps->grads;
     double part[DT_MOE_MAX_EXPERTS] = {0}, s = 0.0;
     /* the dense regions: before the layers, each layer's tensors around its experts, after */
     if (e->rank == 0) {
-        s += dt_sumsq(g, ps->layers_offset);
+        if (pre) s += dt_sumsq(g, ps->layers_offset);
         for (int l = 0; l < ps->n_layer; l++) {
             const size_t b = ps->layers_offset + (size_t)l * ps->layer_floats;
             s += dt_sumsq(g + b, e->off);
             if (e->off + e->len < ps->layer_floats) s += dt_sumsq(g + b + e->off + e->len, ps->layer_floats - e->off - e->len);
         }
         const size_t end = ps->layers_offset + (size_t)ps->n_layer * ps->layer_floats;
-        s += dt_sumsq(g + end, ps->n_params - end);
+        if (post && ps->n_params > end) s += dt_sumsq(g + end, ps->n_params - end);
     }
     for (int l = 0; l < ps->n_layer; l++)
         s += dt_sumsq(g + ps->layers_offset + (size_t)l * ps->layer_floats + e->off, e->len);

@@ -82,7 +82,7 @@ typedef struct dt_run_cfg {
     int shm;                   /* parallel.shared_memory */
     int hybrid;
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
-    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; ep > 1: refused until built) */
+    int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; keys_layout.c: what composes) */
     char cp_split[16];         /* parallel.cp_split: balanced | contiguous */
     char cp_comm[16];          /* parallel.cp_comm: p2p | all_gather */
     char pp_schedule[16];      /* parallel.pp_schedule: 1f1b | gpipe | interleaved | zb-h1 */
@@ -128,7 +128,7 @@ dt_status dt_cfg_finish(dt_ctx *ctx, dt_run_cfg *c);
  * the world size the launcher announces (1 outside MPI; 0 = unknown: training.batch is not
  * checked yet); a run applies its world size again once the communicator is up, and only then
  * are parallel.tp/cp/pp/ep checked against it (they must divide it, ep the data-parallel size;
- * cp, pp or ep > 1 is refused until built: issues 32-34). parallel.pp (<= DT_PP_MAX, <=
+ * what each composes with: keys_layout.c). parallel.pp (<= DT_PP_MAX, <=
  * model.n_layer) and parallel.pp_layers (pp_split.h dt_pp_split_explicit) are checked on every
  * call, the world known or not. */
 dt_status dt_cfg_apply_world(dt_ctx *ctx, dt_run_cfg *c, int world);

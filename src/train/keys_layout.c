@@ -30,16 +30,16 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d (each rank of an EP group holds "
                        "n_experts / ep experts)", ep, t->model.n_experts);
     const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
-                      : c->pp > 1 || c->pp_blocks                 ? "parallel.pp"
+                      : c->pp_blocks                              ? "parallel.pp_blocks"
                       : c->cp > 1                                 ? "parallel.cp"
                       : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
                       : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
                       : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
                                                                   : NULL;
     if (why)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism with "
-                       "parallel.strategy=ddp only (not with tensor, pipeline or context parallelism, ZeRO, Top-K compressed "
-                       "gradients, or LoRA)", ep, why);
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: "
+                       "not built with expert parallelism yet (docs/FEATURES.md, Mixture of experts: expert parallelism, "
+                       "lists what it composes with)", ep, why);
     return DT_OK;
 }
 
@@ -58,9 +58,12 @@ dt_status dt_cfg_check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (t->seq_len % (2 * cp))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
                        "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
+    if (t->model.n_experts > 0 && t->moe_capacity > 0.0f)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d with parallel.moe_capacity_factor=%g: an expert's capacity is "
+                       "decided over a source rank's rows, and a CP rank holds only part of each sequence (a mixture of "
+                       "experts runs dropless under context parallelism)", cp, t->moe_capacity);
     const char *why = c->sp                                       ? "parallel.sequence_parallel"
                       : c->hybrid                                 ? "parallel.hybrid"
-                      : t->model.n_experts > 0                    ? "model.n_experts"
                       : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
                       : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
                                                                   : NULL;

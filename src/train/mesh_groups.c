@@ -42,8 +42,8 @@ static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh,
 /* The process mesh of a tensor-, context-, pipeline- or expert-parallel run (parallel/mesh.h):
  * the TP group (consecutive ranks), the data-parallel group, the CP and DP x CP groups, the EP
  * and EDP groups, the PP group (the stages, tp x dp apart) and the model-parallel group (the
- * tp x pp ranks holding one model together, for checkpoints; under expert parallelism, tp = pp
- * = 1, the EP group), split once (hybrid sharding: its shard and replica groups too); the model
+ * tp x ep x pp ranks holding one model together, for checkpoints: every stage's EP group),
+ * split once (hybrid sharding: its shard and replica groups too); the model
  * holds the shard of its TP rank, the layers of its stage and the experts of its EP rank. */
 dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
     dt_comm *comm = tr->comm;
@@ -90,19 +90,21 @@ dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo,
         st = dt_comm_group_split(ctx, comm, ranks, n, &tr->pp.group);
         tr->pp.n = pp, tr->pp.stage = mesh.coord[DT_AXIS_PP];
     }
-    if (st == DT_OK) { /* same c and d: stage after stage, tp ranks each (ascending world ranks) */
+    if (st == DT_OK) { /* same c and EP group: stage after stage, the EP group's ranks each, tp ranks
+                          each of those (ascending world ranks); member i = t + tp (q + ep p) */
         int c[DT_AXIS_N], k = 0;
         memcpy(c, mesh.coord, sizeof c);
+        const int d0 = mesh.coord[DT_AXIS_DP] / ep * ep;
         for (int p = 0; p < pp; p++)
-            for (int t = 0; t < mesh.size[DT_AXIS_TP]; t++) c[DT_AXIS_PP] = p, c[DT_AXIS_TP] = t, ranks[k++] = dt_mesh_rank_at(&mesh, c);
+            for (int q = 0; q < ep; q++)
+                for (int t = 0; t < mesh.size[DT_AXIS_TP]; t++) {
+                    c[DT_AXIS_PP] = p, c[DT_AXIS_DP] = d0 + q, c[DT_AXIS_TP] = t;
+                    ranks[k++] = dt_mesh_rank_at(&mesh, c);
+                }
         tr->mp_ranks = k;
         if (k > 1) st = dt_comm_group_split(ctx, comm, ranks, k, &tr->mp_group);
     }
     free(ranks);
-    if (st == DT_OK && ep > 1) { /* the ranks holding one whole model: the EP group (tp = pp = 1) */
-        tr->mp_ranks = ep;
-        tr->mp_group = tr->ep.group;
-    }
     if (st == DT_OK && pc->hybrid && pc->strategy != DT_STRAT_DDP) st = hybrid_groups(ctx, tr, &mesh, pc);
     DT_CHECK(st);
     tr->tp.comm = comm;

@@ -1,7 +1,11 @@
 /* The expert load of a mixture of experts (trainer_impl.h; ARCHITECTURE decision 86): each
  * layer's router choices per expert in a step, counted by the model (model.h moe_load) over
- * the step's forwards and summed over the ranks. */
+ * the step's forwards and summed over the ranks. And the router's totals summed over the CP
+ * group (decision 89). */
+#include <stdlib.h>
 #include <string.h>
+
+#include "core/timer.h"
 
 #include "train/trainer_impl.h"
 
@@ -49,4 +53,27 @@ dt_status dt_moe_load_finish(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
     out->moe_load = m->moe_load, out->moe_layers = L, out->moe_experts = E;
     out->moe_load_max_mean = dt_moe_load_max_mean(m->moe_load, L, E);
     return DT_OK;
+}
+
+/* Each rank's values in its own slot, the others zero, so the all-reduce adds exact zeros; then
+ * the slots are added in rank order (the same bits on every CP rank). */
+int dt_moe_cp_sum(void *ud, double *x, size_t n) {
+    dt_cp_link *c = ud;
+    double *all = calloc((size_t)c->n * n, sizeof *all);
+    if (!all) {
+        dt_fail(&c->ctx, DT_ERR_NOMEM, "context parallelism: out of memory for the router totals");
+        return 1;
+    }
+    memcpy(all + (size_t)c->rank * n, x, n * sizeof *x);
+    double t0 = dt_now();
+    dt_status st = dt_comm_allreduce(&c->ctx, c->comm, c->group, all, (size_t)c->n * n, DT_F64, DT_SUM);
+    c->seconds += dt_now() - t0;
+    c->bytes += (double)(c->n * n * sizeof *x);
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        double s = all[i];
+        for (int q = 1; q < c->n; q++) s += all[(size_t)q * n + i];
+        x[i] = s;
+    }
+    free(all);
+    return st != DT_OK;
 }

@@ -256,6 +256,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
     const size_t nf = dt_model_stage_floats(m), bt = (size_t)m->B * m->T;
     const int prev = (r + P - 1) % P, next = (r + 1) % P; /* the neighbours (a ring when interleaved) */
     int next_b[16] = {0}, next_w = 0, pass = 0; /* backwards run in micro-batch order per chunk (the schedules' rule) */
+    int bpass = 0; /* the B passes so far: expert parallelism's segments (train/ep.c) accumulate over them */
     for (int k = 0; k < M * v; k++) p->slot_of[k] = -1;
     *loss_sum = 0.0;
     out->pp_wgrad = 0.0;
@@ -336,6 +337,10 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
              * write disjoint gradients: the others' add zeros; so do zb-h1's B and W passes) */
             dt_parallel_begin_micro(tr->par, pass, pass == M * p->passes - 1);
             pass++;
+            /* expert parallelism: the local experts' weight gradients of every source rank are
+             * formed in B (never deferred to W: moe.c), into the step's segments by B pass, as
+             * DDP's rule adds the passes (decision 89) */
+            dt_ep_begin_micro(tr, bpass);
             m->tied_add = m->tied_h && first && k == M - 1;
             m->wdefer = p->defer ? &p->defer[s] : NULL; /* zb-h1: the weight GEMMs wait for W */
             dt_model_backward(m, p->bscale[k]);
@@ -343,6 +348,7 @@ dt_status dt_pp_micro_steps(dt_ctx *ctx, dt_trainer *tr, const dt_micro *mi, dou
             m->tied_add = 0;
             DT_CHECK(dt_trainer_tp_check(ctx, tr));
             dt_parallel_end_micro(tr->par);
+            dt_ep_end_micro(tr, bpass++);
             if (v > 1) dt_trace_end(td, "bwd", "backward %d chunk %d", k, c);
             else dt_trace_end(td, "bwd", "backward %d", k);
             out->bwd_seconds += dt_now() - t0;
@@ -461,7 +467,10 @@ dt_status dt_pp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *sumsq) {
         return DT_OK;
     }
     double mine;
-    if (plain) mine = stage_part(tr, ps, p->stage, 0);
+    /* expert parallelism: the stage's dense regions and its EP ranks' experts, in EP rank
+     * order (ep.c), the embedding before the first stage's layers, the tail after the last's */
+    if (plain && tr->ep.n > 1) DT_CHECK(dt_ep_sumsq(ctx, tr, p->stage == 0, p->stage == p->n - 1, &mine));
+    else if (plain) mine = stage_part(tr, ps, p->stage, 0);
     else DT_CHECK(dt_parallel_grad_sumsq(ctx, tr->par, &mine)); /* a tied copy's gradient is 0 here */
     double part[DT_PP_MAX] = {0};
     part[p->stage] = mine; /* one non-zero per slot: the sum is exact, then added in order */

@@ -23,15 +23,17 @@ static dt_status store_layout(dt_ctx *ctx, dt_tp_ckpt *c, const dt_model *m, con
 }
 
 /* The runs into canon of model-parallel rank i's store: TP rank i % tp (of tp ranks holding a
- * shard each; tp = 1: every shard, the blocks mode, or none split) on stage i / tp. */
+ * shard each; tp = 1: every shard, the blocks mode, or none split), EP rank i / tp % ep (of ep
+ * ranks holding n_experts / ep experts each), on stage i / (tp ep) (mesh_groups.c). */
 static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr, int i, dt_canon_run **out, size_t *n,
                            size_t *len) {
     const dt_model *m = &tr->model;
     dt_model_opts o = m->opts;
-    if (o.ep > 1) o.ep_rank = i; /* expert parallelism: the EP group (tp = pp = 1) */
+    const int ep = o.ep > 1 ? o.ep : 1;
+    if (o.ep > 1) o.ep_rank = i / c->tp_ranks % ep; /* expert parallelism: the EP group's ranks */
     if (c->tp_ranks > 1) o.tp_local = 1, o.tp_first = i % c->tp_ranks;
     if (tr->pp.n > 1) {
-        const int p = i / c->tp_ranks;
+        const int p = i / (c->tp_ranks * ep);
         o.pp_l0 = tr->cfg.pp_first[p], o.pp_l1 = tr->cfg.pp_first[p + 1], o.pp_c = 0; /* its chunk 0 */
     }
     dt_params ps;

@@ -199,6 +199,8 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
     int n = dt_model_tensors_tp(&mc, &mo, table); /* tensor parallelism: one rank's shards */
     const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1, pp = cfg->pp > 1 && !cfg->pp_blocks ? cfg->pp : 1;
     int stage = 0, slots = 1;
+    if (mo.ep > 1) /* expert parallelism (tp = cp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
+        mo.ep_rank = rank % (world / pp) % mo.ep;
     if (pp > 1) { /* a pipeline stage (parallel/mesh.h: tp fastest, then dp, then pp) */
         if (world % (tp * pp))
             return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: parallel.tp=%d x parallel.pp=%d does not divide %d ranks",
@@ -224,10 +226,9 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         world = tp * dpw, rank = rank % (tp * dpw);
         node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
-    if (mo.ep > 1) { /* expert parallelism (tp = cp = pp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
-        mo.ep_rank = rank % mo.ep;
+    if (mo.ep > 1) { /* this EP rank's experts (a stage's: its dp ranks are the world now) */
         DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
-        dt_ep_plan(cfg, &mo, world, mc.n_layer, bytes);
+        dt_ep_plan(cfg, &mo, world, dt_stage_chunks(&mo) * dt_stage_layers(&mc, &mo), bytes);
     }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
@@ -478,7 +479,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
         tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait,
                                          cfg->model_opts.cp_all_gather ? cp_allgather : NULL,
-                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL};
+                                         cfg->model_opts.cp_all_gather ? cp_alltoall : NULL, dt_moe_cp_sum};
         DT_CHECK_GOTO(dt_alloc_get(ctx, &tr->alloc, DT_MEM_OTHER, cp_tok_bytes(cfg), (void **)&tr->cp.tok));
     }
     if (cfg->parallel.tp > 1) {
@@ -547,7 +548,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     /* under a pipeline (or its blocks mode): summed stage by stage; then the tied embedding's
      * gradient to the last stage's copy */
     DT_CHECK(tr->cfg.pp > 1   ? dt_pp_sumsq(ctx, tr, &sumsq)
-             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, &sumsq)
+             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, 1, 1, &sumsq)
                             : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     if (tr->pp.n > 1) DT_CHECK(dt_pp_tied_grads(ctx, tr));
     const float S = tr->scaler.scale;

@@ -43,6 +43,10 @@ void dt_moe_load_begin(dt_trainer *tr);
 /* At the step's end (every rank alike): the counts summed over the world, out's moe_load,
  * moe_layers, moe_experts and moe_load_max_mean set (NULL and 0 for a dense model). */
 dt_status dt_moe_load_finish(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out);
+/* Context parallelism's `sum` (model/cp.h; decision 89): x (n doubles, a mixture of experts'
+ * router totals) replaced by its sum over the CP group (ud: the trainer's dt_cp_link), added
+ * in rank order; nonzero on a failure (its message in the link's ctx). */
+int dt_moe_cp_sum(void *ud, double *x, size_t n);
 
 /* ---- expert parallelism (ep.c; ARCHITECTURE decision 85) */
 
@@ -62,8 +66,9 @@ void dt_ep_end_micro(dt_trainer *tr, int k);
  * the EDP group, into the store's gradients on every rank holding the expert. */
 dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr);
 /* The gradient's sum of squares: the dense tensors (EP rank 0's part) and each rank's
- * experts, exchanged exactly and added in EP rank order. */
-dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, double *out);
+ * experts, exchanged exactly and added in EP rank order. pre / post: the tensors before the
+ * layers (the embedding) and after them count (a pipeline stage: the first / the last). */
+dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, int pre, int post, double *out);
 
 /* ---- pipeline parallelism (pipeline.c; ARCHITECTURE decision 74) */
 

@@ -649,12 +649,18 @@ static void llama_backward(dt_model *m, float scale) {
  * A layer of experts (one shard, either precision) defers instead three blocks of B T k rows
  * (moe.c: each expert's dy, dgu and gathered input at its rows, 16-bit in the block's first half
  * under mixed precision), then the router's, o's and q|k|v's douts; its experts' gate|up and
- * outputs are dead after the blocks (W reads h, or hh), res2 and rstd2
- * before o's, q|k|v and the log-sum-exp before q|k|v's. */
+ * outputs are dead after the blocks (W reads h, or hh), res2 and rstd2 before o's, q|k|v and the
+ * log-sum-exp before q|k|v's. Under expert parallelism the experts' GEMMs stay in B (their
+ * gradients go to the source ranks' segments): the router's, o's and q|k|v's douts only
+ * (decision 89). */
 static int llama_defer_douts(const dt_model *m, int l, size_t *n) {
     const tp_dims d = dims_of(&m->cfg, &m->opts);
     const size_t BT = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model, nb = (size_t)d.nb;
     if (l < 0 || l >= dt_stage_layers(&m->cfg, &m->opts) || dt_model_recomputes(&m->opts, l)) return 0;
+    if (m->cfg.n_experts && m->opts.ep > 1) { /* expert parallelism: the experts' GEMMs stay in B (moe.c) */
+        n[0] = BT * (size_t)m->cfg.n_experts, n[1] = BT * C, n[2] = BT * (size_t)d.QWl;
+        return 3;
+    }
     if (m->cfg.n_experts) { /* the experts' blocks (R rows: dy, dgu, the gathered input), the router's, o's, q|k|v's */
         const size_t R = BT * (size_t)m->cfg.experts_topk, Fe = (size_t)m->cfg.expert_d_ff;
         n[0] = R * C, n[1] = R * 2 * Fe, n[2] = R * C, n[3] = BT * (size_t)m->cfg.n_experts, n[4] = BT * C;
@@ -683,15 +689,20 @@ static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
         const size_t R = BT * (size_t)c->experts_topk, Fe = (size_t)c->expert_d_ff;
         const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l);
         const dt_moe_acts *e = m->acts ? &((dt_llama_acts *)m->impl)->moe : NULL;
+        /* expert parallelism: no experts' blocks (the douts start at the router's), and the
+         * experts' rows are left alone (their sizes are the received rows') */
+        const int x = m->opts.ep > 1 ? 3 : 0;
         SPAN(v.res3, BT * C, 0);
-        SPAN(e ? e->gu + s * R * 2 * Fe : NULL, R * 2 * Fe, 3); /* read by the SwiGLU's backward, y by */
-        SPAN(e ? e->y + s * R * C : NULL, R * C, 3);            /* the weights' (W reads h) */
-        SPAN(v.res2, BT * C, 4);
-        SPAN(v.rstd2, BT, 4);
-        SPAN(v.qkv, BT * (size_t)d.QWl, 5);
-        SPAN(v.lse, BT * (size_t)d.NHl, 5);
-        SPAN(v.rstd1, BT, 6);
-        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 6);
+        if (!x) {
+            SPAN(e ? e->gu + s * R * 2 * Fe : NULL, R * 2 * Fe, 3); /* read by the SwiGLU's backward, y by */
+            SPAN(e ? e->y + s * R * C : NULL, R * C, 3);            /* the weights' (W reads h) */
+        }
+        SPAN(v.res2, BT * C, 4 - x);
+        SPAN(v.rstd2, BT, 4 - x);
+        SPAN(v.qkv, BT * (size_t)d.QWl, 5 - x);
+        SPAN(v.lse, BT * (size_t)d.NHl, 5 - x);
+        SPAN(v.rstd1, BT, 6 - x);
+        if (l == 0) SPAN(m->acts ? ((dt_llama_acts *)m->impl)->encoded : NULL, BT * C, 6 - x);
         return n;
     }
     SPAN(v.res3, RW * C, 0);

@@ -235,9 +235,21 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
     }
 }
 
+/* The router rows of the losses' totals: every layer's rows of the micro-batch's whole
+ * sequences (context parallelism: each CP rank holds T / cp of them; decision 89). */
+static double rows_total(const dt_model *m) {
+    const int cp = m->cp_ring.n > 1 ? m->cp_ring.n : 1;
+    return (double)m->cfg.n_layer * m->B * m->T * cp;
+}
+
 double dt_moe_finish(dt_model *m, dt_moe_acts *a) {
     const dt_model_config *c = &m->cfg;
-    const double N = (double)c->n_layer * m->B * m->T;
+    /* context parallelism: the totals of the whole sequences, summed over the CP group before
+     * the losses are formed; the backward's gradients then read the same */
+    if (m->cp_ring.n > 1 &&
+        (!m->cp_ring.sum || m->cp_ring.sum(m->cp_ring.ud, a->count, dt_moe_stage_floats(c) * sizeof(float) / sizeof(double))))
+        m->cp_failed = 1; /* a ring without the sum cannot form the sequence's losses */
+    const double N = rows_total(m);
     double aux = 0.0;
     for (int e = 0; e < c->n_experts; e++) aux += (a->count[e] / N) * (a->psum[e] / N);
     aux *= c->n_experts;
@@ -268,7 +280,7 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
     const int router_unit = dt_fam_unit(m, DT_LLAMA_MOE_ROUTER, l);
     /* zb-h1 (ARCHITECTURE decision 84): each expert's douts and gathered input formed straight
      * into three blocks of the plan (R rows each, expert e's at row off[e]), kept for W (expert
-     * parallelism runs without a pipeline: decision 85) */
+     * parallelism forms its experts' gradients in B, into the source ranks' segments: decision 89) */
     float *kdy = NULL, *kdgu = NULL, *kxe = NULL;
     if (m->opts.ep <= 1 && dt_wdefer_on(m, DT_LLAMA_MOE_W1(0), l)) {
         kdy = dt_wdefer_dout(m, NULL, R * C);
@@ -322,10 +334,14 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
     /* router: d(logits) from the weights, the load-balancing loss and the z-loss */
     dt_unit_need(m, router_unit, next);
     dt_unit_grads_begin(m, router_unit);
-    const double N = (double)c->n_layer * BT;
-    const float zg = (float)(scale * (double)m->moe_z_coef * 2.0 / N);
+    /* over the whole sequences' N rows (totals and N summed over the CP group); this rank's rows
+     * are Nl of them: the gradient of each of its rows is cp times its share of the sequence's,
+     * as its cross-entropy's is (a mean over its Nl rows), and the CP group's sum divided by cp
+     * (the loss scale) gives the whole sequence's */
+    const double Nl = (double)c->n_layer * BT, N = rows_total(m);
+    const float zg = (float)(scale * (double)m->moe_z_coef * 2.0 / Nl);
     float aux_g[DT_MOE_MAX_EXPERTS];
-    for (int e = 0; e < E; e++) aux_g[e] = (float)(scale * (double)m->moe_aux_coef * E * a->count[e] / (N * N));
+    for (int e = 0; e < E; e++) aux_g[e] = (float)(scale * (double)m->moe_aux_coef * E * a->count[e] / (Nl * N));
     for (int t = 0; t < BT; t++) {
         const float *p = probs + (size_t)t * E, *wt = w + (size_t)t * k, *dwt = a->dw + (size_t)t * k;
         const int32_t *st = sel + (size_t)t * k;
