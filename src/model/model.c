@@ -265,9 +265,6 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
         if (m->opts.compute != DT_F32)
             return dt_fail(ctx, DT_ERR_CONFIG, "training.precision: %s is not supported with model.n_experts > 0 "
                            "(mixture of experts runs in fp32)", m->opts.compute == DT_BF16 ? "bf16" : "fp16");
-        if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
-            return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA is not supported with model.n_experts > 0 "
-                           "(mixture of experts)");
     }
     if (B < 1 || B > 65536)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", B);
