@@ -145,6 +145,9 @@ static int adapter_table(const dt_model_config *c, const dt_lora_cfg *lora, cons
         /* an expert's adapters are the expert's: an expert-parallel rank holds its experts'
          * only (model.c dt_model_stage_table's rule for the base; decision 90) */
         out[n - 2].expert = out[n - 1].expert = bt->expert;
+        /* each expert's adapters are a unit of their own, as the expert's weights are (the
+         * region expert parallelism keeps apart is whole units: decision 90) */
+        out[n - 2].unit_start = bt->expert && (n == 2 || out[n - 3].expert != bt->expert);
         if (bt->expert && o && o->ep > 1 && (bt->expert - 1) / (c->n_experts / o->ep) != o->ep_rank)
             out[n - 2].rows = out[n - 2].file_rows = out[n - 1].rows = out[n - 1].file_rows = 0;
     }
@@ -189,7 +192,9 @@ dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config 
     int n = base_table(c, o, t);
     size_t cap = dt_params_table_unit_max(t, n); /* the full layout's: the vocabulary chunks stay its */
     for (int i = 0; i < n; i++)
-        if (quantized(&t[i], &o->lora)) t[i].rows = t[i].file_rows = 0; /* held as NF4 outside the slab */
+        if (quantized(&t[i], &o->lora)) /* held as NF4 outside the slab: an empty tensor keeping its unit (an
+                                           expert's too: params.c leaves out only another EP rank's) */
+            t[i].rows = t[i].file_rows = 0, t[i].expert = 0;
     DT_CHECK(dt_params_init_cap(ctx, base, t, n, store_layers(c, o), alloc, slabs, cap));
     store_map(base, c, o);
     return DT_OK;
@@ -539,12 +544,12 @@ static void ep_allgather_u64(dt_model *m, const uint64_t *v, int n, uint64_t *al
 
 /* XXH3-64 of the base tensors of one expert (1 + its index; 0: the tensors of no expert), in
  * store order: an fp32 tensor's values, an NF4 one's bytes. */
-static uint64_t part_hash(const dt_model *m, int expert) {
+static uint64_t part_hash(const dt_model *m, const dt_tensor_info *fam, int expert) {
     XXH3_state_t *s = XXH3_createState();
     XXH3_64bits_reset(s);
     const dt_params *b = &m->base;
     for (int id = 0; id < b->n_tensors; id++) {
-        if (b->tensors[id].expert != expert) continue;
+        if (fam[id].expert != expert) continue; /* the family's (an NF4 base tensor's own is cleared) */
         for (int l = 0; l < dt_params_copies(b, id); l++) {
             const dt_nf4 *q = dt_lora_nf4(m, id, l);
             if (q) XXH3_64bits_update(s, q->offset, dt_nf4_bytes(q->n));
@@ -562,8 +567,10 @@ static uint64_t part_hash(const dt_model *m, int expert) {
 static uint64_t moe_hash(dt_model *m) {
     const int E = m->cfg.n_experts, P = m->opts.ep > 1 ? m->opts.ep : 1, El = E / P, e0 = P > 1 ? m->opts.ep_rank * El : 0;
     uint64_t h[1 + DT_MOE_MAX_EXPERTS], mine[DT_MOE_MAX_EXPERTS];
-    h[0] = part_hash(m, 0);
-    for (int j = 0; j < El; j++) mine[j] = part_hash(m, e0 + j + 1);
+    dt_tensor_info fam[DT_MODEL_MAX_TENSORS];
+    dt_model_tensors(&m->cfg, fam);
+    h[0] = part_hash(m, fam, 0);
+    for (int j = 0; j < El; j++) mine[j] = part_hash(m, fam, e0 + j + 1);
     if (P > 1) ep_allgather_u64(m, mine, El, h + 1);
     else memcpy(h + 1, mine, (size_t)E * sizeof *mine);
     return XXH3_64bits(h, (size_t)(1 + E) * sizeof *h);
@@ -665,6 +672,16 @@ int dt_lora_unit(const dt_model *m, int u, int *first) {
     if (first) *first = 0;
     int k = u - b->n_pre_units;
     if (u < 0 || k < 0 || k >= b->n_layer * b->layer_units) return -1;
+    const int l = k / b->layer_units;
+    if (m->ps.layer_units > 1) { /* experts' adapters: each expert's unit maps to its adapters' */
+        size_t off;
+        for (int i = 0; i < m->n_sites; i++)
+            if (m->ps.tensors[m->site_a[i]].expert && dt_params_unit_of(b, m->sites[i].id, l, &off) == u) {
+                if (first) *first = 1;
+                return dt_params_unit_of(&m->ps, m->site_a[i], l, &off);
+            }
+        if (m->n_sites && m->ps.tensors[m->site_a[0]].expert) return -1; /* no dense adapters */
+    }
     if (first) *first = k % b->layer_units == 0;
-    return DT_UNIT_LAYER(&m->ps, k / b->layer_units);
+    return DT_UNIT_LAYER(&m->ps, l);
 }

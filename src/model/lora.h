@@ -98,7 +98,9 @@ uint64_t dt_lora_base_hash(dt_model *m);
 uint64_t dt_lora_base_fingerprint(dt_model *m); /* under expert parallelism: the EP group's (a collective) */
 
 /* The adapter unit of base unit u (-1: none, PRE/POST); *first (may be NULL): u is the
- * lowest base unit of its layer (the last one a backward ends). */
+ * lowest base unit of its layer (the last one a backward ends). A layer's adapters are one unit
+ * but for the experts': each expert's adapters are their own unit, which its base unit maps to
+ * (first: it ends them); the other base units map to the layer's dense adapters (-1: none). */
 int dt_lora_unit(const dt_model *m, int u, int *first);
 /* out (N, OC) += the adapters of the base matmul (id, layer l, OC rows from id's first);
  * x: the layer's input (fp32, or 16-bit under mixed precision). */

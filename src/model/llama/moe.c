@@ -68,7 +68,7 @@ size_t dt_moe_ep_offset(const dt_model *m) {
     const dt_params *ps = &m->ps;
     if (!m->lora) return ps->tensors[DT_LLAMA_MOE_W1(first)].offset - ps->layers_offset;
     for (int i = 0; i < m->n_sites; i++)
-        if (m->base.tensors[m->sites[i].id].expert == first + 1) return ps->tensors[m->site_a[i]].offset - ps->layers_offset;
+        if (ps->tensors[m->site_a[i]].expert == first + 1) return ps->tensors[m->site_a[i]].offset - ps->layers_offset;
     return 0; /* no expert adapters: an empty region */
 }
 
