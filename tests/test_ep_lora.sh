@@ -3,7 +3,8 @@
 # ARCHITECTURE decision 90): each expert's adapters live with the expert on its owner and their
 # gradients travel in the expert segments of decision 85. mixtral-tiny, adapters on q, v and
 # every expert's w1, w2, w3, both router losses and clipping on, 6 steps, against ep = 1 at dp 2:
-#  - dp 2 ep 2 with an fp32 base and with an NF4 base (QLoRA): losses and gradient norms every
+#  - dp 2 ep 2 with an fp32 base and with an NF4 base (QLoRA; with grad_accum 2, a capacity
+#    factor that drops choices and full activation checkpointing): losses and gradient norms every
 #    step, the router's numbers, and the checkpoint's adapters (tensor by tensor, gathered from
 #    the EP ranks into the whole model's names) bitwise; trainer.json's base hash and
 #    fingerprint the same at both layouts (layout-free);
@@ -63,7 +64,8 @@ pair() { # WHAT REF NAME ARGS...: REF at dp 2 ep 1, NAME at dp 2 ep 2, compared 
 }
 
 pair "LoRA on q, v, w1, w2, w3" d2 d2e2
-pair "QLoRA (nf4 base) on q, v, w1, w2, w3" q2 q2e2 --set lora.base_dtype=nf4
+pair "QLoRA (nf4 base), grad_accum 2, capacity 1.0, full checkpointing" q2 q2e2 --set lora.base_dtype=nf4 \
+  --set training.grad_accum=2 --set parallel.moe_capacity_factor=1.0 --set memory.activation_checkpointing=full
 pair "LoRA on the attention only (experts frozen)" a2 a2e2 --set lora.targets=q,v
 
 # an ep 2 checkpoint resumed at ep 1
