@@ -37,7 +37,7 @@
 #include "testutil.h"
 #include "train/trainer.h"
 
-static const unsigned ALL = (1u << DT_LORA_NTARGETS) - 1;
+static const unsigned ALL = (1u << DT_LORA_NDENSE) - 1; /* the dense targets */
 
 static dt_model_config llama_cfg(void) {
     return (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4, .n_kv_head = 2,

@@ -50,7 +50,10 @@ refused "experts on vit" "model.experts_topk: vit has no experts" --set model.pr
 refused "top-k on a dense llama" "model.experts_topk: needs model.n_experts > 0" --set model.preset=llama-tiny \
   --set model.experts_topk=2
 refused "17 experts" "model.n_experts must be in [0, 16] (got 17)" --set model.n_experts=17
-refused "LoRA" "lora.rank: LoRA is not supported with model.n_experts > 0" --set lora.rank=4
+refused "LoRA in bf16" "lora.rank with model.n_experts > 0 and training.precision=bf16: not built" --set lora.rank=4 \
+  --set training.precision=bf16
+refused "LoRA's dense gate on experts" "lora.targets: 'gate' names a dense MLP projection" --set lora.rank=4 \
+  --set lora.targets=q,gate
 refused "tensor parallelism" "parallel.tp=2 with model.n_experts=4: tensor parallelism of a mixture of experts is not built" \
   --set parallel.tp=2 --set parallel.tp_blocks=true
 

@@ -15,7 +15,8 @@
 #  - validation through the pipeline equals pp 1's; a pp 2 checkpoint resumed at pp 1
 #    continues bitwise; the allocator's high-water equals the plan on every run;
 #  - zb-h1 (the experts' weight GEMMs deferred, their douts and gathered inputs kept in blocks
-#    of the plan) pp 2 == pp 1, also with full checkpointing every 2.
+#    of the plan) pp 2 == pp 1, also with full checkpointing every 2, and with QLoRA on the
+#    attention and the experts (their adapters' gradients deferred on the kept blocks).
 set -uo pipefail
 bin=$1
 dir=$2
@@ -58,6 +59,13 @@ run zb 2 --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 --save-weights "$d
 check "mixtral-tiny zb-h1 pp 2 == pp 1, bitwise" ref zb bitwise 6
 same_moe "mixtral-tiny zb-h1 pp 2" ref zb
 same_file "mixtral-tiny zb-h1 pp 2" ref zb
+# QLoRA on the experts (decision 90) under zb-h1: the experts' adapters' dA, dB deferred to W on
+# the kept blocks
+ql=(--set lora.rank=4 --set lora.targets=q,v,w1,w2,w3 --set lora.base_dtype=nf4)
+run qref 1 "${ql[@]}"
+run qzb 2 --set parallel.pp=2 --set parallel.pp_schedule=zb-h1 "${ql[@]}"
+check "mixtral-tiny QLoRA on q, v, w1, w2, w3: zb-h1 pp 2 == pp 1, bitwise" qref qzb bitwise 6
+same_moe "mixtral-tiny QLoRA zb-h1 pp 2" qref qzb
 # the blocks' cost (decision 84): stage 0's activations (the allocator's, = the plan) against 1f1b's
 acts() { sed -n 's/.*memory high-water: .* activations=\([0-9]*\).*/\1/p' "$dir/$1.log" | head -1; }
 z=$(acts zb) o=$(acts pp2_1f1b)

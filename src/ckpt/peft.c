@@ -14,8 +14,8 @@
 
 /* PEFT's module name of each target (target_modules), by family. */
 static const char *peft_module(const char *family, int t) {
-    static const char *const llama[DT_LORA_NTARGETS] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                        "gate_proj", "up_proj", "down_proj"};
+    static const char *const llama[DT_LORA_NTARGETS] = {"q_proj", "k_proj",    "v_proj", "o_proj", "gate_proj",
+                                                        "up_proj", "down_proj", "w1",     "w2",     "w3"};
     return !strcmp(family, "llama") ? llama[t] : NULL;
 }
 

@@ -11,7 +11,7 @@
 #include "model/family_impl.h"
 #include "ops/ops.h"
 
-static const char *const target_names[DT_LORA_NTARGETS] = {"q", "k", "v", "o", "gate", "up", "down"};
+static const char *const target_names[DT_LORA_NTARGETS] = {"q", "k", "v", "o", "gate", "up", "down", "w1", "w2", "w3"};
 /* Salt of the adapters' init seed: their streams differ from the base's for any seed. */
 #define LORA_SEED_SALT 0x4c6f52412d414441ULL
 
@@ -29,7 +29,7 @@ typedef struct dt_lora_nf4 nf4_store;
 
 /* Quantized under NF4: the LAYER matmul tensors (embeddings, norms and the lm_head stay fp32). */
 static int quantized(const dt_tensor_info *t, const dt_lora_cfg *lora) {
-    return lora->nf4 && t->group == DT_PG_LAYER && t->matmul;
+    return lora->nf4 && t->group == DT_PG_LAYER && t->matmul && t->rows > 0; /* not another EP rank's expert */
 }
 
 const char *dt_lora_target_name(int t) { return t >= 0 && t < DT_LORA_NTARGETS ? target_names[t] : NULL; }
@@ -46,7 +46,8 @@ dt_status dt_lora_parse_targets(dt_ctx *ctx, const char *list, unsigned *out) {
         for (int t = 0; t < DT_LORA_NTARGETS; t++)
             if (strlen(target_names[t]) == n && !strncmp(target_names[t], p, n)) found = t;
         if (found < 0)
-            return dt_fail(ctx, DT_ERR_CONFIG, "lora.targets: unknown target '%.*s' (known: q, k, v, o, gate, up, down)",
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.targets: unknown target '%.*s' (known: q, k, v, o, gate, up, down; w1, w2, w3 "
+                           "for a mixture of experts' experts)",
                            (int)n, p);
         *out |= 1u << found;
         if (!e) break;
@@ -64,14 +65,18 @@ void dt_lora_targets_str(unsigned bits, char *buf, size_t n) {
             len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", target_names[t]);
 }
 
-/* The family's sites that lora selects, in target order. */
+/* The family's sites that lora selects: the dense targets' in target order, then the experts'
+ * in the family's order (expert by expert: each expert's adapters adjacent in the store, so an
+ * expert-parallel rank's experts are one run of every layer; decision 90). */
 static int selected_sites(const dt_model_config *c, const dt_lora_cfg *lora, dt_lora_site *out) {
     const dt_model_family *f = dt_model_family_of(c);
     dt_lora_site all[DT_LORA_MAX_SITES];
     int n = f && f->lora_sites ? f->lora_sites(c, all) : 0, k = 0;
-    for (int t = 0; t < DT_LORA_NTARGETS; t++)
+    for (int t = 0; t < DT_LORA_NDENSE; t++)
         for (int i = 0; i < n; i++)
             if ((int)all[i].target == t && (lora->targets >> t & 1u)) out[k++] = all[i];
+    for (int i = 0; i < n; i++)
+        if (dt_lora_expert_target((int)all[i].target) && (lora->targets >> all[i].target & 1u)) out[k++] = all[i];
     return k;
 }
 
@@ -100,8 +105,19 @@ dt_status dt_lora_validate(dt_ctx *ctx, const dt_model_config *c, const dt_lora_
         if (!(lora->targets >> t & 1u)) continue;
         int has = 0;
         for (int i = 0; i < n; i++) has |= (int)all[i].target == t;
+        if (!has && c->n_experts > 0 && (t == DT_LORA_GATE || t == DT_LORA_UP || t == DT_LORA_DOWN))
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.targets: '%s' names a dense MLP projection; with model.n_experts=%d "
+                           "name the experts' w1 (gate), w3 (up), w2 (down), as PEFT names Mixtral's (each expert its "
+                           "own adapters; the router block_sparse_moe.gate stays frozen)", target_names[t], c->n_experts);
+        if (!has && dt_lora_expert_target(t))
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.targets: '%s' adapts a mixture of experts' experts; this %s has "
+                           "none (model.n_experts=0: name gate, up, down)", target_names[t], f->name);
         if (!has)
             return dt_fail(ctx, DT_ERR_CONFIG, "lora.targets: %s has no '%s' projection", f->name, target_names[t]);
+        if (lora->dropout > 0.0f && dt_lora_expert_target(t))
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.dropout=%g with lora.targets naming %s: dropout on the experts' "
+                           "adapters is not built (their rows are gathered by expert; use lora.dropout=0)",
+                           (double)lora->dropout, target_names[t]);
     }
     return DT_OK;
 }
@@ -126,6 +142,14 @@ static int adapter_table(const dt_model_config *c, const dt_lora_cfg *lora, cons
         out[n++] = (dt_tensor_info){s[i].name_b, s[i].ext_b, DT_PG_LAYER, DT_ELEM_F32, s[i].rows, r, 0, DT_INIT_ZEROS,
                                     0.0f, 1, 0, 0, 0, 0, 0, 0, 0, 0, .split = sb,
                                     .sections = sb ? (int)(s[i].rows / sec) : 0};
+        /* an expert's adapters are the expert's: an expert-parallel rank holds its experts'
+         * only (model.c dt_model_stage_table's rule for the base; decision 90) */
+        out[n - 2].expert = out[n - 1].expert = bt->expert;
+        /* each expert's adapters are a unit of their own, as the expert's weights are (the
+         * region expert parallelism keeps apart is whole units: decision 90) */
+        out[n - 2].unit_start = bt->expert && (n == 2 || out[n - 3].expert != bt->expert);
+        if (bt->expert && o && o->ep > 1 && (bt->expert - 1) / (c->n_experts / o->ep) != o->ep_rank)
+            out[n - 2].rows = out[n - 2].file_rows = out[n - 1].rows = out[n - 1].file_rows = 0;
     }
     dt_params_table_tp(out, n, dt_tp_size(o), dt_tp_local(o), dt_tp_first(o));
     return n;
@@ -168,7 +192,9 @@ dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config 
     int n = base_table(c, o, t);
     size_t cap = dt_params_table_unit_max(t, n); /* the full layout's: the vocabulary chunks stay its */
     for (int i = 0; i < n; i++)
-        if (quantized(&t[i], &o->lora)) t[i].rows = t[i].file_rows = 0; /* held as NF4 outside the slab */
+        if (quantized(&t[i], &o->lora)) /* held as NF4 outside the slab: an empty tensor keeping its unit (an
+                                           expert's too: params.c leaves out only another EP rank's) */
+            t[i].rows = t[i].file_rows = 0, t[i].expert = 0;
     DT_CHECK(dt_params_init_cap(ctx, base, t, n, store_layers(c, o), alloc, slabs, cap));
     store_map(base, c, o);
     return DT_OK;
@@ -205,11 +231,23 @@ size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora) {
     return s * (size_t)c->n_layer;
 }
 
+size_t dt_lora_expert_floats(const dt_model_config *c, const dt_lora_cfg *lora) {
+    if (!lora || lora->rank <= 0 || c->n_experts <= 0) return 0;
+    dt_tensor_info t[DT_MODEL_MAX_TENSORS];
+    int n = adapter_table(c, lora, NULL, t);
+    size_t s = 0;
+    for (int i = 0; i < n; i++) s += t[i].expert ? t[i].rows * t[i].cols : 0;
+    return s / (size_t)c->n_experts;
+}
+
 double dt_lora_flops_per_token(const dt_model_config *c, const dt_lora_cfg *lora, int T) {
     double f = dt_model_flops_per_token(c, T);
     if (!lora || lora->rank <= 0) return f;
-    /* flops at T = 0 are the 6 N part (the attention term grows with T) */
-    return f - dt_model_flops_per_token(c, 0) / 3.0 + 6.0 * (double)dt_lora_num_params(c, lora);
+    /* flops at T = 0 are the 6 N part (the attention term grows with T); a token passes
+     * through experts_topk of the n_experts experts' adapters */
+    const double ex = (double)dt_lora_expert_floats(c, lora) * (double)c->n_experts * (double)c->n_layer;
+    const double act = c->n_experts > 0 ? ex * (double)c->experts_topk / (double)c->n_experts : 0.0;
+    return f - dt_model_flops_per_token(c, 0) / 3.0 + 6.0 * ((double)dt_lora_num_params(c, lora) - ex + act);
 }
 
 /* The adapters' activations at base (NULL: only count) under o; returns their floats. red_off
@@ -489,8 +527,58 @@ static uint64_t shard_hash(const dt_model *m, int j) {
     return h;
 }
 
+/* Expert parallelism: every EP rank's n values (ep x n <= DT_MOE_MAX_EXPERTS) in rank order
+ * into all (a collective over m->ep_ops: its all-to-all sends each rank the same floats). */
+static void ep_allgather_u64(dt_model *m, const uint64_t *v, int n, uint64_t *all) {
+    const int P = m->opts.ep;
+    float mine[2 * DT_MOE_MAX_EXPERTS], got[2 * DT_MOE_MAX_EXPERTS];
+    size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rc[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
+    memcpy(mine, v, (size_t)n * sizeof *v);
+    for (int d = 0; d < P; d++) sc[d] = rc[d] = 2 * (size_t)n, sd[d] = 0, rd[d] = 2 * (size_t)n * (size_t)d;
+    if (!m->ep_ops.alltoallv || m->ep_ops.alltoallv(m->ep_ops.ud, mine, sc, sd, got, rc, rd, sizeof(float))) {
+        m->ep_failed = 1;
+        memset(got, 0, sizeof got);
+    }
+    memcpy(all, got, (size_t)P * (size_t)n * sizeof *all);
+}
+
+/* XXH3-64 of the base tensors of one expert (1 + its index; 0: the tensors of no expert), in
+ * store order: an fp32 tensor's values, an NF4 one's bytes. */
+static uint64_t part_hash(const dt_model *m, const dt_tensor_info *fam, int expert) {
+    XXH3_state_t *s = XXH3_createState();
+    XXH3_64bits_reset(s);
+    const dt_params *b = &m->base;
+    for (int id = 0; id < b->n_tensors; id++) {
+        if (fam[id].expert != expert) continue; /* the family's (an NF4 base tensor's own is cleared) */
+        for (int l = 0; l < dt_params_copies(b, id); l++) {
+            const dt_nf4 *q = dt_lora_nf4(m, id, l);
+            if (q) XXH3_64bits_update(s, q->offset, dt_nf4_bytes(q->n));
+            else XXH3_64bits_update(s, dt_params_tensor(b, b->params, id, l), b->tensors[id].rows * b->tensors[id].cols * sizeof(float));
+        }
+    }
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+/* A mixture of experts' base: the XXH3-64 of [the hash of the tensors of no expert, expert 0's,
+ * ..., expert E-1's], each expert's formed by its owner (expert parallelism: gathered over the
+ * EP group), so every ep and every rank agree (an NF4 expert is quantized whole: decision 90). */
+static uint64_t moe_hash(dt_model *m) {
+    const int E = m->cfg.n_experts, P = m->opts.ep > 1 ? m->opts.ep : 1, El = E / P, e0 = P > 1 ? m->opts.ep_rank * El : 0;
+    uint64_t h[1 + DT_MOE_MAX_EXPERTS], mine[DT_MOE_MAX_EXPERTS];
+    dt_tensor_info fam[DT_MODEL_MAX_TENSORS];
+    dt_model_tensors(&m->cfg, fam);
+    h[0] = part_hash(m, fam, 0);
+    for (int j = 0; j < El; j++) mine[j] = part_hash(m, fam, e0 + j + 1);
+    if (P > 1) ep_allgather_u64(m, mine, El, h + 1);
+    else memcpy(h + 1, mine, (size_t)E * sizeof *mine);
+    return XXH3_64bits(h, (size_t)(1 + E) * sizeof *h);
+}
+
 uint64_t dt_lora_base_hash(dt_model *m) {
     const int k = dt_tp_size(&m->opts);
+    if (m->cfg.n_experts > 0 && k <= 1) return moe_hash(m);
     if (k > 1) {
         const int nb = dt_tp_local(&m->opts), first = dt_tp_first(&m->opts);
         float *hs = calloc(2 * (size_t)k, sizeof(float)); /* rank r's hash in floats 2r, 2r + 1 (bits) */
@@ -534,6 +622,8 @@ static uint64_t shard_fingerprint(const dt_model *m, int j, int first) {
         /* a pipeline's: the model's layers; the last stage's copy of a tied embedding is the
          * first stage's tensor (counted there) */
         if (id == dt_model_tied_head(b->tensors, b->n_tensors) && !dt_store_first(&m->opts)) continue;
+        /* expert parallelism: a tensor every EP rank holds is EP rank 0's, an expert its owner's */
+        if (m->opts.ep > 1 && !t->expert && m->opts.ep_rank != 0) continue;
         for (int l = 0; l < dt_params_copies(b, id); l++) {
             const float *w = dt_params_tensor(b, b->params, id, l) + off;
             const int gl = t->group == DT_PG_LAYER ? dt_params_layer(b, l) : l;
@@ -566,6 +656,12 @@ uint64_t dt_lora_base_fingerprint(dt_model *m) {
         memcpy(&h, hs + 2 * r, sizeof h);
         sum += h;
     }
+    if (m->opts.ep > 1) { /* the EP group's parts (tp = 1 under expert parallelism) */
+        uint64_t all[DT_MOE_MAX_EXPERTS];
+        ep_allgather_u64(m, &sum, 1, all);
+        sum = 0;
+        for (int r = 0; r < m->opts.ep; r++) sum += all[r];
+    }
     return sum ? sum : 1; /* 0 means "none" */
 }
 
@@ -576,6 +672,16 @@ int dt_lora_unit(const dt_model *m, int u, int *first) {
     if (first) *first = 0;
     int k = u - b->n_pre_units;
     if (u < 0 || k < 0 || k >= b->n_layer * b->layer_units) return -1;
+    const int l = k / b->layer_units;
+    if (m->ps.layer_units > 1) { /* experts' adapters: each expert's unit maps to its adapters' */
+        size_t off;
+        for (int i = 0; i < m->n_sites; i++)
+            if (m->ps.tensors[m->site_a[i]].expert && dt_params_unit_of(b, m->sites[i].id, l, &off) == u) {
+                if (first) *first = 1;
+                return dt_params_unit_of(&m->ps, m->site_a[i], l, &off);
+            }
+        if (m->n_sites && m->ps.tensors[m->site_a[0]].expert) return -1; /* no dense adapters */
+    }
     if (first) *first = k % b->layer_units == 0;
-    return DT_UNIT_LAYER(&m->ps, k / b->layer_units);
+    return DT_UNIT_LAYER(&m->ps, l);
 }

@@ -26,7 +26,12 @@
 
 #include "model/model.h"
 
-/* "q", "k", "v", "o", "gate", "up", "down" (NULL beyond). */
+/* "q", "k", "v", "o", "gate", "up", "down", "w1", "w2", "w3" (NULL beyond). A mixture of
+ * experts (model.n_experts > 0; ARCHITECTURE decision 90) takes w1, w2, w3 - every expert's
+ * gate, down and up projection, each expert its own adapter pair (PEFT's Mixtral module names)
+ * - instead of gate, up, down; its router stays frozen. Under expert parallelism an expert's
+ * adapters live with the expert on its owner (the rest of the EP group's stores hold no rows
+ * of them) and their gradients travel as the experts' do (model.h dt_model.ep_grads). */
 const char *dt_lora_target_name(int t);
 /* A comma list of target names into bits; an unknown or empty one is refused naming
  * lora.targets. */
@@ -48,6 +53,8 @@ dt_status dt_lora_base_init(dt_ctx *ctx, dt_params *base, const dt_model_config 
                             dt_alloc *alloc, int slabs);
 dt_status dt_lora_adapters_init(dt_ctx *ctx, dt_params *ps, const dt_model_config *c, const dt_model_opts *o,
                                 dt_alloc *alloc, int slabs);
+/* Floats of one expert's adapters in one layer (0: no expert targets, or a dense model). */
+size_t dt_lora_expert_floats(const dt_model_config *c, const dt_lora_cfg *lora);
 /* Trainable adapter parameters of c (what ps holds without tensor parallelism). */
 size_t dt_lora_num_params(const dt_model_config *c, const dt_lora_cfg *lora);
 /* Training FLOPs per token of a LoRA run (6 N + attention without LoRA, model.h): the frozen
@@ -75,7 +82,9 @@ dt_status dt_lora_set_base(dt_ctx *ctx, dt_model *m, const float *full);
 dt_status dt_lora_set_base_tensor(dt_ctx *ctx, dt_model *m, int id, int l, const float *w);
 /* Floats of the family table's flat layout (what dt_lora_set_base reads). */
 size_t dt_lora_full_floats(const dt_model *m);
-/* XXH3-64 of the base: its fp32 slab, then every NF4 tensor's bytes. Under tensor parallelism
+/* XXH3-64 of the base: its fp32 slab, then every NF4 tensor's bytes (a mixture of experts':
+ * the hash of its non-expert tensors' and each expert's hash, layout-free, a collective of the
+ * EP group under expert parallelism; lora.c moe_hash). Under tensor parallelism
  * the XXH3-64 of the tp shards' hashes in shard order (each over the shard's part of every
  * tensor in store order, then its NF4 tensors), whoever holds them: a TP group's ranks (a
  * collective: it gathers them over m->tp_ops) and the blocks mode agree. */
@@ -86,10 +95,12 @@ uint64_t dt_lora_base_hash(dt_model *m);
  * only) and a TP group's parts are added (a collective over m->tp_ops), so tp = 1, any tp and
  * the blocks mode agree: a checkpoint of one layout resumes in another (decision 69). 0 for an
  * NF4 base, whose shards are quantized per layout. */
-uint64_t dt_lora_base_fingerprint(dt_model *m);
+uint64_t dt_lora_base_fingerprint(dt_model *m); /* under expert parallelism: the EP group's (a collective) */
 
 /* The adapter unit of base unit u (-1: none, PRE/POST); *first (may be NULL): u is the
- * lowest base unit of its layer (the last one a backward ends). */
+ * lowest base unit of its layer (the last one a backward ends). A layer's adapters are one unit
+ * but for the experts': each expert's adapters are their own unit, which its base unit maps to
+ * (first: it ends them); the other base units map to the layer's dense adapters (-1: none). */
 int dt_lora_unit(const dt_model *m, int u, int *first);
 /* out (N, OC) += the adapters of the base matmul (id, layer l, OC rows from id's first);
  * x: the layer's input (fp32, or 16-bit under mixed precision). */

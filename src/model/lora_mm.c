@@ -6,12 +6,13 @@
 #include "model/family_impl.h"
 #include "ops/ops.h"
 
-/* Salt of the dropout masks' streams. */
+/* Salt of the dropout masks' streams (a layer's are its dense sites': dropout is refused with
+ * the experts' targets, lora.c dt_lora_validate). */
 #define LORA_DROP_SALT 0x4c6f524144726f70ULL
 
 uint64_t dt_lora_drop_key(uint64_t seed, uint64_t seq, int t, int l, int site) {
     uint64_t row = dt_rng_u64(seq, (uint64_t)(uint32_t)t, LORA_DROP_SALT);
-    return dt_rng_u64(seed, LORA_DROP_SALT + (uint64_t)l * DT_LORA_MAX_SITES + (uint64_t)site, row);
+    return dt_rng_u64(seed, LORA_DROP_SALT + (uint64_t)l * DT_LORA_NDENSE + (uint64_t)site, row);
 }
 
 /* Kept when the high 32 bits reach p 2^32: probability 1 - p (to 2^-32). */
@@ -30,7 +31,7 @@ static dt_dropout drop_of(const dt_model *m, int l, int site, int coff) {
     d.on = 1, d.T = m->T, d.coff = coff, d.inv = 1.0f / (1.0f - p), d.thresh = drop_thresh(p);
     d.seed = m->lora_drop_seed, d.seq0 = m->lora_drop_seq0, d.salt = LORA_DROP_SALT;
     const int gl = dt_params_layer(&m->ps, dt_fam_layer(m, l)); /* the model's layer */
-    d.stream = LORA_DROP_SALT + (uint64_t)gl * DT_LORA_MAX_SITES + (uint64_t)site;
+    d.stream = LORA_DROP_SALT + (uint64_t)gl * DT_LORA_NDENSE + (uint64_t)site;
     return d;
 }
 
@@ -79,6 +80,11 @@ static int site_geo_of(dt_model *m, int i, int id, int l, int j, int OC, int C, 
     g->B = dt_params_unit_tensor(&m->ps, m->ps.unit_params, ia + 1, dt_fam_layer(m, l));
     g->dA = bwd ? dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ia, dt_fam_layer(m, l)) : NULL; /* a forward: no gradients */
     g->dB = bwd ? dt_params_unit_tensor(&m->ps, m->ps.unit_grads, ia + 1, dt_fam_layer(m, l)) : NULL;
+    if (bwd && m->lora_seg && dt_lora_expert_target((int)s->target)) { /* a source's segment (model.h) */
+        const size_t lo = m->ps.layers_offset + m->lora_seg_off;
+        g->dA = m->lora_seg + (m->ps.tensors[ia].offset - lo);
+        g->dB = m->lora_seg + (m->ps.tensors[ia + 1].offset - lo);
+    }
     if (sp == DT_SPLIT_OUT) { /* B by output rows like the base, A replicated */
         g->B += (size_t)j * rows * r;
         if (g->dB) g->dB += (size_t)j * rows * r;

@@ -64,23 +64,28 @@ void dt_fam_mm_forward(dt_model *m, float *out, dt_mmin x, int id, int l, const 
     if (m->lora) dt_lora_mm_forward(m, out, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
 }
 
+/* LoRA: the frozen base's input gradient dinp (N,C) = dout W (fp32 or NF4; NULL: none). */
+static void lora_base_dinp(dt_model *m, float *dinp, int id, int l, const float *dout, int N, int C, int OC) {
+    dt_params *w = dt_model_weights(m);
+    if (!dinp) {
+    } else if (dt_lora_nf4(m, id, l)) {
+        nf4_backward(m, dinp, id, l, dout, N, C, OC);
+    } else if (!dt_lowp(m)) {
+        dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, NULL, dt_params_unit_tensor(w, w->unit_params, id, dt_fam_layer(m, l)), N,
+                              C, OC);
+    } else {
+        dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
+        dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, NULL, dt_model_lp_tensor(m, id, l), N,
+                                 C, OC);
+    }
+}
+
 void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                         int N, int C, int OC) {
     if (m->lora) { /* a frozen base: dinp only (no dW, no dbias), then the adapters */
-        dt_params *w = dt_model_weights(m);
         /* zb-h1: the adapters' dA and dB wait for W (lora.h), with this dout's copy */
         const float *c = dt_wdefer_on(m, id, l) ? dt_wdefer_dout(m, dout, (size_t)N * OC) : NULL;
-        if (!dinp) {
-        } else if (dt_lora_nf4(m, id, l)) {
-            nf4_backward(m, dinp, id, l, dout, N, C, OC);
-        } else if (!dt_lowp(m)) {
-            dt_matmul_backward_ld(dinp, 0, NULL, dout, OC, NULL, dt_params_unit_tensor(w, w->unit_params, id, dt_fam_layer(m, l)), N,
-                                  C, OC);
-        } else {
-            dt_to_lowp(m->opts.compute, m->lp_scratch, dout, (size_t)N * OC);
-            dt_matmul_backward_ld_lp(m->opts.compute, dinp, 0, NULL, m->lp_scratch, OC, NULL, dt_model_lp_tensor(m, id, l),
-                                     N, C, OC);
-        }
+        lora_base_dinp(m, dinp, id, l, dout, N, C, OC);
         if (c) dt_lora_mm_backward_defer(m, dinp, dout, c, x, id, l, 0, N, C, OC);
         else dt_lora_mm_backward(m, dinp, dout, dt_lowp(m) ? NULL : x.f, dt_lowp(m) ? x.h : NULL, id, l, N, C, OC);
         return;
@@ -103,6 +108,11 @@ void dt_fam_mm_backward(dt_model *m, float *dinp, int id, int l, float *dbias, c
 
 void dt_fam_mm_backward_kept(dt_model *m, float *dinp, int id, int l, float *dbias, const float *dout, dt_mmin x,
                              int N, int C, int OC) {
+    if (m->lora) { /* the frozen base's dinp; the adapters' dA, dB recorded for W on the kept dout */
+        lora_base_dinp(m, dinp, id, l, dout, N, C, OC);
+        dt_lora_mm_backward_defer(m, dinp, dout, dout, x, id, l, 0, N, C, OC);
+        return;
+    }
     dt_wdefer_gemm(m, id, l, 0, dout, OC, 0, x, dbias, N, C, OC);
     if (!dinp) return;
     if (!dt_lowp(m)) {

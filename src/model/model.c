@@ -261,10 +261,11 @@ dt_status dt_model_init_opts(dt_ctx *ctx, dt_model *m, const dt_model_config *cf
         return dt_fail(ctx, DT_ERR_CONFIG, "memory.activation_checkpointing_every must be >= 1 (got %d)",
                        m->opts.recompute_every);
     DT_CHECK(dt_model_config_validate(ctx, &m->cfg));
-    if (m->cfg.n_experts > 0) { /* ARCHITECTURE decision 63 (16-bit precision: decision 87) */
-        if (m->opts.lora.rank != 0 || m->opts.lora.nf4)
-            return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank: LoRA is not supported with model.n_experts > 0 "
-                           "(mixture of experts)");
+    if (m->cfg.n_experts > 0) { /* ARCHITECTURE decision 63 (16-bit precision: 87; LoRA: 90) */
+        if ((m->opts.lora.rank != 0 || m->opts.lora.nf4) && m->opts.compute != DT_F32)
+            return dt_fail(ctx, DT_ERR_CONFIG, "lora.rank with model.n_experts > 0 and training.precision=%s: not built "
+                           "(LoRA and QLoRA on a mixture of experts run in fp32)",
+                           m->opts.compute == DT_BF16 ? "bf16" : "fp16");
     }
     if (B < 1 || B > 65536)
         return dt_fail(ctx, DT_ERR_CONFIG, "training.micro_batch must be in [1, 65536] (got %d)", B);

@@ -345,11 +345,18 @@ typedef struct dt_wdefer {
 } dt_wdefer;
 
 /* LoRA targets (lora.targets names, in this order) and a family's adaptable sub-projections:
- * rows [row0, row0 + rows) of base tensor `id` (a LAYER matmul weight, out x in). */
+ * rows [row0, row0 + rows) of base tensor `id` (a LAYER matmul weight, out x in). w1, w2, w3
+ * are a mixture of experts' experts (Mixtral's names: gate, down, up), one site per expert
+ * (ARCHITECTURE decision 90). */
 typedef enum dt_lora_target {
-    DT_LORA_Q, DT_LORA_K, DT_LORA_V, DT_LORA_O, DT_LORA_GATE, DT_LORA_UP, DT_LORA_DOWN, DT_LORA_NTARGETS
+    DT_LORA_Q, DT_LORA_K, DT_LORA_V, DT_LORA_O, DT_LORA_GATE, DT_LORA_UP, DT_LORA_DOWN,
+    DT_LORA_W1, DT_LORA_W2, DT_LORA_W3, DT_LORA_NTARGETS
 } dt_lora_target;
-#define DT_LORA_MAX_SITES DT_LORA_NTARGETS
+/* The dense targets (q .. down): a dense family's sites, at most one each. */
+#define DT_LORA_NDENSE (DT_LORA_DOWN + 1)
+static inline int dt_lora_expert_target(int t) { return t >= DT_LORA_W1 && t <= DT_LORA_W3; }
+/* Sites of a layer at most: the attention's four and three per expert. */
+#define DT_LORA_MAX_SITES (4 + 3 * DT_MOE_MAX_EXPERTS)
 typedef struct dt_lora_site {
     dt_lora_target target;
     int id;                     /* base tensor */
@@ -438,7 +445,7 @@ typedef struct dt_model_family {
     int (*defer_spans)(const dt_model *m, int l, dt_act_span *out);
 } dt_model_family;
 
-#define DT_MODEL_MAX_TENSORS 64
+#define DT_MODEL_MAX_TENSORS 128 /* a LoRA adapter store: 2 per site (DT_LORA_MAX_SITES) */
 
 struct dt_model {
     const dt_model_family *fam;
@@ -501,6 +508,11 @@ struct dt_model {
      * backward): ep x dt_moe_ep_segment floats, segment s holding, per store layer, the local
      * experts' [w1 | w3 | w2] gradients formed from source s's rows (moe.h). */
     float *ep_grads;
+    /* LoRA under expert parallelism: while set, the expert adapters' gradients go to this
+     * source's segment of ep_grads (lora_seg: its layer's block, whose first float is the store
+     * layer's offset lora_seg_off; ARCHITECTURE decision 90) instead of the store. */
+    float *lora_seg;
+    size_t lora_seg_off;
     long ep_rows_sent;      /* expert rows this rank sent to other ranks of the EP group since init */
     float *tp_scratch;      /* (B T, d_model) a shard's partial sum when several are held (the
                                family binds it; NULL otherwise) */

@@ -62,13 +62,13 @@ dt_status dt_ep_init(dt_ctx *ctx, dt_trainer *tr) {
     dt_model *m = &tr->model;
     if (e->n <= 1) return DT_OK;
     const dt_params *ps = &m->ps;
-    const int first = dt_moe_first(&m->cfg, &m->opts);
     e->seg_n = dt_moe_ep_segment(&m->cfg, &m->opts, ps->n_layer);
-    e->off = dt_params_flat(ps, DT_LLAMA_MOE_W1(first), 0) - ps->layers_offset;
+    e->off = dt_moe_ep_offset(m); /* the experts' weights, or under LoRA their adapters (decision 90) */
     e->len = e->seg_n / (size_t)ps->n_layer;
     size_t seg, micro, fold;
     sizes(&tr->cfg, &m->opts, dt_comm_size(tr->comm, tr->dp_group), ps->n_layer, &seg, &micro, &fold);
-    DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_GRADS, seg * sizeof(float), (void **)&e->seg));
+    /* LoRA without expert targets: the experts are frozen, nothing of theirs to reduce */
+    if (seg) DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_GRADS, seg * sizeof(float), (void **)&e->seg));
     if (micro) DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_GRADS, micro * sizeof(float), (void **)&e->micro));
     if (fold) DT_CHECK(dt_alloc_get(ctx, &tr->alloc, DT_MEM_COMM, fold * sizeof(float), (void **)&e->fold));
     e->comm = tr->comm;
@@ -93,7 +93,7 @@ void dt_ep_free(dt_trainer *tr) {
 
 void dt_ep_begin_micro(dt_trainer *tr, int k) {
     dt_ep_link *e = &tr->ep;
-    if (e->n <= 1) return;
+    if (e->n <= 1 || !e->seg_n) return;
     /* micro-step 0 forms the step's segments directly, a later one a zeroed buffer added
      * afterwards (parallel.c dt_parallel_begin_micro's rule: the same bits as DDP's) */
     float *g = k == 0 ? e->seg : e->micro;
@@ -103,7 +103,7 @@ void dt_ep_begin_micro(dt_trainer *tr, int k) {
 
 void dt_ep_end_micro(dt_trainer *tr, int k) {
     dt_ep_link *e = &tr->ep;
-    if (e->n <= 1 || k == 0) return;
+    if (e->n <= 1 || k == 0 || !e->seg_n) return;
     dt_add_f32(e->seg, e->micro, (size_t)e->n * e->seg_n);
     tr->model.ep_grads = e->seg;
 }
@@ -122,7 +122,7 @@ static void round_lp(dt_dtype t, float *x, size_t n) {
 
 dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
     dt_ep_link *e = &tr->ep;
-    if (e->n <= 1) return DT_OK;
+    if (e->n <= 1 || !e->seg_n) return DT_OK;
     const size_t n = e->seg_n;
     const dt_dtype t = tr->cfg.parallel.grad_dtype; /* DT_F32, or the 16-bit type DDP rounds to */
     for (int s = 0; s < e->n; s++) round_lp(t, e->seg + (size_t)s * n, n); /* each data-parallel rank's g_d */

@@ -91,7 +91,7 @@ static const key_def keys[] = {
     NUM("lora.rank", K_INT, train.model_opts.lora.rank, "LoRA: rank of the adapters on a frozen base (0 = off: full training); only the adapters train, communicate and are checkpointed"),
     NUM("lora.alpha", K_FLOAT, train.model_opts.lora.alpha, "LoRA: the adapters' output is scaled by alpha / rank (0 = rank: scale 1)"),
     NUM("lora.dropout", K_FLOAT, train.model_opts.lora.dropout, "LoRA: dropout probability on the adapters' input, [0, 1)"),
-    STR("lora.targets", lora_targets, "LoRA: projections to adapt, comma list of q,k,v,o,gate,up,down (llama: each its own projection; gpt2: q,k,v are the thirds of attn.c_attn, o attn.c_proj, up mlp.c_fc, down mlp.c_proj, no gate)"),
+    STR("lora.targets", lora_targets, "LoRA: projections to adapt, comma list of q,k,v,o,gate,up,down,w1,w2,w3 (llama: each its own projection; a mixture of experts: w1, w2, w3 = every expert's gate, down, up, each expert its own adapters, no gate/up/down, the router frozen; gpt2: q,k,v are the thirds of attn.c_attn, o attn.c_proj, up mlp.c_fc, down mlp.c_proj, no gate)"),
     ENUM("lora.base_dtype", lora_base, "fp32|nf4", "LoRA: the frozen base's layer matmul weights in fp32, or 4-bit NormalFloat with double-quantized scales (QLoRA; embeddings, norms and lm_head stay fp32)"),
     NUM("optimizer.lr", K_FLOAT, train.sched.lr, "peak learning rate"),
     NUM("optimizer.beta1", K_FLOAT, train.adamw.beta1, "AdamW beta1"),

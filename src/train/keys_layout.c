@@ -34,8 +34,10 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
                       : c->cp > 1                                 ? "parallel.cp"
                       : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
                       : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
-                      : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
                                                                   : NULL;
+    if ((t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4) && (c->pp > 1 || c->pp_blocks))
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with lora.rank and parallel.pp=%d: not built (LoRA under "
+                       "expert parallelism runs without a pipeline; decisions 89, 90)", ep, c->pp);
     if (why)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: "
                        "not built with expert parallelism yet (docs/FEATURES.md, Mixture of experts: expert parallelism, "

@@ -301,7 +301,7 @@ dt_status dt_train_run(dt_ctx *ctx, dt_comm *comm, const dt_run_cfg *cfg, const 
     DT_CHECK_GOTO(dt_trainer_init(ctx, &r.tr, t, comm));
     r.tr_live = 1;
     /* canonical checkpoints: a LoRA run's adapters too under tensor parallelism */
-    if (!r.tr.model.lora || dt_tp_size(&r.tr.model.opts) > 1 || r.tr.pp.n > 1)
+    if (!r.tr.model.lora || dt_tp_size(&r.tr.model.opts) > 1 || r.tr.pp.n > 1 || r.tr.model.opts.ep > 1)
         DT_CHECK_GOTO(dt_tp_ckpt_init(ctx, &r.tpc, &r.tr));
     if (r.loader) {
         r.tr.next_batch = loader_batch;

@@ -718,6 +718,23 @@ static int llama_defer_spans(const dt_model *m, int l, dt_act_span *out) {
     return n;
 }
 
+/* The experts' adapter names, [w1, w2, w3][A, B][expert]: dtrain's and PEFT's (Mixtral). */
+#define MOE_LORA(e, w, ab) "model.layers.%d.block_sparse_moe.experts." #e "." w ".lora_" ab ".weight"
+#define MOE_LORA_E(w, ab)                                                                          \
+    {MOE_LORA(0, w, ab),  MOE_LORA(1, w, ab),  MOE_LORA(2, w, ab),  MOE_LORA(3, w, ab),  MOE_LORA(4, w, ab),  \
+     MOE_LORA(5, w, ab),  MOE_LORA(6, w, ab),  MOE_LORA(7, w, ab),  MOE_LORA(8, w, ab),  MOE_LORA(9, w, ab),  \
+     MOE_LORA(10, w, ab), MOE_LORA(11, w, ab), MOE_LORA(12, w, ab), MOE_LORA(13, w, ab), MOE_LORA(14, w, ab), \
+     MOE_LORA(15, w, ab)}
+#define MOE_LORA_W(w) {MOE_LORA_E(w, "A"), MOE_LORA_E(w, "B")}
+static const char *const moe_lora[3][2][DT_MOE_MAX_EXPERTS] = {MOE_LORA_W("w1"), MOE_LORA_W("w2"), MOE_LORA_W("w3")};
+#undef MOE_LORA
+#define MOE_LORA(e, w, ab) "base_model.model.model.layers.%d.block_sparse_moe.experts." #e "." w ".lora_" ab ".weight"
+static const char *const moe_lora_ext[3][2][DT_MOE_MAX_EXPERTS] = {MOE_LORA_W("w1"), MOE_LORA_W("w2"),
+                                                                   MOE_LORA_W("w3")};
+#undef MOE_LORA
+#undef MOE_LORA_E
+#undef MOE_LORA_W
+
 /* LoRA sites: every projection is its own tensor (q|k|v and gate|up are read fused; the
  * adapters write their column blocks). Names are PEFT's. */
 static int llama_lora_sites(const dt_model_config *c, dt_lora_site *out) {
@@ -731,6 +748,19 @@ static int llama_lora_sites(const dt_model_config *c, dt_lora_site *out) {
     out[1] = SITE(DT_LORA_K, WK, kv, "self_attn.k_proj");
     out[2] = SITE(DT_LORA_V, WV, kv, "self_attn.v_proj");
     out[3] = SITE(DT_LORA_O, WO, c->d_model, "self_attn.o_proj");
+    if (c->n_experts) { /* the experts' w1, w3, w2, expert by expert (table order; decision 90) */
+        const size_t Fe = (size_t)c->expert_d_ff;
+        for (int e = 0; e < c->n_experts; e++) {
+            dt_lora_site *o = out + 4 + 3 * e;
+            o[0] = (dt_lora_site){DT_LORA_W1, DT_LLAMA_MOE_W1(e), 0, Fe, moe_lora[0][0][e], moe_lora[0][1][e],
+                                  moe_lora_ext[0][0][e], moe_lora_ext[0][1][e]};
+            o[1] = (dt_lora_site){DT_LORA_W3, DT_LLAMA_MOE_W3(e), 0, Fe, moe_lora[2][0][e], moe_lora[2][1][e],
+                                  moe_lora_ext[2][0][e], moe_lora_ext[2][1][e]};
+            o[2] = (dt_lora_site){DT_LORA_W2, DT_LLAMA_MOE_W2(e), 0, (size_t)c->d_model, moe_lora[1][0][e],
+                                  moe_lora[1][1][e], moe_lora_ext[1][0][e], moe_lora_ext[1][1][e]};
+        }
+        return 4 + 3 * c->n_experts;
+    }
     out[4] = SITE(DT_LORA_GATE, WGATE, c->d_ff, "mlp.gate_proj");
     out[5] = SITE(DT_LORA_UP, WUP, c->d_ff, "mlp.up_proj");
     out[6] = SITE(DT_LORA_DOWN, WDOWN, c->d_model, "mlp.down_proj");

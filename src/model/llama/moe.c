@@ -62,7 +62,19 @@ size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size
 }
 
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers) {
-    return (size_t)store_layers * (size_t)dt_moe_local(c, o) * 3 * (size_t)c->expert_d_ff * (size_t)c->d_model;
+    /* under LoRA the experts' trainable tensors are their adapters (decision 90) */
+    const size_t per = o && o->lora.rank > 0 ? dt_lora_expert_floats(c, &o->lora)
+                                             : 3 * (size_t)c->expert_d_ff * (size_t)c->d_model;
+    return (size_t)store_layers * (size_t)dt_moe_local(c, o) * per;
+}
+
+size_t dt_moe_ep_offset(const dt_model *m) {
+    const int first = dt_moe_first(&m->cfg, &m->opts);
+    const dt_params *ps = &m->ps;
+    if (!m->lora) return ps->tensors[DT_LLAMA_MOE_W1(first)].offset - ps->layers_offset;
+    for (int i = 0; i < m->n_sites; i++)
+        if (ps->tensors[m->site_a[i]].expert == first + 1) return ps->tensors[m->site_a[i]].offset - ps->layers_offset;
+    return 0; /* no expert adapters: an empty region */
 }
 
 size_t dt_moe_stage_floats(const dt_model_config *c) {

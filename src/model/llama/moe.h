@@ -102,8 +102,12 @@ static inline int dt_moe_first(const dt_model_config *c, const dt_model_opts *o)
  * experts can receive, ep x B T x min(k, E / ep) (a token's k choices are distinct experts). */
 size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size_t BT);
 /* Floats of one source rank's segment of the local experts' weight gradients (model.h
- * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C. */
+ * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C; under LoRA x their adapters' floats
+ * (lora.h dt_lora_expert_floats) instead of 3 Fe C. */
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers);
+/* The offset, within a store layer of m->ps, of the local experts' trainable tensors (one run
+ * of dt_moe_ep_segment's per-layer floats): their weights, or under LoRA their adapters. */
+size_t dt_moe_ep_offset(const dt_model *m);
 /* Expert parallelism's halves of dt_moe_forward and dt_moe_backward (moe_ep.c), after the
  * routing (forward) and the routing weights' gradients (backward). */
 void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2,

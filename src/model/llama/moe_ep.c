@@ -115,6 +115,8 @@ void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int 
     const size_t X = 3 * (size_t)Fe * C, Ls = (size_t)m->ps.n_layer, ls = (size_t)dt_fam_layer(m, l);
     const int lp = dt_lowp(m);
     const dt_dtype dt = m->opts.compute;
+    const size_t len = dt_moe_ep_segment(c, &m->opts, 1); /* a segment's floats per store layer */
+    const size_t eo = m->lora ? dt_moe_ep_offset(m) : 0;  /* its first float's offset in a store layer */
     ep_plan p;
     plan_of(m, v, &p);
     size_t sc[DT_MOE_MAX_EXPERTS], sd[DT_MOE_MAX_EXPERTS], rn[DT_MOE_MAX_EXPERTS], rd[DT_MOE_MAX_EXPERTS];
@@ -131,15 +133,27 @@ void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int 
         const int e = e0 + j, u = dt_fam_unit(m, DT_LLAMA_MOE_W1(e), l);
         dt_unit_need(m, u, j > 0 ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e - 1), l) : router_unit);
         dt_unit_grads_begin(m, u);
-        const float *w1 = dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W1(e), (int)ls);
-        const float *w2 = dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W2(e), (int)ls);
-        /* mixed precision: the 16-bit copies dt_fam_mm_backward reads at ep = 1 */
+        const float *w1 = m->lora ? NULL : dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W1(e), (int)ls);
+        const float *w2 = m->lora ? NULL : dt_params_unit_tensor(&m->ps, m->ps.unit_params, DT_LLAMA_MOE_W2(e), (int)ls);
+        /* mixed precision: the 16-bit copies dt_fam_mm_backward reads at ep = 1 (not with LoRA: fp32) */
         const uint16_t *w1h = lp ? dt_model_lp_tensor(m, DT_LLAMA_MOE_W1(e), l) : NULL;
         const uint16_t *w2h = lp ? dt_model_lp_tensor(m, DT_LLAMA_MOE_W2(e), l) : NULL;
         for (int s = 0; s < P && ok; s++) {
             const int n = v->rc[s * El + j];
             if (n == 0) continue;
             const size_t b = p.base[s * El + j];
+            if (m->lora) { /* the frozen base's input gradients, the adapters' into source s's segment */
+                m->lora_seg = m->ep_grads + ((size_t)s * Ls + ls) * len, m->lora_seg_off = eo;
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, a->ox + b * C,
+                                           (dt_mmin){v->h + b * Fe, NULL}, n, Fe, C));
+                DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dgu, v->gu + b * 2 * Fe, a->dh, n, Fe));
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_fam_mm_backward(m, a->ox2 + b * C, DT_LLAMA_MOE_W1(e), l, NULL, a->dgu,
+                                           (dt_mmin){v->xr + b * C, NULL}, n, C, 2 * Fe));
+                m->lora_seg = NULL;
+                continue;
+            }
             /* source s's segment: this layer's local expert j, [w1 | w3 | w2] */
             float *seg = m->ep_grads + (((size_t)s * Ls + ls) * (size_t)El + (size_t)j) * X;
             if (lp)
