@@ -165,7 +165,8 @@ int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX)) return 0;
     if (l->tp <= 1) return 1;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
-    return m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
+    /* tensor parallelism: the heads and the MLP (each expert's, decision 91: not under a pipeline) */
+    return (m->experts == 0 || l->pp <= 1) && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
 }
 
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {

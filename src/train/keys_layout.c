@@ -79,6 +79,9 @@ dt_status dt_cfg_check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (c->tp_blocks && c->tp < 2)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
     if (c->tp < 2) return DT_OK;
+    if (t->model.n_experts > 0 && (c->pp > 1 || c->pp_blocks)) /* decision 91 */
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp with parallel.tp=%d and model.n_experts=%d: a pipeline of a "
+                       "tensor-parallel mixture of experts is not built", c->tp, t->model.n_experts);
     return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
 }
 

@@ -15,7 +15,8 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     const int SL = dt_stage_layers(c, o);
     const size_t L = dt_act_slot(o, SL, DT_ACT_SEL, SL), BT = (size_t)B * T, E = c->n_experts,
                  k = c->experts_topk;
-    const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
+    /* tensor parallelism (decision 91): gate|up, h and their gradients hold the shards' columns */
+    const size_t C = c->d_model, Fe = dt_moe_ff_held(c, o), R = BT * k; /* expert rows per layer */
     const size_t RR = dt_moe_expert_rows(c, o, BT); /* the rows of gu and h (expert parallelism: received) */
     a->probs = dt_act_take(base, off, L * BT * E);
     a->lse = dt_act_take(base, off, L * BT);
@@ -108,7 +109,7 @@ typedef dt_moe_views moe_views;
 static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
     const dt_model_config *c = &m->cfg;
     const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
-    const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = c->expert_d_ff;
+    const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = dt_moe_ff_held(c, &m->opts);
     const size_t RR = dt_moe_expert_rows(c, &m->opts, BT);
     moe_views v = {a->probs + s * BT * E, a->lse + s * BT,          a->w + s * R,
                    a->gu + s * RR * 2 * Fe, a->h + s * RR * Fe,      a->y + s * R * c->d_model,
@@ -135,7 +136,9 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int l, int BT
         for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
     }
     for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
-    if (m->moe_load && !recompute) { /* the expert load, by the model's layer (decision 86) */
+    /* the expert load, by the model's layer (decision 86); a TP group routes alike: its first
+     * shard's holder counts (decision 91) */
+    if (m->moe_load && !recompute && dt_tp_first(&m->opts) == 0) {
         int64_t *ld = m->moe_load + (size_t)dt_params_layer(&m->ps, m->chunk_l0 + l) * E;
         for (int e = 0; e < E; e++) ld[e] += cnt[e];
     }
@@ -181,7 +184,8 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int l, int BT
 void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const float *res2, float *out,
                     int next) {
     const dt_model_config *c = &m->cfg;
-    const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk;
+    const int Fl = c->expert_d_ff / dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), Fh = nb * Fl;
     const int recompute = out == NULL;
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     const moe_views v = views_of(m, a, l);
@@ -198,13 +202,18 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
         if (n == 0) continue;
         for (int i = 0; i < n; i++)
             dt_copy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
-        float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe, *ye = y + (size_t)off[e] * C;
-        /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
+        float *gue = gu + (size_t)off[e] * 2 * Fh, *he = h + (size_t)off[e] * Fh, *ye = y + (size_t)off[e] * C;
+        /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection; under tensor
+         * parallelism (decision 91) the dense MLP's column- and row-parallel GEMMs over the
+         * expert's n rows, shard j's gate|up and h in the j-th (n, 2Fl) and (n, Fl) blocks, the
+         * output summed over the shards and the TP group */
+        const int ids[2] = {DT_LLAMA_MOE_W1(e), DT_LLAMA_MOE_W3(e)};
+        DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, gue, (dt_mmin){a->xe, NULL}, ids, 2, l, n, C, 2 * Fl));
+        for (int j = 0; j < nb; j++)
+            DT_PROF_TO(m, pf, DT_OP_SWIGLU,
+                       dt_swiglu_forward(he + (size_t)j * n * Fl, gue + (size_t)j * n * 2 * Fl, n, Fl));
         DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                   dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, NULL}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
-        DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
-        DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                   dt_fam_mm_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+                   dt_tp_row_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fl, C, m->tp_scratch));
     }
     if (recompute) return;
     /* out = res2 + the weighted outputs, each token's choices in slot order */
@@ -237,6 +246,7 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
                      float scale, int next) {
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int Fl = Fe / dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), Fh = nb * Fl; /* decision 91 */
     const size_t R = (size_t)BT * k;
     const moe_views v = views_of(m, a, l);
     const int32_t *rows = v.rows, *off = v.off, *pos = v.pos, *sel = v.sel;
@@ -277,20 +287,23 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
                 for (int q = 0; q < C; q++) dy[q] = wr * d[q];
                 dt_copy(xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
             }
-            const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = h + (size_t)off[e] * Fe;
-            if (kdy)
+            const float *gue = gu + (size_t)off[e] * 2 * Fh, *he = h + (size_t)off[e] * Fh;
+            if (!kdy) { /* the dense MLP's backward over the expert's rows, shard by shard (decision 91) */
+                const int ids[2] = {DT_LLAMA_MOE_W1(e), DT_LLAMA_MOE_W3(e)};
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_tp_row_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fl, C));
+                for (int j = 0; j < nb; j++)
+                    DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge + (size_t)j * n * 2 * Fl, gue + (size_t)j * n * 2 * Fl,
+                                                                     a->dh + (size_t)j * n * Fl, n, Fl));
+                DT_PROF(m, bwd, DT_OP_MATMUL,
+                        dt_tp_cols_backward(m, a->dx, ids, 2, l, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fl, m->tp_scratch));
+            } else { /* zb-h1 (one shard: a pipeline of a tensor-parallel mixture of experts is refused) */
                 DT_PROF(m, bwd, DT_OP_MATMUL,
                         dt_fam_mm_backward_kept(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fe, C));
-            else
-                DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fe, C));
-            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge, gue, a->dh, n, Fe));
-            if (kdy)
+                DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge, gue, a->dh, n, Fe));
                 DT_PROF(m, bwd, DT_OP_MATMUL,
                         dt_fam_mm_backward_kept(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fe));
-            else
-                DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fe));
+            }
             for (int i = 0; i < n; i++) {
                 float *d = dln2 + (size_t)(rows[off[e] + i] / k) * C;
                 const float *dx = a->dx + (size_t)i * C;
