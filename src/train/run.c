@@ -247,23 +247,25 @@ static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *
 }
 
 /* Test aid: DTRAIN_TEST_SAVE_GRADS=FILE writes the last step's reduced gradients (the whole
- * model's, DDP without tensor or pipeline parallelism: every rank holds them; under expert
- * parallelism the EP group's stores gathered as the whole model, as the weights are) from rank
- * 0 as a weights file, so tests compare gradients tensor by tensor (context or expert
- * parallelism against none). Other layouts are refused in one line. */
+ * model's, DDP without pipeline parallelism: every rank holds them; under expert or tensor
+ * parallelism - the blocks mode included - the EP or TP group's stores gathered as the whole
+ * model, as the weights are) from rank 0 as a weights file, so tests compare gradients tensor
+ * by tensor (context, expert or tensor parallelism against none). Other layouts are refused
+ * in one line. */
 static dt_status save_grads_file(dt_ctx *ctx, run_state *r, long step) {
     const char *file = getenv("DTRAIN_TEST_SAVE_GRADS");
     if (!file || !file[0]) return DT_OK;
-    const int ep = r->tr.ep.n > 1;
-    if (r->tr.cfg.parallel.strategy != DT_STRAT_DDP || (r->tpc.on && !ep) || r->tr.model.lora || !r->tr.model.ps.grads)
-        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_TEST_SAVE_GRADS: parallel.strategy=ddp without tensor or pipeline "
+    const int mp = r->tpc.on; /* an expert- or tensor-parallel store: gathered */
+    if (r->tr.cfg.parallel.strategy != DT_STRAT_DDP || r->tr.pp.n > 1 || r->tr.model.lora ||
+        !r->tr.model.ps.grads)
+        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_TEST_SAVE_GRADS: parallel.strategy=ddp without pipeline "
                        "parallelism or LoRA only");
     float *canon = NULL;
-    if (ep) DT_CHECK(dt_tp_ckpt_gather(ctx, &r->tpc, r->tr.model.ps.grads, &canon)); /* every EP rank */
+    if (mp) DT_CHECK(dt_tp_ckpt_gather(ctx, &r->tpc, r->tr.model.ps.grads, &canon)); /* every EP or TP rank */
     dt_status st = DT_OK;
     if (ctx->rank == 0) {
-        dt_model view = ep ? r->tpc.view : r->tr.model;
-        view.ps.params = ep ? canon : r->tr.model.ps.grads;
+        dt_model view = mp ? r->tpc.view : r->tr.model;
+        view.ps.params = mp ? canon : r->tr.model.ps.grads;
         st = dt_model_file_save(ctx, &view, file, NULL, step);
     }
     free(canon);
