@@ -29,8 +29,7 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
     if (t->model.n_experts % ep)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d (each rank of an EP group holds "
                        "n_experts / ep experts)", ep, t->model.n_experts);
-    const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
-                      : c->pp > 1 || c->pp_blocks                 ? "parallel.pp"
+    const char *why = c->pp > 1 || c->pp_blocks                   ? "parallel.pp"
                       : c->cp > 1                                 ? "parallel.cp"
                       : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
                       : t->parallel.grad_dtype != DT_F32          ? "parallel.grad_dtype"
@@ -39,8 +38,8 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
                                                                   : NULL;
     if (why)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism with "
-                       "parallel.strategy=ddp and fp32 gradients only (not with tensor, pipeline or context parallelism, "
-                       "ZeRO, 16-bit or compressed gradients, or LoRA)", ep, why);
+                       "parallel.strategy=ddp and fp32 gradients, and tensor parallelism, only (not with pipeline or context "
+                       "parallelism, ZeRO, 16-bit or compressed gradients, or LoRA)", ep, why);
     return DT_OK;
 }
 

@@ -42,8 +42,8 @@ static dt_status hybrid_groups(dt_ctx *ctx, dt_trainer *tr, const dt_mesh *mesh,
 /* The process mesh of a tensor-, context-, pipeline- or expert-parallel run (parallel/mesh.h):
  * the TP group (consecutive ranks), the data-parallel group, the CP and DP x CP groups, the EP
  * and EDP groups, the PP group (the stages, tp x dp apart) and the model-parallel group (the
- * tp x pp ranks holding one model together, for checkpoints; under expert parallelism, tp = pp
- * = 1, the EP group), split once (hybrid sharding: its shard and replica groups too); the model
+ * tp x pp ranks holding one model together, for checkpoints; under expert parallelism, pp = 1,
+ * the EP group, each EP rank's TP group in turn), split once (hybrid sharding: its shard and replica groups too); the model
  * holds the shard of its TP rank, the layers of its stage and the experts of its EP rank. */
 dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo, dt_parallel_cfg *pc) {
     dt_comm *comm = tr->comm;
@@ -96,12 +96,23 @@ dt_status dt_trainer_mesh_groups(dt_ctx *ctx, dt_trainer *tr, dt_model_opts *mo,
         for (int p = 0; p < pp; p++)
             for (int t = 0; t < mesh.size[DT_AXIS_TP]; t++) c[DT_AXIS_PP] = p, c[DT_AXIS_TP] = t, ranks[k++] = dt_mesh_rank_at(&mesh, c);
         tr->mp_ranks = k;
-        if (k > 1) st = dt_comm_group_split(ctx, comm, ranks, k, &tr->mp_group);
+        if (k > 1 && ep <= 1) st = dt_comm_group_split(ctx, comm, ranks, k, &tr->mp_group);
     }
     free(ranks);
-    if (st == DT_OK && ep > 1) { /* the ranks holding one whole model: the EP group (tp = pp = 1) */
+    if (st == DT_OK && ep > 1 && pc->tp <= 1) { /* the ranks holding one whole model: the EP group (pp = 1) */
         tr->mp_ranks = ep;
         tr->mp_group = tr->ep.group;
+    } else if (st == DT_OK && ep > 1) { /* and with tensor parallelism each EP rank's TP group, EP rank
+                                        * after EP rank (decision 91; train/tp_ckpt.c) */
+        int *mp = malloc((size_t)ep * (size_t)pc->tp * sizeof *mp), c[DT_AXIS_N], k = 0;
+        if (!mp) return dt_fail(ctx, DT_ERR_NOMEM, "mesh: out of memory");
+        memcpy(c, mesh.coord, sizeof c);
+        const int d0 = mesh.coord[DT_AXIS_DP] / ep * ep; /* the EP group's first data-parallel index */
+        for (int e = 0; e < ep; e++)
+            for (int t = 0; t < pc->tp; t++) c[DT_AXIS_DP] = d0 + e, c[DT_AXIS_TP] = t, mp[k++] = dt_mesh_rank_at(&mesh, c);
+        tr->mp_ranks = k;
+        st = dt_comm_group_split(ctx, comm, mp, k, &tr->mp_group);
+        free(mp);
     }
     if (st == DT_OK && pc->hybrid && pc->strategy != DT_STRAT_DDP) st = hybrid_groups(ctx, tr, &mesh, pc);
     DT_CHECK(st);

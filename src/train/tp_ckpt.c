@@ -28,7 +28,7 @@ static dt_status rank_runs(dt_ctx *ctx, dt_tp_ckpt *c, const dt_trainer *tr, int
                            size_t *len) {
     const dt_model *m = &tr->model;
     dt_model_opts o = m->opts;
-    if (o.ep > 1) o.ep_rank = i; /* expert parallelism: the EP group (tp = pp = 1) */
+    if (o.ep > 1) o.ep_rank = i / c->tp_ranks; /* expert parallelism: the EP group (pp = 1), each EP rank's TP group */
     if (c->tp_ranks > 1) o.tp_local = 1, o.tp_first = i % c->tp_ranks;
     if (tr->pp.n > 1) {
         const int p = i / c->tp_ranks;

@@ -224,16 +224,16 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         world = tp * dpw, rank = rank % (tp * dpw);
         node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
-    if (mo.ep > 1) { /* expert parallelism (tp = cp = pp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
-        mo.ep_rank = rank % mo.ep;
-        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
-        dt_ep_plan(cfg, &mo, world, mc.n_layer, bytes);
-    }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
         world /= tp, rank /= tp;
         node_ranks = node_ranks % tp == 0 ? node_ranks / tp : 1;
         bytes[DT_MEM_OTHER] += dt_trainer_tp_scratch(cfg) * sizeof(float);
+    }
+    if (mo.ep > 1) { /* expert parallelism (cp = pp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
+        mo.ep_rank = rank % mo.ep;
+        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
+        dt_ep_plan(cfg, &mo, world, mc.n_layer, bytes);
     }
     dt_alloc a; /* the store's table and unit arrays: what dt_model_init allocates besides slabs */
     dt_alloc_init(&a);

@@ -58,7 +58,7 @@ size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size
 }
 
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers) {
-    return (size_t)store_layers * (size_t)dt_moe_local(c, o) * 3 * (size_t)c->expert_d_ff * (size_t)c->d_model;
+    return (size_t)store_layers * (size_t)dt_moe_local(c, o) * 3 * dt_moe_ff_held(c, o) * (size_t)c->d_model;
 }
 
 size_t dt_moe_stage_floats(const dt_model_config *c) {

@@ -96,7 +96,8 @@ static inline size_t dt_moe_ff_held(const dt_model_config *c, const dt_model_opt
  * experts can receive, ep x B T x min(k, E / ep) (a token's k choices are distinct experts). */
 size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size_t BT);
 /* Floats of one source rank's segment of the local experts' weight gradients (model.h
- * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C. */
+ * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C (tensor parallelism: the shards' width
+ * held, dt_moe_ff_held, laid out as the store). */
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers);
 /* Expert parallelism's halves of dt_moe_forward and dt_moe_backward (moe_ep.c), after the
  * routing (forward) and the routing weights' gradients (backward). */
