@@ -11,12 +11,16 @@
 #    choices and full activation checkpointing (the expert load counted once per TP group);
 #  - the blocks mode against plain tp 1: losses within 1e-5 relative (the same model, the
 #    experts' down projection summed in two halves);
-#  - a tp 2 checkpoint holds the whole model's names: resumed in the blocks mode it continues
-#    bitwise, resumed at plain tp 1 within 1e-5;
-#  - the allocator's high-water equals the memory plan on every run, and `dtrain plan --tp 2`
-#    runs the layout on that plan;
+#  - expert parallelism with it: tp 2 x dp 2 with ep 2 on 4 ranks (EP groups of the data-parallel
+#    ranks at one TP rank, each rank its TP shard of its 2 experts) against ep 1 on the same
+#    ranks, and the blocks mode x dp 2 with ep 2 against the blocks mode x dp 2, the same cases
+#    (grad_accum 2, capacity, full checkpointing): everything above bitwise;
+#  - a tp 2 x ep 2 checkpoint holds the whole model's names: resumed in the blocks mode at ep 1
+#    it continues bitwise, resumed at plain tp 1 within 1e-5;
+#  - the allocator's high-water equals the memory plan on every run, and `dtrain plan --tp 2 --ep
+#    2` runs the ddp layout on that plan;
 #  - refusals in one line: tp not dividing expert_d_ff, sequence parallelism with experts, a
-#    pipeline of a tensor-parallel mixture of experts, ep with tp.
+#    pipeline of a tensor-parallel mixture of experts.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -65,26 +69,39 @@ d = [j['moe_dropped'] for j in map(json.loads, open(sys.argv[1])) if 'moe_droppe
 sys.exit(0 if d and min(d) > 0 else 1)" "$dir/tp2dp2.jsonl" && pass "the capacity factor drops choices in every step" ||
   fail "no dropped choices: the capacity case is not exercised"
 
-# A tp 2 checkpoint (the whole model's names) resumed in the blocks mode and at plain tp 1.
-ck=(--set checkpoint.every=3 --set checkpoint.keep_last=0 --set checkpoint.async=false)
-run ck 2 "${tp2[@]}" --set checkpoint.dir="$dir/ck" "${ck[@]}"
-run rblocks 1 "${blocks[@]}" --resume "$dir/ck/step-00000003" --set checkpoint.dir="$dir/rb" "${ck[@]}"
-check "a tp 2 checkpoint resumed in the blocks mode continues bitwise" tp2 rblocks bitwise 3
-run rplain 1 --resume "$dir/ck/step-00000003" --set checkpoint.dir="$dir/rp" "${ck[@]}"
-check "a tp 2 checkpoint resumed at tp 1" tp2 rplain 1e-5 3
+# Expert parallelism with tensor parallelism: the same cases at ep 2 against ep 1.
+ep2=(--set parallel.ep=2)
+saved tp2dp2e2 4 "${tp2[@]}" "${ep2[@]}" "${acc[@]}"
+check "tp 2 x dp 2 ep 2 == ep 1, bitwise" tp2dp2 tp2dp2e2 bitwise 6
+same_moe "tp 2 x dp 2 ep 2" tp2dp2 tp2dp2e2
+same_files "tp 2 x dp 2 ep 2" tp2dp2 tp2dp2e2
+saved blocks_dp2e2 2 "${blocks[@]}" "${ep2[@]}" "${acc[@]}"
+check "blocks mode x dp 2 ep 2 == ep 1, bitwise" blocks_dp2 blocks_dp2e2 bitwise 6
+same_files "blocks mode x dp 2 ep 2" blocks_dp2 blocks_dp2e2
 
-# The planner runs the tp 2 layout on dtrain's own memory plan: the allocator's high-water.
+# A tp 2 x ep 2 checkpoint (the whole model's names) resumed in the blocks mode at ep 1, and at
+# plain tp 1.
+ck=(--set checkpoint.every=3 --set checkpoint.keep_last=0 --set checkpoint.async=false)
+run ck 4 "${tp2[@]}" "${ep2[@]}" "${acc[@]}" --set checkpoint.dir="$dir/ck" "${ck[@]}"
+run rblocks 2 "${blocks[@]}" "${acc[@]}" --resume "$dir/ck/step-00000003" --set checkpoint.dir="$dir/rb" "${ck[@]}"
+check "a tp 2 x ep 2 checkpoint resumed in the blocks mode at ep 1 continues bitwise" tp2dp2 rblocks bitwise 3
+run rplain 2 "${acc[@]}" --resume "$dir/ck/step-00000003" --set checkpoint.dir="$dir/rp" "${ck[@]}"
+check "a tp 2 x ep 2 checkpoint resumed at tp 1, ep 1" tp2dp2 rplain 1e-5 3
+
+# The planner runs the tp 2 x dp 2 ep 2 layout (ddp) on dtrain's own memory plan: the
+# allocator's high-water.
 src=$(cd "$(dirname "$0")/.." && pwd)
-run pl 2 "${tp2[@]}" --steps 1 --warmup 0 --set training.micro_batch=1
+run pl 4 "${tp2[@]}" "${ep2[@]}" --steps 1 --warmup 0 --set training.micro_batch=1
 hw=$(sed -n 's/.*memory high-water: allocator=\([0-9]*\) .*/\1/p' "$dir/pl.log" | head -1)
-pl=$("$bin" plan "${model[@]}" --micro-batch 1 --global-batch 1 --gpus 2 --nodes 1 --hardware cpu-core \
-       --catalog "$src/configs/hardware.yaml" --tp 2 --json 2>/dev/null | /usr/bin/python3 -c "
+pl=$("$bin" plan "${model[@]}" --micro-batch 1 --global-batch 2 --gpus 4 --nodes 2 --hardware cpu-core \
+       --catalog "$src/configs/hardware.yaml" --tp 2 --ep 2 --json 2>/dev/null | /usr/bin/python3 -c "
 import json, sys
-l = [x for x in json.load(sys.stdin)['layouts'] if x['tp'] == 2 and x['strategy'] == 'ddp' and x['dp'] == 1][0]
+l = [x for x in json.load(sys.stdin)['layouts'] if x['tp'] == 2 and x['ep'] == 2 and x['strategy'] == 'ddp'
+     and x['dp'] == 2][0]
 assert l['dtrain_runs'] and l['memory_source'] == 'dtrain', l
 print(l['memory_bytes']['total'])")
-[ -n "$hw" ] && [ "$pl" = "$hw" ] && pass "dtrain plan --tp 2 runs the layout, its memory $pl bytes = the allocator's high-water" ||
-  fail "dtrain plan --tp 2: memory '$pl' against the allocator's '$hw'"
+[ -n "$hw" ] && [ "$pl" = "$hw" ] && pass "dtrain plan --tp 2 --ep 2 runs the ddp layout, its memory $pl bytes = the allocator's high-water" ||
+  fail "dtrain plan --tp 2 --ep 2: memory '$pl' against the allocator's '$hw'"
 
 refused "tp not dividing expert_d_ff" 2 "parallel.tp=2 does not divide model.expert_d_ff=129" "${tp2[@]}" \
   --set model.expert_d_ff=129
@@ -92,7 +109,6 @@ refused "sequence parallelism with experts" 2 "parallel.sequence_parallel with m
   --set parallel.sequence_parallel=true
 refused "a pipeline of a tensor-parallel mixture of experts" 4 "parallel.pp with parallel.tp=2 and model.n_experts=4" \
   "${tp2[@]}" --set parallel.pp=2
-refused "ep with tp" 4 "parallel.ep=2 with parallel.tp" "${tp2[@]}" --set parallel.ep=2
 
 echo "test_ep_tp: $fails failure(s)"
 [ $fails -eq 0 ]

@@ -52,8 +52,10 @@ refused "top-k on a dense llama" "model.experts_topk: needs model.n_experts > 0"
 refused "17 experts" "model.n_experts must be in [0, 16] (got 17)" --set model.n_experts=17
 refused "bf16" "training.precision: bf16 is not supported with model.n_experts > 0" --set training.precision=bf16
 refused "LoRA" "lora.rank: LoRA is not supported with model.n_experts > 0" --set lora.rank=4
-refused "tensor parallelism" "parallel.tp=2 with model.n_experts=4: tensor parallelism of a mixture of experts is not built" \
-  --set parallel.tp=2 --set parallel.tp_blocks=true
+refused "sequence parallelism" "parallel.sequence_parallel with model.n_experts=4: sequence parallelism of a mixture of experts is not built" \
+  --set parallel.tp=2 --set parallel.tp_blocks=true --set parallel.sequence_parallel=true
+refused "a pipeline under tensor parallelism" "parallel.pp with parallel.tp=2 and model.n_experts=4" \
+  --set parallel.tp=2 --set parallel.tp_blocks=true --set parallel.pp=2 --set parallel.pp_blocks=true
 
 # ---- 2 ranks == 1 rank with accumulation, bitwise
 mpi_env
