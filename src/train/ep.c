@@ -9,7 +9,9 @@
  * the same order: data-parallel rank d is EP rank d % ep of EDP rank d / ep (parallel/mesh.h:
  * an EP group is ep consecutive data-parallel ranks), and the EDP group's ranks add their
  * segments in turn down a chain - EDP rank 0 folds its segments, each next one adds its own
- * onto the partial sum it receives - and the last broadcasts the total. */
+ * onto the partial sum it receives - and the last broadcasts the total. With tensor
+ * parallelism (decision 91) all of this runs among the ranks at one TP rank, over the shards
+ * they hold; only the gradient norm's parts cross TP ranks. */
 #include <stdlib.h>
 #include <string.h>
 
