@@ -54,8 +54,14 @@ refused "LoRA in bf16" "lora.rank with model.n_experts > 0 and training.precisio
   --set training.precision=bf16
 refused "LoRA's dense gate on experts" "lora.targets: 'gate' names a dense MLP projection" --set lora.rank=4 \
   --set lora.targets=q,gate
-refused "tensor parallelism" "parallel.tp=2 with model.n_experts=4: tensor parallelism of a mixture of experts is not built" \
-  --set parallel.tp=2 --set parallel.tp_blocks=true
+refused "sequence parallelism" "parallel.sequence_parallel with model.n_experts=4: sequence parallelism of a mixture of experts is not built" \
+  --set parallel.tp=2 --set parallel.tp_blocks=true --set parallel.sequence_parallel=true
+refused "a pipeline under tensor parallelism" "parallel.pp with parallel.tp=2 and model.n_experts=4" \
+  --set parallel.tp=2 --set parallel.tp_blocks=true --set parallel.pp=2 --set parallel.pp_blocks=true
+refused "tensor parallelism of experts in bf16" "parallel.tp=2 with model.n_experts=4 and training.precision=bf16: not built" \
+  --set parallel.tp=2 --set parallel.tp_blocks=true --set training.precision=bf16
+refused "tensor parallelism of experts with LoRA" "parallel.tp=2 with model.n_experts=4 and lora.rank: not built" \
+  --set parallel.tp=2 --set parallel.tp_blocks=true --set lora.rank=4
 
 # ---- 2 ranks == 1 rank with accumulation, bitwise
 mpi_env

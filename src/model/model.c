@@ -165,9 +165,15 @@ dt_status dt_model_tp_check(dt_ctx *ctx, const dt_model_config *c, const dt_mode
     if (!f || !f->tp_divides)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d: tensor parallelism is not built for "
                        "the %s family (its table has no split column)", k, f ? f->name : c->family);
-    if (c->n_experts)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d: tensor parallelism of a mixture "
-                       "of experts is not built (expert parallelism is issue 34's next step)", k, c->n_experts);
+    if (c->n_experts && o->sp) /* decision 91: the experts' tensor parallelism runs on every token row */
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel with model.n_experts=%d: sequence parallelism "
+                       "of a mixture of experts is not built (tensor parallelism of its experts is)", c->n_experts);
+    if (c->n_experts && o->compute != DT_F32) /* decisions 87 and 91 were built apart: not composed yet */
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d and training.precision=%s: not built "
+                       "(tensor parallelism of experts runs in fp32)", k, c->n_experts, o->compute == DT_BF16 ? "bf16" : "fp16");
+    if (c->n_experts && (o->lora.rank > 0 || o->lora.nf4)) /* decisions 90 and 91 likewise */
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp=%d with model.n_experts=%d and lora.rank: not built (tensor "
+                       "parallelism of experts runs without LoRA)", k, c->n_experts);
     if (o->sp && !f->sp)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.sequence_parallel: sequence parallelism is not built for "
                        "the %s family", f->name);

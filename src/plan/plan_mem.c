@@ -149,11 +149,11 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->ep > 1) { /* expert parallelism (decisions 85, 87, 89): DDP over the data-parallel ranks,
-                        pipeline stages */
+    if (l->ep > 1) { /* expert parallelism (decisions 85, 87, 89, 91): DDP over the data-parallel ranks,
+                        pipeline stages or tensor parallelism (not both) */
         const dt_train_cfg *t = &job->train;
         if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->zero != DT_STRAT_DDP || l->hybrid ||
-            l->tp > 1 || l->cp > 1 || t->model_opts.lora.rank > 0 ||
+            (l->tp > 1 && l->pp > 1) || l->cp > 1 || t->model_opts.lora.rank > 0 ||
             t->model_opts.lora.nf4 || t->parallel.compression != DT_COMPRESS_NONE)
             return 0;
     }
@@ -167,7 +167,10 @@ int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX)) return 0;
     if (l->tp <= 1) return 1;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
-    return m->experts == 0 && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
+    /* tensor parallelism: the heads and the MLP (each expert's, decision 91: not under a pipeline) */
+    const int moe_ok = l->pp <= 1 && job->train.model_opts.compute == DT_F32 && job->train.model_opts.lora.rank <= 0 &&
+                       !job->train.model_opts.lora.nf4; /* decision 91: fp32, no LoRA */
+    return (m->experts == 0 || moe_ok) && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
 }
 
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {

@@ -66,9 +66,9 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
         fputc('\n', f);
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
-    fprintf(f, "# * dtrain cannot run this layout yet (expert parallelism with ZeRO, hybrid sharding or another "
-               "model-parallel degree; context parallelism with experts, hybrid sharding, vit or a sequence not a "
-               "multiple of 2 cp; tensor parallelism not dividing the heads and MLP, or with experts; a pipeline of more "
+    fprintf(f, "# * dtrain cannot run this layout yet (expert parallelism with ZeRO, hybrid sharding, pipeline or "
+               "context parallelism; context parallelism with experts, hybrid sharding, vit or a sequence not a "
+               "multiple of 2 cp; tensor parallelism not dividing the heads and MLP, or with experts under a pipeline; a pipeline of more "
                "stages than layers)\n");
 }
 

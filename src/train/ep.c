@@ -16,7 +16,11 @@
  * t, the widened values summed in fp32 in rank order, the sum rounded once), so the chain does
  * the same: each segment is rounded to t before it is added, the fp32 partial sums travel down
  * the chain unrounded (they are DDP's fp32 accumulator), and the last rank rounds the total
- * once before it broadcasts. */
+ * once before it broadcasts.
+ *
+ * With tensor
+ * parallelism (decision 91) all of this runs among the ranks at one TP rank, over the shards
+ * they hold; only the gradient norm's parts cross TP ranks. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,9 +151,38 @@ dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
     return DT_OK;
 }
 
+/* With tensor parallelism (decision 91): the parts of parallel.c's tp_sumsq - each shard's,
+ * tensor by tensor in store order, a replicated tensor in shard 0's - each split further by EP
+ * rank (the dense tensors in EP rank 0's slot, each rank's experts in its own), every slot
+ * alone in one all-reduce over the ranks holding one model (the EP group's TP groups), then
+ * added shard by shard, EP rank by EP rank. */
+static dt_status tp_sumsq(dt_ctx *ctx, dt_trainer *tr, double *out) {
+    dt_ep_link *e = &tr->ep;
+    const dt_model *m = &tr->model;
+    const dt_params *ps = &m->ps;
+    const int k = dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), first = dt_tp_first(&m->opts), P = e->n;
+    double part[64 * DT_MOE_MAX_EXPERTS] = {0};
+    if (k > 64) return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp: more than 64 shards");
+    for (int j = 0; j < nb; j++)
+        for (int id = 0; id < ps->n_tensors; id++) {
+            const dt_tensor_info *t = &ps->tensors[id];
+            if (dt_tensor_absent(t) || (!t->expert && e->rank != 0) || (!t->split && first + j != 0)) continue;
+            const size_t len = t->split ? dt_tensor_shard_len(t) : t->rows * t->cols;
+            for (int l = 0; l < dt_params_copies(ps, id); l++)
+                part[(size_t)(first + j) * P + e->rank] +=
+                    dt_sumsq(dt_params_tensor(ps, ps->grads, id, l) + (t->split ? (size_t)j * len : 0), len);
+        }
+    if (tr->mp_ranks > 1) DT_CHECK(dt_comm_allreduce(ctx, e->comm, tr->mp_group, part, (size_t)k * P, DT_F64, DT_SUM));
+    double s = 0.0;
+    for (int i = 0; i < k * P; i++) s += part[i];
+    *out = s;
+    return DT_OK;
+}
+
 dt_status dt_ep_sumsq(dt_ctx *ctx, dt_trainer *tr, int pre, int post, double *out) {
     dt_ep_link *e = &tr->ep;
     const dt_params *ps = &tr->model.ps;
+    if (dt_tp_size(&tr->model.opts) > 1) return tp_sumsq(ctx, tr, out);
     const float *g = ps->grads;
     double part[DT_MOE_MAX_EXPERTS] = {0}, s = 0.0;
     /* the dense regions: before the layers, each layer's tensors around its experts, after */

@@ -29,8 +29,7 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
     if (t->model.n_experts % ep)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d must divide model.n_experts=%d (each rank of an EP group holds "
                        "n_experts / ep experts)", ep, t->model.n_experts);
-    const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
-                      : c->pp_blocks                              ? "parallel.pp_blocks"
+    const char *why = c->pp_blocks                                ? "parallel.pp_blocks"
                       : c->cp > 1                                 ? "parallel.cp"
                       : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
                       : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
@@ -83,6 +82,9 @@ dt_status dt_cfg_check_tp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (c->tp_blocks && c->tp < 2)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.tp_blocks needs parallel.tp >= 2 (got %d)", c->tp);
     if (c->tp < 2) return DT_OK;
+    if (t->model.n_experts > 0 && (c->pp > 1 || c->pp_blocks)) /* decision 91 */
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.pp with parallel.tp=%d and model.n_experts=%d: a pipeline of a "
+                       "tensor-parallel mixture of experts is not built", c->tp, t->model.n_experts);
     return dt_model_tp_check(ctx, &t->model, &t->model_opts); /* t->model: validated by dt_cfg_finish */
 }
 

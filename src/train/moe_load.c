@@ -46,8 +46,9 @@ dt_status dt_moe_load_finish(dt_ctx *ctx, dt_trainer *tr, dt_step_stats *out) {
     if (!m->moe_load) return DT_OK;
     const int L = m->cfg.n_layer, E = m->cfg.n_experts;
     /* Every rank of the world holds a data- (or context-) parallel rank's tokens of the layers
-     * of its pipeline stage (a mixture of experts has no tensor parallelism; expert parallelism
-     * routes on the source rank), zero elsewhere: one sum over the world is the step's load. */
+     * of its pipeline stage (expert parallelism routes on the source rank; a TP group's ranks
+     * route alike and only shard 0's holder counts: decision 91), zero elsewhere: one sum over
+     * the world is the step's load. */
     if (dt_comm_size(tr->comm, DT_GROUP_WORLD) > 1)
         DT_CHECK(dt_comm_allreduce(ctx, tr->comm, DT_GROUP_WORLD, m->moe_load, (size_t)L * E, DT_I64, DT_SUM));
     out->moe_load = m->moe_load, out->moe_layers = L, out->moe_experts = E;

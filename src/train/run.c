@@ -247,17 +247,17 @@ static dt_status save_weights_file(dt_ctx *ctx, run_state *r, const dt_run_cfg *
 }
 
 /* Test aid: DTRAIN_TEST_SAVE_GRADS=FILE writes the last step's reduced gradients (the whole
- * model's, DDP without tensor parallelism: every rank holds them; under expert or pipeline
- * parallelism the EP group's and the stages' stores gathered as the whole model, as the
- * weights are) from rank 0 as a weights file, so tests compare gradients tensor by tensor
- * (context, expert or pipeline parallelism against none). Other layouts are refused in one line. */
+ * model's, DDP: every rank holds them; under expert, tensor (the blocks mode included) or
+ * pipeline parallelism the EP, TP groups' and the stages' stores gathered as the whole model,
+ * as the weights are) from rank 0 as a weights file, so tests compare gradients tensor by
+ * tensor (context, expert, tensor or pipeline parallelism against none). Other layouts are refused in one line. */
 static dt_status save_grads_file(dt_ctx *ctx, run_state *r, long step) {
     const char *file = getenv("DTRAIN_TEST_SAVE_GRADS");
     if (!file || !file[0]) return DT_OK;
-    const int gather = r->tpc.on && dt_tp_size(&r->tr.model.opts) <= 1 && !r->tr.cfg.pp_blocks;
+    const int gather = r->tpc.on && !r->tr.cfg.pp_blocks && !(dt_tp_size(&r->tr.model.opts) > 1 && r->tr.pp.n > 1);
     if (r->tr.cfg.parallel.strategy != DT_STRAT_DDP || (r->tpc.on && !gather) || r->tr.model.lora || !r->tr.model.ps.grads)
-        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_TEST_SAVE_GRADS: parallel.strategy=ddp without tensor "
-                       "parallelism or LoRA only");
+        return dt_fail(ctx, DT_ERR_CONFIG, "DTRAIN_TEST_SAVE_GRADS: parallel.strategy=ddp without LoRA, the pipeline's "
+                       "blocks mode, or tensor with pipeline parallelism, only");
     float *canon = NULL;
     if (gather) DT_CHECK(dt_tp_ckpt_gather(ctx, &r->tpc, r->tr.model.ps.grads, &canon)); /* every EP rank and stage */
     dt_status st = DT_OK;

@@ -199,8 +199,8 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
     int n = dt_model_tensors_tp(&mc, &mo, table); /* tensor parallelism: one rank's shards */
     const int tp = cfg->parallel.tp > 1 ? cfg->parallel.tp : 1, pp = cfg->pp > 1 && !cfg->pp_blocks ? cfg->pp : 1;
     int stage = 0, slots = 1;
-    if (mo.ep > 1) /* expert parallelism (tp = cp = 1): EP rank = dp rank % ep (parallel/mesh.h) */
-        mo.ep_rank = rank % (world / pp) % mo.ep;
+    if (mo.ep > 1) /* expert parallelism (cp = 1): EP rank = dp rank % ep (parallel/mesh.h: tp fastest, then dp) */
+        mo.ep_rank = rank % (world / pp) / tp % mo.ep;
     if (pp > 1) { /* a pipeline stage (parallel/mesh.h: tp fastest, then dp, then pp) */
         if (world % (tp * pp))
             return dt_fail(ctx, DT_ERR_CONFIG, "memory plan: parallel.tp=%d x parallel.pp=%d does not divide %d ranks",
@@ -226,15 +226,16 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
         world = tp * dpw, rank = rank % (tp * dpw);
         node_ranks = world % node_ranks == 0 ? node_ranks : node_ranks % world == 0 ? world : 1;
     }
-    if (mo.ep > 1) { /* this EP rank's experts (a stage's: its dp ranks are the world now) */
-        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
-        dt_ep_plan(cfg, &mo, world, dt_stage_chunks(&mo) * dt_stage_layers(&mc, &mo), bytes);
-    }
     if (tp > 1) { /* the data-parallel group: tp fastest in rank order (parallel/mesh.h) */
         mo.tp_first = rank % tp;
         world /= tp, rank /= tp;
         node_ranks = node_ranks % tp == 0 ? node_ranks / tp : 1;
         bytes[DT_MEM_OTHER] += dt_trainer_tp_scratch(cfg) * sizeof(float);
+    }
+    if (mo.ep > 1) { /* this EP rank's experts (cp = 1; a stage's under a pipeline: after the tp split, its
+                        dp ranks are the world now) */
+        DT_CHECK(dt_model_stage_table(ctx, &mc, &mo, table, n));
+        dt_ep_plan(cfg, &mo, world, dt_stage_chunks(&mo) * dt_stage_layers(&mc, &mo), bytes);
     }
     dt_alloc a; /* the store's table and unit arrays: what dt_model_init allocates besides slabs */
     dt_alloc_init(&a);

@@ -162,6 +162,10 @@ static int moe_tensors(const dt_model_config *c, dt_tensor_info *out) {
         out[DT_LLAMA_MOE_W3(e)] = ROW(moe_w3[e], Fe, C);
         out[DT_LLAMA_MOE_W2(e)] = ROW(moe_w2[e], C, Fe);
         out[DT_LLAMA_MOE_W1(e)].expert = out[DT_LLAMA_MOE_W3(e)].expert = out[DT_LLAMA_MOE_W2(e)].expert = e + 1;
+        /* tensor parallelism (decision 91): each expert cut as the dense SwiGLU MLP, w1 and w3
+         * by columns of expert_d_ff, w2 by rows of its input; the router replicated */
+        out[DT_LLAMA_MOE_W1(e)].split = out[DT_LLAMA_MOE_W3(e)].split = DT_SPLIT_OUT;
+        out[DT_LLAMA_MOE_W2(e)].split = DT_SPLIT_IN;
     }
 #undef ROW
     out[DT_LLAMA_MOE_NORM(E)] = norm;
@@ -777,9 +781,10 @@ static const char *const file_fields[] = {"n_layer", "d_model",  "n_head",     "
                                           "rope_attention_factor", "n_experts", "experts_topk",
                                           "expert_d_ff", NULL};
 
-/* tp divides the query heads, the key/value heads (each rank whole groups) and the MLP width */
+/* tp divides the query heads, the key/value heads (each rank whole groups) and the MLP width
+ * (a mixture of experts: each expert's, decision 91; the other is 0) */
 static const size_t tp_divides[] = {offsetof(dt_model_config, n_head), offsetof(dt_model_config, n_kv_head),
-                                    offsetof(dt_model_config, d_ff), 0};
+                                    offsetof(dt_model_config, d_ff), offsetof(dt_model_config, expert_d_ff), 0};
 
 const dt_model_family dt_family_llama = {
     .name = "llama",

@@ -15,7 +15,8 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     const int SL = dt_stage_layers(c, o);
     const size_t L = dt_act_slot(o, SL, DT_ACT_SEL, SL), BT = (size_t)B * T, E = c->n_experts,
                  k = c->experts_topk;
-    const size_t C = c->d_model, Fe = c->expert_d_ff, R = BT * k; /* expert rows per layer */
+    /* tensor parallelism (decision 91): gate|up, h and their gradients hold the shards' columns */
+    const size_t C = c->d_model, Fe = dt_moe_ff_held(c, o), R = BT * k; /* expert rows per layer */
     const size_t RR = dt_moe_expert_rows(c, o, BT); /* the rows of gu and h (expert parallelism: received) */
     const size_t H = o && o->compute != DT_F32, F32 = !H; /* mixed precision: 16-bit h, xe, xr (moe.h) */
     a->probs = dt_act_take(base, off, L * BT * E);
@@ -64,7 +65,7 @@ size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers) {
     /* under LoRA the experts' trainable tensors are their adapters (decision 90) */
     const size_t per = o && o->lora.rank > 0 ? dt_lora_expert_floats(c, &o->lora)
-                                             : 3 * (size_t)c->expert_d_ff * (size_t)c->d_model;
+                                             : 3 * dt_moe_ff_held(c, o) * (size_t)c->d_model;
     return (size_t)store_layers * (size_t)dt_moe_local(c, o) * per;
 }
 
@@ -125,7 +126,7 @@ typedef dt_moe_views moe_views;
 static moe_views views_of(const dt_model *m, const dt_moe_acts *a, int l) {
     const dt_model_config *c = &m->cfg;
     const size_t s = dt_act_slot(&m->opts, dt_stage_layers(c, &m->opts), DT_ACT_SEL, l), BT = (size_t)m->B * m->T;
-    const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = c->expert_d_ff;
+    const size_t E = c->n_experts, R = BT * c->experts_topk, Fe = dt_moe_ff_held(c, &m->opts);
     const size_t RR = dt_moe_expert_rows(c, &m->opts, BT);
     moe_views v = {a->probs + s * BT * E, a->lse + s * BT,          a->w + s * R,
                    a->gu + s * RR * 2 * Fe, a->h + s * RR * Fe,      a->y + s * R * c->d_model,
@@ -153,7 +154,9 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int l, int BT
         for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
     }
     for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
-    if (m->moe_load && !recompute) { /* the expert load, by the model's layer (decision 86) */
+    /* the expert load, by the model's layer (decision 86); a TP group routes alike: its first
+     * shard's holder counts (decision 91) */
+    if (m->moe_load && !recompute && dt_tp_first(&m->opts) == 0) {
         int64_t *ld = m->moe_load + (size_t)dt_params_layer(&m->ps, m->chunk_l0 + l) * E;
         for (int e = 0; e < E; e++) ld[e] += cnt[e];
     }
@@ -200,6 +203,7 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
                     float *out, int next) {
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int Fl = Fe / dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), Fh = nb * Fl; /* decision 91 */
     const int recompute = out == NULL;
     double *pf = recompute ? m->prof.bwd : m->prof.fwd;
     const moe_views v = views_of(m, a, l);
@@ -215,21 +219,38 @@ void dt_moe_forward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const 
                      e + 1 < E ? dt_fam_unit(m, DT_LLAMA_MOE_W1(e + 1), l) : next);
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
-        for (int i = 0; i < n; i++) { /* mixed precision: the rows of the norm's 16-bit copy */
-            const size_t t = (size_t)(rows[off[e] + i] / k);
-            if (lp) dt_copy(a->xh + (size_t)i * C, ln2h + t * C, (size_t)C * sizeof(uint16_t));
-            else dt_copy(a->xe + (size_t)i * C, ln2 + t * C, (size_t)C * sizeof(float));
+        if (dt_tp_size(&m->opts) > 1) { /* decision 91: fp32 (16-bit with tp refused) */
+            for (int i = 0; i < n; i++)
+                dt_copy(a->xe + (size_t)i * C, ln2 + (size_t)(rows[off[e] + i] / k) * C, (size_t)C * sizeof(float));
+            float *gue = gu + (size_t)off[e] * 2 * Fh, *he = h + (size_t)off[e] * Fh, *ye = y + (size_t)off[e] * C;
+            /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection; under tensor
+             * parallelism (decision 91) the dense MLP's column- and row-parallel GEMMs over the
+             * expert's n rows, shard j's gate|up and h in the j-th (n, 2Fl) and (n, Fl) blocks, the
+             * output summed over the shards and the TP group */
+            const int ids[2] = {DT_LLAMA_MOE_W1(e), DT_LLAMA_MOE_W3(e)};
+            DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_tp_cols_forward(m, gue, (dt_mmin){a->xe, NULL}, ids, 2, l, n, C, 2 * Fl));
+            for (int j = 0; j < nb; j++)
+                DT_PROF_TO(m, pf, DT_OP_SWIGLU,
+                           dt_swiglu_forward(he + (size_t)j * n * Fl, gue + (size_t)j * n * 2 * Fl, n, Fl));
+            DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                       dt_tp_row_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fl, C, m->tp_scratch));
+        } else {
+            for (int i = 0; i < n; i++) { /* mixed precision: the rows of the norm's 16-bit copy */
+                const size_t t = (size_t)(rows[off[e] + i] / k);
+                if (lp) dt_copy(a->xh + (size_t)i * C, ln2h + t * C, (size_t)C * sizeof(uint16_t));
+                else dt_copy(a->xe + (size_t)i * C, ln2 + t * C, (size_t)C * sizeof(float));
+            }
+            float *gue = gu + (size_t)off[e] * 2 * Fe, *ye = y + (size_t)off[e] * C;
+            float *he = lp ? a->dh : h + (size_t)off[e] * Fe; /* mixed precision: kept in hh only */
+            uint16_t *hhe = lp ? v.hh + (size_t)off[e] * Fe : NULL;
+            /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
+            DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                       dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, a->xh}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+            DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+            dt_fam_narrow(m, hhe, he, (size_t)n * Fe);
+            DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                       dt_fam_mm_forward(m, ye, (dt_mmin){he, hhe}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
         }
-        float *gue = gu + (size_t)off[e] * 2 * Fe, *ye = y + (size_t)off[e] * C;
-        float *he = lp ? a->dh : h + (size_t)off[e] * Fe; /* mixed precision: kept in hh only */
-        uint16_t *hhe = lp ? v.hh + (size_t)off[e] * Fe : NULL;
-        /* w1 (gate) and w3 (up) are adjacent rows: one (2Fe x C) projection */
-        DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                   dt_fam_mm_forward(m, gue, (dt_mmin){a->xe, a->xh}, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
-        DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
-        dt_fam_narrow(m, hhe, he, (size_t)n * Fe);
-        DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                   dt_fam_mm_forward(m, ye, (dt_mmin){he, hhe}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
     }
     if (recompute) return;
     /* out = res2 + the weighted outputs, each token's choices in slot order */
@@ -274,6 +295,7 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
                      float *dln2, float scale, int next) {
     const dt_model_config *c = &m->cfg;
     const int BT = m->B * m->T, C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int Fl = Fe / dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), Fh = nb * Fl; /* decision 91 */
     const size_t R = (size_t)BT * k;
     const moe_views v = views_of(m, a, l);
     const int32_t *rows = v.rows, *off = v.off, *pos = v.pos, *sel = v.sel;
@@ -320,21 +342,34 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
                 if (lp) dt_copy(xeh + (size_t)i * C, ln2h + (size_t)(r / k) * C, (size_t)C * sizeof(uint16_t));
                 else dt_copy(xe + (size_t)i * C, ln2 + (size_t)(r / k) * C, (size_t)C * sizeof(float));
             }
-            const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = lp ? NULL : h + (size_t)off[e] * Fe;
-            const uint16_t *hhe = lp ? v.hh + (size_t)off[e] * Fe : NULL;
-            if (kdy)
+            if (dt_tp_size(&m->opts) > 1) { /* the dense MLP's backward over the expert's rows, shard by shard
+                                               (decision 91: fp32, no pipeline, so no zb-h1 blocks) */
+                const float *gue = gu + (size_t)off[e] * 2 * Fh, *he = h + (size_t)off[e] * Fh;
+                const int ids[2] = {DT_LLAMA_MOE_W1(e), DT_LLAMA_MOE_W3(e)};
                 DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward_kept(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, hhe}, n, Fe, C));
-            else
+                        dt_tp_row_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, NULL}, n, Fl, C));
+                for (int j = 0; j < nb; j++)
+                    DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge + (size_t)j * n * 2 * Fl, gue + (size_t)j * n * 2 * Fl,
+                                                                     a->dh + (size_t)j * n * Fl, n, Fl));
                 DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, hhe}, n, Fe, C));
-            DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge, gue, a->dh, n, Fe));
-            if (kdy)
-                DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward_kept(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, xeh}, n, C, 2 * Fe));
-            else
-                DT_PROF(m, bwd, DT_OP_MATMUL,
-                        dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, xeh}, n, C, 2 * Fe));
+                        dt_tp_cols_backward(m, a->dx, ids, 2, l, ge, (dt_mmin){xe, NULL}, n, C, 2 * Fl, m->tp_scratch));
+            } else {
+                const float *gue = gu + (size_t)off[e] * 2 * Fe, *he = lp ? NULL : h + (size_t)off[e] * Fe;
+                const uint16_t *hhe = lp ? v.hh + (size_t)off[e] * Fe : NULL;
+                if (kdy)
+                    DT_PROF(m, bwd, DT_OP_MATMUL,
+                            dt_fam_mm_backward_kept(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, hhe}, n, Fe, C));
+                else
+                    DT_PROF(m, bwd, DT_OP_MATMUL,
+                            dt_fam_mm_backward(m, a->dh, DT_LLAMA_MOE_W2(e), l, NULL, ye, (dt_mmin){he, hhe}, n, Fe, C));
+                DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(ge, gue, a->dh, n, Fe));
+                if (kdy)
+                    DT_PROF(m, bwd, DT_OP_MATMUL,
+                            dt_fam_mm_backward_kept(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, xeh}, n, C, 2 * Fe));
+                else
+                    DT_PROF(m, bwd, DT_OP_MATMUL,
+                            dt_fam_mm_backward(m, a->dx, DT_LLAMA_MOE_W1(e), l, NULL, ge, (dt_mmin){xe, xeh}, n, C, 2 * Fe));
+            }
             for (int i = 0; i < n; i++) {
                 float *d = dln2 + (size_t)(rows[off[e] + i] / k) * C;
                 const float *dx = a->dx + (size_t)i * C;

@@ -98,11 +98,18 @@ static inline int dt_moe_local(const dt_model_config *c, const dt_model_opts *o)
 static inline int dt_moe_first(const dt_model_config *c, const dt_model_opts *o) {
     return o && o->ep > 1 ? o->ep_rank * (c->n_experts / o->ep) : 0;
 }
+/* The expert width this process holds: expert_d_ff, or under tensor parallelism (decision 91)
+ * its shards' columns, tp_local x expert_d_ff / tp (gate|up and h hold them shard by shard: an
+ * expert's n rows as tp_local blocks of (n, 2 Fl) and (n, Fl), Fl = expert_d_ff / tp). */
+static inline size_t dt_moe_ff_held(const dt_model_config *c, const dt_model_opts *o) {
+    return (size_t)(c->expert_d_ff / dt_tp_size(o)) * (size_t)dt_tp_local(o);
+}
 /* Expert rows a layer's gu and h hold: B T k, or under expert parallelism the most this rank's
  * experts can receive, ep x B T x min(k, E / ep) (a token's k choices are distinct experts). */
 size_t dt_moe_expert_rows(const dt_model_config *c, const dt_model_opts *o, size_t BT);
 /* Floats of one source rank's segment of the local experts' weight gradients (model.h
- * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C; under LoRA x their adapters' floats
+ * dt_model.ep_grads): store_layers x (E / ep) x 3 Fe C (tensor parallelism: the shards' width
+ * held, dt_moe_ff_held, laid out as the store); under LoRA x their adapters' floats
  * (lora.h dt_lora_expert_floats) instead of 3 Fe C. */
 size_t dt_moe_ep_segment(const dt_model_config *c, const dt_model_opts *o, int store_layers);
 /* The offset, within a store layer of m->ps, of the local experts' trainable tensors (one run

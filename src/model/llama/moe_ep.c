@@ -16,7 +16,15 @@
  * source rank is bitwise the one that source forms alone; the trainer sums the segments in
  * data-parallel rank order (train/ep.c). Under mixed precision the rows travel as the 16-bit
  * values the GEMMs read (the norm's copy) and the owner keeps them (xrh) and its SwiGLU outputs
- * (hh) in 16 bits: the GEMMs are dt_fam_mm_forward's and dt_matmul_backward_lp's as at ep = 1. */
+ * (hh) in 16 bits: the GEMMs are dt_fam_mm_forward's and dt_matmul_backward_lp's as at ep = 1.
+ *
+ * With tensor parallelism (decision 91) the EP group is the data-parallel ranks at one TP rank:
+ * TP rank t of a source sends its rows (the same on every TP rank: they route alike) to TP rank
+ * t of the owner, which holds shard t of its experts and runs on each source's rows the calls
+ * moe.c runs at ep 1 under tensor parallelism - the column- and row-parallel GEMMs shard by
+ * shard, the outputs' and input gradients' shard partials summed in shard order and over the
+ * TP group - with each shard's weight gradients in its place of the source's segment (the
+ * store's layout: w1's, w3's, w2's shards in turn). */
 #include <string.h>
 
 #include "model/family_impl.h"
@@ -60,7 +68,8 @@ static void scaled(const size_t *x, size_t *out, int P, size_t width) {
 void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *ln2,
                        const uint16_t *ln2h, int next) {
     const dt_model_config *c = &m->cfg;
-    const int C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int C = c->d_model, E = c->n_experts, k = c->experts_topk;
+    const int Fe = c->expert_d_ff, Fl = Fe / dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), Fh = nb * Fl;
     const int P = m->opts.ep, me = m->opts.ep_rank, El = E / P, e0 = dt_moe_first(c, &m->opts);
     double *pf = m->prof.fwd;
     const int lp = dt_lowp(m);
@@ -92,27 +101,69 @@ void dt_moe_ep_forward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l
             const int n = v->rc[s * El + j];
             if (n == 0) continue;
             const size_t b = p.base[s * El + j];
-            float *gue = v->gu + b * 2 * Fe, *ye = a->ox + b * C;
-            float *he = lp ? a->dh : v->h + b * Fe; /* mixed precision: kept in hh only (moe.c) */
-            uint16_t *hhe = lp ? v->hh + b * Fe : NULL;
-            const dt_mmin x = lp ? (dt_mmin){NULL, v->xrh + b * C} : (dt_mmin){v->xr + b * C, NULL};
-            DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, gue, x, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
-            DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
-            dt_fam_narrow(m, hhe, he, (size_t)n * Fe);
-            DT_PROF_TO(m, pf, DT_OP_MATMUL,
-                       dt_fam_mm_forward(m, ye, (dt_mmin){he, hhe}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+            if (dt_tp_size(&m->opts) > 1) { /* decision 91: fp32 (16-bit with tp refused) */
+                float *gue = v->gu + b * 2 * Fh, *he = v->h + b * Fh, *ye = a->ox + b * C;
+                const int ids[2] = {DT_LLAMA_MOE_W1(e), DT_LLAMA_MOE_W3(e)};
+                DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                           dt_tp_cols_forward(m, gue, (dt_mmin){v->xr + b * C, NULL}, ids, 2, l, n, C, 2 * Fl));
+                for (int q = 0; q < nb; q++)
+                    DT_PROF_TO(m, pf, DT_OP_SWIGLU,
+                               dt_swiglu_forward(he + (size_t)q * n * Fl, gue + (size_t)q * n * 2 * Fl, n, Fl));
+                DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                           dt_tp_row_forward(m, ye, (dt_mmin){he, NULL}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fl, C, m->tp_scratch));
+            } else {
+                float *gue = v->gu + b * 2 * Fe, *ye = a->ox + b * C;
+                float *he = lp ? a->dh : v->h + b * Fe; /* mixed precision: kept in hh only (moe.c) */
+                uint16_t *hhe = lp ? v->hh + b * Fe : NULL;
+                const dt_mmin x = lp ? (dt_mmin){NULL, v->xrh + b * C} : (dt_mmin){v->xr + b * C, NULL};
+                DT_PROF_TO(m, pf, DT_OP_MATMUL, dt_fam_mm_forward(m, gue, x, DT_LLAMA_MOE_W1(e), l, NULL, n, C, 2 * Fe));
+                DT_PROF_TO(m, pf, DT_OP_SWIGLU, dt_swiglu_forward(he, gue, n, Fe));
+                dt_fam_narrow(m, hhe, he, (size_t)n * Fe);
+                DT_PROF_TO(m, pf, DT_OP_MATMUL,
+                           dt_fam_mm_forward(m, ye, (dt_mmin){he, hhe}, DT_LLAMA_MOE_W2(e), l, NULL, n, Fe, C));
+            }
         }
     }
     /* the outputs back into the source's expert rows */
     (void)a2a(m, a->ox, rn, rd, v->y, sc, sd, sizeof(float));
 }
 
+/* Tensor parallelism: one source's n rows of a local expert (received at row b), shard by shard
+ * as tp.c's dt_tp_row_backward and cols_backward_partial run them (w1 at the expert's store
+ * place: its w3 and w2 follow, each nb shards), the weight gradients into the segment `seg`
+ * laid out as the store, the input gradient's shard partials added in shard order into ox2. */
+static void shards_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, const float *w1, float *seg, size_t b,
+                            int n) {
+    const dt_model_config *c = &m->cfg;
+    const int C = c->d_model, Fl = c->expert_d_ff / dt_tp_size(&m->opts), nb = dt_tp_local(&m->opts), Fh = nb * Fl;
+    const size_t T = (size_t)Fh * C, S = (size_t)Fl * C; /* a tensor, a shard */
+    const float *w3 = w1 + T, *w2 = w1 + 2 * T, *dy = a->ox + b * C, *x = v->xr + b * C;
+    const float *gu = v->gu + b * 2 * Fh, *h = v->h + b * Fh;
+    float *dx = a->ox2 + b * C;
+    for (int q = 0; q < nb; q++) { /* w2, row-parallel: its shard's input gradient and dW */
+        DT_PROF(m, bwd, DT_OP_MATMUL,
+                dt_matmul_backward(a->dh + (size_t)q * n * Fl, seg + 2 * T + q * S, NULL, dy, h + (size_t)q * n * Fl,
+                                   w2 + q * S, n, Fl, C));
+        DT_PROF(m, bwd, DT_OP_SWIGLU, dt_swiglu_backward(a->dgu + (size_t)q * n * 2 * Fl, gu + (size_t)q * n * 2 * Fl,
+                                                         a->dh + (size_t)q * n * Fl, n, Fl));
+    }
+    for (int q = 0; q < nb; q++) { /* w1 | w3, column-parallel: shard q's partial input gradient */
+        float *dst = q > 0 ? m->tp_scratch : dx;
+        const float *d = a->dgu + (size_t)q * n * 2 * Fl;
+        DT_PROF(m, bwd, DT_OP_MATMUL, dt_matmul_backward_ld(dst, 0, seg + q * S, d, 2 * Fl, x, w1 + q * S, n, C, Fl));
+        DT_PROF(m, bwd, DT_OP_MATMUL,
+                dt_matmul_backward_ld(dst, 1, seg + T + q * S, d + Fl, 2 * Fl, x, w3 + q * S, n, C, Fl));
+        if (q > 0) dt_tp_add(dx, m->tp_scratch, (size_t)n * C);
+    }
+}
+
 void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int l, const float *dout, float *dln2,
                         int router_unit) {
     const dt_model_config *c = &m->cfg;
     const int C = c->d_model, E = c->n_experts, k = c->experts_topk, Fe = c->expert_d_ff;
+    const int tp = dt_tp_size(&m->opts), Fl = Fe / tp, nb = dt_tp_local(&m->opts), Fh = nb * Fl;
     const int P = m->opts.ep, El = E / P, e0 = dt_moe_first(c, &m->opts);
-    const size_t X = 3 * (size_t)Fe * C, Ls = (size_t)m->ps.n_layer, ls = (size_t)dt_fam_layer(m, l);
+    const size_t X = 3 * (size_t)Fh * C, Ls = (size_t)m->ps.n_layer, ls = (size_t)dt_fam_layer(m, l);
     const int lp = dt_lowp(m);
     const dt_dtype dt = m->opts.compute;
     const size_t len = dt_moe_ep_segment(c, &m->opts, 1); /* a segment's floats per store layer */
@@ -156,6 +207,10 @@ void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int 
             }
             /* source s's segment: this layer's local expert j, [w1 | w3 | w2] */
             float *seg = m->ep_grads + (((size_t)s * Ls + ls) * (size_t)El + (size_t)j) * X;
+            if (tp > 1) {
+                shards_backward(m, a, v, w1, seg, b, n);
+                continue;
+            }
             if (lp)
                 DT_PROF(m, bwd, DT_OP_MATMUL,
                         dt_matmul_backward_lp(dt, a->dh, seg + 2 * (size_t)Fe * C, NULL, a->ox + b * C, m->lp_scratch,
@@ -175,6 +230,9 @@ void dt_moe_ep_backward(dt_model *m, dt_moe_acts *a, const dt_moe_views *v, int 
         }
         dt_unit_grads_end(m, u);
     }
+    /* tensor parallelism: the input gradients' shard partials over the TP group (moe.c's
+     * dt_tp_cols_backward sums each expert's alike, elementwise) */
+    if (ok && tp > 1 && nb < tp) dt_tp_sum(m, a->ox2, (p.rd[P - 1] + p.rn[P - 1]) * (size_t)C);
     /* the input gradients back; added as moe.c adds them: experts descending, rows ascending */
     if (!ok || a2a(m, a->ox2, rn, rd, a->sx, sc, sd, sizeof(float))) return;
     for (int e = E - 1; e >= 0; e--)
