@@ -104,10 +104,11 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
         else if (!strcmp(f, "inter_node")) DT_CHECK(str(L, v, key, a->inter, sizeof a->inter));
         else if (!strcmp(f, "tp_link")) DT_CHECK(str(L, v, key, a->tp_link, sizeof a->tp_link));
         else if (!strcmp(f, "pp_link")) DT_CHECK(str(L, v, key, a->pp_link, sizeof a->pp_link));
+        else if (!strcmp(f, "ep_link")) DT_CHECK(str(L, v, key, a->ep_link, sizeof a->ep_link));
         else
             return dt_fail(L->ctx, DT_ERR_CONFIG,
                            "%s:%lu: %s: unknown key (name, kind, peak_tflops, memory_gib|memory_gb, memory_bw_gbs, "
-                           "devices_per_node, intra_node, inter_node, tp_link, pp_link, nics_per_node, step_overhead_us, "
+                           "devices_per_node, intra_node, inter_node, tp_link, pp_link, ep_link, nics_per_node, step_overhead_us, "
                            "collective_call_us, optimizer_bw_gbs)",
                            L->path, line_of(k), key);
     }
@@ -238,6 +239,7 @@ dt_status dt_hw_load(dt_ctx *ctx, const char *path, dt_hw_catalog *c) {
                           : !dt_hw_link_find(c, a->inter)                   ? a->inter
                           : a->tp_link[0] && !dt_hw_link_find(c, a->tp_link) ? a->tp_link
                           : a->pp_link[0] && !dt_hw_link_find(c, a->pp_link) ? a->pp_link
+                          : a->ep_link[0] && !dt_hw_link_find(c, a->ep_link) ? a->ep_link
                                                                              : NULL;
         if (bad) {
             st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: accelerators.%s: link '%s' is not under links", path, line_of(v),
@@ -281,6 +283,11 @@ const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
 
 const dt_hw_link *dt_hw_pp_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
     const dt_hw_link *l = a->pp_link[0] ? dt_hw_link_find(c, a->pp_link) : NULL;
+    return l ? l : dt_hw_link_find(c, a->intra);
+}
+
+const dt_hw_link *dt_hw_ep_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
+    const dt_hw_link *l = a->ep_link[0] ? dt_hw_link_find(c, a->ep_link) : NULL;
     return l ? l : dt_hw_link_find(c, a->intra);
 }
 

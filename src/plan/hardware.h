@@ -39,6 +39,10 @@ typedef struct dt_hw_accel {
                                         activations and their gradients inside a node; "" = intra:
                                         `plan --calibrate` writes pp-fit, its ping-pong fit read at the
                                         activation's size (decision 77) */
+    char ep_link[48];                /* ep_link: the link of expert parallelism's all-to-alls of token
+                                        rows inside a node; "" = intra: `plan --calibrate` writes
+                                        ep-fit, its all-to-all fit read at the activation's size
+                                        (decision 92) */
     double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
     double step_overhead_us;         /* fixed time per micro-batch no FLOP or byte term carries (kernel
                                         calls, thread hand-offs, the optimizer's per-tensor loop): measured
@@ -72,6 +76,8 @@ const dt_hw_link *dt_hw_link_find(const dt_hw_catalog *c, const char *key);
 const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* The link of a's pipeline sends inside a node: its pp_link, else its intra-node link. */
 const dt_hw_link *dt_hw_pp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
+/* The link of a's expert-parallel all-to-alls inside a node: its ep_link, else its intra-node link. */
+const dt_hw_link *dt_hw_ep_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* Peak TFLOP/s for a compute dtype (DT_F32, DT_BF16, DT_F16); 0 when the catalog lacks it. */
 double dt_hw_peak(const dt_hw_accel *a, dt_dtype compute);
 /* Levenshtein distance (case-insensitive), for did-you-mean. */

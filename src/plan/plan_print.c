@@ -31,6 +31,9 @@ void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
     if (job->pp && job->pp != job->intra) /* the catalog's pp_link (a calibrated entry: decision 77) */
         fprintf(f, "# pipeline link (the stages' sends inside a node): %s %.4g GB/s %.3g us, efficiency %.3g\n",
                 job->pp->key, job->pp->bw_gbs, job->pp->latency_us, job->pp_eff);
+    if (job->ep && job->ep != job->intra) /* the catalog's ep_link (a calibrated entry: decision 92) */
+        fprintf(f, "# expert-parallel link (the EP group's all-to-alls inside a node): %s %.4g GB/s %.3g us, "
+                   "efficiency %.3g\n", job->ep->key, job->ep->bw_gbs, job->ep->latency_us, job->ep_eff);
     fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g; "
                "fixed costs %.4g us per micro-batch, %.4g us per collective call; optimizer %.4g GB/s%s\n",
             job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap, job->hw->step_overhead_us,
@@ -210,6 +213,12 @@ cJSON *dt_plan_job_json(const dt_plan_job *job) {
     cJSON_AddStringToObject(pj, "key", pl->key);
     num(pj, "bw_gbs", pl->bw_gbs), num(pj, "latency_us", pl->latency_us);
     num(pj, "efficiency", job->pp ? job->pp_eff : job->intra_eff);
+    /* the link of the expert all-to-all term (decision 92): the catalog's ep_link, else the intra-node link */
+    const dt_hw_link *el = job->ep ? job->ep : job->intra;
+    cJSON *ej = cJSON_AddObjectToObject(o, "ep_link");
+    cJSON_AddStringToObject(ej, "key", el->key);
+    num(ej, "bw_gbs", el->bw_gbs), num(ej, "latency_us", el->latency_us);
+    num(ej, "efficiency", job->ep ? job->ep_eff : job->intra_eff);
     cJSON_AddBoolToObject(o, "sequence_parallel", job->train.model_opts.sp != 0);
     num(o, "train_tokens", job->train_tokens);
     return o;

@@ -171,9 +171,14 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
         if (job->pp) cnet.bw_intra = job->pp->bw_gbs * 1e9 * job->pp_eff, cnet.a_intra = job->pp->latency_us * 1e-6;
         coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &cnet, 3, layers * mstep, attn);
     }
-    if (l->ep > 1 && m->experts > 0) /* dispatch and combine, forward and backward */
-        coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &net,
+    if (l->ep > 1 && m->experts > 0) { /* dispatch and combine, forward and backward; inside a node on the
+                                          all-to-all link (the catalog's ep_link, calibrated by plan
+                                          --calibrate's all-to-all fit: decision 92), else the intra-node one */
+        dt_plan_net enet = net;
+        if (job->ep) enet.bw_intra = job->ep->bw_gbs * 1e9 * job->ep_eff, enet.a_intra = job->ep->latency_us * 1e-6;
+        coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &enet,
              4 * layers, mstep, -1);
+    }
     if (l->pp > 1) { /* activations to the next stage; only the fill and drain are on the critical path */
         int k, nn;
         dt_plan_group_span(l->pp, dp_stride * l->dp, d, &k, &nn);
