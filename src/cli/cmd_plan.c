@@ -219,6 +219,10 @@ static dt_status setup_job(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *r
     job->pp_eff = job->pp == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->pp->eff;
     job->ep = dt_hw_ep_link(cat, job->hw); /* the experts' all-to-alls inside a node (decision 92) */
     job->ep_eff = job->ep == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->ep->eff;
+    /* the same two across nodes (--inter-eff covers them) */
+    job->pp_inter = dt_hw_pp_inter_link(cat, job->hw), job->ep_inter = dt_hw_ep_inter_link(cat, job->hw);
+    job->pp_inter_eff = job->pp_inter == job->inter ? job->inter_eff : f->inter_eff > 0 ? f->inter_eff : job->pp_inter->eff;
+    job->ep_inter_eff = job->ep_inter == job->inter ? job->inter_eff : f->inter_eff > 0 ? f->inter_eff : job->ep_inter->eff;
     job->tp_overlap = f->tp_overlap;
     if (dt_hw_peak(job->hw, job->train.model_opts.compute) <= 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s has no peak_tflops for training.precision %s in %s",

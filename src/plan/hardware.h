@@ -43,6 +43,11 @@ typedef struct dt_hw_accel {
                                         rows inside a node; "" = intra: `plan --calibrate` writes
                                         ep-fit, its all-to-all fit read at the activation's size
                                         (decision 92) */
+    char pp_inter_link[48];          /* pp_inter_link, ep_inter_link: the same two across nodes; "" =
+                                        inter: `plan --calibrate` on several nodes writes pp-net-fit
+                                        and ep-net-fit from its cross group's ping-pong and all-to-all
+                                        (per rank, every rank of a node sending, as net-fit) */
+    char ep_inter_link[48];
     double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
     double step_overhead_us;         /* fixed time per micro-batch no FLOP or byte term carries (kernel
                                         calls, thread hand-offs, the optimizer's per-tensor loop): measured
@@ -78,6 +83,10 @@ const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 const dt_hw_link *dt_hw_pp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* The link of a's expert-parallel all-to-alls inside a node: its ep_link, else its intra-node link. */
 const dt_hw_link *dt_hw_ep_link(const dt_hw_catalog *c, const dt_hw_accel *a);
+/* The links of a's pipeline sends and expert all-to-alls across nodes: its pp_inter_link /
+ * ep_inter_link, else its inter-node link. */
+const dt_hw_link *dt_hw_pp_inter_link(const dt_hw_catalog *c, const dt_hw_accel *a);
+const dt_hw_link *dt_hw_ep_inter_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* Peak TFLOP/s for a compute dtype (DT_F32, DT_BF16, DT_F16); 0 when the catalog lacks it. */
 double dt_hw_peak(const dt_hw_accel *a, dt_dtype compute);
 /* Levenshtein distance (case-insensitive), for did-you-mean. */
