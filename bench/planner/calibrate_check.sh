@@ -50,8 +50,8 @@
 # ranks than this machine's cores (nproc: time-sliced, the ranks taking turns on the cores).
 # W ranks share the machine's cores, so a run takes about W times one rank's step: the dp family
 # with NODES="1 2" (6 calibrations, 51 runs, PASSES 3) takes about 30 minutes on a quiet 2-core
-# machine (PASSES=1: about 16); the other families add 29 runs and 2 calibrations (see
-# docs/planner.md); each phase's start is printed in seconds.
+# machine (PASSES=1: about 16); the other families add 29 runs on the same calibrations, about
+# 40 minutes (an estimate: docs/planner.md); each phase's start is printed in seconds.
 set -u
 bin=$(readlink -f "$1") out=${2:-$(mktemp -d /tmp/dt_calcheck_XXXXXX)}
 mkdir -p "$out" && out=$(readlink -f "$out") || exit 1
