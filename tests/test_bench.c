@@ -293,6 +293,39 @@ static void test_comm_fit_groups(void **state) {
                        "lines[0].group");
 }
 
+/* Every (group, op) `bench comm` times on several nodes (12 world rows, 5 node and 5 cross,
+ * bench/comm_bench.c), over the default sizes of `plan --calibrate` (1 KiB to 64 MiB: the 3
+ * ranges each), fit and round-trip through the file: 66 lines (the limit once held 64). */
+static void test_comm_fit_every_row(void **state) {
+    (void)state;
+    static const char *const world[] = {"allreduce", "allreduce_ordered", "allreduce_ordered_mpi",
+                                        "allreduce_ordered_flat", "reduce_scatter", "reduce_scatter_ordered",
+                                        "reduce_scatter_ordered_mpi", "allgather", "allgather_mpi", "broadcast",
+                                        "pingpong", "alltoall"},
+                             *node[] = {"allreduce_ordered", "reduce_scatter_ordered", "allgather", "pingpong", "alltoall"},
+                             *cross[] = {"allreduce", "allreduce_ordered", "allgather", "pingpong", "alltoall"};
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    cJSON *rows = cJSON_CreateArray();
+    for (double b = 1024; b <= 64 * 1048576.0; b *= 2) {
+        for (int k = 0; k < 12; k++) cJSON_AddItemToArray(rows, row(world[k], b, 5 + b / 1024));
+        for (int k = 0; k < 5; k++) {
+            cJSON_AddItemToArray(rows, grow("node", node[k], b, 3 + b / 2048));
+            cJSON_AddItemToArray(rows, grow("cross", cross[k], b, 50 + b / 512));
+        }
+    }
+    dt_comm_fit f;
+    if (dt_comm_fit_rows(&ctx, rows, 4, 2, &f) != DT_OK) fail_msg("%s", ctx.err);
+    assert_int_equal(f.n, 22 * 3);
+    const dt_comm_fit_line *a = dt_comm_fit_find_in(&f, "cross", "alltoall", 4e6);
+    assert_non_null(a);
+    assert_true(fabs(a->beta_us_per_b - 1.0 / 512) < 1e-12);
+    fit_file_roundtrip(&f, "{\"schema\": \"dtrain-commfit/1\", \"lines\": [{\"op\": \"x\", \"min_bytes\": 1, "
+                           "\"max_bytes\": 2, \"alpha_us\": -1, \"beta_us_per_byte\": 1}]}",
+                       "lines[0].alpha_us");
+    cJSON_Delete(rows);
+}
+
 static void test_trace_recorder(void **state) {
     (void)state;
     dt_trace_reset();
@@ -338,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_sweep_points),        cmocka_unit_test(test_trace_recorder),
         cmocka_unit_test(test_comm_fit),
         cmocka_unit_test(test_comm_fit_groups),
+        cmocka_unit_test(test_comm_fit_every_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -172,12 +172,12 @@ fi
 timeout 60 "${mpi[@]}" -n 2 "$bin" bench comm --min-bytes 1K --max-bytes 4K --iters 2 --json comm.json >comm.log 2>&1
 if [ $? -eq 0 ] && python3 -c "
 import json; d=json.load(open('comm.json')); assert d['schema']=='dtrain-bench/1' and d['kind']=='comm' and d['ranks']==2
-assert len(d['rows'])==30 and all(r['wrong']==0 for r in d['rows'])
-assert {r['op'] for r in d['rows']} == {'allreduce','allreduce_ordered','allreduce_ordered_mpi','reduce_scatter','reduce_scatter_ordered','reduce_scatter_ordered_mpi','allgather','allgather_mpi','broadcast','pingpong'}
+assert len(d['rows'])==33 and all(r['wrong']==0 for r in d['rows'])
+assert {r['op'] for r in d['rows']} == {'allreduce','allreduce_ordered','allreduce_ordered_mpi','reduce_scatter','reduce_scatter_ordered','reduce_scatter_ordered_mpi','allgather','allgather_mpi','broadcast','pingpong','alltoall'}
 assert all(r['busbw_gbs']==r['algbw_gbs'] and r['ranks']==2 for r in d['rows'] if r['op']=='pingpong')
 assert set(d['rows'][0])>={'op','bytes','time_us','time_mean_us','algbw_gbs','busbw_gbs','wrong'} and 'environment' in d" \
    && out=$(python3 "$check" keys comm.json "$src/docs/FORMATS.md" comm 2>&1); then
-  pass "bench comm --json: 30 rows (9 collectives, the shared-memory ones also over MPI, and the point-to-point ping-pong), all data right, keys = documented ($out)"
+  pass "bench comm --json: 33 rows (10 collectives, the shared-memory ones also over MPI, and the point-to-point ping-pong), all data right, keys = documented ($out)"
 else
   fail "bench comm --json: $(tail -3 comm.log)"
 fi
@@ -188,7 +188,7 @@ fi
 DTRAIN_TEST_COMM_DELAY_MS=60 timeout 60 "${mpi[@]}" -x DTRAIN_TEST_COMM_DELAY_MS -n 2 "$bin" bench comm --min-bytes 1K \
   --max-bytes 1K --iters 3 --json comm_delay.json >comm_delay.log 2>&1
 if [ $? -eq 0 ] && out=$(python3 -c "
-import json; rows=json.load(open('comm_delay.json'))['rows']; assert len(rows)==10, len(rows)
+import json; rows=json.load(open('comm_delay.json'))['rows']; assert len(rows)==11, len(rows)
 # pingpong's time is one message, half the round trip that carries the delay
 slow=[r['op'] for r in rows if not (r['time_mean_us']>=(9500 if r['op']=='pingpong' else 19000) and r['time_us']<10000)]
 assert not slow, 'rows whose mean misses the delay or whose median carries it: %s' % slow

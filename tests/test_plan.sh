@@ -477,5 +477,77 @@ EOF
 ); then pass "calibrate: context parallelism's ring on the PP link ($out)"
 else fail "calibrate, CP on the PP link: $out $(head -2 err.txt)"; fi
 
+# The EP link (decision 92): bench comm's all-to-all of the node group read at the same
+# activation (B = (n-1)/n / beta, a = alpha / (n-1), n = 2), finite and positive, named by
+# ep_link; a mixtral-tiny dp 2 ep 2 plan's expert all-to-alls go on it ((n-1)/n S / B + (n-1) a),
+# and on the intra-node link once ep_link is taken away.
+sed '/^    ep_link: /d' c4.yaml >c4-noep.yaml
+epplan() { "$bin" plan --catalog "$1" --hardware cpu-calibrated --gpus 2 --nodes 1 --model mixtral-tiny --seq 16 \
+  --micro-batch 1 --strategy ddp --tp 1 --pp 1 --ep 2 "${@:2}"; }
+if epplan c4.yaml --json >c4.ep.json 2>err.txt && epplan c4-noep.yaml --json >c4.noep.json 2>>err.txt &&
+   epplan c4.yaml >c4.ep.txt 2>>err.txt && out=$(python3 - c4.yaml c4.ep.json c4.noep.json c4.ep.txt c4.log <<'EOF' 2>&1
+import json, math, re, sys
+y, txt, log = open(sys.argv[1]).read(), open(sys.argv[4]).read(), open(sys.argv[5]).read()
+assert re.search(r"^    ep_link: ep-fit +# expert parallelism's all-to-alls of token rows \(128 KiB a rank\) inside a node", y, re.M), y
+m = re.search(r"^  ep-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}.*node group's alltoall of 2 ranks .*B = \(n-1\)/n / beta at 128 KiB", y, re.M)
+bw, lat = float(m.group(1)), float(m.group(2))
+assert math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0, (bw, lat)
+assert "ep-fit: 1.0" in y and "# expert-parallel link ep-fit: " in log, y
+assert re.search(r"^# expert-parallel link \(the EP group's all-to-alls inside a node\): ep-fit ", txt, re.M), txt
+def term(f):
+    p = json.load(open(f))
+    (t,) = [c for c in p["layouts"][0]["comm"] if c["what"] == "ep all-to-all tokens"]
+    return p, t["intra_s"] / t["count"], t["bytes"]
+p, t, S = term(sys.argv[2])
+assert p["job"]["ep_link"]["key"] == "ep-fit" and p["job"]["ep_link"]["bw_gbs"] == bw, p["job"]["ep_link"]
+want = 0.5 * S / (bw * 1e9) + lat * 1e-6
+assert abs(t - want) <= 1e-9 * want, (t, want)
+q, t0, _ = term(sys.argv[3])
+shm = re.search(r"^  shm-fit: \{.*bw_gbs: (\S+), latency_us: (\S+)\}", y, re.M)
+want0 = 0.5 * S / (float(shm.group(1)) * 1e9) + float(shm.group(2)) * 1e-6
+assert q["job"]["ep_link"]["key"] == "shm-fit" and abs(t0 - want0) <= 1e-9 * want0, (t0, want0)
+assert t != t0, (t, t0)
+print(f"ep-fit {bw:.4g} GB/s {lat:.4g} us: an all-to-all of {S:.0f} bytes {t * 1e6:.4g} us, {t0 * 1e6:.4g} us on shm-fit")
+EOF
+); then pass "calibrate: the EP link ($out)"
+else fail "calibrate, EP link: $out $(head -2 err.txt)"; fi
+
+# Across nodes (decision 92): the cross group's ping-pong and all-to-all give pp-net-fit and
+# ep-net-fit, finite and positive, named by pp_inter_link and ep_inter_link; a pp 2 x dp 2 plan
+# on the 2 nodes sends between its stages across them (one message: S / B + a, B the per-rank
+# rate of net-fit's kind), on net-fit once pp_inter_link is taken away.
+sed '/^    pp_inter_link: /d' c4.yaml >c4-nopi.yaml
+piplan() { "$bin" plan --catalog "$1" --hardware cpu-calibrated --gpus 4 --nodes 2 --model gpt2-tiny --seq 16 \
+  --micro-batch 1 --global-batch 8 --strategy ddp --tp 1 --pp 2 --json; }
+if piplan c4.yaml >c4.pi.json 2>err.txt && piplan c4-nopi.yaml >c4.nopi.json 2>>err.txt &&
+   out=$(python3 - c4.yaml c4.pi.json c4.nopi.json c4.log <<'EOF' 2>&1
+import json, math, re, sys
+y, log = open(sys.argv[1]).read(), open(sys.argv[4]).read()
+assert re.search(r"^    pp_inter_link: pp-net-fit ", y, re.M) and re.search(r"^    ep_inter_link: ep-net-fit ", y, re.M), y
+def link(name):
+    m = re.search(r"^  " + name + r": \{.*bw_gbs: (\S+), latency_us: (\S+)\}", y, re.M)
+    bw, lat = float(m.group(1)), float(m.group(2))
+    assert math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0, (name, bw, lat)
+    return bw, lat
+bw, lat = link("pp-net-fit")
+ebw, _ = link("ep-net-fit")
+nbw, nlat = link("net-fit")
+assert "# pipeline link across nodes pp-net-fit: " in log and "# expert-parallel link across nodes ep-net-fit: " in log, log
+def term(f):
+    p = json.load(open(f))
+    (t,) = [c for c in p["layouts"][0]["comm"] if c["what"] == "pp send/recv acts"]
+    return p, t["inter_s"] / t["count"], t["bytes"]
+p, t, S = term(sys.argv[2])
+assert p["job"]["pp_inter_link"]["key"] == "pp-net-fit" and p["job"]["ep_inter_link"]["key"] == "ep-net-fit", p["job"]
+want = S / (bw * 1e9) + lat * 1e-6
+assert abs(t - want) <= 1e-9 * want, (t, want)
+q, t0, _ = term(sys.argv[3])
+want0 = S / (nbw * 1e9) + nlat * 1e-6
+assert q["job"]["pp_inter_link"]["key"] == "net-fit" and abs(t0 - want0) <= 1e-9 * want0, (t0, want0)
+print(f"pp-net-fit {bw:.4g} GB/s {lat:.4g} us, ep-net-fit {ebw:.4g} GB/s: a stage send across nodes {t * 1e6:.4g} us, {t0 * 1e6:.4g} us on net-fit")
+EOF
+); then pass "calibrate: the PP and EP links across nodes ($out)"
+else fail "calibrate, links across nodes: $out $(head -2 err.txt)"; fi
+
 echo "test_plan: $fails failure(s)$(skipped)"
 [ $fails -eq 0 ]

@@ -446,7 +446,8 @@ static void test_calibrate_tp_link(void **state) {
 /* The planner's "pp send/recv acts" term of a pp 2 layout of gpt2-tiny (micro-batch b x seq T)
  * on entry a of cat, with the job's PP link `pp` (NULL: the intra-node link): its intra-node
  * seconds per send; *act gets the message's bytes. */
-static double pp_term(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *pp, int b, int T, double *act) {
+static double pp_term_at(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *pp, const dt_hw_link *ppi,
+                         int dpn, int b, int T, double *act, double *t_inter) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config mc;
@@ -459,18 +460,28 @@ static double pp_term(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_h
     dt_plan_model_from_dtrain(&mc, "gpt2-tiny", &job->model);
     dt_train_cfg_defaults(&job->train);
     job->train.micro_batch = b, job->train.seq_len = T;
-    job->gpus = 2, job->dpn = 2, job->global_batch = 4L * b;
+    job->gpus = 2, job->dpn = dpn, job->global_batch = 4L * b;
     job->hw = a, job->intra = dt_hw_link_find(cat, a->intra), job->inter = dt_hw_link_find(cat, a->inter);
     job->gemm_eff = a->gemm_eff, job->intra_eff = job->inter_eff = 1, job->price_hour = job->spot_hour = -1;
     job->pp = pp, job->pp_eff = pp ? pp->eff : 0;
+    job->pp_inter = ppi, job->pp_inter_eff = ppi ? ppi->eff : 0;
     dt_plan_layout l = {1, 1, 2, 1, 1, DT_STRAT_DDP, 0};
     if (dt_plan_predict(&ctx, job, &l, r) != DT_OK) fail_msg("%s", ctx.err);
     double t = -1;
     for (int i = 0; i < r->n_comm; i++)
-        if (!strcmp(r->comm[i].what, "pp send/recv acts")) t = r->comm[i].t_intra / r->comm[i].count, *act = r->comm[i].bytes;
+        if (!strcmp(r->comm[i].what, "pp send/recv acts"))
+            t = r->comm[i].t_intra / r->comm[i].count, *t_inter = r->comm[i].t_inter / r->comm[i].count,
+            *act = r->comm[i].bytes;
     free(job);
     free(r);
-    if (!(t > 0)) fail_msg("no pp send/recv term");
+    if (!(t >= 0)) fail_msg("no pp send/recv term");
+    return t;
+}
+
+static double pp_term(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *pp, int b, int T, double *act) {
+    double ti;
+    const double t = pp_term_at(cat, a, pp, NULL, 2, b, T, act, &ti);
+    if (!(t > 0)) fail_msg("no pp send/recv term inside the node");
     return t;
 }
 
@@ -553,12 +564,167 @@ static void test_calibrate_pp_link(void **state) {
     near(pl->bw_gbs, 1 / (2e-4 * 1e-6) / 1e9, 1e-5, "2 nodes: the node group's ping-pong");
     near(pl->latency_us, 2, 1e-6, "2 nodes: its latency");
     dt_hw_free(&cat);
-    /* one rank per node: no pair inside a node, no PP link */
+    /* one rank per node: no pair inside a node, no PP link; across the nodes pp-net-fit from
+       the cross group's ping-pong (B = 1 / beta, a = alpha: decision 92), which a pp 2 plan's
+       sends across the 2 nodes give back, and the inter-node link's once it is taken away */
     fit.ranks = 2, c.ranks = 2;
     a = written_entry(path, &c, NULL, &cat);
     assert_string_equal(a->pp_link, "");
     assert_int_equal(dt_plan_cal_pp_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    assert_string_equal(a->pp_inter_link, "pp-net-fit");
+    const dt_hw_link *pil = dt_hw_pp_inter_link(&cat, a), *nl = dt_hw_link_find(&cat, a->inter);
+    assert_string_equal(pil->key, "pp-net-fit");
+    near(pil->bw_gbs, 1 / (1e-3 * 1e-6) / 1e9, 1e-5, "pp-net-fit: 1 / beta of the cross ping-pong");
+    near(pil->latency_us, 30, 1e-6, "pp-net-fit: its alpha");
+    double ti, ti0;
+    assert_true(pp_term_at(&cat, a, NULL, pil, 1, b, T, &act, &ti) == 0);
+    near(ti, (30 + 1e-3 * act) * 1e-6, 1e-5, "a stage send across nodes = the cross ping-pong at the activation");
+    pp_term_at(&cat, a, NULL, NULL, 1, b, T, &act, &ti0);
+    near(ti0, act / (nl->bw_gbs * 1e9) + nl->latency_us * 1e-6, 1e-9, "without pp_inter_link: net-fit");
+    assert_true(fabs(ti0 - ti) > 0.1 * ti);
     dt_hw_free(&cat);
+    /* one node: none across */
+    c.nodes = 1;
+    assert_int_equal(dt_plan_cal_pp_inter_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    tu_rmtree(dir);
+}
+
+/* The planner's "ep all-to-all tokens" term of mixtral-tiny (micro-batch b x seq T) at dp 2 ep 2
+ * on entry a of cat, with the job's EP link `ep` (NULL: the intra-node link): its intra-node
+ * seconds per all-to-all; *bytes gets a rank's buffer (e b T d K). */
+static double ep_term_at(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *ep, const dt_hw_link *epi,
+                         int dpn, int b, int T, double *bytes, double *t_inter) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    if (dt_model_preset(&ctx, "mixtral-tiny", &mc) != DT_OK || dt_model_config_validate(&ctx, &mc) != DT_OK)
+        fail_msg("%s", ctx.err);
+    dt_plan_job *job = tu_malloc(sizeof *job);
+    memset(job, 0, sizeof *job);
+    dt_plan_result *r = tu_malloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    dt_plan_model_from_dtrain(&mc, "mixtral-tiny", &job->model);
+    dt_train_cfg_defaults(&job->train);
+    job->train.micro_batch = b, job->train.seq_len = T;
+    job->gpus = 2, job->dpn = dpn, job->global_batch = 2L * b;
+    job->hw = a, job->intra = dt_hw_link_find(cat, a->intra), job->inter = dt_hw_link_find(cat, a->inter);
+    job->gemm_eff = a->gemm_eff, job->intra_eff = job->inter_eff = 1, job->price_hour = job->spot_hour = -1;
+    job->ep = ep, job->ep_eff = ep ? ep->eff : 0;
+    job->ep_inter = epi, job->ep_inter_eff = epi ? epi->eff : 0;
+    dt_plan_layout l = {2, 1, 1, 1, 2, DT_STRAT_DDP, 0};
+    if (dt_plan_predict(&ctx, job, &l, r) != DT_OK) fail_msg("%s", ctx.err);
+    double t = -1;
+    for (int i = 0; i < r->n_comm; i++)
+        if (!strcmp(r->comm[i].what, "ep all-to-all tokens"))
+            t = r->comm[i].t_intra / r->comm[i].count, *t_inter = r->comm[i].t_inter / r->comm[i].count,
+            *bytes = r->comm[i].bytes;
+    free(job);
+    free(r);
+    if (!(t >= 0)) fail_msg("no ep all-to-all term");
+    return t;
+}
+
+static double ep_term(const dt_hw_catalog *cat, const dt_hw_accel *a, const dt_hw_link *ep, int b, int T, double *bytes) {
+    double ti;
+    const double t = ep_term_at(cat, a, ep, NULL, 2, b, T, bytes, &ti);
+    if (!(t > 0)) fail_msg("no ep all-to-all term inside the node");
+    return t;
+}
+
+static void a2a_line(dt_comm_fit *f, const char *group, double lo, double hi, double alpha, double beta) {
+    cal_line(f, group, lo, hi, alpha, beta);
+    snprintf(f->line[f->n - 1].op, sizeof f->line[0].op, "alltoall");
+}
+
+/* The EP link (decision 92): bench comm's alltoall line (S: a rank's whole send buffer) read at
+ * the calibration job's activation gives ep-fit (B = (n-1)/n / beta, a = alpha / (n-1) at 1 KiB);
+ * the entry names it ep_link and the planner's expert all-to-all term on 2 ranks of a node gives
+ * back the fit's time at its buffer, and the intra-node link's once ep_link is taken away. A fit
+ * without alltoall lines (made before them), or one rank per node: no EP link, the entry still
+ * written. */
+static void test_calibrate_ep_link(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    dt_comm_fit fit;
+    cal_fixture("plancalep", dir, path, &fit, 2, 1);
+    cal_line(&fit, "world", 1024, 128 << 10, 20, 2e-3);
+    cal_line(&fit, "world", 8 << 20, 64 << 20, 0, 1e-4);
+    a2a_line(&fit, "world", 1024, 64 << 10, 5, 8e-4); /* (5 + 8e-4 S) us */
+    a2a_line(&fit, "world", 128 << 10, 64 << 20, 9, 2e-4);
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_plan_cal c = {.peak_gflops = 200, .achieved_gflops = 120, .memory_bytes = 16.0 * 1073741824.0, .ranks = 2,
+                     .fit = &fit, .source = "test", .nodes = 1, .tp_bytes = 32768};
+    double bw, lat;
+    assert_int_equal(dt_plan_cal_ep_link(&ctx, &c, &bw, &lat), DT_OK);
+    near(bw, 0.5 / (8e-4 * 1e-6) / 1e9, 1e-9, "EP bandwidth: (n-1)/n / beta of the activation's alltoall line");
+    near(lat, 5, 1e-12, "EP latency: alpha / (n-1) at 1 KiB");
+    dt_hw_catalog cat;
+    const dt_hw_accel *a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->ep_link, "ep-fit");
+    assert_string_equal(a->tp_link, "tp-fit"); /* beside the TP link */
+    const dt_hw_link *el = dt_hw_ep_link(&cat, a), *il = dt_hw_link_find(&cat, a->intra);
+    assert_non_null(el);
+    assert_string_equal(el->key, "ep-fit");
+    assert_true(isfinite(el->bw_gbs) && el->bw_gbs > 0 && isfinite(el->latency_us) && el->latency_us > 0);
+    near(el->bw_gbs, bw, 1e-5, "the entry's ep-fit bandwidth");
+    near(el->latency_us, lat, 1e-5, "the entry's ep-fit latency");
+    near(el->eff, 1, 0, "measured: efficiency 1");
+    /* mixtral-tiny, 1 x 64 tokens, top-2: a rank's buffer 4 x 64 x 64 x 2 = 32 KiB, on the fit's first line */
+    double S, t = ep_term(&cat, a, el, 1, 64, &S);
+    near(S, 32768, 0, "the all-to-all's buffer");
+    near(t, (5 + 8e-4 * S) * 1e-6, 1e-5, "ep all-to-all = the alltoall fit at its buffer");
+    double t0 = ep_term(&cat, a, NULL, 1, 64, &S);
+    near(t0, 0.5 * S / (il->bw_gbs * 1e9) + il->latency_us * 1e-6, 1e-9, "without ep_link: shm-fit");
+    assert_true(fabs(t0 - t) > 0.1 * t);
+    dt_hw_accel plain = *a;
+    plain.ep_link[0] = 0;
+    assert_ptr_equal(dt_hw_ep_link(&cat, &plain), il);
+    dt_hw_free(&cat);
+    /* a fit without alltoall lines: no EP link, the rest written */
+    fit.n = 2;
+    assert_int_equal(dt_plan_cal_ep_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->ep_link, "");
+    assert_string_equal(a->tp_link, "tp-fit");
+    assert_null(dt_hw_link_find(&cat, "ep-fit"));
+    assert_ptr_equal(dt_hw_ep_link(&cat, a), dt_hw_link_find(&cat, a->intra));
+    dt_hw_free(&cat);
+    /* several nodes: the node group's all-to-all, n = its 2 ranks */
+    fit.ranks = 4, fit.nodes = 2, fit.n = 0;
+    cal_line(&fit, "node", 1024, 128 << 10, 8, 1e-3);
+    cal_line(&fit, "node", 8 << 20, 64 << 20, 0, 1e-4);
+    cal_line(&fit, "cross", 1024, 64 << 20, 40, 2e-3);
+    a2a_line(&fit, "node", 1024, 64 << 20, 4, 4e-4);
+    a2a_line(&fit, "cross", 1024, 64 << 20, 30, 1e-3);
+    c.ranks = 4, c.nodes = 2;
+    a = written_entry(path, &c, NULL, &cat);
+    el = dt_hw_ep_link(&cat, a);
+    assert_string_equal(el->key, "ep-fit");
+    near(el->bw_gbs, 0.5 / (4e-4 * 1e-6) / 1e9, 1e-5, "2 nodes: the node group's all-to-all");
+    near(el->latency_us, 4, 1e-6, "2 nodes: its latency");
+    dt_hw_free(&cat);
+    /* one rank per node: no group inside a node, no EP link; across the nodes ep-net-fit from
+       the cross group's all-to-all (n = 2 nodes: B = (n-1)/n / beta, a = alpha / (n-1)), which an
+       ep 2 plan's all-to-alls across the 2 nodes give back */
+    fit.ranks = 2, c.ranks = 2;
+    a = written_entry(path, &c, NULL, &cat);
+    assert_string_equal(a->ep_link, "");
+    assert_int_equal(dt_plan_cal_ep_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
+    assert_string_equal(a->ep_inter_link, "ep-net-fit");
+    const dt_hw_link *eil = dt_hw_ep_inter_link(&cat, a), *nl = dt_hw_link_find(&cat, a->inter);
+    assert_string_equal(eil->key, "ep-net-fit");
+    near(eil->bw_gbs, 0.5 / (1e-3 * 1e-6) / 1e9, 1e-5, "ep-net-fit: (n-1)/n / beta of the cross all-to-all");
+    near(eil->latency_us, 30, 1e-6, "ep-net-fit: alpha / (n-1)");
+    double ti, ti0;
+    assert_true(ep_term_at(&cat, a, NULL, eil, 1, 1, 64, &S, &ti) == 0);
+    near(ti, (30 + 1e-3 * S) * 1e-6, 1e-5, "an all-to-all across nodes = the cross all-to-all at its buffer");
+    ep_term_at(&cat, a, NULL, NULL, 1, 1, 64, &S, &ti0);
+    near(ti0, 0.5 * S / (nl->bw_gbs * 1e9) + nl->latency_us * 1e-6, 1e-9, "without ep_inter_link: net-fit");
+    assert_true(fabs(ti0 - ti) > 0.1 * ti);
+    dt_hw_free(&cat);
+    c.nodes = 1;
+    assert_int_equal(dt_plan_cal_ep_inter_link(&ctx, &c, &bw, &lat), DT_ERR_CONFIG);
     tu_rmtree(dir);
 }
 
@@ -571,6 +737,7 @@ int main(void) {
         cmocka_unit_test(test_calibrate_optimizer),
         cmocka_unit_test(test_calibrate_tp_link),
         cmocka_unit_test(test_calibrate_pp_link),
+        cmocka_unit_test(test_calibrate_ep_link),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

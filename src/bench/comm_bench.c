@@ -26,11 +26,14 @@ static float sum_val(int n, size_t i) { return (float)(n * (n + 1) / 2 * ((int)(
 /* pingpong: the point-to-point link of pipeline stages (dt_comm_send / dt_comm_recv): rank 0
  * of the group sends a message to rank 1, which sends it back; the row's time is half the round
  * trip, one message (the other ranks of the group wait at the row's barrier). */
-enum { OP_AR, OP_ARO, OP_ARO_MPI, OP_ARO_FLAT, OP_RS, OP_RSO, OP_RSO_MPI, OP_AG, OP_AG_MPI, OP_BC, OP_PP, OP_N };
+/* alltoall: expert parallelism's exchange of token rows (dt_comm_alltoallv, as train/ep.c
+ * calls it): every rank sends `count` elements to every rank of the group (itself included);
+ * the row's size is a rank's whole send buffer, n x count. */
+enum { OP_AR, OP_ARO, OP_ARO_MPI, OP_ARO_FLAT, OP_RS, OP_RSO, OP_RSO_MPI, OP_AG, OP_AG_MPI, OP_BC, OP_PP, OP_A2A, OP_N };
 static const char *const op_names[OP_N] = {"allreduce",      "allreduce_ordered",      "allreduce_ordered_mpi",
                                            "allreduce_ordered_flat", "reduce_scatter", "reduce_scatter_ordered",
                                            "reduce_scatter_ordered_mpi", "allgather", "allgather_mpi", "broadcast",
-                                           "pingpong"};
+                                           "pingpong", "alltoall"};
 static int op_forces_mpi(int op) { return op == OP_ARO_MPI || op == OP_RSO_MPI || op == OP_AG_MPI; }
 static const char *const group_names[DT_GROUP_N] = {"world", "node", "cross"};
 
@@ -100,6 +103,15 @@ static dt_status run_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, size_t coun
         if (check)
             for (size_t i = 0; i < count; i++) *wrong += (me == 0 ? aux[i] : buf[i]) != val(0, i);
         break;
+    case OP_A2A: /* block q of the send buffer goes to rank q; block r of the receive came from rank r */
+        for (int r = 0; r < n; r++) cnt[r] = count, off[r] = (size_t)r * count;
+        if (check)
+            for (size_t i = 0; i < count * (size_t)n; i++) buf[i] = val(me, i);
+        DT_CHECK(dt_comm_alltoallv(ctx, c, g, buf, cnt, off, aux, cnt, off, sizeof(float)));
+        if (check)
+            for (int r = 0; r < n; r++)
+                for (size_t i = 0; i < count; i++) *wrong += aux[(size_t)r * count + i] != val(r, (size_t)me * count + i);
+        break;
     }
     return DT_OK;
 }
@@ -156,7 +168,8 @@ static dt_status bench_op(dt_ctx *ctx, dt_comm *c, dt_group g, int op, const dt_
         if (!(t > 0)) t = mean; /* (no memory for the sorted copy) */
         /* nccl-tests' "size": the per-rank buffer for all-reduce / broadcast, the whole
          * (n x part) for reduce-scatter and all-gather. */
-        const int whole = op == OP_RS || op == OP_RSO || op == OP_RSO_MPI || op == OP_AG || op == OP_AG_MPI;
+        const int whole =
+            op == OP_RS || op == OP_RSO || op == OP_RSO_MPI || op == OP_AG || op == OP_AG_MPI || op == OP_A2A;
         double size = whole ? (double)bytes * n : (double)bytes;
         double algbw = size / t / 1e9;
         *total_wrong += wrong;
@@ -209,7 +222,8 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
         fprintf(out, "# time: the median timed iteration, each as long as its slowest rank (JSON time_mean_us: the loop's mean)\n");
         fprintf(out, "# busbw = algbw x factor: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n, broadcast 1 (nccl-tests); "
                      "pingpong: ranks 0 and 1 of the group send a message back and forth, the time is one message's "
-                     "(half the round trip), factor 1\n");
+                     "(half the round trip), factor 1; alltoall (dtrain's, expert parallelism's): size = a rank's whole send "
+                     "buffer (count to each rank), factor (n-1)/n\n");
         fprintf(out, "# allreduce, reduce_scatter, broadcast: the MPI library's; allreduce_ordered, reduce_scatter_ordered, "
                      "allgather: dtrain's, %s\n",
                 shm ? "over the node's shared memory (*_mpi rows: the same calls over MPI)" : "over MPI");
@@ -236,10 +250,11 @@ dt_status dt_bench_comm(dt_ctx *ctx, dt_comm *c, const dt_comm_bench_opts *o, FI
     int64_t L[2] = {dt_comm_size(c, DT_GROUP_NODE), -dt_comm_size(c, DT_GROUP_NODE)};
     if (st == DT_OK && dt_comm_num_nodes(c) > 1) st = dt_comm_allreduce(ctx, c, DT_GROUP_WORLD, L, 2, DT_I64, DT_MIN);
     if (st == DT_OK && dt_comm_num_nodes(c) > 1 && L[0] == -L[1]) {
-        static const int node_ops[] = {OP_ARO, OP_RSO, OP_AG, OP_PP}, cross_ops[] = {OP_AR, OP_ARO, OP_AG, OP_PP};
-        for (int k = 0; k < 4 && st == DT_OK && L[0] > 1; k++)
+        static const int node_ops[] = {OP_ARO, OP_RSO, OP_AG, OP_PP, OP_A2A},
+                         cross_ops[] = {OP_AR, OP_ARO, OP_AG, OP_PP, OP_A2A};
+        for (int k = 0; k < 5 && st == DT_OK && L[0] > 1; k++)
             st = bench_op(ctx, c, DT_GROUP_NODE, node_ops[k], o, buf, aux, cnt, tw, out, &total_wrong);
-        for (int k = 0; k < 4 && st == DT_OK; k++)
+        for (int k = 0; k < 5 && st == DT_OK; k++)
             st = bench_op(ctx, c, DT_GROUP_CROSS, cross_ops[k], o, buf, aux, cnt, tw, out, &total_wrong);
     }
     dt_comm_set_shm(c, shm);

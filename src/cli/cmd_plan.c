@@ -187,7 +187,8 @@ static void usage(void) {
            "                        dtrain launch -n R -- bench comm --fit) and write a catalog entry\n"
            "                        cpu-calibrated to FILE; --ranks R (default 2; with 1\n"
            "                        the link is fitted on 2 ranks); the TP link tp-fit is the\n"
-           "                        node's all-reduce fit read at the job's activation size\n"
+           "                        node's all-reduce fit read at the job's activation size, the\n"
+           "                        PP link pp-fit its ping-pong's, the EP link ep-fit its all-to-all's\n"
            "    --nodes M           the comm fit runs the R ranks on M nodes (M divides R; simulated\n"
            "                        with --simulate-nodes, or the hosts of --hosts LIST, e.g.\n"
            "                        h1:2,h2:2): inter-node link net-fit from its cross group\n"
@@ -216,6 +217,12 @@ static dt_status setup_job(dt_ctx *ctx, const plan_flags *f, const dt_run_cfg *r
     job->tp_eff = job->tp == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->tp->eff;
     job->pp = dt_hw_pp_link(cat, job->hw); /* the pipeline's sends inside a node (decision 77) */
     job->pp_eff = job->pp == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->pp->eff;
+    job->ep = dt_hw_ep_link(cat, job->hw); /* the experts' all-to-alls inside a node (decision 92) */
+    job->ep_eff = job->ep == job->intra ? job->intra_eff : f->intra_eff > 0 ? f->intra_eff : job->ep->eff;
+    /* the same two across nodes (--inter-eff covers them) */
+    job->pp_inter = dt_hw_pp_inter_link(cat, job->hw), job->ep_inter = dt_hw_ep_inter_link(cat, job->hw);
+    job->pp_inter_eff = job->pp_inter == job->inter ? job->inter_eff : f->inter_eff > 0 ? f->inter_eff : job->pp_inter->eff;
+    job->ep_inter_eff = job->ep_inter == job->inter ? job->inter_eff : f->inter_eff > 0 ? f->inter_eff : job->ep_inter->eff;
     job->tp_overlap = f->tp_overlap;
     if (dt_hw_peak(job->hw, job->train.model_opts.compute) <= 0)
         return dt_fail(ctx, DT_ERR_CONFIG, "dtrain plan: %s has no peak_tflops for training.precision %s in %s",

@@ -5,7 +5,8 @@
  * time per FLOP and the fixed costs of a micro-batch and of a collective call; decision 55),
  * and `dtrain launch -n R -- bench comm --fit` (the node-local link, and read at the job's
  * activation size the tensor-parallel link tp-fit, decision 71, and from its ping-pong the
- * pipeline link pp-fit, decision 77). With --nodes M they all
+ * pipeline link pp-fit, decision 77, and from its all-to-all the expert-parallel link ep-fit,
+ * decision 92). With --nodes M they all
  * run across M nodes (simulated with DTRAIN_NODE_ID, or the hosts of --hosts) and the fit
  * also gives the inter-node link.
  * --comm-fit FILE takes a fit made before instead. */
@@ -270,6 +271,14 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         if (st == DT_OK && dt_plan_cal_pp_link(ctx, &c, &tbw, &tlat) == DT_OK)
             printf("# pipeline link pp-fit: %.4g GB/s, %.4g us (the ping-pong fit at the job's activation, %.4g KiB)\n",
                    tbw, tlat, c.tp_bytes / 1024);
+        if (st == DT_OK && dt_plan_cal_ep_link(ctx, &c, &tbw, &tlat) == DT_OK)
+            printf("# expert-parallel link ep-fit: %.4g GB/s, %.4g us (the all-to-all fit at the job's activation, "
+                   "%.4g KiB a rank)\n", tbw, tlat, c.tp_bytes / 1024);
+        if (st == DT_OK && dt_plan_cal_pp_inter_link(ctx, &c, &tbw, &tlat) == DT_OK)
+            printf("# pipeline link across nodes pp-net-fit: %.4g GB/s, %.4g us (the cross group's ping-pong)\n", tbw, tlat);
+        if (st == DT_OK && dt_plan_cal_ep_inter_link(ctx, &c, &tbw, &tlat) == DT_OK)
+            printf("# expert-parallel link across nodes ep-net-fit: %.4g GB/s, %.4g us (the cross group's all-to-all)\n",
+                   tbw, tlat);
         if (st == DT_OK)
             printf("# wrote %s: cpu-calibrated, peak %.4g GFLOP/s per rank%s, a step reached %.4g; GEMM efficiency %.3g "
                    "of peak, fixed costs %.4g us per micro-batch and %.4g us per collective call, optimizer %.4g GB/s; "

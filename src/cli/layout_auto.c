@@ -33,6 +33,9 @@ static dt_status plan_here(dt_ctx *ctx, const dt_run_cfg *cfg, int world, int pe
         job.gemm_eff = job.hw->gemm_eff, job.intra_eff = job.intra->eff, job.inter_eff = job.inter->eff;
         job.tp = dt_hw_tp_link(&cat, job.hw), job.tp_eff = job.tp->eff; /* the TP link (decision 71) */
         job.pp = dt_hw_pp_link(&cat, job.hw), job.pp_eff = job.pp->eff; /* the pipeline's (decision 77) */
+        job.ep = dt_hw_ep_link(&cat, job.hw), job.ep_eff = job.ep->eff; /* the experts' all-to-alls (decision 92) */
+        job.pp_inter = dt_hw_pp_inter_link(&cat, job.hw), job.pp_inter_eff = job.pp_inter->eff;
+        job.ep_inter = dt_hw_ep_inter_link(&cat, job.hw), job.ep_inter_eff = job.ep_inter->eff;
         job.price_hour = job.spot_hour = -1;
         job.gpus = world;
         job.dpn = per_node > 0 && per_node <= world ? per_node : world;

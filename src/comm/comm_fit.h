@@ -24,7 +24,7 @@
 #define DT_COMM_FIT_SCHEMA "dtrain-commfit/1"
 #define DT_COMM_FIT_SPLIT (256.0 * 1024.0)   /* below: latency-bound */
 #define DT_COMM_FIT_SPLIT2 (8.0 * 1048576.0) /* from here: past the caches */
-#define DT_COMM_FIT_MAX 64
+#define DT_COMM_FIT_MAX 96 /* 12 world ops, 5 node and 5 cross ops (bench comm), 3 size ranges each: 66 */
 
 typedef struct dt_comm_fit_line {
     char op[32];

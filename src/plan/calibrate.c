@@ -75,6 +75,54 @@ dt_status dt_plan_cal_pp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs,
     return DT_OK;
 }
 
+dt_status dt_plan_cal_ep_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
+    const int k = per_node(c), n = c->nodes > 1 ? k : c->comm_ranks ? c->comm_ranks : c->ranks;
+    if (!(c->tp_bytes > 0) || n < 2)
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no EP link (%s)",
+                       !(c->tp_bytes > 0) ? "no activation size" : "one rank per node: no group inside a node");
+    const char *g = c->nodes > 1 ? "node" : "world";
+    const dt_comm_fit_line *l = dt_comm_fit_find_in(c->fit, g, "alltoall", c->tp_bytes),
+                           *s = dt_comm_fit_find_in(c->fit, g, "alltoall", 1024);
+    if (!l || !s)
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no EP link (the comm fit has no %s alltoall line)", g);
+    if (!(l->beta_us_per_b > 0) || !(s->alpha_us >= 0)) /* noise (a loaded host): no link rather than a wrong one */
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no EP link (the comm fit's %s alltoall line at %g bytes "
+                       "has no positive beta)", g, c->tp_bytes);
+    *bw_gbs = (double)(n - 1) / n / (l->beta_us_per_b * 1e-6) / 1e9;
+    *lat_us = s->alpha_us / (n - 1);
+    return DT_OK;
+}
+
+/* A point-to-point (pingpong: B = 1 / beta, a = alpha) or all-to-all (alltoall over n: B = (n-1)/n
+ * / beta, a = alpha / (n-1)) link of the cross group: one rank of each node, every such group
+ * at once, so per rank with the node's ranks sending, as net-fit. */
+static dt_status cross_link(dt_ctx *ctx, const dt_plan_cal *c, const char *op, const char *what, double *bw_gbs,
+                            double *lat_us) {
+    if (c->nodes < 2 || !(c->tp_bytes > 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s link across nodes (%s)", what,
+                       c->nodes < 2 ? "one node" : "no activation size");
+    const int a2a = !strcmp(op, "alltoall"), n = c->nodes;
+    const dt_comm_fit_line *l = dt_comm_fit_find_in(c->fit, "cross", op, c->tp_bytes),
+                           *s = dt_comm_fit_find_in(c->fit, "cross", op, 1024);
+    if (!l || !s)
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s link across nodes (the comm fit has no cross %s "
+                       "line)", what, op);
+    if (!(l->beta_us_per_b > 0) || !(s->alpha_us >= 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s link across nodes (the comm fit's cross %s line at "
+                       "%g bytes has no positive beta)", what, op, c->tp_bytes);
+    *bw_gbs = (a2a ? (double)(n - 1) / n : 1.0) / (l->beta_us_per_b * 1e-6) / 1e9;
+    *lat_us = s->alpha_us / (a2a ? n - 1 : 1);
+    return DT_OK;
+}
+
+dt_status dt_plan_cal_pp_inter_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
+    return cross_link(ctx, c, "pingpong", "PP", bw_gbs, lat_us);
+}
+
+dt_status dt_plan_cal_ep_inter_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
+    return cross_link(ctx, c, "alltoall", "EP", bw_gbs, lat_us);
+}
+
 /* The exposed time of a DDP run's all-reduce as the planner predicts it (plan_time.c): its
  * buckets over k ranks a node on nn nodes, all but the last hidden behind the backward (2/3
  * of the compute F x) when overlapped, and call_s for each bucket's call. */
@@ -241,7 +289,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     double tbw = 0, tlat = 0; /* the TP link (decision 71), where a node holds a group */
     const int tp = c->tp_bytes > 0 && (!multi || k > 1);
     if (tp) DT_CHECK(dt_plan_cal_tp_link(ctx, c, &tbw, &tlat));
-    char tpl[400] = "";
+    char tpl[800] = "";
     if (tp)
         snprintf(tpl, sizeof tpl, "    tp_link: tp-fit             # tensor parallelism's all-reduces of activations "
                  "(%g KiB) inside a node\n", c->tp_bytes / 1024);
@@ -252,6 +300,20 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     if (pp)
         snprintf(tpl + strlen(tpl), sizeof tpl - strlen(tpl), "    pp_link: pp-fit             # pipeline stages' "
                  "sends of activations (%g KiB) and context parallelism's ring inside a node\n", c->tp_bytes / 1024);
+    double ebw = 0, elat = 0; /* the EP link (decision 92), where the fit has the all-to-all */
+    const int ep = dt_plan_cal_ep_link(&pctx, c, &ebw, &elat) == DT_OK;
+    if (ep)
+        snprintf(tpl + strlen(tpl), sizeof tpl - strlen(tpl), "    ep_link: ep-fit             # expert parallelism's "
+                 "all-to-alls of token rows (%g KiB a rank) inside a node\n", c->tp_bytes / 1024);
+    double pibw = 0, pilat = 0, eibw = 0, eilat = 0; /* the same across nodes (decision 92) */
+    const int ppi = dt_plan_cal_pp_inter_link(&pctx, c, &pibw, &pilat) == DT_OK;
+    const int epi = dt_plan_cal_ep_inter_link(&pctx, c, &eibw, &eilat) == DT_OK;
+    if (ppi)
+        snprintf(tpl + strlen(tpl), sizeof tpl - strlen(tpl), "    pp_inter_link: pp-net-fit   # the same sends and ring "
+                 "across nodes\n");
+    if (epi)
+        snprintf(tpl + strlen(tpl), sizeof tpl - strlen(tpl), "    ep_inter_link: ep-net-fit   # the same all-to-alls "
+                 "across nodes\n");
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     fprintf(f,
@@ -298,6 +360,26 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
                 "of ranks 0 and 1): B = 1 / beta at %g KiB (micro-batch x seq x d_model x 4 bytes of the calibration's "
                 "job), a = alpha at 1 KiB\n",
                 pbw, plat, multi ? "node" : "world", c->tp_bytes / 1024);
+    if (ep)
+        fprintf(f,
+                "  ep-fit: {name: \"all-to-all inside a node (expert parallelism), fitted\", bw_gbs: %.6g, "
+                "latency_us: %.6g}   # dtrain bench comm --fit, %s group's alltoall of %d ranks (size: a rank's whole send "
+                "buffer S): B = (n-1)/n / beta at %g KiB (micro-batch x seq x d_model x 4 bytes of the calibration's "
+                "job), a = alpha / (n-1) at 1 KiB\n",
+                ebw, elat, multi ? "node" : "world", multi ? k : c->comm_ranks ? c->comm_ranks : c->ranks,
+                c->tp_bytes / 1024);
+    if (ppi)
+        fprintf(f,
+                "  pp-net-fit: {name: \"point-to-point sends across nodes (pipeline stages), fitted\", bw_gbs: %.6g, "
+                "latency_us: %.6g}   # dtrain bench comm --fit, cross group's pingpong (%d groups at once, per rank as "
+                "net-fit): B = 1 / beta at %g KiB, a = alpha at 1 KiB\n",
+                pibw, pilat, k, c->tp_bytes / 1024);
+    if (epi)
+        fprintf(f,
+                "  ep-net-fit: {name: \"all-to-all across nodes (expert parallelism), fitted\", bw_gbs: %.6g, "
+                "latency_us: %.6g}   # dtrain bench comm --fit, cross group's alltoall of %d ranks (%d groups at once, per "
+                "rank as net-fit): B = (n-1)/n / beta at %g KiB, a = alpha / (n-1) at 1 KiB\n",
+                eibw, eilat, c->nodes, k, c->tp_bytes / 1024);
     if (multi)
         fprintf(f,
                 "  net-fit: {name: \"ordered all-reduce across nodes, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "
@@ -307,9 +389,10 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     fprintf(f,
             "efficiency:\n"
             "  gemm: {cpu-calibrated: %.6g}   # %s\n"
-            "  link: {%s: 1.0%s%s%s}           # the fits are measured: nothing to discount\n",
+            "  link: {%s: 1.0%s%s%s%s%s%s}           # the fits are measured: nothing to discount\n",
             eff, gemm, !multi || k > 1 ? "shm-fit" : "net-fit",
-            multi && k > 1 ? ", net-fit: 1.0" : "", tp ? ", tp-fit: 1.0" : "", pp ? ", pp-fit: 1.0" : "");
+            multi && k > 1 ? ", net-fit: 1.0" : "", tp ? ", tp-fit: 1.0" : "", pp ? ", pp-fit: 1.0" : "",
+            ep ? ", ep-fit: 1.0" : "", ppi ? ", pp-net-fit: 1.0" : "", epi ? ", ep-net-fit: 1.0" : "");
     if (fclose(f) != 0) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     return DT_OK;
 }

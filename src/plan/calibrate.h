@@ -131,6 +131,24 @@ dt_status dt_plan_cal_tp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs,
  * when there is none to read: no activation size, one rank per node, a fit without pingpong
  * lines (made before them) or a line without a positive beta; the entry then has no pp_link. */
 dt_status dt_plan_cal_pp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
+/* The expert-parallel link (decision 92): an EP group's dispatch and combine are all-to-alls of
+ * token rows (dt_comm_alltoallv), measured by `bench comm`'s alltoall (every rank sends a block
+ * to every rank; the row's size S is a rank's whole send buffer) and fitted t = alpha + beta S;
+ * the planner's all-to-all over n ranks of a node costs (n-1)/n S / B + (n-1) a, so B = (n-1)/n /
+ * beta of the node-level line (the world's on one node, the node group's on several) holding
+ * c->tp_bytes, a = alpha / (n-1) of its 1 KiB line, n the ranks of a node; name "ep-fit". Fails
+ * with DT_ERR_CONFIG when there is none to read: no activation size, one rank per node, a fit
+ * without alltoall lines (made before them) or a line without a positive beta; the entry then
+ * has no ep_link (the planner uses the intra-node link). */
+dt_status dt_plan_cal_ep_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
+/* The same two across nodes (decision 92), from the cross group's lines (one rank of each node,
+ * every such group at once: a per-rank rate with the node's ranks sending, as net-fit) at
+ * c->tp_bytes: pp-net-fit from its pingpong (B = 1 / beta, a = alpha at 1 KiB), ep-net-fit from
+ * its alltoall over n = nodes (B = (n-1)/n / beta, a = alpha / (n-1)). Fail with DT_ERR_CONFIG on
+ * one node, without an activation size, without the cross lines or a positive beta; the entry
+ * then names none (the planner uses the inter-node link). */
+dt_status dt_plan_cal_pp_inter_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
+dt_status dt_plan_cal_ep_inter_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us);
 /* Writes the catalog file; *fit_out (may be NULL) gets what dt_plan_cal_solve gave it. */
 dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c, dt_plan_cal_fit *fit_out);
 

@@ -105,11 +105,15 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
         else if (!strcmp(f, "tp_link")) DT_CHECK(str(L, v, key, a->tp_link, sizeof a->tp_link));
         else if (!strcmp(f, "pp_link")) DT_CHECK(str(L, v, key, a->pp_link, sizeof a->pp_link));
         else if (!strcmp(f, "same_compute_as")) DT_CHECK(str(L, v, key, a->same_compute_as, sizeof a->same_compute_as));
+        else if (!strcmp(f, "ep_link")) DT_CHECK(str(L, v, key, a->ep_link, sizeof a->ep_link));
+        else if (!strcmp(f, "pp_inter_link")) DT_CHECK(str(L, v, key, a->pp_inter_link, sizeof a->pp_inter_link));
+        else if (!strcmp(f, "ep_inter_link")) DT_CHECK(str(L, v, key, a->ep_inter_link, sizeof a->ep_inter_link));
         else
             return dt_fail(L->ctx, DT_ERR_CONFIG,
                            "%s:%lu: %s: unknown key (name, kind, peak_tflops, memory_gib|memory_gb, memory_bw_gbs, "
-                           "devices_per_node, intra_node, inter_node, tp_link, pp_link, nics_per_node, step_overhead_us, "
-                           "collective_call_us, optimizer_bw_gbs, same_compute_as)",
+                           "devices_per_node, intra_node, inter_node, tp_link, pp_link, ep_link, pp_inter_link, "
+                           "ep_inter_link, nics_per_node, step_overhead_us, collective_call_us, optimizer_bw_gbs, "
+                           "same_compute_as)",
                            L->path, line_of(k), key);
     }
     const char *miss = !a->name[0] ? "name" : !have_mem ? "memory_gib" : !a->devices_per_node ? "devices_per_node"
@@ -239,6 +243,9 @@ dt_status dt_hw_load(dt_ctx *ctx, const char *path, dt_hw_catalog *c) {
                           : !dt_hw_link_find(c, a->inter)                   ? a->inter
                           : a->tp_link[0] && !dt_hw_link_find(c, a->tp_link) ? a->tp_link
                           : a->pp_link[0] && !dt_hw_link_find(c, a->pp_link) ? a->pp_link
+                          : a->ep_link[0] && !dt_hw_link_find(c, a->ep_link) ? a->ep_link
+                          : a->pp_inter_link[0] && !dt_hw_link_find(c, a->pp_inter_link) ? a->pp_inter_link
+                          : a->ep_inter_link[0] && !dt_hw_link_find(c, a->ep_inter_link) ? a->ep_inter_link
                                                                              : NULL;
         if (bad) {
             st = dt_fail(ctx, DT_ERR_CONFIG, "%s:%lu: accelerators.%s: link '%s' is not under links", path, line_of(v),
@@ -305,6 +312,21 @@ const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
 const dt_hw_link *dt_hw_pp_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
     const dt_hw_link *l = a->pp_link[0] ? dt_hw_link_find(c, a->pp_link) : NULL;
     return l ? l : dt_hw_link_find(c, a->intra);
+}
+
+const dt_hw_link *dt_hw_ep_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
+    const dt_hw_link *l = a->ep_link[0] ? dt_hw_link_find(c, a->ep_link) : NULL;
+    return l ? l : dt_hw_link_find(c, a->intra);
+}
+
+const dt_hw_link *dt_hw_pp_inter_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
+    const dt_hw_link *l = a->pp_inter_link[0] ? dt_hw_link_find(c, a->pp_inter_link) : NULL;
+    return l ? l : dt_hw_link_find(c, a->inter);
+}
+
+const dt_hw_link *dt_hw_ep_inter_link(const dt_hw_catalog *c, const dt_hw_accel *a) {
+    const dt_hw_link *l = a->ep_inter_link[0] ? dt_hw_link_find(c, a->ep_inter_link) : NULL;
+    return l ? l : dt_hw_link_find(c, a->inter);
 }
 
 int dt_hw_edit_distance(const char *a, const char *b) {

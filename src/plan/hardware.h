@@ -39,6 +39,15 @@ typedef struct dt_hw_accel {
                                         activations and their gradients inside a node; "" = intra:
                                         `plan --calibrate` writes pp-fit, its ping-pong fit read at the
                                         activation's size (decision 77) */
+    char ep_link[48];                /* ep_link: the link of expert parallelism's all-to-alls of token
+                                        rows inside a node; "" = intra: `plan --calibrate` writes
+                                        ep-fit, its all-to-all fit read at the activation's size
+                                        (decision 92) */
+    char pp_inter_link[48];          /* pp_inter_link, ep_inter_link: the same two across nodes; "" =
+                                        inter: `plan --calibrate` on several nodes writes pp-net-fit
+                                        and ep-net-fit from its cross group's ping-pong and all-to-all
+                                        (per rank, every rank of a node sending, as net-fit) */
+    char ep_inter_link[48];
     double gemm_eff;                 /* efficiency.gemm.<key>, else efficiency.gemm.default */
     char same_compute_as[48];        /* another entry with the same compute die, clocks and peaks (H200 =
                                         H100 SXM: GH100): `plan --validate --fit` gives this type, when
@@ -77,6 +86,12 @@ const dt_hw_link *dt_hw_link_find(const dt_hw_catalog *c, const char *key);
 const dt_hw_link *dt_hw_tp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* The link of a's pipeline sends inside a node: its pp_link, else its intra-node link. */
 const dt_hw_link *dt_hw_pp_link(const dt_hw_catalog *c, const dt_hw_accel *a);
+/* The link of a's expert-parallel all-to-alls inside a node: its ep_link, else its intra-node link. */
+const dt_hw_link *dt_hw_ep_link(const dt_hw_catalog *c, const dt_hw_accel *a);
+/* The links of a's pipeline sends and expert all-to-alls across nodes: its pp_inter_link /
+ * ep_inter_link, else its inter-node link. */
+const dt_hw_link *dt_hw_pp_inter_link(const dt_hw_catalog *c, const dt_hw_accel *a);
+const dt_hw_link *dt_hw_ep_inter_link(const dt_hw_catalog *c, const dt_hw_accel *a);
 /* Peak TFLOP/s for a compute dtype (DT_F32, DT_BF16, DT_F16); 0 when the catalog lacks it. */
 double dt_hw_peak(const dt_hw_accel *a, dt_dtype compute);
 /* Levenshtein distance (case-insensitive), for did-you-mean. */

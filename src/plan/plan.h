@@ -69,6 +69,11 @@ typedef struct dt_plan_job {
     double tp_eff;           /* its achievable fraction (with tp == intra: intra_eff) */
     const dt_hw_link *pp;    /* pipeline stages' point-to-point link inside a node (dt_hw_pp_link); NULL: intra */
     double pp_eff;           /* its achievable fraction (with pp == intra: intra_eff) */
+    const dt_hw_link *ep;    /* expert parallelism's all-to-all link inside a node (dt_hw_ep_link); NULL: intra */
+    double ep_eff;           /* its achievable fraction (with ep == intra: intra_eff) */
+    const dt_hw_link *pp_inter, *ep_inter; /* the same two across nodes (dt_hw_pp_inter_link,
+                                              dt_hw_ep_inter_link); NULL: inter at inter_eff */
+    double pp_inter_eff, ep_inter_eff;     /* their achievable fractions */
     double tp_overlap;       /* fraction of tensor-parallel communication that may hide behind the
                                 micro-step's GEMMs (Megatron --tp-comm-overlap, AsyncTP: 1; default 0) */
     double price_hour, spot_hour;          /* per node ($/h); < 0: no price */

@@ -31,6 +31,17 @@ void dt_plan_print_header(FILE *f, const dt_plan_job *job) {
     if (job->pp && job->pp != job->intra) /* the catalog's pp_link (a calibrated entry: decision 77) */
         fprintf(f, "# pipeline link (the stages' sends inside a node): %s %.4g GB/s %.3g us, efficiency %.3g\n",
                 job->pp->key, job->pp->bw_gbs, job->pp->latency_us, job->pp_eff);
+    if (job->ep && job->ep != job->intra) /* the catalog's ep_link (a calibrated entry: decision 92) */
+        fprintf(f, "# expert-parallel link (the EP group's all-to-alls inside a node): %s %.4g GB/s %.3g us, "
+                   "efficiency %.3g\n", job->ep->key, job->ep->bw_gbs, job->ep->latency_us, job->ep_eff);
+    if (job->pp_inter && job->pp_inter != job->inter) /* the catalog's pp_inter_link, ep_inter_link (decision 92) */
+        fprintf(f, "# pipeline link across nodes (the stages' sends, context parallelism's ring): %s %.4g GB/s %.3g us, "
+                   "efficiency %.3g\n", job->pp_inter->key, job->pp_inter->bw_gbs, job->pp_inter->latency_us,
+                job->pp_inter_eff);
+    if (job->ep_inter && job->ep_inter != job->inter)
+        fprintf(f, "# expert-parallel link across nodes (the EP group's all-to-alls): %s %.4g GB/s %.3g us, "
+                   "efficiency %.3g\n", job->ep_inter->key, job->ep_inter->bw_gbs, job->ep_inter->latency_us,
+                job->ep_inter_eff);
     fprintf(f, "# efficiency factors: gemm %.3g of peak, intra-node link %.3g, inter-node link %.3g; tp overlap %.3g; "
                "fixed costs %.4g us per micro-batch, %.4g us per collective call; optimizer %.4g GB/s%s\n",
             job->gemm_eff, job->intra_eff, job->inter_eff, job->tp_overlap, job->hw->step_overhead_us,
@@ -210,6 +221,21 @@ cJSON *dt_plan_job_json(const dt_plan_job *job) {
     cJSON_AddStringToObject(pj, "key", pl->key);
     num(pj, "bw_gbs", pl->bw_gbs), num(pj, "latency_us", pl->latency_us);
     num(pj, "efficiency", job->pp ? job->pp_eff : job->intra_eff);
+    /* the link of the expert all-to-all term (decision 92): the catalog's ep_link, else the intra-node link */
+    const dt_hw_link *el = job->ep ? job->ep : job->intra;
+    cJSON *ej = cJSON_AddObjectToObject(o, "ep_link");
+    cJSON_AddStringToObject(ej, "key", el->key);
+    num(ej, "bw_gbs", el->bw_gbs), num(ej, "latency_us", el->latency_us);
+    num(ej, "efficiency", job->ep ? job->ep_eff : job->intra_eff);
+    /* the same two across nodes (decision 92): the catalog's pp_inter_link / ep_inter_link, else the inter-node link */
+    const dt_hw_link *pil = job->pp_inter ? job->pp_inter : job->inter, *eil = job->ep_inter ? job->ep_inter : job->inter;
+    cJSON *pij = cJSON_AddObjectToObject(o, "pp_inter_link"), *eij = cJSON_AddObjectToObject(o, "ep_inter_link");
+    cJSON_AddStringToObject(pij, "key", pil->key);
+    num(pij, "bw_gbs", pil->bw_gbs), num(pij, "latency_us", pil->latency_us);
+    num(pij, "efficiency", job->pp_inter ? job->pp_inter_eff : job->inter_eff);
+    cJSON_AddStringToObject(eij, "key", eil->key);
+    num(eij, "bw_gbs", eil->bw_gbs), num(eij, "latency_us", eil->latency_us);
+    num(eij, "efficiency", job->ep_inter ? job->ep_inter_eff : job->inter_eff);
     cJSON_AddBoolToObject(o, "sequence_parallel", job->train.model_opts.sp != 0);
     num(o, "train_tokens", job->train_tokens);
     return o;

@@ -115,6 +115,18 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     dt_plan_net net = {job->intra->bw_gbs * 1e9 * job->intra_eff, job->intra->latency_us * 1e-6,
                        job->inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->inter_eff,
                        job->inter->latency_us * 1e-6};
+    /* the point-to-point and all-to-all links across nodes (the catalog's pp_inter_link and
+       ep_inter_link, calibrated from the cross group's ping-pong and all-to-all: decision 92),
+       per device as the inter-node link's share; else that link */
+    dt_plan_net pnet = net, enet = net;
+    if (job->pp_inter)
+        pnet.bw_inter = job->pp_inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->pp_inter_eff,
+        pnet.a_inter = job->pp_inter->latency_us * 1e-6;
+    if (job->ep_inter)
+        enet.bw_inter = job->ep_inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->ep_inter_eff,
+        enet.a_inter = job->ep_inter->latency_us * 1e-6;
+    if (job->pp) pnet.bw_intra = job->pp->bw_gbs * 1e9 * job->pp_eff, pnet.a_intra = job->pp->latency_us * 1e-6;
+    if (job->ep) enet.bw_intra = job->ep->bw_gbs * 1e9 * job->ep_eff, enet.a_intra = job->ep->latency_us * 1e-6;
     r->n_comm = 0, r->comm_s = 0;
     double P = 0; /* the fullest stage's parameters */
     for (int st = 0; st < l->pp; st++) P = fmax(P, dt_plan_stages_params(m, l, &sts, st));
@@ -164,23 +176,24 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
                         each behind its layer's attention; the ring's cp - 1 point-to-point steps move
                         an all-gather's bytes, so inside a node on the point-to-point link (the
                         catalog's pp_link, calibrated by plan --calibrate's ping-pong: decision 83),
-                        else the intra-node one */
+                        else the intra-node one; across nodes on pp_inter_link (decision 92) */
         double kv = 2.0 * e * b * T * m->n_kv_head * (double)(m->d_model / m->n_head) / l->tp;
         double attn = 12.0 * (double)T * m->d_model * b * T / (l->tp * l->cp) / rate; /* one layer, one micro-batch */
-        dt_plan_net cnet = net;
-        if (job->pp) cnet.bw_intra = job->pp->bw_gbs * 1e9 * job->pp_eff, cnet.a_intra = job->pp->latency_us * 1e-6;
-        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &cnet, 3, layers * mstep, attn);
+        coll(r, "cp all-gather kv", DT_COLL_ALLGATHER, kv, l->cp, l->tp, d, &pnet, 3, layers * mstep, attn);
     }
-    if (l->ep > 1 && m->experts > 0) /* dispatch and combine, forward and backward */
-        coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &net,
+    if (l->ep > 1 && m->experts > 0) { /* dispatch and combine, forward and backward; inside a node on the
+                                          all-to-all link (the catalog's ep_link, calibrated by plan
+                                          --calibrate's all-to-all fit: decision 92), else the intra-node one;
+                                          across nodes on ep_inter_link, else the inter-node one */
+        coll(r, "ep all-to-all tokens", DT_COLL_ALLTOALL, act * m->topk / l->tp, l->ep, dp_stride, d, &enet,
              4 * layers, mstep, -1);
+    }
     if (l->pp > 1) { /* activations to the next stage; only the fill and drain are on the critical path */
         int k, nn;
         dt_plan_group_span(l->pp, dp_stride * l->dp, d, &k, &nn);
         /* inside a node on the pipeline link (the catalog's pp_link, e.g. the calibrated ping-pong
-           at the activation's size: decision 77), else the intra-node one */
-        dt_plan_net pnet = net;
-        if (job->pp) pnet.bw_intra = job->pp->bw_gbs * 1e9 * job->pp_eff, pnet.a_intra = job->pp->latency_us * 1e-6;
+           at the activation's size: decision 77), else the intra-node one; across nodes on
+           pp_inter_link (the cross group's ping-pong: decision 92), else the inter-node one */
         double ti, te, t = dt_plan_coll_time(DT_COLL_P2P, act / l->tp, k, nn, &pnet, &ti, &te);
         term(r, "pp send/recv acts", act / l->tp, 2 * mstep, ti, te, 2.0 * (l->pp - 1) * t);
     }

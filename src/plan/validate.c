@@ -196,6 +196,9 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     j->gemm_eff = hw->gemm_eff, j->intra_eff = j->intra->eff, j->inter_eff = j->inter->eff;
     j->tp = dt_hw_tp_link(cat, hw), j->tp_eff = j->tp->eff;
     j->pp = dt_hw_pp_link(cat, hw), j->pp_eff = j->pp->eff;
+    j->ep = dt_hw_ep_link(cat, hw), j->ep_eff = j->ep->eff;
+    j->pp_inter = dt_hw_pp_inter_link(cat, hw), j->pp_inter_eff = j->pp_inter->eff;
+    j->ep_inter = dt_hw_ep_inter_link(cat, hw), j->ep_inter_eff = j->ep_inter->eff;
     int gpn = (int)val(f, idx, C_GPN, hw->devices_per_node);
     j->dpn = gpn < n ? gpn : n;
     j->global_batch = (long)val(f, idx, C_GB, (double)j->train.micro_batch * l->dp);
