@@ -52,6 +52,8 @@ refused "experts on vit" "model.experts_topk: vit has no experts" --set model.pr
 refused "top-k on a dense llama" "model.experts_topk: needs model.n_experts > 0" --set model.preset=llama-tiny \
   --set model.experts_topk=2
 refused "17 experts" "model.n_experts must be in [0, 16] (got 17)" --set model.n_experts=17
+refused "layer-wise aux loss with context parallelism" "training.moe_aux_loss_type=layer with parallel.cp=2: not built" \
+  --set parallel.cp=2 --set training.moe_aux_loss_type=layer
 refused "bf16" "training.precision: bf16 is not supported with model.n_experts > 0" --set training.precision=bf16
 refused "LoRA" "lora.rank: LoRA is not supported with model.n_experts > 0" --set lora.rank=4
 refused "tensor parallelism" "parallel.tp=2 with model.n_experts=4: tensor parallelism of a mixture of experts is not built" \

@@ -59,6 +59,9 @@ dt_status dt_cfg_check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
     if (t->seq_len % (2 * cp))
         return dt_fail(ctx, DT_ERR_CONFIG, "training.seq_len=%d must be a multiple of 2 x parallel.cp = %d (each CP rank "
                        "holds 2 chunks of every sequence)", t->seq_len, 2 * cp);
+    if (t->model.n_experts > 0 && t->moe_aux_layer)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.moe_aux_loss_type=layer with parallel.cp=%d: not built (a layer's "
+                       "loss needs its choice counts and probability sums over the whole sequence; decision 93)", cp);
     const char *why = c->sp                                       ? "parallel.sequence_parallel"
                       : c->hybrid                                 ? "parallel.hybrid"
                       : t->model.n_experts > 0                    ? "model.n_experts"
