@@ -64,23 +64,25 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
                                       .n_kv_head = family[5] ? 1 : 2, .d_ff = 72, .vocab = 1000,
                                       .context = 32, .untied = !family[5], .rope_theta = 500.0f,
                                       .norm_eps = 1e-5f};
-    else if (!strcmp(family, "mixtral") || !strcmp(family, "mixtral-cap")) {
+    else if (!strcmp(family, "mixtral") || !strcmp(family, "mixtral-cap") || !strcmp(family, "mixtral-layer")) {
         /* LLaMA with a mixture of 4 experts of width 40, top-2 (model/llama/moe.h), both
          * router losses on; dropless, or (mixtral-cap) with parallel.moe_capacity_factor 1.0
-         * (each expert keeps 16 of the micro-batch's 64 choices at most). */
+         * (each expert keeps 16 of the micro-batch's 64 choices at most), or (mixtral-layer)
+         * dropless with the layer-wise load-balancing loss (training.moe_aux_loss_type=layer). */
         cfg.model = (dt_model_config){.family = "llama", .n_layer = 2, .d_model = 48, .n_head = 4,
                                       .n_kv_head = 2, .vocab = 1000, .context = 32, .untied = 1,
                                       .rope_theta = 500.0f, .norm_eps = 1e-5f, .n_experts = 4,
                                       .experts_topk = 2, .expert_d_ff = 40};
         cfg.moe_aux_coef = 0.02f;
         cfg.moe_z_coef = 0.001f;
-        if (family[7]) cfg.moe_capacity = 1.0f;
+        if (!strcmp(family, "mixtral-cap")) cfg.moe_capacity = 1.0f;
+        cfg.moe_aux_layer = !strcmp(family, "mixtral-layer");
     } else if (!strcmp(family, "vit"))
         /* 3 channels (their order in a patch matters), 4 patches + the class token, 7 classes. */
         cfg.model = (dt_model_config){.family = "vit", .n_layer = 2, .d_model = 48, .n_head = 4, .d_ff = 80,
                                       .image_size = 8, .patch_size = 4, .channels = 3, .n_classes = 7};
     else
-        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa, mixtral, mixtral-cap, vit)", family);
+        return dt_fail(ctx, DT_ERR_CONFIG, "unknown family '%s' (gpt2, llama, llama-mqa, mixtral, mixtral-cap, mixtral-layer, vit)", family);
     const int vit = !strcmp(family, "vit");
     cfg.micro_batch = vit ? 4 : 2;
     cfg.seq_len = vit ? 3 * 8 * 8 : 16; /* vit: one image */
@@ -141,6 +143,7 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
         META("moe_aux_coef", "%.9g", (double)cfg.moe_aux_coef);
         META("moe_z_coef", "%.9g", (double)cfg.moe_z_coef);
         META("moe_capacity", "%.9g", (double)cfg.moe_capacity);
+        META("moe_aux_layer", "%d", cfg.moe_aux_layer);
     }
     META("B", "%d", B);
     META("T", "%d", T);
@@ -255,7 +258,7 @@ static int run(dt_ctx *ctx, const char *dir, const char *family, const char *pre
 
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 4) {
-        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|mixtral|mixtral-cap|vit [fp32|bf16|fp16]]\n");
+        fprintf(stderr, "usage: parity_dump OUTDIR [gpt2|llama|llama-mqa|mixtral|mixtral-cap|mixtral-layer|vit [fp32|bf16|fp16]]\n");
         return 2;
     }
     dt_ctx ctx;

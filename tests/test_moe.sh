@@ -8,6 +8,8 @@
 #  - the memory plan equals the allocator's high-water in each of those runs; a checkpoint
 #    resumes bitwise (steps 4-6 of a 6-step run from its step-3 checkpoint);
 #  - the aux and z-losses are logged apart from the cross-entropy, and loss = ce + coefficients x them;
+#    so with the layer-wise load-balancing loss (training.moe_aux_loss_type=layer), whose 2
+#    ranks equal 1 rank accumulating bitwise;
 #  - bad input: one line naming the key, exit 2, before allocation;
 #  - a hand-written Hugging Face Mixtral directory (2 shards, F32) imported: logits, loss and every
 #    layer's expert choices equal a float64 PyTorch Mixtral's (tests/ref/hf_mixtral_check.py,
@@ -50,6 +52,8 @@ refused "experts on vit" "model.experts_topk: vit has no experts" --set model.pr
 refused "top-k on a dense llama" "model.experts_topk: needs model.n_experts > 0" --set model.preset=llama-tiny \
   --set model.experts_topk=2
 refused "17 experts" "model.n_experts must be in [0, 16] (got 17)" --set model.n_experts=17
+refused "layer-wise aux loss with context parallelism" "training.moe_aux_loss_type=layer with parallel.cp=2: not built" \
+  --set parallel.cp=2 --set training.moe_aux_loss_type=layer
 refused "LoRA in bf16" "lora.rank with model.n_experts > 0 and training.precision=bf16: not built" --set lora.rank=4 \
   --set training.precision=bf16
 refused "LoRA's dense gate on experts" "lora.targets: 'gate' names a dense MLP projection" --set lora.rank=4 \
@@ -109,6 +113,9 @@ runN zero3_full --set parallel.strategy=zero3 --set memory.activation_checkpoint
 check "ZeRO-3 2 ranks with full activation checkpointing vs 1 rank" zero3_full one
 plan_eq zero3_full
 run1 one_cap --set parallel.moe_capacity_factor=0.5
+run1 one_layer --set training.moe_aux_loss_type=layer
+runN ddp_layer --set training.moe_aux_loss_type=layer
+check "layer-wise aux loss: DDP 2 ranks vs 1 rank x 2 accumulation" ddp_layer one_layer
 runN ddp_cap --set parallel.moe_capacity_factor=0.5
 check "capacity 0.5: DDP 2 ranks vs 1 rank x 2 accumulation" ddp_cap one_cap
 runN zero3_cap --set parallel.strategy=zero3 --set parallel.moe_capacity_factor=0.5
@@ -116,17 +123,21 @@ check "capacity 0.5: ZeRO-3 2 ranks vs 1 rank x 2 accumulation" zero3_cap one_ca
 plan_eq zero3_cap
 # the logged terms: loss = ce + 0.05 aux + 0.01 z (float32 sums), dropped > 0 only with a capacity,
 # and a capacity of 0.5 drops at least half of the choices beyond it (here: > 0)
-if $py - "$dir/one.jsonl" "$dir/one_cap.jsonl" <<'EOF'; then pass "aux and z-loss logged apart: loss = ce + 0.05 aux + 0.01 z, dropped 0 dropless, > 0 at capacity 0.5"; else fail "logged MoE terms"; fi
+if $py - "$dir/one.jsonl" "$dir/one_cap.jsonl" "$dir/one_layer.jsonl" <<'EOF'; then pass "aux and z-loss logged apart: loss = ce + 0.05 aux + 0.01 z, dropped 0 dropless, > 0 at capacity 0.5; the layer-wise aux in [L, L E / k] and not the pooled one"; else fail "logged MoE terms"; fi
 import json, math, sys
 def steps(p):
     return [r for r in map(json.loads, open(p)) if r.get("type") == "step"]
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
-ok = len(a) == 10 and len(b) == 10
-for r in a + b:
+a, b, c = steps(sys.argv[1]), steps(sys.argv[2]), steps(sys.argv[3])
+ok = len(a) == 10 and len(b) == 10 and len(c) == 10
+for r in a + b + c:
     vals = [r["loss"], r["ce_loss"], r["moe_aux_loss"], r["moe_z_loss"]]
     ok &= all(isinstance(v, float) and math.isfinite(v) for v in vals)
     ok &= abs(r["loss"] - (r["ce_loss"] + 0.05 * r["moe_aux_loss"] + 0.01 * r["moe_z_loss"])) <= 1e-5 * r["loss"]
+for r in a + b:
     ok &= 0.99 * 2 <= r["moe_aux_loss"] <= 2 * 4      # k <= aux <= k E (k = 2, E = 4)
+for r in c: # each of the 2 layers: 1 <= its loss <= E / k (every choice on k experts)
+    ok &= 0.99 * 2 <= r["moe_aux_loss"] <= 2 * 4 / 2
+ok &= c[0]["moe_aux_loss"] != a[0]["moe_aux_loss"] # the same routing at step 1, another loss
 ok &= all(r["moe_dropped"] == 0 for r in a) and all(r["moe_dropped"] > 0 for r in b)
 print("dropped per step at capacity 0.5:", [r["moe_dropped"] for r in b])
 sys.exit(0 if ok else 1)

@@ -16,7 +16,8 @@
 #    continues bitwise; the allocator's high-water equals the plan on every run;
 #  - zb-h1 (the experts' weight GEMMs deferred, their douts and gathered inputs kept in blocks
 #    of the plan) pp 2 == pp 1, also with full checkpointing every 2, and with QLoRA on the
-#    attention and the experts (their adapters' gradients deferred on the kept blocks).
+#    attention and the experts (their adapters' gradients deferred on the kept blocks);
+#  - the layer-wise load-balancing loss (training.moe_aux_loss_type=layer) pp 2 == pp 1.
 set -uo pipefail
 bin=$1
 dir=$2
@@ -97,6 +98,16 @@ same_file "mixtral-tiny dp 2 x pp 2 (zero1)" dp2 dp2pp2
 run noaux 2 --set parallel.pp=2 --set training.moe_aux_loss_coef=0 --save-weights "$dir/noaux.st"
 cmp -s "$dir/noaux.st" "$dir/pp2_1f1b.st" && fail "the load-balancing loss changed nothing under the pipeline" ||
   pass "the load-balancing loss's gradient (from every stage's totals) changes the weights"
+
+# The layer-wise load-balancing loss (training.moe_aux_loss_type=layer, Megatron-Core's): each
+# stage's layers add their own losses to the totals it hands on; pp 2 == pp 1 bitwise, and
+# other weights than the pooled loss's (pp 1 against pp 1: the type reaches the gradients).
+run lyr 1 --set training.moe_aux_loss_type=layer --save-weights "$dir/lyr.st"
+run lyp 2 --set parallel.pp=2 --set training.moe_aux_loss_type=layer --save-weights "$dir/lyp.st"
+check "mixtral-tiny pp 2 with the layer-wise load-balancing loss == pp 1, bitwise" lyr lyp bitwise 6
+same_file "mixtral-tiny pp 2, layer-wise aux loss" lyr lyp
+cmp -s "$dir/lyr.st" "$dir/ref.st" && fail "the layer-wise aux loss trained the same weights as the pooled one" ||
+  pass "the layer-wise aux loss trains other weights than the pooled one"
 
 # Validation through the pipeline and a pp 2 checkpoint resumed at pp 1.
 pangram_corpus 300 20 0.1

@@ -539,6 +539,9 @@ struct dt_model {
      * and of the router z-loss (training.moe_z_loss_coef) added to the loss, and the capacity
      * factor (parallel.moe_capacity_factor, 0 = dropless). */
     float moe_aux_coef, moe_z_coef, moe_capacity;
+    /* training.moe_aux_loss_type (0: global, Hugging Face Mixtral's loss over all layers' routers
+     * pooled; 1: layer, Megatron-Core's loss per layer summed over the layers; moe.h). */
+    int moe_aux_layer;
     /* A head tied to the embedding, its two gradients apart (pipeline parallelism, decision 74;
      * set by the trainer, NULL otherwise): the head's weight gradient accumulates over a step's
      * micro-batches in tied_h (the tied tensor's stored elements, zeroed by the trainer at the

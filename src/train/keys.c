@@ -82,7 +82,8 @@ static const key_def keys[] = {
     ENUM("training.precision", precision, "fp32|bf16|fp16", "matmul operands in 16 bits with fp32 results (master weights, optimizer, gradients, norms, softmax, loss stay fp32); fp16 adds dynamic loss scaling"),
     NUM("training.loss_scale", K_FLOAT_AUTO, loss_scale, "loss scale: auto (fp16: dynamic from 65536, halved on overflow, doubled after loss_scale_window finite steps; otherwise off) or a static number"),
     NUM("training.loss_scale_window", K_LONG, train.loss_scale_window, "finite steps in a row before a dynamic loss scale doubles"),
-    NUM("training.moe_aux_loss_coef", K_FLOAT, train.moe_aux_coef, "mixture of experts: coefficient of the load-balancing loss added to the loss (Hugging Face Mixtral's load_balancing_loss_func over all layers' routers; logged apart as moe_aux_loss)"),
+    NUM("training.moe_aux_loss_coef", K_FLOAT, train.moe_aux_coef, "mixture of experts: coefficient of the load-balancing loss added to the loss (training.moe_aux_loss_type says which; logged apart as moe_aux_loss)"),
+    ENUM("training.moe_aux_loss_type", moe_aux_type, "global|layer", "mixture of experts: the load-balancing loss - global: Hugging Face Mixtral's load_balancing_loss_func, E sum_e f_e P_e over every layer's router rows pooled (balanced: k); layer: Megatron-Core's aux_loss, E / (k T^2) sum_e c_e P_e of each layer's T rows (c_e its choices of expert e, P_e the sum of its probabilities), summed over the layers (balanced: 1 a layer), which balances each layer's own experts"),
     NUM("training.moe_z_loss_coef", K_FLOAT, train.moe_z_coef, "mixture of experts: coefficient of the router z-loss added to the loss (mean over all layers' router rows of logsumexp(logits)^2; logged apart as moe_z_loss)"),
     ENUM("memory.activation_checkpointing", recompute, "none|selective|full", "drop activations after each layer's forward and recompute them in its backward: selective keeps the MLP's input projection output and one of the attention's two matmul outputs (gpt2, vit: q|k|v; llama: the attention block's output) and recomputes the norms, the attention, the other attention matmul and the MLP activation (under bf16/fp16 gpt2 and vit keep the attention's outputs instead of recomputing the attention, and gpt2 recomputes the MLP's input projection, vit q|k|v; llama keeps gate|up alone), full keeps only the layer input; gradients are bitwise those of none"),
     NUM("memory.activation_checkpointing_every", K_INT, train.model_opts.recompute_every, "recompute only layers l with l % k == 0 (1 = every layer)"),
@@ -188,6 +189,7 @@ void dt_run_cfg_defaults(dt_run_cfg *c) {
     strcpy(c->recompute, "none");
     strcpy(c->precision, "fp32");
     strcpy(c->cp_split, "balanced");
+    strcpy(c->moe_aux_type, "global");
     strcpy(c->cp_comm, "p2p");
     strcpy(c->lora_targets, "q,v");
     strcpy(c->lora_base, "fp32");
@@ -618,6 +620,7 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
     t->model_opts.cp = c->cp > 1 ? c->cp : 0;
     t->model_opts.cp_rank = 0; /* the trainer sets its CP rank */
     t->cp_contiguous = !strcmp(c->cp_split, "contiguous");
+    t->moe_aux_layer = !strcmp(c->moe_aux_type, "layer");
     t->model_opts.cp_all_gather = c->cp > 1 && !strcmp(c->cp_comm, "all_gather");
     DT_CHECK(dt_cfg_check_cp(ctx, c));
     /* explicit stage layers; else the trainer cuts them by the cost rule (pp_first all 0) */

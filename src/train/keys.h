@@ -84,6 +84,7 @@ typedef struct dt_run_cfg {
     int check_replicas;        /* compare every rank's parameter hash every N steps (0 = off) */
     int tp, cp, pp, ep;        /* the process mesh's degrees (parallel/mesh.h; keys_layout.c: what composes) */
     char cp_split[16];         /* parallel.cp_split: balanced | contiguous */
+    char moe_aux_type[8];      /* training.moe_aux_loss_type: global | layer */
     char cp_comm[16];          /* parallel.cp_comm: p2p | all_gather */
     char pp_schedule[16];      /* parallel.pp_schedule: 1f1b | gpipe | interleaved | zb-h1 */
     int pp_virtual;            /* parallel.pp_virtual: virtual stages per rank (interleaved) */

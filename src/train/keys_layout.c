@@ -63,6 +63,9 @@ dt_status dt_cfg_check_cp(dt_ctx *ctx, const dt_run_cfg *c) {
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.cp=%d with parallel.moe_capacity_factor=%g: an expert's capacity is "
                        "decided over a source rank's rows, and a CP rank holds only part of each sequence (a mixture of "
                        "experts runs dropless under context parallelism)", cp, t->moe_capacity);
+    if (t->model.n_experts > 0 && t->moe_aux_layer)
+        return dt_fail(ctx, DT_ERR_CONFIG, "training.moe_aux_loss_type=layer with parallel.cp=%d: not built (a layer's "
+                       "loss needs its choice counts and probability sums over the whole sequence; decision 93)", cp);
     const char *why = c->sp                                       ? "parallel.sequence_parallel"
                       : c->hybrid                                 ? "parallel.hybrid"
                       : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"

@@ -476,6 +476,7 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
                                                                    : DT_SLAB_PARAMS | DT_SLAB_GRADS));
     tr->model.moe_aux_coef = cfg->moe_aux_coef;
     tr->model.moe_z_coef = cfg->moe_z_coef;
+    tr->model.moe_aux_layer = cfg->moe_aux_layer;
     tr->model.moe_capacity = cfg->moe_capacity;
     if (cfg->cp > 1) { /* the ring, and the rows of each micro-batch this rank holds */
         tr->model.cp_ring = (dt_cp_ring){tr->cp.n, tr->cp.rank, cfg->cp_contiguous, &tr->cp, cp_start, cp_wait,

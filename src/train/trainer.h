@@ -40,6 +40,7 @@ typedef struct dt_train_cfg {
     /* mixture of experts (model/llama/moe.h): training.moe_aux_loss_coef,
        training.moe_z_loss_coef, parallel.moe_capacity_factor (0 = dropless) */
     float moe_aux_coef, moe_z_coef, moe_capacity;
+    int moe_aux_layer; /* training.moe_aux_loss_type=layer (model.h) */
     /* Set by the config layer (train/keys.c: dt_cfg_finish, dt_cfg_apply_world) once it has
      * validated the whole configuration, the model in place included (ARCHITECTURE decision
      * 72): dt_trainer_init then does not validate it again. 0 (a library caller that fills a

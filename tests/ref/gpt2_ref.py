@@ -291,7 +291,8 @@ def parse_meta(meta):
     hp["family"] = family
     # a mixture of experts (llama with metadata n_experts: tests/ref/mixtral_torch.py)
     for k, kind in (("n_experts", int), ("experts_topk", int), ("expert_d_ff", int),
-                    ("moe_aux_coef", float), ("moe_z_coef", float), ("moe_capacity", float)):
+                    ("moe_aux_coef", float), ("moe_z_coef", float), ("moe_capacity", float),
+                    ("moe_aux_layer", int)):
         if "n_experts" in meta:
             if family != "llama" or k not in meta:
                 raise ParityError("init.safetensors: metadata %r missing (or not llama)" % k)
@@ -367,7 +368,8 @@ def new_model(hp):
                                      hp["vocab"], hp["context"], hp["untied"],
                                      rope_theta=hp["rope_theta"], norm_eps=hp["norm_eps"],
                                      aux_coef=hp["moe_aux_coef"], z_coef=hp["moe_z_coef"],
-                                     capacity_factor=hp["moe_capacity"])
+                                     capacity_factor=hp["moe_capacity"],
+                                     aux_type="layer" if hp.get("moe_aux_layer") else "global")
     if hp.get("family", "gpt2") == "llama":
         return llama_torch.Llama(hp["n_layer"], hp["d_model"], hp["n_head"], hp["n_kv_head"],
                                  hp["d_ff"], hp["vocab"], hp["context"], hp["untied"],
@@ -551,9 +553,10 @@ def compare(dirpath, tol=DEFAULT_TOL, out=print, weights_tol=DEFAULT_WEIGHTS_TOL
                         hp["norm_eps"], B, T, S, tol))
         if hp.get("n_experts", 0):
             out("# gpt2_ref: mixture of experts (tests/ref/mixtral_torch.py) n_experts=%d topk=%d "
-                "expert_d_ff=%d moe_aux_coef=%g moe_z_coef=%g moe_capacity=%g"
+                "expert_d_ff=%d moe_aux_coef=%g moe_z_coef=%g moe_capacity=%g moe_aux_type=%s"
                 % (hp["n_experts"], hp["experts_topk"], hp["expert_d_ff"], hp["moe_aux_coef"],
-                   hp["moe_z_coef"], hp["moe_capacity"]))
+                   hp["moe_z_coef"], hp["moe_capacity"],
+                   "layer" if hp["moe_aux_layer"] else "global"))
         # no biases, so no mathematically-zero gradient driving Adam on noise (see
         # DEFAULT_WEIGHTS_TOL): final weights are held to the same tolerance as the rest
         weights_tol = tol

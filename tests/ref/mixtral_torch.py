@@ -29,6 +29,11 @@ every layer concatenated:
   aux = E * sum over slots j and experts e of (fraction of the N rows whose j-th choice is e)
         * (mean over the N rows of p_e)       (transformers' load_balancing_loss_func, no mask)
   z   = mean over the N rows of logsumexp(logits)^2   (the router z-loss of ST-MoE).
+With aux_type "layer" (dtrain's training.moe_aux_loss_type=layer) aux is Megatron-Core's
+switch_load_balancing_loss_func instead, per layer over its T = B * T router rows, summed over
+the layers:
+  aux = sum over layers of E / (k T^2) * sum over experts e of (the layer's choices of e, a
+        count: no gradient) * (the sum over its rows of p_e).
 
 Only torch and math are used.
 """
@@ -131,9 +136,17 @@ class MixtralModel(nn.Module):
         return self.norm(x)
 
 
-def router_losses(logits_list, n_experts, k):
-    """aux (load balancing) and z over the concatenated router logits of every layer."""
+def router_losses(logits_list, n_experts, k, aux_type="global"):
+    """aux (load balancing) and z over the concatenated router logits of every layer (aux_type
+    "layer": aux per layer, summed)."""
     logits = torch.cat(logits_list, dim=0)
+    if aux_type == "layer":
+        aux = 0.0
+        for lg in logits_list:
+            p, sel, _ = route(lg, k)
+            count = F.one_hot(sel, n_experts).to(p.dtype).sum(dim=(0, 1))    # (E,)
+            aux = aux + n_experts / (k * lg.shape[0] ** 2) * torch.sum(count * p.sum(dim=0))
+        return aux, torch.logsumexp(logits, dim=-1).pow(2).mean()
     p, sel, _ = route(logits, k)
     mask = F.one_hot(sel, n_experts).to(p.dtype)            # (N, k, E)
     aux = n_experts * torch.sum(mask.mean(dim=0) * p.mean(dim=0).unsqueeze(0))
@@ -148,11 +161,13 @@ class Mixtral(nn.Module):
     def __init__(self, n_layer, d_model, n_head, n_kv_head, n_experts, topk, d_ff, vocab, context,
                  untied, rope_theta=llama_torch.DEFAULT_ROPE_THETA,
                  norm_eps=llama_torch.DEFAULT_NORM_EPS, aux_coef=0.0, z_coef=0.0,
-                 capacity_factor=0.0):
+                 capacity_factor=0.0, aux_type="global"):
         super().__init__()
         self.n_layer, self.d_model, self.vocab, self.context = n_layer, d_model, vocab, context
         self.n_experts, self.topk, self.untied = n_experts, topk, bool(untied)
         self.aux_coef, self.z_coef = float(aux_coef), float(z_coef)
+        assert aux_type in ("global", "layer"), aux_type
+        self.aux_type = aux_type
         self.model = MixtralModel(n_layer, d_model, n_head, n_kv_head, n_experts, topk, d_ff, vocab,
                                   float(rope_theta), float(norm_eps))
         if self.untied:
@@ -175,6 +190,6 @@ class Mixtral(nn.Module):
         loss = None
         if targets is not None:
             ce = F.cross_entropy(logits.reshape(B * T, -1), targets.reshape(B * T).long())
-            self.aux, self.z = router_losses(self.router_logits(), self.n_experts, self.topk)
+            self.aux, self.z = router_losses(self.router_logits(), self.n_experts, self.topk, self.aux_type)
             loss = ce + self.aux_coef * self.aux + self.z_coef * self.z
         return logits, loss

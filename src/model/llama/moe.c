@@ -42,6 +42,7 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
     a->count = (double *)dt_act_take(base, off, dt_moe_stage_floats(c)); /* 64-byte aligned */
     a->psum = a->count ? a->count + E : NULL;
     a->zsum = a->count ? a->count + 2 * E : NULL;
+    a->auxl = a->count ? a->count + 2 * E + 1 : NULL;
     a->xr = a->sx = a->ox = a->ox2 = NULL;
     a->xrh = NULL;
     a->rc = NULL;
@@ -79,7 +80,7 @@ size_t dt_moe_ep_offset(const dt_model *m) {
 }
 
 size_t dt_moe_stage_floats(const dt_model_config *c) {
-    return c->n_experts ? (2 * (size_t)c->n_experts + 1) * sizeof(double) / sizeof(float) : 0;
+    return c->n_experts ? (2 * (size_t)c->n_experts + 2) * sizeof(double) / sizeof(float) : 0;
 }
 
 void dt_moe_begin(dt_model *m, dt_moe_acts *a) {
@@ -146,14 +147,20 @@ static void route(dt_model *m, dt_moe_acts *a, const moe_views *v, int l, int BT
     float *probs = v->probs, *lse = v->lse, *w = v->w;
     int32_t *sel = v->sel, *pos = v->pos, *rows = v->rows, *off = v->off;
     int cnt[DT_MOE_MAX_EXPERTS] = {0};
+    double lp[DT_MOE_MAX_EXPERTS] = {0}; /* this layer's probability sums (the layer-wise loss) */
     for (int t = 0; t < BT; t++) {
         lse[t] = route_row(a->logit + (size_t)t * E, E, k, probs + (size_t)t * E, sel + (size_t)t * k, w + (size_t)t * k);
         for (int j = 0; j < k; j++) cnt[sel[(size_t)t * k + j]]++;
         if (recompute) continue;
         *a->zsum += (double)lse[t] * lse[t];
-        for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e];
+        for (int e = 0; e < E; e++) a->psum[e] += probs[(size_t)t * E + e], lp[e] += probs[(size_t)t * E + e];
     }
-    for (int e = 0; e < E && !recompute; e++) a->count[e] += cnt[e];
+    if (!recompute) {
+        for (int e = 0; e < E; e++) a->count[e] += cnt[e];
+        double s = 0.0; /* Megatron-Core's aux_loss of this layer: E / (k T^2) sum_e c_e P_e */
+        for (int e = 0; e < E; e++) s += (double)cnt[e] * lp[e];
+        *a->auxl += s * E / ((double)k * BT * BT);
+    }
     /* the expert load, by the model's layer (decision 86); a TP group routes alike: its first
      * shard's holder counts (decision 91) */
     if (m->moe_load && !recompute && dt_tp_first(&m->opts) == 0) {
@@ -286,6 +293,7 @@ double dt_moe_finish(dt_model *m, dt_moe_acts *a) {
     double aux = 0.0;
     for (int e = 0; e < c->n_experts; e++) aux += (a->count[e] / N) * (a->psum[e] / N);
     aux *= c->n_experts;
+    if (m->moe_aux_layer) aux = *a->auxl; /* summed over the layers as they were routed */
     m->moe_aux = (float)aux;
     m->moe_z = (float)(*a->zsum / N);
     return (double)m->moe_aux_coef * m->moe_aux + (double)m->moe_z_coef * m->moe_z;
@@ -389,6 +397,11 @@ void dt_moe_backward(dt_model *m, dt_moe_acts *a, int l, const float *ln2, const
     const float zg = (float)(scale * (double)m->moe_z_coef * 2.0 / Nl);
     float aux_g[DT_MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) aux_g[e] = (float)(scale * (double)m->moe_aux_coef * E * a->count[e] / (Nl * N));
+    if (m->moe_aux_layer) { /* this layer's own choices (before any capacity drop), as in its forward */
+        int cl[DT_MOE_MAX_EXPERTS] = {0};
+        for (size_t r = 0; r < R; r++) cl[sel[r]]++;
+        for (int e = 0; e < E; e++) aux_g[e] = (float)(scale * (double)m->moe_aux_coef * E * cl[e] / ((double)k * BT * BT));
+    }
     for (int t = 0; t < BT; t++) {
         const float *p = probs + (size_t)t * E, *wt = w + (size_t)t * k, *dwt = a->dw + (size_t)t * k;
         const int32_t *st = sel + (size_t)t * k;

@@ -20,6 +20,10 @@
  *   aux = E x sum_e (c_e / N) (P_e / N), c_e the top-k choices of expert e (before any drop),
  *         P_e the sum of the router probabilities of e;
  *   z   = (1 / N) sum over rows of logsumexp(router logits)^2.
+ * With training.moe_aux_loss_type=layer (model.h moe_aux_layer) the load-balancing loss is
+ * Megatron-Core's instead, each layer's own over its T' = B x T rows, summed over the layers:
+ *   aux = sum_l E / (k T'^2) sum_e c_le P_le (balanced: 1 a layer; ARCHITECTURE decision 93):
+ * the pooled loss lets one layer's overload stand against another's underload.
  * The model's loss is cross-entropy + training.moe_aux_loss_coef aux + training.moe_z_loss_coef z.
  *
  * Buffers are sized for the worst case: B T k expert rows per layer whatever the routing (each
@@ -66,11 +70,13 @@ typedef struct dt_moe_acts {
     float *dw;           /* (BT, k) gradients of the weights */
     float *cand;         /* (BT, 2) capacity: an expert's candidates (weight, row) */
     /* The micro-batch's totals over the layers (forward), for the losses and their gradients:
-     * E choice counts, E probability sums, the sum of squared logsumexps (2E + 1 doubles, in
+     * E choice counts, E probability sums, the sum of squared logsumexps, the layer-wise
+     * load-balancing loss summed so far (2E + 2 doubles, in
      * the activation set: each micro-batch in flight has its own). A pipeline stage starts
      * from the previous stage's totals and hands its own on with its output; the last stage's
      * (every layer's) travel back with the gradients (dt_moe_stage_floats). */
     double *count, *psum, *zsum;
+    double *auxl; /* the layer-wise load-balancing loss summed over the layers routed so far */
     /* Expert parallelism (model.h dt_model_opts.ep > 1; moe_ep.c): gu and h hold, per layer, the
      * rows this rank's experts received from the EP group's source ranks (at most
      * dt_moe_expert_rows: ep x B T x min(k, E / ep)), not this rank's own rows; then per layer */
@@ -130,7 +136,7 @@ void dt_moe_layout(dt_moe_acts *a, float *base, size_t *off, const dt_model_conf
 /* Before the first layer of a forward: the totals start at zero on the first stage (on a
  * later one they arrived from the previous stage). */
 void dt_moe_begin(dt_model *m, dt_moe_acts *a);
-/* The floats of the totals (2E + 1 doubles) that cross between pipeline stages; they start at
+/* The floats of the totals (2E + 2 doubles) that cross between pipeline stages; they start at
  * a->count. */
 size_t dt_moe_stage_floats(const dt_model_config *c);
 /* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2) (ln2h: its 16-bit copy under mixed
