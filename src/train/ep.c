@@ -42,6 +42,14 @@ static void sizes(const dt_train_cfg *cfg, const dt_model_opts *o, int dp, int s
     *fold = dp / o->ep > 1 ? one : 0;
 }
 
+void dt_ep_parallel_cfg(const dt_params *ps, const dt_model_config *c, const dt_model_opts *o, int dp, int dp_rank,
+                        dt_parallel_cfg *pc) {
+    if (!o || o->ep <= 1) return;
+    pc->skip_off = dt_params_flat(ps, DT_LLAMA_MOE_W1(dt_moe_first(c, o)), 0) - ps->layers_offset;
+    pc->skip_len = dt_moe_ep_segment(c, o, 1);
+    pc->skip_ranks = dp / o->ep, pc->skip_rank = dp_rank / o->ep; /* the EDP group (parallel/mesh.h) */
+}
+
 void dt_ep_plan(const dt_train_cfg *cfg, const dt_model_opts *o, int dp, int store_layers, size_t bytes[DT_MEM_NKINDS]) {
     if (!o || o->ep <= 1) return;
     size_t seg, micro, fold;
@@ -118,10 +126,7 @@ dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
         DT_CHECK(dt_comm_broadcast(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_n - 1));
         e->bytes += (double)(n * sizeof(float));
     }
-    dt_params *ps = &tr->model.ps;
-    for (int l = 0; l < ps->n_layer; l++)
-        dt_copy(ps->grads + ps->layers_offset + (size_t)l * ps->layer_floats + e->off, acc + (size_t)l * e->len,
-                e->len * sizeof(float));
+    dt_parallel_expert_grads(tr->par, acc); /* DDP: whole, into the slab; ZeRO: my EDP pieces */
     return DT_OK;
 }
 

@@ -32,15 +32,15 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
     const char *why = c->tp > 1 || c->tp_blocks                   ? "parallel.tp"
                       : c->pp > 1 || c->pp_blocks                 ? "parallel.pp"
                       : c->cp > 1                                 ? "parallel.cp"
-                      : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
+                      : t->parallel.hybrid                        ? "parallel.hybrid"
                       : t->parallel.grad_dtype != DT_F32          ? "parallel.grad_dtype"
                       : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
                       : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
                                                                   : NULL;
     if (why)
-        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism with "
-                       "parallel.strategy=ddp and fp32 gradients only (not with tensor, pipeline or context parallelism, "
-                       "ZeRO, 16-bit or compressed gradients, or LoRA)", ep, why);
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: expert parallelism is built for data parallelism "
+                       "(ddp, zero1, zero2, zero3) with fp32 gradients only (not with tensor, pipeline or context "
+                       "parallelism, hybrid sharding, 16-bit or compressed gradients, or LoRA)", ep, why);
     return DT_OK;
 }
 
