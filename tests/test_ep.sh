@@ -17,7 +17,7 @@
 #    continues bitwise;
 #  - the allocator's high-water equals the memory plan on every run (the EP buffers included);
 #  - refusals in one line naming the key: ep not dividing n_experts or dp, a dense model, and
-#    ep with tp, pp, cp, ZeRO, 16-bit gradients and LoRA.
+#    ep with tp, pp, cp, 16-bit gradients and LoRA (ZeRO with ep: tests/test_ep_zero.sh).
 set -uo pipefail
 bin=$1
 dir=$2
@@ -127,7 +127,7 @@ refused "ep not dividing n_experts" 3 "parallel.ep=3 must divide model.n_experts
 refused "ep not dividing dp" 2 "parallel.ep=4 does not divide the data-parallel size 2" --set parallel.ep=4
 refused "ep on a dense model" 2 "parallel.ep=2 needs a mixture of experts" --set model.preset=llama-tiny --set parallel.ep=2
 for c in "parallel.tp parallel.tp=2" "parallel.pp parallel.pp=2" "parallel.cp parallel.cp=2" \
-  "parallel.strategy parallel.strategy=zero1" "parallel.grad_dtype parallel.grad_dtype=bf16" \
+  "parallel.grad_dtype parallel.grad_dtype=bf16" \
   "lora.rank lora.rank=4"; do
   set -- $c
   refused "ep with $1" 4 "parallel.ep=2 with $1" --set parallel.ep=2 --set "$2"

@@ -149,9 +149,11 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->ep > 1) { /* expert parallelism (decision 85): DDP over the data-parallel ranks, fp32 gradients */
+    if (l->ep > 1) { /* expert parallelism (decisions 85, 88): DDP or ZeRO (not hybrid) over the data-parallel
+                        ranks, fp32 gradients; ZeRO-2/3 reducing once a step (auto) */
         const dt_train_cfg *t = &job->train;
-        if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->zero != DT_STRAT_DDP || l->hybrid ||
+        if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->hybrid ||
+            (l->zero >= DT_STRAT_ZERO2 && t->parallel.zero_reduce == DT_ZR_MICRO) ||
             l->tp > 1 || l->pp > 1 || l->cp > 1 || t->parallel.grad_dtype != DT_F32 || t->model_opts.lora.rank > 0 ||
             t->model_opts.lora.nf4 || t->parallel.compression != DT_COMPRESS_NONE)
             return 0;
