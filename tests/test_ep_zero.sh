@@ -11,7 +11,8 @@
 #  - each rank's optimizer state at dp 4 ep 2 is ZeRO's dp-th of the whole model's (the experts'
 #    a (dp / ep)-th of the rank's own), under the plan, which equals the allocator's high-water
 #    on every run; `dtrain plan --ep 2` runs the zero3 layout, sized by that plan;
-#  - a zero3 dp 4 ep 2 checkpoint (sharded optimizer state) resumed at ep 1 continues bitwise;
+#  - a zero3 dp 4 ep 2 checkpoint (sharded optimizer state) resumed at ep 1, and an ep 1 one at
+#    ep 2, continue bitwise;
 #  - refusals in one line naming the key: hybrid sharding, zero_reduce micro with grad_accum.
 set -uo pipefail
 bin=$1
@@ -41,16 +42,21 @@ acc=(--set parallel.strategy=zero2 --set training.grad_accum=2)
 run z2 4 "${acc[@]}" --set parallel.zero_reduce=step --save-weights "$dir/z2.st"
 pair "zero2 dp 4 ep 2, grad_accum 2" z2 z2e2 4 "${acc[@]}"
 ck=(--set checkpoint.every=2 --set checkpoint.keep_last=0 --set checkpoint.async=false)
-run z3 4 --set parallel.strategy=zero3 --save-weights "$dir/z3.st"
+run z3 4 --set parallel.strategy=zero3 --set checkpoint.dir="$dir/ck1" "${ck[@]}" --save-weights "$dir/z3.st"
 pair "zero3 dp 4 ep 2" z3 z3e2 4 --set parallel.strategy=zero3 --set checkpoint.dir="$dir/ck" "${ck[@]}"
 mem() { sed -n "s/.*memory high-water:.* $2=\([0-9]*\).*/\1/p" "$dir/$1.log" | head -1; } # NAME KIND
 
-# the sharded optimizer state written at ep 2, read at ep 1
+# the sharded optimizer state written at ep 2 read at ep 1, and written at ep 1 read at ep 2
 run r3 4 --set parallel.strategy=zero3 --resume "$dir/ck/step-00000002" --set checkpoint.dir="$dir/r3" \
   "${ck[@]}" --save-weights "$dir/r3.st"
 check "a zero3 dp 4 ep 2 checkpoint resumed at ep 1 continues bitwise" z3 r3 bitwise 2
 cmp -s "$dir/z3.st" "$dir/r3.st" && pass "resumed at ep 1: the final weights are the uninterrupted run's" ||
   fail "resumed at ep 1: the final weights differ"
+run r3e2 4 --set parallel.strategy=zero3 --set parallel.ep=2 --resume "$dir/ck1/step-00000002" \
+  --set checkpoint.dir="$dir/r3e2" "${ck[@]}" --save-weights "$dir/r3e2.st"
+check "a zero3 dp 4 ep 1 checkpoint resumed at ep 2 continues bitwise" z3 r3e2 bitwise 2
+cmp -s "$dir/z3.st" "$dir/r3e2.st" && pass "resumed at ep 2: the final weights are the uninterrupted run's" ||
+  fail "resumed at ep 2: the final weights differ"
 
 # The planner runs the zero3 ep layout on the trainer's plan: equal to the allocator's high-water
 # of the run (rank 0's, the fullest: the first shards are the larger). Optimizer state per rank:
