@@ -633,6 +633,11 @@ static dt_status apply_world(dt_ctx *ctx, dt_run_cfg *c, int world, int mesh) {
                            mp > 1 ? "data-parallel size" : "world size", world, world == 1 ? "" : "s", per);
         t->accum = (int)(c->global_batch / per);
     }
+    /* ZeRO-2/3 under expert parallelism reduce the experts' gradients once a step (decision 88) */
+    if (c->ep > 1 && t->parallel.strategy >= DT_STRAT_ZERO2 && t->accum > 1 && t->parallel.zero_reduce == DT_ZR_MICRO)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.zero_reduce=micro with parallel.ep=%d and grad_accum %d: expert "
+                       "parallelism reduces the experts' gradients once a step (zero_reduce: step, or auto)", c->ep,
+                       t->accum);
     if (c->tokens > 0) {
         long per_step = (long)t->micro_batch * t->seq_len * t->accum * (world > 0 ? world : 1);
         t->steps = (c->tokens + per_step - 1) / per_step;

@@ -472,12 +472,6 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     tr->cp.n = 1;
     tr->ep.n = 1;
     tr->mp_ranks = 1;
-    /* ZeRO-2/3 under expert parallelism (decision 88): the experts' gradients are accumulated over
-     * the step and reduced once, which ep 1 does only with zero_reduce: step */
-    if (cfg->ep > 1 && strat >= DT_STRAT_ZERO2 && cfg->accum > 1 && cfg->parallel.zero_reduce == DT_ZR_MICRO)
-        DT_CHECK_GOTO(dt_fail(ctx, DT_ERR_CONFIG, "parallel.zero_reduce=micro with parallel.ep=%d and grad_accum %d: "
-                              "expert parallelism reduces the experts' gradients once a step (zero_reduce: step, or auto)",
-                              cfg->ep, cfg->accum));
     if (cfg->pp > 1) DT_CHECK_GOTO(dt_pp_cfg_stages(ctx, &tr->cfg)); /* the stages' layers */
     if (cfg->parallel.tp > 1 || (cfg->pp > 1 && !cfg->pp_blocks) || cfg->cp > 1 || cfg->ep > 1)
         DT_CHECK_GOTO(dt_trainer_mesh_groups(ctx, tr, &mo, &pc));
