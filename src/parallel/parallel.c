@@ -510,13 +510,39 @@ static float *grad_piece(dt_parallel *p, int u);
 
 dt_group dt_parallel_dp_group(const dt_parallel *p) { return p->g_dp; }
 
-void dt_parallel_expert_grads(dt_parallel *p, const float *acc) {
+/* Where expert unit u starts in the experts' layer-by-layer gradient (train/ep.c's layout). */
+static size_t expert_at(const dt_parallel *p, int u) {
     const dt_params *ps = &p->m->ps;
+    const size_t x = ps->unit_lo[u] - ps->layers_offset;
+    return x / ps->layer_floats * p->cfg.skip_len + x % ps->layer_floats - p->cfg.skip_off;
+}
+
+void dt_parallel_expert_grads(dt_parallel *p, const float *acc) {
     for (int u = 0; u < p->U; u++) {
         if (!p->uexp[u]) continue;
-        const size_t x = ps->unit_lo[u] - ps->layers_offset, l = x / ps->layer_floats;
-        const size_t at = l * p->cfg.skip_len + x % ps->layer_floats - p->cfg.skip_off, i = dt_par_ix(p, u);
-        dt_copy(grad_piece(p, u), acc + at + p->split_off[i], p->split_cnt[i] * sizeof(float));
+        const size_t i = dt_par_ix(p, u);
+        dt_copy(grad_piece(p, u), acc + expert_at(p, u) + p->split_off[i], p->split_cnt[i] * sizeof(float));
+    }
+}
+
+size_t dt_parallel_expert_pack(const dt_parallel *p, int q, const float *acc, float *out) {
+    size_t k = 0;
+    for (int u = 0; u < p->U; u++) {
+        if (!p->uexp[u]) continue;
+        const size_t i = (size_t)u * (size_t)p->G + (size_t)q;
+        if (out) dt_copy(out + k, acc + expert_at(p, u) + p->split_off[i], p->split_cnt[i] * sizeof(float));
+        k += p->split_cnt[i];
+    }
+    return k;
+}
+
+void dt_parallel_expert_unpack(dt_parallel *p, const float *packed) {
+    size_t k = 0;
+    for (int u = 0; u < p->U; u++) {
+        if (!p->uexp[u]) continue;
+        const size_t n = p->split_cnt[dt_par_ix(p, u)];
+        dt_copy(grad_piece(p, u), packed + k, n * sizeof(float));
+        k += n;
     }
 }
 

@@ -172,6 +172,11 @@ float *dt_parallel_unit_grad(dt_parallel *p, int u, size_t *n);
  * pieces of their units (DDP: the whole units; ZeRO: each unit's shard over the EDP group).
  * After dt_parallel_finish_grads. */
 void dt_parallel_expert_grads(dt_parallel *p, const float *acc);
+/* ZeRO (the experts' units sharded over the EDP group): the floats of EDP rank q's pieces of
+ * them, unit by unit, copied from acc (laid out as above) into out unless out is NULL; returns
+ * their count. dt_parallel_expert_unpack puts my pieces, packed so, into my gradient pieces. */
+size_t dt_parallel_expert_pack(const dt_parallel *p, int q, const float *acc, float *out);
+void dt_parallel_expert_unpack(dt_parallel *p, const float *packed);
 
 /* The data-parallel group (the world without a process mesh). */
 dt_group dt_parallel_dp_group(const dt_parallel *p);

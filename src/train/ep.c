@@ -120,11 +120,25 @@ dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
         dt_add_f32(acc, e->seg, n);
     }
     for (int s = 1; s < e->n; s++) dt_add_f32(acc, e->seg + (size_t)s * n, n);
-    if (e->edp_n > 1) {
-        if (e->edp_rank + 1 < e->edp_n)
-            DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_rank + 1, 0));
-        DT_CHECK(dt_comm_broadcast(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_n - 1));
+    const int last = e->edp_n - 1;
+    if (e->edp_rank < last) {
+        DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_rank + 1, 0));
         e->bytes += (double)(n * sizeof(float));
+    }
+    if (last > 0 && tr->cfg.parallel.strategy == DT_STRAT_DDP) { /* every EDP rank holds the whole experts */
+        DT_CHECK(dt_comm_broadcast(ctx, e->comm, e->edp, acc, n * sizeof(float), last));
+        if (e->edp_rank == last) e->bytes += (double)(n * sizeof(float));
+    } else if (last > 0 && e->edp_rank == last) { /* ZeRO: each EDP rank its pieces (decision 88) */
+        for (int q = 0; q < last; q++) {
+            const size_t k = dt_parallel_expert_pack(tr->par, q, acc, e->seg); /* the segments are folded: free */
+            DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, e->seg, k * sizeof(float), q, 1));
+            e->bytes += (double)(k * sizeof(float));
+        }
+    } else if (last > 0) {
+        const size_t k = dt_parallel_expert_pack(tr->par, e->edp_rank, NULL, NULL);
+        DT_CHECK(dt_comm_recv(ctx, e->comm, e->edp, e->fold, k * sizeof(float), last, 1)); /* sent: free */
+        dt_parallel_expert_unpack(tr->par, e->fold);
+        return DT_OK;
     }
     dt_parallel_expert_grads(tr->par, acc); /* DDP: whole, into the slab; ZeRO: my EDP pieces */
     return DT_OK;
