@@ -17,8 +17,9 @@
 #    continues bitwise;
 #  - the allocator's high-water equals the memory plan on every run (the EP buffers included);
 #  - refusals in one line naming the key: ep not dividing n_experts or dp, a dense model, and
-#    ep with cp, ZeRO and Top-K compressed gradients (16-bit gradients: test_ep_prec.sh;
-#    ep with pp: tests/test_ep_pp.sh; LoRA with ep: tests/test_ep_lora.sh; ep with tp: tests/test_ep_tp.sh).
+#    ep with cp and Top-K compressed gradients (16-bit gradients: test_ep_prec.sh;
+#    ep with pp: tests/test_ep_pp.sh; LoRA with ep: tests/test_ep_lora.sh; ep with tp: tests/test_ep_tp.sh;
+#    ZeRO with ep: tests/test_ep_zero.sh).
 set -uo pipefail
 bin=$1
 dir=$2
@@ -127,8 +128,7 @@ print(l['memory_bytes']['total'])")
 refused "ep not dividing n_experts" 3 "parallel.ep=3 must divide model.n_experts=4" --set parallel.ep=3
 refused "ep not dividing dp" 2 "parallel.ep=4 does not divide the data-parallel size 2" --set parallel.ep=4
 refused "ep on a dense model" 2 "parallel.ep=2 needs a mixture of experts" --set model.preset=llama-tiny --set parallel.ep=2
-for c in "parallel.cp parallel.cp=2" \
-  "parallel.strategy parallel.strategy=zero1" "parallel.compression parallel.compression=topk"; do
+for c in "parallel.cp parallel.cp=2" "parallel.compression parallel.compression=topk"; do
   set -- $c
   refused "ep with $1" 4 "parallel.ep=2 with $1" --set parallel.ep=2 --set "$2"
 done

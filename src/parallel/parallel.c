@@ -44,6 +44,29 @@ static dt_status exchange_pairs(dt_ctx *ctx, dt_parallel *p, int64_t a, int64_t 
     return dt_comm_allreduce(ctx, p->comm, p->g_dp, out, 2 * (size_t)p->world, DT_I64, DT_SUM);
 }
 
+int dt_par_is_expert(const dt_params *ps, const dt_parallel_cfg *cfg, int u) {
+    if (!cfg->skip_len || ps->unit_lo[u] < ps->layers_offset || u >= DT_UNIT_POST0(ps)) return 0;
+    const size_t r = (ps->unit_lo[u] - ps->layers_offset) % ps->layer_floats;
+    return r >= cfg->skip_off && r < cfg->skip_off + cfg->skip_len;
+}
+
+/* Expert parallelism's units and their group (decision 88): ZeRO shards a local expert's unit
+ * over the EDP group, the ranks holding the same experts; DDP holds it whole. */
+static dt_status plan_experts(dt_ctx *ctx, dt_parallel *p) {
+    p->uexp = calloc((size_t)p->U, 1);
+    if (!p->uexp) return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
+    p->Ge = 1, p->je = 0, p->g_edp = p->g_shard;
+    if (!p->cfg.skip_len) return DT_OK;
+    if (p->cfg.hybrid)
+        return dt_fail(ctx, DT_ERR_CONFIG, "parallel.hybrid: hybrid sharding is not built with expert parallelism");
+    for (int u = 0; u < p->U; u++) p->uexp[u] = (unsigned char)dt_par_is_expert(&p->m->ps, &p->cfg, u);
+    if (p->cfg.strategy != DT_STRAT_DDP && p->cfg.skip_ranks > 1) {
+        p->Ge = p->cfg.skip_ranks, p->je = p->cfg.skip_rank, p->g_edp = p->cfg.skip_group;
+        DT_ASSERT(p->Ge <= p->G && dt_comm_size(p->comm, p->g_edp) == p->Ge && dt_comm_rank(p->comm, p->g_edp) == p->je);
+    }
+    return DT_OK;
+}
+
 static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
     dt_model *m = p->m;
     int W = p->world;
@@ -72,6 +95,7 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
         p->n_rep = 1;
         p->k = 0;
     }
+    DT_CHECK(plan_experts(ctx, p));
     size_t U = (size_t)p->U, G = (size_t)p->G;
     p->split_cnt = calloc(U * G * 2, sizeof(size_t));
     p->sb = calloc(U, sizeof(size_t));
@@ -89,13 +113,15 @@ static dt_status plan_shards(dt_ctx *ctx, dt_parallel *p) {
     p->S = 0;
     for (size_t u = 0; u < U && st == DT_OK; u++) {
         size_t *cnt = p->split_cnt + u * G, *off = p->split_off + u * G;
-        dt_comm_split(m->ps.unit_len[u], p->G, cnt, off);
+        const int Gu = dt_par_G(p, (int)u), ju = dt_par_j(p, (int)u);
+        dt_comm_split(m->ps.unit_len[u], Gu, cnt, off);
         p->sb[u] = p->S;
-        p->S += cnt[p->j];
-        if (m->ps.unit_len[u] < G)
+        p->S += cnt[ju];
+        if (m->ps.unit_len[u] < (size_t)Gu)
             st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: %d shards exceed the %zu parameters of unit %zu",
-                         p->G, m->ps.unit_len[u], u);
-        dt_comm_split(cnt[p->j], p->n_rep, p->sub_cnt + u * (size_t)p->n_rep, p->sub_off + u * (size_t)p->n_rep);
+                         Gu, m->ps.unit_len[u], u);
+        dt_comm_split(cnt[ju], p->n_rep, p->sub_cnt + u * (size_t)p->n_rep, p->sub_off + u * (size_t)p->n_rep);
+        if (p->uexp[u]) continue; /* reduced by the trainer (train/ep.c): no owner map */
         if (p->n_rep > 4096) {
             st = dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 4096 replicas");
             break;
@@ -123,8 +149,12 @@ static size_t split_part(size_t n, int parts, int i) {
 void dt_par_sizes_of(const dt_params *ps, const dt_parallel_cfg *cfg, int world, int G, int j, int n_rep,
                      dt_par_sizes *z) {
     memset(z, 0, sizeof *z);
+    /* expert parallelism: a local expert's unit over its EDP group (plan_experts) */
+    const int Ge = cfg->strategy != DT_STRAT_DDP && cfg->skip_ranks > 1 ? cfg->skip_ranks : 1;
+    const int je = Ge > 1 ? cfg->skip_rank : 0;
     for (int u = 0; u < ps->n_units; u++) {
-        size_t len = ps->unit_len[u], mine = split_part(len, G, j);
+        const int ex = dt_par_is_expert(ps, cfg, u);
+        size_t len = ps->unit_len[u], mine = ex ? split_part(len, Ge, je) : split_part(len, G, j);
         size_t sub = split_part(split_part(len, G, 0), n_rep, 0); /* node-shard 0's sub-chunk 0 */
         z->S += mine;
         if (len > z->max_unit) z->max_unit = len;
@@ -310,8 +340,8 @@ static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
         return dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
     for (int u = 0; u < p->U; u++) {
-        size_t lo = p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
-        size_t hi = lo + p->split_cnt[(size_t)u * p->G + p->j];
+        size_t lo = p->m->ps.unit_lo[u] + p->split_off[dt_par_ix(p, u)];
+        size_t hi = lo + p->split_cnt[dt_par_ix(p, u)];
         for (int i = 0; i < nall; i++) {
             size_t a = all[i].offset > lo ? all[i].offset : lo;
             size_t z = all[i].offset + all[i].len < hi ? all[i].offset + all[i].len : hi;
@@ -433,6 +463,7 @@ void dt_parallel_free(dt_parallel *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->split_cnt);
+    free(p->uexp);
     free(p->sb);
     free(p->rs_cnt);
     free(p->sub_cnt);
@@ -478,6 +509,42 @@ dt_status dt_parallel_finish_grads(dt_ctx *ctx, dt_parallel *p) {
 static float *grad_piece(dt_parallel *p, int u);
 
 dt_group dt_parallel_dp_group(const dt_parallel *p) { return p->g_dp; }
+
+/* Where expert unit u starts in the experts' layer-by-layer gradient (train/ep.c's layout). */
+static size_t expert_at(const dt_parallel *p, int u) {
+    const dt_params *ps = &p->m->ps;
+    const size_t x = ps->unit_lo[u] - ps->layers_offset;
+    return x / ps->layer_floats * p->cfg.skip_len + x % ps->layer_floats - p->cfg.skip_off;
+}
+
+void dt_parallel_expert_grads(dt_parallel *p, const float *acc) {
+    for (int u = 0; u < p->U; u++) {
+        if (!p->uexp[u]) continue;
+        const size_t i = dt_par_ix(p, u);
+        dt_copy(grad_piece(p, u), acc + expert_at(p, u) + p->split_off[i], p->split_cnt[i] * sizeof(float));
+    }
+}
+
+size_t dt_parallel_expert_pack(const dt_parallel *p, int q, const float *acc, float *out) {
+    size_t k = 0;
+    for (int u = 0; u < p->U; u++) {
+        if (!p->uexp[u]) continue;
+        const size_t i = (size_t)u * (size_t)p->G + (size_t)q;
+        if (out) dt_copy(out + k, acc + expert_at(p, u) + p->split_off[i], p->split_cnt[i] * sizeof(float));
+        k += p->split_cnt[i];
+    }
+    return k;
+}
+
+void dt_parallel_expert_unpack(dt_parallel *p, const float *packed) {
+    size_t k = 0;
+    for (int u = 0; u < p->U; u++) {
+        if (!p->uexp[u]) continue;
+        const size_t n = p->split_cnt[dt_par_ix(p, u)];
+        dt_copy(grad_piece(p, u), packed + k, n * sizeof(float));
+        k += n;
+    }
+}
 
 /* Tensor parallelism (model.h dt_model_opts.tp): each shard's part of the norm, tensor by
  * tensor in store order, a replicated tensor counted once (in shard 0's part); the parts are
@@ -558,7 +625,8 @@ dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
      * non-zero per slot) and added in rank order. */
     double part[1024] = {0};
     if (p->G > 1024) return dt_fail(ctx, DT_ERR_CONFIG, "parallel: more than 1024 shards");
-    for (int u = 0; u < p->U; u++) part[p->j] += dt_sumsq(grad_piece(p, u), p->split_cnt[(size_t)u * p->G + p->j]);
+    /* (expert parallelism: my pieces of my experts' units too, each counted by one rank) */
+    for (int u = 0; u < p->U; u++) part[p->j] += dt_sumsq(grad_piece(p, u), p->split_cnt[dt_par_ix(p, u)]);
     if (p->G > 1) DT_CHECK(dt_comm_allreduce(ctx, p->comm, p->g_shard, part, (size_t)p->G, DT_F64, DT_SUM));
     double s = 0;
     for (int r = 0; r < p->G; r++) s += part[r];
@@ -569,11 +637,11 @@ dt_status dt_parallel_grad_sumsq(dt_ctx *ctx, dt_parallel *p, double *out) {
 /* Where unit u's piece of my shard lives: parameters and gradients. */
 static float *param_piece(dt_parallel *p, int u) {
     if (p->sharded_params) return p->pshard + p->sb[u];
-    return p->m->ps.params + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+    return p->m->ps.params + p->m->ps.unit_lo[u] + p->split_off[dt_par_ix(p, u)];
 }
 static float *grad_piece(dt_parallel *p, int u) {
     if (p->sharded_grads) return p->gshard + p->sb[u];
-    return p->m->ps.grads + p->m->ps.unit_lo[u] + p->split_off[(size_t)u * p->G + p->j];
+    return p->m->ps.grads + p->m->ps.unit_lo[u] + p->split_off[dt_par_ix(p, u)];
 }
 
 dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, float lr, long t,
@@ -597,8 +665,9 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
     if (p->G == 1) return DT_OK; /* one shard holder (world 1, or hybrid with one rank per node) */
     double t0 = dt_now();
     for (int u = 0; u < p->U; u++)
-        DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, p->m->ps.params + p->m->ps.unit_lo[u],
-                                    p->split_cnt + (size_t)u * p->G, p->split_off + (size_t)u * p->G));
+        if (dt_par_G(p, u) > 1) /* (an expert's unit over its EDP group) */
+            DT_CHECK(dt_comm_allgatherv(ctx, p->comm, dt_par_group(p, u), p->m->ps.params + p->m->ps.unit_lo[u],
+                                        p->split_cnt + (size_t)u * p->G, p->split_off + (size_t)u * p->G));
     double dt = dt_now() - t0;
     p->t_exposed += dt;
     p->t_total += dt;
@@ -638,13 +707,13 @@ void dt_parallel_release_full_params(dt_parallel *p, float *full) {
 void dt_parallel_shard(const dt_parallel *p, size_t *count) { *count = p->S; }
 
 float *dt_parallel_unit_grad(dt_parallel *p, int u, size_t *n) {
-    *n = p->split_cnt[(size_t)u * p->G + p->j];
+    *n = p->split_cnt[dt_par_ix(p, u)];
     return grad_piece(p, u);
 }
 
 int dt_parallel_pieces(const dt_parallel *p, dt_shard_piece *out) {
     for (int u = 0; u < p->U; u++) {
-        size_t i = (size_t)u * p->G + p->j;
+        size_t i = dt_par_ix(p, u);
         out[u] = (dt_shard_piece){p->m->ps.unit_lo[u] + p->split_off[i], p->sb[u], p->split_cnt[i]};
     }
     return p->U;
@@ -659,15 +728,13 @@ int dt_parallel_save_pieces(const dt_parallel *p, dt_shard_piece *out) {
     int R = p->cfg.strategy == DT_STRAT_DDP ? p->world : p->n_rep;
     int idx = p->cfg.strategy == DT_STRAT_DDP ? p->rank : p->k;
     int n = 0;
-    const dt_params *ps = &p->m->ps;
     const int R0 = R, idx0 = idx;
     for (int u = 0; u < p->U; u++) {
-        size_t i = (size_t)u * p->G + p->j, cnt[1], off[1];
+        size_t i = dt_par_ix(p, u), cnt[1], off[1];
         R = R0, idx = idx0;
-        if (p->cfg.skip_len && ps->unit_lo[u] >= ps->layers_offset && u < DT_UNIT_POST0(ps) &&
-            (ps->unit_lo[u] - ps->layers_offset) % ps->layer_floats >= p->cfg.skip_off &&
-            (ps->unit_lo[u] - ps->layers_offset) % ps->layer_floats < p->cfg.skip_off + p->cfg.skip_len)
-            R = p->cfg.skip_ranks, idx = p->cfg.skip_rank; /* an expert's unit (expert parallelism) */
+        /* DDP: an expert's unit is held by its EDP group alike (expert parallelism); ZeRO shards
+         * it over that group, each piece held once */
+        if (p->uexp[u] && p->cfg.strategy == DT_STRAT_DDP) R = p->cfg.skip_ranks, idx = p->cfg.skip_rank;
         size_t *c = R <= 1 ? cnt : malloc((size_t)R * 2 * sizeof(size_t));
         if (!c) return -1;
         size_t *o = R <= 1 ? off : c + R;
@@ -688,7 +755,7 @@ dt_status dt_parallel_set_params(dt_ctx *ctx, dt_parallel *p, const float *full)
         return DT_OK;
     }
     for (int u = 0; u < p->U; u++) {
-        size_t i = (size_t)u * p->G + p->j;
+        size_t i = dt_par_ix(p, u);
         dt_copy(p->pshard + p->sb[u], full + m->ps.unit_lo[u] + p->split_off[i], p->split_cnt[i] * sizeof(float));
     }
     dt_par_params_stale(p);

@@ -111,12 +111,14 @@ typedef struct dt_parallel_cfg {
                             buffer once per step (and its 16-bit copy under mixed precision), read
                             without communication until the update. DT_ZG_AUTO (resolved by the
                             trainer from the memory plan) is use here */
-    size_t skip_off, skip_len; /* expert parallelism (set by the trainer; DDP only): every layer
+    size_t skip_off, skip_len; /* expert parallelism (set by the trainer): every layer
                             block's floats [skip_off, skip_off + skip_len), the local experts, are
                             left out of the data-parallel reduction (the trainer sums them over
                             their expert-data-parallel group: train/ep.c); skip_len 0: none */
     int skip_ranks, skip_rank; /* the ranks holding those floats alike (the EDP group) and my place
-                            among them: checkpoints spread their writing over them (save_pieces) */
+                            among them: DDP's checkpoints spread their writing over them
+                            (save_pieces); ZeRO shards the experts' units over them (decision 88) */
+    dt_group skip_group; /* their group (with skip_len > 0 and skip_ranks > 1) */
 } dt_parallel_cfg;
 enum { DT_ZR_AUTO, DT_ZR_STEP, DT_ZR_MICRO };
 enum { DT_ZG_AUTO, DT_ZG_STEP, DT_ZG_USE };
@@ -164,6 +166,17 @@ dt_status dt_parallel_update(dt_ctx *ctx, dt_parallel *p, const dt_adamw *opt, f
  * dt_parallel_pieces). Ranks at the same place of equal data-parallel groups holding equally
  * laid-out units hold the same piece (a pipeline's tied embedding and its copy, decision 74). */
 float *dt_parallel_unit_grad(dt_parallel *p, int u, size_t *n);
+
+/* Expert parallelism (cfg.skip_len > 0): the local experts' reduced gradients, skip_len floats
+ * per layer block in layer order (train/ep.c sums them over the EDP group), into this rank's
+ * pieces of their units (DDP: the whole units; ZeRO: each unit's shard over the EDP group).
+ * After dt_parallel_finish_grads. */
+void dt_parallel_expert_grads(dt_parallel *p, const float *acc);
+/* ZeRO (the experts' units sharded over the EDP group): the floats of EDP rank q's pieces of
+ * them, unit by unit, copied from acc (laid out as above) into out unless out is NULL; returns
+ * their count. dt_parallel_expert_unpack puts my pieces, packed so, into my gradient pieces. */
+size_t dt_parallel_expert_pack(const dt_parallel *p, int q, const float *acc, float *out);
+void dt_parallel_expert_unpack(dt_parallel *p, const float *packed);
 
 /* The data-parallel group (the world without a process mesh). */
 dt_group dt_parallel_dp_group(const dt_parallel *p);

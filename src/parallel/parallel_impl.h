@@ -154,6 +154,13 @@ struct dt_parallel {
     unsigned char *res_ok;
     long *res_task;
     long n_reduce, n_gather; /* unit reductions and gathers run (dt_parallel_unit_counts) */
+    /* expert parallelism (cfg.skip_len; decision 88): the local experts' units (uexp[u]) are
+     * sharded over their expert-data-parallel group g_edp (Ge ranks, my index je; Ge <= G, so
+     * the [U x G] split arrays hold their Ge parts first), the other units over g_shard. DDP:
+     * Ge = 1. Their gradients are reduced by the trainer (train/ep.c), not here. */
+    unsigned char *uexp;
+    dt_group g_edp;
+    int Ge, je;
     /* ZeRO-3's vocabulary row lookup (zero_lookup.c): one block of z.lk_bytes */
     void *lk_block;
     float *lk_recv;               /* what arrived: every rank's pieces of the rows (z.lk_rows x cols) */
@@ -164,6 +171,15 @@ struct dt_parallel {
     int lk_n, lk_id;
     float *lk_out;
 };
+
+/* A unit's shard geometry: its group's size, my index in it, where my part's count and offset
+ * sit in split_cnt / split_off, and the group. */
+static inline int dt_par_G(const dt_parallel *p, int u) { return p->uexp[u] ? p->Ge : p->G; }
+static inline int dt_par_j(const dt_parallel *p, int u) { return p->uexp[u] ? p->je : p->j; }
+static inline size_t dt_par_ix(const dt_parallel *p, int u) { return (size_t)u * (size_t)p->G + (size_t)dt_par_j(p, u); }
+static inline dt_group dt_par_group(const dt_parallel *p, int u) { return p->uexp[u] ? p->g_edp : p->g_shard; }
+/* Whether unit u of store ps is a local expert's under cfg (expert parallelism's skip range). */
+int dt_par_is_expert(const dt_params *ps, const dt_parallel_cfg *cfg, int u);
 
 /* parallel.c: the task runner */
 /* Submits a task; returns its sequence number (inline execution when not overlapping). */

@@ -26,8 +26,8 @@
 #include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 
-static size_t G_off(const dt_parallel *p, int u) { return p->split_off[(size_t)u * p->G + p->j]; }
-static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[(size_t)u * p->G + p->j]; }
+static size_t G_off(const dt_parallel *p, int u) { return p->split_off[dt_par_ix(p, u)]; }
+static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[dt_par_ix(p, u)]; }
 
 /* Into the step's gradient shard: micro-step 0 writes, later ones add. */
 static void accumulate(float *dst, const float *src, size_t n, int first) {
@@ -109,6 +109,7 @@ dt_status dt_par_reduce_unit(dt_ctx *ctx, dt_parallel *p, int u, int buf) {
 
 static void z_grads_begin(void *ud, int u) {
     dt_parallel *p = ud;
+    if (p->uexp[u]) return; /* a local expert's: formed and reduced by expert parallelism (train/ep.c) */
     int w = 1 - p->gw_cur;
     dt_par_wait(p, p->gwin_task[w]); /* the reduction before last still reads this window */
     dt_fill(p->gwin[w], 0, p->m->ps.unit_len[u] * sizeof(float));
@@ -118,6 +119,7 @@ static void z_grads_begin(void *ud, int u) {
 
 static void z_grads_end(void *ud, int u) {
     dt_parallel *p = ud;
+    if (p->uexp[u]) return;
     DT_ASSERT(p->m->ps.unit_grads[u] == p->gwin[p->gw_cur]);
     /* the first reduction of u in the step writes the shard, later ones add: the first
      * micro-step's, except for an interleaved stage's chunks that micro-step does not form */

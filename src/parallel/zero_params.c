@@ -26,14 +26,14 @@
 #include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 
-static size_t G_off(const dt_parallel *p, int u) { return p->split_off[(size_t)u * p->G + p->j]; }
-static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[(size_t)u * p->G + p->j]; }
+static size_t G_off(const dt_parallel *p, int u) { return p->split_off[dt_par_ix(p, u)]; }
+static size_t G_cnt(const dt_parallel *p, int u) { return p->split_cnt[dt_par_ix(p, u)]; }
 
 dt_status dt_par_gather_unit(dt_ctx *ctx, dt_parallel *p, int u, float *dst) {
     dt_copy(dst + G_off(p, u), p->pshard + p->sb[u], G_cnt(p, u) * sizeof(float));
-    if (p->G == 1) return DT_OK;
-    double t0 = dt_now();
-    DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, dst, p->split_cnt + (size_t)u * p->G,
+    if (dt_par_G(p, u) == 1) return DT_OK;
+    double t0 = dt_now(); /* (an expert's unit: within its EDP group) */
+    DT_CHECK(dt_comm_allgatherv(ctx, p->comm, dt_par_group(p, u), dst, p->split_cnt + (size_t)u * p->G,
                                 p->split_off + (size_t)u * p->G));
     p->t_total += dt_now() - t0;
     return DT_OK;
@@ -54,7 +54,7 @@ static size_t mm_total(const dt_parallel *p, int u) { return mm_before(p, u, p->
 dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w) {
     float *f = p->pwin[w];
     uint16_t *h = p->lpwin[w];
-    const size_t G = (size_t)p->G, i = (size_t)u * G + (size_t)p->j;
+    const size_t G = (size_t)p->G, i = dt_par_ix(p, u);
     const size_t o = p->split_off[i], end = o + p->split_cnt[i];
     const float *src = p->pshard + p->sb[u] - o; /* src[x]: element x of the unit */
     /* Pack my piece [o, end): matmul values narrowed, the others copied. */
@@ -77,11 +77,12 @@ dt_status dt_par_gather_unit_lp(dt_ctx *ctx, dt_parallel *p, int u, int w) {
     if (pos < end) dt_copy(f + fp, src + pos, (end - pos) * sizeof(float));
     const size_t len = p->m->ps.unit_len[u];
     size_t P = mm_total(p, u);
-    if (p->G > 1) {
+    if (dt_par_G(p, u) > 1) {
         double t0 = dt_now();
+        const dt_group g = dt_par_group(p, u);
         const size_t *mc = p->mm_cnt + (size_t)u * G, *nc = p->nm_cnt + (size_t)u * G;
-        if (P > 0) DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, p->g_shard, h, mc, p->mm_off + (size_t)u * G));
-        if (P < len) DT_CHECK(dt_comm_allgatherv(ctx, p->comm, p->g_shard, f, nc, p->nm_off + (size_t)u * G));
+        if (P > 0) DT_CHECK(dt_comm_allgatherv_bf16(ctx, p->comm, g, h, mc, p->mm_off + (size_t)u * G));
+        if (P < len) DT_CHECK(dt_comm_allgatherv(ctx, p->comm, g, f, nc, p->nm_off + (size_t)u * G));
         p->t_total += dt_now() - t0;
     }
     /* Unpack in place, back to front: run r's values sit at P - len_r (P: matmul elements up

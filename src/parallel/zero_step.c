@@ -31,6 +31,7 @@ static void s_grads_begin(void *ud, int u) {
     dt_parallel *p = ud;
     const dt_params *ps = &p->m->ps;
     float *g;
+    if (p->uexp[u]) return; /* a local expert's: formed and reduced by expert parallelism (train/ep.c) */
     DT_ASSERT(!p->reduced[u]); /* a unit is formed no more after its reduction */
     if (!p->touched[u]) { /* the first micro-step forming u writes acc directly */
         g = p->acc + ps->unit_lo[u];
@@ -46,6 +47,7 @@ static void s_grads_begin(void *ud, int u) {
 static void s_grads_end(void *ud, int u) {
     dt_parallel *p = ud;
     const dt_params *ps = &p->m->ps;
+    if (p->uexp[u]) return;
     float *a = p->acc + ps->unit_lo[u], *g = ps->unit_grads[u];
     if (g != a) dt_add_f32(a, g, ps->unit_len[u]);
     if (!p->last_micro) return;
@@ -56,7 +58,7 @@ static void s_grads_end(void *ud, int u) {
 void dt_par_step_finish(dt_parallel *p) {
     const dt_params *ps = &p->m->ps;
     for (int u = p->U - 1; u >= 0; u--) {
-        if (p->reduced[u]) continue;
+        if (p->reduced[u] || p->uexp[u]) continue;
         if (!p->touched[u]) dt_fill(p->acc + ps->unit_lo[u], 0, ps->unit_len[u] * sizeof(float)); /* no gradient */
         p->touched[u] = p->reduced[u] = 1;
         dt_par_submit(p, DT_TASK_REDUCE, u, -1);

@@ -149,10 +149,13 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
 
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
-    if (l->ep > 1) { /* expert parallelism (decisions 85, 87, 89, 91): DDP over the data-parallel ranks,
-                        pipeline stages or tensor parallelism (not both) */
+    if (l->ep > 1) { /* expert parallelism (decisions 85, 87, 88, 89, 91): DDP over the data-parallel ranks
+                        with pipeline stages or tensor parallelism (not both) and any gradient dtype, or
+                        ZeRO (not hybrid; ZeRO-2/3 reducing once a step) alone with fp32 gradients */
         const dt_train_cfg *t = &job->train;
-        if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->zero != DT_STRAT_DDP || l->hybrid ||
+        if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->hybrid ||
+            (l->zero >= DT_STRAT_ZERO2 && t->parallel.zero_reduce == DT_ZR_MICRO) ||
+            (l->zero != DT_STRAT_DDP && (l->tp > 1 || l->pp > 1 || t->parallel.grad_dtype != DT_F32)) ||
             (l->tp > 1 && l->pp > 1) || l->cp > 1 || t->model_opts.lora.rank > 0 ||
             t->model_opts.lora.nf4 || t->parallel.compression != DT_COMPRESS_NONE)
             return 0;

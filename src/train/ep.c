@@ -53,6 +53,14 @@ static void sizes(const dt_train_cfg *cfg, const dt_model_opts *o, int dp, int s
     *fold = dp / o->ep > 1 ? one : 0;
 }
 
+void dt_ep_parallel_cfg(const dt_params *ps, const dt_model_config *c, const dt_model_opts *o, int dp, int dp_rank,
+                        dt_parallel_cfg *pc) {
+    if (!o || o->ep <= 1) return;
+    pc->skip_off = dt_params_flat(ps, DT_LLAMA_MOE_W1(dt_moe_first(c, o)), 0) - ps->layers_offset;
+    pc->skip_len = dt_moe_ep_segment(c, o, 1);
+    pc->skip_ranks = dp / o->ep, pc->skip_rank = dp_rank / o->ep; /* the EDP group (parallel/mesh.h) */
+}
+
 void dt_ep_plan(const dt_train_cfg *cfg, const dt_model_opts *o, int dp, int store_layers, size_t bytes[DT_MEM_NKINDS]) {
     if (!o || o->ep <= 1) return;
     size_t seg, micro, fold;
@@ -138,16 +146,37 @@ dt_status dt_ep_reduce(dt_ctx *ctx, dt_trainer *tr) {
     }
     for (int s = 1; s < e->n; s++) dt_add_f32(acc, e->seg + (size_t)s * n, n);
     if (e->edp_rank + 1 == e->edp_n) round_lp(t, acc, n); /* the total, rounded once */
-    if (e->edp_n > 1) {
-        if (e->edp_rank + 1 < e->edp_n)
-            DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_rank + 1, 0));
-        DT_CHECK(dt_comm_broadcast(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_n - 1));
+    const int last = e->edp_n - 1;
+    if (tr->cfg.parallel.strategy == DT_STRAT_DDP) { /* every EDP rank holds the whole experts */
+        if (last > 0) {
+            if (e->edp_rank < last) DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_rank + 1, 0));
+            DT_CHECK(dt_comm_broadcast(ctx, e->comm, e->edp, acc, n * sizeof(float), last));
+            e->bytes += (double)(n * sizeof(float));
+        }
+        dt_params *ps = &tr->model.ps;
+        for (int l = 0; l < ps->n_layer; l++)
+            dt_copy(ps->grads + ps->layers_offset + (size_t)l * ps->layer_floats + e->off, acc + (size_t)l * e->len,
+                    e->len * sizeof(float));
+        return DT_OK;
+    }
+    /* ZeRO (decision 88; fp32 gradients, no tp, pp or LoRA): down the chain, then each EDP rank its pieces */
+    if (e->edp_rank < last) {
+        DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, acc, n * sizeof(float), e->edp_rank + 1, 0));
         e->bytes += (double)(n * sizeof(float));
     }
-    dt_params *ps = &tr->model.ps;
-    for (int l = 0; l < ps->n_layer; l++)
-        dt_copy(ps->grads + ps->layers_offset + (size_t)l * ps->layer_floats + e->off, acc + (size_t)l * e->len,
-                e->len * sizeof(float));
+    if (last > 0 && e->edp_rank == last) {
+        for (int q = 0; q < last; q++) {
+            const size_t k = dt_parallel_expert_pack(tr->par, q, acc, e->seg); /* the segments are folded: free */
+            DT_CHECK(dt_comm_send(ctx, e->comm, e->edp, e->seg, k * sizeof(float), q, 1));
+            e->bytes += (double)(k * sizeof(float));
+        }
+    } else if (last > 0) {
+        const size_t k = dt_parallel_expert_pack(tr->par, e->edp_rank, NULL, NULL);
+        DT_CHECK(dt_comm_recv(ctx, e->comm, e->edp, e->fold, k * sizeof(float), last, 1)); /* sent: free */
+        dt_parallel_expert_unpack(tr->par, e->fold);
+        return DT_OK;
+    }
+    dt_parallel_expert_grads(tr->par, acc); /* my EDP pieces */
     return DT_OK;
 }
 

@@ -6,6 +6,7 @@
 #include "model/cp.h"
 #include "model/model.h"
 #include "parallel/mesh.h"
+#include "parallel/parallel.h"
 #include "parallel/pp_split.h"
 
 /* The mesh's degrees against the world (parallel/mesh.h), then the refusal of what is not
@@ -31,12 +32,23 @@ dt_status dt_cfg_check_ep(dt_ctx *ctx, const dt_run_cfg *c) {
                        "n_experts / ep experts)", ep, t->model.n_experts);
     const char *why = c->pp_blocks                                ? "parallel.pp_blocks"
                       : c->cp > 1                                 ? "parallel.cp"
-                      : t->parallel.strategy != DT_STRAT_DDP      ? "parallel.strategy"
+                      : t->parallel.hybrid                        ? "parallel.hybrid"
                       : t->parallel.compression != DT_COMPRESS_NONE ? "parallel.compression"
                                                                   : NULL;
     if ((t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4) && (c->pp > 1 || c->pp_blocks))
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with lora.rank and parallel.pp=%d: not built (LoRA under "
                        "expert parallelism runs without a pipeline; decisions 89, 90)", ep, c->pp);
+    if (!why && t->parallel.strategy != DT_STRAT_DDP) { /* decision 88 built ZeRO with ep alone */
+        const char *with = c->tp > 1 || c->tp_blocks                 ? "parallel.tp"
+                           : c->pp > 1                               ? "parallel.pp"
+                           : t->parallel.grad_dtype != DT_F32        ? "parallel.grad_dtype"
+                           : t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4 ? "lora.rank"
+                                                                     : NULL;
+        if (with)
+            return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with parallel.strategy=%s and %s: not built (ZeRO with "
+                           "expert parallelism runs with fp32 gradients, without tensor or pipeline parallelism or LoRA)",
+                           ep, dt_strategy_name(t->parallel.strategy), with);
+    }
     if (why)
         return dt_fail(ctx, DT_ERR_CONFIG, "parallel.ep=%d with %s: "
                        "not built with expert parallelism yet (docs/FEATURES.md, Mixture of experts: expert parallelism, "

@@ -27,7 +27,7 @@ void dt_train_cfg_defaults(dt_train_cfg *c) {
     c->sched = (dt_lr_schedule){DT_SCHED_COSINE, 6e-4f, 6e-5f, 0, 20};
     c->adamw = (dt_adamw){0.9f, 0.95f, 1e-8f, 0.1f};
     c->clip = 1.0f;
-    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO, 0, 0, 0, 0};
+    c->parallel = (dt_parallel_cfg){DT_STRAT_DDP, 0, 4u << 20, 1, 1, DT_F32, DT_F32, 1, DT_AR_AUTO, "", DT_COMPRESS_NONE, 0.01, 0, 1, 0, 0, 0, 0, 0, 0, DT_ZR_AUTO, DT_ZG_AUTO, 0, 0, 0, 0, 0};
     c->seed = 1337;
     c->model_opts = (dt_model_opts){DT_RECOMPUTE_NONE, 1, DT_F32, 1, 0, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     c->loss_scale_window = 2000;
@@ -149,11 +149,18 @@ static double phys_bytes(void) {
 static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
                            size_t bytes[DT_MEM_NKINDS]);
 
+/* parallel.zero_reduce's auto: once per step under a pipeline, and under expert parallelism
+ * with several micro-steps (its experts' gradients are accumulated over the step before their
+ * reduction: decision 88); per micro-step otherwise. */
+static int auto_reduce(const dt_train_cfg *c) {
+    return c->pp > 1 || (c->ep > 1 && c->accum > 1) ? DT_ZR_STEP : DT_ZR_MICRO;
+}
+
 dt_status dt_trainer_zero3_fits(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int node_ranks, int rank,
                                 double budget, int *fits) {
     dt_train_cfg c = *cfg;
     c.parallel.zero3_gather = DT_ZG_STEP;
-    if (c.parallel.zero_reduce == DT_ZR_AUTO) c.parallel.zero_reduce = cfg->pp > 1 ? DT_ZR_STEP : DT_ZR_MICRO;
+    if (c.parallel.zero_reduce == DT_ZR_AUTO) c.parallel.zero_reduce = auto_reduce(cfg);
     size_t b[DT_MEM_NKINDS];
     DT_CHECK(plan_body(ctx, &c, world, node_ranks, rank, b));
     double tot = 0;
@@ -166,7 +173,7 @@ dt_status dt_trainer_zero3_fits(dt_ctx *ctx, const dt_train_cfg *cfg, int world,
  * gradients once per step under a pipeline; ZeRO-3's parameters resident for the step under a
  * pipeline when the plan with them fits this rank's share of the host's physical memory. */
 static dt_status resolve_zero(dt_ctx *ctx, dt_train_cfg *c, int world, int node_ranks, int rank) {
-    if (c->parallel.zero_reduce == DT_ZR_AUTO) c->parallel.zero_reduce = c->pp > 1 ? DT_ZR_STEP : DT_ZR_MICRO;
+    if (c->parallel.zero_reduce == DT_ZR_AUTO) c->parallel.zero_reduce = auto_reduce(c);
     if (c->parallel.zero3_gather != DT_ZG_AUTO) return DT_OK;
     int fits = 0;
     if (c->parallel.strategy == DT_STRAT_ZERO3 && c->pp > 1)
@@ -282,6 +289,7 @@ static dt_status plan_body(dt_ctx *ctx, const dt_train_cfg *cfg, int world, int 
     pc.accum = cfg->accum * dt_pp_passes(cfg);
     pc.compute = cfg->model_opts.compute;
     pc.tokens = cfg->micro_batch * dt_train_local_T(cfg);
+    dt_ep_parallel_cfg(&ps, &mc, &mo, world, rank, &pc); /* expert parallelism: ZeRO shards the experts over EDP */
     dt_parallel_plan(&ps, &pc, world, node_ranks, rank, bytes);
     bytes[DT_MEM_OTHER] += 2 * (size_t)cfg->micro_batch * cfg->seq_len * sizeof(int32_t) + cp_tok_bytes(cfg) +
                            dt_moe_load_bytes(cfg);
@@ -491,9 +499,11 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     }
     DT_CHECK_GOTO(dt_ep_init(ctx, tr)); /* expert parallelism: the all-to-all, the gradient segments */
     DT_CHECK_GOTO(dt_moe_load_init(ctx, tr)); /* a mixture of experts: the step's expert load */
-    if (tr->ep.n > 1) { /* the experts: reduced by dt_ep_reduce, held by the EDP group */
-        pc.skip_off = tr->ep.off, pc.skip_len = tr->ep.len;
-        pc.skip_ranks = tr->ep.edp_n, pc.skip_rank = tr->ep.edp_rank;
+    if (tr->ep.n > 1) { /* the experts: reduced by dt_ep_reduce, held (ZeRO: sharded) by the EDP group */
+        dt_ep_parallel_cfg(&tr->model.ps, &tr->model.cfg, &tr->model.opts, tr->ep.edp_n * tr->ep.n,
+                           tr->ep.edp_rank * tr->ep.n + tr->ep.rank, &pc);
+        DT_ASSERT(pc.skip_off == tr->ep.off && pc.skip_len == tr->ep.len && pc.skip_ranks == tr->ep.edp_n);
+        pc.skip_group = tr->ep.edp;
     }
     pc.accum = cfg->accum * dt_pp_passes(cfg); /* a micro-step per pass (a chunk's; zb-h1's B and W) */
     pc.compute = cfg->model_opts.compute;
@@ -550,7 +560,7 @@ static dt_status finish_step(dt_ctx *ctx, dt_trainer *tr, double *mean_loss, dt_
     /* under a pipeline (or its blocks mode): summed stage by stage; then the tied embedding's
      * gradient to the last stage's copy */
     DT_CHECK(tr->cfg.pp > 1   ? dt_pp_sumsq(ctx, tr, &sumsq)
-             : tr->ep.n > 1 ? dt_ep_sumsq(ctx, tr, 1, 1, &sumsq)
+             : tr->ep.n > 1 && tr->cfg.parallel.strategy == DT_STRAT_DDP ? dt_ep_sumsq(ctx, tr, 1, 1, &sumsq)
                             : dt_parallel_grad_sumsq(ctx, tr->par, &sumsq));
     if (tr->pp.n > 1) DT_CHECK(dt_pp_tied_grads(ctx, tr));
     const float S = tr->scaler.scale;

@@ -56,6 +56,11 @@ dt_status dt_ep_init(dt_ctx *ctx, dt_trainer *tr);
 void dt_ep_free(dt_trainer *tr);
 /* The bytes dt_ep_init allocates (the memory plan), added into bytes[]: the segments (kind
  * GRADS), for a store of store_layers layers on a data-parallel group of dp ranks. */
+/* The data-parallel configuration's expert fields (parallel.h skip_*) for store ps of data-parallel
+ * rank dp_rank of dp: the local experts' range of every layer block and their EDP group's size
+ * and my place (not its handle). */
+void dt_ep_parallel_cfg(const dt_params *ps, const dt_model_config *c, const dt_model_opts *o, int dp, int dp_rank,
+                        dt_parallel_cfg *pc);
 void dt_ep_plan(const dt_train_cfg *cfg, const dt_model_opts *o, int dp, int store_layers, size_t bytes[DT_MEM_NKINDS]);
 /* Around micro-step k's backward: where its expert gradients go (the step's segments, or a
  * zeroed buffer added into them afterwards, as DDP accumulates: parallel.c). */
