@@ -11,7 +11,8 @@
 #    file bitwise; grad_accum 2 and a capacity factor that drops choices (decided on the source
 #    rank) alike; full activation checkpointing (the routing and the all-to-alls again in the
 #    backward) alike;
-#  - the all-to-all moved rows: ep_rows_sent > 0 in every step of an ep run, absent at ep 1;
+#  - the all-to-all moved rows: ep_rows_sent > 0 and its time ep_comm_ms > 0 in every step of an
+#    ep run, both absent at ep 1;
 #  - on real data, validation (whose forwards exchange rows too) gives ep 1's losses;
 #  - a checkpoint written at dp 4 ep 2 resumed at ep 1 (and one written at ep 1 resumed at ep 2)
 #    continues bitwise;
@@ -46,9 +47,11 @@ same_file() { # WHAT A B [grads]: the weights files (and with `grads` the last s
 rows_sent() {
   /usr/bin/python3 -c "
 import json, sys
-r = [j.get('ep_rows_sent') for j in map(json.loads, open(sys.argv[1])) if j.get('type') == 'step']
-ok = r and (all(isinstance(x, (int, float)) and x > 0 for x in r) if sys.argv[2] == 'moved' else all(x is None for x in r))
-print(r[:4]); sys.exit(0 if ok else 1)" "$dir/$1.jsonl" "$2"
+s = [j for j in map(json.loads, open(sys.argv[1])) if j.get('type') == 'step']
+r, t = [j.get('ep_rows_sent') for j in s], [j.get('ep_comm_ms') for j in s]
+num = lambda x: isinstance(x, (int, float)) and x > 0
+ok = r and (all(num(x) for x in r + t) if sys.argv[2] == 'moved' else all(x is None for x in r + t))
+print(r[:4], t[:4]); sys.exit(0 if ok else 1)" "$dir/$1.jsonl" "$2"
 }
 pair() { # WHAT REF NAME NRANKS ARGS...: run NAME and compare it with REF bitwise
   local what=$1 ref=$2 name=$3 n=$4; shift 4

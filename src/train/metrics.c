@@ -148,7 +148,8 @@ dt_status dt_metrics_step(dt_ctx *ctx, dt_metrics *m, const dt_step_record *r) {
                  v[0], v[1], v[2], s->moe_dropped);
         if (s->ep_rows >= 0) { /* expert parallelism: the rows this rank's all-to-alls sent away */
             size_t at = strlen(moe_j);
-            snprintf(moe_j + at, sizeof moe_j - at, ",\"ep_rows_sent\":%.0f", s->ep_rows);
+            snprintf(moe_j + at, sizeof moe_j - at, ",\"ep_rows_sent\":%.0f,\"ep_comm_ms\":%.3f", s->ep_rows,
+                     1e3 * s->ep_seconds);
         }
         snprintf(moe_t, sizeof moe_t, " | ce %.4f aux %.4f z %.4f dropped %.0f load max/mean %.3f", (double)s->moe_ce,
                  (double)s->moe_aux, (double)s->moe_z, s->moe_dropped, s->moe_load_max_mean);
