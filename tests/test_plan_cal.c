@@ -78,7 +78,12 @@ static void test_calibrate_roundtrip(void **state) {
     c.comm_ranks = 1;
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
     c.ranks = 2, c.comm_ranks = 0;
+    /* a flat line at the link's size (noise): its time per byte there, 100 us over 64 MiB */
     fit.line[0].beta_us_per_b = 0;
+    a = written_entry(path, &c, NULL, &cat);
+    near(dt_hw_link_find(&cat, a->intra)->bw_gbs, 67108864.0 / 100e-6 / 1e9, 1e-5, "flat line: B = bytes / t");
+    dt_hw_free(&cat);
+    fit.line[0].alpha_us = 0; /* no time at all: no link */
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
     tu_rmtree(dir);
 }

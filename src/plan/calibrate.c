@@ -8,17 +8,23 @@
 
 #include "plan/plan.h"
 
-/* B and a of the ring formula from the ordered all-reduce lines of `group` over n ranks. */
+/* B and a of the ring formula from the ordered all-reduce lines of `group` over n ranks. beta is
+ * the slope of the line that covers `bytes`; where the measurement's noise left that line flat
+ * or falling (a small comm fit, sizes whose times barely differ), its time per byte there,
+ * (alpha + beta bytes) / bytes: the bandwidth the measured times imply at that size, rather than
+ * no link at all. */
 static dt_status ring_link(dt_ctx *ctx, const dt_comm_fit *fit, const char *group, int n, double bytes, double *bw_gbs,
                            double *lat_us) {
     const dt_comm_fit_line *l = dt_comm_fit_find_in(fit, group, "allreduce_ordered", bytes);
     if (!l)
         return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the comm fit has no %s%sallreduce_ordered line", group,
                        strcmp(group, "world") ? " group " : " ");
-    if (n < 2 || !(l->beta_us_per_b > 0))
-        return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the comm fit's %s group needs 2+ ranks and a positive beta",
-                       group);
-    *bw_gbs = 2.0 * (n - 1) / n / (l->beta_us_per_b * 1e-6) / 1e9;
+    double beta = l->beta_us_per_b;
+    if (!(beta > 0) && bytes > 0) beta = (l->alpha_us + l->beta_us_per_b * bytes) / bytes;
+    if (n < 2 || !(beta > 0))
+        return dt_fail(ctx, DT_ERR_FORMAT, "plan --calibrate: the comm fit's %s group needs 2+ ranks and a positive time "
+                       "per byte", group);
+    *bw_gbs = 2.0 * (n - 1) / n / (beta * 1e-6) / 1e9;
     /* the latency from the smallest messages' line (large ones fit through the origin) */
     *lat_us = dt_comm_fit_find_in(fit, group, "allreduce_ordered", 1024)->alpha_us / (2.0 * (n - 1));
     return DT_OK;
@@ -344,7 +350,7 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
         fprintf(f,
                 "  shm-fit: {name: \"ordered all-reduce inside a node, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "
                 "# dtrain bench comm --fit, %s group of %d ranks: B = 2(n-1)/n / beta at %g MiB, a = alpha / 2(n-1) "
-                "at 1 KiB\n",
+                "at 1 KiB (beta: the line's slope; if not positive, its time per byte there)\n",
                 bw[0], lat[0], multi ? "node" : "world", multi ? k : c->comm_ranks ? c->comm_ranks : c->ranks, mib);
     if (tp)
         fprintf(f,
@@ -384,7 +390,8 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
         fprintf(f,
                 "  net-fit: {name: \"ordered all-reduce across nodes, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "
                 "# dtrain bench comm --fit on %d ranks of %d nodes, cross group (one rank per node, %d groups at "
-                "once) of %d ranks: B = 2(n-1)/n / beta at %g MiB, a = alpha / 2(n-1) at 1 KiB\n",
+                "once) of %d ranks: B = 2(n-1)/n / beta at %g MiB, a = alpha / 2(n-1) at 1 KiB (beta: the line's "
+                "slope; if not positive, its time per byte there)\n",
                 bw[1], lat[1], c->ranks, c->nodes, k, c->nodes, mib);
     fprintf(f,
             "efficiency:\n"
