@@ -34,6 +34,7 @@ typedef struct dt_watchdog {
     double slowest;      /* auto: slowest non-relaxed collective since measuring began */
     pthread_t th;
     int live, stop, outside_dumped;
+    int fired; /* this rank's watchdog dumped a blocked operation and is exiting: the record stays on it */
     int rank, world;
     dt_rankrec *rec;
 } dt_watchdog;
@@ -81,7 +82,7 @@ int dt_wd_begin(dt_comm *c, const char *op, dt_group g, size_t bytes, int peer) 
     int slot = (int)(w->seq % WD_RING);
     double t = mono(), tw = wall();
     w->ring[slot] = (wd_rec){++w->seq, op, (int)g, peer, w->relax > 0, bytes, t, 0.0, tw};
-    dt_rankrec_enter(w->rec, w->seq, op, peer, tw);
+    if (!w->fired) dt_rankrec_enter(w->rec, w->seq, op, peer, tw);
     pthread_mutex_unlock(&w->mu);
     return slot;
 }
@@ -95,7 +96,10 @@ void dt_wd_end(dt_comm *c, int slot) {
     r->t1 = t;
     w->last_end = t;
     w->outside_dumped = 0;
-    dt_rankrec_leave(w->rec, r->seq, r->w0 + (t - r->t0));
+    /* once fired, the record keeps the blocked operation the dump names until the exit: the
+     * supervisor's chain of waits reads it (an operation that completes during the grace
+     * period would otherwise leave the rank "in no operation" and cut the chain) */
+    if (!w->fired) dt_rankrec_leave(w->rec, r->seq, r->w0 + (t - r->t0));
     if (w->auto_mode && w->measuring && !r->relaxed && t - r->t0 > w->slowest) {
         w->slowest = t - r->t0;
         if (!w->armed) goto out; /* measured now, used once armed */
@@ -294,6 +298,7 @@ static void *wd_main(void *arg) {
                         w->rank, (unsigned long long)stuck->seq, stuck->op, n, who);
             dump_file(w, "blocked", stuck, now, nowall);
             fflush(stderr);
+            w->fired = 1;
             double lim = limit_of(w, stuck);
             pthread_mutex_unlock(&w->mu);
             /* The other blocked ranks' watchdogs fire within a tick of this one: give them
