@@ -63,22 +63,31 @@ dt_status dt_plan_cal_tp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs,
     return ring_link(ctx, c->fit, "world", c->comm_ranks ? c->comm_ranks : c->ranks, c->tp_bytes, bw_gbs, lat_us);
 }
 
+/* A point-to-point (pingpong: B = 1 / beta, a = alpha) or all-to-all (alltoall over n ranks:
+ * B = (n-1)/n / beta, a = alpha / (n-1)) link from `group`'s lines of op, read at the
+ * calibration job's activation size: beta from the line covering it, alpha from the 1 KiB one.
+ * A line without a positive beta (noise, a loaded host) gives no link rather than a wrong one. */
+static dt_status fit_link(dt_ctx *ctx, const dt_plan_cal *c, const char *group, const char *op, int n,
+                          const char *what, double *bw_gbs, double *lat_us) {
+    const int a2a = !strcmp(op, "alltoall");
+    const dt_comm_fit_line *l = dt_comm_fit_find_in(c->fit, group, op, c->tp_bytes),
+                           *s = dt_comm_fit_find_in(c->fit, group, op, 1024);
+    if (!l || !s)
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s (the comm fit has no %s %s line)", what, group, op);
+    if (!(l->beta_us_per_b > 0) || !(s->alpha_us >= 0))
+        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s (the comm fit's %s %s line at %g bytes has no "
+                       "positive beta)", what, group, op, c->tp_bytes);
+    *bw_gbs = (a2a ? (double)(n - 1) / n : 1.0) / (l->beta_us_per_b * 1e-6) / 1e9;
+    *lat_us = s->alpha_us / (a2a ? n - 1 : 1);
+    return DT_OK;
+}
+
 dt_status dt_plan_cal_pp_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
     const int k = per_node(c);
     if (!(c->tp_bytes > 0) || (c->nodes > 1 && k < 2))
         return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no PP link (%s)",
                        !(c->tp_bytes > 0) ? "no activation size" : "one rank per node: no pair inside a node");
-    const char *g = c->nodes > 1 ? "node" : "world";
-    const dt_comm_fit_line *l = dt_comm_fit_find_in(c->fit, g, "pingpong", c->tp_bytes),
-                           *s = dt_comm_fit_find_in(c->fit, g, "pingpong", 1024);
-    if (!l || !s)
-        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no PP link (the comm fit has no %s pingpong line)", g);
-    if (!(l->beta_us_per_b > 0) || !(s->alpha_us >= 0)) /* noise (a loaded host): no link rather than a wrong one */
-        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no PP link (the comm fit's %s pingpong line at %g bytes "
-                       "has no positive beta)", g, c->tp_bytes);
-    *bw_gbs = 1.0 / (l->beta_us_per_b * 1e-6) / 1e9;
-    *lat_us = s->alpha_us;
-    return DT_OK;
+    return fit_link(ctx, c, c->nodes > 1 ? "node" : "world", "pingpong", 2, "PP link", bw_gbs, lat_us);
 }
 
 dt_status dt_plan_cal_ep_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
@@ -86,39 +95,19 @@ dt_status dt_plan_cal_ep_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs,
     if (!(c->tp_bytes > 0) || n < 2)
         return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no EP link (%s)",
                        !(c->tp_bytes > 0) ? "no activation size" : "one rank per node: no group inside a node");
-    const char *g = c->nodes > 1 ? "node" : "world";
-    const dt_comm_fit_line *l = dt_comm_fit_find_in(c->fit, g, "alltoall", c->tp_bytes),
-                           *s = dt_comm_fit_find_in(c->fit, g, "alltoall", 1024);
-    if (!l || !s)
-        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no EP link (the comm fit has no %s alltoall line)", g);
-    if (!(l->beta_us_per_b > 0) || !(s->alpha_us >= 0)) /* noise (a loaded host): no link rather than a wrong one */
-        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no EP link (the comm fit's %s alltoall line at %g bytes "
-                       "has no positive beta)", g, c->tp_bytes);
-    *bw_gbs = (double)(n - 1) / n / (l->beta_us_per_b * 1e-6) / 1e9;
-    *lat_us = s->alpha_us / (n - 1);
-    return DT_OK;
+    return fit_link(ctx, c, c->nodes > 1 ? "node" : "world", "alltoall", n, "EP link", bw_gbs, lat_us);
 }
 
-/* A point-to-point (pingpong: B = 1 / beta, a = alpha) or all-to-all (alltoall over n: B = (n-1)/n
- * / beta, a = alpha / (n-1)) link of the cross group: one rank of each node, every such group
- * at once, so per rank with the node's ranks sending, as net-fit. */
+/* The cross group's links: one rank of each node, every such group at once, so per rank with
+ * the node's ranks sending, as net-fit. */
 static dt_status cross_link(dt_ctx *ctx, const dt_plan_cal *c, const char *op, const char *what, double *bw_gbs,
                             double *lat_us) {
     if (c->nodes < 2 || !(c->tp_bytes > 0))
         return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s link across nodes (%s)", what,
                        c->nodes < 2 ? "one node" : "no activation size");
-    const int a2a = !strcmp(op, "alltoall"), n = c->nodes;
-    const dt_comm_fit_line *l = dt_comm_fit_find_in(c->fit, "cross", op, c->tp_bytes),
-                           *s = dt_comm_fit_find_in(c->fit, "cross", op, 1024);
-    if (!l || !s)
-        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s link across nodes (the comm fit has no cross %s "
-                       "line)", what, op);
-    if (!(l->beta_us_per_b > 0) || !(s->alpha_us >= 0))
-        return dt_fail(ctx, DT_ERR_CONFIG, "plan --calibrate: no %s link across nodes (the comm fit's cross %s line at "
-                       "%g bytes has no positive beta)", what, op, c->tp_bytes);
-    *bw_gbs = (a2a ? (double)(n - 1) / n : 1.0) / (l->beta_us_per_b * 1e-6) / 1e9;
-    *lat_us = s->alpha_us / (a2a ? n - 1 : 1);
-    return DT_OK;
+    char w[32];
+    snprintf(w, sizeof w, "%s link across nodes", what);
+    return fit_link(ctx, c, "cross", op, c->nodes, w, bw_gbs, lat_us);
 }
 
 dt_status dt_plan_cal_pp_inter_link(dt_ctx *ctx, const dt_plan_cal *c, double *bw_gbs, double *lat_us) {
