@@ -139,6 +139,10 @@ void dt_moe_begin(dt_model *m, dt_moe_acts *a);
 /* The floats of the totals (2E + 2 doubles) that cross between pipeline stages; they start at
  * a->count. */
 size_t dt_moe_stage_floats(const dt_model_config *c);
+/* The MoE table (moe_table.c): out holds the dense llama table (DT_LLAMA_P_*); its rows from the
+ * MLP on are replaced by the router, each expert's w1 | w3 and w2, the norm and the head.
+ * Returns the tensor count. */
+int dt_moe_tensors(const dt_model_config *c, dt_tensor_info *out);
 /* Layer l's MoE MLP: out (BT, C) = res2 + MoE(ln2) (ln2h: its 16-bit copy under mixed
  * precision, read instead of ln2, which may then hold anything). Its post-attention norm's unit has been
  * announced; this announces each expert's unit (`next`: the unit read after the layer). out
