@@ -499,14 +499,10 @@ dt_status dt_trainer_init(dt_ctx *ctx, dt_trainer *tr, const dt_train_cfg *cfg, 
     }
     DT_CHECK_GOTO(dt_ep_init(ctx, tr)); /* expert parallelism: the all-to-all, the gradient segments */
     DT_CHECK_GOTO(dt_moe_load_init(ctx, tr)); /* a mixture of experts: the step's expert load */
-    if (tr->ep.n > 1) { /* the experts: reduced by dt_ep_reduce, held (ZeRO: sharded) by the EDP group */
-        dt_ep_parallel_cfg(&tr->model.ps, &tr->model.cfg, &tr->model.opts, tr->ep.edp_n * tr->ep.n,
-                           tr->ep.edp_rank * tr->ep.n + tr->ep.rank, &pc);
-        /* under LoRA the experts' trainable floats are their adapters' (decision 90; DDP only) */
-        DT_ASSERT(tr->model.lora || (pc.skip_off == tr->ep.off && pc.skip_len == tr->ep.len));
-        DT_ASSERT(pc.skip_ranks == tr->ep.edp_n);
+    if (tr->ep.n > 1) { /* the experts (under LoRA their adapters: dt_ep_init's range), reduced by
+                           dt_ep_reduce, held (ZeRO: sharded) by the EDP group */
         pc.skip_off = tr->ep.off, pc.skip_len = tr->ep.len;
-        pc.skip_group = tr->ep.edp;
+        pc.skip_ranks = tr->ep.edp_n, pc.skip_rank = tr->ep.edp_rank, pc.skip_group = tr->ep.edp;
     }
     pc.accum = cfg->accum * dt_pp_passes(cfg); /* a micro-step per pass (a chunk's; zb-h1's B and W) */
     pc.compute = cfg->model_opts.compute;
