@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "parallel/pp_schedule.h"
 #include "plan/plan.h"
 #include "plan/plan_impl.h"
 #include "plan/validate.h"
@@ -98,6 +99,48 @@ static dt_plan_model dense(int L, int d, int h, int V) {
     m.n_layer = L, m.d_model = d, m.n_head = h, m.n_kv_head = h, m.d_ff = 4 * d, m.vocab = V, m.context = 1024;
     m.tied = 1, m.bias = 1;
     return m;
+}
+
+/* The pipeline replay of the planner (decision 95): with dedicated devices it is the schedule's
+ * own replay (parallel/pp_schedule.h dt_pp_replay) for every kind; sharing cores by hand, and
+ * bounded by the work and the critical path. */
+static void test_pipeline_replay(void **state) {
+    (void)state;
+    double f[8], b[8], w[8], mine, ref, idle[8];
+    const int kinds[] = {DT_PP_GPIPE, DT_PP_1F1B, DT_PP_INTERLEAVED, DT_PP_ZBH1};
+    for (int ki = 0; ki < 4; ki++)
+        for (int pp = 2; pp <= 5; pp++)
+            for (int mb = 1; mb <= 9; mb++) {
+                int v = kinds[ki] == DT_PP_INTERLEAVED ? 2 : 1;
+                dt_ctx c;
+                dt_ctx_init(&c);
+                if (dt_pp_schedule_check(&c, (dt_pp_kind)kinds[ki], pp, v, mb) != DT_OK) continue;
+                for (int s = 0; s < pp; s++) f[s] = 1 + 0.37 * s, b[s] = 2.1 + 0.5 * (s % 3), w[s] = 0.7 + 0.1 * s;
+                const double *wp = kinds[ki] == DT_PP_ZBH1 ? w : NULL;
+                assert_int_equal(dt_plan_pp_makespan(kinds[ki], pp, v, mb, f, b, wp, 1.0, pp, &mine), 0);
+                assert_int_equal(dt_pp_replay((dt_pp_kind)kinds[ki], pp, v, mb, f, b, wp, 0.0, &ref, idle), 0);
+                near(mine, ref, 1e-12, "dedicated devices: the schedule's replay");
+                /* sharing cores: never slower, never faster than the work or the critical path allow */
+                double work = 0;
+                for (int s = 0; s < pp; s++) work += mb * v * (f[s] + b[s] + (wp ? w[s] : 0));
+                double sh;
+                assert_int_equal(dt_plan_pp_makespan(kinds[ki], pp, v, mb, f, b, wp, 2.0, pp, &sh), 0);
+                assert_true(sh <= mine * (1 + 1e-12));
+                assert_true(sh >= fmax(work / pp, mine / 2) * (1 - 1e-12));
+                /* one stage a machine: no core to share */
+                assert_int_equal(dt_plan_pp_makespan(kinds[ki], pp, v, mb, f, b, wp, 2.0, 1, &sh), 0);
+                near(sh, mine, 1e-12, "group of one stage: dedicated");
+            }
+    /* pp 2, one micro-batch: F0, F1, B1, B0 each alone, at min(speedup, 2 / 1) x the rate */
+    f[0] = 1, f[1] = 2, b[0] = 2, b[1] = 4;
+    assert_int_equal(dt_plan_pp_makespan(DT_PP_1F1B, 2, 1, 1, f, b, NULL, 1.0, 2, &mine), 0);
+    near(mine, 9, 1e-12, "dedicated: 1 + 2 + 4 + 2");
+    assert_int_equal(dt_plan_pp_makespan(DT_PP_1F1B, 2, 1, 1, f, b, NULL, 2.0, 2, &mine), 0);
+    near(mine, 4.5, 1e-12, "speedup 2: each pass alone runs twice as fast");
+    assert_int_equal(dt_plan_pp_makespan(DT_PP_1F1B, 2, 1, 1, f, b, NULL, 1.5, 2, &mine), 0);
+    near(mine, 6, 1e-12, "speedup 1.5");
+    assert_int_equal(dt_plan_pp_makespan(DT_PP_1F1B, 2, 1, 1, f, b, NULL, 4.0, 2, &mine), 0);
+    near(mine, 4.5, 1e-12, "speedup above the group's size: a group of 2 gives at most 2x");
 }
 
 static void test_recompute_flops(void **state) {
@@ -242,9 +285,22 @@ static void test_pipeline_and_tensor_memory(void **state) {
     near(r.mem[DT_MEM_PARAMS], 4 * dt_plan_stage_params(&m, &l, 1024, 0), 1e-12, "stage params");
     double layer = 12.0 * 512 * 512 + 13 * 512;
     near(dt_plan_stage_params(&m, &l, 1024, 0), (2 * layer + 32000.0 * 512 + 1024.0 * 512) / 2, 1e-12, "stage 0 by hand");
-    /* bubble: (p-1) x one micro-batch's compute */
-    near(r.bubble_s, 3 * r.compute_s / 8, 1e-12, "bubble = (p-1) t_micro");
-    near(r.bubble_s / (r.compute_s + r.bubble_s), dt_plan_bubble_fraction(4, 8), 1e-12, "bubble fraction");
+    /* bubble: the 1F1B schedule replayed (decision 95); with the heaviest stage last (the head),
+     * its m micro-batches back to back plus one micro-batch of every other stage (the fill's
+     * forwards and the drain's backwards): sum over s != last of t_s, t_s = t_micro c_s / c_last
+     * ((p-1) t_micro when the stages are equal) */
+    {
+        dt_plan_stages sts;
+        dt_plan_stages_of(&m, 1024, 4, &sts);
+        assert_int_equal(sts.heavy, 3);
+        dt_pp_costs k;
+        dt_plan_pp_costs(&m, 1024, &k);
+        double others = 0, ch = dt_pp_costs_stage(&k, 4, sts.first, 3);
+        for (int s2 = 0; s2 < 3; s2++) others += dt_pp_costs_stage(&k, 4, sts.first, s2) / ch;
+        near(r.bubble_s, r.compute_s / 8 * others, 1e-9, "bubble = the other stages' micro-batch, heaviest last");
+        assert_true(r.bubble_s < 3 * r.compute_s / 8); /* below (p-1) t_micro of the heaviest stage */
+        assert_true(r.sliced_s == 0);                  /* dedicated devices */
+    }
     /* an uneven split: 8 layers on 3 stages -> the slowest stage has 3, paced at 3 x 3 / 8 of the even time */
     dt_plan_job j3 = j;
     j3.gpus = 6;
@@ -264,6 +320,8 @@ static void test_pipeline_and_tensor_memory(void **state) {
     near(r3.compute_s, r3.flops_step / 6 / (100e12 * 0.5) * 3 * (lc + hc) / (8 * lc + hc + ec), 1e-12,
          "uneven stages: pp x the heaviest stage's cost / all stages'");
     near(r3.mem[DT_MEM_PARAMS], 4 * (3 * layer + 32000.0 * 512 + 1024.0 * 512) / 2, 1e-12, "stage 0 holds 3 layers");
+    near(r3.bubble_s, r3.compute_s / 8 * (3 * lc + ec + 4 * lc) / (lc + hc), 1e-9,
+         "uneven stages: the bubble is stages 0 and 1's micro-batch (the heaviest, the last, paces)");
     /* tensor-parallel communication is exposed, unless tp_overlap lets it hide behind the GEMMs */
     int t = -1;
     for (int i = 0; i < r.n_comm; i++)
@@ -277,6 +335,60 @@ static void test_pipeline_and_tensor_memory(void **state) {
     double tm = (ro.compute_s + ro.recompute_s) / ro.micro_steps;
     near(ro.comm[t].exposed, 8 * fmax(t1, T / 8 - tm), 1e-12, "tp overlapped: max(t, pieces t - t_micro) a micro-step");
     assert_true(ro.step_s < r.step_s);
+    dt_hw_free(&cat);
+}
+
+/* Time-sliced devices (decision 95): an entry whose devices share cores (idle_speedup > 1) gives
+ * a pipeline's stages their idle peers' share - a negative sliced term in the step, none without
+ * a pipeline or with one stage per machine. Context parallelism (decision 94): the gradients are
+ * all-reduced, and ZeRO shards, over dp x cp. */
+static void test_time_sliced_and_cp(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    j.global_batch = 16;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r0, r;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r0), DT_OK);
+    dt_hw_accel sliced = *j.hw;
+    sliced.idle_speedup = 2, sliced.machine_ranks = 8;
+    j.hw = &sliced;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    near(r.bubble_s, r0.bubble_s, 1e-12, "the bubble is the dedicated replay's");
+    assert_true(r.sliced_s < 0);
+    near(r.step_s, r0.step_s + r.sliced_s, 1e-12, "step = the dedicated one + the sliced gain");
+    near(r.step_s, r.compute_s + r.recompute_s + r.bubble_s + r.sliced_s + r.comm_s + r.overhead_s + r.optimizer_s,
+         1e-12, "step = its parts");
+    /* the heaviest stage's work is a floor: its busy time at 2x */
+    assert_true(r.compute_s + r.bubble_s + r.sliced_s >= r.compute_s / 2 * (1 - 1e-12));
+    sliced.machine_ranks = 2; /* 4 machines of 2 ranks: a machine holds one stage (tp 2) */
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    assert_true(r.sliced_s == 0);
+    sliced.machine_ranks = 8;
+    dt_plan_layout dp8 = {4, 2, 1, 1, 1, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_predict(&ctx, &j, &dp8, &r), DT_OK);
+    assert_true(r.sliced_s == 0 && r.bubble_s == 0);
+    /* context parallelism: cp 2 at dp 1 all-reduces the gradients over its 2 ranks */
+    dt_plan_job jc = j;
+    jc.gpus = 2, jc.dpn = 2, jc.global_batch = 2;
+    dt_plan_layout cp2 = {1, 1, 1, 2, 1, DT_STRAT_DDP, 0};
+    assert_int_equal(dt_plan_predict(&ctx, &jc, &cp2, &r), DT_OK);
+    int g = -1;
+    for (int i = 0; i < r.n_comm; i++)
+        if (!strcmp(r.comm[i].what, "dp all-reduce grads")) g = i;
+    assert_true(g >= 0);
+    near(r.comm[g].t_intra, r.comm[g].count * dt_plan_coll_time(DT_COLL_ALLREDUCE, r.comm[g].bytes, 2, 1,
+         &(dt_plan_net){jc.intra->bw_gbs * 1e9 * jc.intra_eff, jc.intra->latency_us * 1e-6, 0, 0}, NULL, NULL),
+         1e-12, "cp 2: the gradient all-reduce over the 2 CP ranks");
+    /* ZeRO-3 with cp 2 x dp 2: the optimizer updates a quarter */
+    jc.gpus = 4, jc.dpn = 4, jc.global_batch = 4;
+    dt_plan_layout z3 = {2, 1, 1, 2, 1, DT_STRAT_ZERO3, 0};
+    assert_int_equal(dt_plan_predict(&ctx, &jc, &z3, &r), DT_OK);
+    near(r.opt_params, dt_plan_stage_params(&m, &z3, 1024, 0) / 4, 1e-12, "ZeRO-3 shards over dp x cp = 4");
     dt_hw_free(&cat);
 }
 
@@ -643,11 +755,13 @@ int main(void) {
         cmocka_unit_test(test_reduce_scatter_allgather_alltoall),
         cmocka_unit_test(test_group_span),
         cmocka_unit_test(test_bubble),
+        cmocka_unit_test(test_pipeline_replay),
         cmocka_unit_test(test_recompute_flops),
         cmocka_unit_test(test_params_and_flops_match_dtrain),
         cmocka_unit_test(test_activation_formula),
         cmocka_unit_test(test_zero_memory_by_hand),
         cmocka_unit_test(test_pipeline_and_tensor_memory),
+        cmocka_unit_test(test_time_sliced_and_cp),
         cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_zero1_algorithms),

@@ -3,8 +3,11 @@
 #include "model/lora.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/procinfo.h"
 #include "core/sortcmp.h"
@@ -171,6 +174,30 @@ fail:
 const char *const dt_bench_mem_names[DT_BENCH_MEM_N] = {"params", "grads", "optimizer", "activations",
                                                         "comm", "other", "total", "plan", "rss"};
 
+/* The ranks that share rank 0's machine: those whose kernel boot id (the same in every network
+ * namespace of one kernel, so simulated nodes count as one machine) matches rank 0's; the host
+ * name where the boot id cannot be read. */
+static dt_status gather_machine(dt_ctx *ctx, dt_comm *comm, dt_bench_suite *s) {
+    int W = s->world, me = dt_comm_rank(comm, DT_GROUP_WORLD);
+    char id[256] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(id, sizeof id, f)) {
+        if (gethostname(id, sizeof id) != 0) snprintf(id, sizeof id, "unknown");
+        id[sizeof id - 1] = 0;
+    }
+    if (f) fclose(f);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, 48 bits: exact in a double */
+    for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    double *ids = calloc((size_t)W, sizeof *ids);
+    if (!ids) return dt_fail(ctx, DT_ERR_NOMEM, "bench: out of memory");
+    ids[me] = (double)(h >> 16);
+    dt_status st = W > 1 ? dt_comm_allreduce(ctx, comm, DT_GROUP_WORLD, ids, (size_t)W, DT_F64, DT_SUM) : DT_OK;
+    s->machine_ranks = 0;
+    for (int r = 0; r < W && st == DT_OK; r++) s->machine_ranks += ids[r] == ids[0];
+    free(ids);
+    return st;
+}
+
 /* Every rank's memory columns on every rank: each fills its row of a zeroed table, then a sum. */
 static dt_status gather_memory(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm, dt_bench_suite *s) {
     int W = s->world, me = dt_comm_rank(comm, DT_GROUP_WORLD);
@@ -314,6 +341,7 @@ dt_status dt_bench_suite_run(dt_ctx *ctx, const dt_train_cfg *cfg, dt_comm *comm
     s->n_trainable = s->runs[0].n_trainable;
     reduce(s);
     DT_CHECK(gather_memory(ctx, cfg, comm, s));
+    DT_CHECK(gather_machine(ctx, comm, s));
     return dt_bench_pp_gather(ctx, cfg, comm, s);
 }
 

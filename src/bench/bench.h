@@ -146,6 +146,8 @@ typedef struct dt_bench_opts {
 typedef struct dt_bench_suite {
     dt_bench_opts opts;
     int world, nodes;
+    int machine_ranks;          /* ranks on rank 0's machine (the same kernel boot id: simulated nodes
+                                   share one), who share its cores */
     dt_bench_result *runs;      /* [repeats], this rank's measurements */
     long tokens_step, samples_step; /* global, per optimizer step */
     double flops_per_token;     /* 6 N + 12 L T d */

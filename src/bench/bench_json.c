@@ -151,7 +151,9 @@ cJSON *dt_bench_json_train(const dt_bench_suite *s, const dt_run_cfg *rc, int ar
     dt_bench_iso_date(buf, sizeof buf);
     cJSON_AddStringToObject(o, "date", buf);
     cJSON_AddStringToObject(o, "dtrain_version", DT_VERSION);
-    cJSON_AddItemToObject(o, "environment", dt_bench_json_env(s->world, s->nodes, threads));
+    cJSON *env = dt_bench_json_env(s->world, s->nodes, threads);
+    cJSON_AddNumberToObject(env, "machine_ranks", s->machine_ranks); /* who share the cores (decision 95) */
+    cJSON_AddItemToObject(o, "environment", env);
     cJSON_AddItemToObject(o, "config", dt_bench_json_config(rc));
 
     cJSON *m = cJSON_AddObjectToObject(o, "model");

@@ -251,6 +251,8 @@ dt_status dt_plan_calibrate(dt_ctx *ctx, int argc, char **argv) {
         long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
         c.peak_gflops = at(bj, "peak_gflops", NULL, NULL), c.achieved_gflops = c.run.flops / c.run.step_s / 1e9;
         c.memory_bytes = (double)pages * (double)psz;
+        c.machine_ranks = (int)at(bj, "environment", "machine_ranks", NULL); /* who share the cores */
+        c.cores = (int)at(bj, "environment", "cores", NULL), c.threads = (int)at(bj, "environment", "threads", NULL);
         /* the TP link is read at the activation a TP group of this job all-reduces (decision 71) */
         c.tp_bytes = 4.0 * at(bj, "parallel", "micro_batch", NULL) * at(bj, "model", "seq_len", NULL) *
                      at(bj, "model", "d_model", NULL);

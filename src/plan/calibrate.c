@@ -309,6 +309,14 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
     if (epi)
         snprintf(tpl + strlen(tpl), sizeof tpl - strlen(tpl), "    ep_inter_link: ep-net-fit   # the same all-to-alls "
                  "across nodes\n");
+    char sliced[400] = ""; /* more ranks x threads than cores: the devices take turns (decision 95) */
+    const double busy = (double)c->machine_ranks * (c->threads > 0 ? c->threads : 1);
+    if (c->machine_ranks > 0 && c->cores > 0 && busy > c->cores)
+        snprintf(sliced, sizeof sliced,
+                 "    idle_speedup: %.6g            # time-sliced: %d ranks x %d thread(s) on this machine's %d cores; a "
+                 "rank runs up to this x its calibrated rate while the others idle\n"
+                 "    machine_ranks: %d             # the ranks sharing those cores (simulated nodes share the machine)\n",
+                 busy / c->cores, c->machine_ranks, c->threads > 0 ? c->threads : 1, c->cores, c->machine_ranks);
     FILE *f = fopen(path, "w");
     if (!f) return dt_fail(ctx, DT_ERR_IO, "plan --calibrate: cannot write %s", path);
     fprintf(f,
@@ -327,14 +335,14 @@ dt_status dt_plan_cal_write(dt_ctx *ctx, const char *path, const dt_plan_cal *c,
             "    nics_per_node: %d           # %s\n"
             "    step_overhead_us: %.6g       # %s\n"
             "    collective_call_us: %.6g     # %s\n"
-            "%s"
+            "%s%s"
             "links:\n",
             c->source ? c->source : "dtrain bench, dtrain bench comm --fit", c->ranks, multi ? c->nodes : 1, path,
             multi ? " --nodes M" : "", fit.peak_gflops / 1e3, peak, c->memory_bytes / 1073741824.0, k, name[0], name[1],
             multi ? "" : "         # simulated nodes share the machine: the same link", tpl, k,
             multi ? "net-fit is per rank with every rank of a node sending: a device's share is its bw"
                   : "the ranks of the benchmark",
-            o_us, over, fit.call_us, call, optim);
+            o_us, over, fit.call_us, call, optim, sliced);
     if (!multi || k > 1)
         fprintf(f,
                 "  shm-fit: {name: \"ordered all-reduce inside a node, fitted\", bw_gbs: %.6g, latency_us: %.6g}   "

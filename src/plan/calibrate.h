@@ -71,6 +71,10 @@ typedef struct dt_plan_cal {
     dt_plan_cal_run run;    /* the calibration's bench (step_s 0: only achieved_gflops is known) */
     dt_plan_cal_run probe;  /* the tiny model's (step_s 0: not run; no fixed cost) */
     dt_plan_cal_run zprobe; /* the tiny model under ZeRO-3 (only step_s is read; 0: not run) */
+    int machine_ranks;      /* ranks of the calibration on one machine (bench: environment.machine_ranks;
+                               0: not known) and the machine's cores and threads per rank: with
+                               machine_ranks x threads > cores the devices are time-sliced (decision 95) */
+    int cores, threads;
 } dt_plan_cal;
 
 /* Bytes fp32 AdamW moves per parameter (dt_plan_opt_bytes of an fp32 job): the calibration

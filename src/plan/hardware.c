@@ -94,12 +94,13 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
         else if (!strcmp(f, "step_overhead_us")) DT_CHECK(num(L, v, key, 0, 1e7, &a->step_overhead_us));
         else if (!strcmp(f, "collective_call_us")) DT_CHECK(num(L, v, key, 0, 1e7, &a->collective_call_us));
         else if (!strcmp(f, "optimizer_bw_gbs")) DT_CHECK(num(L, v, key, 0, 1e7, &a->optimizer_bw_gbs));
-        else if (!strcmp(f, "devices_per_node") || !strcmp(f, "nics_per_node")) {
+        else if (!strcmp(f, "idle_speedup")) DT_CHECK(num(L, v, key, 1, 4096, &a->idle_speedup));
+        else if (!strcmp(f, "devices_per_node") || !strcmp(f, "nics_per_node") || !strcmp(f, "machine_ranks")) {
             double d;
-            DT_CHECK(num(L, v, key, f[0] == 'd' ? 1 : 0, 4096, &d));
+            DT_CHECK(num(L, v, key, f[0] == 'n' ? 0 : 1, f[0] == 'm' ? 1048576 : 4096, &d));
             if (d != floor(d))
                 return dt_fail(L->ctx, DT_ERR_CONFIG, "%s:%lu: %s must be a whole number", L->path, line_of(v), key);
-            *(f[0] == 'd' ? &a->devices_per_node : &a->nics_per_node) = (int)d;
+            *(f[0] == 'd' ? &a->devices_per_node : f[0] == 'n' ? &a->nics_per_node : &a->machine_ranks) = (int)d;
         } else if (!strcmp(f, "intra_node")) DT_CHECK(str(L, v, key, a->intra, sizeof a->intra));
         else if (!strcmp(f, "inter_node")) DT_CHECK(str(L, v, key, a->inter, sizeof a->inter));
         else if (!strcmp(f, "tp_link")) DT_CHECK(str(L, v, key, a->tp_link, sizeof a->tp_link));
@@ -113,7 +114,7 @@ static dt_status load_accel(ld *L, const yaml_node_t *kn, const yaml_node_t *m, 
                            "%s:%lu: %s: unknown key (name, kind, peak_tflops, memory_gib|memory_gb, memory_bw_gbs, "
                            "devices_per_node, intra_node, inter_node, tp_link, pp_link, ep_link, pp_inter_link, "
                            "ep_inter_link, nics_per_node, step_overhead_us, collective_call_us, optimizer_bw_gbs, "
-                           "same_compute_as)",
+                           "same_compute_as, idle_speedup, machine_ranks)",
                            L->path, line_of(k), key);
     }
     const char *miss = !a->name[0] ? "name" : !have_mem ? "memory_gib" : !a->devices_per_node ? "devices_per_node"

@@ -64,6 +64,12 @@ typedef struct dt_hw_accel {
                                         (decision 56): measured by `plan --calibrate`; 0 when not given
                                         (the step is then folded into the GEMM efficiency, as the fitted
                                         GPU efficiencies carry it) */
+    double idle_speedup;             /* time-sliced devices (decision 95): how many times its calibrated rate
+                                        a device runs while the others sharing its machine's cores idle (a
+                                        calibration with more ranks x threads than cores: ranks x threads /
+                                        cores); 0 or 1 = dedicated devices (GPUs, a rank per core) */
+    int machine_ranks;               /* the devices of a job that share one machine's cores (simulated nodes:
+                                        all of them); 0 = devices_per_node */
 } dt_hw_accel;
 
 typedef struct dt_hw_catalog {

@@ -95,6 +95,18 @@ double dt_plan_coll_time(dt_plan_coll op, double bytes, int k, int nn, const dt_
 void dt_plan_group_span(int n, int stride, int d, int *k, int *nn);
 /* The 1F1B pipeline bubble as a fraction of the step: (p - 1) / (m + p - 1). */
 double dt_plan_bubble_fraction(int p, int m);
+/* One pipeline step's makespan (plan_pipe.c, decision 95): schedule `kind` (a dt_pp_kind that
+ * dt_pp_schedule_check accepts for pp, v, m) replayed in time order, each stage running its
+ * action list one action at a time as soon as the action's input exists (transfers take no
+ * time: the planner prices them apart). f[s], b[s], w[s]: stage s's forward, backward (zb-h1:
+ * input-gradient) and weight-gradient (zb-h1; w NULL: none) pass of one chunk at the rate the
+ * stage has when every stage is busy. Stages share compute in groups of `group` consecutive
+ * stages (time-sliced devices: more ranks than cores; group outside 1..pp: all pp): while n of
+ * a group's g stages are busy, each runs min(speedup, g / n) times that rate (speedup 1:
+ * dedicated devices, the classic replay). Returns 0 and *makespan; -1 when the lists deadlock;
+ * -2 when memory runs out. */
+int dt_plan_pp_makespan(int kind, int pp, int v, int m, const double *f, const double *b, const double *w,
+                        double speedup, int group, double *makespan);
 /* Bytes the optimizer (AdamW) moves per parameter it updates: 12 + g + 12 (+ 2 under 16-bit compute). */
 double dt_plan_opt_bytes(const dt_train_cfg *tc);
 /* Extra FLOPs per token that activation recomputation costs (docs/planner.md). */
@@ -123,6 +135,8 @@ typedef struct dt_plan_result {
     int fits;                        /* mem_total <= device memory */
     double flops_token, flops_step;  /* model FLOPs (no recompute) */
     double compute_s, recompute_s, bubble_s, comm_s, step_s; /* comm_s: exposed */
+    double sliced_s;                 /* <= 0: what time-sliced pipeline stages gain by running faster
+                                        while the others sharing their cores idle (decision 95) */
     double overhead_s;               /* step_overhead_us x m + collective_call_us x calls (decision 55) */
     double optimizer_s;              /* opt_params x opt_bytes / optimizer_bw_gbs (decision 56) */
     double opt_params, opt_bytes;    /* parameters this device's optimizer updates; bytes moved per parameter */

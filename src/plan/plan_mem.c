@@ -177,7 +177,7 @@ int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
 }
 
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {
-    if (!l->hybrid) return l->dp;
+    if (!l->hybrid) return l->dp * l->cp; /* the gradient's group: data and context parallel (decision 94) */
     int in_node = job->dpn / (l->tp * l->cp);
     if (in_node < 1) in_node = 1;
     return in_node < l->dp ? in_node : l->dp;
@@ -252,7 +252,7 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
         x[DT_MEM_GRADS] = l->zero >= DT_STRAT_ZERO2 ? 4 * P / shard + 2 * U * 4 : 4 * P;
         x[DT_MEM_OPTIM] = l->zero >= DT_STRAT_ZERO1 ? K * P / shard : K * P;
         double bucket = (double)job->train.parallel.bucket_bytes;
-        if (l->dp > 1 && l->zero != DT_STRAT_ZERO3) x[DT_MEM_COMM] += 2 * fmin(bucket, 4 * P);
+        if (l->dp * l->cp > 1 && l->zero != DT_STRAT_ZERO3) x[DT_MEM_COMM] += 2 * fmin(bucket, 4 * P);
         if (l->tp > 1) x[DT_MEM_COMM] += 2.0 * e * b * s * m->d_model; /* sequence-parallel gather buffers */
         double layers = dt_plan_stage_n(&sts, st);
         int inflight = st == 0 ? (l->pp < mstep ? l->pp : mstep) : 1; /* 1F1B: stage 0 holds p micro-batches */

@@ -124,11 +124,16 @@ void dt_plan_print_detail(FILE *f, const dt_plan_job *job, const dt_plan_result 
             r->mem[DT_MEM_OTHER] / GIB, r->mem_total / GIB, job->hw->memory_bytes / GIB, r->fits ? "fits" : "DOES NOT FIT");
     fprintf(f, "  FLOPs per step %.4g (%.4g per token x %ld x %d tokens); micro-steps m = %d\n", r->flops_step,
             r->flops_token, job->global_batch, job->train.seq_len, r->micro_steps);
-    fprintf(f, "  step %.4g s = compute %.4g + recompute %.4g + bubble %.4g (pp %d: (p-1)/(m+p-1) = %.3f) + exposed "
+    char sliced[160] = "";
+    if (r->sliced_s < 0)
+        snprintf(sliced, sizeof sliced, " + time-sliced %.4g (stages sharing cores run up to %.3gx faster while others "
+                 "idle)", r->sliced_s, job->hw->idle_speedup);
+    fprintf(f, "  step %.4g s = compute %.4g + recompute %.4g + bubble %.4g (pp %d, the schedule replayed; 1F1B with "
+               "equal stages: (p-1)/(m+p-1) = %.3f)%s + exposed "
                "comm %.4g + overhead %.4g (%.4g us x m + %.4g us x %.4g collective calls) + optimizer %.4g (%.4g "
                "parameters x %g bytes / %.4g GB/s)\n",
             r->step_s, r->compute_s, r->recompute_s, r->bubble_s, r->lay.pp, dt_plan_bubble_fraction(r->lay.pp, r->micro_steps),
-            r->comm_s, r->overhead_s, job->hw->step_overhead_us, job->hw->collective_call_us, r->calls, r->optimizer_s,
+            sliced, r->comm_s, r->overhead_s, job->hw->step_overhead_us, job->hw->collective_call_us, r->calls, r->optimizer_s,
             r->opt_params, r->opt_bytes, job->hw->optimizer_bw_gbs);
     for (int i = 0; i < r->n_comm; i++) {
         const dt_plan_comm_term *c = &r->comm[i];
@@ -171,7 +176,7 @@ cJSON *dt_plan_result_json(const dt_plan_job *job, const dt_plan_result *r) {
     cJSON_AddBoolToObject(o, "fits", r->fits);
     num(o, "flops_per_token", r->flops_token), num(o, "flops_per_step", r->flops_step);
     num(o, "step_s", r->step_s), num(o, "compute_s", r->compute_s), num(o, "recompute_s", r->recompute_s);
-    num(o, "bubble_s", r->bubble_s), num(o, "comm_exposed_s", r->comm_s), num(o, "overhead_s", r->overhead_s);
+    num(o, "bubble_s", r->bubble_s), num(o, "sliced_s", r->sliced_s), num(o, "comm_exposed_s", r->comm_s), num(o, "overhead_s", r->overhead_s);
     num(o, "collective_calls", r->calls), num(o, "optimizer_s", r->optimizer_s);
     num(o, "optimizer_params", r->opt_params), num(o, "optimizer_bytes_per_param", r->opt_bytes);
     cJSON *cm = cJSON_AddArrayToObject(o, "comm");

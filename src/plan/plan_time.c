@@ -3,7 +3,10 @@
  * calibrated bandwidth, calibrated fixed costs per micro-batch and per collective call, then
  * rates and cost. Formulas: docs/planner.md, "Time". */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "parallel/pp_schedule.h"
 
 #include "plan/plan.h"
 #include "plan/plan_impl.h"
@@ -81,6 +84,56 @@ static void coll(dt_plan_result *r, const char *what, dt_plan_coll op, double by
     term(r, what, bytes, pieces * rounds, ti, te, rounds * ex);
 }
 
+/* The pipeline's idle time (decision 95): the step's schedule replayed with each stage's passes
+ * (its share of the heaviest stage's compute by the stage costs; a forward a third of its
+ * compute, the backward two thirds, split in half under zb-h1, recomputation in the backward;
+ * chunks of 1/v under the interleaved schedule): bubble = the dedicated makespan - the heaviest
+ * stage's busy time, which is (pp - 1) t_micro for equal stages under 1F1B. Devices that share
+ * cores (the catalog's idle_speedup > 1: more ranks than cores on a machine) replay again with
+ * the stages of a machine sharing its cores; sliced = that makespan - the dedicated one (<= 0).
+ * A schedule dtrain's check refuses for this pp, v, m is priced as 1F1B. */
+static void pipeline(const dt_plan_job *job, const dt_plan_layout *l, const dt_plan_stages *sts, int m, double rho,
+                     dt_plan_result *r) {
+    r->bubble_s = r->sliced_s = 0;
+    const int pp = l->pp;
+    if (pp <= 1 || m < 1) return;
+    const dt_train_cfg *tc = &job->train;
+    int kind = tc->pp_kind, v = kind == DT_PP_INTERLEAVED ? tc->pp_virtual : 1;
+    dt_ctx scratch;
+    dt_ctx_init(&scratch);
+    if (dt_pp_schedule_check(&scratch, (dt_pp_kind)kind, pp, v, m) != DT_OK) kind = DT_PP_1F1B, v = 1;
+    dt_pp_costs k;
+    dt_plan_pp_costs(&job->model, tc->seq_len, &k);
+    const double c_h = dt_pp_costs_stage(&k, sts->pp, sts->first, sts->heavy);
+    const int n_h = dt_plan_stage_n(sts, sts->heavy);
+    double *f = malloc(3 * (size_t)pp * sizeof *f), *b = f ? f + pp : NULL, *w = f ? f + 2 * pp : NULL;
+    /* durations in units of the heaviest stage's micro-batch compute (compute_s / m): they do not
+       depend on the GEMM rate, so the replay's memo serves every efficiency (rho = recompute / compute) */
+    const double unit = r->compute_s / m, heavy = r->compute_s + r->recompute_s;
+    double dedicated = 0, sliced = 0;
+    if (f && sts->pp == pp && c_h > 0 && n_h > 0 && unit > 0) {
+        for (int s = 0; s < pp; s++) {
+            double c = dt_pp_costs_stage(&k, pp, sts->first, s) / c_h;
+            double rc = rho * dt_plan_stage_n(sts, s) / n_h;
+            f[s] = c / 3 / v;
+            b[s] = (kind == DT_PP_ZBH1 ? c / 3 : 2 * c / 3) / v + rc / v;
+            w[s] = kind == DT_PP_ZBH1 ? c / 3 / v : 0;
+        }
+        const double sp = job->hw->idle_speedup;
+        int machine = job->hw->machine_ranks > 0 ? job->hw->machine_ranks : job->dpn;
+        int group = machine >= job->gpus ? pp : (int)((double)pp * machine / job->gpus);
+        if (dt_plan_pp_makespan(kind, pp, v, m, f, b, w, 1.0, pp, &dedicated) == 0) {
+            r->bubble_s = fmax(0.0, dedicated * unit - heavy);
+            if (sp > 1 && group > 1 && dt_plan_pp_makespan(kind, pp, v, m, f, b, w, sp, group, &sliced) == 0)
+                r->sliced_s = fmin(0.0, (sliced - dedicated) * unit);
+            free(f);
+            return;
+        }
+    }
+    free(f);
+    r->bubble_s = (pp - 1) * heavy / m; /* equal stages, 1F1B */
+}
+
 /* Units per layer: dtrain's layers are several (params.h), other frameworks' one. */
 static double layer_units(const dt_plan_model *m, int dtrain_algo) {
     if (!dtrain_algo) return 1;
@@ -107,10 +160,11 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     const int heavy_layers = dt_plan_stage_n(&sts, sts.heavy);
     double uneven = sts.u, uneven_rc = l->pp == 1 ? 1.0 : (double)heavy_layers * l->pp / m->n_layer;
     r->compute_s = r->flops_step / job->gpus / rate * uneven;
-    r->recompute_s = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens / job->gpus / rate * uneven_rc;
+    const double rc_flops = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens;
+    r->recompute_s = rc_flops / job->gpus / rate * uneven_rc;
     double t_micro = (r->compute_s + r->recompute_s) / mstep; /* one micro-batch on one stage */
     double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 + r->recompute_s / mstep;
-    r->bubble_s = (l->pp - 1) * t_micro;
+    pipeline(job, l, &sts, (int)mstep, r->flops_step > 0 ? rc_flops * uneven_rc / (r->flops_step * uneven) : 0, r);
 
     dt_plan_net net = {job->intra->bw_gbs * 1e9 * job->intra_eff, job->intra->latency_us * 1e-6,
                        job->inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->inter_eff,
@@ -131,7 +185,10 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     double P = 0; /* the fullest stage's parameters */
     for (int st = 0; st < l->pp; st++) P = fmax(P, dt_plan_stages_params(m, l, &sts, st));
     double layers = heavy_layers, gb = tc->parallel.grad_dtype == DT_BF16 ? 2 : 4;
-    int dp_stride = l->tp * l->cp, shard = dt_plan_shard_ranks(job, l);
+    /* the gradients are summed, and ZeRO shards, over the data- and context-parallel ranks (the
+       trainer's dp x cp group, Megatron's data-parallel group with context parallelism: decision 94),
+       cp consecutive groups of tp ranks per data-parallel index */
+    int dp_stride = l->tp * l->cp, gdp = l->dp * l->cp, shard = dt_plan_shard_ranks(job, l);
     double buckets = ceil(P * gb / fmax((double)tc->parallel.bucket_bytes, 1.0));
     double win = tc->parallel.overlap ? bwd_micro : -1;
     /* dtrain's own layouts communicate as dtrain does (ZeRO-1: DDP's all-reduce, then an fp32
@@ -139,22 +196,22 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
      * (ZeRO-1/2: reduce-scatter the gradients, gather the weights in the compute dtype) */
     int dtrain_algo = m->is_dtrain && l->tp == 1 && l->pp == 1 && l->cp == 1 && l->ep == 1;
     const double units = layers * layer_units(m, dtrain_algo); /* ZeRO's pieces */
-    if (l->dp > 1) {
+    if (gdp > 1) {
         if (l->zero == DT_STRAT_DDP || (l->zero == DT_STRAT_ZERO1 && dtrain_algo))
             /* buckets all-reduced during the last micro-step's backward */
-            coll(r, "dp all-reduce grads", DT_COLL_ALLREDUCE, P * gb / buckets, l->dp, dp_stride, d, &net, buckets, 1, win);
+            coll(r, "dp all-reduce grads", DT_COLL_ALLREDUCE, P * gb / buckets, gdp, l->tp, d, &net, buckets, 1, win);
         else if (l->zero == DT_STRAT_ZERO1) /* buckets reduce-scattered during the last backward */
-            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / buckets, l->dp, dp_stride, d, &net,
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / buckets, gdp, l->tp, d, &net,
                  buckets, 1, win);
         else /* ZeRO-2/3: each unit reduce-scattered as its backward ends, every micro-step */
-            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / units, l->dp, dp_stride, d, &net, units,
+            coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / units, gdp, l->tp, d, &net, units,
                  mstep, win);
         if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step */
-            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / units, shard, dp_stride, d,
+            coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / units, shard, l->tp, d,
                  &net, units, 1, -1);
         if (l->zero == DT_STRAT_ZERO3) /* each unit gathered for the forward and again for the backward
                                           (16-bit matmul weights under mixed precision), prefetched */
-            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / units, shard, dp_stride, d, &net, units,
+            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / units, shard, l->tp, d, &net, units,
                  2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
@@ -204,11 +261,11 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     r->overhead_s = (job->hw->step_overhead_us * mstep + job->hw->collective_call_us * r->calls) * 1e-6;
     /* the optimizer step (decision 56): once a step, over the parameters this device updates (ZeRO
        shards them), streaming their state; 0 where the catalog gives no optimizer bandwidth */
-    r->opt_params = l->zero >= DT_STRAT_ZERO1 && l->dp > 1 ? P / shard : P;
+    r->opt_params = l->zero >= DT_STRAT_ZERO1 && gdp > 1 ? P / shard : P;
     r->opt_bytes = dt_plan_opt_bytes(tc);
     double obw = job->hw->optimizer_bw_gbs;
     r->optimizer_s = obw > 0 ? r->opt_params * r->opt_bytes / (obw * 1e9) : 0;
-    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->comm_s + r->overhead_s + r->optimizer_s;
+    r->step_s = r->compute_s + r->recompute_s + r->bubble_s + r->sliced_s + r->comm_s + r->overhead_s + r->optimizer_s;
     r->samples_s = job->global_batch / r->step_s;
     r->tokens_s = tokens / r->step_s;
     r->tflops_gpu = r->flops_step / job->gpus / r->step_s / 1e12;
