@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "parallel/pp_schedule.h"
 #include "plan/plan.h"
 #include "plan/plan_impl.h"
 #include "plan/validate.h"
@@ -277,6 +278,28 @@ static void test_pipeline_and_tensor_memory(void **state) {
     double tm = (ro.compute_s + ro.recompute_s) / ro.micro_steps;
     near(ro.comm[t].exposed, 8 * fmax(t1, T / 8 - tm), 1e-12, "tp overlapped: max(t, pieces t - t_micro) a micro-step");
     assert_true(ro.step_s < r.step_s);
+    dt_hw_free(&cat);
+}
+
+/* The interleaved schedule (train.pp_kind, pp_virtual; decision 96) in the analytic memory:
+ * stage 0 holds dt_pp_inflight's chunk sets, 1/v of its layers each. pp 4, v 2, m 8: warm-up
+ * 2 (4-1) + (2-1) 4 = 10 forwards, so 11 chunk sets = 5.5 stages' activations (1F1B: 4). */
+static void test_interleaved_memory(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    j.global_batch = 16; /* micro 2 x dp 1 -> m = 8 micro-batches */
+    j.train.pp_kind = DT_PP_INTERLEAVED, j.train.pp_virtual = 2;
+    dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    assert_int_equal(dt_pp_inflight(DT_PP_INTERLEAVED, 4, 2, 8, 0), 11);
+    double b = 2, s = 1024, la = dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 2, 4);
+    near(r.mem[DT_MEM_ACTS], 5.5 * (2 * la + 4 * b * s * 512 / 2), 1e-12, "interleaved stage 0: 11 chunks of 1 layer");
     dt_hw_free(&cat);
 }
 
@@ -648,6 +671,7 @@ int main(void) {
         cmocka_unit_test(test_activation_formula),
         cmocka_unit_test(test_zero_memory_by_hand),
         cmocka_unit_test(test_pipeline_and_tensor_memory),
+        cmocka_unit_test(test_interleaved_memory),
         cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_zero1_algorithms),
