@@ -1,7 +1,7 @@
 /* The planner (src/plan): each term of the time model against a hand computation (ring
  * all-reduce, reduce-scatter / all-gather, all-to-all, group spans, the 1F1B bubble, the
  * recompute cost), the memory formulas (ZeRO stages by hand, Korthikanti's activation count,
- * the 1F1B in-flight micro-batches), dtrain's own plan reused exactly for the layouts dtrain
+ * the 1F1B in-flight micro-batches, the interleaved schedule's chunks), dtrain's own plan reused exactly for the layouts dtrain
  * runs (1-4 ranks, every strategy, plan == dt_trainer_mem_plan), the model arithmetic against
  * dtrain's families, the hardware catalog (fixture values, every refusal naming file:line and
  * key, did-you-mean), and the CSV reader of --validate. */
