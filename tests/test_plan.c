@@ -1,7 +1,7 @@
 /* The planner (src/plan): each term of the time model against a hand computation (ring
  * all-reduce, reduce-scatter / all-gather, all-to-all, group spans, the 1F1B bubble, the
  * recompute cost), the memory formulas (ZeRO stages by hand, Korthikanti's activation count,
- * the 1F1B in-flight micro-batches), dtrain's own plan reused exactly for the layouts dtrain
+ * the 1F1B in-flight micro-batches, the interleaved schedule's chunks), dtrain's own plan reused exactly for the layouts dtrain
  * runs (1-4 ranks, every strategy, plan == dt_trainer_mem_plan), the model arithmetic against
  * dtrain's families, the hardware catalog (fixture values, every refusal naming file:line and
  * key, did-you-mean), and the CSV reader of --validate. */
@@ -392,6 +392,28 @@ static void test_time_sliced_and_cp(void **state) {
     dt_hw_free(&cat);
 }
 
+/* The interleaved schedule (train.pp_kind, pp_virtual; decision 96) in the analytic memory:
+ * stage 0 holds dt_pp_inflight's chunk sets, 1/v of its layers each. pp 4, v 2, m 8: warm-up
+ * 2 (4-1) + (2-1) 4 = 10 forwards, so 11 chunk sets = 5.5 stages' activations (1F1B: 4). */
+static void test_interleaved_memory(void **state) {
+    (void)state;
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 8);
+    j.global_batch = 16; /* micro 2 x dp 1 -> m = 8 micro-batches */
+    j.train.pp_kind = DT_PP_INTERLEAVED, j.train.pp_virtual = 2;
+    dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
+    assert_int_equal(dt_pp_inflight(DT_PP_INTERLEAVED, 4, 2, 8, 0), 11);
+    double b = 2, s = 1024, la = dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 2, 4);
+    near(r.mem[DT_MEM_ACTS], 5.5 * (2 * la + 4 * b * s * 512 / 2), 1e-12, "interleaved stage 0: 11 chunks of 1 layer");
+    dt_hw_free(&cat);
+}
+
 /* For the layouts dtrain runs, the plan is dtrain's plan: every strategy, 1-4 ranks, fp32 and
  * bf16 with selective checkpointing, and hybrid sharding on 2 nodes of 2. */
 static void test_dtrain_layouts_use_dtrain_plan(void **state) {
@@ -762,6 +784,7 @@ int main(void) {
         cmocka_unit_test(test_zero_memory_by_hand),
         cmocka_unit_test(test_pipeline_and_tensor_memory),
         cmocka_unit_test(test_time_sliced_and_cp),
+        cmocka_unit_test(test_interleaved_memory),
         cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_zero1_algorithms),

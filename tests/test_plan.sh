@@ -186,6 +186,31 @@ EOF2
 ); then pass "--validate --fit: same_compute_as gives a type without fitting rows its twin's fit ($out)"
 else fail "same_compute_as: $(cat err.txt) ${out:-} $(grep '^#' twin.txt | head -3)"; fi
 
+# The vpp column (decision 96): virtual pipeline stages per pipeline rank put the row's job on
+# the interleaved schedule with that many chunks; empty or 1 is 1F1B; a file without the column
+# (runs.csv, heldout.csv) reads as 1 everywhere. A row whose micro-batches per step are not a
+# multiple of pp is skipped with the rule; a row whose pp x vpp does not divide the layers loads,
+# its chunks assumed equal in time.
+hdr=$(head -5 "$held" | grep '^id,' | sed 's/,pp,/,pp,vpp,/')
+row() { echo "$1,https://example.org/$1,vpp source,fit,dense-1b,16,2048,16,,,gelu,50304,2048,,,,gpu-a,2,8,1,2,$2,1,,,0,1,$3,bf16,none,160,,,,,"; }
+{ echo "$hdr"; row va-1 2 8; row va-2 "" 8; row va-3 1 8; row va-4 3 8; row va-5 2 3; } >vpp.csv
+"$bin" plan --validate vpp.csv "${cat[@]}" --json >vpp.json 2>err.txt && "$bin" plan --validate vpp.csv "${cat[@]}" >vpp.txt 2>>err.txt &&
+  "$bin" plan --validate "$held" "${cat[@]}" --json >novpp.json 2>>err.txt
+if [ $? -eq 0 ] && [ ! -s err.txt ] && grep -q "^  va-4 .*assumed: vpp 3 chunks of equal time (16 layers are not 2 x 3 x k)" vpp.txt \
+   && grep -q "^  va-5 .*skipped (line 6): vpp 2: the interleaved schedule needs the micro-batches per step (global_batch / (micro_batch x dp) = 3) to be a multiple of pp 2$" vpp.txt \
+   && out=$(python3 - vpp.json novpp.json <<'EOF3' 2>&1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+r = {x["id"]: x for x in a["rows"]}
+got = {k: (r[k]["pp_schedule"], r[k]["pp_virtual"]) for k in ("va-1", "va-2", "va-3", "va-4")}
+assert got == {"va-1": ("interleaved", 2), "va-2": ("1f1b", 1), "va-3": ("1f1b", 1), "va-4": ("interleaved", 3)}, got
+assert "skipped" in r["va-5"] and "pp_schedule" not in r["va-5"], r["va-5"]
+assert all(x["pp_schedule"] == "1f1b" and x["pp_virtual"] == 1 for x in b["rows"]) and len(b["rows"]) == 8, b["rows"]
+print(got)
+EOF3
+); then pass "--validate: the vpp column sets the interleaved schedule and its chunks; a file without it reads as 1F1B ($out)"
+else fail "--validate vpp: $(cat err.txt) ${out:-} $(cat vpp.txt)"; fi
+
 # docs/planner.md quotes the result on the repository's CSV: it must be the tool's.
 "$bin" plan --validate "$src/bench/planner/published_runs.csv" --catalog "$src/configs/hardware.yaml" --fit >pub.txt 2>err.txt
 got=$(sed -n 's/^# median |error| of TFLOP\/s per GPU over \([0-9]*\) rows (impossible claims excluded): \([0-9.]*%\)/\2 over \1 rows/p' pub.txt)
@@ -221,6 +246,14 @@ bad "catalog: same_compute_as names no entry" "twin_bad1.yaml: accelerators.gpu-
 sed '0,/bf16: 400/s//bf16: 399/' twin.yaml >twin_bad2.yaml
 bad "catalog: same_compute_as with other peaks" "twin_bad2.yaml: accelerators.gpu-twin.same_compute_as: gpu-a's peak_tflops.bf16 is 400, this entry's 399 \(the same compute has the same peaks\)$" \
   --validate twin.csv --catalog twin_bad2.yaml
+# the vpp column: a whole number in [1, 64], and 2 or more only with a pipeline
+for v in abc 0 2.5 65; do
+  { echo "$hdr"; row va-1 "$v" 8; } >badvpp.csv
+  bad "CSV: vpp '$v'" " badvpp.csv:2: column 'vpp' \(field 22\): '$v' is not a whole number in \[1, 64\]$" --validate badvpp.csv "${cat[@]}"
+done
+{ echo "$hdr"; row va-1 2 8 | sed 's/,gpu-a,2,8,1,2,2,1,/,gpu-a,1,8,1,1,2,1,/'; } >badvpp.csv
+bad "CSV: vpp without a pipeline" " badvpp.csv:2: column 'vpp' \(field 22\): 2 virtual stages per pipeline rank need a pp of 2 or more \(pp '1'\)$" \
+  --validate badvpp.csv "${cat[@]}"
 bad "unknown hardware, did-you-mean" "--hardware gpu-b: not in .*hardware.yaml \(did you mean gpu-a\?" \
   "${gpt2[@]}" --gpus 8 --hardware gpu-b "${cat[@]}"
 bad "layout product != gpus" "tp x pp x cp x dp = 12 != --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 2 --pp 2 --dp 3

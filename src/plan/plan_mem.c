@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
+#include "parallel/pp_schedule.h"
 #include "plan/plan_impl.h"
 
 void dt_plan_model_from_dtrain(const dt_model_config *mc, const char *preset, dt_plan_model *out) {
@@ -242,6 +243,19 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
     dt_recompute rc = job->train.model_opts.recompute;
     dt_plan_stages sts;
     dt_plan_stages_of(m, job->train.seq_len, l->pp, &sts);
+    /* stage 0's activation sets in flight, counted in whole stages: 1F1B holds min(pp, m); the
+     * interleaved schedule (train.pp_kind, pp_virtual; decision 96) holds dt_pp_inflight's
+     * chunk sets, each 1/v of the stage (2 (pp-1) + (v-1) pp + 1 for m large: (1 + (pp-1)/(pp v))
+     * x pp, Narayanan et al. 2021's factor). A schedule the pipeline would refuse (pp not dividing
+     * m) is counted as 1F1B. */
+    double inflight0 = l->pp < mstep ? l->pp : mstep;
+    const int v = job->train.pp_virtual;
+    if (job->train.pp_kind == DT_PP_INTERLEAVED && l->pp > 1 && mstep > 0 && v >= 2) {
+        dt_ctx c;
+        dt_ctx_init(&c);
+        if (dt_pp_schedule_check(&c, DT_PP_INTERLEAVED, l->pp, v, mstep) == DT_OK)
+            inflight0 = dt_pp_inflight(DT_PP_INTERLEAVED, l->pp, v, mstep, 0) / (double)v;
+    }
     for (int st = 0; st < l->pp; st++) { /* every stage: a middle one may hold the most layers */
         double P = stage_params_n(m, l, st, dt_plan_stage_n(&sts, st)), x[DT_MEM_NKINDS] = {0};
         /* weights in the compute dtype (w bytes); fp32 gradients; the optimizer holds m, v and,
@@ -255,7 +269,7 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
         if (l->dp * l->cp > 1 && l->zero != DT_STRAT_ZERO3) x[DT_MEM_COMM] += 2 * fmin(bucket, 4 * P);
         if (l->tp > 1) x[DT_MEM_COMM] += 2.0 * e * b * s * m->d_model; /* sequence-parallel gather buffers */
         double layers = dt_plan_stage_n(&sts, st);
-        int inflight = st == 0 ? (l->pp < mstep ? l->pp : mstep) : 1; /* 1F1B: stage 0 holds p micro-batches */
+        double inflight = st == 0 ? inflight0 : 1; /* 1F1B: stage 0 holds p micro-batches */
         x[DT_MEM_ACTS] = layers * inflight * dt_plan_layer_act_bytes(m, rc, b, s, l->tp, e);
         if (st == 0) x[DT_MEM_ACTS] += inflight * e * b * s * m->d_model / l->tp; /* embedding output */
         if (st == l->pp - 1) x[DT_MEM_ACTS] += 4.0 * b * s * m->vocab / l->tp;   /* fp32 logits */

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "core/sortcmp.h"
+#include "parallel/pp_schedule.h"
 #include "plan/plan.h"
 #include "plan/validate_impl.h"
 
@@ -15,11 +16,11 @@
 #define MAX_ROWS DT_VAL_MAX_ROWS
 
 enum { C_ID, C_SOURCE, C_SPLIT, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_KV, C_DFF, C_FFN, C_VOCAB, C_SEQ, C_PARAMS, C_EXPERTS,
-       C_TOPK, C_GPU, C_NGPUS, C_GPN, C_TP, C_PP, C_DP, C_CP, C_EP, C_ZERO, C_MB, C_GB, C_PREC, C_RECOMP, C_TFLOPS,
+       C_TOPK, C_GPU, C_NGPUS, C_GPN, C_TP, C_PP, C_VPP, C_DP, C_CP, C_EP, C_ZERO, C_MB, C_GB, C_PREC, C_RECOMP, C_TFLOPS,
        C_MFU, C_STEP, C_TOKS, C_MEM, C_NOTES, C_N };
 static const char *const col_names[C_N] = {
     "id", "source", "split", "model", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "ffn", "vocab", "seq_len",
-    "params_b", "experts", "experts_topk", "gpu", "n_gpus", "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "zero",
+    "params_b", "experts", "experts_topk", "gpu", "n_gpus", "gpus_per_node", "tp", "pp", "vpp", "dp", "cp", "ep", "zero",
     "micro_batch", "global_batch", "precision", "recompute", "reported_tflops_per_gpu", "reported_mfu",
     "reported_step_s", "reported_tokens_per_s", "reported_mem_gb", "notes"};
 
@@ -163,6 +164,9 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
         return;
     }
     dt_train_cfg_defaults(&j->train);
+    /* the published runs' pipeline schedule: 1F1B (Megatron's and torchtitan's default; the
+     * defaults' zero is gpipe), interleaved where the row's vpp says so (below) */
+    j->train.pp_kind = DT_PP_1F1B, j->train.pp_virtual = 1;
     j->train.seq_len = T;
     j->train.micro_batch = (int)val(f, idx, C_MB, 1);
     const char *pr = str(f, idx, C_PREC), *rc = str(f, idx, C_RECOMP);
@@ -226,6 +230,25 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     if (gb != j->global_batch && !(!has(f, idx, C_TP) && !has(f, idx, C_PP) && !has(f, idx, C_DP))) {
         j->global_batch = gb > 0 ? gb : per;
         assume(w, "%s%s %ld (a multiple of micro x dp)", "global_batch", j->global_batch);
+    }
+    /* the interleaved schedule (column vpp, decision 96): vpp chunks per pipeline rank, its
+     * micro-batches in groups of pp (pp divides them, as Megatron requires); the stages stay
+     * the planner's cut of the layers into pp, each rank's chunks equal shares of its stage -
+     * also where pp x vpp does not divide n_layers (Megatron-Bridge's Llama 3.1 405B counts
+     * the embedding and the loss as layers to make 126 + 2 = 8 x 8 x 2) */
+    if (w->vpp >= 2) {
+        long mstep = j->global_batch / ((long)j->train.micro_batch * l->dp);
+        if (mstep % l->pp || dt_pp_schedule_check(&ctx, DT_PP_INTERLEAVED, l->pp, w->vpp, (int)mstep) != DT_OK) {
+            snprintf(w->why, sizeof w->why, "vpp %d: the interleaved schedule needs the micro-batches per step "
+                     "(global_batch / (micro_batch x dp) = %ld) to be a multiple of pp %d", w->vpp, mstep, l->pp);
+            return;
+        }
+        j->train.pp_kind = DT_PP_INTERLEAVED, j->train.pp_virtual = w->vpp;
+        if (m->n_layer % (l->pp * w->vpp)) {
+            size_t k = strlen(w->assumed);
+            snprintf(w->assumed + k, sizeof w->assumed - k, "%svpp %d chunks of equal time (%d layers are not %d x %d x k)",
+                     k ? ", " : "", w->vpp, m->n_layer, l->pp, w->vpp);
+        }
     }
     int zero_known = has(f, idx, C_ZERO), rc_known = has(f, idx, C_RECOMP);
     if (!has(f, idx, C_TP) && !has(f, idx, C_PP) && !has(f, idx, C_DP)) {
@@ -318,6 +341,27 @@ static dt_status row_source(dt_ctx *ctx, const char *path, int lineno, char **f,
     return DT_OK;
 }
 
+/* The row's virtual pipeline stages per pipeline rank (column vpp, Megatron's
+ * virtual_pipeline_model_parallel_size): empty or 1 = no interleaving; 2 or more = the
+ * interleaved schedule, which needs the row's pp of 2 or more. A file without the column
+ * reads as 1 everywhere. */
+static dt_status row_vpp(dt_ctx *ctx, const char *path, int lineno, char **f, const int *idx, row *w) {
+    w->vpp = 1;
+    if (!has(f, idx, C_VPP)) return DT_OK;
+    const char *s = str(f, idx, C_VPP);
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 1 || v > DT_PP_MAX_VIRTUAL)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: column 'vpp' (field %d): '%s' is not a whole number in [1, %d]", path,
+                       lineno, idx[C_VPP] + 1, s, DT_PP_MAX_VIRTUAL);
+    double pp = val(f, idx, C_PP, 0);
+    if (v >= 2 && !(pp >= 2))
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: column 'vpp' (field %d): %ld virtual stages per pipeline rank need a "
+                       "pp of 2 or more (pp '%s')", path, lineno, idx[C_VPP] + 1, v, str(f, idx, C_PP));
+    w->vpp = (int)v;
+    return DT_OK;
+}
+
 static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *path, row *rows, int *nrows, source *srcs,
                            int *n_src) {
     FILE *fp = fopen(path, "r");
@@ -358,6 +402,7 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
         w->line = lineno;
         snprintf(w->id, sizeof w->id, "%s", str(f, idx, C_ID));
         if ((st = row_source(ctx, path, lineno, f, idx, w, srcs, n_src)) != DT_OK) break;
+        if ((st = row_vpp(ctx, path, lineno, f, idx, w)) != DT_OK) break;
         build(cat, f, idx, w);
     }
     fclose(fp);
@@ -431,6 +476,8 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
             cJSON_AddStringToObject(o, "source", srcs[w->src].key);
             if (w->ok) {
                 cJSON_AddStringToObject(o, "layout", name);
+                cJSON_AddStringToObject(o, "pp_schedule", dt_pp_kind_name((dt_pp_kind)w->job.train.pp_kind));
+                cJSON_AddNumberToObject(o, "pp_virtual", w->job.train.pp_virtual);
                 cJSON_AddNumberToObject(o, "gemm_eff", w->job.gemm_eff);
                 cJSON_AddNumberToObject(o, "pred_tflops_per_gpu", w->pred_tflops);
                 if (isfinite(w->rep_tflops)) cJSON_AddNumberToObject(o, "reported_tflops_per_gpu", w->rep_tflops);

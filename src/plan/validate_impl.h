@@ -16,6 +16,7 @@ typedef struct dt_val_row {
     char id[64], model[64], gpu[48], why[DT_ERRMSG_MAX];
     int src;     /* the row's source: index into the sources (the id's prefix before the first '-') */
     int heldout; /* split = heldout: never fitted on */
+    int vpp;     /* virtual pipeline stages per pipeline rank (column vpp; 1: none, the 1F1B schedule) */
     dt_plan_job job;
     dt_plan_layout lay;
     double rep_tflops, rep_step, rep_mem;
