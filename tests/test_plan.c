@@ -392,6 +392,41 @@ static void test_time_sliced_and_cp(void **state) {
     dt_hw_free(&cat);
 }
 
+/* The backward that hides the gradient reduction (decision 97): two thirds of the compute,
+ * on dtrain's models (fused loss: the head's gradients in the forward) of the layers' share. */
+static void test_backward_window(void **state) {
+    (void)state;
+    dt_ctx c0;
+    dt_ctx_init(&c0);
+    dt_model_config mc;
+    assert_int_equal(dt_model_preset(&c0, "gpt2", &mc), DT_OK);
+    assert_int_equal(dt_model_config_validate(&c0, &mc), DT_OK);
+    dt_plan_model m;
+    dt_plan_model_from_dtrain(&mc, "gpt2", &m);
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    job_of(&cat, &j, &m, 2);
+    j.intra_eff = 2e-3; /* a slow link: the all-reduce outlasts the window */
+    j.train.parallel.overlap = 1;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_plan_layout l = {2, 1, 1, 1, 1, DT_STRAT_DDP, 0};
+    for (int dtrain = 1; dtrain >= 0; dtrain--) {
+        j.model.is_dtrain = dtrain;
+        dt_plan_result r;
+        if (dt_plan_predict(&ctx, &j, &l, &r) != DT_OK) fail_msg("%s", ctx.err);
+        assert_true(r.n_comm == 1 && !strcmp(r.comm[0].what, "dp all-reduce grads"));
+        dt_pp_costs k;
+        dt_plan_pp_costs(&j.model, 1024, &k);
+        double share = dtrain ? 12 * k.layer / (12 * k.layer + k.embed + k.head) : 1.0;
+        double all = r.comm[0].t_intra + r.comm[0].t_inter, t1 = all / r.comm[0].count;
+        near(r.comm[0].exposed, fmax(t1, all - r.compute_s * 2.0 / 3.0 * share), 1e-12,
+             dtrain ? "dtrain: hidden behind the layers' backward" : "others: behind 2/3 of the compute");
+        assert_true(share < 1 || !dtrain);
+    }
+    dt_hw_free(&cat);
+}
+
 /* The interleaved schedule (train.pp_kind, pp_virtual; decision 96) in the analytic memory:
  * stage 0 holds dt_pp_inflight's chunk sets, 1/v of its layers each. pp 4, v 2, m 8: warm-up
  * 2 (4-1) + (2-1) 4 = 10 forwards, so 11 chunk sets = 5.5 stages' activations (1F1B: 4). */
@@ -785,6 +820,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_and_tensor_memory),
         cmocka_unit_test(test_time_sliced_and_cp),
         cmocka_unit_test(test_interleaved_memory),
+        cmocka_unit_test(test_backward_window),
         cmocka_unit_test(test_dtrain_layouts_use_dtrain_plan),
         cmocka_unit_test(test_moe),
         cmocka_unit_test(test_zero1_algorithms),

@@ -39,7 +39,7 @@ peak = job["peak_tflops"] * 1e12
 fits = [l for l in lays if l["fits"]]
 assert fits and len(lays) >= 10
 for l in lays:
-    parts = l["compute_s"] + l["recompute_s"] + l["bubble_s"] + l["comm_exposed_s"] + l["overhead_s"] + l["optimizer_s"]
+    parts = l["compute_s"] + l["recompute_s"] + l["bubble_s"] + l["sliced_s"] + l["comm_exposed_s"] + l["overhead_s"] + l["optimizer_s"]
     assert abs(parts - l["step_s"]) <= 1e-9 * l["step_s"], l["layout"]
     assert abs(sum(c["exposed_s"] for c in l["comm"]) - l["comm_exposed_s"]) <= 1e-9 * l["step_s"] + 1e-15, l["layout"]
     assert abs(l["mfu"] - l["flops_per_step"] / 16 / l["step_s"] / peak) < 1e-9, l["layout"]
@@ -318,6 +318,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 job=(--set model.preset=gpt2-tiny --set training.micro_batch=2 --set training.seq_len=64 --set parallel.strategy=zero2)
 "$bin" launch -n 2 -- bench --model gpt2-tiny --seq 64 --batch 2 --bench-steps 2 --warmup-steps 1 --repeats 1 --peak 100 \
   --set parallel.strategy=zero2 --json run.json >run.log 2>&1 || fail "bench for the report: $(tail -2 run.log)"
+# the ranks that share rank 0's machine (decision 95): both, on this one machine
+if python3 -c 'import json,sys; e = json.load(open(sys.argv[1]))["environment"]; sys.exit(e["machine_ranks"] != 2)' run.json
+then pass "bench: environment.machine_ranks counts the 2 ranks of this machine"
+else fail "bench: environment.machine_ranks of a 2-rank run on one machine is not 2"; fi
 (cd "$src" && "$bin" plan "${job[@]}" --gpus 2 --nodes 1 --hardware cpu-core --strategy zero2 --tp 1 --pp 1 --json) \
   >p.json 2>err.txt || fail "plan --json for the report: $(head -2 err.txt)"
 if grep -q '"schema":[[:space:]]*"dtrain-plan/1"' p.json && "$bin" report run.json p.json -o rep.html >rep.txt 2>&1 &&

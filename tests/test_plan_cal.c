@@ -78,6 +78,22 @@ static void test_calibrate_roundtrip(void **state) {
     c.comm_ranks = 1;
     assert_int_equal(dt_plan_cal_write(&ctx, path, &c, NULL), DT_ERR_FORMAT);
     c.ranks = 2, c.comm_ranks = 0;
+    /* time-sliced devices (decision 95): no keys while ranks x threads fit the cores */
+    c.machine_ranks = 2, c.cores = 2, c.threads = 1;
+    a = written_entry(path, &c, NULL, &cat);
+    assert_true(a->idle_speedup == 0 && a->machine_ranks == 0);
+    dt_hw_free(&cat);
+    c.machine_ranks = 4, c.cores = 2, c.threads = 1; /* 4 ranks on 2 cores: each 2x faster alone */
+    a = written_entry(path, &c, NULL, &cat);
+    near(a->idle_speedup, 2, 1e-12, "idle_speedup = ranks x threads / cores");
+    assert_int_equal(a->machine_ranks, 4);
+    dt_hw_free(&cat);
+    c.machine_ranks = 3, c.cores = 4, c.threads = 2; /* 6 threads on 4 cores */
+    a = written_entry(path, &c, NULL, &cat);
+    near(a->idle_speedup, 1.5, 1e-12, "3 ranks x 2 threads on 4 cores");
+    assert_int_equal(a->machine_ranks, 3);
+    dt_hw_free(&cat);
+    c.machine_ranks = 0, c.cores = 0, c.threads = 0;
     /* a flat line at the link's size (noise): its time per byte there, 100 us over 64 MiB */
     fit.line[0].beta_us_per_b = 0;
     a = written_entry(path, &c, NULL, &cat);

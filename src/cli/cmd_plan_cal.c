@@ -69,6 +69,9 @@ static dt_status cal_run(dt_ctx *ctx, const cJSON *j, const char *what, dt_plan_
     r->overlap = cJSON_IsTrue(ov);
     r->params = at(j, "model", "trainable_params", NULL);
     r->opt_s = at(j, "summary", "breakdown_s", "optimizer"); /* the mean over steps; 0 when absent */
+    /* the head's share (its gradients computed in the forward by the fused loss: decision 97) */
+    double fpt = at(j, "flops_per_token", NULL, NULL), head = 6.0 * at(j, "model", "vocab", NULL) * at(j, "model", "d_model", NULL);
+    r->layer_share = fpt > 0 && head > 0 && head < fpt ? 1.0 - head / fpt : 0;
     return DT_OK;
 }
 

@@ -120,12 +120,14 @@ dt_status dt_plan_cal_ep_inter_link(dt_ctx *ctx, const dt_plan_cal *c, double *b
 
 /* The exposed time of a DDP run's all-reduce as the planner predicts it (plan_time.c): its
  * buckets over k ranks a node on nn nodes, all but the last hidden behind the backward (2/3
- * of the compute F x) when overlapped, and call_s for each bucket's call. */
+ * of the layers' compute F x s, s = layer_share: decision 97) when overlapped, and call_s for
+ * each bucket's call. */
 static double run_comm(const dt_plan_cal_run *r, int k, int nn, const dt_plan_net *net, double x, double call_s) {
     if (k * nn < 2 || !(r->grad_bytes > 0)) return 0;
     double buckets = ceil(r->grad_bytes / fmax(r->bucket_bytes, 1.0));
     double t = dt_plan_coll_time(DT_COLL_ALLREDUCE, r->grad_bytes / buckets, k, nn, net, NULL, NULL);
-    return (r->overlap ? fmax(t, buckets * t - r->flops * x * 2.0 / 3.0) : buckets * t) + buckets * call_s;
+    const double share = r->layer_share > 0 ? r->layer_share : 1.0;
+    return (r->overlap ? fmax(t, buckets * t - r->flops * x * 2.0 / 3.0 * share) : buckets * t) + buckets * call_s;
 }
 
 dt_status dt_plan_cal_zero3_probe(dt_ctx *ctx, const dt_plan_cal *c, double eff, double overhead_us, double call_us,

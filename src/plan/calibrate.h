@@ -51,6 +51,9 @@ typedef struct dt_plan_cal_run {
     int overlap;         /* buckets overlapped with the backward */
     double params;       /* parameters the optimizer updates (trainable; DDP: all of them) */
     double opt_s;        /* the optimizer's time in a step (bench: breakdown_s.optimizer; 0: not known) */
+    double layer_share;  /* the layers' share of its FLOPs, whose backward follows the forward (dtrain's
+                            fused loss computes the head's gradients in the forward: decision 97):
+                            1 - 6 V d / FLOPs per token; 0: 1 */
 } dt_plan_cal_run;
 
 typedef struct dt_plan_cal {

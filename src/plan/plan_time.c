@@ -84,9 +84,21 @@ static void coll(dt_plan_result *r, const char *what, dt_plan_coll op, double by
     term(r, what, bytes, pieces * rounds, ti, te, rounds * ex);
 }
 
+/* The share of stage st's compute whose backward runs in the backward pass: 1, but on dtrain's
+ * models (whose fused loss computes the head's gradients within the forward: decision 97) the
+ * stage's layers' share of its cost. */
+static double layer_share(const dt_plan_job *job, const dt_plan_stages *sts, int st) {
+    if (!job->model.is_dtrain) return 1.0;
+    dt_pp_costs k;
+    dt_plan_pp_costs(&job->model, job->train.seq_len, &k);
+    double c = dt_pp_costs_stage(&k, sts->pp, sts->first, st);
+    return c > 0 ? dt_plan_stage_n(sts, st) * k.layer / c : 1.0;
+}
+
 /* The pipeline's idle time (decision 95): the step's schedule replayed with each stage's passes
  * (its share of the heaviest stage's compute by the stage costs; a forward a third of its
- * compute, the backward two thirds, split in half under zb-h1, recomputation in the backward;
+ * compute, the backward two thirds - on dtrain's models of its layers' share, the head's in the
+ * forward (decision 97) - split in half under zb-h1, recomputation in the backward;
  * chunks of 1/v under the interleaved schedule): bubble = the dedicated makespan - the heaviest
  * stage's busy time, which is (pp - 1) t_micro for equal stages under 1F1B. Devices that share
  * cores (the catalog's idle_speedup > 1: more ranks than cores on a machine) replay again with
@@ -113,11 +125,11 @@ static void pipeline(const dt_plan_job *job, const dt_plan_layout *l, const dt_p
     double dedicated = 0, sliced = 0;
     if (f && sts->pp == pp && c_h > 0 && n_h > 0 && unit > 0) {
         for (int s = 0; s < pp; s++) {
-            double c = dt_pp_costs_stage(&k, pp, sts->first, s) / c_h;
+            double c = dt_pp_costs_stage(&k, pp, sts->first, s) / c_h, ls = layer_share(job, sts, s);
             double rc = rho * dt_plan_stage_n(sts, s) / n_h;
-            f[s] = c / 3 / v;
-            b[s] = (kind == DT_PP_ZBH1 ? c / 3 : 2 * c / 3) / v + rc / v;
-            w[s] = kind == DT_PP_ZBH1 ? c / 3 / v : 0;
+            f[s] = c * (1 - 2 * ls / 3) / v;
+            b[s] = (kind == DT_PP_ZBH1 ? c * ls / 3 : 2 * c * ls / 3) / v + rc / v;
+            w[s] = kind == DT_PP_ZBH1 ? c * ls / 3 / v : 0;
         }
         const double sp = job->hw->idle_speedup;
         int machine = job->hw->machine_ranks > 0 ? job->hw->machine_ranks : job->dpn;
@@ -163,7 +175,12 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     const double rc_flops = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens;
     r->recompute_s = rc_flops / job->gpus / rate * uneven_rc;
     double t_micro = (r->compute_s + r->recompute_s) / mstep; /* one micro-batch on one stage */
-    double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 + r->recompute_s / mstep;
+    /* the backward that follows the forward: two thirds of the compute and the recompute; dtrain's
+       fused loss computes the head's gradients inside the forward, so on its models only the
+       layers' share of the stage follows (decision 97) - the window the gradient reductions hide in */
+    const double lshare = layer_share(job, &sts, sts.heavy);
+    double fwd_micro = r->compute_s / mstep * (1.0 - 2.0 / 3.0 * lshare);
+    double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 * lshare + r->recompute_s / mstep;
     pipeline(job, l, &sts, (int)mstep, r->flops_step > 0 ? rc_flops * uneven_rc / (r->flops_step * uneven) : 0, r);
 
     dt_plan_net net = {job->intra->bw_gbs * 1e9 * job->intra_eff, job->intra->latency_us * 1e-6,
@@ -209,10 +226,22 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
         if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step */
             coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / units, shard, l->tp, d,
                  &net, units, 1, -1);
-        if (l->zero == DT_STRAT_ZERO3) /* each unit gathered for the forward and again for the backward
-                                          (16-bit matmul weights under mixed precision), prefetched */
+        if (l->zero == DT_STRAT_ZERO3) { /* each unit gathered for the forward and again for the backward
+                                            (16-bit matmul weights under mixed precision), prefetched */
             coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / units, shard, l->tp, d, &net, units,
                  2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
+            if (tc->parallel.overlap && r->n_comm >= 2) { /* per phase (decision 97): the forward's gathers
+                hide behind the forward alone, the backward's gathers and the reduce-scatters share the links
+                behind the backward; the last piece of each phase is waited for */
+                dt_plan_comm_term *rs = &r->comm[r->n_comm - 2], *ag = &r->comm[r->n_comm - 1];
+                double g1 = (ag->t_intra + ag->t_inter) / ag->count, s1 = (rs->t_intra + rs->t_inter) / rs->count;
+                double ef = fmax(g1, units * g1 - fwd_micro);
+                double eb = fmax(s1, units * (g1 + s1) - bwd_micro), before = ag->exposed + rs->exposed;
+                ag->exposed = mstep * (ef + eb * g1 / (g1 + s1));
+                rs->exposed = mstep * eb * s1 / (g1 + s1);
+                r->comm_s += ag->exposed + rs->exposed - before;
+            }
+        }
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
     if (l->tp > 1) { /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way;
