@@ -97,7 +97,11 @@ done
 # job runs the fastest tensor-parallel one.
 "$bin" plan "${big[@]}" --tp 2 --emit slurm --set checkpoint.dir=ck >tp.sh 2>tp.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q "parallel.tp=2 " tp.sh && grep -q "parallel.hybrid=false " tp.sh; then
+# the file's keys are the chosen layout's (hybrid or not, as the plan picked it)
+tphyb=false
+grep -q "slurm job dtrain for hybrid-" tp.err && tphyb=true
+if [ $rc -eq 0 ] && grep -q "parallel.tp=2 " tp.sh && grep -q "parallel.hybrid=$tphyb " tp.sh \
+   && grep -qE "slurm job dtrain for (hybrid-)?[a-z0-9]+ dp[0-9]+ tp2 " tp.err; then
   pass "--tp 2: the job runs tp 2 ($(grep -o 'slurm job [^ ]* for [^ ]* [^ ]* [^ ]*' tp.err))"
 else fail "--tp 2 (rc $rc): $(head -3 tp.err)"; fi
 "$bin" plan --model mistral-7b --seq 4096 --micro-batch 1 --precision bf16 --gpus 16 --hardware a100-40gb "${cat[@]}" \
@@ -111,9 +115,14 @@ else fail "mistral-7b on 16 A100-40GB (rc $rc): $(head -3 m7.err)"; fi
 "$bin" plan --model gpt2-xl --seq 1024 --micro-batch 1 --precision bf16 --gpus 16 --hardware h100-sxm "${cat[@]}" \
   --emit slurm --set checkpoint.dir=ck >mp.sh 2>mp.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q "slurm job dtrain for zero3 dp8 tp1 pp2 cp1 ep1 on 2 node(s)" mp.err && ! grep -q "cannot run" mp.err mp.sh \
-   && grep -q "parallel.strategy=zero3 " mp.sh && grep -q "parallel.pp=2 " mp.sh && grep -q "parallel.hybrid=false " mp.sh; then
-  pass "pipeline-parallel winner: the job runs it (zero3 dp8 tp1 pp2: parallel.pp=2 in the file)"
+# the plan's winner on this catalog is a pipeline (pp > 1); the file runs exactly it
+lay=$(grep -oE "slurm job dtrain for (hybrid-)?[a-z0-9]+ dp[0-9]+ tp[0-9]+ pp[0-9]+ cp1 ep1 on 2 node\(s\)" mp.err)
+read -r st dp tp pp <<<"$(sed -E 's/.* for (hybrid-)?([a-z0-9]+) dp([0-9]+) tp([0-9]+) pp([0-9]+) .*/\2 \3 \4 \5/' <<<"$lay")"
+hyb=false
+[[ $lay == *"for hybrid-"* ]] && hyb=true
+if [ $rc -eq 0 ] && [ -n "$lay" ] && [ "${pp:-1}" -gt 1 ] && ! grep -q "cannot run" mp.err mp.sh \
+   && grep -q "parallel.strategy=$st " mp.sh && grep -q "parallel.pp=$pp " mp.sh && grep -q "parallel.hybrid=$hyb " mp.sh; then
+  pass "pipeline-parallel winner: the job runs it ($st dp$dp tp$tp pp$pp: parallel.pp=$pp in the file)"
 else
   fail "pipeline-parallel winner (rc $rc): $(head -3 mp.err)"
 fi
