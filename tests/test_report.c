@@ -561,6 +561,22 @@ static void test_plans(void **state) {
                      q->plan[0].lay[1].optimizer_s - q->plan[0].lay[1].step_s) < 1e-12);
     free(t);
     dt_report_free(q);
+    /* a time-sliced pipeline's gain (sliced_s < 0, decision 95) beyond its bubble comes off the
+       compute: every term >= 0, their sum the step */
+    q = dt_report_new();
+    t = plan_text(NULL);
+    cJSON *pj = cJSON_Parse(t), *l0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pj, "layouts"), 0);
+    double st0 = cJSON_GetObjectItemCaseSensitive(l0, "step_s")->valuedouble;
+    cJSON_ReplaceItemInObject(l0, "step_s", cJSON_CreateNumber(0.9 * st0));
+    cJSON_AddNumberToObject(l0, "sliced_s", -0.1 * st0);
+    char *t2 = cJSON_PrintUnformatted(pj);
+    if (dt_report_add_text(&ctx, q, "plan.json", t2) != DT_OK) fail_msg("%s", ctx.err);
+    const dt_rep_plan_layout *sl = &q->plan[0].lay[0];
+    assert_true(sl->bubble_s == 0 && fabs(sl->compute_s - 0.5 * st0) < 1e-12);
+    assert_true(fabs(sl->compute_s + sl->recompute_s + sl->bubble_s + sl->comm_exposed_s + sl->overhead_s +
+                     sl->optimizer_s - sl->step_s) < 1e-12);
+    free(t), free(t2), cJSON_Delete(pj);
+    dt_report_free(q);
     q = dt_report_new();
     assert_true(dt_report_add_text(&ctx, q, "p.json", "{\"schema\":\"dtrain-plan/1\",\"kind\":\"train\"}") != DT_OK);
     assert_non_null(strstr(ctx.err, "p.json: key 'kind' is 'train', expected 'plan'"));

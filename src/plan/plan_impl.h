@@ -23,6 +23,10 @@ double dt_plan_stage_params(const dt_plan_model *m, const dt_plan_layout *l, int
 double dt_plan_stages_params(const dt_plan_model *m, const dt_plan_layout *l, const dt_plan_stages *st, int stage);
 /* Parameters of the largest unit ZeRO-2/3 hold whole (a layer or the vocabulary matrix) per device. */
 double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l);
+/* The schedule a job's pipeline of pp stages and m micro-batches is priced with (plan_pipe.c,
+ * decisions 95-96): its train.pp_kind with *v = train.pp_virtual chunks (interleaved) or 1; 1F1B
+ * with *v = 1 where dtrain's schedule check refuses them. */
+int dt_plan_pp_kind(const dt_plan_job *job, int pp, int m, int *v);
 /* Ranks a ZeRO stage shards over: dp, or under hybrid sharding the dp ranks of one node. */
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l);
 

@@ -249,13 +249,9 @@ static void analytic_memory(const dt_plan_job *job, const dt_plan_layout *l, dt_
      * x pp, Narayanan et al. 2021's factor). A schedule the pipeline would refuse (pp not dividing
      * m) is counted as 1F1B. */
     double inflight0 = l->pp < mstep ? l->pp : mstep;
-    const int v = job->train.pp_virtual;
-    if (job->train.pp_kind == DT_PP_INTERLEAVED && l->pp > 1 && mstep > 0 && v >= 2) {
-        dt_ctx c;
-        dt_ctx_init(&c);
-        if (dt_pp_schedule_check(&c, DT_PP_INTERLEAVED, l->pp, v, mstep) == DT_OK)
-            inflight0 = dt_pp_inflight(DT_PP_INTERLEAVED, l->pp, v, mstep, 0) / (double)v;
-    }
+    int v = 1;
+    if (l->pp > 1 && dt_plan_pp_kind(job, l->pp, mstep, &v) == DT_PP_INTERLEAVED)
+        inflight0 = dt_pp_inflight(DT_PP_INTERLEAVED, l->pp, v, mstep, 0) / (double)v;
     for (int st = 0; st < l->pp; st++) { /* every stage: a middle one may hold the most layers */
         double P = stage_params_n(m, l, st, dt_plan_stage_n(&sts, st)), x[DT_MEM_NKINDS] = {0};
         /* weights in the compute dtype (w bytes); fp32 gradients; the optimizer holds m, v and,

@@ -8,6 +8,14 @@
 
 #include "parallel/pp_schedule.h"
 #include "plan/plan.h"
+#include "plan/plan_impl.h"
+
+/* A busy stage's rate, in units of its all-busy rate: min(speedup, g / n) with g the stages of
+ * its group (the last group may be smaller) and n of them busy. */
+static double stage_rate(int r, int pp, int group, const int *busy, double speedup) {
+    int g0 = (r / group) * group, gsize = g0 + group > pp ? pp - g0 : group;
+    return fmin(speedup, (double)gsize / busy[r / group]);
+}
 
 static int simulate(int kind, int pp, int v, int m, const double *f, const double *b, const double *w, double speedup,
                     int group, double *makespan) {
@@ -61,8 +69,7 @@ static int simulate(int kind, int pp, int v, int m, const double *f, const doubl
         int first = -1;
         for (int r = 0; r < pp; r++) {
             if (!run[r]) continue;
-            int gsize = (r / group + 1) * group > pp ? pp - (r / group) * group : group;
-            double rate = fmin(speedup, (double)gsize / busy[r / group]), t = rem[r] / rate;
+            double rate = stage_rate(r, pp, group, busy, speedup), t = rem[r] / rate;
             if (t < dt) dt = t, first = r;
         }
         if (first < 0) { /* nothing runs and actions remain: the lists deadlock */
@@ -72,9 +79,7 @@ static int simulate(int kind, int pp, int v, int m, const double *f, const doubl
         now += dt;
         for (int r = 0; r < pp; r++) {
             if (!run[r]) continue;
-            int gsize = (r / group + 1) * group > pp ? pp - (r / group) * group : group;
-            double rate = fmin(speedup, (double)gsize / busy[r / group]);
-            rem[r] -= rate * dt;
+            rem[r] -= stage_rate(r, pp, group, busy, speedup) * dt;
             if (r == first || rem[r] <= 1e-12 * dur[r]) {
                 dt_pp_action a = all[(size_t)r * (size_t)len + (size_t)next[r]];
                 FIN(a.op, a.mb, a.chunk * pp + r) = now;
@@ -154,4 +159,14 @@ int dt_plan_pp_makespan(int kind, int pp, int v, int m, const double *f, const d
         e->rc = rc, e->makespan = t;
     }
     return rc;
+}
+
+int dt_plan_pp_kind(const dt_plan_job *job, int pp, int m, int *v) {
+    int kind = job->train.pp_kind;
+    *v = kind == DT_PP_INTERLEAVED ? job->train.pp_virtual : 1;
+    dt_ctx scratch;
+    dt_ctx_init(&scratch);
+    if (pp < 1 || m < 1 || m > DT_PP_MAX_MICRO || dt_pp_schedule_check(&scratch, (dt_pp_kind)kind, pp, *v, m) != DT_OK)
+        kind = DT_PP_1F1B, *v = 1;
+    return kind;
 }

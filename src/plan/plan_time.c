@@ -87,12 +87,10 @@ static void coll(dt_plan_result *r, const char *what, dt_plan_coll op, double by
 /* The share of stage st's compute whose backward runs in the backward pass: 1, but on dtrain's
  * models (whose fused loss computes the head's gradients within the forward: decision 97) the
  * stage's layers' share of its cost. */
-static double layer_share(const dt_plan_job *job, const dt_plan_stages *sts, int st) {
+static double layer_share(const dt_plan_job *job, const dt_pp_costs *k, const dt_plan_stages *sts, int st) {
     if (!job->model.is_dtrain) return 1.0;
-    dt_pp_costs k;
-    dt_plan_pp_costs(&job->model, job->train.seq_len, &k);
-    double c = dt_pp_costs_stage(&k, sts->pp, sts->first, st);
-    return c > 0 ? dt_plan_stage_n(sts, st) * k.layer / c : 1.0;
+    double c = dt_pp_costs_stage(k, sts->pp, sts->first, st);
+    return c > 0 ? dt_plan_stage_n(sts, st) * k->layer / c : 1.0;
 }
 
 /* The pipeline's idle time (decision 95): the step's schedule replayed with each stage's passes
@@ -104,19 +102,14 @@ static double layer_share(const dt_plan_job *job, const dt_plan_stages *sts, int
  * cores (the catalog's idle_speedup > 1: more ranks than cores on a machine) replay again with
  * the stages of a machine sharing its cores; sliced = that makespan - the dedicated one (<= 0).
  * A schedule dtrain's check refuses for this pp, v, m is priced as 1F1B. */
-static void pipeline(const dt_plan_job *job, const dt_plan_layout *l, const dt_plan_stages *sts, int m, double rho,
-                     dt_plan_result *r) {
+static void pipeline(const dt_plan_job *job, const dt_plan_layout *l, const dt_pp_costs *k, const dt_plan_stages *sts,
+                     int m, double rho, dt_plan_result *r) {
     r->bubble_s = r->sliced_s = 0;
     const int pp = l->pp;
     if (pp <= 1 || m < 1) return;
-    const dt_train_cfg *tc = &job->train;
-    int kind = tc->pp_kind, v = kind == DT_PP_INTERLEAVED ? tc->pp_virtual : 1;
-    dt_ctx scratch;
-    dt_ctx_init(&scratch);
-    if (dt_pp_schedule_check(&scratch, (dt_pp_kind)kind, pp, v, m) != DT_OK) kind = DT_PP_1F1B, v = 1;
-    dt_pp_costs k;
-    dt_plan_pp_costs(&job->model, tc->seq_len, &k);
-    const double c_h = dt_pp_costs_stage(&k, sts->pp, sts->first, sts->heavy);
+    int v;
+    const int kind = dt_plan_pp_kind(job, pp, m, &v);
+    const double c_h = dt_pp_costs_stage(k, sts->pp, sts->first, sts->heavy);
     const int n_h = dt_plan_stage_n(sts, sts->heavy);
     double *f = malloc(3 * (size_t)pp * sizeof *f), *b = f ? f + pp : NULL, *w = f ? f + 2 * pp : NULL;
     /* durations in units of the heaviest stage's micro-batch compute (compute_s / m): they do not
@@ -125,7 +118,7 @@ static void pipeline(const dt_plan_job *job, const dt_plan_layout *l, const dt_p
     double dedicated = 0, sliced = 0;
     if (f && sts->pp == pp && c_h > 0 && n_h > 0 && unit > 0) {
         for (int s = 0; s < pp; s++) {
-            double c = dt_pp_costs_stage(&k, pp, sts->first, s) / c_h, ls = layer_share(job, sts, s);
+            double c = dt_pp_costs_stage(k, pp, sts->first, s) / c_h, ls = layer_share(job, k, sts, s);
             double rc = rho * dt_plan_stage_n(sts, s) / n_h;
             f[s] = c * (1 - 2 * ls / 3) / v;
             b[s] = (kind == DT_PP_ZBH1 ? c * ls / 3 : 2 * c * ls / 3) / v + rc / v;
@@ -144,6 +137,29 @@ static void pipeline(const dt_plan_job *job, const dt_plan_layout *l, const dt_p
     }
     free(f);
     r->bubble_s = (pp - 1) * heavy / m; /* equal stages, 1F1B */
+}
+
+/* ZeRO-3 (decision 97): each of the `units` pieces reduce-scattered (rs bytes over n_rs ranks)
+ * as its backward ends and gathered (ag bytes over n_ag ranks, the compute dtype) for the
+ * forward and again for the backward, every micro-step, prefetched. Overlapped per phase: the
+ * forward's gathers behind the forward (fwd), the backward's gathers and reduce-scatters,
+ * sharing the links, behind the backward (bwd), the last piece of each waited for; the
+ * backward's exposure split between the two terms by their times. fwd < 0: not overlapped. */
+static void zero3(dt_plan_result *r, double rs, double ag, int n_rs, int n_ag, int stride, int d, const dt_plan_net *net,
+                  double units, double mstep, double fwd, double bwd) {
+    int k, nn;
+    double rti, rte, gti, gte;
+    dt_plan_group_span(n_rs, stride, d, &k, &nn);
+    const double s1 = dt_plan_coll_time(DT_COLL_REDUCE_SCATTER, rs, k, nn, net, &rti, &rte);
+    dt_plan_group_span(n_ag, stride, d, &k, &nn);
+    const double g1 = dt_plan_coll_time(DT_COLL_ALLGATHER, ag, k, nn, net, &gti, &gte);
+    double ex_rs = units * s1, ex_ag = 2 * units * g1; /* per micro-step */
+    if (fwd >= 0 && g1 + s1 > 0) {
+        double ef = fmax(g1, units * g1 - fwd), eb = fmax(s1, units * (g1 + s1) - bwd);
+        ex_ag = ef + eb * g1 / (g1 + s1), ex_rs = eb * s1 / (g1 + s1);
+    }
+    term(r, "dp reduce-scatter grads", rs, units * mstep, rti, rte, mstep * ex_rs);
+    term(r, "dp all-gather params x2", ag, 2 * units * mstep, gti, gte, mstep * ex_ag);
 }
 
 /* Units per layer: dtrain's layers are several (params.h), other frameworks' one. */
@@ -178,10 +194,12 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     /* the backward that follows the forward: two thirds of the compute and the recompute; dtrain's
        fused loss computes the head's gradients inside the forward, so on its models only the
        layers' share of the stage follows (decision 97) - the window the gradient reductions hide in */
-    const double lshare = layer_share(job, &sts, sts.heavy);
+    dt_pp_costs costs;
+    dt_plan_pp_costs(m, T, &costs);
+    const double lshare = layer_share(job, &costs, &sts, sts.heavy);
     double fwd_micro = r->compute_s / mstep * (1.0 - 2.0 / 3.0 * lshare);
     double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 * lshare + r->recompute_s / mstep;
-    pipeline(job, l, &sts, (int)mstep, r->flops_step > 0 ? rc_flops * uneven_rc / (r->flops_step * uneven) : 0, r);
+    pipeline(job, l, &costs, &sts, (int)mstep, r->flops_step > 0 ? rc_flops * uneven_rc / (r->flops_step * uneven) : 0, r);
 
     dt_plan_net net = {job->intra->bw_gbs * 1e9 * job->intra_eff, job->intra->latency_us * 1e-6,
                        job->inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->inter_eff,
@@ -220,28 +238,15 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
         else if (l->zero == DT_STRAT_ZERO1) /* buckets reduce-scattered during the last backward */
             coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / buckets, gdp, l->tp, d, &net,
                  buckets, 1, win);
-        else /* ZeRO-2/3: each unit reduce-scattered as its backward ends, every micro-step */
+        else if (l->zero == DT_STRAT_ZERO2) /* each unit reduce-scattered as its backward ends, every micro-step */
             coll(r, "dp reduce-scatter grads", DT_COLL_REDUCE_SCATTER, P * gb / units, gdp, l->tp, d, &net, units,
                  mstep, win);
         if (l->zero == DT_STRAT_ZERO1 || l->zero == DT_STRAT_ZERO2) /* after the optimizer step */
             coll(r, "dp all-gather params", DT_COLL_ALLGATHER, P * (dtrain_algo ? 4 : e) / units, shard, l->tp, d,
                  &net, units, 1, -1);
-        if (l->zero == DT_STRAT_ZERO3) { /* each unit gathered for the forward and again for the backward
-                                            (16-bit matmul weights under mixed precision), prefetched */
-            coll(r, "dp all-gather params x2", DT_COLL_ALLGATHER, P * e / units, shard, l->tp, d, &net, units,
-                 2 * mstep, tc->parallel.overlap ? t_micro / 2 : -1);
-            if (tc->parallel.overlap && r->n_comm >= 2) { /* per phase (decision 97): the forward's gathers
-                hide behind the forward alone, the backward's gathers and the reduce-scatters share the links
-                behind the backward; the last piece of each phase is waited for */
-                dt_plan_comm_term *rs = &r->comm[r->n_comm - 2], *ag = &r->comm[r->n_comm - 1];
-                double g1 = (ag->t_intra + ag->t_inter) / ag->count, s1 = (rs->t_intra + rs->t_inter) / rs->count;
-                double ef = fmax(g1, units * g1 - fwd_micro);
-                double eb = fmax(s1, units * (g1 + s1) - bwd_micro), before = ag->exposed + rs->exposed;
-                ag->exposed = mstep * (ef + eb * g1 / (g1 + s1));
-                rs->exposed = mstep * eb * s1 / (g1 + s1);
-                r->comm_s += ag->exposed + rs->exposed - before;
-            }
-        }
+        if (l->zero == DT_STRAT_ZERO3)
+            zero3(r, P * gb / units, P * e / units, gdp, shard, l->tp, d, &net, units, mstep,
+                  tc->parallel.overlap ? fwd_micro : -1, bwd_micro);
     }
     double act = e * b * ((double)T / l->cp) * m->d_model; /* one layer's input (full sequence shard) */
     if (l->tp > 1) { /* Megatron + sequence parallel: 2 all-gather/reduce-scatter pairs per layer each way;

@@ -238,7 +238,8 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
      * the embedding and the loss as layers to make 126 + 2 = 8 x 8 x 2) */
     if (w->vpp >= 2) {
         long mstep = j->global_batch / ((long)j->train.micro_batch * l->dp);
-        if (mstep % l->pp || dt_pp_schedule_check(&ctx, DT_PP_INTERLEAVED, l->pp, w->vpp, (int)mstep) != DT_OK) {
+        if (mstep < 1 || mstep > DT_PP_MAX_MICRO ||
+            dt_pp_schedule_check(&ctx, DT_PP_INTERLEAVED, l->pp, w->vpp, (int)mstep) != DT_OK) {
             snprintf(w->why, sizeof w->why, "vpp %d: the interleaved schedule needs the micro-batches per step "
                      "(global_batch / (micro_batch x dp) = %ld) to be a multiple of pp %d", w->vpp, mstep, l->pp);
             return;

@@ -521,7 +521,7 @@ static void plan_matches_chart(FILE *f, const dt_report *r, const dt_rep_plan_ma
             rows[i] = labels[i];
             const double c[6] = {l->compute_s, l->recompute_s, l->comm_exposed_s, l->bubble_s, l->overhead_s,
                                  l->optimizer_s};
-            for (int k = 0; k < 6; k++) v[i * 6 + k] = isfinite(c[k]) && c[k] > 0 ? c[k] : 0; /* a time-sliced pipeline's bubble may be < 0 */
+            for (int k = 0; k < 6; k++) v[i * 6 + k] = isfinite(c[k]) ? c[k] : 0;
             meas[i] = r->train[mt[i].train].step_s.mean;
         }
         dt_svg_axis a = {.label = "ms per step", .from_zero = 1};

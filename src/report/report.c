@@ -524,9 +524,15 @@ static dt_status read_plan_layout(jpath *j, const cJSON *e, const char *p, int g
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) JCHECK(need_num_n(j, e, p, keys[k], 1, dst[k]));
     l->overhead_s = 0; /* plans written before decision 55 have no overhead term */
     if (cJSON_GetObjectItemCaseSensitive(e, "overhead_s")) JCHECK(need_num_n(j, e, p, "overhead_s", 1, &l->overhead_s));
-    double sliced = 0; /* nor before decision 95 the time-sliced pipeline's gain (<= 0): shown with the bubble */
+    /* nor before decision 95 the time-sliced pipeline's gain (<= 0): taken off the bubble, and
+       what exceeds the bubble off the compute (the stages' work ran faster), so the terms stay
+       >= 0 and still add up to the step */
+    double sliced = 0;
     if (cJSON_GetObjectItemCaseSensitive(e, "sliced_s")) JCHECK(need_num_n(j, e, p, "sliced_s", 1, &sliced));
-    if (isfinite(sliced)) l->bubble_s += sliced;
+    if (isfinite(sliced) && sliced < 0) {
+        l->bubble_s += sliced;
+        if (l->bubble_s < 0) l->compute_s += l->bubble_s, l->bubble_s = 0;
+    }
     l->optimizer_s = 0; /* nor before decision 56 an optimizer term */
     if (cJSON_GetObjectItemCaseSensitive(e, "optimizer_s"))
         JCHECK(need_num_n(j, e, p, "optimizer_s", 1, &l->optimizer_s));
