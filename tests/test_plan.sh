@@ -186,6 +186,52 @@ EOF2
 ); then pass "--validate --fit: same_compute_as gives a type without fitting rows its twin's fit ($out)"
 else fail "same_compute_as: $(cat err.txt) ${out:-} $(grep '^#' twin.txt | head -3)"; fi
 
+# The framework column and the fp8 factor (decision 98): one efficiency per GPU type and
+# framework, fitted on that framework's 16-bit fitting rows, the GPU type's (fitted on all its
+# 16-bit rows) for a framework without any, and fp8 rows at the fp8 peak x their 16-bit
+# efficiency x one factor fitted on the fp8 fitting rows. gpu-a with an fp8 peak of 800; by hand:
+# alpha (fa: 160, 160) 0.4, beta (fb: 240) 0.6, the GPU type 0.4 (median of 0, 0, 33%), the
+# factor 256 / (0.4 x 800) = 0.8 (fc, alpha in fp8); held out: ha beta 240 vs 300 (-20%), hb
+# gamma (no fitting rows) 160 vs 200 (-20%), hc beta fp8 0.6 x 0.8 x 800 = 384 (0%), hd no
+# framework fp8 0.32 x 800 = 256 vs 320 (-20%). Leaving one source out: fa by fb's 0.6 (+50%
+# twice), fb by alpha's GPU-type 0.4 (-33.3%), fc at factor 1 (320 vs 256: +25%): median 41.7%.
+sed 's/^    peak_tflops: {fp32: 100, bf16: 400, fp16: 400}$/    peak_tflops: {fp32: 100, bf16: 400, fp16: 400, fp8: 800}/' \
+  "$src/tests/data/plan/hardware.yaml" >fw.yaml
+fwrow() { # ID SPLIT FRAMEWORK PRECISION PUBLISHED
+  echo "$1,https://example.org/$1,source $1,$2,$3,dense-1b,16,2048,16,,,gelu,50304,2048,,,,gpu-a,1,8,1,1,1,,,0,4,4,$4,none,$5,,,,,"
+}
+{ grep '^id,' "$held" | sed 's/,split,/,split,framework,/'
+  fwrow fa-1 fit alpha bf16 160; fwrow fa-2 fit alpha bf16 160; fwrow fb-1 fit beta bf16 240; fwrow fc-1 fit alpha fp8 256
+  fwrow ha-1 heldout beta bf16 300; fwrow hb-1 heldout gamma bf16 200; fwrow hc-1 heldout beta fp8 384
+  fwrow hd-1 heldout "" fp8 320; } >fw.csv
+cut -d, -f1-4,6- fw.csv >nofw.csv
+"$bin" plan --validate fw.csv --catalog fw.yaml --fit >fw.txt 2>err.txt &&
+  "$bin" plan --validate fw.csv --catalog fw.yaml --fit --json >fw.json 2>>err.txt &&
+  "$bin" plan --validate nofw.csv --catalog fw.yaml --fit --json >nofw.json 2>>err.txt
+if [ $? -eq 0 ] && [ ! -s err.txt ] \
+   && grep -q "^# per GPU type and framework (fitted on its 16-bit rows; others take the GPU type's): gpu-a/alpha 0.4 gpu-a/beta 0.6$" fw.txt \
+   && grep -q "^# fp8 rows: the fp8 peak x their 16-bit efficiency x 0.8 (fitted on 1 fp8 fitting rows)$" fw.txt \
+   && grep -q "^# held-out: median |error| of TFLOP/s per GPU 20.0% (worst 20.0%) over 4 rows" fw.txt \
+   && grep -q "^# leave-one-source-out: median |error| of TFLOP/s per GPU 41.7% (worst 50.0%) over 4 rows" fw.txt \
+   && out=$(python3 - fw.json nofw.json <<'EOF4' 2>&1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+r = {x["id"]: x for x in a["rows"]}
+assert a["gemm_eff"]["gpu-a"] == 0.4 and a["gemm_eff_framework"] == {"gpu-a/alpha": 0.4, "gpu-a/beta": 0.6}, a
+assert a["fp8_factor"] == 0.8 and a["fp8_fitting_rows"] == 1, (a["fp8_factor"], a["fp8_fitting_rows"])
+got = {k: round(r[k]["gemm_eff"], 6) for k in r}
+assert got == {"fa-1": 0.4, "fa-2": 0.4, "fb-1": 0.6, "fc-1": 0.32, "ha-1": 0.6, "hb-1": 0.4, "hc-1": 0.48, "hd-1": 0.32}, got
+for k, v in {"ha-1": 240, "hb-1": 160, "hc-1": 384, "hd-1": 256}.items():
+    assert abs(r[k]["pred_tflops_per_gpu"] - v) < 1e-6, (k, r[k]["pred_tflops_per_gpu"])
+assert r["ha-1"]["framework"] == "beta" and "framework" not in r["hd-1"], r["hd-1"]
+# without the column: one efficiency per GPU type (0.4: the 16-bit rows 160, 160, 240) for every row
+assert b["gemm_eff_framework"] == {} and b["fp8_factor"] == 0.8, b
+assert {x["id"]: round(x["gemm_eff"], 6) for x in b["rows"]} == {k: 0.32 if k[1] in "cd" else 0.4 for k in r}, b["rows"]
+print(f"classes {a['gemm_eff_framework']}, fp8 factor {a['fp8_factor']}; held-out {a['heldout']['median_abs_rel_err_tflops']:.3f}")
+EOF4
+); then pass "--validate --fit: an efficiency per GPU type and framework, the GPU type's without fitting rows, fp8 at a fitted factor ($out)"
+else fail "--validate framework/fp8: $(cat err.txt) ${out:-} $(grep '^#' fw.txt | tail -8)"; fi
+
 # The vpp column (decision 96): virtual pipeline stages per pipeline rank put the row's job on
 # the interleaved schedule with that many chunks; empty or 1 is 1F1B; a file without the column
 # (runs.csv, heldout.csv) reads as 1 everywhere. A row whose micro-batches per step are not a
@@ -254,6 +300,12 @@ done
 { echo "$hdr"; row va-1 2 8 | sed 's/,gpu-a,2,8,1,2,2,1,/,gpu-a,1,8,1,1,2,1,/'; } >badvpp.csv
 bad "CSV: vpp without a pipeline" " badvpp.csv:2: column 'vpp' \(field 22\): 2 virtual stages per pipeline rank need a pp of 2 or more \(pp '1'\)$" \
   --validate badvpp.csv "${cat[@]}"
+# the framework column: a plain lower-case name
+for v in Alpha "al pha" "a/b"; do
+  { head -1 fw.csv; fwrow fa-1 fit "$v" bf16 160; } >badfw.csv
+  bad "CSV: framework '$v'" " badfw.csv:2: column 'framework' \(field 5\): '$v' is not a name of up to 31 lower-case letters, digits, '-', '_' or '.'$" \
+    --validate badfw.csv --catalog fw.yaml
+done
 bad "unknown hardware, did-you-mean" "--hardware gpu-b: not in .*hardware.yaml \(did you mean gpu-a\?" \
   "${gpt2[@]}" --gpus 8 --hardware gpu-b "${cat[@]}"
 bad "layout product != gpus" "tp x pp x cp x dp = 12 != --gpus 8" "${gpt2[@]}" --gpus 8 --hardware gpu-a "${cat[@]}" --tp 2 --pp 2 --dp 3

@@ -30,6 +30,9 @@ ins, held, loso, held0 = line(fit_txt, "in-sample"), line(fit_txt, "held-out"), 
     line(plain_txt, "held-out")
 eff = re.search(r"fitted[^)]*\): (.*)", fit_txt).group(1).split()
 effs = ", ".join(f"{k} {v}" for k, v in zip(eff[0::2], eff[1::2]))
+fws = ", ".join(f"{k} {v:g}" for k, v in d["gemm_eff_framework"].items()
+                if any(r.get("framework") and f"{r['gpu']}/{r['framework']}" == k for r in d["rows"]))
+fp8 = f"{d['fp8_factor']:g} (fitted on {d['fp8_fitting_rows']} fp8 rows)"
 rows, groups = [], {}
 for r in d["rows"]:
     if "skipped" in r:
@@ -56,6 +59,7 @@ head = doc[:start] + f"""The result on the CSV of this commit:
 
 `dtrain plan --validate bench/planner/published_runs.csv --fit`: median |error| of TFLOP/s per GPU {med.group(2)} over {med.group(1)} rows
 (the fitting rows; catalog efficiency 0.6 everywhere: {med0}). Fitted GEMM efficiencies: {effs}.
+Per GPU type and framework: {fws}; fp8 rows at the fp8 peak x their 16-bit efficiency x {fp8}.
 The same command prints, in sample, out of sample and source by source:
 
 ```

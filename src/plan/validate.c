@@ -15,11 +15,11 @@
 #define GIB 1073741824.0
 #define MAX_ROWS DT_VAL_MAX_ROWS
 
-enum { C_ID, C_SOURCE, C_SPLIT, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_KV, C_DFF, C_FFN, C_VOCAB, C_SEQ, C_PARAMS, C_EXPERTS,
+enum { C_ID, C_SOURCE, C_SPLIT, C_FW, C_MODEL, C_LAYERS, C_DMODEL, C_HEADS, C_KV, C_DFF, C_FFN, C_VOCAB, C_SEQ, C_PARAMS, C_EXPERTS,
        C_TOPK, C_GPU, C_NGPUS, C_GPN, C_TP, C_PP, C_VPP, C_DP, C_CP, C_EP, C_ZERO, C_MB, C_GB, C_PREC, C_RECOMP, C_TFLOPS,
        C_MFU, C_STEP, C_TOKS, C_MEM, C_NOTES, C_N };
 static const char *const col_names[C_N] = {
-    "id", "source", "split", "model", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "ffn", "vocab", "seq_len",
+    "id", "source", "split", "framework", "model", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "ffn", "vocab", "seq_len",
     "params_b", "experts", "experts_topk", "gpu", "n_gpus", "gpus_per_node", "tp", "pp", "vpp", "dp", "cp", "ep", "zero",
     "micro_batch", "global_batch", "precision", "recompute", "reported_tflops_per_gpu", "reported_mfu",
     "reported_step_s", "reported_tokens_per_s", "reported_mem_gb", "notes"};
@@ -189,6 +189,7 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
             return;
         }
         w->hw.peak_tflops[DT_HW_BF16] = hw->peak_tflops[DT_HW_FP8];
+        w->fp8 = 1;
         snprintf(w->assumed + strlen(w->assumed), sizeof w->assumed - strlen(w->assumed), "%sfp8 peak for every GEMM",
                  w->assumed[0] ? ", " : "");
     }
@@ -363,14 +364,37 @@ static dt_status row_vpp(dt_ctx *ctx, const char *path, int lineno, char **f, co
     return DT_OK;
 }
 
+/* The software that ran the row (column framework): empty = not stated (-1); otherwise a name
+ * of lower-case letters, digits, '-', '_' and '.', up to 31 characters; rows naming the same
+ * framework share its fitted efficiency (decision 98). A file without the column: -1 everywhere. */
+static dt_status row_fw(dt_ctx *ctx, const char *path, int lineno, char **f, const int *idx, row *w, dt_val_fws *fws) {
+    w->fw = -1;
+    if (!has(f, idx, C_FW)) return DT_OK;
+    const char *s = str(f, idx, C_FW);
+    size_t len = strlen(s);
+    if (len > 31 || strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-_.") != len)
+        return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: column 'framework' (field %d): '%s' is not a name of up to 31 "
+                       "lower-case letters, digits, '-', '_' or '.'", path, lineno, idx[C_FW] + 1, s);
+    int k = 0;
+    while (k < fws->n && strcmp(fws->name[k], s)) k++;
+    if (k == fws->n) {
+        if (k == DT_VAL_MAX_FW)
+            return dt_fail(ctx, DT_ERR_CONFIG, "%s:%d: column 'framework' (field %d): more than %d frameworks", path, lineno,
+                           idx[C_FW] + 1, DT_VAL_MAX_FW);
+        snprintf(fws->name[fws->n++], sizeof fws->name[0], "%s", s);
+    }
+    w->fw = k;
+    return DT_OK;
+}
+
 static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *path, row *rows, int *nrows, source *srcs,
-                           int *n_src) {
+                           int *n_src, dt_val_fws *fws) {
     FILE *fp = fopen(path, "r");
     if (!fp) return dt_fail(ctx, DT_ERR_IO, "--validate %s: cannot open", path);
     char line[8192], *f[128];
     int idx[C_N], lineno = 0, ncols = 0;
     dt_status st = DT_OK;
-    *nrows = *n_src = 0;
+    *nrows = *n_src = fws->n = 0;
     while (fgets(line, sizeof line, fp)) {
         lineno++;
         line[strcspn(line, "\r\n")] = 0;
@@ -404,6 +428,7 @@ static dt_status read_rows(dt_ctx *ctx, const dt_hw_catalog *cat, const char *pa
         snprintf(w->id, sizeof w->id, "%s", str(f, idx, C_ID));
         if ((st = row_source(ctx, path, lineno, f, idx, w, srcs, n_src)) != DT_OK) break;
         if ((st = row_vpp(ctx, path, lineno, f, idx, w)) != DT_OK) break;
+        if ((st = row_fw(ctx, path, lineno, f, idx, w, fws)) != DT_OK) break;
         build(cat, f, idx, w);
     }
     fclose(fp);
@@ -432,17 +457,19 @@ static void json_err(cJSON *o, const char *key, dt_val_err e, int sources) {
 dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *csv, int fit, int json, FILE *out) {
     row *rows = calloc(MAX_ROWS, sizeof *rows);
     source *srcs = calloc(DT_VAL_MAX_SOURCES, sizeof *srcs);
-    double *eff = calloc((size_t)(cat->n_acc > 0 ? cat->n_acc : 1), sizeof *eff);
-    if (!rows || !srcs || !eff) {
-        free(rows), free(srcs), free(eff);
+    dt_val_fws *fws = calloc(1, sizeof *fws);
+    dt_val_eff eff = {0};
+    if (!rows || !srcs || !fws || dt_val_eff_init(&eff, cat, DT_VAL_MAX_FW) != 0) {
+        free(rows), free(srcs), free(fws), dt_val_eff_free(&eff);
         return dt_fail(ctx, DT_ERR_NOMEM, "--validate: out of memory");
     }
     int n = 0, n_src = 0;
-    dt_status st = read_rows(ctx, cat, csv, rows, &n, srcs, &n_src);
+    dt_status st = read_rows(ctx, cat, csv, rows, &n, srcs, &n_src, fws);
     if (st != DT_OK) goto done;
-    /* the GEMM efficiency per GPU type: the catalog's, or the one fitted on the fitting rows */
-    for (int a = 0; a < cat->n_acc; a++) eff[a] = cat->acc[a].gemm_eff;
-    if (fit) dt_val_fit(cat, rows, n, -1, eff);
+    eff.n_fw = fws->n;
+    /* the GEMM efficiencies: the catalog's per GPU type, or fitted on the fitting rows (per GPU
+       type, per GPU type and framework, the fp8 factor: decision 98) */
+    if (fit) dt_val_fit(cat, rows, n, -1, &eff);
     int loso_src = 0, fit_src = 0, held_src = 0;
     for (int s = 0; s < n_src; s++) { /* the sources with a row scored */
         int any = 0;
@@ -450,8 +477,8 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         if (any) srcs[s].heldout ? held_src++ : fit_src++;
     }
     dt_val_err loso = {0, NAN, NAN};
-    if (fit) loso = dt_val_loso(cat, rows, n, n_src, &loso_src);
-    dt_val_err in = dt_val_score(rows, n, eff, 0), held = dt_val_score(rows, n, eff, 1);
+    if (fit) loso = dt_val_loso(cat, rows, n, n_src, fws->n, &loso_src);
+    dt_val_err in = dt_val_score(rows, n, &eff, 0), held = dt_val_score(rows, n, &eff, 1);
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     if (!json) {
         fprintf(out, "# %s against %s; link efficiencies from the catalog (default %.3g); tp overlap 1 where the notes "
@@ -464,7 +491,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         row *w = &rows[i];
         char fl[512] = "", name[64] = "-";
         if (w->ok) {
-            dt_val_predict(w, eff[w->acc]);
+            dt_val_predict(w, dt_val_eff_of(&eff, w));
             dt_val_flags(w, fl, sizeof fl);
             dt_plan_layout_name(&w->lay, name, sizeof name);
         }
@@ -475,6 +502,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
             cJSON_AddStringToObject(o, "gpu", w->gpu);
             cJSON_AddStringToObject(o, "split", w->heldout ? "heldout" : "fit");
             cJSON_AddStringToObject(o, "source", srcs[w->src].key);
+            if (w->fw >= 0) cJSON_AddStringToObject(o, "framework", fws->name[w->fw]);
             if (w->ok) {
                 cJSON_AddStringToObject(o, "layout", name);
                 cJSON_AddStringToObject(o, "pp_schedule", dt_pp_kind_name((dt_pp_kind)w->job.train.pp_kind));
@@ -512,7 +540,16 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
     /* the errors over the rows compared (impossible claims left out): the fitting rows, then the held-out ones */
     if (arr) {
         cJSON *o = cJSON_CreateObject(), *ef = cJSON_AddObjectToObject(o, "gemm_eff");
-        for (int a = 0; a < cat->n_acc; a++) cJSON_AddNumberToObject(ef, cat->acc[a].key, eff[a]);
+        for (int a = 0; a < cat->n_acc; a++) cJSON_AddNumberToObject(ef, cat->acc[a].key, eff.acc[a]);
+        cJSON *fe = cJSON_AddObjectToObject(o, "gemm_eff_framework");
+        for (int a = 0; a < cat->n_acc; a++)
+            for (int f = 0; f < fws->n; f++) {
+                char key[96];
+                snprintf(key, sizeof key, "%s/%s", cat->acc[a].key, fws->name[f]);
+                if (!isnan(eff.cls[a * fws->n + f])) cJSON_AddNumberToObject(fe, key, eff.cls[a * fws->n + f]);
+            }
+        cJSON_AddNumberToObject(o, "fp8_factor", eff.fp8);
+        cJSON_AddNumberToObject(o, "fp8_fitting_rows", eff.fp8_rows);
         cJSON_AddItemToObject(o, "rows", arr);
         if (in.n > 0) cJSON_AddNumberToObject(o, "median_abs_rel_err_tflops", in.median);
         cJSON_AddNumberToObject(o, "rows_compared", in.n);
@@ -524,18 +561,31 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         free(js);
         cJSON_Delete(o);
     } else {
-        fprintf(out, "# GEMM efficiency per GPU type (%s):", fit ? "fitted: minimum median |error| of TFLOP/s per GPU" : "catalog");
+        fprintf(out, "# GEMM efficiency per GPU type (%s):",
+                fit ? "fitted on its 16-bit rows: minimum median |error| of TFLOP/s per GPU" : "catalog");
         for (int a = 0; a < cat->n_acc; a++) {
             int used = 0;
             for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a && (!fit || !rows[i].heldout);
-            if (used) fprintf(out, " %s %.4g", cat->acc[a].key, eff[a]);
+            if (used) fprintf(out, " %s %.4g", cat->acc[a].key, eff.acc[a]);
         }
+        int any = 0;
+        for (int a = 0; fit && a < cat->n_acc; a++)
+            for (int f = 0; f < fws->n; f++) {
+                int used = 0; /* a fitted class some row is predicted with */
+                for (int i = 0; i < n && !used; i++) used = rows[i].ok && rows[i].acc == a && rows[i].fw == f;
+                if (!used || isnan(eff.cls[a * fws->n + f])) continue;
+                if (!any++) fprintf(out, "\n# per GPU type and framework (fitted on its 16-bit rows; others take the GPU type's):");
+                fprintf(out, " %s/%s %.4g", cat->acc[a].key, fws->name[f], eff.cls[a * fws->n + f]);
+            }
+        if (fit)
+            fprintf(out, "\n# fp8 rows: the fp8 peak x their 16-bit efficiency x %.4g (%s %d fp8 fitting rows)", eff.fp8,
+                    eff.fp8_rows ? "fitted on" : "1 without", eff.fp8_rows);
         for (int a = 0; fit && a < cat->n_acc; a++) {
             int used = 0;
             for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a;
             if (used && dt_val_twin_fitted(cat, rows, n, a))
                 fprintf(out, "\n# %s has no fitting row and the same compute as %s (same_compute_as): its fitted %.4g",
-                        cat->acc[a].key, cat->acc[cat->acc[a].compute_twin].key, eff[a]);
+                        cat->acc[a].key, cat->acc[cat->acc[a].compute_twin].key, eff.acc[a]);
         }
         fprintf(out, "\n# median |error| of TFLOP/s per GPU over %d rows (impossible claims excluded): %.1f%%\n", in.n,
                 100 * in.median);
@@ -550,6 +600,6 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
         }
     }
 done:
-    free(rows), free(srcs), free(eff);
+    free(rows), free(srcs), free(fws), dt_val_eff_free(&eff);
     return st;
 }

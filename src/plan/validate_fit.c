@@ -58,41 +58,91 @@ int dt_val_scored(const dt_val_row *w) {
     return w->ok && isfinite(w->rep_tflops) && !(dt_val_flags(w, fl, sizeof fl) & 1);
 }
 
-void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src, double *eff) {
-    double err[DT_VAL_MAX_ROWS];
+int dt_val_eff_init(dt_val_eff *e, const dt_hw_catalog *cat, int n_fw) {
+    int na = cat->n_acc > 0 ? cat->n_acc : 1, nf = n_fw > 0 ? n_fw : 1;
+    e->n_acc = cat->n_acc, e->n_fw = n_fw, e->fp8 = 1, e->fp8_rows = 0;
+    e->acc = malloc((size_t)na * sizeof *e->acc), e->cls = malloc((size_t)na * nf * sizeof *e->cls);
+    if (!e->acc || !e->cls) {
+        dt_val_eff_free(e);
+        return -1;
+    }
+    for (int a = 0; a < cat->n_acc; a++) e->acc[a] = cat->acc[a].gemm_eff;
+    for (int i = 0; i < na * nf; i++) e->cls[i] = NAN;
+    return 0;
+}
+
+void dt_val_eff_free(dt_val_eff *e) {
+    free(e->acc), free(e->cls);
+    e->acc = e->cls = NULL;
+}
+
+static double eff16(const dt_val_eff *e, const dt_val_row *w) {
+    double c = w->fw >= 0 && w->fw < e->n_fw ? e->cls[w->acc * e->n_fw + w->fw] : NAN;
+    return isnan(c) ? e->acc[w->acc] : c;
+}
+
+double dt_val_eff_of(const dt_val_eff *e, const dt_val_row *w) { return eff16(e, w) * (w->fp8 ? e->fp8 : 1.0); }
+
+enum { ANY = -2 };
+
+/* The grid value in [lo, hi] (steps of 0.0025) minimising the median |error| of the fitting
+ * rows outside skip_src on accelerator a (ANY: every one) of framework fw (ANY: every one)
+ * whose fp8 flag is fp8, each predicted at x (fp8: x times its 16-bit efficiency in e).
+ * Returns the number of rows (0: none, *best untouched). */
+static int grid(dt_val_row *rows, int n, int skip_src, int a, int fw, int fp8, const dt_val_eff *e, double lo,
+                double hi, double *best) {
+    double err[DT_VAL_MAX_ROWS], least = INFINITY;
+    int k = 0;
+    for (int step = (int)lround(lo * 400); step <= (int)lround(hi * 400); step++) {
+        double x = step / 400.0;
+        k = 0;
+        for (int i = 0; i < n; i++) {
+            dt_val_row *w = &rows[i];
+            if (w->heldout || w->src == skip_src || !w->ok || w->fp8 != fp8 || !dt_val_scored(w)) continue;
+            if ((a != ANY && w->acc != a) || (fw != ANY && w->fw != fw)) continue;
+            dt_val_predict(w, fp8 ? eff16(e, w) * x : x);
+            err[k++] = dt_val_rel(w->pred_tflops, w->rep_tflops);
+        }
+        if (k == 0) return 0;
+        double med = dt_median_abs(err, k);
+        if (med < least - 1e-12) least = med, *best = x;
+    }
+    return k;
+}
+
+void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src, dt_val_eff *e) {
     int *had = calloc((size_t)(cat->n_acc > 0 ? cat->n_acc : 1), sizeof *had); /* types fitted on rows */
     for (int a = 0; a < cat->n_acc; a++) {
-        eff[a] = cat->acc[a].gemm_eff;
-        double best = INFINITY;
-        for (int step = 40; step <= 400; step++) { /* 0.1 to 1 in steps of 0.0025 */
-            double e = step / 400.0;
-            int k = 0;
-            for (int i = 0; i < n; i++) {
-                dt_val_row *w = &rows[i];
-                if (w->heldout || w->src == skip_src || !w->ok || w->acc != a || !dt_val_scored(w)) continue;
-                dt_val_predict(w, e);
-                err[k++] = dt_val_rel(w->pred_tflops, w->rep_tflops);
-            }
-            if (k == 0) break;
-            if (had) had[a] = 1;
-            double med = dt_median_abs(err, k);
-            if (med < best - 1e-12) best = med, eff[a] = e;
-        }
+        e->acc[a] = cat->acc[a].gemm_eff;
+        int k = grid(rows, n, skip_src, a, ANY, 0, e, 0.1, 1.0, &e->acc[a]);
+        if (had) had[a] = k > 0;
     }
     /* a type without fitting rows whose catalog entry has the same compute as a fitted type
-     * (same_compute_as: same die, clocks and peaks) takes that type's efficiency */
+     * (same_compute_as: same die, clocks and peaks) takes that type's efficiency - per framework too */
     for (int a = 0; had && a < cat->n_acc; a++) {
         int t = cat->acc[a].compute_twin;
-        if (!had[a] && t >= 0 && had[t]) eff[a] = eff[t];
+        if (!had[a] && t >= 0 && had[t]) e->acc[a] = e->acc[t];
+    }
+    for (int a = 0; a < cat->n_acc; a++)
+        for (int f = 0; f < e->n_fw; f++) {
+            double *c = &e->cls[a * e->n_fw + f];
+            *c = NAN;
+            grid(rows, n, skip_src, a, f, 0, e, 0.1, 1.0, c);
+        }
+    for (int a = 0; had && a < cat->n_acc; a++) {
+        int t = cat->acc[a].compute_twin;
+        for (int f = 0; !had[a] && t >= 0 && had[t] && f < e->n_fw; f++) e->cls[a * e->n_fw + f] = e->cls[t * e->n_fw + f];
     }
     free(had);
+    e->fp8 = 1;
+    e->fp8_rows = grid(rows, n, skip_src, ANY, ANY, 1, e, 0.1, 1.5, &e->fp8);
 }
 
 int dt_val_twin_fitted(const dt_hw_catalog *cat, const dt_val_row *rows, int n, int a) {
     int t = cat->acc[a].compute_twin, own = 0, twin = 0;
     if (t < 0) return 0;
     for (int i = 0; i < n; i++) {
-        if (rows[i].heldout || !dt_val_scored(&rows[i])) continue;
+        if (rows[i].heldout || rows[i].fp8 || !dt_val_scored(&rows[i])) continue;
         own |= rows[i].acc == a, twin |= rows[i].acc == t;
     }
     return !own && twin;
@@ -107,35 +157,36 @@ static dt_val_err summarise(double *err, int k) {
     return s;
 }
 
-dt_val_err dt_val_score(dt_val_row *rows, int n, const double *eff, int which) {
+dt_val_err dt_val_score(dt_val_row *rows, int n, const dt_val_eff *e, int which) {
     double err[DT_VAL_MAX_ROWS];
     int k = 0;
     for (int i = 0; i < n; i++) {
         dt_val_row *w = &rows[i];
         if (w->heldout != which || !dt_val_scored(w)) continue;
-        dt_val_predict(w, eff[w->acc]);
+        dt_val_predict(w, dt_val_eff_of(e, w));
         err[k++] = dt_val_rel(w->pred_tflops, w->rep_tflops);
     }
     return summarise(err, k);
 }
 
-dt_val_err dt_val_loso(const dt_hw_catalog *cat, dt_val_row *rows, int n, int n_sources, int *n_src) {
-    double err[DT_VAL_MAX_ROWS], *eff = malloc((size_t)(cat->n_acc > 0 ? cat->n_acc : 1) * sizeof *eff);
-    int k = 0;
+dt_val_err dt_val_loso(const dt_hw_catalog *cat, dt_val_row *rows, int n, int n_sources, int n_fw, int *n_src) {
+    double err[DT_VAL_MAX_ROWS];
+    dt_val_eff e;
+    int k = 0, ok = dt_val_eff_init(&e, cat, n_fw) == 0;
     *n_src = 0;
-    for (int s = 0; eff && s < n_sources; s++) {
+    for (int s = 0; ok && s < n_sources; s++) {
         int any = 0;
         for (int i = 0; i < n && !any; i++) any = rows[i].src == s && !rows[i].heldout && dt_val_scored(&rows[i]);
         if (!any) continue;
-        dt_val_fit(cat, rows, n, s, eff);
+        dt_val_fit(cat, rows, n, s, &e);
         for (int i = 0; i < n; i++) {
             dt_val_row *w = &rows[i];
             if (w->src != s || w->heldout || !dt_val_scored(w)) continue;
-            dt_val_predict(w, eff[w->acc]);
+            dt_val_predict(w, dt_val_eff_of(&e, w));
             err[k++] = dt_val_rel(w->pred_tflops, w->rep_tflops);
         }
         (*n_src)++;
     }
-    free(eff);
+    if (ok) dt_val_eff_free(&e);
     return summarise(err, k);
 }
