@@ -622,9 +622,42 @@ static void test_optimizer_term(void **state) {
     dt_hw_free(&cat);
 }
 
+/* A run whose attention core runs at another peak (fp8 runs: their linear layers at the fp8
+ * peak, QK^T and PV at the 16-bit one, attn_peak 0.5; decision 99): the compute takes
+ * 1 / 0.5 - 1 = 1 more time on the attention's share 12 L T d / F of the FLOPs, the full
+ * recompute on 4 L T d of its FLOPs a token; the FLOPs and the rates' definitions stay. */
+static void test_attention_peak(void **state) {
+    (void)state;
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    plain_job(&cat, &j, 1);
+    j.train.model_opts.recompute = DT_RECOMPUTE_FULL;
+    dt_plan_layout l = {1, 1, 1, 1, 1, DT_STRAT_DDP, 0};
+    dt_plan_result r0, r1;
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r0), DT_OK);
+    j.attn_peak = 0.5;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r1), DT_OK);
+    const dt_plan_model *m = &j.model;
+    const double T = j.train.seq_len, att = 12.0 * m->n_layer * T * m->d_model;
+    const double F = dt_plan_flops_per_token(m, j.train.seq_len);
+    const double rc = dt_plan_recompute_flops(m, DT_RECOMPUTE_FULL, j.train.seq_len);
+    assert_true(att / F > 0.05 && att / F < 0.5);
+    near(r1.flops_step, r0.flops_step, 0, "the FLOPs do not change");
+    near(r1.compute_s, r0.compute_s * (1 + att / F), 1e-12, "compute x (1 + 12 L T d / F)");
+    near(r1.recompute_s, r0.recompute_s * (1 + att / 3 / rc), 1e-12, "recompute x (1 + 4 L T d / its FLOPs)");
+    near(r1.tflops_gpu, r1.flops_step / r1.step_s / 1e12, 1e-12, "TFLOP/s of model FLOPs over the longer step");
+    j.attn_peak = 1;
+    assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r1), DT_OK);
+    near(r1.step_s, r0.step_s, 0, "attn_peak 1 = 0: the same peak");
+    dt_hw_free(&cat);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optimizer_term),
+        cmocka_unit_test(test_attention_peak),
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_reduce_scatter_allgather_alltoall),
         cmocka_unit_test(test_group_span),

@@ -77,6 +77,9 @@ typedef struct dt_plan_job {
     double tp_overlap;       /* fraction of tensor-parallel communication that may hide behind the
                                 micro-step's GEMMs (Megatron --tp-comm-overlap, AsyncTP: 1; default 0) */
     double price_hour, spot_hour;          /* per node ($/h); < 0: no price */
+    double attn_peak;        /* the attention core's peak over hw's compute peak (fp8 runs, whose
+                                attention core stays in 16 bits: the 16-bit peak over the fp8 one;
+                                decision 99); 0: the same peak as the rest */
 } dt_plan_job;
 
 /* ---- collectives (plan_time.c) */

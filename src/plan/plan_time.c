@@ -187,9 +187,16 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     dt_plan_stages_of(m, T, l->pp, &sts);
     const int heavy_layers = dt_plan_stage_n(&sts, sts.heavy);
     double uneven = sts.u, uneven_rc = l->pp == 1 ? 1.0 : (double)heavy_layers * l->pp / m->n_layer;
+    /* a run whose attention core (QK^T and PV: 12 L T d FLOPs a token, 4 L T d of them in a
+       recomputed forward) runs at another peak than its linear layers (fp8 runs: decision 99)
+       spends 1 / attn_peak - 1 more time on that share */
+    const double slow = job->attn_peak > 0 ? 1.0 / job->attn_peak - 1.0 : 0.0;
+    const double attn_tok = 12.0 * m->n_layer * (double)T * m->d_model;
     r->compute_s = r->flops_step / job->gpus / rate * uneven;
+    if (r->flops_token > 0) r->compute_s *= 1.0 + slow * attn_tok / r->flops_token;
     const double rc_flops = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens;
     r->recompute_s = rc_flops / job->gpus / rate * uneven_rc;
+    if (rc_flops > 0) r->recompute_s *= 1.0 + slow * (attn_tok / 3) * tokens / rc_flops;
     double t_micro = (r->compute_s + r->recompute_s) / mstep; /* one micro-batch on one stage */
     /* the backward that follows the forward: two thirds of the compute and the recompute; dtrain's
        fused loss computes the head's gradients inside the forward, so on its models only the
@@ -199,7 +206,7 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
     const double lshare = layer_share(job, &costs, &sts, sts.heavy);
     double fwd_micro = r->compute_s / mstep * (1.0 - 2.0 / 3.0 * lshare);
     double bwd_micro = r->compute_s / mstep * 2.0 / 3.0 * lshare + r->recompute_s / mstep;
-    pipeline(job, l, &costs, &sts, (int)mstep, r->flops_step > 0 ? rc_flops * uneven_rc / (r->flops_step * uneven) : 0, r);
+    pipeline(job, l, &costs, &sts, (int)mstep, r->compute_s > 0 ? r->recompute_s / r->compute_s : 0, r);
 
     dt_plan_net net = {job->intra->bw_gbs * 1e9 * job->intra_eff, job->intra->latency_us * 1e-6,
                        job->inter->bw_gbs * 1e9 * job->hw->nics_per_node / d * job->inter_eff,

@@ -183,14 +183,16 @@ static void build(const dt_hw_catalog *cat, char **f, const int *idx, row *w) {
     l->zero = z >= 1 && z <= 3 ? (dt_strategy)z : DT_STRAT_DDP;
     j->gpus = n;
     w->acc = (int)(hw - cat->acc), w->hw = *hw;
-    if (!strcasecmp(pr, "fp8")) { /* fp8 linears (the rest in bf16): the fp8 peak, stated */
+    if (!strcasecmp(pr, "fp8")) { /* fp8 linears at the fp8 peak, the attention core at the 16-bit one */
         if (hw->peak_tflops[DT_HW_FP8] <= 0) {
             snprintf(w->why, sizeof w->why, "precision fp8: %s has no fp8 peak", hw->key);
             return;
         }
         w->hw.peak_tflops[DT_HW_BF16] = hw->peak_tflops[DT_HW_FP8];
         w->fp8 = 1;
-        snprintf(w->assumed + strlen(w->assumed), sizeof w->assumed - strlen(w->assumed), "%sfp8 peak for every GEMM",
+        if (hw->peak_tflops[DT_HW_BF16] > 0) j->attn_peak = hw->peak_tflops[DT_HW_BF16] / hw->peak_tflops[DT_HW_FP8];
+        snprintf(w->assumed + strlen(w->assumed), sizeof w->assumed - strlen(w->assumed),
+                 "%sfp8 peak for the linear layers, 16-bit for the attention core",
                  w->assumed[0] ? ", " : "");
     }
     j->hw = &w->hw;
@@ -509,6 +511,7 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
                 cJSON_AddNumberToObject(o, "pp_virtual", w->job.train.pp_virtual);
                 cJSON_AddNumberToObject(o, "gemm_eff", w->job.gemm_eff);
                 cJSON_AddNumberToObject(o, "pred_tflops_per_gpu", w->pred_tflops);
+                cJSON_AddNumberToObject(o, "flops_per_token", w->r.flops_token);
                 if (isfinite(w->rep_tflops)) cJSON_AddNumberToObject(o, "reported_tflops_per_gpu", w->rep_tflops);
                 cJSON_AddNumberToObject(o, "pred_step_s", w->r.step_s);
                 cJSON_AddNumberToObject(o, "pred_mem_gib", w->r.mem_total / GIB);
@@ -578,8 +581,9 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
                 fprintf(out, " %s/%s %.4g", cat->acc[a].key, fws->name[f], eff.cls[a * fws->n + f]);
             }
         if (fit)
-            fprintf(out, "\n# fp8 rows: the fp8 peak x their 16-bit efficiency x %.4g (%s %d fp8 fitting rows)", eff.fp8,
-                    eff.fp8_rows ? "fitted on" : "1 without", eff.fp8_rows);
+            fprintf(out, "\n# fp8 rows: their 16-bit efficiency x %.4g (%s %d fp8 fitting rows), the linear layers at "
+                    "the fp8 peak, the attention core at the 16-bit one", eff.fp8, eff.fp8_rows ? "fitted on" : "1 without",
+                    eff.fp8_rows);
         for (int a = 0; fit && a < cat->n_acc; a++) {
             int used = 0;
             for (int i = 0; i < n; i++) used |= rows[i].ok && rows[i].acc == a;
