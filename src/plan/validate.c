@@ -461,16 +461,19 @@ dt_status dt_plan_validate(dt_ctx *ctx, const dt_hw_catalog *cat, const char *cs
     source *srcs = calloc(DT_VAL_MAX_SOURCES, sizeof *srcs);
     dt_val_fws *fws = calloc(1, sizeof *fws);
     dt_val_eff eff = {0};
-    if (!rows || !srcs || !fws || dt_val_eff_init(&eff, cat, DT_VAL_MAX_FW) != 0) {
-        free(rows), free(srcs), free(fws), dt_val_eff_free(&eff);
+    if (!rows || !srcs || !fws) {
+        free(rows), free(srcs), free(fws);
         return dt_fail(ctx, DT_ERR_NOMEM, "--validate: out of memory");
     }
     int n = 0, n_src = 0;
     dt_status st = read_rows(ctx, cat, csv, rows, &n, srcs, &n_src, fws);
     if (st != DT_OK) goto done;
-    eff.n_fw = fws->n;
+    if (dt_val_eff_init(&eff, cat, fws->n) != 0) {
+        st = dt_fail(ctx, DT_ERR_NOMEM, "--validate: out of memory");
+        goto done;
+    }
     /* the GEMM efficiencies: the catalog's per GPU type, or fitted on the fitting rows (per GPU
-       type, per GPU type and framework, the fp8 factor: decision 98) */
+       type, per GPU type and framework, the fp8 factor: decisions 98, 99) */
     if (fit) dt_val_fit(cat, rows, n, -1, &eff);
     int loso_src = 0, fit_src = 0, held_src = 0;
     for (int s = 0; s < n_src; s++) { /* the sources with a row scored */
