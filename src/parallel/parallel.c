@@ -1,6 +1,7 @@
 /* Data parallelism: shard geometry, the optimizer step on this rank's shard, and the
  * per-step protocol shared by every strategy. Gradient buckets (DDP, ZeRO-1) are in
- * buckets.c, the ZeRO-2/3 windows and hooks in zero.c; parallel_impl.h explains sharding. */
+ * buckets.c, the ZeRO-2/3 windows and hooks in zero.c, the communication thread and its task
+ * queue in tasks.c; parallel_impl.h explains sharding. */
 #include "parallel/parallel.h"
 
 #include <stdlib.h>
@@ -10,7 +11,6 @@
 #include "comm/comm_fit.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "core/trace.h"
 #include "ops/ops.h"
 #include "parallel/parallel_impl.h"
 #include "parallel/topk.h"
@@ -235,99 +235,6 @@ void dt_parallel_plan(const dt_params *ps, const dt_parallel_cfg *cfg, int world
     bytes[DT_MEM_GRADS] += z.res * F; /* Top-K's residual */
 }
 
-/* ---- the task runner */
-
-dt_status dt_par_run_task(dt_ctx *ctx, dt_parallel *p, const dt_par_task *t) {
-    switch (t->kind) {
-    case DT_TASK_BUCKET: return dt_par_reduce_bucket(ctx, p, t->a);
-    case DT_TASK_GATHER: p->n_gather++; return dt_par_gather_unit(ctx, p, t->a, p->pwin[t->b]);
-    case DT_TASK_GATHER_LP: p->n_gather++; return dt_par_gather_unit_lp(ctx, p, t->a, t->b);
-    case DT_TASK_GATHER_RES: p->n_gather++; return dt_par_gather_resident(ctx, p, t->a);
-    case DT_TASK_REDUCE: return dt_par_reduce_unit(ctx, p, t->a, t->b);
-    case DT_TASK_LOOKUP: return dt_par_lookup(ctx, p);
-    }
-    return DT_OK;
-}
-
-static void run_one(dt_parallel *p, const dt_par_task *t) {
-    if (p->err != DT_OK) return; /* after a failure the job is ending: skip the rest */
-    dt_ctx c = p->err_ctx;
-    double tt = dt_trace_begin();
-    dt_status st = dt_par_run_task(&c, p, t);
-    if (t->kind == DT_TASK_BUCKET)
-        dt_trace_end(tt, "comm", "bucket %d %s", t->a,
-                     p->res && p->topk_on               ? "top-k all-gather"
-                     : p->cfg.strategy == DT_STRAT_DDP ? "all-reduce"
-                                                        : "reduce-scatter");
-    else
-        dt_trace_end(tt, "comm", "unit %d %s", t->a,
-                     t->kind == DT_TASK_GATHER      ? "all-gather"
-                     : t->kind == DT_TASK_GATHER_RES ? "all-gather (resident)"
-                     : t->kind == DT_TASK_GATHER_LP ? "all-gather 16-bit"
-                     : t->kind == DT_TASK_LOOKUP    ? "vocabulary rows"
-                                                    : "reduce-scatter");
-    if (st != DT_OK && p->err == DT_OK) {
-        p->err_ctx = c;
-        p->err = st;
-    }
-}
-
-static void *comm_main(void *arg) {
-    dt_parallel *p = arg;
-    dt_trace_set_thread(DT_TRACE_TID_COMM);
-    dt_ops_serial_thread(); /* bf16 packing here must not start a second OpenMP team */
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->stop && p->done == p->queued) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop) break;
-        dt_par_task t = p->tasks[p->done % p->cap];
-        pthread_mutex_unlock(&p->mu);
-        run_one(p, &t);
-        pthread_mutex_lock(&p->mu);
-        p->done++;
-        pthread_cond_broadcast(&p->cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-long dt_par_submit(dt_parallel *p, dt_task_kind kind, int a, int b) {
-    dt_par_task t = {kind, a, b};
-    if (!p->thread_live) { /* inline: all of it is exposed */
-        double t0 = dt_now();
-        run_one(p, &t);
-        p->t_exposed += dt_now() - t0;
-        p->done++;
-        return p->queued++;
-    }
-    pthread_mutex_lock(&p->mu);
-    DT_ASSERT(p->queued - p->done < p->cap);
-    p->tasks[p->queued % p->cap] = t;
-    long seq = p->queued++;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    return seq;
-}
-
-void dt_par_wait(dt_parallel *p, long seq) {
-    if (seq < 0 || !p->thread_live) return;
-    double t0 = dt_now();
-    pthread_mutex_lock(&p->mu);
-    while (p->done <= seq) pthread_cond_wait(&p->cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-    p->t_exposed += dt_now() - t0;
-}
-
-static void stop_thread(dt_parallel *p) {
-    if (!p->thread_live) return;
-    pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    pthread_join(p->thread, NULL);
-    p->thread_live = 0;
-}
-
 static dt_status plan_segments(dt_ctx *ctx, dt_parallel *p) {
     dt_param_segment *all;
     int nall;
@@ -423,9 +330,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
         if (!p->tasks || !p->part_cnt) st = dt_fail(ctx, DT_ERR_NOMEM, "parallel: out of memory");
     }
     if (st == DT_OK && p->world > 1 && cfg->overlap) {
-        if (pthread_create(&p->thread, NULL, comm_main, p) != 0)
-            st = dt_fail(ctx, DT_ERR_INTERNAL, "parallel: cannot start the communication thread");
-        else p->thread_live = 1;
+        st = dt_par_thread_start(ctx, p);
     }
     if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->mom);
     if (st == DT_OK) st = dt_alloc_get(ctx, alloc, DT_MEM_OPTIM, p->S * sizeof(float), (void **)&p->var);
@@ -453,7 +358,7 @@ dt_status dt_parallel_init(dt_ctx *ctx, dt_parallel **out, dt_comm *comm, dt_mod
 
 void dt_parallel_free(dt_parallel *p) {
     if (!p) return;
-    stop_thread(p);
+    dt_par_thread_stop(p);
     if (p->sharded_grads) dt_par_zero_free(p);
     else dt_par_buckets_free(p);
     if (p->m->hooks.ud == p) memset(&p->m->hooks, 0, sizeof p->m->hooks);

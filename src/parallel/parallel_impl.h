@@ -181,7 +181,11 @@ static inline dt_group dt_par_group(const dt_parallel *p, int u) { return p->uex
 /* Whether unit u of store ps is a local expert's under cfg (expert parallelism's skip range). */
 int dt_par_is_expert(const dt_params *ps, const dt_parallel_cfg *cfg, int u);
 
-/* parallel.c: the task runner */
+/* tasks.c: the communication thread and its task queue */
+/* Starts the thread that runs submitted tasks (p->mu, p->cv initialised); stops and joins it
+ * (a no-op when it is not running). */
+dt_status dt_par_thread_start(dt_ctx *ctx, dt_parallel *p);
+void dt_par_thread_stop(dt_parallel *p);
 /* Submits a task; returns its sequence number (inline execution when not overlapping). */
 long dt_par_submit(dt_parallel *p, dt_task_kind kind, int a, int b);
 /* Waits until task `seq` (and all before it) finished; -1 is a no-op. */
