@@ -276,6 +276,13 @@ if [ -n "$got" ] && grep -qF "median |error| of TFLOP/s per GPU $got" "$src/docs
 else
   fail "docs/planner.md vs --validate --fit: tool says '$got' and '$eff'"
 fi
+# ... the README quotes the held-out median and its rows ...
+hm=$(sed -n 's/^# held-out: median |error| of TFLOP\/s per GPU \([0-9.]*%\) (worst [0-9.]*%) over \([0-9]*\) rows.*/\1 over \2 held-out rows/p' pub.txt)
+if [ -n "$hm" ] && grep -qF "median \|error\| of TFLOP/s per GPU $hm" "$src/README.md"; then
+  pass "README quotes the held-out median ($hm)"
+else
+  fail "README vs --validate --fit: the tool says '$hm'"
+fi
 # ... and the in-sample, held-out and leave-one-source-out lines, in docs/planner.md and docs/FEATURES.md.
 for key in in-sample held-out leave-one-source-out; do
   l=$(sed -n "s/^# \($key: .*\)$/\1/p" pub.txt)
