@@ -654,10 +654,55 @@ static void test_attention_peak(void **state) {
     dt_hw_free(&cat);
 }
 
+/* What dtrain cannot train, named (dt_plan_dtrain_refusal): each combination the trainer
+ * refuses gives its own line, and every layout it runs gives none. */
+static void test_dtrain_refusal(void **state) {
+    (void)state;
+    dt_hw_catalog cat;
+    dt_plan_job j;
+    plain_job(&cat, &j, 16); /* 8 layers, 8 heads, d_ff 2048, seq 1024 */
+    struct {
+        dt_plan_layout l;
+        int experts;
+        const char *why; /* NULL: runs */
+    } c[] = {
+        {{16, 1, 1, 1, 1, DT_STRAT_ZERO3, 0}, 0, NULL},
+        {{4, 2, 2, 1, 1, DT_STRAT_ZERO1, 0}, 0, NULL},
+        {{8, 1, 1, 2, 1, DT_STRAT_DDP, 0}, 0, NULL},
+        {{8, 1, 1, 1, 2, DT_STRAT_ZERO1, 0}, 8, NULL},
+        {{8, 1, 2, 1, 2, DT_STRAT_DDP, 0}, 8, NULL},
+        {{8, 1, 1, 1, 2, DT_STRAT_DDP, 0}, 0, "expert parallelism needs a mixture of experts"},
+        {{8, 1, 1, 1, 3, DT_STRAT_DDP, 0}, 8, "expert parallelism: ep must divide the experts and dp"},
+        {{8, 1, 1, 1, 2, DT_STRAT_ZERO1, 1}, 8, "expert parallelism with hybrid sharding"},
+        {{4, 2, 1, 1, 2, DT_STRAT_ZERO1, 0}, 8, "expert parallelism with ZeRO and tensor or pipeline parallelism"},
+        {{4, 2, 2, 1, 2, DT_STRAT_DDP, 0}, 8, "expert parallelism with both tensor and pipeline parallelism"},
+        {{4, 1, 1, 2, 2, DT_STRAT_DDP, 0}, 8, "expert parallelism with context parallelism"},
+        {{8, 1, 1, 2, 1, DT_STRAT_ZERO1, 1}, 0, "context parallelism with hybrid sharding"},
+        {{1, 1, 1, 16, 1, DT_STRAT_DDP, 0}, 0, NULL},
+        {{1, 1, 16, 1, 1, DT_STRAT_DDP, 0}, 0, "a pipeline of more stages than layers"},
+        {{1, 16, 1, 1, 1, DT_STRAT_DDP, 0}, 0, "tensor parallelism not dividing the heads, the kv heads and the MLP"},
+        {{8, 2, 1, 1, 1, DT_STRAT_DDP, 0}, 8, NULL},
+        {{4, 2, 2, 1, 1, DT_STRAT_DDP, 0}, 8, "tensor parallelism of experts under a pipeline, in 16 bits or with LoRA"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        j.model.experts = c[i].experts, j.model.topk = c[i].experts ? 2 : 0;
+        const char *why = dt_plan_dtrain_refusal(&j, &c[i].l);
+        if (c[i].why == NULL && why != NULL) fail_msg("case %zu: refused (%s), dtrain runs it", i, why);
+        if (c[i].why != NULL && (why == NULL || strcmp(why, c[i].why)))
+            fail_msg("case %zu: %s, want %s", i, why ? why : "runs", c[i].why);
+        assert_int_equal(dt_plan_dtrain_runs(&j, &c[i].l), c[i].why == NULL);
+    }
+    j.model.experts = 0, j.train.seq_len = 1000;
+    dt_plan_layout cp8 = {2, 1, 1, 8, 1, DT_STRAT_DDP, 0};
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &cp8), "context parallelism: the sequence is not a multiple of 2 cp");
+    dt_hw_free(&cat);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optimizer_term),
         cmocka_unit_test(test_attention_peak),
+        cmocka_unit_test(test_dtrain_refusal),
         cmocka_unit_test(test_ring_allreduce),
         cmocka_unit_test(test_reduce_scatter_allgather_alltoall),
         cmocka_unit_test(test_group_span),

@@ -48,7 +48,7 @@ for l in lays:
     assert abs(sum(v for k, v in m.items() if k != "total") - m["total"]) < 1, l["layout"]
     assert l["fits"] == (m["total"] <= job["memory_bytes"]), l["layout"]
     runs = l["cp"] == l["ep"] == 1 and (l["tp"] == 1 or 12 % l["tp"] == 0) and l["pp"] <= 12
-    assert l["dtrain_runs"] == runs, l["layout"]  # gpt2: 12 heads, d_ff 3072, 12 layers
+    assert l["dtrain_runs"] == runs and ("dtrain_refusal" in l) == (not runs), l["layout"]  # gpt2: 12 heads, d_ff 3072, 12 layers
     assert (l["memory_source"] == "dtrain") == runs, l["layout"]
     # 2 nodes of p4d.24xlarge at $32.77/h
     assert abs(l["usd_per_1b_tokens"] - 2 * 32.77 / 3600 * 1e9 / l["tokens_per_s"]) < 1e-6 * l["usd_per_1b_tokens"]
@@ -119,6 +119,20 @@ assert abs(r["reported_tflops_per_gpu"] - 160) < 1e-9 and r["gemm_eff"] == d["ge
 print(f"{len(rows)} rows, gpu-a {d['gemm_eff']['gpu-a']}")
 EOF
 ); then pass "--validate --fit --json: rows, flags, fitted efficiencies ($out)"; else fail "--validate --json: $out"; fi
+
+# A layout dtrain cannot train is marked * and the table says why, each reason once (here a
+# sequence of 1000 over cp 8: not a multiple of 2 cp, and hybrid sharding, checked first, for
+# the hybrid layouts); runnable tables print no such line.
+"$bin" plan "${gpt2[@]}" --gpus 16 --hardware gpu-a "${cat[@]}" --seq 1000 --cp 8 --all >cp8.txt 2>err.txt &&
+  "$bin" plan "${gpt2[@]}" --gpus 16 --hardware gpu-a "${cat[@]}" --cp 1 --all >cp1.txt 2>>err.txt
+if [ $? -eq 0 ] && [ "$(grep -c '^# \* dtrain cannot run it yet: ' cp8.txt)" = 2 ] \
+   && grep -q '^# \* dtrain cannot run it yet: context parallelism with hybrid sharding (e.g. hybrid-zero[123] dp[0-9]* tp[0-9]* pp[0-9]* cp8 ep1)$' cp8.txt \
+   && grep -q '^# \* dtrain cannot run it yet: context parallelism: the sequence is not a multiple of 2 cp (e.g. [a-z0-9-]* dp[0-9]* tp[0-9]* pp[0-9]* cp8 ep1)$' cp8.txt \
+   && [ "$(grep -c ' cp8 ep1 \* ' cp8.txt)" -ge 5 ] && ! grep -q 'cannot run' cp1.txt && ! grep -q ' \* ' cp1.txt; then
+  pass "plan: layouts dtrain cannot train are marked and the reason named once"
+else
+  fail "plan refusal legend: $(cat err.txt) $(grep -c ' \* ' cp8.txt) $(grep 'cannot run' cp8.txt cp1.txt)"
+fi
 
 # Held-out rows (tests/data/plan/heldout.csv, numbers by hand in its header): one gpu-a per run,
 # so a prediction is eff x 400. The fit reads only the split-fit rows (fa 160, 160; fb 200: eff

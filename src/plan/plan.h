@@ -175,9 +175,11 @@ void dt_plan_recommend(const dt_plan_result *r, int n, int *fastest, int *cheape
 /* The command that runs the fastest fitting layout dtrain runs (after the table; `fastest`: the
  * recommendation's index, to say when it differs). */
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest);
-/* Whether dtrain trains layout l of job: data, tensor and pipeline parallelism (cp = ep = 1), tp
- * dividing the heads, key/value heads and MLP width, pp at most the layers (1F1B; no experts or
- * LoRA under a pipeline). */
+/* Why dtrain cannot train layout l of job (one line naming the combination), or NULL when it
+ * can: the combinations of data, tensor, pipeline, context and expert parallelism the trainer
+ * runs (decisions 74, 83, 85, 87-89, 91). */
+const char *dt_plan_dtrain_refusal(const dt_plan_job *job, const dt_plan_layout *l);
+/* dt_plan_dtrain_refusal(job, l) == NULL */
 int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l);
 /* "zero1 dp8 tp1 pp1 cp1 ep1" */
 void dt_plan_layout_name(const dt_plan_layout *l, char *buf, size_t n);

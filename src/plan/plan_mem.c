@@ -148,34 +148,49 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l) {
     return layer > vocab ? layer : vocab;
 }
 
-int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) {
+const char *dt_plan_dtrain_refusal(const dt_plan_job *job, const dt_plan_layout *l) {
     const dt_plan_model *m = &job->model;
+    const dt_train_cfg *t = &job->train;
     if (l->ep > 1) { /* expert parallelism (decisions 85, 87, 88, 89, 91): DDP over the data-parallel ranks
                         with pipeline stages or tensor parallelism (not both) and any gradient dtype, or
                         ZeRO (not hybrid; ZeRO-2/3 reducing once a step) alone with fp32 gradients */
-        const dt_train_cfg *t = &job->train;
-        if (m->experts <= 0 || m->experts % l->ep || l->dp % l->ep || l->hybrid ||
-            (l->zero >= DT_STRAT_ZERO2 && t->parallel.zero_reduce == DT_ZR_MICRO) ||
-            (l->zero != DT_STRAT_DDP && (l->tp > 1 || l->pp > 1 || t->parallel.grad_dtype != DT_F32)) ||
-            (l->tp > 1 && l->pp > 1) || l->cp > 1 || t->model_opts.lora.rank > 0 ||
-            t->model_opts.lora.nf4 || t->parallel.compression != DT_COMPRESS_NONE)
-            return 0;
+        if (m->experts <= 0) return "expert parallelism needs a mixture of experts";
+        if (m->experts % l->ep || l->dp % l->ep) return "expert parallelism: ep must divide the experts and dp";
+        if (l->hybrid) return "expert parallelism with hybrid sharding";
+        if (l->zero >= DT_STRAT_ZERO2 && t->parallel.zero_reduce == DT_ZR_MICRO)
+            return "expert parallelism with ZeRO-2/3 reducing every micro-step (parallel.zero_reduce: step runs)";
+        if (l->zero != DT_STRAT_DDP && (l->tp > 1 || l->pp > 1))
+            return "expert parallelism with ZeRO and tensor or pipeline parallelism";
+        if (l->zero != DT_STRAT_DDP && t->parallel.grad_dtype != DT_F32)
+            return "expert parallelism with ZeRO and 16-bit gradients";
+        if (l->tp > 1 && l->pp > 1) return "expert parallelism with both tensor and pipeline parallelism";
+        if (l->cp > 1) return "expert parallelism with context parallelism";
+        if (t->model_opts.lora.rank > 0 || t->model_opts.lora.nf4) return "expert parallelism with LoRA or QLoRA";
+        if (t->parallel.compression != DT_COMPRESS_NONE) return "expert parallelism with gradient compression";
     }
     if (l->cp > 1) { /* context parallelism (decision 83): the causal families, no hybrid sharding; a
                         mixture of experts dropless (decision 89) */
-        const char *fam = m->is_dtrain ? m->mc.family : "";
-        if ((m->experts > 0 && job->train.moe_capacity > 0.0f) || l->hybrid || job->train.seq_len % (2 * l->cp)) return 0;
-        if (m->is_dtrain && strcmp(fam, "llama") && strcmp(fam, "gpt2")) return 0;
+        if (m->experts > 0 && t->moe_capacity > 0.0f) return "context parallelism with capacity-limited experts";
+        if (l->hybrid) return "context parallelism with hybrid sharding";
+        if (t->seq_len % (2 * l->cp)) return "context parallelism: the sequence is not a multiple of 2 cp";
+        if (m->is_dtrain && strcmp(m->mc.family, "llama") && strcmp(m->mc.family, "gpt2"))
+            return "context parallelism of a model that is not causal (vit)";
     }
     /* pipeline parallelism (decision 74): a stage holds a layer at least; experts too (82) */
-    if (l->pp > 1 && (l->pp > m->n_layer || l->pp > DT_PP_MAX)) return 0;
-    if (l->tp <= 1) return 1;
+    if (l->pp > 1 && l->pp > m->n_layer) return "a pipeline of more stages than layers";
+    if (l->pp > DT_PP_MAX) return "a pipeline of more stages than dtrain's limit";
+    if (l->tp <= 1) return NULL;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
     /* tensor parallelism: the heads and the MLP (each expert's, decision 91: not under a pipeline) */
-    const int moe_ok = l->pp <= 1 && job->train.model_opts.compute == DT_F32 && job->train.model_opts.lora.rank <= 0 &&
-                       !job->train.model_opts.lora.nf4; /* decision 91: fp32, no LoRA */
-    return (m->experts == 0 || moe_ok) && m->n_head % l->tp == 0 && kv % l->tp == 0 && m->d_ff % l->tp == 0;
+    if (m->n_head % l->tp || kv % l->tp || m->d_ff % l->tp)
+        return "tensor parallelism not dividing the heads, the kv heads and the MLP";
+    if (m->experts > 0 && (l->pp > 1 || t->model_opts.compute != DT_F32 || t->model_opts.lora.rank > 0 ||
+                           t->model_opts.lora.nf4)) /* decision 91: fp32, no LoRA */
+        return "tensor parallelism of experts under a pipeline, in 16 bits or with LoRA";
+    return NULL;
 }
+
+int dt_plan_dtrain_runs(const dt_plan_job *job, const dt_plan_layout *l) { return dt_plan_dtrain_refusal(job, l) == NULL; }
 
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l) {
     if (!l->hybrid) return l->dp * l->cp; /* the gradient's group: data and context parallel (decision 94) */

@@ -77,10 +77,19 @@ void dt_plan_print_table(FILE *f, const dt_plan_job *job, const dt_plan_result *
         fputc('\n', f);
     }
     if (limit > 0 && n > limit) fprintf(f, "# ... %d more layouts (--all prints every one)\n", n - limit);
-    fprintf(f, "# * dtrain cannot run this layout yet (expert parallelism with ZeRO, hybrid sharding, pipeline or "
-               "context parallelism; context parallelism with experts, hybrid sharding, vit or a sequence not a "
-               "multiple of 2 cp; tensor parallelism not dividing the heads and MLP, or with experts under a pipeline; a pipeline of more "
-               "stages than layers)\n");
+    /* the layouts marked *: why dtrain cannot run them, each reason once with its first layout */
+    const char *seen[32];
+    int n_seen = 0;
+    for (int i = 0; i < n && (limit <= 0 || i < limit); i++) {
+        const char *why = dt_plan_dtrain_refusal(job, &r[i].lay);
+        int k = 0;
+        while (why && k < n_seen && seen[k] != why) k++;
+        if (!why || k < n_seen || n_seen == 32) continue;
+        seen[n_seen++] = why;
+        char name[72];
+        dt_plan_layout_name(&r[i].lay, name, sizeof name);
+        fprintf(f, "# * dtrain cannot run it yet: %s (e.g. %s)\n", why, name);
+    }
 }
 
 void dt_plan_print_run(FILE *f, const dt_plan_job *job, const dt_plan_result *r, int n, int fastest) {
@@ -168,7 +177,9 @@ cJSON *dt_plan_result_json(const dt_plan_job *job, const dt_plan_result *r) {
     cJSON_AddBoolToObject(o, "hybrid", r->lay.hybrid);
     num(o, "dp", r->lay.dp), num(o, "tp", r->lay.tp), num(o, "pp", r->lay.pp), num(o, "cp", r->lay.cp);
     num(o, "ep", r->lay.ep), num(o, "micro_steps", r->micro_steps);
-    cJSON_AddBoolToObject(o, "dtrain_runs", dt_plan_dtrain_runs(job, &r->lay));
+    const char *why = dt_plan_dtrain_refusal(job, &r->lay);
+    cJSON_AddBoolToObject(o, "dtrain_runs", why == NULL);
+    if (why) cJSON_AddStringToObject(o, "dtrain_refusal", why);
     cJSON_AddStringToObject(o, "memory_source", r->dtrain_sizing ? "dtrain" : "analytic");
     cJSON *mem = cJSON_AddObjectToObject(o, "memory_bytes");
     for (int k = 0; k < DT_MEM_NKINDS; k++) num(mem, dt_mem_kind_name((dt_mem_kind)k), r->mem[k]);
