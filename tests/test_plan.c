@@ -692,8 +692,25 @@ static void test_dtrain_refusal(void **state) {
             fail_msg("case %zu: %s, want %s", i, why ? why : "runs", c[i].why);
         assert_int_equal(dt_plan_dtrain_runs(&j, &c[i].l), c[i].why == NULL);
     }
-    j.model.experts = 0, j.train.seq_len = 1000;
-    dt_plan_layout cp8 = {2, 1, 1, 8, 1, DT_STRAT_DDP, 0};
+    /* the job's own settings: ZeRO-2 reducing every micro-step, 16-bit gradients, LoRA,
+       compression, capacity-limited experts, a sequence cp does not split in 2 cp chunks */
+    j.model.experts = 8, j.model.topk = 2;
+    dt_plan_layout ep2z2 = {8, 1, 1, 1, 2, DT_STRAT_ZERO2, 0}, ep2 = {8, 1, 1, 1, 2, DT_STRAT_ZERO1, 0},
+                   cp2 = {8, 1, 1, 2, 1, DT_STRAT_DDP, 0}, cp8 = {2, 1, 1, 8, 1, DT_STRAT_DDP, 0};
+    j.train.parallel.zero_reduce = DT_ZR_MICRO;
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &ep2z2),
+                        "expert parallelism with ZeRO-2/3 reducing every micro-step (parallel.zero_reduce: step runs)");
+    j.train.parallel.zero_reduce = DT_ZR_STEP;
+    assert_null(dt_plan_dtrain_refusal(&j, &ep2z2));
+    j.train.parallel.grad_dtype = DT_BF16;
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &ep2), "expert parallelism with ZeRO and 16-bit gradients");
+    j.train.parallel.grad_dtype = DT_F32, j.train.model_opts.lora.rank = 8;
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &ep2), "expert parallelism with LoRA or QLoRA");
+    j.train.model_opts.lora.rank = 0, j.train.parallel.compression = DT_COMPRESS_TOPK;
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &ep2), "expert parallelism with gradient compression");
+    j.train.parallel.compression = DT_COMPRESS_NONE, j.train.moe_capacity = 1.25f;
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &cp2), "context parallelism with capacity-limited experts");
+    j.train.moe_capacity = 0, j.model.experts = 0, j.train.seq_len = 1000;
     assert_string_equal(dt_plan_dtrain_refusal(&j, &cp8), "context parallelism: the sequence is not a multiple of 2 cp");
     dt_hw_free(&cat);
 }
