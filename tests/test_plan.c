@@ -712,6 +712,21 @@ static void test_dtrain_refusal(void **state) {
     assert_string_equal(dt_plan_dtrain_refusal(&j, &cp2), "context parallelism with capacity-limited experts");
     j.train.moe_capacity = 0, j.model.experts = 0, j.train.seq_len = 1000;
     assert_string_equal(dt_plan_dtrain_refusal(&j, &cp8), "context parallelism: the sequence is not a multiple of 2 cp");
+    /* more stages than dtrain's limit (a model deep enough for them), and a vit under cp */
+    j.train.seq_len = 1024, j.model.n_layer = 2 * DT_PP_MAX;
+    dt_plan_layout deep = {1, 1, DT_PP_MAX + 1, 1, 1, DT_STRAT_DDP, 0}, edge = {1, 1, DT_PP_MAX, 1, 1, DT_STRAT_DDP, 0};
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &deep), "a pipeline of more stages than dtrain's limit");
+    assert_null(dt_plan_dtrain_refusal(&j, &edge));
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    dt_model_config mc;
+    assert_int_equal(dt_model_preset(&ctx, "vit-tiny", &mc), DT_OK);
+    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
+    dt_plan_model_from_dtrain(&mc, "vit-tiny", &j.model);
+    j.train.seq_len = 64;
+    assert_string_equal(dt_plan_dtrain_refusal(&j, &cp2), "context parallelism of a model that is not causal (vit)");
+    cp2.cp = 1, cp2.dp = 16;
+    assert_null(dt_plan_dtrain_refusal(&j, &cp2));
     dt_hw_free(&cat);
 }
 
