@@ -45,4 +45,21 @@ static inline void job_of(dt_hw_catalog *cat, dt_plan_job *j, const dt_plan_mode
     j->gemm_eff = 0.5, j->intra_eff = 1, j->inter_eff = 0.5, j->price_hour = j->spot_hour = -1;
 }
 
+/* A dtrain preset as the planner sees it: its validated configuration (mc) and model (m). */
+static inline void preset_model(const char *name, dt_model_config *mc, dt_plan_model *m) {
+    dt_ctx ctx;
+    dt_ctx_init(&ctx);
+    assert_int_equal(dt_model_preset(&ctx, name, mc), DT_OK);
+    assert_int_equal(dt_model_config_validate(&ctx, mc), DT_OK);
+    dt_plan_model_from_dtrain(mc, name, m);
+}
+
+/* The pipeline tests' job: an 8-layer dense model on 8 gpu-a, 16 sequences a step (micro 2
+ * x dp 1: 8 micro-batches). */
+static inline void pipe_job(dt_hw_catalog *cat, dt_plan_job *j) {
+    dt_plan_model m = dense(8, 512, 8, 32000);
+    job_of(cat, j, &m, 8);
+    j->global_batch = 16;
+}
+
 #endif

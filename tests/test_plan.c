@@ -107,13 +107,9 @@ static void test_params_and_flops_match_dtrain(void **state) {
     for (int f = 0; dt_model_families[f]; f++) {
         if (dt_model_families[f]->images) continue;
         for (const char *const *p = dt_model_families[f]->presets; *p; p++) {
-            dt_ctx ctx;
-            dt_ctx_init(&ctx);
             dt_model_config mc;
-            assert_int_equal(dt_model_preset(&ctx, *p, &mc), DT_OK);
-            assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
             dt_plan_model m;
-            dt_plan_model_from_dtrain(&mc, *p, &m);
+            preset_model(*p, &mc, &m);
             near(dt_plan_params(&m), (double)dt_model_num_params(&mc), 1e-12, *p);
             near(dt_plan_flops_per_token(&m, 256), dt_model_flops_per_token(&mc, 256), 1e-12, *p);
             n++;
@@ -193,11 +189,10 @@ static void test_zero_memory_by_hand(void **state) {
 
 static void test_pipeline_and_tensor_memory(void **state) {
     (void)state;
-    dt_plan_model m = dense(8, 512, 8, 32000);
     dt_hw_catalog cat;
     dt_plan_job j;
-    job_of(&cat, &j, &m, 8);
-    j.global_batch = 16; /* micro 2 x dp 1 -> m = 8 micro-batches */
+    pipe_job(&cat, &j); /* m = 8 micro-batches */
+    const dt_plan_model m = j.model;
     dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
     dt_plan_result r;
     dt_ctx ctx;
@@ -279,10 +274,8 @@ static void test_dtrain_layouts_use_dtrain_plan(void **state) {
                     dt_ctx ctx;
                     dt_ctx_init(&ctx);
                     dt_model_config mc;
-                    assert_int_equal(dt_model_preset(&ctx, presets[p], &mc), DT_OK);
-                    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
                     dt_plan_model m;
-                    dt_plan_model_from_dtrain(&mc, presets[p], &m);
+                    preset_model(presets[p], &mc, &m);
                     dt_hw_catalog cat;
                     dt_plan_job j;
                     job_of(&cat, &j, &m, N);
@@ -352,10 +345,8 @@ static void test_zero1_algorithms(void **state) {
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_model_config mc;
-    assert_int_equal(dt_model_preset(&ctx, "gpt2", &mc), DT_OK);
-    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
     dt_plan_model m;
-    dt_plan_model_from_dtrain(&mc, "gpt2", &m);
+    preset_model("gpt2", &mc, &m);
     dt_hw_catalog cat;
     dt_plan_job j;
     job_of(&cat, &j, &m, 8);
@@ -717,12 +708,8 @@ static void test_dtrain_refusal(void **state) {
     dt_plan_layout deep = {1, 1, DT_PP_MAX + 1, 1, 1, DT_STRAT_DDP, 0}, edge = {1, 1, DT_PP_MAX, 1, 1, DT_STRAT_DDP, 0};
     assert_string_equal(dt_plan_dtrain_refusal(&j, &deep), "a pipeline of more stages than dtrain's limit");
     assert_null(dt_plan_dtrain_refusal(&j, &edge));
-    dt_ctx ctx;
-    dt_ctx_init(&ctx);
     dt_model_config mc;
-    assert_int_equal(dt_model_preset(&ctx, "vit-tiny", &mc), DT_OK);
-    assert_int_equal(dt_model_config_validate(&ctx, &mc), DT_OK);
-    dt_plan_model_from_dtrain(&mc, "vit-tiny", &j.model);
+    preset_model("vit-tiny", &mc, &j.model);
     j.train.seq_len = 64;
     assert_string_equal(dt_plan_dtrain_refusal(&j, &cp2), "context parallelism of a model that is not causal (vit)");
     cp2.cp = 1, cp2.dp = 16;

@@ -290,6 +290,13 @@ if [ -n "$got" ] && grep -qF "median |error| of TFLOP/s per GPU $got" "$src/docs
 else
   fail "docs/planner.md vs --validate --fit: tool says '$got' and '$eff'"
 fi
+# ... its whole generated part (the fits, the per-source table, every row's prediction) is
+# what bench/planner/validation_docs.py writes from the tool's output today ...
+if out=$(cd "$src" && python3 bench/planner/validation_docs.py "$bin" --check 2>&1); then
+  pass "docs/planner.md: the per-source and per-row tables are the tool's"
+else
+  fail "docs/planner.md is stale: $out"
+fi
 # ... the README quotes the held-out median and its rows ...
 hm=$(sed -n 's/^# held-out: median |error| of TFLOP\/s per GPU \([0-9.]*%\) (worst [0-9.]*%) over \([0-9]*\) rows.*/\1 over \2 held-out rows/p' pub.txt)
 if [ -n "$hm" ] && grep -qF "median \|error\| of TFLOP/s per GPU $hm" "$src/README.md"; then
@@ -330,7 +337,26 @@ done
 { echo "$hdr"; row va-1 2 8 | sed 's/,gpu-a,2,8,1,2,2,1,/,gpu-a,1,8,1,1,2,1,/'; } >badvpp.csv
 bad "CSV: vpp without a pipeline" " badvpp.csv:2: column 'vpp' \(field 22\): 2 virtual stages per pipeline rank need a pp of 2 or more \(pp '1'\)$" \
   --validate badvpp.csv "${cat[@]}"
-# the framework column: a plain lower-case name
+# same_compute_as per framework: a held-out beta row on gpu-a's twin (no fitting rows of its
+# own) takes gpu-a's beta efficiency, 0.6; an unnamed framework there the twin's GPU-type 0.4.
+fwtwin_entry=$(sed 's/bf16: 400, fp16: 400}/bf16: 400, fp16: 400, fp8: 800}/' <<<"$twin_entry")
+sed "s/^accelerators:\$/accelerators:\n${fwtwin_entry}    same_compute_as: gpu-a/" fw.yaml >fwtwin.yaml
+{ cat fw.csv; fwrow ht-1 heldout beta bf16 240 | sed 's/,gpu-a,/,gpu-twin,/'
+  fwrow ht-2 heldout "" bf16 160 | sed 's/,gpu-a,/,gpu-twin,/'; } >fwtwin.csv
+if "$bin" plan --validate fwtwin.csv --catalog fwtwin.yaml --fit --json >fwtwin.json 2>err.txt \
+   && out=$(python3 - fwtwin.json <<'EOF5' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = {x["id"]: x for x in d["rows"]}
+assert d["gemm_eff_framework"]["gpu-twin/beta"] == 0.6 and r["ht-1"]["gemm_eff"] == 0.6, (d["gemm_eff_framework"], r["ht-1"])
+assert r["ht-2"]["gemm_eff"] == 0.4 and abs(r["ht-1"]["pred_tflops_per_gpu"] - 240) < 1e-9, r["ht-2"]
+print(f"gpu-twin/beta {r['ht-1']['gemm_eff']}, unnamed {r['ht-2']['gemm_eff']}")
+EOF5
+); then pass "--validate --fit: a same_compute_as twin takes its twin's framework efficiencies ($out)"
+else fail "twin per framework: $(cat err.txt) ${out:-}"; fi
+# the framework column: a plain lower-case name, at most 32 of them in a file
+{ head -1 fw.csv; for k in $(seq 1 33); do fwrow "f$k-1" fit "fw$k" bf16 160; done; } >manyfw.csv
+bad "CSV: 33 frameworks" " manyfw.csv:34: column 'framework' \(field 5\): more than 32 frameworks$" --validate manyfw.csv --catalog fw.yaml
 for v in Alpha "al pha" "a/b"; do
   { head -1 fw.csv; fwrow fa-1 fit "$v" bf16 160; } >badfw.csv
   bad "CSV: framework '$v'" " badfw.csv:2: column 'framework' \(field 5\): '$v' is not a name of up to 31 lower-case letters, digits, '-', '_' or '.'$" \

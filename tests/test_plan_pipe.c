@@ -60,11 +60,10 @@ static void test_pipeline_replay(void **state) {
  * all-reduced, and ZeRO shards, over dp x cp. */
 static void test_time_sliced_and_cp(void **state) {
     (void)state;
-    dt_plan_model m = dense(8, 512, 8, 32000);
     dt_hw_catalog cat;
     dt_plan_job j;
-    job_of(&cat, &j, &m, 8);
-    j.global_batch = 16;
+    pipe_job(&cat, &j);
+    const dt_plan_model m = j.model;
     dt_ctx ctx;
     dt_ctx_init(&ctx);
     dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
@@ -112,13 +111,9 @@ static void test_time_sliced_and_cp(void **state) {
  * on dtrain's models (fused loss: the head's gradients in the forward) of the layers' share. */
 static void test_backward_window(void **state) {
     (void)state;
-    dt_ctx c0;
-    dt_ctx_init(&c0);
     dt_model_config mc;
-    assert_int_equal(dt_model_preset(&c0, "gpt2", &mc), DT_OK);
-    assert_int_equal(dt_model_config_validate(&c0, &mc), DT_OK);
     dt_plan_model m;
-    dt_plan_model_from_dtrain(&mc, "gpt2", &m);
+    preset_model("gpt2", &mc, &m);
     dt_hw_catalog cat;
     dt_plan_job j;
     job_of(&cat, &j, &m, 2);
@@ -148,11 +143,9 @@ static void test_backward_window(void **state) {
  * 2 (4-1) + (2-1) 4 = 10 forwards, so 11 chunk sets = 5.5 stages' activations (1F1B: 4). */
 static void test_interleaved_memory(void **state) {
     (void)state;
-    dt_plan_model m = dense(8, 512, 8, 32000);
     dt_hw_catalog cat;
     dt_plan_job j;
-    job_of(&cat, &j, &m, 8);
-    j.global_batch = 16; /* micro 2 x dp 1 -> m = 8 micro-batches */
+    pipe_job(&cat, &j); /* m = 8 micro-batches */
     j.train.pp_kind = DT_PP_INTERLEAVED, j.train.pp_virtual = 2;
     dt_plan_layout l = {1, 2, 4, 1, 1, DT_STRAT_DDP, 0};
     dt_plan_result r;
@@ -160,7 +153,7 @@ static void test_interleaved_memory(void **state) {
     dt_ctx_init(&ctx);
     assert_int_equal(dt_plan_predict(&ctx, &j, &l, &r), DT_OK);
     assert_int_equal(dt_pp_inflight(DT_PP_INTERLEAVED, 4, 2, 8, 0), 11);
-    double b = 2, s = 1024, la = dt_plan_layer_act_bytes(&m, DT_RECOMPUTE_NONE, b, s, 2, 4);
+    double b = 2, s = 1024, la = dt_plan_layer_act_bytes(&j.model, DT_RECOMPUTE_NONE, b, s, 2, 4);
     near(r.mem[DT_MEM_ACTS], 5.5 * (2 * la + 4 * b * s * 512 / 2), 1e-12, "interleaved stage 0: 11 chunks of 1 layer");
     dt_hw_free(&cat);
 }

@@ -2,10 +2,13 @@
 """Rewrites the results part of docs/planner.md ("The result on the CSV of this commit" to the
 end) from `dtrain plan --validate bench/planner/published_runs.csv [--fit]`, so the quoted
 numbers are the tool's (tests/test_plan.sh checks the median and the fitted efficiencies).
-Usage (repository root): python3 bench/planner/validation_docs.py build/dtrain"""
+Usage (repository root): python3 bench/planner/validation_docs.py build/dtrain [--check]
+--check writes nothing and exits 1 when docs/planner.md differs from what it would write
+(tests/test_plan.sh runs it so)."""
 import json, re, statistics, subprocess, sys
 
 BIN, CSV, DOC = sys.argv[1], "bench/planner/published_runs.csv", "docs/planner.md"
+CHECK = sys.argv[2:] == ["--check"]
 NAMES = {"megatron": "Megatron-LM README 2024 (H100)", "narayanan21": "Narayanan et al. 2021 (Megatron, A100)",
          "korthikanti22": "Korthikanti et al. 2022 (A100)", "llama3": "Llama 3 405B", "tt": "TorchTitan (A100/H100)",
          "megascale24": "MegaScale 2024 (A100)", "bloom": "BLOOM", "opt": "OPT-175B", "mtnlg": "MT-NLG",
@@ -59,7 +62,8 @@ head = doc[:start] + f"""The result on the CSV of this commit:
 
 `dtrain plan --validate bench/planner/published_runs.csv --fit`: median |error| of TFLOP/s per GPU {med.group(2)} over {med.group(1)} rows
 (the fitting rows; catalog efficiency 0.6 everywhere: {med0}). Fitted GEMM efficiencies: {effs}.
-Per GPU type and framework: {fws}; fp8 rows at the fp8 peak x their 16-bit efficiency x {fp8}.
+Per GPU type and framework: {fws}; fp8 rows at their 16-bit efficiency x {fp8}, the linear
+layers at the fp8 peak and the attention core at the 16-bit one.
 The same command prints, in sample, out of sample and source by source:
 
 ```
@@ -81,5 +85,13 @@ tail = """Every row with its prediction, error and assumptions (`--fit` efficien
 | id | split | gpu | layout | predicted TFLOP/s | published | error | notes |
 |---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + "\n"
-open(DOC, "w").write(head + doc[misses:end] + tail)
+new = head + doc[misses:end] + tail
+if CHECK:
+    if new != doc:
+        a, b = doc.splitlines(), new.splitlines()
+        i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+        sys.exit(f"{DOC}:{i + 1}: differs from --validate's output (run python3 bench/planner/validation_docs.py "
+                 f"build/dtrain): '{a[i] if i < len(a) else ''}' vs '{b[i] if i < len(b) else ''}'")
+    sys.exit(0)
+open(DOC, "w").write(new)
 print(f"{DOC}: median {med.group(2)} over {med.group(1)} fitting rows; {effs}\n{ins}\n{held}\n{loso}")

@@ -177,7 +177,7 @@ const char *dt_plan_dtrain_refusal(const dt_plan_job *job, const dt_plan_layout 
             return "context parallelism of a model that is not causal (vit)";
     }
     /* pipeline parallelism (decision 74): a stage holds a layer at least; experts too (82) */
-    if (l->pp > 1 && l->pp > m->n_layer) return "a pipeline of more stages than layers";
+    if (l->pp > m->n_layer) return "a pipeline of more stages than layers";
     if (l->pp > DT_PP_MAX) return "a pipeline of more stages than dtrain's limit";
     if (l->tp <= 1) return NULL;
     const int kv = m->n_kv_head > 0 ? m->n_kv_head : m->n_head;

@@ -117,21 +117,19 @@ void dt_val_fit(const dt_hw_catalog *cat, dt_val_row *rows, int n, int skip_src,
         int k = grid(rows, n, skip_src, a, ANY, 0, e, 0.1, 1.0, &e->acc[a]);
         if (had) had[a] = k > 0;
     }
-    /* a type without fitting rows whose catalog entry has the same compute as a fitted type
-     * (same_compute_as: same die, clocks and peaks) takes that type's efficiency - per framework too */
-    for (int a = 0; had && a < cat->n_acc; a++) {
-        int t = cat->acc[a].compute_twin;
-        if (!had[a] && t >= 0 && had[t]) e->acc[a] = e->acc[t];
-    }
     for (int a = 0; a < cat->n_acc; a++)
         for (int f = 0; f < e->n_fw; f++) {
             double *c = &e->cls[a * e->n_fw + f];
             *c = NAN;
             grid(rows, n, skip_src, a, f, 0, e, 0.1, 1.0, c);
         }
+    /* a type without fitting rows whose catalog entry has the same compute as a fitted type
+     * (same_compute_as: same die, clocks and peaks) takes that type's efficiencies, per framework too */
     for (int a = 0; had && a < cat->n_acc; a++) {
         int t = cat->acc[a].compute_twin;
-        for (int f = 0; !had[a] && t >= 0 && had[t] && f < e->n_fw; f++) e->cls[a * e->n_fw + f] = e->cls[t * e->n_fw + f];
+        if (had[a] || t < 0 || !had[t]) continue;
+        e->acc[a] = e->acc[t];
+        for (int f = 0; f < e->n_fw; f++) e->cls[a * e->n_fw + f] = e->cls[t * e->n_fw + f];
     }
     free(had);
     e->fp8 = 1;
