@@ -27,6 +27,9 @@ double dt_plan_unit_params(const dt_plan_model *m, const dt_plan_layout *l);
  * decisions 95-96): its train.pp_kind with *v = train.pp_virtual chunks (interleaved) or 1; 1F1B
  * with *v = 1 where dtrain's schedule check refuses them. */
 int dt_plan_pp_kind(const dt_plan_job *job, int pp, int m, int *v);
+/* The attention core's training FLOPs a token, QK^T and PV forward and backward: 12 L T d (a
+ * third of it in the forward). */
+double dt_plan_attn_flops(const dt_plan_model *m, int T);
 /* Ranks a ZeRO stage shards over: dp, or under hybrid sharding the dp ranks of one node. */
 int dt_plan_shard_ranks(const dt_plan_job *job, const dt_plan_layout *l);
 

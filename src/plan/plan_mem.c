@@ -54,8 +54,10 @@ double dt_plan_active_params(const dt_plan_model *m) {
            (double)m->vocab * m->d_model;
 }
 
+double dt_plan_attn_flops(const dt_plan_model *m, int T) { return 12.0 * m->n_layer * (double)T * m->d_model; }
+
 double dt_plan_flops_per_token(const dt_plan_model *m, int T) {
-    return 6.0 * dt_plan_active_params(m) + 12.0 * m->n_layer * (double)T * m->d_model;
+    return 6.0 * dt_plan_active_params(m) + dt_plan_attn_flops(m, T);
 }
 
 double dt_plan_layer_act_bytes(const dt_plan_model *m, dt_recompute r, double b, double s, int t, int e) {

@@ -56,7 +56,7 @@ double dt_plan_opt_bytes(const dt_train_cfg *tc) {
 double dt_plan_bubble_fraction(int p, int m) { return p <= 1 ? 0.0 : (double)(p - 1) / (m + p - 1); }
 
 double dt_plan_recompute_flops(const dt_plan_model *m, dt_recompute r, int T) {
-    double attn_fwd = 4.0 * m->n_layer * (double)T * m->d_model; /* QK^T and PV of every layer */
+    double attn_fwd = dt_plan_attn_flops(m, T) / 3; /* QK^T and PV of every layer */
     if (r == DT_RECOMPUTE_SELECTIVE) return attn_fwd;
     if (r == DT_RECOMPUTE_FULL) /* the layers' forward: 2 x their matmul parameters + attention */
         return 2.0 * (dt_plan_active_params(m) - (double)m->vocab * m->d_model) + attn_fwd;
@@ -191,7 +191,7 @@ void dt_plan_time(const dt_plan_job *job, const dt_plan_layout *l, dt_plan_resul
        recomputed forward) runs at another peak than its linear layers (fp8 runs: decision 99)
        spends 1 / attn_peak - 1 more time on that share */
     const double slow = job->attn_peak > 0 ? 1.0 / job->attn_peak - 1.0 : 0.0;
-    const double attn_tok = 12.0 * m->n_layer * (double)T * m->d_model;
+    const double attn_tok = dt_plan_attn_flops(m, T);
     r->compute_s = r->flops_step / job->gpus / rate * uneven;
     if (r->flops_token > 0) r->compute_s *= 1.0 + slow * attn_tok / r->flops_token;
     const double rc_flops = dt_plan_recompute_flops(m, tc->model_opts.recompute, T) * tokens;
